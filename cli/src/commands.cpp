@@ -1,0 +1,497 @@
+#include "commands.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "format.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/core/presets.hpp"
+#include "tessel/planner/search.hpp"
+#include "tessel/planner/what_if.hpp"
+
+namespace tessel::cli {
+
+using planner::CostModel;
+using planner::Estimate;
+using planner::SearchOptions;
+using planner::SearchResult;
+using planner::TimeKind;
+
+namespace {
+
+constexpr int kCancelledStatus = 130;
+
+// Options shared by the commands that take model, cluster and batch from flags.
+struct InputFlags {
+  std::string model;
+  std::string cluster;
+  int nodes = 1;
+  int ranks = 0;
+  int global_batch = 0;
+  int seq = 0;
+  std::string precision = "bf16";
+  std::string optimizer = "adamw";
+
+  void add_to(CLI::App* command, bool batch_required) {
+    command->add_option("--model,-m", model, "Model preset (tessel presets models), tessel model JSON, or HF config.json")
+        ->required();
+    command->add_option("--cluster,-c", cluster, "Cluster preset (tessel presets clusters) or cluster JSON")->required();
+    auto* batch = command->add_option("--global-batch,-b", global_batch, "Sequences per optimizer step");
+    if (batch_required) batch->required();
+    command->add_option("--seq", seq, "Sequence length (default: the model's)");
+    command->add_option("--precision", precision, "Training precision")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+        ->capture_default_str();
+    command->add_option("--optimizer", optimizer, "Optimizer")
+        ->check(CLI::IsMember({"adamw", "lamb", "lars"}))
+        ->capture_default_str();
+    command->add_option("--ranks", ranks, "World size for clusters whose node size follows the plan (local-cpu)");
+  }
+
+  // Builds the plan inputs (parallel left at its default) and checks them.
+  Plan to_plan() const {
+    Plan plan;
+    plan.model = resolve_model(model);
+    plan.cluster = resolve_cluster(cluster);
+    plan.nodes = nodes;
+    if (global_batch <= 0) throw Error(fmt::format("--global-batch: must be a positive integer, got {}", global_batch));
+    if (seq < 0) throw Error(fmt::format("--seq: must be a positive integer, got {}", seq));
+    if (nodes <= 0) throw Error(fmt::format("--nodes: must be a positive integer, got {}", nodes));
+    plan.train.global_batch = global_batch;
+    plan.train.seq_len = seq;
+    plan.train.precision = *enum_from_string<Precision>(precision);
+    plan.train.optimizer = *enum_from_string<Optimizer>(optimizer);
+    check_nodes(plan);
+    return plan;
+  }
+
+  static void check_nodes(const Plan& plan) {
+    if (plan.cluster.max_nodes > 0 && plan.nodes > plan.cluster.max_nodes) {
+      throw Error(fmt::format("--nodes: cluster {} has at most {} node(s), got {}", plan.cluster.name,
+                              plan.cluster.max_nodes, plan.nodes));
+    }
+    if (plan.nodes > 1 && !plan.cluster.inter_node) {
+      throw Error(fmt::format("--nodes: cluster {} has no inter-node fabric, so nodes must be 1, got {}",
+                              plan.cluster.name, plan.nodes));
+    }
+  }
+
+  int gpus_per_node(const Plan& plan) const {
+    if (!plan.cluster.ranks_fill_node()) {
+      if (ranks != 0) throw Error(fmt::format("--ranks: applies to clusters whose node size follows the plan; {} has {} per node",
+                                              plan.cluster.name, plan.cluster.gpus_per_node));
+      return plan.cluster.gpus_per_node;
+    }
+    if (ranks <= 0) {
+      throw Error(fmt::format("--ranks: cluster {} places one rank per process; give the world size (e.g. --ranks 4)",
+                              plan.cluster.name));
+    }
+    return ranks;
+  }
+};
+
+SearchOptions search_options(int top, int threads, ProgressBar* bar) {
+  SearchOptions options;
+  options.top_k = top;
+  options.threads = threads;
+  options.cancel = &cancel_flag();
+  if (bar != nullptr) options.on_progress = [bar](double fraction, double elapsed) { bar->update(fraction, elapsed); };
+  return options;
+}
+
+std::string tp_cell(const ParallelConfig& p) {
+  if (p.tp == 1) return "1";
+  std::string cell = fmt::format("{} {}", p.tp, to_string(p.tp_mode));
+  if (p.tp_mode == TpMode::d2_5) cell += fmt::format(" d{}", p.tp_depth);
+  if (p.tp_sequence_parallel) cell += "+sp";
+  return cell;
+}
+
+std::string offload_cell(const ParallelConfig& p) {
+  if (p.offload == OffloadMode::chunked) return fmt::format("chunked {:.2f}", p.offload_device_fraction);
+  return std::string(to_string(p.offload));
+}
+
+std::string schedule_cell(const ParallelConfig& p) {
+  if (p.pp == 1) return "-";
+  if (p.schedule == Schedule::interleaved) return fmt::format("interleaved x{}", p.virtual_stages);
+  return std::string(to_string(p.schedule));
+}
+
+std::string plans_table(const std::vector<Estimate>& plans) {
+  Table table({"rank", "dp", "pp", "tp", "sp", "zero", "offload", "recompute", "mb", "schedule", "step", "tokens/s",
+               "MFU", "mem/GPU"});
+  int rank = 1;
+  for (const Estimate& e : plans) {
+    const ParallelConfig& p = e.parallel;
+    table.add_row({std::to_string(rank++), std::to_string(p.dp), std::to_string(p.pp), tp_cell(p), std::to_string(p.sp),
+                   std::to_string(p.zero), offload_cell(p), std::string(to_string(p.recompute)),
+                   std::to_string(p.micro_batch), schedule_cell(p), format_seconds(e.step_time_s),
+                   format_rate(e.tokens_per_s), fmt::format("{:.1f}%", 100 * e.mfu),
+                   format_bytes(e.memory.device_total_bytes())});
+  }
+  return table.render();
+}
+
+std::string search_summary(const SearchResult& result) {
+  std::string out = fmt::format("searched {} plans in {} on {} thread(s): {} fit, {} rejected\n",
+                                format_count(double(result.searched)), format_seconds(result.wall_s), result.threads,
+                                format_count(double(result.valid)), format_count(double(result.rejected_total())));
+  std::vector<std::pair<std::int64_t, std::string>> reasons;
+  for (std::size_t i = 0; i < result.rejected.size(); ++i) {
+    if (result.rejected[i] > 0) reasons.emplace_back(result.rejected[i], reject_reason(Reject(i)));
+  }
+  std::sort(reasons.rbegin(), reasons.rend());
+  for (const auto& [count, reason] : reasons) out += fmt::format("  {:>14}  {}\n", format_count(double(count)), reason);
+  return out;
+}
+
+int report_cancelled(const SearchResult& result) {
+  std::fprintf(stderr, "tessel: cancelled after %s candidates; nothing written\n",
+               format_count(double(result.searched)).c_str());
+  return kCancelledStatus;
+}
+
+Json inputs_json(const Plan& plan) {
+  return Json{{"model", plan.model.to_json()}, {"cluster", plan.cluster.to_json()}, {"nodes", plan.nodes},
+              {"train", plan.train.to_json()}};
+}
+
+// ---------------------------------------------------------------- plan
+struct PlanArgs {
+  InputFlags inputs;
+  int top = 10;
+  int threads = 0;
+  std::string json_file;
+};
+
+int run_plan(const PlanArgs& args) {
+  Plan plan = args.inputs.to_plan();
+  const int per_node = args.inputs.gpus_per_node(plan);
+  CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, per_node, resolve_device(plan.cluster.device));
+  ProgressBar bar("searching");
+  SearchResult result = planner::search(model, search_options(args.top, args.threads, &bar));
+  bar.finish();
+  if (result.cancelled) return report_cancelled(result);
+
+  std::cout << fmt::format("{} on {} x {} ({} {} GPUs), global batch {} x {} tokens, {} {}\n", plan.model.name,
+                           plan.nodes, plan.cluster.name, model.gpus(), plan.cluster.device, plan.train.global_batch,
+                           model.seq_len(), to_string(plan.train.precision), to_string(plan.train.optimizer));
+  if (result.best.empty()) {
+    std::cout << "no plan fits.\n";
+  } else {
+    std::cout << plans_table(result.best);
+  }
+  std::cout << search_summary(result);
+  if (!args.json_file.empty()) {
+    Json out = result.to_json();
+    out["inputs"] = inputs_json(plan);
+    write_text_file_atomically(args.json_file, out.dump(2) + "\n");
+    std::cout << fmt::format("wrote {}\n", args.json_file);
+  }
+  return result.best.empty() ? 1 : 0;
+}
+
+// ---------------------------------------------------------------- estimate
+struct EstimateArgs {
+  std::string plan_file;
+  bool json = false;
+};
+
+int run_estimate(const EstimateArgs& args) {
+  const Plan plan = Plan::load(args.plan_file);
+  const CostModel model = CostModel::for_plan(plan);
+  const Estimate e = model.estimate(plan.parallel);
+  if (args.json) {
+    std::cout << e.to_json().dump(2) << "\n";
+    return 0;
+  }
+  const double limit = model.costs().device().memory_bytes;
+  std::cout << fmt::format("{} on {} x {} ({} GPUs): {}\n", plan.model.name, plan.nodes, plan.cluster.name, model.gpus(),
+                           plan.parallel.summary());
+  std::cout << fmt::format("step time      {}  ({} micro-batches)\n", format_seconds(e.step_time_s), e.micro_batches);
+  std::cout << fmt::format("tokens/s       {}\n", format_rate(e.tokens_per_s));
+  std::cout << fmt::format("MFU            {:.1f}%\n", 100 * e.mfu);
+  std::cout << fmt::format("memory/GPU     {} of {}  ({})\n", format_bytes(e.memory.device_total_bytes()),
+                           format_bytes(limit), e.fits ? "fits" : reject_reason(e.reject));
+  Table memory({"memory part", "bytes"});
+  memory.add_row({"parameters", format_bytes(e.memory.parameters_bytes)});
+  memory.add_row({"gradients", format_bytes(e.memory.gradients_bytes)});
+  memory.add_row({"optimizer", format_bytes(e.memory.optimizer_bytes)});
+  memory.add_row({"activations", format_bytes(e.memory.activations_bytes)});
+  memory.add_row({"workspace", format_bytes(e.memory.workspace_bytes)});
+  if (e.memory.host_bytes > 0) memory.add_row({"host (offload)", format_bytes(e.memory.host_bytes)});
+  std::cout << "\n" << memory.render();
+  Table time({"time part", "per step", "share"});
+  for (std::size_t kind = 0; kind < e.time_s.size(); ++kind) {
+    if (e.time_s[kind] <= 0) continue;
+    time.add_row({std::string(to_string(TimeKind(kind))), format_seconds(e.time_s[kind]),
+                  fmt::format("{:.1f}%", 100 * e.time_s[kind] / e.step_time_s)});
+  }
+  std::cout << "\n" << time.render();
+  Table comm({"group", "bytes/rank/step", "messages"});
+  comm.add_row({"tp", format_bytes(e.comm.tp_bytes), format_count(e.comm.tp_messages)});
+  comm.add_row({"sp", format_bytes(e.comm.sp_bytes), format_count(e.comm.sp_messages)});
+  comm.add_row({"pp", format_bytes(e.comm.pp_bytes), format_count(e.comm.pp_messages)});
+  comm.add_row({"dp", format_bytes(e.comm.dp_bytes), format_count(e.comm.dp_messages)});
+  if (e.comm.offload_bytes > 0) comm.add_row({"host<->device", format_bytes(e.comm.offload_bytes), "-"});
+  std::cout << "\n" << comm.render();
+  return 0;
+}
+
+// ---------------------------------------------------------------- sweep
+struct SweepArgs {
+  std::string plan_file;
+  std::string vary;
+  std::string csv_file;
+  std::string json_file;
+  int threads = 0;
+};
+
+// Loads model, cluster and train from a plan file; its parallel section is ignored
+// because every sweep point searches its own.
+Plan load_sweep_base(const std::string& file) {
+  try {
+    Plan plan = Plan::from_json(read_json_file(file), "");
+    InputFlags::check_nodes(plan);
+    return plan;
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    if (message.rfind(file + ":", 0) == 0) throw;
+    throw Error(fmt::format("{}: {}", file, message));
+  }
+}
+
+int run_sweep(const SweepArgs& args) {
+  const auto equals = args.vary.find('=');
+  if (equals == std::string::npos || equals + 1 >= args.vary.size()) {
+    throw Error(fmt::format("--vary: expected VARIABLE=v1,v2,... (nodes|inter_bw|global_batch), got '{}'", args.vary));
+  }
+  const auto variable = planner::parse_sweep_variable(args.vary.substr(0, equals));
+  std::vector<double> values;
+  std::stringstream list(args.vary.substr(equals + 1));
+  for (std::string item; std::getline(list, item, ',');) {
+    try {
+      std::size_t used = 0;
+      values.push_back(std::stod(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw Error(fmt::format("--vary {}: '{}' is not a number", to_string(variable), item));
+    }
+  }
+  const Plan base = load_sweep_base(args.plan_file);
+  ProgressBar bar("sweeping");
+  SearchOptions options = search_options(1, args.threads, nullptr);
+  std::size_t done = 0;
+  options.on_progress = [&](double fraction, double elapsed) { bar.update((double(done) + fraction) / values.size(), elapsed); };
+  std::vector<planner::SweepPoint> points;
+  {
+    // Validate every value before any search runs.
+    for (double value : values) planner::apply_sweep_value(base, variable, value);
+    for (double value : values) {
+      auto one = planner::sweep(base, variable, {value}, options);
+      if (cancel_flag().load() || one.empty() || one.front().result.cancelled) {
+        bar.finish();
+        std::fprintf(stderr, "tessel: cancelled after %zu of %zu points; nothing written\n", points.size(), values.size());
+        return kCancelledStatus;
+      }
+      points.push_back(std::move(one.front()));
+      ++done;
+    }
+  }
+  bar.finish();
+  const std::string unit = variable == planner::SweepVariable::inter_bw ? " (GB/s per NIC)" : "";
+  std::cout << fmt::format("what-if: {} for {} on {}{}\n", to_string(variable), base.model.name, base.cluster.name, unit);
+  Table table({std::string(to_string(variable)), "GPUs", "best plan", "step", "tokens/s", "MFU", "mem/GPU", "vs first"});
+  std::string csv = fmt::format("{},gpus,dp,pp,tp,tp_mode,tp_depth,tp_sequence_parallel,sp,zero,offload,recompute,micro_batch,"
+                                "schedule,virtual_stages,step_time_s,tokens_per_s,mfu,memory_per_gpu_bytes\n",
+                                to_string(variable));
+  Json json_points = Json::array();
+  double first_tokens = 0;
+  for (const auto& point : points) {
+    const int gpus = point.plan.nodes * point.plan.cluster.gpus_per_node;
+    if (point.result.best.empty()) {
+      table.add_row({fmt::format("{:g}", point.value), std::to_string(gpus), "nothing fits", "-", "-", "-", "-", "-"});
+      csv += fmt::format("{:g},{},,,,,,,,,,,,,,,,,\n", point.value, gpus);
+      json_points.push_back({{"value", point.value}, {"gpus", gpus}, {"best", nullptr}});
+      continue;
+    }
+    const Estimate& e = point.result.best.front();
+    const ParallelConfig& p = e.parallel;
+    if (first_tokens == 0) first_tokens = e.tokens_per_s;
+    table.add_row({fmt::format("{:g}", point.value), std::to_string(gpus), p.summary(), format_seconds(e.step_time_s),
+                   format_rate(e.tokens_per_s), fmt::format("{:.1f}%", 100 * e.mfu),
+                   format_bytes(e.memory.device_total_bytes()), fmt::format("{:.2f}x", e.tokens_per_s / first_tokens)});
+    csv += fmt::format("{:g},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{:.6g},{:.4f},{:.0f}\n", point.value, gpus, p.dp,
+                       p.pp, p.tp, to_string(p.tp_mode), p.tp_depth, p.tp_sequence_parallel ? 1 : 0, p.sp, p.zero,
+                       offload_cell(p), to_string(p.recompute), p.micro_batch, to_string(p.schedule), p.virtual_stages,
+                       e.step_time_s, e.tokens_per_s, e.mfu, e.memory.device_total_bytes());
+    json_points.push_back({{"value", point.value}, {"gpus", gpus}, {"best", e.to_json()}, {"searched", point.result.searched}});
+  }
+  std::cout << table.render();
+  if (!args.csv_file.empty()) {
+    write_text_file_atomically(args.csv_file, csv);
+    std::cout << fmt::format("wrote {}\n", args.csv_file);
+  } else {
+    std::cout << "\n" << csv;
+  }
+  if (!args.json_file.empty()) {
+    write_text_file_atomically(args.json_file,
+                               Json{{"variable", to_string(variable)}, {"points", json_points}}.dump(2) + "\n");
+    std::cout << fmt::format("wrote {}\n", args.json_file);
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- capacity
+struct CapacityArgs {
+  InputFlags inputs;
+  std::string tokens;
+  double days = 0;
+  int max_nodes = 4096;
+  int threads = 0;
+};
+
+double parse_token_count(const std::string& text) {
+  if (text.empty()) throw Error("--tokens: must be a positive number such as 300e9, 300B or 1.5T");
+  double scale = 1;
+  std::string number = text;
+  switch (text.back()) {
+    case 'K': case 'k': scale = 1e3; number.pop_back(); break;
+    case 'M': scale = 1e6; number.pop_back(); break;
+    case 'B': case 'G': scale = 1e9; number.pop_back(); break;
+    case 'T': scale = 1e12; number.pop_back(); break;
+    default: break;
+  }
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(number, &used) * scale;
+    if (used != number.size() || !(value > 0) || !std::isfinite(value)) throw std::invalid_argument(text);
+    return value;
+  } catch (const std::exception&) {
+    throw Error(fmt::format("--tokens: must be a positive number such as 300e9, 300B or 1.5T, got '{}'", text));
+  }
+}
+
+int run_capacity(const CapacityArgs& args) {
+  const double tokens = parse_token_count(args.tokens);
+  if (!(args.days > 0)) throw Error(fmt::format("--days: must be a positive number, got {}", args.days));
+  if (args.max_nodes <= 0) throw Error(fmt::format("--max-nodes: must be a positive integer, got {}", args.max_nodes));
+  Plan base = args.inputs.to_plan();
+  if (base.cluster.ranks_fill_node()) throw Error(fmt::format("--cluster: capacity needs a cluster with a fixed node size, got {}", base.cluster.name));
+  int max_nodes = args.max_nodes;
+  if (base.cluster.max_nodes > 0) max_nodes = std::min(max_nodes, base.cluster.max_nodes);
+  if (!base.cluster.inter_node) max_nodes = 1;
+  SearchOptions options = search_options(1, args.threads, nullptr);
+  const auto result = planner::capacity(base, tokens, args.days, max_nodes, options);
+  if (cancel_flag().load()) {
+    std::fprintf(stderr, "tessel: cancelled\n");
+    return kCancelledStatus;
+  }
+  Table tried({"nodes", "GPUs", "days"});
+  for (auto [nodes, days] : result.tried) {
+    tried.add_row({std::to_string(nodes), std::to_string(nodes * base.cluster.gpus_per_node),
+                   std::isfinite(days) ? fmt::format("{:.2f}", days) : "nothing fits"});
+  }
+  std::cout << fmt::format("capacity: {} tokens of {} on {} within {:g} days (global batch {})\n", format_rate(tokens),
+                           base.model.name, base.cluster.name, args.days, base.train.global_batch);
+  std::cout << tried.render();
+  if (!result.found) {
+    std::cout << fmt::format("no node count up to {} meets the deadline.\n", max_nodes);
+    return 1;
+  }
+  const Estimate& e = result.best;
+  std::cout << fmt::format("\nfewest nodes: {} ({} GPUs), {:.2f} days at {} tokens/s, MFU {:.1f}%\nplan: {}\n",
+                           result.nodes, result.nodes * base.cluster.gpus_per_node, result.days,
+                           format_rate(e.tokens_per_s), 100 * e.mfu, e.parallel.summary());
+  return 0;
+}
+
+// ---------------------------------------------------------------- presets
+int run_presets(const std::string& kind) {
+  for (const std::string k : {"models", "clusters", "devices"}) {
+    if (!kind.empty() && kind != k) continue;
+    std::cout << k << ":\n";
+    for (const auto& name : preset_names(k)) {
+      std::string detail;
+      if (k == "models") {
+        const ModelSpec m = resolve_model(name);
+        detail = fmt::format("{:.2f}B params, {} layers, hidden {}, heads {}, seq {}", m.parameter_count() / 1e9,
+                             m.layers, m.hidden, m.heads, m.seq_len);
+      } else if (k == "clusters") {
+        const ClusterSpec c = resolve_cluster(name);
+        detail = c.ranks_fill_node() ? fmt::format("one node of --ranks N {} ranks", c.device)
+                                     : fmt::format("{} x {} per node", c.gpus_per_node, c.device);
+      } else {
+        const DeviceSpec d = resolve_device(name);
+        detail = fmt::format("{}: {:.1f} TFLOP/s bf16, {}", d.kind, d.peak_bf16_flops_per_s / 1e12, format_bytes(d.memory_bytes));
+      }
+      std::cout << fmt::format("  {:<16} {}\n", name, detail);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand("plan", "Rank every parallel and memory strategy for a model on a cluster");
+  args->inputs.add_to(cmd, true);
+  cmd->add_option("--nodes,-n", args->inputs.nodes, "Nodes of the cluster")->capture_default_str();
+  cmd->add_option("--top,-k", args->top, "Plans to show")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", args->threads, "Worker threads (default: all cores)");
+  cmd->add_option("--json", args->json_file, "Also write the ranked plans and rejection counts as JSON");
+  cmd->footer("Example: tessel plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536");
+  return [args] { return run_plan(*args); };
+}
+
+Command add_estimate_command(CLI::App& app) {
+  auto args = std::make_shared<EstimateArgs>();
+  CLI::App* cmd = app.add_subcommand("estimate", "Analytic prediction for one fixed plan file");
+  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file")->required();
+  cmd->add_flag("--json", args->json, "Print one JSON object instead of tables");
+  return [args] { return run_estimate(*args); };
+}
+
+Command add_sweep_command(CLI::App& app) {
+  auto args = std::make_shared<SweepArgs>();
+  CLI::App* cmd = app.add_subcommand("sweep", "What-if: the best plan as one input varies");
+  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file (its model, cluster, nodes and train are the base)")
+      ->required();
+  cmd->add_option("--vary", args->vary,
+                  "VARIABLE=v1,v2,...: nodes, inter_bw (GB/s per NIC, per direction) or global_batch")
+      ->required();
+  cmd->add_option("--csv", args->csv_file, "Write the table as CSV here (default: print it)");
+  cmd->add_option("--json", args->json_file, "Also write the points as JSON");
+  cmd->add_option("--threads", args->threads, "Worker threads (default: all cores)");
+  return [args] { return run_sweep(*args); };
+}
+
+Command add_capacity_command(CLI::App& app) {
+  auto args = std::make_shared<CapacityArgs>();
+  args->inputs.global_batch = 1024;
+  CLI::App* cmd = app.add_subcommand("capacity", "The fewest nodes that train a token budget within a deadline");
+  args->inputs.add_to(cmd, false);
+  cmd->get_option("--global-batch")->capture_default_str();
+  cmd->add_option("--tokens,-t", args->tokens, "Training tokens: 300e9, 300B, 1.5T")->required();
+  cmd->add_option("--days,-d", args->days, "Deadline in days")->required();
+  cmd->add_option("--max-nodes", args->max_nodes, "Largest node count to consider")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Worker threads (default: all cores)");
+  return [args] { return run_capacity(*args); };
+}
+
+Command add_presets_command(CLI::App& app) {
+  auto kind = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("presets", "List the shipped model, cluster and device presets");
+  cmd->add_option("kind", *kind, "models, clusters or devices (default: all)")
+      ->check(CLI::IsMember({"models", "clusters", "devices"}));
+  return [kind] { return run_presets(*kind); };
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,43 @@
+// One accelerator (or CPU) as the planner sees it: peak rates per precision, memory,
+// and an achievable-efficiency curve for GEMMs. Each number carries its source
+// (datasheet, assumed, measured) in `sources`. Until profiles are measured, these
+// come from configs/devices/; the profile store replaces them with measured data.
+#pragma once
+
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessel/core/enums.hpp"
+#include "tessel/core/json_fields.hpp"
+
+namespace tessel {
+
+struct DeviceSpec {
+  std::string name;
+  std::string kind;  // gpu | cpu
+  // Indexed by tf32-aware precision: fp32, tf32, bf16, fp16.
+  double peak_fp32_flops_per_s = 0;
+  double peak_tf32_flops_per_s = 0;
+  double peak_bf16_flops_per_s = 0;
+  double peak_fp16_flops_per_s = 0;
+  double memory_bytes = 0;
+  double memory_bandwidth_bytes_per_s = 0;
+  double memory_efficiency = 0;  // achievable fraction of memory bandwidth
+  double workspace_bytes = 0;    // runtime, library workspace and allocator slack
+  // (GEMM size in FLOP, achievable fraction of peak), increasing in size.
+  std::vector<std::pair<double, double>> gemm_efficiency;
+  Json sources;
+
+  double peak_flops_per_s(Precision precision) const;
+
+  static DeviceSpec from_json(const Json& json, const std::string& path = "device");
+  Json to_json() const;
+  bool operator==(const DeviceSpec&) const = default;
+};
+
+// A preset name (A100-SXM-80GB, H100-SXM, H200, local-cpu) or a device JSON file.
+DeviceSpec resolve_device(const std::string& preset_or_file);
+
+}  // namespace tessel

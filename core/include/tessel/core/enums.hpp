@@ -1,0 +1,82 @@
+// The closed vocabularies of tessel's specs, each with its JSON/CLI spelling. One
+// table per enum keeps parsing, printing and error messages ("must be one of ...")
+// in agreement.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tessel {
+
+enum class Precision { fp32, bf16, fp16 };
+enum class Optimizer { adamw, lamb, lars };
+enum class Activation { gelu, swiglu };
+enum class Norm { layernorm, rmsnorm };
+enum class PositionEmbedding { learned, rope };
+enum class TpMode { d1, d2, d2_5, d3 };
+enum class OffloadMode { none, optimizer, chunked };
+enum class Recompute { none, selective, full };
+enum class Schedule { gpipe, one_f_one_b, interleaved };
+enum class Topology { fat_tree, torus, dragonfly };
+
+template <typename Enum>
+struct EnumNames;  // specialised below: static constexpr std::array names
+
+#define TESSEL_ENUM_NAMES(Enum, ...)                                   \
+  template <>                                                          \
+  struct EnumNames<Enum> {                                             \
+    static constexpr std::array names{__VA_ARGS__};                    \
+  };
+
+TESSEL_ENUM_NAMES(Precision, std::string_view("fp32"), std::string_view("bf16"),
+                  std::string_view("fp16"))
+TESSEL_ENUM_NAMES(Optimizer, std::string_view("adamw"), std::string_view("lamb"),
+                  std::string_view("lars"))
+TESSEL_ENUM_NAMES(Activation, std::string_view("gelu"), std::string_view("swiglu"))
+TESSEL_ENUM_NAMES(Norm, std::string_view("layernorm"), std::string_view("rmsnorm"))
+TESSEL_ENUM_NAMES(PositionEmbedding, std::string_view("learned"), std::string_view("rope"))
+TESSEL_ENUM_NAMES(TpMode, std::string_view("1d"), std::string_view("2d"),
+                  std::string_view("2.5d"), std::string_view("3d"))
+TESSEL_ENUM_NAMES(OffloadMode, std::string_view("none"), std::string_view("optimizer"),
+                  std::string_view("chunked"))
+TESSEL_ENUM_NAMES(Recompute, std::string_view("none"), std::string_view("selective"),
+                  std::string_view("full"))
+TESSEL_ENUM_NAMES(Schedule, std::string_view("gpipe"), std::string_view("1f1b"),
+                  std::string_view("interleaved"))
+TESSEL_ENUM_NAMES(Topology, std::string_view("fat-tree"), std::string_view("torus"),
+                  std::string_view("dragonfly"))
+#undef TESSEL_ENUM_NAMES
+
+template <typename Enum>
+constexpr std::string_view to_string(Enum value) {
+  return EnumNames<Enum>::names[static_cast<std::size_t>(value)];
+}
+
+template <typename Enum>
+std::optional<Enum> enum_from_string(std::string_view text) {
+  const auto& names = EnumNames<Enum>::names;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == text) return static_cast<Enum>(i);
+  }
+  return std::nullopt;
+}
+
+// "fp32|bf16|fp16", for messages and --help.
+template <typename Enum>
+std::string enum_choices() {
+  std::string out;
+  for (auto name : EnumNames<Enum>::names) {
+    if (!out.empty()) out += '|';
+    out += name;
+  }
+  return out;
+}
+
+// Bytes of one element stored in `precision` (fp32 4, bf16/fp16 2).
+constexpr int element_bytes(Precision precision) {
+  return precision == Precision::fp32 ? 4 : 2;
+}
+
+}  // namespace tessel

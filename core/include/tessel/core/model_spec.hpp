@@ -1,0 +1,55 @@
+// The transformer to train: its shape, nothing about how it is parallelised.
+// Loaded from a preset (configs/models/), a tessel model JSON, or a Hugging Face
+// config.json of the GPT-2 or LLaMA family.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessel/core/enums.hpp"
+#include "tessel/core/json_fields.hpp"
+
+namespace tessel {
+
+struct ModelSpec {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int ffn_hidden = 0;
+  int vocab = 0;
+  int seq_len = 0;
+  Activation activation = Activation::gelu;
+  Norm norm = Norm::layernorm;
+  bool tied_embeddings = true;
+  PositionEmbedding position_embedding = PositionEmbedding::learned;
+  bool bias = true;
+  std::string source;  // where the shape comes from (paper, config file)
+
+  int head_dim() const { return hidden / heads; }
+  int kv_dim() const { return kv_heads * head_dim(); }
+
+  // Parameters of one transformer block (attention, MLP, its two norms).
+  std::int64_t layer_parameters() const;
+  // Token (and learned position) embedding parameters.
+  std::int64_t embedding_parameters() const;
+  // LM head parameters that are not shared with the embedding, plus the final norm.
+  std::int64_t head_parameters() const;
+  std::int64_t parameter_count() const;
+
+  static ModelSpec from_json(const Json& json, const std::string& path = "model");
+  // Hugging Face config.json (model_type gpt2 or llama).
+  static ModelSpec from_hf_config(const Json& json, const std::string& name,
+                                  const std::string& path = "model");
+  Json to_json() const;
+
+  bool operator==(const ModelSpec&) const = default;
+};
+
+// A preset name (gpt2-124m, ...), or the path of a tessel model JSON or HF config.json.
+ModelSpec resolve_model(const std::string& preset_or_file);
+// Resolves a plan's "model" value: a string (as above) or an inline object.
+ModelSpec model_from_json_value(const Json& value, const std::string& path);
+
+}  // namespace tessel

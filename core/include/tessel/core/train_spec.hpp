@@ -1,0 +1,21 @@
+// What one training step is: the global batch (in sequences), sequence length,
+// numeric precision and optimizer.
+#pragma once
+
+#include "tessel/core/enums.hpp"
+#include "tessel/core/json_fields.hpp"
+
+namespace tessel {
+
+struct TrainSpec {
+  int global_batch = 0;  // sequences per step
+  int seq_len = 0;       // 0 = the model's
+  Precision precision = Precision::bf16;
+  Optimizer optimizer = Optimizer::adamw;
+
+  static TrainSpec from_json(const Json& json, const std::string& path = "train");
+  Json to_json() const;
+  bool operator==(const TrainSpec&) const = default;
+};
+
+}  // namespace tessel

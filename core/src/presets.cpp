@@ -1,0 +1,39 @@
+#include "tessel/core/presets.hpp"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+
+namespace tessel {
+
+std::vector<std::string> preset_names(const std::string& kind) {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < detail::kEmbeddedConfigCount; ++i) {
+    if (kind == detail::kEmbeddedConfigs[i].kind) names.emplace_back(detail::kEmbeddedConfigs[i].name);
+  }
+  return names;
+}
+
+std::optional<Json> find_preset(const std::string& kind, const std::string& name) {
+  for (std::size_t i = 0; i < detail::kEmbeddedConfigCount; ++i) {
+    const auto& entry = detail::kEmbeddedConfigs[i];
+    if (kind == entry.kind && name == entry.name) {
+      return parse_json_text(entry.json_text, fmt::format("configs/{}/{}.json", kind, name));
+    }
+  }
+  return std::nullopt;
+}
+
+Json load_preset_or_file(const std::string& kind, const std::string& preset_or_file,
+                         const std::string& what) {
+  if (auto preset = find_preset(kind, preset_or_file)) return *preset;
+  if (std::filesystem::is_regular_file(preset_or_file)) return read_json_file(preset_or_file);
+  std::string names;
+  for (const auto& name : preset_names(kind)) names += (names.empty() ? "" : "|") + name;
+  throw Error(fmt::format("{}: unknown preset or missing file '{}' (presets: {})", what,
+                          preset_or_file, names));
+}
+
+}  // namespace tessel

@@ -1,0 +1,105 @@
+// The analytic cost model: FLOPs, bytes and messages of every op of a transformer
+// step under a parallel layout, turned into time through the profiles' CostLookup.
+//
+// It is built for the search: everything that depends only on the model, batch and
+// cluster is computed once in the constructor; layout_cost() prices one micro-batch
+// on one pipeline stage for a (dp, pp, tp, mode, sp, micro_batch, recompute) layout;
+// finish() adds what ZeRO, offload and the schedule change. estimate() is the two in
+// sequence, so one fixed plan and the search take exactly the same path.
+//
+// Models (sources in docs/ARCHITECTURE.md):
+//  - Activation memory: Korthikanti et al. 2022, "Reducing Activation Recomputation
+//    in Large Transformer Models": s*b*h*(34 + 5*a*s/h) bytes per layer with 16-bit
+//    activations, 10 + 24/t + 5as/(ht) under 1D TP t, /t with sequence parallel,
+//    34/t with selective recompute, 2sbh with full recompute. Scaled by E/2 for fp32.
+//  - Model states: Rajbhandari et al. 2020 (ZeRO), 16 bytes/param for mixed-precision
+//    Adam, sharded over the data-parallel group by stage.
+//  - TP communication per linear: 1D Megatron all-reduces, 2D SUMMA (Optimus, q
+//    broadcasts of activation and weight blocks), 2.5D Tesseract (activation blocks
+//    further split by depth d, weight-gradient all-reduce over depth), 3D
+//    (all-gather inputs and weights, reduce-scatter outputs on q ranks each).
+//  - Pipeline: (m + p - 1) micro-batch slots for GPipe and 1F1B, bubble divided by
+//    the virtual stages for interleaved (Narayanan et al. 2021).
+#pragma once
+
+#include <cstdint>
+
+#include "tessel/core/cluster_spec.hpp"
+#include "tessel/core/model_spec.hpp"
+#include "tessel/core/plan.hpp"
+#include "tessel/core/train_spec.hpp"
+#include "tessel/planner/estimate.hpp"
+#include "tessel/profiles/cost_lookup.hpp"
+
+namespace tessel::planner {
+
+// One micro-batch on the most loaded pipeline stage, before ZeRO, offload and schedule.
+struct LayoutCost {
+  Reject reject = Reject::none;
+  // Forward and backward time per micro-batch, by kind (gemm..pp_p2p).
+  std::array<double, std::size_t(TimeKind::count)> forward_s{};
+  std::array<double, std::size_t(TimeKind::count)> backward_s{};
+  double p2p_one_way_s = 0;          // one activation send between stages
+  double activation_bytes_per_micro_batch = 0;  // stored by the stage for one micro-batch
+  double logits_bytes = 0;           // last stage, one micro-batch
+  double stage_parameters = 0;       // parameters held by one rank before ZeRO
+  double depth_sync_grad_elements = 0;  // 2.5D: weight-gradient elements all-reduced over depth
+  CommVolume comm_per_micro_batch;   // tp, sp, pp per micro-batch (fwd + bwd, incl. recompute)
+  double block_tp_forward_bytes = 0;  // one transformer block's TP bytes per rank, forward
+  double block_tp_forward_messages = 0;
+  double forward_compute_s = 0;      // compute-only part of a micro-batch forward
+  double backward_compute_s = 0;     // compute-only part of a micro-batch backward
+};
+
+class CostModel {
+ public:
+  CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int nodes, int gpus_per_node,
+            DeviceSpec device);
+  // Resolves the plan's device and uses the plan's placement.
+  static CostModel for_plan(const Plan& plan);
+
+  const ModelSpec& model() const { return model_; }
+  const TrainSpec& train() const { return train_; }
+  const ClusterSpec& cluster() const { return cluster_; }
+  const profiles::CostLookup& costs() const { return costs_; }
+  int nodes() const { return nodes_; }
+  int gpus() const { return nodes_ * gpus_per_node_; }
+  int seq_len() const { return seq_; }
+
+  // Full prediction for one layout (the world size must be gpus()).
+  Estimate estimate(const ParallelConfig& parallel) const;
+
+  // The two halves of estimate(), for the search.
+  LayoutCost layout_cost(const ParallelConfig& parallel) const;
+  void finish(const ParallelConfig& parallel, const LayoutCost& layout, Estimate& out) const;
+
+  // Training FLOPs of one step of the whole model (forward + backward, no recompute).
+  double model_flops_per_step() const { return model_flops_per_step_; }
+  // Forward FLOPs per token, split into GEMMs (incl. LM head) and attention scores.
+  double forward_gemm_flops_per_token() const { return forward_gemm_flops_per_token_; }
+  double forward_attention_flops_per_token() const { return forward_attention_flops_per_token_; }
+  // Activation bytes one rank stores per layer for one micro-batch (Korthikanti).
+  double activation_bytes_per_layer(const ParallelConfig& parallel) const;
+  // Bytes per parameter for weights, gradients and optimizer states.
+  double parameter_bytes() const { return param_bytes_; }
+  double gradient_bytes() const { return grad_bytes_; }
+  double optimizer_bytes_per_parameter() const { return optimizer_bytes_; }
+
+ private:
+  ModelSpec model_;
+  TrainSpec train_;
+  ClusterSpec cluster_;
+  int nodes_;
+  int gpus_per_node_;
+  profiles::CostLookup costs_;
+  int seq_;
+  double element_bytes_;
+  double param_bytes_, grad_bytes_, optimizer_bytes_, optimizer_traffic_bytes_;
+  double forward_gemm_flops_per_token_ = 0;
+  double forward_attention_flops_per_token_ = 0;
+  double model_flops_per_step_ = 0;
+  // The four linears of a block as (in, out) features.
+  std::array<std::pair<double, double>, 4> linears_{};
+};
+
+}  // namespace tessel::planner

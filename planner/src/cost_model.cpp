@@ -1,0 +1,447 @@
+#include "tessel/planner/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tessel/core/error.hpp"
+
+namespace tessel::planner {
+
+using profiles::Collective;
+using profiles::CollectiveAlgorithm;
+using profiles::GroupPlacement;
+using profiles::place_group;
+
+namespace {
+constexpr std::size_t K(TimeKind kind) { return std::size_t(kind); }
+
+// How a layout divides the work of one transformer block across its tensor grid.
+struct Splits {
+  int q = 1;            // grid side (tp for 1D)
+  double gemm = 1;      // GEMM FLOPs and attention heads x batch
+  double activation = 1;  // activations (b*s*h elements) held per rank
+  double intermediate = 1;  // MLP intermediate (b*s*f) per rank
+  double parameters = 1;  // weights per rank
+};
+
+Splits splits_of(const ParallelConfig& p) {
+  Splits s;
+  s.q = p.tp_grid_side();
+  s.gemm = p.tp;
+  switch (p.tp_mode) {
+    case TpMode::d1:
+      s.activation = p.tp_sequence_parallel ? p.tp : 1;
+      s.intermediate = p.tp;
+      s.parameters = p.tp;
+      break;
+    case TpMode::d2:
+      s.activation = s.intermediate = s.parameters = double(s.q) * s.q;
+      break;
+    case TpMode::d2_5:
+      s.activation = s.intermediate = double(s.q) * s.q * p.tp_depth;
+      s.parameters = double(s.q) * s.q;  // weights are replicated over the depth
+      break;
+    case TpMode::d3:
+      s.activation = s.intermediate = s.parameters = double(s.q) * s.q;  // P^(2/3)
+      break;
+  }
+  return s;
+}
+
+// Accumulates time, bytes and messages of the collectives one rank takes part in.
+struct CommTally {
+  const profiles::CostLookup& costs;
+  double time_s = 0, bytes = 0, messages = 0;
+  void add(Collective op, GroupPlacement group, double size_bytes, double count = 1,
+           CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring) {
+    if (count <= 0 || (group.ranks <= 1 && op != Collective::send_recv)) return;
+    time_s += count * costs.collective_time_s(op, group, size_bytes, algorithm);
+    bytes += count * size_bytes * profiles::bus_bandwidth_factor(op, group.ranks);
+    messages += count * profiles::collective_steps(op, group.ranks, algorithm);
+  }
+};
+}  // namespace
+
+std::string_view to_string(TimeKind kind) {
+  static constexpr std::array<std::string_view, K(TimeKind::count)> kNames{
+      "gemm", "attention", "elementwise", "recompute", "tp_comm", "sp_comm",
+      "pp_p2p", "pp_bubble", "dp_comm", "optimizer", "offload"};
+  return kNames[K(kind)];
+}
+
+CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int nodes, int gpus_per_node,
+                     DeviceSpec device)
+    : model_(std::move(model)),
+      train_(std::move(train)),
+      cluster_(std::move(cluster)),
+      nodes_(nodes),
+      gpus_per_node_(gpus_per_node),
+      costs_(std::move(device), cluster_, nodes, gpus_per_node),
+      seq_(effective_seq_len(model_, train_)) {
+  element_bytes_ = element_bytes(train_.precision);
+  const bool mixed = train_.precision != Precision::fp32;
+  // Weights and gradients in the training precision; fp32 master weights for mixed
+  // precision; Adam-style optimizers keep two fp32 moments, LARS one (momentum).
+  param_bytes_ = element_bytes_;
+  grad_bytes_ = element_bytes_;
+  const double state_bytes = train_.optimizer == Optimizer::lars ? 4 : 8;
+  optimizer_bytes_ = state_bytes + (mixed ? 4 : 0);
+  // Bytes the optimizer step streams per parameter: read the gradient, read and write
+  // fp32 weights and states, write the low-precision copy; LAMB re-reads the update
+  // for its layer-wise trust ratio.
+  optimizer_traffic_bytes_ = grad_bytes_ + 2 * (4 + state_bytes) + (mixed ? param_bytes_ : 0) +
+                             (train_.optimizer == Optimizer::lamb ? 8 : 0);
+
+  const double h = model_.hidden, kv = model_.kv_dim(), f = model_.ffn_hidden;
+  const double mlp_out = model_.activation == Activation::swiglu ? 2 * f : f;
+  linears_ = {{{h, h + 2 * kv}, {h, h}, {h, mlp_out}, {f, h}}};
+  double per_layer = 0;
+  for (auto [in, out] : linears_) per_layer += 2 * in * out;
+  forward_gemm_flops_per_token_ = model_.layers * per_layer + 2 * h * model_.vocab;
+  forward_attention_flops_per_token_ = model_.layers * 4.0 * seq_ * h;
+  model_flops_per_step_ = 3.0 * (forward_gemm_flops_per_token_ + forward_attention_flops_per_token_) *
+                          double(train_.global_batch) * seq_;
+}
+
+CostModel CostModel::for_plan(const Plan& plan) {
+  return CostModel(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
+                   resolve_device(plan.cluster.device));
+}
+
+double CostModel::activation_bytes_per_layer(const ParallelConfig& p) const {
+  const Splits split = splits_of(p);
+  const double h = model_.hidden;
+  const double tokens = double(p.micro_batch) * seq_ / p.sp;
+  // Korthikanti et al. 2022, per s*b*h: replicated under 1D TP (norm inputs 4, QKV input
+  // 2, fc1 input 2, two dropout masks 2) and split (Q 2, K and V 4*kv/h, projection input
+  // 2, MLP intermediate 4f/h for GELU or 8f/h for SwiGLU), plus the score term 5as/h.
+  const double replicated = 10.0;
+  const double mlp = (model_.activation == Activation::swiglu ? 8.0 : 4.0) * model_.ffn_hidden / h;
+  const double split_part = 2.0 + 4.0 * model_.kv_dim() / h + 2.0 + mlp;
+  const double scores = 5.0 * model_.heads * seq_ / h;
+  double replicated_split = split.activation, partitioned_split = split.activation;
+  if (p.tp_mode == TpMode::d1 && !p.tp_sequence_parallel) partitioned_split = p.tp;
+  double per_sbh = 0;
+  switch (p.recompute) {
+    case Recompute::none:
+      per_sbh = replicated / replicated_split + (split_part + scores) / partitioned_split;
+      break;
+    case Recompute::selective:
+      per_sbh = replicated / replicated_split + split_part / partitioned_split;
+      break;
+    case Recompute::full:
+      per_sbh = 2.0 / replicated_split;  // only the block input is kept
+      break;
+  }
+  return (element_bytes_ / 2.0) * tokens * h * per_sbh;
+}
+
+LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
+  LayoutCost c;
+  c.reject = check_layout(model_, train_, p);
+  if (c.reject != Reject::none) return c;
+
+  const Splits split = splits_of(p);
+  const int q = split.q;
+  const double E = element_bytes_;
+  const Precision precision = train_.precision;
+  const double h = model_.hidden, f = model_.ffn_hidden, V = model_.vocab;
+  const double s = seq_;
+  const double tokens = double(p.micro_batch) * s / p.sp;  // rows of every activation
+  const int R = gpus_per_node_;
+
+  // Ranks are ordered tp (fastest), sp, dp, pp. Inside the tensor grid: row, column, depth.
+  const GroupPlacement tp_group = place_group(p.tp, 1, R);
+  const GroupPlacement grid_row = place_group(q, 1, R);
+  const GroupPlacement grid_column = place_group(q, q, R);
+  const GroupPlacement grid_depth = p.tp_mode == TpMode::d2_5 ? place_group(p.tp_depth, q * q, R)
+                                                              : place_group(q, q * q, R);
+  const GroupPlacement sp_group = place_group(p.sp, p.tp, R);
+  const GroupPlacement sp_neighbour{2, sp_group.ranks_per_node >= 2 ? 2 : 1};
+
+  // ---- one transformer block, forward, one micro-batch ----
+  double gemm_s = 0;
+  CommTally tp{costs_};
+  double depth_grad_elements = 0;
+  for (auto [in, out] : linears_) {
+    const double flops = 2.0 * tokens * in * out;
+    switch (p.tp_mode) {
+      case TpMode::d1:
+        gemm_s += costs_.gemm_time_s(flops / p.tp, flops / p.tp, precision);
+        break;
+      case TpMode::d2: {
+        // SUMMA: q steps, each a broadcast of an activation block along the row and of a
+        // weight block along the column, then a local GEMM of 1/q^3 of the work.
+        const double step_flops = flops / (double(q) * q * q);
+        gemm_s += q * costs_.gemm_time_s(step_flops, step_flops, precision);
+        tp.add(Collective::broadcast, grid_row, tokens / q * in / q * E, q, CollectiveAlgorithm::tree);
+        tp.add(Collective::broadcast, grid_column, in / q * out / q * E, q, CollectiveAlgorithm::tree);
+        break;
+      }
+      case TpMode::d2_5: {
+        // Tesseract: each depth layer runs SUMMA on 1/d of the rows.
+        const double d = p.tp_depth;
+        const double step_flops = flops / (double(q) * q * q * d);
+        gemm_s += q * costs_.gemm_time_s(step_flops, step_flops, precision);
+        tp.add(Collective::broadcast, grid_row, tokens / (q * d) * in / q * E, q, CollectiveAlgorithm::tree);
+        tp.add(Collective::broadcast, grid_column, in / q * out / q * E, q, CollectiveAlgorithm::tree);
+        depth_grad_elements += in / q * out / q;
+        break;
+      }
+      case TpMode::d3: {
+        // 3D: gather the input block and the weight block along two axes, multiply,
+        // reduce-scatter the partial output along the third.
+        const double local_flops = flops / (double(q) * q * q);
+        gemm_s += costs_.gemm_time_s(local_flops, local_flops, precision);
+        tp.add(Collective::all_gather, grid_row, tokens / q * in / q * E, 1, CollectiveAlgorithm::tree);
+        tp.add(Collective::all_gather, grid_column, in / q * out / q * E, 1, CollectiveAlgorithm::tree);
+        tp.add(Collective::reduce_scatter, grid_depth, tokens / q * out / q * E, 1, CollectiveAlgorithm::tree);
+        break;
+      }
+    }
+  }
+  if (p.tp_mode == TpMode::d1 && p.tp > 1) {
+    // Megatron: an all-reduce after the attention projection and after fc2; with
+    // sequence parallel each becomes a reduce-scatter and an all-gather of the same size.
+    const double size = tokens * h * E;
+    if (p.tp_sequence_parallel) {
+      tp.add(Collective::all_gather, tp_group, size, 2);
+      tp.add(Collective::reduce_scatter, tp_group, size, 2);
+    } else {
+      tp.add(Collective::all_reduce, tp_group, size, 2);
+    }
+  }
+  c.block_tp_forward_bytes = tp.bytes;
+  c.block_tp_forward_messages = tp.messages;
+  const double head_dim = model_.head_dim();
+  const double attention_flops = 4.0 * tokens * s * h / split.gemm;
+  const double one_head_gemm = 2.0 * (s / p.sp) * s * head_dim;
+  const double attention_s = costs_.gemm_time_s(attention_flops, one_head_gemm, precision);
+  const double softmax_bytes = 2.0 * E * p.micro_batch * model_.heads * (s / p.sp) * s / split.gemm;
+  const double elementwise_bytes =
+      E * (10.0 * tokens * h / split.activation +
+           (model_.activation == Activation::swiglu ? 3.0 : 2.0) * tokens * f / split.intermediate) +
+      softmax_bytes;
+  const double elementwise_s = costs_.memory_time_s(elementwise_bytes);
+
+  CommTally sp{costs_};
+  if (p.sp > 1) {
+    // Ring self-attention: key blocks, then value blocks, travel sp-1 hops.
+    const double block_bytes = double(p.micro_batch) * (s / p.sp) * model_.kv_dim() * E / split.gemm;
+    sp.add(Collective::send_recv, sp_neighbour, block_bytes, 2.0 * (p.sp - 1));
+  }
+
+  const double layers = double(model_.layers) / p.pp;
+  const double recompute_factor = p.recompute == Recompute::full ? 1.0 : 0.0;
+  auto set = [&](TimeKind kind, double forward, double backward) {
+    c.forward_s[K(kind)] = forward;
+    c.backward_s[K(kind)] = backward;
+  };
+  set(TimeKind::gemm, layers * gemm_s, layers * 2 * gemm_s);
+  set(TimeKind::attention, layers * attention_s, layers * 2 * attention_s);
+  set(TimeKind::elementwise, layers * elementwise_s, layers * 2 * elementwise_s);
+  set(TimeKind::tp_comm, layers * tp.time_s, layers * (2 + recompute_factor) * tp.time_s);
+  set(TimeKind::sp_comm, layers * sp.time_s, layers * (2 + recompute_factor) * sp.time_s);
+  double recompute_s = 0;
+  if (p.recompute == Recompute::full) recompute_s = layers * (gemm_s + attention_s + elementwise_s);
+  if (p.recompute == Recompute::selective) recompute_s = layers * (attention_s + costs_.memory_time_s(softmax_bytes));
+  set(TimeKind::recompute, 0, recompute_s);
+
+  // ---- LM head and cross-entropy on the last stage (embedding too when pp == 1) ----
+  const double head_flops = 2.0 * tokens * h * V / split.gemm;
+  const double head_gemm_s = costs_.gemm_time_s(head_flops, head_flops, precision);
+  const double logits_elements = tokens * V / split.gemm;
+  const double cross_entropy_s = costs_.memory_time_s(2.0 * 4.0 * logits_elements);
+  c.forward_s[K(TimeKind::gemm)] += head_gemm_s;
+  c.backward_s[K(TimeKind::gemm)] += 2 * head_gemm_s;
+  c.forward_s[K(TimeKind::elementwise)] += cross_entropy_s;
+  c.backward_s[K(TimeKind::elementwise)] += cross_entropy_s;
+  CommTally head_comm{costs_};
+  // Vocab-parallel cross-entropy: max, sum and target logit per token.
+  head_comm.add(Collective::all_reduce, tp_group, 3.0 * tokens * 4.0);
+  if (p.pp == 1) {
+    const double embedding_bytes = 2.0 * tokens * h * E / split.activation;
+    c.forward_s[K(TimeKind::elementwise)] += costs_.memory_time_s(embedding_bytes);
+    c.backward_s[K(TimeKind::elementwise)] += costs_.memory_time_s(embedding_bytes);
+    if (p.tp > 1) head_comm.add(Collective::all_reduce, tp_group, tokens * h * E);  // vocab-parallel lookup
+  }
+  c.forward_s[K(TimeKind::tp_comm)] += head_comm.time_s;
+
+  // ---- pipeline sends ----
+  CommTally pp{costs_};
+  if (p.pp > 1) {
+    const GroupPlacement neighbour = place_group(2, p.tp * p.sp * p.dp, R);
+    const double activation_split = p.tp_mode == TpMode::d1 ? (p.tp_sequence_parallel ? p.tp : 1) : split.activation;
+    const double bytes = tokens * h * E / activation_split;
+    c.p2p_one_way_s = costs_.collective_time_s(Collective::send_recv, neighbour, bytes);
+    pp.add(Collective::send_recv, neighbour, bytes, 2);  // activation forward, its gradient backward
+    set(TimeKind::pp_p2p, c.p2p_one_way_s, c.p2p_one_way_s);
+  }
+
+  c.forward_compute_s = c.forward_s[K(TimeKind::gemm)] + c.forward_s[K(TimeKind::attention)] +
+                        c.forward_s[K(TimeKind::elementwise)];
+  c.backward_compute_s = c.backward_s[K(TimeKind::gemm)] + c.backward_s[K(TimeKind::attention)] +
+                         c.backward_s[K(TimeKind::elementwise)] + recompute_s;
+
+  // ---- memory ----
+  c.activation_bytes_per_micro_batch = layers * activation_bytes_per_layer(p);
+  if (p.pp == 1) c.activation_bytes_per_micro_batch += tokens * h * E / split.activation;
+  c.logits_bytes = 4.0 * logits_elements;
+  const double last_stage_extra =
+      double(model_.head_parameters()) + (model_.tied_embeddings && p.pp > 1 ? double(model_.vocab) * h : 0.0);
+  const double stage_extra = p.pp == 1 ? double(model_.embedding_parameters() + model_.head_parameters())
+                                       : std::max(double(model_.embedding_parameters()), last_stage_extra);
+  c.stage_parameters = (layers * double(model_.layer_parameters()) + stage_extra) / split.parameters;
+  c.depth_sync_grad_elements = layers * depth_grad_elements;
+
+  const double passes = 3.0 + recompute_factor;  // forward, backward (2x), recomputed forward
+  c.comm_per_micro_batch.tp_bytes = layers * passes * tp.bytes + head_comm.bytes;
+  c.comm_per_micro_batch.tp_messages = layers * passes * tp.messages + head_comm.messages;
+  c.comm_per_micro_batch.sp_bytes = layers * passes * sp.bytes;
+  c.comm_per_micro_batch.sp_messages = layers * passes * sp.messages;
+  c.comm_per_micro_batch.pp_bytes = pp.bytes;
+  c.comm_per_micro_batch.pp_messages = pp.messages;
+  return c;
+}
+
+void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& out) const {
+  out.parallel = p;
+  out.reject = c.reject;
+  if (c.reject != Reject::none) return;
+
+  const int micro_batches = train_.global_batch / (p.dp * p.micro_batch);
+  const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  out.micro_batches = micro_batches;
+
+  // ---- pipeline ----
+  double forward_s = 0, backward_s = 0;
+  for (std::size_t kind = 0; kind <= K(TimeKind::pp_p2p); ++kind) {
+    const double scale = kind == K(TimeKind::pp_p2p) ? virtual_stages : 1.0;
+    forward_s += c.forward_s[kind] * scale;
+    backward_s += c.backward_s[kind] * scale;
+    out.time_s[kind] = micro_batches * (c.forward_s[kind] + c.backward_s[kind]) * scale;
+  }
+  out.time_s[K(TimeKind::pp_bubble)] = (p.pp - 1) * (forward_s + backward_s) / virtual_stages;
+
+  // ---- model states ----
+  const int group = p.gradient_group();
+  const GroupPlacement gradient_group = place_group(group, p.tp, gpus_per_node_);
+  const double params = c.stage_parameters;
+  const double optimizer_shard = p.zero >= 1 ? group : 1;
+  const double gradient_shard = p.zero >= 2 ? group : 1;
+  const double parameter_shard = p.zero >= 3 ? group : 1;
+  MemoryBreakdown& memory = out.memory;
+  memory.parameters_bytes = params * param_bytes_ / parameter_shard;
+  memory.gradients_bytes = params * grad_bytes_ / gradient_shard;
+  memory.optimizer_bytes = params * optimizer_bytes_ / optimizer_shard;
+  memory.host_bytes = 0;
+  const double device_fraction = p.offload == OffloadMode::chunked ? p.offload_device_fraction : 1.0;
+  if (p.offload == OffloadMode::optimizer) {
+    memory.host_bytes = memory.optimizer_bytes;
+    memory.optimizer_bytes = 0;
+  } else if (p.offload == OffloadMode::chunked) {
+    const double states = memory.parameters_bytes + memory.gradients_bytes + memory.optimizer_bytes;
+    memory.host_bytes = (1 - device_fraction) * states;
+    memory.parameters_bytes *= device_fraction;
+    memory.gradients_bytes *= device_fraction;
+    memory.optimizer_bytes *= device_fraction;
+  }
+
+  // ---- activations: in-flight micro-batches per schedule ----
+  double in_flight = 1;
+  if (p.pp > 1) {
+    switch (p.schedule) {
+      case Schedule::gpipe: in_flight = micro_batches; break;
+      case Schedule::one_f_one_b: in_flight = std::min(micro_batches, p.pp); break;
+      case Schedule::interleaved:
+        in_flight = std::min(micro_batches, p.pp) * (1.0 + double(p.pp - 1) / (double(p.pp) * virtual_stages));
+        break;
+    }
+  }
+  const double first_stage = c.activation_bytes_per_micro_batch * in_flight;
+  const double last_stage_in_flight = p.schedule == Schedule::gpipe ? micro_batches : 1;
+  const double last_stage = c.activation_bytes_per_micro_batch * last_stage_in_flight + c.logits_bytes;
+  memory.activations_bytes = p.pp == 1 ? c.activation_bytes_per_micro_batch + c.logits_bytes
+                                       : std::max(first_stage, last_stage);
+  memory.workspace_bytes = costs_.device().workspace_bytes;
+  const bool fits_device = memory.device_total_bytes() <= costs_.device().memory_bytes;
+  const bool fits_host = memory.host_bytes * gpus_per_node_ <= cluster_.host_memory_bytes;
+  out.fits = fits_device && fits_host;
+  if (!fits_device) out.reject = Reject::out_of_device_memory;
+  else if (!fits_host) out.reject = Reject::out_of_host_memory;
+
+  // ---- gradient sync and ZeRO ----
+  CommTally sync{costs_};
+  CommTally zero3{costs_};
+  const double gradient_size = params * grad_bytes_;
+  const double parameter_size = params * param_bytes_;
+  if (group > 1) {
+    if (p.zero == 0) {
+      sync.add(Collective::all_reduce, gradient_group, gradient_size);
+    } else if (p.zero <= 2) {
+      sync.add(Collective::reduce_scatter, gradient_group, gradient_size);
+      sync.add(Collective::all_gather, gradient_group, parameter_size);
+    } else {
+      // ZeRO-3 gathers the weights for every forward and backward and reduce-scatters
+      // gradients per micro-batch, overlapped with that micro-batch's compute.
+      zero3.add(Collective::all_gather, gradient_group, parameter_size, 2);
+      zero3.add(Collective::reduce_scatter, gradient_group, gradient_size);
+    }
+  }
+  CommTally depth{costs_};
+  if (p.tp_mode == TpMode::d2_5 && p.tp_depth > 1) {
+    const int q = p.tp_grid_side();
+    depth.add(Collective::all_reduce, place_group(p.tp_depth, q * q, gpus_per_node_),
+              c.depth_sync_grad_elements * grad_bytes_);
+  }
+  const double compute_per_micro_batch = c.forward_compute_s + c.backward_compute_s;
+  const double exposed_sync = std::max(0.0, sync.time_s + depth.time_s - c.backward_compute_s);
+  const double exposed_zero3 = micro_batches * std::max(0.0, zero3.time_s - compute_per_micro_batch);
+  out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3;
+
+  // ---- optimizer and offload ----
+  const double optimizer_params = params / optimizer_shard;
+  const double host_fraction = p.offload == OffloadMode::optimizer ? 1.0 : 1.0 - device_fraction;
+  out.time_s[K(TimeKind::optimizer)] =
+      costs_.memory_time_s((1 - host_fraction) * optimizer_params * optimizer_traffic_bytes_) +
+      costs_.host_memory_time_s(host_fraction * optimizer_params * optimizer_traffic_bytes_);
+  double copy_bytes = 0;
+  if (p.offload == OffloadMode::optimizer) {
+    copy_bytes = optimizer_params * (grad_bytes_ + param_bytes_);  // gradients down, weights up
+  } else if (p.offload == OffloadMode::chunked) {
+    copy_bytes = (1 - device_fraction) * (2.0 * micro_batches * params / parameter_shard * param_bytes_ +
+                                          params / gradient_shard * grad_bytes_);
+  }
+  out.time_s[K(TimeKind::offload)] = costs_.host_device_time_s(copy_bytes);
+
+  double step = 0;
+  for (double part : out.time_s) step += part;
+  out.step_time_s = step;
+  out.tokens_per_s = double(train_.global_batch) * seq_ / step;
+  out.model_flops_per_step = model_flops_per_step_;
+  out.mfu = model_flops_per_step_ / (step * gpus() * costs_.device().peak_flops_per_s(train_.precision));
+
+  CommVolume& comm = out.comm;
+  comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes;
+  comm.tp_messages = micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages;
+  comm.sp_bytes = micro_batches * c.comm_per_micro_batch.sp_bytes;
+  comm.sp_messages = micro_batches * c.comm_per_micro_batch.sp_messages;
+  comm.pp_bytes = micro_batches * virtual_stages * c.comm_per_micro_batch.pp_bytes;
+  comm.pp_messages = micro_batches * virtual_stages * c.comm_per_micro_batch.pp_messages;
+  comm.dp_bytes = sync.bytes + micro_batches * zero3.bytes;
+  comm.dp_messages = sync.messages + micro_batches * zero3.messages;
+  comm.offload_bytes = copy_bytes;
+}
+
+Estimate CostModel::estimate(const ParallelConfig& parallel) const {
+  Estimate out;
+  if (parallel.world_size() != gpus()) {
+    out.parallel = parallel;
+    out.reject = Reject::world_size;
+    return out;
+  }
+  finish(parallel, layout_cost(parallel), out);
+  return out;
+}
+
+}  // namespace tessel::planner

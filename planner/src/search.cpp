@@ -1,0 +1,258 @@
+#include "tessel/planner/search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <tbb/blocked_range.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/global_control.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+namespace tessel::planner {
+
+namespace {
+
+std::vector<int> divisors(int value) {
+  std::vector<int> out;
+  for (int d = 1; d <= value; ++d) {
+    if (value % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+// One unit of parallel work: a factorisation with one tensor-grid shape.
+struct OuterItem {
+  int dp, pp, tp, sp;
+  TpMode mode;
+  int depth;
+  bool sequence_parallel;
+};
+
+std::vector<OuterItem> outer_items(int world) {
+  std::vector<OuterItem> items;
+  for (auto [dp, pp, tp, sp] : factorisations(world)) {
+    auto add = [&](TpMode mode, int depth) {
+      items.push_back({dp, pp, tp, sp, mode, depth, false});
+      if (mode == TpMode::d1 && tp > 1) items.push_back({dp, pp, tp, sp, mode, depth, true});
+    };
+    add(TpMode::d1, 1);
+    if (tp == 1) continue;
+    if (exact_square_root(tp) >= 2) add(TpMode::d2, 1);
+    for (int depth = 2; depth <= tp; ++depth) {
+      if (tp % depth == 0 && exact_square_root(tp / depth) >= 2) add(TpMode::d2_5, depth);
+    }
+    if (exact_cube_root(tp) >= 2) add(TpMode::d3, 1);
+  }
+  return items;
+}
+
+struct Candidates {
+  std::vector<std::pair<OffloadMode, double>> offloads;
+};
+
+struct WorkerState {
+  std::vector<Estimate> heap;  // max-heap on step time: the worst kept plan on top
+  std::int64_t searched = 0, priced = 0, valid = 0;
+  std::array<std::int64_t, std::size_t(Reject::count)> rejected{};
+};
+
+bool slower(const Estimate& a, const Estimate& b) { return a.step_time_s < b.step_time_s; }
+
+void keep_best(WorkerState& state, const Estimate& estimate, int top_k) {
+  if (top_k <= 0) return;
+  if (int(state.heap.size()) < top_k) {
+    state.heap.push_back(estimate);
+    std::push_heap(state.heap.begin(), state.heap.end(), slower);
+  } else if (estimate.step_time_s < state.heap.front().step_time_s) {
+    std::pop_heap(state.heap.begin(), state.heap.end(), slower);
+    state.heap.back() = estimate;
+    std::push_heap(state.heap.begin(), state.heap.end(), slower);
+  }
+}
+
+}  // namespace
+
+std::vector<std::array<int, 4>> factorisations(int world) {
+  std::vector<std::array<int, 4>> out;
+  for (int dp : divisors(world)) {
+    for (int pp : divisors(world / dp)) {
+      for (int tp : divisors(world / dp / pp)) {
+        out.push_back({dp, pp, tp, world / dp / pp / tp});
+      }
+    }
+  }
+  return out;
+}
+
+std::int64_t SearchResult::rejected_total() const {
+  std::int64_t total = 0;
+  for (auto count : rejected) total += count;
+  return total;
+}
+
+Json SearchResult::to_json() const {
+  Json plans = Json::array();
+  for (const auto& estimate : best) plans.push_back(estimate.to_json());
+  Json reasons = Json::object();
+  for (std::size_t i = 0; i < rejected.size(); ++i) {
+    if (rejected[i] > 0) reasons[reject_reason(Reject(i))] = rejected[i];
+  }
+  return Json{{"plans", plans},     {"searched", searched}, {"priced", priced}, {"valid", valid},
+              {"rejected", reasons}, {"cancelled", cancelled}, {"wall_s", wall_s}, {"threads", threads}};
+}
+
+SearchResult search(const CostModel& model, const SearchOptions& options) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const int world = model.gpus();
+  const int global_batch = model.train().global_batch;
+  const std::vector<OuterItem> items = outer_items(world);
+  const std::vector<int> batch_divisors = divisors(global_batch);
+
+  std::vector<std::pair<OffloadMode, double>> offloads{{OffloadMode::none, 1.0}, {OffloadMode::optimizer, 1.0}};
+  for (double fraction : options.chunked_device_fractions) offloads.emplace_back(OffloadMode::chunked, fraction);
+
+  const int threads = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
+  tbb::task_arena arena(threads);
+  tbb::enumerable_thread_specific<WorkerState> states;
+  std::atomic<std::int64_t> items_done{0};
+  std::atomic<bool> cancelled{false};
+  auto should_stop = [&] {
+    if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
+      cancelled.store(true, std::memory_order_relaxed);
+      return true;
+    }
+    return false;
+  };
+
+  auto visit = [&](const OuterItem& item, WorkerState& state) {
+    ParallelConfig p;
+    p.dp = item.dp;
+    p.pp = item.pp;
+    p.tp = item.tp;
+    p.sp = item.sp;
+    p.tp_mode = item.mode;
+    p.tp_depth = item.depth;
+    p.tp_sequence_parallel = item.sequence_parallel;
+    const int zero_max = item.dp * item.sp > 1 ? 3 : 0;
+    const int schedules = item.pp == 1 ? 1 : 2 + int(options.virtual_stage_choices.size());
+    const std::int64_t inner = std::int64_t(zero_max + 1) * std::int64_t(offloads.size()) * schedules;
+    Estimate estimate;
+    for (int micro_batch : batch_divisors) {
+      if (std::int64_t(micro_batch) * item.dp > global_batch) break;
+      if (should_stop()) return;
+      p.micro_batch = micro_batch;
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+        p.recompute = recompute;
+        p.schedule = Schedule::one_f_one_b;
+        p.virtual_stages = 1;
+        p.zero = 0;
+        p.offload = OffloadMode::none;
+        p.offload_device_fraction = 1.0;
+        const LayoutCost layout = model.layout_cost(p);
+        state.searched += inner;
+        if (layout.reject != Reject::none) {
+          state.rejected[std::size_t(layout.reject)] += inner;
+          continue;
+        }
+        for (int zero = 0; zero <= zero_max; ++zero) {
+          p.zero = zero;
+          for (auto [offload, fraction] : offloads) {
+            p.offload = offload;
+            p.offload_device_fraction = fraction;
+            for (int s = 0; s < schedules; ++s) {
+              if (item.pp == 1) {
+                p.schedule = Schedule::one_f_one_b;
+                p.virtual_stages = 1;
+              } else if (s < 2) {
+                p.schedule = s == 0 ? Schedule::gpipe : Schedule::one_f_one_b;
+                p.virtual_stages = 1;
+              } else {
+                p.schedule = Schedule::interleaved;
+                p.virtual_stages = options.virtual_stage_choices[s - 2];
+                const Reject schedule_reject = check_layout(model.model(), model.train(), p);
+                if (schedule_reject != Reject::none) {
+                  ++state.rejected[std::size_t(schedule_reject)];
+                  continue;
+                }
+              }
+              model.finish(p, layout, estimate);
+              ++state.priced;
+              if (options.on_plan) options.on_plan(estimate);
+              if (estimate.reject != Reject::none) {
+                ++state.rejected[std::size_t(estimate.reject)];
+                continue;
+              }
+              ++state.valid;
+              keep_best(state, estimate, options.top_k);
+            }
+          }
+        }
+      }
+    }
+  };
+
+  // Progress monitor: wakes every 100 ms until the work is done.
+  std::mutex monitor_mutex;
+  std::condition_variable monitor_wake;
+  bool finished = false;
+  std::thread monitor;
+  if (options.on_progress) {
+    monitor = std::thread([&] {
+      std::unique_lock lock(monitor_mutex);
+      while (!monitor_wake.wait_for(lock, std::chrono::milliseconds(100), [&] { return finished; })) {
+        const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
+        options.on_progress(double(items_done.load()) / std::max<std::size_t>(items.size(), 1), elapsed);
+      }
+    });
+  }
+
+  arena.execute([&] {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size(), 1),
+                      [&](const tbb::blocked_range<std::size_t>& range) {
+                        WorkerState& state = states.local();
+                        for (std::size_t i = range.begin(); i != range.end(); ++i) {
+                          if (should_stop()) return;
+                          visit(items[i], state);
+                          items_done.fetch_add(1, std::memory_order_relaxed);
+                        }
+                      });
+  });
+
+  if (monitor.joinable()) {
+    {
+      std::lock_guard lock(monitor_mutex);
+      finished = true;
+    }
+    monitor_wake.notify_all();
+    monitor.join();
+  }
+
+  SearchResult result;
+  result.threads = threads;
+  for (auto& state : states) {
+    result.searched += state.searched;
+    result.priced += state.priced;
+    result.valid += state.valid;
+    for (std::size_t i = 0; i < result.rejected.size(); ++i) result.rejected[i] += state.rejected[i];
+    result.best.insert(result.best.end(), state.heap.begin(), state.heap.end());
+  }
+  std::sort(result.best.begin(), result.best.end(), [](const Estimate& a, const Estimate& b) {
+    if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
+    if (a.memory.device_total_bytes() != b.memory.device_total_bytes()) {
+      return a.memory.device_total_bytes() < b.memory.device_total_bytes();
+    }
+    return a.parallel.summary() < b.parallel.summary();  // deterministic whatever the thread count
+  });
+  if (int(result.best.size()) > options.top_k) result.best.resize(std::max(options.top_k, 0));
+  result.cancelled = cancelled.load();
+  result.wall_s = std::chrono::duration<double>(clock::now() - start).count();
+  return result;
+}
+
+}  // namespace tessel::planner

@@ -1,0 +1,123 @@
+// Specs: presets load, parameter counts match the published models, Hugging Face
+// configs load to the same shapes, and bad fields are refused with their path.
+#include <gtest/gtest.h>
+
+#include "tessel/core/cluster_spec.hpp"
+#include "tessel/core/device_spec.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/core/model_spec.hpp"
+#include "tessel/core/presets.hpp"
+
+using namespace tessel;
+
+namespace {
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(Presets, EveryShippedPresetLoads) {
+  EXPECT_EQ(preset_names("models").size(), 10u);
+  for (const auto& name : preset_names("models")) EXPECT_EQ(resolve_model(name).name, name);
+  for (const auto& name : preset_names("clusters")) {
+    const ClusterSpec cluster = resolve_cluster(name);
+    EXPECT_EQ(cluster.name, name);
+    EXPECT_NO_THROW(resolve_device(cluster.device)) << name;
+  }
+  for (const auto& name : preset_names("devices")) EXPECT_EQ(resolve_device(name).name, name);
+  for (const char* name : {"gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
+                           "llama2-7b", "llama2-13b", "llama2-70b"}) {
+    EXPECT_TRUE(find_preset("models", name).has_value()) << name;
+  }
+  for (const char* name : {"dgx-a100", "dgx-h100", "hgx-h200", "local-cpu"}) {
+    EXPECT_TRUE(find_preset("clusters", name).has_value()) << name;
+  }
+}
+
+TEST(ModelSpec, ParameterCountsMatchPublishedModels) {
+  // Parameter counts of the released checkpoints (Hugging Face model cards).
+  EXPECT_EQ(resolve_model("gpt2-124m").parameter_count(), 124439808);
+  EXPECT_EQ(resolve_model("gpt2-350m").parameter_count(), 354823168);
+  EXPECT_EQ(resolve_model("gpt2-774m").parameter_count(), 774030080);
+  EXPECT_EQ(resolve_model("gpt2-1.5b").parameter_count(), 1557611200);
+  EXPECT_EQ(resolve_model("llama2-7b").parameter_count(), 6738415616);
+  EXPECT_EQ(resolve_model("llama2-13b").parameter_count(), 13015864320);
+  EXPECT_EQ(resolve_model("llama2-70b").parameter_count(), 68976648192);
+  // GPT-3 175B as published: 175B within 0.5%.
+  EXPECT_NEAR(resolve_model("gpt3-175b").parameter_count() / 175e9, 1.0, 0.005);
+}
+
+TEST(ModelSpec, HuggingFaceConfigsLoadToThePresetShapes) {
+  const Json gpt2 = Json::parse(R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+      "n_inner": null, "vocab_size": 50257, "n_positions": 1024, "activation_function": "gelu_new",
+      "resid_pdrop": 0.1})");
+  ModelSpec from_hf = ModelSpec::from_hf_config(gpt2, "gpt2-124m");
+  ModelSpec preset = resolve_model("gpt2-124m");
+  from_hf.source = preset.source;
+  EXPECT_EQ(from_hf, preset);
+
+  const Json llama = Json::parse(R"({"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192,
+      "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 32000,
+      "max_position_embeddings": 4096, "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": false})");
+  ModelSpec llama_hf = ModelSpec::from_hf_config(llama, "llama2-70b");
+  ModelSpec llama_preset = resolve_model("llama2-70b");
+  llama_hf.source = llama_preset.source;
+  EXPECT_EQ(llama_hf, llama_preset);
+
+  EXPECT_EQ(error_of([] { ModelSpec::from_hf_config(Json::parse(R"({"model_type": "bert"})"), "x"); }),
+            "model.model_type: Hugging Face configs of type gpt2|llama are supported, got 'bert'");
+  EXPECT_EQ(error_of([] { ModelSpec::from_hf_config(Json::parse(R"({"model_type": "gpt2", "n_layer": 0})"), "x"); }),
+            "model.n_layer: must be a positive integer in a gpt2 config.json");
+}
+
+TEST(ModelSpec, BadFieldsNameTheFieldAndWhatIsAllowed) {
+  Json model = resolve_model("gpt2-124m").to_json();
+  model["layers"] = -3;
+  EXPECT_EQ(error_of([&] { ModelSpec::from_json(model); }), "model.layers: must be a positive integer, got -3");
+  model["layers"] = 12;
+  model["activation"] = "relu";
+  EXPECT_EQ(error_of([&] { ModelSpec::from_json(model); }),
+            "model.activation: must be one of gelu|swiglu, got \"relu\"");
+  model["activation"] = "gelu";
+  model["hiden"] = 3;
+  EXPECT_NE(error_of([&] { ModelSpec::from_json(model); }).find("model.hiden: unknown field"), std::string::npos);
+  model.erase("hiden");
+  model["heads"] = 7;
+  EXPECT_EQ(error_of([&] { ModelSpec::from_json(model); }), "model.heads: hidden 768 is not divisible by heads 7");
+  EXPECT_NE(error_of([] { resolve_model("gpt5"); }).find("model: unknown preset or missing file 'gpt5'"),
+            std::string::npos);
+}
+
+TEST(ClusterSpec, RoundTripsAndChecksFabric) {
+  for (const auto& name : preset_names("clusters")) {
+    const ClusterSpec cluster = resolve_cluster(name);
+    EXPECT_EQ(ClusterSpec::from_json(cluster.to_json()), cluster) << name;
+  }
+  Json cluster = resolve_cluster("dgx-a100").to_json();
+  cluster["inter_node"]["topology"] = "mesh";
+  EXPECT_EQ(error_of([&] { ClusterSpec::from_json(cluster); }),
+            "cluster.inter_node.topology: must be one of fat-tree|torus|dragonfly, got \"mesh\"");
+  cluster["inter_node"]["topology"] = "fat-tree";
+  cluster["inter_node"]["oversubscription"] = 0.5;
+  EXPECT_EQ(error_of([&] { ClusterSpec::from_json(cluster); }),
+            "cluster.inter_node.oversubscription: must be >= 1, got 0.5");
+  cluster.erase("inter_node");
+  EXPECT_EQ(error_of([&] { ClusterSpec::from_json(cluster); }),
+            "cluster.inter_node: missing (required unless max_nodes is 1)");
+}
+
+TEST(DeviceSpec, EveryNumberHasASource) {
+  for (const auto& name : preset_names("devices")) {
+    const DeviceSpec device = resolve_device(name);
+    for (const char* field : {"peak_flops_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s", "gemm_efficiency"}) {
+      ASSERT_TRUE(device.sources.contains(field)) << name << " lacks a source for " << field;
+      EXPECT_FALSE(device.sources[field].get<std::string>().empty());
+    }
+    EXPECT_EQ(DeviceSpec::from_json(device.to_json()), device);
+  }
+}

@@ -1,0 +1,247 @@
+// The analytic cost model against the published formulas it implements: training
+// FLOPs, model-state and activation memory (Korthikanti et al. 2022), communication
+// scaling per TP mode (MISSION.md complexity table), and the pipeline bubble.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tessel/planner/cost_model.hpp"
+
+using namespace tessel;
+using namespace tessel::planner;
+
+namespace {
+CostModel model_on(const std::string& model, const std::string& cluster, int nodes, int global_batch,
+                   Precision precision = Precision::bf16) {
+  TrainSpec train;
+  train.global_batch = global_batch;
+  train.precision = precision;
+  const ClusterSpec spec = resolve_cluster(cluster);
+  return CostModel(resolve_model(model), train, spec, nodes, spec.gpus_per_node, resolve_device(spec.device));
+}
+
+ParallelConfig layout(int dp, int pp, int tp, int micro_batch = 1) {
+  ParallelConfig p;
+  p.dp = dp;
+  p.pp = pp;
+  p.tp = tp;
+  p.micro_batch = micro_batch;
+  return p;
+}
+
+// A model whose dimensions divide every grid used below.
+CostModel grid_friendly_model() {
+  ModelSpec m;
+  m.name = "grid";
+  m.layers = 8;
+  m.hidden = 1024;
+  m.heads = 16;
+  m.kv_heads = 16;
+  m.ffn_hidden = 4096;
+  m.vocab = 32768;
+  m.seq_len = 1024;
+  TrainSpec train;
+  train.global_batch = 64;
+  const ClusterSpec cluster = resolve_cluster("dgx-h100");
+  return CostModel(m, train, cluster, 8, 8, resolve_device(cluster.device));
+}
+}  // namespace
+
+TEST(Flops, TrainingFlopsAre6NTPlusAttentionWithinOnePercent) {
+  for (const char* name : {"gpt2-124m", "gpt2-350m", "gpt2-1.5b", "gpt3-6.7b", "gpt3-175b"}) {
+    const CostModel model = model_on(name, "dgx-a100", 1, 64);
+    const ModelSpec& m = model.model();
+    const double tokens = 64.0 * m.seq_len;
+    // 6 FLOPs per parameter per token, plus attention scores and context:
+    // 12 * layers * hidden * seq per token (PaLM, Chowdhery et al. 2022, appendix B).
+    const double expected = 6.0 * double(m.parameter_count()) * tokens + 12.0 * m.layers * m.hidden * m.seq_len * tokens;
+    EXPECT_NEAR(model.model_flops_per_step() / expected, 1.0, 0.01) << name;
+  }
+}
+
+TEST(Memory, PlainDataParallelMixedAdamWHolds16BytesPerParameter) {
+  for (Precision precision : {Precision::bf16, Precision::fp16, Precision::fp32}) {
+    const CostModel model = model_on("gpt2-350m", "dgx-a100", 1, 64, precision);
+    const Estimate e = model.estimate(layout(8, 1, 1, 1));
+    ASSERT_EQ(e.reject, Reject::none);
+    const double params = double(model.model().parameter_count());
+    EXPECT_DOUBLE_EQ(e.memory.parameters_bytes + e.memory.gradients_bytes + e.memory.optimizer_bytes, 16 * params);
+    EXPECT_GT(e.memory.activations_bytes, 0);
+  }
+}
+
+TEST(Memory, ZeroStagesShardStatesOverTheDataParallelGroup) {
+  const CostModel model = model_on("gpt2-350m", "dgx-a100", 1, 64);
+  const double params = double(model.model().parameter_count());
+  ParallelConfig p = layout(8, 1, 1, 1);
+  const double expected[4][3] = {{2, 2, 12}, {2, 2, 12.0 / 8}, {2, 2.0 / 8, 12.0 / 8}, {2.0 / 8, 2.0 / 8, 12.0 / 8}};
+  for (int zero = 0; zero <= 3; ++zero) {
+    p.zero = zero;
+    const Estimate e = model.estimate(p);
+    EXPECT_DOUBLE_EQ(e.memory.parameters_bytes, expected[zero][0] * params) << zero;
+    EXPECT_DOUBLE_EQ(e.memory.gradients_bytes, expected[zero][1] * params) << zero;
+    EXPECT_DOUBLE_EQ(e.memory.optimizer_bytes, expected[zero][2] * params) << zero;
+  }
+  p.zero = 0;
+  p.offload = OffloadMode::optimizer;
+  Estimate offloaded = model.estimate(p);
+  EXPECT_DOUBLE_EQ(offloaded.memory.optimizer_bytes, 0);
+  EXPECT_DOUBLE_EQ(offloaded.memory.host_bytes, 12 * params);
+  EXPECT_GT(offloaded.time(TimeKind::offload), 0);
+  p.offload = OffloadMode::chunked;
+  p.offload_device_fraction = 0.25;
+  Estimate chunked = model.estimate(p);
+  EXPECT_DOUBLE_EQ(chunked.memory.parameters_bytes + chunked.memory.gradients_bytes + chunked.memory.optimizer_bytes,
+                   0.25 * 16 * params);
+  EXPECT_DOUBLE_EQ(chunked.memory.host_bytes, 0.75 * 16 * params);
+}
+
+TEST(Memory, ActivationsPerLayerFollowKorthikanti2022) {
+  const CostModel model = model_on("gpt3-175b", "dgx-a100", 8, 64);
+  const ModelSpec& m = model.model();
+  const double s = m.seq_len, h = m.hidden, a = m.heads;
+  const int b = 2;
+  const double sbh = s * b * h;
+  ParallelConfig p = layout(1, 1, 1, b);
+  EXPECT_DOUBLE_EQ(model.activation_bytes_per_layer(p), sbh * (34 + 5 * a * s / h));
+  for (int t : {2, 4, 8}) {
+    p = layout(1, 1, t, b);
+    EXPECT_NEAR(model.activation_bytes_per_layer(p), sbh * (10 + 24.0 / t + 5 * a * s / (h * t)), 1e-3) << t;
+    p.tp_sequence_parallel = true;
+    EXPECT_NEAR(model.activation_bytes_per_layer(p), sbh / t * (34 + 5 * a * s / h), 1e-3) << t;
+    p.recompute = Recompute::selective;
+    EXPECT_NEAR(model.activation_bytes_per_layer(p), sbh * 34 / t, 1e-3) << t;
+    p.tp_sequence_parallel = false;
+    EXPECT_NEAR(model.activation_bytes_per_layer(p), sbh * (10 + 24.0 / t), 1e-3) << t;
+    p.recompute = Recompute::full;
+    EXPECT_NEAR(model.activation_bytes_per_layer(p), 2 * sbh, 1e-3) << t;
+  }
+  // fp32 activations take twice the bytes of the 16-bit formula.
+  const CostModel fp32 = model_on("gpt3-175b", "dgx-a100", 8, 64, Precision::fp32);
+  EXPECT_DOUBLE_EQ(fp32.activation_bytes_per_layer(layout(1, 1, 1, b)), 2 * sbh * (34 + 5 * a * s / h));
+}
+
+TEST(Memory, GridModesSplitActivationsAsTheComplexityTableSays) {
+  const CostModel model = grid_friendly_model();
+  auto activations = [&](TpMode mode, int tp, int depth = 1) {
+    ParallelConfig p = layout(1, 1, tp, 1);
+    p.tp_mode = mode;
+    p.tp_depth = depth;
+    return model.activation_bytes_per_layer(p);
+  };
+  const double one = activations(TpMode::d1, 1);
+  EXPECT_DOUBLE_EQ(activations(TpMode::d2, 4), one / 4);         // O(1/P)
+  EXPECT_DOUBLE_EQ(activations(TpMode::d2, 16), one / 16);
+  EXPECT_DOUBLE_EQ(activations(TpMode::d2_5, 8, 2), one / 8);    // O(1/P)
+  EXPECT_DOUBLE_EQ(activations(TpMode::d3, 8), one / 4);         // O(1/P^(2/3))
+  EXPECT_DOUBLE_EQ(activations(TpMode::d3, 64), one / 16);
+  // 1D keeps the replicated part (10 of the 34 + 5as/h per s*b*h): O(1).
+  const double score_term = 5.0 * 16 * 1024 / 1024;
+  EXPECT_GT(activations(TpMode::d1, 8), one * 10 / (34 + score_term));
+  EXPECT_GT(activations(TpMode::d1, 64), one * 10 / (34 + score_term));
+}
+
+// Per-rank tensor-parallel bytes of one block's forward when P grows, against the
+// complexity table: 1D O(1), 2D O(1/sqrt P), 2.5D O(1/sqrt(dP)), 3D O(1/P^(2/3)).
+// Ring and gather collectives move (n-1)/n of their buffer, so where they are used the
+// expected ratio carries that factor too.
+TEST(Communication, OneDimensionalBytesStayConstantAsPGrows) {
+  const CostModel model = grid_friendly_model();
+  const double p4 = model.layout_cost(layout(1, 1, 4)).block_tp_forward_bytes;
+  const double p8 = model.layout_cost(layout(1, 1, 8)).block_tp_forward_bytes;
+  ASSERT_GT(p4, 0);
+  EXPECT_NEAR(p8 / p4, (2.0 * 7 / 8) / (2.0 * 3 / 4), 1e-12);
+}
+
+TEST(Communication, TwoDimensionalBytesFallAsOneOverSqrtP) {
+  const CostModel model = grid_friendly_model();
+  ParallelConfig p = layout(1, 1, 4);
+  p.tp_mode = TpMode::d2;
+  const double p4 = model.layout_cost(p).block_tp_forward_bytes;
+  p.tp = 16;
+  const double p16 = model.layout_cost(p).block_tp_forward_bytes;
+  ASSERT_GT(p4, 0);
+  EXPECT_NEAR(p16 / p4, std::sqrt(4.0 / 16.0), 1e-12);
+}
+
+TEST(Communication, TwoAndAHalfDimensionalBytesFallAsOneOverSqrtDP) {
+  const CostModel model = grid_friendly_model();
+  ParallelConfig p = layout(1, 1, 8);
+  p.tp_mode = TpMode::d2_5;
+  p.tp_depth = 2;
+  const double p8 = model.layout_cost(p).block_tp_forward_bytes;
+  p.tp = 32;  // q 2 -> 4 at depth 2
+  const double p32 = model.layout_cost(p).block_tp_forward_bytes;
+  ASSERT_GT(p8, 0);
+  EXPECT_NEAR(p32 / p8, std::sqrt(2.0 * 8 / (2.0 * 32)), 1e-12);
+}
+
+TEST(Communication, ThreeDimensionalBytesFallAsOneOverPToTheTwoThirds) {
+  const CostModel model = grid_friendly_model();
+  ParallelConfig p = layout(1, 1, 8);
+  p.tp_mode = TpMode::d3;
+  const double p8 = model.layout_cost(p).block_tp_forward_bytes;
+  p.tp = 64;
+  const double p64 = model.layout_cost(p).block_tp_forward_bytes;
+  ASSERT_GT(p8, 0);
+  const double gather_factor = (3.0 / 4) / (1.0 / 2);  // (q-1)/q at q = 4 over q = 2
+  EXPECT_NEAR(p64 / p8, std::pow(8.0 / 64.0, 2.0 / 3.0) * gather_factor, 1e-12);
+}
+
+TEST(Pipeline, BubbleIsPMinusOneOverMPlusPMinusOne) {
+  const CostModel model = model_on("gpt2-350m", "dgx-a100", 1, 64);
+  for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b}) {
+    ParallelConfig p = layout(2, 4, 1, 4);
+    p.schedule = schedule;
+    const Estimate e = model.estimate(p);
+    ASSERT_EQ(e.reject, Reject::none);
+    const double m = e.micro_batches, pp = 4;
+    double pipeline = e.time(TimeKind::pp_bubble);
+    for (TimeKind kind : {TimeKind::gemm, TimeKind::attention, TimeKind::elementwise, TimeKind::recompute,
+                          TimeKind::tp_comm, TimeKind::sp_comm, TimeKind::pp_p2p}) {
+      pipeline += e.time(kind);
+    }
+    EXPECT_NEAR(e.time(TimeKind::pp_bubble) / pipeline, (pp - 1) / (m + pp - 1), 1e-12);
+  }
+  ParallelConfig interleaved = layout(2, 4, 1, 4);
+  interleaved.schedule = Schedule::interleaved;
+  interleaved.virtual_stages = 2;
+  ParallelConfig plain = layout(2, 4, 1, 4);
+  EXPECT_LT(model.estimate(interleaved).time(TimeKind::pp_bubble), model.estimate(plain).time(TimeKind::pp_bubble));
+  // 1F1B holds at most pp micro-batches of activations, GPipe all of them.
+  ParallelConfig gpipe = plain;
+  gpipe.schedule = Schedule::gpipe;
+  EXPECT_GT(model.estimate(gpipe).memory.activations_bytes, model.estimate(plain).memory.activations_bytes);
+}
+
+TEST(Estimate, PartsAddUpToTheStepAndMfuFollowsFromIt) {
+  const CostModel model = model_on("gpt3-13b", "dgx-h100", 4, 256);
+  ParallelConfig p = layout(2, 2, 8, 1);
+  p.zero = 1;
+  p.recompute = Recompute::selective;
+  const Estimate e = model.estimate(p);
+  ASSERT_EQ(e.reject, Reject::none);
+  double sum = 0;
+  for (double part : e.time_s) sum += part;
+  EXPECT_NEAR(sum, e.step_time_s, 1e-12 * e.step_time_s);
+  EXPECT_NEAR(e.mfu, model.model_flops_per_step() / (e.step_time_s * 32 * 989.4e12), 1e-12);
+  EXPECT_NEAR(e.tokens_per_s, 256.0 * 2048 / e.step_time_s, 1e-6);
+  EXPECT_GT(e.mfu, 0.05);
+  EXPECT_LT(e.mfu, 0.9);
+}
+
+TEST(Estimate, ChangesWhenAndOnlyWhenTheCostDataChanges) {
+  TrainSpec train;
+  train.global_batch = 64;
+  const ModelSpec model = resolve_model("gpt2-1.5b");
+  const ClusterSpec cluster = resolve_cluster("dgx-h100");
+  DeviceSpec device = resolve_device("H100-SXM");
+  const ParallelConfig p = layout(8, 1, 1, 2);
+  const double base = CostModel(model, train, cluster, 1, 8, device).estimate(p).step_time_s;
+  EXPECT_EQ(CostModel(model, train, cluster, 1, 8, device).estimate(p).step_time_s, base);
+  device.peak_bf16_flops_per_s *= 2;
+  EXPECT_LT(CostModel(model, train, cluster, 1, 8, device).estimate(p).step_time_s, base);
+  ClusterSpec slow = cluster;
+  slow.intra_node.bandwidth_bytes_per_s /= 10;
+  EXPECT_GT(CostModel(model, train, slow, 1, 8, resolve_device("H100-SXM")).estimate(p).step_time_s, base);
+}

@@ -1,0 +1,169 @@
+// The search: its grid is complete (an independent enumeration counts the same
+// candidates, the same valid plans and the same rejections), its best plan is the
+// true optimum of that grid, it is deterministic across thread counts, and it stops
+// when cancelled.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "tessel/planner/search.hpp"
+
+using namespace tessel;
+using namespace tessel::planner;
+
+namespace {
+CostModel small_model(int global_batch = 16) {
+  TrainSpec train;
+  train.global_batch = global_batch;
+  const ClusterSpec cluster = resolve_cluster("dgx-a100");
+  return CostModel(resolve_model("gpt2-124m"), train, cluster, 1, 8, resolve_device(cluster.device));
+}
+
+struct BruteForce {
+  std::int64_t candidates = 0;
+  std::int64_t valid = 0;
+  std::map<Reject, std::int64_t> rejected;
+  double best_step_s = 1e300;
+};
+
+// Enumerates the documented grid with plain loops, pricing every candidate through
+// CostModel::estimate (the one-plan path, not the search's split path).
+BruteForce enumerate_by_hand(const CostModel& model) {
+  BruteForce out;
+  const int world = model.gpus(), batch = model.train().global_batch;
+  for (int dp = 1; dp <= world; ++dp)
+    for (int pp = 1; pp <= world; ++pp)
+      for (int tp = 1; tp <= world; ++tp)
+        for (int sp = 1; sp <= world; ++sp) {
+          if (dp * pp * tp * sp != world) continue;
+          std::vector<std::pair<TpMode, int>> modes{{TpMode::d1, 1}};
+          for (int q = 2; q <= tp; ++q) {
+            if (q * q == tp) modes.push_back({TpMode::d2, 1});
+            for (int d = 2; d <= tp; ++d) {
+              if (q * q * d == tp) modes.push_back({TpMode::d2_5, d});
+            }
+            if (q * q * q == tp) modes.push_back({TpMode::d3, 1});
+          }
+          for (auto [mode, depth] : modes)
+            for (bool sequence_parallel : {false, true}) {
+              if (sequence_parallel && (mode != TpMode::d1 || tp == 1)) continue;
+              for (int mb = 1; mb * dp <= batch; ++mb) {
+                if (batch % mb != 0) continue;
+                for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+                  for (int zero = 0; zero <= (dp * sp > 1 ? 3 : 0); ++zero)
+                    for (int offload = 0; offload < 5; ++offload)
+                      for (int schedule = 0; schedule < (pp == 1 ? 1 : 4); ++schedule) {
+                        ParallelConfig p;
+                        p.dp = dp, p.pp = pp, p.tp = tp, p.sp = sp;
+                        p.tp_mode = mode, p.tp_depth = depth, p.tp_sequence_parallel = sequence_parallel;
+                        p.micro_batch = mb, p.recompute = recompute, p.zero = zero;
+                        p.offload = offload == 0 ? OffloadMode::none
+                                    : offload == 1 ? OffloadMode::optimizer
+                                                   : OffloadMode::chunked;
+                        p.offload_device_fraction = offload < 2 ? 1.0 : 0.25 * (offload - 1);
+                        p.schedule = pp == 1 || schedule == 1 ? Schedule::one_f_one_b
+                                     : schedule == 0          ? Schedule::gpipe
+                                                              : Schedule::interleaved;
+                        p.virtual_stages = schedule >= 2 ? 2 * (schedule - 1) : 1;
+                        ++out.candidates;
+                        const Estimate e = model.estimate(p);
+                        if (e.reject == Reject::none) {
+                          ++out.valid;
+                          out.best_step_s = std::min(out.best_step_s, e.step_time_s);
+                        } else {
+                          ++out.rejected[e.reject];
+                        }
+                      }
+              }
+            }
+        }
+  return out;
+}
+}  // namespace
+
+TEST(Search, GridIsCompleteAndEveryRejectionHasAReason) {
+  const CostModel model = small_model();
+  SearchOptions options;
+  options.top_k = 5;
+  const SearchResult result = search(model, options);
+  const BruteForce expected = enumerate_by_hand(model);
+  EXPECT_EQ(result.searched, expected.candidates);
+  EXPECT_EQ(result.valid, expected.valid);
+  EXPECT_GT(result.valid, 0);
+  EXPECT_EQ(result.rejected[std::size_t(Reject::none)], 0);
+  EXPECT_EQ(result.valid + result.rejected_total(), result.searched);
+  for (std::size_t i = 1; i < result.rejected.size(); ++i) {
+    const auto it = expected.rejected.find(Reject(i));
+    EXPECT_EQ(result.rejected[i], it == expected.rejected.end() ? 0 : it->second) << reject_reason(Reject(i));
+  }
+  ASSERT_FALSE(result.best.empty());
+  EXPECT_DOUBLE_EQ(result.best.front().step_time_s, expected.best_step_s);
+}
+
+TEST(Search, BestPlansAreSortedAndMatchTheOnePlanEstimate) {
+  const CostModel model = small_model(64);
+  const SearchResult result = search(model, {});
+  ASSERT_EQ(result.best.size(), 10u);
+  for (std::size_t i = 1; i < result.best.size(); ++i) {
+    EXPECT_LE(result.best[i - 1].step_time_s, result.best[i].step_time_s);
+  }
+  for (const Estimate& e : result.best) {
+    const Estimate again = model.estimate(e.parallel);
+    EXPECT_DOUBLE_EQ(again.step_time_s, e.step_time_s);
+    EXPECT_DOUBLE_EQ(again.memory.device_total_bytes(), e.memory.device_total_bytes());
+    EXPECT_TRUE(again.fits);
+  }
+}
+
+TEST(Search, SameAnswerOnOneThreadAndOnAll) {
+  TrainSpec train;
+  train.global_batch = 512;
+  const ClusterSpec cluster = resolve_cluster("dgx-h100");
+  const CostModel model(resolve_model("gpt3-13b"), train, cluster, 8, 8, resolve_device(cluster.device));
+  SearchOptions one;
+  one.threads = 1;
+  SearchOptions all;
+  all.threads = 0;
+  const SearchResult a = search(model, one), b = search(model, all);
+  EXPECT_EQ(a.searched, b.searched);
+  EXPECT_EQ(a.valid, b.valid);
+  EXPECT_EQ(a.rejected, b.rejected);
+  ASSERT_EQ(a.best.size(), b.best.size());
+  for (std::size_t i = 0; i < a.best.size(); ++i) EXPECT_EQ(a.best[i].parallel, b.best[i].parallel) << i;
+}
+
+TEST(Search, CancelStopsEarlyWithAPartialResult) {
+  TrainSpec train;
+  train.global_batch = 1536;
+  const ClusterSpec cluster = resolve_cluster("dgx-a100");
+  const CostModel model(resolve_model("gpt3-175b"), train, cluster, 128, 8, resolve_device(cluster.device));
+  std::atomic<bool> cancel{true};
+  SearchOptions options;
+  options.cancel = &cancel;
+  const SearchResult result = search(model, options);
+  EXPECT_TRUE(result.cancelled);
+  const SearchResult full = search(model, {});
+  EXPECT_FALSE(full.cancelled);
+  EXPECT_LT(result.searched, full.searched);
+}
+
+TEST(Search, LargeModelsRejectPlansThatDoNotFit) {
+  TrainSpec train;
+  train.global_batch = 1536;
+  const ClusterSpec cluster = resolve_cluster("dgx-a100");
+  const CostModel model(resolve_model("gpt3-175b"), train, cluster, 128, 8, resolve_device(cluster.device));
+  const SearchResult result = search(model, {});
+  EXPECT_GT(result.rejected[std::size_t(Reject::out_of_device_memory)], 0);
+  ASSERT_FALSE(result.best.empty());
+  const Estimate& best = result.best.front();
+  EXPECT_LE(best.memory.device_total_bytes(), 80.0 * 1024 * 1024 * 1024);
+  // Plain data parallelism cannot hold 175B parameters' states on one 80 GiB device.
+  ParallelConfig naive;
+  naive.dp = 1024;
+  naive.micro_batch = 1;
+  EXPECT_EQ(model.estimate(naive).reject, Reject::batch_split);
+  naive.dp = 512;
+  naive.pp = 2;
+  naive.micro_batch = 1;
+  EXPECT_EQ(model.estimate(naive).reject, Reject::out_of_device_memory);
+}
