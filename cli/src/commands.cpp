@@ -394,18 +394,27 @@ int run_capacity(const CapacityArgs& args) {
     return kCancelledStatus;
   }
   Table tried({"nodes", "GPUs", "days"});
+  int fit_nothing = 0;
   for (auto [nodes, days] : result.tried) {
-    tried.add_row({std::to_string(nodes), std::to_string(nodes * base.cluster.gpus_per_node),
-                   std::isfinite(days) ? fmt::format("{:.2f}", days) : "nothing fits"});
+    if (!std::isfinite(days)) {
+      ++fit_nothing;
+      continue;
+    }
+    tried.add_row({std::to_string(nodes), std::to_string(nodes * base.cluster.gpus_per_node), fmt::format("{:.2f}", days)});
   }
   std::cout << fmt::format("capacity: {} tokens of {} on {} within {:g} days (global batch {})\n", format_rate(tokens),
                            base.model.name, base.cluster.name, args.days, base.train.global_batch);
   std::cout << tried.render();
+  if (fit_nothing > 0) {
+    std::cout << fmt::format("({} node count(s) tried fit no plan: their GPU count does not divide the model and batch, "
+                             "or memory runs out)\n", fit_nothing);
+  }
   if (!result.found) {
     std::cout << fmt::format("no node count up to {} meets the deadline.\n", max_nodes);
     return 1;
   }
   const Estimate& e = result.best;
+  if (result.bisected) std::cout << "(gap bisected: assumes throughput grows with nodes)\n";
   std::cout << fmt::format("\nfewest nodes: {} ({} GPUs), {:.2f} days at {} tokens/s, MFU {:.1f}%\nplan: {}\n",
                            result.nodes, result.nodes * base.cluster.gpus_per_node, result.days,
                            format_rate(e.tokens_per_s), 100 * e.mfu, e.parallel.summary());

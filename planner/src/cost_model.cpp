@@ -292,6 +292,7 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   const double stage_extra = p.pp == 1 ? double(model_.embedding_parameters() + model_.head_parameters())
                                        : std::max(double(model_.embedding_parameters()), last_stage_extra);
   c.stage_parameters = (layers * double(model_.layer_parameters()) + stage_extra) / split.parameters;
+  c.layer_parameters = double(model_.layer_parameters()) / split.parameters;
   c.depth_sync_grad_elements = layers * depth_grad_elements;
 
   const double passes = 3.0 + recompute_factor;  // forward, backward (2x), recomputed forward
@@ -345,6 +346,11 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
     memory.parameters_bytes *= device_fraction;
     memory.gradients_bytes *= device_fraction;
     memory.optimizer_bytes *= device_fraction;
+  }
+  if (p.zero == 3 || p.offload == OffloadMode::chunked) {
+    // Sharded or host-resident weights are gathered layer by layer before use: the
+    // layer in use and the one being prefetched are whole on the device.
+    memory.parameters_bytes += 2.0 * c.layer_parameters * param_bytes_;
   }
 
   // ---- activations: in-flight micro-batches per schedule ----

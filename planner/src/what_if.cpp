@@ -80,7 +80,7 @@ CapacityResult capacity(const Plan& base, double tokens, double days, int max_no
   SearchOptions quiet = options;
   quiet.top_k = 1;
   quiet.on_progress = nullptr;
-  auto days_at = [&](int nodes, Estimate* best) {
+  auto days_at = [&](int nodes, Estimate* best) {  // records the try; fills *best on success
     CostModel model(base.model, base.train, base.cluster, nodes, base.cluster.gpus_per_node, device);
     SearchResult found = search(model, quiet);
     double needed = std::numeric_limits<double>::infinity();
@@ -95,7 +95,7 @@ CapacityResult capacity(const Plan& base, double tokens, double days, int max_no
   int low = 0, high = 0;
   for (int nodes = 1; nodes <= max_nodes; nodes = nodes >= max_nodes ? max_nodes + 1 : std::min(nodes * 2, max_nodes)) {
     if (options.cancel != nullptr && options.cancel->load()) return result;
-    if (days_at(nodes, nullptr) <= days) {
+    if (days_at(nodes, &result.best) <= days) {
       high = nodes;
       break;
     }
@@ -103,15 +103,30 @@ CapacityResult capacity(const Plan& base, double tokens, double days, int max_no
     if (nodes == max_nodes) break;
   }
   if (high == 0) return result;
-  while (high - low > 1) {
-    if (options.cancel != nullptr && options.cancel->load()) break;
-    const int middle = low + (high - low) / 2;
-    if (days_at(middle, nullptr) <= days) high = middle;
-    else low = middle;
+  // Throughput is not monotone in the node count (a count whose factors do not divide
+  // the model or batch fits nothing), so scan the gap upwards when it is small enough
+  // to search every count; bisect only very wide gaps.
+  if (high - low <= kCapacityLinearScanLimit) {
+    for (int nodes = low + 1; nodes < high; ++nodes) {
+      if (options.cancel != nullptr && options.cancel->load()) return result;
+      if (days_at(nodes, &result.best) <= days) {
+        high = nodes;
+        break;
+      }
+    }
+  } else {
+    while (high - low > 1) {
+      if (options.cancel != nullptr && options.cancel->load()) return result;
+      const int middle = low + (high - low) / 2;
+      if (days_at(middle, nullptr) <= days) high = middle;
+      else low = middle;
+    }
+    result.bisected = true;
+    days_at(high, &result.best);
   }
   result.found = true;
   result.nodes = high;
-  result.days = days_at(high, &result.best);
+  result.days = tokens / result.best.tokens_per_s / 86400.0;
   return result;
 }
 

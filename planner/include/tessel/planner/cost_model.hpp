@@ -43,6 +43,7 @@ struct LayoutCost {
   double activation_bytes_per_micro_batch = 0;  // stored by the stage for one micro-batch
   double logits_bytes = 0;           // last stage, one micro-batch
   double stage_parameters = 0;       // parameters held by one rank before ZeRO
+  double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
   double depth_sync_grad_elements = 0;  // 2.5D: weight-gradient elements all-reduced over depth
   CommVolume comm_per_micro_batch;   // tp, sp, pp per micro-batch (fwd + bwd, incl. recompute)
   double block_tp_forward_bytes = 0;  // one transformer block's TP bytes per rank, forward

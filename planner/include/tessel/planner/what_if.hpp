@@ -33,9 +33,15 @@ struct CapacityResult {
   Estimate best;
   double days = 0;  // predicted training time at that size
   std::vector<std::pair<int, double>> tried;  // (nodes, days; infinity when nothing fits)
+  bool bisected = false;  // the gap was too wide to scan: the answer assumes monotone throughput
 };
 
-// The fewest nodes (up to max_nodes) whose best plan trains `tokens` within `days`.
+// Gaps between the last miss and the first hit up to this many nodes are scanned
+// node by node; wider ones are bisected.
+inline constexpr int kCapacityLinearScanLimit = 256;
+
+// The fewest nodes (up to max_nodes) whose best plan trains `tokens` within `days`:
+// doubling finds a node count that meets the deadline, then the gap below it is searched.
 CapacityResult capacity(const Plan& base, double tokens, double days, int max_nodes, const SearchOptions& options);
 
 }  // namespace tessel::planner

@@ -1,0 +1,102 @@
+// Planner speed: how many candidate plans the search handles per second per core,
+// and the wall time of the full search for gpt3-175b on 128 dgx-a100 nodes (1024
+// GPUs, global batch 1536). The one-thread run is the baseline measured in the same
+// run; the all-core run is reported as a ratio against it.
+//
+// Google Benchmark times the single-plan path (layout_cost + finish); the table after
+// it times whole searches, median of several repetitions.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "tessel/planner/search.hpp"
+
+using namespace tessel;
+using namespace tessel::planner;
+
+namespace {
+CostModel make_model(const char* model, const char* cluster, int nodes, int global_batch) {
+  TrainSpec train;
+  train.global_batch = global_batch;
+  const ClusterSpec spec = resolve_cluster(model == nullptr ? "dgx-a100" : cluster);
+  return CostModel(resolve_model(model), train, spec, nodes, spec.gpus_per_node, resolve_device(spec.device));
+}
+
+void BM_EstimateOnePlan(benchmark::State& state) {
+  const CostModel model = make_model("gpt3-175b", "dgx-a100", 128, 1536);
+  ParallelConfig p;
+  p.dp = 16, p.pp = 8, p.tp = 8, p.micro_batch = 2, p.zero = 1, p.recompute = Recompute::selective;
+  for (auto _ : state) {
+    Estimate e = model.estimate(p);
+    benchmark::DoNotOptimize(e);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_EstimateOnePlan);
+
+void BM_FinishOnly(benchmark::State& state) {
+  const CostModel model = make_model("gpt3-175b", "dgx-a100", 128, 1536);
+  ParallelConfig p;
+  p.dp = 16, p.pp = 8, p.tp = 8, p.micro_batch = 2, p.zero = 1, p.recompute = Recompute::selective;
+  const LayoutCost layout = model.layout_cost(p);
+  Estimate e;
+  for (auto _ : state) {
+    model.finish(p, layout, e);
+    benchmark::DoNotOptimize(e);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_FinishOnly);
+
+struct Timing {
+  SearchResult result;
+  double median_s;
+};
+
+Timing time_search(const CostModel& model, int threads, int repetitions) {
+  SearchOptions options;
+  options.threads = threads;
+  std::vector<double> walls;
+  SearchResult last;
+  for (int i = 0; i < repetitions; ++i) {
+    last = search(model, options);
+    walls.push_back(last.wall_s);
+  }
+  std::sort(walls.begin(), walls.end());
+  return {last, walls[walls.size() / 2]};
+}
+
+void report(const char* label, const CostModel& model) {
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const Timing one = time_search(model, 1, 7);
+  const Timing all = time_search(model, cores, 7);
+  const double searched = double(one.result.searched), priced = double(one.result.priced);
+  std::printf("\n%s  (%d GPUs)\n", label, model.gpus());
+  std::printf("  candidates searched          %12.0f\n", searched);
+  std::printf("  candidates priced            %12.0f  (passed the layout rules; costed in full)\n", priced);
+  std::printf("  wall, 1 thread (baseline)    %12.4f s\n", one.median_s);
+  std::printf("  searched / s / core          %12.3e\n", searched / one.median_s);
+  std::printf("  priced / s / core            %12.3e\n", priced / one.median_s);
+  std::printf("  wall, %d threads              %12.4f s   speedup vs 1 thread: %.2fx\n", cores, all.median_s,
+              one.median_s / all.median_s);
+  std::printf("  best plan                    %s  step %.3f s  MFU %.1f%%\n",
+              one.result.best.empty() ? "(none)" : one.result.best.front().parallel.summary().c_str(),
+              one.result.best.empty() ? 0.0 : one.result.best.front().step_time_s,
+              one.result.best.empty() ? 0.0 : 100 * one.result.best.front().mfu);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  std::printf("\nFull searches (median of 7; target: >= 1e6 plans/s/core, 175B search < 1 s on 2 cores)\n");
+  report("gpt3-175b, 128 x dgx-a100, global batch 1536", make_model("gpt3-175b", "dgx-a100", 128, 1536));
+  report("gpt2-1.5b, 4 x dgx-h100, global batch 512", make_model("gpt2-1.5b", "dgx-h100", 4, 512));
+  report("llama2-70b, 64 x dgx-h100, global batch 1024", make_model("llama2-70b", "dgx-h100", 64, 1024));
+  return 0;
+}
