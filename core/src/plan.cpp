@@ -139,7 +139,7 @@ std::string explain_reject(Reject reason, const Plan& plan) {
       return fmt::format("parallel.schedule: interleaved needs the micro-batch count ({}) divisible by pp {}",
                          plan.train.global_batch / (p.dp * p.micro_batch), p.pp);
     case Reject::world_size:
-      return fmt::format("parallel: dp*pp*tp*sp = {} but the cluster has {} GPUs ({} nodes x {} per node)",
+      return fmt::format("parallel: dp*pp*tp*sp = {} but the cluster has {} GPUs ({} node(s) x {} per node)",
                          p.world_size(), plan.gpus(), plan.nodes, plan.gpus_per_node());
     case Reject::out_of_device_memory:
     case Reject::out_of_host_memory:
@@ -160,8 +160,10 @@ void Plan::validate() const {
     throw Error(fmt::format("train.seq_len: {} exceeds the {} learned positions of model {}", train.seq_len,
                             model.seq_len, model.name));
   }
-  if (parallel.world_size() != gpus()) throw Error(explain_reject(Reject::world_size, *this));
+  // A grid shape that cannot exist is the root error; report it before the world size.
   const Reject reason = check_layout(model, train, parallel);
+  if (reason == Reject::tp_grid_shape) throw Error(explain_reject(reason, *this));
+  if (parallel.world_size() != gpus()) throw Error(explain_reject(Reject::world_size, *this));
   if (reason != Reject::none) throw Error(explain_reject(reason, *this));
 }
 

@@ -51,7 +51,7 @@ TEST(Plan, InvalidLayoutsGiveOneClearLine) {
   json["parallel"] = {{"dp", 16}};
   EXPECT_EQ(validation_error(json), "(valid)");
   json["parallel"] = {{"dp", 8}};
-  EXPECT_EQ(validation_error(json), "parallel: dp*pp*tp*sp = 8 but the cluster has 16 GPUs (2 nodes x 8 per node)");
+  EXPECT_EQ(validation_error(json), "parallel: dp*pp*tp*sp = 8 but the cluster has 16 GPUs (2 node(s) x 8 per node)");
   json["parallel"] = {{"dp", 2}, {"tp", 8}};
   EXPECT_EQ(validation_error(json), "parallel.tp: model heads 12 are not divisible by the tensor split 8 (tp_mode 1d)");
   json["parallel"] = {{"dp", 16}, {"micro_batch", 3}};
