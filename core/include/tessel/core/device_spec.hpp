@@ -17,7 +17,7 @@ namespace tessel {
 struct DeviceSpec {
   std::string name;
   std::string kind;  // gpu | cpu
-  // Indexed by tf32-aware precision: fp32, tf32, bf16, fp16.
+  // Dense peak rates; tf32 is the rate fp32 GEMMs reach on tensor cores.
   double peak_fp32_flops_per_s = 0;
   double peak_tf32_flops_per_s = 0;
   double peak_bf16_flops_per_s = 0;
