@@ -23,7 +23,7 @@ CostModel make_model(const char* model, const char* cluster, int nodes, int glob
   TrainSpec train;
   train.global_batch = global_batch;
   const ClusterSpec spec = resolve_cluster(model == nullptr ? "dgx-a100" : cluster);
-  return CostModel(resolve_model(model), train, spec, nodes, spec.gpus_per_node, resolve_device(spec.device));
+  return CostModel(resolve_model(model), train, spec, nodes, spec.gpus_per_node, profiles::shipped_profile(spec.device));
 }
 
 void BM_EstimateOnePlan(benchmark::State& state) {

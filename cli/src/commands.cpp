@@ -13,6 +13,7 @@
 #include "tessel/core/presets.hpp"
 #include "tessel/planner/search.hpp"
 #include "tessel/planner/what_if.hpp"
+#include "tessel/profiles/profile_store.hpp"
 
 namespace tessel::cli {
 
@@ -26,6 +27,17 @@ namespace {
 
 constexpr int kCancelledStatus = 130;
 
+void add_db_option(CLI::App* command, std::string& db) {
+  command->add_option("--db", db,
+                      "Profile database (default: $TESSEL_DB, else ~/.local/share/tessel/tessel.db); devices it "
+                      "does not hold use the shipped datasheet profiles");
+}
+
+// Notes on approximations the cost lookup had to make.
+void print_cost_flags(unsigned flags) {
+  for (const auto& note : profiles::describe_cost_flags(flags)) std::cout << "note: " << note << "\n";
+}
+
 // Options shared by the commands that take model, cluster and batch from flags.
 struct InputFlags {
   std::string model;
@@ -36,6 +48,7 @@ struct InputFlags {
   int seq = 0;
   std::string precision = "bf16";
   std::string optimizer = "adamw";
+  std::string db;
 
   void add_to(CLI::App* command, bool batch_required) {
     command->add_option("--model,-m", model, "Model preset (tessel presets models), tessel model JSON, or HF config.json")
@@ -51,6 +64,7 @@ struct InputFlags {
         ->check(CLI::IsMember({"adamw", "lamb", "lars"}))
         ->capture_default_str();
     command->add_option("--ranks", ranks, "World size for clusters whose node size follows the plan (local-cpu)");
+    add_db_option(command, db);
   }
 
   // Builds the plan inputs (parallel left at its default) and checks them.
@@ -173,7 +187,8 @@ struct PlanArgs {
 int run_plan(const PlanArgs& args) {
   Plan plan = args.inputs.to_plan();
   const int per_node = args.inputs.gpus_per_node(plan);
-  CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, per_node, resolve_device(plan.cluster.device));
+  CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, per_node,
+                  profiles::resolve_profile(plan.cluster.device, args.inputs.db));
   ProgressBar bar("searching");
   SearchResult result = planner::search(model, search_options(args.top, args.threads, &bar));
   bar.finish();
@@ -188,6 +203,7 @@ int run_plan(const PlanArgs& args) {
     std::cout << plans_table(result.best);
   }
   std::cout << search_summary(result);
+  print_cost_flags(result.cost_flags);
   if (!args.json_file.empty()) {
     Json out = result.to_json();
     out["inputs"] = inputs_json(plan);
@@ -201,11 +217,12 @@ int run_plan(const PlanArgs& args) {
 struct EstimateArgs {
   std::string plan_file;
   bool json = false;
+  std::string db;
 };
 
 int run_estimate(const EstimateArgs& args) {
   const Plan plan = Plan::load(args.plan_file);
-  const CostModel model = CostModel::for_plan(plan);
+  const CostModel model = CostModel::for_plan(plan, args.db);
   const Estimate e = model.estimate(plan.parallel);
   if (args.json) {
     std::cout << e.to_json().dump(2) << "\n";
@@ -241,6 +258,7 @@ int run_estimate(const EstimateArgs& args) {
   comm.add_row({"dp", format_bytes(e.comm.dp_bytes), format_count(e.comm.dp_messages)});
   if (e.comm.offload_bytes > 0) comm.add_row({"host<->device", format_bytes(e.comm.offload_bytes), "-"});
   std::cout << "\n" << comm.render();
+  print_cost_flags(e.cost_flags);
   return 0;
 }
 
@@ -251,6 +269,7 @@ struct SweepArgs {
   std::string csv_file;
   std::string json_file;
   int threads = 0;
+  std::string db;
 };
 
 // Loads model, cluster and train from a plan file; its parallel section is ignored
@@ -285,6 +304,7 @@ int run_sweep(const SweepArgs& args) {
     }
   }
   const Plan base = load_sweep_base(args.plan_file);
+  const profiles::Profile profile = profiles::resolve_profile(base.cluster.device, args.db);
   ProgressBar bar("sweeping");
   SearchOptions options = search_options(1, args.threads, nullptr);
   std::size_t done = 0;
@@ -294,7 +314,7 @@ int run_sweep(const SweepArgs& args) {
     // Validate every value before any search runs.
     for (double value : values) planner::apply_sweep_value(base, variable, value);
     for (double value : values) {
-      auto one = planner::sweep(base, variable, {value}, options);
+      auto one = planner::sweep(base, variable, {value}, profile, options);
       if (cancel_flag().load() || one.empty() || one.front().result.cancelled) {
         bar.finish();
         std::fprintf(stderr, "tessel: cancelled after %zu of %zu points; nothing written\n", points.size(), values.size());
@@ -388,7 +408,8 @@ int run_capacity(const CapacityArgs& args) {
   if (base.cluster.max_nodes > 0) max_nodes = std::min(max_nodes, base.cluster.max_nodes);
   if (!base.cluster.inter_node) max_nodes = 1;
   SearchOptions options = search_options(1, args.threads, nullptr);
-  const auto result = planner::capacity(base, tokens, args.days, max_nodes, options);
+  const auto result = planner::capacity(base, tokens, args.days, max_nodes,
+                                        profiles::resolve_profile(base.cluster.device, args.inputs.db), options);
   if (cancel_flag().load()) {
     std::fprintf(stderr, "tessel: cancelled\n");
     return kCancelledStatus;
@@ -423,7 +444,7 @@ int run_capacity(const CapacityArgs& args) {
 
 // ---------------------------------------------------------------- presets
 int run_presets(const std::string& kind) {
-  for (const std::string k : {"models", "clusters", "devices"}) {
+  for (const std::string k : {"models", "clusters", "profiles"}) {
     if (!kind.empty() && kind != k) continue;
     std::cout << k << ":\n";
     for (const auto& name : preset_names(k)) {
@@ -465,6 +486,7 @@ Command add_estimate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("estimate", "Analytic prediction for one fixed plan file");
   cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file")->required();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of tables");
+  add_db_option(cmd, args->db);
   return [args] { return run_estimate(*args); };
 }
 
@@ -479,6 +501,7 @@ Command add_sweep_command(CLI::App& app) {
   cmd->add_option("--csv", args->csv_file, "Write the table as CSV here (default: print it)");
   cmd->add_option("--json", args->json_file, "Also write the points as JSON");
   cmd->add_option("--threads", args->threads, "Worker threads (default: all cores)");
+  add_db_option(cmd, args->db);
   return [args] { return run_sweep(*args); };
 }
 
@@ -497,9 +520,9 @@ Command add_capacity_command(CLI::App& app) {
 
 Command add_presets_command(CLI::App& app) {
   auto kind = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand("presets", "List the shipped model, cluster and device presets");
-  cmd->add_option("kind", *kind, "models, clusters or devices (default: all)")
-      ->check(CLI::IsMember({"models", "clusters", "devices"}));
+  CLI::App* cmd = app.add_subcommand("presets", "List the shipped models, clusters and device profiles");
+  cmd->add_option("kind", *kind, "models, clusters or profiles (default: all)")
+      ->check(CLI::IsMember({"models", "clusters", "profiles"}));
   return [kind] { return run_presets(*kind); };
 }
 

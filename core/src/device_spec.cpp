@@ -35,32 +35,12 @@ DeviceSpec DeviceSpec::from_json(const Json& json, const std::string& path) {
   d.memory_bandwidth_bytes_per_s = f.positive_number("memory_bandwidth_bytes_per_s");
   d.memory_efficiency = f.fraction_or("memory_efficiency", 1.0);
   d.workspace_bytes = f.has("workspace_bytes") ? f.positive_number("workspace_bytes") : 0.0;
-  const Json* curve = f.get("gemm_efficiency");
-  if (curve == nullptr || !curve->is_array() || curve->empty()) {
-    f.fail("gemm_efficiency", "must be a non-empty array of [gemm_flop, efficiency] pairs");
-  }
-  double previous_size = 0;
-  for (std::size_t i = 0; i < curve->size(); ++i) {
-    const Json& point = (*curve)[i];
-    const bool ok = point.is_array() && point.size() == 2 && point[0].is_number() &&
-                    point[1].is_number() && point[0].get<double>() > previous_size &&
-                    point[1].get<double>() > 0 && point[1].get<double>() <= 1;
-    if (!ok) {
-      f.fail("gemm_efficiency",
-             fmt::format("point {} must be [gemm_flop, efficiency] with sizes increasing and "
-                         "efficiency in (0, 1], got {}", i, point.dump()));
-    }
-    previous_size = point[0].get<double>();
-    d.gemm_efficiency.emplace_back(point[0].get<double>(), point[1].get<double>());
-  }
   if (const Json* sources = f.get("sources")) d.sources = *sources;
   f.finish();
   return d;
 }
 
 Json DeviceSpec::to_json() const {
-  Json curve = Json::array();
-  for (auto [size, eff] : gemm_efficiency) curve.push_back({size, eff});
   Json out{{"name", name},
            {"kind", kind},
            {"peak_flops_per_s",
@@ -71,15 +51,17 @@ Json DeviceSpec::to_json() const {
            {"memory_bytes", memory_bytes},
            {"memory_bandwidth_bytes_per_s", memory_bandwidth_bytes_per_s},
            {"memory_efficiency", memory_efficiency},
-           {"workspace_bytes", workspace_bytes},
-           {"gemm_efficiency", curve}};
+           {"workspace_bytes", workspace_bytes}};
   if (!sources.is_null()) out["sources"] = sources;
   return out;
 }
 
 DeviceSpec resolve_device(const std::string& preset_or_file) {
-  return DeviceSpec::from_json(load_preset_or_file("devices", preset_or_file, "cluster.device"),
-                               fmt::format("device ({})", preset_or_file));
+  const Json profile = load_preset_or_file("profiles", preset_or_file, "cluster.device");
+  if (!profile.is_object() || !profile.contains("device")) {
+    throw Error(fmt::format("cluster.device: '{}' is not a tessel profile (no \"device\" object)", preset_or_file));
+  }
+  return DeviceSpec::from_json(profile["device"], fmt::format("device ({})", preset_or_file));
 }
 
 }  // namespace tessel

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tessel/core/error.hpp"
+#include "tessel/profiles/profile_store.hpp"
 
 namespace tessel::planner {
 
@@ -70,13 +71,13 @@ std::string_view to_string(TimeKind kind) {
 }
 
 CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int nodes, int gpus_per_node,
-                     DeviceSpec device)
+                     const profiles::Profile& profile)
     : model_(std::move(model)),
       train_(std::move(train)),
       cluster_(std::move(cluster)),
       nodes_(nodes),
       gpus_per_node_(gpus_per_node),
-      costs_(std::move(device), cluster_, nodes, gpus_per_node),
+      costs_(profile, cluster_, nodes, gpus_per_node),
       seq_(effective_seq_len(model_, train_)) {
   element_bytes_ = element_bytes(train_.precision);
   const bool mixed = train_.precision != Precision::fp32;
@@ -103,9 +104,9 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
                           double(train_.global_batch) * seq_;
 }
 
-CostModel CostModel::for_plan(const Plan& plan) {
+CostModel CostModel::for_plan(const Plan& plan, const std::string& db_path) {
   return CostModel(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
-                   resolve_device(plan.cluster.device));
+                   profiles::resolve_profile(plan.cluster.device, db_path));
 }
 
 double CostModel::activation_bytes_per_layer(const ParallelConfig& p) const {
@@ -447,6 +448,7 @@ Estimate CostModel::estimate(const ParallelConfig& parallel) const {
     return out;
   }
   finish(parallel, layout_cost(parallel), out);
+  out.cost_flags = costs_.flags();
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "tessel/planner/estimate.hpp"
 
+#include "tessel/profiles/cost_lookup.hpp"
+
 namespace tessel::planner {
 
 Json Estimate::to_json() const {
@@ -32,6 +34,7 @@ Json Estimate::to_json() const {
              {"dp_messages", comm.dp_messages},
              {"offload_bytes", comm.offload_bytes}}}};
   out["reject"] = reject == Reject::none ? Json(nullptr) : Json(reject_reason(reject));
+  out["cost_flags"] = profiles::describe_cost_flags(cost_flags);
   return out;
 }
 

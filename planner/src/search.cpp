@@ -103,7 +103,8 @@ Json SearchResult::to_json() const {
     if (rejected[i] > 0) reasons[reject_reason(Reject(i))] = rejected[i];
   }
   return Json{{"plans", plans},     {"searched", searched}, {"priced", priced}, {"valid", valid},
-              {"rejected", reasons}, {"cancelled", cancelled}, {"wall_s", wall_s}, {"threads", threads}};
+              {"rejected", reasons}, {"cancelled", cancelled}, {"wall_s", wall_s}, {"threads", threads},
+              {"cost_flags", profiles::describe_cost_flags(cost_flags)}};
 }
 
 SearchResult search(const CostModel& model, const SearchOptions& options) {
@@ -251,6 +252,7 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   });
   if (int(result.best.size()) > options.top_k) result.best.resize(std::max(options.top_k, 0));
   result.cancelled = cancelled.load();
+  result.cost_flags = model.costs().flags();
   result.wall_s = std::chrono::duration<double>(clock::now() - start).count();
   return result;
 }

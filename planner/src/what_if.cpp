@@ -55,17 +55,16 @@ Plan apply_sweep_value(const Plan& base, SweepVariable variable, double value) {
 }
 
 std::vector<SweepPoint> sweep(const Plan& base, SweepVariable variable, const std::vector<double>& values,
-                              const SearchOptions& options) {
+                              const profiles::Profile& profile, const SearchOptions& options) {
   std::vector<Plan> plans;
   for (double value : values) plans.push_back(apply_sweep_value(base, variable, value));  // all checked first
   std::vector<SweepPoint> points;
-  const DeviceSpec device = resolve_device(base.cluster.device);
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (options.cancel != nullptr && options.cancel->load()) break;
     Plan& plan = plans[i];
     const int per_node = plan.cluster.ranks_fill_node() ? 0 : plan.cluster.gpus_per_node;
     if (per_node == 0) throw Error("sweep: a cluster whose node size follows the plan (local-cpu) has no search space");
-    CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, per_node, device);
+    CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, per_node, profile);
     SweepPoint point{values[i], plan, search(model, options)};
     if (!point.result.best.empty()) point.plan.parallel = point.result.best.front().parallel;
     points.push_back(std::move(point));
@@ -73,15 +72,15 @@ std::vector<SweepPoint> sweep(const Plan& base, SweepVariable variable, const st
   return points;
 }
 
-CapacityResult capacity(const Plan& base, double tokens, double days, int max_nodes, const SearchOptions& options) {
+CapacityResult capacity(const Plan& base, double tokens, double days, int max_nodes, const profiles::Profile& profile,
+                        const SearchOptions& options) {
   if (base.cluster.ranks_fill_node()) throw Error("capacity: needs a cluster with a fixed node size");
-  const DeviceSpec device = resolve_device(base.cluster.device);
   CapacityResult result;
   SearchOptions quiet = options;
   quiet.top_k = 1;
   quiet.on_progress = nullptr;
   auto days_at = [&](int nodes, Estimate* best) {  // records the try; fills *best on success
-    CostModel model(base.model, base.train, base.cluster, nodes, base.cluster.gpus_per_node, device);
+    CostModel model(base.model, base.train, base.cluster, nodes, base.cluster.gpus_per_node, profile);
     SearchResult found = search(model, quiet);
     double needed = std::numeric_limits<double>::infinity();
     if (!found.best.empty()) {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
+#include "tessel/profiles/link_fit.hpp"
 
 namespace tessel::profiles {
 
@@ -16,17 +18,71 @@ GroupPlacement place_group(int size, int stride, int gpus_per_node) {
   return size % per_node == 0 ? GroupPlacement{size, per_node} : GroupPlacement{size, 1};
 }
 
-CostLookup::CostLookup(DeviceSpec device, ClusterSpec cluster, int nodes, int gpus_per_node)
-    : device_(std::move(device)), cluster_(std::move(cluster)), gpus_per_node_(gpus_per_node) {
-  TESSEL_ASSERT(!device_.gemm_efficiency.empty(), "device has no GEMM efficiency curve");
-  for (auto [size, efficiency] : device_.gemm_efficiency) {
-    log_sizes_.push_back(std::log10(size));
-    efficiencies_.push_back(efficiency);
+std::vector<std::string> describe_cost_flags(unsigned flags) {
+  std::vector<std::string> out;
+  if (flags & kGemmExtrapolated) out.emplace_back("GEMM sizes outside the profile's sampled range were extrapolated");
+  if (flags & kGemmRoofline) out.emplace_back("no GEMM samples for the precision: roofline at peak was used");
+  return out;
+}
+
+namespace {
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+std::optional<Precision> training_precision(const std::string& name) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  if (name == "fp16") return Precision::fp16;
+  return std::nullopt;  // tf32 samples serve no training precision yet
+}
+}  // namespace
+
+CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, int gpus_per_node)
+    : device_(profile.device), cluster_(std::move(cluster)), gpus_per_node_(gpus_per_node) {
+  // GEMM curves: group samples by precision and size, median per size, sorted.
+  const bool cpu = device_.kind == "cpu";
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    Curve& c = curves_[int(precision)];
+    c.peak = device_.peak_flops_per_s(precision);
+    std::vector<std::pair<double, double>> points;  // (flops, seconds)
+    for (const KernelSample& sample : profile.kernels) {
+      if (sample.op != KernelOp::gemm) continue;
+      const auto sample_precision = training_precision(sample.precision);
+      if (!sample_precision) continue;
+      if (cpu ? *sample_precision != Precision::fp32 : *sample_precision != precision) continue;
+      points.emplace_back(sample.gemm_flops(), sample.seconds);
+    }
+    std::sort(points.begin(), points.end());
+    for (std::size_t i = 0; i < points.size();) {
+      std::size_t j = i;
+      std::vector<double> seconds;
+      while (j < points.size() && points[j].first == points[i].first) seconds.push_back(points[j++].second);
+      c.log_flops.push_back(std::log(points[i].first));
+      c.log_seconds.push_back(std::log(median(seconds)));
+      i = j;
+    }
+    if (cpu) c.peak = device_.peak_fp32_flops_per_s;
   }
-  memory_bw_ = device_.memory_bandwidth_bytes_per_s * device_.memory_efficiency;
+  // Streaming bandwidth from measured elementwise kernels of at least 1 MiB.
+  std::vector<double> rates;
+  for (const KernelSample& sample : profile.kernels) {
+    if (sample.op != KernelOp::elementwise) continue;
+    const double bytes = sample.elements * streamed_bytes_per_element(sample.op);
+    if (bytes >= 1 << 20) rates.push_back(bytes / sample.seconds);
+  }
+  memory_bw_ = rates.empty() ? device_.memory_bandwidth_bytes_per_s * device_.memory_efficiency : median(rates);
   host_bw_per_device_ = cluster_.host_memory_bandwidth_bytes_per_s / std::max(gpus_per_node_, 1);
+
   intra_bw_ = cluster_.intra_node.bandwidth_bytes_per_s * cluster_.intra_node.efficiency;
   intra_latency_s_ = cluster_.intra_node.latency_s;
+  if (auto fit = fit_link(profile.links, cluster_.name + "/intra")) {
+    intra_bw_ = fit->bus_bandwidth_bytes_per_s;
+    intra_latency_s_ = fit->alpha_s;
+    intra_measured_ = true;
+  }
   if (cluster_.inter_node) {
     const InterNodeFabric& inter = *cluster_.inter_node;
     double per_device = inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s * inter.efficiency /
@@ -49,30 +105,67 @@ CostLookup::CostLookup(DeviceSpec device, ClusterSpec cluster, int nodes, int gp
     }
     inter_bw_ = per_device;
     inter_latency_s_ = inter.latency_s * hops;
+    if (auto fit = fit_link(profile.links, cluster_.name + "/inter")) {
+      inter_bw_ = fit->bus_bandwidth_bytes_per_s;
+      inter_latency_s_ = fit->alpha_s * hops;
+      inter_measured_ = true;
+    }
   } else {
     inter_bw_ = intra_bw_;
     inter_latency_s_ = intra_latency_s_;
   }
 }
 
-double CostLookup::gemm_efficiency(double gemm_flops) const {
-  const double x = std::log10(std::max(gemm_flops, 1.0));
-  if (x <= log_sizes_.front()) return efficiencies_.front();
-  if (x >= log_sizes_.back()) return efficiencies_.back();
-  const auto upper = std::upper_bound(log_sizes_.begin(), log_sizes_.end(), x) - log_sizes_.begin();
-  const double x0 = log_sizes_[upper - 1], x1 = log_sizes_[upper];
-  const double y0 = efficiencies_[upper - 1], y1 = efficiencies_[upper];
-  return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+CostLookup::CostLookup(const CostLookup& other)
+    : device_(other.device_),
+      cluster_(other.cluster_),
+      gpus_per_node_(other.gpus_per_node_),
+      memory_bw_(other.memory_bw_),
+      intra_measured_(other.intra_measured_),
+      inter_measured_(other.inter_measured_),
+      flags_(other.flags_.load()),
+      host_bw_per_device_(other.host_bw_per_device_),
+      intra_bw_(other.intra_bw_),
+      intra_latency_s_(other.intra_latency_s_),
+      inter_bw_(other.inter_bw_),
+      inter_latency_s_(other.inter_latency_s_) {
+  for (int i = 0; i < 3; ++i) curves_[i] = other.curves_[i];
+}
+
+const CostLookup::Curve& CostLookup::curve(Precision precision) const { return curves_[int(precision)]; }
+
+double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
+  const Curve& c = curve(precision);
+  const double flops = std::max(gemm_flops, 1.0);
+  if (c.log_flops.empty()) {
+    flags_.fetch_or(kGemmRoofline, std::memory_order_relaxed);
+    return flops / c.peak;
+  }
+  const double x = std::log(flops);
+  if (c.log_flops.size() == 1 || x <= c.log_flops.front() || x >= c.log_flops.back()) {
+    // Outside the samples: keep the rate of the nearest end point.
+    const bool below = c.log_flops.size() > 1 && x <= c.log_flops.front();
+    const std::size_t end = below || c.log_flops.size() == 1 ? 0 : c.log_flops.size() - 1;
+    if (x != c.log_flops[end]) flags_.fetch_or(kGemmExtrapolated, std::memory_order_relaxed);
+    return std::exp(c.log_seconds[end] + (x - c.log_flops[end]));
+  }
+  const auto upper = std::size_t(std::upper_bound(c.log_flops.begin(), c.log_flops.end(), x) - c.log_flops.begin());
+  const double x0 = c.log_flops[upper - 1], x1 = c.log_flops[upper];
+  const double y0 = c.log_seconds[upper - 1], y1 = c.log_seconds[upper];
+  return std::exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0));
+}
+
+double CostLookup::gemm_efficiency(double gemm_flops, Precision precision) const {
+  return gemm_flops / (gemm_seconds(gemm_flops, precision) * curve(precision).peak);
 }
 
 double CostLookup::gemm_time_s(double total_flops, double gemm_flops, Precision precision) const {
   if (total_flops <= 0) return 0;
-  return total_flops / (device_.peak_flops_per_s(precision) * gemm_efficiency(gemm_flops));
+  return total_flops / gemm_flops * gemm_seconds(gemm_flops, precision);
 }
 
 double CostLookup::gemm_time_s(double m, double n, double k, Precision precision) const {
-  const double flops = 2.0 * m * n * k;
-  return gemm_time_s(flops, flops, precision);
+  return gemm_seconds(2.0 * m * n * k, precision);
 }
 
 double CostLookup::memory_time_s(double bytes) const { return bytes / memory_bw_; }

@@ -29,7 +29,7 @@ TEST(Presets, EveryShippedPresetLoads) {
     EXPECT_EQ(cluster.name, name);
     EXPECT_NO_THROW(resolve_device(cluster.device)) << name;
   }
-  for (const auto& name : preset_names("devices")) EXPECT_EQ(resolve_device(name).name, name);
+  for (const auto& name : preset_names("profiles")) EXPECT_EQ(resolve_device(name).name, name);
   for (const char* name : {"gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
                            "llama2-7b", "llama2-13b", "llama2-70b"}) {
     EXPECT_TRUE(find_preset("models", name).has_value()) << name;
@@ -112,9 +112,10 @@ TEST(ClusterSpec, RoundTripsAndChecksFabric) {
 }
 
 TEST(DeviceSpec, EveryNumberHasASource) {
-  for (const auto& name : preset_names("devices")) {
+  EXPECT_EQ(preset_names("profiles").size(), 4u);
+  for (const auto& name : preset_names("profiles")) {
     const DeviceSpec device = resolve_device(name);
-    for (const char* field : {"peak_flops_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s", "gemm_efficiency"}) {
+    for (const char* field : {"peak_flops_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s", "gemm"}) {
       ASSERT_TRUE(device.sources.contains(field)) << name << " lacks a source for " << field;
       EXPECT_FALSE(device.sources[field].get<std::string>().empty());
     }

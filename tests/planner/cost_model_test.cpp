@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tessel/planner/cost_model.hpp"
+#include "tessel/profiles/profile.hpp"
 
 using namespace tessel;
 using namespace tessel::planner;
@@ -17,7 +18,7 @@ CostModel model_on(const std::string& model, const std::string& cluster, int nod
   train.global_batch = global_batch;
   train.precision = precision;
   const ClusterSpec spec = resolve_cluster(cluster);
-  return CostModel(resolve_model(model), train, spec, nodes, spec.gpus_per_node, resolve_device(spec.device));
+  return CostModel(resolve_model(model), train, spec, nodes, spec.gpus_per_node, profiles::shipped_profile(spec.device));
 }
 
 ParallelConfig layout(int dp, int pp, int tp, int micro_batch = 1) {
@@ -43,7 +44,7 @@ CostModel grid_friendly_model() {
   TrainSpec train;
   train.global_batch = 64;
   const ClusterSpec cluster = resolve_cluster("dgx-h100");
-  return CostModel(m, train, cluster, 8, 8, resolve_device(cluster.device));
+  return CostModel(m, train, cluster, 8, 8, profiles::shipped_profile(cluster.device));
 }
 }  // namespace
 
@@ -238,13 +239,19 @@ TEST(Estimate, ChangesWhenAndOnlyWhenTheCostDataChanges) {
   train.global_batch = 64;
   const ModelSpec model = resolve_model("gpt2-1.5b");
   const ClusterSpec cluster = resolve_cluster("dgx-h100");
-  DeviceSpec device = resolve_device("H100-SXM");
+  profiles::Profile profile = profiles::shipped_profile("H100-SXM");
   const ParallelConfig p = layout(8, 1, 1, 2);
-  const double base = CostModel(model, train, cluster, 1, 8, device).estimate(p).step_time_s;
-  EXPECT_EQ(CostModel(model, train, cluster, 1, 8, device).estimate(p).step_time_s, base);
-  device.peak_bf16_flops_per_s *= 2;
-  EXPECT_LT(CostModel(model, train, cluster, 1, 8, device).estimate(p).step_time_s, base);
+  const double base = CostModel(model, train, cluster, 1, 8, profile).estimate(p).step_time_s;
+  EXPECT_EQ(CostModel(model, train, cluster, 1, 8, profile).estimate(p).step_time_s, base);
+  // A sample of another precision changes nothing the bf16 plan reads.
+  profiles::Profile unrelated = profile;
+  unrelated.kernels.push_back({"H100-SXM", profiles::KernelOp::gemm, "fp32", 4096, 4096, 4096});
+  unrelated.kernels.back().seconds = 1.0;
+  EXPECT_EQ(CostModel(model, train, cluster, 1, 8, unrelated).estimate(p).step_time_s, base);
+  // Faster GEMM samples make the step faster.
+  for (auto& sample : profile.kernels) sample.seconds /= 2;
+  EXPECT_LT(CostModel(model, train, cluster, 1, 8, profile).estimate(p).step_time_s, base);
   ClusterSpec slow = cluster;
   slow.intra_node.bandwidth_bytes_per_s /= 10;
-  EXPECT_GT(CostModel(model, train, slow, 1, 8, resolve_device("H100-SXM")).estimate(p).step_time_s, base);
+  EXPECT_GT(CostModel(model, train, slow, 1, 8, profiles::shipped_profile("H100-SXM")).estimate(p).step_time_s, base);
 }

@@ -16,7 +16,7 @@ CostModel small_model(int global_batch = 16) {
   TrainSpec train;
   train.global_batch = global_batch;
   const ClusterSpec cluster = resolve_cluster("dgx-a100");
-  return CostModel(resolve_model("gpt2-124m"), train, cluster, 1, 8, resolve_device(cluster.device));
+  return CostModel(resolve_model("gpt2-124m"), train, cluster, 1, 8, profiles::shipped_profile(cluster.device));
 }
 
 struct BruteForce {
@@ -119,7 +119,7 @@ TEST(Search, SameAnswerOnOneThreadAndOnAll) {
   TrainSpec train;
   train.global_batch = 512;
   const ClusterSpec cluster = resolve_cluster("dgx-h100");
-  const CostModel model(resolve_model("gpt3-13b"), train, cluster, 8, 8, resolve_device(cluster.device));
+  const CostModel model(resolve_model("gpt3-13b"), train, cluster, 8, 8, profiles::shipped_profile(cluster.device));
   SearchOptions one;
   one.threads = 1;
   SearchOptions all;
@@ -136,7 +136,7 @@ TEST(Search, CancelStopsEarlyWithAPartialResult) {
   TrainSpec train;
   train.global_batch = 1536;
   const ClusterSpec cluster = resolve_cluster("dgx-a100");
-  const CostModel model(resolve_model("gpt3-175b"), train, cluster, 128, 8, resolve_device(cluster.device));
+  const CostModel model(resolve_model("gpt3-175b"), train, cluster, 128, 8, profiles::shipped_profile(cluster.device));
   std::atomic<bool> cancel{true};
   SearchOptions options;
   options.cancel = &cancel;
@@ -151,7 +151,7 @@ TEST(Search, LargeModelsRejectPlansThatDoNotFit) {
   TrainSpec train;
   train.global_batch = 1536;
   const ClusterSpec cluster = resolve_cluster("dgx-a100");
-  const CostModel model(resolve_model("gpt3-175b"), train, cluster, 128, 8, resolve_device(cluster.device));
+  const CostModel model(resolve_model("gpt3-175b"), train, cluster, 128, 8, profiles::shipped_profile(cluster.device));
   const SearchResult result = search(model, {});
   EXPECT_GT(result.rejected[std::size_t(Reject::out_of_device_memory)], 0);
   ASSERT_FALSE(result.best.empty());

@@ -4,6 +4,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/planner/what_if.hpp"
+#include "tessel/profiles/profile.hpp"
 
 using namespace tessel;
 using namespace tessel::planner;
@@ -24,7 +25,8 @@ TEST(Sweep, FasterNetworkNeverMakesTheBestPlanSlower) {
     p.nodes = 8;
     return p;
   }();
-  const auto points = sweep(plan, SweepVariable::inter_bw, {3.125, 12.5, 25, 50}, {});
+  const auto points = sweep(plan, SweepVariable::inter_bw, {3.125, 12.5, 25, 50},
+                            profiles::shipped_profile("A100-SXM-80GB"), {});
   ASSERT_EQ(points.size(), 4u);
   for (std::size_t i = 1; i < points.size(); ++i) {
     ASSERT_FALSE(points[i].result.best.empty());
@@ -34,7 +36,8 @@ TEST(Sweep, FasterNetworkNeverMakesTheBestPlanSlower) {
 }
 
 TEST(Sweep, MoreNodesRaiseThroughput) {
-  const auto points = sweep(base("gpt2-1.5b", "dgx-h100", 512), SweepVariable::nodes, {1, 2, 4}, {});
+  const auto points = sweep(base("gpt2-1.5b", "dgx-h100", 512), SweepVariable::nodes, {1, 2, 4},
+                            profiles::shipped_profile("H100-SXM"), {});
   ASSERT_EQ(points.size(), 3u);
   for (std::size_t i = 1; i < points.size(); ++i) {
     EXPECT_GT(points[i].result.best.front().tokens_per_s, points[i - 1].result.best.front().tokens_per_s);
@@ -47,7 +50,7 @@ TEST(Sweep, MoreNodesRaiseThroughput) {
 TEST(Capacity, ReturnsTheFewestNodesThatMeetTheDeadline) {
   const Plan plan = base("gpt3-6.7b", "dgx-h100", 512);
   const double tokens = 300e9, days = 10;
-  const CapacityResult result = capacity(plan, tokens, days, 512, {});
+  const CapacityResult result = capacity(plan, tokens, days, 512, profiles::shipped_profile("H100-SXM"), {});
   ASSERT_TRUE(result.found);
   EXPECT_LE(result.days, days);
   EXPECT_GT(result.nodes, 1);
@@ -58,7 +61,7 @@ TEST(Capacity, ReturnsTheFewestNodesThatMeetTheDeadline) {
     Plan smaller = plan;
     smaller.nodes = nodes;
     const SearchResult found = search(CostModel(smaller.model, smaller.train, smaller.cluster, nodes, 8,
-                                                resolve_device(smaller.cluster.device)), {});
+                                                profiles::shipped_profile(smaller.cluster.device)), {});
     if (!found.best.empty()) EXPECT_GT(tokens / found.best.front().tokens_per_s / 86400.0, days) << nodes;
   }
 }

@@ -11,25 +11,45 @@ using namespace tessel::profiles;
 
 namespace {
 CostLookup dgx_a100(int nodes) {
-  return CostLookup(resolve_device("A100-SXM-80GB"), resolve_cluster("dgx-a100"), nodes, 8);
+  return CostLookup(shipped_profile("A100-SXM-80GB"), resolve_cluster("dgx-a100"), nodes, 8);
 }
 }  // namespace
 
-TEST(CostLookup, GemmEfficiencyIsExactAtPointsAndMonotoneBetween) {
-  const CostLookup costs = dgx_a100(1);
-  const auto& curve = costs.device().gemm_efficiency;
-  for (auto [size, efficiency] : curve) EXPECT_NEAR(costs.gemm_efficiency(size), efficiency, 1e-12);
-  double previous = 0;
-  for (double log_size = 5; log_size <= 13; log_size += 0.01) {
-    const double efficiency = costs.gemm_efficiency(std::pow(10.0, log_size));
-    EXPECT_GE(efficiency, previous - 1e-12) << log_size;
-    previous = efficiency;
+TEST(CostLookup, GemmTimeIsExactAtSamplesAndMonotoneBetween) {
+  Profile profile = shipped_profile("A100-SXM-80GB");
+  // A measured point off the datasheet grid, with a duplicate: the median is used.
+  KernelSample odd{"A100-SXM-80GB", KernelOp::gemm, "bf16", 1000, 3000, 700};
+  odd.seconds = 2.5e-5;
+  profile.kernels.push_back(odd);
+  odd.seconds = 2.7e-5;
+  profile.kernels.push_back(odd);
+  odd.seconds = 2.6e-5;
+  profile.kernels.push_back(odd);
+  const CostLookup costs(profile, resolve_cluster("dgx-a100"), 1, 8);
+  for (const KernelSample& sample : shipped_profile("A100-SXM-80GB").kernels) {
+    if (sample.precision != "bf16") continue;
+    EXPECT_NEAR(costs.gemm_time_s(double(sample.m), double(sample.n), double(sample.k), Precision::bf16) / sample.seconds,
+                1.0, 1e-12);
   }
-  EXPECT_DOUBLE_EQ(costs.gemm_efficiency(1), curve.front().second);  // clamped below the grid
-  EXPECT_DOUBLE_EQ(costs.gemm_efficiency(1e15), curve.back().second);
-  const double flops = 2.0 * 8192 * 8192 * 8192;
-  EXPECT_DOUBLE_EQ(costs.gemm_time_s(8192, 8192, 8192, Precision::bf16),
-                   flops / (312e12 * costs.gemm_efficiency(flops)));
+  EXPECT_NEAR(costs.gemm_time_s(1000, 3000, 700, Precision::bf16), 2.6e-5, 1e-17);
+  EXPECT_EQ(costs.flags(), 0u);
+  double previous = 0;
+  for (double log_size = 6; log_size <= 12; log_size += 0.01) {
+    const double seconds = costs.gemm_seconds(std::pow(10.0, log_size), Precision::bf16);
+    EXPECT_GE(seconds, previous) << log_size;
+    previous = seconds;
+  }
+  EXPECT_EQ(costs.flags(), 0u) << "inside the sampled range nothing is flagged";
+  costs.gemm_seconds(1e15, Precision::bf16);
+  EXPECT_EQ(costs.flags(), unsigned(kGemmExtrapolated));
+  // Extrapolation keeps the end point's rate.
+  const double end = 2.0 * 8192.0 * 8192.0 * 8192.0;
+  EXPECT_NEAR(costs.gemm_seconds(4 * end, Precision::bf16) / costs.gemm_seconds(end, Precision::bf16), 4.0, 1e-9);
+  Profile empty = shipped_profile("A100-SXM-80GB");
+  empty.kernels.clear();
+  const CostLookup roofline(empty, resolve_cluster("dgx-a100"), 1, 8);
+  EXPECT_DOUBLE_EQ(roofline.gemm_seconds(312e12, Precision::bf16), 1.0);
+  EXPECT_EQ(roofline.flags(), unsigned(kGemmRoofline));
 }
 
 TEST(Collectives, BusFactorsAreThoseOfNcclTests) {
@@ -76,7 +96,7 @@ TEST(Collectives, AlphaBetaOnOneNodeAndHierarchicalAcrossNodes) {
 
 TEST(Collectives, OversubscriptionAndTopologyComeFromTheClusterSpec) {
   ClusterSpec cluster = resolve_cluster("dgx-a100");
-  const DeviceSpec device = resolve_device(cluster.device);
+  const Profile device = shipped_profile(cluster.device);
   const double base = CostLookup(device, cluster, 16, 8).inter_bandwidth_per_device_bytes_per_s();
   cluster.inter_node->oversubscription = 2;
   EXPECT_DOUBLE_EQ(CostLookup(device, cluster, 16, 8).inter_bandwidth_per_device_bytes_per_s(), base / 2);
@@ -84,4 +104,26 @@ TEST(Collectives, OversubscriptionAndTopologyComeFromTheClusterSpec) {
   const double torus_small = CostLookup(device, cluster, 8, 8).collective_time_s(Collective::all_reduce, {8, 1}, 1024);
   const double torus_large = CostLookup(device, cluster, 4096, 8).collective_time_s(Collective::all_reduce, {8, 1}, 1024);
   EXPECT_GT(torus_large, torus_small);  // more hops per message on a larger torus
+}
+
+TEST(CostLookup, MeasuredLinksReplaceTheSpecFigures) {
+  Profile profile = shipped_profile("local-cpu");
+  const ClusterSpec cluster = resolve_cluster("local-cpu");
+  const CostLookup spec_only(profile, cluster, 1, 4);
+  EXPECT_FALSE(spec_only.intra_from_samples());
+  // Samples of a 2 us, 8 GB/s fabric.
+  for (double bytes : {1024.0, 65536.0, 4194304.0, 268435456.0}) {
+    LinkSample sample;
+    sample.fabric = "local-cpu/intra";
+    sample.collective = Collective::all_reduce;
+    sample.ranks = 4;
+    sample.bytes = bytes;
+    sample.seconds = 2e-6 * 6 + bytes * 1.5 / 8e9;
+    profile.links.push_back(sample);
+  }
+  const CostLookup measured(profile, cluster, 1, 4);
+  EXPECT_TRUE(measured.intra_from_samples());
+  EXPECT_NEAR(measured.intra_bandwidth_bytes_per_s(), 8e9, 8e9 * 1e-9);
+  EXPECT_NEAR(measured.collective_time_s(Collective::all_reduce, {4, 4}, 1 << 20), 2e-6 * 6 + (1 << 20) * 1.5 / 8e9,
+              1e-12);
 }

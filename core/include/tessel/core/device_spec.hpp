@@ -1,7 +1,7 @@
-// One accelerator (or CPU) as the planner sees it: peak rates per precision, memory,
-// and an achievable-efficiency curve for GEMMs. Each number carries its source
-// (datasheet, assumed, measured) in `sources`. Until profiles are measured, these
-// come from configs/devices/; the profile store replaces them with measured data.
+// One accelerator (or CPU): peak rates per precision and memory. Each number carries
+// its source (datasheet, assumed, measured) in `sources`. It is the "device" part of a
+// profile (profiles/data/ ships datasheet ones); the kernel and link samples that say
+// how fast it really runs live beside it in the profile.
 #pragma once
 
 #include <array>
@@ -26,8 +26,6 @@ struct DeviceSpec {
   double memory_bandwidth_bytes_per_s = 0;
   double memory_efficiency = 0;  // achievable fraction of memory bandwidth
   double workspace_bytes = 0;    // runtime, library workspace and allocator slack
-  // (GEMM size in FLOP, achievable fraction of peak), increasing in size.
-  std::vector<std::pair<double, double>> gemm_efficiency;
   Json sources;
 
   double peak_flops_per_s(Precision precision) const;
@@ -37,7 +35,8 @@ struct DeviceSpec {
   bool operator==(const DeviceSpec&) const = default;
 };
 
-// A preset name (A100-SXM-80GB, H100-SXM, H200, local-cpu) or a device JSON file.
+// The device of a shipped profile (A100-SXM-80GB, H100-SXM, H200, local-cpu), or of a
+// profile JSON file.
 DeviceSpec resolve_device(const std::string& preset_or_file);
 
 }  // namespace tessel

@@ -30,6 +30,7 @@
 #include "tessel/core/train_spec.hpp"
 #include "tessel/planner/estimate.hpp"
 #include "tessel/profiles/cost_lookup.hpp"
+#include "tessel/profiles/profile.hpp"
 
 namespace tessel::planner {
 
@@ -55,9 +56,10 @@ struct LayoutCost {
 class CostModel {
  public:
   CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int nodes, int gpus_per_node,
-            DeviceSpec device);
-  // Resolves the plan's device and uses the plan's placement.
-  static CostModel for_plan(const Plan& plan);
+            const profiles::Profile& profile);
+  // Resolves the plan's device profile (the database at `db_path`, default location
+  // when empty, else the shipped one) and uses the plan's placement.
+  static CostModel for_plan(const Plan& plan, const std::string& db_path = "");
 
   const ModelSpec& model() const { return model_; }
   const TrainSpec& train() const { return train_; }

@@ -63,6 +63,7 @@ struct Estimate {
   bool fits = false;
   std::array<double, std::size_t(TimeKind::count)> time_s{};
   CommVolume comm;
+  unsigned cost_flags = 0;  // profiles::CostFlag bits raised while pricing
 
   double time(TimeKind kind) const { return time_s[std::size_t(kind)]; }
   Json to_json() const;

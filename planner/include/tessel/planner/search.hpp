@@ -44,6 +44,7 @@ struct SearchResult {
   std::int64_t valid = 0;      // priced and fitting in memory
   std::array<std::int64_t, std::size_t(Reject::count)> rejected{};
   bool cancelled = false;
+  unsigned cost_flags = 0;  // profiles::CostFlag bits raised during the search
   double wall_s = 0;
   int threads = 1;
 

@@ -25,7 +25,7 @@ struct SweepPoint {
 Plan apply_sweep_value(const Plan& base, SweepVariable variable, double value);
 
 std::vector<SweepPoint> sweep(const Plan& base, SweepVariable variable, const std::vector<double>& values,
-                              const SearchOptions& options);
+                              const profiles::Profile& profile, const SearchOptions& options);
 
 struct CapacityResult {
   bool found = false;
@@ -42,6 +42,7 @@ inline constexpr int kCapacityLinearScanLimit = 256;
 
 // The fewest nodes (up to max_nodes) whose best plan trains `tokens` within `days`:
 // doubling finds a node count that meets the deadline, then the gap below it is searched.
-CapacityResult capacity(const Plan& base, double tokens, double days, int max_nodes, const SearchOptions& options);
+CapacityResult capacity(const Plan& base, double tokens, double days, int max_nodes, const profiles::Profile& profile,
+                        const SearchOptions& options);
 
 }  // namespace tessel::planner

@@ -1,8 +1,17 @@
 // The one place cost numbers are read: GEMM, memory-bound, host and collective times
 // for one device on one cluster. Planner and simulator both ask this interface and
-// hold no cost constant of their own. This implementation reads the device table
-// (configs/devices/) and the cluster's fabric figures; the profile store replaces the
-// tables with measured samples behind the same calls.
+// hold no cost constant of their own. The numbers come from a Profile (the database's
+// or a shipped datasheet one) and the cluster spec's fabric figures:
+//  - GEMM time by size: piecewise linear in log(FLOP) -> log(seconds) through the
+//    profile's GEMM samples of that precision (duplicates at one size: their median),
+//    so exact at the samples and monotone between them. Beyond the sampled sizes the
+//    end rate is kept and the lookup is flagged as extrapolated; with no sample for a
+//    precision it falls back to a roofline at the device's peak and is flagged. CPU
+//    devices compute every precision in fp32, so they read the fp32 samples.
+//  - Streaming bandwidth: the median rate of the profile's elementwise samples of at
+//    least 1 MiB when there are any, else datasheet bandwidth x memory_efficiency.
+//  - A fabric with link samples (named "<cluster>/intra" or "<cluster>/inter") uses
+//    their alpha-beta fit (link_fit.hpp); otherwise the cluster spec's figures.
 //
 // Collectives use an alpha-beta model per fabric level. A group that spans nodes is
 // costed hierarchically, as NCCL does on multi-rail clusters: intra-node
@@ -12,11 +21,14 @@
 // oversubscription).
 #pragma once
 
+#include <atomic>
+#include <string>
 #include <vector>
 
 #include "tessel/core/cluster_spec.hpp"
 #include "tessel/core/device_spec.hpp"
 #include "tessel/profiles/collectives.hpp"
+#include "tessel/profiles/profile.hpp"
 
 namespace tessel::profiles {
 
@@ -30,17 +42,26 @@ struct GroupPlacement {
 // Placement of a group of `size` ranks whose members are `stride` ranks apart.
 GroupPlacement place_group(int size, int stride, int gpus_per_node);
 
+// Which approximations a lookup had to make; reported with every prediction.
+enum CostFlag : unsigned {
+  kGemmExtrapolated = 1u << 0,  // a GEMM size outside the sampled range
+  kGemmRoofline = 1u << 1,      // no GEMM sample for a precision: roofline at peak
+};
+std::vector<std::string> describe_cost_flags(unsigned flags);
+
 class CostLookup {
  public:
-  CostLookup(DeviceSpec device, ClusterSpec cluster, int nodes, int gpus_per_node);
+  CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, int gpus_per_node);
+  CostLookup(const CostLookup& other);
 
   const DeviceSpec& device() const { return device_; }
   const ClusterSpec& cluster() const { return cluster_; }
   int gpus_per_node() const { return gpus_per_node_; }
 
-  // Achievable fraction of peak for one GEMM of `gemm_flops` (2mnk), interpolated
-  // linearly in log10(size) between the table's points and clamped at its ends.
-  double gemm_efficiency(double gemm_flops) const;
+  // Seconds of one GEMM of `gemm_flops` (2mnk) in `precision`.
+  double gemm_seconds(double gemm_flops, Precision precision) const;
+  // Achievable fraction of peak at that size.
+  double gemm_efficiency(double gemm_flops, Precision precision) const;
   // Time of `total_flops` done as GEMMs of `gemm_flops` each.
   double gemm_time_s(double total_flops, double gemm_flops, Precision precision) const;
   double gemm_time_s(double m, double n, double k, Precision precision) const;
@@ -56,17 +77,29 @@ class CostLookup {
 
   double intra_bandwidth_bytes_per_s() const { return intra_bw_; }
   double inter_bandwidth_per_device_bytes_per_s() const { return inter_bw_; }
+  double memory_bandwidth_bytes_per_s() const { return memory_bw_; }
+  bool intra_from_samples() const { return intra_measured_; }
+  bool inter_from_samples() const { return inter_measured_; }
+
+  // Flags raised by lookups so far (CostFlag bits).
+  unsigned flags() const { return flags_.load(std::memory_order_relaxed); }
 
  private:
+  struct Curve {
+    std::vector<double> log_flops, log_seconds;
+    double peak = 0;
+  };
+  const Curve& curve(Precision precision) const;
   double level_time_s(Collective op, int ranks, double size_bytes, double bandwidth, double latency_s,
                       CollectiveAlgorithm algorithm) const;
 
   DeviceSpec device_;
   ClusterSpec cluster_;
   int gpus_per_node_;
-  std::vector<double> log_sizes_;
-  std::vector<double> efficiencies_;
+  Curve curves_[3];  // by Precision
   double memory_bw_;
+  bool intra_measured_ = false, inter_measured_ = false;
+  mutable std::atomic<unsigned> flags_{0};
   double host_bw_per_device_;
   double intra_bw_, intra_latency_s_;
   double inter_bw_, inter_latency_s_;

@@ -1,0 +1,63 @@
+// The profile database: one SQLite file (WAL mode) holding devices, kernel samples,
+// link samples and profile metadata. The schema is versioned (PRAGMA user_version)
+// and migrated forward on open; the file is marked as tessel's (PRAGMA
+// application_id) so a foreign or corrupted file is refused with a clear error and
+// never written to. Every write is one transaction, so concurrent profilers (busy
+// timeout, BEGIN IMMEDIATE) both succeed and lose nothing.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessel/profiles/profile.hpp"
+
+struct sqlite3;
+
+namespace tessel::profiles {
+
+class ProfileStore {
+ public:
+  static constexpr int kSchemaVersion = 1;
+
+  // Opens (creating the file and its folder when `create` is set) and migrates.
+  // Throws tessel::Error naming the file when it is foreign, corrupted or newer.
+  explicit ProfileStore(const std::string& path, bool create = true);
+  ~ProfileStore();
+  ProfileStore(const ProfileStore&) = delete;
+  ProfileStore& operator=(const ProfileStore&) = delete;
+
+  const std::string& path() const { return path_; }
+  int schema_version() const;
+
+  // Inserts or replaces the device row and adds the samples and metadata, in one transaction.
+  void put_profile(const Profile& profile);
+  // Replaces every sample of `profile.device.name` (and its link samples' fabrics).
+  void replace_profile(const Profile& profile);
+  void add_kernel_samples(const std::vector<KernelSample>& samples);
+  void add_link_samples(const std::vector<LinkSample>& samples);
+
+  std::vector<std::string> devices() const;
+  // The device, its kernel samples and every link sample; nullopt if the device is absent.
+  std::optional<Profile> load(const std::string& device) const;
+  std::size_t kernel_sample_count(const std::string& device) const;
+  std::size_t link_sample_count() const;
+
+  // $TESSEL_DB, else $XDG_DATA_HOME/tessel/tessel.db, else ~/.local/share/tessel/tessel.db.
+  static std::string default_path();
+
+ private:
+  void migrate();
+  void exec(const std::string& sql) const;
+  void put_device(const DeviceSpec& device, const std::string& source);
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+// The profile the planner should believe for `device`: the database's, when the
+// database file exists and holds that device, else the shipped datasheet profile.
+// `db_path` empty = ProfileStore::default_path().
+Profile resolve_profile(const std::string& device, const std::string& db_path = "");
+
+}  // namespace tessel::profiles

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Writes profiles/data/<device>.json, the shipped datasheet profiles.
+
+A datasheet profile has the vendor's peak rates and memory figures, and GEMM samples
+synthesised from an achievable-efficiency curve: seconds = 2mnk / (peak x efficiency),
+for square GEMMs from 64^3 to 8192^3 in each precision. The curves (below) are
+assumptions, not measurements, and every sample says so (source = "datasheet"); a
+measured profile in the database replaces them (tessel profile --backend ...).
+
+Origin of the curves: their shape follows NVIDIA's "Matrix Multiplication Background"
+guide (throughput rises with GEMM size and saturates above ~1e10 FLOP); the plateau is
+the fraction of dense peak that large cuBLAS GEMMs are reported to reach: ~82% on A100
+(bf16 and tf32 alike), ~72% on H100/H200 SXM, whose higher peak is harder to feed.
+local-cpu: Eigen on one core of the development machine reaches about 60% of its AVX-512
+FMA peak on large shapes.
+"""
+import json
+import math
+import pathlib
+
+CURVES = {
+    "A100": [(1e6, 0.02), (1e7, 0.07), (1e8, 0.25), (1e9, 0.5), (1e10, 0.7), (1e11, 0.8), (1e12, 0.82)],
+    "H100": [(1e6, 0.01), (1e7, 0.04), (1e8, 0.15), (1e9, 0.4), (1e10, 0.6), (1e11, 0.7), (1e12, 0.72)],
+    "CPU": [(1e5, 0.05), (1e6, 0.2), (1e7, 0.4), (1e8, 0.55), (1e9, 0.6), (1e10, 0.6)],
+}
+
+DEVICES = [
+    {
+        "curve": "A100",
+        "device": {
+            "name": "A100-SXM-80GB", "kind": "gpu",
+            "peak_flops_per_s": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
+            "memory_bytes": 85899345920, "memory_bandwidth_bytes_per_s": 2.039e12,
+            "memory_efficiency": 0.8, "workspace_bytes": 2147483648,
+            "sources": {
+                "peak_flops_per_s": "datasheet: NVIDIA A100 Tensor Core GPU datasheet (dense, no sparsity)",
+                "memory_bytes": "datasheet: 80 GB HBM2e (81920 MiB as the driver reports)",
+                "memory_bandwidth_bytes_per_s": "datasheet: 2,039 GB/s",
+                "memory_efficiency": "assumed: streaming kernels reach about 80% of HBM bandwidth",
+                "workspace_bytes": "assumed: CUDA context, cuBLAS workspace and allocator slack",
+                "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py",
+            },
+        },
+    },
+    {
+        "curve": "H100",
+        "device": {
+            "name": "H100-SXM", "kind": "gpu",
+            "peak_flops_per_s": {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12},
+            "memory_bytes": 85899345920, "memory_bandwidth_bytes_per_s": 3.35e12,
+            "memory_efficiency": 0.8, "workspace_bytes": 2147483648,
+            "sources": {
+                "peak_flops_per_s": "datasheet: NVIDIA H100 Tensor Core GPU datasheet, SXM5 (dense, no sparsity)",
+                "memory_bytes": "datasheet: 80 GB HBM3",
+                "memory_bandwidth_bytes_per_s": "datasheet: 3.35 TB/s",
+                "memory_efficiency": "assumed: streaming kernels reach about 80% of HBM bandwidth",
+                "workspace_bytes": "assumed: CUDA context, cuBLAS workspace and allocator slack",
+                "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py",
+            },
+        },
+    },
+    {
+        "curve": "H100",
+        "device": {
+            "name": "H200", "kind": "gpu",
+            "peak_flops_per_s": {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12},
+            "memory_bytes": 141000000000, "memory_bandwidth_bytes_per_s": 4.8e12,
+            "memory_efficiency": 0.8, "workspace_bytes": 2147483648,
+            "sources": {
+                "peak_flops_per_s": "datasheet: NVIDIA H200 Tensor Core GPU datasheet, SXM (same compute as H100 SXM)",
+                "memory_bytes": "datasheet: 141 GB HBM3e",
+                "memory_bandwidth_bytes_per_s": "datasheet: 4.8 TB/s",
+                "memory_efficiency": "assumed: streaming kernels reach about 80% of HBM bandwidth",
+                "workspace_bytes": "assumed: CUDA context, cuBLAS workspace and allocator slack",
+                "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py",
+            },
+        },
+    },
+    {
+        "curve": "CPU",
+        "device": {
+            "name": "local-cpu", "kind": "cpu",
+            "peak_flops_per_s": {"fp32": 147.2e9, "tf32": 147.2e9, "bf16": 147.2e9, "fp16": 147.2e9},
+            "memory_bytes": 25769803776, "memory_bandwidth_bytes_per_s": 10e9,
+            "memory_efficiency": 0.8, "workspace_bytes": 134217728,
+            "sources": {
+                "peak_flops_per_s": "estimate for one rank (one core) of the development machine: 2.3 GHz x 64 fp32 FLOP/cycle (two 512-bit FMA ports); CPU kernels compute in fp32 whatever the storage precision",
+                "memory_bytes": "the development and CI machines have 24 GiB",
+                "memory_bandwidth_bytes_per_s": "assumed: 10 GB/s",
+                "memory_efficiency": "assumed",
+                "workspace_bytes": "assumed: MPI buffers and process overhead per rank",
+                "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py; replaced by tessel profile --backend cpu",
+            },
+        },
+    },
+]
+
+
+def efficiency(curve, flops):
+    points = CURVES[curve]
+    x = math.log10(flops)
+    if x <= math.log10(points[0][0]):
+        return points[0][1]
+    for (s0, e0), (s1, e1) in zip(points, points[1:]):
+        x0, x1 = math.log10(s0), math.log10(s1)
+        if x <= x1:
+            return e0 + (e1 - e0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+def main():
+    out_dir = pathlib.Path(__file__).resolve().parent.parent / "profiles" / "data"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for entry in DEVICES:
+        device = entry["device"]
+        samples = []
+        precisions = ["fp32"] if device["kind"] == "cpu" else ["fp32", "tf32", "bf16", "fp16"]
+        for precision in precisions:
+            peak = device["peak_flops_per_s"][precision]
+            for n in [64, 128, 256, 512, 1024, 2048, 4096, 8192]:
+                flops = 2.0 * n * n * n
+                seconds = flops / (peak * efficiency(entry["curve"], flops))
+                samples.append({"op": "gemm", "precision": precision, "m": n, "n": n, "k": n,
+                                "seconds": float(f"{seconds:.6e}"), "source": "datasheet"})
+        profile = {
+            "format": "tessel-profile",
+            "version": 1,
+            "device": device,
+            "kernel_samples": samples,
+            "link_samples": [],
+            "meta": {"origin": "scripts/make_datasheet_profiles.py", "source": "datasheet"},
+        }
+        (out_dir / f"{device['name']}.json").write_text(json.dumps(profile, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
