@@ -20,5 +20,6 @@ Command add_estimate_command(CLI::App& app);
 Command add_sweep_command(CLI::App& app);
 Command add_capacity_command(CLI::App& app);
 Command add_presets_command(CLI::App& app);
+Command add_profile_command(CLI::App& app);
 
 }  // namespace tessel::cli

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   add(add_sweep_command);
   add(add_capacity_command);
   add(add_presets_command);
+  add(add_profile_command);
 
   try {
     app.parse(argc, argv);

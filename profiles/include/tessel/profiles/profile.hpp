@@ -36,7 +36,7 @@ struct KernelSample {
   std::int64_t elements = 0;              // streaming ops
   std::int64_t b = 0, h = 0, s = 0, d = 0;  // attention
   double seconds = 0;  // median
-  double spread = 0;   // (max - min) / median over the repetitions
+  double spread = 0;   // (p90 - p10) / median over the repetitions
   bool flagged = false;  // still noisy after re-measuring
   SampleSource source = SampleSource::measured;
   std::string host, date, tool_version;

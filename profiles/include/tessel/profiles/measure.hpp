@@ -1,0 +1,31 @@
+// Timing discipline shared by every profiler: warm up, repeat until both a minimum
+// count and a minimum time are reached, keep the median and the spread
+// ((p90 - p10) / median, robust to the odd preempted repetition). A point whose spread exceeds 20% is measured again with
+// more repetitions; if it is still noisy it is kept but flagged.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+namespace tessel::profiles {
+
+struct MeasureOptions {
+  int warmup = 1;
+  int min_repetitions = 5;
+  double min_seconds = 0.05;
+  double noisy_spread = 0.20;
+};
+
+struct Measurement {
+  double median_s = 0;
+  double spread = 0;
+  int repetitions = 0;
+  bool flagged = false;
+};
+
+Measurement measure(const std::function<void()>& run, const MeasureOptions& options = {});
+
+// Median and spread of already-timed repetitions.
+Measurement summarize(std::vector<double> seconds);
+
+}  // namespace tessel::profiles
