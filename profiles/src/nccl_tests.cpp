@@ -111,7 +111,11 @@ std::vector<LinkSample> import_nccl_tests(const std::string& text, const std::st
     if (!op) {
       for (const char* name : {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "broadcast_perf",
                                "alltoall_perf", "sendrecv_perf", "reduce_perf"}) {
-        if (line.find(name) != std::string::npos) op = collective_from_name(name);
+        // all_reduce_perf contains reduce_perf: the first (longest) match wins.
+        if (line.find(name) != std::string::npos) {
+          op = collective_from_name(name);
+          break;
+        }
       }
     }
     std::istringstream words(line);

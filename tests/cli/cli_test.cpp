@@ -35,9 +35,12 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
+  // Runs tessel with its profile database isolated in this test's folder unless the
+  // arguments name one.
   Outcome run(const std::string& args) {
-    const std::string command = std::string(TESSEL_BINARY) + " " + args + " >" + (dir_ / "out").string() + " 2>" +
-                                (dir_ / "err").string() + " </dev/null";
+    const std::string command = "TESSEL_DB=" + (dir_ / "default.db").string() + " " + std::string(TESSEL_BINARY) +
+                                " " + args + " >" + (dir_ / "out").string() + " 2>" + (dir_ / "err").string() +
+                                " </dev/null";
     const int raw = std::system(command.c_str());
     Outcome outcome;
     outcome.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
@@ -164,4 +167,81 @@ TEST_F(Cli, EveryCommandHasHelp) {
     EXPECT_NE(o.out.find("Usage"), std::string::npos) << command << ": " << o.out;
   }
   EXPECT_EQ(run("frobnicate").status, 2);
+}
+
+TEST_F(Cli, ProfileMeasuresShowsExportsAndImports) {
+  const std::string db = (dir_ / "p.db").string();
+  const Outcome measured = run("profile --backend cpu --quick --max-ranks 2 --db " + db);
+  ASSERT_EQ(measured.status, 0) << measured.err;
+  EXPECT_NE(measured.out.find("as device local-cpu"), std::string::npos) << measured.out;
+  const Outcome show = run("profile show --db " + db);
+  ASSERT_EQ(show.status, 0) << show.err;
+  EXPECT_NE(show.out.find("GEMM"), std::string::npos);
+  EXPECT_NE(show.out.find("fit local-cpu/intra: latency"), std::string::npos) << show.out;
+  const fs::path exported = dir_ / "local-cpu.json";
+  ASSERT_EQ(run("profile export --device local-cpu --db " + db + " --out " + exported.string()).status, 0);
+  const std::string copy = (dir_ / "copy.db").string();
+  ASSERT_EQ(run("profile import " + exported.string() + " --db " + copy).status, 0);
+  const fs::path again = dir_ / "again.json";
+  ASSERT_EQ(run("profile export --device local-cpu --db " + copy + " --out " + again.string()).status, 0);
+  EXPECT_EQ(nlohmann::json::parse(slurp(exported)), nlohmann::json::parse(slurp(again)));
+  const Outcome cuda = run("profile --backend cuda --db " + db);
+  EXPECT_EQ(cuda.status, 2);
+  EXPECT_NE(cuda.err.find("--backend cuda"), std::string::npos);
+}
+
+TEST_F(Cli, PredictionChangesWhenAndOnlyWhenItsProfileChanges) {
+  const fs::path plan = write("cpu.json", R"({"model": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 4096,
+      "seq_len": 256}, "cluster": "local-cpu", "train": {"global_batch": 16, "precision": "fp32"},
+      "parallel": {"dp": 2, "micro_batch": 2}})");
+  auto step_time = [&](const std::string& db_args) {
+    const Outcome o = run("estimate --json --plan " + plan.string() + " " + db_args);
+    EXPECT_EQ(o.status, 0) << o.err;
+    return o.status == 0 ? nlohmann::json::parse(o.out)["step_time_s"].get<double>() : -1.0;
+  };
+  const double shipped = step_time("");  // no database: the shipped local-cpu profile
+  // A database holding only another device leaves the prediction as it was.
+  const fs::path h200 = dir_ / "h200.json";
+  ASSERT_EQ(run("profile export --device H200 --out " + h200.string()).status, 0);
+  const std::string other = (dir_ / "other.db").string();
+  ASSERT_EQ(run("profile import " + h200.string() + " --db " + other).status, 0);
+  EXPECT_EQ(step_time("--db " + other), shipped);
+  // The same profile again: the same prediction.
+  const fs::path cpu = dir_ / "cpu-profile.json";
+  ASSERT_EQ(run("profile export --device local-cpu --out " + cpu.string()).status, 0);
+  const std::string same = (dir_ / "same.db").string();
+  ASSERT_EQ(run("profile import " + cpu.string() + " --db " + same).status, 0);
+  EXPECT_EQ(step_time("--db " + same), shipped);
+  // A changed local-cpu profile: a different prediction.
+  auto json = nlohmann::json::parse(slurp(cpu));
+  for (auto& sample : json["kernel_samples"]) sample["seconds"] = sample["seconds"].get<double>() * 3;
+  std::ofstream(cpu) << json.dump();
+  const std::string changed = (dir_ / "changed.db").string();
+  ASSERT_EQ(run("profile import " + cpu.string() + " --db " + changed).status, 0);
+  EXPECT_GT(step_time("--db " + changed), shipped);
+}
+
+TEST_F(Cli, ForeignDatabaseIsRefusedAndLeftAlone) {
+  const fs::path foreign = write("notes.db", "SQLite format 3\0 but really a text file with a fake header");
+  const std::string before = slurp(foreign);
+  const Outcome o = run("plan --model gpt2-124m --cluster dgx-a100 --global-batch 8 --db " + foreign.string());
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find(foreign.string() + ": "), std::string::npos) << o.err;
+  EXPECT_EQ(slurp(foreign), before);
+  const Outcome missing = run("plan --model gpt2-124m --cluster dgx-a100 --global-batch 8 --db " +
+                              (dir_ / "nope.db").string());
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("no such database"), std::string::npos) << missing.err;
+}
+
+TEST_F(Cli, ImportsNcclTestsText) {
+  const fs::path table = write("ar.txt", "# ./all_reduce_perf -b 8 -e 128M\n"
+                                         "#  Rank  0 Group  0 Pid 1 on n device  0 [0x07] NVIDIA H100\n"
+                                         "#  Rank  1 Group  0 Pid 1 on n device  1 [0x0f] NVIDIA H100\n"
+                                         "     1024   256   float   sum   -1   10.0  0.10  0.10  0   9.0  0.11  0.11  0\n"
+                                         "  1048576 262144 float   sum   -1   30.0 34.95 34.95  0  29.0 36.16 36.16  0\n");
+  const std::string db = (dir_ / "n.db").string();
+  const Outcome o = run("profile import-nccl " + table.string() + " --fabric dgx-h100/intra --db " + db);
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("imported 2 all_reduce samples on 2 ranks"), std::string::npos) << o.out;
 }
