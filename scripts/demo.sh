@@ -6,3 +6,13 @@ tessel="$build_dir/bin/tessel"
 run() { printf '\n$ tessel %s\n' "$*"; "$tessel" "$@"; }
 run plan --model gpt2-1.5b --cluster dgx-h100 --nodes 4 --global-batch 512 --top 5
 run plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536 --top 5
+
+# Measure this machine (quick CPU profile) into a demo database, and see how the
+# prediction for a small CPU plan moves from the shipped estimate to measured costs.
+db="$build_dir/demo-profiles.db"
+rm -f "$db" "$db-wal" "$db-shm"
+run profile --backend cpu --quick --db "$db"
+run profile show --device local-cpu --db "$db"
+printf '\n$ tessel estimate --plan examples/local-cpu-gpt-small.json   # shipped (estimated) local-cpu profile\n'
+TESSEL_DB="$build_dir/none.db" "$tessel" estimate --plan examples/local-cpu-gpt-small.json | head -4
+run estimate --plan examples/local-cpu-gpt-small.json --db "$db"

@@ -194,8 +194,9 @@ int run_plan(const PlanArgs& args) {
   bar.finish();
   if (result.cancelled) return report_cancelled(result);
 
-  std::cout << fmt::format("{} on {} x {} ({} {} GPUs), global batch {} x {} tokens, {} {}\n", plan.model.name,
-                           plan.nodes, plan.cluster.name, model.gpus(), plan.cluster.device, plan.train.global_batch,
+  std::cout << fmt::format("{} on {} x {} ({} {} {}), global batch {} x {} tokens, {} {}\n", plan.model.name,
+                           plan.nodes, plan.cluster.name, model.gpus(), plan.cluster.device,
+                           plan.cluster.ranks_fill_node() ? "ranks" : "GPUs", plan.train.global_batch,
                            model.seq_len(), to_string(plan.train.precision), to_string(plan.train.optimizer));
   if (result.best.empty()) {
     std::cout << "no plan fits.\n";
@@ -229,7 +230,8 @@ int run_estimate(const EstimateArgs& args) {
     return 0;
   }
   const double limit = model.costs().device().memory_bytes;
-  std::cout << fmt::format("{} on {} x {} ({} GPUs): {}\n", plan.model.name, plan.nodes, plan.cluster.name, model.gpus(),
+  std::cout << fmt::format("{} on {} x {} ({} {}): {}\n", plan.model.name, plan.nodes, plan.cluster.name, model.gpus(),
+                           plan.cluster.ranks_fill_node() ? "ranks" : "GPUs",
                            plan.parallel.summary());
   std::cout << fmt::format("step time      {}  ({} micro-batches)\n", format_seconds(e.step_time_s), e.micro_batches);
   std::cout << fmt::format("tokens/s       {}\n", format_rate(e.tokens_per_s));

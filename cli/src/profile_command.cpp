@@ -145,13 +145,20 @@ int run_show(const ProfileArgs& args) {
                        fmt::format("{:.0f}%{}", 100 * s.spread, s.flagged ? " noisy" : "")});
       }
       std::cout << "\ncollectives (busbw as nccl-tests defines it)\n" << links.render();
+      // The alpha-beta fits the planner uses: per collective, and over the whole fabric.
+      Table fits({"fabric", "collective", "latency/step", "busbw GB/s", "samples", "worst error"});
       for (const auto& [fabric, count] : fabrics) {
-        if (auto fit = fit_link(profile.links, fabric)) {
-          std::cout << fmt::format("fit {}: latency {} per step, bus bandwidth {:.2f} GB/s ({} samples, worst error {:.0f}%)\n",
-                                   fabric, format_seconds(fit->alpha_s), fit->bus_bandwidth_bytes_per_s / 1e9,
-                                   fit->samples, 100 * fit->max_relative_error);
+        auto add = [&, fabric = fabric](const std::string& label, const std::optional<LinkFit>& fit) {
+          if (!fit) return;
+          fits.add_row({fabric, label, format_seconds(fit->alpha_s), fmt::format("{:.2f}", fit->bus_bandwidth_bytes_per_s / 1e9),
+                        std::to_string(fit->samples), fmt::format("{:.0f}%", 100 * fit->max_relative_error)});
+        };
+        for (int op = 0; op < 7; ++op) {
+          add(std::string(to_string(Collective(op))), fit_link(profile.links, fabric, CollectiveAlgorithm::ring, Collective(op)));
         }
+        add("(all)", fit_link(profile.links, fabric));
       }
+      std::cout << "\nalpha-beta fits (seconds = latency x steps + size x busfactor / busbw)\n" << fits.render();
     }
     std::cout << "\n";
   }

@@ -82,6 +82,9 @@ CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, i
     intra_bw_ = fit->bus_bandwidth_bytes_per_s;
     intra_latency_s_ = fit->alpha_s;
     intra_measured_ = true;
+    for (int op = 0; op < 7; ++op) {
+      intra_fits_[op] = fit_link(profile.links, cluster_.name + "/intra", CollectiveAlgorithm::ring, Collective(op));
+    }
   }
   if (cluster_.inter_node) {
     const InterNodeFabric& inter = *cluster_.inter_node;
@@ -109,10 +112,15 @@ CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, i
       inter_bw_ = fit->bus_bandwidth_bytes_per_s;
       inter_latency_s_ = fit->alpha_s * hops;
       inter_measured_ = true;
+      for (int op = 0; op < 7; ++op) {
+        inter_fits_[op] = fit_link(profile.links, cluster_.name + "/inter", CollectiveAlgorithm::ring, Collective(op));
+      }
     }
+    inter_hops_ = hops;
   } else {
     inter_bw_ = intra_bw_;
     inter_latency_s_ = intra_latency_s_;
+    inter_fits_ = intra_fits_;
   }
 }
 
@@ -128,7 +136,10 @@ CostLookup::CostLookup(const CostLookup& other)
       intra_bw_(other.intra_bw_),
       intra_latency_s_(other.intra_latency_s_),
       inter_bw_(other.inter_bw_),
-      inter_latency_s_(other.inter_latency_s_) {
+      inter_latency_s_(other.inter_latency_s_),
+      intra_fits_(other.intra_fits_),
+      inter_fits_(other.inter_fits_),
+      inter_hops_(other.inter_hops_) {
   for (int i = 0; i < 3; ++i) curves_[i] = other.curves_[i];
 }
 
@@ -177,8 +188,13 @@ double CostLookup::host_device_time_s(double bytes) const {
 }
 
 double CostLookup::level_time_s(Collective op, int ranks, double size_bytes, double bandwidth,
-                                double latency_s, CollectiveAlgorithm algorithm) const {
+                                double latency_s, const OpFits& fits, double latency_scale,
+                                CollectiveAlgorithm algorithm) const {
   if (ranks <= 1 && op != Collective::send_recv) return 0;
+  if (const auto& fit = fits[std::size_t(op)]; fit && algorithm == CollectiveAlgorithm::ring) {
+    bandwidth = fit->bus_bandwidth_bytes_per_s;
+    latency_s = fit->alpha_s * latency_scale;
+  }
   return collective_steps(op, ranks, algorithm) * latency_s +
          size_bytes * bus_bandwidth_factor(op, ranks) / bandwidth;
 }
@@ -188,14 +204,14 @@ double CostLookup::collective_time_s(Collective op, GroupPlacement group, double
   if (size_bytes <= 0 || (group.ranks <= 1 && op != Collective::send_recv)) return 0;
   const int k = group.ranks_per_node;
   const int nodes = group.nodes();
-  if (nodes <= 1) return level_time_s(op, k, size_bytes, intra_bw_, intra_latency_s_, algorithm);
-  if (k <= 1) return level_time_s(op, nodes, size_bytes, inter_bw_, inter_latency_s_, algorithm);
   auto intra = [&](Collective level_op, double bytes) {
-    return level_time_s(level_op, k, bytes, intra_bw_, intra_latency_s_, algorithm);
+    return level_time_s(level_op, k, bytes, intra_bw_, intra_latency_s_, intra_fits_, 1.0, algorithm);
   };
   auto inter = [&](Collective level_op, double bytes) {
-    return level_time_s(level_op, nodes, bytes, inter_bw_, inter_latency_s_, algorithm);
+    return level_time_s(level_op, nodes, bytes, inter_bw_, inter_latency_s_, inter_fits_, inter_hops_, algorithm);
   };
+  if (nodes <= 1) return intra(op, size_bytes);
+  if (k <= 1) return inter(op, size_bytes);
   switch (op) {
     case Collective::all_reduce:
       return intra(Collective::reduce_scatter, size_bytes) + inter(Collective::all_reduce, size_bytes / k) +

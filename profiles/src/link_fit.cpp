@@ -6,13 +6,14 @@
 namespace tessel::profiles {
 
 std::optional<LinkFit> fit_link(const std::vector<LinkSample>& samples, const std::string& fabric,
-                                CollectiveAlgorithm algorithm) {
+                                CollectiveAlgorithm algorithm, std::optional<Collective> only) {
   // Minimise sum(((alpha*x1 + beta*x2) - t) / t)^2: normal equations in (alpha, beta).
   double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
   int count = 0;
   std::vector<const LinkSample*> used;
   for (const LinkSample& s : samples) {
     if (s.fabric != fabric || s.algorithm != algorithm || s.flagged) continue;
+    if (only && s.collective != *only) continue;
     const double x1 = collective_steps(s.collective, s.ranks, algorithm) / s.seconds;
     const double x2 = s.bytes * bus_bandwidth_factor(s.collective, s.ranks) / s.seconds;
     if (x1 == 0 && x2 == 0) continue;

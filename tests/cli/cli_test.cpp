@@ -177,7 +177,8 @@ TEST_F(Cli, ProfileMeasuresShowsExportsAndImports) {
   const Outcome show = run("profile show --db " + db);
   ASSERT_EQ(show.status, 0) << show.err;
   EXPECT_NE(show.out.find("GEMM"), std::string::npos);
-  EXPECT_NE(show.out.find("fit local-cpu/intra: latency"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("alpha-beta fits"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("local-cpu/intra  all_reduce"), std::string::npos) << show.out;
   const fs::path exported = dir_ / "local-cpu.json";
   ASSERT_EQ(run("profile export --device local-cpu --db " + db + " --out " + exported.string()).status, 0);
   const std::string copy = (dir_ / "copy.db").string();

@@ -11,7 +11,8 @@
 //  - Streaming bandwidth: the median rate of the profile's elementwise samples of at
 //    least 1 MiB when there are any, else datasheet bandwidth x memory_efficiency.
 //  - A fabric with link samples (named "<cluster>/intra" or "<cluster>/inter") uses
-//    their alpha-beta fit (link_fit.hpp); otherwise the cluster spec's figures.
+//    their alpha-beta fit (link_fit.hpp): per collective where that collective was
+//    measured, else over all its samples; otherwise the cluster spec's figures.
 //
 // Collectives use an alpha-beta model per fabric level. A group that spans nodes is
 // costed hierarchically, as NCCL does on multi-rail clusters: intra-node
@@ -21,13 +22,16 @@
 // oversubscription).
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tessel/core/cluster_spec.hpp"
 #include "tessel/core/device_spec.hpp"
 #include "tessel/profiles/collectives.hpp"
+#include "tessel/profiles/link_fit.hpp"
 #include "tessel/profiles/profile.hpp"
 
 namespace tessel::profiles {
@@ -90,8 +94,9 @@ class CostLookup {
     double peak = 0;
   };
   const Curve& curve(Precision precision) const;
+  using OpFits = std::array<std::optional<LinkFit>, 7>;  // by Collective
   double level_time_s(Collective op, int ranks, double size_bytes, double bandwidth, double latency_s,
-                      CollectiveAlgorithm algorithm) const;
+                      const OpFits& fits, double latency_scale, CollectiveAlgorithm algorithm) const;
 
   DeviceSpec device_;
   ClusterSpec cluster_;
@@ -103,6 +108,8 @@ class CostLookup {
   double host_bw_per_device_;
   double intra_bw_, intra_latency_s_;
   double inter_bw_, inter_latency_s_;
+  OpFits intra_fits_{}, inter_fits_{};
+  double inter_hops_ = 1;
 };
 
 }  // namespace tessel::profiles

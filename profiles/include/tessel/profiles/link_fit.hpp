@@ -22,7 +22,10 @@ struct LinkFit {
 
 // Fits the samples of `fabric` run with `algorithm`; nullopt with fewer than two
 // usable samples or a degenerate system.
+// `only`: fit the samples of one collective (an MPI or NCCL library runs each with its
+// own algorithm and reduction cost, so one fit per collective is the closer model).
 std::optional<LinkFit> fit_link(const std::vector<LinkSample>& samples, const std::string& fabric,
-                                CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring);
+                                CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring,
+                                std::optional<Collective> only = std::nullopt);
 
 }  // namespace tessel::profiles
