@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tessel/core/block_ops.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/profile_store.hpp"
 
@@ -15,39 +16,6 @@ using profiles::place_group;
 
 namespace {
 constexpr std::size_t K(TimeKind kind) { return std::size_t(kind); }
-
-// How a layout divides the work of one transformer block across its tensor grid.
-struct Splits {
-  int q = 1;            // grid side (tp for 1D)
-  double gemm = 1;      // GEMM FLOPs and attention heads x batch
-  double activation = 1;  // activations (b*s*h elements) held per rank
-  double intermediate = 1;  // MLP intermediate (b*s*f) per rank
-  double parameters = 1;  // weights per rank
-};
-
-Splits splits_of(const ParallelConfig& p) {
-  Splits s;
-  s.q = p.tp_grid_side();
-  s.gemm = p.tp;
-  switch (p.tp_mode) {
-    case TpMode::d1:
-      s.activation = p.tp_sequence_parallel ? p.tp : 1;
-      s.intermediate = p.tp;
-      s.parameters = p.tp;
-      break;
-    case TpMode::d2:
-      s.activation = s.intermediate = s.parameters = double(s.q) * s.q;
-      break;
-    case TpMode::d2_5:
-      s.activation = s.intermediate = double(s.q) * s.q * p.tp_depth;
-      s.parameters = double(s.q) * s.q;  // weights are replicated over the depth
-      break;
-    case TpMode::d3:
-      s.activation = s.intermediate = s.parameters = double(s.q) * s.q;  // P^(2/3)
-      break;
-  }
-  return s;
-}
 
 // Accumulates time, bytes and messages of the collectives one rank takes part in.
 struct CommTally {
@@ -110,7 +78,7 @@ CostModel CostModel::for_plan(const Plan& plan, const std::string& db_path) {
 }
 
 double CostModel::activation_bytes_per_layer(const ParallelConfig& p) const {
-  const Splits split = splits_of(p);
+  const TensorSplits split = tensor_splits(p);
   const double h = model_.hidden;
   const double tokens = double(p.micro_batch) * seq_ / p.sp;
   // Korthikanti et al. 2022, per s*b*h: replicated under 1D TP (norm inputs 4, QKV input
@@ -142,13 +110,11 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   c.reject = check_layout(model_, train_, p);
   if (c.reject != Reject::none) return c;
 
-  const Splits split = splits_of(p);
+  const TensorSplits split = tensor_splits(p);
   const int q = split.q;
   const double E = element_bytes_;
   const Precision precision = train_.precision;
-  const double h = model_.hidden, f = model_.ffn_hidden, V = model_.vocab;
-  const double s = seq_;
-  const double tokens = double(p.micro_batch) * s / p.sp;  // rows of every activation
+  const double h = model_.hidden;
   const int R = gpus_per_node_;
 
   // Ranks are ordered tp (fastest), sp, dp, pp. Inside the tensor grid: row, column, depth.
@@ -160,77 +126,51 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   const GroupPlacement sp_group = place_group(p.sp, p.tp, R);
   const GroupPlacement sp_neighbour{2, sp_group.ranks_per_node >= 2 ? 2 : 1};
 
-  // ---- one transformer block, forward, one micro-batch ----
-  double gemm_s = 0;
-  CommTally tp{costs_};
-  double depth_grad_elements = 0;
-  for (auto [in, out] : linears_) {
-    const double flops = 2.0 * tokens * in * out;
-    switch (p.tp_mode) {
-      case TpMode::d1:
-        gemm_s += costs_.gemm_time_s(flops / p.tp, flops / p.tp, precision);
-        break;
-      case TpMode::d2: {
-        // SUMMA: q steps, each a broadcast of an activation block along the row and of a
-        // weight block along the column, then a local GEMM of 1/q^3 of the work.
-        const double step_flops = flops / (double(q) * q * q);
-        gemm_s += q * costs_.gemm_time_s(step_flops, step_flops, precision);
-        tp.add(Collective::broadcast, grid_row, tokens / q * in / q * E, q, CollectiveAlgorithm::tree);
-        tp.add(Collective::broadcast, grid_column, in / q * out / q * E, q, CollectiveAlgorithm::tree);
-        break;
-      }
-      case TpMode::d2_5: {
-        // Tesseract: each depth layer runs SUMMA on 1/d of the rows.
-        const double d = p.tp_depth;
-        const double step_flops = flops / (double(q) * q * q * d);
-        gemm_s += q * costs_.gemm_time_s(step_flops, step_flops, precision);
-        tp.add(Collective::broadcast, grid_row, tokens / (q * d) * in / q * E, q, CollectiveAlgorithm::tree);
-        tp.add(Collective::broadcast, grid_column, in / q * out / q * E, q, CollectiveAlgorithm::tree);
-        depth_grad_elements += in / q * out / q;
-        break;
-      }
-      case TpMode::d3: {
-        // 3D: gather the input block and the weight block along two axes, multiply,
-        // reduce-scatter the partial output along the third.
-        const double local_flops = flops / (double(q) * q * q);
-        gemm_s += costs_.gemm_time_s(local_flops, local_flops, precision);
-        tp.add(Collective::all_gather, grid_row, tokens / q * in / q * E, 1, CollectiveAlgorithm::tree);
-        tp.add(Collective::all_gather, grid_column, in / q * out / q * E, 1, CollectiveAlgorithm::tree);
-        tp.add(Collective::reduce_scatter, grid_depth, tokens / q * out / q * E, 1, CollectiveAlgorithm::tree);
-        break;
+  // ---- the block's ops (core/block_ops), priced one by one ----
+  const BlockOpTable table = block_op_table(model_, seq_, p, E);
+  auto placement = [&](CommGroup group) -> GroupPlacement {
+    switch (group) {
+      case CommGroup::tp: return tp_group;
+      case CommGroup::tp_row: return grid_row;
+      case CommGroup::tp_col: return grid_column;
+      case CommGroup::tp_depth: return grid_depth;
+      case CommGroup::sp_ring: return sp_neighbour;
+    }
+    return tp_group;
+  };
+  // Forward seconds of a list of ops, by kind; collectives tallied by group family.
+  struct Priced {
+    double gemm_s = 0, attention_s = 0, memory_s = 0, backward_memory_s = 0, selective_s = 0;
+    CommTally tp, sp;
+  };
+  auto price = [&](const std::vector<BlockOp>& ops) {
+    Priced out{0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}};
+    for (const BlockOp& op : ops) {
+      switch (op.kind) {
+        case OpKind::gemm:
+          out.gemm_s += op.count * costs_.gemm_time_s(op.m, op.n, op.k, precision);
+          break;
+        case OpKind::attention:
+          out.attention_s += costs_.gemm_time_s(op.flops, op.gemm_flops, precision);
+          break;
+        case OpKind::memory: {
+          const double seconds = costs_.memory_time_s(op.bytes);
+          out.memory_s += seconds;
+          out.backward_memory_s += op.backward * seconds;
+          if (op.selective_recompute) out.selective_s += seconds;
+          break;
+        }
+        case OpKind::collective:
+          (op.group == CommGroup::sp_ring ? out.sp : out.tp)
+              .add(op.collective, placement(op.group), op.bytes, op.count, op.algorithm);
+          break;
       }
     }
-  }
-  if (p.tp_mode == TpMode::d1 && p.tp > 1) {
-    // Megatron: an all-reduce after the attention projection and after fc2; with
-    // sequence parallel each becomes a reduce-scatter and an all-gather of the same size.
-    const double size = tokens * h * E;
-    if (p.tp_sequence_parallel) {
-      tp.add(Collective::all_gather, tp_group, size, 2);
-      tp.add(Collective::reduce_scatter, tp_group, size, 2);
-    } else {
-      tp.add(Collective::all_reduce, tp_group, size, 2);
-    }
-  }
-  c.block_tp_forward_bytes = tp.bytes;
-  c.block_tp_forward_messages = tp.messages;
-  const double head_dim = model_.head_dim();
-  const double attention_flops = 4.0 * tokens * s * h / split.gemm;
-  const double one_head_gemm = 2.0 * (s / p.sp) * s * head_dim;
-  const double attention_s = costs_.gemm_time_s(attention_flops, one_head_gemm, precision);
-  const double softmax_bytes = 2.0 * E * p.micro_batch * model_.heads * (s / p.sp) * s / split.gemm;
-  const double elementwise_bytes =
-      E * (10.0 * tokens * h / split.activation +
-           (model_.activation == Activation::swiglu ? 3.0 : 2.0) * tokens * f / split.intermediate) +
-      softmax_bytes;
-  const double elementwise_s = costs_.memory_time_s(elementwise_bytes);
-
-  CommTally sp{costs_};
-  if (p.sp > 1) {
-    // Ring self-attention: key blocks, then value blocks, travel sp-1 hops.
-    const double block_bytes = double(p.micro_batch) * (s / p.sp) * model_.kv_dim() * E / split.gemm;
-    sp.add(Collective::send_recv, sp_neighbour, block_bytes, 2.0 * (p.sp - 1));
-  }
+    return out;
+  };
+  const Priced block = price(table.block);
+  c.block_tp_forward_bytes = block.tp.bytes;
+  c.block_tp_forward_messages = block.tp.messages;
 
   const double layers = double(model_.layers) / p.pp;
   const double recompute_factor = p.recompute == Recompute::full ? 1.0 : 0.0;
@@ -238,35 +178,34 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     c.forward_s[K(kind)] = forward;
     c.backward_s[K(kind)] = backward;
   };
-  set(TimeKind::gemm, layers * gemm_s, layers * 2 * gemm_s);
-  set(TimeKind::attention, layers * attention_s, layers * 2 * attention_s);
-  set(TimeKind::elementwise, layers * elementwise_s, layers * 2 * elementwise_s);
-  set(TimeKind::tp_comm, layers * tp.time_s, layers * (2 + recompute_factor) * tp.time_s);
-  set(TimeKind::sp_comm, layers * sp.time_s, layers * (2 + recompute_factor) * sp.time_s);
+  set(TimeKind::gemm, layers * block.gemm_s, layers * 2 * block.gemm_s);
+  set(TimeKind::attention, layers * block.attention_s, layers * 2 * block.attention_s);
+  set(TimeKind::elementwise, layers * block.memory_s, layers * block.backward_memory_s);
+  set(TimeKind::tp_comm, layers * block.tp.time_s, layers * (2 + recompute_factor) * block.tp.time_s);
+  set(TimeKind::sp_comm, layers * block.sp.time_s, layers * (2 + recompute_factor) * block.sp.time_s);
   double recompute_s = 0;
-  if (p.recompute == Recompute::full) recompute_s = layers * (gemm_s + attention_s + elementwise_s);
-  if (p.recompute == Recompute::selective) recompute_s = layers * (attention_s + costs_.memory_time_s(softmax_bytes));
+  if (p.recompute == Recompute::full) recompute_s = layers * (block.gemm_s + block.attention_s + block.memory_s);
+  if (p.recompute == Recompute::selective) recompute_s = layers * (block.attention_s + block.selective_s);
   set(TimeKind::recompute, 0, recompute_s);
 
-  // ---- LM head and cross-entropy on the last stage (embedding too when pp == 1) ----
-  const double head_flops = 2.0 * tokens * h * V / split.gemm;
-  const double head_gemm_s = costs_.gemm_time_s(head_flops, head_flops, precision);
-  const double logits_elements = tokens * V / split.gemm;
-  const double cross_entropy_s = costs_.memory_time_s(2.0 * 4.0 * logits_elements);
-  c.forward_s[K(TimeKind::gemm)] += head_gemm_s;
-  c.backward_s[K(TimeKind::gemm)] += 2 * head_gemm_s;
-  c.forward_s[K(TimeKind::elementwise)] += cross_entropy_s;
-  c.backward_s[K(TimeKind::elementwise)] += cross_entropy_s;
-  CommTally head_comm{costs_};
-  // Vocab-parallel cross-entropy: max, sum and target logit per token.
-  head_comm.add(Collective::all_reduce, tp_group, 3.0 * tokens * 4.0);
+  // ---- LM head and loss on the last stage (embedding too when pp == 1) ----
+  const Priced head = price(table.head);
+  c.forward_s[K(TimeKind::gemm)] += head.gemm_s;
+  c.backward_s[K(TimeKind::gemm)] += 2 * head.gemm_s;
+  c.forward_s[K(TimeKind::elementwise)] += head.memory_s;
+  c.backward_s[K(TimeKind::elementwise)] += head.backward_memory_s;
+  CommTally head_comm = head.tp;
   if (p.pp == 1) {
-    const double embedding_bytes = 2.0 * tokens * h * E / split.activation;
-    c.forward_s[K(TimeKind::elementwise)] += costs_.memory_time_s(embedding_bytes);
-    c.backward_s[K(TimeKind::elementwise)] += costs_.memory_time_s(embedding_bytes);
-    if (p.tp > 1) head_comm.add(Collective::all_reduce, tp_group, tokens * h * E);  // vocab-parallel lookup
+    const Priced embedding = price(table.embedding);
+    c.forward_s[K(TimeKind::elementwise)] += embedding.memory_s;
+    c.backward_s[K(TimeKind::elementwise)] += embedding.backward_memory_s;
+    head_comm.time_s += embedding.tp.time_s;
+    head_comm.bytes += embedding.tp.bytes;
+    head_comm.messages += embedding.tp.messages;
   }
   c.forward_s[K(TimeKind::tp_comm)] += head_comm.time_s;
+  const double tokens = table.tokens;  // rows of every activation
+  const double logits_elements = tokens * model_.vocab / split.gemm;
 
   // ---- pipeline sends ----
   CommTally pp{costs_};
@@ -294,13 +233,13 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
                                        : std::max(double(model_.embedding_parameters()), last_stage_extra);
   c.stage_parameters = (layers * double(model_.layer_parameters()) + stage_extra) / split.parameters;
   c.layer_parameters = double(model_.layer_parameters()) / split.parameters;
-  c.depth_sync_grad_elements = layers * depth_grad_elements;
+  c.depth_sync_grad_elements = layers * table.weight_sync_elements;
 
   const double passes = 3.0 + recompute_factor;  // forward, backward (2x), recomputed forward
-  c.comm_per_micro_batch.tp_bytes = layers * passes * tp.bytes + head_comm.bytes;
-  c.comm_per_micro_batch.tp_messages = layers * passes * tp.messages + head_comm.messages;
-  c.comm_per_micro_batch.sp_bytes = layers * passes * sp.bytes;
-  c.comm_per_micro_batch.sp_messages = layers * passes * sp.messages;
+  c.comm_per_micro_batch.tp_bytes = layers * passes * block.tp.bytes + head_comm.bytes;
+  c.comm_per_micro_batch.tp_messages = layers * passes * block.tp.messages + head_comm.messages;
+  c.comm_per_micro_batch.sp_bytes = layers * passes * block.sp.bytes;
+  c.comm_per_micro_batch.sp_messages = layers * passes * block.sp.messages;
   c.comm_per_micro_batch.pp_bytes = pp.bytes;
   c.comm_per_micro_batch.pp_messages = pp.messages;
   return c;

@@ -10,12 +10,12 @@
 
 #include <string_view>
 
+#include "tessel/core/collective.hpp"
+
 namespace tessel::profiles {
 
-enum class Collective { all_reduce, all_gather, reduce_scatter, broadcast, reduce, send_recv, all_to_all };
-
-// Ring: n-1 (or 2(n-1)) latency steps; tree / recursive doubling: ceil(log2 n) (or 2x).
-enum class CollectiveAlgorithm { ring, tree };
+using tessel::Collective;
+using tessel::CollectiveAlgorithm;
 
 std::string_view to_string(Collective op);
 

@@ -1,0 +1,68 @@
+// The ops of one transformer block, and of the embedding and LM head, for one
+// micro-batch on one rank under a parallel layout: GEMM shapes, attention FLOPs,
+// bytes streamed by memory-bound ops, and the collectives each tensor-parallel mode
+// needs. It is the one table of "what a step does" that the planner sums in closed
+// form, the Program lowering emits op by op, and the executor follows, so the three
+// cannot disagree about the work. Times are not here: profiles price the ops.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "tessel/core/collective.hpp"
+#include "tessel/core/model_spec.hpp"
+#include "tessel/core/parallel_config.hpp"
+
+namespace tessel {
+
+enum class OpKind { gemm, attention, memory, collective };
+
+// Which communicator a collective runs on. Tensor-grid axes: 1D uses `tp`; 2D and
+// 2.5D broadcast along rows and columns; 3D gathers and reduces along its three axes
+// (row, column, depth); the 2.5D depth group also averages weight gradients.
+enum class CommGroup { tp, tp_row, tp_col, tp_depth, sp_ring };
+
+struct BlockOp {
+  std::string_view name;  // "attn.qkv", stable: part of op ids
+  OpKind kind = OpKind::memory;
+  // gemm: one GEMM of m x n x k, run `count` times; attention: `flops` in batched
+  // GEMMs of `gemm_flops` each; memory: `bytes` streamed; collective: `count` calls
+  // of `collective` on `group` with nccl-tests size `bytes`.
+  double m = 0, n = 0, k = 0;
+  double flops = 0, gemm_flops = 0;
+  double bytes = 0;
+  double count = 1;
+  Collective collective = Collective::all_reduce;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
+  CommGroup group = CommGroup::tp;
+  // Backward work as a multiple of forward (GEMMs 2: input and weight gradients).
+  double backward = 2;
+  // Re-run by selective recompute (the attention core and its softmax).
+  bool selective_recompute = false;
+
+  double gemm_total_flops() const { return 2.0 * m * n * k * count; }
+};
+
+// How a layout splits a block's tensors over its tensor grid (see block_ops.cpp).
+struct TensorSplits {
+  int q = 1;                 // grid side (tp for 1D)
+  double gemm = 1;           // GEMM FLOPs, heads x batch
+  double activation = 1;     // b*s*h activations held per rank
+  double intermediate = 1;   // b*s*f MLP intermediate per rank
+  double parameters = 1;     // weights per rank
+};
+TensorSplits tensor_splits(const ParallelConfig& parallel);
+
+struct BlockOpTable {
+  std::vector<BlockOp> block;       // one transformer block, forward order
+  std::vector<BlockOp> head;        // LM head and loss (last stage)
+  std::vector<BlockOp> embedding;   // token (+ position) embedding (first stage)
+  double weight_sync_elements = 0;  // 2.5D: weight-gradient elements all-reduced over depth per block
+  double tokens = 0;                // rows of every activation: micro_batch * seq / sp
+};
+
+// `element_bytes`: bytes of one activation element in the training precision.
+BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelConfig& parallel,
+                            double element_bytes);
+
+}  // namespace tessel

@@ -1,0 +1,186 @@
+#include "tessel/core/block_ops.hpp"
+
+namespace tessel {
+
+TensorSplits tensor_splits(const ParallelConfig& p) {
+  TensorSplits s;
+  s.q = p.tp_grid_side();
+  s.gemm = p.tp;
+  switch (p.tp_mode) {
+    case TpMode::d1:
+      s.activation = p.tp_sequence_parallel ? p.tp : 1;
+      s.intermediate = p.tp;
+      s.parameters = p.tp;
+      break;
+    case TpMode::d2:
+      s.activation = s.intermediate = s.parameters = double(s.q) * s.q;
+      break;
+    case TpMode::d2_5:
+      s.activation = s.intermediate = double(s.q) * s.q * p.tp_depth;
+      s.parameters = double(s.q) * s.q;  // weights are replicated over the depth
+      break;
+    case TpMode::d3:
+      s.activation = s.intermediate = s.parameters = double(s.q) * s.q;  // P^(2/3)
+      break;
+  }
+  return s;
+}
+
+namespace {
+BlockOp memory_op(std::string_view name, double bytes, double backward = 2) {
+  BlockOp op;
+  op.name = name;
+  op.kind = OpKind::memory;
+  op.bytes = bytes;
+  op.backward = backward;
+  return op;
+}
+
+BlockOp comm_op(std::string_view name, Collective collective, CommGroup group, double bytes, double count = 1,
+                CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring, double backward = 2) {
+  BlockOp op;
+  op.name = name;
+  op.kind = OpKind::collective;
+  op.collective = collective;
+  op.group = group;
+  op.bytes = bytes;
+  op.count = count;
+  op.algorithm = algorithm;
+  op.backward = backward;
+  return op;
+}
+
+BlockOp gemm_op(std::string_view name, double m, double n, double k, double count = 1) {
+  BlockOp op;
+  op.name = name;
+  op.kind = OpKind::gemm;
+  op.m = m, op.n = n, op.k = k;
+  op.count = count;
+  return op;
+}
+
+struct Linear {
+  std::string_view name, bcast_row, bcast_col, gather_input, gather_weight, reduce_output;
+  double in, out;
+};
+}  // namespace
+
+BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelConfig& p, double E) {
+  BlockOpTable t;
+  const TensorSplits split = tensor_splits(p);
+  const int q = split.q;
+  const double h = model.hidden, f = model.ffn_hidden, V = model.vocab, s = seq_len;
+  const double kv = model.kv_dim();
+  const double mlp_out = model.activation == Activation::swiglu ? 2 * f : f;
+  const double T = double(p.micro_batch) * s / p.sp;
+  t.tokens = T;
+  const bool one_d = p.tp_mode == TpMode::d1;
+  const bool megatron_sp = one_d && p.tp_sequence_parallel && p.tp > 1;
+  const double A = T * h / split.activation;  // activation elements per rank
+
+  // Megatron 1D: an all-reduce after the attention projection and after fc2; with
+  // sequence parallel, an all-gather before each block half and a reduce-scatter after.
+  auto gather_before_half = [&](std::string_view name) {
+    if (megatron_sp) t.block.push_back(comm_op(name, Collective::all_gather, CommGroup::tp, T * h * E));
+  };
+  auto reduce_after_half = [&](std::string_view scatter_name, std::string_view all_reduce_name) {
+    if (!one_d || p.tp == 1) return;
+    t.block.push_back(megatron_sp ? comm_op(scatter_name, Collective::reduce_scatter, CommGroup::tp, T * h * E)
+                                  : comm_op(all_reduce_name, Collective::all_reduce, CommGroup::tp, T * h * E));
+  };
+  // One linear layer in the layout's tensor-parallel form.
+  auto linear = [&](const Linear& l) {
+    switch (p.tp_mode) {
+      case TpMode::d1:
+        t.block.push_back(gemm_op(l.name, T, l.out / p.tp, l.in));
+        break;
+      case TpMode::d2:
+        // SUMMA: q steps, each broadcasting an activation block along the row and a
+        // weight block along the column, then a local GEMM of 1/q^3 of the work.
+        t.block.push_back(comm_op(l.bcast_row, Collective::broadcast, CommGroup::tp_row, T / q * l.in / q * E, q,
+                                  CollectiveAlgorithm::tree));
+        t.block.push_back(comm_op(l.bcast_col, Collective::broadcast, CommGroup::tp_col, l.in / q * l.out / q * E, q,
+                                  CollectiveAlgorithm::tree));
+        t.block.push_back(gemm_op(l.name, T / q, l.out / q, l.in / q, q));
+        break;
+      case TpMode::d2_5: {
+        // Tesseract: each depth layer runs SUMMA on 1/d of the rows.
+        const double d = p.tp_depth;
+        t.block.push_back(comm_op(l.bcast_row, Collective::broadcast, CommGroup::tp_row, T / (q * d) * l.in / q * E, q,
+                                  CollectiveAlgorithm::tree));
+        t.block.push_back(comm_op(l.bcast_col, Collective::broadcast, CommGroup::tp_col, l.in / q * l.out / q * E, q,
+                                  CollectiveAlgorithm::tree));
+        t.block.push_back(gemm_op(l.name, T / (q * d), l.out / q, l.in / q, q));
+        t.weight_sync_elements += l.in / q * l.out / q;
+        break;
+      }
+      case TpMode::d3:
+        // 3D: gather the input block and the weight block along two axes, multiply,
+        // reduce-scatter the partial output along the third.
+        t.block.push_back(comm_op(l.gather_input, Collective::all_gather, CommGroup::tp_row, T / q * l.in / q * E, 1,
+                                  CollectiveAlgorithm::tree));
+        t.block.push_back(comm_op(l.gather_weight, Collective::all_gather, CommGroup::tp_col, l.in / q * l.out / q * E,
+                                  1, CollectiveAlgorithm::tree));
+        t.block.push_back(gemm_op(l.name, T / q, l.out / q, l.in / q));
+        t.block.push_back(comm_op(l.reduce_output, Collective::reduce_scatter, CommGroup::tp_depth,
+                                  T / q * l.out / q * E, 1, CollectiveAlgorithm::tree));
+        break;
+    }
+  };
+
+  // ---- attention half ----
+  t.block.push_back(memory_op("attn.norm", 2 * E * A));
+  gather_before_half("attn.tp_all_gather");
+  linear({"attn.qkv", "attn.qkv.bcast_row", "attn.qkv.bcast_col", "attn.qkv.gather_input", "attn.qkv.gather_weight",
+          "attn.qkv.reduce_scatter", h, h + 2 * kv});
+  if (p.sp > 1) {
+    // Ring self-attention: key blocks, then value blocks, travel sp-1 hops.
+    t.block.push_back(comm_op("attn.ring_kv", Collective::send_recv, CommGroup::sp_ring,
+                              double(p.micro_batch) * (s / p.sp) * kv * E / split.gemm, 2.0 * (p.sp - 1)));
+  }
+  {
+    BlockOp core;
+    core.name = "attn.core";
+    core.kind = OpKind::attention;
+    core.flops = 4.0 * T * s * h / split.gemm;
+    core.gemm_flops = 2.0 * (s / p.sp) * s * model.head_dim();
+    core.selective_recompute = true;
+    t.block.push_back(core);
+    BlockOp softmax = memory_op("attn.softmax", 2.0 * E * p.micro_batch * model.heads * (s / p.sp) * s / split.gemm);
+    softmax.selective_recompute = true;
+    t.block.push_back(softmax);
+  }
+  linear({"attn.proj", "attn.proj.bcast_row", "attn.proj.bcast_col", "attn.proj.gather_input",
+          "attn.proj.gather_weight", "attn.proj.reduce_scatter", h, h});
+  reduce_after_half("attn.tp_reduce_scatter", "attn.tp_all_reduce");
+  t.block.push_back(memory_op("attn.residual", 3 * E * A));
+  // ---- MLP half ----
+  t.block.push_back(memory_op("mlp.norm", 2 * E * A));
+  gather_before_half("mlp.tp_all_gather");
+  linear({"mlp.fc1", "mlp.fc1.bcast_row", "mlp.fc1.bcast_col", "mlp.fc1.gather_input", "mlp.fc1.gather_weight",
+          "mlp.fc1.reduce_scatter", h, mlp_out});
+  t.block.push_back(
+      memory_op("mlp.act", (model.activation == Activation::swiglu ? 3.0 : 2.0) * E * T * f / split.intermediate));
+  linear({"mlp.fc2", "mlp.fc2.bcast_row", "mlp.fc2.bcast_col", "mlp.fc2.gather_input", "mlp.fc2.gather_weight",
+          "mlp.fc2.reduce_scatter", f, h});
+  reduce_after_half("mlp.tp_reduce_scatter", "mlp.tp_all_reduce");
+  t.block.push_back(memory_op("mlp.residual", 3 * E * A));
+
+  // ---- LM head and loss: vocab-parallel logits, fp32 cross-entropy ----
+  t.head.push_back(gemm_op("head.logits", T, V / split.gemm, h));
+  t.head.push_back(memory_op("head.loss", 2.0 * 4.0 * T * V / split.gemm, 1));
+  // Vocab-parallel cross-entropy: max, sum and target logit per token.
+  if (p.tp > 1) {
+    t.head.push_back(comm_op("head.loss_all_reduce", Collective::all_reduce, CommGroup::tp, 3.0 * T * 4.0, 1,
+                             CollectiveAlgorithm::ring, 0));
+  }
+  // ---- embedding: lookup, and the vocab-parallel all-reduce ----
+  t.embedding.push_back(memory_op("embed.lookup", 2.0 * T * h * E / split.activation, 1));
+  if (p.tp > 1) {
+    t.embedding.push_back(comm_op("embed.tp_all_reduce", Collective::all_reduce, CommGroup::tp, T * h * E, 1,
+                                  CollectiveAlgorithm::ring, 0));
+  }
+  return t;
+}
+
+}  // namespace tessel
