@@ -1,0 +1,37 @@
+// The one pipeline schedule generator: the order in which a stage runs its
+// (micro-batch, model chunk, forward/backward) steps. The Program lowering, and so the
+// simulator and the executor, follow it; nothing else decides pipeline order.
+//   gpipe        all forwards, then all backwards (Huang et al. 2019)
+//   1f1b         p - s - 1 warm-up forwards, then one forward one backward, then the
+//                remaining backwards (PipeDream-Flush, Narayanan et al. 2021): at most
+//                p - s micro-batches in flight on stage s
+//   interleaved  v model chunks per stage, visited chunk-major in groups of p
+//                micro-batches (Megatron-LM, Narayanan et al. 2021); needs m % p == 0
+// With one stage every schedule is gradient accumulation: F(i) then B(i).
+#pragma once
+
+#include <vector>
+
+#include "tessel/core/enums.hpp"
+
+namespace tessel {
+
+enum class Pass { forward, backward };
+
+struct PipelineStep {
+  int micro_batch = 0;
+  int chunk = 0;  // model chunk on this stage (0 unless interleaved)
+  Pass pass = Pass::forward;
+  bool operator==(const PipelineStep&) const = default;
+};
+
+// Steps of `stage` (0-based) among `stages`, for `micro_batches` and `virtual_stages`
+// (chunks per stage; 1 unless interleaved).
+std::vector<PipelineStep> pipeline_schedule(Schedule schedule, int stage, int stages, int micro_batches,
+                                            int virtual_stages = 1);
+
+// The virtual stage a chunk of a stage is: chunk-major, so data flows
+// stage 0 chunk 0 -> ... -> stage p-1 chunk 0 -> stage 0 chunk 1 -> ...
+inline int virtual_stage(int stage, int chunk, int stages) { return chunk * stages + stage; }
+
+}  // namespace tessel
