@@ -74,6 +74,10 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   const double mlp_out = model.activation == Activation::swiglu ? 2 * f : f;
   const double T = double(p.micro_batch) * s / p.sp;
   t.tokens = T;
+  // 1D without sequence parallel holds the whole activation on every tensor rank and
+  // sends it whole; every other layout sends its own partition.
+  t.stage_boundary_bytes = T * h * E / (p.tp_mode == TpMode::d1 && !p.tp_sequence_parallel ? 1.0 : split.activation);
+  t.layer_parameters = double(model.layer_parameters()) / split.parameters;
   const bool one_d = p.tp_mode == TpMode::d1;
   const bool megatron_sp = one_d && p.tp_sequence_parallel && p.tp > 1;
   const double A = T * h / split.activation;  // activation elements per rank

@@ -5,6 +5,7 @@
 
 #include "tessel/core/block_ops.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/model_states.hpp"
 #include "tessel/profiles/profile_store.hpp"
 
 namespace tessel::planner {
@@ -48,18 +49,11 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
       costs_(profile, cluster_, nodes, gpus_per_node),
       seq_(effective_seq_len(model_, train_)) {
   element_bytes_ = element_bytes(train_.precision);
-  const bool mixed = train_.precision != Precision::fp32;
-  // Weights and gradients in the training precision; fp32 master weights for mixed
-  // precision; Adam-style optimizers keep two fp32 moments, LARS one (momentum).
-  param_bytes_ = element_bytes_;
-  grad_bytes_ = element_bytes_;
-  const double state_bytes = train_.optimizer == Optimizer::lars ? 4 : 8;
-  optimizer_bytes_ = state_bytes + (mixed ? 4 : 0);
-  // Bytes the optimizer step streams per parameter: read the gradient, read and write
-  // fp32 weights and states, write the low-precision copy; LAMB re-reads the update
-  // for its layer-wise trust ratio.
-  optimizer_traffic_bytes_ = grad_bytes_ + 2 * (4 + state_bytes) + (mixed ? param_bytes_ : 0) +
-                             (train_.optimizer == Optimizer::lamb ? 8 : 0);
+  const ModelStateBytes states = model_state_bytes(train_.precision, train_.optimizer);
+  param_bytes_ = states.parameter;
+  grad_bytes_ = states.gradient;
+  optimizer_bytes_ = states.optimizer;
+  optimizer_traffic_bytes_ = states.optimizer_traffic;
 
   const double h = model_.hidden, kv = model_.kv_dim(), f = model_.ffn_hidden;
   const double mlp_out = model_.activation == Activation::swiglu ? 2 * f : f;
@@ -135,6 +129,8 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
       case CommGroup::tp_col: return grid_column;
       case CommGroup::tp_depth: return grid_depth;
       case CommGroup::sp_ring: return sp_neighbour;
+      case CommGroup::dp:
+      case CommGroup::pp: break;  // block tables hold no data- or pipeline-parallel ops
     }
     return tp_group;
   };
@@ -164,6 +160,10 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
           (op.group == CommGroup::sp_ring ? out.sp : out.tp)
               .add(op.collective, placement(op.group), op.bytes, op.count, op.algorithm);
           break;
+        case OpKind::send:
+        case OpKind::recv:
+        case OpKind::copy:
+          break;  // not in block tables: pipeline and offload traffic are priced per step
       }
     }
     return out;
@@ -211,8 +211,7 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   CommTally pp{costs_};
   if (p.pp > 1) {
     const GroupPlacement neighbour = place_group(2, p.tp * p.sp * p.dp, R);
-    const double activation_split = p.tp_mode == TpMode::d1 ? (p.tp_sequence_parallel ? p.tp : 1) : split.activation;
-    const double bytes = tokens * h * E / activation_split;
+    const double bytes = table.stage_boundary_bytes;
     c.p2p_one_way_s = costs_.collective_time_s(Collective::send_recv, neighbour, bytes);
     pp.add(Collective::send_recv, neighbour, bytes, 2);  // activation forward, its gradient backward
     set(TimeKind::pp_p2p, c.p2p_one_way_s, c.p2p_one_way_s);
@@ -232,7 +231,7 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   const double stage_extra = p.pp == 1 ? double(model_.embedding_parameters() + model_.head_parameters())
                                        : std::max(double(model_.embedding_parameters()), last_stage_extra);
   c.stage_parameters = (layers * double(model_.layer_parameters()) + stage_extra) / split.parameters;
-  c.layer_parameters = double(model_.layer_parameters()) / split.parameters;
+  c.layer_parameters = table.layer_parameters;
   c.depth_sync_grad_elements = layers * table.weight_sync_elements;
 
   const double passes = 3.0 + recompute_factor;  // forward, backward (2x), recomputed forward

@@ -15,12 +15,14 @@
 
 namespace tessel {
 
-enum class OpKind { gemm, attention, memory, collective };
+// send/recv: pipeline activations between stages; copy: host<->device (offload).
+enum class OpKind { gemm, attention, memory, collective, send, recv, copy };
 
 // Which communicator a collective runs on. Tensor-grid axes: 1D uses `tp`; 2D and
 // 2.5D broadcast along rows and columns; 3D gathers and reduces along its three axes
 // (row, column, depth); the 2.5D depth group also averages weight gradients.
-enum class CommGroup { tp, tp_row, tp_col, tp_depth, sp_ring };
+// dp: the gradient group (dp x sp ranks holding the same weights); pp: stage neighbours.
+enum class CommGroup { tp, tp_row, tp_col, tp_depth, sp_ring, dp, pp };
 
 struct BlockOp {
   std::string_view name;  // "attn.qkv", stable: part of op ids
@@ -59,6 +61,8 @@ struct BlockOpTable {
   std::vector<BlockOp> embedding;   // token (+ position) embedding (first stage)
   double weight_sync_elements = 0;  // 2.5D: weight-gradient elements all-reduced over depth per block
   double tokens = 0;                // rows of every activation: micro_batch * seq / sp
+  double stage_boundary_bytes = 0;  // activation one rank sends to the next pipeline stage
+  double layer_parameters = 0;      // one block's parameters held by one rank
 };
 
 // `element_bytes`: bytes of one activation element in the training precision.

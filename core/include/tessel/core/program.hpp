@@ -1,0 +1,70 @@
+// The Program: what every rank does in one training step, as ordered ops on streams
+// with the cross-stream dependencies a real runtime has. It is the shared language of
+// the planner, the simulator and the executor; op ids ("mb3/L12/fwd/mlp.fc1") are
+// stable so that predicted and measured events line up op by op.
+//
+// Ranks of one pipeline stage run the same program (their tensor, sequence and data
+// coordinates change which peers they talk to, not what they do), so a Program holds
+// one op list per stage and maps ranks onto them. Order of pipeline steps comes from
+// pipeline_schedule(); the work of each op from block_op_table().
+//
+// Ids: mb{i}/L{l}/{fwd|bwd|recompute}/{op}   transformer block ops of micro-batch i
+//      mb{i}/embed/{fwd|bwd}/{op}, mb{i}/head/{fwd|bwd}/{op}
+//      mb{i}/V{v}/{fwd|bwd}/pp.{send|recv}     pipeline transfers at virtual stage v
+//      mb{i}/L{l}/{fwd|bwd}/zero.{all_gather|reduce_scatter}   ZeRO-3 per micro-batch
+//      mb{i}/L{l}/fwd/offload.fetch            chunked offload
+//      L{l}/dp/grad.{all_reduce|reduce_scatter}, L{l}/step/zero.all_gather
+//      step/optimizer, step/offload.{grads_d2h|params_h2d}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/core/block_ops.hpp"
+#include "tessel/core/plan.hpp"
+#include "tessel/core/schedule.hpp"
+
+namespace tessel {
+
+enum class Stream { compute, tp_comm, dp_comm, pp_comm, copy };
+std::string_view to_string(Stream stream);
+
+struct ProgramOp {
+  std::string id;
+  Stream stream = Stream::compute;
+  // The work, backward multipliers already applied (a backward GEMM has count 2x).
+  BlockOp work;
+  int peer_offset = 0;  // send/recv: +1 to the next virtual stage, -1 to the previous
+  // Ops of the same program that must finish before this one starts; always earlier
+  // in the list. Ops on one stream also run in list order.
+  std::vector<std::uint32_t> deps;
+};
+
+struct StageProgram {
+  int stage = 0;
+  std::vector<ProgramOp> ops;
+};
+
+class Program {
+ public:
+  // Lowers a validated plan.
+  static Program lower(const Plan& plan);
+
+  const Plan& plan() const { return plan_; }
+  int world_size() const { return plan_.parallel.world_size(); }
+  int stages() const { return plan_.parallel.pp; }
+  int micro_batches() const { return micro_batches_; }
+  const StageProgram& stage(int s) const { return stages_.at(std::size_t(s)); }
+  // Rank order: tp fastest, then sp, dp, pp.
+  int stage_of_rank(int rank) const { return rank / (plan_.parallel.tp * plan_.parallel.sp * plan_.parallel.dp); }
+  const StageProgram& rank_program(int rank) const { return stage(stage_of_rank(rank)); }
+  std::size_t op_count() const;  // over the distinct stage programs
+
+ private:
+  Plan plan_;
+  int micro_batches_ = 0;
+  std::vector<StageProgram> stages_;
+};
+
+}  // namespace tessel
