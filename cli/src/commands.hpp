@@ -21,5 +21,6 @@ Command add_sweep_command(CLI::App& app);
 Command add_capacity_command(CLI::App& app);
 Command add_presets_command(CLI::App& app);
 Command add_profile_command(CLI::App& app);
+Command add_simulate_command(CLI::App& app);
 
 }  // namespace tessel::cli

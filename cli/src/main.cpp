@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   add(add_capacity_command);
   add(add_presets_command);
   add(add_profile_command);
+  add(add_simulate_command);
 
   try {
     app.parse(argc, argv);

@@ -233,6 +233,16 @@ Program Program::lower(const Plan& plan) {
                        (model.tied_embeddings && p.pp > 1 ? double(model.vocab) * model.hidden : 0.0)) /
                       split.parameters;
     }
+    // The rest of the stage's weights (embedding, final norm, LM head) sync in one bucket
+    // when the backward is done; ZeRO-3 treats them as ZeRO-2 does.
+    const double rest_params = stage_params - double(stage_layers.size()) * layer_params;
+    if (gradient_group > 1 && rest_params > 0) {
+      const bool sharded = p.zero >= 1;
+      step_waits.push_back(b.after_last(
+          fmt::format("stage/dp/grad.{}", sharded ? "reduce_scatter" : "all_reduce"),
+          transfer(OpKind::collective, CommGroup::dp, rest_params * states.gradient,
+                   sharded ? Collective::reduce_scatter : Collective::all_reduce)));
+    }
     const double optimizer_shard = p.zero >= 1 ? gradient_group : 1;
     const double optimizer_params = stage_params / optimizer_shard;
     if (b.last() >= 0) step_waits.push_back(std::uint32_t(b.last()));
@@ -250,10 +260,17 @@ Program Program::lower(const Plan& plan) {
     } else {
       b.set_last(b.with_deps("step/optimizer", optimizer, step_waits));
     }
-    if (gradient_group > 1 && (p.zero == 1 || p.zero == 2)) {
-      for (int l : stage_layers) {
-        b.after_last(fmt::format("L{}/step/zero.all_gather", l),
-                     transfer(OpKind::collective, CommGroup::dp, layer_params * states.parameter, Collective::all_gather));
+    if (gradient_group > 1 && p.zero >= 1) {
+      if (p.zero <= 2) {
+        for (int l : stage_layers) {
+          b.after_last(fmt::format("L{}/step/zero.all_gather", l),
+                       transfer(OpKind::collective, CommGroup::dp, layer_params * states.parameter,
+                                Collective::all_gather));
+        }
+      }
+      if (rest_params > 0) {
+        b.after_last("stage/step/zero.all_gather",
+                     transfer(OpKind::collective, CommGroup::dp, rest_params * states.parameter, Collective::all_gather));
       }
     }
   }

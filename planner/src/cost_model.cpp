@@ -207,14 +207,13 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   const double tokens = table.tokens;  // rows of every activation
   const double logits_elements = tokens * model_.vocab / split.gemm;
 
-  // ---- pipeline sends ----
-  CommTally pp{costs_};
+  // ---- pipeline sends: priced per schedule in finish() ----
   if (p.pp > 1) {
-    const GroupPlacement neighbour = place_group(2, p.tp * p.sp * p.dp, R);
-    const double bytes = table.stage_boundary_bytes;
-    c.p2p_one_way_s = costs_.collective_time_s(Collective::send_recv, neighbour, bytes);
-    pp.add(Collective::send_recv, neighbour, bytes, 2);  // activation forward, its gradient backward
-    set(TimeKind::pp_p2p, c.p2p_one_way_s, c.p2p_one_way_s);
+    const int stride = p.tp * p.sp * p.dp;
+    c.stages_per_node = std::max(1, R / stride);
+    c.p2p_bytes = table.stage_boundary_bytes;
+    c.p2p_intra_s = costs_.collective_time_s(Collective::send_recv, GroupPlacement{2, 2}, c.p2p_bytes);
+    c.p2p_inter_s = costs_.collective_time_s(Collective::send_recv, GroupPlacement{2, 1}, c.p2p_bytes);
   }
 
   c.forward_compute_s = c.forward_s[K(TimeKind::gemm)] + c.forward_s[K(TimeKind::attention)] +
@@ -232,6 +231,7 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
                                        : std::max(double(model_.embedding_parameters()), last_stage_extra);
   c.stage_parameters = (layers * double(model_.layer_parameters()) + stage_extra) / split.parameters;
   c.layer_parameters = table.layer_parameters;
+  c.layers_on_stage = layers;
   c.depth_sync_grad_elements = layers * table.weight_sync_elements;
 
   const double passes = 3.0 + recompute_factor;  // forward, backward (2x), recomputed forward
@@ -239,8 +239,6 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   c.comm_per_micro_batch.tp_messages = layers * passes * block.tp.messages + head_comm.messages;
   c.comm_per_micro_batch.sp_bytes = layers * passes * block.sp.bytes;
   c.comm_per_micro_batch.sp_messages = layers * passes * block.sp.messages;
-  c.comm_per_micro_batch.pp_bytes = pp.bytes;
-  c.comm_per_micro_batch.pp_messages = pp.messages;
   return c;
 }
 
@@ -253,14 +251,42 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
   out.micro_batches = micro_batches;
 
-  // ---- pipeline ----
-  double forward_s = 0, backward_s = 0;
-  for (std::size_t kind = 0; kind <= K(TimeKind::pp_p2p); ++kind) {
-    const double scale = kind == K(TimeKind::pp_p2p) ? virtual_stages : 1.0;
-    forward_s += c.forward_s[kind] * scale;
-    backward_s += c.backward_s[kind] * scale;
-    out.time_s[kind] = micro_batches * (c.forward_s[kind] + c.backward_s[kind]) * scale;
+  // ---- pipeline sends: the busiest stage's per micro-batch ----
+  // Stage s sends its activation to the next (virtual) stage and its input gradient to
+  // the previous one; the first and last virtual stages send one way only. Stages fill
+  // nodes in blocks of stages_per_node, so the boundary s -> s+1 crosses nodes when
+  // (s+1) is a multiple of it, and the interleaved wrap p-1 -> 0 when the pipeline spans
+  // nodes. The slowest stage's sends set the pace of every slot.
+  double p2p_s = 0, p2p_sends = 0;
+  if (p.pp > 1) {
+    const int spn = c.stages_per_node, v = virtual_stages, stages = p.pp;
+    auto boundary = [&](bool crosses) { return crosses ? c.p2p_inter_s : c.p2p_intra_s; };
+    const double wrap = boundary(stages > spn);
+    const double first = v * boundary(spn == 1) + (v - 1) * wrap;
+    const double last = v * boundary((stages - 1) % spn == 0) + (v - 1) * wrap;
+    double middle = 0;
+    if (stages >= 3) {
+      middle = v * (spn == 1 ? 2 * c.p2p_inter_s : spn < stages ? c.p2p_inter_s + c.p2p_intra_s : 2 * c.p2p_intra_s);
+    }
+    p2p_s = std::max({first, last, middle});
+    p2p_sends = stages >= 3 ? 2.0 * v : 2.0 * v - 1;
+    if (p.schedule == Schedule::gpipe) {
+      // All forwards, then all backwards: the forward phase paces on the slowest forward
+      // send, the backward phase on the slowest backward send, even with two stages.
+      const double slowest = boundary(spn < stages);
+      p2p_s = 2 * slowest;
+      p2p_sends = 2;
+    }
   }
+  double forward_s = 0, backward_s = 0;
+  for (std::size_t kind = 0; kind < K(TimeKind::pp_p2p); ++kind) {
+    forward_s += c.forward_s[kind];
+    backward_s += c.backward_s[kind];
+    out.time_s[kind] = micro_batches * (c.forward_s[kind] + c.backward_s[kind]);
+  }
+  forward_s += p2p_s / 2;  // half the sends carry activations forward, half gradients back
+  backward_s += p2p_s / 2;
+  out.time_s[K(TimeKind::pp_p2p)] = micro_batches * p2p_s;
   out.time_s[K(TimeKind::pp_bubble)] = (p.pp - 1) * (forward_s + backward_s) / virtual_stages;
 
   // ---- model states ----
@@ -316,21 +342,32 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   else if (!fits_host) out.reject = Reject::out_of_host_memory;
 
   // ---- gradient sync and ZeRO ----
+  // Gradients travel in buckets, as the Program sends them: one per transformer layer
+  // and one for the rest of the stage (embedding, final norm, LM head).
   CommTally sync{costs_};
   CommTally zero3{costs_};
-  const double gradient_size = params * grad_bytes_;
-  const double parameter_size = params * param_bytes_;
+  const double layer_buckets = c.layers_on_stage;
+  const double rest_params = std::max(0.0, params - layer_buckets * c.layer_parameters);
+  auto buckets = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket) {
+    tally.add(op, gradient_group, c.layer_parameters * bytes_per_param, layer_buckets * count_per_bucket);
+    if (rest_params > 0) tally.add(op, gradient_group, rest_params * bytes_per_param, count_per_bucket);
+  };
   if (group > 1) {
     if (p.zero == 0) {
-      sync.add(Collective::all_reduce, gradient_group, gradient_size);
+      buckets(sync, Collective::all_reduce, grad_bytes_, 1);
     } else if (p.zero <= 2) {
-      sync.add(Collective::reduce_scatter, gradient_group, gradient_size);
-      sync.add(Collective::all_gather, gradient_group, parameter_size);
+      buckets(sync, Collective::reduce_scatter, grad_bytes_, 1);
+      buckets(sync, Collective::all_gather, param_bytes_, 1);
     } else {
-      // ZeRO-3 gathers the weights for every forward and backward and reduce-scatters
-      // gradients per micro-batch, overlapped with that micro-batch's compute.
-      zero3.add(Collective::all_gather, gradient_group, parameter_size, 2);
-      zero3.add(Collective::reduce_scatter, gradient_group, gradient_size);
+      // ZeRO-3 gathers each layer's weights for its forward and its backward and
+      // reduce-scatters its gradients, every micro-batch, overlapped with that
+      // micro-batch's compute; the rest of the stage is synced once, as in ZeRO-2.
+      zero3.add(Collective::all_gather, gradient_group, c.layer_parameters * param_bytes_, 2 * layer_buckets);
+      zero3.add(Collective::reduce_scatter, gradient_group, c.layer_parameters * grad_bytes_, layer_buckets);
+      if (rest_params > 0) {
+        sync.add(Collective::reduce_scatter, gradient_group, rest_params * grad_bytes_);
+        sync.add(Collective::all_gather, gradient_group, rest_params * param_bytes_);
+      }
     }
   }
   CommTally depth{costs_};
@@ -340,8 +377,10 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
               c.depth_sync_grad_elements * grad_bytes_);
   }
   const double compute_per_micro_batch = c.forward_compute_s + c.backward_compute_s;
-  const double exposed_sync = std::max(0.0, sync.time_s + depth.time_s - c.backward_compute_s);
-  const double exposed_zero3 = micro_batches * std::max(0.0, zero3.time_s - compute_per_micro_batch);
+  const double hidden_sync = overlap_ ? c.backward_compute_s : 0.0;
+  const double hidden_zero3 = overlap_ ? compute_per_micro_batch : 0.0;
+  const double exposed_sync = std::max(0.0, sync.time_s + depth.time_s - hidden_sync);
+  const double exposed_zero3 = micro_batches * std::max(0.0, zero3.time_s - hidden_zero3);
   out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3;
 
   // ---- optimizer and offload ----
@@ -371,8 +410,8 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   comm.tp_messages = micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages;
   comm.sp_bytes = micro_batches * c.comm_per_micro_batch.sp_bytes;
   comm.sp_messages = micro_batches * c.comm_per_micro_batch.sp_messages;
-  comm.pp_bytes = micro_batches * virtual_stages * c.comm_per_micro_batch.pp_bytes;
-  comm.pp_messages = micro_batches * virtual_stages * c.comm_per_micro_batch.pp_messages;
+  comm.pp_bytes = micro_batches * p2p_sends * c.p2p_bytes;
+  comm.pp_messages = micro_batches * p2p_sends;
   comm.dp_bytes = sync.bytes + micro_batches * zero3.bytes;
   comm.dp_messages = sync.messages + micro_batches * zero3.messages;
   comm.offload_bytes = copy_bytes;

@@ -40,11 +40,14 @@ struct LayoutCost {
   // Forward and backward time per micro-batch, by kind (gemm..pp_p2p).
   std::array<double, std::size_t(TimeKind::count)> forward_s{};
   std::array<double, std::size_t(TimeKind::count)> backward_s{};
-  double p2p_one_way_s = 0;          // one activation send between stages
+  double p2p_bytes = 0;              // one activation (or its gradient) between stages
+  double p2p_intra_s = 0, p2p_inter_s = 0;  // that send inside a node, between nodes
+  int stages_per_node = 1;
   double activation_bytes_per_micro_batch = 0;  // stored by the stage for one micro-batch
   double logits_bytes = 0;           // last stage, one micro-batch
   double stage_parameters = 0;       // parameters held by one rank before ZeRO
   double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
+  double layers_on_stage = 0;
   double depth_sync_grad_elements = 0;  // 2.5D: weight-gradient elements all-reduced over depth
   CommVolume comm_per_micro_batch;   // tp, sp, pp per micro-batch (fwd + bwd, incl. recompute)
   double block_tp_forward_bytes = 0;  // one transformer block's TP bytes per rank, forward
@@ -68,6 +71,11 @@ class CostModel {
   int nodes() const { return nodes_; }
   int gpus() const { return nodes_ * gpus_per_node_; }
   int seq_len() const { return seq_; }
+
+  // Overlap of data-parallel and ZeRO traffic with compute (on by default). Off, every
+  // byte of it is exposed: the model a simulation without stream overlap agrees with.
+  void set_overlap(bool overlap) { overlap_ = overlap; }
+  bool overlap() const { return overlap_; }
 
   // Full prediction for one layout (the world size must be gpus()).
   Estimate estimate(const ParallelConfig& parallel) const;
@@ -96,6 +104,7 @@ class CostModel {
   int gpus_per_node_;
   profiles::CostLookup costs_;
   int seq_;
+  bool overlap_ = true;
   double element_bytes_;
   double param_bytes_, grad_bytes_, optimizer_bytes_, optimizer_traffic_bytes_;
   double forward_gemm_flops_per_token_ = 0;

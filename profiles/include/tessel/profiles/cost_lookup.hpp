@@ -82,6 +82,8 @@ class CostLookup {
   double intra_bandwidth_bytes_per_s() const { return intra_bw_; }
   double inter_bandwidth_per_device_bytes_per_s() const { return inter_bw_; }
   double memory_bandwidth_bytes_per_s() const { return memory_bw_; }
+  double intra_latency_s() const { return intra_latency_s_; }
+  double inter_latency_s() const { return inter_latency_s_; }
   bool intra_from_samples() const { return intra_measured_; }
   bool inter_from_samples() const { return inter_measured_; }
 

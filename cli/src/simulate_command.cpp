@@ -1,0 +1,115 @@
+// `tessel simulate`: replay a plan on the SimGrid model of its cluster and compare with
+// the analytic estimate.
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "format.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/planner/cost_model.hpp"
+#include "tessel/profiles/profile_store.hpp"
+#include "tessel/simulator/simulation.hpp"
+
+namespace tessel::cli {
+
+namespace {
+struct SimulateArgs {
+  std::string plan_file;
+  std::string trace_file;
+  std::string db;
+  bool json = false;
+  bool no_overlap = false;
+  bool contention_free = false;
+};
+
+int run_simulate(const SimulateArgs& args) {
+  const Plan plan = Plan::load(args.plan_file);
+  const profiles::Profile profile = profiles::resolve_profile(plan.cluster.device, args.db);
+  planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+  model.set_overlap(!args.no_overlap);
+  planner::Estimate estimate = model.estimate(plan.parallel);
+  const Program program = Program::lower(plan);
+  simulator::SimulationOptions options;
+  options.overlap = !args.no_overlap;
+  options.contention_free = args.contention_free;
+  options.record_trace = !args.trace_file.empty();
+  const simulator::SimulationResult sim = simulator::simulate(program, profile, options);
+
+  // Memory over the step: the analytic model's static parts and per-chunk activations,
+  // timed by the simulated schedule.
+  const planner::LayoutCost layout = model.layout_cost(plan.parallel);
+  const int chunks_per_stage = plan.parallel.schedule == Schedule::interleaved ? plan.parallel.virtual_stages : 1;
+  simulator::StageMemory stage_memory;
+  stage_memory.static_bytes = estimate.memory.device_total_bytes() - estimate.memory.activations_bytes;
+  stage_memory.chunk_bytes = layout.activation_bytes_per_micro_batch / chunks_per_stage;
+  std::vector<simulator::StageMemory> memory(std::size_t(plan.parallel.pp), stage_memory);
+  std::vector<double> peak_bytes;
+  for (const auto& samples : sim.in_flight) {
+    int most = 0;
+    for (const auto& sample : samples) most = std::max(most, sample.chunks);
+    peak_bytes.push_back(stage_memory.static_bytes + most * stage_memory.chunk_bytes);
+  }
+  if (!args.trace_file.empty()) write_text_file_atomically(args.trace_file, simulator::chrome_trace(program, sim, memory));
+
+  const double analytic_step = estimate.step_time_s;
+  if (args.json) {
+    estimate.step_time_s = sim.step_time_s;
+    estimate.tokens_per_s = double(plan.train.global_batch) * plan.seq_len() / sim.step_time_s;
+    estimate.mfu *= analytic_step / sim.step_time_s;
+    Json out = estimate.to_json();
+    out["analytic_step_time_s"] = analytic_step;
+    Json ranks = Json::array();
+    for (const auto& r : sim.ranks) {
+      ranks.push_back({{"compute_s", r.compute_s}, {"exposed_comm_s", r.exposed_comm_s}, {"bubble_s", r.bubble_s},
+                       {"idle_s", r.idle_s}});
+    }
+    out["ranks"] = ranks;
+    Json links = Json::array();
+    for (const auto& link : sim.busiest_links) {
+      links.push_back({{"link", link.name}, {"utilisation", link.busy_fraction}, {"bytes", link.bytes}});
+    }
+    out["busiest_links"] = links;
+    out["peak_memory_per_stage_bytes"] = peak_bytes;
+    out["flows"] = sim.flows;
+    out["simulation_wall_s"] = sim.wall_s;
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{} on {} x {} ({} ranks): {}\n", plan.model.name, plan.nodes, plan.cluster.name,
+                           program.world_size(), plan.parallel.summary());
+  std::cout << fmt::format("simulated step  {}   analytic estimate {}  ({:+.1f}%)\n", format_seconds(sim.step_time_s),
+                           format_seconds(analytic_step), 100 * (sim.step_time_s / analytic_step - 1));
+  std::cout << fmt::format("replayed {} ops and {} flows in {}\n", program.op_count(), sim.flows,
+                           format_seconds(sim.wall_s));
+  Table stages({"stage", "compute", "exposed comm", "bubble", "idle", "peak memory"});
+  const int per_stage = plan.parallel.tp * plan.parallel.sp * plan.parallel.dp;
+  for (int s = 0; s < plan.parallel.pp; ++s) {
+    const auto& r = sim.ranks[std::size_t(s * per_stage)];
+    stages.add_row({std::to_string(s), format_seconds(r.compute_s), format_seconds(r.exposed_comm_s),
+                    format_seconds(r.bubble_s), format_seconds(r.idle_s), format_bytes(peak_bytes[std::size_t(s)])});
+  }
+  std::cout << "\nfirst rank of each stage\n" << stages.render();
+  Table links({"link", "utilisation", "bytes"});
+  for (const auto& link : sim.busiest_links) {
+    links.add_row({link.name, fmt::format("{:.1f}%", 100 * link.busy_fraction), format_bytes(link.bytes)});
+  }
+  std::cout << "\nbusiest links\n" << links.render();
+  if (!args.trace_file.empty()) std::cout << fmt::format("wrote {} (open it in Perfetto)\n", args.trace_file);
+  return 0;
+}
+}  // namespace
+
+Command add_simulate_command(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand("simulate", "Replay a plan op by op on a SimGrid model of its cluster");
+  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file")->required();
+  cmd->add_option("--trace", args->trace_file, "Write the timeline as Chrome trace JSON (Perfetto)");
+  cmd->add_flag("--json", args->json, "Print one JSON object: the estimate's fields, simulated, plus the simulator's");
+  cmd->add_flag("--no-overlap", args->no_overlap, "Run each rank's ops one at a time (no stream overlap)");
+  cmd->add_flag("--contention-free", args->contention_free, "Links never shared between flows");
+  cmd->add_option("--db", args->db, "Profile database");
+  return [args] { return run_simulate(*args); };
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,98 @@
+// The SimGrid cluster simulator: replays a plan's Program on a model of the cluster,
+// op by op, so that contention between flows, overlap between streams and pipeline
+// bubbles show up as they would on the machines.
+//
+// Platform (built in code with S4U from the ClusterSpec; every bandwidth and latency
+// from the profiles' CostLookup): one host per device; inside a node a star of
+// split-duplex per-device links (NVSwitch or shared memory); each node reaches the
+// others through one split-duplex uplink carrying the node's NIC bandwidth divided by
+// the fat-tree oversubscription. The contention-free variant gives every link the
+// FATPIPE policy, so flows never slow each other.
+//
+// Replay: each rank runs its stage program with one actor per stream; an op starts
+// when its stream reaches it and its dependencies are done. Compute ops take the
+// lookup's time. A collective waits for every member of its group, then runs as flows:
+// ring collectives as concurrent neighbour flows carrying the ring's traffic (per
+// level for groups that span nodes: intra-node reduce-scatter, inter-node all-reduce
+// on each rail, intra-node all-gather), broadcasts as a pipelined chain; the latency
+// steps of the algorithm are added. Pipeline sends meet their receives and run as one
+// flow. SimGrid runs one engine per process: one simulation per process.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "tessel/core/plan.hpp"
+#include "tessel/core/program.hpp"
+#include "tessel/profiles/profile.hpp"
+
+namespace tessel::simulator {
+
+struct SimulationOptions {
+  bool overlap = true;           // false: each rank runs its ops one at a time, in program order
+  bool contention_free = false;  // FATPIPE links: flows never share bandwidth
+  bool record_trace = false;     // keep every op's start and end
+};
+
+struct RankBreakdown {
+  double compute_s = 0;          // compute stream busy
+  double exposed_comm_s = 0;     // compute stream waiting on tensor, sequence or data-parallel comm
+  double bubble_s = 0;           // compute stream waiting on the pipeline
+  double idle_s = 0;             // the rest of the step
+};
+
+struct TraceEvent {
+  int rank = 0;
+  Stream stream = Stream::compute;
+  std::uint32_t op = 0;  // index in the rank's stage program
+  double start_s = 0, end_s = 0;
+};
+
+struct LinkUse {
+  std::string name;
+  double busy_fraction = 0;  // bytes carried / (bandwidth x step time)
+  double bytes = 0;
+};
+
+// Micro-batch chunks whose activations a stage holds, after each change.
+struct InFlightSample {
+  double time_s = 0;
+  int chunks = 0;
+};
+
+struct SimulationResult {
+  double step_time_s = 0;
+  std::vector<RankBreakdown> ranks;
+  std::vector<LinkUse> busiest_links;  // at most ten, busiest first
+  std::vector<TraceEvent> events;      // with record_trace
+  std::vector<std::vector<InFlightSample>> in_flight;  // per pipeline stage
+  std::size_t flows = 0;
+  double wall_s = 0;
+};
+
+SimulationResult simulate(const Program& program, const profiles::Profile& profile, const SimulationOptions& options);
+
+// Point-to-point flows started together on the cluster's platform; returns when each
+// finished. For checking what link sharing does.
+struct Flow {
+  int from = 0, to = 0;
+  double bytes = 0;
+};
+std::vector<double> simulate_flows(const ClusterSpec& cluster, int nodes, int gpus_per_node,
+                                   const profiles::Profile& profile, const std::vector<Flow>& flows,
+                                   bool contention_free = false);
+
+// Memory of one stage: bytes that do not change during the step (weights, gradients,
+// optimizer states, workspace) and activation bytes per micro-batch chunk in flight.
+struct StageMemory {
+  double static_bytes = 0;
+  double chunk_bytes = 0;
+};
+
+// Chrome trace JSON (Perfetto): pid = rank, tid = stream, ph "X" events in microseconds
+// named by op id, memory per stage as ph "C" counters on the stage's first rank.
+std::string chrome_trace(const Program& program, const SimulationResult& result,
+                         const std::vector<StageMemory>& memory);
+
+}  // namespace tessel::simulator

@@ -1,0 +1,573 @@
+#include "tessel/simulator/simulation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+#include <simgrid/s4u.hpp>
+
+#include "tessel/core/error.hpp"
+#include "tessel/profiles/collectives.hpp"
+#include "tessel/profiles/cost_lookup.hpp"
+
+namespace tessel::simulator {
+
+namespace sg4 = simgrid::s4u;
+using profiles::bus_bandwidth_factor;
+using profiles::collective_steps;
+
+namespace {
+
+constexpr double kNotDone = -1.0;
+
+// Directed link bookkeeping for utilisation: per device up/down, per node up/down.
+struct LinkLoad {
+  std::vector<double> device_up, device_down, node_up, node_down;
+};
+
+struct ClusterPlatform {
+  std::vector<sg4::Host*> hosts;
+  int nodes = 1;
+  double intra_alpha_s = 0, inter_alpha_s = 0, device_bandwidth = 0, node_bandwidth = 0;
+};
+
+// Builds the S4U platform: per node a star of per-device split-duplex links, each node
+// reaching the others through one uplink with the node's NIC bandwidth (already divided
+// by oversubscription in the lookup). Must be called once, in an engine's process.
+ClusterPlatform build_cluster_platform(const profiles::CostLookup& costs, int world, int gpn, bool contention_free) {
+  ClusterPlatform out;
+  out.nodes = std::max(1, (world + gpn - 1) / gpn);
+  out.intra_alpha_s = costs.intra_latency_s();
+  out.inter_alpha_s = std::max(costs.inter_latency_s(), out.intra_alpha_s);
+  out.device_bandwidth = costs.intra_bandwidth_bytes_per_s();
+  // The node's uplink carries every device's share; without contention no flow may use
+  // more than one device's share.
+  out.node_bandwidth = costs.inter_bandwidth_per_device_bytes_per_s() * (contention_free ? 1 : gpn);
+  auto policy = [&](sg4::SplitDuplexLink* link) {
+    if (contention_free) {
+      link->get_link_up()->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
+      link->get_link_down()->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
+    }
+    return link;
+  };
+  auto* root = sg4::create_star_zone("cluster");
+  for (int n = 0; n < out.nodes; ++n) {
+    auto* node = sg4::create_star_zone(fmt::format("node{}", n));
+    node->set_parent(root);
+    for (int g = 0; g < gpn && n * gpn + g < world; ++g) {
+      const int rank = n * gpn + g;
+      sg4::Host* host = node->create_host(fmt::format("rank{}", rank), 1e9)->seal();
+      auto* link = policy(node->create_split_duplex_link(fmt::format("device{}", rank), out.device_bandwidth));
+      link->set_latency(out.intra_alpha_s / 2)->seal();
+      node->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {{link, sg4::LinkInRoute::Direction::UP}}, true);
+      out.hosts.push_back(host);
+    }
+    auto* gateway = node->create_router(fmt::format("gateway{}", n));
+    node->seal();
+    auto* uplink = policy(root->create_split_duplex_link(fmt::format("uplink{}", n), out.node_bandwidth));
+    uplink->set_latency((out.inter_alpha_s - out.intra_alpha_s) / 2)->seal();
+    root->add_route(node->get_netpoint(), nullptr, gateway, nullptr, {{uplink, sg4::LinkInRoute::Direction::UP}},
+                    true);
+  }
+  root->seal();
+  return out;
+}
+
+std::unique_ptr<sg4::Engine> make_engine() {
+  static std::vector<std::string> args{"tessel-simulate", "--log=root.thres:critical", "--cfg=network/model:CM02",
+                                       "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0"};
+  static std::vector<char*> argv;
+  argv.clear();
+  for (auto& arg : args) argv.push_back(arg.data());
+  int argc = int(argv.size());
+  return std::make_unique<sg4::Engine>(&argc, argv.data());
+}
+
+class Replay {
+ public:
+  Replay(const Program& program, const profiles::Profile& profile, const SimulationOptions& options)
+      : program_(program),
+        plan_(program.plan()),
+        options_(options),
+        costs_(profile, plan_.cluster, plan_.nodes, plan_.gpus_per_node()) {}
+
+  SimulationResult run() {
+    const auto wall_start = std::chrono::steady_clock::now();
+    auto engine = make_engine();
+    build_platform();
+    start_actors();
+    engine->run();
+
+    SimulationResult result;
+    result.flows = flows_;
+    for (const RankState& rank : ranks_) result.step_time_s = std::max(result.step_time_s, rank.last_end_s);
+    for (RankState& rank : ranks_) {
+      RankBreakdown b = rank.breakdown;
+      b.idle_s = std::max(0.0, result.step_time_s - b.compute_s - b.exposed_comm_s - b.bubble_s);
+      result.ranks.push_back(b);
+    }
+    collect_links(result);
+    result.events = std::move(events_);
+    result.in_flight = std::move(memory_);
+    result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    return result;
+  }
+
+ private:
+  struct RankState {
+    int rank = 0;
+    const StageProgram* program = nullptr;
+    std::vector<double> done_s;
+    sg4::MutexPtr mutex;
+    sg4::ConditionVariablePtr changed;
+    RankBreakdown breakdown;
+    double last_end_s = 0;
+  };
+  struct Meeting {
+    int arrived = 0;
+    bool finished = false;
+    sg4::MutexPtr mutex;
+    sg4::ConditionVariablePtr changed;
+  };
+
+  // ---------------------------------------------------------------- platform
+  void build_platform() {
+    platform_ = build_cluster_platform(costs_, program_.world_size(), plan_.gpus_per_node(), options_.contention_free);
+    hosts_ = platform_.hosts;
+    intra_alpha_ = platform_.intra_alpha_s;
+    inter_alpha_ = platform_.inter_alpha_s;
+    device_bw_ = platform_.device_bandwidth;
+    node_bw_ = platform_.node_bandwidth;
+    load_.device_up.assign(hosts_.size(), 0);
+    load_.device_down.assign(hosts_.size(), 0);
+    load_.node_up.assign(std::size_t(platform_.nodes), 0);
+    load_.node_down.assign(std::size_t(platform_.nodes), 0);
+  }
+
+  int node_of(int rank) const { return rank / plan_.gpus_per_node(); }
+
+  // ---------------------------------------------------------------- groups
+  std::vector<int> members(int rank, CommGroup group) const {
+    const ParallelConfig& p = plan_.parallel;
+    const int tp_index = rank % p.tp;
+    const int tp_base = rank - tp_index;
+    const int q = p.tp_grid_side();
+    const int col = tp_index % q, row = (tp_index / q) % q, depth = tp_index / (q * q);
+    std::vector<int> out;
+    switch (group) {
+      case CommGroup::tp:
+        for (int i = 0; i < p.tp; ++i) out.push_back(tp_base + i);
+        break;
+      case CommGroup::tp_row:
+        for (int c = 0; c < q; ++c) out.push_back(tp_base + depth * q * q + row * q + c);
+        break;
+      case CommGroup::tp_col:
+        for (int r = 0; r < q; ++r) out.push_back(tp_base + depth * q * q + r * q + col);
+        break;
+      case CommGroup::tp_depth: {
+        const int depths = p.tp / (q * q);
+        for (int d = 0; d < depths; ++d) out.push_back(tp_base + d * q * q + row * q + col);
+        break;
+      }
+      case CommGroup::sp_ring: {
+        const int sp_index = (rank / p.tp) % p.sp;
+        for (int i = 0; i < p.sp; ++i) out.push_back(rank + (i - sp_index) * p.tp);
+        break;
+      }
+      case CommGroup::dp: {
+        const int stage_size = p.tp * p.sp * p.dp;
+        const int stage_base = (rank / stage_size) * stage_size;
+        for (int i = 0; i < p.sp * p.dp; ++i) out.push_back(stage_base + i * p.tp + tp_index);
+        break;
+      }
+      case CommGroup::pp:
+        out.push_back(rank);
+        break;
+    }
+    return out;
+  }
+
+  // ---------------------------------------------------------------- flows
+  void flow_bytes(int from, int to, double bytes) {
+    load_.device_up[from] += bytes;
+    load_.device_down[to] += bytes;
+    if (node_of(from) != node_of(to)) {
+      load_.node_up[node_of(from)] += bytes;
+      load_.node_down[node_of(to)] += bytes;
+    }
+  }
+
+  // Concurrent flows; the extra latency steps of the algorithm first.
+  void run_flows(const std::vector<std::pair<int, int>>& pairs, double bytes_each, double extra_latency_s) {
+    if (pairs.empty()) return;
+    if (extra_latency_s > 0) sg4::this_actor::sleep_for(extra_latency_s);
+    if (bytes_each <= 0) return;
+    std::vector<sg4::CommPtr> comms;
+    for (auto [from, to] : pairs) {
+      comms.push_back(sg4::Comm::sendto_async(hosts_[from], hosts_[to], std::uint64_t(std::llround(bytes_each))));
+      flow_bytes(from, to, bytes_each);
+      ++flows_;
+    }
+    sg4::Comm::wait_all(comms);
+  }
+
+  static std::vector<std::pair<int, int>> ring_pairs(const std::vector<int>& ring) {
+    std::vector<std::pair<int, int>> pairs;
+    if (ring.size() < 2) return pairs;
+    for (std::size_t i = 0; i < ring.size(); ++i) pairs.emplace_back(ring[i], ring[(i + 1) % ring.size()]);
+    return pairs;
+  }
+
+  // One level of a collective on rings that all progress at once.
+  void ring_level(Collective op, const std::vector<std::vector<int>>& rings, double size, CollectiveAlgorithm algorithm,
+                  double alpha) {
+    std::vector<std::pair<int, int>> pairs;
+    int n = 0;
+    for (const auto& ring : rings) {
+      n = int(ring.size());
+      auto more = ring_pairs(ring);
+      pairs.insert(pairs.end(), more.begin(), more.end());
+    }
+    if (n < 2) return;
+    const int steps = collective_steps(op, n, algorithm);
+    run_flows(pairs, size * bus_bandwidth_factor(op, n), (steps - 1) * alpha);
+  }
+
+  void collective(const BlockOp& work, const std::vector<int>& group) {
+    const int n = int(group.size());
+    if (n < 2) return;
+    const int gpn = plan_.gpus_per_node();
+    // Members per node (groups tile nodes evenly or are spread one per node).
+    std::map<int, std::vector<int>> by_node;
+    for (int rank : group) by_node[rank / gpn].push_back(rank);
+    const int nodes = int(by_node.size());
+    const int k = n / nodes;
+    const double alpha = nodes > 1 ? inter_alpha_ : intra_alpha_;
+    for (int repeat = 0; repeat < int(std::lround(work.count)); ++repeat) {
+      switch (work.collective) {
+        case Collective::broadcast:
+        case Collective::reduce: {
+          // Pipelined chain: every hop carries the whole buffer at once.
+          std::vector<std::pair<int, int>> chain;
+          for (int i = 0; i + 1 < n; ++i) chain.emplace_back(group[i], group[i + 1]);
+          run_flows(chain, work.bytes, (collective_steps(work.collective, n, work.algorithm) - 1) * alpha);
+          break;
+        }
+        case Collective::send_recv:
+          run_flows(ring_pairs(group), work.bytes, 0);
+          break;
+        default: {
+          if (nodes == 1 || k == 1) {
+            ring_level(work.collective, {group}, work.bytes, work.algorithm, alpha);
+            break;
+          }
+          std::vector<std::vector<int>> intra;
+          std::vector<std::vector<int>> inter(static_cast<std::size_t>(k));
+          for (auto& [node, ranks] : by_node) {
+            intra.push_back(ranks);
+            for (int j = 0; j < k && j < int(ranks.size()); ++j) inter[std::size_t(j)].push_back(ranks[std::size_t(j)]);
+          }
+          const double size = work.bytes;
+          switch (work.collective) {
+            case Collective::all_reduce:
+              ring_level(Collective::reduce_scatter, intra, size, work.algorithm, intra_alpha_);
+              ring_level(Collective::all_reduce, inter, size / k, work.algorithm, inter_alpha_);
+              ring_level(Collective::all_gather, intra, size, work.algorithm, intra_alpha_);
+              break;
+            case Collective::all_gather:
+              ring_level(Collective::all_gather, inter, size / k, work.algorithm, inter_alpha_);
+              ring_level(Collective::all_gather, intra, size, work.algorithm, intra_alpha_);
+              break;
+            case Collective::reduce_scatter:
+              ring_level(Collective::reduce_scatter, intra, size, work.algorithm, intra_alpha_);
+              ring_level(Collective::reduce_scatter, inter, size / k, work.algorithm, inter_alpha_);
+              break;
+            default:
+              ring_level(work.collective, {group}, size, work.algorithm, inter_alpha_);
+              break;
+          }
+        }
+      }
+    }
+  }
+
+  // Every member arrives; the last one runs the collective; all leave when it ends.
+  Meeting& meeting_for(const std::string& key) {
+    auto& slot = meetings_[key];
+    if (!slot) {
+      slot = std::make_unique<Meeting>();
+      slot->mutex = sg4::Mutex::create();
+      slot->changed = sg4::ConditionVariable::create();
+    }
+    return *slot;
+  }
+
+  void meet(const std::string& key, int expected, const std::function<void()>& body) {
+    Meeting& meeting = meeting_for(key);
+    std::unique_lock lock(*meeting.mutex);
+    if (++meeting.arrived == expected) {
+      lock.unlock();
+      body();
+      lock.lock();
+      meeting.finished = true;
+      meeting.changed->notify_all();
+    } else {
+      meeting.changed->wait(lock, [&] { return meeting.finished; });
+    }
+  }
+
+  // ---------------------------------------------------------------- ops
+  double compute_seconds(const BlockOp& work) const {
+    const Precision precision = plan_.train.precision;
+    switch (work.kind) {
+      case OpKind::gemm: return work.count * costs_.gemm_time_s(work.m, work.n, work.k, precision);
+      case OpKind::attention: return costs_.gemm_time_s(work.flops, work.gemm_flops, precision);
+      case OpKind::memory: return costs_.memory_time_s(work.bytes);
+      case OpKind::copy: return costs_.host_device_time_s(work.bytes);
+      default: return 0;
+    }
+  }
+
+  // The rank a pipeline transfer leaves from, and a key both ends agree on.
+  std::string transfer_key(const RankState& rank, const ProgramOp& op, int& source, int& destination) const {
+    const ParallelConfig& p = plan_.parallel;
+    const int stage_size = p.tp * p.sp * p.dp;
+    const int stage = rank.rank / stage_size;
+    const int offset = op.peer_offset;
+    const int peer = (stage + offset + p.pp) % p.pp * stage_size + rank.rank % stage_size;
+    const bool sending = op.work.kind == OpKind::send;
+    source = sending ? rank.rank : peer;
+    destination = sending ? peer : rank.rank;
+    // "mb3/V2/fwd/pp.send" from V2 meets "mb3/V3/fwd/pp.recv" (offset -1): name the edge by its source.
+    const auto v_at = op.id.find("/V") + 2;
+    const int vs = std::stoi(op.id.substr(v_at));
+    const int source_vs = sending ? vs : vs + offset;
+    const auto pass_at = op.id.find('/', v_at);
+    return fmt::format("{}/V{}{}>{}", op.id.substr(0, v_at - 2), source_vs, op.id.substr(pass_at, 5), source);
+  }
+
+  void execute(RankState& rank, std::uint32_t index) {
+    const ProgramOp& op = rank.program->ops[index];
+    switch (op.work.kind) {
+      case OpKind::collective: {
+        const std::vector<int> group = members(rank.rank, op.work.group);
+        if (group.size() < 2) return;
+        meet(fmt::format("{}@{}", op.id, group.front()), int(group.size()), [&] { collective(op.work, group); });
+        return;
+      }
+      case OpKind::send:
+      case OpKind::recv: {
+        // Eager transfer: the send moves the data as soon as it is posted (receives are
+        // posted ahead in real runtimes), the receive waits for it to have arrived.
+        int source = 0, destination = 0;
+        const std::string key = transfer_key(rank, op, source, destination);
+        Meeting& meeting = meeting_for(key);
+        if (op.work.kind == OpKind::send) {
+          run_flows({{source, destination}}, op.work.bytes, 0);
+          std::unique_lock lock(*meeting.mutex);
+          meeting.finished = true;
+          meeting.changed->notify_all();
+        } else {
+          std::unique_lock lock(*meeting.mutex);
+          meeting.changed->wait(lock, [&] { return meeting.finished; });
+        }
+        return;
+      }
+      default:
+        sg4::this_actor::sleep_for(compute_seconds(op.work));
+        return;
+    }
+  }
+
+  void run_stream(RankState& rank, const std::vector<std::uint32_t>& ops, bool compute_stream) {
+    for (std::uint32_t index : ops) {
+      const ProgramOp& op = rank.program->ops[index];
+      const double ready_wait_start = sg4::Engine::get_clock();
+      {
+        std::unique_lock lock(*rank.mutex);
+        rank.changed->wait(lock, [&] {
+          return std::all_of(op.deps.begin(), op.deps.end(), [&](std::uint32_t d) { return rank.done_s[d] >= 0; });
+        });
+      }
+      const double start = sg4::Engine::get_clock();
+      if (compute_stream && start > ready_wait_start) {
+        // Attribute the wait to the dependency that finished last.
+        std::uint32_t last_dep = op.deps.empty() ? index : op.deps.front();
+        for (std::uint32_t d : op.deps) {
+          if (rank.done_s[d] > rank.done_s[last_dep]) last_dep = d;
+        }
+        const Stream waited_on = rank.program->ops[last_dep].stream;
+        const double waited = start - ready_wait_start;
+        if (waited_on == Stream::pp_comm) rank.breakdown.bubble_s += waited;
+        else if (waited_on != Stream::compute) rank.breakdown.exposed_comm_s += waited;
+      }
+      execute(rank, index);
+      const double end = sg4::Engine::get_clock();
+      if (op.stream == Stream::compute && !is_communication(op)) {
+        rank.breakdown.compute_s += end - start;
+      } else if (compute_stream) {
+        // Only without overlap does the compute actor itself wait in communication.
+        (op.work.kind == OpKind::recv ? rank.breakdown.bubble_s : rank.breakdown.exposed_comm_s) += end - start;
+      }
+      if (options_.record_trace) events_.push_back({rank.rank, op.stream, index, start, end});
+      track_memory(rank, op, end);
+      rank.last_end_s = std::max(rank.last_end_s, end);
+      std::unique_lock lock(*rank.mutex);
+      rank.done_s[index] = end;
+      rank.changed->notify_all();
+    }
+  }
+
+  static bool is_communication(const ProgramOp& op) {
+    return op.work.kind == OpKind::collective || op.work.kind == OpKind::send || op.work.kind == OpKind::recv;
+  }
+
+  // Micro-batch chunks whose activations a stage holds: +1 when a chunk's forward
+  // starts its first layer, -1 when its backward finishes the first layer.
+  void track_memory(const RankState& rank, const ProgramOp& op, double time) {
+    const ParallelConfig& p = plan_.parallel;
+    if (rank.rank % (p.tp * p.sp * p.dp) != 0) return;  // one rank per stage
+    const bool forward_start = op.id.find("/fwd/attn.norm") != std::string::npos;
+    const bool backward_end = op.id.find("/bwd/attn.norm") != std::string::npos;
+    if (!forward_start && !backward_end) return;
+    const int layers_per_chunk = plan_.model.layers / (p.pp * (p.schedule == Schedule::interleaved ? p.virtual_stages : 1));
+    const auto l_at = op.id.find("/L") + 2;
+    const int layer = std::stoi(op.id.substr(l_at));
+    if (layer % layers_per_chunk != 0) return;
+    const int stage = rank.rank / (p.tp * p.sp * p.dp);
+    auto& samples = memory_[std::size_t(stage)];
+    const int previous = samples.empty() ? 0 : samples.back().chunks;
+    samples.push_back({time, previous + (forward_start ? 1 : -1)});
+  }
+
+  // Without overlap a rank runs one op at a time: in program order, except that data-
+  // parallel ops wait until something needs them (the optimizer, the next layer's
+  // gathered weights), so gradient sync happens after the compute it would overlap.
+  static std::vector<std::uint32_t> sequential_order(const StageProgram& program) {
+    std::vector<std::uint32_t> order, deferred;
+    std::vector<bool> placed(program.ops.size(), false);
+    auto place = [&](std::uint32_t index) {
+      order.push_back(index);
+      placed[index] = true;
+    };
+    for (std::uint32_t i = 0; i < program.ops.size(); ++i) {
+      const ProgramOp& op = program.ops[i];
+      if (op.stream == Stream::dp_comm && op.work.kind == OpKind::collective) {
+        deferred.push_back(i);
+        continue;
+      }
+      const bool needs_deferred = std::any_of(op.deps.begin(), op.deps.end(), [&](std::uint32_t d) { return !placed[d]; });
+      if (needs_deferred) {
+        for (std::uint32_t d : deferred) place(d);
+        deferred.clear();
+      }
+      place(i);
+    }
+    for (std::uint32_t d : deferred) place(d);
+    return order;
+  }
+
+  void start_actors() {
+    const int world = program_.world_size();
+    ranks_.resize(std::size_t(world));
+    memory_.assign(std::size_t(plan_.parallel.pp), {});
+    for (int r = 0; r < world; ++r) {
+      RankState& rank = ranks_[std::size_t(r)];
+      rank.rank = r;
+      rank.program = &program_.rank_program(r);
+      rank.done_s.assign(rank.program->ops.size(), kNotDone);
+      rank.mutex = sg4::Mutex::create();
+      rank.changed = sg4::ConditionVariable::create();
+      if (!options_.overlap) {
+        streams_.push_back(sequential_order(*rank.program));
+        const std::size_t slot = streams_.size() - 1;
+        sg4::Actor::create(fmt::format("rank{}", r), hosts_[std::size_t(r)],
+                           [this, &rank, slot] { run_stream(rank, streams_[slot], true); });
+        continue;
+      }
+      std::array<std::vector<std::uint32_t>, 5> by_stream;
+      for (std::uint32_t i = 0; i < rank.program->ops.size(); ++i) {
+        by_stream[std::size_t(rank.program->ops[i].stream)].push_back(i);
+      }
+      for (std::size_t s = 0; s < by_stream.size(); ++s) {
+        if (by_stream[s].empty()) continue;
+        streams_.push_back(std::move(by_stream[s]));
+        const std::size_t slot = streams_.size() - 1;
+        const bool compute = s == std::size_t(Stream::compute);
+        sg4::Actor::create(fmt::format("rank{}-{}", r, to_string(Stream(s))), hosts_[std::size_t(r)],
+                           [this, &rank, slot, compute] { run_stream(rank, streams_[slot], compute); });
+      }
+    }
+  }
+
+  void collect_links(SimulationResult& result) const {
+    std::vector<LinkUse> uses;
+    const double step = std::max(result.step_time_s, 1e-12);
+    auto add = [&](const std::string& name, double bytes, double bandwidth) {
+      if (bytes > 0) uses.push_back({name, bytes / (bandwidth * step), bytes});
+    };
+    for (std::size_t r = 0; r < load_.device_up.size(); ++r) {
+      add(fmt::format("device{}/up", r), load_.device_up[r], device_bw_);
+      add(fmt::format("device{}/down", r), load_.device_down[r], device_bw_);
+    }
+    for (std::size_t n = 0; n < load_.node_up.size(); ++n) {
+      add(fmt::format("uplink{}/up", n), load_.node_up[n], node_bw_);
+      add(fmt::format("uplink{}/down", n), load_.node_down[n], node_bw_);
+    }
+    std::sort(uses.begin(), uses.end(), [](const LinkUse& a, const LinkUse& b) {
+      return a.busy_fraction != b.busy_fraction ? a.busy_fraction > b.busy_fraction : a.name < b.name;
+    });
+    if (uses.size() > 10) uses.resize(10);
+    result.busiest_links = std::move(uses);
+  }
+
+  const Program& program_;
+  const Plan& plan_;
+  SimulationOptions options_;
+  profiles::CostLookup costs_;
+  std::vector<sg4::Host*> hosts_;
+  std::vector<RankState> ranks_;
+  std::vector<std::vector<std::uint32_t>> streams_;
+  std::map<std::string, std::unique_ptr<Meeting>> meetings_;
+  std::vector<TraceEvent> events_;
+  std::vector<std::vector<InFlightSample>> memory_;
+  LinkLoad load_;
+  ClusterPlatform platform_;
+  double intra_alpha_ = 0, inter_alpha_ = 0, device_bw_ = 0, node_bw_ = 0;
+  std::size_t flows_ = 0;
+};
+
+}  // namespace
+
+std::vector<double> simulate_flows(const ClusterSpec& cluster, int nodes, int gpus_per_node,
+                                   const profiles::Profile& profile, const std::vector<Flow>& flows,
+                                   bool contention_free) {
+  const profiles::CostLookup costs(profile, cluster, nodes, gpus_per_node);
+  auto engine = make_engine();
+  const ClusterPlatform platform = build_cluster_platform(costs, nodes * gpus_per_node, gpus_per_node, contention_free);
+  std::vector<double> finish(flows.size(), 0);
+  for (std::size_t i = 0; i < flows.size(); ++i) {
+    const Flow flow = flows[i];
+    if (flow.from < 0 || flow.to < 0 || flow.from >= int(platform.hosts.size()) || flow.to >= int(platform.hosts.size())) {
+      throw Error(fmt::format("simulate_flows: flow {} names a rank outside 0..{}", i, platform.hosts.size() - 1));
+    }
+    sg4::Actor::create(fmt::format("flow{}", i), platform.hosts[std::size_t(flow.from)], [&, i, flow] {
+      sg4::Comm::sendto(platform.hosts[std::size_t(flow.from)], platform.hosts[std::size_t(flow.to)],
+                        std::uint64_t(std::llround(flow.bytes)));
+      finish[i] = sg4::Engine::get_clock();
+    });
+  }
+  engine->run();
+  return finish;
+}
+
+SimulationResult simulate(const Program& program, const profiles::Profile& profile, const SimulationOptions& options) {
+  Replay replay(program, profile, options);
+  return replay.run();
+}
+
+}  // namespace tessel::simulator

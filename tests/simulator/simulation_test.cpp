@@ -1,0 +1,167 @@
+// The SimGrid simulator against the analytic model and against what link sharing,
+// stream overlap and pipelining must do. SimGrid allows one engine per process: ctest
+// runs every TEST in its own process (gtest_discover_tests), so each TEST simulates once.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "tessel/planner/cost_model.hpp"
+#include "tessel/profiles/profile.hpp"
+#include "tessel/simulator/simulation.hpp"
+
+using namespace tessel;
+
+namespace {
+// A uniform GPT block stack with a small vocabulary, so that the LM head does not make
+// the last pipeline stage heavier than the others.
+Plan uniform_plan(int nodes, int global_batch, const std::string& parallel) {
+  return Plan::from_json(Json::parse(R"({"model": {"name": "uniform", "layers": 8, "hidden": 1024, "heads": 16,
+      "vocab": 512, "seq_len": 1024}, "cluster": "dgx-a100", "nodes": )" + std::to_string(nodes) +
+                                     R"(, "train": {"global_batch": )" + std::to_string(global_batch) +
+                                     R"(}, "parallel": )" + parallel + "}"),
+                         "");
+}
+
+struct Agreement {
+  double simulated_s, analytic_s;
+};
+
+// Contention-free platform, no stream overlap: the conditions the analytic model assumes.
+Agreement agree(const Plan& plan) {
+  plan.validate();
+  const profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
+  planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+  model.set_overlap(false);
+  const double analytic = model.estimate(plan.parallel).step_time_s;
+  simulator::SimulationOptions options;
+  options.overlap = false;
+  options.contention_free = true;
+  const auto result = simulator::simulate(Program::lower(plan), profile, options);
+  return {result.step_time_s, analytic};
+}
+
+void expect_agreement(const Plan& plan) {
+  const Agreement a = agree(plan);
+  EXPECT_GT(a.simulated_s, 0);
+  EXPECT_NEAR(a.simulated_s / a.analytic_s, 1.0, 0.02)
+      << plan.parallel.summary() << ": simulated " << a.simulated_s << " s, analytic " << a.analytic_s << " s";
+}
+}  // namespace
+
+TEST(Agreement, DataParallel) { expect_agreement(uniform_plan(2, 32, R"({"dp": 16})")); }
+TEST(Agreement, PipelineGpipe) {
+  expect_agreement(uniform_plan(2, 128, R"({"dp": 8, "pp": 2, "schedule": "gpipe"})"));
+}
+TEST(Agreement, Pipeline1F1B) { expect_agreement(uniform_plan(2, 128, R"({"dp": 8, "pp": 2, "schedule": "1f1b"})")); }
+TEST(Agreement, PipelineInterleaved) {
+  expect_agreement(uniform_plan(2, 128, R"({"dp": 8, "pp": 2, "schedule": "interleaved", "virtual_stages": 2})"));
+}
+TEST(Agreement, PipelineInsideOneNode) { expect_agreement(uniform_plan(1, 64, R"({"dp": 2, "pp": 4})")); }
+TEST(Agreement, Tensor1D) { expect_agreement(uniform_plan(2, 32, R"({"dp": 2, "tp": 8})")); }
+TEST(Agreement, Tensor1DSequenceParallel) {
+  expect_agreement(uniform_plan(2, 32, R"({"dp": 2, "tp": 8, "tp_sequence_parallel": true})"));
+}
+TEST(Agreement, Tensor2D) { expect_agreement(uniform_plan(2, 32, R"({"dp": 4, "tp": 4, "tp_mode": "2d"})")); }
+TEST(Agreement, Tensor2_5D) {
+  expect_agreement(uniform_plan(2, 32, R"({"dp": 2, "tp": 8, "tp_mode": "2.5d", "tp_depth": 2})"));
+}
+TEST(Agreement, Tensor3D) { expect_agreement(uniform_plan(2, 32, R"({"dp": 2, "tp": 8, "tp_mode": "3d"})")); }
+TEST(Agreement, SequenceParallelRing) { expect_agreement(uniform_plan(2, 32, R"({"dp": 4, "sp": 4})")); }
+TEST(Agreement, Zero1) { expect_agreement(uniform_plan(2, 32, R"({"dp": 16, "zero": 1})")); }
+TEST(Agreement, Zero2) { expect_agreement(uniform_plan(2, 32, R"({"dp": 16, "zero": 2})")); }
+TEST(Agreement, Zero3) { expect_agreement(uniform_plan(2, 32, R"({"dp": 16, "zero": 3})")); }
+
+TEST(Contention, TwoFlowsShareAnOversubscribedUplink) {
+  ClusterSpec cluster = resolve_cluster("dgx-a100");
+  cluster.inter_node->oversubscription = 4;
+  const profiles::Profile profile = profiles::shipped_profile(cluster.device);
+  const double bytes = 1e9;
+  // Ranks 0 and 1 on node 0 send to ranks 8 and 9 on node 1: both cross node 0's uplink,
+  // whose bandwidth (NICs / oversubscription) is below a device link's.
+  const auto times = simulator::simulate_flows(cluster, 2, 8, profile,
+                                               {{0, 8, bytes}, {1, 9, bytes}, {2, 3, bytes}});
+  const profiles::CostLookup costs(profile, cluster, 2, 8);
+  const double uplink = costs.inter_bandwidth_per_device_bytes_per_s() * 8;
+  ASSERT_LT(uplink, costs.intra_bandwidth_bytes_per_s());
+  // Sharing the uplink, each flow gets half of it; the intra-node flow is unaffected.
+  EXPECT_NEAR(times[0], 2 * bytes / uplink, 0.01 * times[0]);
+  EXPECT_NEAR(times[1], 2 * bytes / uplink, 0.01 * times[1]);
+  EXPECT_NEAR(times[2], bytes / costs.intra_bandwidth_bytes_per_s(), 0.01 * times[2]);
+}
+
+TEST(Contention, AloneAFlowTakesTheWholeUplink) {
+  ClusterSpec cluster = resolve_cluster("dgx-a100");
+  cluster.inter_node->oversubscription = 4;
+  const profiles::Profile profile = profiles::shipped_profile(cluster.device);
+  const auto times = simulator::simulate_flows(cluster, 2, 8, profile, {{0, 8, 1e9}});
+  const profiles::CostLookup costs(profile, cluster, 2, 8);
+  EXPECT_NEAR(times[0], 1e9 / (costs.inter_bandwidth_per_device_bytes_per_s() * 8), 0.01 * times[0]);
+}
+
+TEST(Overlap, GradientSyncHidesBehindBackwardUpToItsLength) {
+  const Plan plan = uniform_plan(2, 16, R"({"dp": 16})");  // one micro-batch per rank
+  const profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
+  planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+  model.set_overlap(false);
+  const planner::Estimate serial = model.estimate(plan.parallel);
+  const double sync_s = serial.time(planner::TimeKind::dp_comm);
+  const double backward_s = model.layout_cost(plan.parallel).backward_compute_s;
+  ASSERT_GT(sync_s, 0);
+  simulator::SimulationOptions options;
+  options.overlap = true;
+  const auto overlapped = simulator::simulate(Program::lower(plan), profile, options);
+  const double hidden = serial.step_time_s - overlapped.step_time_s;
+  // Buckets start as each layer's backward ends: most of the sync hides, never more
+  // than the sync itself, nor more than the backward it hides behind.
+  EXPECT_GT(hidden, 0.5 * std::min(sync_s, backward_s));
+  EXPECT_LE(hidden, std::min(sync_s, backward_s) * 1.01);
+}
+
+TEST(Pipeline, BubbleMatchesTheScheduleFormula) {
+  // Four stages inside one node, eight micro-batches, tiny activations between stages.
+  const Plan plan = uniform_plan(1, 16, R"({"dp": 2, "pp": 4, "schedule": "1f1b"})");
+  const profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
+  simulator::SimulationOptions options;
+  options.overlap = false;
+  options.contention_free = true;
+  const Program program = Program::lower(plan);
+  const auto result = simulator::simulate(program, profile, options);
+  const double m = program.micro_batches(), p = 4;
+  // The first stage's compute is m slots; the rest of the step is the bubble (and the
+  // small gradient sync and optimizer that follow).
+  const auto& first = result.ranks[0];
+  const double bubble_fraction = (result.step_time_s - first.compute_s - first.exposed_comm_s) / result.step_time_s;
+  EXPECT_NEAR(bubble_fraction, (p - 1) / (m + p - 1), 0.02);
+}
+
+TEST(Trace, IsValidChromeJsonWithoutOverlapsPerStream) {
+  const Plan plan = uniform_plan(2, 32, R"({"dp": 4, "pp": 2, "tp": 2, "zero": 1})");
+  const profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
+  simulator::SimulationOptions options;
+  options.record_trace = true;
+  const Program program = Program::lower(plan);
+  const auto result = simulator::simulate(program, profile, options);
+  const Json trace = Json::parse(simulator::chrome_trace(program, result, {{1e9, 1e8}, {1e9, 1e8}}));
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;
+  int complete = 0, counters = 0;
+  for (const Json& event : trace["traceEvents"]) {
+    const std::string ph = event["ph"];
+    if (ph == "X") {
+      ++complete;
+      for (const char* field : {"name", "pid", "tid", "ts", "dur"}) ASSERT_TRUE(event.contains(field)) << field;
+      EXPECT_GE(event["dur"].get<double>(), 0);
+      spans[{event["pid"], event["tid"]}].emplace_back(event["ts"], event["ts"].get<double>() + event["dur"].get<double>());
+    } else if (ph == "C") {
+      ++counters;
+      EXPECT_TRUE(event["args"].contains("bytes"));
+    }
+  }
+  EXPECT_EQ(std::size_t(complete), result.events.size());
+  EXPECT_GT(counters, 2);
+  for (auto& [key, list] : spans) {
+    std::sort(list.begin(), list.end());
+    for (std::size_t i = 1; i < list.size(); ++i) {
+      EXPECT_LE(list[i - 1].second, list[i].first + 1e-6) << "rank " << key.first << " stream " << key.second;
+    }
+  }
+}
