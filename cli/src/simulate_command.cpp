@@ -21,6 +21,8 @@ struct SimulateArgs {
   bool json = false;
   bool no_overlap = false;
   bool contention_free = false;
+  bool no_fold = false;
+  std::string platform_file;
 };
 
 int run_simulate(const SimulateArgs& args) {
@@ -34,6 +36,8 @@ int run_simulate(const SimulateArgs& args) {
   options.overlap = !args.no_overlap;
   options.contention_free = args.contention_free;
   options.record_trace = !args.trace_file.empty();
+  options.fold = !args.no_fold;
+  options.platform_file = args.platform_file;
   const simulator::SimulationResult sim = simulator::simulate(program, profile, options);
 
   // Memory over the step: the analytic model's static parts and per-chunk activations,
@@ -72,6 +76,7 @@ int run_simulate(const SimulateArgs& args) {
     out["busiest_links"] = links;
     out["peak_memory_per_stage_bytes"] = peak_bytes;
     out["flows"] = sim.flows;
+    out["simulated_ranks"] = sim.simulated_ranks;
     out["simulation_wall_s"] = sim.wall_s;
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -80,8 +85,9 @@ int run_simulate(const SimulateArgs& args) {
                            program.world_size(), plan.parallel.summary());
   std::cout << fmt::format("simulated step  {}   analytic estimate {}  ({:+.1f}%)\n", format_seconds(sim.step_time_s),
                            format_seconds(analytic_step), 100 * (sim.step_time_s / analytic_step - 1));
-  std::cout << fmt::format("replayed {} ops and {} flows in {}\n", program.op_count(), sim.flows,
-                           format_seconds(sim.wall_s));
+  std::cout << fmt::format("replayed {} ops on {} of {} ranks ({} folded) and {} flows in {}\n", program.op_count(),
+                           sim.simulated_ranks, program.world_size(), program.world_size() - sim.simulated_ranks,
+                           sim.flows, format_seconds(sim.wall_s));
   Table stages({"stage", "compute", "exposed comm", "bubble", "idle", "peak memory"});
   const int per_stage = plan.parallel.tp * plan.parallel.sp * plan.parallel.dp;
   for (int s = 0; s < plan.parallel.pp; ++s) {
@@ -108,6 +114,9 @@ Command add_simulate_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print one JSON object: the estimate's fields, simulated, plus the simulator's");
   cmd->add_flag("--no-overlap", args->no_overlap, "Run each rank's ops one at a time (no stream overlap)");
   cmd->add_flag("--contention-free", args->contention_free, "Links never shared between flows");
+  cmd->add_flag("--no-fold", args->no_fold, "Simulate every data-parallel replica (slower; folding is exact by symmetry)");
+  cmd->add_option("--platform", args->platform_file,
+                  "A SimGrid platform XML to use instead of the one built from the cluster; its hosts become ranks in order");
   cmd->add_option("--db", args->db, "Profile database");
   return [args] { return run_simulate(*args); };
 }

@@ -98,7 +98,8 @@ class Replay {
   SimulationResult run() {
     const auto wall_start = std::chrono::steady_clock::now();
     auto engine = make_engine();
-    build_platform();
+    build_platform(*engine);
+    fold_replicas();
     start_actors();
     engine->run();
 
@@ -106,10 +107,12 @@ class Replay {
     result.flows = flows_;
     for (const RankState& rank : ranks_) result.step_time_s = std::max(result.step_time_s, rank.last_end_s);
     for (RankState& rank : ranks_) {
-      RankBreakdown b = rank.breakdown;
+      // A folded rank reports its representative's breakdown: it ran the same program.
+      RankBreakdown b = ranks_[std::size_t(representative_[std::size_t(rank.rank)])].breakdown;
       b.idle_s = std::max(0.0, result.step_time_s - b.compute_s - b.exposed_comm_s - b.bubble_s);
       result.ranks.push_back(b);
     }
+    result.simulated_ranks = int(std::count(simulated_.begin(), simulated_.end(), true));
     collect_links(result);
     result.events = std::move(events_);
     result.in_flight = std::move(memory_);
@@ -135,8 +138,22 @@ class Replay {
   };
 
   // ---------------------------------------------------------------- platform
-  void build_platform() {
-    platform_ = build_cluster_platform(costs_, program_.world_size(), plan_.gpus_per_node(), options_.contention_free);
+  void build_platform(sg4::Engine& engine) {
+    if (!options_.platform_file.empty()) {
+      engine.load_platform(options_.platform_file);
+      platform_.hosts = engine.get_all_hosts();
+      if (int(platform_.hosts.size()) < program_.world_size()) {
+        throw Error(fmt::format("--platform: {} has {} hosts, the plan needs {} (one per rank, in order)",
+                                options_.platform_file, platform_.hosts.size(), program_.world_size()));
+      }
+      platform_.nodes = (program_.world_size() + plan_.gpus_per_node() - 1) / plan_.gpus_per_node();
+      platform_.intra_alpha_s = costs_.intra_latency_s();
+      platform_.inter_alpha_s = std::max(costs_.inter_latency_s(), platform_.intra_alpha_s);
+      platform_.device_bandwidth = costs_.intra_bandwidth_bytes_per_s();
+      platform_.node_bandwidth = costs_.inter_bandwidth_per_device_bytes_per_s() * plan_.gpus_per_node();
+    } else {
+      platform_ = build_cluster_platform(costs_, program_.world_size(), plan_.gpus_per_node(), options_.contention_free);
+    }
     hosts_ = platform_.hosts;
     intra_alpha_ = platform_.intra_alpha_s;
     inter_alpha_ = platform_.inter_alpha_s;
@@ -208,6 +225,7 @@ class Replay {
     if (bytes_each <= 0) return;
     std::vector<sg4::CommPtr> comms;
     for (auto [from, to] : pairs) {
+      if (!simulated_[std::size_t(from)]) continue;  // a folded replica's flow: represented
       comms.push_back(sg4::Comm::sendto_async(hosts_[from], hosts_[to], std::uint64_t(std::llround(bytes_each))));
       flow_bytes(from, to, bytes_each);
       ++flows_;
@@ -356,7 +374,8 @@ class Replay {
       case OpKind::collective: {
         const std::vector<int> group = members(rank.rank, op.work.group);
         if (group.size() < 2) return;
-        meet(fmt::format("{}@{}", op.id, group.front()), int(group.size()), [&] { collective(op.work, group); });
+        const int present = int(std::count_if(group.begin(), group.end(), [&](int r) { return simulated_[std::size_t(r)]; }));
+        meet(fmt::format("{}@{}", op.id, group.front()), present, [&] { collective(op.work, group); });
         return;
       }
       case OpKind::send:
@@ -471,6 +490,29 @@ class Replay {
     return order;
   }
 
+  // Data-parallel replicas run identical programs; their collectives are symmetric
+  // rings. Simulating the replicas that fill whole nodes keeps every shared link's load
+  // as it would be: the simulated nodes' uplinks carry all their devices' flows, and a
+  // ring step into a folded node arrives on its downlink as one flow per rail, as in the
+  // full run. A folded rank's flows are represented by its simulated counterpart's.
+  void fold_replicas() {
+    const ParallelConfig& p = plan_.parallel;
+    const int world = program_.world_size();
+    const int per_replica = p.tp * p.sp;
+    int kept = p.dp;
+    if (options_.fold && options_.platform_file.empty()) {
+      kept = std::clamp(plan_.gpus_per_node() / per_replica, 1, p.dp);
+      if (per_replica * kept % plan_.gpus_per_node() != 0 && per_replica < plan_.gpus_per_node()) kept = p.dp;
+    }
+    simulated_.assign(std::size_t(world), false);
+    representative_.assign(std::size_t(world), 0);
+    for (int r = 0; r < world; ++r) {
+      const int replica = (r / per_replica) % p.dp;
+      simulated_[std::size_t(r)] = replica < kept;
+      representative_[std::size_t(r)] = r - (replica - replica % kept) * per_replica;
+    }
+  }
+
   void start_actors() {
     const int world = program_.world_size();
     ranks_.resize(std::size_t(world));
@@ -478,6 +520,7 @@ class Replay {
     for (int r = 0; r < world; ++r) {
       RankState& rank = ranks_[std::size_t(r)];
       rank.rank = r;
+      if (!simulated_[std::size_t(r)]) continue;
       rank.program = &program_.rank_program(r);
       rank.done_s.assign(rank.program->ops.size(), kNotDone);
       rank.mutex = sg4::Mutex::create();
@@ -531,6 +574,8 @@ class Replay {
   profiles::CostLookup costs_;
   std::vector<sg4::Host*> hosts_;
   std::vector<RankState> ranks_;
+  std::vector<bool> simulated_;
+  std::vector<int> representative_;
   std::vector<std::vector<std::uint32_t>> streams_;
   std::map<std::string, std::unique_ptr<Meeting>> meetings_;
   std::vector<TraceEvent> events_;

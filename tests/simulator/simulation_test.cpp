@@ -3,6 +3,9 @@
 // runs every TEST in its own process (gtest_discover_tests), so each TEST simulates once.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <map>
 
 #include "tessel/planner/cost_model.hpp"
@@ -164,4 +167,51 @@ TEST(Trace, IsValidChromeJsonWithoutOverlapsPerStream) {
       EXPECT_LE(list[i - 1].second, list[i].first + 1e-6) << "rank " << key.first << " stream " << key.second;
     }
   }
+}
+
+namespace {
+// Simulates `plan` in a child process (SimGrid: one engine per process) and returns
+// its step time through a pipe.
+double step_time_in_child(const Plan& plan, bool fold) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    simulator::SimulationOptions options;
+    options.fold = fold;
+    double step = -1;
+    try {
+      step = simulator::simulate(Program::lower(plan), profiles::shipped_profile(plan.cluster.device), options).step_time_s;
+    } catch (...) {
+    }
+    (void)!write(fds[1], &step, sizeof(step));
+    _exit(0);
+  }
+  close(fds[1]);
+  double step = -1;
+  (void)!read(fds[0], &step, sizeof(step));
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return step;
+}
+
+void expect_folding_exact(const Plan& plan) {
+  const double folded = step_time_in_child(plan, true);
+  const double full = step_time_in_child(plan, false);
+  ASSERT_GT(folded, 0);
+  ASSERT_GT(full, 0);
+  EXPECT_NEAR(folded / full, 1.0, 0.01) << plan.parallel.summary();
+}
+}  // namespace
+
+TEST(Folding, SixtyFourGpusMatchTheUnfoldedRun) {
+  expect_folding_exact(Plan::from_json(Json::parse(R"({"model": "gpt2-774m", "cluster": "dgx-h100", "nodes": 8,
+      "train": {"global_batch": 256}, "parallel": {"dp": 16, "pp": 2, "tp": 2, "micro_batch": 2, "zero": 1}})"), ""));
+}
+
+TEST(Folding, TwoHundredFiftySixGpusMatchTheUnfoldedRun) {
+  expect_folding_exact(Plan::from_json(Json::parse(R"({"model": "gpt3-6.7b", "cluster": "dgx-a100", "nodes": 32,
+      "train": {"global_batch": 512}, "parallel": {"dp": 64, "pp": 2, "tp": 2, "micro_batch": 2, "zero": 1}})"), ""));
 }

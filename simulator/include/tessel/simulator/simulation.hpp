@@ -33,6 +33,11 @@ struct SimulationOptions {
   bool overlap = true;           // false: each rank runs its ops one at a time, in program order
   bool contention_free = false;  // FATPIPE links: flows never share bandwidth
   bool record_trace = false;     // keep every op's start and end
+  // Fold data-parallel replicas: simulate only the replicas that fill the first nodes of
+  // each stage; the others run the same program on symmetric links, so their flows are
+  // represented by the simulated ones (see fold_replicas in simulation.cpp).
+  bool fold = true;
+  std::string platform_file;     // a SimGrid platform XML instead of the built one
 };
 
 struct RankBreakdown {
@@ -68,6 +73,7 @@ struct SimulationResult {
   std::vector<TraceEvent> events;      // with record_trace
   std::vector<std::vector<InFlightSample>> in_flight;  // per pipeline stage
   std::size_t flows = 0;
+  int simulated_ranks = 0;  // after folding
   double wall_s = 0;
 };
 
