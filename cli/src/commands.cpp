@@ -5,10 +5,12 @@
 #include <iostream>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "format.hpp"
+#include "refine.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
 #include "tessel/planner/search.hpp"
@@ -137,17 +139,26 @@ std::string schedule_cell(const ParallelConfig& p) {
   return std::string(to_string(p.schedule));
 }
 
-std::string plans_table(const std::vector<Estimate>& plans) {
-  Table table({"rank", "dp", "pp", "tp", "sp", "zero", "offload", "recompute", "mb", "schedule", "step", "tokens/s",
-               "MFU", "mem/GPU"});
+// `simulated`: step times from --refine, shown next to the analytic ones.
+std::string plans_table(const std::vector<Estimate>& plans, const std::vector<double>& simulated = {}) {
+  std::vector<std::string> headers{"rank", "dp", "pp", "tp", "sp", "zero", "offload", "recompute", "mb", "schedule",
+                                   "step"};
+  if (!simulated.empty()) headers.push_back("simulated");
+  for (const char* header : {"tokens/s", "MFU", "mem/GPU"}) headers.emplace_back(header);
+  Table table(headers);
   int rank = 1;
-  for (const Estimate& e : plans) {
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const Estimate& e = plans[i];
     const ParallelConfig& p = e.parallel;
-    table.add_row({std::to_string(rank++), std::to_string(p.dp), std::to_string(p.pp), tp_cell(p), std::to_string(p.sp),
-                   std::to_string(p.zero), offload_cell(p), std::string(to_string(p.recompute)),
-                   std::to_string(p.micro_batch), schedule_cell(p), format_seconds(e.step_time_s),
-                   format_rate(e.tokens_per_s), fmt::format("{:.1f}%", 100 * e.mfu),
-                   format_bytes(e.memory.device_total_bytes())});
+    std::vector<std::string> row{std::to_string(rank++), std::to_string(p.dp), std::to_string(p.pp), tp_cell(p),
+                                 std::to_string(p.sp), std::to_string(p.zero), offload_cell(p),
+                                 std::string(to_string(p.recompute)), std::to_string(p.micro_batch), schedule_cell(p),
+                                 format_seconds(e.step_time_s)};
+    if (!simulated.empty()) row.push_back(format_seconds(simulated[i]));
+    row.push_back(format_rate(e.tokens_per_s));
+    row.push_back(fmt::format("{:.1f}%", 100 * e.mfu));
+    row.push_back(format_bytes(e.memory.device_total_bytes()));
+    table.add_row(row);
   }
   return table.render();
 }
@@ -180,6 +191,7 @@ Json inputs_json(const Plan& plan) {
 struct PlanArgs {
   InputFlags inputs;
   int top = 10;
+  int refine = 0;
   int threads = 0;
   std::string json_file;
 };
@@ -189,10 +201,39 @@ int run_plan(const PlanArgs& args) {
   const int per_node = args.inputs.gpus_per_node(plan);
   CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, per_node,
                   profiles::resolve_profile(plan.cluster.device, args.inputs.db));
+  if (args.refine < 0) throw Error(fmt::format("--refine: must be 0 or more, got {}", args.refine));
   ProgressBar bar("searching");
-  SearchResult result = planner::search(model, search_options(args.top, args.threads, &bar));
+  SearchResult result = planner::search(model, search_options(std::max(args.top, args.refine), args.threads, &bar));
   bar.finish();
   if (result.cancelled) return report_cancelled(result);
+  std::vector<double> simulated;
+  if (args.refine > 0 && !result.best.empty()) {
+    // Re-rank the analytic top K by simulating each (in parallel child processes).
+    result.best.resize(std::min<std::size_t>(result.best.size(), std::size_t(args.refine)));
+    std::vector<Plan> candidates;
+    for (const Estimate& e : result.best) {
+      Plan candidate = plan;
+      candidate.parallel = e.parallel;
+      if (candidate.cluster.ranks_fill_node()) candidate.nodes = 1;
+      candidates.push_back(candidate);
+    }
+    ProgressBar refine_bar("simulating", 0.0);
+    const int jobs = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    simulated = simulate_in_children(candidates, args.inputs.db, jobs, &refine_bar);
+    refine_bar.finish();
+    if (cancel_flag().load()) {
+      std::fprintf(stderr, "tessel: cancelled while refining; nothing written\n");
+      return kCancelledStatus;
+    }
+    std::vector<std::size_t> order(result.best.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return simulated[a] < simulated[b]; });
+    std::vector<Estimate> best;
+    std::vector<double> times;
+    for (std::size_t i : order) best.push_back(result.best[i]), times.push_back(simulated[i]);
+    result.best = std::move(best);
+    simulated = std::move(times);
+  }
 
   std::cout << fmt::format("{} on {} x {} ({} {} {}), global batch {} x {} tokens, {} {}\n", plan.model.name,
                            plan.nodes, plan.cluster.name, model.gpus(), plan.cluster.device,
@@ -201,12 +242,14 @@ int run_plan(const PlanArgs& args) {
   if (result.best.empty()) {
     std::cout << "no plan fits.\n";
   } else {
-    std::cout << plans_table(result.best);
+    std::cout << plans_table(result.best, simulated);
   }
+  if (!simulated.empty()) std::cout << fmt::format("re-ranked the analytic top {} by simulation\n", simulated.size());
   std::cout << search_summary(result);
   print_cost_flags(result.cost_flags);
   if (!args.json_file.empty()) {
     Json out = result.to_json();
+    for (std::size_t i = 0; i < simulated.size(); ++i) out["plans"][i]["simulated_step_time_s"] = simulated[i];
     out["inputs"] = inputs_json(plan);
     write_text_file_atomically(args.json_file, out.dump(2) + "\n");
     std::cout << fmt::format("wrote {}\n", args.json_file);
@@ -478,6 +521,8 @@ Command add_plan_command(CLI::App& app) {
   cmd->add_option("--nodes,-n", args->inputs.nodes, "Nodes of the cluster")->capture_default_str();
   cmd->add_option("--top,-k", args->top, "Plans to show")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all cores)");
+  cmd->add_option("--refine", args->refine,
+                  "Re-rank the analytic top K by simulation (child processes in parallel, one per core)");
   cmd->add_option("--json", args->json_file, "Also write the ranked plans and rejection counts as JSON");
   cmd->footer("Example: tessel plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536");
   return [args] { return run_plan(*args); };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -140,7 +141,14 @@ class Replay {
   // ---------------------------------------------------------------- platform
   void build_platform(sg4::Engine& engine) {
     if (!options_.platform_file.empty()) {
-      engine.load_platform(options_.platform_file);
+      if (!std::filesystem::is_regular_file(options_.platform_file)) {
+        throw Error(fmt::format("--platform: {}: no such file", options_.platform_file));
+      }
+      try {
+        engine.load_platform(options_.platform_file);
+      } catch (const std::exception& error) {
+        throw Error(fmt::format("--platform: {}: {}", options_.platform_file, error.what()));
+      }
       platform_.hosts = engine.get_all_hosts();
       if (int(platform_.hosts.size()) < program_.world_size()) {
         throw Error(fmt::format("--platform: {} has {} hosts, the plan needs {} (one per rank, in order)",

@@ -161,7 +161,7 @@ TEST_F(Cli, SweepAndCapacityAnswer) {
 }
 
 TEST_F(Cli, EveryCommandHasHelp) {
-  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets"}) {
+  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets", "profile", "simulate"}) {
     const Outcome o = run(std::string(command) + " --help");
     EXPECT_EQ(o.status, 0) << command;
     EXPECT_NE(o.out.find("Usage"), std::string::npos) << command << ": " << o.out;
@@ -245,4 +245,63 @@ TEST_F(Cli, ImportsNcclTestsText) {
   const Outcome o = run("profile import-nccl " + table.string() + " --fabric dgx-h100/intra --db " + db);
   ASSERT_EQ(o.status, 0) << o.err;
   EXPECT_NE(o.out.find("imported 2 all_reduce samples on 2 ranks"), std::string::npos) << o.out;
+}
+
+namespace {
+const char* kCpuPlan = R"({"model": {"name": "small", "layers": 4, "hidden": 256, "heads": 4, "vocab": 1024,
+  "seq_len": 128}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
+  "parallel": {"dp": 2, "tp": 2, "micro_batch": 2}})";
+}  // namespace
+
+TEST_F(Cli, SimulatePrintsTheEstimateFieldsPlusItsOwn) {
+  const fs::path plan = write("plan.json", kGoodPlan);
+  const fs::path trace = dir_ / "trace.json";
+  const Outcome o = run("simulate --json --plan " + plan.string() + " --trace " + trace.string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  const auto json = nlohmann::json::parse(o.out);
+  for (const char* field : {"step_time_s", "tokens_per_s", "mfu", "memory_per_gpu_bytes", "fits", "time_breakdown_s",
+                            "analytic_step_time_s", "ranks", "busiest_links", "peak_memory_per_stage_bytes", "flows"}) {
+    EXPECT_TRUE(json.contains(field)) << field;
+  }
+  EXPECT_EQ(json["ranks"].size(), 8u);
+  EXPECT_LE(json["busiest_links"].size(), 10u);
+  EXPECT_NEAR(json["step_time_s"].get<double>() / json["analytic_step_time_s"].get<double>(), 1.0, 0.25);
+  const auto events = nlohmann::json::parse(slurp(trace))["traceEvents"];
+  EXPECT_GT(events.size(), 100u);
+}
+
+TEST_F(Cli, SimulateOnAPlatformFile) {
+  const fs::path plan = write("cpu.json", kCpuPlan);
+  const fs::path four = write("four.xml", R"(<?xml version='1.0'?>
+<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">
+<platform version="4.1">
+  <zone id="world" routing="Full">
+    <cluster id="c" prefix="host" suffix="" radical="0-3" speed="1Gf" bw="10GBps" lat="1us" bb_bw="40GBps" bb_lat="1us"/>
+  </zone>
+</platform>
+)");
+  const Outcome ok = run("simulate --plan " + plan.string() + " --platform " + four.string());
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("simulated step"), std::string::npos);
+  const fs::path two = write("two.xml", slurp(four).replace(slurp(four).find("0-3"), 3, "0-1"));
+  const Outcome small = run("simulate --plan " + plan.string() + " --platform " + two.string());
+  EXPECT_EQ(small.status, 2);
+  EXPECT_NE(small.err.find("has 2 hosts, the plan needs 4"), std::string::npos) << small.err;
+  const fs::path broken = write("broken.xml", "<platform>\n");
+  const Outcome bad = run("simulate --plan " + plan.string() + " --platform " + broken.string());
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--platform: " + broken.string()), std::string::npos) << bad.err;
+}
+
+TEST_F(Cli, PlanRefineReRanksBySimulation) {
+  const fs::path out = dir_ / "refined.json";
+  const Outcome o = run("plan --model gpt2-350m --cluster dgx-h100 --nodes 1 --global-batch 64 --refine 3 --json " +
+                        out.string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("re-ranked the analytic top 3 by simulation"), std::string::npos) << o.out;
+  const auto json = nlohmann::json::parse(slurp(out));
+  ASSERT_EQ(json["plans"].size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_GT(json["plans"][i]["simulated_step_time_s"].get<double>(), 0);
+  EXPECT_LE(json["plans"][0]["simulated_step_time_s"].get<double>(), json["plans"][1]["simulated_step_time_s"].get<double>());
+  EXPECT_LE(json["plans"][1]["simulated_step_time_s"].get<double>(), json["plans"][2]["simulated_step_time_s"].get<double>());
 }
