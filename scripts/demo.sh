@@ -16,3 +16,8 @@ run profile show --device local-cpu --db "$db"
 printf '\n$ tessel estimate --plan examples/local-cpu-gpt-small.json   # shipped (estimated) local-cpu profile\n'
 TESSEL_DB="$build_dir/none.db" "$tessel" estimate --plan examples/local-cpu-gpt-small.json | head -4
 run estimate --plan examples/local-cpu-gpt-small.json --db "$db"
+
+# Replay a plan on the SimGrid model of its cluster, next to the analytic estimate, and
+# let simulation re-rank the analytic top 5.
+run simulate --plan examples/gpt3-13b-dgx-h100.json --trace "$build_dir/gpt3-13b-trace.json"
+run plan --model gpt3-13b --cluster dgx-h100 --nodes 4 --global-batch 256 --top 5 --refine 5
