@@ -39,7 +39,20 @@ struct ClusterPlatform {
 // Builds the S4U platform: per node a star of per-device split-duplex links, each node
 // reaching the others through one uplink with the node's NIC bandwidth (already divided
 // by oversubscription in the lookup). Must be called once, in an engine's process.
-ClusterPlatform build_cluster_platform(const profiles::CostLookup& costs, int world, int gpn, bool contention_free) {
+// Splits `nodes` into `dimensions` sides as equal as possible (their product is `nodes`).
+std::vector<unsigned long> torus_sides(int nodes, int dimensions) {
+  std::vector<unsigned long> sides(std::size_t(std::max(dimensions, 1)), 1);
+  std::vector<int> primes;
+  for (int n = nodes, f = 2; n > 1; f = f * f > n ? n : f + 1) {
+    while (n % f == 0) primes.push_back(f), n /= f;
+  }
+  std::sort(primes.rbegin(), primes.rend());
+  for (int prime : primes) *std::min_element(sides.begin(), sides.end()) *= std::size_t(prime);
+  return sides;
+}
+
+ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profiles::CostLookup& costs, int world,
+                                       int gpn, bool contention_free) {
   ClusterPlatform out;
   out.nodes = std::max(1, (world + gpn - 1) / gpn);
   out.intra_alpha_s = costs.intra_latency_s();
@@ -55,26 +68,72 @@ ClusterPlatform build_cluster_platform(const profiles::CostLookup& costs, int wo
     }
     return link;
   };
-  auto* root = sg4::create_star_zone("cluster");
-  for (int n = 0; n < out.nodes; ++n) {
+  out.hosts.resize(std::size_t(world), nullptr);
+  // One node: a star of per-device links around the NVSwitch (or shared memory), with
+  // a router through which the node talks to the others.
+  auto make_node = [&](const sg4::NetZone* parent, int n) {
     auto* node = sg4::create_star_zone(fmt::format("node{}", n));
-    node->set_parent(root);
+    node->set_parent(parent);
     for (int g = 0; g < gpn && n * gpn + g < world; ++g) {
       const int rank = n * gpn + g;
       sg4::Host* host = node->create_host(fmt::format("rank{}", rank), 1e9)->seal();
       auto* link = policy(node->create_split_duplex_link(fmt::format("device{}", rank), out.device_bandwidth));
       link->set_latency(out.intra_alpha_s / 2)->seal();
       node->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {{link, sg4::LinkInRoute::Direction::UP}}, true);
-      out.hosts.push_back(host);
+      out.hosts[std::size_t(rank)] = host;
     }
     auto* gateway = node->create_router(fmt::format("gateway{}", n));
     node->seal();
-    auto* uplink = policy(root->create_split_duplex_link(fmt::format("uplink{}", n), out.node_bandwidth));
-    uplink->set_latency((out.inter_alpha_s - out.intra_alpha_s) / 2)->seal();
-    root->add_route(node->get_netpoint(), nullptr, gateway, nullptr, {{uplink, sg4::LinkInRoute::Direction::UP}},
-                    true);
+    return std::pair{node->get_netpoint(), gateway};
+  };
+  const Topology topology = cluster.inter_node && out.nodes > 1 ? cluster.inter_node->topology : Topology::fat_tree;
+  if (topology == Topology::fat_tree) {
+    // Non-blocking core; each node's uplink carries its NICs' bandwidth divided by the
+    // oversubscription of the leaf switches.
+    auto* root = sg4::create_star_zone("cluster");
+    for (int n = 0; n < out.nodes; ++n) {
+      auto [netpoint, gateway] = make_node(root, n);
+      auto* uplink = policy(root->create_split_duplex_link(fmt::format("uplink{}", n), out.node_bandwidth));
+      uplink->set_latency((out.inter_alpha_s - out.intra_alpha_s) / 2)->seal();
+      root->add_route(netpoint, nullptr, gateway, nullptr, {{uplink, sg4::LinkInRoute::Direction::UP}}, true);
+    }
+    root->seal();
+    return out;
   }
-  root->seal();
+  // Torus and dragonfly: SimGrid's cluster zones with the nodes as leaves; each link
+  // carries a node's NIC bandwidth spread over its links, a hop costs the spec's latency.
+  const InterNodeFabric& inter = *cluster.inter_node;
+  const double node_injection = inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s * inter.efficiency;
+  const double hop_latency = std::max(0.0, inter.latency_s - out.intra_alpha_s);
+  const auto sharing = contention_free ? sg4::Link::SharingPolicy::FATPIPE : sg4::Link::SharingPolicy::SPLITDUPLEX;
+  int made = 0;
+  auto leaf = [&](sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id)
+      -> std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> {
+    if (int(id) < out.nodes) {
+      ++made;
+      return make_node(zone, int(id));
+    }
+    // Leaves beyond the node count hold no device.
+    auto* empty = sg4::create_star_zone(fmt::format("empty{}", id));
+    empty->set_parent(zone);
+    auto* router = empty->create_router(fmt::format("empty-router{}", id));
+    empty->seal();
+    return {empty->get_netpoint(), router};
+  };
+  sg4::NetZone* fabric = nullptr;
+  if (topology == Topology::torus) {
+    const auto sides = torus_sides(out.nodes, inter.torus_dimensions);
+    fabric = sg4::create_torus_zone("cluster", nullptr, sides, sg4::ClusterCallbacks(leaf),
+                                    node_injection / (2.0 * double(sides.size())), hop_latency, sharing);
+  } else {
+    const unsigned group_nodes = unsigned(std::clamp(inter.dragonfly_group_nodes, 1, out.nodes));
+    const unsigned groups = unsigned((out.nodes + int(group_nodes) - 1) / int(group_nodes));
+    fabric = sg4::create_dragonfly_zone("cluster", nullptr,
+                                        sg4::DragonflyParams({groups, 1}, {1, 1}, {group_nodes, 1}, 1),
+                                        sg4::ClusterCallbacks(leaf), node_injection, hop_latency, sharing);
+  }
+  fabric->seal();
+  TESSEL_ASSERT(made == out.nodes, "every node must be a leaf of the fabric");
   return out;
 }
 
@@ -160,7 +219,8 @@ class Replay {
       platform_.device_bandwidth = costs_.intra_bandwidth_bytes_per_s();
       platform_.node_bandwidth = costs_.inter_bandwidth_per_device_bytes_per_s() * plan_.gpus_per_node();
     } else {
-      platform_ = build_cluster_platform(costs_, program_.world_size(), plan_.gpus_per_node(), options_.contention_free);
+      platform_ = build_cluster_platform(plan_.cluster, costs_, program_.world_size(), plan_.gpus_per_node(),
+                                         options_.contention_free);
     }
     hosts_ = platform_.hosts;
     intra_alpha_ = platform_.intra_alpha_s;
@@ -508,7 +568,10 @@ class Replay {
     const int world = program_.world_size();
     const int per_replica = p.tp * p.sp;
     int kept = p.dp;
-    if (options_.fold && options_.platform_file.empty()) {
+    // Exact by symmetry on the star-of-nodes fat-tree; torus and dragonfly routes are not
+    // symmetric between replicas, so they are simulated in full.
+    const bool symmetric = !plan_.cluster.inter_node || plan_.cluster.inter_node->topology == Topology::fat_tree;
+    if (options_.fold && options_.platform_file.empty() && symmetric) {
       kept = std::clamp(plan_.gpus_per_node() / per_replica, 1, p.dp);
       if (per_replica * kept % plan_.gpus_per_node() != 0 && per_replica < plan_.gpus_per_node()) kept = p.dp;
     }
@@ -601,7 +664,8 @@ std::vector<double> simulate_flows(const ClusterSpec& cluster, int nodes, int gp
                                    bool contention_free) {
   const profiles::CostLookup costs(profile, cluster, nodes, gpus_per_node);
   auto engine = make_engine();
-  const ClusterPlatform platform = build_cluster_platform(costs, nodes * gpus_per_node, gpus_per_node, contention_free);
+  const ClusterPlatform platform =
+      build_cluster_platform(cluster, costs, nodes * gpus_per_node, gpus_per_node, contention_free);
   std::vector<double> finish(flows.size(), 0);
   for (std::size_t i = 0; i < flows.size(); ++i) {
     const Flow flow = flows[i];

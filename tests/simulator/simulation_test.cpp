@@ -215,3 +215,40 @@ TEST(Folding, TwoHundredFiftySixGpusMatchTheUnfoldedRun) {
   expect_folding_exact(Plan::from_json(Json::parse(R"({"model": "gpt3-6.7b", "cluster": "dgx-a100", "nodes": 32,
       "train": {"global_batch": 512}, "parallel": {"dp": 64, "pp": 2, "tp": 2, "micro_batch": 2, "zero": 1}})"), ""));
 }
+
+TEST(Topology, TorusLinksCarryTheNodesInjectionSpreadOverTheirDimensions) {
+  ClusterSpec cluster = resolve_cluster("dgx-a100");
+  cluster.inter_node->topology = Topology::torus;
+  cluster.inter_node->torus_dimensions = 2;
+  const profiles::Profile profile = profiles::shipped_profile(cluster.device);
+  // Four nodes on a 2 x 2 torus; rank 0 (node 0) to rank 8 (node 1), one hop.
+  const auto times = simulator::simulate_flows(cluster, 4, 8, profile, {{0, 8, 1e9}});
+  const InterNodeFabric& inter = *cluster.inter_node;
+  const double link = inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s * inter.efficiency / 4;
+  EXPECT_NEAR(times[0], 1e9 / link, 0.01 * times[0]);
+}
+
+TEST(Topology, DragonflyRoutesBetweenGroups) {
+  ClusterSpec cluster = resolve_cluster("dgx-a100");
+  cluster.inter_node->topology = Topology::dragonfly;
+  cluster.inter_node->dragonfly_group_nodes = 2;
+  const profiles::Profile profile = profiles::shipped_profile(cluster.device);
+  // Node 0 and node 3 sit in different groups; two flows from node 0 share its links.
+  const auto one = simulator::simulate_flows(cluster, 4, 8, profile, {{0, 24, 1e9}});
+  EXPECT_GT(one[0], 0);
+  const InterNodeFabric& inter = *cluster.inter_node;
+  const double injection = inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s * inter.efficiency;
+  EXPECT_NEAR(one[0], 1e9 / injection, 0.05 * one[0]);
+}
+
+TEST(Topology, DragonflySharingSlowsFlowsOnACommonLink) {
+  ClusterSpec cluster = resolve_cluster("dgx-a100");
+  cluster.inter_node->topology = Topology::dragonfly;
+  cluster.inter_node->dragonfly_group_nodes = 2;
+  const profiles::Profile profile = profiles::shipped_profile(cluster.device);
+  const auto two = simulator::simulate_flows(cluster, 4, 8, profile, {{0, 24, 1e9}, {1, 25, 1e9}});
+  const InterNodeFabric& inter = *cluster.inter_node;
+  const double injection = inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s * inter.efficiency;
+  EXPECT_NEAR(two[0], 2e9 / injection, 0.05 * two[0]);
+  EXPECT_NEAR(two[1], 2e9 / injection, 0.05 * two[1]);
+}
