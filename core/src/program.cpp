@@ -132,6 +132,9 @@ Program Program::lower(const Plan& plan) {
   const double layer_params = table.layer_parameters;
   const bool chunked = p.offload == OffloadMode::chunked;
   const double host_share = chunked ? 1.0 - p.offload_device_fraction : 0.0;
+  // The part of a layer's weights one rank keeps (its ZeRO-3 shard), which chunked
+  // offload moves between host and device.
+  const double layer_shard = table.layer_parameters / (p.zero == 3 ? gradient_group : 1);
   program.micro_batches_ = m;
 
   for (int s = 0; s < p.pp; ++s) {
@@ -158,7 +161,7 @@ Program Program::lower(const Plan& plan) {
           if (step.micro_batch == 0) stage_layers.push_back(l);
           if (chunked && host_share > 0) {
             b.before_next(fmt::format("{}/L{}/fwd/offload.fetch", mb, l),
-                          transfer(OpKind::copy, CommGroup::dp, host_share * layer_params * states.parameter));
+                          transfer(OpKind::copy, CommGroup::dp, host_share * layer_shard * states.parameter));
           }
           if (p.zero == 3 && gradient_group > 1) {
             b.before_next(fmt::format("{}/L{}/fwd/zero.all_gather", mb, l),
@@ -187,6 +190,10 @@ Program Program::lower(const Plan& plan) {
         }
       }
       for (int l = first_layer + layers_per_chunk - 1; l >= first_layer; --l) {
+        if (chunked && host_share > 0) {
+          b.before_next(fmt::format("{}/L{}/bwd/offload.fetch", mb, l),
+                        transfer(OpKind::copy, CommGroup::dp, host_share * layer_shard * states.parameter));
+        }
         if (p.zero == 3 && gradient_group > 1) {
           b.before_next(fmt::format("{}/L{}/bwd/zero.all_gather", mb, l),
                         transfer(OpKind::collective, CommGroup::dp, layer_params * states.parameter,
@@ -255,8 +262,22 @@ Program Program::lower(const Plan& plan) {
                                              transfer(OpKind::copy, CommGroup::dp, optimizer_params * states.gradient),
                                              step_waits);
       const std::uint32_t update = b.with_deps("step/optimizer", optimizer, {down});
+      b.op(update).on_host = true;
       b.set_last(b.with_deps("step/offload.params_h2d",
                              transfer(OpKind::copy, CommGroup::dp, optimizer_params * states.parameter), {update}));
+    } else if (chunked && host_share > 0) {
+      // Device-resident chunks update on the device, host-resident ones on the host.
+      BlockOp device_part = optimizer, host_part = optimizer;
+      device_part.bytes *= 1 - host_share;
+      host_part.bytes *= host_share;
+      const double gradient_shard = p.zero >= 2 ? gradient_group : 1;
+      const std::uint32_t down = b.with_deps(
+          "step/offload.grads_d2h",
+          transfer(OpKind::copy, CommGroup::dp, host_share * stage_params / gradient_shard * states.gradient), step_waits);
+      const std::uint32_t on_device = b.with_deps("step/optimizer", device_part, {down});
+      const std::uint32_t on_host = b.with_deps("step/optimizer.host", host_part, {on_device});
+      b.op(on_host).on_host = true;
+      b.set_last(on_host);
     } else {
       b.set_last(b.with_deps("step/optimizer", optimizer, step_waits));
     }

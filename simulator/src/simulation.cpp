@@ -32,6 +32,7 @@ struct LinkLoad {
 
 struct ClusterPlatform {
   std::vector<sg4::Host*> hosts;
+  std::vector<sg4::Host*> node_memory;  // per node: the host side of offload copies
   int nodes = 1;
   double intra_alpha_s = 0, inter_alpha_s = 0, device_bandwidth = 0, node_bandwidth = 0;
 };
@@ -69,17 +70,45 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
     return link;
   };
   out.hosts.resize(std::size_t(world), nullptr);
-  // One node: a star of per-device links around the NVSwitch (or shared memory), with
-  // a router through which the node talks to the others.
+  out.node_memory.resize(std::size_t(out.nodes), nullptr);
+  const bool pcie_tree = cluster.intra_node.kind == "pcie";
+  // One node: a star of per-device links around the NVSwitch (or shared memory; with a
+  // PCIe fabric every two devices also share a switch link), the host's memory, each
+  // device's own PCIe link to it (for offload copies), and a router through which the
+  // node talks to the others.
   auto make_node = [&](const sg4::NetZone* parent, int n) {
     auto* node = sg4::create_star_zone(fmt::format("node{}", n));
     node->set_parent(parent);
+    sg4::Host* memory = node->create_host(fmt::format("host{}", n), 1e9)->seal();
+    auto* memory_link = node->create_split_duplex_link(fmt::format("host-memory{}", n),
+                                                       cluster.host_memory_bandwidth_bytes_per_s);
+    memory_link->set_latency(0)->seal();
+    node->add_route(memory->get_netpoint(), nullptr, nullptr, nullptr,
+                    {{memory_link, sg4::LinkInRoute::Direction::UP}}, true);
+    out.node_memory[std::size_t(n)] = memory;
+    sg4::SplitDuplexLink* pcie_switch = nullptr;
     for (int g = 0; g < gpn && n * gpn + g < world; ++g) {
       const int rank = n * gpn + g;
       sg4::Host* host = node->create_host(fmt::format("rank{}", rank), 1e9)->seal();
       auto* link = policy(node->create_split_duplex_link(fmt::format("device{}", rank), out.device_bandwidth));
       link->set_latency(out.intra_alpha_s / 2)->seal();
-      node->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, {{link, sg4::LinkInRoute::Direction::UP}}, true);
+      std::vector<sg4::LinkInRoute> route{{link, sg4::LinkInRoute::Direction::UP}};
+      if (pcie_tree) {
+        if (g % 2 == 0) {
+          pcie_switch = policy(node->create_split_duplex_link(fmt::format("pcie-switch{}-{}", n, g / 2),
+                                                              out.device_bandwidth));
+          pcie_switch->set_latency(0)->seal();
+        }
+        route.emplace_back(pcie_switch, sg4::LinkInRoute::Direction::UP);
+      }
+      node->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, route, true);
+      auto* to_host = node->create_split_duplex_link(fmt::format("host-link{}", rank),
+                                                     cluster.host_device_bandwidth_bytes_per_s);
+      to_host->set_latency(0)->seal();
+      node->add_bypass_route(host->get_netpoint(), memory->get_netpoint(), nullptr, nullptr,
+                             {{to_host, sg4::LinkInRoute::Direction::UP}});
+      node->add_bypass_route(memory->get_netpoint(), host->get_netpoint(), nullptr, nullptr,
+                             {{to_host, sg4::LinkInRoute::Direction::DOWN}});
       out.hosts[std::size_t(rank)] = host;
     }
     auto* gateway = node->create_router(fmt::format("gateway{}", n));
@@ -407,13 +436,13 @@ class Replay {
   }
 
   // ---------------------------------------------------------------- ops
-  double compute_seconds(const BlockOp& work) const {
+  double compute_seconds(const ProgramOp& op) const {
+    const BlockOp& work = op.work;
     const Precision precision = plan_.train.precision;
     switch (work.kind) {
       case OpKind::gemm: return work.count * costs_.gemm_time_s(work.m, work.n, work.k, precision);
       case OpKind::attention: return costs_.gemm_time_s(work.flops, work.gemm_flops, precision);
-      case OpKind::memory: return costs_.memory_time_s(work.bytes);
-      case OpKind::copy: return costs_.host_device_time_s(work.bytes);
+      case OpKind::memory: return op.on_host ? costs_.host_memory_time_s(work.bytes) : costs_.memory_time_s(work.bytes);
       default: return 0;
     }
   }
@@ -464,8 +493,22 @@ class Replay {
         }
         return;
       }
+      case OpKind::copy: {
+        // Offload traffic on the device's own link to host memory.
+        sg4::Host* device = hosts_[std::size_t(rank.rank)];
+        sg4::Host* memory = platform_.node_memory.empty() ? nullptr : platform_.node_memory[std::size_t(node_of(rank.rank))];
+        const auto bytes = std::uint64_t(std::llround(op.work.bytes));
+        if (memory == nullptr) {
+          sg4::this_actor::sleep_for(costs_.host_device_time_s(op.work.bytes));
+        } else if (op.id.find("d2h") != std::string::npos) {
+          sg4::Comm::sendto(device, memory, bytes);
+        } else {
+          sg4::Comm::sendto(memory, device, bytes);
+        }
+        return;
+      }
       default:
-        sg4::this_actor::sleep_for(compute_seconds(op.work));
+        sg4::this_actor::sleep_for(compute_seconds(op));
         return;
     }
   }

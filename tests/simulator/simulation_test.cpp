@@ -73,6 +73,12 @@ TEST(Agreement, SequenceParallelRing) { expect_agreement(uniform_plan(2, 32, R"(
 TEST(Agreement, Zero1) { expect_agreement(uniform_plan(2, 32, R"({"dp": 16, "zero": 1})")); }
 TEST(Agreement, Zero2) { expect_agreement(uniform_plan(2, 32, R"({"dp": 16, "zero": 2})")); }
 TEST(Agreement, Zero3) { expect_agreement(uniform_plan(2, 32, R"({"dp": 16, "zero": 3})")); }
+TEST(Agreement, OptimizerOffload) {
+  expect_agreement(uniform_plan(2, 32, R"({"dp": 16, "offload": {"mode": "optimizer"}})"));
+}
+TEST(Agreement, ChunkedOffload) {
+  expect_agreement(uniform_plan(2, 32, R"({"dp": 16, "offload": {"mode": "chunked", "device_fraction": 0.5}})"));
+}
 
 TEST(Contention, TwoFlowsShareAnOversubscribedUplink) {
   ClusterSpec cluster = resolve_cluster("dgx-a100");
@@ -120,9 +126,10 @@ TEST(Overlap, GradientSyncHidesBehindBackwardUpToItsLength) {
   EXPECT_LE(hidden, std::min(sync_s, backward_s) * 1.01);
 }
 
-TEST(Pipeline, BubbleMatchesTheScheduleFormula) {
+namespace {
+void expect_schedule_bubble(const std::string& schedule) {
   // Four stages inside one node, eight micro-batches, tiny activations between stages.
-  const Plan plan = uniform_plan(1, 16, R"({"dp": 2, "pp": 4, "schedule": "1f1b"})");
+  const Plan plan = uniform_plan(1, 16, R"({"dp": 2, "pp": 4, "schedule": ")" + schedule + R"("})");
   const profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
   simulator::SimulationOptions options;
   options.overlap = false;
@@ -134,8 +141,12 @@ TEST(Pipeline, BubbleMatchesTheScheduleFormula) {
   // small gradient sync and optimizer that follow).
   const auto& first = result.ranks[0];
   const double bubble_fraction = (result.step_time_s - first.compute_s - first.exposed_comm_s) / result.step_time_s;
-  EXPECT_NEAR(bubble_fraction, (p - 1) / (m + p - 1), 0.02);
+  EXPECT_NEAR(bubble_fraction, (p - 1) / (m + p - 1), 0.02) << schedule;
 }
+}  // namespace
+
+TEST(Pipeline, OneFOneBBubbleMatchesTheScheduleFormula) { expect_schedule_bubble("1f1b"); }
+TEST(Pipeline, GpipeBubbleMatchesTheScheduleFormula) { expect_schedule_bubble("gpipe"); }
 
 TEST(Trace, IsValidChromeJsonWithoutOverlapsPerStream) {
   const Plan plan = uniform_plan(2, 32, R"({"dp": 4, "pp": 2, "tp": 2, "zero": 1})");

@@ -14,7 +14,7 @@
 //      mb{i}/L{l}/{fwd|bwd}/zero.{all_gather|reduce_scatter}   ZeRO-3 per micro-batch
 //      mb{i}/L{l}/fwd/offload.fetch            chunked offload
 //      L{l}/dp/grad.{all_reduce|reduce_scatter}, L{l}/step/zero.all_gather
-//      step/optimizer, step/offload.{grads_d2h|params_h2d}
+//      step/optimizer, step/optimizer.host, step/offload.{grads_d2h|params_h2d}
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,7 @@ struct ProgramOp {
   // The work, backward multipliers already applied (a backward GEMM has count 2x).
   BlockOp work;
   int peer_offset = 0;  // send/recv: +1 to the next virtual stage, -1 to the previous
+  bool on_host = false;  // runs in host memory (offloaded optimizer shards)
   // Ops of the same program that must finish before this one starts; always earlier
   // in the list. Ops on one stream also run in list order.
   std::vector<std::uint32_t> deps;
