@@ -22,6 +22,7 @@ struct SimulateArgs {
   bool no_overlap = false;
   bool contention_free = false;
   bool no_fold = false;
+  bool no_aggregate = false;
   std::string platform_file;
 };
 
@@ -37,6 +38,7 @@ int run_simulate(const SimulateArgs& args) {
   options.contention_free = args.contention_free;
   options.record_trace = !args.trace_file.empty();
   options.fold = !args.no_fold;
+  options.aggregate = !args.no_aggregate;
   options.platform_file = args.platform_file;
   const simulator::SimulationResult sim = simulator::simulate(program, profile, options);
 
@@ -115,6 +117,7 @@ Command add_simulate_command(CLI::App& app) {
   cmd->add_flag("--no-overlap", args->no_overlap, "Run each rank's ops one at a time (no stream overlap)");
   cmd->add_flag("--contention-free", args->contention_free, "Links never shared between flows");
   cmd->add_flag("--no-fold", args->no_fold, "Simulate every data-parallel replica (slower; folding is exact by symmetry)");
+  cmd->add_flag("--no-aggregate", args->no_aggregate, "Run every step of ring collectives as its own flows (slower)");
   cmd->add_option("--platform", args->platform_file,
                   "A SimGrid platform XML to use instead of the one built from the cluster; its hosts become ranks in order");
   cmd->add_option("--db", args->db, "Profile database");

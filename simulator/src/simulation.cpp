@@ -349,7 +349,12 @@ class Replay {
     }
     if (n < 2) return;
     const int steps = collective_steps(op, n, algorithm);
-    run_flows(pairs, size * bus_bandwidth_factor(op, n), (steps - 1) * alpha);
+    const double bytes = size * bus_bandwidth_factor(op, n);
+    if (options_.aggregate || steps <= 1) {
+      run_flows(pairs, bytes, (steps - 1) * alpha);
+      return;
+    }
+    for (int step = 0; step < steps; ++step) run_flows(pairs, bytes / steps, 0);
   }
 
   void collective(const BlockOp& work, const std::vector<int>& group) {

@@ -37,6 +37,10 @@ struct SimulationOptions {
   // each stage; the others run the same program on symmetric links, so their flows are
   // represented by the simulated ones (see fold_replicas in simulation.cpp).
   bool fold = true;
+  // Run a ring collective's steps as one flow per neighbour pair carrying all its bytes
+  // (exact on uniform links: every step moves the same share over the same pairs).
+  // Off: every latency step is its own round of flows.
+  bool aggregate = true;
   std::string platform_file;     // a SimGrid platform XML instead of the built one
 };
 
