@@ -14,23 +14,11 @@
 
 #include "commands.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/subprocess.hpp"
 
 namespace tessel::cli {
 
 namespace fs = std::filesystem;
-
-namespace {
-std::string run_child(const std::string& command, int& status) {
-  std::string output;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) throw Error(fmt::format("--refine: cannot run '{}'", command));
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe)) output += buffer;
-  const int raw = pclose(pipe);
-  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return output;
-}
-}  // namespace
 
 std::vector<double> simulate_in_children(const std::vector<Plan>& plans, const std::string& db, int jobs,
                                          ProgressBar* bar) {
@@ -52,7 +40,7 @@ std::vector<double> simulate_in_children(const std::vector<Plan>& plans, const s
       std::string command = fmt::format("'{}' simulate --json --plan '{}'", self.string(), file.string());
       if (!db.empty()) command += fmt::format(" --db '{}'", db);
       int status = 0;
-      const std::string output = run_child(command + " 2>&1", status);
+      const std::string output = run_command(command + " 2>&1", status);
       try {
         if (status != 0) throw std::runtime_error(output);
         seconds[i] = Json::parse(output).at("step_time_s").get<double>();

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
+#include "tessel/core/subprocess.hpp"
 #include "tessel/profiles/measure.hpp"
 
 namespace tessel::profiles {
@@ -67,16 +68,6 @@ std::vector<GemmShape> gemm_shapes(bool quick) {
   return shapes;
 }
 
-std::string run_capture(const std::string& command, int& status) {
-  std::string output;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) throw Error(fmt::format("profile: cannot run '{}'", command));
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe)) output += buffer;
-  const int raw = pclose(pipe);
-  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return output;
-}
 
 }  // namespace
 
@@ -127,7 +118,7 @@ Profile profile_cpu(const CpuProfileOptions& options) {
     Eigen::MatrixXf c(shape.m, shape.n);
     const Measurement m = measure([&] { c.noalias() = a * b; }, timing);
     if (!std::isfinite(c(0, 0))) throw Error("profile: GEMM produced a non-finite value");
-    KernelSample sample{device.name, KernelOp::gemm, "fp32", shape.m, shape.n, shape.k};
+    KernelSample sample = KernelSample::gemm(device.name, "fp32", shape.m, shape.n, shape.k);
     stamp(sample, m);
     profile.kernels.push_back(sample);
     done += 1;
@@ -139,8 +130,7 @@ Profile profile_cpu(const CpuProfileOptions& options) {
     const float scale = 0.5f;
     auto record = [&](KernelOp op, const std::function<void()>& kernel) {
       progress(fmt::format("{} {} elements", to_string(op), elements));
-      KernelSample sample{device.name, op, "fp32"};
-      sample.elements = elements;
+      KernelSample sample = KernelSample::streaming(device.name, op, elements);
       stamp(sample, measure(kernel, timing));
       profile.kernels.push_back(sample);
       done += 1;
@@ -199,7 +189,7 @@ Profile profile_cpu(const CpuProfileOptions& options) {
         ranks, options.mpi_bench, options.quick ? 16 << 20 : 256 << 20, options.quick ? 3 : 5,
         options.quick ? 0.005 : 0.02);
     int status = 0;
-    const std::string output = run_capture(command, status);
+    const std::string output = run_command(command, status);
     if (status != 0) throw Error(fmt::format("profile: mpirun failed (status {}):\n{}", status, output));
     std::istringstream lines(output);
     for (std::string line; std::getline(lines, line);) {

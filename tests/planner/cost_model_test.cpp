@@ -245,7 +245,7 @@ TEST(Estimate, ChangesWhenAndOnlyWhenTheCostDataChanges) {
   EXPECT_EQ(CostModel(model, train, cluster, 1, 8, profile).estimate(p).step_time_s, base);
   // A sample of another precision changes nothing the bf16 plan reads.
   profiles::Profile unrelated = profile;
-  unrelated.kernels.push_back({"H100-SXM", profiles::KernelOp::gemm, "fp32", 4096, 4096, 4096});
+  unrelated.kernels.push_back(profiles::KernelSample::gemm("H100-SXM", "fp32", 4096, 4096, 4096));
   unrelated.kernels.back().seconds = 1.0;
   EXPECT_EQ(CostModel(model, train, cluster, 1, 8, unrelated).estimate(p).step_time_s, base);
   // Faster GEMM samples make the step faster.

@@ -62,6 +62,8 @@ TEST(Capacity, ReturnsTheFewestNodesThatMeetTheDeadline) {
     smaller.nodes = nodes;
     const SearchResult found = search(CostModel(smaller.model, smaller.train, smaller.cluster, nodes, 8,
                                                 profiles::shipped_profile(smaller.cluster.device)), {});
-    if (!found.best.empty()) EXPECT_GT(tokens / found.best.front().tokens_per_s / 86400.0, days) << nodes;
+    if (!found.best.empty()) {
+      EXPECT_GT(tokens / found.best.front().tokens_per_s / 86400.0, days) << nodes;
+    }
   }
 }

@@ -18,7 +18,7 @@ CostLookup dgx_a100(int nodes) {
 TEST(CostLookup, GemmTimeIsExactAtSamplesAndMonotoneBetween) {
   Profile profile = shipped_profile("A100-SXM-80GB");
   // A measured point off the datasheet grid, with a duplicate: the median is used.
-  KernelSample odd{"A100-SXM-80GB", KernelOp::gemm, "bf16", 1000, 3000, 700};
+  KernelSample odd = KernelSample::gemm("A100-SXM-80GB", "bf16", 1000, 3000, 700);
   odd.seconds = 2.5e-5;
   profile.kernels.push_back(odd);
   odd.seconds = 2.7e-5;

@@ -42,7 +42,9 @@ TEST(CpuProfiler, QuickProfileIsPlausible) {
     if (s.op != KernelOp::gemm) continue;
     ++gemms;
     const double rate = s.gemm_flops() / s.seconds;
-    if (s.m >= 128) EXPECT_GT(rate, 1e9) << s.m << "x" << s.n << "x" << s.k;
+    if (s.m >= 128) {
+      EXPECT_GT(rate, 1e9) << s.m << "x" << s.n << "x" << s.k;
+    }
     // One thread: under twice one core's peak (the reported clock may sit below turbo).
     EXPECT_LT(rate, 2 * peak_per_core) << s.m << "x" << s.n << "x" << s.k;
   }

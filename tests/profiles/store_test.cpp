@@ -48,7 +48,7 @@ class Store : public ::testing::Test {
 };
 
 KernelSample gemm(const std::string& device, int size, double seconds) {
-  KernelSample s{device, KernelOp::gemm, "fp32", size, size, size};
+  KernelSample s = KernelSample::gemm(device, "fp32", size, size, size);
   s.seconds = seconds;
   s.spread = 0.03;
   s.host = "test";

@@ -42,6 +42,20 @@ struct KernelSample {
   std::string host, date, tool_version;
 
   double gemm_flops() const { return 2.0 * double(m) * double(n) * double(k); }
+  static KernelSample gemm(std::string device, std::string precision, std::int64_t m, std::int64_t n, std::int64_t k) {
+    KernelSample s;
+    s.device = std::move(device);
+    s.precision = std::move(precision);
+    s.m = m, s.n = n, s.k = k;
+    return s;
+  }
+  static KernelSample streaming(std::string device, KernelOp op, std::int64_t elements) {
+    KernelSample s;
+    s.device = std::move(device);
+    s.op = op;
+    s.elements = elements;
+    return s;
+  }
   bool operator==(const KernelSample&) const = default;
 };
 

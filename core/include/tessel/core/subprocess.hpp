@@ -1,0 +1,13 @@
+// Runs a shell command and captures its standard output (the profiler's mpirun, the
+// planner's child simulations). Errors in starting it are tessel::Error.
+#pragma once
+
+#include <string>
+
+namespace tessel {
+
+// Returns everything the command wrote to stdout; `exit_status` gets its exit code
+// (-1 when it did not exit normally).
+std::string run_command(const std::string& command, int& exit_status);
+
+}  // namespace tessel
