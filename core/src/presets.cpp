@@ -31,7 +31,10 @@ Json load_preset_or_file(const std::string& kind, const std::string& preset_or_f
   if (auto preset = find_preset(kind, preset_or_file)) return *preset;
   if (std::filesystem::is_regular_file(preset_or_file)) return read_json_file(preset_or_file);
   std::string names;
-  for (const auto& name : preset_names(kind)) names += (names.empty() ? "" : "|") + name;
+  for (const auto& name : preset_names(kind)) {
+    if (!names.empty()) names += '|';
+    names += name;
+  }
   throw Error(fmt::format("{}: unknown preset or missing file '{}' (presets: {})", what,
                           preset_or_file, names));
 }

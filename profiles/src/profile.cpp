@@ -22,7 +22,10 @@ Enum parse_name(const std::array<std::string_view, N>& names, const Json& value,
     }
   }
   std::string allowed;
-  for (auto name : names) allowed += (allowed.empty() ? "" : "|") + std::string(name);
+  for (auto name : names) {
+    if (!allowed.empty()) allowed += '|';
+    allowed += name;
+  }
   throw Error(fmt::format("{}: must be one of {}, got {}", path, allowed, value.dump()));
 }
 
