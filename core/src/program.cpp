@@ -189,7 +189,10 @@ Program Program::lower(const Plan& plan) {
           if (it->backward > 0) b.chain(fmt::format("{}/head/bwd/{}", mb, it->name), scaled(*it, it->backward));
         }
       }
-      for (int l = first_layer + layers_per_chunk - 1; l >= first_layer; --l) {
+      // Weights a layer's backward needs (ZeRO-3 gathers, host-resident chunks) are
+      // requested one layer ahead, before the previous layer's gradient sync, so that
+      // they arrive while that layer computes.
+      auto fetch_for_backward = [&](int l) {
         if (chunked && host_share > 0) {
           b.before_next(fmt::format("{}/L{}/bwd/offload.fetch", mb, l),
                         transfer(OpKind::copy, CommGroup::dp, host_share * layer_shard * states.parameter));
@@ -199,6 +202,9 @@ Program Program::lower(const Plan& plan) {
                         transfer(OpKind::collective, CommGroup::dp, layer_params * states.parameter,
                                  Collective::all_gather));
         }
+      };
+      fetch_for_backward(first_layer + layers_per_chunk - 1);
+      for (int l = first_layer + layers_per_chunk - 1; l >= first_layer; --l) {
         if (p.recompute != Recompute::none) {
           for (const BlockOp& op : table.block) {
             if (p.recompute == Recompute::full || op.selective_recompute) {
@@ -209,6 +215,7 @@ Program Program::lower(const Plan& plan) {
         for (auto it = table.block.rbegin(); it != table.block.rend(); ++it) {
           b.chain(fmt::format("{}/L{}/bwd/{}", mb, l, it->name), scaled(*it, it->backward));
         }
+        if (l > first_layer) fetch_for_backward(l - 1);
         if (gradient_group > 1 && p.zero == 3) {
           step_waits.push_back(b.after_last(fmt::format("{}/L{}/bwd/zero.reduce_scatter", mb, l),
                                             transfer(OpKind::collective, CommGroup::dp, layer_params * states.gradient,
