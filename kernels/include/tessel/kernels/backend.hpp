@@ -1,0 +1,58 @@
+// The kernels a transformer training step needs, as a small table of operations (the
+// ggml way): the executor calls a KernelBackend and never knows whether the pointers
+// are host or device memory. The CPU backend (Eigen, fp32) is the reference every other
+// backend is tested against, op by op, with a per-op tolerance.
+//
+// Layout conventions, all row-major fp32:
+//   gemm        C[m x n] = alpha * op(A) op(B) + beta * C, op = transpose when asked
+//   layer norm  x[rows x cols], normalised per row; mean and rstd saved per row
+//   attention   q, k, v, out as [batch*heads][seq][head_dim]; causal; the backward
+//               recomputes the probabilities from q and k (no s x s tensor is kept)
+//   loss        logits[rows x vocab], integer targets; loss per row; dlogits written
+//   embedding   table[vocab x dim]; out[n x dim] = table[tokens]
+// Backward ops accumulate into parameter gradients (+=) and overwrite input gradients.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace tessel::kernels {
+
+struct AdamWParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  int step = 1;  // 1-based, for bias correction
+};
+
+struct KernelBackend {
+  std::string_view name;
+
+  void (*gemm)(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a, const float* b,
+               float beta, float* c);
+
+  void (*layer_norm_forward)(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                             int rows, int cols, float eps);
+  void (*layer_norm_backward)(const float* dy, const float* x, const float* gamma, const float* mean,
+                              const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols);
+
+  void (*gelu_forward)(const float* x, float* y, std::int64_t n);
+  void (*gelu_backward)(const float* x, const float* dy, float* dx, std::int64_t n);
+
+  void (*attention_forward)(const float* q, const float* k, const float* v, float* out, int batch_heads, int seq,
+                            int head_dim);
+  void (*attention_backward)(const float* q, const float* k, const float* v, const float* dout, float* dq, float* dk,
+                             float* dv, int batch_heads, int seq, int head_dim);
+
+  // Mean-free: returns per-row losses; dlogits = (softmax - onehot) * scale.
+  void (*softmax_cross_entropy)(const float* logits, const std::int32_t* targets, float* loss, float* dlogits,
+                                int rows, int vocab, float scale);
+
+  void (*embedding_forward)(const std::int32_t* tokens, const float* table, float* out, int n, int dim);
+  void (*embedding_backward)(const std::int32_t* tokens, const float* dout, float* dtable, int n, int dim);
+
+  void (*adamw_step)(float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWParams& p);
+};
+
+// The reference backend: Eigen on the host, fp32.
+const KernelBackend& cpu_backend();
+
+}  // namespace tessel::kernels

@@ -1,0 +1,250 @@
+// The CPU kernels against double-precision references: forward outputs against direct
+// formulas, backward outputs against central-difference gradients of a random linear
+// functional of the forward. Outputs are poisoned with NaN first, so an element a
+// kernel forgets to write fails the comparison.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "tessel/kernels/backend.hpp"
+
+using namespace tessel::kernels;
+
+namespace {
+const KernelBackend& K = cpu_backend();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> out(n);
+  for (auto& x : out) x = normal(rng);
+  return out;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// Relative error of `got` against `want`, scaled by the largest |want|.
+double max_relative_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double scale = 1e-12, worst = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double error = std::abs(double(got[i]) - want[i]);
+    if (std::isnan(got[i])) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, error / scale);
+  }
+  return worst;
+}
+
+// d/dinput of sum(f(input) * weights), by central differences in double.
+std::vector<double> numeric_gradient(const std::function<std::vector<double>(const std::vector<double>&)>& f,
+                                     std::vector<double> input, const std::vector<double>& weights) {
+  std::vector<double> grad(input.size());
+  const double h = 1e-6;
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    const double saved = input[i];
+    input[i] = saved + h;
+    const auto up = f(input);
+    input[i] = saved - h;
+    const auto down = f(input);
+    input[i] = saved;
+    double difference = 0;
+    for (std::size_t j = 0; j < up.size(); ++j) difference += (up[j] - down[j]) * weights[j];
+    grad[i] = difference / (2 * h);
+  }
+  return grad;
+}
+
+// Double-precision references.
+std::vector<double> layer_norm_ref(const std::vector<double>& x, const std::vector<double>& g,
+                                   const std::vector<double>& b, int rows, int cols, double eps) {
+  std::vector<double> y(x.size());
+  for (int r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < cols; ++c) mean += x[r * cols + c] / cols;
+    for (int c = 0; c < cols; ++c) var += (x[r * cols + c] - mean) * (x[r * cols + c] - mean) / cols;
+    for (int c = 0; c < cols; ++c) y[r * cols + c] = (x[r * cols + c] - mean) / std::sqrt(var + eps) * g[c] + b[c];
+  }
+  return y;
+}
+
+std::vector<double> gelu_ref(const std::vector<double>& x) {
+  std::vector<double> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    y[i] = 0.5 * x[i] * (1 + std::tanh(std::sqrt(2 / M_PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i])));
+  }
+  return y;
+}
+
+std::vector<double> attention_ref(const std::vector<double>& q, const std::vector<double>& k,
+                                  const std::vector<double>& v, int bh, int s, int d) {
+  std::vector<double> out(q.size(), 0);
+  for (int h = 0; h < bh; ++h) {
+    const std::size_t base = std::size_t(h) * s * d;
+    for (int i = 0; i < s; ++i) {
+      std::vector<double> p(std::size_t(i) + 1);
+      double top = -1e300, sum = 0;
+      for (int j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (int c = 0; c < d; ++c) dot += q[base + i * d + c] * k[base + j * d + c];
+        p[j] = dot / std::sqrt(double(d));
+        top = std::max(top, p[j]);
+      }
+      for (auto& x : p) sum += (x = std::exp(x - top));
+      for (int j = 0; j <= i; ++j) {
+        for (int c = 0; c < d; ++c) out[base + i * d + c] += p[j] / sum * v[base + j * d + c];
+      }
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST(CpuKernels, GemmEveryTransposeOnOddShapes) {
+  std::mt19937 rng(1);
+  for (auto [m, n, k] : {std::tuple{7, 13, 5}, std::tuple{33, 17, 65}, std::tuple{1, 9, 128}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const auto a = random_vector(std::size_t(m) * k, rng), b = random_vector(std::size_t(k) * n, rng);
+        auto c = random_vector(std::size_t(m) * n, rng);
+        const auto c0 = c;
+        K.gemm(ta, tb, m, n, k, 0.5f, a.data(), b.data(), 2.0f, c.data());
+        std::vector<double> want(c.size());
+        for (int i = 0; i < m; ++i) {
+          for (int j = 0; j < n; ++j) {
+            double sum = 0;
+            for (int p = 0; p < k; ++p) {
+              const double av = ta ? a[std::size_t(p) * m + i] : a[std::size_t(i) * k + p];
+              const double bv = tb ? b[std::size_t(j) * k + p] : b[std::size_t(p) * n + j];
+              sum += av * bv;
+            }
+            want[std::size_t(i) * n + j] = 0.5 * sum + 2.0 * c0[std::size_t(i) * n + j];
+          }
+        }
+        EXPECT_LT(max_relative_error(c, want), 1e-5) << m << "x" << n << "x" << k << " " << ta << tb;
+        std::vector<float> poisoned(c.size(), kNaN);
+        K.gemm(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 0.0f, poisoned.data());  // beta 0 ignores C
+        for (float x : poisoned) ASSERT_FALSE(std::isnan(x));
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, LayerNormForwardAndBackward) {
+  std::mt19937 rng(2);
+  const int rows = 5, cols = 37;
+  const auto x = random_vector(rows * cols, rng), g = random_vector(cols, rng), b = random_vector(cols, rng);
+  std::vector<float> y(x.size(), kNaN), mean(rows, kNaN), rstd(rows, kNaN);
+  K.layer_norm_forward(x.data(), g.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols, 1e-5f);
+  EXPECT_LT(max_relative_error(y, layer_norm_ref(to_double(x), to_double(g), to_double(b), rows, cols, 1e-5)), 1e-5);
+  const auto w = random_vector(y.size(), rng);
+  std::vector<float> dx(x.size(), kNaN), dg(cols, 0.0f), db(cols, 0.0f);
+  K.layer_norm_backward(w.data(), x.data(), g.data(), mean.data(), rstd.data(), dx.data(), dg.data(), db.data(), rows,
+                        cols);
+  const auto gd = to_double(g), bd = to_double(b), xd = to_double(x), wd = to_double(w);
+  EXPECT_LT(max_relative_error(dx, numeric_gradient([&](auto in) { return layer_norm_ref(in, gd, bd, rows, cols, 1e-5); },
+                                                    xd, wd)),
+            1e-4);
+  EXPECT_LT(max_relative_error(dg, numeric_gradient([&](auto in) { return layer_norm_ref(xd, in, bd, rows, cols, 1e-5); },
+                                                    gd, wd)),
+            1e-4);
+  EXPECT_LT(max_relative_error(db, numeric_gradient([&](auto in) { return layer_norm_ref(xd, gd, in, rows, cols, 1e-5); },
+                                                    bd, wd)),
+            1e-4);
+}
+
+TEST(CpuKernels, GeluForwardAndBackward) {
+  std::mt19937 rng(3);
+  const auto x = random_vector(301, rng, 2.0f), w = random_vector(301, rng);
+  std::vector<float> y(x.size(), kNaN), dx(x.size(), kNaN);
+  K.gelu_forward(x.data(), y.data(), std::int64_t(x.size()));
+  EXPECT_LT(max_relative_error(y, gelu_ref(to_double(x))), 1e-5);
+  K.gelu_backward(x.data(), w.data(), dx.data(), std::int64_t(x.size()));
+  // Elementwise: d/dx_i sum(gelu(x) * w) = gelu'(x_i) w_i.
+  EXPECT_LT(max_relative_error(dx, numeric_gradient(gelu_ref, to_double(x), to_double(w))), 1e-4);
+}
+
+TEST(CpuKernels, CausalAttentionForwardAndBackward) {
+  std::mt19937 rng(4);
+  const int bh = 3, s = 11, d = 8;
+  const std::size_t n = std::size_t(bh) * s * d;
+  const auto q = random_vector(n, rng), k = random_vector(n, rng), v = random_vector(n, rng), w = random_vector(n, rng);
+  std::vector<float> out(n, kNaN);
+  K.attention_forward(q.data(), k.data(), v.data(), out.data(), bh, s, d);
+  const auto qd = to_double(q), kd = to_double(k), vd = to_double(v), wd = to_double(w);
+  EXPECT_LT(max_relative_error(out, attention_ref(qd, kd, vd, bh, s, d)), 1e-5);
+  std::vector<float> dq(n, kNaN), dk(n, kNaN), dv(n, kNaN);
+  K.attention_backward(q.data(), k.data(), v.data(), w.data(), dq.data(), dk.data(), dv.data(), bh, s, d);
+  EXPECT_LT(max_relative_error(dq, numeric_gradient([&](auto in) { return attention_ref(in, kd, vd, bh, s, d); }, qd, wd)),
+            1e-4);
+  EXPECT_LT(max_relative_error(dk, numeric_gradient([&](auto in) { return attention_ref(qd, in, vd, bh, s, d); }, kd, wd)),
+            1e-4);
+  EXPECT_LT(max_relative_error(dv, numeric_gradient([&](auto in) { return attention_ref(qd, kd, in, bh, s, d); }, vd, wd)),
+            1e-4);
+  // Causality: the first position's output is its own value vector.
+  for (int c = 0; c < d; ++c) EXPECT_FLOAT_EQ(out[std::size_t(c)], v[std::size_t(c)]);
+}
+
+TEST(CpuKernels, SoftmaxCrossEntropyAndItsGradient) {
+  std::mt19937 rng(5);
+  const int rows = 6, vocab = 53;
+  const auto logits = random_vector(std::size_t(rows) * vocab, rng, 3.0f);
+  std::vector<std::int32_t> targets{0, 52, 7, 7, 31, 1};
+  std::vector<float> loss(rows, kNaN), dlogits(logits.size(), kNaN);
+  K.softmax_cross_entropy(logits.data(), targets.data(), loss.data(), dlogits.data(), rows, vocab, 0.25f);
+  std::vector<double> want_loss(rows), want_grad(logits.size());
+  for (int r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int j = 0; j < vocab; ++j) sum += std::exp(double(logits[std::size_t(r) * vocab + j]));
+    want_loss[r] = std::log(sum) - logits[std::size_t(r) * vocab + targets[r]];
+    for (int j = 0; j < vocab; ++j) {
+      want_grad[std::size_t(r) * vocab + j] =
+          0.25 * (std::exp(double(logits[std::size_t(r) * vocab + j])) / sum - (j == targets[r] ? 1.0 : 0.0));
+    }
+  }
+  EXPECT_LT(max_relative_error(loss, want_loss), 1e-5);
+  EXPECT_LT(max_relative_error(dlogits, want_grad), 1e-5);
+}
+
+TEST(CpuKernels, EmbeddingGathersAndAccumulates) {
+  std::mt19937 rng(6);
+  const int vocab = 10, dim = 4;
+  const auto table = random_vector(std::size_t(vocab) * dim, rng);
+  const std::vector<std::int32_t> tokens{3, 9, 3, 0};
+  std::vector<float> out(tokens.size() * dim, kNaN);
+  K.embedding_forward(tokens.data(), table.data(), out.data(), int(tokens.size()), dim);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    for (int c = 0; c < dim; ++c) EXPECT_EQ(out[i * dim + c], table[std::size_t(tokens[i]) * dim + c]);
+  }
+  std::vector<float> dout(out.size(), 1.0f), dtable(table.size(), 0.5f);
+  K.embedding_backward(tokens.data(), dout.data(), dtable.data(), int(tokens.size()), dim);
+  EXPECT_FLOAT_EQ(dtable[3 * dim], 2.5f);  // token 3 twice, accumulated onto 0.5
+  EXPECT_FLOAT_EQ(dtable[9 * dim], 1.5f);
+  EXPECT_FLOAT_EQ(dtable[5 * dim], 0.5f);  // untouched rows keep their value
+}
+
+TEST(CpuKernels, AdamWMatchesTheUpdateRule) {
+  std::mt19937 rng(7);
+  const std::size_t n = 17;
+  auto param = random_vector(n, rng);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<double> pd = to_double(param), md(n, 0), vd(n, 0);
+  AdamWParams p;
+  p.lr = 0.01f;
+  p.weight_decay = 0.1f;
+  for (int step = 1; step <= 3; ++step) {
+    const auto grad = random_vector(n, rng);
+    p.step = step;
+    K.adamw_step(param.data(), grad.data(), m.data(), v.data(), std::int64_t(n), p);
+    for (std::size_t i = 0; i < n; ++i) {
+      md[i] = 0.9 * md[i] + 0.1 * grad[i];
+      vd[i] = 0.999 * vd[i] + 0.001 * double(grad[i]) * grad[i];
+      const double mhat = md[i] / (1 - std::pow(0.9, step)), vhat = vd[i] / (1 - std::pow(0.999, step));
+      pd[i] -= 0.01 * (mhat / (std::sqrt(vhat) + 1e-8) + 0.1 * pd[i]);
+    }
+  }
+  EXPECT_LT(max_relative_error(param, pd), 1e-5);
+}
