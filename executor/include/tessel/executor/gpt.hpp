@@ -1,0 +1,61 @@
+// A GPT (GPT-2 shape: learned positions, pre-LN blocks with causal multi-head attention
+// and a GELU MLP, final layer norm, LM head tied to the token embedding) with a
+// hand-written backward, on one rank, through the kernel table. Parameters live in one
+// flat buffer with named slices (as llm.c does), so optimizers, gradient buckets and
+// ZeRO shards are ranges of it. Initialisation draws each tensor from a generator
+// seeded by (seed, tensor name), so the same seed gives the same model whatever the
+// layout that later splits it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/core/model_spec.hpp"
+#include "tessel/kernels/backend.hpp"
+
+namespace tessel::executor {
+
+struct ParameterSlice {
+  std::string name;  // "L3.mlp.fc1.weight"
+  std::size_t offset = 0, size = 0;
+  int rows = 0, cols = 0;
+};
+
+class Gpt {
+ public:
+  // Supports what the executor trains on CPU ranks: GELU, layer norm, learned
+  // positions, tied embeddings, kv_heads == heads. Throws tessel::Error otherwise.
+  Gpt(const ModelSpec& model, std::uint64_t seed,
+      const kernels::KernelBackend& backend = kernels::cpu_backend());
+
+  const ModelSpec& model() const { return model_; }
+  const std::vector<ParameterSlice>& slices() const { return slices_; }
+  std::vector<float>& parameters() { return params_; }
+  const std::vector<float>& parameters() const { return params_; }
+  std::vector<float>& gradients() { return grads_; }
+  void zero_gradients();
+
+  // Mean cross-entropy over batch x seq tokens; adds d(loss)/d(params) to the gradients.
+  float forward_backward(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq);
+  // Mean cross-entropy only.
+  float loss(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq);
+
+ private:
+  float run(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq, bool backward);
+  float* p(std::size_t index) { return params_.data() + slices_[index].offset; }
+  float* g(std::size_t index) { return grads_.data() + slices_[index].offset; }
+
+  ModelSpec model_;
+  const kernels::KernelBackend& k_;
+  std::vector<ParameterSlice> slices_;
+  std::vector<float> params_, grads_;
+  // Slice indices: wte, wpe, then per layer 12 tensors, then the final norm.
+  std::size_t wte_ = 0, wpe_ = 1, layer_base_ = 2, final_norm_ = 0;
+  static constexpr std::size_t kPerLayer = 12;
+};
+
+// Deterministic text for training without a data file: sentences from a small grammar.
+std::string synthetic_corpus(std::size_t bytes, std::uint64_t seed);
+
+}  // namespace tessel::executor
