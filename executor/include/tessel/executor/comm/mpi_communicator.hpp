@@ -1,0 +1,14 @@
+// The MPI communicator (OpenMPI). MPI_Init happens once per process in mpi_world();
+// MPI_Finalize at exit. Non-blocking all-reduce is MPI_Iallreduce.
+#pragma once
+
+#include "tessel/executor/comm/communicator.hpp"
+
+namespace tessel::executor {
+
+// The world communicator of this process (initialises MPI on first use).
+Communicator& mpi_world();
+// True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE is set).
+bool launched_by_mpirun();
+
+}  // namespace tessel::executor

@@ -1,0 +1,125 @@
+#include "tessel/executor/comm/mpi_communicator.hpp"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+
+// One macro for every MPI return code.
+#define TESSEL_MPI_CHECK(call)                                                                    \
+  do {                                                                                            \
+    const int tessel_mpi_rc = (call);                                                             \
+    if (tessel_mpi_rc != MPI_SUCCESS) {                                                           \
+      char tessel_mpi_text[MPI_MAX_ERROR_STRING];                                                 \
+      int tessel_mpi_length = 0;                                                                  \
+      MPI_Error_string(tessel_mpi_rc, tessel_mpi_text, &tessel_mpi_length);                       \
+      throw ::tessel::Error(fmt::format("MPI call {} failed: {}", #call, tessel_mpi_text));       \
+    }                                                                                             \
+  } while (false)
+
+namespace tessel::executor {
+
+namespace {
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+
+class MpiRequest final : public CommRequest {
+ public:
+  MPI_Request request = MPI_REQUEST_NULL;
+  void wait() override { TESSEL_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE)); }
+  ~MpiRequest() override {
+    if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+    TESSEL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    TESSEL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  }
+  ~MpiCommunicator() override {
+    if (owned_) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  // Counted as a ring moves data: 2(n-1)/n of the buffer in 2(n-1) messages, and so on.
+  void count(double bytes_factor, double bytes, double messages) {
+    counters_.bytes_sent += bytes_factor * bytes;
+    counters_.messages += messages;
+  }
+
+  void all_reduce(float* data, std::size_t count_, ReduceOp op) override {
+    if (size_ == 1) return;
+    TESSEL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(count_), MPI_FLOAT, mpi_op(op), comm_));
+    count(2.0 * (size_ - 1) / size_, 4.0 * count_, 2.0 * (size_ - 1));
+  }
+  std::unique_ptr<CommRequest> all_reduce_async(float* data, std::size_t count_, ReduceOp op) override {
+    auto request = std::make_unique<MpiRequest>();
+    if (size_ == 1) return request;
+    TESSEL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, int(count_), MPI_FLOAT, mpi_op(op), comm_, &request->request));
+    count(2.0 * (size_ - 1) / size_, 4.0 * count_, 2.0 * (size_ - 1));
+    return request;
+  }
+  void all_gather(const float* send_, float* recv_, std::size_t count_per_rank) override {
+    TESSEL_MPI_CHECK(MPI_Allgather(send_, int(count_per_rank), MPI_FLOAT, recv_, int(count_per_rank), MPI_FLOAT, comm_));
+    if (size_ > 1) count(double(size_ - 1) / size_, 4.0 * count_per_rank * size_, size_ - 1.0);
+  }
+  void reduce_scatter(const float* send_, float* recv_, std::size_t count_per_rank) override {
+    TESSEL_MPI_CHECK(MPI_Reduce_scatter_block(send_, recv_, int(count_per_rank), MPI_FLOAT, MPI_SUM, comm_));
+    if (size_ > 1) count(double(size_ - 1) / size_, 4.0 * count_per_rank * size_, size_ - 1.0);
+  }
+  void broadcast(float* data, std::size_t count_, int root) override {
+    if (size_ == 1) return;
+    TESSEL_MPI_CHECK(MPI_Bcast(data, int(count_), MPI_FLOAT, root, comm_));
+    count(1.0, 4.0 * count_, 1.0);
+  }
+  void send(const float* data, std::size_t count_, int peer, int tag) override {
+    TESSEL_MPI_CHECK(MPI_Send(data, int(count_), MPI_FLOAT, peer, tag, comm_));
+    count(1.0, 4.0 * count_, 1.0);
+  }
+  void recv(float* data, std::size_t count_, int peer, int tag) override {
+    TESSEL_MPI_CHECK(MPI_Recv(data, int(count_), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE));
+  }
+  void barrier() override { TESSEL_MPI_CHECK(MPI_Barrier(comm_)); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    TESSEL_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+    return std::make_unique<MpiCommunicator>(sub, true);
+  }
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+void finalize_mpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+}  // namespace
+
+bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+
+Communicator& mpi_world() {
+  static MpiCommunicator* world = [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      TESSEL_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+      std::atexit(finalize_mpi);
+    }
+    return new MpiCommunicator(MPI_COMM_WORLD, false);
+  }();
+  return *world;
+}
+
+}  // namespace tessel::executor

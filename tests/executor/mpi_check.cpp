@@ -1,0 +1,132 @@
+// Runs under mpirun (tests/executor/comm_test.cpp launches it on 8 ranks): every
+// collective of the MPI communicator against values each rank computes itself, the
+// traffic counters against the ring definitions, and the process grid's groups for a
+// dp x pp x tp layout and a 2D tensor grid. Prints "ok" per rank; any failure aborts.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "tessel/executor/comm/mpi_communicator.hpp"
+#include "tessel/executor/process_grid.hpp"
+
+using namespace tessel;
+using namespace tessel::executor;
+
+namespace {
+int failures = 0;
+void check(bool condition, const char* what, int rank) {
+  if (!condition) {
+    std::fprintf(stderr, "rank %d: check failed: %s\n", rank, what);
+    ++failures;
+  }
+}
+
+// The sum of `value(r)` over the ranks r that share `group` with `rank`.
+template <typename Same, typename Value>
+float expected_sum(int world, int rank, Same same, Value value) {
+  float sum = 0;
+  for (int r = 0; r < world; ++r) {
+    if (same(rank, r)) sum += value(r);
+  }
+  return sum;
+}
+}  // namespace
+
+int main() {
+  Communicator& world = mpi_world();
+  const int n = world.size(), me = world.rank();
+
+  // ---- collectives ----
+  float value = float(me + 1);
+  world.all_reduce(&value, 1);
+  check(value == float(n * (n + 1) / 2), "all_reduce sum", me);
+  check(world.counters().bytes_sent == 2.0 * (n - 1) / n * 4.0, "all_reduce bytes counted as a ring", me);
+  check(world.counters().messages == 2.0 * (n - 1), "all_reduce messages counted as a ring", me);
+  float top = float(me);
+  world.all_reduce(&top, 1, ReduceOp::max);
+  check(top == float(n - 1), "all_reduce max", me);
+  std::vector<float> gathered(std::size_t(n) * 2, -1.0f);
+  const float mine[2] = {float(me), float(10 * me)};
+  world.all_gather(mine, gathered.data(), 2);
+  for (int r = 0; r < n; ++r) {
+    check(gathered[std::size_t(2 * r)] == float(r) && gathered[std::size_t(2 * r + 1)] == float(10 * r), "all_gather", me);
+  }
+  std::vector<float> contributions(static_cast<std::size_t>(n), float(me));
+  float reduced = -1;
+  world.reduce_scatter(contributions.data(), &reduced, 1);
+  check(reduced == float(n * (n - 1) / 2), "reduce_scatter", me);
+  float shared = me == 3 ? 42.0f : 0.0f;
+  world.broadcast(&shared, 1, 3);
+  check(shared == 42.0f, "broadcast", me);
+  // A ring of send/recv, even ranks first to avoid a cycle of blocking sends.
+  float from_previous = -1, token = float(me);
+  const int next = (me + 1) % n, previous = (me + n - 1) % n;
+  if (me % 2 == 0) {
+    world.send(&token, 1, next, 7);
+    world.recv(&from_previous, 1, previous, 7);
+  } else {
+    world.recv(&from_previous, 1, previous, 7);
+    world.send(&token, 1, next, 7);
+  }
+  check(from_previous == float(previous), "send/recv ring", me);
+  std::vector<float> big(1000, 1.0f);
+  auto request = world.all_reduce_async(big.data(), big.size());
+  request->wait();
+  check(big[999] == float(n), "all_reduce_async", me);
+
+  // ---- process grid: dp 2 x pp 2 x tp 2 ----
+  ParallelConfig p;
+  p.dp = 2, p.pp = 2, p.tp = 2;
+  if (p.world_size() == n) {
+    ProcessGrid grid(p, world);
+    const auto c = grid.coordinates();
+    auto coords = [&](int r) { return ProcessGrid::coordinates_of(p, r); };
+    auto rank_value = [](int r) { return float(r * r + 1); };
+    struct Case {
+      Communicator* comm;
+      bool (*same)(const GridCoordinates&, const GridCoordinates&);
+      const char* name;
+    };
+    const Case cases[] = {
+        {&grid.tp(), [](const GridCoordinates& a, const GridCoordinates& b) { return a.dp == b.dp && a.pp == b.pp && a.sp == b.sp; }, "tp"},
+        {&grid.dp(), [](const GridCoordinates& a, const GridCoordinates& b) { return a.tp == b.tp && a.pp == b.pp && a.sp == b.sp; }, "dp"},
+        {&grid.pp(), [](const GridCoordinates& a, const GridCoordinates& b) { return a.tp == b.tp && a.dp == b.dp && a.sp == b.sp; }, "pp"},
+        {&grid.gradients(), [](const GridCoordinates& a, const GridCoordinates& b) { return a.tp == b.tp && a.pp == b.pp; }, "gradients"},
+    };
+    for (const Case& group : cases) {
+      float x = rank_value(me);
+      group.comm->all_reduce(&x, 1);
+      const float want = expected_sum(n, me, [&](int a, int b) { return group.same(coords(a), coords(b)); }, rank_value);
+      check(x == want, group.name, me);
+    }
+    check(grid.tp().size() == 2 && grid.dp().size() == 2 && grid.pp().size() == 2, "group sizes", me);
+    check(grid.pp().rank() == c.pp && grid.tp().rank() == c.tp && grid.dp().rank() == c.dp, "group ranks follow coordinates", me);
+  }
+  // ---- a 2D tensor grid: dp 2 x tp 4 (q = 2) ----
+  ParallelConfig g2;
+  g2.dp = 2, g2.tp = 4, g2.tp_mode = TpMode::d2;
+  if (g2.world_size() == n) {
+    ProcessGrid grid(g2, world);
+    auto coords = [&](int r) { return ProcessGrid::coordinates_of(g2, r); };
+    float row = float(me), col = float(me);
+    grid.tp_row().all_reduce(&row, 1);
+    grid.tp_col().all_reduce(&col, 1);
+    const auto mine_c = coords(me);
+    const float want_row = expected_sum(n, me, [&](int, int b) {
+      const auto o = coords(b);
+      return o.dp == mine_c.dp && o.tp_row == mine_c.tp_row;
+    }, [](int r) { return float(r); });
+    const float want_col = expected_sum(n, me, [&](int, int b) {
+      const auto o = coords(b);
+      return o.dp == mine_c.dp && o.tp_col == mine_c.tp_col;
+    }, [](int r) { return float(r); });
+    check(row == want_row, "2d row group", me);
+    check(col == want_col, "2d column group", me);
+    check(grid.tp_row().size() == 2 && grid.tp_col().size() == 2, "2d group sizes", me);
+  }
+  world.barrier();
+  if (failures > 0) return 1;
+  std::printf("ok rank %d\n", me);
+  return 0;
+}
