@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,15 @@ class Gpt {
   float* p(std::size_t index) { return params_.data() + slices_[index].offset; }
   float* g(std::size_t index) { return grads_.data() + slices_[index].offset; }
 
+  // Activations one layer keeps for its backward.
+  struct LayerActivations {
+    std::vector<float> x, ln1, ln1_mean, ln1_rstd, qkv, q, k, v, att_heads, att, x1, ln2, ln2_mean, ln2_rstd, fc1, gelu;
+  };
+
   ModelSpec model_;
   const kernels::KernelBackend& k_;
+  std::vector<LayerActivations> activations_;
+  std::map<std::string, std::vector<float>, std::less<>> workspace_;
   std::vector<ParameterSlice> slices_;
   std::vector<float> params_, grads_;
   // Slice indices: wte, wpe, then per layer 12 tensors, then the final norm.
