@@ -167,7 +167,44 @@ void adamw_step(float* param, const float* grad, float* m, float* v, std::int64_
   P -= p.lr * ((M / correction1) / ((V / correction2).sqrt() + p.eps) + p.weight_decay * P);
 }
 
+double sum_of_squares(const float* x, std::int64_t n) {
+  return Eigen::Map<const Eigen::ArrayXf>(x, n).cast<double>().square().sum();
+}
+
+void scale(float* x, std::int64_t n, float factor) { Eigen::Map<Eigen::ArrayXf>(x, n) *= factor; }
+
+void lamb_update(const float* param, const float* grad, float* m, float* v, float* update, std::int64_t n,
+                 const LambParams& p) {
+  const float correction1 = 1.0f - std::pow(p.beta1, float(p.step));
+  const float correction2 = 1.0f - std::pow(p.beta2, float(p.step));
+  const Eigen::Map<const Eigen::ArrayXf> P(param, n), G(grad, n);
+  Eigen::Map<Eigen::ArrayXf> M(m, n), V(v, n), R(update, n);
+  M = p.beta1 * M + (1.0f - p.beta1) * G;
+  V = p.beta2 * V + (1.0f - p.beta2) * G.square();
+  R = (M / correction1) / ((V / correction2).sqrt() + p.eps) + p.weight_decay * P;
+}
+
+void apply_update(float* param, const float* update, std::int64_t n, float lr_times_trust) {
+  Eigen::Map<Eigen::ArrayXf>(param, n) -= lr_times_trust * Eigen::Map<const Eigen::ArrayXf>(update, n);
+}
+
+void lars_update(const float* param, const float* grad, float* update, std::int64_t n, const LarsParams& p) {
+  Eigen::Map<Eigen::ArrayXf>(update, n) =
+      Eigen::Map<const Eigen::ArrayXf>(grad, n) + p.weight_decay * Eigen::Map<const Eigen::ArrayXf>(param, n);
+}
+
+void lars_apply(float* param, const float* update, float* momentum, std::int64_t n, const LarsParams& p,
+                float trust) {
+  Eigen::Map<Eigen::ArrayXf> P(param, n), M(momentum, n);
+  M = p.momentum * M + (p.lr * p.trust_coefficient * trust) * Eigen::Map<const Eigen::ArrayXf>(update, n);
+  P -= M;
+}
+
 }  // namespace
+
+float trust_ratio(double weight_norm, double update_norm) {
+  return weight_norm > 0 && update_norm > 0 ? float(weight_norm / update_norm) : 1.0f;
+}
 
 const KernelBackend& cpu_backend() {
   static const KernelBackend backend{"cpu",
@@ -181,7 +218,13 @@ const KernelBackend& cpu_backend() {
                                      softmax_cross_entropy,
                                      embedding_forward,
                                      embedding_backward,
-                                     adamw_step};
+                                     adamw_step,
+                                     sum_of_squares,
+                                     scale,
+                                     lamb_update,
+                                     apply_update,
+                                     lars_update,
+                                     lars_apply};
   return backend;
 }
 

@@ -248,3 +248,74 @@ TEST(CpuKernels, AdamWMatchesTheUpdateRule) {
   }
   EXPECT_LT(max_relative_error(param, pd), 1e-5);
 }
+
+namespace {
+double norm(const std::vector<double>& x) {
+  double sum = 0;
+  for (double v : x) sum += v * v;
+  return std::sqrt(sum);
+}
+}  // namespace
+
+TEST(CpuKernels, LambOnAShardedTensorEqualsLambOnTheWhole) {
+  std::mt19937 rng(8);
+  const std::size_t n = 40;
+  const auto param0 = random_vector(n, rng), grad = random_vector(n, rng);
+  LambParams p;
+  p.lr = 0.01f;
+  p.weight_decay = 0.01f;
+  // Reference in double: one step from zero moments.
+  std::vector<double> r(n), pd = to_double(param0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double mhat = (0.1 * grad[i]) / (1 - 0.9), vhat = (0.001 * double(grad[i]) * grad[i]) / (1 - 0.999);
+    r[i] = mhat / (std::sqrt(vhat) + 1e-6) + 0.01 * pd[i];
+  }
+  const double trust = norm(pd) / norm(r);
+  for (std::size_t i = 0; i < n; ++i) pd[i] -= 0.01 * trust * r[i];
+  // Two shards of 25 and 15 elements: local squared norms summed, as an all-reduce would.
+  auto param = param0;
+  std::vector<float> m(n, 0.0f), v(n, 0.0f), update(n, kNaN);
+  const std::size_t split = 25;
+  K.lamb_update(param.data(), grad.data(), m.data(), v.data(), update.data(), std::int64_t(split), p);
+  K.lamb_update(param.data() + split, grad.data() + split, m.data() + split, v.data() + split, update.data() + split,
+                std::int64_t(n - split), p);
+  const double weight_norm = std::sqrt(K.sum_of_squares(param.data(), std::int64_t(split)) +
+                                       K.sum_of_squares(param.data() + split, std::int64_t(n - split)));
+  const double update_norm = std::sqrt(K.sum_of_squares(update.data(), std::int64_t(split)) +
+                                       K.sum_of_squares(update.data() + split, std::int64_t(n - split)));
+  const float ratio = trust_ratio(weight_norm, update_norm);
+  EXPECT_NEAR(ratio, trust, 1e-5 * trust);
+  K.apply_update(param.data(), update.data(), std::int64_t(split), p.lr * ratio);
+  K.apply_update(param.data() + split, update.data() + split, std::int64_t(n - split), p.lr * ratio);
+  EXPECT_LT(max_relative_error(param, pd), 1e-5);
+}
+
+TEST(CpuKernels, LarsScalesItsStepByTheTrustRatio) {
+  std::mt19937 rng(9);
+  const std::size_t n = 33;
+  auto param = random_vector(n, rng);
+  const auto grad = random_vector(n, rng, 0.1f);
+  LarsParams p;
+  p.lr = 0.5f;
+  p.weight_decay = 1e-3f;
+  std::vector<float> momentum(n, 0.0f), update(n, kNaN);
+  std::vector<double> pd = to_double(param), md(n, 0.0);
+  for (int step = 0; step < 2; ++step) {
+    K.lars_update(param.data(), grad.data(), update.data(), std::int64_t(n), p);
+    const float ratio = trust_ratio(std::sqrt(K.sum_of_squares(param.data(), std::int64_t(n))),
+                                    std::sqrt(K.sum_of_squares(update.data(), std::int64_t(n))));
+    K.lars_apply(param.data(), update.data(), momentum.data(), std::int64_t(n), p, ratio);
+    std::vector<double> u(n);
+    for (std::size_t i = 0; i < n; ++i) u[i] = grad[i] + 1e-3 * pd[i];
+    const double trust = norm(pd) / norm(u);
+    for (std::size_t i = 0; i < n; ++i) {
+      md[i] = 0.9 * md[i] + 0.5 * 1e-3 * trust * u[i];
+      pd[i] -= md[i];
+    }
+  }
+  EXPECT_LT(max_relative_error(param, pd), 1e-5);
+  EXPECT_EQ(trust_ratio(0.0, 1.0), 1.0f);  // a zero-initialised tensor steps by the plain rule
+  std::vector<float> clip{3.0f, -4.0f};
+  K.scale(clip.data(), 2, 0.5f);
+  EXPECT_EQ(clip[1], -2.0f);
+}

@@ -23,6 +23,24 @@ struct AdamWParams {
   int step = 1;  // 1-based, for bias correction
 };
 
+struct LambParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f, weight_decay = 0.0f;
+  int step = 1;
+};
+
+struct LarsParams {
+  float lr = 0.1f, momentum = 0.9f, weight_decay = 0.0f, trust_coefficient = 1e-3f;
+};
+
+// Layer-wise optimizers need norms of whole tensors, which ZeRO and tensor parallelism
+// split over ranks. They run in two phases: the kernel computes a shard's update (and
+// the caller its squared norm, summed over the ranks that hold the tensor), then
+// applies it with the trust ratio computed from the global norms.
+//   LAMB (You et al. 2020): r = mhat / (sqrt(vhat) + eps) + wd p;  p -= lr * phi(|p| / |r|) r
+//   LARS (You et al. 2017): u = g + wd p;  m = mu m + lr * eta |p| / |u| * u;  p -= m
+// with the trust ratio taken as 1 when either norm is zero.
+float trust_ratio(double weight_norm, double update_norm);
+
 struct KernelBackend {
   std::string_view name;
 
@@ -50,6 +68,19 @@ struct KernelBackend {
   void (*embedding_backward)(const std::int32_t* tokens, const float* dout, float* dtable, int n, int dim);
 
   void (*adamw_step)(float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWParams& p);
+
+  // Sum of squares in double (for global norms of sharded tensors).
+  double (*sum_of_squares)(const float* x, std::int64_t n);
+  void (*scale)(float* x, std::int64_t n, float factor);  // gradient clipping
+  // LAMB phase 1: moments and the raw update r into `update`.
+  void (*lamb_update)(const float* param, const float* grad, float* m, float* v, float* update, std::int64_t n,
+                      const LambParams& p);
+  // p -= lr * trust * r (LAMB phase 2).
+  void (*apply_update)(float* param, const float* update, std::int64_t n, float lr_times_trust);
+  // LARS phase 1: u = g + wd p into `update`; phase 2: lars_apply with the trust ratio.
+  void (*lars_update)(const float* param, const float* grad, float* update, std::int64_t n, const LarsParams& p);
+  void (*lars_apply)(float* param, const float* update, float* momentum, std::int64_t n, const LarsParams& p,
+                     float trust);
 };
 
 // The reference backend: Eigen on the host, fp32.
