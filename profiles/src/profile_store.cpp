@@ -1,4 +1,5 @@
 #include "tessel/profiles/profile_store.hpp"
+#include "tessel/profiles/run_store.hpp"
 
 #include <sqlite3.h>
 
@@ -50,6 +51,23 @@ CREATE TABLE link_samples(
   host TEXT, date TEXT, tool_version TEXT);
 CREATE INDEX link_samples_fabric ON link_samples(fabric, collective);
 CREATE TABLE profile_meta(device TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY(device, key));
+)sql",
+    // Version 2: training runs, next to the profiles they are compared with.
+    R"sql(
+CREATE TABLE runs(
+  id INTEGER PRIMARY KEY,
+  created TEXT NOT NULL, host TEXT NOT NULL, tool_version TEXT NOT NULL,
+  plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed')), message TEXT NOT NULL);
+CREATE TABLE run_steps(
+  run INTEGER NOT NULL REFERENCES runs(id), step INTEGER NOT NULL,
+  loss REAL NOT NULL, seconds REAL NOT NULL, tokens_per_s REAL NOT NULL, PRIMARY KEY(run, step));
+CREATE TABLE run_events(
+  run INTEGER NOT NULL REFERENCES runs(id), step INTEGER NOT NULL, rank INTEGER NOT NULL,
+  stream TEXT NOT NULL, op TEXT NOT NULL, start_s REAL NOT NULL, end_s REAL NOT NULL);
+CREATE INDEX run_events_op ON run_events(run, op);
+CREATE TABLE run_memory(
+  run INTEGER NOT NULL REFERENCES runs(id), rank INTEGER NOT NULL, peak_bytes REAL NOT NULL, PRIMARY KEY(run, rank));
 )sql",
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -381,6 +399,124 @@ Profile resolve_profile(const std::string& device, const std::string& db_path) {
     throw Error(fmt::format("--db: {}: no such database (tessel profile creates one)", path));
   }
   return shipped_profile(device);
+}
+
+// ---------------------------------------------------------------- runs
+
+std::int64_t RunStore::begin_run(const Json& plan, const std::string& backend, int steps) {
+  std::int64_t id = 0;
+  in_transaction(store_.db_, store_.path_, [&] {
+    Statement insert(store_.db_,
+                     "INSERT INTO runs(created, host, tool_version, plan, backend, steps, status, message) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', '')",
+                     store_.path_);
+    insert.bind(1, std::string_view(today_utc())).bind(2, std::string_view(host_name()));
+    insert.bind(3, std::string_view(tool_version())).bind(4, std::string_view(plan.dump()));
+    insert.bind(5, std::string_view(backend)).bind(6, steps);
+    insert.run_and_reset();
+    id = sqlite3_last_insert_rowid(store_.db_);
+  });
+  return id;
+}
+
+void RunStore::add_steps(std::int64_t run, const std::vector<StepRecord>& steps) {
+  in_transaction(store_.db_, store_.path_, [&] {
+    Statement insert(store_.db_, "INSERT OR REPLACE INTO run_steps VALUES (?1, ?2, ?3, ?4, ?5)", store_.path_);
+    for (const StepRecord& s : steps) {
+      insert.bind(1, run).bind(2, s.step).bind(3, s.loss).bind(4, s.seconds).bind(5, s.tokens_per_s);
+      insert.run_and_reset();
+    }
+  });
+}
+
+void RunStore::add_events(std::int64_t run, const std::vector<EventRecord>& events) {
+  in_transaction(store_.db_, store_.path_, [&] {
+    Statement insert(store_.db_, "INSERT INTO run_events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", store_.path_);
+    for (const EventRecord& e : events) {
+      insert.bind(1, run).bind(2, e.step).bind(3, e.rank).bind(4, std::string_view(e.stream));
+      insert.bind(5, std::string_view(e.op)).bind(6, e.start_s).bind(7, e.end_s);
+      insert.run_and_reset();
+    }
+  });
+}
+
+void RunStore::set_peak_memory(std::int64_t run, int rank, double bytes) {
+  in_transaction(store_.db_, store_.path_, [&] {
+    Statement insert(store_.db_, "INSERT OR REPLACE INTO run_memory VALUES (?1, ?2, ?3)", store_.path_);
+    insert.bind(1, run).bind(2, rank).bind(3, bytes);
+    insert.run_and_reset();
+  });
+}
+
+void RunStore::finish(std::int64_t run, const std::string& status, const std::string& message) {
+  if (status != "finished" && status != "failed") {
+    throw Error(fmt::format("run status must be finished|failed, got '{}'", status));
+  }
+  in_transaction(store_.db_, store_.path_, [&] {
+    Statement update(store_.db_, "UPDATE runs SET status = ?1, message = ?2 WHERE id = ?3", store_.path_);
+    update.bind(1, std::string_view(status)).bind(2, std::string_view(message)).bind(3, run);
+    update.run_and_reset();
+  });
+}
+
+namespace {
+RunRecord read_run(const Statement& row) {
+  RunRecord r;
+  r.id = row.integer(0);
+  r.created = row.text(1);
+  r.host = row.text(2);
+  r.tool_version = row.text(3);
+  r.plan = Json::parse(row.text(4));
+  r.backend = row.text(5);
+  r.steps = int(row.integer(6));
+  r.status = row.text(7);
+  r.message = row.text(8);
+  return r;
+}
+}  // namespace
+
+std::vector<RunRecord> RunStore::runs() const {
+  std::vector<RunRecord> out;
+  Statement query(store_.db_, "SELECT * FROM runs ORDER BY id", store_.path_);
+  while (query.step()) out.push_back(read_run(query));
+  return out;
+}
+
+std::optional<RunRecord> RunStore::run(std::int64_t id) const {
+  Statement query(store_.db_, "SELECT * FROM runs WHERE id = ?1", store_.path_);
+  query.bind(1, id);
+  if (!query.step()) return std::nullopt;
+  return read_run(query);
+}
+
+std::vector<StepRecord> RunStore::steps(std::int64_t run) const {
+  std::vector<StepRecord> out;
+  Statement query(store_.db_, "SELECT step, loss, seconds, tokens_per_s FROM run_steps WHERE run = ?1 ORDER BY step",
+                  store_.path_);
+  query.bind(1, run);
+  while (query.step()) out.push_back({int(query.integer(0)), query.real(1), query.real(2), query.real(3)});
+  return out;
+}
+
+std::vector<EventRecord> RunStore::events(std::int64_t run) const {
+  std::vector<EventRecord> out;
+  Statement query(store_.db_,
+                  "SELECT step, rank, stream, op, start_s, end_s FROM run_events WHERE run = ?1 ORDER BY rowid",
+                  store_.path_);
+  query.bind(1, run);
+  while (query.step()) {
+    out.push_back({int(query.integer(0)), int(query.integer(1)), query.text(2), query.text(3), query.real(4),
+                   query.real(5)});
+  }
+  return out;
+}
+
+std::vector<std::pair<int, double>> RunStore::peak_memory(std::int64_t run) const {
+  std::vector<std::pair<int, double>> out;
+  Statement query(store_.db_, "SELECT rank, peak_bytes FROM run_memory WHERE run = ?1 ORDER BY rank", store_.path_);
+  query.bind(1, run);
+  while (query.step()) out.emplace_back(int(query.integer(0)), query.real(1));
+  return out;
 }
 
 }  // namespace tessel::profiles

@@ -19,7 +19,7 @@ namespace tessel::profiles {
 
 class ProfileStore {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Opens (creating the file and its folder when `create` is set) and migrates.
   // Throws tessel::Error naming the file when it is foreign, corrupted or newer.
@@ -53,6 +53,7 @@ class ProfileStore {
   void put_device(const DeviceSpec& device, const std::string& source);
   sqlite3* db_ = nullptr;
   std::string path_;
+  friend class RunStore;
 };
 
 // The profile the planner should believe for `device`: the database's, when the

@@ -1,0 +1,59 @@
+// Training runs in the same database as the profiles: the plan, one row per step (loss,
+// time, throughput), every measured op event with the Program's op id, and peak memory
+// per rank. The executor writes them; `compare` and the GUI read them next to the
+// prediction for the same plan.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessel/core/json_fields.hpp"
+#include "tessel/profiles/profile_store.hpp"
+
+namespace tessel::profiles {
+
+struct RunRecord {
+  std::int64_t id = 0;
+  std::string created, host, tool_version, backend, status, message;
+  Json plan;
+  int steps = 0;
+};
+
+struct StepRecord {
+  int step = 0;
+  double loss = 0, seconds = 0, tokens_per_s = 0;
+  bool operator==(const StepRecord&) const = default;
+};
+
+struct EventRecord {
+  int step = 0, rank = 0;
+  std::string stream, op;
+  double start_s = 0, end_s = 0;
+  bool operator==(const EventRecord&) const = default;
+};
+
+class RunStore {
+ public:
+  explicit RunStore(ProfileStore& store) : store_(store) {}
+
+  // A new run in state "running"; returns its id.
+  std::int64_t begin_run(const Json& plan, const std::string& backend, int steps);
+  void add_steps(std::int64_t run, const std::vector<StepRecord>& steps);
+  void add_events(std::int64_t run, const std::vector<EventRecord>& events);
+  void set_peak_memory(std::int64_t run, int rank, double bytes);
+  // status: finished | failed.
+  void finish(std::int64_t run, const std::string& status, const std::string& message = "");
+
+  std::vector<RunRecord> runs() const;
+  std::optional<RunRecord> run(std::int64_t id) const;
+  std::vector<StepRecord> steps(std::int64_t run) const;
+  std::vector<EventRecord> events(std::int64_t run) const;
+  std::vector<std::pair<int, double>> peak_memory(std::int64_t run) const;
+
+ private:
+  ProfileStore& store_;
+};
+
+}  // namespace tessel::profiles
