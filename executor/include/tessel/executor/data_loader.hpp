@@ -1,0 +1,34 @@
+// Byte-level training data: the tokens are the bytes of a text (any file, or the
+// synthetic corpus). Step k's global batch is `global_batch` windows of seq + 1 bytes
+// taken one after another from the loader's position; data-parallel rank d reads its
+// contiguous share of them. The position is a single number, saved in checkpoints, so a
+// resumed run reads exactly the batches the uninterrupted one would have.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessel::executor {
+
+class DataLoader {
+ public:
+  // Throws tessel::Error when the text is shorter than one window or the batch does not
+  // split over the data-parallel ranks.
+  DataLoader(std::string text, int global_batch, int seq, int dp_rank = 0, int dp_size = 1);
+  // Reads the whole file; the error names the file.
+  static DataLoader from_file(const std::string& path, int global_batch, int seq, int dp_rank = 0, int dp_size = 1);
+
+  int sequences_per_rank() const { return global_batch_ / dp_size_; }
+  // This rank's share of the next global batch, row-major [sequences_per_rank x seq].
+  void next(std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets);
+  std::uint64_t position() const { return position_; }
+  void seek(std::uint64_t position) { position_ = position; }
+
+ private:
+  std::string text_;
+  int global_batch_, seq_, dp_rank_, dp_size_;
+  std::uint64_t position_ = 0;
+};
+
+}  // namespace tessel::executor

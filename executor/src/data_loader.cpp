@@ -1,0 +1,51 @@
+#include "tessel/executor/data_loader.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+
+namespace tessel::executor {
+
+DataLoader::DataLoader(std::string text, int global_batch, int seq, int dp_rank, int dp_size)
+    : text_(std::move(text)), global_batch_(global_batch), seq_(seq), dp_rank_(dp_rank), dp_size_(dp_size) {
+  if (seq <= 0 || global_batch <= 0) throw Error(fmt::format("data: batch {} and sequence {} must be positive", global_batch, seq));
+  if (text_.size() < std::size_t(seq) + 1) {
+    throw Error(fmt::format("--data: the text has {} bytes, fewer than one window of sequence {} + 1", text_.size(), seq));
+  }
+  if (dp_size <= 0 || dp_rank < 0 || dp_rank >= dp_size || global_batch % dp_size != 0) {
+    throw Error(fmt::format("data: global batch {} does not split over {} data-parallel ranks", global_batch, dp_size));
+  }
+}
+
+DataLoader DataLoader::from_file(const std::string& path, int global_batch, int seq, int dp_rank, int dp_size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("--data: {}: cannot open file", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  try {
+    return DataLoader(buffer.str(), global_batch, seq, dp_rank, dp_size);
+  } catch (const Error& error) {
+    throw Error(fmt::format("{} ({})", error.what(), path));
+  }
+}
+
+void DataLoader::next(std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets) {
+  const int mine = sequences_per_rank();
+  tokens.resize(std::size_t(mine) * seq_);
+  targets.resize(tokens.size());
+  const std::uint64_t windows = text_.size() - std::size_t(seq_);  // valid window starts
+  for (int i = 0; i < mine; ++i) {
+    const std::uint64_t window = position_ + std::uint64_t(dp_rank_ * mine + i);
+    const std::uint64_t start = (window * std::uint64_t(seq_)) % windows;
+    for (int s = 0; s < seq_; ++s) {
+      tokens[std::size_t(i) * seq_ + s] = static_cast<unsigned char>(text_[start + s]);
+      targets[std::size_t(i) * seq_ + s] = static_cast<unsigned char>(text_[start + s + 1]);
+    }
+  }
+  position_ += std::uint64_t(global_batch_);
+}
+
+}  // namespace tessel::executor
