@@ -91,15 +91,23 @@ Gpt::Gpt(const ModelSpec& model, std::uint64_t seed, const kernels::KernelBacken
 
 void Gpt::zero_gradients() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
-float Gpt::forward_backward(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq) {
-  return run(tokens, targets, batch, seq, true);
+float Gpt::forward_backward(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
+                            const std::function<void(int)>& on_gradients_done) {
+  return run(tokens, targets, batch, seq, true, on_gradients_done);
 }
 
 float Gpt::loss(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq) {
-  return run(tokens, targets, batch, seq, false);
+  return run(tokens, targets, batch, seq, false, {});
 }
 
-float Gpt::run(const std::int32_t* tokens, const std::int32_t* targets, int B, int S, bool backward) {
+std::pair<std::size_t, std::size_t> Gpt::layer_range(int layer) const {
+  const ParameterSlice& first = slices_[layer_base_ + std::size_t(layer) * kPerLayer];
+  const ParameterSlice& last = slices_[layer_base_ + std::size_t(layer + 1) * kPerLayer - 1];
+  return {first.offset, last.offset + last.size - first.offset};
+}
+
+float Gpt::run(const std::int32_t* tokens, const std::int32_t* targets, int B, int S, bool backward,
+               const std::function<void(int)>& on_gradients_done) {
   if (S > model_.seq_len) throw Error(fmt::format("sequence {} exceeds the model's {} positions", S, model_.seq_len));
   const int C = model_.hidden, F = model_.ffn_hidden, V = model_.vocab, H = model_.heads, D = C / H;
   const int N = B * S;  // tokens
@@ -251,11 +259,13 @@ float Gpt::run(const std::int32_t* tokens, const std::int32_t* targets, int B, i
     k_.layer_norm_backward(dln1.data(), a.x.data(), p(base + kLn1G), a.ln1_mean.data(), a.ln1_rstd.data(),
                            scratch.data(), g(base + kLn1G), g(base + kLn1B), N, C);
     for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += scratch[i];
+    if (on_gradients_done) on_gradients_done(l);
   }
   k_.embedding_backward(tokens, dx.data(), g(wte_), N, C);
   for (int b = 0; b < B; ++b)
     for (int s = 0; s < S; ++s)
       for (int c = 0; c < C; ++c) g(wpe_)[std::size_t(s) * C + c] += dx[std::size_t(b * S + s) * C + c];
+  if (on_gradients_done) on_gradients_done(-1);
   return mean_loss;
 }
 

@@ -122,4 +122,10 @@ Communicator& mpi_world() {
   return *world;
 }
 
+Communicator& mpi_self() {
+  mpi_world();  // initialises MPI
+  static MpiCommunicator self(MPI_COMM_SELF, false);
+  return self;
+}
+
 }  // namespace tessel::executor

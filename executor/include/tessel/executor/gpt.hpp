@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,12 +39,19 @@ class Gpt {
   void zero_gradients();
 
   // Mean cross-entropy over batch x seq tokens; adds d(loss)/d(params) to the gradients.
-  float forward_backward(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq);
+  // `on_gradients_done(l)` runs as soon as layer l's gradients are complete (layers in
+  // reverse order), then with -1 for the rest (embeddings, final norm): where gradient
+  // buckets start their all-reduce, overlapping the remaining backward.
+  float forward_backward(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
+                         const std::function<void(int)>& on_gradients_done = {});
+  // [offset, offset + size) of layer l's parameters in the flat buffer (contiguous).
+  std::pair<std::size_t, std::size_t> layer_range(int layer) const;
   // Mean cross-entropy only.
   float loss(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq);
 
  private:
-  float run(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq, bool backward);
+  float run(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq, bool backward,
+            const std::function<void(int)>& on_gradients_done);
   float* p(std::size_t index) { return params_.data() + slices_[index].offset; }
   float* g(std::size_t index) { return grads_.data() + slices_[index].offset; }
 

@@ -8,6 +8,8 @@ namespace tessel::executor {
 
 // The world communicator of this process (initialises MPI on first use).
 Communicator& mpi_world();
+// A communicator of this process alone (MPI_COMM_SELF): single-process reference runs.
+Communicator& mpi_self();
 // True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE is set).
 bool launched_by_mpirun();
 
