@@ -21,3 +21,7 @@ run estimate --plan examples/local-cpu-gpt-small.json --db "$db"
 # let simulation re-rank the analytic top 5.
 run simulate --plan examples/gpt3-13b-dgx-h100.json --trace "$build_dir/gpt3-13b-trace.json"
 run plan --model gpt3-13b --cluster dgx-h100 --nodes 4 --global-batch 256 --top 5 --refine 5
+
+# Train a small GPT data-parallel on two CPU ranks (tessel run launches mpirun itself)
+# and record the run next to the profiles.
+run run --plan examples/local-cpu-gpt-small.json --steps 5 --db "$db"

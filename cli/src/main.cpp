@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   add(add_presets_command);
   add(add_profile_command);
   add(add_simulate_command);
+  add(add_run_command);
 
   try {
     app.parse(argc, argv);

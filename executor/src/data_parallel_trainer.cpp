@@ -8,9 +8,7 @@
 
 namespace tessel::executor {
 
-DataParallelTrainer::DataParallelTrainer(const Plan& plan, ProcessGrid& grid, DataLoader loader,
-                                         const TrainerOptions& options)
-    : plan_(plan), grid_(grid), loader_(std::move(loader)), options_(options), model_(plan.model, options.seed) {
+void DataParallelTrainer::check(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   auto refuse = [](const char* field, int value) {
     throw Error(fmt::format("parallel.{}: the data-parallel trainer runs {} = {} only, got {}", field, field,
@@ -22,6 +20,17 @@ DataParallelTrainer::DataParallelTrainer(const Plan& plan, ProcessGrid& grid, Da
   if (p.zero != 0) refuse("zero", p.zero);
   if (p.offload != OffloadMode::none) throw Error("parallel.offload: the data-parallel trainer runs without offload");
   if (p.recompute != Recompute::none) throw Error("parallel.recompute: the data-parallel trainer keeps all activations");
+  if (!plan.cluster.ranks_fill_node()) {
+    throw Error(fmt::format("cluster: CPU runs use cluster local-cpu, got {}", plan.cluster.name));
+  }
+  Gpt::check(plan.model);
+}
+
+DataParallelTrainer::DataParallelTrainer(const Plan& plan, ProcessGrid& grid, DataLoader loader,
+                                         const TrainerOptions& options)
+    : plan_(plan), grid_(grid), loader_(std::move(loader)), options_(options), model_(plan.model, options.seed) {
+  check(plan);
+  const ParallelConfig& p = plan.parallel;
   if (loader_.sequences_per_rank() % p.micro_batch != 0) {
     throw Error(fmt::format("parallel.micro_batch: {} does not divide the {} sequences of each rank", p.micro_batch,
                             loader_.sequences_per_rank()));

@@ -35,8 +35,7 @@ void bias_gradient(const float* dy, float* dbias, int rows, int cols) {
 }
 }  // namespace
 
-Gpt::Gpt(const ModelSpec& model, std::uint64_t seed, const kernels::KernelBackend& backend)
-    : model_(model), k_(backend) {
+void Gpt::check(const ModelSpec& model) {
   if (model.activation != Activation::gelu || model.norm != Norm::layernorm ||
       model.position_embedding != PositionEmbedding::learned || !model.tied_embeddings ||
       model.kv_heads != model.heads || !model.bias) {
@@ -44,6 +43,11 @@ Gpt::Gpt(const ModelSpec& model, std::uint64_t seed, const kernels::KernelBacken
                             "tied embeddings, biases, kv_heads == heads)",
                             model.name));
   }
+}
+
+Gpt::Gpt(const ModelSpec& model, std::uint64_t seed, const kernels::KernelBackend& backend)
+    : model_(model), k_(backend) {
+  check(model);
   const int C = model.hidden, F = model.ffn_hidden, V = model.vocab, S = model.seq_len;
   std::size_t offset = 0;
   auto add = [&](std::string name, int rows, int cols) {

@@ -161,7 +161,7 @@ TEST_F(Cli, SweepAndCapacityAnswer) {
 }
 
 TEST_F(Cli, EveryCommandHasHelp) {
-  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets", "profile", "simulate"}) {
+  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets", "profile", "simulate", "run"}) {
     const Outcome o = run(std::string(command) + " --help");
     EXPECT_EQ(o.status, 0) << command;
     EXPECT_NE(o.out.find("Usage"), std::string::npos) << command << ": " << o.out;
@@ -304,4 +304,48 @@ TEST_F(Cli, PlanRefineReRanksBySimulation) {
   for (std::size_t i = 0; i < 3; ++i) EXPECT_GT(json["plans"][i]["simulated_step_time_s"].get<double>(), 0);
   EXPECT_LE(json["plans"][0]["simulated_step_time_s"].get<double>(), json["plans"][1]["simulated_step_time_s"].get<double>());
   EXPECT_LE(json["plans"][1]["simulated_step_time_s"].get<double>(), json["plans"][2]["simulated_step_time_s"].get<double>());
+}
+
+TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {
+  const fs::path plan = write("dp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
+      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
+      "parallel": {"dp": 2, "micro_batch": 2}})");
+  const std::string db = (dir_ / "runs.db").string();
+  const Outcome o = run("run --plan " + plan.string() + " --steps 4 --db " + db);
+  ASSERT_EQ(o.status, 0) << o.out << o.err;
+  for (int step = 1; step <= 4; ++step) {
+    EXPECT_NE(o.out.find("step " + std::to_string(step) + " loss "), std::string::npos) << o.out;
+  }
+  EXPECT_NE(o.out.find("wrote run 1 to " + db), std::string::npos) << o.out;
+  // Same seed, same batches: a second run repeats the first one's losses (to float
+  // rounding: Eigen's vectorised reductions depend on buffer alignment).
+  const Outcome again = run("run --plan " + plan.string() + " --steps 4 --db " + db);
+  ASSERT_EQ(again.status, 0) << again.err;
+  auto losses = [](const std::string& text) {
+    std::vector<double> out;
+    for (std::size_t at = text.find(" loss "); at != std::string::npos; at = text.find(" loss ", at + 1)) {
+      out.push_back(std::stod(text.substr(at + 6, 8)));
+    }
+    return out;
+  };
+  const auto first = losses(o.out), second = losses(again.out);
+  ASSERT_EQ(first.size(), 4u);
+  ASSERT_EQ(second.size(), 4u);
+  for (std::size_t i = 0; i < first.size(); ++i) EXPECT_NEAR(first[i], second[i], 1e-5 * first[i]);
+  EXPECT_LT(first.back(), first.front());
+}
+
+TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
+  const fs::path plan = write("tp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
+      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
+      "parallel": {"tp": 2, "micro_batch": 2}})");
+  const Outcome tp = run("run --plan " + plan.string() + " --steps 2");
+  EXPECT_EQ(tp.status, 2);
+  EXPECT_EQ(tp.err, "tessel: error: parallel.tp: the data-parallel trainer runs tp = 1 only, got 2\n");
+  const Outcome steps = run("run --plan " + write("ok.json", kCpuPlan).string() + " --steps 0");
+  EXPECT_EQ(steps.status, 2);
+  EXPECT_NE(steps.err.find("--steps: must be a positive integer, got 0"), std::string::npos) << steps.err;
+  const Outcome gpu = run("run --plan " + write("gpu.json", kGoodPlan).string() + " --steps 1");
+  EXPECT_EQ(gpu.status, 2);
+  EXPECT_NE(gpu.err.find("parallel.tp"), std::string::npos) << gpu.err;
 }

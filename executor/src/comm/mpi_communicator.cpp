@@ -122,6 +122,11 @@ Communicator& mpi_world() {
   return *world;
 }
 
+void abort_all_ranks(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
 Communicator& mpi_self() {
   mpi_world();  // initialises MPI
   static MpiCommunicator self(MPI_COMM_SELF, false);

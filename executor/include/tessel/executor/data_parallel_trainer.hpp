@@ -32,6 +32,8 @@ struct StepStats {
 class DataParallelTrainer {
  public:
   DataParallelTrainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const TrainerOptions& options);
+  // Throws tessel::Error naming the first field this trainer cannot run (before any rank starts).
+  static void check(const Plan& plan);
   StepStats step();
   Gpt& model() { return model_; }
 

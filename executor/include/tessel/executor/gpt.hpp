@@ -30,6 +30,7 @@ class Gpt {
   // positions, tied embeddings, kv_heads == heads. Throws tessel::Error otherwise.
   Gpt(const ModelSpec& model, std::uint64_t seed,
       const kernels::KernelBackend& backend = kernels::cpu_backend());
+  static void check(const ModelSpec& model);
 
   const ModelSpec& model() const { return model_; }
   const std::vector<ParameterSlice>& slices() const { return slices_; }

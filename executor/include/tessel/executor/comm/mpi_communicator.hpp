@@ -12,5 +12,7 @@ Communicator& mpi_world();
 Communicator& mpi_self();
 // True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE is set).
 bool launched_by_mpirun();
+// Ends every rank of the world with `code` (a rank's error must not leave the others hanging).
+[[noreturn]] void abort_all_ranks(int code);
 
 }  // namespace tessel::executor

@@ -1,0 +1,96 @@
+// `tessel run`: train a plan on CPU ranks over MPI. It checks the plan, then launches
+// `mpirun -np <world>` on the tessel-rank worker next to it; started under mpirun
+// itself, each process becomes that worker (exec). The worker holds the MPI code: this
+// binary links SimGrid, whose SMPI exports the MPI symbols too.
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/executor/data_parallel_trainer.hpp"
+
+namespace tessel::cli {
+
+namespace {
+struct RunArgs {
+  std::string plan_file, data_file, db;
+  int steps = 10;
+  std::uint64_t seed = 1;
+  float lr = 1e-3f;
+};
+
+std::string quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string worker_path() {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const auto worker = self.parent_path() / "tessel-rank";
+  if (error || !std::filesystem::exists(worker)) throw Error("run: tessel-rank is missing next to the tessel binary");
+  return worker.string();
+}
+
+std::vector<std::string> worker_args(const RunArgs& args) {
+  std::vector<std::string> out{"--plan", args.plan_file, "--steps", std::to_string(args.steps), "--seed",
+                               std::to_string(args.seed), "--lr", fmt::format("{}", args.lr)};
+  if (!args.data_file.empty()) out.insert(out.end(), {"--data", args.data_file});
+  if (!args.db.empty()) out.insert(out.end(), {"--db", args.db});
+  return out;
+}
+
+int launch_under_mpirun(const RunArgs& args, int world) {
+  std::string command = fmt::format("mpirun --allow-run-as-root --oversubscribe -np {} {}", world, quote(worker_path()));
+  for (const auto& arg : worker_args(args)) command += " " + quote(arg);
+  const int raw = std::system(command.c_str());
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : 1;
+}
+
+// Already a rank of an mpirun job: become the worker.
+[[noreturn]] void become_worker(const RunArgs& args) {
+  const std::string worker = worker_path();
+  std::vector<std::string> arguments = worker_args(args);
+  std::vector<char*> argv{const_cast<char*>(worker.c_str())};
+  for (auto& arg : arguments) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  execv(worker.c_str(), argv.data());
+  throw Error(fmt::format("run: cannot start {}", worker));
+}
+
+int run_run(const RunArgs& args) {
+  if (args.steps <= 0) throw Error(fmt::format("--steps: must be a positive integer, got {}", args.steps));
+  if (!(args.lr > 0)) throw Error(fmt::format("--lr: must be positive, got {}", args.lr));
+  const Plan plan = Plan::load(args.plan_file);
+  executor::DataParallelTrainer::check(plan);
+  if (!args.data_file.empty() && !std::filesystem::is_regular_file(args.data_file)) {
+    throw Error(fmt::format("--data: {}: cannot open file", args.data_file));
+  }
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) become_worker(args);
+  return launch_under_mpirun(args, plan.parallel.world_size());
+}
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Train a plan on CPU ranks over MPI (launches mpirun itself)");
+  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file (cluster local-cpu)")->required();
+  cmd->add_option("--steps,-s", args->steps, "Training steps")->capture_default_str();
+  cmd->add_option("--data", args->data_file, "Text file to train on, byte-level (default: a synthetic corpus)");
+  cmd->add_option("--seed", args->seed, "Initialisation and synthetic-data seed")->capture_default_str();
+  cmd->add_option("--lr", args->lr, "Learning rate")->capture_default_str();
+  cmd->add_option("--db", args->db, "Database to record the run in (default: the profiles database)");
+  cmd->footer("Runs data-parallel plans (pp = tp = sp = 1, zero 0) so far; the other layouts are refused by name.");
+  return [args] { return run_run(*args); };
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,123 @@
+// tessel-rank: one rank of `tessel run`. `tessel run` starts it under mpirun (or execs
+// it when the user started tessel under mpirun): the tessel command itself links
+// SimGrid, whose SMPI exports the MPI symbols too, so MPI code lives in this binary.
+//   tessel-rank --plan P --steps N --seed S --lr LR [--data FILE] [--db FILE]
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+#include "tessel/executor/comm/mpi_communicator.hpp"
+#include "tessel/executor/data_parallel_trainer.hpp"
+#include "tessel/profiles/run_store.hpp"
+
+namespace tessel {
+namespace {
+struct RunArgs {
+  std::string plan_file, data_file, db;
+  int steps = 10;
+  std::uint64_t seed = 1;
+  float lr = 1e-3f;
+};
+
+int train(const RunArgs& args, const Plan& plan) {
+  executor::Communicator& world = executor::mpi_world();
+  const bool reporter = world.rank() == 0;
+  try {
+    if (world.size() != plan.parallel.world_size()) {
+      throw Error(fmt::format("parallel: the plan's world size dp*pp*tp*sp = {} differs from the {} MPI ranks running",
+                              plan.parallel.world_size(), world.size()));
+    }
+    executor::ProcessGrid grid(plan.parallel, world);
+    const int dp_rank = grid.coordinates().dp, dp = plan.parallel.dp;
+    executor::DataLoader loader =
+        args.data_file.empty()
+            ? executor::DataLoader(executor::synthetic_corpus(1 << 20, args.seed), plan.train.global_batch,
+                                   plan.seq_len(), dp_rank, dp)
+            : executor::DataLoader::from_file(args.data_file, plan.train.global_batch, plan.seq_len(), dp_rank, dp);
+    executor::TrainerOptions options;
+    options.seed = args.seed;
+    options.lr = args.lr;
+    executor::DataParallelTrainer trainer(plan, grid, std::move(loader), options);
+    std::unique_ptr<profiles::ProfileStore> store;
+    std::unique_ptr<profiles::RunStore> runs;
+    std::int64_t run_id = 0;
+    if (reporter) {
+      store = std::make_unique<profiles::ProfileStore>(args.db.empty() ? profiles::ProfileStore::default_path() : args.db);
+      runs = std::make_unique<profiles::RunStore>(*store);
+      run_id = runs->begin_run(plan.to_json(), "cpu", args.steps);
+      std::cout << fmt::format("run {}: {} on {} CPU ranks ({}), {} steps\n", run_id, plan.model.name, world.size(),
+                               plan.parallel.summary(), args.steps)
+                << std::flush;
+    }
+    std::vector<profiles::StepRecord> steps;
+    for (int i = 0; i < args.steps; ++i) {
+      const executor::StepStats stats = trainer.step();
+      if (reporter) {
+        std::cout << fmt::format("step {} loss {:.6f}  {:.0f} tokens/s  step {:.3f} s\n", stats.step, stats.loss,
+                                 stats.tokens_per_s, stats.seconds)
+                  << std::flush;
+        steps.push_back({stats.step, stats.loss, stats.seconds, stats.tokens_per_s});
+      }
+      if (!std::isfinite(stats.loss)) {
+        if (reporter) {
+          runs->add_steps(run_id, steps);
+          runs->finish(run_id, "failed", fmt::format("step {}: loss is not finite", stats.step));
+        }
+        throw Error(fmt::format("step {}: loss is not finite; stopping", stats.step));
+      }
+    }
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const float peak_bytes = float(usage.ru_maxrss) * 1024.0f;
+    std::vector<float> peaks(std::size_t(world.size()), 0.0f);
+    world.all_gather(&peak_bytes, peaks.data(), 1);
+    if (reporter) {
+      runs->add_steps(run_id, steps);
+      for (int r = 0; r < world.size(); ++r) runs->set_peak_memory(run_id, r, peaks[std::size_t(r)]);
+      runs->finish(run_id, "finished");
+      std::cout << fmt::format("wrote run {} to {}\n", run_id, store->path());
+    }
+    world.barrier();
+    return 0;
+  } catch (const Error& error) {
+    std::fprintf(stderr, "tessel: error: rank %d: %s\n", world.rank(), error.what());
+    std::fflush(stderr);
+    executor::abort_all_ranks(2);
+  }
+}
+
+}  // namespace
+}  // namespace tessel
+
+int main(int argc, char** argv) {
+  using namespace tessel;
+  RunArgs args;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i], value = argv[i + 1];
+    if (key == "--plan") args.plan_file = value;
+    else if (key == "--data") args.data_file = value;
+    else if (key == "--db") args.db = value;
+    else if (key == "--steps") args.steps = std::atoi(value.c_str());
+    else if (key == "--seed") args.seed = std::strtoull(value.c_str(), nullptr, 10);
+    else if (key == "--lr") args.lr = std::strtof(value.c_str(), nullptr);
+    else {
+      std::fprintf(stderr, "tessel-rank: unknown option %s\n", key.c_str());
+      return 2;
+    }
+  }
+  try {
+    const Plan plan = Plan::load(args.plan_file);
+    return train(args, plan);
+  } catch (const Error& error) {
+    std::fprintf(stderr, "tessel: error: %s\n", error.what());
+    return 2;
+  }
+}
