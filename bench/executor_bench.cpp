@@ -27,7 +27,7 @@ int main() {
     tokens[i] = static_cast<unsigned char>(text[i]);
     targets[i] = static_cast<unsigned char>(text[i + 1]);
   }
-  std::vector<float> m1(model.parameters().size(), 0.0f), m2(m1.size(), 0.0f);
+  kernels::FloatBuffer m1(model.parameters().size(), 0.0f), m2(m1.size(), 0.0f);
   kernels::AdamWParams adam;
   std::vector<double> seconds;
   for (int step = 1; step <= 6; ++step) {

@@ -117,7 +117,7 @@ float Gpt::run(const std::int32_t* tokens, const std::int32_t* targets, int B, i
   const int N = B * S;  // tokens
   const int L = model_.layers;
   const float eps = 1e-5f;
-  using Buffer = std::vector<float>;
+  using Buffer = kernels::FloatBuffer;
   // Buffers live across steps (a fresh allocation per step cost page faults and zero
   // fills); every kernel below writes its whole output, so no clearing is needed.
   auto work = [this](const char* key, std::size_t n) -> Buffer& {

@@ -47,7 +47,7 @@ class DataParallelTrainer {
   Gpt model_;
   int micro_batches_ = 1;
   int step_ = 0;
-  std::vector<float> moment1_, moment2_, update_;
+  kernels::FloatBuffer moment1_, moment2_, update_;
 };
 
 }  // namespace tessel::executor

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tessel/core/model_spec.hpp"
+#include "tessel/kernels/aligned_buffer.hpp"
 #include "tessel/kernels/backend.hpp"
 
 namespace tessel::executor {
@@ -34,9 +35,9 @@ class Gpt {
 
   const ModelSpec& model() const { return model_; }
   const std::vector<ParameterSlice>& slices() const { return slices_; }
-  std::vector<float>& parameters() { return params_; }
-  const std::vector<float>& parameters() const { return params_; }
-  std::vector<float>& gradients() { return grads_; }
+  kernels::FloatBuffer& parameters() { return params_; }
+  const kernels::FloatBuffer& parameters() const { return params_; }
+  kernels::FloatBuffer& gradients() { return grads_; }
   void zero_gradients();
 
   // Mean cross-entropy over batch x seq tokens; adds d(loss)/d(params) to the gradients.
@@ -58,15 +59,16 @@ class Gpt {
 
   // Activations one layer keeps for its backward.
   struct LayerActivations {
-    std::vector<float> x, ln1, ln1_mean, ln1_rstd, qkv, q, k, v, att_heads, att, x1, ln2, ln2_mean, ln2_rstd, fc1, gelu;
+    kernels::FloatBuffer x, ln1, ln1_mean, ln1_rstd, qkv, q, k, v, att_heads, att, x1, ln2, ln2_mean, ln2_rstd, fc1,
+        gelu;
   };
 
   ModelSpec model_;
   const kernels::KernelBackend& k_;
   std::vector<LayerActivations> activations_;
-  std::map<std::string, std::vector<float>, std::less<>> workspace_;
+  std::map<std::string, kernels::FloatBuffer, std::less<>> workspace_;
   std::vector<ParameterSlice> slices_;
-  std::vector<float> params_, grads_;
+  kernels::FloatBuffer params_, grads_;
   // Slice indices: wte, wpe, then per layer 12 tensors, then the final norm.
   std::size_t wte_ = 0, wpe_ = 1, layer_base_ = 2, final_norm_ = 0;
   static constexpr std::size_t kPerLayer = 12;
