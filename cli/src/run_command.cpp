@@ -21,7 +21,8 @@ namespace tessel::cli {
 
 namespace {
 struct RunArgs {
-  std::string plan_file, data_file, db;
+  std::string plan_file, data_file, db, checkpoint, resume;
+  int checkpoint_every = 0;
   int steps = 10;
   std::uint64_t seed = 1;
   float lr = 1e-3f;
@@ -45,6 +46,9 @@ std::vector<std::string> worker_args(const RunArgs& args) {
   std::vector<std::string> out{"--plan", args.plan_file, "--steps", std::to_string(args.steps), "--seed",
                                std::to_string(args.seed), "--lr", fmt::format("{}", args.lr)};
   if (!args.data_file.empty()) out.insert(out.end(), {"--data", args.data_file});
+  if (!args.checkpoint.empty()) out.insert(out.end(), {"--checkpoint", args.checkpoint});
+  if (args.checkpoint_every > 0) out.insert(out.end(), {"--checkpoint-every", std::to_string(args.checkpoint_every)});
+  if (!args.resume.empty()) out.insert(out.end(), {"--resume", args.resume});
   if (!args.db.empty()) out.insert(out.end(), {"--db", args.db});
   return out;
 }
@@ -72,6 +76,10 @@ int run_run(const RunArgs& args) {
   if (!(args.lr > 0)) throw Error(fmt::format("--lr: must be positive, got {}", args.lr));
   const Plan plan = Plan::load(args.plan_file);
   executor::DataParallelTrainer::check(plan);
+  if (!args.resume.empty() && !std::filesystem::exists(std::filesystem::path(args.resume) / "checkpoint.json")) {
+    throw Error(fmt::format("--resume: {}: no complete checkpoint (checkpoint.json missing)", args.resume));
+  }
+  if (args.checkpoint_every < 0) throw Error(fmt::format("--checkpoint-every: must be 0 or more, got {}", args.checkpoint_every));
   if (!args.data_file.empty() && !std::filesystem::is_regular_file(args.data_file)) {
     throw Error(fmt::format("--data: {}: cannot open file", args.data_file));
   }
@@ -89,6 +97,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "Initialisation and synthetic-data seed")->capture_default_str();
   cmd->add_option("--lr", args->lr, "Learning rate")->capture_default_str();
   cmd->add_option("--db", args->db, "Database to record the run in (default: the profiles database)");
+  cmd->add_option("--checkpoint", args->checkpoint, "Write a checkpoint to this folder at the end (and every --checkpoint-every steps)");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every, "Also checkpoint every N steps");
+  cmd->add_option("--resume", args->resume, "Resume from this checkpoint folder (--steps counts from step 0)");
   cmd->footer("Runs data-parallel plans (pp = tp = sp = 1, zero 0) so far; the other layouts are refused by name.");
   return [args] { return run_run(*args); };
 }

@@ -1,6 +1,8 @@
 #include "tessel/executor/data_parallel_trainer.hpp"
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -88,6 +90,65 @@ StepStats DataParallelTrainer::step() {
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.tokens_per_s = double(plan_.train.global_batch) * seq / stats.seconds;
   return stats;
+}
+
+namespace {
+void write_floats(std::ofstream& out, const kernels::FloatBuffer& values) {
+  out.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
+}
+void read_floats(std::ifstream& in, kernels::FloatBuffer& values, const std::string& file) {
+  in.read(reinterpret_cast<char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
+  if (!in) throw Error(fmt::format("--resume: {}: truncated checkpoint", file));
+}
+}  // namespace
+
+void DataParallelTrainer::save(const std::string& dir) {
+  namespace fs = std::filesystem;
+  Communicator& world = grid_.world();
+  std::error_code error;
+  fs::create_directories(dir, error);
+  const fs::path file = fs::path(dir) / fmt::format("rank{}.bin", world.rank());
+  const fs::path temporary = file.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error(fmt::format("--checkpoint: {}: cannot write", temporary.string()));
+    write_floats(out, model_.parameters());
+    write_floats(out, moment1_);
+    write_floats(out, moment2_);
+    if (!out) throw Error(fmt::format("--checkpoint: {}: write failed", temporary.string()));
+  }
+  fs::rename(temporary, file);
+  world.barrier();
+  if (world.rank() == 0) {
+    const Json meta{{"format", "tessel-checkpoint"}, {"version", 1},          {"step", step_},
+                    {"loader_position", loader_.position()}, {"ranks", world.size()}, {"plan", plan_.to_json()},
+                    {"parameters", model_.parameters().size()}};
+    write_text_file_atomically((fs::path(dir) / "checkpoint.json").string(), meta.dump(1) + "\n");
+  }
+  world.barrier();
+}
+
+void DataParallelTrainer::load(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string meta_file = (fs::path(dir) / "checkpoint.json").string();
+  if (!fs::exists(meta_file)) throw Error(fmt::format("--resume: {}: no complete checkpoint (checkpoint.json missing)", dir));
+  const Json meta = read_json_file(meta_file);
+  if (meta.value("format", "") != "tessel-checkpoint" || meta.value("version", 0) != 1) {
+    throw Error(fmt::format("--resume: {}: not a tessel checkpoint", meta_file));
+  }
+  if (meta.value("ranks", 0) != grid_.world().size() || meta.value("parameters", std::size_t(0)) != moment1_.size()) {
+    throw Error(fmt::format("--resume: {}: written by {} ranks for {} parameters; this run has {} ranks and {}", meta_file,
+                            meta.value("ranks", 0), meta.value("parameters", std::size_t(0)), grid_.world().size(),
+                            moment1_.size()));
+  }
+  const std::string file = (fs::path(dir) / fmt::format("rank{}.bin", grid_.world().rank())).string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(fmt::format("--resume: {}: cannot open", file));
+  read_floats(in, model_.parameters(), file);
+  read_floats(in, moment1_, file);
+  read_floats(in, moment2_, file);
+  step_ = meta.at("step").get<int>();
+  loader_.seek(meta.at("loader_position").get<std::uint64_t>());
 }
 
 void DataParallelTrainer::optimizer_step() {

@@ -21,7 +21,8 @@
 namespace tessel {
 namespace {
 struct RunArgs {
-  std::string plan_file, data_file, db;
+  std::string plan_file, data_file, db, checkpoint, resume;
+  int checkpoint_every = 0;
   int steps = 10;
   std::uint64_t seed = 1;
   float lr = 1e-3f;
@@ -46,6 +47,10 @@ int train(const RunArgs& args, const Plan& plan) {
     options.seed = args.seed;
     options.lr = args.lr;
     executor::DataParallelTrainer trainer(plan, grid, std::move(loader), options);
+    if (!args.resume.empty()) {
+      trainer.load(args.resume);
+      if (reporter) std::cout << fmt::format("resumed from step {} ({})\n", trainer.steps_done(), args.resume);
+    }
     std::unique_ptr<profiles::ProfileStore> store;
     std::unique_ptr<profiles::RunStore> runs;
     std::int64_t run_id = 0;
@@ -58,7 +63,7 @@ int train(const RunArgs& args, const Plan& plan) {
                 << std::flush;
     }
     std::vector<profiles::StepRecord> steps;
-    for (int i = 0; i < args.steps; ++i) {
+    while (trainer.steps_done() < args.steps) {
       const executor::StepStats stats = trainer.step();
       if (reporter) {
         std::cout << fmt::format("step {} loss {:.6f}  {:.0f} tokens/s  step {:.3f} s\n", stats.step, stats.loss,
@@ -71,8 +76,15 @@ int train(const RunArgs& args, const Plan& plan) {
           runs->add_steps(run_id, steps);
           runs->finish(run_id, "failed", fmt::format("step {}: loss is not finite", stats.step));
         }
-        throw Error(fmt::format("step {}: loss is not finite; stopping", stats.step));
+        throw Error(fmt::format("step {}: loss is not finite; stopping (the last checkpoint is kept)", stats.step));
       }
+      if (!args.checkpoint.empty() && args.checkpoint_every > 0 && stats.step % args.checkpoint_every == 0) {
+        trainer.save(args.checkpoint);
+      }
+    }
+    if (!args.checkpoint.empty()) {
+      trainer.save(args.checkpoint);
+      if (reporter) std::cout << fmt::format("checkpoint at step {} in {}\n", trainer.steps_done(), args.checkpoint);
     }
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
@@ -108,6 +120,9 @@ int main(int argc, char** argv) {
     else if (key == "--steps") args.steps = std::atoi(value.c_str());
     else if (key == "--seed") args.seed = std::strtoull(value.c_str(), nullptr, 10);
     else if (key == "--lr") args.lr = std::strtof(value.c_str(), nullptr);
+    else if (key == "--checkpoint") args.checkpoint = value;
+    else if (key == "--checkpoint-every") args.checkpoint_every = std::atoi(value.c_str());
+    else if (key == "--resume") args.resume = value;
     else {
       std::fprintf(stderr, "tessel-rank: unknown option %s\n", key.c_str());
       return 2;

@@ -348,3 +348,29 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   EXPECT_EQ(gpu.status, 2);
   EXPECT_NE(gpu.err.find("parallel.tp"), std::string::npos) << gpu.err;
 }
+
+TEST_F(Cli, RunResumesFromACheckpointOnTwoRanks) {
+  const fs::path plan = write("dp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
+      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
+      "parallel": {"dp": 2, "micro_batch": 2}})");
+  const std::string db = (dir_ / "runs.db").string(), checkpoint = (dir_ / "ck").string();
+  const Outcome whole = run("run --plan " + plan.string() + " --steps 4 --db " + db);
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  const Outcome first = run("run --plan " + plan.string() + " --steps 2 --db " + db + " --checkpoint " + checkpoint);
+  ASSERT_EQ(first.status, 0) << first.err;
+  EXPECT_TRUE(fs::exists(fs::path(checkpoint) / "checkpoint.json"));
+  const Outcome resumed = run("run --plan " + plan.string() + " --steps 4 --db " + db + " --resume " + checkpoint);
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from step 2"), std::string::npos) << resumed.out;
+  auto line = [](const std::string& text, int step) {
+    const std::string key = "step " + std::to_string(step) + " loss ";
+    const auto at = text.find(key);
+    return at == std::string::npos ? std::string("missing") : text.substr(at, key.size() + 8);
+  };
+  EXPECT_EQ(line(resumed.out, 3), line(whole.out, 3));
+  EXPECT_EQ(line(resumed.out, 4), line(whole.out, 4));
+  EXPECT_EQ(line(resumed.out, 1), "missing");
+  const Outcome missing = run("run --plan " + plan.string() + " --steps 4 --resume " + (dir_ / "nowhere").string());
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("no complete checkpoint"), std::string::npos) << missing.err;
+}

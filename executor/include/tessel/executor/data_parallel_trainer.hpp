@@ -36,6 +36,15 @@ class DataParallelTrainer {
   static void check(const Plan& plan);
   StepStats step();
   Gpt& model() { return model_; }
+  int steps_done() const { return step_; }
+
+  // Checkpoints: every rank writes its weights and optimizer state to
+  // dir/rank<r>.bin (through a temporary file and a rename), then rank 0 writes
+  // dir/checkpoint.json (step, loader position, plan), whose presence marks the
+  // checkpoint complete. Resuming restores all of it, so the following steps are
+  // bit-for-bit those of an uninterrupted run.
+  void save(const std::string& dir);
+  void load(const std::string& dir);
 
  private:
   void optimizer_step();
