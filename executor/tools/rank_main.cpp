@@ -63,13 +63,20 @@ int train(const RunArgs& args, const Plan& plan) {
                 << std::flush;
     }
     std::vector<profiles::StepRecord> steps;
+    // Fault injection for the failure tests: TESSEL_FAIL_AT=<rank>:<step> makes that
+    // rank raise an error before that step.
+    int fail_rank = -1, fail_step = -1;
+    if (const char* spec = std::getenv("TESSEL_FAIL_AT")) std::sscanf(spec, "%d:%d", &fail_rank, &fail_step);
     while (trainer.steps_done() < args.steps) {
+      if (world.rank() == fail_rank && trainer.steps_done() + 1 == fail_step) {
+        throw Error(fmt::format("injected failure before step {} (TESSEL_FAIL_AT)", fail_step));
+      }
       const executor::StepStats stats = trainer.step();
       if (reporter) {
         std::cout << fmt::format("step {} loss {:.6f}  {:.0f} tokens/s  step {:.3f} s\n", stats.step, stats.loss,
                                  stats.tokens_per_s, stats.seconds)
                   << std::flush;
-        steps.push_back({stats.step, stats.loss, stats.seconds, stats.tokens_per_s});
+        if (std::isfinite(stats.loss)) steps.push_back({stats.step, stats.loss, stats.seconds, stats.tokens_per_s});
       }
       if (!std::isfinite(stats.loss)) {
         if (reporter) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -373,4 +374,36 @@ TEST_F(Cli, RunResumesFromACheckpointOnTwoRanks) {
   const Outcome missing = run("run --plan " + plan.string() + " --steps 4 --resume " + (dir_ / "nowhere").string());
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("no complete checkpoint"), std::string::npos) << missing.err;
+}
+
+TEST_F(Cli, RunFailuresEndEveryRankWithTheMessage) {
+  const fs::path plan = write("dp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
+      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
+      "parallel": {"dp": 2, "micro_batch": 2}})");
+  const std::string db = (dir_ / "runs.db").string();
+  // One rank raises an error: every rank ends, non-zero, with that rank's message, quickly.
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome injected = [&] {
+    setenv("TESSEL_FAIL_AT", "1:3", 1);
+    const Outcome o = run("run --plan " + plan.string() + " --steps 5 --db " + db);
+    unsetenv("TESSEL_FAIL_AT");
+    return o;
+  }();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(injected.status, 0);
+  EXPECT_NE((injected.out + injected.err).find("rank 1: injected failure before step 3"), std::string::npos)
+      << injected.out << injected.err;
+  EXPECT_LT(seconds, 10.0);
+  // A loss that stops being finite ends the run with the step number and keeps the last
+  // good checkpoint.
+  const std::string checkpoint = (dir_ / "ck").string();
+  const Outcome diverged = run("run --plan " + plan.string() + " --steps 6 --lr 1e30 --checkpoint-every 1 --checkpoint " +
+                               checkpoint + " --db " + db);
+  EXPECT_NE(diverged.status, 0);
+  const std::string all = diverged.out + diverged.err;
+  const auto at = all.find(": loss is not finite");
+  ASSERT_NE(at, std::string::npos) << all;
+  const int bad_step = std::stoi(all.substr(all.rfind("step ", at) + 5));
+  const auto meta = nlohmann::json::parse(slurp(fs::path(checkpoint) / "checkpoint.json"));
+  EXPECT_EQ(meta["step"].get<int>(), bad_step - 1);
 }
