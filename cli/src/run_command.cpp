@@ -16,17 +16,12 @@
 #include "commands.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/executor/data_parallel_trainer.hpp"
+#include "tessel/executor/run_options.hpp"
 
 namespace tessel::cli {
 
 namespace {
-struct RunArgs {
-  std::string plan_file, data_file, db, checkpoint, resume;
-  int checkpoint_every = 0;
-  int steps = 10;
-  std::uint64_t seed = 1;
-  float lr = 1e-3f;
-};
+using RunArgs = executor::RunOptions;
 
 std::string quote(const std::string& text) {
   std::string out = "'";
@@ -42,20 +37,9 @@ std::string worker_path() {
   return worker.string();
 }
 
-std::vector<std::string> worker_args(const RunArgs& args) {
-  std::vector<std::string> out{"--plan", args.plan_file, "--steps", std::to_string(args.steps), "--seed",
-                               std::to_string(args.seed), "--lr", fmt::format("{}", args.lr)};
-  if (!args.data_file.empty()) out.insert(out.end(), {"--data", args.data_file});
-  if (!args.checkpoint.empty()) out.insert(out.end(), {"--checkpoint", args.checkpoint});
-  if (args.checkpoint_every > 0) out.insert(out.end(), {"--checkpoint-every", std::to_string(args.checkpoint_every)});
-  if (!args.resume.empty()) out.insert(out.end(), {"--resume", args.resume});
-  if (!args.db.empty()) out.insert(out.end(), {"--db", args.db});
-  return out;
-}
-
 int launch_under_mpirun(const RunArgs& args, int world) {
   std::string command = fmt::format("mpirun --allow-run-as-root --oversubscribe -np {} {}", world, quote(worker_path()));
-  for (const auto& arg : worker_args(args)) command += " " + quote(arg);
+  for (const auto& arg : args.to_arguments()) command += " " + quote(arg);
   const int raw = std::system(command.c_str());
   return WIFEXITED(raw) ? WEXITSTATUS(raw) : 1;
 }
@@ -63,7 +47,7 @@ int launch_under_mpirun(const RunArgs& args, int world) {
 // Already a rank of an mpirun job: become the worker.
 [[noreturn]] void become_worker(const RunArgs& args) {
   const std::string worker = worker_path();
-  std::vector<std::string> arguments = worker_args(args);
+  std::vector<std::string> arguments = args.to_arguments();
   std::vector<char*> argv{const_cast<char*>(worker.c_str())};
   for (auto& arg : arguments) argv.push_back(arg.data());
   argv.push_back(nullptr);

@@ -16,17 +16,12 @@
 #include "tessel/core/error.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
 #include "tessel/executor/data_parallel_trainer.hpp"
+#include "tessel/executor/run_options.hpp"
 #include "tessel/profiles/run_store.hpp"
 
 namespace tessel {
 namespace {
-struct RunArgs {
-  std::string plan_file, data_file, db, checkpoint, resume;
-  int checkpoint_every = 0;
-  int steps = 10;
-  std::uint64_t seed = 1;
-  float lr = 1e-3f;
-};
+using RunArgs = executor::RunOptions;
 
 int train(const RunArgs& args, const Plan& plan) {
   executor::Communicator& world = executor::mpi_world();
@@ -118,24 +113,8 @@ int train(const RunArgs& args, const Plan& plan) {
 
 int main(int argc, char** argv) {
   using namespace tessel;
-  RunArgs args;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--plan") args.plan_file = value;
-    else if (key == "--data") args.data_file = value;
-    else if (key == "--db") args.db = value;
-    else if (key == "--steps") args.steps = std::atoi(value.c_str());
-    else if (key == "--seed") args.seed = std::strtoull(value.c_str(), nullptr, 10);
-    else if (key == "--lr") args.lr = std::strtof(value.c_str(), nullptr);
-    else if (key == "--checkpoint") args.checkpoint = value;
-    else if (key == "--checkpoint-every") args.checkpoint_every = std::atoi(value.c_str());
-    else if (key == "--resume") args.resume = value;
-    else {
-      std::fprintf(stderr, "tessel-rank: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
   try {
+    const RunArgs args = RunArgs::from_arguments(argc, argv);
     const Plan plan = Plan::load(args.plan_file);
     return train(args, plan);
   } catch (const Error& error) {

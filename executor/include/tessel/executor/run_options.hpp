@@ -1,0 +1,23 @@
+// What `tessel run` asks of its ranks, and the command line that carries it to the
+// tessel-rank worker: one definition for both ends.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessel::executor {
+
+struct RunOptions {
+  std::string plan_file, data_file, db, checkpoint, resume;
+  int steps = 10;
+  int checkpoint_every = 0;
+  std::uint64_t seed = 1;
+  float lr = 1e-3f;
+
+  std::vector<std::string> to_arguments() const;
+  // Throws tessel::Error on an unknown option or a missing value.
+  static RunOptions from_arguments(int argc, const char* const* argv);
+};
+
+}  // namespace tessel::executor

@@ -1,0 +1,42 @@
+#include "tessel/executor/run_options.hpp"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+
+namespace tessel::executor {
+
+std::vector<std::string> RunOptions::to_arguments() const {
+  std::vector<std::string> out{"--plan", plan_file, "--steps", std::to_string(steps), "--seed", std::to_string(seed),
+                               "--lr", fmt::format("{}", lr)};
+  if (!data_file.empty()) out.insert(out.end(), {"--data", data_file});
+  if (!db.empty()) out.insert(out.end(), {"--db", db});
+  if (!checkpoint.empty()) out.insert(out.end(), {"--checkpoint", checkpoint});
+  if (checkpoint_every > 0) out.insert(out.end(), {"--checkpoint-every", std::to_string(checkpoint_every)});
+  if (!resume.empty()) out.insert(out.end(), {"--resume", resume});
+  return out;
+}
+
+RunOptions RunOptions::from_arguments(int argc, const char* const* argv) {
+  RunOptions o;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string key = argv[i];
+    if (i + 1 >= argc) throw Error(fmt::format("{}: missing value", key));
+    const std::string value = argv[i + 1];
+    if (key == "--plan") o.plan_file = value;
+    else if (key == "--data") o.data_file = value;
+    else if (key == "--db") o.db = value;
+    else if (key == "--checkpoint") o.checkpoint = value;
+    else if (key == "--resume") o.resume = value;
+    else if (key == "--steps") o.steps = std::atoi(value.c_str());
+    else if (key == "--checkpoint-every") o.checkpoint_every = std::atoi(value.c_str());
+    else if (key == "--seed") o.seed = std::strtoull(value.c_str(), nullptr, 10);
+    else if (key == "--lr") o.lr = std::strtof(value.c_str(), nullptr);
+    else throw Error(fmt::format("{}: unknown option", key));
+  }
+  return o;
+}
+
+}  // namespace tessel::executor
