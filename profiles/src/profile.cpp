@@ -52,6 +52,31 @@ double streamed_bytes_per_element(KernelOp op) {
   }
 }
 
+namespace {
+
+// Kernel and link samples carry the same provenance (how noisy, whether extrapolated,
+// where and when measured); one reader and one writer keep the two formats in step.
+template <typename Sample>
+void read_provenance(JsonFields& f, Sample& s) {
+  if (const Json* spread = f.get("spread")) s.spread = spread->get<double>();
+  s.flagged = f.boolean_or("flagged", false);
+  if (const Json* source = f.get("source")) s.source = parse_name<SampleSource>(kSourceNames, *source, f.field_path("source"));
+  s.host = f.string_or("host", "");
+  s.date = f.string_or("date", "");
+  s.tool_version = f.string_or("tool_version", "");
+}
+
+template <typename Sample>
+void write_provenance(const Sample& s, Json& out) {
+  if (s.spread != 0) out["spread"] = s.spread;
+  if (s.flagged) out["flagged"] = true;
+  if (!s.host.empty()) out["host"] = s.host;
+  if (!s.date.empty()) out["date"] = s.date;
+  if (!s.tool_version.empty()) out["tool_version"] = s.tool_version;
+}
+
+}  // namespace
+
 KernelSample kernel_sample_from_json(const Json& json, const std::string& device, const std::string& path) {
   JsonFields f(json, path);
   KernelSample s;
@@ -69,12 +94,7 @@ KernelSample kernel_sample_from_json(const Json& json, const std::string& device
   s.s = f.positive_int_or("s", 0);
   s.d = f.positive_int_or("d", 0);
   s.seconds = f.positive_number("seconds");
-  if (const Json* spread = f.get("spread")) s.spread = spread->get<double>();
-  s.flagged = f.boolean_or("flagged", false);
-  if (const Json* source = f.get("source")) s.source = parse_name<SampleSource>(kSourceNames, *source, f.field_path("source"));
-  s.host = f.string_or("host", "");
-  s.date = f.string_or("date", "");
-  s.tool_version = f.string_or("tool_version", "");
+  read_provenance(f, s);
   f.finish();
   if (s.op == KernelOp::gemm && (s.m == 0 || s.n == 0 || s.k == 0)) f.fail("m", "a gemm sample needs m, n and k");
   if (streamed_bytes_per_element(s.op) > 0 && s.elements == 0) f.fail("elements", "a streaming sample needs elements");
@@ -88,11 +108,7 @@ Json to_json(const KernelSample& s) {
   };
   put("m", s.m), put("n", s.n), put("k", s.k), put("elements", s.elements);
   put("b", s.b), put("h", s.h), put("s", s.s), put("d", s.d);
-  if (s.spread != 0) out["spread"] = s.spread;
-  if (s.flagged) out["flagged"] = true;
-  if (!s.host.empty()) out["host"] = s.host;
-  if (!s.date.empty()) out["date"] = s.date;
-  if (!s.tool_version.empty()) out["tool_version"] = s.tool_version;
+  write_provenance(s, out);
   return out;
 }
 
@@ -109,12 +125,7 @@ LinkSample link_sample_from_json(const Json& json, const std::string& path) {
   s.ranks = int(f.positive_int("ranks"));
   s.bytes = f.positive_number("bytes");
   s.seconds = f.positive_number("seconds");
-  if (const Json* spread = f.get("spread")) s.spread = spread->get<double>();
-  s.flagged = f.boolean_or("flagged", false);
-  if (const Json* source = f.get("source")) s.source = parse_name<SampleSource>(kSourceNames, *source, f.field_path("source"));
-  s.host = f.string_or("host", "");
-  s.date = f.string_or("date", "");
-  s.tool_version = f.string_or("tool_version", "");
+  read_provenance(f, s);
   f.finish();
   return s;
 }
@@ -123,11 +134,7 @@ Json to_json(const LinkSample& s) {
   Json out{{"fabric", s.fabric},   {"collective", to_string(s.collective)}, {"algorithm", to_string(s.algorithm)},
            {"ranks", s.ranks},     {"bytes", s.bytes},                      {"seconds", s.seconds},
            {"source", to_string(s.source)}};
-  if (s.spread != 0) out["spread"] = s.spread;
-  if (s.flagged) out["flagged"] = true;
-  if (!s.host.empty()) out["host"] = s.host;
-  if (!s.date.empty()) out["date"] = s.date;
-  if (!s.tool_version.empty()) out["tool_version"] = s.tool_version;
+  write_provenance(s, out);
   return out;
 }
 
