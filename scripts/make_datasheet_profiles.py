@@ -24,6 +24,13 @@ CURVES = {
     "CPU": [(1e5, 0.05), (1e6, 0.2), (1e7, 0.4), (1e8, 0.55), (1e9, 0.6), (1e10, 0.6)],
 }
 
+# What every GPU profile assumes rather than reads from a datasheet.
+GPU_ASSUMPTIONS = {
+    "memory_efficiency": "assumed: streaming kernels reach about 80% of HBM bandwidth",
+    "workspace_bytes": "assumed: CUDA context, cuBLAS workspace and allocator slack",
+    "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py",
+}
+
 DEVICES = [
     {
         "curve": "A100",
@@ -36,9 +43,7 @@ DEVICES = [
                 "peak_flops_per_s": "datasheet: NVIDIA A100 Tensor Core GPU datasheet (dense, no sparsity)",
                 "memory_bytes": "datasheet: 80 GB HBM2e (81920 MiB as the driver reports)",
                 "memory_bandwidth_bytes_per_s": "datasheet: 2,039 GB/s",
-                "memory_efficiency": "assumed: streaming kernels reach about 80% of HBM bandwidth",
-                "workspace_bytes": "assumed: CUDA context, cuBLAS workspace and allocator slack",
-                "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py",
+                **GPU_ASSUMPTIONS,
             },
         },
     },
@@ -53,9 +58,7 @@ DEVICES = [
                 "peak_flops_per_s": "datasheet: NVIDIA H100 Tensor Core GPU datasheet, SXM5 (dense, no sparsity)",
                 "memory_bytes": "datasheet: 80 GB HBM3",
                 "memory_bandwidth_bytes_per_s": "datasheet: 3.35 TB/s",
-                "memory_efficiency": "assumed: streaming kernels reach about 80% of HBM bandwidth",
-                "workspace_bytes": "assumed: CUDA context, cuBLAS workspace and allocator slack",
-                "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py",
+                **GPU_ASSUMPTIONS,
             },
         },
     },
@@ -70,9 +73,7 @@ DEVICES = [
                 "peak_flops_per_s": "datasheet: NVIDIA H200 Tensor Core GPU datasheet, SXM (same compute as H100 SXM)",
                 "memory_bytes": "datasheet: 141 GB HBM3e",
                 "memory_bandwidth_bytes_per_s": "datasheet: 4.8 TB/s",
-                "memory_efficiency": "assumed: streaming kernels reach about 80% of HBM bandwidth",
-                "workspace_bytes": "assumed: CUDA context, cuBLAS workspace and allocator slack",
-                "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py",
+                **GPU_ASSUMPTIONS,
             },
         },
     },

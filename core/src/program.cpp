@@ -136,6 +136,19 @@ Program Program::lower(const Plan& plan) {
   // offload moves between host and device.
   const double layer_shard = table.layer_parameters / (p.zero == 3 ? gradient_group : 1);
   program.micro_batches_ = m;
+  // A layer's weights that are not resident (its ZeRO-3 shards, its host-resident part
+  // under chunked offload) are fetched before the layer runs, in either direction.
+  auto fetch_layer_weights = [&](StageBuilder& b, const std::string& mb, int l, std::string_view pass) {
+    if (chunked && host_share > 0) {
+      b.before_next(fmt::format("{}/L{}/{}/offload.fetch", mb, l, pass),
+                    transfer(OpKind::copy, CommGroup::dp, host_share * layer_shard * states.parameter));
+    }
+    if (p.zero == 3 && gradient_group > 1) {
+      b.before_next(fmt::format("{}/L{}/{}/zero.all_gather", mb, l, pass),
+                    transfer(OpKind::collective, CommGroup::dp, layer_params * states.parameter,
+                             Collective::all_gather));
+    }
+  };
 
   for (int s = 0; s < p.pp; ++s) {
     StageProgram& stage = program.stages_.emplace_back();
@@ -159,15 +172,7 @@ Program Program::lower(const Plan& plan) {
         }
         for (int l = first_layer; l < first_layer + layers_per_chunk; ++l) {
           if (step.micro_batch == 0) stage_layers.push_back(l);
-          if (chunked && host_share > 0) {
-            b.before_next(fmt::format("{}/L{}/fwd/offload.fetch", mb, l),
-                          transfer(OpKind::copy, CommGroup::dp, host_share * layer_shard * states.parameter));
-          }
-          if (p.zero == 3 && gradient_group > 1) {
-            b.before_next(fmt::format("{}/L{}/fwd/zero.all_gather", mb, l),
-                          transfer(OpKind::collective, CommGroup::dp, layer_params * states.parameter,
-                                   Collective::all_gather));
-          }
+          fetch_layer_weights(b, mb, l, "fwd");
           for (const BlockOp& op : table.block) b.chain(fmt::format("{}/L{}/fwd/{}", mb, l, op.name), op);
         }
         if (vs == virtual_stages - 1) {
@@ -189,21 +194,9 @@ Program Program::lower(const Plan& plan) {
           if (it->backward > 0) b.chain(fmt::format("{}/head/bwd/{}", mb, it->name), scaled(*it, it->backward));
         }
       }
-      // Weights a layer's backward needs (ZeRO-3 gathers, host-resident chunks) are
-      // requested one layer ahead, before the previous layer's gradient sync, so that
-      // they arrive while that layer computes.
-      auto fetch_for_backward = [&](int l) {
-        if (chunked && host_share > 0) {
-          b.before_next(fmt::format("{}/L{}/bwd/offload.fetch", mb, l),
-                        transfer(OpKind::copy, CommGroup::dp, host_share * layer_shard * states.parameter));
-        }
-        if (p.zero == 3 && gradient_group > 1) {
-          b.before_next(fmt::format("{}/L{}/bwd/zero.all_gather", mb, l),
-                        transfer(OpKind::collective, CommGroup::dp, layer_params * states.parameter,
-                                 Collective::all_gather));
-        }
-      };
-      fetch_for_backward(first_layer + layers_per_chunk - 1);
+      // Weights a layer's backward needs are requested one layer ahead, before the
+      // previous layer's gradient sync, so that they arrive while that layer computes.
+      fetch_layer_weights(b, mb, first_layer + layers_per_chunk - 1, "bwd");
       for (int l = first_layer + layers_per_chunk - 1; l >= first_layer; --l) {
         if (p.recompute != Recompute::none) {
           for (const BlockOp& op : table.block) {
@@ -215,7 +208,7 @@ Program Program::lower(const Plan& plan) {
         for (auto it = table.block.rbegin(); it != table.block.rend(); ++it) {
           b.chain(fmt::format("{}/L{}/bwd/{}", mb, l, it->name), scaled(*it, it->backward));
         }
-        if (l > first_layer) fetch_for_backward(l - 1);
+        if (l > first_layer) fetch_layer_weights(b, mb, l - 1, "bwd");
         if (gradient_group > 1 && p.zero == 3) {
           step_waits.push_back(b.after_last(fmt::format("{}/L{}/bwd/zero.reduce_scatter", mb, l),
                                             transfer(OpKind::collective, CommGroup::dp, layer_params * states.gradient,

@@ -137,6 +137,18 @@ void in_transaction(sqlite3* db, const std::string& path, Body&& body) {
   }
 }
 
+// Both sample tables end with the same provenance columns in the same order
+// (spread, flagged, source, host, date, tool_version); source goes through the JSON
+// reader with the rest so that it is validated, the others are copied here.
+template <typename Sample>
+void read_provenance_columns(Statement& row, int spread_column, Sample& sample) {
+  sample.spread = row.real(spread_column);
+  sample.flagged = row.integer(spread_column + 1) != 0;
+  sample.host = row.text(spread_column + 3);
+  sample.date = row.text(spread_column + 4);
+  sample.tool_version = row.text(spread_column + 5);
+}
+
 bool starts_with_sqlite_header(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char header[16] = {};
@@ -360,11 +372,7 @@ std::optional<Profile> ProfileStore::load(const std::string& device) const {
       if (kernels.integer(2 + i) != 0) row[keys[i]] = kernels.integer(2 + i);
     }
     KernelSample sample = kernel_sample_from_json(row, device, path_);
-    sample.spread = kernels.real(11);
-    sample.flagged = kernels.integer(12) != 0;
-    sample.host = kernels.text(14);
-    sample.date = kernels.text(15);
-    sample.tool_version = kernels.text(16);
+    read_provenance_columns(kernels, 11, sample);
     p.kernels.push_back(std::move(sample));
   }
   Statement links(db_,
@@ -376,11 +384,7 @@ std::optional<Profile> ProfileStore::load(const std::string& device) const {
              {"ranks", links.integer(3)}, {"bytes", links.real(4)}, {"seconds", links.real(5)},
              {"source", links.text(8)}};
     LinkSample sample = link_sample_from_json(row, path_);
-    sample.spread = links.real(6);
-    sample.flagged = links.integer(7) != 0;
-    sample.host = links.text(9);
-    sample.date = links.text(10);
-    sample.tool_version = links.text(11);
+    read_provenance_columns(links, 6, sample);
     p.links.push_back(std::move(sample));
   }
   Statement meta(db_, "SELECT key, value FROM profile_meta WHERE device = ?1 ORDER BY key", path_);

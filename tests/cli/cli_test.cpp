@@ -252,6 +252,10 @@ namespace {
 const char* kCpuPlan = R"({"model": {"name": "small", "layers": 4, "hidden": 256, "heads": 4, "vocab": 1024,
   "seq_len": 128}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
   "parallel": {"dp": 2, "tp": 2, "micro_batch": 2}})";
+// The smallest plan tessel run trains: two data-parallel CPU ranks, a few ms per step.
+const char* kDataParallelCpuPlan = R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
+  "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
+  "parallel": {"dp": 2, "micro_batch": 2}})";
 }  // namespace
 
 TEST_F(Cli, SimulatePrintsTheEstimateFieldsPlusItsOwn) {
@@ -308,9 +312,7 @@ TEST_F(Cli, PlanRefineReRanksBySimulation) {
 }
 
 TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {
-  const fs::path plan = write("dp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
-      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
-      "parallel": {"dp": 2, "micro_batch": 2}})");
+  const fs::path plan = write("dp.json", kDataParallelCpuPlan);
   const std::string db = (dir_ / "runs.db").string();
   const Outcome o = run("run --plan " + plan.string() + " --steps 4 --db " + db);
   ASSERT_EQ(o.status, 0) << o.out << o.err;
@@ -351,9 +353,7 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
 }
 
 TEST_F(Cli, RunResumesFromACheckpointOnTwoRanks) {
-  const fs::path plan = write("dp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
-      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
-      "parallel": {"dp": 2, "micro_batch": 2}})");
+  const fs::path plan = write("dp.json", kDataParallelCpuPlan);
   const std::string db = (dir_ / "runs.db").string(), checkpoint = (dir_ / "ck").string();
   const Outcome whole = run("run --plan " + plan.string() + " --steps 4 --db " + db);
   ASSERT_EQ(whole.status, 0) << whole.err;
@@ -377,9 +377,7 @@ TEST_F(Cli, RunResumesFromACheckpointOnTwoRanks) {
 }
 
 TEST_F(Cli, RunFailuresEndEveryRankWithTheMessage) {
-  const fs::path plan = write("dp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
-      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
-      "parallel": {"dp": 2, "micro_batch": 2}})");
+  const fs::path plan = write("dp.json", kDataParallelCpuPlan);
   const std::string db = (dir_ / "runs.db").string();
   // One rank raises an error: every rank ends, non-zero, with that rank's message, quickly.
   const auto start = std::chrono::steady_clock::now();

@@ -25,14 +25,14 @@ Plan uniform_plan(int nodes, int global_batch, const std::string& parallel) {
                          "");
 }
 
-struct Agreement {
+struct Comparison {
   double simulated_s, analytic_s;
   std::string layout;
   double ratio() const { return simulated_s / analytic_s; }
 };
 
 // Contention-free platform, no stream overlap: the conditions the analytic model assumes.
-Agreement agree(const Plan& plan) {
+Comparison agree(const Plan& plan) {
   plan.validate();
   const profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
   planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
@@ -46,86 +46,43 @@ Agreement agree(const Plan& plan) {
 }
 }  // namespace
 
-TEST(Agreement, DataParallel) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 16})"));
+struct AgreementCase {
+  const char* name;
+  int nodes, global_batch;
+  const char* parallel;
+};
+
+class Agreement : public ::testing::TestWithParam<AgreementCase> {};
+
+// One layout per test process: SimGrid runs one engine per process.
+TEST_P(Agreement, SimulatedStepEqualsTheAnalyticEstimateWithin2Percent) {
+  const AgreementCase& c = GetParam();
+  const Comparison a = agree(uniform_plan(c.nodes, c.global_batch, c.parallel));
   EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
                                     << a.analytic_s << " s";
 }
-TEST(Agreement, PipelineGpipe) {
-  const Agreement a = agree(uniform_plan(2, 128, R"({"dp": 8, "pp": 2, "schedule": "gpipe"})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, Pipeline1F1B) {
-  const Agreement a = agree(uniform_plan(2, 128, R"({"dp": 8, "pp": 2, "schedule": "1f1b"})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, PipelineInterleaved) {
-  const Agreement a = agree(uniform_plan(2, 128, R"({"dp": 8, "pp": 2, "schedule": "interleaved", "virtual_stages": 2})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, PipelineInsideOneNode) {
-  const Agreement a = agree(uniform_plan(1, 64, R"({"dp": 2, "pp": 4})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, Tensor1D) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 2, "tp": 8})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, Tensor1DSequenceParallel) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 2, "tp": 8, "tp_sequence_parallel": true})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, Tensor2D) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 4, "tp": 4, "tp_mode": "2d"})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, Tensor2_5D) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 2, "tp": 8, "tp_mode": "2.5d", "tp_depth": 2})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, Tensor3D) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 2, "tp": 8, "tp_mode": "3d"})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, SequenceParallelRing) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 4, "sp": 4})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, Zero1) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 16, "zero": 1})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, Zero2) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 16, "zero": 2})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, Zero3) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 16, "zero": 3})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, OptimizerOffload) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 16, "offload": {"mode": "optimizer"}})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
-TEST(Agreement, ChunkedOffload) {
-  const Agreement a = agree(uniform_plan(2, 32, R"({"dp": 16, "offload": {"mode": "chunked", "device_fraction": 0.5}})"));
-  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
-                                    << a.analytic_s << " s";
-}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Agreement,
+    ::testing::Values(
+    AgreementCase{"DataParallel", 2, 32, R"({"dp": 16})"},
+    AgreementCase{"PipelineGpipe", 2, 128, R"({"dp": 8, "pp": 2, "schedule": "gpipe"})"},
+    AgreementCase{"Pipeline1F1B", 2, 128, R"({"dp": 8, "pp": 2, "schedule": "1f1b"})"},
+    AgreementCase{"PipelineInterleaved", 2, 128, R"({"dp": 8, "pp": 2, "schedule": "interleaved", "virtual_stages": 2})"},
+    AgreementCase{"PipelineInsideOneNode", 1, 64, R"({"dp": 2, "pp": 4})"},
+    AgreementCase{"Tensor1D", 2, 32, R"({"dp": 2, "tp": 8})"},
+    AgreementCase{"Tensor1DSequenceParallel", 2, 32, R"({"dp": 2, "tp": 8, "tp_sequence_parallel": true})"},
+    AgreementCase{"Tensor2D", 2, 32, R"({"dp": 4, "tp": 4, "tp_mode": "2d"})"},
+    AgreementCase{"Tensor2_5D", 2, 32, R"({"dp": 2, "tp": 8, "tp_mode": "2.5d", "tp_depth": 2})"},
+    AgreementCase{"Tensor3D", 2, 32, R"({"dp": 2, "tp": 8, "tp_mode": "3d"})"},
+    AgreementCase{"SequenceParallelRing", 2, 32, R"({"dp": 4, "sp": 4})"},
+    AgreementCase{"Zero1", 2, 32, R"({"dp": 16, "zero": 1})"},
+    AgreementCase{"Zero2", 2, 32, R"({"dp": 16, "zero": 2})"},
+    AgreementCase{"Zero3", 2, 32, R"({"dp": 16, "zero": 3})"},
+    AgreementCase{"OptimizerOffload", 2, 32, R"({"dp": 16, "offload": {"mode": "optimizer"}})"},
+    AgreementCase{"ChunkedOffload", 2, 32, R"({"dp": 16, "offload": {"mode": "chunked", "device_fraction": 0.5}})"}
+    ),
+    [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
 
 TEST(Contention, TwoAllReducesShareAnOversubscribedUplink) {
   ClusterSpec cluster = resolve_cluster("dgx-a100");
