@@ -15,7 +15,7 @@
 
 #include "commands.hpp"
 #include "tessel/core/error.hpp"
-#include "tessel/executor/data_parallel_trainer.hpp"
+#include "tessel/executor/trainer.hpp"
 #include "tessel/executor/run_options.hpp"
 
 namespace tessel::cli {
@@ -58,8 +58,11 @@ int launch_under_mpirun(const RunArgs& args, int world) {
 int run_run(const RunArgs& args) {
   if (args.steps <= 0) throw Error(fmt::format("--steps: must be a positive integer, got {}", args.steps));
   if (!(args.lr > 0)) throw Error(fmt::format("--lr: must be positive, got {}", args.lr));
+  if (!(args.clip_grad_norm >= 0)) {
+    throw Error(fmt::format("--clip-grad-norm: must be 0 (off) or positive, got {}", args.clip_grad_norm));
+  }
   const Plan plan = Plan::load(args.plan_file);
-  executor::DataParallelTrainer::check(plan);
+  executor::Trainer::check(plan);
   if (!args.resume.empty() && !std::filesystem::exists(std::filesystem::path(args.resume) / "checkpoint.json")) {
     throw Error(fmt::format("--resume: {}: no complete checkpoint (checkpoint.json missing)", args.resume));
   }
@@ -84,7 +87,14 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--checkpoint", args->checkpoint, "Write a checkpoint to this folder at the end (and every --checkpoint-every steps)");
   cmd->add_option("--checkpoint-every", args->checkpoint_every, "Also checkpoint every N steps");
   cmd->add_option("--resume", args->resume, "Resume from this checkpoint folder (--steps counts from step 0)");
-  cmd->footer("Runs data-parallel plans (pp = tp = sp = 1, zero 0) so far; the other layouts are refused by name.");
+  cmd->add_option("--trace", args->trace_file,
+                  "Write the measured per-op events as Chrome trace JSON (the simulator's format, same op ids)");
+  cmd->add_option("--clip-grad-norm", args->clip_grad_norm,
+                  "Clip the global gradient norm to this value (0: no clipping)")
+      ->capture_default_str();
+  cmd->footer("Runs data, pipeline (gpipe, 1f1b, interleaved) and 1d tensor parallelism (with tp_sequence_parallel),\n"
+              "ZeRO 0-3 and recompute none|selective|full. Layouts it cannot run (tp_mode 2d/2.5d/3d, sp > 1,\n"
+              "offload) are refused by name before any rank starts. Per-op events go to the runs database.");
   return [args] { return run_run(*args); };
 }
 

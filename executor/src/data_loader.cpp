@@ -1,6 +1,7 @@
 #include "tessel/executor/data_loader.hpp"
 
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -46,6 +47,30 @@ void DataLoader::next(std::vector<std::int32_t>& tokens, std::vector<std::int32_
     }
   }
   position_ += std::uint64_t(global_batch_);
+}
+
+std::string synthetic_corpus(std::size_t bytes, std::uint64_t seed) {
+  // A small grammar: subject verb object, with adjectives and connectives.
+  static const char* kSubjects[] = {"the cat", "a dog", "the bird", "my friend", "the old man", "a child"};
+  static const char* kVerbs[] = {"sees", "likes", "chases", "finds", "watches", "draws"};
+  static const char* kAdjectives[] = {"red", "small", "quiet", "happy", "tall", "green"};
+  static const char* kObjects[] = {"ball", "tree", "house", "river", "book", "garden"};
+  static const char* kEnds[] = {". ", ", and then ", "! ", ". "};
+  std::mt19937_64 rng(seed);
+  auto pick = [&](const auto& list) { return list[rng() % (sizeof(list) / sizeof(list[0]))]; };
+  std::string text;
+  while (text.size() < bytes) {
+    text += pick(kSubjects);
+    text += ' ';
+    text += pick(kVerbs);
+    text += " the ";
+    text += pick(kAdjectives);
+    text += ' ';
+    text += pick(kObjects);
+    text += pick(kEnds);
+  }
+  text.resize(bytes);
+  return text;
 }
 
 }  // namespace tessel::executor

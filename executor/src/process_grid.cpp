@@ -38,6 +38,8 @@ ProcessGrid::ProcessGrid(const ParallelConfig& p, Communicator& world) : world_(
   dp_ = world.split((stage * p.sp + c.sp) * p.tp + c.tp, c.dp);
   pp_ = world.split((c.dp * p.sp + c.sp) * p.tp + c.tp, c.pp);
   gradients_ = world.split(stage * p.tp + c.tp, c.dp * p.sp + c.sp);
+  const bool ends = stage == 0 || stage == p.pp - 1;
+  embedding_ = world.split(ends ? (c.dp * p.sp + c.sp) * p.tp + c.tp : p.world_size() + rank, c.pp);
 }
 
 }  // namespace tessel::executor

@@ -1,27 +1,66 @@
 // tessel-rank: one rank of `tessel run`. `tessel run` starts it under mpirun (or execs
 // it when the user started tessel under mpirun): the tessel command itself links
 // SimGrid, whose SMPI exports the MPI symbols too, so MPI code lives in this binary.
-//   tessel-rank --plan P --steps N --seed S --lr LR [--data FILE] [--db FILE]
+//   tessel-rank --plan P --steps N --seed S --lr LR [--data FILE] [--db FILE] [--trace FILE]
+//               [--checkpoint DIR [--checkpoint-every K]] [--resume DIR] [--clip-grad-norm X]
+// Measured op events: every rank writes its own to a file in a folder rank 0 names (the
+// ranks of a local-cpu run share a file system; the communicator moves floats only);
+// rank 0 merges them into the runs database and the Chrome trace.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "tessel/core/chrome_trace.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/program.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
-#include "tessel/executor/data_parallel_trainer.hpp"
+#include "tessel/executor/trainer.hpp"
 #include "tessel/executor/run_options.hpp"
 #include "tessel/profiles/run_store.hpp"
 
 namespace tessel {
 namespace {
 using RunArgs = executor::RunOptions;
+namespace fs = std::filesystem;
+
+// One line per event: step, start, end, op id.
+void write_events(const fs::path& file, const std::vector<executor::OpEvent>& events) {
+  std::ofstream out(file, std::ios::trunc);
+  for (const executor::OpEvent& e : events) out << fmt::format("{} {:.9f} {:.9f} {}\n", e.step, e.start_s, e.end_s, e.op);
+  if (!out) throw Error(fmt::format("{}: cannot write measured events", file.string()));
+}
+
+std::vector<profiles::EventRecord> read_events(const fs::path& folder, int ranks, const Program& program) {
+  std::map<std::string, Stream, std::less<>> stream_of;
+  for (int s = 0; s < program.stages(); ++s) {
+    for (const ProgramOp& op : program.stage(s).ops) stream_of.emplace(op.id, op.stream);
+  }
+  std::vector<profiles::EventRecord> events;
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::ifstream in(folder / fmt::format("events.rank{}", rank));
+    profiles::EventRecord e;
+    e.rank = rank;
+    while (in >> e.step >> e.start_s >> e.end_s >> e.op) {
+      const auto found = stream_of.find(e.op);
+      // An id the Program does not know keeps the stream "unknown": the op-coverage test
+      // catches it.
+      e.stream = found == stream_of.end() ? "unknown" : std::string(to_string(found->second));
+      events.push_back(e);
+    }
+  }
+  return events;
+}
 
 int train(const RunArgs& args, const Plan& plan) {
   executor::Communicator& world = executor::mpi_world();
@@ -41,7 +80,13 @@ int train(const RunArgs& args, const Plan& plan) {
     executor::TrainerOptions options;
     options.seed = args.seed;
     options.lr = args.lr;
-    executor::DataParallelTrainer trainer(plan, grid, std::move(loader), options);
+    options.clip_grad_norm = args.clip_grad_norm;
+    executor::Trainer trainer(plan, grid, std::move(loader), options);
+    // The folder every rank writes its measured events to, named by rank 0.
+    float folder_id = float(::getpid() % 10000000);
+    world.broadcast(&folder_id, 1, 0);
+    const fs::path events_folder = fs::temp_directory_path() / fmt::format("tessel_run_events_{}", int(folder_id));
+    if (reporter) fs::create_directories(events_folder);
     if (!args.resume.empty()) {
       trainer.load(args.resume);
       if (reporter) std::cout << fmt::format("resumed from step {} ({})\n", trainer.steps_done(), args.resume);
@@ -88,12 +133,31 @@ int train(const RunArgs& args, const Plan& plan) {
       trainer.save(args.checkpoint);
       if (reporter) std::cout << fmt::format("checkpoint at step {} in {}\n", trainer.steps_done(), args.checkpoint);
     }
+    write_events(events_folder / fmt::format("events.rank{}", world.rank()), trainer.timeline().take());
+    world.barrier();
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     const float peak_bytes = float(usage.ru_maxrss) * 1024.0f;
     std::vector<float> peaks(std::size_t(world.size()), 0.0f);
     world.all_gather(&peak_bytes, peaks.data(), 1);
     if (reporter) {
+      const Program program = Program::lower(plan);
+      const std::vector<profiles::EventRecord> events = read_events(events_folder, world.size(), program);
+      fs::remove_all(events_folder);
+      runs->add_events(run_id, events);
+      if (!args.trace_file.empty()) {
+        std::vector<TimedOp> timed;
+        timed.reserve(events.size());
+        for (const profiles::EventRecord& e : events) {
+          Stream stream = Stream::compute;
+          for (int k = 0; k < 5; ++k) {
+            if (to_string(Stream(k)) == e.stream) stream = Stream(k);
+          }
+          timed.push_back({e.rank, stream, e.op, e.start_s, e.end_s});
+        }
+        write_text_file_atomically(args.trace_file, chrome_trace_json(program, timed));
+        std::cout << fmt::format("wrote {} measured events to {}\n", events.size(), args.trace_file);
+      }
       runs->add_steps(run_id, steps);
       for (int r = 0; r < world.size(); ++r) runs->set_peak_memory(run_id, r, peaks[std::size_t(r)]);
       runs->finish(run_id, "finished");

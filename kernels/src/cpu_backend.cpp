@@ -1,7 +1,6 @@
 // The CPU reference backend. Eigen maps the row-major buffers without copies; loops
 // are written for clarity first, with Eigen's vectorised expressions where they are
-// the natural form. Attention materialises one (seq x seq) score block per head at a
-// time and recomputes it in the backward, so memory stays O(seq) per head outside it.
+// the natural form.
 #include <cmath>
 
 #include <Eigen/Dense>
@@ -81,76 +80,80 @@ void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
   DX = DY * (0.5f * (1.0f + t) + 0.5f * X * (1.0f - t.square()) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * X.square()));
 }
 
-// Causal softmax(Q K^T / sqrt(d)) for one head: P[s x s] (row i attends to j <= i).
-void causal_probabilities(const MapConst& Q, const MapConst& K, int seq, float scale, RowMatrix& P) {
-  P.noalias() = scale * Q * K.transpose();
-  for (int i = 0; i < seq; ++i) {
-    for (int j = i + 1; j < seq; ++j) P(i, j) = -INFINITY;
-    const float top = P.row(i).head(i + 1).maxCoeff();
-    P.row(i) = (P.row(i).array() - top).exp().matrix();
-    P.row(i) /= P.row(i).sum();
-  }
-}
-
-void attention_forward(const float* q, const float* k, const float* v, float* out, int batch_heads, int seq,
-                       int head_dim) {
-  const float scale = 1.0f / std::sqrt(float(head_dim));
-  RowMatrix P(seq, seq);
-  const std::int64_t block = std::int64_t(seq) * head_dim;
-  for (int bh = 0; bh < batch_heads; ++bh) {
-    const MapConst Q(q + bh * block, seq, head_dim), K(k + bh * block, seq, head_dim), V(v + bh * block, seq, head_dim);
-    Map O(out + bh * block, seq, head_dim);
-    causal_probabilities(Q, K, seq, scale, P);
-    O.noalias() = P * V;
-  }
-}
-
-void attention_backward(const float* q, const float* k, const float* v, const float* dout, float* dq, float* dk,
-                        float* dv, int batch_heads, int seq, int head_dim) {
-  const float scale = 1.0f / std::sqrt(float(head_dim));
-  RowMatrix P(seq, seq), dP(seq, seq);
-  const std::int64_t block = std::int64_t(seq) * head_dim;
-  for (int bh = 0; bh < batch_heads; ++bh) {
-    const MapConst Q(q + bh * block, seq, head_dim), K(k + bh * block, seq, head_dim), V(v + bh * block, seq, head_dim);
-    const MapConst dO(dout + bh * block, seq, head_dim);
-    Map dQ(dq + bh * block, seq, head_dim), dK(dk + bh * block, seq, head_dim), dV(dv + bh * block, seq, head_dim);
-    causal_probabilities(Q, K, seq, scale, P);
-    dV.noalias() = P.transpose() * dO;
-    dP.noalias() = dO * V.transpose();
-    // Softmax backward per row: dS = P * (dP - sum_j P dP); masked entries have P = 0.
+// Causal softmax of scale * scores, one [seq x seq] block per (batch, head): row i
+// attends to j <= i; masked entries are exactly zero so the backward needs no mask.
+void causal_softmax_forward(const float* scores, float* probs, int batch, int seq, float scale) {
+  const std::int64_t block = std::int64_t(seq) * seq;
+  for (int b = 0; b < batch; ++b) {
+    const MapConst S(scores + b * block, seq, seq);
+    Map P(probs + b * block, seq, seq);
     for (int i = 0; i < seq; ++i) {
-      const float dot = (P.row(i).array() * dP.row(i).array()).sum();
-      dP.row(i) = (P.row(i).array() * (dP.row(i).array() - dot)).matrix();
+      const float top = scale * S.row(i).head(i + 1).maxCoeff();
+      P.row(i).head(i + 1) = (scale * S.row(i).head(i + 1).array() - top).exp().matrix();
+      P.row(i).head(i + 1) /= P.row(i).head(i + 1).sum();
+      P.row(i).tail(seq - i - 1).setZero();
     }
-    dQ.noalias() = scale * dP * K;
-    dK.noalias() = scale * dP.transpose() * Q;
   }
 }
 
-void softmax_cross_entropy(const float* logits, const std::int32_t* targets, float* loss, float* dlogits, int rows,
-                           int vocab, float scale) {
-  const MapConst L(logits, rows, vocab);
-  Map D(dlogits, rows, vocab);
+// dS = scale * P * (dP - sum_j P dP) per row; masked entries have P = 0 and get 0.
+void causal_softmax_backward(const float* probs, const float* dprobs, float* dscores, int batch, int seq,
+                             float scale) {
+  const std::int64_t n = std::int64_t(batch) * seq;
+  const MapConst P(probs, n, seq), dP(dprobs, n, seq);
+  Map dS(dscores, n, seq);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float dot = (P.row(r).array() * dP.row(r).array()).sum();
+    dS.row(r) = (scale * P.row(r).array() * (dP.row(r).array() - dot)).matrix();
+  }
+}
+
+void cross_entropy_max(const float* logits, float* row_max, int rows, int cols) {
+  const MapConst L(logits, rows, cols);
+  for (int r = 0; r < rows; ++r) row_max[r] = L.row(r).maxCoeff();
+}
+
+void cross_entropy_sums(const float* logits, const std::int32_t* targets, const float* row_max, float* sum_exp,
+                        float* target_logit, int rows, int cols, int vocab_start) {
+  const MapConst L(logits, rows, cols);
   for (int r = 0; r < rows; ++r) {
-    const float top = L.row(r).maxCoeff();
-    const Eigen::RowVectorXf e = (L.row(r).array() - top).exp().matrix();
-    const float sum = e.sum();
-    loss[r] = std::log(sum) + top - L(r, targets[r]);
-    D.row(r) = e * (scale / sum);
-    D(r, targets[r]) -= scale;
+    sum_exp[r] = (L.row(r).array() - row_max[r]).exp().sum();
+    const int local = targets[r] - vocab_start;
+    target_logit[r] = local >= 0 && local < cols ? L(r, local) : 0.0f;
   }
 }
 
-void embedding_forward(const std::int32_t* tokens, const float* table, float* out, int n, int dim) {
-  for (int i = 0; i < n; ++i) {
-    const float* row = table + std::int64_t(tokens[i]) * dim;
-    std::copy(row, row + dim, out + std::int64_t(i) * dim);
+void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* row_max,
+                            const float* sum_exp, float* dlogits, int rows, int cols, int vocab_start, float scale) {
+  const MapConst L(logits, rows, cols);
+  Map D(dlogits, rows, cols);
+  for (int r = 0; r < rows; ++r) {
+    D.row(r) = ((L.row(r).array() - row_max[r]).exp() * (scale / sum_exp[r])).matrix();
+    const int local = targets[r] - vocab_start;
+    if (local >= 0 && local < cols) D(r, local) -= scale;
   }
 }
 
-void embedding_backward(const std::int32_t* tokens, const float* dout, float* dtable, int n, int dim) {
+void embedding_forward(const std::int32_t* tokens, const float* table, float* out, int n, int dim, int vocab_start,
+                       int vocab_rows) {
   for (int i = 0; i < n; ++i) {
-    float* row = dtable + std::int64_t(tokens[i]) * dim;
+    float* destination = out + std::int64_t(i) * dim;
+    const int local = tokens[i] - vocab_start;
+    if (local < 0 || local >= vocab_rows) {
+      std::fill(destination, destination + dim, 0.0f);
+      continue;
+    }
+    const float* row = table + std::int64_t(local) * dim;
+    std::copy(row, row + dim, destination);
+  }
+}
+
+void embedding_backward(const std::int32_t* tokens, const float* dout, float* dtable, int n, int dim, int vocab_start,
+                        int vocab_rows) {
+  for (int i = 0; i < n; ++i) {
+    const int local = tokens[i] - vocab_start;
+    if (local < 0 || local >= vocab_rows) continue;
+    float* row = dtable + std::int64_t(local) * dim;
     const float* g = dout + std::int64_t(i) * dim;
     for (int j = 0; j < dim; ++j) row[j] += g[j];
   }
@@ -213,9 +216,11 @@ const KernelBackend& cpu_backend() {
                                      layer_norm_backward,
                                      gelu_forward,
                                      gelu_backward,
-                                     attention_forward,
-                                     attention_backward,
-                                     softmax_cross_entropy,
+                                     causal_softmax_forward,
+                                     causal_softmax_backward,
+                                     cross_entropy_max,
+                                     cross_entropy_sums,
+                                     cross_entropy_backward,
                                      embedding_forward,
                                      embedding_backward,
                                      adamw_step,

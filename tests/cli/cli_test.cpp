@@ -12,6 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <set>
+
+#include "tessel/core/program.hpp"
+#include "tessel/profiles/run_store.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -340,16 +348,64 @@ TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {
 TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   const fs::path plan = write("tp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
-      "parallel": {"tp": 2, "micro_batch": 2}})");
+      "parallel": {"tp": 4, "tp_mode": "2d", "micro_batch": 2}})");
   const Outcome tp = run("run --plan " + plan.string() + " --steps 2");
   EXPECT_EQ(tp.status, 2);
-  EXPECT_EQ(tp.err, "tessel: error: parallel.tp: the data-parallel trainer runs tp = 1 only, got 2\n");
+  EXPECT_EQ(tp.err, "tessel: error: parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d; got 2d\n");
+  const fs::path vocab = write("vocab.json", R"({"model": {"name": "small", "layers": 2, "hidden": 60, "heads": 3,
+      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
+      "parallel": {"tp": 3, "micro_batch": 2}})");
+  const Outcome odd = run("run --plan " + vocab.string() + " --steps 2");
+  EXPECT_EQ(odd.status, 2);
+  EXPECT_NE(odd.err.find("model.vocab: 256 is not divisible by parallel.tp 3"), std::string::npos) << odd.err;
   const Outcome steps = run("run --plan " + write("ok.json", kCpuPlan).string() + " --steps 0");
   EXPECT_EQ(steps.status, 2);
   EXPECT_NE(steps.err.find("--steps: must be a positive integer, got 0"), std::string::npos) << steps.err;
   const Outcome gpu = run("run --plan " + write("gpu.json", kGoodPlan).string() + " --steps 1");
   EXPECT_EQ(gpu.status, 2);
-  EXPECT_NE(gpu.err.find("parallel.tp"), std::string::npos) << gpu.err;
+  EXPECT_NE(gpu.err.find("cluster: CPU runs use cluster local-cpu, got dgx-a100"), std::string::npos) << gpu.err;
+}
+
+// Every op id the Program predicts for a plan is measured by the executor, and nothing
+// else: for pipeline + tensor + data parallel with ZeRO 1 and selective recompute, and
+// for interleaved + sequence parallel with ZeRO 3 and full recompute, on 8 ranks.
+TEST_F(Cli, RunMeasuresExactlyTheOpsTheProgramPredicts) {
+  const std::string db = (dir_ / "runs.db").string();
+  int run_id = 0;
+  for (const char* parallel : {R"("dp": 2, "pp": 2, "tp": 2, "zero": 1, "recompute": "selective", "micro_batch": 2)",
+                               R"("dp": 2, "pp": 2, "tp": 2, "zero": 3, "recompute": "full", "schedule": "interleaved",
+                                   "virtual_stages": 2, "tp_sequence_parallel": true, "micro_batch": 1)"}) {
+    const fs::path plan_file = write("layout.json", std::string(R"({"model": {"name": "small", "layers": 4, "hidden": 32,
+        "heads": 4, "vocab": 256, "seq_len": 16}, "cluster": "local-cpu", "train": {"global_batch": 8,
+        "precision": "fp32"}, "parallel": {)") + parallel + "}}");
+    const fs::path trace = dir_ / "measured.json";
+    const Outcome o = run("run --plan " + plan_file.string() + " --steps 2 --db " + db + " --trace " + trace.string());
+    ASSERT_EQ(o.status, 0) << o.out << o.err;
+    ++run_id;
+    tessel::profiles::ProfileStore store(db);
+    const auto events = tessel::profiles::RunStore(store).events(run_id);
+    std::set<std::string> measured, predicted;
+    std::map<std::string, std::string> stream_of;
+    for (const auto& e : events) measured.insert(e.op);
+    const tessel::Program program = tessel::Program::lower(tessel::Plan::load(plan_file.string()));
+    for (int s = 0; s < program.stages(); ++s) {
+      for (const auto& op : program.stage(s).ops) predicted.insert(op.id);
+    }
+    std::vector<std::string> missing, extra;
+    std::set_difference(predicted.begin(), predicted.end(), measured.begin(), measured.end(), std::back_inserter(missing));
+    std::set_difference(measured.begin(), measured.end(), predicted.begin(), predicted.end(), std::back_inserter(extra));
+    EXPECT_TRUE(missing.empty()) << missing.size() << " predicted ops not measured, first " << missing.front();
+    EXPECT_TRUE(extra.empty()) << extra.size() << " measured ops not predicted, first " << extra.front();
+    EXPECT_GT(predicted.size(), 250u);
+    // Both steps, every rank; the trace holds the same events as the database.
+    std::set<std::pair<int, int>> step_rank;
+    for (const auto& e : events) step_rank.insert({e.step, e.rank});
+    EXPECT_EQ(step_rank.size(), 16u);
+    const auto json = nlohmann::json::parse(slurp(trace));
+    std::size_t timed = 0;
+    for (const auto& e : json["traceEvents"]) timed += e["ph"] == "X" ? 1 : 0;
+    EXPECT_EQ(timed, events.size());
+  }
 }
 
 TEST_F(Cli, RunResumesFromACheckpointOnTwoRanks) {

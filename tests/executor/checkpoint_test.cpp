@@ -9,7 +9,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
-#include "tessel/executor/data_parallel_trainer.hpp"
+#include "tessel/executor/trainer.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
@@ -34,20 +34,20 @@ TEST(Checkpoint, ResumedStepsEqualTheUninterruptedRunBitForBit) {
 
   SingleRankCommunicator world_a;
   ProcessGrid grid_a(plan.parallel, world_a);
-  DataParallelTrainer uninterrupted(plan, grid_a, DataLoader(text, 8, 16), options);
+  Trainer uninterrupted(plan, grid_a, DataLoader(text, 8, 16), options);
   std::vector<float> want;
   for (int step = 0; step < 5; ++step) want.push_back(uninterrupted.step().loss);
 
   SingleRankCommunicator world_b;
   ProcessGrid grid_b(plan.parallel, world_b);
-  DataParallelTrainer first_half(plan, grid_b, DataLoader(text, 8, 16), options);
+  Trainer first_half(plan, grid_b, DataLoader(text, 8, 16), options);
   first_half.step();
   first_half.step();
   first_half.save(dir.string());
 
   SingleRankCommunicator world_c;
   ProcessGrid grid_c(plan.parallel, world_c);
-  DataParallelTrainer resumed(plan, grid_c, DataLoader(text, 8, 16), options);
+  Trainer resumed(plan, grid_c, DataLoader(text, 8, 16), options);
   resumed.load(dir.string());
   EXPECT_EQ(resumed.steps_done(), 2);
   for (int step = 2; step < 5; ++step) {
@@ -55,8 +55,8 @@ TEST(Checkpoint, ResumedStepsEqualTheUninterruptedRunBitForBit) {
     EXPECT_EQ(stats.step, step + 1);
     EXPECT_EQ(stats.loss, want[std::size_t(step)]) << "step " << step + 1;
   }
-  const auto& a = uninterrupted.model().parameters();
-  const auto& b = resumed.model().parameters();
+  const auto a = uninterrupted.whole_parameters();
+  const auto b = resumed.whole_parameters();
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 

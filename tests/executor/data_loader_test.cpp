@@ -4,7 +4,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/executor/data_loader.hpp"
-#include "tessel/executor/gpt.hpp"
+#include "tessel/executor/data_loader.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;

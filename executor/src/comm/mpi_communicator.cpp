@@ -74,6 +74,14 @@ class MpiCommunicator final : public Communicator {
     TESSEL_MPI_CHECK(MPI_Reduce_scatter_block(send_, recv_, int(count_per_rank), MPI_FLOAT, MPI_SUM, comm_));
     if (size_ > 1) count(double(size_ - 1) / size_, 4.0 * count_per_rank * size_, size_ - 1.0);
   }
+  std::unique_ptr<CommRequest> reduce_scatter_async(const float* send_, float* recv_,
+                                                    std::size_t count_per_rank) override {
+    auto request = std::make_unique<MpiRequest>();
+    TESSEL_MPI_CHECK(MPI_Ireduce_scatter_block(send_, recv_, int(count_per_rank), MPI_FLOAT, MPI_SUM, comm_,
+                                               &request->request));
+    if (size_ > 1) count(double(size_ - 1) / size_, 4.0 * count_per_rank * size_, size_ - 1.0);
+    return request;
+  }
   void broadcast(float* data, std::size_t count_, int root) override {
     if (size_ == 1) return;
     TESSEL_MPI_CHECK(MPI_Bcast(data, int(count_), MPI_FLOAT, root, comm_));
@@ -82,6 +90,12 @@ class MpiCommunicator final : public Communicator {
   void send(const float* data, std::size_t count_, int peer, int tag) override {
     TESSEL_MPI_CHECK(MPI_Send(data, int(count_), MPI_FLOAT, peer, tag, comm_));
     count(1.0, 4.0 * count_, 1.0);
+  }
+  std::unique_ptr<CommRequest> send_async(const float* data, std::size_t count_, int peer, int tag) override {
+    auto request = std::make_unique<MpiRequest>();
+    TESSEL_MPI_CHECK(MPI_Isend(data, int(count_), MPI_FLOAT, peer, tag, comm_, &request->request));
+    count(1.0, 4.0 * count_, 1.0);
+    return request;
   }
   void recv(float* data, std::size_t count_, int peer, int tag) override {
     TESSEL_MPI_CHECK(MPI_Recv(data, int(count_), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE));

@@ -31,4 +31,7 @@ class DataLoader {
   std::uint64_t position_ = 0;
 };
 
+// Deterministic text for training without a data file: sentences from a small grammar.
+std::string synthetic_corpus(std::size_t bytes, std::uint64_t seed);
+
 }  // namespace tessel::executor

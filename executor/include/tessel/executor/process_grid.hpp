@@ -32,13 +32,17 @@ class ProcessGrid {
   Communicator& pp() { return *pp_; }
   // dp x sp ranks holding the same weights: where gradients are averaged.
   Communicator& gradients() { return *gradients_; }
+  // The first and last pipeline stage of one replica: where the tied embedding's two
+  // copies sum their gradients (Megatron's embedding group). One rank when pp = 1, and
+  // for the middle stages.
+  Communicator& embedding() { return *embedding_; }
 
   static GridCoordinates coordinates_of(const ParallelConfig& parallel, int rank);
 
  private:
   Communicator& world_;
   GridCoordinates coords_;
-  std::unique_ptr<Communicator> tp_, tp_row_, tp_col_, tp_depth_, sp_, dp_, pp_, gradients_;
+  std::unique_ptr<Communicator> tp_, tp_row_, tp_col_, tp_depth_, sp_, dp_, pp_, gradients_, embedding_;
 };
 
 }  // namespace tessel::executor

@@ -9,11 +9,12 @@
 namespace tessel::executor {
 
 struct RunOptions {
-  std::string plan_file, data_file, db, checkpoint, resume;
+  std::string plan_file, data_file, db, checkpoint, resume, trace_file;
   int steps = 10;
   int checkpoint_every = 0;
   std::uint64_t seed = 1;
   float lr = 1e-3f;
+  float clip_grad_norm = 0.0f;
 
   std::vector<std::string> to_arguments() const;
   // Throws tessel::Error on an unknown option or a missing value.

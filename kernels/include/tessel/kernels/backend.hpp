@@ -6,9 +6,8 @@
 // Layout conventions, all row-major fp32:
 //   gemm        C[m x n] = alpha * op(A) op(B) + beta * C, op = transpose when asked
 //   layer norm  x[rows x cols], normalised per row; mean and rstd saved per row
-//   attention   q, k, v, out as [batch*heads][seq][head_dim]; causal; the backward
-//               recomputes the probabilities from q and k (no s x s tensor is kept)
-//   loss        logits[rows x vocab], integer targets; loss per row; dlogits written
+//   softmax     causal, per [seq x seq] block of attention scores
+//   loss        logits[rows x vocab block], integer targets; vocab-parallel phases
 //   embedding   table[vocab x dim]; out[n x dim] = table[tokens]
 // Backward ops accumulate into parameter gradients (+=) and overwrite input gradients.
 #pragma once
@@ -55,17 +54,32 @@ struct KernelBackend {
   void (*gelu_forward)(const float* x, float* y, std::int64_t n);
   void (*gelu_backward)(const float* x, const float* dy, float* dx, std::int64_t n);
 
-  void (*attention_forward)(const float* q, const float* k, const float* v, float* out, int batch_heads, int seq,
-                            int head_dim);
-  void (*attention_backward)(const float* q, const float* k, const float* v, const float* dout, float* dq, float* dk,
-                             float* dv, int batch_heads, int seq, int head_dim);
+  // Attention is GEMMs (scores = Q K^T, out = P V, per head) around this causal softmax,
+  // so that the (seq x seq) probabilities are a tensor the executor can keep or drop
+  // (selective recompute). scores, probs: [batch][seq][seq].
+  void (*causal_softmax_forward)(const float* scores, float* probs, int batch, int seq, float scale);
+  void (*causal_softmax_backward)(const float* probs, const float* dprobs, float* dscores, int batch, int seq,
+                                  float scale);
 
-  // Mean-free: returns per-row losses; dlogits = (softmax - onehot) * scale.
-  void (*softmax_cross_entropy)(const float* logits, const std::int32_t* targets, float* loss, float* dlogits,
-                                int rows, int vocab, float scale);
+  // Cross-entropy over a vocabulary split in column blocks (vocab-parallel, Megatron):
+  // each rank holds logits[rows x cols] for vocabulary ids [vocab_start, vocab_start +
+  // cols). Three phases with the caller's reductions between them: the row maxima (then
+  // a max over the ranks), the sums of exp(logit - max) and the target's logit where this
+  // rank holds it, 0 elsewhere (then a sum over the ranks), and the gradient
+  // dlogits = (softmax - onehot) * scale. Loss per row = log(sum) + max - target logit.
+  void (*cross_entropy_max)(const float* logits, float* row_max, int rows, int cols);
+  void (*cross_entropy_sums)(const float* logits, const std::int32_t* targets, const float* row_max, float* sum_exp,
+                             float* target_logit, int rows, int cols, int vocab_start);
+  void (*cross_entropy_backward)(const float* logits, const std::int32_t* targets, const float* row_max,
+                                 const float* sum_exp, float* dlogits, int rows, int cols, int vocab_start,
+                                 float scale);
 
-  void (*embedding_forward)(const std::int32_t* tokens, const float* table, float* out, int n, int dim);
-  void (*embedding_backward)(const std::int32_t* tokens, const float* dout, float* dtable, int n, int dim);
+  // The table's rows [vocab_start, vocab_start + vocab_rows) (a vocab-parallel shard):
+  // tokens outside it give zero rows forward and no gradient backward.
+  void (*embedding_forward)(const std::int32_t* tokens, const float* table, float* out, int n, int dim,
+                            int vocab_start, int vocab_rows);
+  void (*embedding_backward)(const std::int32_t* tokens, const float* dout, float* dtable, int n, int dim,
+                             int vocab_start, int vocab_rows);
 
   void (*adamw_step)(float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWParams& p);
 

@@ -38,8 +38,13 @@ class Communicator {
   virtual void all_gather(const float* send, float* recv, std::size_t count_per_rank) = 0;
   // send holds size() x count_per_rank elements; recv gets this rank's reduced block.
   virtual void reduce_scatter(const float* send, float* recv, std::size_t count_per_rank) = 0;
+  virtual std::unique_ptr<CommRequest> reduce_scatter_async(const float* send, float* recv,
+                                                            std::size_t count_per_rank) = 0;
   virtual void broadcast(float* data, std::size_t count, int root) = 0;
   virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
+  // `data` must stay valid until the request completes. Pipeline stages send this way,
+  // so that two neighbours sending to each other at once cannot deadlock.
+  virtual std::unique_ptr<CommRequest> send_async(const float* data, std::size_t count, int peer, int tag) = 0;
   virtual void recv(float* data, std::size_t count, int peer, int tag) = 0;
   virtual void barrier() = 0;
 

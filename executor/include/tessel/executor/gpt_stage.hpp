@@ -1,0 +1,152 @@
+// The part of a GPT one rank computes: the layers of its pipeline stage (all of them on
+// one stage), the embedding when it holds the first virtual stage, the final norm and
+// the tied LM head when it holds the last, each split over the tensor-parallel group as
+// Megatron-LM does it (Shoeybi et al. 2019; Korthikanti et al. 2022 for sequence
+// parallel):
+//   attn.qkv, mlp.fc1   column-parallel: each rank its heads / its ffn columns
+//   attn.proj, mlp.fc2  row-parallel: partial outputs summed over the group (all-reduce,
+//                       or reduce-scatter over token rows with sequence parallel)
+//   embedding, LM head  vocab-parallel: each rank its rows of the tied table; the
+//                       cross-entropy reduces max, sum and target logit over the group
+// GPT-2 shape: learned positions, pre-LN blocks with causal multi-head attention and a
+// GELU MLP, final layer norm, LM head tied to the token embedding, biases everywhere.
+//
+// Parameters live in buckets, one per layer and one for the stage's other weights: a
+// bucket is one flat range whose tensors are this rank's shards, padded so that ZeRO can
+// cut it into equal parts. Weights are drawn whole from a generator seeded by (seed,
+// tensor name) and then cut, so the same seed gives the same model whatever the layout.
+// Every op is timed under its Program op id.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessel/core/model_spec.hpp"
+#include "tessel/core/parallel_config.hpp"
+#include "tessel/executor/comm/communicator.hpp"
+#include "tessel/executor/op_timeline.hpp"
+#include "tessel/kernels/aligned_buffer.hpp"
+#include "tessel/kernels/backend.hpp"
+
+namespace tessel::executor {
+
+using kernels::FloatBuffer;
+
+// How a tensor is cut over the tensor-parallel group.
+enum class TensorSplit { replicated, rows, columns };
+
+struct TensorSlot {
+  std::string name;  // as in the whole model: "L3.attn.qkv.weight"
+  int rows = 0, cols = 0;  // whole tensor
+  TensorSplit split = TensorSplit::replicated;
+  int column_groups = 1;  // attn.qkv: q, k and v column blocks, each cut on its own
+  int local_rows = 0, local_cols = 0;
+  std::size_t offset = 0;  // in its bucket
+  std::size_t size() const { return std::size_t(local_rows) * std::size_t(local_cols); }
+};
+
+struct Bucket {
+  int layer = -1;  // -1: the stage's embedding, final norm and head
+  std::vector<TensorSlot> tensors;
+  std::size_t size = 0, padded_size = 0;
+  // With sequence parallel, the first `partial_prefix` elements (norms and the biases
+  // added after a reduce-scatter) see only this rank's token rows: their gradients are
+  // partial sums over the tensor group.
+  std::size_t partial_prefix = 0;
+  const TensorSlot& tensor(std::string_view name) const;
+};
+
+// The whole model's tensors in one flat order (wte, wpe, per layer, final norm): the
+// layout single-process references and exports use.
+std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model);
+// The whole tensor `name` of shape rows x cols as initialised from `seed`.
+std::vector<float> initial_tensor(const ModelSpec& model, std::uint64_t seed, const std::string& name, int rows,
+                                  int cols);
+// Calls visit(whole_index, local_index) for every element of tensor-parallel rank
+// `tp_rank`'s shard of `slot`.
+void for_each_shard_element(const TensorSlot& slot, int tp, int tp_rank,
+                            const std::function<void(std::size_t, std::size_t)>& visit);
+
+struct StageShape {
+  std::vector<int> layers;  // the layers this rank holds, ascending
+  bool embedding = false, head = false;
+  int tp = 1, tp_rank = 0;
+  bool sequence_parallel = false;
+  std::size_t pad_to = 1;  // bucket sizes are multiples of this (the ZeRO group)
+};
+std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shape);
+
+// What a layer keeps from its forward for its backward. With full recompute only `x`
+// is kept per micro-batch; the rest is rebuilt in a shared scratch set.
+struct LayerActivations {
+  FloatBuffer x, ln1, ln1_mean, ln1_rstd, ln1_full, qkv, q, k, v, att_heads, att, x1, ln2, ln2_mean, ln2_rstd,
+      ln2_full, fc1, gelu;
+};
+
+// The head's state between its forward and backward for one micro-batch.
+struct HeadActivations {
+  FloatBuffer x, lnf, lnf_mean, lnf_rstd, lnf_full, logits, row_max, sums;  // sums: sum_exp then target logit
+};
+
+enum class PassKind { forward, recompute };
+
+class GptStage {
+ public:
+  GptStage(const ModelSpec& model, const StageShape& shape, int micro_batch, int seq, Communicator& tp,
+           const kernels::KernelBackend& backend, OpTimeline& timeline);
+
+  // Rows of an activation on this rank: micro_batch x seq, split over the tensor group
+  // with sequence parallel.
+  std::size_t local_rows() const { return std::size_t(local_rows_); }
+  std::size_t activation_size() const { return std::size_t(local_rows_) * model_.hidden; }
+
+  // x = embedding(tokens) + positions, [local rows x hidden].
+  void embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params, FloatBuffer& x);
+  void embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads, const FloatBuffer& dx);
+
+  // One transformer layer on x in place. `probs` receives the attention probabilities
+  // (kept per micro-batch without recompute, a scratch buffer with selective).
+  void layer_forward(int mb, int layer, PassKind pass, const float* params, LayerActivations& a, FloatBuffer& probs,
+                     FloatBuffer& x);
+  // Rebuilds the probabilities from the kept q and k (selective recompute).
+  void recompute_probabilities(int mb, int layer, LayerActivations& a, FloatBuffer& probs);
+  // dx in place: d(loss)/d(layer output) -> d(loss)/d(layer input); adds to grads.
+  void layer_backward(int mb, int layer, const float* params, float* grads, LayerActivations& a,
+                      const FloatBuffer& probs, FloatBuffer& dx);
+
+  // Final norm, tied LM head and vocab-parallel cross-entropy; returns the sum of the
+  // micro-batch's per-token losses (the whole micro-batch, identical on every tensor rank).
+  double head_forward(int mb, const std::int32_t* targets, const Bucket& rest, const float* params, const FloatBuffer& x,
+                      HeadActivations& h);
+  // dx = d(loss x grad_scale)/dx; adds to grads.
+  void head_backward(int mb, const std::int32_t* targets, const Bucket& rest, const float* params, float* grads,
+                     HeadActivations& h, float grad_scale, FloatBuffer& dx);
+
+ private:
+  std::string id(int mb, int layer, std::string_view pass, std::string_view op) const;
+  std::string id(int mb, std::string_view part, std::string_view pass, std::string_view op) const;
+  // scores = q k^T per head (attn.core), then the causal softmax (attn.softmax).
+  void attention_probabilities(int mb, int layer, std::string_view pass, const LayerActivations& a, FloatBuffer& probs);
+  // Sequence parallel: the whole [rows x hidden] from each rank's token rows, and back.
+  void gather_rows(const FloatBuffer& local, FloatBuffer& whole);
+  void reduce_scatter_rows(FloatBuffer& whole, FloatBuffer& local);
+  // After a row-parallel GEMM: sum the partial outputs over the group into `out`.
+  void reduce_partial(FloatBuffer& partial, FloatBuffer& out);
+
+  ModelSpec model_;
+  StageShape shape_;
+  int micro_batch_, seq_;
+  int rows_ = 0, local_rows_ = 0;  // token rows of a micro-batch, and this rank's share
+  int heads_ = 0, hidden_local_ = 0, ffn_local_ = 0, vocab_local_ = 0;
+  Communicator& tp_;
+  const kernels::KernelBackend& k_;
+  OpTimeline& timeline_;
+  std::vector<std::size_t> layer_offsets_;  // of each tensor in a layer bucket
+  // Work buffers, kept across calls (a fresh allocation per call costs page faults).
+  FloatBuffer scores_, partial_, dpartial_, d_heads_, dq_, dk_, dv_, dqkv_, dprobs_, dscores_, dfc1_, dgelu_, dwhole_,
+      scratch_, dscratch_, dnorm_, dlogits_;
+};
+
+}  // namespace tessel::executor

@@ -1,0 +1,154 @@
+// Training a GPT on CPU ranks with the plan's data, pipeline and 1D tensor parallelism,
+// ZeRO and activation recompute, exact against the single-process run of the same seed
+// and global batch.
+//
+// One step: each rank walks its stage's steps in the order core's pipeline_schedule()
+// gives (GPipe, 1F1B or interleaved; plain gradient accumulation with one stage),
+// receiving activations and gradients from its pipeline neighbours and posting sends
+// without blocking. A layer's gradient bucket starts its non-blocking all-reduce (or, with
+// ZeRO, reduce-scatter) over the data-parallel group as soon as that layer's last
+// backward ends, overlapping the rest of the backward. ZeRO 1 and 2 then step this rank's
+// part of each bucket and all-gather the weights; ZeRO 3 keeps only that part of each
+// layer's weights and gathers the layer before each use. LAMB and LARS trust ratios and
+// gradient clipping use norms reduced over every rank that holds part of a tensor.
+// Recompute: full keeps each layer's input and re-runs its forward before the backward;
+// selective drops the attention probabilities and rebuilds them from q and k.
+//
+// Every op is timed under the id of the Program core lowers from the same plan.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessel/core/plan.hpp"
+#include "tessel/core/schedule.hpp"
+#include "tessel/executor/data_loader.hpp"
+#include "tessel/executor/gpt_stage.hpp"
+#include "tessel/executor/process_grid.hpp"
+
+namespace tessel::executor {
+
+struct TrainerOptions {
+  std::uint64_t seed = 1;
+  float lr = 1e-3f;
+  float weight_decay = 0.0f;
+  float clip_grad_norm = 0.0f;  // 0: no clipping
+};
+
+struct StepStats {
+  int step = 0;
+  float loss = 0;  // mean over the global batch
+  double seconds = 0;
+  double tokens_per_s = 0;
+  float gradient_norm = 0;  // global, before clipping
+};
+
+class Trainer {
+ public:
+  // Collective over grid.world(). Throws tessel::Error naming the first field of the
+  // plan this executor cannot run.
+  Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const TrainerOptions& options,
+          const kernels::KernelBackend& backend = kernels::cpu_backend());
+  static void check(const Plan& plan);
+
+  StepStats step();
+  int steps_done() const { return step_; }
+  DataLoader& loader() { return loader_; }
+  OpTimeline& timeline() { return timeline_; }
+
+  // Collective over the world. The whole model in the single-process layout
+  // (whole_model_tensors order), identical on every rank: the weights now, and the
+  // averaged gradients the last step's update used.
+  std::vector<float> whole_parameters();
+  std::vector<float> whole_gradients();
+  // Loads every rank's shards from a whole model (collective only in the sense that
+  // every rank must call it with the same values).
+  void set_whole_parameters(const std::vector<float>& whole);
+  // The last LAMB or LARS step's trust ratio of each whole tensor this rank updates.
+  const std::map<std::string, float>& trust_ratios() const { return trust_ratios_; }
+  // Elements of weights this rank keeps between steps (ZeRO 3 keeps 1/dp of the layers).
+  std::size_t resident_parameter_elements() const;
+
+  // Checkpoints: every rank writes its weights and optimizer state to
+  // dir/rank<r>.bin (through a temporary file and a rename), then rank 0 writes
+  // dir/checkpoint.json (step, loader position, plan), whose presence marks the
+  // checkpoint complete. Resuming restores all of it, so the following steps are
+  // bit-for-bit those of an uninterrupted run.
+  void save(const std::string& dir);
+  void load(const std::string& dir);
+
+ private:
+  struct BucketState {
+    Bucket layout;
+    std::string name;          // "L3" or "stage", as in the Program's ids
+    FloatBuffer params;        // the whole bucket (empty for ZeRO-3 layer buckets)
+    FloatBuffer grads;         // the whole bucket's accumulated gradient
+    FloatBuffer param_shard;   // ZeRO 3 layer buckets: this rank's part
+    FloatBuffer grad_shard;    // ZeRO >= 1: this rank's part of the averaged gradient
+    FloatBuffer moment1, moment2, update;  // optimizer state of the part this rank steps
+    std::unique_ptr<CommRequest> sync;
+    std::string sync_op;
+    double sync_start_s = 0;
+  };
+
+  double forward_backward();  // returns the sum of token losses on this rank's head
+  void update(StepStats& stats);
+  void run_forward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets, double& loss);
+  void run_backward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
+  void bucket_gradients_done(BucketState& bucket);
+  void sum_sequence_partials(BucketState& bucket, float* grads);
+  const float* layer_weights(BucketState& bucket, int mb, std::string_view pass);
+  float global_gradient_norm();
+  void optimizer_step(float gradient_scale);
+  void gather_updated_weights();
+  std::vector<float> whole_from_buckets(bool gradients);
+
+  bool shards_optimizer() const { return plan_.parallel.zero >= 1 && group_ > 1; }
+  bool shards_weights(const BucketState& b) const { return plan_.parallel.zero == 3 && group_ > 1 && b.layout.layer >= 0; }
+  std::size_t shard_size(const BucketState& b) const { return b.layout.padded_size / std::size_t(group_); }
+  std::size_t owned_offset(const BucketState& b) const { return shards_optimizer() ? group_rank_ * shard_size(b) : 0; }
+  std::size_t owned_size(const BucketState& b) const { return shards_optimizer() ? shard_size(b) : b.layout.padded_size; }
+  float* owned_params(BucketState& b) {
+    return shards_weights(b) ? b.param_shard.data() : b.params.data() + owned_offset(b);
+  }
+  float* owned_grads(BucketState& b) { return shards_optimizer() ? b.grad_shard.data() : b.grads.data(); }
+  // Whether this rank counts `t` in sums over the whole model (each element once).
+  bool counts_tensor(const TensorSlot& t) const;
+
+  Plan plan_;
+  ProcessGrid& grid_;
+  DataLoader loader_;
+  TrainerOptions options_;
+  const kernels::KernelBackend& k_;
+  OpTimeline timeline_;
+  StageShape shape_;
+  std::unique_ptr<GptStage> stage_;
+  std::vector<BucketState> buckets_;
+  std::vector<int> bucket_of_layer_;  // -1 where another stage holds the layer
+  int rest_bucket_ = -1;
+  int stage_index_ = 0, stages_ = 1, chunks_ = 1, layers_per_chunk_ = 0, micro_batches_ = 1;
+  int group_ = 1;  // the gradient group (dp x sp)
+  std::size_t group_rank_ = 0;
+  std::vector<PipelineStep> schedule_;
+  int step_ = 0;
+
+  // Per step: activations in flight, indexed [micro-batch][position of the layer on this rank].
+  std::vector<std::vector<LayerActivations>> kept_;
+  std::vector<std::vector<FloatBuffer>> kept_probs_;
+  LayerActivations recompute_scratch_;
+  FloatBuffer probs_scratch_, recompute_out_;
+  std::vector<HeadActivations> heads_;
+  std::vector<std::vector<FloatBuffer>> x_, dx_;  // [chunk][micro-batch]
+  std::vector<int> backwards_done_;               // per chunk
+  std::vector<std::unique_ptr<CommRequest>> sends_;
+  FloatBuffer gathered_weights_, layer_grads_, shard_scratch_;
+  float grad_scale_ = 1;
+  float last_gradient_norm_ = 0;
+  std::map<std::string, float> trust_ratios_;
+  std::map<std::string, std::size_t, std::less<>> whole_offsets_;
+  std::size_t whole_size_ = 0;
+};
+
+}  // namespace tessel::executor

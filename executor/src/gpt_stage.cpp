@@ -1,0 +1,586 @@
+#include "tessel/executor/gpt_stage.hpp"
+
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+
+namespace tessel::executor {
+
+namespace {
+// A layer bucket's tensors. The ones every tensor rank holds whole come first, so that
+// with sequence parallel their partial gradients are one contiguous all-reduce.
+enum LayerTensor : std::size_t {
+  kLn1G, kLn1B, kProjB, kLn2G, kLn2B, kFc2B,  // replicated
+  kQkvW, kQkvB, kProjW, kFc1W, kFc1B, kFc2W,  // split
+  kLayerTensors
+};
+
+std::uint64_t name_seed(std::uint64_t seed, const std::string& name) {
+  std::uint64_t h = seed ^ 0x9e3779b97f4a7c15ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;  // FNV-1a over the name
+  return h;
+}
+
+void add_bias(float* y, const float* bias, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = y + std::size_t(r) * cols;
+    for (int c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+}
+
+void bias_gradient(const float* dy, float* dbias, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = dy + std::size_t(r) * cols;
+    for (int c = 0; c < cols; ++c) dbias[c] += row[c];
+  }
+}
+
+TensorSlot slot(std::string name, int rows, int cols, TensorSplit split, int tp, int column_groups = 1) {
+  TensorSlot t;
+  t.name = std::move(name);
+  t.rows = rows, t.cols = cols;
+  t.split = split;
+  t.column_groups = column_groups;
+  t.local_rows = split == TensorSplit::rows ? rows / tp : rows;
+  t.local_cols = split == TensorSplit::columns ? cols / tp : cols;
+  return t;
+}
+
+void place(Bucket& bucket, TensorSlot t) {
+  t.offset = bucket.size;
+  bucket.size += t.size();
+  bucket.tensors.push_back(std::move(t));
+}
+
+void pad(Bucket& bucket, std::size_t pad_to) {
+  bucket.padded_size = (bucket.size + pad_to - 1) / pad_to * pad_to;
+}
+
+// [rows x 3C] with q, k, v column blocks -> [batch, heads, seq, head_dim] each, and back.
+template <typename Visit>
+void for_each_head_element(int batch, int seq, int heads, int head_dim, Visit visit) {
+  for (int b = 0; b < batch; ++b)
+    for (int s = 0; s < seq; ++s)
+      for (int h = 0; h < heads; ++h)
+        for (int d = 0; d < head_dim; ++d) {
+          visit(std::size_t(b * seq + s), std::size_t(h * head_dim + d), ((std::size_t(b) * heads + h) * seq + s) * head_dim + d);
+        }
+}
+}  // namespace
+
+const TensorSlot& Bucket::tensor(std::string_view name) const {
+  for (const TensorSlot& t : tensors) {
+    if (t.name == name) return t;
+  }
+  throw Error(fmt::format("internal: bucket of layer {} has no tensor {}", layer, name));
+}
+
+std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model) {
+  const int C = model.hidden, F = model.ffn_hidden;
+  Bucket all;
+  auto add = [&](std::string name, int rows, int cols) { place(all, slot(std::move(name), rows, cols, TensorSplit::replicated, 1)); };
+  add("wte", model.vocab, C);
+  add("wpe", model.seq_len, C);
+  for (int l = 0; l < model.layers; ++l) {
+    const std::string L = fmt::format("L{}.", l);
+    add(L + "ln1.gain", 1, C);
+    add(L + "ln1.bias", 1, C);
+    add(L + "attn.qkv.weight", C, 3 * C);
+    add(L + "attn.qkv.bias", 1, 3 * C);
+    add(L + "attn.proj.weight", C, C);
+    add(L + "attn.proj.bias", 1, C);
+    add(L + "ln2.gain", 1, C);
+    add(L + "ln2.bias", 1, C);
+    add(L + "mlp.fc1.weight", C, F);
+    add(L + "mlp.fc1.bias", 1, F);
+    add(L + "mlp.fc2.weight", F, C);
+    add(L + "mlp.fc2.bias", 1, C);
+  }
+  add("lnf.gain", 1, C);
+  add("lnf.bias", 1, C);
+  return all.tensors;
+}
+
+std::vector<float> initial_tensor(const ModelSpec& model, std::uint64_t seed, const std::string& name, int rows,
+                                  int cols) {
+  // GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by
+  // 1/sqrt(2 L), zero biases, unit norm gains.
+  const std::size_t n = std::size_t(rows) * std::size_t(cols);
+  if (name.find(".gain") != std::string::npos) return std::vector<float>(n, 1.0f);
+  if (name.find(".bias") != std::string::npos) return std::vector<float>(n, 0.0f);
+  const bool residual = name.find("proj.weight") != std::string::npos || name.find("fc2.weight") != std::string::npos;
+  std::mt19937_64 rng(name_seed(seed, name));
+  std::normal_distribution<float> normal(0.0f, residual ? 0.02f / std::sqrt(2.0f * float(model.layers)) : 0.02f);
+  std::vector<float> out(n);
+  for (float& value : out) value = normal(rng);
+  return out;
+}
+
+void for_each_shard_element(const TensorSlot& t, int tp, int tp_rank,
+                            const std::function<void(std::size_t, std::size_t)>& visit) {
+  switch (t.split) {
+    case TensorSplit::replicated:
+      for (std::size_t i = 0; i < t.size(); ++i) visit(i, i);
+      return;
+    case TensorSplit::rows: {
+      const std::size_t first = std::size_t(tp_rank) * t.local_rows * t.cols;
+      for (std::size_t i = 0; i < t.size(); ++i) visit(first + i, i);
+      return;
+    }
+    case TensorSplit::columns: {
+      const int group_cols = t.cols / t.column_groups, local_group_cols = group_cols / tp;
+      for (int r = 0; r < t.rows; ++r)
+        for (int j = 0; j < t.local_cols; ++j) {
+          const int group = j / local_group_cols, within = j % local_group_cols;
+          const int whole_col = group * group_cols + tp_rank * local_group_cols + within;
+          visit(std::size_t(r) * t.cols + whole_col, std::size_t(r) * t.local_cols + j);
+        }
+      return;
+    }
+  }
+}
+
+std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shape) {
+  const int C = model.hidden, F = model.ffn_hidden, tp = shape.tp;
+  std::vector<Bucket> buckets;
+  for (int l : shape.layers) {
+    Bucket& b = buckets.emplace_back();
+    b.layer = l;
+    const std::string L = fmt::format("L{}.", l);
+    const auto R = TensorSplit::replicated;
+    for (const char* name : {"ln1.gain", "ln1.bias", "attn.proj.bias", "ln2.gain", "ln2.bias", "mlp.fc2.bias"}) {
+      place(b, slot(L + name, 1, C, R, tp));
+    }
+    b.partial_prefix = shape.sequence_parallel ? b.size : 0;
+    place(b, slot(L + "attn.qkv.weight", C, 3 * C, TensorSplit::columns, tp, 3));
+    place(b, slot(L + "attn.qkv.bias", 1, 3 * C, TensorSplit::columns, tp, 3));
+    place(b, slot(L + "attn.proj.weight", C, C, TensorSplit::rows, tp));
+    place(b, slot(L + "mlp.fc1.weight", C, F, TensorSplit::columns, tp));
+    place(b, slot(L + "mlp.fc1.bias", 1, F, TensorSplit::columns, tp));
+    place(b, slot(L + "mlp.fc2.weight", F, C, TensorSplit::rows, tp));
+    pad(b, shape.pad_to);
+  }
+  if (shape.embedding || shape.head) {
+    Bucket& b = buckets.emplace_back();
+    if (shape.head) {
+      place(b, slot("lnf.gain", 1, C, TensorSplit::replicated, tp));
+      place(b, slot("lnf.bias", 1, C, TensorSplit::replicated, tp));
+      b.partial_prefix = shape.sequence_parallel ? b.size : 0;
+    }
+    if (shape.embedding) place(b, slot("wpe", model.seq_len, C, TensorSplit::replicated, tp));
+    place(b, slot("wte", model.vocab, C, TensorSplit::rows, tp));
+    pad(b, shape.pad_to);
+  }
+  return buckets;
+}
+
+GptStage::GptStage(const ModelSpec& model, const StageShape& shape, int micro_batch, int seq, Communicator& tp,
+                   const kernels::KernelBackend& backend, OpTimeline& timeline)
+    : model_(model), shape_(shape), micro_batch_(micro_batch), seq_(seq), tp_(tp), k_(backend), timeline_(timeline) {
+  rows_ = micro_batch * seq;
+  local_rows_ = shape.sequence_parallel ? rows_ / shape.tp : rows_;
+  heads_ = model.heads / shape.tp;
+  hidden_local_ = model.hidden / shape.tp;
+  ffn_local_ = model.ffn_hidden / shape.tp;
+  vocab_local_ = model.vocab / shape.tp;
+  // Every layer bucket has the same tensors at the same offsets.
+  StageShape one_layer = shape;
+  one_layer.layers = {0};
+  const std::vector<Bucket> buckets = stage_buckets(model, one_layer);
+  for (const TensorSlot& t : buckets.front().tensors) layer_offsets_.push_back(t.offset);
+}
+
+std::string GptStage::id(int mb, int layer, std::string_view pass, std::string_view op) const {
+  return fmt::format("mb{}/L{}/{}/{}", mb, layer, pass, op);
+}
+std::string GptStage::id(int mb, std::string_view part, std::string_view pass, std::string_view op) const {
+  return fmt::format("mb{}/{}/{}/{}", mb, part, pass, op);
+}
+
+void GptStage::gather_rows(const FloatBuffer& local, FloatBuffer& whole) {
+  whole.resize(std::size_t(rows_) * model_.hidden);
+  tp_.all_gather(local.data(), whole.data(), std::size_t(local_rows_) * model_.hidden);
+}
+
+void GptStage::reduce_scatter_rows(FloatBuffer& whole, FloatBuffer& local) {
+  local.resize(std::size_t(local_rows_) * model_.hidden);
+  tp_.reduce_scatter(whole.data(), local.data(), std::size_t(local_rows_) * model_.hidden);
+}
+
+void GptStage::reduce_partial(FloatBuffer& partial, FloatBuffer& out) {
+  if (shape_.sequence_parallel) {
+    reduce_scatter_rows(partial, out);
+  } else {
+    tp_.all_reduce(partial.data(), partial.size());
+    std::swap(partial, out);
+  }
+}
+
+// ---- embedding ----
+
+void GptStage::embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params, FloatBuffer& x) {
+  const int C = model_.hidden;
+  const TensorSlot& wte = rest.tensor("wte");
+  const float* wpe = params + rest.tensor("wpe").offset;
+  FloatBuffer& whole = shape_.sequence_parallel ? dwhole_ : x;
+  whole.resize(std::size_t(rows_) * C);
+  {
+    auto timed = timeline_.time(id(mb, "embed", "fwd", "embed.lookup"));
+    k_.embedding_forward(tokens, params + wte.offset, whole.data(), rows_, C, shape_.tp_rank * vocab_local_,
+                         vocab_local_);
+  }
+  if (shape_.tp > 1) {
+    auto timed = timeline_.time(id(mb, "embed", "fwd", "embed.tp_all_reduce"));
+    tp_.all_reduce(whole.data(), whole.size());
+  }
+  auto timed = timeline_.time(id(mb, "embed", "fwd", "embed.lookup"));
+  const int first_row = shape_.sequence_parallel ? shape_.tp_rank * local_rows_ : 0;
+  x.resize(activation_size());
+  for (int r = 0; r < local_rows_; ++r) {
+    const float* position = wpe + std::size_t((first_row + r) % seq_) * C;
+    const float* from = whole.data() + std::size_t(first_row + r) * C;
+    float* to = x.data() + std::size_t(r) * C;
+    for (int c = 0; c < C; ++c) to[c] = from[c] + position[c];
+  }
+}
+
+void GptStage::embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads,
+                              const FloatBuffer& dx) {
+  auto timed = timeline_.time(id(mb, "embed", "bwd", "embed.lookup"));
+  const int C = model_.hidden;
+  const FloatBuffer* whole = &dx;
+  if (shape_.sequence_parallel) {
+    gather_rows(dx, dwhole_);
+    whole = &dwhole_;
+  }
+  k_.embedding_backward(tokens, whole->data(), grads + rest.tensor("wte").offset, rows_, C,
+                        shape_.tp_rank * vocab_local_, vocab_local_);
+  float* dwpe = grads + rest.tensor("wpe").offset;
+  for (int r = 0; r < rows_; ++r) {
+    const float* g = whole->data() + std::size_t(r) * C;
+    float* to = dwpe + std::size_t(r % seq_) * C;
+    for (int c = 0; c < C; ++c) to[c] += g[c];
+  }
+}
+
+// ---- one transformer layer ----
+
+void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, LayerActivations& a,
+                             FloatBuffer& probs, FloatBuffer& x) {
+  auto w = [&](LayerTensor t) { return params + layer_offsets_[t]; };
+  const std::string_view P = pass == PassKind::forward ? "fwd" : "recompute";
+  const int B = micro_batch_, S = seq_, N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_,
+            Fl = ffn_local_, H = heads_, D = model_.hidden / model_.heads;
+  const bool sp = shape_.sequence_parallel, reduce = shape_.tp > 1;
+  const float eps = 1e-5f;
+  if (&a.x != &x) a.x = x;
+  // ---- attention half ----
+  {
+    auto timed = timeline_.time(id(mb, l, P, "attn.norm"));
+    a.ln1.resize(x.size()), a.ln1_mean.resize(Nl), a.ln1_rstd.resize(Nl);
+    k_.layer_norm_forward(x.data(), w(kLn1G), w(kLn1B), a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C, eps);
+  }
+  const FloatBuffer* ln1 = &a.ln1;
+  if (sp) {
+    auto timed = timeline_.time(id(mb, l, P, "attn.tp_all_gather"));
+    gather_rows(a.ln1, a.ln1_full);
+    ln1 = &a.ln1_full;
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, P, "attn.qkv"));
+    a.qkv.resize(std::size_t(N) * 3 * Cl);
+    k_.gemm(false, false, N, 3 * Cl, C, 1.0f, ln1->data(), w(kQkvW), 0.0f, a.qkv.data());
+    add_bias(a.qkv.data(), w(kQkvB), N, 3 * Cl);
+  }
+  const std::size_t head_block = std::size_t(S) * D, square = std::size_t(S) * S;
+  {
+    auto timed = timeline_.time(id(mb, l, P, "attn.core"));
+    const std::size_t n = std::size_t(N) * Cl;
+    a.q.resize(n), a.k.resize(n), a.v.resize(n);
+    for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t dst) {
+      const float* r = a.qkv.data() + row * 3 * Cl;
+      a.q[dst] = r[col], a.k[dst] = r[Cl + col], a.v[dst] = r[2 * Cl + col];
+    });
+  }
+  attention_probabilities(mb, l, P, a, probs);
+  {
+    auto timed = timeline_.time(id(mb, l, P, "attn.core"));
+    a.att_heads.resize(a.q.size());
+    for (std::size_t bh = 0; bh < std::size_t(B) * H; ++bh) {
+      k_.gemm(false, false, S, D, S, 1.0f, probs.data() + bh * square, a.v.data() + bh * head_block, 0.0f,
+              a.att_heads.data() + bh * head_block);
+    }
+    a.att.resize(a.q.size());
+    for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t src) {
+      a.att[row * Cl + col] = a.att_heads[src];
+    });
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, P, "attn.proj"));
+    partial_.resize(std::size_t(N) * C);
+    k_.gemm(false, false, N, C, Cl, 1.0f, a.att.data(), w(kProjW), 0.0f, partial_.data());
+  }
+  FloatBuffer* reduced = &partial_;
+  if (reduce) {
+    auto timed = timeline_.time(id(mb, l, P, sp ? "attn.tp_reduce_scatter" : "attn.tp_all_reduce"));
+    reduce_partial(partial_, scratch_);
+    reduced = &scratch_;
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, P, "attn.residual"));
+    a.x1.resize(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) a.x1[i] = x[i] + (*reduced)[i];
+    add_bias(a.x1.data(), w(kProjB), Nl, C);
+  }
+  // ---- MLP half ----
+  {
+    auto timed = timeline_.time(id(mb, l, P, "mlp.norm"));
+    a.ln2.resize(x.size()), a.ln2_mean.resize(Nl), a.ln2_rstd.resize(Nl);
+    k_.layer_norm_forward(a.x1.data(), w(kLn2G), w(kLn2B), a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C,
+                          eps);
+  }
+  const FloatBuffer* ln2 = &a.ln2;
+  if (sp) {
+    auto timed = timeline_.time(id(mb, l, P, "mlp.tp_all_gather"));
+    gather_rows(a.ln2, a.ln2_full);
+    ln2 = &a.ln2_full;
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, P, "mlp.fc1"));
+    a.fc1.resize(std::size_t(N) * Fl);
+    k_.gemm(false, false, N, Fl, C, 1.0f, ln2->data(), w(kFc1W), 0.0f, a.fc1.data());
+    add_bias(a.fc1.data(), w(kFc1B), N, Fl);
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, P, "mlp.act"));
+    a.gelu.resize(a.fc1.size());
+    k_.gelu_forward(a.fc1.data(), a.gelu.data(), std::int64_t(a.gelu.size()));
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, P, "mlp.fc2"));
+    partial_.resize(std::size_t(N) * C);
+    k_.gemm(false, false, N, C, Fl, 1.0f, a.gelu.data(), w(kFc2W), 0.0f, partial_.data());
+  }
+  reduced = &partial_;
+  if (reduce) {
+    auto timed = timeline_.time(id(mb, l, P, sp ? "mlp.tp_reduce_scatter" : "mlp.tp_all_reduce"));
+    reduce_partial(partial_, scratch_);
+    reduced = &scratch_;
+  }
+  auto timed = timeline_.time(id(mb, l, P, "mlp.residual"));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = a.x1[i] + (*reduced)[i];
+  add_bias(x.data(), w(kFc2B), Nl, C);
+}
+
+void GptStage::attention_probabilities(int mb, int l, std::string_view pass, const LayerActivations& a,
+                                       FloatBuffer& probs) {
+  const int B = micro_batch_, S = seq_, H = heads_, D = model_.hidden / model_.heads;
+  const std::size_t head_block = std::size_t(S) * D, square = std::size_t(S) * S;
+  {
+    auto timed = timeline_.time(id(mb, l, pass, "attn.core"));
+    scores_.resize(std::size_t(B) * H * square);
+    for (std::size_t bh = 0; bh < std::size_t(B) * H; ++bh) {
+      k_.gemm(false, true, S, S, D, 1.0f, a.q.data() + bh * head_block, a.k.data() + bh * head_block, 0.0f,
+              scores_.data() + bh * square);
+    }
+  }
+  auto timed = timeline_.time(id(mb, l, pass, "attn.softmax"));
+  probs.resize(scores_.size());
+  k_.causal_softmax_forward(scores_.data(), probs.data(), B * H, S, 1.0f / std::sqrt(float(D)));
+}
+
+void GptStage::recompute_probabilities(int mb, int l, LayerActivations& a, FloatBuffer& probs) {
+  attention_probabilities(mb, l, "recompute", a, probs);
+}
+
+void GptStage::layer_backward(int mb, int l, const float* params, float* grads, LayerActivations& a,
+                              const FloatBuffer& probs, FloatBuffer& dx) {
+  auto w = [&](LayerTensor t) { return params + layer_offsets_[t]; };
+  auto g = [&](LayerTensor t) { return grads + layer_offsets_[t]; };
+  const int B = micro_batch_, S = seq_, N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_,
+            Fl = ffn_local_, H = heads_, D = model_.hidden / model_.heads;
+  const bool sp = shape_.sequence_parallel, reduce = shape_.tp > 1;
+  // The gradient of a reduced (row-parallel) output is the same on every rank without
+  // sequence parallel; with it, each rank holds its rows and gathers the whole.
+  auto whole_gradient = [&](std::string_view op) -> const FloatBuffer& {
+    if (!sp) return dx;
+    auto timed = timeline_.time(id(mb, l, "bwd", op));
+    gather_rows(dx, dwhole_);
+    return dwhole_;
+  };
+  // The gradient of a column-parallel input is a partial sum over the ranks.
+  auto reduce_input_gradient = [&](std::string_view op) -> FloatBuffer& {
+    if (!reduce) return dpartial_;
+    auto timed = timeline_.time(id(mb, l, "bwd", op));
+    reduce_partial(dpartial_, scratch_);
+    return scratch_;
+  };
+  // ---- MLP half ----
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "mlp.residual"));
+    bias_gradient(dx.data(), g(kFc2B), Nl, C);
+  }
+  const FloatBuffer& dy2 = whole_gradient("mlp.tp_reduce_scatter");
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "mlp.fc2"));
+    dgelu_.resize(a.gelu.size());
+    k_.gemm(false, true, N, Fl, C, 1.0f, dy2.data(), w(kFc2W), 0.0f, dgelu_.data());
+    k_.gemm(true, false, Fl, C, N, 1.0f, a.gelu.data(), dy2.data(), 1.0f, g(kFc2W));
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "mlp.act"));
+    dfc1_.resize(a.fc1.size());
+    k_.gelu_backward(a.fc1.data(), dgelu_.data(), dfc1_.data(), std::int64_t(dfc1_.size()));
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "mlp.fc1"));
+    const FloatBuffer& ln2 = sp ? a.ln2_full : a.ln2;
+    k_.gemm(true, false, C, Fl, N, 1.0f, ln2.data(), dfc1_.data(), 1.0f, g(kFc1W));
+    bias_gradient(dfc1_.data(), g(kFc1B), N, Fl);
+    dpartial_.resize(std::size_t(N) * C);
+    k_.gemm(false, true, N, C, Fl, 1.0f, dfc1_.data(), w(kFc1W), 0.0f, dpartial_.data());
+  }
+  {
+    FloatBuffer& dln2 = reduce_input_gradient(sp ? "mlp.tp_all_gather" : "mlp.tp_all_reduce");
+    auto timed = timeline_.time(id(mb, l, "bwd", "mlp.norm"));
+    dnorm_.resize(dx.size());
+    k_.layer_norm_backward(dln2.data(), a.x1.data(), w(kLn2G), a.ln2_mean.data(), a.ln2_rstd.data(), dnorm_.data(),
+                           g(kLn2G), g(kLn2B), Nl, C);
+    for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += dnorm_[i];
+  }
+  // ---- attention half ----
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "attn.residual"));
+    bias_gradient(dx.data(), g(kProjB), Nl, C);
+  }
+  const FloatBuffer& dy1 = whole_gradient("attn.tp_reduce_scatter");
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "attn.proj"));
+    dscratch_.resize(std::size_t(N) * Cl);
+    k_.gemm(false, true, N, Cl, C, 1.0f, dy1.data(), w(kProjW), 0.0f, dscratch_.data());
+    k_.gemm(true, false, Cl, C, N, 1.0f, a.att.data(), dy1.data(), 1.0f, g(kProjW));
+  }
+  const std::size_t head_block = std::size_t(S) * D, square = std::size_t(S) * S;
+  const std::size_t heads_total = std::size_t(B) * H;
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
+    d_heads_.resize(a.q.size());
+    for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t dst) {
+      d_heads_[dst] = dscratch_[row * Cl + col];
+    });
+    dprobs_.resize(probs.size());
+    dv_.resize(a.q.size());
+    for (std::size_t bh = 0; bh < heads_total; ++bh) {
+      k_.gemm(false, true, S, S, D, 1.0f, d_heads_.data() + bh * head_block, a.v.data() + bh * head_block, 0.0f,
+              dprobs_.data() + bh * square);
+      k_.gemm(true, false, S, D, S, 1.0f, probs.data() + bh * square, d_heads_.data() + bh * head_block, 0.0f,
+              dv_.data() + bh * head_block);
+    }
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "attn.softmax"));
+    dscores_.resize(probs.size());
+    k_.causal_softmax_backward(probs.data(), dprobs_.data(), dscores_.data(), B * H, S, 1.0f / std::sqrt(float(D)));
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
+    dq_.resize(a.q.size()), dk_.resize(a.q.size());
+    for (std::size_t bh = 0; bh < heads_total; ++bh) {
+      k_.gemm(false, false, S, D, S, 1.0f, dscores_.data() + bh * square, a.k.data() + bh * head_block, 0.0f,
+              dq_.data() + bh * head_block);
+      k_.gemm(true, false, S, D, S, 1.0f, dscores_.data() + bh * square, a.q.data() + bh * head_block, 0.0f,
+              dk_.data() + bh * head_block);
+    }
+    dqkv_.resize(a.qkv.size());
+    for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t src) {
+      float* r = dqkv_.data() + row * 3 * Cl;
+      r[col] = dq_[src], r[Cl + col] = dk_[src], r[2 * Cl + col] = dv_[src];
+    });
+  }
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "attn.qkv"));
+    const FloatBuffer& ln1 = sp ? a.ln1_full : a.ln1;
+    k_.gemm(true, false, C, 3 * Cl, N, 1.0f, ln1.data(), dqkv_.data(), 1.0f, g(kQkvW));
+    bias_gradient(dqkv_.data(), g(kQkvB), N, 3 * Cl);
+    dpartial_.resize(std::size_t(N) * C);
+    k_.gemm(false, true, N, C, 3 * Cl, 1.0f, dqkv_.data(), w(kQkvW), 0.0f, dpartial_.data());
+  }
+  FloatBuffer& dln1 = reduce_input_gradient(sp ? "attn.tp_all_gather" : "attn.tp_all_reduce");
+  auto timed = timeline_.time(id(mb, l, "bwd", "attn.norm"));
+  k_.layer_norm_backward(dln1.data(), a.x.data(), w(kLn1G), a.ln1_mean.data(), a.ln1_rstd.data(), dnorm_.data(),
+                         g(kLn1G), g(kLn1B), Nl, C);
+  for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += dnorm_[i];
+}
+
+// ---- final norm, LM head, loss ----
+
+double GptStage::head_forward(int mb, const std::int32_t* targets, const Bucket& rest, const float* params,
+                              const FloatBuffer& x, HeadActivations& h) {
+  const int N = rows_, Nl = local_rows_, C = model_.hidden, Vl = vocab_local_;
+  const float* wte = params + rest.tensor("wte").offset;
+  const bool reduce = shape_.tp > 1;
+  {
+    auto timed = timeline_.time(id(mb, "head", "fwd", "head.logits"));
+    h.x = x;
+    h.lnf.resize(x.size()), h.lnf_mean.resize(Nl), h.lnf_rstd.resize(Nl);
+    k_.layer_norm_forward(x.data(), params + rest.tensor("lnf.gain").offset, params + rest.tensor("lnf.bias").offset,
+                          h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), Nl, C, 1e-5f);
+    if (shape_.sequence_parallel) gather_rows(h.lnf, h.lnf_full);
+    const FloatBuffer& lnf = shape_.sequence_parallel ? h.lnf_full : h.lnf;
+    h.logits.resize(std::size_t(N) * Vl);
+    k_.gemm(false, true, N, Vl, C, 1.0f, lnf.data(), wte, 0.0f, h.logits.data());
+  }
+  h.row_max.resize(N), h.sums.resize(2 * std::size_t(N));
+  {
+    auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss"));
+    k_.cross_entropy_max(h.logits.data(), h.row_max.data(), N, Vl);
+  }
+  if (reduce) {
+    auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss_all_reduce"));
+    tp_.all_reduce(h.row_max.data(), h.row_max.size(), ReduceOp::max);
+  }
+  {
+    auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss"));
+    k_.cross_entropy_sums(h.logits.data(), targets, h.row_max.data(), h.sums.data(), h.sums.data() + N, N, Vl,
+                          shape_.tp_rank * Vl);
+  }
+  if (reduce) {
+    auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss_all_reduce"));
+    tp_.all_reduce(h.sums.data(), h.sums.size());
+  }
+  auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss"));
+  double total = 0;
+  for (int r = 0; r < N; ++r) total += std::log(double(h.sums[r])) + h.row_max[r] - h.sums[std::size_t(N) + r];
+  return total;
+}
+
+void GptStage::head_backward(int mb, const std::int32_t* targets, const Bucket& rest, const float* params,
+                             float* grads, HeadActivations& h, float grad_scale, FloatBuffer& dx) {
+  const int N = rows_, Nl = local_rows_, C = model_.hidden, Vl = vocab_local_;
+  const TensorSlot& wte = rest.tensor("wte");
+  {
+    auto timed = timeline_.time(id(mb, "head", "bwd", "head.loss"));
+    dlogits_.resize(h.logits.size());
+    k_.cross_entropy_backward(h.logits.data(), targets, h.row_max.data(), h.sums.data(), dlogits_.data(), N, Vl,
+                              shape_.tp_rank * Vl, grad_scale);
+  }
+  auto timed = timeline_.time(id(mb, "head", "bwd", "head.logits"));
+  const FloatBuffer& lnf = shape_.sequence_parallel ? h.lnf_full : h.lnf;
+  k_.gemm(true, false, Vl, C, N, 1.0f, dlogits_.data(), lnf.data(), 1.0f, grads + wte.offset);
+  dpartial_.resize(std::size_t(N) * C);
+  k_.gemm(false, false, N, C, Vl, 1.0f, dlogits_.data(), params + wte.offset, 0.0f, dpartial_.data());
+  FloatBuffer* dlnf = &dpartial_;
+  if (shape_.tp > 1) {
+    reduce_partial(dpartial_, scratch_);
+    dlnf = &scratch_;
+  }
+  dx.resize(std::size_t(Nl) * C);
+  const TensorSlot& gain = rest.tensor("lnf.gain");
+  k_.layer_norm_backward(dlnf->data(), h.x.data(), params + gain.offset, h.lnf_mean.data(), h.lnf_rstd.data(),
+                         dx.data(), grads + gain.offset, grads + rest.tensor("lnf.bias").offset, Nl, C);
+}
+
+}  // namespace tessel::executor

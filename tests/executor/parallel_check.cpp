@@ -1,0 +1,280 @@
+// Runs under mpirun with 8 ranks (tests/executor/parallel_test.cpp launches it): trains a
+// small GPT for 5 steps under many layouts, each on the first dp*pp*tp ranks of the
+// world, and on rank 0 the same seed and global batches in one process; checks every
+// step's loss within 1e-5 relative and every tensor's gradient within 1e-4 relative (in
+// the tensor's 2-norm). Prints one line per layout and "ok rank N" when all pass.
+//   parallel_check matrix        dp{1,2} x pp{1,2} x tp{1,2} x zero{0..3} x recompute{none,full}
+//   parallel_check schedules     gpipe, 1f1b, interleaved; selective recompute; sequence parallel
+//   parallel_check optimizers    LAMB and LARS with clipping, sharded = unsharded, trust ratios
+//   parallel_check checkpoint    stop after step 2, resume: steps 3..5 bit-identical per rank
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tessel/executor/comm/mpi_communicator.hpp"
+#include "tessel/executor/trainer.hpp"
+
+using namespace tessel;
+using namespace tessel::executor;
+
+namespace {
+
+struct Layout {
+  int dp = 1, pp = 1, tp = 1, zero = 0;
+  std::string recompute = "none", schedule = "1f1b", optimizer = "adamw";
+  int virtual_stages = 1;
+  bool sequence_parallel = false;
+  std::string name() const {
+    return fmt::format("dp{} pp{} tp{} zero{} recompute {} {}{}{} {}", dp, pp, tp, zero, recompute, schedule,
+                       virtual_stages > 1 ? fmt::format(" v{}", virtual_stages) : "", sequence_parallel ? " +sp" : "",
+                       optimizer);
+  }
+};
+
+Plan make_plan(const Layout& l) {
+  const Json json = Json::parse(fmt::format(
+      R"({{"model": {{"name": "small", "layers": 4, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16}},
+          "cluster": "local-cpu", "train": {{"global_batch": 8, "precision": "fp32", "optimizer": "{}"}},
+          "parallel": {{"dp": {}, "pp": {}, "tp": {}, "zero": {}, "recompute": "{}", "schedule": "{}",
+                       "virtual_stages": {}, "tp_sequence_parallel": {}, "micro_batch": 2}}}})",
+      l.optimizer, l.dp, l.pp, l.tp, l.zero, l.recompute, l.schedule, l.virtual_stages, l.sequence_parallel));
+  return Plan::from_json(json, "");
+}
+
+TrainerOptions options_for(const std::string& optimizer) {
+  TrainerOptions o;
+  o.seed = 42;
+  o.lr = optimizer == "lars" ? 0.5f : 1e-3f;  // tessel run's default for AdamW
+  o.weight_decay = 0.01f;
+  o.clip_grad_norm = optimizer == "adamw" ? 0.0f : 0.5f;  // active: the gradient norm is about 1 at first
+  return o;
+}
+
+struct History {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> gradients;  // per step, whole model
+  std::vector<std::vector<float>> weights;    // before each step
+  std::vector<std::map<std::string, float>> trust;
+};
+
+History train(const Plan& plan, Communicator& world, const std::string& text, const std::string& optimizer) {
+  ProcessGrid grid(plan.parallel, world);
+  Trainer trainer(plan, grid, DataLoader(text, plan.train.global_batch, plan.seq_len(), grid.coordinates().dp,
+                                         plan.parallel.dp),
+                  options_for(optimizer));
+  History h;
+  for (int step = 0; step < 5; ++step) {
+    h.weights.push_back(trainer.whole_parameters());
+    h.losses.push_back(trainer.step().loss);
+    h.gradients.push_back(trainer.whole_gradients());
+    // Trust ratios of the tensors this rank updates, gathered on rank 0 through the world.
+    std::map<std::string, float> trust = trainer.trust_ratios();
+    h.trust.push_back(trust);
+  }
+  return h;
+}
+
+// Per tensor, |got - want| / |want| in the 2-norm (the usual relative error of a
+// vector); the worst tensor's.
+double worst_tensor_error(const std::vector<float>& got, const std::vector<float>& want, const ModelSpec& model,
+                          std::string& where) {
+  double worst = 0;
+  for (const TensorSlot& t : whole_model_tensors(model)) {
+    double norm = 1e-30, error = 0;
+    for (std::size_t i = t.offset; i < t.offset + t.size(); ++i) {
+      norm += double(want[i]) * want[i];
+      error += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    }
+    if (std::sqrt(error / norm) > worst) worst = std::sqrt(error / norm), where = t.name;
+  }
+  return worst;
+}
+
+std::vector<Layout> layouts(const std::string& suite) {
+  std::vector<Layout> out;
+  if (suite == "matrix") {
+    for (int dp : {1, 2})
+      for (int pp : {1, 2})
+        for (int tp : {1, 2})
+          for (int zero : {0, 1, 2, 3})
+            for (const char* recompute : {"none", "full"}) {
+              Layout l;
+              l.dp = dp, l.pp = pp, l.tp = tp, l.zero = zero, l.recompute = recompute;
+              out.push_back(l);
+            }
+  } else if (suite == "schedules") {
+    for (const char* schedule : {"gpipe", "1f1b", "interleaved"}) {
+      for (int dp : {1, 2}) {
+        Layout l;
+        l.pp = 2, l.dp = dp, l.tp = dp == 1 ? 2 : 1, l.schedule = schedule;
+        if (l.schedule == "interleaved") l.virtual_stages = 2;
+        out.push_back(l);
+      }
+    }
+    Layout selective;
+    selective.dp = 2, selective.tp = 2, selective.recompute = "selective";
+    out.push_back(selective);
+    for (int pp : {1, 2}) {
+      Layout sp;
+      sp.tp = 2, sp.pp = pp, sp.dp = 2, sp.sequence_parallel = true, sp.zero = pp == 1 ? 3 : 1;
+      out.push_back(sp);
+    }
+  } else if (suite == "optimizers") {
+    for (const char* optimizer : {"lamb", "lars"}) {
+      for (int zero : {1, 3}) {
+        Layout l;
+        l.optimizer = optimizer, l.dp = 2, l.tp = 2, l.pp = 2, l.zero = zero;
+        out.push_back(l);
+      }
+    }
+  }
+  return out;
+}
+
+// Trust ratio of one whole tensor, computed directly from its weights and (clipped)
+// gradient at the first step, where the moments start at zero.
+float direct_trust(const std::string& optimizer, const std::vector<float>& w, const std::vector<float>& g,
+                   const TensorSlot& t, float weight_decay) {
+  double wn = 0, un = 0;
+  for (std::size_t i = t.offset; i < t.offset + t.size(); ++i) {
+    double u = 0;
+    if (optimizer == "lamb") {
+      // m = (1-b1) g, v = (1-b2) g^2; bias correction gives mhat = g, vhat = g^2.
+      u = g[i] / (std::abs(double(g[i])) + 1e-6) + weight_decay * w[i];
+    } else {
+      u = g[i] + weight_decay * double(w[i]);
+    }
+    wn += double(w[i]) * w[i];
+    un += u * u;
+  }
+  return wn > 0 && un > 0 ? float(std::sqrt(wn) / std::sqrt(un)) : 1.0f;
+}
+
+}  // namespace
+
+// Uninterrupted 5 steps against 2 steps, a checkpoint, and 3 resumed steps in fresh
+// trainers: every loss and the final weights equal bit for bit.
+int check_checkpoints(Communicator& world, const std::string& text) {
+  int failures = 0;
+  Layout plain, sharded;
+  plain.dp = 2, plain.pp = 2;
+  sharded.dp = 2, sharded.pp = 2, sharded.tp = 2, sharded.zero = 3, sharded.optimizer = "lamb";
+  for (const Layout& layout : {plain, sharded}) {
+    const Plan plan = make_plan(layout);
+    const int ranks = plan.parallel.world_size();
+    std::unique_ptr<Communicator> sub = world.split(world.rank() < ranks ? 0 : 1, world.rank());
+    if (world.rank() < ranks) {
+      ProcessGrid grid(plan.parallel, *sub);
+      auto make = [&] {
+        return std::make_unique<Trainer>(plan, grid,
+                                         DataLoader(text, 8, 16, grid.coordinates().dp, plan.parallel.dp),
+                                         options_for(layout.optimizer));
+      };
+      // Rank 0 names the folder; every rank of the layout uses it.
+      float pid = float(::getpid() % 1000000);
+      sub->broadcast(&pid, 1, 0);
+      const std::string dir =
+          (std::filesystem::temp_directory_path() / fmt::format("tessel_parallel_checkpoint_{}", int(pid))).string();
+      std::vector<float> want;
+      auto uninterrupted = make();
+      for (int step = 0; step < 5; ++step) want.push_back(uninterrupted->step().loss);
+      const std::vector<float> want_weights = uninterrupted->whole_parameters();
+      auto first = make();
+      first->step();
+      first->step();
+      first->save(dir);
+      auto resumed = make();
+      resumed->load(dir);
+      bool same = resumed->steps_done() == 2;
+      for (int step = 2; step < 5; ++step) {
+        const float loss = resumed->step().loss;
+        same = same && std::memcmp(&loss, &want[std::size_t(step)], sizeof(float)) == 0;
+      }
+      const std::vector<float> weights = resumed->whole_parameters();
+      same = same && std::memcmp(weights.data(), want_weights.data(), weights.size() * sizeof(float)) == 0;
+      std::printf("checkpoint %s rank %d: steps 3..5 and weights %s\n", layout.name().c_str(), sub->rank(),
+                  same ? "bit-identical" : "DIFFER");
+      if (!same) ++failures;
+      sub->barrier();
+      if (sub->rank() == 0) std::filesystem::remove_all(dir);
+    }
+    world.barrier();
+  }
+  return failures;
+}
+
+int main(int argc, char** argv) {
+  const std::string suite = argc > 1 ? argv[1] : "matrix";
+  Communicator& world = mpi_world();
+  const std::string text = synthetic_corpus(1 << 14, 9);
+  if (suite == "checkpoint") {
+    float bad = float(check_checkpoints(world, text));
+    world.all_reduce(&bad, 1);
+    if (bad > 0) return 1;
+    std::printf("ok rank %d\n", world.rank());
+    return 0;
+  }
+  std::map<std::string, History> references;
+  int failures = 0;
+  for (const Layout& layout : layouts(suite)) {
+    const Plan plan = make_plan(layout);
+    const int ranks = plan.parallel.world_size();
+    if (ranks > world.size()) {
+      if (world.rank() == 0) std::printf("%s: needs %d ranks, skipped\n", layout.name().c_str(), ranks);
+      continue;
+    }
+    std::unique_ptr<Communicator> sub = world.split(world.rank() < ranks ? 0 : 1, world.rank());
+    History got;
+    if (world.rank() < ranks) got = train(plan, *sub, text, layout.optimizer);
+    world.barrier();
+    if (world.rank() != 0) continue;
+    if (!references.count(layout.optimizer)) {
+      Layout single;
+      single.optimizer = layout.optimizer;
+      references[layout.optimizer] = train(make_plan(single), mpi_self(), text, layout.optimizer);
+    }
+    const History& want = references[layout.optimizer];
+    double loss_error = 0, gradient_error = 0;
+    std::string where;
+    for (int step = 0; step < 5; ++step) {
+      loss_error = std::max(loss_error, std::abs(double(got.losses[step]) - want.losses[step]) / std::abs(want.losses[step]));
+      std::string tensor;
+      const double error = worst_tensor_error(got.gradients[step], want.gradients[step], plan.model, tensor);
+      if (error > gradient_error) gradient_error = error, where = fmt::format("{} step {}", tensor, step + 1);
+      if (std::getenv("TESSEL_VERBOSE")) std::printf("  step %d gradient error %.2e (%s)\n", step + 1, error, tensor.c_str());
+    }
+    const bool ok = loss_error <= 1e-5 && gradient_error <= 1e-4 && got.losses.back() < got.losses.front();
+    std::printf("%-48s losses %.6f..%.6f  loss error %.2e  gradient error %.2e (%s)  %s\n", layout.name().c_str(),
+                got.losses.front(), got.losses.back(), loss_error, gradient_error, where.c_str(), ok ? "ok" : "FAILED");
+    if (!ok) ++failures;
+    if (layout.optimizer != "adamw") {
+      // Trust ratios of split tensors on rank 0 (tensor rank 0, first stage), step 1.
+      for (const char* name : {"L0.attn.qkv.weight", "L0.mlp.fc2.weight", "wte", "L1.ln1.gain"}) {
+        const auto found = got.trust[0].find(name);
+        if (found == got.trust[0].end()) continue;
+        for (const TensorSlot& t : whole_model_tensors(plan.model)) {
+          if (t.name != name) continue;
+          const float direct = direct_trust(layout.optimizer, want.weights[0], want.gradients[0], t, 0.01f);
+          const double error = std::abs(found->second - direct) / direct;
+          std::printf("  trust ratio %-20s %.6f direct %.6f relative error %.2e\n", name, found->second, direct, error);
+          if (error > 1e-4) ++failures;
+        }
+      }
+    }
+    std::fflush(stdout);
+  }
+  float bad = float(failures);
+  world.all_reduce(&bad, 1);
+  if (bad > 0) return 1;
+  std::printf("ok rank %d\n", world.rank());
+  return 0;
+}

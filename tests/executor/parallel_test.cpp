@@ -1,0 +1,61 @@
+// Every parallel layout of the CPU executor equals the single-process run
+// (tests/executor/parallel_check.cpp, under mpirun with 8 ranks).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tessel/core/subprocess.hpp"
+
+namespace {
+std::string run_suite(const std::string& suite, int& status) {
+  return tessel::run_command("mpirun --allow-run-as-root --oversubscribe -np 8 '" +
+                                 std::string(TESSEL_PARALLEL_CHECK_BINARY) + "' " + suite + " 2>&1",
+                             status);
+}
+int count(const std::string& output, const std::string& word) {
+  int n = 0;
+  for (std::size_t at = output.find(word); at != std::string::npos; at = output.find(word, at + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+// dp {1,2} x pp {1,2} x tp {1,2} x zero {0..3} x recompute {none, full}: 64 layouts.
+TEST(Parallel, EveryLayoutOfTheMatrixEqualsOneProcess) {
+  int status = -1;
+  const std::string output = run_suite("matrix", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 64) << output;
+  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+}
+
+// GPipe, 1F1B and interleaved with tensor or data parallelism; selective recompute;
+// Megatron sequence parallel with ZeRO 1 and 3.
+TEST(Parallel, EverySchedulePlusSelectiveRecomputeAndSequenceParallelEqualOneProcess) {
+  int status = -1;
+  const std::string output = run_suite("schedules", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 9) << output;
+  EXPECT_EQ(count(output, " gpipe "), 2) << output;
+  EXPECT_EQ(count(output, " interleaved "), 2) << output;
+  EXPECT_EQ(count(output, "+sp"), 2) << output;
+}
+
+// LAMB and LARS with gradient clipping under ZeRO 1 and 3 with tp = pp = dp = 2 equal
+// the unsharded run, and their trust ratios equal a direct computation.
+TEST(Parallel, ShardedLambAndLarsEqualUnshardedWithTrustRatiosOfWholeTensors) {
+  int status = -1;
+  const std::string output = run_suite("optimizers", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 4) << output;
+  EXPECT_EQ(count(output, "trust ratio"), 16) << output;
+}
+
+// Stop after step 2 and resume: steps 3..5 and the weights are bit-identical to an
+// uninterrupted run on every rank, for dp = pp = 2, and for dp = pp = tp = 2 with ZeRO 3.
+TEST(Parallel, ResumedStepsAreBitIdenticalPerRank) {
+  int status = -1;
+  const std::string output = run_suite("checkpoint", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "bit-identical"), 4 + 8) << output;
+  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}
