@@ -25,3 +25,9 @@ run plan --model gpt3-13b --cluster dgx-h100 --nodes 4 --global-batch 256 --top 
 # Train a small GPT data-parallel on two CPU ranks (tessel run launches mpirun itself)
 # and record the run next to the profiles.
 run run --plan examples/local-cpu-gpt-small.json --steps 5 --db "$db"
+
+# Pipeline + 1d tensor parallel with ZeRO 1 and selective recompute on four CPU ranks:
+# every op is measured under the Program's op id; the measured trace opens next to the
+# simulator's prediction for the same plan (chrome://tracing or Perfetto).
+run run --plan examples/local-cpu-gpt-pp-tp.json --steps 5 --db "$db" --trace "$build_dir/measured-pp-tp-trace.json"
+run simulate --plan examples/local-cpu-gpt-pp-tp.json --db "$db" --trace "$build_dir/predicted-pp-tp-trace.json"

@@ -70,8 +70,10 @@ int run_run(const RunArgs& args) {
   if (!args.data_file.empty() && !std::filesystem::is_regular_file(args.data_file)) {
     throw Error(fmt::format("--data: {}: cannot open file", args.data_file));
   }
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) become_worker(args);
-  return launch_under_mpirun(args, plan.parallel.world_size());
+  RunArgs worker_args = args;
+  worker_args.progress = isatty(STDERR_FILENO) != 0;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) become_worker(worker_args);
+  return launch_under_mpirun(worker_args, plan.parallel.world_size());
 }
 }  // namespace
 

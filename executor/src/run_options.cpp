@@ -17,6 +17,7 @@ std::vector<std::string> RunOptions::to_arguments() const {
   if (checkpoint_every > 0) out.insert(out.end(), {"--checkpoint-every", std::to_string(checkpoint_every)});
   if (!resume.empty()) out.insert(out.end(), {"--resume", resume});
   if (!trace_file.empty()) out.insert(out.end(), {"--trace", trace_file});
+  if (progress) out.insert(out.end(), {"--progress", "1"});
   if (clip_grad_norm > 0) out.insert(out.end(), {"--clip-grad-norm", fmt::format("{}", clip_grad_norm)});
   return out;
 }
@@ -37,6 +38,7 @@ RunOptions RunOptions::from_arguments(int argc, const char* const* argv) {
     else if (key == "--seed") o.seed = std::strtoull(value.c_str(), nullptr, 10);
     else if (key == "--lr") o.lr = std::strtof(value.c_str(), nullptr);
     else if (key == "--trace") o.trace_file = value;
+    else if (key == "--progress") o.progress = value == "1";
     else if (key == "--clip-grad-norm") o.clip_grad_norm = std::strtof(value.c_str(), nullptr);
     else throw Error(fmt::format("{}: unknown option", key));
   }

@@ -113,10 +113,20 @@ int train(const RunArgs& args, const Plan& plan) {
       }
       const executor::StepStats stats = trainer.step();
       if (reporter) {
+        // The bar shares stdout with the step lines, so mpirun forwards them in order.
+        if (args.progress) std::cout << fmt::format("\r{:80}\r", "");  // the bar gives way to the step line
         std::cout << fmt::format("step {} loss {:.6f}  {:.0f} tokens/s  step {:.3f} s\n", stats.step, stats.loss,
                                  stats.tokens_per_s, stats.seconds)
                   << std::flush;
         if (std::isfinite(stats.loss)) steps.push_back({stats.step, stats.loss, stats.seconds, stats.tokens_per_s});
+        if (args.progress && stats.step < args.steps) {
+          constexpr int kWidth = 30;
+          const int filled = kWidth * stats.step / args.steps;
+          std::cout << fmt::format("training [{}{}] {}/{} steps  about {:.0f} s left", std::string(filled, '#'),
+                                   std::string(kWidth - filled, '.'), stats.step, args.steps,
+                                   stats.seconds * (args.steps - stats.step))
+                    << std::flush;
+        }
       }
       if (!std::isfinite(stats.loss)) {
         if (reporter) {

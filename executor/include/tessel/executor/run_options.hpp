@@ -15,6 +15,7 @@ struct RunOptions {
   std::uint64_t seed = 1;
   float lr = 1e-3f;
   float clip_grad_norm = 0.0f;
+  bool progress = false;  // draw a progress bar (tessel run asks when its stderr is a terminal)
 
   std::vector<std::string> to_arguments() const;
   // Throws tessel::Error on an unknown option or a missing value.
