@@ -2,8 +2,9 @@
 // step time (forward, backward, AdamW) and the fraction of the best GEMM rate of this
 // machine's CPU profile it reaches, FLOPs counted as 6 N + 6 L C T per token (the
 // formula the CUDA issue uses; causal attention halves the score FLOPs). The baseline
-// in the same run is a lone GEMM of the step's largest shape, timed here; the step with
-// selective and with full recompute is timed against the step without.
+// in the same run is a lone GEMM of the step's largest shape, timed here; the steps with
+// selective and full recompute and with bf16 activation storage are timed, and their
+// kept activation bytes counted, against the plain fp32 step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,14 +21,20 @@ using namespace tessel;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-// Median step time of 5 steps after a warm-up step, on one rank.
-double median_step_s(const std::string& recompute) {
+struct Measured {
+  double step_s = 0;
+  std::size_t kept_bytes = 0;
+};
+
+// Median step time of 5 steps after a warm-up step, on one rank, and the activation
+// bytes kept for the backward.
+Measured measure(const std::string& recompute, const std::string& precision) {
   const Plan plan = Plan::from_json(Json::parse(fmt::format(
                                         R"({{"model": {{"name": "gpt-h512-l8", "layers": 8, "hidden": 512, "heads": 8,
                                             "vocab": 256, "seq_len": 256}}, "cluster": "local-cpu",
-                                            "train": {{"global_batch": 4, "precision": "fp32"}},
+                                            "train": {{"global_batch": 4, "precision": "{}"}},
                                             "parallel": {{"micro_batch": 4, "recompute": "{}"}}}})",
-                                        recompute)),
+                                        precision, recompute)),
                                     "");
   executor::SingleRankCommunicator world;
   executor::ProcessGrid grid(plan.parallel, world);
@@ -38,7 +45,7 @@ double median_step_s(const std::string& recompute) {
     if (step > 1) seconds.push_back(s);
   }
   std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  return {seconds[seconds.size() / 2], trainer.kept_activation_bytes()};
 }
 }  // namespace
 
@@ -47,9 +54,8 @@ int main() {
   m.name = "gpt-h512-l8";
   m.layers = 8, m.hidden = 512, m.heads = 8, m.kv_heads = 8, m.ffn_hidden = 2048, m.vocab = 256, m.seq_len = 256;
   const int batch = 4, seq = 256;
-  const double step_s = median_step_s("none");
-  const double selective_s = median_step_s("selective");
-  const double full_s = median_step_s("full");
+  const Measured plain = measure("none", "fp32");
+  const double step_s = plain.step_s;
   const double tokens_per_step = double(batch) * seq;
   const double flops = (6.0 * double(m.parameter_count()) + 6.0 * m.layers * m.hidden * seq) * tokens_per_step;
   // Baseline: the step's largest GEMM (tokens x ffn x hidden), alone, on this core.
@@ -72,14 +78,21 @@ int main() {
   std::printf("GPT hidden 512, 8 layers, seq 256, batch 4, %lld parameters, one rank\n",
               static_cast<long long>(m.parameter_count()));
   std::printf("  step (fwd + bwd + AdamW), median of 5   %.3f s   %.1f tokens/s\n", step_s, tokens_per_step / step_s);
-  std::printf("  with selective recompute                 %.3f s   %.2fx the step without\n", selective_s,
-              selective_s / step_s);
-  std::printf("  with full recompute                      %.3f s   %.2fx the step without\n", full_s, full_s / step_s);
   std::printf("  model FLOP rate                          %.1f GFLOP/s\n", flops / step_s / 1e9);
   std::printf("  lone GEMM %dx%dx%d (baseline, this run)  %.1f GFLOP/s   step reaches %.0f%% of it\n", rows,
               m.ffn_hidden, m.hidden, gemm_rate / 1e9, 100 * flops / step_s / gemm_rate);
   std::printf("  best GEMM rate of the local-cpu profile   %.1f GFLOP/s (%s)   step reaches %.0f%% of it\n",
               best_profiled / 1e9, profile.meta.value("source", std::string("?")).c_str(),
               100 * flops / step_s / best_profiled);
+  // Recompute and bf16 storage against the plain fp32 step of this run.
+  std::printf("\n  recompute  storage  step      vs fp32 none  kept activations  vs fp32 none\n");
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (const char* recompute : {"none", "selective", "full"}) {
+      const Measured m = std::string(precision) == "fp32" && std::string(recompute) == "none" ? plain
+                                                                                               : measure(recompute, precision);
+      std::printf("  %-9s  %-7s  %.3f s   %5.2fx        %8.1f MiB      %5.2fx\n", recompute, precision, m.step_s,
+                  m.step_s / step_s, double(m.kept_bytes) / (1 << 20), double(m.kept_bytes) / double(plain.kept_bytes));
+    }
+  }
   return 0;
 }

@@ -494,7 +494,7 @@ void GptStage::layer_backward(int mb, int l, const float* params, float* grads, 
       k_.gemm(true, false, S, D, S, 1.0f, dscores_.data() + bh * square, a.q.data() + bh * head_block, 0.0f,
               dk_.data() + bh * head_block);
     }
-    dqkv_.resize(a.qkv.size());
+    dqkv_.resize(std::size_t(N) * 3 * Cl);
     for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t src) {
       float* r = dqkv_.data() + row * 3 * Cl;
       r[col] = dq_[src], r[Cl + col] = dk_[src], r[2 * Cl + col] = dv_[src];

@@ -37,6 +37,9 @@ void Trainer::check(const Plan& plan) {
                             "tied embeddings, biases, kv_heads == heads)",
                             m.name));
   }
+  if (plan.train.precision == Precision::fp16) {
+    throw Error("train.precision: the CPU executor computes in fp32 and stores fp32 or bf16; got fp16");
+  }
   if (m.vocab % p.tp != 0) {
     throw Error(fmt::format("model.vocab: {} is not divisible by parallel.tp {} (the embedding is vocab-parallel)",
                             m.vocab, p.tp));
@@ -109,7 +112,12 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   }
   const std::size_t layers_here = shape_.layers.size();
   kept_.assign(std::size_t(micro_batches_), std::vector<LayerActivations>(layers_here));
-  if (p.recompute == Recompute::none) kept_probs_.assign(std::size_t(micro_batches_), std::vector<FloatBuffer>(layers_here));
+  bf16_storage_ = plan.train.precision == Precision::bf16;
+  if (bf16_storage_) {
+    packed_.assign(std::size_t(micro_batches_), std::vector<PackedActivations>(layers_here));
+  } else if (p.recompute == Recompute::none) {
+    kept_probs_.assign(std::size_t(micro_batches_), std::vector<FloatBuffer>(layers_here));
+  }
   heads_.resize(shape_.head ? std::size_t(micro_batches_) : 0);
   x_.assign(std::size_t(chunks_), std::vector<FloatBuffer>(std::size_t(micro_batches_)));
   dx_ = x_;
@@ -122,6 +130,27 @@ std::size_t Trainer::resident_parameter_elements() const {
   std::size_t total = 0;
   for (const BucketState& b : buckets_) total += b.params.size() + b.param_shard.size();
   return total;
+}
+
+std::size_t Trainer::kept_activation_bytes() const {
+  std::size_t bytes = 0;
+  for (const auto& per_layer : kept_) {
+    for (const LayerActivations& a : per_layer) {
+      for (auto member : LayerActivations::kSaved) bytes += (a.*member).size() * sizeof(float);
+      for (auto member : LayerActivations::kRowStatistics) bytes += (a.*member).size() * sizeof(float);
+    }
+  }
+  for (const auto& per_layer : kept_probs_) {
+    for (const FloatBuffer& probs : per_layer) bytes += probs.size() * sizeof(float);
+  }
+  for (const auto& per_layer : packed_) {
+    for (const PackedActivations& p : per_layer) {
+      for (const auto& tensor : p.saved) bytes += tensor.size() * sizeof(std::uint16_t);
+      for (const FloatBuffer& stats : p.row_statistics) bytes += stats.size() * sizeof(float);
+      bytes += p.probs.size() * sizeof(std::uint16_t);
+    }
+  }
+  return bytes;
 }
 
 bool Trainer::counts_tensor(const TensorSlot& t) const {
@@ -226,18 +255,25 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
     BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
     const float* weights = layer_weights(b, mb, "fwd");
+    // What the backward will need: everything (none), all but the probabilities
+    // (selective), the input only (full); in bf16 when the plan says so.
     LayerActivations& kept = kept_[std::size_t(mb)][here];
-    switch (recompute) {
-      case Recompute::none:
-        stage_->layer_forward(mb, l, PassKind::forward, weights, kept, kept_probs_[std::size_t(mb)][here], x);
-        break;
-      case Recompute::selective:
-        stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs_scratch_, x);
-        break;
-      case Recompute::full:
+    if (recompute == Recompute::full) {
+      if (bf16_storage_) {
+        PackedActivations& packed = packed_[std::size_t(mb)][here];
+        packed.saved.assign(1, std::vector<std::uint16_t>(x.size()));
+        k_.to_bf16(x.data(), packed.saved[0].data(), std::int64_t(x.size()));
+      } else {
         kept.x = x;
-        stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x);
-        break;
+      }
+      stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x);
+    } else if (bf16_storage_) {
+      stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x);
+      pack(recompute_scratch_, recompute == Recompute::none ? &probs_scratch_ : nullptr,
+           packed_[std::size_t(mb)][here]);
+    } else {
+      FloatBuffer& probs = recompute == Recompute::none ? kept_probs_[std::size_t(mb)][here] : probs_scratch_;
+      stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs, x);
     }
   }
   if (vs == virtual_stages - 1) {
@@ -277,19 +313,26 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       grads = layer_grads_.data();
     }
     LayerActivations& kept = kept_[std::size_t(mb)][here];
-    switch (recompute) {
-      case Recompute::none:
-        stage_->layer_backward(mb, l, weights, grads, kept, kept_probs_[std::size_t(mb)][here], dx);
-        break;
-      case Recompute::selective:
-        stage_->recompute_probabilities(mb, l, kept, probs_scratch_);
-        stage_->layer_backward(mb, l, weights, grads, kept, probs_scratch_, dx);
-        break;
-      case Recompute::full:
+    if (recompute == Recompute::full) {
+      if (bf16_storage_) {
+        const std::vector<std::uint16_t>& input = packed_[std::size_t(mb)][here].saved[0];
+        recompute_out_.resize(input.size());
+        k_.from_bf16(input.data(), recompute_out_.data(), std::int64_t(input.size()));
+      } else {
         recompute_out_ = kept.x;
-        stage_->layer_forward(mb, l, PassKind::recompute, weights, recompute_scratch_, probs_scratch_, recompute_out_);
-        stage_->layer_backward(mb, l, weights, grads, recompute_scratch_, probs_scratch_, dx);
-        break;
+      }
+      stage_->layer_forward(mb, l, PassKind::recompute, weights, recompute_scratch_, probs_scratch_, recompute_out_);
+      stage_->layer_backward(mb, l, weights, grads, recompute_scratch_, probs_scratch_, dx);
+    } else {
+      // bf16: unpacked into the scratch set, the one place this backward reads from.
+      LayerActivations& a = bf16_storage_ ? recompute_scratch_ : kept;
+      if (bf16_storage_) {
+        unpack(packed_[std::size_t(mb)][here], a, recompute == Recompute::none ? &probs_scratch_ : nullptr);
+      }
+      if (recompute == Recompute::selective) stage_->recompute_probabilities(mb, l, a, probs_scratch_);
+      const bool kept_probs = recompute == Recompute::none && !bf16_storage_;
+      stage_->layer_backward(mb, l, weights, grads, a, kept_probs ? kept_probs_[std::size_t(mb)][here] : probs_scratch_,
+                             dx);
     }
     if (shards_weights(b)) {
       // ZeRO 3: this micro-batch's layer gradient goes to its owners at once.
@@ -309,6 +352,35 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
     auto timed = timeline_.time(fmt::format("mb{}/V{}/bwd/pp.send", mb, vs));
     sends_.push_back(pp.send_async(dx.data(), dx.size(), (stage_index_ + stages_ - 1) % stages_,
                                    message_tag(mb, vs - 1, virtual_stages, Pass::backward)));
+  }
+}
+
+void Trainer::pack(const LayerActivations& a, const FloatBuffer* probs, PackedActivations& packed) {
+  constexpr std::size_t saved = std::size(LayerActivations::kSaved);
+  packed.saved.resize(saved);
+  for (std::size_t i = 0; i < saved; ++i) {
+    const FloatBuffer& from = a.*LayerActivations::kSaved[i];
+    packed.saved[i].resize(from.size());
+    k_.to_bf16(from.data(), packed.saved[i].data(), std::int64_t(from.size()));
+  }
+  packed.row_statistics.clear();
+  for (auto member : LayerActivations::kRowStatistics) packed.row_statistics.push_back(a.*member);
+  packed.probs.resize(probs ? probs->size() : 0);
+  if (probs) k_.to_bf16(probs->data(), packed.probs.data(), std::int64_t(probs->size()));
+}
+
+void Trainer::unpack(const PackedActivations& packed, LayerActivations& a, FloatBuffer* probs) {
+  for (std::size_t i = 0; i < packed.saved.size(); ++i) {
+    FloatBuffer& to = a.*LayerActivations::kSaved[i];
+    to.resize(packed.saved[i].size());
+    k_.from_bf16(packed.saved[i].data(), to.data(), std::int64_t(to.size()));
+  }
+  for (std::size_t i = 0; i < packed.row_statistics.size(); ++i) {
+    a.*LayerActivations::kRowStatistics[i] = packed.row_statistics[i];
+  }
+  if (probs) {
+    probs->resize(packed.probs.size());
+    k_.from_bf16(packed.probs.data(), probs->data(), std::int64_t(probs->size()));
   }
 }
 

@@ -2,6 +2,7 @@
 // are written for clarity first, with Eigen's vectorised expressions where they are
 // the natural form.
 #include <cmath>
+#include <cstring>
 
 #include <Eigen/Dense>
 
@@ -176,6 +177,28 @@ double sum_of_squares(const float* x, std::int64_t n) {
 
 void scale(float* x, std::int64_t n, float factor) { Eigen::Map<Eigen::ArrayXf>(x, n) *= factor; }
 
+// bf16 is the top half of an fp32 word; rounding adds half of the dropped half's range,
+// plus one when the kept part is odd (ties to even).
+void to_bf16(const float* x, std::uint16_t* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+      y[i] = std::uint16_t((bits >> 16) | 0x0040u);  // a quiet NaN
+      continue;
+    }
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    y[i] = std::uint16_t(bits >> 16);
+  }
+}
+
+void from_bf16(const std::uint16_t* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t bits = std::uint32_t(x[i]) << 16;
+    std::memcpy(y + i, &bits, sizeof bits);
+  }
+}
+
 void lamb_update(const float* param, const float* grad, float* m, float* v, float* update, std::int64_t n,
                  const LambParams& p) {
   const float correction1 = 1.0f - std::pow(p.beta1, float(p.step));
@@ -226,6 +249,8 @@ const KernelBackend& cpu_backend() {
                                      adamw_step,
                                      sum_of_squares,
                                      scale,
+                                     to_bf16,
+                                     from_bf16,
                                      lamb_update,
                                      apply_update,
                                      lars_update,

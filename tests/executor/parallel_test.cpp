@@ -29,12 +29,14 @@ TEST(Parallel, EveryLayoutOfTheMatrixEqualsOneProcess) {
 }
 
 // GPipe, 1F1B and interleaved with tensor or data parallelism; selective recompute;
-// Megatron sequence parallel with ZeRO 1 and 3.
+// Megatron sequence parallel with ZeRO 1 and 3; bf16 activation storage under each
+// recompute mode.
 TEST(Parallel, EverySchedulePlusSelectiveRecomputeAndSequenceParallelEqualOneProcess) {
   int status = -1;
   const std::string output = run_suite("schedules", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 9) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 12) << output;
+  EXPECT_EQ(count(output, " bf16 "), 3) << output;
   EXPECT_EQ(count(output, " gpipe "), 2) << output;
   EXPECT_EQ(count(output, " interleaved "), 2) << output;
   EXPECT_EQ(count(output, "+sp"), 2) << output;

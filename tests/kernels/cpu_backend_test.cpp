@@ -283,6 +283,29 @@ TEST(CpuKernels, EmbeddingGathersAndAccumulatesWithinItsVocabularyShard) {
   EXPECT_FLOAT_EQ(shard_grad[0], 0.0f);
 }
 
+TEST(CpuKernels, Bf16RoundsToNearestEvenAndBack) {
+  // 1 + 2^-8 is halfway between two bf16 values (1 and 1 + 2^-7): ties go to even (1);
+  // 1 + 3 x 2^-8 goes up to 1 + 2^-6; NaN stays NaN; bf16 values round-trip exactly.
+  const std::vector<float> x{1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, kNaN, 1e-40f, 3.0e38f};
+  std::vector<std::uint16_t> packed(x.size());
+  std::vector<float> back(x.size());
+  K.to_bf16(x.data(), packed.data(), std::int64_t(x.size()));
+  K.from_bf16(packed.data(), back.data(), std::int64_t(x.size()));
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 1.0f + 0x1p-6f);
+  EXPECT_EQ(back[2], -2.5f);
+  EXPECT_TRUE(std::isnan(back[3]));
+  EXPECT_NEAR(back[4], 1e-40f, 0x1p-134f);  // subnormal: within half a bf16 step (2^-133)
+  EXPECT_NEAR(back[5] / 3.0e38f, 1.0f, 1.0f / 128);
+  std::mt19937 rng(9);
+  const auto values = random_vector(1000, rng);
+  std::vector<std::uint16_t> p(values.size());
+  std::vector<float> r(values.size());
+  K.to_bf16(values.data(), p.data(), 1000);
+  K.from_bf16(p.data(), r.data(), 1000);
+  for (std::size_t i = 0; i < values.size(); ++i) EXPECT_LE(std::abs(r[i] - values[i]), std::abs(values[i]) / 256) << i;
+}
+
 TEST(CpuKernels, AdamWMatchesTheUpdateRule) {
   std::mt19937 rng(7);
   const std::size_t n = 17;

@@ -79,10 +79,28 @@ struct StageShape {
 std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shape);
 
 // What a layer keeps from its forward for its backward. With full recompute only `x`
-// is kept per micro-batch; the rest is rebuilt in a shared scratch set.
+// is kept per micro-batch; the rest is rebuilt in a shared scratch set. qkv and
+// att_heads are forward-only work the backward does not read.
 struct LayerActivations {
   FloatBuffer x, ln1, ln1_mean, ln1_rstd, ln1_full, qkv, q, k, v, att_heads, att, x1, ln2, ln2_mean, ln2_rstd,
       ln2_full, fc1, gelu;
+  // The tensors the backward reads, and the per-row norm statistics among them, which
+  // bf16 storage keeps in fp32.
+  static constexpr FloatBuffer LayerActivations::*kSaved[] = {
+      &LayerActivations::x,   &LayerActivations::ln1, &LayerActivations::ln1_full, &LayerActivations::q,
+      &LayerActivations::k,   &LayerActivations::v,   &LayerActivations::att,      &LayerActivations::x1,
+      &LayerActivations::ln2, &LayerActivations::ln2_full, &LayerActivations::fc1, &LayerActivations::gelu};
+  static constexpr FloatBuffer LayerActivations::*kRowStatistics[] = {
+      &LayerActivations::ln1_mean, &LayerActivations::ln1_rstd, &LayerActivations::ln2_mean,
+      &LayerActivations::ln2_rstd};
+};
+
+// A layer's saved activations in bf16 (plan precision bf16: compute in fp32, store in
+// bf16, as the planner's activation memory assumes).
+struct PackedActivations {
+  std::vector<std::vector<std::uint16_t>> saved;  // LayerActivations::kSaved order
+  std::vector<FloatBuffer> row_statistics;
+  std::vector<std::uint16_t> probs;
 };
 
 // The head's state between its forward and backward for one micro-batch.

@@ -12,7 +12,8 @@
 // layer's weights and gathers the layer before each use. LAMB and LARS trust ratios and
 // gradient clipping use norms reduced over every rank that holds part of a tensor.
 // Recompute: full keeps each layer's input and re-runs its forward before the backward;
-// selective drops the attention probabilities and rebuilds them from q and k.
+// selective drops the attention probabilities and rebuilds them from q and k. With plan
+// precision bf16 the kept activations are stored in bf16 (compute stays fp32).
 //
 // Every op is timed under the id of the Program core lowers from the same plan.
 #pragma once
@@ -70,6 +71,9 @@ class Trainer {
   const std::map<std::string, float>& trust_ratios() const { return trust_ratios_; }
   // Elements of weights this rank keeps between steps (ZeRO 3 keeps 1/dp of the layers).
   std::size_t resident_parameter_elements() const;
+  // Bytes of layer activations this rank holds for backwards (all micro-batches in
+  // flight), counted from the buffers after a step: what recompute and bf16 storage save.
+  std::size_t kept_activation_bytes() const;
 
   // Checkpoints: every rank writes its weights and optimizer state to
   // dir/rank<r>.bin (through a temporary file and a rename), then rank 0 writes
@@ -97,6 +101,8 @@ class Trainer {
   void update(StepStats& stats);
   void run_forward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets, double& loss);
   void run_backward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
+  void pack(const LayerActivations& a, const FloatBuffer* probs, PackedActivations& packed);
+  void unpack(const PackedActivations& packed, LayerActivations& a, FloatBuffer* probs);
   void bucket_gradients_done(BucketState& bucket);
   void sum_sequence_partials(BucketState& bucket, float* grads);
   const float* layer_weights(BucketState& bucket, int mb, std::string_view pass);
@@ -137,6 +143,8 @@ class Trainer {
   // Per step: activations in flight, indexed [micro-batch][position of the layer on this rank].
   std::vector<std::vector<LayerActivations>> kept_;
   std::vector<std::vector<FloatBuffer>> kept_probs_;
+  std::vector<std::vector<PackedActivations>> packed_;  // bf16 storage: [micro-batch][layer here]
+  bool bf16_storage_ = false;
   LayerActivations recompute_scratch_;
   FloatBuffer probs_scratch_, recompute_out_;
   std::vector<HeadActivations> heads_;

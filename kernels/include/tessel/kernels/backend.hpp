@@ -86,6 +86,9 @@ struct KernelBackend {
   // Sum of squares in double (for global norms of sharded tensors).
   double (*sum_of_squares)(const float* x, std::int64_t n);
   void (*scale)(float* x, std::int64_t n, float factor);  // gradient clipping
+  // bf16 storage (compute stays fp32): round to nearest even, NaN stays NaN; and back.
+  void (*to_bf16)(const float* x, std::uint16_t* y, std::int64_t n);
+  void (*from_bf16)(const std::uint16_t* x, float* y, std::int64_t n);
   // LAMB phase 1: moments and the raw update r into `update`.
   void (*lamb_update)(const float* param, const float* grad, float* m, float* v, float* update, std::int64_t n,
                       const LambParams& p);
