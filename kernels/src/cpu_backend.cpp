@@ -81,6 +81,24 @@ void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
   DX = DY * (0.5f * (1.0f + t) + 0.5f * X * (1.0f - t.square()) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * X.square()));
 }
 
+void swiglu_forward(const float* x, float* y, int rows, int f) {
+  for (int r = 0; r < rows; ++r) {
+    const Eigen::Map<const Eigen::ArrayXf> gate(x + std::int64_t(r) * 2 * f, f), up(x + std::int64_t(r) * 2 * f + f, f);
+    Eigen::Map<Eigen::ArrayXf>(y + std::int64_t(r) * f, f) = gate / (1.0f + (-gate).exp()) * up;
+  }
+}
+
+// d silu(g)/dg = s (1 + g (1 - s)) with s = sigmoid(g).
+void swiglu_backward(const float* x, const float* dy, float* dx, int rows, int f) {
+  for (int r = 0; r < rows; ++r) {
+    const Eigen::Map<const Eigen::ArrayXf> gate(x + std::int64_t(r) * 2 * f, f), up(x + std::int64_t(r) * 2 * f + f, f);
+    const Eigen::Map<const Eigen::ArrayXf> d(dy + std::int64_t(r) * f, f);
+    const Eigen::ArrayXf s = 1.0f / (1.0f + (-gate).exp());
+    Eigen::Map<Eigen::ArrayXf>(dx + std::int64_t(r) * 2 * f, f) = d * up * s * (1.0f + gate * (1.0f - s));
+    Eigen::Map<Eigen::ArrayXf>(dx + std::int64_t(r) * 2 * f + f, f) = d * gate * s;
+  }
+}
+
 // Causal softmax of scale * scores, one [seq x seq] block per (batch, head): row i
 // attends to j <= i; masked entries are exactly zero so the backward needs no mask.
 void causal_softmax_forward(const float* scores, float* probs, int batch, int seq, float scale) {
@@ -239,6 +257,8 @@ const KernelBackend& cpu_backend() {
                                      layer_norm_backward,
                                      gelu_forward,
                                      gelu_backward,
+                                     swiglu_forward,
+                                     swiglu_backward,
                                      causal_softmax_forward,
                                      causal_softmax_backward,
                                      cross_entropy_max,

@@ -167,6 +167,26 @@ TEST(CpuKernels, GeluForwardAndBackward) {
   EXPECT_LT(max_relative_error(dx, numeric_gradient(gelu_ref, to_double(x), to_double(w))), 1e-4);
 }
 
+TEST(CpuKernels, SwigluForwardAndBackward) {
+  std::mt19937 rng(12);
+  const int rows = 5, f = 7;
+  const auto x = random_vector(std::size_t(rows) * 2 * f, rng, 2.0f), w = random_vector(std::size_t(rows) * f, rng);
+  const auto swiglu_ref = [&](const std::vector<double>& in) {
+    std::vector<double> y(std::size_t(rows) * f);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < f; ++j) {
+        const double g = in[std::size_t(r) * 2 * f + j], u = in[std::size_t(r) * 2 * f + f + j];
+        y[std::size_t(r) * f + j] = g / (1 + std::exp(-g)) * u;
+      }
+    return y;
+  };
+  std::vector<float> y(w.size(), kNaN), dx(x.size(), kNaN);
+  K.swiglu_forward(x.data(), y.data(), rows, f);
+  EXPECT_LT(max_relative_error(y, swiglu_ref(to_double(x))), 1e-6);
+  K.swiglu_backward(x.data(), w.data(), dx.data(), rows, f);
+  EXPECT_LT(max_relative_error(dx, numeric_gradient(swiglu_ref, to_double(x), to_double(w))), 1e-5);
+}
+
 // Attention as the executor runs it: scores = Q K^T per head (GEMM), the causal softmax
 // kernel, out = P V (GEMM); backward through the same kernels.
 static std::vector<float> attention_through_kernels(const std::vector<float>& q, const std::vector<float>& k,

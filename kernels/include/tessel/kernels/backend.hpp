@@ -53,6 +53,10 @@ struct KernelBackend {
 
   void (*gelu_forward)(const float* x, float* y, std::int64_t n);
   void (*gelu_backward)(const float* x, const float* dy, float* dx, std::int64_t n);
+  // SwiGLU (Shazeer 2020), the LLaMA MLP: x[rows x 2f] holds the gate and the up
+  // projection side by side; y[rows x f] = silu(gate) * up.
+  void (*swiglu_forward)(const float* x, float* y, int rows, int f);
+  void (*swiglu_backward)(const float* x, const float* dy, float* dx, int rows, int f);
 
   // Attention is GEMMs (scores = Q K^T, out = P V, per head) around this causal softmax,
   // so that the (seq x seq) probabilities are a tensor the executor can keep or drop
