@@ -178,8 +178,16 @@ std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shap
 }
 
 GptStage::GptStage(const ModelSpec& model, const StageShape& shape, int micro_batch, int seq, Communicator& tp,
-                   const kernels::KernelBackend& backend, OpTimeline& timeline)
-    : model_(model), shape_(shape), micro_batch_(micro_batch), seq_(seq), tp_(tp), k_(backend), timeline_(timeline) {
+                   Communicator& sp, const kernels::KernelBackend& backend, OpTimeline& timeline)
+    : model_(model),
+      shape_(shape),
+      micro_batch_(micro_batch),
+      seq_(seq),
+      tp_(tp),
+      sp_(sp),
+      keep_keys_(shape.keep_all_keys && shape.sp > 1),
+      k_(backend),
+      timeline_(timeline) {
   rows_ = micro_batch * seq;
   local_rows_ = shape.sequence_parallel ? rows_ / shape.tp : rows_;
   heads_ = model.heads / shape.tp;
@@ -240,7 +248,7 @@ void GptStage::embed_forward(int mb, const std::int32_t* tokens, const Bucket& r
   const int first_row = shape_.sequence_parallel ? shape_.tp_rank * local_rows_ : 0;
   x.resize(activation_size());
   for (int r = 0; r < local_rows_; ++r) {
-    const float* position = wpe + std::size_t((first_row + r) % seq_) * C;
+    const float* position = wpe + std::size_t(shape_.sp_rank * seq_ + (first_row + r) % seq_) * C;
     const float* from = whole.data() + std::size_t(first_row + r) * C;
     float* to = x.data() + std::size_t(r) * C;
     for (int c = 0; c < C; ++c) to[c] = from[c] + position[c];
@@ -261,7 +269,7 @@ void GptStage::embed_backward(int mb, const std::int32_t* tokens, const Bucket& 
   float* dwpe = grads + rest.tensor("wpe").offset;
   for (int r = 0; r < rows_; ++r) {
     const float* g = whole->data() + std::size_t(r) * C;
-    float* to = dwpe + std::size_t(r % seq_) * C;
+    float* to = dwpe + std::size_t(shape_.sp_rank * seq_ + r % seq_) * C;
     for (int c = 0; c < C; ++c) to[c] += g[c];
   }
 }
@@ -295,7 +303,6 @@ void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, 
     k_.gemm(false, false, N, 3 * Cl, C, 1.0f, ln1->data(), w(kQkvW), 0.0f, a.qkv.data());
     add_bias(a.qkv.data(), w(kQkvB), N, 3 * Cl);
   }
-  const std::size_t head_block = std::size_t(S) * D, square = std::size_t(S) * S;
   {
     auto timed = timeline_.time(id(mb, l, P, "attn.core"));
     const std::size_t n = std::size_t(N) * Cl;
@@ -305,14 +312,9 @@ void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, 
       a.q[dst] = r[col], a.k[dst] = r[Cl + col], a.v[dst] = r[2 * Cl + col];
     });
   }
-  attention_probabilities(mb, l, P, a, probs);
+  attention_forward(mb, l, P, a, probs);
   {
     auto timed = timeline_.time(id(mb, l, P, "attn.core"));
-    a.att_heads.resize(a.q.size());
-    for (std::size_t bh = 0; bh < std::size_t(B) * H; ++bh) {
-      k_.gemm(false, false, S, D, S, 1.0f, probs.data() + bh * square, a.v.data() + bh * head_block, 0.0f,
-              a.att_heads.data() + bh * head_block);
-    }
     a.att.resize(a.q.size());
     for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t src) {
       a.att[row * Cl + col] = a.att_heads[src];
@@ -373,23 +375,6 @@ void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, 
   auto timed = timeline_.time(id(mb, l, P, "mlp.residual"));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = a.x1[i] + (*reduced)[i];
   add_bias(x.data(), w(kFc2B), Nl, C);
-}
-
-void GptStage::attention_probabilities(int mb, int l, std::string_view pass, const LayerActivations& a,
-                                       FloatBuffer& probs) {
-  const int B = micro_batch_, S = seq_, H = heads_, D = model_.hidden / model_.heads;
-  const std::size_t head_block = std::size_t(S) * D, square = std::size_t(S) * S;
-  {
-    auto timed = timeline_.time(id(mb, l, pass, "attn.core"));
-    scores_.resize(std::size_t(B) * H * square);
-    for (std::size_t bh = 0; bh < std::size_t(B) * H; ++bh) {
-      k_.gemm(false, true, S, S, D, 1.0f, a.q.data() + bh * head_block, a.k.data() + bh * head_block, 0.0f,
-              scores_.data() + bh * square);
-    }
-  }
-  auto timed = timeline_.time(id(mb, l, pass, "attn.softmax"));
-  probs.resize(scores_.size());
-  k_.causal_softmax_forward(scores_.data(), probs.data(), B * H, S, 1.0f / std::sqrt(float(D)));
 }
 
 void GptStage::recompute_probabilities(int mb, int l, LayerActivations& a, FloatBuffer& probs) {
@@ -463,37 +448,16 @@ void GptStage::layer_backward(int mb, int l, const float* params, float* grads, 
     k_.gemm(false, true, N, Cl, C, 1.0f, dy1.data(), w(kProjW), 0.0f, dscratch_.data());
     k_.gemm(true, false, Cl, C, N, 1.0f, a.att.data(), dy1.data(), 1.0f, g(kProjW));
   }
-  const std::size_t head_block = std::size_t(S) * D, square = std::size_t(S) * S;
-  const std::size_t heads_total = std::size_t(B) * H;
   {
     auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
     d_heads_.resize(a.q.size());
     for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t dst) {
       d_heads_[dst] = dscratch_[row * Cl + col];
     });
-    dprobs_.resize(probs.size());
-    dv_.resize(a.q.size());
-    for (std::size_t bh = 0; bh < heads_total; ++bh) {
-      k_.gemm(false, true, S, S, D, 1.0f, d_heads_.data() + bh * head_block, a.v.data() + bh * head_block, 0.0f,
-              dprobs_.data() + bh * square);
-      k_.gemm(true, false, S, D, S, 1.0f, probs.data() + bh * square, d_heads_.data() + bh * head_block, 0.0f,
-              dv_.data() + bh * head_block);
-    }
   }
-  {
-    auto timed = timeline_.time(id(mb, l, "bwd", "attn.softmax"));
-    dscores_.resize(probs.size());
-    k_.causal_softmax_backward(probs.data(), dprobs_.data(), dscores_.data(), B * H, S, 1.0f / std::sqrt(float(D)));
-  }
+  attention_backward(mb, l, a, probs);
   {
     auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
-    dq_.resize(a.q.size()), dk_.resize(a.q.size());
-    for (std::size_t bh = 0; bh < heads_total; ++bh) {
-      k_.gemm(false, false, S, D, S, 1.0f, dscores_.data() + bh * square, a.k.data() + bh * head_block, 0.0f,
-              dq_.data() + bh * head_block);
-      k_.gemm(true, false, S, D, S, 1.0f, dscores_.data() + bh * square, a.q.data() + bh * head_block, 0.0f,
-              dk_.data() + bh * head_block);
-    }
     dqkv_.resize(std::size_t(N) * 3 * Cl);
     for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t src) {
       float* r = dqkv_.data() + row * 3 * Cl;

@@ -19,11 +19,6 @@ void Trainer::check(const Plan& plan) {
     throw Error(fmt::format("parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d; got {}",
                             to_string(p.tp_mode)));
   }
-  if (p.sp != 1) {
-    throw Error(fmt::format("parallel.sp: ring self-attention is not in the executor yet; sp must be 1, got {} "
-                            "(tp_sequence_parallel splits tokens over the 1d tensor group)",
-                            p.sp));
-  }
   if (p.offload != OffloadMode::none) {
     throw Error(fmt::format("parallel.offload: the CPU executor keeps everything in memory; offload must be none, got {}",
                             to_string(p.offload)));
@@ -68,6 +63,9 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   shape_.tp = p.tp;
   shape_.tp_rank = grid.coordinates().tp;
   shape_.sequence_parallel = p.tp_sequence_parallel && p.tp > 1;
+  shape_.sp = p.sp;
+  shape_.sp_rank = grid.coordinates().sp;
+  shape_.keep_all_keys = p.recompute == Recompute::selective;
   shape_.pad_to = std::size_t(group_);
   for (int chunk = 0; chunk < chunks_; ++chunk) {
     const int first = virtual_stage(stage_index_, chunk, stages_) * layers_per_chunk_;
@@ -76,7 +74,8 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   std::sort(shape_.layers.begin(), shape_.layers.end());
   shape_.embedding = stage_index_ == 0;
   shape_.head = stage_index_ == stages_ - 1;
-  stage_ = std::make_unique<GptStage>(model, shape_, p.micro_batch, plan.seq_len(), grid.tp(), k_, timeline_);
+  stage_ = std::make_unique<GptStage>(model, shape_, p.micro_batch, plan.seq_len() / p.sp, grid.tp(), grid.sp(), k_,
+                                      timeline_);
 
   bucket_of_layer_.assign(std::size_t(model.layers), -1);
   for (Bucket& layout : stage_buckets(model, shape_)) {
@@ -165,9 +164,10 @@ StepStats Trainer::step() {
   const auto start = std::chrono::steady_clock::now();
   timeline_.set_step(step_ + 1);
   const double loss_sum = forward_backward();
-  // The loss of the global batch: last-stage ranks hold their replica's token losses.
-  const int tokens_per_replica = loader_.sequences_per_rank() * plan_.seq_len();
-  float loss = shape_.head && shape_.tp_rank == 0 ? float(loss_sum / tokens_per_replica) : 0.0f;
+  // The loss of the global batch: last-stage ranks hold the token losses of their
+  // replica's share of the sequences (a block of each with sequence parallel).
+  const int tokens_here = loader_.sequences_per_rank() * plan_.seq_len() / plan_.parallel.sp;
+  float loss = shape_.head && shape_.tp_rank == 0 ? float(loss_sum / tokens_here) : 0.0f;
   grid_.world().all_reduce(&loss, 1);
   StepStats stats;
   stats.loss = loss / float(plan_.parallel.dp * plan_.parallel.sp);
@@ -182,6 +182,16 @@ StepStats Trainer::step() {
 double Trainer::forward_backward() {
   std::vector<std::int32_t> tokens, targets;
   loader_.next(tokens, targets);
+  if (shape_.sp > 1) {
+    // This rank's block of every sequence.
+    const std::size_t seq = std::size_t(plan_.seq_len()), block = seq / std::size_t(shape_.sp);
+    const std::size_t first = std::size_t(shape_.sp_rank) * block, sequences = tokens.size() / seq;
+    for (std::size_t s = 0; s < sequences; ++s) {
+      std::copy_n(tokens.begin() + long(s * seq + first), block, tokens.begin() + long(s * block));
+      std::copy_n(targets.begin() + long(s * seq + first), block, targets.begin() + long(s * block));
+    }
+    tokens.resize(sequences * block), targets.resize(sequences * block);
+  }
   for (BucketState& b : buckets_) {
     if (shards_weights(b)) {
       std::fill(b.grad_shard.begin(), b.grad_shard.end(), 0.0f);
@@ -239,7 +249,7 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
                           double& loss) {
   const int mb = step.micro_batch, vs = virtual_stage(stage_index_, step.chunk, stages_);
   const int virtual_stages = stages_ * chunks_;
-  const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len();
+  const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
   FloatBuffer& x = x_[std::size_t(step.chunk)][std::size_t(mb)];
   x.resize(stage_->activation_size());
   Communicator& pp = grid_.pp();
@@ -289,7 +299,7 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
 void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets) {
   const int mb = step.micro_batch, vs = virtual_stage(stage_index_, step.chunk, stages_);
   const int virtual_stages = stages_ * chunks_;
-  const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len();
+  const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
   const bool last_backward_of_chunk = ++backwards_done_[std::size_t(step.chunk)] == micro_batches_;
   FloatBuffer& dx = dx_[std::size_t(step.chunk)][std::size_t(mb)];
   dx.resize(stage_->activation_size());
@@ -447,6 +457,7 @@ void Trainer::optimizer_step(float gradient_scale) {
     kernels::AdamWParams p;
     p.lr = options_.lr;
     p.weight_decay = options_.weight_decay;
+    p.eps = options_.adam_eps;
     p.step = step_ + 1;
     for (BucketState& b : buckets_) {
       k_.adamw_step(owned_params(b), owned_grads(b), b.moment1.data(), b.moment2.data(), std::int64_t(owned_size(b)), p);

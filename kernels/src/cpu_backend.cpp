@@ -1,6 +1,7 @@
 // The CPU reference backend. Eigen maps the row-major buffers without copies; loops
 // are written for clarity first, with Eigen's vectorised expressions where they are
 // the natural form.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -99,29 +100,32 @@ void swiglu_backward(const float* x, const float* dy, float* dx, int rows, int f
   }
 }
 
-// Causal softmax of scale * scores, one [seq x seq] block per (batch, head): row i
-// attends to j <= i; masked entries are exactly zero so the backward needs no mask.
-void causal_softmax_forward(const float* scores, float* probs, int batch, int seq, float scale) {
-  const std::int64_t block = std::int64_t(seq) * seq;
+// Causal softmax of scale * scores, one [rows x cols] block per (batch, head): row i is
+// the query at position first_row + i and attends to keys 0 .. first_row + i (a
+// sequence-parallel rank's rows see every earlier block). Masked entries are exactly
+// zero, so the backward needs no mask.
+void causal_softmax_forward(const float* scores, float* probs, int batch, int rows, int cols, int first_row,
+                            float scale) {
+  const std::int64_t block = std::int64_t(rows) * cols;
   for (int b = 0; b < batch; ++b) {
-    const MapConst S(scores + b * block, seq, seq);
-    Map P(probs + b * block, seq, seq);
-    for (int i = 0; i < seq; ++i) {
-      const float top = scale * S.row(i).head(i + 1).maxCoeff();
-      P.row(i).head(i + 1) = (scale * S.row(i).head(i + 1).array() - top).exp().matrix();
-      P.row(i).head(i + 1) /= P.row(i).head(i + 1).sum();
-      P.row(i).tail(seq - i - 1).setZero();
+    const MapConst S(scores + b * block, rows, cols);
+    Map P(probs + b * block, rows, cols);
+    for (int i = 0; i < rows; ++i) {
+      const int visible = std::min(cols, first_row + i + 1);
+      const float top = scale * S.row(i).head(visible).maxCoeff();
+      P.row(i).head(visible) = (scale * S.row(i).head(visible).array() - top).exp().matrix();
+      P.row(i).head(visible) /= P.row(i).head(visible).sum();
+      P.row(i).tail(cols - visible).setZero();
     }
   }
 }
 
 // dS = scale * P * (dP - sum_j P dP) per row; masked entries have P = 0 and get 0.
-void causal_softmax_backward(const float* probs, const float* dprobs, float* dscores, int batch, int seq,
+void causal_softmax_backward(const float* probs, const float* dprobs, float* dscores, std::int64_t rows, int cols,
                              float scale) {
-  const std::int64_t n = std::int64_t(batch) * seq;
-  const MapConst P(probs, n, seq), dP(dprobs, n, seq);
-  Map dS(dscores, n, seq);
-  for (std::int64_t r = 0; r < n; ++r) {
+  const MapConst P(probs, rows, cols), dP(dprobs, rows, cols);
+  Map dS(dscores, rows, cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
     const float dot = (P.row(r).array() * dP.row(r).array()).sum();
     dS.row(r) = (scale * P.row(r).array() * (dP.row(r).array() - dot)).matrix();
   }

@@ -367,14 +367,17 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
 }
 
 // Every op id the Program predicts for a plan is measured by the executor, and nothing
-// else: for pipeline + tensor + data parallel with ZeRO 1 and selective recompute, and
-// for interleaved + sequence parallel with ZeRO 3 and full recompute, on 8 ranks.
+// else: for pipeline + tensor + data parallel with ZeRO 1 and selective recompute, for
+// interleaved + Megatron sequence parallel with ZeRO 3 and full recompute, and for ring
+// self-attention with tensor and pipeline parallel, on 8 ranks.
 TEST_F(Cli, RunMeasuresExactlyTheOpsTheProgramPredicts) {
   const std::string db = (dir_ / "runs.db").string();
   int run_id = 0;
   for (const char* parallel : {R"("dp": 2, "pp": 2, "tp": 2, "zero": 1, "recompute": "selective", "micro_batch": 2)",
                                R"("dp": 2, "pp": 2, "tp": 2, "zero": 3, "recompute": "full", "schedule": "interleaved",
-                                   "virtual_stages": 2, "tp_sequence_parallel": true, "micro_batch": 1)"}) {
+                                   "virtual_stages": 2, "tp_sequence_parallel": true, "micro_batch": 1)",
+                               R"("sp": 2, "pp": 2, "tp": 2, "zero": 1, "recompute": "selective", "schedule": "gpipe",
+                                   "micro_batch": 2)"}) {
     const fs::path plan_file = write("layout.json", std::string(R"({"model": {"name": "small", "layers": 4, "hidden": 32,
         "heads": 4, "vocab": 256, "seq_len": 16}, "cluster": "local-cpu", "train": {"global_batch": 8,
         "precision": "fp32"}, "parallel": {)") + parallel + "}}");
@@ -397,6 +400,7 @@ TEST_F(Cli, RunMeasuresExactlyTheOpsTheProgramPredicts) {
     EXPECT_TRUE(missing.empty()) << missing.size() << " predicted ops not measured, first " << missing.front();
     EXPECT_TRUE(extra.empty()) << extra.size() << " measured ops not predicted, first " << extra.front();
     EXPECT_GT(predicted.size(), 250u);
+    if (std::string(parallel).find("\"sp\"") != std::string::npos) EXPECT_TRUE(measured.count("mb0/L0/fwd/attn.ring_kv"));
     // Both steps, every rank; the trace holds the same events as the database.
     std::set<std::pair<int, int>> step_rank;
     for (const auto& e : events) step_rank.insert({e.step, e.rank});

@@ -61,3 +61,23 @@ TEST(Parallel, ResumedStepsAreBitIdenticalPerRank) {
   EXPECT_EQ(count(output, "bit-identical"), 4 + 8) << output;
   EXPECT_EQ(count(output, "DIFFER"), 0) << output;
 }
+
+// Ring self-attention: sp 2 and 4, alone and with 1d tp 2, and with dp, pp, ZeRO 1 and
+// 3, selective and full recompute and Megatron's token split, equal one process.
+TEST(Parallel, RingSelfAttentionLayoutsEqualOneProcess) {
+  int status = -1;
+  const std::string output = run_suite("sequence", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 8) << output;
+  EXPECT_EQ(count(output, " sp4 "), 2) << output;
+}
+
+// The bytes and messages the ring sends per rank per step equal the planner's
+// prediction exactly, for sp 2 and 4, with tp, full recompute and pp.
+TEST(Parallel, RingTrafficEqualsThePlannersPrediction) {
+  int status = -1;
+  const std::string output = run_suite("traffic", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  exact\n"), 5) << output;
+  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}

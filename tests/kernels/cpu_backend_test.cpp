@@ -196,7 +196,7 @@ static std::vector<float> attention_through_kernels(const std::vector<float>& q,
   probs.assign(scores.size(), kNaN);
   const std::size_t block = std::size_t(s) * d, square = std::size_t(s) * s;
   for (int h = 0; h < bh; ++h) K.gemm(false, true, s, s, d, 1.0f, &q[h * block], &k[h * block], 0.0f, &scores[h * square]);
-  K.causal_softmax_forward(scores.data(), probs.data(), bh, s, 1.0f / std::sqrt(float(d)));
+  K.causal_softmax_forward(scores.data(), probs.data(), bh, s, s, 0, 1.0f / std::sqrt(float(d)));
   for (int h = 0; h < bh; ++h) K.gemm(false, false, s, d, s, 1.0f, &probs[h * square], &v[h * block], 0.0f, &out[h * block]);
   return out;
 }
@@ -216,7 +216,7 @@ TEST(CpuKernels, CausalAttentionThroughGemmAndSoftmaxForwardAndBackward) {
     K.gemm(false, true, s, s, d, 1.0f, &w[h * block], &v[h * block], 0.0f, &dprobs[h * square]);
     K.gemm(true, false, s, d, s, 1.0f, &probs[h * square], &w[h * block], 0.0f, &dv[h * block]);
   }
-  K.causal_softmax_backward(probs.data(), dprobs.data(), dscores.data(), bh, s, 1.0f / std::sqrt(float(d)));
+  K.causal_softmax_backward(probs.data(), dprobs.data(), dscores.data(), std::int64_t(bh) * s, s, 1.0f / std::sqrt(float(d)));
   for (std::size_t h = 0; h < std::size_t(bh); ++h) {
     K.gemm(false, false, s, d, s, 1.0f, &dscores[h * square], &k[h * block], 0.0f, &dq[h * block]);
     K.gemm(true, false, s, d, s, 1.0f, &dscores[h * square], &q[h * block], 0.0f, &dk[h * block]);
@@ -230,6 +230,27 @@ TEST(CpuKernels, CausalAttentionThroughGemmAndSoftmaxForwardAndBackward) {
   // Causality: the first position's output is its own value vector; masked probabilities are 0.
   for (int c = 0; c < d; ++c) EXPECT_FLOAT_EQ(out[std::size_t(c)], v[std::size_t(c)]);
   EXPECT_EQ(probs[1], 0.0f);
+}
+
+// The rows of a later block of queries (first_row > 0) equal those rows of the whole
+// square softmax: what a sequence-parallel rank computes for its share of the queries.
+TEST(CpuKernels, CausalSoftmaxOfALaterBlockOfRowsEqualsThoseRowsOfTheWhole) {
+  std::mt19937 rng(13);
+  const int batch = 2, seq = 12, first = 8, rows = 4;
+  const auto scores = random_vector(std::size_t(batch) * seq * seq, rng, 2.0f);
+  std::vector<float> whole(scores.size(), kNaN), block(std::size_t(batch) * rows * seq, kNaN);
+  K.causal_softmax_forward(scores.data(), whole.data(), batch, seq, seq, 0, 0.5f);
+  std::vector<float> block_scores(block.size());
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < seq; ++j)
+        block_scores[(std::size_t(b) * rows + i) * seq + j] = scores[(std::size_t(b) * seq + first + i) * seq + j];
+  K.causal_softmax_forward(block_scores.data(), block.data(), batch, rows, seq, first, 0.5f);
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < seq; ++j) {
+        EXPECT_EQ(block[(std::size_t(b) * rows + i) * seq + j], whole[(std::size_t(b) * seq + first + i) * seq + j]);
+      }
 }
 
 // The vocabulary split in two column blocks, reduced between the phases as ranks would,

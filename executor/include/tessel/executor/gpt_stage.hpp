@@ -73,7 +73,9 @@ struct StageShape {
   std::vector<int> layers;  // the layers this rank holds, ascending
   bool embedding = false, head = false;
   int tp = 1, tp_rank = 0;
-  bool sequence_parallel = false;
+  bool sequence_parallel = false;  // Megatron: token rows over the tensor group
+  int sp = 1, sp_rank = 0;         // ring self-attention: each sequence in sp blocks
+  bool keep_all_keys = false;      // selective recompute with sp > 1: no second key ring
   std::size_t pad_to = 1;  // bucket sizes are multiples of this (the ZeRO group)
 };
 std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shape);
@@ -83,13 +85,14 @@ std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shap
 // att_heads are forward-only work the backward does not read.
 struct LayerActivations {
   FloatBuffer x, ln1, ln1_mean, ln1_rstd, ln1_full, qkv, q, k, v, att_heads, att, x1, ln2, ln2_mean, ln2_rstd,
-      ln2_full, fc1, gelu;
+      ln2_full, fc1, gelu, k_all;
   // The tensors the backward reads, and the per-row norm statistics among them, which
   // bf16 storage keeps in fp32.
   static constexpr FloatBuffer LayerActivations::*kSaved[] = {
       &LayerActivations::x,   &LayerActivations::ln1, &LayerActivations::ln1_full, &LayerActivations::q,
       &LayerActivations::k,   &LayerActivations::v,   &LayerActivations::att,      &LayerActivations::x1,
-      &LayerActivations::ln2, &LayerActivations::ln2_full, &LayerActivations::fc1, &LayerActivations::gelu};
+      &LayerActivations::ln2, &LayerActivations::ln2_full, &LayerActivations::fc1, &LayerActivations::gelu,
+      &LayerActivations::k_all};
   static constexpr FloatBuffer LayerActivations::*kRowStatistics[] = {
       &LayerActivations::ln1_mean, &LayerActivations::ln1_rstd, &LayerActivations::ln2_mean,
       &LayerActivations::ln2_rstd};
@@ -112,8 +115,9 @@ enum class PassKind { forward, recompute };
 
 class GptStage {
  public:
+  // `seq`: the positions of a sequence this rank holds (the sequence / sp).
   GptStage(const ModelSpec& model, const StageShape& shape, int micro_batch, int seq, Communicator& tp,
-           const kernels::KernelBackend& backend, OpTimeline& timeline);
+           Communicator& sp, const kernels::KernelBackend& backend, OpTimeline& timeline);
 
   // Rows of an activation on this rank: micro_batch x seq, split over the tensor group
   // with sequence parallel.
@@ -145,8 +149,15 @@ class GptStage {
  private:
   std::string id(int mb, int layer, std::string_view pass, std::string_view op) const;
   std::string id(int mb, std::string_view part, std::string_view pass, std::string_view op) const;
-  // scores = q k^T per head (attn.core), then the causal softmax (attn.softmax).
+  // The attention core (gpt_attention.cpp): probabilities and a.att_heads from a.q, a.k,
+  // a.v; the probabilities again from kept keys; dq_, dk_, dv_ from d_heads_.
+  void attention_forward(int mb, int layer, std::string_view pass, LayerActivations& a, FloatBuffer& probs);
   void attention_probabilities(int mb, int layer, std::string_view pass, const LayerActivations& a, FloatBuffer& probs);
+  void attention_backward(int mb, int layer, const LayerActivations& a, const FloatBuffer& probs);
+  void extract_block(const float* whole, float* block, int j) const;
+  void place_block(const float* block, float* whole, int j) const;
+  // Sends `block` to the next rank of the ring and receives the previous rank's into it.
+  void ring_shift(FloatBuffer& block, int tag);
   // Sequence parallel: the whole [rows x hidden] from each rank's token rows, and back.
   void gather_rows(const FloatBuffer& local, FloatBuffer& whole);
   void reduce_scatter_rows(FloatBuffer& whole, FloatBuffer& local);
@@ -159,12 +170,14 @@ class GptStage {
   int rows_ = 0, local_rows_ = 0;  // token rows of a micro-batch, and this rank's share
   int heads_ = 0, hidden_local_ = 0, ffn_local_ = 0, vocab_local_ = 0;
   Communicator& tp_;
+  Communicator& sp_;
+  bool keep_keys_ = false;
   const kernels::KernelBackend& k_;
   OpTimeline& timeline_;
   std::vector<std::size_t> layer_offsets_;  // of each tensor in a layer bucket
   // Work buffers, kept across calls (a fresh allocation per call costs page faults).
   FloatBuffer scores_, partial_, dpartial_, d_heads_, dq_, dk_, dv_, dqkv_, dprobs_, dscores_, dfc1_, dgelu_, dwhole_,
-      scratch_, dscratch_, dnorm_, dlogits_;
+      scratch_, dscratch_, dnorm_, dlogits_, ring_block_, ring_in_, block_, scratch_block_;
 };
 
 }  // namespace tessel::executor

@@ -36,6 +36,7 @@ struct TrainerOptions {
   float lr = 1e-3f;
   float weight_decay = 0.0f;
   float clip_grad_norm = 0.0f;  // 0: no clipping
+  float adam_eps = 1e-8f;       // AdamW's epsilon
 };
 
 struct StepStats {

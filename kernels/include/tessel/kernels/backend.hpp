@@ -59,11 +59,14 @@ struct KernelBackend {
   void (*swiglu_backward)(const float* x, const float* dy, float* dx, int rows, int f);
 
   // Attention is GEMMs (scores = Q K^T, out = P V, per head) around this causal softmax,
-  // so that the (seq x seq) probabilities are a tensor the executor can keep or drop
-  // (selective recompute). scores, probs: [batch][seq][seq].
-  void (*causal_softmax_forward)(const float* scores, float* probs, int batch, int seq, float scale);
-  void (*causal_softmax_backward)(const float* probs, const float* dprobs, float* dscores, int batch, int seq,
-                                  float scale);
+  // so that the probabilities are a tensor the executor can keep or drop (selective
+  // recompute). scores, probs: [batch][rows][cols]; row i is the query at position
+  // first_row + i and sees keys 0 .. first_row + i (first_row > 0 on a sequence-parallel
+  // rank's share of the queries). The backward takes every row of every batch at once.
+  void (*causal_softmax_forward)(const float* scores, float* probs, int batch, int rows, int cols, int first_row,
+                                 float scale);
+  void (*causal_softmax_backward)(const float* probs, const float* dprobs, float* dscores, std::int64_t rows,
+                                  int cols, float scale);
 
   // Cross-entropy over a vocabulary split in column blocks (vocab-parallel, Megatron):
   // each rank holds logits[rows x cols] for vocabulary ids [vocab_start, vocab_start +
