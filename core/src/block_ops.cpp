@@ -77,20 +77,42 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   // 1D without sequence parallel holds the whole activation on every tensor rank and
   // sends it whole; every other layout sends its own partition.
   t.stage_boundary_bytes = T * h * E / (p.tp_mode == TpMode::d1 && !p.tp_sequence_parallel ? 1.0 : split.activation);
-  t.layer_parameters = double(model.layer_parameters()) / split.parameters;
   const bool one_d = p.tp_mode == TpMode::d1;
   const bool megatron_sp = one_d && p.tp_sequence_parallel && p.tp > 1;
+  // Parameters per rank. 1D (Megatron) keeps whole on every tensor rank the norms and the
+  // biases added after a row-parallel reduction, and the learned positions; it splits
+  // the rest. The grid modes split everything (block_ops.hpp, tensor_splits).
+  const double norm_parameters = model.norm == Norm::layernorm ? 2 * h : h;
+  const double whole_in_layer = one_d ? 2 * norm_parameters + (model.bias ? 2 * h : 0.0) : 0.0;
+  const double positions = model.position_embedding == PositionEmbedding::learned ? double(model.seq_len) * h : 0.0;
+  const double vocab_table = V * h / split.parameters;
+  t.layer_parameters = (double(model.layer_parameters()) - whole_in_layer) / split.parameters + whole_in_layer;
+  t.embedding_parameters = vocab_table + (one_d ? positions : positions / split.parameters);
+  t.head_parameters = (one_d ? norm_parameters : norm_parameters / split.parameters) +
+                      (model.tied_embeddings ? 0.0 : vocab_table);
+  t.tied_copy_parameters = model.tied_embeddings && p.pp > 1 ? vocab_table : 0.0;
+  if (megatron_sp) {
+    t.sequence_partial_layer_elements = whole_in_layer;
+    t.sequence_partial_head_elements = norm_parameters;
+  }
   const double A = T * h / split.activation;  // activation elements per rank
 
   // Megatron 1D: an all-reduce after the attention projection and after fc2; with
   // sequence parallel, an all-gather before each block half and a reduce-scatter after.
+  // Each has one collective of the same size in the backward (Megatron's f and g: the
+  // all-reduce's backward all-reduces the input gradient; all-gather and reduce-scatter
+  // swap).
   auto gather_before_half = [&](std::string_view name) {
-    if (megatron_sp) t.block.push_back(comm_op(name, Collective::all_gather, CommGroup::tp, T * h * E));
+    if (megatron_sp) {
+      t.block.push_back(comm_op(name, Collective::all_gather, CommGroup::tp, T * h * E, 1, CollectiveAlgorithm::ring, 1));
+    }
   };
   auto reduce_after_half = [&](std::string_view scatter_name, std::string_view all_reduce_name) {
     if (!one_d || p.tp == 1) return;
-    t.block.push_back(megatron_sp ? comm_op(scatter_name, Collective::reduce_scatter, CommGroup::tp, T * h * E)
-                                  : comm_op(all_reduce_name, Collective::all_reduce, CommGroup::tp, T * h * E));
+    t.block.push_back(megatron_sp ? comm_op(scatter_name, Collective::reduce_scatter, CommGroup::tp, T * h * E, 1,
+                                            CollectiveAlgorithm::ring, 1)
+                                  : comm_op(all_reduce_name, Collective::all_reduce, CommGroup::tp, T * h * E, 1,
+                                            CollectiveAlgorithm::ring, 1));
   };
   // One linear layer in the layout's tensor-parallel form.
   auto linear = [&](const Linear& l) {
@@ -171,18 +193,38 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   t.block.push_back(memory_op("mlp.residual", 3 * E * A));
 
   // ---- LM head and loss: vocab-parallel logits, fp32 cross-entropy ----
+  // 1D: every tensor rank needs the whole final-norm output (all-gathered with sequence
+  // parallel), and its input gradient is a partial sum over the ranks' vocabulary blocks.
+  if (megatron_sp) {
+    t.head.push_back(comm_op("head.tp_all_gather", Collective::all_gather, CommGroup::tp, T * h * E, 1,
+                             CollectiveAlgorithm::ring, 1));
+  }
   t.head.push_back(gemm_op("head.logits", T, V / split.gemm, h));
+  if (one_d && p.tp > 1 && !megatron_sp) {
+    BlockOp input_gradient = comm_op("head.tp_all_reduce", Collective::all_reduce, CommGroup::tp, T * h * E, 1,
+                                     CollectiveAlgorithm::ring, 1);
+    input_gradient.forward = false;
+    t.head.push_back(input_gradient);
+  }
   t.head.push_back(memory_op("head.loss", 2.0 * 4.0 * T * V / split.gemm, 1));
-  // Vocab-parallel cross-entropy: max, sum and target logit per token.
+  // Vocab-parallel cross-entropy: a max, then the sum of exponentials and the target
+  // logit, per token (3 fp32 values in 2 reductions).
   if (p.tp > 1) {
-    t.head.push_back(comm_op("head.loss_all_reduce", Collective::all_reduce, CommGroup::tp, 3.0 * T * 4.0, 1,
+    t.head.push_back(comm_op("head.loss_all_reduce", Collective::all_reduce, CommGroup::tp, 1.5 * T * 4.0, 2,
                              CollectiveAlgorithm::ring, 0));
   }
   // ---- embedding: lookup, and the vocab-parallel all-reduce ----
+  // With sequence parallel the embedding's backward gathers the rows' gradients whole.
   t.embedding.push_back(memory_op("embed.lookup", 2.0 * T * h * E / split.activation, 1));
   if (p.tp > 1) {
     t.embedding.push_back(comm_op("embed.tp_all_reduce", Collective::all_reduce, CommGroup::tp, T * h * E, 1,
                                   CollectiveAlgorithm::ring, 0));
+  }
+  if (megatron_sp) {
+    BlockOp gather = comm_op("embed.tp_all_gather", Collective::all_gather, CommGroup::tp, T * h * E, 1,
+                             CollectiveAlgorithm::ring, 1);
+    gather.forward = false;
+    t.embedding.push_back(gather);
   }
   return t;
 }

@@ -127,7 +127,6 @@ Program Program::lower(const Plan& plan) {
   const double E = element_bytes(plan.train.precision);
   const ModelStateBytes states = model_state_bytes(plan.train.precision, plan.train.optimizer);
   const BlockOpTable table = block_op_table(model, plan.seq_len(), p, E);
-  const TensorSplits split = tensor_splits(p);
   const int gradient_group = p.gradient_group();
   const double layer_params = table.layer_parameters;
   const bool chunked = p.offload == OffloadMode::chunked;
@@ -168,15 +167,21 @@ Program Program::lower(const Plan& plan) {
                         transfer(OpKind::recv, CommGroup::pp, table.stage_boundary_bytes));
           b.op(std::uint32_t(stage.ops.size() - 1)).peer_offset = -1;
         } else {
-          for (const BlockOp& op : table.embedding) b.chain(fmt::format("{}/embed/fwd/{}", mb, op.name), op);
+          for (const BlockOp& op : table.embedding) {
+            if (op.forward) b.chain(fmt::format("{}/embed/fwd/{}", mb, op.name), op);
+          }
         }
         for (int l = first_layer; l < first_layer + layers_per_chunk; ++l) {
           if (step.micro_batch == 0) stage_layers.push_back(l);
           fetch_layer_weights(b, mb, l, "fwd");
-          for (const BlockOp& op : table.block) b.chain(fmt::format("{}/L{}/fwd/{}", mb, l, op.name), op);
+          for (const BlockOp& op : table.block) {
+            if (op.forward) b.chain(fmt::format("{}/L{}/fwd/{}", mb, l, op.name), op);
+          }
         }
         if (vs == virtual_stages - 1) {
-          for (const BlockOp& op : table.head) b.chain(fmt::format("{}/head/fwd/{}", mb, op.name), op);
+          for (const BlockOp& op : table.head) {
+            if (op.forward) b.chain(fmt::format("{}/head/fwd/{}", mb, op.name), op);
+          }
         } else {
           b.after_last(fmt::format("{}/V{}/fwd/pp.send", mb, vs),
                        transfer(OpKind::send, CommGroup::pp, table.stage_boundary_bytes), +1);
@@ -200,7 +205,7 @@ Program Program::lower(const Plan& plan) {
       for (int l = first_layer + layers_per_chunk - 1; l >= first_layer; --l) {
         if (p.recompute != Recompute::none) {
           for (const BlockOp& op : table.block) {
-            if (p.recompute == Recompute::full || op.selective_recompute) {
+            if (op.forward && (p.recompute == Recompute::full || op.selective_recompute)) {
               b.chain(fmt::format("{}/L{}/recompute/{}", mb, l, op.name), op);
             }
           }
@@ -234,12 +239,8 @@ Program Program::lower(const Plan& plan) {
 
     // ---- the step's tail: offload copies, optimizer, ZeRO 1/2 parameter gathers ----
     double stage_params = double(stage_layers.size()) * layer_params;
-    if (s == 0) stage_params += double(model.embedding_parameters()) / split.parameters;
-    if (s == p.pp - 1) {
-      stage_params += (double(model.head_parameters()) +
-                       (model.tied_embeddings && p.pp > 1 ? double(model.vocab) * model.hidden : 0.0)) /
-                      split.parameters;
-    }
+    if (s == 0) stage_params += table.embedding_parameters;
+    if (s == p.pp - 1) stage_params += table.head_parameters + table.tied_copy_parameters;
     // The rest of the stage's weights (embedding, final norm, LM head) sync in one bucket
     // when the backward is done; ZeRO-3 treats them as ZeRO-2 does.
     const double rest_params = stage_params - double(stage_layers.size()) * layer_params;

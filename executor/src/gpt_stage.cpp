@@ -257,13 +257,14 @@ void GptStage::embed_forward(int mb, const std::int32_t* tokens, const Bucket& r
 
 void GptStage::embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads,
                               const FloatBuffer& dx) {
-  auto timed = timeline_.time(id(mb, "embed", "bwd", "embed.lookup"));
   const int C = model_.hidden;
   const FloatBuffer* whole = &dx;
   if (shape_.sequence_parallel) {
+    auto timed = timeline_.time(id(mb, "embed", "bwd", "embed.tp_all_gather"));
     gather_rows(dx, dwhole_);
     whole = &dwhole_;
   }
+  auto timed = timeline_.time(id(mb, "embed", "bwd", "embed.lookup"));
   k_.embedding_backward(tokens, whole->data(), grads + rest.tensor("wte").offset, rows_, C,
                         shape_.tp_rank * vocab_local_, vocab_local_);
   float* dwpe = grads + rest.tensor("wpe").offset;
@@ -487,12 +488,19 @@ double GptStage::head_forward(int mb, const std::int32_t* targets, const Bucket&
   const float* wte = params + rest.tensor("wte").offset;
   const bool reduce = shape_.tp > 1;
   {
+    // The final norm is no op of its own in the Program: its time goes with the logits.
     auto timed = timeline_.time(id(mb, "head", "fwd", "head.logits"));
     h.x = x;
     h.lnf.resize(x.size()), h.lnf_mean.resize(Nl), h.lnf_rstd.resize(Nl);
     k_.layer_norm_forward(x.data(), params + rest.tensor("lnf.gain").offset, params + rest.tensor("lnf.bias").offset,
                           h.lnf.data(), h.lnf_mean.data(), h.lnf_rstd.data(), Nl, C, 1e-5f);
-    if (shape_.sequence_parallel) gather_rows(h.lnf, h.lnf_full);
+  }
+  if (shape_.sequence_parallel) {
+    auto timed = timeline_.time(id(mb, "head", "fwd", "head.tp_all_gather"));
+    gather_rows(h.lnf, h.lnf_full);
+  }
+  {
+    auto timed = timeline_.time(id(mb, "head", "fwd", "head.logits"));
     const FloatBuffer& lnf = shape_.sequence_parallel ? h.lnf_full : h.lnf;
     h.logits.resize(std::size_t(N) * Vl);
     k_.gemm(false, true, N, Vl, C, 1.0f, lnf.data(), wte, 0.0f, h.logits.data());
@@ -531,16 +539,23 @@ void GptStage::head_backward(int mb, const std::int32_t* targets, const Bucket& 
     k_.cross_entropy_backward(h.logits.data(), targets, h.row_max.data(), h.sums.data(), dlogits_.data(), N, Vl,
                               shape_.tp_rank * Vl, grad_scale);
   }
-  auto timed = timeline_.time(id(mb, "head", "bwd", "head.logits"));
-  const FloatBuffer& lnf = shape_.sequence_parallel ? h.lnf_full : h.lnf;
-  k_.gemm(true, false, Vl, C, N, 1.0f, dlogits_.data(), lnf.data(), 1.0f, grads + wte.offset);
-  dpartial_.resize(std::size_t(N) * C);
-  k_.gemm(false, false, N, C, Vl, 1.0f, dlogits_.data(), params + wte.offset, 0.0f, dpartial_.data());
+  {
+    auto timed = timeline_.time(id(mb, "head", "bwd", "head.logits"));
+    const FloatBuffer& lnf = shape_.sequence_parallel ? h.lnf_full : h.lnf;
+    k_.gemm(true, false, Vl, C, N, 1.0f, dlogits_.data(), lnf.data(), 1.0f, grads + wte.offset);
+    dpartial_.resize(std::size_t(N) * C);
+    k_.gemm(false, false, N, C, Vl, 1.0f, dlogits_.data(), params + wte.offset, 0.0f, dpartial_.data());
+  }
   FloatBuffer* dlnf = &dpartial_;
   if (shape_.tp > 1) {
+    // The input gradient is a sum over the vocabulary blocks: all-reduced, or with
+    // sequence parallel reduce-scattered to the rows (the forward all-gather's backward).
+    auto timed =
+        timeline_.time(id(mb, "head", "bwd", shape_.sequence_parallel ? "head.tp_all_gather" : "head.tp_all_reduce"));
     reduce_partial(dpartial_, scratch_);
     dlnf = &scratch_;
   }
+  auto timed = timeline_.time(id(mb, "head", "bwd", "head.logits"));
   dx.resize(std::size_t(Nl) * C);
   const TensorSlot& gain = rest.tensor("lnf.gain");
   k_.layer_norm_backward(dlnf->data(), h.x.data(), params + gain.offset, h.lnf_mean.data(), h.lnf_rstd.data(),

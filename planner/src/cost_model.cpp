@@ -134,13 +134,14 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     }
     return tp_group;
   };
-  // Forward seconds of a list of ops, by kind; collectives tallied by group family.
+  // Forward seconds of a list of ops, by kind; collectives tallied by group family, for
+  // the forward and (count x backward calls) for the backward.
   struct Priced {
     double gemm_s = 0, attention_s = 0, memory_s = 0, backward_memory_s = 0, selective_s = 0;
-    CommTally tp, sp;
+    CommTally tp, sp, tp_backward, sp_backward;
   };
   auto price = [&](const std::vector<BlockOp>& ops) {
-    Priced out{0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}};
+    Priced out{0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, CommTally{costs_}};
     for (const BlockOp& op : ops) {
       switch (op.kind) {
         case OpKind::gemm:
@@ -156,10 +157,13 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
           if (op.selective_recompute) out.selective_s += seconds;
           break;
         }
-        case OpKind::collective:
-          (op.group == CommGroup::sp_ring ? out.sp : out.tp)
-              .add(op.collective, placement(op.group), op.bytes, op.count, op.algorithm);
+        case OpKind::collective: {
+          const bool ring = op.group == CommGroup::sp_ring;
+          if (op.forward) (ring ? out.sp : out.tp).add(op.collective, placement(op.group), op.bytes, op.count, op.algorithm);
+          (ring ? out.sp_backward : out.tp_backward)
+              .add(op.collective, placement(op.group), op.bytes, op.count * op.backward, op.algorithm);
           break;
+        }
         case OpKind::send:
         case OpKind::recv:
         case OpKind::copy:
@@ -181,8 +185,10 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   set(TimeKind::gemm, layers * block.gemm_s, layers * 2 * block.gemm_s);
   set(TimeKind::attention, layers * block.attention_s, layers * 2 * block.attention_s);
   set(TimeKind::elementwise, layers * block.memory_s, layers * block.backward_memory_s);
-  set(TimeKind::tp_comm, layers * block.tp.time_s, layers * (2 + recompute_factor) * block.tp.time_s);
-  set(TimeKind::sp_comm, layers * block.sp.time_s, layers * (2 + recompute_factor) * block.sp.time_s);
+  set(TimeKind::tp_comm, layers * block.tp.time_s,
+      layers * (block.tp_backward.time_s + recompute_factor * block.tp.time_s));
+  set(TimeKind::sp_comm, layers * block.sp.time_s,
+      layers * (block.sp_backward.time_s + recompute_factor * block.sp.time_s));
   double recompute_s = 0;
   if (p.recompute == Recompute::full) recompute_s = layers * (block.gemm_s + block.attention_s + block.memory_s);
   if (p.recompute == Recompute::selective) recompute_s = layers * (block.attention_s + block.selective_s);
@@ -194,7 +200,7 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   c.backward_s[K(TimeKind::gemm)] += 2 * head.gemm_s;
   c.forward_s[K(TimeKind::elementwise)] += head.memory_s;
   c.backward_s[K(TimeKind::elementwise)] += head.backward_memory_s;
-  CommTally head_comm = head.tp;
+  CommTally head_comm = head.tp, head_backward_comm = head.tp_backward;
   if (p.pp == 1) {
     const Priced embedding = price(table.embedding);
     c.forward_s[K(TimeKind::elementwise)] += embedding.memory_s;
@@ -202,8 +208,12 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     head_comm.time_s += embedding.tp.time_s;
     head_comm.bytes += embedding.tp.bytes;
     head_comm.messages += embedding.tp.messages;
+    head_backward_comm.time_s += embedding.tp_backward.time_s;
+    head_backward_comm.bytes += embedding.tp_backward.bytes;
+    head_backward_comm.messages += embedding.tp_backward.messages;
   }
   c.forward_s[K(TimeKind::tp_comm)] += head_comm.time_s;
+  c.backward_s[K(TimeKind::tp_comm)] += head_backward_comm.time_s;
   const double tokens = table.tokens;  // rows of every activation
   const double logits_elements = tokens * model_.vocab / split.gemm;
 
@@ -225,20 +235,30 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   c.activation_bytes_per_micro_batch = layers * activation_bytes_per_layer(p);
   if (p.pp == 1) c.activation_bytes_per_micro_batch += tokens * h * E / split.activation;
   c.logits_bytes = 4.0 * logits_elements;
-  const double last_stage_extra =
-      double(model_.head_parameters()) + (model_.tied_embeddings && p.pp > 1 ? double(model_.vocab) * h : 0.0);
-  const double stage_extra = p.pp == 1 ? double(model_.embedding_parameters() + model_.head_parameters())
-                                       : std::max(double(model_.embedding_parameters()), last_stage_extra);
-  c.stage_parameters = (layers * double(model_.layer_parameters()) + stage_extra) / split.parameters;
+  const double last_stage_extra = table.head_parameters + table.tied_copy_parameters;
+  const double stage_extra = p.pp == 1 ? table.embedding_parameters + table.head_parameters
+                                       : std::max(table.embedding_parameters, last_stage_extra);
+  c.stage_parameters = layers * table.layer_parameters + stage_extra;
   c.layer_parameters = table.layer_parameters;
+  // 1D + sequence parallel: the norms' (and late biases') partial gradients, summed over
+  // the tensor group once per step, per layer bucket and for the final norm.
+  if (table.sequence_partial_layer_elements > 0) {
+    CommTally partial{costs_};
+    partial.add(Collective::all_reduce, tp_group, table.sequence_partial_layer_elements * grad_bytes_, layers);
+    partial.add(Collective::all_reduce, tp_group, table.sequence_partial_head_elements * grad_bytes_);
+    c.sequence_partial_sync = {partial.time_s, partial.bytes, partial.messages};
+  }
   c.layers_on_stage = layers;
   c.depth_sync_grad_elements = layers * table.weight_sync_elements;
 
-  const double passes = 3.0 + recompute_factor;  // forward, backward (2x), recomputed forward
-  c.comm_per_micro_batch.tp_bytes = layers * passes * block.tp.bytes + head_comm.bytes;
-  c.comm_per_micro_batch.tp_messages = layers * passes * block.tp.messages + head_comm.messages;
-  c.comm_per_micro_batch.sp_bytes = layers * passes * block.sp.bytes;
-  c.comm_per_micro_batch.sp_messages = layers * passes * block.sp.messages;
+  // Forward, its replay under full recompute, backward.
+  const double forwards = 1.0 + recompute_factor;
+  c.comm_per_micro_batch.tp_bytes =
+      layers * (forwards * block.tp.bytes + block.tp_backward.bytes) + head_comm.bytes + head_backward_comm.bytes;
+  c.comm_per_micro_batch.tp_messages = layers * (forwards * block.tp.messages + block.tp_backward.messages) +
+                                       head_comm.messages + head_backward_comm.messages;
+  c.comm_per_micro_batch.sp_bytes = layers * (forwards * block.sp.bytes + block.sp_backward.bytes);
+  c.comm_per_micro_batch.sp_messages = layers * (forwards * block.sp.messages + block.sp_backward.messages);
   return c;
 }
 
@@ -379,7 +399,8 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   const double compute_per_micro_batch = c.forward_compute_s + c.backward_compute_s;
   const double hidden_sync = overlap_ ? c.backward_compute_s : 0.0;
   const double hidden_zero3 = overlap_ ? compute_per_micro_batch : 0.0;
-  const double exposed_sync = std::max(0.0, sync.time_s + depth.time_s - hidden_sync);
+  const double exposed_sync =
+      std::max(0.0, sync.time_s + depth.time_s + c.sequence_partial_sync.time_s - hidden_sync);
   const double exposed_zero3 = micro_batches * std::max(0.0, zero3.time_s - hidden_zero3);
   out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3;
 
@@ -406,8 +427,9 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   out.mfu = model_flops_per_step_ / (step * gpus() * costs_.device().peak_flops_per_s(train_.precision));
 
   CommVolume& comm = out.comm;
-  comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes;
-  comm.tp_messages = micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages;
+  comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes + c.sequence_partial_sync.bytes;
+  comm.tp_messages =
+      micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages + c.sequence_partial_sync.messages;
   comm.sp_bytes = micro_batches * c.comm_per_micro_batch.sp_bytes;
   comm.sp_messages = micro_batches * c.comm_per_micro_batch.sp_messages;
   comm.pp_bytes = micro_batches * p2p_sends * c.p2p_bytes;

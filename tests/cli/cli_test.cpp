@@ -400,7 +400,9 @@ TEST_F(Cli, RunMeasuresExactlyTheOpsTheProgramPredicts) {
     EXPECT_TRUE(missing.empty()) << missing.size() << " predicted ops not measured, first " << missing.front();
     EXPECT_TRUE(extra.empty()) << extra.size() << " measured ops not predicted, first " << extra.front();
     EXPECT_GT(predicted.size(), 250u);
-    if (std::string(parallel).find("\"sp\"") != std::string::npos) EXPECT_TRUE(measured.count("mb0/L0/fwd/attn.ring_kv"));
+    if (std::string(parallel).find("\"sp\"") != std::string::npos) {
+      EXPECT_TRUE(measured.count("mb0/L0/fwd/attn.ring_kv"));
+    }
     // Both steps, every rank; the trace holds the same events as the database.
     std::set<std::pair<int, int>> step_rank;
     for (const auto& e : events) step_rank.insert({e.step, e.rank});

@@ -41,6 +41,9 @@ struct BlockOp {
   double backward = 2;
   // Re-run by selective recompute (the attention core and its softmax).
   bool selective_recompute = false;
+  // False for an op only the backward has (the LM head's input-gradient reduction under
+  // 1D tensor parallelism): `count` x `backward` calls in the backward, none forward.
+  bool forward = true;
 
   double gemm_total_flops() const { return 2.0 * m * n * k * count; }
 };
@@ -63,6 +66,14 @@ struct BlockOpTable {
   double tokens = 0;                // rows of every activation: micro_batch * seq / sp
   double stage_boundary_bytes = 0;  // activation one rank sends to the next pipeline stage
   double layer_parameters = 0;      // one block's parameters held by one rank
+  // Parameters one rank holds outside the blocks: the first stage's embedding, the last
+  // stage's final norm (and untied LM head), and the tied embedding's copy a last stage
+  // keeps when pp > 1.
+  double embedding_parameters = 0, head_parameters = 0, tied_copy_parameters = 0;
+  // 1D + sequence parallel: elements per block (and on the last stage, outside the
+  // blocks) whose gradients are partial sums over the tensor group, all-reduced once per
+  // step (norms and the biases added after a reduce-scatter).
+  double sequence_partial_layer_elements = 0, sequence_partial_head_elements = 0;
 };
 
 // `element_bytes`: bytes of one activation element in the training precision.

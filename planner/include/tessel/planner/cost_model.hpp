@@ -49,6 +49,10 @@ struct LayoutCost {
   double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
   double layers_on_stage = 0;
   double depth_sync_grad_elements = 0;  // 2.5D: weight-gradient elements all-reduced over depth
+  struct StepComm {
+    double time_s = 0, bytes = 0, messages = 0;
+  };
+  StepComm sequence_partial_sync;  // 1D + sequence parallel: norms' gradients over tp, per step
   CommVolume comm_per_micro_batch;   // tp, sp, pp per micro-batch (fwd + bwd, incl. recompute)
   double block_tp_forward_bytes = 0;  // one transformer block's TP bytes per rank, forward
   double block_tp_forward_messages = 0;
