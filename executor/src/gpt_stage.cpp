@@ -10,12 +10,10 @@
 namespace tessel::executor {
 
 namespace {
-// A layer bucket's tensors. The ones every tensor rank holds whole come first, so that
-// with sequence parallel their partial gradients are one contiguous all-reduce.
+// A layer's tensors, in the order of GptStage::layer_offsets_ (stage_buckets decides
+// where they sit in the bucket).
 enum LayerTensor : std::size_t {
-  kLn1G, kLn1B, kProjB, kLn2G, kLn2B, kFc2B,  // replicated
-  kQkvW, kQkvB, kProjW, kFc1W, kFc1B, kFc2W,  // split
-  kLayerTensors
+  kLn1G, kLn1B, kProjB, kLn2G, kLn2B, kFc2B, kQkvW, kQkvB, kProjW, kFc1W, kFc1B, kFc2W
 };
 
 std::uint64_t name_seed(std::uint64_t seed, const std::string& name) {
@@ -38,14 +36,16 @@ void bias_gradient(const float* dy, float* dbias, int rows, int cols) {
   }
 }
 
-TensorSlot slot(std::string name, int rows, int cols, TensorSplit split, int tp, int column_groups = 1) {
+TensorSlot slot(std::string name, int rows, int cols, int row_split, int row_part, int col_split, int col_part,
+                int copy, int column_groups = 1) {
   TensorSlot t;
   t.name = std::move(name);
   t.rows = rows, t.cols = cols;
-  t.split = split;
+  t.row_split = row_split, t.row_part = row_part, t.col_split = col_split, t.col_part = col_part;
+  t.copy = copy;
   t.column_groups = column_groups;
-  t.local_rows = split == TensorSplit::rows ? rows / tp : rows;
-  t.local_cols = split == TensorSplit::columns ? cols / tp : cols;
+  t.local_rows = rows / row_split;
+  t.local_cols = cols / col_split;
   return t;
 }
 
@@ -81,7 +81,7 @@ const TensorSlot& Bucket::tensor(std::string_view name) const {
 std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model) {
   const int C = model.hidden, F = model.ffn_hidden;
   Bucket all;
-  auto add = [&](std::string name, int rows, int cols) { place(all, slot(std::move(name), rows, cols, TensorSplit::replicated, 1)); };
+  auto add = [&](std::string name, int rows, int cols) { place(all, slot(std::move(name), rows, cols, 1, 0, 1, 0, 0)); };
   add("wte", model.vocab, C);
   add("wpe", model.seq_len, C);
   for (int l = 0; l < model.layers; ++l) {
@@ -119,59 +119,68 @@ std::vector<float> initial_tensor(const ModelSpec& model, std::uint64_t seed, co
   return out;
 }
 
-void for_each_shard_element(const TensorSlot& t, int tp, int tp_rank,
-                            const std::function<void(std::size_t, std::size_t)>& visit) {
-  switch (t.split) {
-    case TensorSplit::replicated:
-      for (std::size_t i = 0; i < t.size(); ++i) visit(i, i);
-      return;
-    case TensorSplit::rows: {
-      const std::size_t first = std::size_t(tp_rank) * t.local_rows * t.cols;
-      for (std::size_t i = 0; i < t.size(); ++i) visit(first + i, i);
-      return;
+void for_each_shard_element(const TensorSlot& t, const std::function<void(std::size_t, std::size_t)>& visit) {
+  const int group_cols = t.cols / t.column_groups, local_group_cols = group_cols / t.col_split;
+  const int first_row = t.row_part * t.local_rows;
+  for (int r = 0; r < t.local_rows; ++r)
+    for (int j = 0; j < t.local_cols; ++j) {
+      const int group = j / local_group_cols, within = j % local_group_cols;
+      const int whole_col = group * group_cols + t.col_part * local_group_cols + within;
+      visit(std::size_t(first_row + r) * t.cols + whole_col, std::size_t(r) * t.local_cols + j);
     }
-    case TensorSplit::columns: {
-      const int group_cols = t.cols / t.column_groups, local_group_cols = group_cols / tp;
-      for (int r = 0; r < t.rows; ++r)
-        for (int j = 0; j < t.local_cols; ++j) {
-          const int group = j / local_group_cols, within = j % local_group_cols;
-          const int whole_col = group * group_cols + tp_rank * local_group_cols + within;
-          visit(std::size_t(r) * t.cols + whole_col, std::size_t(r) * t.local_cols + j);
-        }
-      return;
-    }
-  }
 }
 
 std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shape) {
-  const int C = model.hidden, F = model.ffn_hidden, tp = shape.tp;
+  const int C = model.hidden, F = model.ffn_hidden, S = model.seq_len, V = model.vocab;
+  // How each kind of tensor is cut. 1D (Megatron): column-parallel weights and their
+  // biases by columns, row-parallel weights and the vocabulary by rows, the rest whole
+  // on every tensor rank. 2D: weights and the vocabulary table in q x q blocks, vectors
+  // (norms, biases) and the positions by columns, copied down the grid column.
+  struct Cut {
+    int row_split, row_part, col_split, col_part, copy;
+  };
+  const int tp = shape.tp, r = shape.tp_rank;
+  const Cut whole = shape.grid ? Cut{1, 0, shape.q, shape.grid_col, shape.grid_row} : Cut{1, 0, 1, 0, r};
+  const Cut by_columns = shape.grid ? whole : Cut{1, 0, tp, r, 0};
+  const Cut by_rows = shape.grid ? Cut{shape.q, shape.grid_row, shape.q, shape.grid_col, 0} : Cut{tp, r, 1, 0, 0};
+  const Cut column_parallel = shape.grid ? by_rows : Cut{1, 0, tp, r, 0};
+  auto make = [](std::string name, int rows, int cols, const Cut& c, int groups = 1) {
+    return slot(std::move(name), rows, cols, c.row_split, c.row_part, c.col_split, c.col_part, c.copy, groups);
+  };
   std::vector<Bucket> buckets;
   for (int l : shape.layers) {
     Bucket& b = buckets.emplace_back();
     b.layer = l;
     const std::string L = fmt::format("L{}.", l);
-    const auto R = TensorSplit::replicated;
     for (const char* name : {"ln1.gain", "ln1.bias", "attn.proj.bias", "ln2.gain", "ln2.bias", "mlp.fc2.bias"}) {
-      place(b, slot(L + name, 1, C, R, tp));
+      place(b, make(L + name, 1, C, whole));
     }
-    b.partial_prefix = shape.sequence_parallel ? b.size : 0;
-    place(b, slot(L + "attn.qkv.weight", C, 3 * C, TensorSplit::columns, tp, 3));
-    place(b, slot(L + "attn.qkv.bias", 1, 3 * C, TensorSplit::columns, tp, 3));
-    place(b, slot(L + "attn.proj.weight", C, C, TensorSplit::rows, tp));
-    place(b, slot(L + "mlp.fc1.weight", C, F, TensorSplit::columns, tp));
-    place(b, slot(L + "mlp.fc1.bias", 1, F, TensorSplit::columns, tp));
-    place(b, slot(L + "mlp.fc2.weight", F, C, TensorSplit::rows, tp));
+    if (shape.grid) {
+      // Every vector is a partial sum down the grid column: all of them first.
+      place(b, make(L + "attn.qkv.bias", 1, 3 * C, whole, 3));
+      place(b, make(L + "mlp.fc1.bias", 1, F, whole));
+      b.partial_prefix = b.size;
+    } else {
+      b.partial_prefix = shape.sequence_parallel ? b.size : 0;
+      place(b, make(L + "attn.qkv.bias", 1, 3 * C, by_columns, 3));
+      place(b, make(L + "mlp.fc1.bias", 1, F, by_columns));
+    }
+    place(b, make(L + "attn.qkv.weight", C, 3 * C, column_parallel, 3));
+    place(b, make(L + "attn.proj.weight", C, C, by_rows));
+    place(b, make(L + "mlp.fc1.weight", C, F, column_parallel));
+    place(b, make(L + "mlp.fc2.weight", F, C, by_rows));
     pad(b, shape.pad_to);
   }
   if (shape.embedding || shape.head) {
     Bucket& b = buckets.emplace_back();
     if (shape.head) {
-      place(b, slot("lnf.gain", 1, C, TensorSplit::replicated, tp));
-      place(b, slot("lnf.bias", 1, C, TensorSplit::replicated, tp));
-      b.partial_prefix = shape.sequence_parallel ? b.size : 0;
+      place(b, make("lnf.gain", 1, C, whole));
+      place(b, make("lnf.bias", 1, C, whole));
     }
-    if (shape.embedding) place(b, slot("wpe", model.seq_len, C, TensorSplit::replicated, tp));
-    place(b, slot("wte", model.vocab, C, TensorSplit::rows, tp));
+    if (shape.embedding && shape.grid) place(b, make("wpe", S, C, whole));
+    b.partial_prefix = shape.grid || shape.sequence_parallel ? b.size : 0;
+    if (shape.embedding && !shape.grid) place(b, make("wpe", S, C, whole));
+    place(b, make("wte", V, C, by_rows));
     pad(b, shape.pad_to);
   }
   return buckets;
@@ -198,7 +207,11 @@ GptStage::GptStage(const ModelSpec& model, const StageShape& shape, int micro_ba
   StageShape one_layer = shape;
   one_layer.layers = {0};
   const std::vector<Bucket> buckets = stage_buckets(model, one_layer);
-  for (const TensorSlot& t : buckets.front().tensors) layer_offsets_.push_back(t.offset);
+  for (const char* name : {"ln1.gain", "ln1.bias", "attn.proj.bias", "ln2.gain", "ln2.bias", "mlp.fc2.bias",
+                           "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "mlp.fc1.weight", "mlp.fc1.bias",
+                           "mlp.fc2.weight"}) {
+    layer_offsets_.push_back(buckets.front().tensor(std::string("L0.") + name).offset);
+  }
 }
 
 std::string GptStage::id(int mb, int layer, std::string_view pass, std::string_view op) const {

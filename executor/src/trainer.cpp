@@ -95,7 +95,7 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
     FloatBuffer whole_bucket(b.layout.padded_size, 0.0f);
     for (const TensorSlot& t : b.layout.tensors) {
       const std::vector<float> whole = initial_tensor(model, options_.seed, t.name, t.rows, t.cols);
-      for_each_shard_element(t, shape_.tp, shape_.tp_rank,
+      for_each_shard_element(t,
                              [&](std::size_t w, std::size_t l) { whole_bucket[t.offset + l] = whole[w]; });
     }
     if (shards_weights(b)) {
@@ -153,7 +153,7 @@ std::size_t Trainer::kept_activation_bytes() const {
 }
 
 bool Trainer::counts_tensor(const TensorSlot& t) const {
-  if (t.split == TensorSplit::replicated && shape_.tp_rank != 0) return false;
+  if (t.copy != 0) return false;
   // The tied embedding's second copy, on the last stage.
   return !(t.name == "wte" && !shape_.embedding);
 }
@@ -507,7 +507,7 @@ void Trainer::optimizer_step(float gradient_scale) {
   if (shards_optimizer()) grid_.gradients().all_reduce(norms.data(), norms.size());
   if (shape_.tp > 1) {
     for (std::size_t i = 0; i < pieces.size(); ++i) {
-      if (pieces[i].tensor->split == TensorSplit::replicated && shape_.tp_rank != 0) norms[2 * i] = norms[2 * i + 1] = 0;
+      if (pieces[i].tensor->copy != 0) norms[2 * i] = norms[2 * i + 1] = 0;
     }
     grid_.tp().all_reduce(norms.data(), norms.size());
   }
@@ -556,7 +556,7 @@ std::vector<float> Trainer::whole_from_buckets(bool gradients) {
     for (const TensorSlot& t : b.layout.tensors) {
       if (!counts_tensor(t)) continue;
       const std::size_t base = whole_offsets_.find(t.name)->second;
-      for_each_shard_element(t, shape_.tp, shape_.tp_rank,
+      for_each_shard_element(t,
                              [&](std::size_t w, std::size_t l) { whole[base + w] = bucket_values[t.offset + l]; });
     }
   }
@@ -580,7 +580,7 @@ void Trainer::set_whole_parameters(const std::vector<float>& whole) {
     FloatBuffer values(b.layout.padded_size, 0.0f);
     for (const TensorSlot& t : b.layout.tensors) {
       const std::size_t base = whole_offsets_.find(t.name)->second;
-      for_each_shard_element(t, shape_.tp, shape_.tp_rank,
+      for_each_shard_element(t,
                              [&](std::size_t w, std::size_t l) { values[t.offset + l] = whole[base + w]; });
     }
     if (shards_weights(b)) {

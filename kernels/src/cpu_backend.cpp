@@ -64,6 +64,54 @@ void layer_norm_backward(const float* dy, const float* x, const float* gamma, co
   }
 }
 
+void row_sums(const float* x, float* sums, int rows, int cols) {
+  const MapConst X(x, rows, cols);
+  for (int r = 0; r < rows; ++r) sums[r] = X.row(r).sum();
+}
+
+void row_centered_square_sums(const float* x, const float* mean, float* sums, int rows, int cols) {
+  const MapConst X(x, rows, cols);
+  for (int r = 0; r < rows; ++r) sums[r] = (X.row(r).array() - mean[r]).square().sum();
+}
+
+void layer_norm_apply(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
+                      float* y, int rows, int cols) {
+  const MapConst X(x, rows, cols);
+  Map Y(y, rows, cols);
+  const Eigen::Map<const Eigen::RowVectorXf> g(gamma, cols), bt(beta, cols);
+  for (int r = 0; r < rows; ++r) Y.row(r) = ((X.row(r).array() - mean[r]) * rstd[r] * g.array() + bt.array()).matrix();
+}
+
+void layer_norm_backward_partials(const float* dy, const float* x, const float* gamma, const float* mean,
+                                  const float* rstd, float* dgamma, float* dbeta, float* sum_dxhat,
+                                  float* sum_dxhat_xhat, int rows, int cols) {
+  const MapConst DY(dy, rows, cols), X(x, rows, cols);
+  const Eigen::Map<const Eigen::RowVectorXf> g(gamma, cols);
+  Eigen::Map<Eigen::RowVectorXf> dg(dgamma, cols), db(dbeta, cols);
+  for (int r = 0; r < rows; ++r) {
+    const Eigen::RowVectorXf xhat = ((X.row(r).array() - mean[r]) * rstd[r]).matrix();
+    const Eigen::RowVectorXf dxhat = (DY.row(r).array() * g.array()).matrix();
+    dg += (DY.row(r).array() * xhat.array()).matrix();
+    db += DY.row(r);
+    sum_dxhat[r] = dxhat.sum();
+    sum_dxhat_xhat[r] = (dxhat.array() * xhat.array()).sum();
+  }
+}
+
+void layer_norm_backward_apply(const float* dy, const float* x, const float* gamma, const float* mean,
+                               const float* rstd, const float* sum_dxhat, const float* sum_dxhat_xhat, int row_cols,
+                               float* dx, int rows, int cols) {
+  const MapConst DY(dy, rows, cols), X(x, rows, cols);
+  Map DX(dx, rows, cols);
+  const Eigen::Map<const Eigen::RowVectorXf> g(gamma, cols);
+  for (int r = 0; r < rows; ++r) {
+    const Eigen::ArrayXXf xhat = (X.row(r).array() - mean[r]) * rstd[r];
+    DX.row(r) = (rstd[r] * (DY.row(r).array() * g.array() - sum_dxhat[r] / float(row_cols) -
+                            xhat * (sum_dxhat_xhat[r] / float(row_cols))))
+                    .matrix();
+  }
+}
+
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
@@ -259,6 +307,11 @@ const KernelBackend& cpu_backend() {
                                      gemm,
                                      layer_norm_forward,
                                      layer_norm_backward,
+                                     row_sums,
+                                     row_centered_square_sums,
+                                     layer_norm_apply,
+                                     layer_norm_backward_partials,
+                                     layer_norm_backward_apply,
                                      gelu_forward,
                                      gelu_backward,
                                      swiglu_forward,

@@ -156,6 +156,57 @@ TEST(CpuKernels, LayerNormForwardAndBackward) {
             1e-4);
 }
 
+// Rows split in two column blocks, their partial sums added as a row group's ranks
+// would, give the whole-row layer norm forward and backward.
+TEST(CpuKernels, LayerNormOverColumnBlocksEqualsTheWholeRow) {
+  std::mt19937 rng(14);
+  const int rows = 5, cols = 12, half = cols / 2;
+  const auto x = random_vector(std::size_t(rows) * cols, rng, 2.0f), dy = random_vector(x.size(), rng);
+  const auto g = random_vector(cols, rng), b = random_vector(cols, rng);
+  std::vector<float> y(x.size()), mean(rows), rstd(rows), dx(x.size()), dg(cols, 0.0f), db(cols, 0.0f);
+  K.layer_norm_forward(x.data(), g.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, cols, 1e-5f);
+  K.layer_norm_backward(dy.data(), x.data(), g.data(), mean.data(), rstd.data(), dx.data(), dg.data(), db.data(), rows,
+                        cols);
+  auto block = [&](const std::vector<float>& whole, int part) {
+    std::vector<float> out(std::size_t(rows) * half);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < half; ++c) out[std::size_t(r) * half + c] = whole[std::size_t(r) * cols + part * half + c];
+    return out;
+  };
+  std::vector<float> sums(rows, 0.0f), squares(rows, 0.0f), part_sums(rows), block_mean(rows), block_rstd(rows);
+  for (int part = 0; part < 2; ++part) {
+    K.row_sums(block(x, part).data(), part_sums.data(), rows, half);
+    for (int r = 0; r < rows; ++r) sums[r] += part_sums[r];
+  }
+  for (int r = 0; r < rows; ++r) block_mean[r] = sums[r] / cols;
+  for (int part = 0; part < 2; ++part) {
+    K.row_centered_square_sums(block(x, part).data(), block_mean.data(), part_sums.data(), rows, half);
+    for (int r = 0; r < rows; ++r) squares[r] += part_sums[r];
+  }
+  for (int r = 0; r < rows; ++r) block_rstd[r] = 1.0f / std::sqrt(squares[r] / cols + 1e-5f);
+  std::vector<float> sum_dxhat(rows, 0.0f), sum_dxhat_xhat(rows, 0.0f), a(rows), c(rows);
+  std::vector<float> dg_block(cols, 0.0f), db_block(cols, 0.0f);
+  for (int part = 0; part < 2; ++part) {
+    std::vector<float> y_block(std::size_t(rows) * half, kNaN);
+    K.layer_norm_apply(block(x, part).data(), g.data() + part * half, b.data() + part * half, block_mean.data(),
+                       block_rstd.data(), y_block.data(), rows, half);
+    EXPECT_LT(max_relative_error(y_block, to_double(block(y, part))), 1e-5);
+    K.layer_norm_backward_partials(block(dy, part).data(), block(x, part).data(), g.data() + part * half,
+                                   block_mean.data(), block_rstd.data(), dg_block.data() + part * half,
+                                   db_block.data() + part * half, a.data(), c.data(), rows, half);
+    for (int r = 0; r < rows; ++r) sum_dxhat[r] += a[r], sum_dxhat_xhat[r] += c[r];
+  }
+  for (int part = 0; part < 2; ++part) {
+    std::vector<float> dx_block(std::size_t(rows) * half, kNaN);
+    K.layer_norm_backward_apply(block(dy, part).data(), block(x, part).data(), g.data() + part * half,
+                                block_mean.data(), block_rstd.data(), sum_dxhat.data(), sum_dxhat_xhat.data(), cols,
+                                dx_block.data(), rows, half);
+    EXPECT_LT(max_relative_error(dx_block, to_double(block(dx, part))), 1e-5);
+  }
+  EXPECT_LT(max_relative_error(dg_block, to_double(dg)), 1e-5);
+  EXPECT_LT(max_relative_error(db_block, to_double(db)), 1e-5);
+}
+
 TEST(CpuKernels, GeluForwardAndBackward) {
   std::mt19937 rng(3);
   const auto x = random_vector(301, rng, 2.0f), w = random_vector(301, rng);

@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <vector>
 
@@ -82,10 +84,20 @@ class MpiCommunicator final : public Communicator {
     if (size_ > 1) count(double(size_ - 1) / size_, 4.0 * count_per_rank * size_, size_ - 1.0);
     return request;
   }
+  // Broadcast and reduce count as a tree: ceil(log2 n) latency steps, the buffer once.
+  double tree_steps() const { return double(std::bit_width(unsigned(size_ - 1))); }
   void broadcast(float* data, std::size_t count_, int root) override {
     if (size_ == 1) return;
     TESSEL_MPI_CHECK(MPI_Bcast(data, int(count_), MPI_FLOAT, root, comm_));
-    count(1.0, 4.0 * count_, 1.0);
+    count(1.0, 4.0 * count_, tree_steps());
+  }
+  void reduce(const float* send_, float* recv_, std::size_t count_, int root) override {
+    if (size_ == 1) {
+      if (send_ != recv_) std::copy(send_, send_ + count_, recv_);
+      return;
+    }
+    TESSEL_MPI_CHECK(MPI_Reduce(send_, rank_ == root ? recv_ : nullptr, int(count_), MPI_FLOAT, MPI_SUM, root, comm_));
+    count(1.0, 4.0 * count_, tree_steps());
   }
   void send(const float* data, std::size_t count_, int peer, int tag) override {
     TESSEL_MPI_CHECK(MPI_Send(data, int(count_), MPI_FLOAT, peer, tag, comm_));

@@ -34,26 +34,31 @@ namespace tessel::executor {
 
 using kernels::FloatBuffer;
 
-// How a tensor is cut over the tensor-parallel group.
-enum class TensorSplit { replicated, rows, columns };
-
+// One tensor's shard on this rank: the whole tensor's rows cut in row_split blocks (this
+// rank holds block row_part) and its columns in col_split blocks (within each of
+// column_groups groups: attn.qkv cuts q, k and v each on its own). Tensors several ranks
+// of the tensor group hold whole or in the same shard are copies: `copy` numbers them,
+// and sums over the model (norms, exports) count copy 0 only.
 struct TensorSlot {
   std::string name;  // as in the whole model: "L3.attn.qkv.weight"
   int rows = 0, cols = 0;  // whole tensor
-  TensorSplit split = TensorSplit::replicated;
-  int column_groups = 1;  // attn.qkv: q, k and v column blocks, each cut on its own
+  int row_split = 1, row_part = 0, col_split = 1, col_part = 0;
+  int column_groups = 1;
+  int copy = 0;
   int local_rows = 0, local_cols = 0;
   std::size_t offset = 0;  // in its bucket
   std::size_t size() const { return std::size_t(local_rows) * std::size_t(local_cols); }
+  bool split() const { return row_split > 1 || col_split > 1; }
 };
 
 struct Bucket {
   int layer = -1;  // -1: the stage's embedding, final norm and head
   std::vector<TensorSlot> tensors;
   std::size_t size = 0, padded_size = 0;
-  // With sequence parallel, the first `partial_prefix` elements (norms and the biases
-  // added after a reduce-scatter) see only this rank's token rows: their gradients are
-  // partial sums over the tensor group.
+  // The first `partial_prefix` elements see only this rank's token rows (norms and the
+  // biases added after a reduce-scatter with sequence parallel; every norm, bias and the
+  // positions in 2D): their gradients are partial sums over the tensor group (1D) or
+  // the grid column (2D).
   std::size_t partial_prefix = 0;
   const TensorSlot& tensor(std::string_view name) const;
 };
@@ -64,15 +69,17 @@ std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model);
 // The whole tensor `name` of shape rows x cols as initialised from `seed`.
 std::vector<float> initial_tensor(const ModelSpec& model, std::uint64_t seed, const std::string& name, int rows,
                                   int cols);
-// Calls visit(whole_index, local_index) for every element of tensor-parallel rank
-// `tp_rank`'s shard of `slot`.
-void for_each_shard_element(const TensorSlot& slot, int tp, int tp_rank,
-                            const std::function<void(std::size_t, std::size_t)>& visit);
+// Calls visit(whole_index, local_index) for every element of this rank's shard.
+void for_each_shard_element(const TensorSlot& slot, const std::function<void(std::size_t, std::size_t)>& visit);
 
 struct StageShape {
   std::vector<int> layers;  // the layers this rank holds, ascending
   bool embedding = false, head = false;
   int tp = 1, tp_rank = 0;
+  // 2D (SUMMA) over a q x q grid: this rank is (grid_row, grid_col); tokens split by
+  // rows, features by columns.
+  bool grid = false;
+  int q = 1, grid_row = 0, grid_col = 0;
   bool sequence_parallel = false;  // Megatron: token rows over the tensor group
   int sp = 1, sp_rank = 0;         // ring self-attention: each sequence in sp blocks
   bool keep_all_keys = false;      // selective recompute with sp > 1: no second key ring

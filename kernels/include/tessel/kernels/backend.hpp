@@ -51,6 +51,22 @@ struct KernelBackend {
   void (*layer_norm_backward)(const float* dy, const float* x, const float* gamma, const float* mean,
                               const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols);
 
+  // Layer norm over rows split in column blocks (2D tensor parallelism): each rank sums
+  // its block, the caller sums over the row's ranks between the phases. Forward: row
+  // sums -> mean; sums of (x - mean)^2 -> rstd; apply. Backward: the partial sums of
+  // dxhat and dxhat * xhat (and dgamma, dbeta += for this block), then dx from the whole
+  // row's sums; `row_cols` is the whole row's length.
+  void (*row_sums)(const float* x, float* sums, int rows, int cols);
+  void (*row_centered_square_sums)(const float* x, const float* mean, float* sums, int rows, int cols);
+  void (*layer_norm_apply)(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
+                           float* y, int rows, int cols);
+  void (*layer_norm_backward_partials)(const float* dy, const float* x, const float* gamma, const float* mean,
+                                       const float* rstd, float* dgamma, float* dbeta, float* sum_dxhat,
+                                       float* sum_dxhat_xhat, int rows, int cols);
+  void (*layer_norm_backward_apply)(const float* dy, const float* x, const float* gamma, const float* mean,
+                                    const float* rstd, const float* sum_dxhat, const float* sum_dxhat_xhat,
+                                    int row_cols, float* dx, int rows, int cols);
+
   void (*gelu_forward)(const float* x, float* y, std::int64_t n);
   void (*gelu_backward)(const float* x, const float* dy, float* dx, std::int64_t n);
   // SwiGLU (Shazeer 2020), the LLaMA MLP: x[rows x 2f] holds the gate and the up

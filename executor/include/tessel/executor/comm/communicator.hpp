@@ -41,6 +41,8 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> reduce_scatter_async(const float* send, float* recv,
                                                             std::size_t count_per_rank) = 0;
   virtual void broadcast(float* data, std::size_t count, int root) = 0;
+  // Sums every rank's `send` into `recv` on `root` (recv is ignored elsewhere).
+  virtual void reduce(const float* send, float* recv, std::size_t count, int root) = 0;
   virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
   // `data` must stay valid until the request completes. Pipeline stages send this way,
   // so that two neighbours sending to each other at once cannot deadlock.
