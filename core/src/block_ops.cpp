@@ -79,21 +79,37 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   t.stage_boundary_bytes = T * h * E / (p.tp_mode == TpMode::d1 && !p.tp_sequence_parallel ? 1.0 : split.activation);
   const bool one_d = p.tp_mode == TpMode::d1;
   const bool megatron_sp = one_d && p.tp_sequence_parallel && p.tp > 1;
-  // Parameters per rank. 1D (Megatron) keeps whole on every tensor rank the norms and the
-  // biases added after a row-parallel reduction, and the learned positions; it splits
-  // the rest. The grid modes split everything (block_ops.hpp, tensor_splits).
+  // Parameters per rank. 1D (Megatron) keeps whole on every tensor rank the norms, the
+  // biases added after a row-parallel reduction and the learned positions, and splits
+  // the rest by tp. 2D cuts weight matrices in q x q blocks and vectors (norms, biases,
+  // positions) by the q columns, copied down each column, where their gradients are
+  // partial sums over the column's token blocks, summed once per step. 2.5D and 3D split
+  // everything by the grid (tensor_splits).
+  const bool two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
   const double norm_parameters = model.norm == Norm::layernorm ? 2 * h : h;
+  const double layer_vectors =
+      2 * norm_parameters + (model.bias ? (h + 2 * kv) + h + mlp_out + h : 0.0);  // norms, qkv/proj/fc1/fc2 biases
   const double whole_in_layer = one_d ? 2 * norm_parameters + (model.bias ? 2 * h : 0.0) : 0.0;
   const double positions = model.position_embedding == PositionEmbedding::learned ? double(model.seq_len) * h : 0.0;
   const double vocab_table = V * h / split.parameters;
-  t.layer_parameters = (double(model.layer_parameters()) - whole_in_layer) / split.parameters + whole_in_layer;
-  t.embedding_parameters = vocab_table + (one_d ? positions : positions / split.parameters);
-  t.head_parameters = (one_d ? norm_parameters : norm_parameters / split.parameters) +
-                      (model.tied_embeddings ? 0.0 : vocab_table);
+  if (two_d) {
+    t.layer_parameters = (double(model.layer_parameters()) - layer_vectors) / split.parameters + layer_vectors / q;
+  } else {
+    t.layer_parameters = (double(model.layer_parameters()) - whole_in_layer) / split.parameters + whole_in_layer;
+  }
+  const double vector_split = one_d ? 1.0 : two_d ? q : split.parameters;
+  t.embedding_parameters = vocab_table + positions / vector_split;
+  t.head_parameters = norm_parameters / vector_split + (model.tied_embeddings ? 0.0 : vocab_table);
   t.tied_copy_parameters = model.tied_embeddings && p.pp > 1 ? vocab_table : 0.0;
   if (megatron_sp) {
-    t.sequence_partial_layer_elements = whole_in_layer;
-    t.sequence_partial_head_elements = norm_parameters;
+    t.partial_group = CommGroup::tp;
+    t.partial_layer_elements = whole_in_layer;
+    t.partial_head_elements = norm_parameters;
+  } else if (two_d) {
+    t.partial_group = CommGroup::tp_col;
+    t.partial_layer_elements = layer_vectors / q;
+    t.partial_head_elements = norm_parameters / q;
+    t.partial_embedding_elements = positions / q;
   }
   const double A = T * h / split.activation;  // activation elements per rank
 
@@ -154,8 +170,15 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
     }
   };
 
+  // 2D layer norm: the row statistics (mean, then the centred square sum) summed over the
+  // grid row, 2 fp32 values per token each way.
+  auto norm_statistics = [&](std::string_view name, std::vector<BlockOp>& ops) {
+    if (two_d) ops.push_back(comm_op(name, Collective::all_reduce, CommGroup::tp_row, T / q * 4.0, 2,
+                                     CollectiveAlgorithm::ring, 1));
+  };
   // ---- attention half ----
   t.block.push_back(memory_op("attn.norm", 2 * E * A));
+  norm_statistics("attn.norm_all_reduce", t.block);
   gather_before_half("attn.tp_all_gather");
   linear({"attn.qkv", "attn.qkv.bcast_row", "attn.qkv.bcast_col", "attn.qkv.gather_input", "attn.qkv.gather_weight",
           "attn.qkv.reduce_scatter", h, h + 2 * kv});
@@ -182,6 +205,7 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   t.block.push_back(memory_op("attn.residual", 3 * E * A));
   // ---- MLP half ----
   t.block.push_back(memory_op("mlp.norm", 2 * E * A));
+  norm_statistics("mlp.norm_all_reduce", t.block);
   gather_before_half("mlp.tp_all_gather");
   linear({"mlp.fc1", "mlp.fc1.bcast_row", "mlp.fc1.bcast_col", "mlp.fc1.gather_input", "mlp.fc1.gather_weight",
           "mlp.fc1.reduce_scatter", h, mlp_out});
@@ -192,6 +216,26 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   reduce_after_half("mlp.tp_reduce_scatter", "mlp.tp_all_reduce");
   t.block.push_back(memory_op("mlp.residual", 3 * E * A));
 
+  // ---- LM head and loss: vocab-parallel logits, fp32 cross-entropy ----
+  if (two_d) {
+    // logits^T = E X^T on the grid (gpt_grid.cpp): token blocks broadcast down the
+    // columns, partial products reduced along the rows; the loss reduces down the column.
+    norm_statistics("head.norm_all_reduce", t.head);
+    t.head.push_back(comm_op("head.logits.bcast_col", Collective::broadcast, CommGroup::tp_col, T / q * h / q * E, q,
+                             CollectiveAlgorithm::tree));
+    t.head.push_back(gemm_op("head.logits", V / q, T / q, h / q, q));
+    t.head.push_back(comm_op("head.logits.reduce_row", Collective::reduce, CommGroup::tp_row, V / q * T / q * E, q,
+                             CollectiveAlgorithm::tree, 1));
+    t.head.push_back(memory_op("head.loss", 2.0 * 4.0 * T * V / split.gemm, 1));
+    t.head.push_back(comm_op("head.loss_all_reduce", Collective::all_reduce, CommGroup::tp_col, 1.5 * T / q * 4.0, 2,
+                             CollectiveAlgorithm::ring, 0));
+    // ---- embedding: each rank's vocabulary block for every token, reduce-scattered
+    // down the column to the token blocks ----
+    t.embedding.push_back(memory_op("embed.lookup", 2.0 * T * h * E / split.activation, 1));
+    t.embedding.push_back(comm_op("embed.tp_reduce_scatter", Collective::reduce_scatter, CommGroup::tp_col,
+                                  T * h / q * E, 1, CollectiveAlgorithm::ring, 1));
+    return t;
+  }
   // ---- LM head and loss: vocab-parallel logits, fp32 cross-entropy ----
   // 1D: every tensor rank needs the whole final-norm output (all-gathered with sequence
   // parallel), and its input gradient is a partial sum over the ranks' vocabulary blocks.

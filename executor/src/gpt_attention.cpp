@@ -29,7 +29,7 @@ enum RingTag : int { kKeys = 100, kValues = 200, kBackwardValues = 300, kValueGr
 // [rows x rows] buffer per head.
 void GptStage::extract_block(const float* whole, float* block, int j) const {
   const std::size_t rows = std::size_t(seq_), cols = rows * std::size_t(shape_.sp);
-  for (std::size_t bh = 0; bh < std::size_t(micro_batch_) * heads_; ++bh) {
+  for (std::size_t bh = 0; bh < std::size_t(sequences_) * heads_; ++bh) {
     for (std::size_t i = 0; i < rows; ++i) {
       const float* from = whole + (bh * rows + i) * cols + std::size_t(j) * rows;
       std::copy(from, from + rows, block + (bh * rows + i) * rows);
@@ -39,7 +39,7 @@ void GptStage::extract_block(const float* whole, float* block, int j) const {
 
 void GptStage::place_block(const float* block, float* whole, int j) const {
   const std::size_t rows = std::size_t(seq_), cols = rows * std::size_t(shape_.sp);
-  for (std::size_t bh = 0; bh < std::size_t(micro_batch_) * heads_; ++bh) {
+  for (std::size_t bh = 0; bh < std::size_t(sequences_) * heads_; ++bh) {
     for (std::size_t i = 0; i < rows; ++i) {
       const float* from = block + (bh * rows + i) * rows;
       std::copy(from, from + rows, whole + (bh * rows + i) * cols + std::size_t(j) * rows);
@@ -58,7 +58,7 @@ void GptStage::ring_shift(FloatBuffer& block, int tag) {
 
 void GptStage::attention_forward(int mb, int l, std::string_view pass, LayerActivations& a, FloatBuffer& probs) {
   const int S = seq_, D = model_.hidden / model_.heads, sp = shape_.sp, r = shape_.sp_rank;
-  const std::size_t heads = std::size_t(micro_batch_) * heads_, head_block = std::size_t(S) * D;
+  const std::size_t heads = std::size_t(sequences_) * heads_, head_block = std::size_t(S) * D;
   const std::size_t row_block = std::size_t(S) * S, row = std::size_t(S) * S * sp;  // per head: own block, whole row
   scores_.resize(heads * row);
   if (keep_keys_) a.k_all.resize(heads * head_block * sp);
@@ -120,7 +120,7 @@ void GptStage::attention_probabilities(int mb, int l, std::string_view pass, con
   // Selective recompute: the keys of every block were kept in the forward (k_all with
   // sequence parallel), so no message is sent again.
   const int S = seq_, D = model_.hidden / model_.heads, sp = shape_.sp, r = shape_.sp_rank;
-  const std::size_t heads = std::size_t(micro_batch_) * heads_, head_block = std::size_t(S) * D;
+  const std::size_t heads = std::size_t(sequences_) * heads_, head_block = std::size_t(S) * D;
   const std::size_t row_block = std::size_t(S) * S, row = row_block * sp;
   {
     auto timed = timeline_.time(id(mb, l, pass, "attn.core"));
@@ -144,7 +144,7 @@ void GptStage::attention_probabilities(int mb, int l, std::string_view pass, con
 
 void GptStage::attention_backward(int mb, int l, const LayerActivations& a, const FloatBuffer& probs) {
   const int S = seq_, D = model_.hidden / model_.heads, sp = shape_.sp, r = shape_.sp_rank;
-  const std::size_t heads = std::size_t(micro_batch_) * heads_, head_block = std::size_t(S) * D;
+  const std::size_t heads = std::size_t(sequences_) * heads_, head_block = std::size_t(S) * D;
   const std::size_t row_block = std::size_t(S) * S;
   const std::size_t n = heads * head_block;
   const int next = (r + 1) % sp, previous = (r + sp - 1) % sp;

@@ -186,23 +186,29 @@ std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shap
   return buckets;
 }
 
-GptStage::GptStage(const ModelSpec& model, const StageShape& shape, int micro_batch, int seq, Communicator& tp,
-                   Communicator& sp, const kernels::KernelBackend& backend, OpTimeline& timeline)
+GptStage::GptStage(const ModelSpec& model, const StageShape& shape, int micro_batch, int seq, const StageComms& comms,
+                   const kernels::KernelBackend& backend, OpTimeline& timeline)
     : model_(model),
       shape_(shape),
       micro_batch_(micro_batch),
       seq_(seq),
-      tp_(tp),
-      sp_(sp),
+      tp_(comms.tp),
+      sp_(comms.sp),
+      row_(comms.row),
+      col_(comms.col),
       keep_keys_(shape.keep_all_keys && shape.sp > 1),
       k_(backend),
       timeline_(timeline) {
   rows_ = micro_batch * seq;
-  local_rows_ = shape.sequence_parallel ? rows_ / shape.tp : rows_;
-  heads_ = model.heads / shape.tp;
-  hidden_local_ = model.hidden / shape.tp;
-  ffn_local_ = model.ffn_hidden / shape.tp;
-  vocab_local_ = model.vocab / shape.tp;
+  // 1D splits features over tp; 2D splits features over q columns and tokens (whole
+  // sequences) over q rows.
+  const int features = shape.grid ? shape.q : shape.tp;
+  local_rows_ = shape.grid ? rows_ / shape.q : shape.sequence_parallel ? rows_ / shape.tp : rows_;
+  sequences_ = shape.grid ? micro_batch / shape.q : micro_batch;
+  heads_ = model.heads / features;
+  hidden_local_ = model.hidden / features;
+  ffn_local_ = model.ffn_hidden / features;
+  vocab_local_ = model.vocab / features;
   // Every layer bucket has the same tensors at the same offsets.
   StageShape one_layer = shape;
   one_layer.layers = {0};
@@ -243,6 +249,7 @@ void GptStage::reduce_partial(FloatBuffer& partial, FloatBuffer& out) {
 // ---- embedding ----
 
 void GptStage::embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params, FloatBuffer& x) {
+  if (shape_.grid) return embed_forward_grid(mb, tokens, rest, params, x);
   const int C = model_.hidden;
   const TensorSlot& wte = rest.tensor("wte");
   const float* wpe = params + rest.tensor("wpe").offset;
@@ -270,6 +277,7 @@ void GptStage::embed_forward(int mb, const std::int32_t* tokens, const Bucket& r
 
 void GptStage::embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads,
                               const FloatBuffer& dx) {
+  if (shape_.grid) return embed_backward_grid(mb, tokens, rest, grads, dx);
   const int C = model_.hidden;
   const FloatBuffer* whole = &dx;
   if (shape_.sequence_parallel) {
@@ -292,9 +300,10 @@ void GptStage::embed_backward(int mb, const std::int32_t* tokens, const Bucket& 
 
 void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, LayerActivations& a,
                              FloatBuffer& probs, FloatBuffer& x) {
+  if (shape_.grid) return layer_forward_grid(mb, l, pass, params, a, probs, x);
   auto w = [&](LayerTensor t) { return params + layer_offsets_[t]; };
   const std::string_view P = pass == PassKind::forward ? "fwd" : "recompute";
-  const int B = micro_batch_, S = seq_, N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_,
+  const int B = sequences_, S = seq_, N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_,
             Fl = ffn_local_, H = heads_, D = model_.hidden / model_.heads;
   const bool sp = shape_.sequence_parallel, reduce = shape_.tp > 1;
   const float eps = 1e-5f;
@@ -397,9 +406,10 @@ void GptStage::recompute_probabilities(int mb, int l, LayerActivations& a, Float
 
 void GptStage::layer_backward(int mb, int l, const float* params, float* grads, LayerActivations& a,
                               const FloatBuffer& probs, FloatBuffer& dx) {
+  if (shape_.grid) return layer_backward_grid(mb, l, params, grads, a, probs, dx);
   auto w = [&](LayerTensor t) { return params + layer_offsets_[t]; };
   auto g = [&](LayerTensor t) { return grads + layer_offsets_[t]; };
-  const int B = micro_batch_, S = seq_, N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_,
+  const int B = sequences_, S = seq_, N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_,
             Fl = ffn_local_, H = heads_, D = model_.hidden / model_.heads;
   const bool sp = shape_.sequence_parallel, reduce = shape_.tp > 1;
   // The gradient of a reduced (row-parallel) output is the same on every rank without
@@ -497,9 +507,9 @@ void GptStage::layer_backward(int mb, int l, const float* params, float* grads, 
 
 double GptStage::head_forward(int mb, const std::int32_t* targets, const Bucket& rest, const float* params,
                               const FloatBuffer& x, HeadActivations& h) {
+  if (shape_.grid) return head_forward_grid(mb, targets, rest, params, x, h);
   const int N = rows_, Nl = local_rows_, C = model_.hidden, Vl = vocab_local_;
   const float* wte = params + rest.tensor("wte").offset;
-  const bool reduce = shape_.tp > 1;
   {
     // The final norm is no op of its own in the Program: its time goes with the logits.
     auto timed = timeline_.time(id(mb, "head", "fwd", "head.logits"));
@@ -518,32 +528,40 @@ double GptStage::head_forward(int mb, const std::int32_t* targets, const Bucket&
     h.logits.resize(std::size_t(N) * Vl);
     k_.gemm(false, true, N, Vl, C, 1.0f, lnf.data(), wte, 0.0f, h.logits.data());
   }
-  h.row_max.resize(N), h.sums.resize(2 * std::size_t(N));
+  return vocab_parallel_loss(mb, targets, N, Vl, shape_.tp_rank * Vl, tp_, h);
+}
+
+double GptStage::vocab_parallel_loss(int mb, const std::int32_t* targets, int rows, int vocab_local, int vocab_start,
+                                     Communicator& group, HeadActivations& h) {
+  // The cross-entropy of logits split by vocabulary over `group` (the kernel table's
+  // three phases, the reductions between them: a max, then the sums and target logits).
+  h.row_max.resize(rows), h.sums.resize(2 * std::size_t(rows));
   {
     auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss"));
-    k_.cross_entropy_max(h.logits.data(), h.row_max.data(), N, Vl);
+    k_.cross_entropy_max(h.logits.data(), h.row_max.data(), rows, vocab_local);
   }
-  if (reduce) {
+  if (group.size() > 1) {
     auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss_all_reduce"));
-    tp_.all_reduce(h.row_max.data(), h.row_max.size(), ReduceOp::max);
+    group.all_reduce(h.row_max.data(), h.row_max.size(), ReduceOp::max);
   }
   {
     auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss"));
-    k_.cross_entropy_sums(h.logits.data(), targets, h.row_max.data(), h.sums.data(), h.sums.data() + N, N, Vl,
-                          shape_.tp_rank * Vl);
+    k_.cross_entropy_sums(h.logits.data(), targets, h.row_max.data(), h.sums.data(), h.sums.data() + rows, rows,
+                          vocab_local, vocab_start);
   }
-  if (reduce) {
+  if (group.size() > 1) {
     auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss_all_reduce"));
-    tp_.all_reduce(h.sums.data(), h.sums.size());
+    group.all_reduce(h.sums.data(), h.sums.size());
   }
   auto timed = timeline_.time(id(mb, "head", "fwd", "head.loss"));
   double total = 0;
-  for (int r = 0; r < N; ++r) total += std::log(double(h.sums[r])) + h.row_max[r] - h.sums[std::size_t(N) + r];
+  for (int r = 0; r < rows; ++r) total += std::log(double(h.sums[r])) + h.row_max[r] - h.sums[std::size_t(rows) + r];
   return total;
 }
 
 void GptStage::head_backward(int mb, const std::int32_t* targets, const Bucket& rest, const float* params,
                              float* grads, HeadActivations& h, float grad_scale, FloatBuffer& dx) {
+  if (shape_.grid) return head_backward_grid(mb, targets, rest, params, grads, h, grad_scale, dx);
   const int N = rows_, Nl = local_rows_, C = model_.hidden, Vl = vocab_local_;
   const TensorSlot& wte = rest.tensor("wte");
   {

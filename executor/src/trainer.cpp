@@ -15,9 +15,21 @@ namespace tessel::executor {
 void Trainer::check(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   const ModelSpec& m = plan.model;
-  if (p.tp_mode != TpMode::d1 && p.tp > 1) {
-    throw Error(fmt::format("parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d; got {}",
+  if (p.tp > 1 && p.tp_mode != TpMode::d1 && p.tp_mode != TpMode::d2) {
+    throw Error(fmt::format("parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d and 2d; got {}",
                             to_string(p.tp_mode)));
+  }
+  if (p.tp > 1 && p.tp_mode == TpMode::d2) {
+    const int q = p.tp_grid_side();
+    if (p.sp != 1) throw Error(fmt::format("parallel.sp: tp_mode 2d runs with sp 1 in the CPU executor, got {}", p.sp));
+    if (p.micro_batch % q != 0) {
+      throw Error(fmt::format("parallel.micro_batch: tp_mode 2d gives each of its q = {} grid rows whole sequences; "
+                              "micro_batch {} is not divisible by {}",
+                              q, p.micro_batch, q));
+    }
+    if (m.vocab % q != 0) {
+      throw Error(fmt::format("model.vocab: {} is not divisible by the 2d grid side {}", m.vocab, q));
+    }
   }
   if (p.offload != OffloadMode::none) {
     throw Error(fmt::format("parallel.offload: the CPU executor keeps everything in memory; offload must be none, got {}",
@@ -63,6 +75,10 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   shape_.tp = p.tp;
   shape_.tp_rank = grid.coordinates().tp;
   shape_.sequence_parallel = p.tp_sequence_parallel && p.tp > 1;
+  shape_.grid = p.tp > 1 && p.tp_mode == TpMode::d2;
+  shape_.q = p.tp_grid_side();
+  shape_.grid_row = grid.coordinates().tp_row;
+  shape_.grid_col = grid.coordinates().tp_col;
   shape_.sp = p.sp;
   shape_.sp_rank = grid.coordinates().sp;
   shape_.keep_all_keys = p.recompute == Recompute::selective;
@@ -74,8 +90,8 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   std::sort(shape_.layers.begin(), shape_.layers.end());
   shape_.embedding = stage_index_ == 0;
   shape_.head = stage_index_ == stages_ - 1;
-  stage_ = std::make_unique<GptStage>(model, shape_, p.micro_batch, plan.seq_len() / p.sp, grid.tp(), grid.sp(), k_,
-                                      timeline_);
+  stage_ = std::make_unique<GptStage>(model, shape_, p.micro_batch, plan.seq_len() / p.sp,
+                                      StageComms{grid.tp(), grid.sp(), grid.tp_row(), grid.tp_col()}, k_, timeline_);
 
   bucket_of_layer_.assign(std::size_t(model.layers), -1);
   for (Bucket& layout : stage_buckets(model, shape_)) {
@@ -110,14 +126,25 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
     if (shards_optimizer()) b.grad_shard.assign(shard_size(b), 0.0f);
   }
   const std::size_t layers_here = shape_.layers.size();
-  kept_.assign(std::size_t(micro_batches_), std::vector<LayerActivations>(layers_here));
+  // Activations live in slots, one per (chunk, micro-batch) in flight: as many as the
+  // schedule ever has between a forward and its backward (1 with gradient accumulation,
+  // pp - s on stage s with 1F1B, m with GPipe).
+  std::size_t in_flight = 0, most = 0;
+  for (const PipelineStep& step : schedule_) {
+    in_flight += step.pass == Pass::forward ? 1 : std::size_t(-1);
+    most = std::max(most, in_flight);
+  }
+  const std::size_t slots = std::max<std::size_t>(most, 1);
+  slot_of_.assign(std::size_t(chunks_ * micro_batches_), 0);
+  for (std::size_t slot = slots; slot-- > 0;) free_slots_.push_back(int(slot));
+  kept_.assign(slots, std::vector<LayerActivations>(layers_here));
   bf16_storage_ = plan.train.precision == Precision::bf16;
   if (bf16_storage_) {
-    packed_.assign(std::size_t(micro_batches_), std::vector<PackedActivations>(layers_here));
+    packed_.assign(slots, std::vector<PackedActivations>(layers_here));
   } else if (p.recompute == Recompute::none) {
-    kept_probs_.assign(std::size_t(micro_batches_), std::vector<FloatBuffer>(layers_here));
+    kept_probs_.assign(slots, std::vector<FloatBuffer>(layers_here));
   }
-  heads_.resize(shape_.head ? std::size_t(micro_batches_) : 0);
+  heads_.resize(shape_.head ? slots : 0);
   x_.assign(std::size_t(chunks_), std::vector<FloatBuffer>(std::size_t(micro_batches_)));
   dx_ = x_;
   // Every rank's timeline starts together.
@@ -167,7 +194,7 @@ StepStats Trainer::step() {
   // The loss of the global batch: last-stage ranks hold the token losses of their
   // replica's share of the sequences (a block of each with sequence parallel).
   const int tokens_here = loader_.sequences_per_rank() * plan_.seq_len() / plan_.parallel.sp;
-  float loss = shape_.head && shape_.tp_rank == 0 ? float(loss_sum / tokens_here) : 0.0f;
+  float loss = shape_.head && stage_->reports_loss() ? float(loss_sum / tokens_here) : 0.0f;
   grid_.world().all_reduce(&loss, 1);
   StepStats stats;
   stats.loss = loss / float(plan_.parallel.dp * plan_.parallel.sp);
@@ -261,16 +288,19 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
     pp.recv(x.data(), x.size(), (stage_index_ + stages_ - 1) % stages_, message_tag(mb, vs, virtual_stages, Pass::forward));
   }
   const Recompute recompute = plan_.parallel.recompute;
+  const std::size_t slot = std::size_t(free_slots_.back());
+  free_slots_.pop_back();
+  slot_of_[std::size_t(step.chunk * micro_batches_ + mb)] = int(slot);
   for (int l = vs * layers_per_chunk_; l < (vs + 1) * layers_per_chunk_; ++l) {
     BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
     const float* weights = layer_weights(b, mb, "fwd");
     // What the backward will need: everything (none), all but the probabilities
     // (selective), the input only (full); in bf16 when the plan says so.
-    LayerActivations& kept = kept_[std::size_t(mb)][here];
+    LayerActivations& kept = kept_[slot][here];
     if (recompute == Recompute::full) {
       if (bf16_storage_) {
-        PackedActivations& packed = packed_[std::size_t(mb)][here];
+        PackedActivations& packed = packed_[slot][here];
         packed.saved.assign(1, std::vector<std::uint16_t>(x.size()));
         k_.to_bf16(x.data(), packed.saved[0].data(), std::int64_t(x.size()));
       } else {
@@ -279,16 +309,15 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
       stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x);
     } else if (bf16_storage_) {
       stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x);
-      pack(recompute_scratch_, recompute == Recompute::none ? &probs_scratch_ : nullptr,
-           packed_[std::size_t(mb)][here]);
+      pack(recompute_scratch_, recompute == Recompute::none ? &probs_scratch_ : nullptr, packed_[slot][here]);
     } else {
-      FloatBuffer& probs = recompute == Recompute::none ? kept_probs_[std::size_t(mb)][here] : probs_scratch_;
+      FloatBuffer& probs = recompute == Recompute::none ? kept_probs_[slot][here] : probs_scratch_;
       stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs, x);
     }
   }
   if (vs == virtual_stages - 1) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
-    loss += stage_->head_forward(mb, targets + at, rest.layout, rest.params.data(), x, heads_[std::size_t(mb)]);
+    loss += stage_->head_forward(mb, targets + at, rest.layout, rest.params.data(), x, heads_[slot]);
   } else {
     auto timed = timeline_.time(fmt::format("mb{}/V{}/fwd/pp.send", mb, vs));
     sends_.push_back(pp.send_async(x.data(), x.size(), (stage_index_ + 1) % stages_,
@@ -303,10 +332,11 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   const bool last_backward_of_chunk = ++backwards_done_[std::size_t(step.chunk)] == micro_batches_;
   FloatBuffer& dx = dx_[std::size_t(step.chunk)][std::size_t(mb)];
   dx.resize(stage_->activation_size());
+  const std::size_t slot = std::size_t(slot_of_[std::size_t(step.chunk * micro_batches_ + mb)]);
   Communicator& pp = grid_.pp();
   if (vs == virtual_stages - 1) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
-    stage_->head_backward(mb, targets + at, rest.layout, rest.params.data(), rest.grads.data(), heads_[std::size_t(mb)],
+    stage_->head_backward(mb, targets + at, rest.layout, rest.params.data(), rest.grads.data(), heads_[slot],
                           grad_scale_, dx);
   } else {
     auto timed = timeline_.time(fmt::format("mb{}/V{}/bwd/pp.recv", mb, vs));
@@ -322,10 +352,10 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       layer_grads_.assign(b.layout.padded_size, 0.0f);
       grads = layer_grads_.data();
     }
-    LayerActivations& kept = kept_[std::size_t(mb)][here];
+    LayerActivations& kept = kept_[slot][here];
     if (recompute == Recompute::full) {
       if (bf16_storage_) {
-        const std::vector<std::uint16_t>& input = packed_[std::size_t(mb)][here].saved[0];
+        const std::vector<std::uint16_t>& input = packed_[slot][here].saved[0];
         recompute_out_.resize(input.size());
         k_.from_bf16(input.data(), recompute_out_.data(), std::int64_t(input.size()));
       } else {
@@ -337,12 +367,11 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       // bf16: unpacked into the scratch set, the one place this backward reads from.
       LayerActivations& a = bf16_storage_ ? recompute_scratch_ : kept;
       if (bf16_storage_) {
-        unpack(packed_[std::size_t(mb)][here], a, recompute == Recompute::none ? &probs_scratch_ : nullptr);
+        unpack(packed_[slot][here], a, recompute == Recompute::none ? &probs_scratch_ : nullptr);
       }
       if (recompute == Recompute::selective) stage_->recompute_probabilities(mb, l, a, probs_scratch_);
       const bool kept_probs = recompute == Recompute::none && !bf16_storage_;
-      stage_->layer_backward(mb, l, weights, grads, a, kept_probs ? kept_probs_[std::size_t(mb)][here] : probs_scratch_,
-                             dx);
+      stage_->layer_backward(mb, l, weights, grads, a, kept_probs ? kept_probs_[slot][here] : probs_scratch_, dx);
     }
     if (shards_weights(b)) {
       // ZeRO 3: this micro-batch's layer gradient goes to its owners at once.
@@ -355,6 +384,7 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       bucket_gradients_done(b);
     }
   }
+  free_slots_.push_back(int(slot));
   if (vs == 0) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
     stage_->embed_backward(mb, tokens + at, rest.layout, rest.grads.data(), dx);
@@ -395,7 +425,8 @@ void Trainer::unpack(const PackedActivations& packed, LayerActivations& a, Float
 }
 
 void Trainer::sum_sequence_partials(BucketState& b, float* grads) {
-  if (b.layout.partial_prefix > 0) grid_.tp().all_reduce(grads, b.layout.partial_prefix);
+  // 1D sequence parallel: over the tensor group; 2D: down the grid column.
+  if (b.layout.partial_prefix > 0) (shape_.grid ? grid_.tp_col() : grid_.tp()).all_reduce(grads, b.layout.partial_prefix);
 }
 
 void Trainer::bucket_gradients_done(BucketState& b) {

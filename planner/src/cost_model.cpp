@@ -240,16 +240,20 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
                                        : std::max(table.embedding_parameters, last_stage_extra);
   c.stage_parameters = layers * table.layer_parameters + stage_extra;
   c.layer_parameters = table.layer_parameters;
-  // 1D + sequence parallel: the norms' (and late biases') partial gradients, summed over
-  // the tensor group once per step, per layer bucket and for the final norm.
-  if (table.sequence_partial_layer_elements > 0) {
-    CommTally partial{costs_};
-    partial.add(Collective::all_reduce, tp_group, table.sequence_partial_layer_elements * grad_bytes_, layers);
-    partial.add(Collective::all_reduce, tp_group, table.sequence_partial_head_elements * grad_bytes_);
-    c.sequence_partial_sync = {partial.time_s, partial.bytes, partial.messages};
-  }
   c.layers_on_stage = layers;
   c.depth_sync_grad_elements = layers * table.weight_sync_elements;
+  // Partial gradients (1D sequence parallel: norms and late biases over the tensor
+  // group; 2D: every vector down the grid column), summed once per step: one call per
+  // layer bucket and one for the stage's other weights.
+  if (table.partial_layer_elements > 0) {
+    CommTally partial{costs_};
+    const GroupPlacement group = placement(table.partial_group);
+    partial.add(Collective::all_reduce, group, table.partial_layer_elements * grad_bytes_, layers);
+    const double rest = p.pp == 1 ? table.partial_head_elements + table.partial_embedding_elements
+                                  : std::max(table.partial_head_elements, table.partial_embedding_elements);
+    partial.add(Collective::all_reduce, group, rest * grad_bytes_);
+    c.partial_gradient_sync = {partial.time_s, partial.bytes, partial.messages};
+  }
 
   // Forward, its replay under full recompute, backward.
   const double forwards = 1.0 + recompute_factor;
@@ -400,7 +404,7 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   const double hidden_sync = overlap_ ? c.backward_compute_s : 0.0;
   const double hidden_zero3 = overlap_ ? compute_per_micro_batch : 0.0;
   const double exposed_sync =
-      std::max(0.0, sync.time_s + depth.time_s + c.sequence_partial_sync.time_s - hidden_sync);
+      std::max(0.0, sync.time_s + depth.time_s + c.partial_gradient_sync.time_s - hidden_sync);
   const double exposed_zero3 = micro_batches * std::max(0.0, zero3.time_s - hidden_zero3);
   out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3;
 
@@ -427,9 +431,9 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   out.mfu = model_flops_per_step_ / (step * gpus() * costs_.device().peak_flops_per_s(train_.precision));
 
   CommVolume& comm = out.comm;
-  comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes + c.sequence_partial_sync.bytes;
+  comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes + c.partial_gradient_sync.bytes;
   comm.tp_messages =
-      micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages + c.sequence_partial_sync.messages;
+      micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages + c.partial_gradient_sync.messages;
   comm.sp_bytes = micro_batches * c.comm_per_micro_batch.sp_bytes;
   comm.sp_messages = micro_batches * c.comm_per_micro_batch.sp_messages;
   comm.pp_bytes = micro_batches * p2p_sends * c.p2p_bytes;

@@ -7,6 +7,7 @@
 //   parallel_check schedules     gpipe, 1f1b, interleaved; selective recompute; sequence parallel;
 //                                bf16 storage of activations under each recompute mode
 //   parallel_check sequence      ring self-attention: sp 2 and 4, with tp, dp, pp, ZeRO, recompute
+//   parallel_check grid          2D tensor parallel (q = 2) with dp, pp, ZeRO, recompute
 //   parallel_check optimizers    LAMB and LARS with clipping, sharded = unsharded, trust ratios
 //   parallel_check checkpoint    stop after step 2, resume: steps 3..5 bit-identical per rank
 //   parallel_check traffic       bytes and messages one step sends per rank, against the planner
@@ -37,8 +38,10 @@ struct Layout {
   std::string recompute = "none", schedule = "1f1b", optimizer = "adamw", precision = "fp32";
   int virtual_stages = 1;
   bool sequence_parallel = false;
+  std::string tp_mode = "1d";
   std::string name() const {
-    return fmt::format("dp{} pp{} tp{}{} zero{} recompute {} {}{}{} {}{}", dp, pp, tp,
+    return fmt::format("dp{} pp{} tp{}{}{} zero{} recompute {} {}{}{} {}{}", dp, pp, tp,
+                       tp_mode == "1d" ? "" : " " + tp_mode,
                        sp > 1 ? fmt::format(" sp{}", sp) : "", zero, recompute, schedule,
                        virtual_stages > 1 ? fmt::format(" v{}", virtual_stages) : "", sequence_parallel ? " +sp" : "",
                        optimizer, precision == "fp32" ? "" : " " + precision);
@@ -52,9 +55,9 @@ Plan make_plan(const Layout& l) {
   const Json json = Json::parse(fmt::format(
       R"({{"model": {{"name": "small", "layers": 4, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16}},
           "cluster": "local-cpu", "train": {{"global_batch": 8, "precision": "{}", "optimizer": "{}"}},
-          "parallel": {{"dp": {}, "pp": {}, "tp": {}, "sp": {}, "zero": {}, "recompute": "{}", "schedule": "{}",
+          "parallel": {{"dp": {}, "pp": {}, "tp": {}, "tp_mode": "{}", "sp": {}, "zero": {}, "recompute": "{}", "schedule": "{}",
                        "virtual_stages": {}, "tp_sequence_parallel": {}, "micro_batch": 2}}}})",
-      l.precision, l.optimizer, l.dp, l.pp, l.tp, l.sp, l.zero, l.recompute, l.schedule, l.virtual_stages, l.sequence_parallel));
+      l.precision, l.optimizer, l.dp, l.pp, l.tp, l.tp_mode, l.sp, l.zero, l.recompute, l.schedule, l.virtual_stages, l.sequence_parallel));
   return Plan::from_json(json, "");
 }
 
@@ -79,6 +82,7 @@ struct History {
   std::vector<std::vector<float>> gradients;  // per step, whole model
   std::vector<std::vector<float>> weights;    // before each step
   std::vector<std::map<std::string, float>> trust;
+  std::size_t kept_activation_bytes = 0;  // this rank's, after the last step
 };
 
 History train(const Plan& plan, Communicator& world, const std::string& text, const std::string& optimizer) {
@@ -95,6 +99,7 @@ History train(const Plan& plan, Communicator& world, const std::string& text, co
     std::map<std::string, float> trust = trainer.trust_ratios();
     h.trust.push_back(trust);
   }
+  h.kept_activation_bytes = trainer.kept_activation_bytes();
   return h;
 }
 
@@ -169,6 +174,19 @@ std::vector<Layout> layouts(const std::string& suite) {
     Layout megatron;
     megatron.sp = 2, megatron.tp = 2, megatron.sequence_parallel = true, megatron.pp = 2;
     out.push_back(megatron);
+  } else if (suite == "grid") {
+    // 2D (SUMMA) with q = 2, alone and with dp 2 or pp 2, ZeRO and recompute.
+    auto grid = [](int dp, int pp, int zero, const char* recompute) {
+      Layout l;
+      l.tp = 4, l.tp_mode = "2d", l.dp = dp, l.pp = pp, l.zero = zero, l.recompute = recompute;
+      return l;
+    };
+    out = {grid(1, 1, 0, "none"), grid(2, 1, 1, "none"), grid(1, 2, 0, "full"), grid(2, 1, 3, "selective"),
+           grid(1, 2, 0, "none")};
+    out.back().schedule = "gpipe";
+    Layout one_d;  // the same 4 ranks in 1D, for the activation memory
+    one_d.tp = 4;
+    out.push_back(one_d);
   } else if (suite == "optimizers") {
     for (const char* optimizer : {"lamb", "lars"}) {
       for (int zero : {1, 3}) {
@@ -273,6 +291,16 @@ int check_traffic(Communicator& world, const std::string& text) {
   zero1.tp = 2, zero1.dp = 2, zero1.zero = 1;
   zero3.tp = 2, zero3.dp = 2, zero3.zero = 3, zero3.recompute = "selective";
   layouts.insert(layouts.end(), {with_tp, recomputed, pipelined, megatron, zero1, zero3});
+  // 2D: SUMMA linears, the norms' row statistics, the embedding's reduce-scatter and the
+  // head's column broadcasts and row reductions, the vectors' column sync.
+  for (const char* recompute : {"none", "full"}) {
+    Layout grid;
+    grid.tp = 4, grid.tp_mode = "2d", grid.recompute = recompute;
+    layouts.push_back(grid);
+  }
+  Layout grid_zero;
+  grid_zero.tp = 4, grid_zero.tp_mode = "2d", grid_zero.dp = 2, grid_zero.zero = 1;
+  layouts.push_back(grid_zero);
   for (const Layout& layout : layouts) {
     const Plan plan = make_plan(layout);
     const int ranks = plan.parallel.world_size();
@@ -281,11 +309,19 @@ int check_traffic(Communicator& world, const std::string& text) {
       ProcessGrid grid(plan.parallel, *sub);
       Trainer trainer(plan, grid, DataLoader(text, 8, 16, grid.coordinates().dp, plan.parallel.dp),
                       options_for(layout.optimizer));
-      for (Communicator* c : {&grid.sp(), &grid.tp(), &grid.gradients(), &grid.pp()}) c->reset_counters();
+      for (Communicator* c : {&grid.sp(), &grid.tp(), &grid.tp_row(), &grid.tp_col(), &grid.tp_depth(), &grid.gradients(),
+                              &grid.pp()}) {
+        c->reset_counters();
+      }
       trainer.step();
       const planner::Estimate want = planner::CostModel::for_plan(plan).estimate(plan.parallel);
-      const CommCounters sp = grid.sp().counters(), tp = grid.tp().counters(), dp = grid.gradients().counters(),
-                         pp = grid.pp().counters();
+      // The planner counts the tensor grid's rows, columns and depth as tensor traffic.
+      CommCounters tp = grid.tp().counters();
+      for (Communicator* axis : {&grid.tp_row(), &grid.tp_col(), &grid.tp_depth()}) {
+        tp.bytes_sent += axis->counters().bytes_sent;
+        tp.messages += axis->counters().messages;
+      }
+      const CommCounters sp = grid.sp().counters(), dp = grid.gradients().counters(), pp = grid.pp().counters();
       auto same = [](const CommCounters& got, double bytes, double messages) {
         return std::abs(got.bytes_sent - bytes) <= 1e-9 * bytes && got.messages == messages;
       };
@@ -370,6 +406,15 @@ int main(int argc, char** argv) {
                 layout.name().c_str(), got.losses.front(), got.losses.back(), loss_error, gradient_error, where.c_str(),
                 first_step_error, ok ? "ok" : "FAILED");
     if (!ok) ++failures;
+    if (suite == "grid" && layout.pp == 1 && layout.recompute == "none") {
+      // Activations rank 0 keeps for its backwards, measured from its buffers, against
+      // the single process: 2D splits every one of them by P = q^2 (the norms' per-row
+      // statistics only by q); 1D keeps the block inputs and norm outputs whole.
+      const double ratio = double(got.kept_activation_bytes) / double(want.kept_activation_bytes);
+      std::printf("  kept activations %zu bytes per rank, single process %zu: %.3f of it (tp %d, %s)\n",
+                  got.kept_activation_bytes, want.kept_activation_bytes, ratio, layout.tp, layout.tp_mode.c_str());
+      if (layout.tp_mode == "2d" && (ratio < 1.0 / layout.tp || ratio > 1.1 / layout.tp)) ++failures;
+    }
     if (layout.optimizer != "adamw") {
       // Trust ratios of split tensors on rank 0 (tensor rank 0, first stage), step 1.
       for (const char* name : {"L0.attn.qkv.weight", "L0.mlp.fc2.weight", "wte", "L1.ln1.gain"}) {

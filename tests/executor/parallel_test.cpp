@@ -74,11 +74,24 @@ TEST(Parallel, RingSelfAttentionLayoutsEqualOneProcess) {
 
 // The bytes and messages a rank sends per step through the ring, the tensor group, the
 // gradient group and the pipeline equal the planner's prediction exactly: sp 2 and 4,
-// with 1d tp, full recompute and pp; 1d tp with Megatron sequence parallel and ZeRO 1, 3.
+// with 1d tp, full recompute and pp; 1d tp with Megatron sequence parallel and ZeRO 1, 3;
+// 2d with q = 2, with full recompute and with dp 2 and ZeRO 1.
 TEST(Parallel, TrafficEqualsThePlannersPrediction) {
   int status = -1;
   const std::string output = run_suite("traffic", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  exact\n"), 8) << output;
+  EXPECT_EQ(count(output, "  exact\n"), 11) << output;
   EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}
+
+// 2D (SUMMA) tensor parallelism with q = 2, alone, with dp 2 and ZeRO 1 or 3, with pp 2
+// (1f1b with full recompute, gpipe), equals one process; its kept activations per rank
+// are 1/4 of the single process's (measured), where 1D on the same 4 ranks keeps more.
+TEST(Parallel, TwoDimensionalTensorParallelEqualsOneProcess) {
+  int status = -1;
+  const std::string output = run_suite("grid", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 6) << output;
+  EXPECT_EQ(count(output, " 2d "), 5) << output;
+  EXPECT_EQ(count(output, "kept activations"), 3) << output;
 }

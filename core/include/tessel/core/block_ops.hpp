@@ -70,10 +70,12 @@ struct BlockOpTable {
   // stage's final norm (and untied LM head), and the tied embedding's copy a last stage
   // keeps when pp > 1.
   double embedding_parameters = 0, head_parameters = 0, tied_copy_parameters = 0;
-  // 1D + sequence parallel: elements per block (and on the last stage, outside the
-  // blocks) whose gradients are partial sums over the tensor group, all-reduced once per
-  // step (norms and the biases added after a reduce-scatter).
-  double sequence_partial_layer_elements = 0, sequence_partial_head_elements = 0;
+  // Elements per block, of the final norm and of the positions whose gradients are
+  // partial sums over `partial_group`, all-reduced once per step and bucket: 1D with
+  // sequence parallel (norms and late biases, over the tensor group), 2D (every vector,
+  // down the grid column).
+  CommGroup partial_group = CommGroup::tp;
+  double partial_layer_elements = 0, partial_head_elements = 0, partial_embedding_elements = 0;
 };
 
 // `element_bytes`: bytes of one activation element in the training precision.

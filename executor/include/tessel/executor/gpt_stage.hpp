@@ -120,16 +120,30 @@ struct HeadActivations {
 
 enum class PassKind { forward, recompute };
 
+// The communicators a stage computes over: the tensor group, the ring, and (2D) the
+// grid's row and column.
+struct StageComms {
+  Communicator& tp;
+  Communicator& sp;
+  Communicator& row;
+  Communicator& col;
+};
+
 class GptStage {
  public:
   // `seq`: the positions of a sequence this rank holds (the sequence / sp).
-  GptStage(const ModelSpec& model, const StageShape& shape, int micro_batch, int seq, Communicator& tp,
-           Communicator& sp, const kernels::KernelBackend& backend, OpTimeline& timeline);
+  GptStage(const ModelSpec& model, const StageShape& shape, int micro_batch, int seq, const StageComms& comms,
+           const kernels::KernelBackend& backend, OpTimeline& timeline);
 
   // Rows of an activation on this rank: micro_batch x seq, split over the tensor group
   // with sequence parallel.
   std::size_t local_rows() const { return std::size_t(local_rows_); }
-  std::size_t activation_size() const { return std::size_t(local_rows_) * model_.hidden; }
+  std::size_t activation_size() const {
+    return std::size_t(local_rows_) * std::size_t(shape_.grid ? hidden_local_ : model_.hidden);
+  }
+  // Whether this rank's token losses are the ones to count (each token once over the
+  // tensor group).
+  bool reports_loss() const { return shape_.grid ? shape_.grid_row == 0 : shape_.tp_rank == 0; }
 
   // x = embedding(tokens) + positions, [local rows x hidden].
   void embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params, FloatBuffer& x);
@@ -161,6 +175,35 @@ class GptStage {
   void attention_forward(int mb, int layer, std::string_view pass, LayerActivations& a, FloatBuffer& probs);
   void attention_probabilities(int mb, int layer, std::string_view pass, const LayerActivations& a, FloatBuffer& probs);
   void attention_backward(int mb, int layer, const LayerActivations& a, const FloatBuffer& probs);
+  // 2D (gpt_grid.cpp): the same ops on q x q blocks of activations and weights.
+  void embed_forward_grid(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params, FloatBuffer& x);
+  void embed_backward_grid(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads,
+                           const FloatBuffer& dx);
+  void layer_forward_grid(int mb, int layer, PassKind pass, const float* params, LayerActivations& a,
+                          FloatBuffer& probs, FloatBuffer& x);
+  void layer_backward_grid(int mb, int layer, const float* params, float* grads, LayerActivations& a,
+                           const FloatBuffer& probs, FloatBuffer& dx);
+  double head_forward_grid(int mb, const std::int32_t* targets, const Bucket& rest, const float* params,
+                           const FloatBuffer& x, HeadActivations& h);
+  void head_backward_grid(int mb, const std::int32_t* targets, const Bucket& rest, const float* params, float* grads,
+                          HeadActivations& h, float grad_scale, FloatBuffer& dx);
+  // Cross-entropy of h.logits [rows x vocab_local], the vocabulary split over `group`;
+  // returns the sum of the rows' losses.
+  double vocab_parallel_loss(int mb, const std::int32_t* targets, int rows, int vocab_local, int vocab_start,
+                             Communicator& group, HeadActivations& h);
+  // Layer norm of [local rows x hidden / q] with the row statistics summed over the row.
+  void grid_norm_forward(const std::string& compute_id, const std::string& comm_id, const FloatBuffer& x,
+                         const float* gamma, const float* beta, FloatBuffer& y, FloatBuffer& mean, FloatBuffer& rstd);
+  void grid_norm_backward(const std::string& compute_id, const std::string& comm_id, const FloatBuffer& dy,
+                          const FloatBuffer& x, const float* gamma, const FloatBuffer& mean, const FloatBuffer& rstd,
+                          float* dgamma, float* dbeta, FloatBuffer& dx);
+  // SUMMA (van de Geijn and Watts 1997; Optimus, Xu et al. 2021): y = x w over the grid,
+  // x [rows x in/q], w [in/q x out/q], y [rows x out/q]; ids "<op>", "<op>.bcast_row",
+  // "<op>.bcast_col".
+  void summa_forward(const std::string& op, const float* x, const float* w, int rows, int in, int out, float* y);
+  // dx = dy w^T (reduced along the row), dw += x^T dy (reduced down the column).
+  void summa_backward(const std::string& op, const float* x, const float* w, const float* dy, int rows, int in,
+                      int out, float* dx, float* dw);
   void extract_block(const float* whole, float* block, int j) const;
   void place_block(const float* block, float* whole, int j) const;
   // Sends `block` to the next rank of the ring and receives the previous rank's into it.
@@ -178,13 +221,17 @@ class GptStage {
   int heads_ = 0, hidden_local_ = 0, ffn_local_ = 0, vocab_local_ = 0;
   Communicator& tp_;
   Communicator& sp_;
+  Communicator& row_;
+  Communicator& col_;
+  int sequences_ = 1;  // sequences of the micro-batch whose tokens this rank holds (mb / q in 2D)
   bool keep_keys_ = false;
   const kernels::KernelBackend& k_;
   OpTimeline& timeline_;
   std::vector<std::size_t> layer_offsets_;  // of each tensor in a layer bucket
   // Work buffers, kept across calls (a fresh allocation per call costs page faults).
   FloatBuffer scores_, partial_, dpartial_, d_heads_, dq_, dk_, dv_, dqkv_, dprobs_, dscores_, dfc1_, dgelu_, dwhole_,
-      scratch_, dscratch_, dnorm_, dlogits_, ring_block_, ring_in_, block_, scratch_block_;
+      scratch_, dscratch_, dnorm_, dlogits_, ring_block_, ring_in_, block_, scratch_block_, summa_x_, summa_w_,
+      summa_out_, stats_, stats2_;
 };
 
 }  // namespace tessel::executor

@@ -141,7 +141,10 @@ class Trainer {
   std::vector<PipelineStep> schedule_;
   int step_ = 0;
 
-  // Per step: activations in flight, indexed [micro-batch][position of the layer on this rank].
+  // Per step: activations in flight, indexed [slot][position of the layer on this rank];
+  // a (chunk, micro-batch) takes a free slot at its forward and gives it back at the end
+  // of its backward.
+  std::vector<int> slot_of_, free_slots_;
   std::vector<std::vector<LayerActivations>> kept_;
   std::vector<std::vector<FloatBuffer>> kept_probs_;
   std::vector<std::vector<PackedActivations>> packed_;  // bf16 storage: [micro-batch][layer here]

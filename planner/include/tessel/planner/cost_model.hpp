@@ -52,7 +52,7 @@ struct LayoutCost {
   struct StepComm {
     double time_s = 0, bytes = 0, messages = 0;
   };
-  StepComm sequence_partial_sync;  // 1D + sequence parallel: norms' gradients over tp, per step
+  StepComm partial_gradient_sync;  // per step: partial gradients of copied vectors (1D+SP, 2D)
   CommVolume comm_per_micro_batch;   // tp, sp, pp per micro-batch (fwd + bwd, incl. recompute)
   double block_tp_forward_bytes = 0;  // one transformer block's TP bytes per rank, forward
   double block_tp_forward_messages = 0;
