@@ -85,7 +85,10 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   // positions) by the q columns, copied down each column, where their gradients are
   // partial sums over the column's token blocks, summed once per step. 2.5D and 3D split
   // everything by the grid (tensor_splits).
-  const bool two_d = p.tp_mode == TpMode::d2 && p.tp > 1;
+  // 2D, and 2.5D, which is 2D in each of d depth layers on 1/d of the tokens.
+  const bool two_d = (p.tp_mode == TpMode::d2 || p.tp_mode == TpMode::d2_5) && p.tp > 1;
+  const double depth = p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1;
+  const double Td = T / depth;  // tokens of one depth layer
   const double norm_parameters = model.norm == Norm::layernorm ? 2 * h : h;
   const double layer_vectors =
       2 * norm_parameters + (model.bias ? (h + 2 * kv) + h + mlp_out + h : 0.0);  // norms, qkv/proj/fc1/fc2 biases
@@ -110,6 +113,14 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
     t.partial_layer_elements = layer_vectors / q;
     t.partial_head_elements = norm_parameters / q;
     t.partial_embedding_elements = positions / q;
+  }
+  if (p.tp_mode == TpMode::d2_5 && p.tp_depth > 1) {
+    // Every depth layer holds the same weights and computes their gradients from its own
+    // tokens: all of a rank's gradients are summed over the depth once per step, one
+    // call per bucket (Tesseract, Wang et al. 2021).
+    t.depth_sync_layer_elements = t.layer_parameters;
+    t.depth_sync_head_elements = t.head_parameters + t.tied_copy_parameters;
+    t.depth_sync_embedding_elements = t.embedding_parameters;
   }
   const double A = T * h / split.activation;  // activation elements per rank
 
@@ -153,7 +164,6 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
         t.block.push_back(comm_op(l.bcast_col, Collective::broadcast, CommGroup::tp_col, l.in / q * l.out / q * E, q,
                                   CollectiveAlgorithm::tree));
         t.block.push_back(gemm_op(l.name, T / (q * d), l.out / q, l.in / q, q));
-        t.weight_sync_elements += l.in / q * l.out / q;
         break;
       }
       case TpMode::d3:
@@ -173,7 +183,7 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   // 2D layer norm: the row statistics (mean, then the centred square sum) summed over the
   // grid row, 2 fp32 values per token each way.
   auto norm_statistics = [&](std::string_view name, std::vector<BlockOp>& ops) {
-    if (two_d) ops.push_back(comm_op(name, Collective::all_reduce, CommGroup::tp_row, T / q * 4.0, 2,
+    if (two_d) ops.push_back(comm_op(name, Collective::all_reduce, CommGroup::tp_row, Td / q * 4.0, 2,
                                      CollectiveAlgorithm::ring, 1));
   };
   // ---- attention half ----
@@ -221,19 +231,19 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
     // logits^T = E X^T on the grid (gpt_grid.cpp): token blocks broadcast down the
     // columns, partial products reduced along the rows; the loss reduces down the column.
     norm_statistics("head.norm_all_reduce", t.head);
-    t.head.push_back(comm_op("head.logits.bcast_col", Collective::broadcast, CommGroup::tp_col, T / q * h / q * E, q,
+    t.head.push_back(comm_op("head.logits.bcast_col", Collective::broadcast, CommGroup::tp_col, Td / q * h / q * E, q,
                              CollectiveAlgorithm::tree));
-    t.head.push_back(gemm_op("head.logits", V / q, T / q, h / q, q));
-    t.head.push_back(comm_op("head.logits.reduce_row", Collective::reduce, CommGroup::tp_row, V / q * T / q * E, q,
+    t.head.push_back(gemm_op("head.logits", V / q, Td / q, h / q, q));
+    t.head.push_back(comm_op("head.logits.reduce_row", Collective::reduce, CommGroup::tp_row, V / q * Td / q * E, q,
                              CollectiveAlgorithm::tree, 1));
-    t.head.push_back(memory_op("head.loss", 2.0 * 4.0 * T * V / split.gemm, 1));
-    t.head.push_back(comm_op("head.loss_all_reduce", Collective::all_reduce, CommGroup::tp_col, 1.5 * T / q * 4.0, 2,
+    t.head.push_back(memory_op("head.loss", 2.0 * 4.0 * Td * V / (q * q), 1));
+    t.head.push_back(comm_op("head.loss_all_reduce", Collective::all_reduce, CommGroup::tp_col, 1.5 * Td / q * 4.0, 2,
                              CollectiveAlgorithm::ring, 0));
     // ---- embedding: each rank's vocabulary block for every token, reduce-scattered
     // down the column to the token blocks ----
     t.embedding.push_back(memory_op("embed.lookup", 2.0 * T * h * E / split.activation, 1));
     t.embedding.push_back(comm_op("embed.tp_reduce_scatter", Collective::reduce_scatter, CommGroup::tp_col,
-                                  T * h / q * E, 1, CollectiveAlgorithm::ring, 1));
+                                  Td * h / q * E, 1, CollectiveAlgorithm::ring, 1));
     return t;
   }
   // ---- LM head and loss: vocab-parallel logits, fp32 cross-entropy ----

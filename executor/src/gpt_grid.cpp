@@ -16,6 +16,9 @@
 //                   cross-entropy reduces over the column
 // Norms, biases and positions are cut by columns and copied down the column; their
 // gradients are summed down it once per step (the bucket's partial prefix).
+// 2.5D (Tesseract, Wang et al. 2021) is this on each of d depth layers, layer k taking
+// the k-th 1/d of the micro-batch's sequences; the depth layers hold the same weights,
+// whose gradients the trainer sums over the depth once per step.
 #include <cmath>
 
 #include "tessel/executor/gpt_stage.hpp"
@@ -155,7 +158,9 @@ void GptStage::summa_backward(const std::string& op, const float* x, const float
 
 void GptStage::embed_forward_grid(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params,
                                   FloatBuffer& x) {
-  const int Cl = hidden_local_, Vl = vocab_local_, T = rows_, Tl = local_rows_;
+  // This depth layer's tokens.
+  const int Cl = hidden_local_, Vl = vocab_local_, T = rows_ / shape_.depth, Tl = local_rows_;
+  tokens += std::size_t(shape_.grid_depth) * T;
   dwhole_.resize(std::size_t(T) * Cl);
   {
     auto timed = timeline_.time(id(mb, "embed", "fwd", "embed.lookup"));
@@ -168,20 +173,23 @@ void GptStage::embed_forward_grid(int mb, const std::int32_t* tokens, const Buck
   }
   auto timed = timeline_.time(id(mb, "embed", "fwd", "embed.lookup"));
   const float* wpe = params + rest.tensor("wpe").offset;
+  const int first_token = (shape_.grid_depth * shape_.q + shape_.grid_row) * Tl;
   for (int t = 0; t < Tl; ++t) {
-    const float* position = wpe + std::size_t((shape_.grid_row * Tl + t) % seq_) * Cl;
+    const float* position = wpe + std::size_t((first_token + t) % seq_) * Cl;
     for (int c = 0; c < Cl; ++c) x[std::size_t(t) * Cl + c] += position[c];
   }
 }
 
 void GptStage::embed_backward_grid(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads,
                                    const FloatBuffer& dx) {
-  const int Cl = hidden_local_, Vl = vocab_local_, T = rows_, Tl = local_rows_;
+  const int Cl = hidden_local_, Vl = vocab_local_, T = rows_ / shape_.depth, Tl = local_rows_;
+  tokens += std::size_t(shape_.grid_depth) * T;
   {
     auto timed = timeline_.time(id(mb, "embed", "bwd", "embed.lookup"));
     float* dwpe = grads + rest.tensor("wpe").offset;
+    const int first_token = (shape_.grid_depth * shape_.q + shape_.grid_row) * Tl;
     for (int t = 0; t < Tl; ++t) {
-      float* position = dwpe + std::size_t((shape_.grid_row * Tl + t) % seq_) * Cl;
+      float* position = dwpe + std::size_t((first_token + t) % seq_) * Cl;
       for (int c = 0; c < Cl; ++c) position[c] += dx[std::size_t(t) * Cl + c];
     }
   }
@@ -365,7 +373,7 @@ double GptStage::head_forward_grid(int mb, const std::int32_t* targets, const Bu
     h.logits.resize(l_size);
     transpose(h.lnf_full.data(), h.logits.data(), Vl, Tl);
   }
-  return vocab_parallel_loss(mb, targets + std::size_t(shape_.grid_col) * Tl, Tl, Vl, shape_.grid_row * Vl, col_, h);
+  return vocab_parallel_loss(mb, targets + token_block_of_column() * Tl, Tl, Vl, shape_.grid_row * Vl, col_, h);
 }
 
 void GptStage::head_backward_grid(int mb, const std::int32_t* targets, const Bucket& rest, const float* params,
@@ -376,7 +384,7 @@ void GptStage::head_backward_grid(int mb, const std::int32_t* targets, const Buc
   {
     auto timed = timeline_.time(id(mb, "head", "bwd", "head.loss"));
     dlogits_.resize(l_size);
-    k_.cross_entropy_backward(h.logits.data(), targets + std::size_t(shape_.grid_col) * Tl, h.row_max.data(),
+    k_.cross_entropy_backward(h.logits.data(), targets + token_block_of_column() * Tl, h.row_max.data(),
                               h.sums.data(), dlogits_.data(), Tl, Vl, shape_.grid_row * Vl, grad_scale);
     transpose(dlogits_.data(), h.lnf_full.data(), Tl, Vl);  // dlogits^T, vocabulary block r x token block c
   }

@@ -139,10 +139,13 @@ std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shap
   struct Cut {
     int row_split, row_part, col_split, col_part, copy;
   };
-  const int tp = shape.tp, r = shape.tp_rank;
-  const Cut whole = shape.grid ? Cut{1, 0, shape.q, shape.grid_col, shape.grid_row} : Cut{1, 0, 1, 0, r};
+  // 2.5D's depth layers hold copies of the same blocks.
+  const int tp = shape.tp, r = shape.tp_rank, depth_copy = shape.grid_depth;
+  const Cut whole = shape.grid ? Cut{1, 0, shape.q, shape.grid_col, shape.grid_row + shape.q * depth_copy}
+                               : Cut{1, 0, 1, 0, r};
   const Cut by_columns = shape.grid ? whole : Cut{1, 0, tp, r, 0};
-  const Cut by_rows = shape.grid ? Cut{shape.q, shape.grid_row, shape.q, shape.grid_col, 0} : Cut{tp, r, 1, 0, 0};
+  const Cut by_rows =
+      shape.grid ? Cut{shape.q, shape.grid_row, shape.q, shape.grid_col, depth_copy} : Cut{tp, r, 1, 0, 0};
   const Cut column_parallel = shape.grid ? by_rows : Cut{1, 0, tp, r, 0};
   auto make = [](std::string name, int rows, int cols, const Cut& c, int groups = 1) {
     return slot(std::move(name), rows, cols, c.row_split, c.row_part, c.col_split, c.col_part, c.copy, groups);
@@ -203,8 +206,8 @@ GptStage::GptStage(const ModelSpec& model, const StageShape& shape, int micro_ba
   // 1D splits features over tp; 2D splits features over q columns and tokens (whole
   // sequences) over q rows.
   const int features = shape.grid ? shape.q : shape.tp;
-  local_rows_ = shape.grid ? rows_ / shape.q : shape.sequence_parallel ? rows_ / shape.tp : rows_;
-  sequences_ = shape.grid ? micro_batch / shape.q : micro_batch;
+  local_rows_ = shape.grid ? rows_ / (shape.q * shape.depth) : shape.sequence_parallel ? rows_ / shape.tp : rows_;
+  sequences_ = shape.grid ? micro_batch / (shape.q * shape.depth) : micro_batch;
   heads_ = model.heads / features;
   hidden_local_ = model.hidden / features;
   ffn_local_ = model.ffn_hidden / features;

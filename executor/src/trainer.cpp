@@ -15,17 +15,19 @@ namespace tessel::executor {
 void Trainer::check(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   const ModelSpec& m = plan.model;
-  if (p.tp > 1 && p.tp_mode != TpMode::d1 && p.tp_mode != TpMode::d2) {
-    throw Error(fmt::format("parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d and 2d; got {}",
-                            to_string(p.tp_mode)));
+  if (p.tp > 1 && p.tp_mode == TpMode::d3) {
+    throw Error("parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d, 2d and 2.5d; got 3d");
   }
-  if (p.tp > 1 && p.tp_mode == TpMode::d2) {
-    const int q = p.tp_grid_side();
-    if (p.sp != 1) throw Error(fmt::format("parallel.sp: tp_mode 2d runs with sp 1 in the CPU executor, got {}", p.sp));
-    if (p.micro_batch % q != 0) {
-      throw Error(fmt::format("parallel.micro_batch: tp_mode 2d gives each of its q = {} grid rows whole sequences; "
+  if (p.tp > 1 && (p.tp_mode == TpMode::d2 || p.tp_mode == TpMode::d2_5)) {
+    const int q = p.tp_grid_side(), blocks = q * (p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1);
+    const std::string mode(to_string(p.tp_mode));
+    if (p.sp != 1) {
+      throw Error(fmt::format("parallel.sp: tp_mode {} runs with sp 1 in the CPU executor, got {}", mode, p.sp));
+    }
+    if (p.micro_batch % blocks != 0) {
+      throw Error(fmt::format("parallel.micro_batch: tp_mode {} gives each of its {} token blocks whole sequences; "
                               "micro_batch {} is not divisible by {}",
-                              q, p.micro_batch, q));
+                              mode, blocks, p.micro_batch, blocks));
     }
     if (m.vocab % q != 0) {
       throw Error(fmt::format("model.vocab: {} is not divisible by the 2d grid side {}", m.vocab, q));
@@ -75,10 +77,12 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   shape_.tp = p.tp;
   shape_.tp_rank = grid.coordinates().tp;
   shape_.sequence_parallel = p.tp_sequence_parallel && p.tp > 1;
-  shape_.grid = p.tp > 1 && p.tp_mode == TpMode::d2;
+  shape_.grid = p.tp > 1 && (p.tp_mode == TpMode::d2 || p.tp_mode == TpMode::d2_5);
   shape_.q = p.tp_grid_side();
   shape_.grid_row = grid.coordinates().tp_row;
   shape_.grid_col = grid.coordinates().tp_col;
+  shape_.depth = p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1;
+  shape_.grid_depth = grid.coordinates().tp_depth;
   shape_.sp = p.sp;
   shape_.sp_rank = grid.coordinates().sp;
   shape_.keep_all_keys = p.recompute == Recompute::selective;
@@ -245,6 +249,11 @@ double Trainer::forward_backward() {
       ends.all_reduce(rest.grads.data() + wte.offset, wte.size());
     }
     bucket_gradients_done(rest);
+  }
+  for (BucketState& b : buckets_) {
+    // ZeRO 3 layer gradients were reduce-scattered per micro-batch: their parts are
+    // summed over the depth here, once.
+    if (shards_weights(b)) sum_over_depth(b.grad_shard.data(), b.grad_shard.size());
   }
   for (BucketState& b : buckets_) {
     if (!b.sync) continue;
@@ -429,8 +438,14 @@ void Trainer::sum_sequence_partials(BucketState& b, float* grads) {
   if (b.layout.partial_prefix > 0) (shape_.grid ? grid_.tp_col() : grid_.tp()).all_reduce(grads, b.layout.partial_prefix);
 }
 
+void Trainer::sum_over_depth(float* grads, std::size_t count) {
+  // 2.5D: every depth layer holds the same weights and saw its own tokens.
+  if (shape_.depth > 1) grid_.tp_depth().all_reduce(grads, count);
+}
+
 void Trainer::bucket_gradients_done(BucketState& b) {
   sum_sequence_partials(b, b.grads.data());
+  sum_over_depth(b.grads.data(), b.layout.size);
   if (group_ == 1) return;
   Communicator& group = grid_.gradients();
   b.sync_start_s = timeline_.now_s();

@@ -241,7 +241,9 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   c.stage_parameters = layers * table.layer_parameters + stage_extra;
   c.layer_parameters = table.layer_parameters;
   c.layers_on_stage = layers;
-  c.depth_sync_grad_elements = layers * table.weight_sync_elements;
+  c.depth_sync_layer_elements = table.depth_sync_layer_elements;
+  c.depth_sync_rest_elements = p.pp == 1 ? table.depth_sync_head_elements + table.depth_sync_embedding_elements
+                                         : std::max(table.depth_sync_head_elements, table.depth_sync_embedding_elements);
   // Partial gradients (1D sequence parallel: norms and late biases over the tensor
   // group; 2D: every vector down the grid column), summed once per step: one call per
   // layer bucket and one for the stage's other weights.
@@ -397,8 +399,9 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   CommTally depth{costs_};
   if (p.tp_mode == TpMode::d2_5 && p.tp_depth > 1) {
     const int q = p.tp_grid_side();
-    depth.add(Collective::all_reduce, place_group(p.tp_depth, q * q, gpus_per_node_),
-              c.depth_sync_grad_elements * grad_bytes_);
+    const GroupPlacement depth_group = place_group(p.tp_depth, q * q, gpus_per_node_);
+    depth.add(Collective::all_reduce, depth_group, c.depth_sync_layer_elements * grad_bytes_, c.layers_on_stage);
+    depth.add(Collective::all_reduce, depth_group, c.depth_sync_rest_elements * grad_bytes_);
   }
   const double compute_per_micro_batch = c.forward_compute_s + c.backward_compute_s;
   const double hidden_sync = overlap_ ? c.backward_compute_s : 0.0;

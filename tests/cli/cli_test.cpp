@@ -352,13 +352,14 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   const Outcome tp = run("run --plan " + plan.string() + " --steps 2");
   EXPECT_EQ(tp.status, 2);
   EXPECT_EQ(tp.err,
-            "tessel: error: parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d and 2d; got 3d\n");
+            "tessel: error: parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d, 2d and 2.5d; "
+            "got 3d\n");
   const fs::path odd_batch = write("grid.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
       "parallel": {"tp": 4, "tp_mode": "2d", "micro_batch": 1}})");
   const Outcome grid = run("run --plan " + odd_batch.string() + " --steps 2");
   EXPECT_EQ(grid.status, 2);
-  EXPECT_NE(grid.err.find("parallel.micro_batch: tp_mode 2d gives each of its q = 2 grid rows whole sequences"),
+  EXPECT_NE(grid.err.find("parallel.micro_batch: tp_mode 2d gives each of its 2 token blocks whole sequences"),
             std::string::npos)
       << grid.err;
   const fs::path vocab = write("vocab.json", R"({"model": {"name": "small", "layers": 2, "hidden": 60, "heads": 3,
@@ -378,8 +379,8 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
 // Every op id the Program predicts for a plan is measured by the executor, and nothing
 // else: for pipeline + tensor + data parallel with ZeRO 1 and selective recompute, for
 // interleaved + Megatron sequence parallel with ZeRO 3 and full recompute, for ring
-// self-attention with tensor and pipeline parallel, and for 2D tensor parallel with
-// pipeline and full recompute, on 8 ranks.
+// self-attention with tensor and pipeline parallel, for 2D tensor parallel with
+// pipeline and full recompute, and for 2.5D with selective recompute, on 8 ranks.
 TEST_F(Cli, RunMeasuresExactlyTheOpsTheProgramPredicts) {
   const std::string db = (dir_ / "runs.db").string();
   int run_id = 0;
@@ -388,7 +389,9 @@ TEST_F(Cli, RunMeasuresExactlyTheOpsTheProgramPredicts) {
                                    "virtual_stages": 2, "tp_sequence_parallel": true, "micro_batch": 1)",
                                R"("sp": 2, "pp": 2, "tp": 2, "zero": 1, "recompute": "selective", "schedule": "gpipe",
                                    "micro_batch": 2)",
-                               R"("tp": 4, "tp_mode": "2d", "pp": 2, "recompute": "full", "micro_batch": 2)"}) {
+                               R"("tp": 4, "tp_mode": "2d", "pp": 2, "recompute": "full", "micro_batch": 2)",
+                               R"("tp": 8, "tp_mode": "2.5d", "tp_depth": 2, "recompute": "selective",
+                                   "micro_batch": 4)"}) {
     const fs::path plan_file = write("layout.json", std::string(R"({"model": {"name": "small", "layers": 4, "hidden": 32,
         "heads": 4, "vocab": 256, "seq_len": 16}, "cluster": "local-cpu", "train": {"global_batch": 8,
         "precision": "fp32"}, "parallel": {)") + parallel + "}}");

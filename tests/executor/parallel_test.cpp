@@ -7,8 +7,8 @@
 #include "tessel/core/subprocess.hpp"
 
 namespace {
-std::string run_suite(const std::string& suite, int& status) {
-  return tessel::run_command("mpirun --allow-run-as-root --oversubscribe -np 8 '" +
+std::string run_suite(const std::string& suite, int& status, int ranks = 8) {
+  return tessel::run_command("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " '" +
                                  std::string(TESSEL_PARALLEL_CHECK_BINARY) + "' " + suite + " 2>&1",
                              status);
 }
@@ -75,23 +75,34 @@ TEST(Parallel, RingSelfAttentionLayoutsEqualOneProcess) {
 // The bytes and messages a rank sends per step through the ring, the tensor group, the
 // gradient group and the pipeline equal the planner's prediction exactly: sp 2 and 4,
 // with 1d tp, full recompute and pp; 1d tp with Megatron sequence parallel and ZeRO 1, 3;
-// 2d with q = 2, with full recompute and with dp 2 and ZeRO 1.
+// 2d with q = 2, with full recompute and with dp 2 and ZeRO 1; 2.5d with q = 2, depth 2.
 TEST(Parallel, TrafficEqualsThePlannersPrediction) {
   int status = -1;
   const std::string output = run_suite("traffic", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  exact\n"), 11) << output;
+  EXPECT_EQ(count(output, "  exact\n"), 12) << output;
   EXPECT_EQ(count(output, "DIFFER"), 0) << output;
 }
 
 // 2D (SUMMA) tensor parallelism with q = 2, alone, with dp 2 and ZeRO 1 or 3, with pp 2
-// (1f1b with full recompute, gpipe), equals one process; its kept activations per rank
-// are 1/4 of the single process's (measured), where 1D on the same 4 ranks keeps more.
+// (1f1b with full recompute, gpipe), and 2.5D with q = 2, depth 2, equal one process;
+// kept activations per rank and token are 1/P of the single process's (measured),
+// where 1D on the same 4 ranks keeps more.
 TEST(Parallel, TwoDimensionalTensorParallelEqualsOneProcess) {
   int status = -1;
   const std::string output = run_suite("grid", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 6) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 8) << output;
   EXPECT_EQ(count(output, " 2d "), 5) << output;
-  EXPECT_EQ(count(output, "kept activations"), 3) << output;
+  EXPECT_EQ(count(output, " 2.5d "), 2) << output;
+  EXPECT_EQ(count(output, "kept activations"), 4) << output;
+}
+
+// 2.5D (q = 2, depth 2) with dp 2 and ZeRO 1, and with pp 2, on 16 ranks.
+TEST(Parallel, TwoAndAHalfDimensionalWithDataOrPipelineParallelEqualsOneProcess) {
+  int status = -1;
+  const std::string output = run_suite("grid16", status, 16);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 2) << output;
+  EXPECT_EQ(count(output, "ok rank"), 16) << output;
 }

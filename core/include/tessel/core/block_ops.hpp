@@ -62,7 +62,9 @@ struct BlockOpTable {
   std::vector<BlockOp> block;       // one transformer block, forward order
   std::vector<BlockOp> head;        // LM head and loss (last stage)
   std::vector<BlockOp> embedding;   // token (+ position) embedding (first stage)
-  double weight_sync_elements = 0;  // 2.5D: weight-gradient elements all-reduced over depth per block
+  // 2.5D: gradient elements one rank all-reduces over the depth once per step, per layer
+  // bucket and for the last and first stage's other weights.
+  double depth_sync_layer_elements = 0, depth_sync_head_elements = 0, depth_sync_embedding_elements = 0;
   double tokens = 0;                // rows of every activation: micro_batch * seq / sp
   double stage_boundary_bytes = 0;  // activation one rank sends to the next pipeline stage
   double layer_parameters = 0;      // one block's parameters held by one rank

@@ -77,9 +77,10 @@ struct StageShape {
   bool embedding = false, head = false;
   int tp = 1, tp_rank = 0;
   // 2D (SUMMA) over a q x q grid: this rank is (grid_row, grid_col); tokens split by
-  // rows, features by columns.
+  // rows, features by columns. 2.5D: `depth` such grids, each on 1/depth of the tokens,
+  // holding the same weights.
   bool grid = false;
-  int q = 1, grid_row = 0, grid_col = 0;
+  int q = 1, grid_row = 0, grid_col = 0, depth = 1, grid_depth = 0;
   bool sequence_parallel = false;  // Megatron: token rows over the tensor group
   int sp = 1, sp_rank = 0;         // ring self-attention: each sequence in sp blocks
   bool keep_all_keys = false;      // selective recompute with sp > 1: no second key ring
@@ -187,6 +188,8 @@ class GptStage {
                            const FloatBuffer& x, HeadActivations& h);
   void head_backward_grid(int mb, const std::int32_t* targets, const Bucket& rest, const float* params, float* grads,
                           HeadActivations& h, float grad_scale, FloatBuffer& dx);
+  // The token block whose logits this rank's grid column holds (column c of depth layer k).
+  std::size_t token_block_of_column() const { return std::size_t(shape_.grid_depth * shape_.q + shape_.grid_col); }
   // Cross-entropy of h.logits [rows x vocab_local], the vocabulary split over `group`;
   // returns the sum of the rows' losses.
   double vocab_parallel_loss(int mb, const std::int32_t* targets, int rows, int vocab_local, int vocab_start,

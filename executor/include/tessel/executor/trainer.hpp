@@ -106,6 +106,7 @@ class Trainer {
   void unpack(const PackedActivations& packed, LayerActivations& a, FloatBuffer* probs);
   void bucket_gradients_done(BucketState& bucket);
   void sum_sequence_partials(BucketState& bucket, float* grads);
+  void sum_over_depth(float* grads, std::size_t count);
   const float* layer_weights(BucketState& bucket, int mb, std::string_view pass);
   float global_gradient_norm();
   void optimizer_step(float gradient_scale);

@@ -48,7 +48,9 @@ struct LayoutCost {
   double stage_parameters = 0;       // parameters held by one rank before ZeRO
   double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
   double layers_on_stage = 0;
-  double depth_sync_grad_elements = 0;  // 2.5D: weight-gradient elements all-reduced over depth
+  // 2.5D: gradient elements all-reduced over the depth once per step, per layer bucket
+  // and for the stage's other weights.
+  double depth_sync_layer_elements = 0, depth_sync_rest_elements = 0;
   struct StepComm {
     double time_s = 0, bytes = 0, messages = 0;
   };
