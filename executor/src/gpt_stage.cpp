@@ -301,6 +301,21 @@ void GptStage::embed_backward(int mb, const std::int32_t* tokens, const Bucket& 
 
 // ---- one transformer layer ----
 
+const FloatBuffer& GptStage::norm_for_column_parallel(const std::string& norm_id, const std::string& gather_id,
+                                                     const FloatBuffer& x, const float* gamma, const float* beta,
+                                                     FloatBuffer& y, FloatBuffer& mean, FloatBuffer& rstd,
+                                                     FloatBuffer& whole) {
+  {
+    auto timed = timeline_.time(norm_id);
+    y.resize(x.size()), mean.resize(local_rows_), rstd.resize(local_rows_);
+    k_.layer_norm_forward(x.data(), gamma, beta, y.data(), mean.data(), rstd.data(), local_rows_, model_.hidden, 1e-5f);
+  }
+  if (!shape_.sequence_parallel) return y;
+  auto timed = timeline_.time(gather_id);
+  gather_rows(y, whole);
+  return whole;
+}
+
 void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, LayerActivations& a,
                              FloatBuffer& probs, FloatBuffer& x) {
   if (shape_.grid) return layer_forward_grid(mb, l, pass, params, a, probs, x);
@@ -309,20 +324,10 @@ void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, 
   const int B = sequences_, S = seq_, N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_,
             Fl = ffn_local_, H = heads_, D = model_.hidden / model_.heads;
   const bool sp = shape_.sequence_parallel, reduce = shape_.tp > 1;
-  const float eps = 1e-5f;
   if (&a.x != &x) a.x = x;
   // ---- attention half ----
-  {
-    auto timed = timeline_.time(id(mb, l, P, "attn.norm"));
-    a.ln1.resize(x.size()), a.ln1_mean.resize(Nl), a.ln1_rstd.resize(Nl);
-    k_.layer_norm_forward(x.data(), w(kLn1G), w(kLn1B), a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), Nl, C, eps);
-  }
-  const FloatBuffer* ln1 = &a.ln1;
-  if (sp) {
-    auto timed = timeline_.time(id(mb, l, P, "attn.tp_all_gather"));
-    gather_rows(a.ln1, a.ln1_full);
-    ln1 = &a.ln1_full;
-  }
+  const FloatBuffer* ln1 = &norm_for_column_parallel(id(mb, l, P, "attn.norm"), id(mb, l, P, "attn.tp_all_gather"), x,
+                                                     w(kLn1G), w(kLn1B), a.ln1, a.ln1_mean, a.ln1_rstd, a.ln1_full);
   {
     auto timed = timeline_.time(id(mb, l, P, "attn.qkv"));
     a.qkv.resize(std::size_t(N) * 3 * Cl);
@@ -364,18 +369,8 @@ void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, 
     add_bias(a.x1.data(), w(kProjB), Nl, C);
   }
   // ---- MLP half ----
-  {
-    auto timed = timeline_.time(id(mb, l, P, "mlp.norm"));
-    a.ln2.resize(x.size()), a.ln2_mean.resize(Nl), a.ln2_rstd.resize(Nl);
-    k_.layer_norm_forward(a.x1.data(), w(kLn2G), w(kLn2B), a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), Nl, C,
-                          eps);
-  }
-  const FloatBuffer* ln2 = &a.ln2;
-  if (sp) {
-    auto timed = timeline_.time(id(mb, l, P, "mlp.tp_all_gather"));
-    gather_rows(a.ln2, a.ln2_full);
-    ln2 = &a.ln2_full;
-  }
+  const FloatBuffer* ln2 = &norm_for_column_parallel(id(mb, l, P, "mlp.norm"), id(mb, l, P, "mlp.tp_all_gather"), a.x1,
+                                                     w(kLn2G), w(kLn2B), a.ln2, a.ln2_mean, a.ln2_rstd, a.ln2_full);
   {
     auto timed = timeline_.time(id(mb, l, P, "mlp.fc1"));
     a.fc1.resize(std::size_t(N) * Fl);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <Eigen/Dense>
 
@@ -29,39 +30,6 @@ void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, 
   else if (transpose_a && !transpose_b) C.noalias() += alpha * A.transpose() * B;
   else if (!transpose_a && transpose_b) C.noalias() += alpha * A * B.transpose();
   else C.noalias() += alpha * A.transpose() * B.transpose();
-}
-
-void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
-                        int rows, int cols, float eps) {
-  const MapConst X(x, rows, cols);
-  Map Y(y, rows, cols);
-  const Eigen::Map<const Eigen::RowVectorXf> g(gamma, cols), bt(beta, cols);
-  for (int r = 0; r < rows; ++r) {
-    const float mu = X.row(r).mean();
-    const float var = (X.row(r).array() - mu).square().mean();
-    const float inv = 1.0f / std::sqrt(var + eps);
-    mean[r] = mu;
-    rstd[r] = inv;
-    Y.row(r) = ((X.row(r).array() - mu) * inv * g.array() + bt.array()).matrix();
-  }
-}
-
-void layer_norm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
-                         float* dx, float* dgamma, float* dbeta, int rows, int cols) {
-  const MapConst DY(dy, rows, cols), X(x, rows, cols);
-  Map DX(dx, rows, cols);
-  const Eigen::Map<const Eigen::RowVectorXf> g(gamma, cols);
-  Eigen::Map<Eigen::RowVectorXf> dg(dgamma, cols), db(dbeta, cols);
-  for (int r = 0; r < rows; ++r) {
-    const Eigen::RowVectorXf xhat = ((X.row(r).array() - mean[r]) * rstd[r]).matrix();
-    const Eigen::RowVectorXf dxhat = (DY.row(r).array() * g.array()).matrix();
-    dg += (DY.row(r).array() * xhat.array()).matrix();
-    db += DY.row(r);
-    // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-    const float mean_dxhat = dxhat.mean();
-    const float mean_dxhat_xhat = (dxhat.array() * xhat.array()).mean();
-    DX.row(r) = (rstd[r] * (dxhat.array() - mean_dxhat - xhat.array() * mean_dxhat_xhat)).matrix();
-  }
 }
 
 void row_sums(const float* x, float* sums, int rows, int cols) {
@@ -110,6 +78,25 @@ void layer_norm_backward_apply(const float* dy, const float* x, const float* gam
                             xhat * (sum_dxhat_xhat[r] / float(row_cols))))
                     .matrix();
   }
+}
+
+// The whole-row layer norm is the column-block one with a single block.
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                        int rows, int cols, float eps) {
+  row_sums(x, mean, rows, cols);
+  for (int r = 0; r < rows; ++r) mean[r] /= float(cols);
+  row_centered_square_sums(x, mean, rstd, rows, cols);
+  for (int r = 0; r < rows; ++r) rstd[r] = 1.0f / std::sqrt(rstd[r] / float(cols) + eps);
+  layer_norm_apply(x, gamma, beta, mean, rstd, y, rows, cols);
+}
+
+void layer_norm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
+                         float* dx, float* dgamma, float* dbeta, int rows, int cols) {
+  const auto n = static_cast<std::size_t>(rows);
+  std::vector<float> sum_dxhat(n), sum_dxhat_xhat(n);
+  layer_norm_backward_partials(dy, x, gamma, mean, rstd, dgamma, dbeta, sum_dxhat.data(), sum_dxhat_xhat.data(), rows,
+                               cols);
+  layer_norm_backward_apply(dy, x, gamma, mean, rstd, sum_dxhat.data(), sum_dxhat_xhat.data(), cols, dx, rows, cols);
 }
 
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

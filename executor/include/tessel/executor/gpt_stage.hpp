@@ -211,6 +211,12 @@ class GptStage {
   void place_block(const float* block, float* whole, int j) const;
   // Sends `block` to the next rank of the ring and receives the previous rank's into it.
   void ring_shift(FloatBuffer& block, int tag);
+  // 1D: the layer norm of this rank's rows, and with sequence parallel all rows gathered:
+  // the input of a column-parallel GEMM.
+  const FloatBuffer& norm_for_column_parallel(const std::string& norm_id, const std::string& gather_id,
+                                              const FloatBuffer& x, const float* gamma, const float* beta,
+                                              FloatBuffer& y, FloatBuffer& mean, FloatBuffer& rstd,
+                                              FloatBuffer& whole);
   // Sequence parallel: the whole [rows x hidden] from each rank's token rows, and back.
   void gather_rows(const FloatBuffer& local, FloatBuffer& whole);
   void reduce_scatter_rows(FloatBuffer& whole, FloatBuffer& local);
