@@ -368,6 +368,26 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   const Outcome odd = run("run --plan " + vocab.string() + " --steps 2");
   EXPECT_EQ(odd.status, 2);
   EXPECT_NE(odd.err.find("model.vocab: 256 is not divisible by parallel.tp 3"), std::string::npos) << odd.err;
+  // Layouts the plan validator refuses never reach a rank either: its message, status 2.
+  struct BadLayout {
+    const char *model, *parallel, *message;
+  };
+  const BadLayout bad_layouts[] = {
+      {R"("hidden": 64, "heads": 4)", R"("tp": 8, "tp_mode": "2d")", "parallel.tp: tp_mode 2d needs a square size, got 8"},
+      {R"("hidden": 66, "heads": 3)", R"("tp": 4, "tp_mode": "2d")",
+       "parallel.tp: model heads 3 are not divisible by the tensor split 2 (tp_mode 2d)"},
+      {R"("hidden": 64, "heads": 4, "ffn_hidden": 129)", R"("tp": 4, "tp_mode": "2d")",
+       "parallel.tp: model ffn_hidden 129 is not divisible by the tensor split 2 (tp_mode 2d)"},
+      {R"("hidden": 64, "heads": 4)", R"("sp": 3)", "parallel.sp: sequence length 64 is not divisible by sp 3"}};
+  for (const BadLayout& layout : bad_layouts) {
+    const fs::path bad = write("bad_layout.json", std::string(R"({"model": {"name": "small", "layers": 2, )") +
+                                                      layout.model + R"(, "vocab": 256, "seq_len": 64},
+        "cluster": "local-cpu", "train": {"global_batch": 8}, "parallel": {"micro_batch": 2, )" +
+                                                      layout.parallel + "}}");
+    const Outcome refused = run("run --plan " + bad.string() + " --steps 1");
+    EXPECT_EQ(refused.status, 2) << layout.parallel;
+    EXPECT_NE(refused.err.find(layout.message), std::string::npos) << refused.err;
+  }
   const Outcome steps = run("run --plan " + write("ok.json", kCpuPlan).string() + " --steps 0");
   EXPECT_EQ(steps.status, 2);
   EXPECT_NE(steps.err.find("--steps: must be a positive integer, got 0"), std::string::npos) << steps.err;
