@@ -8,6 +8,8 @@
 //                       or reduce-scatter over token rows with sequence parallel)
 //   embedding, LM head  vocab-parallel: each rank its rows of the tied table; the
 //                       cross-entropy reduces max, sum and target logit over the group
+// The 2D and 2.5D grid forms of the same ops are in gpt_grid.cpp, the attention core
+// (with ring self-attention over sequence-parallel ranks) in gpt_attention.cpp.
 // GPT-2 shape: learned positions, pre-LN blocks with causal multi-head attention and a
 // GELU MLP, final layer norm, LM head tied to the token embedding, biases everywhere.
 //

@@ -1,6 +1,6 @@
-// Training a GPT on CPU ranks with the plan's data, pipeline and 1D tensor parallelism,
-// ZeRO and activation recompute, exact against the single-process run of the same seed
-// and global batch.
+// Training a GPT on CPU ranks with the plan's data, pipeline, tensor (1D, 2D, 2.5D) and
+// ring self-attention sequence parallelism, ZeRO and activation recompute, exact against
+// the single-process run of the same seed and global batch.
 //
 // One step: each rank walks its stage's steps in the order core's pipeline_schedule()
 // gives (GPipe, 1F1B or interleaved; plain gradient accumulation with one stage),
@@ -15,6 +15,8 @@
 // selective drops the attention probabilities and rebuilds them from q and k. With plan
 // precision bf16 the kept activations are stored in bf16 (compute stays fp32).
 //
+// Gradients some ranks hold as partial sums (norms under sequence parallel, the grid
+// modes' copied vectors, 2.5D's depth layers) are summed before their bucket syncs.
 // Every op is timed under the id of the Program core lowers from the same plan.
 #pragma once
 
