@@ -248,13 +248,14 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   // group; 2D: every vector down the grid column), summed once per step: one call per
   // layer bucket and one for the stage's other weights.
   if (table.partial_layer_elements > 0) {
-    CommTally partial{costs_};
+    CommTally layer_partial{costs_}, rest_partial{costs_};
     const GroupPlacement group = placement(table.partial_group);
-    partial.add(Collective::all_reduce, group, table.partial_layer_elements * grad_bytes_, layers);
+    layer_partial.add(Collective::all_reduce, group, table.partial_layer_elements * grad_bytes_, layers);
     const double rest = p.pp == 1 ? table.partial_head_elements + table.partial_embedding_elements
                                   : std::max(table.partial_head_elements, table.partial_embedding_elements);
-    partial.add(Collective::all_reduce, group, rest * grad_bytes_);
-    c.partial_gradient_sync = {partial.time_s, partial.bytes, partial.messages};
+    rest_partial.add(Collective::all_reduce, group, rest * grad_bytes_);
+    c.partial_layer_sync = {layer_partial.time_s, layer_partial.bytes, layer_partial.messages};
+    c.partial_rest_sync = {rest_partial.time_s, rest_partial.bytes, rest_partial.messages};
   }
 
   // Forward, its replay under full recompute, backward.
@@ -403,11 +404,18 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
     depth.add(Collective::all_reduce, depth_group, c.depth_sync_layer_elements * grad_bytes_, c.layers_on_stage);
     depth.add(Collective::all_reduce, depth_group, c.depth_sync_rest_elements * grad_bytes_);
   }
+  // Partial gradients summed once per step, or per micro-batch for ZeRO-3 layer buckets,
+  // whose gradients leave for their owners after every micro-batch.
+  const double layer_partial_calls = p.zero == 3 && group > 1 ? micro_batches : 1;
+  LayoutCost::StepComm partial{
+      layer_partial_calls * c.partial_layer_sync.time_s + c.partial_rest_sync.time_s,
+      layer_partial_calls * c.partial_layer_sync.bytes + c.partial_rest_sync.bytes,
+      layer_partial_calls * c.partial_layer_sync.messages + c.partial_rest_sync.messages};
   const double compute_per_micro_batch = c.forward_compute_s + c.backward_compute_s;
   const double hidden_sync = overlap_ ? c.backward_compute_s : 0.0;
   const double hidden_zero3 = overlap_ ? compute_per_micro_batch : 0.0;
   const double exposed_sync =
-      std::max(0.0, sync.time_s + depth.time_s + c.partial_gradient_sync.time_s - hidden_sync);
+      std::max(0.0, sync.time_s + depth.time_s + partial.time_s - hidden_sync);
   const double exposed_zero3 = micro_batches * std::max(0.0, zero3.time_s - hidden_zero3);
   out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3;
 
@@ -434,9 +442,8 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   out.mfu = model_flops_per_step_ / (step * gpus() * costs_.device().peak_flops_per_s(train_.precision));
 
   CommVolume& comm = out.comm;
-  comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes + c.partial_gradient_sync.bytes;
-  comm.tp_messages =
-      micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages + c.partial_gradient_sync.messages;
+  comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes + partial.bytes;
+  comm.tp_messages = micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages + partial.messages;
   comm.sp_bytes = micro_batches * c.comm_per_micro_batch.sp_bytes;
   comm.sp_messages = micro_batches * c.comm_per_micro_batch.sp_messages;
   comm.pp_bytes = micro_batches * p2p_sends * c.p2p_bytes;

@@ -317,10 +317,12 @@ int check_traffic(Communicator& world, const std::string& text) {
     grid.tp = 4, grid.tp_mode = "2d", grid.recompute = recompute;
     layouts.push_back(grid);
   }
-  Layout grid_zero, tesseract;
+  Layout grid_zero, tesseract, grid_zero3, megatron_zero3;
   grid_zero.tp = 4, grid_zero.tp_mode = "2d", grid_zero.dp = 2, grid_zero.zero = 1;
+  grid_zero3.tp = 4, grid_zero3.tp_mode = "2d", grid_zero3.dp = 2, grid_zero3.zero = 3;
+  megatron_zero3.tp = 2, megatron_zero3.sequence_parallel = true, megatron_zero3.dp = 2, megatron_zero3.zero = 3;
   tesseract.tp = 8, tesseract.tp_mode = "2.5d", tesseract.tp_depth = 2, tesseract.micro_batch = 4;
-  layouts.insert(layouts.end(), {grid_zero, tesseract});
+  layouts.insert(layouts.end(), {grid_zero, tesseract, grid_zero3, megatron_zero3});
   for (const Layout& layout : layouts) {
     const Plan plan = make_plan(layout);
     const int ranks = plan.parallel.world_size();

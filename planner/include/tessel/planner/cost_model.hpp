@@ -54,7 +54,10 @@ struct LayoutCost {
   struct StepComm {
     double time_s = 0, bytes = 0, messages = 0;
   };
-  StepComm partial_gradient_sync;  // per step: partial gradients of copied vectors (1D+SP, 2D)
+  // Partial gradients of copied vectors (1D + sequence parallel, 2D, 2.5D): the layer
+  // buckets' calls of one step (of one micro-batch under ZeRO 3) and the stage's other
+  // weights' call.
+  StepComm partial_layer_sync, partial_rest_sync;
   CommVolume comm_per_micro_batch;   // tp, sp, pp per micro-batch (fwd + bwd, incl. recompute)
   double block_tp_forward_bytes = 0;  // one transformer block's TP bytes per rank, forward
   double block_tp_forward_messages = 0;
