@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "tessel/core/program.hpp"
 
 using namespace tessel;
@@ -138,7 +140,7 @@ TEST(Program, DataParallelBucketsAndTheOptimizer) {
   const auto where = index_ids(program);
   const std::uint32_t optimizer = where.at("step/optimizer").second;
   for (int l = 0; l < 12; ++l) {
-    const std::uint32_t bucket = where.at("L" + std::to_string(l) + "/dp/grad.all_reduce").second;
+    const std::uint32_t bucket = where.at(fmt::format("L{}/dp/grad.all_reduce", l)).second;
     EXPECT_EQ(ops[bucket].stream, Stream::dp_comm);
     EXPECT_EQ(ops[bucket].work.collective, Collective::all_reduce);
     // The bucket starts after its layer's last backward op, and the optimizer waits for it.
