@@ -21,10 +21,12 @@ cases=(
   "strong 2d-4 4 2d 1 16 4"
   "strong 1d-8 8 1d 1 16 4"
   "strong 2.5d-8 8 2.5d 2 16 4"
+  "strong 3d-8 8 3d 1 16 4"
   "weak 1d-4 4 1d 1 8 4"
   "weak 2d-4 4 2d 1 8 4"
   "weak 1d-8 8 1d 1 16 4"
   "weak 2.5d-8 8 2.5d 2 16 4"
+  "weak 3d-8 8 3d 1 16 4"
 )
 printf '%-7s %-7s %5s %6s %12s %12s %10s\n' scaling mode ranks batch measured simulated "meas/sim"
 for entry in "${cases[@]}"; do
@@ -42,5 +44,4 @@ EOF
   ratio=$(awk -v m="$measured" -v s="$simulated" 'BEGIN{printf "%.2f", m / s}')
   printf '%-7s %-7s %5s %6s %10.3f s %10.3f s %10s\n' "$scaling" "$mode" "$tp" "$batch" "$measured" "$simulated" "$ratio"
 done
-echo "3d: not in the executor yet (tessel run refuses tp_mode 3d)"
 echo "machine: $(nproc) cores; ranks beyond that share them, which the simulation does not model"

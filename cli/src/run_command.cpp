@@ -95,9 +95,9 @@ Command add_run_command(CLI::App& app) {
                   "Clip the global gradient norm to this value (0: no clipping)")
       ->capture_default_str();
   cmd->footer("Runs data, pipeline (gpipe, 1f1b, interleaved), tensor (tp_mode 1d with tp_sequence_parallel,\n"
-              "2d, 2.5d) and ring self-attention sequence parallelism (sp), ZeRO 0-3 and recompute\n"
-              "none|selective|full. Layouts it cannot run (tp_mode 3d, offload) are refused by name before any\n"
-              "rank starts. Per-op events go to the runs database.");
+              "2d, 2.5d, 3d) and ring self-attention sequence parallelism (sp), ZeRO 0-3 and recompute\n"
+              "none|selective|full. Offload is refused by name before any rank starts. Per-op events go to the\n"
+              "runs database.");
   return [args] { return run_run(*args); };
 }
 

@@ -62,6 +62,7 @@ BlockOp gemm_op(std::string_view name, double m, double n, double k, double coun
 struct Linear {
   std::string_view name, bcast_row, bcast_col, gather_input, gather_weight, reduce_output;
   double in, out;
+  bool features_on_depth = true;  // 3D: the input's feature blocks are on the depth axis (else the column axis)
 };
 }  // namespace
 
@@ -87,33 +88,42 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   // everything by the grid (tensor_splits).
   // 2D, and 2.5D, which is 2D in each of d depth layers on 1/d of the tokens.
   const bool two_d = (p.tp_mode == TpMode::d2 || p.tp_mode == TpMode::d2_5) && p.tp > 1;
+  const bool three_d = p.tp_mode == TpMode::d3 && p.tp > 1;
   const double depth = p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1;
   const double Td = T / depth;  // tokens of one depth layer
   const double norm_parameters = model.norm == Norm::layernorm ? 2 * h : h;
-  const double layer_vectors =
-      2 * norm_parameters + (model.bias ? (h + 2 * kv) + h + mlp_out + h : 0.0);  // norms, qkv/proj/fc1/fc2 biases
-  const double whole_in_layer = one_d ? 2 * norm_parameters + (model.bias ? 2 * h : 0.0) : 0.0;
+  const double qkv_bias = model.bias ? h + 2 * kv : 0.0, fc1_bias = model.bias ? mlp_out : 0.0;
+  const double late_biases = model.bias ? 2 * h : 0.0;  // attn.proj and mlp.fc2
+  const double layer_vectors = 2 * norm_parameters + qkv_bias + late_biases + fc1_bias;
+  const double whole_in_layer = one_d ? 2 * norm_parameters + late_biases : 0.0;
   const double positions = model.position_embedding == PositionEmbedding::learned ? double(model.seq_len) * h : 0.0;
-  const double vocab_table = V * h / split.parameters;
-  if (two_d) {
-    t.layer_parameters = (double(model.layer_parameters()) - layer_vectors) / split.parameters + layer_vectors / q;
+  // 3D stores every weight matrix in P pieces and gathers them per use (Colossal-AI),
+  // though the seed's complexity table gives its parameters P^(2/3).
+  const double weight_split = three_d ? double(q) * q * q : split.parameters;
+  const double vocab_table = V * h / weight_split;
+  if (two_d || three_d) {
+    t.layer_parameters = (double(model.layer_parameters()) - layer_vectors) / weight_split + layer_vectors / q;
   } else {
     t.layer_parameters = (double(model.layer_parameters()) - whole_in_layer) / split.parameters + whole_in_layer;
   }
-  const double vector_split = one_d ? 1.0 : two_d ? q : split.parameters;
+  const double vector_split = one_d ? 1.0 : (two_d || three_d) ? q : split.parameters;
   t.embedding_parameters = vocab_table + positions / vector_split;
   t.head_parameters = norm_parameters / vector_split + (model.tied_embeddings ? 0.0 : vocab_table);
   t.tied_copy_parameters = model.tied_embeddings && p.pp > 1 ? vocab_table : 0.0;
   if (megatron_sp) {
-    t.partial_group = CommGroup::tp;
-    t.partial_layer_elements = whole_in_layer;
-    t.partial_head_elements = norm_parameters;
+    t.partial_syncs.push_back({CommGroup::tp, whole_in_layer, norm_parameters, 0});
   } else if (two_d) {
-    t.partial_group = CommGroup::tp_col;
-    t.partial_layer_elements = layer_vectors / q;
-    t.partial_head_elements = norm_parameters / q;
-    t.partial_embedding_elements = positions / q;
+    t.partial_syncs.push_back({CommGroup::tp_col, layer_vectors / q, norm_parameters / q, positions / q});
+  } else if (three_d) {
+    // Vectors with features on the depth axis (norms, late biases, positions) are copied
+    // over the rows and columns; those with features on the columns (qkv and fc1
+    // biases) over the rows and the depth. One sum down the column takes both.
+    const double on_depth = (2 * norm_parameters + late_biases) / q, on_columns = (qkv_bias + fc1_bias) / q;
+    t.partial_syncs.push_back({CommGroup::tp_col, on_depth + on_columns, norm_parameters / q, positions / q});
+    t.partial_syncs.push_back({CommGroup::tp_row, on_depth, norm_parameters / q, positions / q});
+    t.partial_syncs.push_back({CommGroup::tp_depth, on_columns, 0, 0});
   }
+  if (three_d) t.stage_boundary_bytes = T * h * E / (double(q) * q * q);  // a rank's pieces
   if (p.tp_mode == TpMode::d2_5 && p.tp_depth > 1) {
     // Every depth layer holds the same weights and computes their gradients from its own
     // tokens: all of a rank's gradients are summed over the depth once per step, one
@@ -166,17 +176,25 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
         t.block.push_back(gemm_op(l.name, T / (q * d), l.out / q, l.in / q, q));
         break;
       }
-      case TpMode::d3:
-        // 3D: gather the input block and the weight block along two axes, multiply,
-        // reduce-scatter the partial output along the third.
-        t.block.push_back(comm_op(l.gather_input, Collective::all_gather, CommGroup::tp_row, T / q * l.in / q * E, 1,
-                                  CollectiveAlgorithm::tree));
+      case TpMode::d3: {
+        // 3D (Bian et al. 2021; Colossal-AI): all-gather the input pieces along one axis
+        // and the weight pieces along the grid column, multiply, reduce-scatter the
+        // partial output along the third axis; the output's feature blocks then sit on
+        // the axis the input was gathered over, so qkv and fc1 (features on depth) and
+        // proj and fc2 (features on columns) alternate. Backward: the input gradient
+        // reduce-scattered back, the weight gathered again and its gradient
+        // reduce-scattered, the output gradient all-gathered.
+        const CommGroup gather = l.features_on_depth ? CommGroup::tp_row : CommGroup::tp_depth;
+        const CommGroup reduce = l.features_on_depth ? CommGroup::tp_depth : CommGroup::tp_row;
+        t.block.push_back(comm_op(l.gather_input, Collective::all_gather, gather, T / q * l.in / q * E, 1,
+                                  CollectiveAlgorithm::ring, 1));
         t.block.push_back(comm_op(l.gather_weight, Collective::all_gather, CommGroup::tp_col, l.in / q * l.out / q * E,
-                                  1, CollectiveAlgorithm::tree));
+                                  1, CollectiveAlgorithm::ring, 2));
         t.block.push_back(gemm_op(l.name, T / q, l.out / q, l.in / q));
-        t.block.push_back(comm_op(l.reduce_output, Collective::reduce_scatter, CommGroup::tp_depth,
-                                  T / q * l.out / q * E, 1, CollectiveAlgorithm::tree));
+        t.block.push_back(comm_op(l.reduce_output, Collective::reduce_scatter, reduce, T / q * l.out / q * E, 1,
+                                  CollectiveAlgorithm::ring, 1));
         break;
+      }
     }
   };
 
@@ -185,6 +203,9 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   auto norm_statistics = [&](std::string_view name, std::vector<BlockOp>& ops) {
     if (two_d) ops.push_back(comm_op(name, Collective::all_reduce, CommGroup::tp_row, Td / q * 4.0, 2,
                                      CollectiveAlgorithm::ring, 1));
+    // 3D: a rank holds T / q^2 token rows, features on the depth axis.
+    if (three_d) ops.push_back(comm_op(name, Collective::all_reduce, CommGroup::tp_depth, T / (q * q) * 4.0, 2,
+                                       CollectiveAlgorithm::ring, 1));
   };
   // ---- attention half ----
   t.block.push_back(memory_op("attn.norm", 2 * E * A));
@@ -210,7 +231,7 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
     t.block.push_back(softmax);
   }
   linear({"attn.proj", "attn.proj.bcast_row", "attn.proj.bcast_col", "attn.proj.gather_input",
-          "attn.proj.gather_weight", "attn.proj.reduce_scatter", h, h});
+          "attn.proj.gather_weight", "attn.proj.reduce_scatter", h, h, false});
   reduce_after_half("attn.tp_reduce_scatter", "attn.tp_all_reduce");
   t.block.push_back(memory_op("attn.residual", 3 * E * A));
   // ---- MLP half ----
@@ -222,11 +243,33 @@ BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelC
   t.block.push_back(
       memory_op("mlp.act", (model.activation == Activation::swiglu ? 3.0 : 2.0) * E * T * f / split.intermediate));
   linear({"mlp.fc2", "mlp.fc2.bcast_row", "mlp.fc2.bcast_col", "mlp.fc2.gather_input", "mlp.fc2.gather_weight",
-          "mlp.fc2.reduce_scatter", f, h});
+          "mlp.fc2.reduce_scatter", f, h, false});
   reduce_after_half("mlp.tp_reduce_scatter", "mlp.tp_all_reduce");
   t.block.push_back(memory_op("mlp.residual", 3 * E * A));
 
   // ---- LM head and loss: vocab-parallel logits, fp32 cross-entropy ----
+  if (three_d) {
+    // The head is a 3D linear with weight E^T (features on depth), the loss reduces over
+    // the vocabulary blocks on the row; the embedding gathers the table's hidden block
+    // down the column and along the row and looks its tokens up locally.
+    norm_statistics("head.norm_all_reduce", t.head);
+    t.head.push_back(comm_op("head.logits.gather_input", Collective::all_gather, CommGroup::tp_row, T / q * h / q * E,
+                             1, CollectiveAlgorithm::ring, 1));
+    t.head.push_back(comm_op("head.logits.gather_weight", Collective::all_gather, CommGroup::tp_col,
+                             V / q * h / q * E, 1, CollectiveAlgorithm::ring, 2));
+    t.head.push_back(gemm_op("head.logits", T / q, V / q, h / q));
+    t.head.push_back(comm_op("head.logits.reduce_scatter", Collective::reduce_scatter, CommGroup::tp_depth,
+                             T / q * V / q * E, 1, CollectiveAlgorithm::ring, 1));
+    t.head.push_back(memory_op("head.loss", 2.0 * 4.0 * T * V / split.gemm, 1));
+    t.head.push_back(comm_op("head.loss_all_reduce", Collective::all_reduce, CommGroup::tp_row,
+                             1.5 * T / (q * q) * 4.0, 2, CollectiveAlgorithm::ring, 0));
+    t.embedding.push_back(comm_op("embed.gather_weight_col", Collective::all_gather, CommGroup::tp_col,
+                                  V / q * h / q * E, 1, CollectiveAlgorithm::ring, 1));
+    t.embedding.push_back(comm_op("embed.gather_weight_row", Collective::all_gather, CommGroup::tp_row, V * h / q * E,
+                                  1, CollectiveAlgorithm::ring, 1));
+    t.embedding.push_back(memory_op("embed.lookup", 2.0 * T * h * E / (double(q) * q * q), 1));
+    return t;
+  }
   if (two_d) {
     // logits^T = E X^T on the grid (gpt_grid.cpp): token blocks broadcast down the
     // columns, partial products reduced along the rows; the loss reduces down the column.

@@ -56,6 +56,52 @@ void GptStage::ring_shift(FloatBuffer& block, int tag) {
   std::swap(block, ring_in_);
 }
 
+// [rows x 3 hidden/q] (q | k | v column blocks, each this rank's heads) <-> [sequence,
+// head, position, head_dim], visiting every element once.
+template <typename Visit>
+void GptStage::for_each_head_element(Visit visit) const {
+  const int B = sequences_, S = seq_, H = heads_, D = model_.hidden / model_.heads;
+  for (int b = 0; b < B; ++b)
+    for (int s = 0; s < S; ++s)
+      for (int h = 0; h < H; ++h)
+        for (int d = 0; d < D; ++d) {
+          visit(std::size_t(b * S + s), std::size_t(h * D + d), ((std::size_t(b) * H + h) * S + s) * D + d);
+        }
+}
+
+void GptStage::attention_layer_forward(int mb, int l, std::string_view pass, LayerActivations& a, FloatBuffer& probs) {
+  const std::size_t Cl = std::size_t(hidden_local_), n = std::size_t(sequences_) * seq_ * Cl;
+  {
+    auto timed = timeline_.time(id(mb, l, pass, "attn.core"));
+    a.q.resize(n), a.k.resize(n), a.v.resize(n);
+    for_each_head_element([&](std::size_t row, std::size_t col, std::size_t dst) {
+      const float* r = a.qkv.data() + row * 3 * Cl;
+      a.q[dst] = r[col], a.k[dst] = r[Cl + col], a.v[dst] = r[2 * Cl + col];
+    });
+  }
+  attention_forward(mb, l, pass, a, probs);
+  auto timed = timeline_.time(id(mb, l, pass, "attn.core"));
+  a.att.resize(n);
+  for_each_head_element([&](std::size_t row, std::size_t col, std::size_t src) { a.att[row * Cl + col] = a.att_heads[src]; });
+}
+
+void GptStage::attention_layer_backward(int mb, int l, const LayerActivations& a, const FloatBuffer& probs,
+                                        const FloatBuffer& datt) {
+  const std::size_t Cl = std::size_t(hidden_local_), n = std::size_t(sequences_) * seq_ * Cl;
+  {
+    auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
+    d_heads_.resize(n);
+    for_each_head_element([&](std::size_t row, std::size_t col, std::size_t dst) { d_heads_[dst] = datt[row * Cl + col]; });
+  }
+  attention_backward(mb, l, a, probs);
+  auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
+  dqkv_.resize(3 * n);
+  for_each_head_element([&](std::size_t row, std::size_t col, std::size_t src) {
+    float* r = dqkv_.data() + row * 3 * Cl;
+    r[col] = dq_[src], r[Cl + col] = dk_[src], r[2 * Cl + col] = dv_[src];
+  });
+}
+
 void GptStage::attention_forward(int mb, int l, std::string_view pass, LayerActivations& a, FloatBuffer& probs) {
   const int S = seq_, D = model_.hidden / model_.heads, sp = shape_.sp, r = shape_.sp_rank;
   const std::size_t heads = std::size_t(sequences_) * heads_, head_block = std::size_t(S) * D;

@@ -47,6 +47,8 @@ void transpose(const float* in, float* out, int rows, int cols) {
 void GptStage::grid_norm_forward(const std::string& compute_id, const std::string& comm_id, const FloatBuffer& x,
                                  const float* gamma, const float* beta, FloatBuffer& y, FloatBuffer& mean,
                                  FloatBuffer& rstd) {
+  // A row's feature blocks: along the grid row in 2D, along the depth axis in 3D.
+  Communicator& row_ = shape_.cube ? depth_ : this->row_;
   const int rows = local_rows_, cols = hidden_local_, C = model_.hidden;
   mean.resize(rows), rstd.resize(rows), y.resize(x.size());
   {
@@ -74,6 +76,7 @@ void GptStage::grid_norm_forward(const std::string& compute_id, const std::strin
 void GptStage::grid_norm_backward(const std::string& compute_id, const std::string& comm_id, const FloatBuffer& dy,
                                   const FloatBuffer& x, const float* gamma, const FloatBuffer& mean,
                                   const FloatBuffer& rstd, float* dgamma, float* dbeta, FloatBuffer& dx) {
+  Communicator& row_ = shape_.cube ? depth_ : this->row_;
   const int rows = local_rows_, cols = hidden_local_;
   stats_.resize(rows), stats2_.resize(rows), dx.resize(x.size());
   {
@@ -154,6 +157,21 @@ void GptStage::summa_backward(const std::string& op, const float* x, const float
   }
 }
 
+// The layer's linears: SUMMA in 2D and 2.5D, the cube's gather / multiply /
+// reduce-scatter in 3D (gpt_cube.cpp), which keeps its gathered input for the backward.
+void GptStage::grid_linear_forward(const std::string& op, bool features_on_depth, const FloatBuffer& x,
+                                   const float* w, int in, int out, float* y, FloatBuffer& gathered) {
+  if (shape_.cube) return cube_linear_forward(op, features_on_depth, x.data(), w, in, out, y, gathered);
+  summa_forward(op, x.data(), w, local_rows_, in, out, y);
+}
+
+void GptStage::grid_linear_backward(const std::string& op, bool features_on_depth, const FloatBuffer& x,
+                                    const FloatBuffer& gathered, const float* w, const float* dy, int in, int out,
+                                    float* dx, float* dw) {
+  if (shape_.cube) return cube_linear_backward(op, features_on_depth, gathered, w, dy, in, out, dx, dw);
+  summa_backward(op, x.data(), w, dy, local_rows_, in, out, dx, dw);
+}
+
 // ---- embedding ----
 
 void GptStage::embed_forward_grid(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params,
@@ -208,43 +226,19 @@ void GptStage::layer_forward_grid(int mb, int l, PassKind pass, const float* par
                                   FloatBuffer& probs, FloatBuffer& x) {
   auto w = [&](LayerTensor t) { return params + layer_offsets_[t]; };
   const std::string_view P = pass == PassKind::forward ? "fwd" : "recompute";
-  const int B = sequences_, S = seq_, Tl = local_rows_, C = model_.hidden, Cl = hidden_local_, F = model_.ffn_hidden,
-            Fl = ffn_local_, H = heads_, D = model_.hidden / model_.heads;
+  const int Tl = local_rows_, C = model_.hidden, Cl = hidden_local_, F = model_.ffn_hidden, Fl = ffn_local_;
   if (&a.x != &x) a.x = x;
   grid_norm_forward(id(mb, l, P, "attn.norm"), id(mb, l, P, "attn.norm_all_reduce"), x, w(kLn1G), w(kLn1B), a.ln1,
                     a.ln1_mean, a.ln1_rstd);
   a.qkv.resize(std::size_t(Tl) * 3 * Cl);
-  summa_forward(id(mb, l, P, "attn.qkv"), a.ln1.data(), w(kQkvW), Tl, C, 3 * C, a.qkv.data());
+  grid_linear_forward(id(mb, l, P, "attn.qkv"), true, a.ln1, w(kQkvW), C, 3 * C, a.qkv.data(), a.ln1_full);
   {
     auto timed = timeline_.time(id(mb, l, P, "attn.qkv"));
     add_bias(a.qkv.data(), w(kQkvB), Tl, 3 * Cl);
   }
-  {
-    auto timed = timeline_.time(id(mb, l, P, "attn.core"));
-    const std::size_t n = std::size_t(Tl) * Cl;
-    a.q.resize(n), a.k.resize(n), a.v.resize(n);
-    for (int b = 0; b < B; ++b)
-      for (int s = 0; s < S; ++s)
-        for (int h = 0; h < H; ++h)
-          for (int d = 0; d < D; ++d) {
-            const float* row = a.qkv.data() + std::size_t(b * S + s) * 3 * Cl;
-            const std::size_t dst = ((std::size_t(b) * H + h) * S + s) * D + d;
-            a.q[dst] = row[h * D + d], a.k[dst] = row[Cl + h * D + d], a.v[dst] = row[2 * Cl + h * D + d];
-          }
-  }
-  attention_forward(mb, l, P, a, probs);
-  {
-    auto timed = timeline_.time(id(mb, l, P, "attn.core"));
-    a.att.resize(a.q.size());
-    for (int b = 0; b < B; ++b)
-      for (int s = 0; s < S; ++s)
-        for (int h = 0; h < H; ++h)
-          for (int d = 0; d < D; ++d) {
-            a.att[std::size_t(b * S + s) * Cl + h * D + d] = a.att_heads[((std::size_t(b) * H + h) * S + s) * D + d];
-          }
-  }
+  attention_layer_forward(mb, l, P, a, probs);
   partial_.resize(x.size());
-  summa_forward(id(mb, l, P, "attn.proj"), a.att.data(), w(kProjW), Tl, C, C, partial_.data());
+  grid_linear_forward(id(mb, l, P, "attn.proj"), false, a.att, w(kProjW), C, C, partial_.data(), a.proj_in);
   {
     auto timed = timeline_.time(id(mb, l, P, "attn.residual"));
     a.x1.resize(x.size());
@@ -254,7 +248,7 @@ void GptStage::layer_forward_grid(int mb, int l, PassKind pass, const float* par
   grid_norm_forward(id(mb, l, P, "mlp.norm"), id(mb, l, P, "mlp.norm_all_reduce"), a.x1, w(kLn2G), w(kLn2B), a.ln2,
                     a.ln2_mean, a.ln2_rstd);
   a.fc1.resize(std::size_t(Tl) * Fl);
-  summa_forward(id(mb, l, P, "mlp.fc1"), a.ln2.data(), w(kFc1W), Tl, C, F, a.fc1.data());
+  grid_linear_forward(id(mb, l, P, "mlp.fc1"), true, a.ln2, w(kFc1W), C, F, a.fc1.data(), a.ln2_full);
   {
     auto timed = timeline_.time(id(mb, l, P, "mlp.fc1"));
     add_bias(a.fc1.data(), w(kFc1B), Tl, Fl);
@@ -264,7 +258,7 @@ void GptStage::layer_forward_grid(int mb, int l, PassKind pass, const float* par
     a.gelu.resize(a.fc1.size());
     k_.gelu_forward(a.fc1.data(), a.gelu.data(), std::int64_t(a.gelu.size()));
   }
-  summa_forward(id(mb, l, P, "mlp.fc2"), a.gelu.data(), w(kFc2W), Tl, F, C, partial_.data());
+  grid_linear_forward(id(mb, l, P, "mlp.fc2"), false, a.gelu, w(kFc2W), F, C, partial_.data(), a.fc2_in);
   auto timed = timeline_.time(id(mb, l, P, "mlp.residual"));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = a.x1[i] + partial_[i];
   add_bias(x.data(), w(kFc2B), Tl, Cl);
@@ -274,14 +268,14 @@ void GptStage::layer_backward_grid(int mb, int l, const float* params, float* gr
                                    const FloatBuffer& probs, FloatBuffer& dx) {
   auto w = [&](LayerTensor t) { return params + layer_offsets_[t]; };
   auto g = [&](LayerTensor t) { return grads + layer_offsets_[t]; };
-  const int B = sequences_, S = seq_, Tl = local_rows_, C = model_.hidden, Cl = hidden_local_, F = model_.ffn_hidden,
-            Fl = ffn_local_, H = heads_, D = model_.hidden / model_.heads;
+  const int Tl = local_rows_, C = model_.hidden, Cl = hidden_local_, F = model_.ffn_hidden, Fl = ffn_local_;
   {
     auto timed = timeline_.time(id(mb, l, "bwd", "mlp.residual"));
     bias_gradient(dx.data(), g(kFc2B), Tl, Cl);
   }
   dgelu_.resize(a.gelu.size());
-  summa_backward(id(mb, l, "bwd", "mlp.fc2"), a.gelu.data(), w(kFc2W), dx.data(), Tl, F, C, dgelu_.data(), g(kFc2W));
+  grid_linear_backward(id(mb, l, "bwd", "mlp.fc2"), false, a.gelu, a.fc2_in, w(kFc2W), dx.data(), F, C, dgelu_.data(),
+                       g(kFc2W));
   {
     auto timed = timeline_.time(id(mb, l, "bwd", "mlp.act"));
     dfc1_.resize(a.fc1.size());
@@ -292,8 +286,8 @@ void GptStage::layer_backward_grid(int mb, int l, const float* params, float* gr
     bias_gradient(dfc1_.data(), g(kFc1B), Tl, Fl);
   }
   dscratch_.resize(dx.size());
-  summa_backward(id(mb, l, "bwd", "mlp.fc1"), a.ln2.data(), w(kFc1W), dfc1_.data(), Tl, C, F, dscratch_.data(),
-                 g(kFc1W));
+  grid_linear_backward(id(mb, l, "bwd", "mlp.fc1"), true, a.ln2, a.ln2_full, w(kFc1W), dfc1_.data(), C, F,
+                       dscratch_.data(), g(kFc1W));
   grid_norm_backward(id(mb, l, "bwd", "mlp.norm"), id(mb, l, "bwd", "mlp.norm_all_reduce"), dscratch_, a.x1, w(kLn2G),
                      a.ln2_mean, a.ln2_rstd, g(kLn2G), g(kLn2B), dnorm_);
   {
@@ -304,38 +298,16 @@ void GptStage::layer_backward_grid(int mb, int l, const float* params, float* gr
     auto timed = timeline_.time(id(mb, l, "bwd", "attn.residual"));
     bias_gradient(dx.data(), g(kProjB), Tl, Cl);
   }
-  summa_backward(id(mb, l, "bwd", "attn.proj"), a.att.data(), w(kProjW), dx.data(), Tl, C, C, dscratch_.data(),
-                 g(kProjW));
-  {
-    auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
-    d_heads_.resize(a.q.size());
-    for (int b = 0; b < B; ++b)
-      for (int s = 0; s < S; ++s)
-        for (int h = 0; h < H; ++h)
-          for (int d = 0; d < D; ++d) {
-            d_heads_[((std::size_t(b) * H + h) * S + s) * D + d] = dscratch_[std::size_t(b * S + s) * Cl + h * D + d];
-          }
-  }
-  attention_backward(mb, l, a, probs);
-  {
-    auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
-    dqkv_.resize(std::size_t(Tl) * 3 * Cl);
-    for (int b = 0; b < B; ++b)
-      for (int s = 0; s < S; ++s)
-        for (int h = 0; h < H; ++h)
-          for (int d = 0; d < D; ++d) {
-            float* row = dqkv_.data() + std::size_t(b * S + s) * 3 * Cl;
-            const std::size_t src = ((std::size_t(b) * H + h) * S + s) * D + d;
-            row[h * D + d] = dq_[src], row[Cl + h * D + d] = dk_[src], row[2 * Cl + h * D + d] = dv_[src];
-          }
-  }
+  grid_linear_backward(id(mb, l, "bwd", "attn.proj"), false, a.att, a.proj_in, w(kProjW), dx.data(), C, C,
+                       dscratch_.data(), g(kProjW));
+  attention_layer_backward(mb, l, a, probs, dscratch_);
   {
     auto timed = timeline_.time(id(mb, l, "bwd", "attn.qkv"));
     bias_gradient(dqkv_.data(), g(kQkvB), Tl, 3 * Cl);
   }
   dpartial_.resize(dx.size());
-  summa_backward(id(mb, l, "bwd", "attn.qkv"), a.ln1.data(), w(kQkvW), dqkv_.data(), Tl, C, 3 * C, dpartial_.data(),
-                 g(kQkvW));
+  grid_linear_backward(id(mb, l, "bwd", "attn.qkv"), true, a.ln1, a.ln1_full, w(kQkvW), dqkv_.data(), C, 3 * C,
+                       dpartial_.data(), g(kQkvW));
   grid_norm_backward(id(mb, l, "bwd", "attn.norm"), id(mb, l, "bwd", "attn.norm_all_reduce"), dpartial_, a.x, w(kLn1G),
                      a.ln1_mean, a.ln1_rstd, g(kLn1G), g(kLn1B), dnorm_);
   auto timed = timeline_.time(id(mb, l, "bwd", "attn.norm"));

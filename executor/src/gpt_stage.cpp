@@ -59,16 +59,6 @@ void pad(Bucket& bucket, std::size_t pad_to) {
   bucket.padded_size = (bucket.size + pad_to - 1) / pad_to * pad_to;
 }
 
-// [rows x 3C] with q, k, v column blocks -> [batch, heads, seq, head_dim] each, and back.
-template <typename Visit>
-void for_each_head_element(int batch, int seq, int heads, int head_dim, Visit visit) {
-  for (int b = 0; b < batch; ++b)
-    for (int s = 0; s < seq; ++s)
-      for (int h = 0; h < heads; ++h)
-        for (int d = 0; d < head_dim; ++d) {
-          visit(std::size_t(b * seq + s), std::size_t(h * head_dim + d), ((std::size_t(b) * heads + h) * seq + s) * head_dim + d);
-        }
-}
 }  // namespace
 
 const TensorSlot& Bucket::tensor(std::string_view name) const {
@@ -151,6 +141,44 @@ std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shap
     return slot(std::move(name), rows, cols, c.row_split, c.row_part, c.col_split, c.col_part, c.copy, groups);
   };
   std::vector<Bucket> buckets;
+  if (shape.cube) {
+    // 3D: vectors with features on the depth axis (copied over rows and columns), then
+    // those with features on the columns (copied over rows and depth); weights in q^3
+    // pieces [input sub-block (feature block, row) x output block], the tied table in
+    // pieces [vocabulary block (column) x hidden sub-block (depth, row)].
+    const int q = shape.q, i = shape.grid_row, j = shape.grid_col, k = shape.grid_depth;
+    const Cut on_depth{1, 0, q, k, i * q + j}, on_columns{1, 0, q, j, i * q + k};
+    const Cut weights_from_depth{q * q, k * q + i, q, j, 0}, weights_from_columns{q * q, j * q + i, q, k, 0};
+    for (int l : shape.layers) {
+      Bucket& b = buckets.emplace_back();
+      b.layer = l;
+      const std::string L = fmt::format("L{}.", l);
+      for (const char* name : {"ln1.gain", "ln1.bias", "attn.proj.bias", "ln2.gain", "ln2.bias", "mlp.fc2.bias"}) {
+        place(b, make(L + name, 1, C, on_depth));
+      }
+      b.partial_first = b.size;
+      place(b, make(L + "attn.qkv.bias", 1, 3 * C, on_columns, 3));
+      place(b, make(L + "mlp.fc1.bias", 1, F, on_columns));
+      b.partial_prefix = b.size;
+      place(b, make(L + "attn.qkv.weight", C, 3 * C, weights_from_depth, 3));
+      place(b, make(L + "attn.proj.weight", C, C, weights_from_columns));
+      place(b, make(L + "mlp.fc1.weight", C, F, weights_from_depth));
+      place(b, make(L + "mlp.fc2.weight", F, C, weights_from_columns));
+      pad(b, shape.pad_to);
+    }
+    if (shape.embedding || shape.head) {
+      Bucket& b = buckets.emplace_back();
+      if (shape.head) {
+        place(b, make("lnf.gain", 1, C, on_depth));
+        place(b, make("lnf.bias", 1, C, on_depth));
+      }
+      if (shape.embedding) place(b, make("wpe", S, C, on_depth));
+      b.partial_first = b.partial_prefix = b.size;
+      place(b, make("wte", V, C, Cut{q, j, q * q, k * q + i, 0}));
+      pad(b, shape.pad_to);
+    }
+    return buckets;
+  }
   for (int l : shape.layers) {
     Bucket& b = buckets.emplace_back();
     b.layer = l;
@@ -199,15 +227,17 @@ GptStage::GptStage(const ModelSpec& model, const StageShape& shape, int micro_ba
       sp_(comms.sp),
       row_(comms.row),
       col_(comms.col),
+      depth_(comms.depth),
       keep_keys_(shape.keep_all_keys && shape.sp > 1),
       k_(backend),
       timeline_(timeline) {
   rows_ = micro_batch * seq;
   // 1D splits features over tp; 2D splits features over q columns and tokens (whole
   // sequences) over q rows.
-  const int features = shape.grid ? shape.q : shape.tp;
-  local_rows_ = shape.grid ? rows_ / (shape.q * shape.depth) : shape.sequence_parallel ? rows_ / shape.tp : rows_;
-  sequences_ = shape.grid ? micro_batch / (shape.q * shape.depth) : micro_batch;
+  const int features = shape.grid || shape.cube ? shape.q : shape.tp;
+  const int token_blocks = shape.cube ? shape.q * shape.q : shape.grid ? shape.q * shape.depth : 1;
+  local_rows_ = token_blocks > 1 ? rows_ / token_blocks : shape.sequence_parallel ? rows_ / shape.tp : rows_;
+  sequences_ = micro_batch / token_blocks;
   heads_ = model.heads / features;
   hidden_local_ = model.hidden / features;
   ffn_local_ = model.ffn_hidden / features;
@@ -252,6 +282,7 @@ void GptStage::reduce_partial(FloatBuffer& partial, FloatBuffer& out) {
 // ---- embedding ----
 
 void GptStage::embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params, FloatBuffer& x) {
+  if (shape_.cube) return embed_forward_cube(mb, tokens, rest, params, x);
   if (shape_.grid) return embed_forward_grid(mb, tokens, rest, params, x);
   const int C = model_.hidden;
   const TensorSlot& wte = rest.tensor("wte");
@@ -280,6 +311,7 @@ void GptStage::embed_forward(int mb, const std::int32_t* tokens, const Bucket& r
 
 void GptStage::embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads,
                               const FloatBuffer& dx) {
+  if (shape_.cube) return embed_backward_cube(mb, tokens, rest, grads, dx);
   if (shape_.grid) return embed_backward_grid(mb, tokens, rest, grads, dx);
   const int C = model_.hidden;
   const FloatBuffer* whole = &dx;
@@ -318,11 +350,10 @@ const FloatBuffer& GptStage::norm_for_column_parallel(const std::string& norm_id
 
 void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, LayerActivations& a,
                              FloatBuffer& probs, FloatBuffer& x) {
-  if (shape_.grid) return layer_forward_grid(mb, l, pass, params, a, probs, x);
+  if (shape_.grid || shape_.cube) return layer_forward_grid(mb, l, pass, params, a, probs, x);
   auto w = [&](LayerTensor t) { return params + layer_offsets_[t]; };
   const std::string_view P = pass == PassKind::forward ? "fwd" : "recompute";
-  const int B = sequences_, S = seq_, N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_,
-            Fl = ffn_local_, H = heads_, D = model_.hidden / model_.heads;
+  const int N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_, Fl = ffn_local_;
   const bool sp = shape_.sequence_parallel, reduce = shape_.tp > 1;
   if (&a.x != &x) a.x = x;
   // ---- attention half ----
@@ -334,23 +365,7 @@ void GptStage::layer_forward(int mb, int l, PassKind pass, const float* params, 
     k_.gemm(false, false, N, 3 * Cl, C, 1.0f, ln1->data(), w(kQkvW), 0.0f, a.qkv.data());
     add_bias(a.qkv.data(), w(kQkvB), N, 3 * Cl);
   }
-  {
-    auto timed = timeline_.time(id(mb, l, P, "attn.core"));
-    const std::size_t n = std::size_t(N) * Cl;
-    a.q.resize(n), a.k.resize(n), a.v.resize(n);
-    for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t dst) {
-      const float* r = a.qkv.data() + row * 3 * Cl;
-      a.q[dst] = r[col], a.k[dst] = r[Cl + col], a.v[dst] = r[2 * Cl + col];
-    });
-  }
-  attention_forward(mb, l, P, a, probs);
-  {
-    auto timed = timeline_.time(id(mb, l, P, "attn.core"));
-    a.att.resize(a.q.size());
-    for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t src) {
-      a.att[row * Cl + col] = a.att_heads[src];
-    });
-  }
+  attention_layer_forward(mb, l, P, a, probs);
   {
     auto timed = timeline_.time(id(mb, l, P, "attn.proj"));
     partial_.resize(std::size_t(N) * C);
@@ -404,11 +419,10 @@ void GptStage::recompute_probabilities(int mb, int l, LayerActivations& a, Float
 
 void GptStage::layer_backward(int mb, int l, const float* params, float* grads, LayerActivations& a,
                               const FloatBuffer& probs, FloatBuffer& dx) {
-  if (shape_.grid) return layer_backward_grid(mb, l, params, grads, a, probs, dx);
+  if (shape_.grid || shape_.cube) return layer_backward_grid(mb, l, params, grads, a, probs, dx);
   auto w = [&](LayerTensor t) { return params + layer_offsets_[t]; };
   auto g = [&](LayerTensor t) { return grads + layer_offsets_[t]; };
-  const int B = sequences_, S = seq_, N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_,
-            Fl = ffn_local_, H = heads_, D = model_.hidden / model_.heads;
+  const int N = rows_, Nl = local_rows_, C = model_.hidden, Cl = hidden_local_, Fl = ffn_local_;
   const bool sp = shape_.sequence_parallel, reduce = shape_.tp > 1;
   // The gradient of a reduced (row-parallel) output is the same on every rank without
   // sequence parallel; with it, each rank holds its rows and gathers the whole.
@@ -470,22 +484,7 @@ void GptStage::layer_backward(int mb, int l, const float* params, float* grads, 
     k_.gemm(false, true, N, Cl, C, 1.0f, dy1.data(), w(kProjW), 0.0f, dscratch_.data());
     k_.gemm(true, false, Cl, C, N, 1.0f, a.att.data(), dy1.data(), 1.0f, g(kProjW));
   }
-  {
-    auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
-    d_heads_.resize(a.q.size());
-    for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t dst) {
-      d_heads_[dst] = dscratch_[row * Cl + col];
-    });
-  }
-  attention_backward(mb, l, a, probs);
-  {
-    auto timed = timeline_.time(id(mb, l, "bwd", "attn.core"));
-    dqkv_.resize(std::size_t(N) * 3 * Cl);
-    for_each_head_element(B, S, H, D, [&](std::size_t row, std::size_t col, std::size_t src) {
-      float* r = dqkv_.data() + row * 3 * Cl;
-      r[col] = dq_[src], r[Cl + col] = dk_[src], r[2 * Cl + col] = dv_[src];
-    });
-  }
+  attention_layer_backward(mb, l, a, probs, dscratch_);
   {
     auto timed = timeline_.time(id(mb, l, "bwd", "attn.qkv"));
     const FloatBuffer& ln1 = sp ? a.ln1_full : a.ln1;
@@ -505,6 +504,7 @@ void GptStage::layer_backward(int mb, int l, const float* params, float* grads, 
 
 double GptStage::head_forward(int mb, const std::int32_t* targets, const Bucket& rest, const float* params,
                               const FloatBuffer& x, HeadActivations& h) {
+  if (shape_.cube) return head_forward_cube(mb, targets, rest, params, x, h);
   if (shape_.grid) return head_forward_grid(mb, targets, rest, params, x, h);
   const int N = rows_, Nl = local_rows_, C = model_.hidden, Vl = vocab_local_;
   const float* wte = params + rest.tensor("wte").offset;
@@ -559,6 +559,7 @@ double GptStage::vocab_parallel_loss(int mb, const std::int32_t* targets, int ro
 
 void GptStage::head_backward(int mb, const std::int32_t* targets, const Bucket& rest, const float* params,
                              float* grads, HeadActivations& h, float grad_scale, FloatBuffer& dx) {
+  if (shape_.cube) return head_backward_cube(mb, targets, rest, params, grads, h, grad_scale, dx);
   if (shape_.grid) return head_backward_grid(mb, targets, rest, params, grads, h, grad_scale, dx);
   const int N = rows_, Nl = local_rows_, C = model_.hidden, Vl = vocab_local_;
   const TensorSlot& wte = rest.tensor("wte");

@@ -15,11 +15,9 @@ namespace tessel::executor {
 void Trainer::check(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   const ModelSpec& m = plan.model;
-  if (p.tp > 1 && p.tp_mode == TpMode::d3) {
-    throw Error("parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d, 2d and 2.5d; got 3d");
-  }
-  if (p.tp > 1 && (p.tp_mode == TpMode::d2 || p.tp_mode == TpMode::d2_5)) {
-    const int q = p.tp_grid_side(), blocks = q * (p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1);
+  if (p.tp > 1 && p.tp_mode != TpMode::d1) {
+    const int q = p.tp_grid_side();
+    const int blocks = p.tp_mode == TpMode::d3 ? q * q : q * (p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1);
     const std::string mode(to_string(p.tp_mode));
     if (p.sp != 1) {
       throw Error(fmt::format("parallel.sp: tp_mode {} runs with sp 1 in the CPU executor, got {}", mode, p.sp));
@@ -82,6 +80,7 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   shape_.grid_row = grid.coordinates().tp_row;
   shape_.grid_col = grid.coordinates().tp_col;
   shape_.depth = p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1;
+  shape_.cube = p.tp > 1 && p.tp_mode == TpMode::d3;
   shape_.grid_depth = grid.coordinates().tp_depth;
   shape_.sp = p.sp;
   shape_.sp_rank = grid.coordinates().sp;
@@ -95,7 +94,8 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   shape_.embedding = stage_index_ == 0;
   shape_.head = stage_index_ == stages_ - 1;
   stage_ = std::make_unique<GptStage>(model, shape_, p.micro_batch, plan.seq_len() / p.sp,
-                                      StageComms{grid.tp(), grid.sp(), grid.tp_row(), grid.tp_col()}, k_, timeline_);
+                                      StageComms{grid.tp(), grid.sp(), grid.tp_row(), grid.tp_col(), grid.tp_depth()},
+                                      k_, timeline_);
 
   bucket_of_layer_.assign(std::size_t(model.layers), -1);
   for (Bucket& layout : stage_buckets(model, shape_)) {
@@ -434,8 +434,20 @@ void Trainer::unpack(const PackedActivations& packed, LayerActivations& a, Float
 }
 
 void Trainer::sum_sequence_partials(BucketState& b, float* grads) {
+  const Bucket& layout = b.layout;
+  if (layout.partial_prefix == 0) return;
+  if (shape_.cube) {
+    // Both kinds of vectors down the column; then those with features on the depth axis
+    // along the row, those with features on the columns along the depth.
+    grid_.tp_col().all_reduce(grads, layout.partial_prefix);
+    grid_.tp_row().all_reduce(grads, layout.partial_first);
+    if (layout.partial_prefix > layout.partial_first) {
+      grid_.tp_depth().all_reduce(grads + layout.partial_first, layout.partial_prefix - layout.partial_first);
+    }
+    return;
+  }
   // 1D sequence parallel: over the tensor group; 2D: down the grid column.
-  if (b.layout.partial_prefix > 0) (shape_.grid ? grid_.tp_col() : grid_.tp()).all_reduce(grads, b.layout.partial_prefix);
+  (shape_.grid ? grid_.tp_col() : grid_.tp()).all_reduce(grads, layout.partial_prefix);
 }
 
 void Trainer::sum_over_depth(float* grads, std::size_t count) {

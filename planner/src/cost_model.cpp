@@ -247,13 +247,17 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   // Partial gradients (1D sequence parallel: norms and late biases over the tensor
   // group; 2D: every vector down the grid column), summed once per step: one call per
   // layer bucket and one for the stage's other weights.
-  if (table.partial_layer_elements > 0) {
+  {
     CommTally layer_partial{costs_}, rest_partial{costs_};
-    const GroupPlacement group = placement(table.partial_group);
-    layer_partial.add(Collective::all_reduce, group, table.partial_layer_elements * grad_bytes_, layers);
-    const double rest = p.pp == 1 ? table.partial_head_elements + table.partial_embedding_elements
-                                  : std::max(table.partial_head_elements, table.partial_embedding_elements);
-    rest_partial.add(Collective::all_reduce, group, rest * grad_bytes_);
+    for (const BlockOpTable::PartialSync& sync : table.partial_syncs) {
+      const GroupPlacement group = placement(sync.group);
+      if (sync.layer_elements > 0) {
+        layer_partial.add(Collective::all_reduce, group, sync.layer_elements * grad_bytes_, layers);
+      }
+      const double rest = p.pp == 1 ? sync.head_elements + sync.embedding_elements
+                                    : std::max(sync.head_elements, sync.embedding_elements);
+      if (rest > 0) rest_partial.add(Collective::all_reduce, group, rest * grad_bytes_);
+    }
     c.partial_layer_sync = {layer_partial.time_s, layer_partial.bytes, layer_partial.messages};
     c.partial_rest_sync = {rest_partial.time_s, rest_partial.bytes, rest_partial.messages};
   }

@@ -348,12 +348,12 @@ TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {
 TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   const fs::path plan = write("tp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
-      "parallel": {"tp": 8, "tp_mode": "3d", "micro_batch": 2}})");
-  const Outcome tp = run("run --plan " + plan.string() + " --steps 2");
-  EXPECT_EQ(tp.status, 2);
-  EXPECT_EQ(tp.err,
-            "tessel: error: parallel.tp_mode: the CPU executor runs tensor parallelism in tp_mode 1d, 2d and 2.5d; "
-            "got 3d\n");
+      "parallel": {"dp": 2, "offload": "optimizer", "micro_batch": 2}})");
+  const Outcome offload = run("run --plan " + plan.string() + " --steps 2");
+  EXPECT_EQ(offload.status, 2);
+  EXPECT_EQ(offload.err,
+            "tessel: error: parallel.offload: the CPU executor keeps everything in memory; offload must be none, got "
+            "optimizer\n");
   const fs::path odd_batch = write("grid.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
       "parallel": {"tp": 4, "tp_mode": "2d", "micro_batch": 1}})");
@@ -400,7 +400,8 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
 // else: for pipeline + tensor + data parallel with ZeRO 1 and selective recompute, for
 // interleaved + Megatron sequence parallel with ZeRO 3 and full recompute, for ring
 // self-attention with tensor and pipeline parallel, for 2D tensor parallel with
-// pipeline and full recompute, and for 2.5D with selective recompute, on 8 ranks.
+// pipeline and full recompute, for 2.5D with selective recompute and for 3D with full
+// recompute, on 8 ranks.
 TEST_F(Cli, RunMeasuresExactlyTheOpsTheProgramPredicts) {
   const std::string db = (dir_ / "runs.db").string();
   int run_id = 0;
@@ -411,7 +412,8 @@ TEST_F(Cli, RunMeasuresExactlyTheOpsTheProgramPredicts) {
                                    "micro_batch": 2)",
                                R"("tp": 4, "tp_mode": "2d", "pp": 2, "recompute": "full", "micro_batch": 2)",
                                R"("tp": 8, "tp_mode": "2.5d", "tp_depth": 2, "recompute": "selective",
-                                   "micro_batch": 4)"}) {
+                                   "micro_batch": 4)",
+                               R"("tp": 8, "tp_mode": "3d", "recompute": "full", "micro_batch": 4)"}) {
     const fs::path plan_file = write("layout.json", std::string(R"({"model": {"name": "small", "layers": 4, "hidden": 32,
         "heads": 4, "vocab": 256, "seq_len": 16}, "cluster": "local-cpu", "train": {"global_batch": 8,
         "precision": "fp32"}, "parallel": {)") + parallel + "}}");

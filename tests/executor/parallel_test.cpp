@@ -76,34 +76,38 @@ TEST(Parallel, RingSelfAttentionLayoutsEqualOneProcess) {
 // gradient group and the pipeline equal the planner's prediction exactly: sp 2 and 4,
 // with 1d tp, full recompute and pp; 1d tp with Megatron sequence parallel and ZeRO 1, 3;
 // 2d with q = 2, with full recompute and with dp 2 and ZeRO 1 or 3; 2.5d with q = 2,
-// depth 2; Megatron sequence parallel with ZeRO 3 (partial sums per micro-batch).
+// depth 2; 3d with q = 2, with full recompute; Megatron sequence parallel with ZeRO 3
+// (partial sums per micro-batch).
 TEST(Parallel, TrafficEqualsThePlannersPrediction) {
   int status = -1;
   const std::string output = run_suite("traffic", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  exact\n"), 14) << output;
+  EXPECT_EQ(count(output, "  exact\n"), 16) << output;
   EXPECT_EQ(count(output, "DIFFER"), 0) << output;
 }
 
 // 2D (SUMMA) tensor parallelism with q = 2, alone, with dp 2 and ZeRO 1 or 3, with pp 2
-// (1f1b with full recompute, gpipe), and 2.5D with q = 2, depth 2, equal one process;
-// kept activations per rank and token are 1/P of the single process's (measured),
-// where 1D on the same 4 ranks keeps more.
-TEST(Parallel, TwoDimensionalTensorParallelEqualsOneProcess) {
+// (1f1b with full recompute, gpipe), 2.5D with q = 2, depth 2, and 3D with q = 2 equal
+// one process; kept activations per rank and token fall as 1/P (2D, 2.5D) and between
+// 1/P and 1/P^(2/3) (3D) of the single process's (measured), where 1D on the same 4
+// ranks keeps more.
+TEST(Parallel, GridTensorParallelModesEqualOneProcess) {
   int status = -1;
   const std::string output = run_suite("grid", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 8) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 10) << output;
   EXPECT_EQ(count(output, " 2d "), 5) << output;
   EXPECT_EQ(count(output, " 2.5d "), 2) << output;
-  EXPECT_EQ(count(output, "kept activations"), 4) << output;
+  EXPECT_EQ(count(output, " 3d "), 2) << output;
+  EXPECT_EQ(count(output, "kept activations"), 5) << output;
 }
 
-// 2.5D (q = 2, depth 2) with dp 2 and ZeRO 1, and with pp 2, on 16 ranks.
-TEST(Parallel, TwoAndAHalfDimensionalWithDataOrPipelineParallelEqualsOneProcess) {
+// 2.5D (q = 2, depth 2) and 3D (q = 2) with dp 2 and ZeRO 1, and with pp 2, on 16 ranks.
+TEST(Parallel, GridModesWithDataOrPipelineParallelEqualOneProcess) {
   int status = -1;
   const std::string output = run_suite("grid16", status, 16);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 2) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 4) << output;
+  EXPECT_EQ(count(output, " 3d "), 2) << output;
   EXPECT_EQ(count(output, "ok rank"), 16) << output;
 }

@@ -76,8 +76,13 @@ struct BlockOpTable {
   // partial sums over `partial_group`, all-reduced once per step and bucket: 1D with
   // sequence parallel (norms and late biases, over the tensor group), 2D (every vector,
   // down the grid column).
-  CommGroup partial_group = CommGroup::tp;
-  double partial_layer_elements = 0, partial_head_elements = 0, partial_embedding_elements = 0;
+  // 3D has two kinds of copied vectors (features on the depth axis, on the columns),
+  // summed over two axes each: one entry per (group, elements) sum.
+  struct PartialSync {
+    CommGroup group = CommGroup::tp;
+    double layer_elements = 0, head_elements = 0, embedding_elements = 0;
+  };
+  std::vector<PartialSync> partial_syncs;
 };
 
 // `element_bytes`: bytes of one activation element in the training precision.

@@ -8,7 +8,8 @@
 //                       or reduce-scatter over token rows with sequence parallel)
 //   embedding, LM head  vocab-parallel: each rank its rows of the tied table; the
 //                       cross-entropy reduces max, sum and target logit over the group
-// The 2D and 2.5D grid forms of the same ops are in gpt_grid.cpp, the attention core
+// The 2D and 2.5D grid forms of the same ops are in gpt_grid.cpp, the 3D ones in
+// gpt_cube.cpp, the attention core
 // (with ring self-attention over sequence-parallel ranks) in gpt_attention.cpp.
 // GPT-2 shape: learned positions, pre-LN blocks with causal multi-head attention and a
 // GELU MLP, final layer norm, LM head tied to the token embedding, biases everywhere.
@@ -57,6 +58,10 @@ struct Bucket {
   int layer = -1;  // -1: the stage's embedding, final norm and head
   std::vector<TensorSlot> tensors;
   std::size_t size = 0, padded_size = 0;
+  // 3D: of the partial prefix, the first `partial_first` elements (features on the depth
+  // axis) are copied over rows and columns, the rest (features on the columns) over rows
+  // and depth.
+  std::size_t partial_first = 0;
   // The first `partial_prefix` elements see only this rank's token rows (norms and the
   // biases added after a reduce-scatter with sequence parallel; every norm, bias and the
   // positions in 2D): their gradients are partial sums over the tensor group (1D) or
@@ -83,6 +88,8 @@ struct StageShape {
   // holding the same weights.
   bool grid = false;
   int q = 1, grid_row = 0, grid_col = 0, depth = 1, grid_depth = 0;
+  // 3D over a q x q x q cube (grid_row, grid_col, grid_depth): gpt_cube.cpp.
+  bool cube = false;
   bool sequence_parallel = false;  // Megatron: token rows over the tensor group
   int sp = 1, sp_rank = 0;         // ring self-attention: each sequence in sp blocks
   bool keep_all_keys = false;      // selective recompute with sp > 1: no second key ring
@@ -95,14 +102,14 @@ std::vector<Bucket> stage_buckets(const ModelSpec& model, const StageShape& shap
 // att_heads are forward-only work the backward does not read.
 struct LayerActivations {
   FloatBuffer x, ln1, ln1_mean, ln1_rstd, ln1_full, qkv, q, k, v, att_heads, att, x1, ln2, ln2_mean, ln2_rstd,
-      ln2_full, fc1, gelu, k_all;
+      ln2_full, fc1, gelu, k_all, proj_in, fc2_in;  // proj_in, fc2_in: 3D's gathered inputs
   // The tensors the backward reads, and the per-row norm statistics among them, which
   // bf16 storage keeps in fp32.
   static constexpr FloatBuffer LayerActivations::*kSaved[] = {
       &LayerActivations::x,   &LayerActivations::ln1, &LayerActivations::ln1_full, &LayerActivations::q,
       &LayerActivations::k,   &LayerActivations::v,   &LayerActivations::att,      &LayerActivations::x1,
       &LayerActivations::ln2, &LayerActivations::ln2_full, &LayerActivations::fc1, &LayerActivations::gelu,
-      &LayerActivations::k_all};
+      &LayerActivations::k_all, &LayerActivations::proj_in, &LayerActivations::fc2_in};
   static constexpr FloatBuffer LayerActivations::*kRowStatistics[] = {
       &LayerActivations::ln1_mean, &LayerActivations::ln1_rstd, &LayerActivations::ln2_mean,
       &LayerActivations::ln2_rstd};
@@ -130,6 +137,7 @@ struct StageComms {
   Communicator& sp;
   Communicator& row;
   Communicator& col;
+  Communicator& depth;
 };
 
 class GptStage {
@@ -142,11 +150,13 @@ class GptStage {
   // with sequence parallel.
   std::size_t local_rows() const { return std::size_t(local_rows_); }
   std::size_t activation_size() const {
-    return std::size_t(local_rows_) * std::size_t(shape_.grid ? hidden_local_ : model_.hidden);
+    return std::size_t(local_rows_) * std::size_t(shape_.grid || shape_.cube ? hidden_local_ : model_.hidden);
   }
   // Whether this rank's token losses are the ones to count (each token once over the
   // tensor group).
-  bool reports_loss() const { return shape_.grid ? shape_.grid_row == 0 : shape_.tp_rank == 0; }
+  bool reports_loss() const {
+    return shape_.cube ? shape_.grid_col == 0 : shape_.grid ? shape_.grid_row == 0 : shape_.tp_rank == 0;
+  }
 
   // x = embedding(tokens) + positions, [local rows x hidden].
   void embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params, FloatBuffer& x);
@@ -176,6 +186,13 @@ class GptStage {
   // The attention core (gpt_attention.cpp): probabilities and a.att_heads from a.q, a.k,
   // a.v; the probabilities again from kept keys; dq_, dk_, dv_ from d_heads_.
   void attention_forward(int mb, int layer, std::string_view pass, LayerActivations& a, FloatBuffer& probs);
+  // The same from a.qkv [rows x 3 hidden/q] to a.att [rows x hidden/q] (heads split and
+  // merged around it), and back from datt to dqkv_: every mode's layer calls these.
+  void attention_layer_forward(int mb, int layer, std::string_view pass, LayerActivations& a, FloatBuffer& probs);
+  void attention_layer_backward(int mb, int layer, const LayerActivations& a, const FloatBuffer& probs,
+                                const FloatBuffer& datt);
+  template <typename Visit>
+  void for_each_head_element(Visit visit) const;
   void attention_probabilities(int mb, int layer, std::string_view pass, const LayerActivations& a, FloatBuffer& probs);
   void attention_backward(int mb, int layer, const LayerActivations& a, const FloatBuffer& probs);
   // 2D (gpt_grid.cpp): the same ops on q x q blocks of activations and weights.
@@ -192,6 +209,27 @@ class GptStage {
                           HeadActivations& h, float grad_scale, FloatBuffer& dx);
   // The token block whose logits this rank's grid column holds (column c of depth layer k).
   std::size_t token_block_of_column() const { return std::size_t(shape_.grid_depth * shape_.q + shape_.grid_col); }
+  // 3D (gpt_cube.cpp).
+  void embed_forward_cube(int mb, const std::int32_t* tokens, const Bucket& rest, const float* params, FloatBuffer& x);
+  void embed_backward_cube(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads,
+                           const FloatBuffer& dx);
+  double head_forward_cube(int mb, const std::int32_t* targets, const Bucket& rest, const float* params,
+                           const FloatBuffer& x, HeadActivations& h);
+  void head_backward_cube(int mb, const std::int32_t* targets, const Bucket& rest, const float* params, float* grads,
+                          HeadActivations& h, float grad_scale, FloatBuffer& dx);
+  // y = x w on the cube: x pieces [T/q^2 x in/q] gathered over one axis (kept in
+  // `gathered` for the backward), w pieces [in/q^2 x out/q] gathered down the column,
+  // the partial product reduce-scattered over the third axis. features_on_depth: the
+  // input's feature blocks are on the depth axis (qkv, fc1, the head), else on the
+  // columns (proj, fc2); the output's are on the other.
+  void cube_linear_forward(const std::string& op, bool features_on_depth, const float* x, const float* w, int in,
+                           int out, float* y, FloatBuffer& gathered);
+  void cube_linear_backward(const std::string& op, bool features_on_depth, const FloatBuffer& gathered, const float* w,
+                            const float* dy, int in, int out, float* dx, float* dw);
+  // The tied table's block [vocabulary block c x hidden block d] from its q pieces down
+  // the column, and back (gradient pieces reduce-scattered).
+  void gather_table_block(const float* piece, FloatBuffer& block);
+  void scatter_table_block(FloatBuffer& block, float* piece_grads);
   // Cross-entropy of h.logits [rows x vocab_local], the vocabulary split over `group`;
   // returns the sum of the rows' losses.
   double vocab_parallel_loss(int mb, const std::int32_t* targets, int rows, int vocab_local, int vocab_start,
@@ -202,6 +240,12 @@ class GptStage {
   void grid_norm_backward(const std::string& compute_id, const std::string& comm_id, const FloatBuffer& dy,
                           const FloatBuffer& x, const float* gamma, const FloatBuffer& mean, const FloatBuffer& rstd,
                           float* dgamma, float* dbeta, FloatBuffer& dx);
+  // A layer's linear in the grid modes: SUMMA (2D, 2.5D) or the cube's (3D).
+  void grid_linear_forward(const std::string& op, bool features_on_depth, const FloatBuffer& x, const float* w, int in,
+                           int out, float* y, FloatBuffer& gathered);
+  void grid_linear_backward(const std::string& op, bool features_on_depth, const FloatBuffer& x,
+                            const FloatBuffer& gathered, const float* w, const float* dy, int in, int out, float* dx,
+                            float* dw);
   // SUMMA (van de Geijn and Watts 1997; Optimus, Xu et al. 2021): y = x w over the grid,
   // x [rows x in/q], w [in/q x out/q], y [rows x out/q]; ids "<op>", "<op>.bcast_row",
   // "<op>.bcast_col".
@@ -234,6 +278,7 @@ class GptStage {
   Communicator& sp_;
   Communicator& row_;
   Communicator& col_;
+  Communicator& depth_;
   int sequences_ = 1;  // sequences of the micro-batch whose tokens this rank holds (mb / q in 2D)
   bool keep_keys_ = false;
   const kernels::KernelBackend& k_;
@@ -242,7 +287,7 @@ class GptStage {
   // Work buffers, kept across calls (a fresh allocation per call costs page faults).
   FloatBuffer scores_, partial_, dpartial_, d_heads_, dq_, dk_, dv_, dqkv_, dprobs_, dscores_, dfc1_, dgelu_, dwhole_,
       scratch_, dscratch_, dnorm_, dlogits_, ring_block_, ring_in_, block_, scratch_block_, summa_x_, summa_w_,
-      summa_out_, stats_, stats2_;
+      summa_out_, stats_, stats2_, table_block_, table_pieces_;
 };
 
 }  // namespace tessel::executor

@@ -1,4 +1,4 @@
-// Training a GPT on CPU ranks with the plan's data, pipeline, tensor (1D, 2D, 2.5D) and
+// Training a GPT on CPU ranks with the plan's data, pipeline, tensor (1D, 2D, 2.5D, 3D) and
 // ring self-attention sequence parallelism, ZeRO and activation recompute, exact against
 // the single-process run of the same seed and global batch.
 //
