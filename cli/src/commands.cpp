@@ -14,6 +14,7 @@
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
 #include "tessel/planner/search.hpp"
+#include "tessel/planner/search_inputs.hpp"
 #include "tessel/planner/what_if.hpp"
 #include "tessel/profiles/profile_store.hpp"
 
@@ -41,17 +42,8 @@ void print_cost_flags(unsigned flags) {
 }
 
 // Options shared by the commands that take model, cluster and batch from flags.
-struct InputFlags {
-  std::string model;
-  std::string cluster;
-  int nodes = 1;
-  int ranks = 0;
-  int global_batch = 0;
-  int seq = 0;
-  std::string precision = "bf16";
-  std::string optimizer = "adamw";
-  std::string db;
-
+// The search inputs (planner/search_inputs.hpp, shared with the GUI) as options.
+struct InputFlags : planner::SearchInputs {
   void add_to(CLI::App* command, bool batch_required) {
     command->add_option("--model,-m", model, "Model preset (tessel presets models), tessel model JSON, or HF config.json")
         ->required();
@@ -67,47 +59,6 @@ struct InputFlags {
         ->capture_default_str();
     command->add_option("--ranks", ranks, "World size for clusters whose node size follows the plan (local-cpu)");
     add_db_option(command, db);
-  }
-
-  // Builds the plan inputs (parallel left at its default) and checks them.
-  Plan to_plan() const {
-    Plan plan;
-    plan.model = resolve_model(model);
-    plan.cluster = resolve_cluster(cluster);
-    plan.nodes = nodes;
-    if (global_batch <= 0) throw Error(fmt::format("--global-batch: must be a positive integer, got {}", global_batch));
-    if (seq < 0) throw Error(fmt::format("--seq: must be a positive integer, got {}", seq));
-    if (nodes <= 0) throw Error(fmt::format("--nodes: must be a positive integer, got {}", nodes));
-    plan.train.global_batch = global_batch;
-    plan.train.seq_len = seq;
-    plan.train.precision = *enum_from_string<Precision>(precision);
-    plan.train.optimizer = *enum_from_string<Optimizer>(optimizer);
-    check_nodes(plan);
-    return plan;
-  }
-
-  static void check_nodes(const Plan& plan) {
-    if (plan.cluster.max_nodes > 0 && plan.nodes > plan.cluster.max_nodes) {
-      throw Error(fmt::format("--nodes: cluster {} has at most {} node(s), got {}", plan.cluster.name,
-                              plan.cluster.max_nodes, plan.nodes));
-    }
-    if (plan.nodes > 1 && !plan.cluster.inter_node) {
-      throw Error(fmt::format("--nodes: cluster {} has no inter-node fabric, so nodes must be 1, got {}",
-                              plan.cluster.name, plan.nodes));
-    }
-  }
-
-  int gpus_per_node(const Plan& plan) const {
-    if (!plan.cluster.ranks_fill_node()) {
-      if (ranks != 0) throw Error(fmt::format("--ranks: applies to clusters whose node size follows the plan; {} has {} per node",
-                                              plan.cluster.name, plan.cluster.gpus_per_node));
-      return plan.cluster.gpus_per_node;
-    }
-    if (ranks <= 0) {
-      throw Error(fmt::format("--ranks: cluster {} places one rank per process; give the world size (e.g. --ranks 4)",
-                              plan.cluster.name));
-    }
-    return ranks;
   }
 };
 

@@ -1,0 +1,62 @@
+#include "tessel/planner/search_inputs.hpp"
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+#include "tessel/core/presets.hpp"
+#include "tessel/profiles/profile_store.hpp"
+
+namespace tessel::planner {
+
+Plan SearchInputs::to_plan() const {
+  Plan plan;
+  plan.model = resolve_model(model);
+  plan.cluster = resolve_cluster(cluster);
+  plan.nodes = nodes;
+  if (global_batch <= 0) throw Error(fmt::format("--global-batch: must be a positive integer, got {}", global_batch));
+  if (seq < 0) throw Error(fmt::format("--seq: must be a positive integer, got {}", seq));
+  if (nodes <= 0) throw Error(fmt::format("--nodes: must be a positive integer, got {}", nodes));
+  plan.train.global_batch = global_batch;
+  plan.train.seq_len = seq;
+  const auto parsed_precision = enum_from_string<Precision>(precision);
+  if (!parsed_precision) throw Error(fmt::format("--precision: must be fp32, bf16 or fp16, got {}", precision));
+  const auto parsed_optimizer = enum_from_string<Optimizer>(optimizer);
+  if (!parsed_optimizer) throw Error(fmt::format("--optimizer: must be adamw, lamb or lars, got {}", optimizer));
+  plan.train.precision = *parsed_precision;
+  plan.train.optimizer = *parsed_optimizer;
+  check_nodes(plan);
+  return plan;
+}
+
+void SearchInputs::check_nodes(const Plan& plan) {
+  if (plan.cluster.max_nodes > 0 && plan.nodes > plan.cluster.max_nodes) {
+    throw Error(fmt::format("--nodes: cluster {} has at most {} node(s), got {}", plan.cluster.name,
+                            plan.cluster.max_nodes, plan.nodes));
+  }
+  if (plan.nodes > 1 && !plan.cluster.inter_node) {
+    throw Error(fmt::format("--nodes: cluster {} has no inter-node fabric, so nodes must be 1, got {}",
+                            plan.cluster.name, plan.nodes));
+  }
+}
+
+int SearchInputs::gpus_per_node(const Plan& plan) const {
+  if (!plan.cluster.ranks_fill_node()) {
+    if (ranks != 0) {
+      throw Error(fmt::format("--ranks: applies to clusters whose node size follows the plan; {} has {} per node",
+                              plan.cluster.name, plan.cluster.gpus_per_node));
+    }
+    return plan.cluster.gpus_per_node;
+  }
+  if (ranks <= 0) {
+    throw Error(fmt::format("--ranks: cluster {} places one rank per process; give the world size (e.g. --ranks 4)",
+                            plan.cluster.name));
+  }
+  return ranks;
+}
+
+CostModel SearchInputs::cost_model(const Plan& plan) const {
+  return CostModel(plan.model, plan.train, plan.cluster, plan.nodes, gpus_per_node(plan),
+                   profiles::resolve_profile(plan.cluster.device, db));
+}
+
+}  // namespace tessel::planner
