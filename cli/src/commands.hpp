@@ -23,5 +23,6 @@ Command add_presets_command(CLI::App& app);
 Command add_profile_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
+Command add_gui_command(CLI::App& app);
 
 }  // namespace tessel::cli

@@ -1,0 +1,32 @@
+// `tessel gui`: the plan explorer window (gui/), or an offscreen screenshot of it.
+#include <memory>
+
+#include "commands.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/gui/gui_app.hpp"
+
+namespace tessel::cli {
+
+Command add_gui_command(CLI::App& app) {
+  auto options = std::make_shared<gui::GuiOptions>();
+  CLI::App* cmd = app.add_subcommand("gui", "Explore plans in a window (Qt 6): search, Pareto scatter, sortable table");
+  cmd->add_option("--plan,-p", options->plan_file, "Plan file whose model, cluster, nodes and train fill the inputs");
+  cmd->add_option("--model,-m", options->inputs.model, "Model preset or file (default gpt2-1.5b)");
+  cmd->add_option("--cluster,-c", options->inputs.cluster, "Cluster preset or file (default dgx-h100)");
+  cmd->add_option("--nodes,-n", options->inputs.nodes, "Nodes")->capture_default_str();
+  cmd->add_option("--global-batch,-b", options->inputs.global_batch, "Sequences per optimizer step");
+  cmd->add_option("--screenshot", options->screenshot,
+                  "Search, render the window offscreen into this PNG and exit (no display needed)");
+  cmd->add_option("--tab", options->tab, "Tab to show in the screenshot (plans)")->capture_default_str();
+  cmd->footer("The timeline, breakdown, memory, compare and what-if tabs come with the GUI issue; the plans tab\n"
+              "searches off the UI thread (Cancel stops it) and shows every priced plan.");
+  return [options] {
+    gui::GuiOptions run = *options;
+    if (run.inputs.model.empty() != run.inputs.cluster.empty()) {
+      throw tessel::Error("--model and --cluster: give both, or neither for the defaults");
+    }
+    return gui::run_gui(run);
+  };
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,20 @@
+// `tessel gui`: opens the plan explorer, or renders it offscreen into a PNG and exits.
+#pragma once
+
+#include <string>
+
+#include "tessel/planner/search_inputs.hpp"
+
+namespace tessel::gui {
+
+struct GuiOptions {
+  planner::SearchInputs inputs;
+  std::string plan_file;   // the plan's model, cluster, nodes and train fill the inputs
+  std::string screenshot;  // PNG to write after a search, offscreen; empty: open the window
+  std::string tab = "plans";
+};
+
+// Throws tessel::Error on a bad plan file or tab name.
+int run_gui(const GuiOptions& options);
+
+}  // namespace tessel::gui

@@ -1,0 +1,95 @@
+// The plan explorer window: the search inputs (checked as you type, with the command
+// line's messages), a plan search off the UI thread with progress and Cancel, and the
+// results as a Pareto scatter (step time against memory per GPU, colour by tensor mode,
+// shape by pipeline schedule, plans that do not fit greyed with their reason, the
+// frontier drawn) and a sortable table; clicking either selects a plan.
+#pragma once
+
+#include <QMainWindow>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tessel/planner/search.hpp"
+#include "tessel/planner/search_inputs.hpp"
+
+class QComboBox;
+class QLabel;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QStandardItemModel;
+class QTableView;
+class QTabWidget;
+
+namespace tessel::gui {
+
+class ScatterChart;
+
+// One priced candidate as the scatter shows it.
+struct PlanPoint {
+  double step_s = 0, memory_bytes = 0;
+  bool fits = true;
+  ParallelConfig parallel;
+  std::string reason;  // why it does not fit
+};
+
+class PlanExplorer : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit PlanExplorer(QWidget* parent = nullptr);
+  ~PlanExplorer() override;
+
+  void set_inputs(const planner::SearchInputs& inputs);
+  planner::SearchInputs inputs() const;
+  // The first problem with the inputs, worded as the command line words it; empty when
+  // a search can start.
+  QString validation_error() const { return error_; }
+
+  bool start_search();  // false (and nothing started) when the inputs are invalid
+  void cancel_search();
+  bool searching() const { return worker_.joinable(); }
+  // Runs the event loop until the search ends or `timeout_ms` passes; true if it ended.
+  bool wait_for_search(int timeout_ms);
+  bool last_search_cancelled() const { return cancelled_; }
+
+  int plan_rows() const;
+  int scatter_points() const;
+  int selected_plan() const { return selected_; }  // index into the table's plans, -1 none
+  void select_plan(int index);
+  bool save_screenshot(const QString& file);
+
+ signals:
+  void searchFinished(bool cancelled);
+  void planSelected(int index);
+
+ private:
+  void validate();
+  void finish_search(std::shared_ptr<planner::SearchResult> result);
+  void fill_results();
+
+  QComboBox *model_, *cluster_, *precision_;
+  QSpinBox *nodes_, *batch_, *seq_, *ranks_;
+  QLabel *error_label_, *status_;
+  QPushButton *search_button_, *cancel_button_;
+  QProgressBar* progress_;
+  QTabWidget* tabs_;
+  ScatterChart* scatter_;
+  QTableView* table_;
+  QStandardItemModel* table_model_;
+  QString error_;
+
+  std::unique_ptr<planner::CostModel> model_for_search_;
+  std::thread worker_;
+  std::atomic<bool> cancel_{false};
+  std::mutex points_mutex_;
+  std::vector<PlanPoint> points_;  // at most kMaxPoints, the first priced
+  std::shared_ptr<planner::SearchResult> result_;
+  bool cancelled_ = false;
+  int selected_ = -1;
+  static constexpr std::size_t kMaxPoints = 40000;
+};
+
+}  // namespace tessel::gui

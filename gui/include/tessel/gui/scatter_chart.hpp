@@ -1,0 +1,39 @@
+// A scatter plot with named point series and a polyline (y on a log scale), for the
+// plan explorer. The one
+// place tessel touches Qt Charts (deprecated upstream for Qt Graphs): swapping the chart
+// library means rewriting this file only.
+#pragma once
+
+#include <QColor>
+#include <QPointF>
+#include <QString>
+#include <QWidget>
+#include <vector>
+
+namespace tessel::gui {
+
+class ScatterChart : public QWidget {
+  Q_OBJECT
+ public:
+  explicit ScatterChart(QWidget* parent = nullptr);
+  ~ScatterChart() override;
+
+  void set_axes(const QString& x_title, const QString& y_title);
+  void clear();
+  // A series of points; `ids` (one per point) come back in pointClicked. `marker`: 0
+  // circle, 1 square (one shape per pipeline schedule family).
+  void add_points(const QString& name, const QColor& color, int marker, const std::vector<QPointF>& points,
+                  const std::vector<int>& ids, const std::vector<QString>& tooltips);
+  void add_line(const QString& name, const QColor& color, const std::vector<QPointF>& points);
+  int series_count() const;
+  int point_count() const;
+
+ signals:
+  void pointClicked(int id);
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace tessel::gui

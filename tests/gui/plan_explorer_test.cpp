@@ -1,0 +1,119 @@
+// The plan explorer offscreen: inputs checked as you type with the command line's
+// messages, a search off the UI thread that fills the scatter and the table, selection,
+// cancel, and a screenshot that is not blank.
+#include <gtest/gtest.h>
+
+#include <QApplication>
+#include <QImage>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <memory>
+#include <set>
+
+#include "tessel/core/subprocess.hpp"
+#include "tessel/gui/plan_explorer.hpp"
+
+using tessel::gui::PlanExplorer;
+
+namespace {
+// One QApplication for the whole test binary, offscreen.
+class QtEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    qputenv("QT_QPA_PLATFORM", "offscreen");
+    static int argc = 1;
+    static char name[] = "gui_test";
+    static char* argv[] = {name, nullptr};
+    app_ = std::make_unique<QApplication>(argc, argv);
+  }
+  void TearDown() override { app_.reset(); }
+
+ private:
+  std::unique_ptr<QApplication> app_;
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new QtEnvironment);
+
+tessel::planner::SearchInputs small_search() {
+  tessel::planner::SearchInputs in;
+  in.model = "gpt2-350m";
+  in.cluster = "dgx-h100";
+  in.nodes = 1;
+  in.global_batch = 64;
+  return in;
+}
+}  // namespace
+
+TEST(PlanExplorer, InputsAreCheckedAsYouTypeWithTheCommandLinesMessages) {
+  PlanExplorer window;
+  tessel::planner::SearchInputs in = small_search();
+  window.set_inputs(in);
+  EXPECT_TRUE(window.validation_error().isEmpty()) << window.validation_error().toStdString();
+  in.global_batch = 0;
+  window.set_inputs(in);
+  EXPECT_EQ(window.validation_error().toStdString(), "--global-batch: must be a positive integer, got 0");
+  EXPECT_FALSE(window.start_search());
+  // An unknown model: the same line `tessel plan` prints.
+  in = small_search();
+  in.model = "no-such-model";
+  window.set_inputs(in);
+  int status = -1;
+  const std::string cli = tessel::run_command(std::string(TESSEL_BINARY) +
+                                                  " plan --model no-such-model --cluster dgx-h100 --global-batch 64 2>&1",
+                                              status);
+  EXPECT_EQ(status, 2);
+  EXPECT_EQ("tessel: error: " + window.validation_error().toStdString() + "\n", cli);
+  EXPECT_FALSE(window.start_search());
+}
+
+TEST(PlanExplorer, ASearchFillsTheScatterAndTheTableAndSelectsAPlan) {
+  PlanExplorer window;
+  window.set_inputs(small_search());
+  QSignalSpy finished(&window, &PlanExplorer::searchFinished);
+  QSignalSpy selected(&window, &PlanExplorer::planSelected);
+  ASSERT_TRUE(window.start_search());
+  ASSERT_TRUE(window.wait_for_search(120000));
+  EXPECT_EQ(finished.count(), 1);
+  EXPECT_FALSE(window.last_search_cancelled());
+  EXPECT_GT(window.plan_rows(), 10);
+  // Every priced plan is a point; the table holds the fastest 200 that fit.
+  EXPECT_GT(window.scatter_points(), window.plan_rows());
+  window.select_plan(3);
+  EXPECT_EQ(window.selected_plan(), 3);
+  ASSERT_EQ(selected.count(), 1);
+  EXPECT_EQ(selected.takeFirst().at(0).toInt(), 3);
+  // Rendered, the plot area has many colours (points of several series, axes, legend).
+  QTemporaryDir dir;
+  const QString file = dir.filePath("plans.png");
+  window.show();
+  QApplication::processEvents();
+  ASSERT_TRUE(window.save_screenshot(file));
+  const QImage image(file);
+  ASSERT_FALSE(image.isNull());
+  std::set<QRgb> colours;
+  for (int y = image.height() / 10; y < image.height() / 3; y += 2)
+    for (int x = image.width() / 4; x < image.width(); x += 2) colours.insert(image.pixel(x, y));
+  EXPECT_GT(colours.size(), 50u);
+}
+
+TEST(PlanExplorer, CancelStopsTheSearch) {
+  PlanExplorer window;
+  tessel::planner::SearchInputs in;
+  in.model = "gpt3-175b";
+  in.cluster = "dgx-a100";
+  in.nodes = 128;
+  in.global_batch = 1536;
+  window.set_inputs(in);
+  QSignalSpy finished(&window, &PlanExplorer::searchFinished);
+  ASSERT_TRUE(window.start_search());
+  window.cancel_search();
+  ASSERT_TRUE(window.wait_for_search(120000));
+  ASSERT_EQ(finished.count(), 1);
+  EXPECT_TRUE(finished.takeFirst().at(0).toBool());
+  EXPECT_TRUE(window.last_search_cancelled());
+  EXPECT_EQ(window.plan_rows(), 0);
+  // The window takes the next search.
+  window.set_inputs(small_search());
+  EXPECT_TRUE(window.start_search());
+  EXPECT_TRUE(window.wait_for_search(120000));
+  EXPECT_GT(window.plan_rows(), 0);
+}
