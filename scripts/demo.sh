@@ -34,3 +34,4 @@ run simulate --plan examples/local-cpu-gpt-pp-tp.json --db "$db" --trace "$build
 
 # The plan explorer (Qt 6), rendered offscreen: a search, its Pareto scatter and table.
 run gui --screenshot "$build_dir/gui-plans.png"
+run gui --screenshot "$build_dir/gui-timeline.png" --tab timeline --model gpt3-13b --cluster dgx-h100 --nodes 4 --global-batch 256

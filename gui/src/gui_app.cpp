@@ -10,9 +10,9 @@
 namespace tessel::gui {
 
 int run_gui(const GuiOptions& options) {
-  if (options.tab != "plans") {
-    throw Error(fmt::format("--tab: the GUI has the plans tab so far (timeline, breakdown, memory, compare and "
-                            "whatif come with its issue), got {}",
+  if (options.tab != "plans" && options.tab != "timeline" && options.tab != "breakdown" && options.tab != "memory") {
+    throw Error(fmt::format("--tab: must be plans, timeline, breakdown or memory (compare and whatif come with the GUI "
+                            "issue), got {}",
                             options.tab));
   }
   planner::SearchInputs inputs = options.inputs;
@@ -44,7 +44,12 @@ int run_gui(const GuiOptions& options) {
   if (!window.validation_error().isEmpty()) throw Error(window.validation_error().toStdString());
   window.start_search();
   window.wait_for_search(600000);
-  window.select_plan(0);
+  window.select_plan(0);  // simulates it for the other tabs
+  if (options.tab != "plans") {
+    window.wait_for_simulation(600000);
+    if (!window.simulation_error().isEmpty()) throw Error(window.simulation_error().toStdString());
+  }
+  window.show_tab(QString::fromStdString(options.tab));
   window.show();
   QApplication::processEvents();
   if (!window.save_screenshot(QString::fromStdString(options.screenshot))) {

@@ -1,6 +1,10 @@
 #include "tessel/gui/plan_explorer.hpp"
 
 #include <QApplication>
+#include <QCoreApplication>
+#include <QFile>
+#include <QFileInfo>
+#include <QProcess>
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QFormLayout>
@@ -24,7 +28,9 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
-#include "tessel/gui/scatter_chart.hpp"
+#include "tessel/core/json_fields.hpp"
+#include "tessel/gui/charts.hpp"
+#include "tessel/gui/timeline_view.hpp"
 
 namespace tessel::gui {
 
@@ -138,6 +144,20 @@ PlanExplorer::PlanExplorer(QWidget* parent) : QMainWindow(parent) {
   plans->setStretchFactor(0, 3);
   plans->setStretchFactor(1, 2);
   tabs_->addTab(plans, "plans");
+  timeline_ = new TimelineView(tabs_);
+  tabs_->addTab(timeline_, "timeline");
+  breakdown_ = new StackedBars(tabs_);
+  tabs_->addTab(breakdown_, "breakdown");
+  auto* memory = new QSplitter(Qt::Vertical, tabs_);
+  memory_parts_ = new StackedBars(memory);
+  memory_time_ = new ScatterChart(memory, false);
+  memory_time_->set_axes("time in the step (s)", "memory (GiB)");
+  memory->addWidget(memory_parts_);
+  memory->addWidget(memory_time_);
+  tabs_->addTab(memory, "memory");
+  if (QFileInfo(QCoreApplication::applicationFilePath()).fileName() == "tessel") {
+    tessel_binary_ = QCoreApplication::applicationFilePath();
+  }
   layout->addWidget(tabs_, 1);
   setCentralWidget(central);
 
@@ -167,6 +187,7 @@ PlanExplorer::PlanExplorer(QWidget* parent) : QMainWindow(parent) {
     selected_ = plan;
     status_->setText(QString::fromStdString("selected: " + result_->best[std::size_t(plan)].parallel.summary()));
     emit planSelected(plan);
+    simulate_selected();
   });
 
   planner::SearchInputs defaults;
@@ -181,6 +202,10 @@ PlanExplorer::PlanExplorer(QWidget* parent) : QMainWindow(parent) {
 PlanExplorer::~PlanExplorer() {
   cancel_.store(true);
   if (worker_.joinable()) worker_.join();
+  if (simulation_ != nullptr && simulation_->state() != QProcess::NotRunning) {
+    simulation_->kill();
+    simulation_->waitForFinished(5000);
+  }
 }
 
 void PlanExplorer::set_inputs(const planner::SearchInputs& in) {
@@ -342,5 +367,156 @@ void PlanExplorer::select_plan(int index) {
 }
 
 bool PlanExplorer::save_screenshot(const QString& file) { return grab().save(file); }
+
+void PlanExplorer::show_tab(const QString& name) {
+  for (int i = 0; i < tabs_->count(); ++i) {
+    if (tabs_->tabText(i) == name) tabs_->setCurrentIndex(i);
+  }
+}
+
+int PlanExplorer::timeline_rows() const { return timeline_->row_count(); }
+int PlanExplorer::timeline_bars() const { return timeline_->bar_count(); }
+int PlanExplorer::breakdown_bars() const { return breakdown_->bar_count(); }
+int PlanExplorer::memory_series() const { return memory_time_->series_count(); }
+
+void PlanExplorer::simulate_selected() {
+  if (selected_ < 0 || !result_ || tessel_binary_.isEmpty() || !scratch_.isValid()) return;
+  if (simulation_ != nullptr && simulation_->state() != QProcess::NotRunning) {
+    simulation_->kill();
+    simulation_->waitForFinished(5000);
+  }
+  const planner::SearchInputs in = inputs();
+  Plan plan = in.to_plan();
+  plan.parallel = result_->best[std::size_t(selected_)].parallel;
+  const QString plan_file = scratch_.filePath("selected-plan.json"), trace = scratch_.filePath("selected-trace.json");
+  write_text_file_atomically(plan_file.toStdString(), plan.to_json().dump(1) + "\n");
+  QStringList args{"simulate", "--plan", plan_file, "--json", "--trace", trace};
+  if (!in.db.empty()) args << "--db" << QString::fromStdString(in.db);
+  delete simulation_;
+  simulation_ = new QProcess(this);
+  simulation_error_.clear();
+  status_->setText(status_->text() + "\nsimulating...");
+  connect(simulation_, &QProcess::finished, this, [this, trace](int code, QProcess::ExitStatus) {
+    if (code != 0) {
+      simulation_error_ = QString::fromUtf8(simulation_->readAllStandardError()).trimmed();
+      status_->setText("simulation failed: " + simulation_error_);
+      emit simulationFinished(false);
+      return;
+    }
+    show_simulation(simulation_->readAllStandardOutput(), trace);
+    emit simulationFinished(true);
+  });
+  simulation_->start(tessel_binary_, args);
+}
+
+namespace {
+OpKindColour kind_of(int stream, const std::string& id) {
+  switch (stream) {
+    case 1: return OpKindColour::tensor_comm;
+    case 2: return OpKindColour::data_comm;
+    case 3: return OpKindColour::pipeline;
+    case 4: return OpKindColour::copy;
+    default: break;
+  }
+  const std::string op = id.substr(id.rfind('/') + 1);
+  if (op.find("attn.core") == 0 || op.find("attn.softmax") == 0) return OpKindColour::attention;
+  for (const char* memory_bound : {"norm", "residual", "act", "loss", "lookup", "optimizer"}) {
+    if (op.find(memory_bound) != std::string::npos) return OpKindColour::memory;
+  }
+  return OpKindColour::gemm;
+}
+}  // namespace
+
+void PlanExplorer::show_simulation(const QByteArray& json_text, const QString& trace_file) {
+  const Json result = Json::parse(json_text.toStdString(), nullptr, false);
+  QFile file(trace_file);
+  file.open(QIODevice::ReadOnly);
+  const Json trace = Json::parse(file.readAll().toStdString(), nullptr, false);
+  if (result.is_discarded() || trace.is_discarded()) {
+    simulation_error_ = "the simulation's output is not JSON";
+    return;
+  }
+  // Timeline: a row per (rank, stream) in rank order; memory counters per stage.
+  static const char* kStreams[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "copy"};
+  std::map<std::pair<int, int>, TimelineRow> rows;
+  std::map<int, std::vector<QPointF>> memory;
+  for (const Json& e : trace.value("traceEvents", Json::array())) {
+    const std::string ph = e.value("ph", "");
+    if (ph == "X") {
+      const int rank = e.value("pid", 0), stream = e.value("tid", 0);
+      TimelineRow& row = rows[{rank, stream}];
+      if (row.label.isEmpty()) row.label = QString("rank %1 %2").arg(rank).arg(kStreams[std::clamp(stream, 0, 4)]);
+      const double start = e.value("ts", 0.0) * 1e-6, end = start + e.value("dur", 0.0) * 1e-6;
+      const std::string id = e.value("name", "");
+      row.bars.push_back({start, end, kind_of(stream, id), QString::fromStdString(id)});
+    } else if (ph == "C") {
+      memory[e.value("pid", 0)].emplace_back(e.value("ts", 0.0) * 1e-6,
+                                            e["args"].value("bytes", 0.0) / kGiB);
+    }
+  }
+  std::vector<TimelineRow> ordered;
+  for (auto& [key, row] : rows) {
+    std::sort(row.bars.begin(), row.bars.end(), [](const TimelineBar& a, const TimelineBar& b) {
+      return a.start_s < b.start_s;
+    });
+    ordered.push_back(std::move(row));
+  }
+  timeline_->set_rows(std::move(ordered));
+
+  // Breakdown: the first rank of each pipeline stage.
+  const ParallelConfig& p = result_->best[std::size_t(selected_)].parallel;
+  const Json& ranks = result.value("ranks", Json::array());
+  std::vector<QString> stages;
+  std::vector<std::vector<double>> parts(4);
+  for (int stage = 0; stage < p.pp; ++stage) {
+    const std::size_t rank = std::size_t(stage) * std::size_t(p.tp * p.sp * p.dp);
+    if (rank >= ranks.size()) break;
+    stages.push_back(QString("stage %1").arg(stage));
+    const Json& r = ranks[rank];
+    parts[0].push_back(r.value("compute_s", 0.0));
+    parts[1].push_back(r.value("exposed_comm_s", 0.0));
+    parts[2].push_back(r.value("bubble_s", 0.0));
+    parts[3].push_back(r.value("idle_s", 0.0));
+  }
+  breakdown_->set(QString("simulated step %1 s").arg(result.value("step_time_s", 0.0), 0, 'f', 3), "seconds", stages,
+                  {"compute", "exposed comm", "bubble", "idle"}, parts);
+
+  // Memory: the per-GPU parts against the device's limit, and memory over the step.
+  const Json& bytes = result.value("memory_parts_bytes", Json::object());
+  std::vector<QString> names;
+  std::vector<std::vector<double>> values;
+  for (const char* part : {"parameters", "gradients", "optimizer", "activations", "workspace"}) {
+    names.push_back(part);
+    values.push_back({bytes.value(part, 0.0) / kGiB});
+  }
+  const double limit = model_for_search_ ? model_for_search_->costs().device().memory_bytes / kGiB : 0;
+  memory_parts_->set(QString("memory per GPU: %1 GiB of the device's %2 GiB")
+                         .arg(result.value("memory_per_gpu_bytes", 0.0) / kGiB, 0, 'f', 1)
+                         .arg(limit, 0, 'f', 1),
+                     "GiB", {"per GPU"}, names, values);
+  memory_time_->clear();
+  for (auto& [rank, points] : memory) {
+    std::sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
+    // A step function: the memory holds until the next sample.
+    std::vector<QPointF> steps;
+    for (const QPointF& point : points) {
+      if (!steps.empty()) steps.emplace_back(point.x(), steps.back().y());
+      steps.push_back(point);
+    }
+    memory_time_->add_line(QString("rank %1").arg(rank), mode_color(p), steps);
+  }
+  status_->setText(QString::fromStdString("selected: " + p.summary()) +
+                   QString("\nsimulated step %1 s").arg(result.value("step_time_s", 0.0), 0, 'f', 3));
+}
+
+bool PlanExplorer::wait_for_simulation(int timeout_ms) {
+  QElapsedTimer timer;
+  timer.start();
+  while (simulation_ != nullptr && simulation_->state() != QProcess::NotRunning && timer.elapsed() < timeout_ms) {
+    QApplication::processEvents(QEventLoop::AllEvents, 50);
+  }
+  QApplication::processEvents();
+  return simulation_ != nullptr && simulation_->state() == QProcess::NotRunning;
+}
 
 }  // namespace tessel::gui

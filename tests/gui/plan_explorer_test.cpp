@@ -95,6 +95,30 @@ TEST(PlanExplorer, ASearchFillsTheScatterAndTheTableAndSelectsAPlan) {
   EXPECT_GT(colours.size(), 50u);
 }
 
+// Selecting a plan simulates it (a child tessel simulate) and fills the timeline (a row
+// per rank and stream), the breakdown (a bar per pipeline stage) and the memory tab.
+TEST(PlanExplorer, SelectingAPlanFillsTheTimelineBreakdownAndMemoryTabs) {
+  PlanExplorer window;
+  window.set_tessel_binary(TESSEL_BINARY);
+  tessel::planner::SearchInputs in;
+  in.model = "gpt2-350m";
+  in.cluster = "dgx-h100";
+  in.nodes = 1;
+  in.global_batch = 64;
+  window.set_inputs(in);
+  ASSERT_TRUE(window.start_search());
+  ASSERT_TRUE(window.wait_for_search(120000));
+  QSignalSpy simulated(&window, &PlanExplorer::simulationFinished);
+  window.select_plan(0);
+  ASSERT_TRUE(window.wait_for_simulation(120000));
+  ASSERT_EQ(simulated.count(), 1) << window.simulation_error().toStdString();
+  EXPECT_TRUE(simulated.takeFirst().at(0).toBool()) << window.simulation_error().toStdString();
+  EXPECT_GT(window.timeline_rows(), 0);
+  EXPECT_GT(window.timeline_bars(), 100);
+  EXPECT_GE(window.breakdown_bars(), 1);
+  EXPECT_GE(window.memory_series(), 1);
+}
+
 TEST(PlanExplorer, CancelStopsTheSearch) {
   PlanExplorer window;
   tessel::planner::SearchInputs in;

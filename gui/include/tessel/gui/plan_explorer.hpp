@@ -2,10 +2,13 @@
 // line's messages), a plan search off the UI thread with progress and Cancel, and the
 // results as a Pareto scatter (step time against memory per GPU, colour by tensor mode,
 // shape by pipeline schedule, plans that do not fit greyed with their reason, the
-// frontier drawn) and a sortable table; clicking either selects a plan.
+// frontier drawn) and a sortable table; clicking either selects a plan. The selected plan
+// is simulated in a child `tessel simulate` (SimGrid runs one engine per process) and
+// shown in the timeline, breakdown and memory tabs.
 #pragma once
 
 #include <QMainWindow>
+#include <QTemporaryDir>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -17,6 +20,7 @@
 
 class QComboBox;
 class QLabel;
+class QProcess;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
@@ -27,6 +31,8 @@ class QTabWidget;
 namespace tessel::gui {
 
 class ScatterChart;
+class StackedBars;
+class TimelineView;
 
 // One priced candidate as the scatter shows it.
 struct PlanPoint {
@@ -60,15 +66,28 @@ class PlanExplorer : public QMainWindow {
   int selected_plan() const { return selected_; }  // index into the table's plans, -1 none
   void select_plan(int index);
   bool save_screenshot(const QString& file);
+  // The `tessel` binary that simulates selected plans (default: this program when it is
+  // tessel).
+  void set_tessel_binary(const QString& path) { tessel_binary_ = path; }
+  bool wait_for_simulation(int timeout_ms);
+  QString simulation_error() const { return simulation_error_; }
+  void show_tab(const QString& name);
+  int timeline_rows() const;
+  int timeline_bars() const;
+  int breakdown_bars() const;
+  int memory_series() const;
 
  signals:
   void searchFinished(bool cancelled);
   void planSelected(int index);
+  void simulationFinished(bool ok);
 
  private:
   void validate();
   void finish_search(std::shared_ptr<planner::SearchResult> result);
   void fill_results();
+  void simulate_selected();
+  void show_simulation(const QByteArray& json, const QString& trace_file);
 
   QComboBox *model_, *cluster_, *precision_;
   QSpinBox *nodes_, *batch_, *seq_, *ranks_;
@@ -78,6 +97,13 @@ class PlanExplorer : public QMainWindow {
   QTabWidget* tabs_;
   ScatterChart* scatter_;
   QTableView* table_;
+  TimelineView* timeline_;
+  StackedBars* breakdown_;
+  StackedBars* memory_parts_;
+  ScatterChart* memory_time_;
+  QProcess* simulation_ = nullptr;
+  QTemporaryDir scratch_;
+  QString tessel_binary_, simulation_error_;
   QStandardItemModel* table_model_;
   QString error_;
 

@@ -1,7 +1,6 @@
-// A scatter plot with named point series and a polyline (y on a log scale), for the
-// plan explorer. The one
-// place tessel touches Qt Charts (deprecated upstream for Qt Graphs): swapping the chart
-// library means rewriting this file only.
+// The charts of the plan explorer: a scatter plot with named point series and a polyline,
+// and stacked bars. The one place tessel touches Qt Charts (deprecated upstream for Qt
+// Graphs): swapping the chart library means rewriting these two files only.
 #pragma once
 
 #include <QColor>
@@ -15,7 +14,8 @@ namespace tessel::gui {
 class ScatterChart : public QWidget {
   Q_OBJECT
  public:
-  explicit ScatterChart(QWidget* parent = nullptr);
+  // log_y: step times span decades.
+  explicit ScatterChart(QWidget* parent = nullptr, bool log_y = true);
   ~ScatterChart() override;
 
   void set_axes(const QString& x_title, const QString& y_title);
@@ -30,6 +30,21 @@ class ScatterChart : public QWidget {
 
  signals:
   void pointClicked(int id);
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+// Stacked bars: one bar per category, one stacked segment per named part.
+class StackedBars : public QWidget {
+  Q_OBJECT
+ public:
+  explicit StackedBars(QWidget* parent = nullptr);
+  ~StackedBars() override;
+  void set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
+           const std::vector<QString>& parts, const std::vector<std::vector<double>>& values);  // values[part][category]
+  int bar_count() const;
 
  private:
   struct Impl;

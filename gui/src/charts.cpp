@@ -1,11 +1,14 @@
-#include "tessel/gui/scatter_chart.hpp"
+#include "tessel/gui/charts.hpp"
 
 #include <QChart>
 #include <QChartView>
 #include <QLineSeries>
 #include <QScatterSeries>
 #include <QToolTip>
+#include <QBarCategoryAxis>
+#include <QBarSet>
 #include <QLogValueAxis>
+#include <QStackedBarSeries>
 #include <QValueAxis>
 #include <QVBoxLayout>
 #include <algorithm>
@@ -16,7 +19,7 @@ struct ScatterChart::Impl {
   QChart* chart = nullptr;
   QChartView* view = nullptr;
   QValueAxis* x = nullptr;
-  QLogValueAxis* y = nullptr;  // step times span decades
+  QAbstractAxis* y = nullptr;
   int points = 0;
   double x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   bool any = false;
@@ -28,9 +31,9 @@ struct ScatterChart::Impl {
       y_min = std::min(y_min, p.y()), y_max = std::max(y_max, p.y());
     }
     const double dx = std::max(1e-9, x_max - x_min) * 0.05, dy = std::max(1e-9, y_max - y_min) * 0.05;
-    (void)dy;
     x->setRange(std::max(0.0, x_min - dx), x_max + dx);
-    y->setRange(std::max(1e-9, y_min * 0.8), y_max * 1.25);
+    if (auto* log = qobject_cast<QLogValueAxis*>(y)) log->setRange(std::max(1e-9, y_min * 0.8), y_max * 1.25);
+    else static_cast<QValueAxis*>(y)->setRange(std::max(0.0, y_min - dy), y_max + dy);
   }
   void attach(QAbstractSeries* series) {
     chart->addSeries(series);
@@ -39,12 +42,17 @@ struct ScatterChart::Impl {
   }
 };
 
-ScatterChart::ScatterChart(QWidget* parent) : QWidget(parent), impl_(new Impl) {
+ScatterChart::ScatterChart(QWidget* parent, bool log_y) : QWidget(parent), impl_(new Impl) {
   impl_->chart = new QChart;
   impl_->chart->legend()->setAlignment(Qt::AlignBottom);
   impl_->x = new QValueAxis;
-  impl_->y = new QLogValueAxis;
-  impl_->y->setLabelFormat("%.3g");
+  if (log_y) {
+    auto* log = new QLogValueAxis;
+    log->setLabelFormat("%.3g");
+    impl_->y = log;
+  } else {
+    impl_->y = new QValueAxis;
+  }
   impl_->chart->addAxis(impl_->x, Qt::AlignBottom);
   impl_->chart->addAxis(impl_->y, Qt::AlignLeft);
   impl_->view = new QChartView(impl_->chart, this);
@@ -113,5 +121,51 @@ void ScatterChart::add_line(const QString& name, const QColor& color, const std:
 
 int ScatterChart::series_count() const { return int(impl_->chart->series().size()); }
 int ScatterChart::point_count() const { return impl_->points; }
+
+struct StackedBars::Impl {
+  QChart* chart = nullptr;
+  int bars = 0;
+};
+
+StackedBars::StackedBars(QWidget* parent) : QWidget(parent), impl_(new Impl) {
+  impl_->chart = new QChart;
+  impl_->chart->legend()->setAlignment(Qt::AlignBottom);
+  auto* view = new QChartView(impl_->chart, this);
+  view->setRenderHint(QPainter::Antialiasing);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(view);
+}
+
+StackedBars::~StackedBars() { delete impl_; }
+
+void StackedBars::set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
+                      const std::vector<QString>& parts, const std::vector<std::vector<double>>& values) {
+  QChart* chart = impl_->chart;
+  chart->removeAllSeries();
+  for (QAbstractAxis* axis : chart->axes()) {
+    chart->removeAxis(axis);
+    delete axis;
+  }
+  chart->setTitle(title);
+  auto* series = new QStackedBarSeries;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    auto* set = new QBarSet(parts[p]);
+    for (double v : values[p]) *set << v;
+    series->append(set);
+  }
+  chart->addSeries(series);
+  auto* x = new QBarCategoryAxis;
+  for (const QString& c : categories) x->append(c);
+  auto* y = new QValueAxis;
+  y->setTitleText(value_title);
+  chart->addAxis(x, Qt::AlignBottom);
+  chart->addAxis(y, Qt::AlignLeft);
+  series->attachAxis(x);
+  series->attachAxis(y);
+  impl_->bars = int(categories.size());
+}
+
+int StackedBars::bar_count() const { return impl_->bars; }
 
 }  // namespace tessel::gui

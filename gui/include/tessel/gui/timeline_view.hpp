@@ -1,0 +1,53 @@
+// A Gantt chart of a step: one row per rank and stream, bars coloured by op kind, drawn
+// with QGraphicsView (zoom with the wheel, pan by dragging, hover for the op id, start and
+// duration). One item paints every row at the current scale and merges bars narrower
+// than a pixel into one (level of detail), so traces of many thousands of ops stay smooth.
+#pragma once
+
+#include <QGraphicsView>
+#include <QString>
+#include <vector>
+
+namespace tessel::gui {
+
+enum class OpKindColour { gemm, attention, memory, tensor_comm, data_comm, pipeline, copy };
+
+struct TimelineBar {
+  double start_s = 0, end_s = 0;
+  OpKindColour kind = OpKindColour::gemm;
+  QString id;
+};
+
+struct TimelineRow {
+  QString label;  // "rank 3 compute"
+  std::vector<TimelineBar> bars;  // sorted by start
+};
+
+class TimelineView : public QGraphicsView {
+  Q_OBJECT
+ public:
+  explicit TimelineView(QWidget* parent = nullptr);
+  void set_rows(std::vector<TimelineRow> rows);
+  int row_count() const { return int(rows_.size()); }
+  int bar_count() const;
+  // The bar under a point of the view, for hovering (nullptr: none).
+  const TimelineBar* bar_at(const QPoint& view_point) const;
+
+ protected:
+  void wheelEvent(QWheelEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void showEvent(QShowEvent* event) override;
+  void drawForeground(QPainter* painter, const QRectF& rect) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+
+ private:
+  void fit_width();
+  std::vector<TimelineRow> rows_;
+  double end_s_ = 0;
+  bool fitted_ = true;  // until the user zooms, the step spans the width
+};
+
+// The colours of the op kinds (for legends).
+QColor colour_of(OpKindColour kind);
+
+}  // namespace tessel::gui
