@@ -82,7 +82,9 @@ void ScatterChart::add_points(const QString& name, const QColor& color, int mark
   series->setColor(color);
   series->setBorderColor(color.darker(130));
   series->setMarkerSize(8);
-  series->setMarkerShape(marker == 0 ? QScatterSeries::MarkerShapeCircle : QScatterSeries::MarkerShapeRectangle);
+  series->setMarkerShape(marker == 1   ? QScatterSeries::MarkerShapeRectangle
+                         : marker == 2 ? QScatterSeries::MarkerShapeTriangle
+                                       : QScatterSeries::MarkerShapeCircle);
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);

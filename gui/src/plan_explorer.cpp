@@ -7,6 +7,8 @@
 #include <QProcess>
 #include <QComboBox>
 #include <QElapsedTimer>
+#include <QFileDialog>
+#include <QMenuBar>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -155,6 +157,19 @@ PlanExplorer::PlanExplorer(QWidget* parent) : QMainWindow(parent) {
   memory->addWidget(memory_parts_);
   memory->addWidget(memory_time_);
   tabs_->addTab(memory, "memory");
+  // Exports, in a menu; errors land in the status line.
+  QMenu* file_menu = menuBar()->addMenu("&File");
+  auto add_export = [&](const QString& title, const QString& filter, QString (PlanExplorer::*exporter)(const QString&)) {
+    file_menu->addAction(title, this, [this, title, filter, exporter] {
+      const QString file = QFileDialog::getSaveFileName(this, title, QString(), filter);
+      if (file.isEmpty()) return;
+      const QString error = (this->*exporter)(file);
+      status_->setText(error.isEmpty() ? "wrote " + file : error);
+    });
+  };
+  add_export("Export plan...", "Plan JSON (*.json)", &PlanExplorer::export_plan);
+  add_export("Export scatter as PNG...", "PNG (*.png)", &PlanExplorer::export_scatter);
+  add_export("Export timeline as Chrome trace...", "Chrome trace JSON (*.json)", &PlanExplorer::export_trace);
   if (QFileInfo(QCoreApplication::applicationFilePath()).fileName() == "tessel") {
     tessel_binary_ = QCoreApplication::applicationFilePath();
   }
@@ -329,11 +344,15 @@ void PlanExplorer::fill_results() {
   std::vector<std::pair<double, double>> fitting;
   for (std::size_t i = 0; i < points_.size(); ++i) {
     const PlanPoint& pt = points_[i];
-    const bool interleaved = pt.parallel.schedule == Schedule::interleaved;
-    const QString name = pt.fits ? tp_mode_name(pt.parallel) + (interleaved ? ", interleaved" : "") : "does not fit";
+    // Shape by pipeline schedule: circles 1f1b (and one stage), squares interleaved,
+    // triangles gpipe.
+    const Schedule schedule = pt.parallel.pp == 1 ? Schedule::one_f_one_b : pt.parallel.schedule;
+    const int marker = schedule == Schedule::interleaved ? 1 : schedule == Schedule::gpipe ? 2 : 0;
+    const QString suffix = marker == 1 ? ", interleaved" : marker == 2 ? ", gpipe" : "";
+    const QString name = pt.fits ? tp_mode_name(pt.parallel) + suffix : "does not fit";
     Series& s = series[name];
     s.color = pt.fits ? mode_color(pt.parallel) : QColor(190, 190, 190);
-    s.marker = interleaved ? 1 : 0;
+    s.marker = pt.fits ? marker : 0;
     const QPointF at(pt.memory_bytes / kGiB, pt.step_s);
     s.points.push_back(at);
     s.ids.push_back(int(i));
@@ -367,6 +386,29 @@ void PlanExplorer::select_plan(int index) {
 }
 
 bool PlanExplorer::save_screenshot(const QString& file) { return grab().save(file); }
+
+QString PlanExplorer::export_plan(const QString& file) {
+  if (!result_ || selected_ < 0) return "export: select a plan first";
+  try {
+    Plan plan = inputs().to_plan();
+    plan.parallel = result_->best[std::size_t(selected_)].parallel;
+    write_text_file_atomically(file.toStdString(), plan.to_json().dump(1) + "\n");
+  } catch (const Error& error) {
+    return QString::fromUtf8(error.what());
+  }
+  return {};
+}
+
+QString PlanExplorer::export_scatter(const QString& file) {
+  return scatter_->grab().save(file) ? QString() : "export: " + file + ": cannot write";
+}
+
+QString PlanExplorer::export_trace(const QString& file) {
+  const QString trace = scratch_.filePath("selected-trace.json");
+  if (selected_ < 0 || !QFile::exists(trace) || searching()) return "export: select a plan and let it simulate first";
+  QFile::remove(file);
+  return QFile::copy(trace, file) ? QString() : "export: " + file + ": cannot write";
+}
 
 void PlanExplorer::show_tab(const QString& name) {
   for (int i = 0; i < tabs_->count(); ++i) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <QApplication>
+#include <QFile>
 #include <QImage>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -117,6 +118,21 @@ TEST(PlanExplorer, SelectingAPlanFillsTheTimelineBreakdownAndMemoryTabs) {
   EXPECT_GT(window.timeline_bars(), 100);
   EXPECT_GE(window.breakdown_bars(), 1);
   EXPECT_GE(window.memory_series(), 1);
+  // Exports: the plan file runs through tessel estimate, the trace is Chrome JSON, the
+  // scatter a PNG.
+  QTemporaryDir dir;
+  const QString plan = dir.filePath("plan.json"), trace = dir.filePath("trace.json"), png = dir.filePath("s.png");
+  EXPECT_TRUE(window.export_plan(plan).isEmpty());
+  EXPECT_TRUE(window.export_trace(trace).isEmpty());
+  EXPECT_TRUE(window.export_scatter(png).isEmpty());
+  int status = -1;
+  const std::string estimate =
+      tessel::run_command(std::string(TESSEL_BINARY) + " estimate --plan '" + plan.toStdString() + "' 2>&1", status);
+  EXPECT_EQ(status, 0) << estimate;
+  EXPECT_FALSE(QImage(png).isNull());
+  QFile file(trace);
+  ASSERT_TRUE(file.open(QIODevice::ReadOnly));
+  EXPECT_TRUE(file.readAll().contains("\"traceEvents\""));
 }
 
 TEST(PlanExplorer, CancelStopsTheSearch) {

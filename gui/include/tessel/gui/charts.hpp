@@ -21,7 +21,7 @@ class ScatterChart : public QWidget {
   void set_axes(const QString& x_title, const QString& y_title);
   void clear();
   // A series of points; `ids` (one per point) come back in pointClicked. `marker`: 0
-  // circle, 1 square (one shape per pipeline schedule family).
+  // circle, 1 square, 2 triangle.
   void add_points(const QString& name, const QColor& color, int marker, const std::vector<QPointF>& points,
                   const std::vector<int>& ids, const std::vector<QString>& tooltips);
   void add_line(const QString& name, const QColor& color, const std::vector<QPointF>& points);

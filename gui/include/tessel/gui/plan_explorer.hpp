@@ -72,6 +72,13 @@ class PlanExplorer : public QMainWindow {
   bool wait_for_simulation(int timeout_ms);
   QString simulation_error() const { return simulation_error_; }
   void show_tab(const QString& name);
+  // Exports (the window's buttons ask for the file): the selected plan as a plan file
+  // (for tessel simulate and tessel run), the scatter as PNG, the selected plan's
+  // simulated timeline as Chrome trace JSON. Each returns an error message, empty on
+  // success.
+  QString export_plan(const QString& file);
+  QString export_scatter(const QString& file);
+  QString export_trace(const QString& file);
   int timeline_rows() const;
   int timeline_bars() const;
   int breakdown_bars() const;
