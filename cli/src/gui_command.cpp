@@ -17,10 +17,11 @@ Command add_gui_command(CLI::App& app) {
   cmd->add_option("--global-batch,-b", options->inputs.global_batch, "Sequences per optimizer step");
   cmd->add_option("--screenshot", options->screenshot,
                   "Search, render the window offscreen into this PNG and exit (no display needed)");
-  cmd->add_option("--tab", options->tab, "Tab to show in the screenshot: plans, timeline, breakdown, memory")
+  cmd->add_option("--tab", options->tab, "Tab to show in the screenshot: plans, timeline, breakdown, memory, whatif")
       ->capture_default_str();
   cmd->footer("The plans tab searches off the UI thread (Cancel stops it); selecting a plan simulates it (a child\n"
-              "tessel simulate) for the timeline, breakdown and memory tabs. Compare and what-if come with the GUI issue.");
+              "tessel simulate) for the timeline, breakdown and memory tabs; what-if sliders re-plan in the background.\n"
+              "The predicted-vs-measured tab comes with the GUI issue.");
   return [options] {
     gui::GuiOptions run = *options;
     if (run.inputs.model.empty() != run.inputs.cluster.empty()) {

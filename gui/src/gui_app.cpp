@@ -10,8 +10,9 @@
 namespace tessel::gui {
 
 int run_gui(const GuiOptions& options) {
-  if (options.tab != "plans" && options.tab != "timeline" && options.tab != "breakdown" && options.tab != "memory") {
-    throw Error(fmt::format("--tab: must be plans, timeline, breakdown or memory (compare and whatif come with the GUI "
+  if (options.tab != "plans" && options.tab != "timeline" && options.tab != "breakdown" && options.tab != "memory" &&
+      options.tab != "whatif") {
+    throw Error(fmt::format("--tab: must be plans, timeline, breakdown, memory or whatif (compare comes with the GUI "
                             "issue), got {}",
                             options.tab));
   }
@@ -45,7 +46,14 @@ int run_gui(const GuiOptions& options) {
   window.start_search();
   window.wait_for_search(600000);
   window.select_plan(0);  // simulates it for the other tabs
-  if (options.tab != "plans") {
+  if (options.tab == "whatif") {
+    // Twice and four times the nodes, for the picture.
+    const planner::SearchInputs current = window.inputs();
+    for (int factor : {1, 2, 4}) {
+      window.set_what_if(current.nodes * factor, 50, current.global_batch);
+      window.wait_for_what_if(600000);
+    }
+  } else if (options.tab != "plans") {
     window.wait_for_simulation(600000);
     if (!window.simulation_error().isEmpty()) throw Error(window.simulation_error().toStdString());
   }

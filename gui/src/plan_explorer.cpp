@@ -15,7 +15,9 @@
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QSlider>
 #include <QSortFilterProxyModel>
+#include <QTimer>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStandardItemModel>
@@ -33,6 +35,8 @@
 #include "tessel/core/json_fields.hpp"
 #include "tessel/gui/charts.hpp"
 #include "tessel/gui/timeline_view.hpp"
+#include "tessel/planner/what_if.hpp"
+#include "tessel/profiles/profile_store.hpp"
 
 namespace tessel::gui {
 
@@ -157,6 +161,39 @@ PlanExplorer::PlanExplorer(QWidget* parent) : QMainWindow(parent) {
   memory->addWidget(memory_parts_);
   memory->addWidget(memory_time_);
   tabs_->addTab(memory, "memory");
+  // ---- what-if ----
+  auto* what_if = new QWidget(tabs_);
+  auto* what_if_layout = new QVBoxLayout(what_if);
+  auto* sliders = new QFormLayout;
+  auto slider = [&](int low, int high) {
+    auto* s = new QSlider(Qt::Horizontal, what_if);
+    s->setRange(low, high);
+    return s;
+  };
+  what_if_nodes_ = slider(1, 64);
+  what_if_bw_ = slider(1, 100);     // x 5 GB/s per NIC
+  what_if_batch_ = slider(1, 256);  // x 8 sequences
+  sliders->addRow("nodes", what_if_nodes_);
+  sliders->addRow("inter-node GB/s per NIC", what_if_bw_);
+  sliders->addRow("global batch", what_if_batch_);
+  what_if_layout->addLayout(sliders);
+  what_if_label_ = new QLabel(what_if);
+  what_if_layout->addWidget(what_if_label_);
+  what_if_model_ = new QStandardItemModel(this);
+  what_if_model_->setHorizontalHeaderLabels({"nodes", "GB/s per NIC", "global batch", "best plan", "step (s)",
+                                             "tokens/s", "MFU %"});
+  auto* what_if_table = new QTableView(what_if);
+  what_if_table->setModel(what_if_model_);
+  what_if_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  what_if_layout->addWidget(what_if_table, 1);
+  tabs_->addTab(what_if, "whatif");
+  what_if_timer_ = new QTimer(this);
+  what_if_timer_->setSingleShot(true);
+  what_if_timer_->setInterval(300);  // re-plan once the slider rests
+  connect(what_if_timer_, &QTimer::timeout, this, [this] { run_what_if(); });
+  for (QSlider* s : {what_if_nodes_, what_if_bw_, what_if_batch_}) {
+    connect(s, &QSlider::valueChanged, this, [this] { what_if_changed(); });
+  }
   // Exports, in a menu; errors land in the status line.
   QMenu* file_menu = menuBar()->addMenu("&File");
   auto add_export = [&](const QString& title, const QString& filter, QString (PlanExplorer::*exporter)(const QString&)) {
@@ -216,7 +253,9 @@ PlanExplorer::PlanExplorer(QWidget* parent) : QMainWindow(parent) {
 
 PlanExplorer::~PlanExplorer() {
   cancel_.store(true);
+  what_if_cancel_.store(true);
   if (worker_.joinable()) worker_.join();
+  if (what_if_worker_.joinable()) what_if_worker_.join();
   if (simulation_ != nullptr && simulation_->state() != QProcess::NotRunning) {
     simulation_->kill();
     simulation_->waitForFinished(5000);
@@ -232,6 +271,16 @@ void PlanExplorer::set_inputs(const planner::SearchInputs& in) {
   ranks_->setValue(in.ranks);
   precision_->setCurrentText(QString::fromStdString(in.precision));
   validate();
+  // The what-if sliders start at the inputs (no re-plan until one moves).
+  const QSignalBlocker a(what_if_nodes_), b(what_if_bw_), c(what_if_batch_);
+  what_if_nodes_->setMaximum(std::max(64, 4 * in.nodes));
+  what_if_nodes_->setValue(std::max(1, in.nodes));
+  what_if_batch_->setValue(std::max(1, in.global_batch / 8));
+  try {
+    const Plan plan = in.to_plan();
+    if (plan.cluster.inter_node) what_if_bw_->setValue(int(plan.cluster.inter_node->bandwidth_per_nic_bytes_per_s / 5e9));
+  } catch (const Error&) {
+  }
 }
 
 planner::SearchInputs PlanExplorer::inputs() const {
@@ -549,6 +598,93 @@ void PlanExplorer::show_simulation(const QByteArray& json_text, const QString& t
   }
   status_->setText(QString::fromStdString("selected: " + p.summary()) +
                    QString("\nsimulated step %1 s").arg(result.value("step_time_s", 0.0), 0, 'f', 3));
+}
+
+void PlanExplorer::set_what_if(int nodes, double inter_bw_gbps, int global_batch) {
+  const QSignalBlocker a(what_if_nodes_), b(what_if_bw_), c(what_if_batch_);
+  what_if_nodes_->setValue(nodes);
+  what_if_bw_->setValue(int(std::lround(inter_bw_gbps / 5)));
+  what_if_batch_->setValue(std::max(1, global_batch / 8));
+  run_what_if();
+}
+
+void PlanExplorer::what_if_changed() {
+  what_if_label_->setText(QString("nodes %1, %2 GB/s per NIC, global batch %3: re-planning...")
+                              .arg(what_if_nodes_->value())
+                              .arg(what_if_bw_->value() * 5)
+                              .arg(what_if_batch_->value() * 8));
+  what_if_timer_->start();
+}
+
+void PlanExplorer::run_what_if() {
+  what_if_cancel_.store(true);
+  if (what_if_worker_.joinable()) what_if_worker_.join();
+  what_if_cancel_.store(false);
+  const int nodes = what_if_nodes_->value(), batch = what_if_batch_->value() * 8;
+  const double bw = what_if_bw_->value() * 5.0;
+  planner::SearchInputs in = inputs();
+  Plan base;
+  try {
+    base = in.to_plan();
+    base = planner::apply_sweep_value(base, planner::SweepVariable::nodes, nodes);
+    if (base.cluster.inter_node) base = planner::apply_sweep_value(base, planner::SweepVariable::inter_bw, bw);
+    base = planner::apply_sweep_value(base, planner::SweepVariable::global_batch, batch);
+  } catch (const Error& error) {
+    what_if_label_->setText(QString::fromUtf8(error.what()));
+    return;
+  }
+  what_if_worker_ = std::thread([this, in, base, nodes, bw, batch] {
+    QString line, plan_text;
+    double step = 0, tokens = 0, mfu = 0;
+    try {
+      planner::CostModel model(base.model, base.train, base.cluster, base.nodes, in.gpus_per_node(base),
+                               profiles::resolve_profile(base.cluster.device, in.db));
+      planner::SearchOptions options;
+      options.top_k = 1;
+      options.cancel = &what_if_cancel_;
+      const planner::SearchResult result = planner::search(model, options);
+      if (result.cancelled) return;
+      if (result.best.empty()) {
+        line = "no plan fits";
+      } else {
+        const planner::Estimate& best = result.best.front();
+        plan_text = QString::fromStdString(best.parallel.summary());
+        step = best.step_time_s, tokens = best.tokens_per_s, mfu = 100 * best.mfu;
+        line = QString("best: %1, step %2 s").arg(plan_text).arg(step, 0, 'f', 3);
+      }
+    } catch (const Error& error) {
+      line = QString::fromUtf8(error.what());
+    }
+    QMetaObject::invokeMethod(
+        this,
+        [this, line, plan_text, step, tokens, mfu, nodes, bw, batch] {
+          what_if_label_->setText(QString("nodes %1, %2 GB/s per NIC, global batch %3: %4")
+                                      .arg(nodes).arg(bw).arg(batch).arg(line));
+          if (step > 0) {
+            what_if_model_->insertRow(0, {number(nodes), number(bw, 1), number(batch), text(plan_text.toStdString()),
+                                          number(step, 4), number(tokens), number(mfu, 1)});
+            what_if_steps_.insert(what_if_steps_.begin(), step);
+          }
+          if (what_if_worker_.joinable()) what_if_worker_.join();
+          emit whatIfFinished();
+        },
+        Qt::QueuedConnection);
+  });
+}
+
+bool PlanExplorer::wait_for_what_if(int timeout_ms) {
+  QElapsedTimer timer;
+  timer.start();
+  while ((what_if_worker_.joinable() || what_if_timer_->isActive()) && timer.elapsed() < timeout_ms) {
+    QApplication::processEvents(QEventLoop::AllEvents, 50);
+  }
+  QApplication::processEvents();
+  return !what_if_worker_.joinable();
+}
+
+int PlanExplorer::what_if_rows() const { return what_if_model_->rowCount(); }
+double PlanExplorer::what_if_step_s(int row) const {
+  return row >= 0 && std::size_t(row) < what_if_steps_.size() ? what_if_steps_[std::size_t(row)] : 0.0;
 }
 
 bool PlanExplorer::wait_for_simulation(int timeout_ms) {

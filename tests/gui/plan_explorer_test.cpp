@@ -135,6 +135,21 @@ TEST(PlanExplorer, SelectingAPlanFillsTheTimelineBreakdownAndMemoryTabs) {
   EXPECT_TRUE(file.readAll().contains("\"traceEvents\""));
 }
 
+// What-if: each setting re-plans in the background; twice the nodes, a faster best plan.
+TEST(PlanExplorer, WhatIfReplansAndTheBestPlanMoves) {
+  PlanExplorer window;
+  window.set_inputs(small_search());
+  QSignalSpy finished(&window, &PlanExplorer::whatIfFinished);
+  window.set_what_if(1, 50, 64);
+  ASSERT_TRUE(window.wait_for_what_if(120000));
+  window.set_what_if(2, 50, 64);
+  ASSERT_TRUE(window.wait_for_what_if(120000));
+  EXPECT_EQ(finished.count(), 2);
+  ASSERT_EQ(window.what_if_rows(), 2);
+  EXPECT_GT(window.what_if_step_s(1), 0);
+  EXPECT_LT(window.what_if_step_s(0), window.what_if_step_s(1));  // 16 GPUs against 8
+}
+
 TEST(PlanExplorer, CancelStopsTheSearch) {
   PlanExplorer window;
   tessel::planner::SearchInputs in;

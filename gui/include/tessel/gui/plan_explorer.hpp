@@ -23,7 +23,9 @@ class QLabel;
 class QProcess;
 class QProgressBar;
 class QPushButton;
+class QSlider;
 class QSpinBox;
+class QTimer;
 class QStandardItemModel;
 class QTableView;
 class QTabWidget;
@@ -79,6 +81,12 @@ class PlanExplorer : public QMainWindow {
   QString export_plan(const QString& file);
   QString export_scatter(const QString& file);
   QString export_trace(const QString& file);
+  // What-if: the sliders' values (nodes, inter-node GB/s per NIC, global batch); each
+  // change re-plans in the background and adds a row: the best plan and its step time.
+  void set_what_if(int nodes, double inter_bw_gbps, int global_batch);
+  bool wait_for_what_if(int timeout_ms);
+  int what_if_rows() const;
+  double what_if_step_s(int row) const;  // row 0 is the newest
   int timeline_rows() const;
   int timeline_bars() const;
   int breakdown_bars() const;
@@ -88,6 +96,7 @@ class PlanExplorer : public QMainWindow {
   void searchFinished(bool cancelled);
   void planSelected(int index);
   void simulationFinished(bool ok);
+  void whatIfFinished();
 
  private:
   void validate();
@@ -95,6 +104,8 @@ class PlanExplorer : public QMainWindow {
   void fill_results();
   void simulate_selected();
   void show_simulation(const QByteArray& json, const QString& trace_file);
+  void what_if_changed();
+  void run_what_if();
 
   QComboBox *model_, *cluster_, *precision_;
   QSpinBox *nodes_, *batch_, *seq_, *ranks_;
@@ -109,6 +120,13 @@ class PlanExplorer : public QMainWindow {
   StackedBars* memory_parts_;
   ScatterChart* memory_time_;
   QProcess* simulation_ = nullptr;
+  QSlider *what_if_nodes_, *what_if_bw_, *what_if_batch_;
+  QLabel* what_if_label_;
+  QStandardItemModel* what_if_model_;
+  QTimer* what_if_timer_;
+  std::thread what_if_worker_;
+  std::atomic<bool> what_if_cancel_{false};
+  std::vector<double> what_if_steps_;
   QTemporaryDir scratch_;
   QString tessel_binary_, simulation_error_;
   QStandardItemModel* table_model_;
