@@ -128,20 +128,22 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name,
 }
 
 Json ModelSpec::to_json() const {
-  return Json{{"name", name},
-              {"layers", layers},
-              {"hidden", hidden},
-              {"heads", heads},
-              {"kv_heads", kv_heads},
-              {"ffn_hidden", ffn_hidden},
-              {"vocab", vocab},
-              {"seq_len", seq_len},
-              {"activation", to_string(activation)},
-              {"norm", to_string(norm)},
-              {"tied_embeddings", tied_embeddings},
-              {"position_embedding", to_string(position_embedding)},
-              {"bias", bias},
-              {"source", source}};
+  Json json{{"name", name},
+            {"layers", layers},
+            {"hidden", hidden},
+            {"heads", heads},
+            {"kv_heads", kv_heads},
+            {"ffn_hidden", ffn_hidden},
+            {"vocab", vocab},
+            {"seq_len", seq_len},
+            {"activation", to_string(activation)},
+            {"norm", to_string(norm)},
+            {"tied_embeddings", tied_embeddings},
+            {"position_embedding", to_string(position_embedding)},
+            {"bias", bias}};
+  // A model written inline in a plan has no source; an empty one would not load back.
+  if (!source.empty()) json["source"] = source;
+  return json;
 }
 
 namespace {

@@ -7,6 +7,8 @@
 #include <QToolTip>
 #include <QBarCategoryAxis>
 #include <QBarSet>
+#include <QBoxPlotSeries>
+#include <QBoxSet>
 #include <QLogValueAxis>
 #include <QStackedBarSeries>
 #include <QValueAxis>
@@ -15,11 +17,50 @@
 
 namespace tessel::gui {
 
+namespace {
+// A chart filling `owner`, antialiased, legend at the bottom.
+QChart* chart_in(QWidget* owner) {
+  auto* chart = new QChart;
+  chart->legend()->setAlignment(Qt::AlignBottom);
+  auto* view = new QChartView(chart, owner);
+  view->setRenderHint(QPainter::Antialiasing);
+  auto* layout = new QVBoxLayout(owner);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(view);
+  return chart;
+}
+
+// Replaces the chart's series and axes by `series` over named categories; returns the
+// value axis for the caller's range.
+QValueAxis* show_over_categories(QChart* chart, const QString& title, const QString& value_title,
+                                 const std::vector<QString>& categories, QAbstractSeries* series,
+                                 int label_angle = 0) {
+  chart->removeAllSeries();
+  for (QAbstractAxis* axis : chart->axes()) {
+    chart->removeAxis(axis);
+    delete axis;
+  }
+  chart->setTitle(title);
+  chart->addSeries(series);
+  auto* x = new QBarCategoryAxis;
+  for (const QString& c : categories) x->append(c);
+  if (label_angle != 0) {
+    x->setLabelsAngle(label_angle);
+    x->setTruncateLabels(false);
+  }
+  auto* y = new QValueAxis;
+  y->setTitleText(value_title);
+  chart->addAxis(x, Qt::AlignBottom);
+  chart->addAxis(y, Qt::AlignLeft);
+  series->attachAxis(x);
+  series->attachAxis(y);
+  return y;
+}
+}  // namespace
+
 struct ScatterChart::Impl {
   QChart* chart = nullptr;
-  QChartView* view = nullptr;
-  QValueAxis* x = nullptr;
-  QAbstractAxis* y = nullptr;
+  QAbstractAxis *x = nullptr, *y = nullptr;
   int points = 0;
   double x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   bool any = false;
@@ -31,9 +72,18 @@ struct ScatterChart::Impl {
       y_min = std::min(y_min, p.y()), y_max = std::max(y_max, p.y());
     }
     const double dx = std::max(1e-9, x_max - x_min) * 0.05, dy = std::max(1e-9, y_max - y_min) * 0.05;
-    x->setRange(std::max(0.0, x_min - dx), x_max + dx);
-    if (auto* log = qobject_cast<QLogValueAxis*>(y)) log->setRange(std::max(1e-9, y_min * 0.8), y_max * 1.25);
-    else static_cast<QValueAxis*>(y)->setRange(std::max(0.0, y_min - dy), y_max + dy);
+    set_range(x, x_min, x_max, dx);
+    set_range(y, y_min, y_max, dy);
+  }
+  static void set_range(QAbstractAxis* axis, double low, double high, double margin) {
+    if (auto* log = qobject_cast<QLogValueAxis*>(axis)) log->setRange(std::max(1e-12, low * 0.8), high * 1.25);
+    else static_cast<QValueAxis*>(axis)->setRange(std::max(0.0, low - margin), high + margin);
+  }
+  static QAbstractAxis* make_axis(bool log) {
+    if (!log) return new QValueAxis;
+    auto* axis = new QLogValueAxis;
+    axis->setLabelFormat("%.3g");
+    return axis;
   }
   void attach(QAbstractSeries* series) {
     chart->addSeries(series);
@@ -42,24 +92,12 @@ struct ScatterChart::Impl {
   }
 };
 
-ScatterChart::ScatterChart(QWidget* parent, bool log_y) : QWidget(parent), impl_(new Impl) {
-  impl_->chart = new QChart;
-  impl_->chart->legend()->setAlignment(Qt::AlignBottom);
-  impl_->x = new QValueAxis;
-  if (log_y) {
-    auto* log = new QLogValueAxis;
-    log->setLabelFormat("%.3g");
-    impl_->y = log;
-  } else {
-    impl_->y = new QValueAxis;
-  }
+ScatterChart::ScatterChart(QWidget* parent, bool log_y, bool log_x) : QWidget(parent), impl_(new Impl) {
+  impl_->chart = chart_in(this);
+  impl_->x = Impl::make_axis(log_x);
+  impl_->y = Impl::make_axis(log_y);
   impl_->chart->addAxis(impl_->x, Qt::AlignBottom);
   impl_->chart->addAxis(impl_->y, Qt::AlignLeft);
-  impl_->view = new QChartView(impl_->chart, this);
-  impl_->view->setRenderHint(QPainter::Antialiasing);
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  layout->addWidget(impl_->view);
 }
 
 ScatterChart::~ScatterChart() { delete impl_; }
@@ -124,50 +162,68 @@ void ScatterChart::add_line(const QString& name, const QColor& color, const std:
 int ScatterChart::series_count() const { return int(impl_->chart->series().size()); }
 int ScatterChart::point_count() const { return impl_->points; }
 
+
 struct StackedBars::Impl {
   QChart* chart = nullptr;
   int bars = 0;
 };
 
-StackedBars::StackedBars(QWidget* parent) : QWidget(parent), impl_(new Impl) {
-  impl_->chart = new QChart;
-  impl_->chart->legend()->setAlignment(Qt::AlignBottom);
-  auto* view = new QChartView(impl_->chart, this);
-  view->setRenderHint(QPainter::Antialiasing);
-  auto* layout = new QVBoxLayout(this);
-  layout->setContentsMargins(0, 0, 0, 0);
-  layout->addWidget(view);
-}
+StackedBars::StackedBars(QWidget* parent) : QWidget(parent), impl_(new Impl) { impl_->chart = chart_in(this); }
 
 StackedBars::~StackedBars() { delete impl_; }
 
 void StackedBars::set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
                       const std::vector<QString>& parts, const std::vector<std::vector<double>>& values) {
-  QChart* chart = impl_->chart;
-  chart->removeAllSeries();
-  for (QAbstractAxis* axis : chart->axes()) {
-    chart->removeAxis(axis);
-    delete axis;
-  }
-  chart->setTitle(title);
   auto* series = new QStackedBarSeries;
   for (std::size_t p = 0; p < parts.size(); ++p) {
     auto* set = new QBarSet(parts[p]);
     for (double v : values[p]) *set << v;
     series->append(set);
   }
-  chart->addSeries(series);
-  auto* x = new QBarCategoryAxis;
-  for (const QString& c : categories) x->append(c);
-  auto* y = new QValueAxis;
-  y->setTitleText(value_title);
-  chart->addAxis(x, Qt::AlignBottom);
-  chart->addAxis(y, Qt::AlignLeft);
-  series->attachAxis(x);
-  series->attachAxis(y);
+  show_over_categories(impl_->chart, title, value_title, categories, series);
   impl_->bars = int(categories.size());
 }
 
 int StackedBars::bar_count() const { return impl_->bars; }
+
+BoxStats box_stats(std::vector<double> values) {
+  if (values.empty()) return {};
+  std::sort(values.begin(), values.end());
+  auto quantile = [&](double q) {
+    const double at = q * double(values.size() - 1);
+    const std::size_t below = std::size_t(at);
+    const double above = below + 1 < values.size() ? values[below + 1] : values[below];
+    return values[below] + (at - double(below)) * (above - values[below]);
+  };
+  return {values.front(), quantile(0.25), quantile(0.5), quantile(0.75), values.back()};
+}
+
+struct BoxChart::Impl {
+  QChart* chart = nullptr;
+  int boxes = 0;
+};
+
+BoxChart::BoxChart(QWidget* parent) : QWidget(parent), impl_(new Impl) {
+  impl_->chart = chart_in(this);
+  impl_->chart->legend()->hide();
+}
+
+BoxChart::~BoxChart() { delete impl_; }
+
+void BoxChart::set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
+                   const std::vector<BoxStats>& boxes) {
+  auto* series = new QBoxPlotSeries;
+  double low = 0, high = 1;
+  const std::size_t count = std::min(boxes.size(), categories.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    const BoxStats& b = boxes[i];
+    series->append(new QBoxSet(b.minimum, b.lower_quartile, b.median, b.upper_quartile, b.maximum, categories[i]));
+    low = std::min(low, b.minimum), high = std::max(high, b.maximum);
+  }
+  show_over_categories(impl_->chart, title, value_title, categories, series, -90)->setRange(low, high * 1.05);
+  impl_->boxes = int(count);
+}
+
+int BoxChart::box_count() const { return impl_->boxes; }
 
 }  // namespace tessel::gui

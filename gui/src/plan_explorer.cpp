@@ -4,7 +4,7 @@
 #include <QCoreApplication>
 #include <QFile>
 #include <QFileInfo>
-#include <QProcess>
+#include <QToolButton>
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QFileDialog>
@@ -34,6 +34,8 @@
 #include "tessel/core/presets.hpp"
 #include "tessel/core/json_fields.hpp"
 #include "tessel/gui/charts.hpp"
+#include "tessel/gui/child_simulation.hpp"
+#include "tessel/gui/compare_view.hpp"
 #include "tessel/gui/timeline_view.hpp"
 #include "tessel/planner/what_if.hpp"
 #include "tessel/profiles/profile_store.hpp"
@@ -101,8 +103,23 @@ PlanExplorer::PlanExplorer(QWidget* parent) : QMainWindow(parent) {
   ranks_->setSpecialValueText("per node");
   precision_ = new QComboBox(inputs);
   precision_->addItems({"bf16", "fp16", "fp32"});
-  form->addRow("model", model_);
-  form->addRow("cluster", cluster_);
+  // Presets in the list; a tessel model JSON or a Hugging Face config.json by path (typed,
+  // or picked with the button), a cluster file likewise.
+  auto with_browse = [inputs, this](QComboBox* combo, const QString& title) {
+    auto* row = new QHBoxLayout;
+    auto* browse = new QToolButton(inputs);
+    browse->setText("...");
+    browse->setToolTip(title);
+    connect(browse, &QToolButton::clicked, this, [this, combo, title] {
+      const QString file = QFileDialog::getOpenFileName(this, title, QString(), "JSON (*.json);;All files (*)");
+      if (!file.isEmpty()) combo->setCurrentText(file);
+    });
+    row->addWidget(combo, 1);
+    row->addWidget(browse);
+    return row;
+  };
+  form->addRow("model", with_browse(model_, "Model: a tessel model JSON or a Hugging Face config.json"));
+  form->addRow("cluster", with_browse(cluster_, "Cluster: a tessel cluster JSON"));
   form->addRow("nodes", nodes_);
   form->addRow("global batch", batch_);
   form->addRow("sequence", seq_);
@@ -186,6 +203,8 @@ PlanExplorer::PlanExplorer(QWidget* parent) : QMainWindow(parent) {
   what_if_table->setModel(what_if_model_);
   what_if_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   what_if_layout->addWidget(what_if_table, 1);
+  compare_ = new CompareView(tabs_);
+  tabs_->addTab(compare_, "compare");
   tabs_->addTab(what_if, "whatif");
   what_if_timer_ = new QTimer(this);
   what_if_timer_->setSingleShot(true);
@@ -207,9 +226,16 @@ PlanExplorer::PlanExplorer(QWidget* parent) : QMainWindow(parent) {
   add_export("Export plan...", "Plan JSON (*.json)", &PlanExplorer::export_plan);
   add_export("Export scatter as PNG...", "PNG (*.png)", &PlanExplorer::export_scatter);
   add_export("Export timeline as Chrome trace...", "Chrome trace JSON (*.json)", &PlanExplorer::export_trace);
-  if (QFileInfo(QCoreApplication::applicationFilePath()).fileName() == "tessel") {
-    tessel_binary_ = QCoreApplication::applicationFilePath();
-  }
+  simulation_ = new ChildSimulation(this);
+  connect(simulation_, &ChildSimulation::finished, this, [this](bool ok, const QByteArray& json) {
+    if (!ok) {
+      simulation_error_ = simulation_->error();
+      status_->setText("simulation failed: " + simulation_error_);
+    } else {
+      show_simulation(json, simulation_->trace_file());
+    }
+    emit simulationFinished(ok);
+  });
   layout->addWidget(tabs_, 1);
   setCentralWidget(central);
 
@@ -256,10 +282,6 @@ PlanExplorer::~PlanExplorer() {
   what_if_cancel_.store(true);
   if (worker_.joinable()) worker_.join();
   if (what_if_worker_.joinable()) what_if_worker_.join();
-  if (simulation_ != nullptr && simulation_->state() != QProcess::NotRunning) {
-    simulation_->kill();
-    simulation_->waitForFinished(5000);
-  }
 }
 
 void PlanExplorer::set_inputs(const planner::SearchInputs& in) {
@@ -453,8 +475,8 @@ QString PlanExplorer::export_scatter(const QString& file) {
 }
 
 QString PlanExplorer::export_trace(const QString& file) {
-  const QString trace = scratch_.filePath("selected-trace.json");
-  if (selected_ < 0 || !QFile::exists(trace) || searching()) return "export: select a plan and let it simulate first";
+  const QString trace = simulation_->trace_file();
+  if (selected_ < 0 || !QFile::exists(trace) || searching() || simulation_->running()) return "export: select a plan and let it simulate first";
   QFile::remove(file);
   return QFile::copy(trace, file) ? QString() : "export: " + file + ": cannot write";
 }
@@ -471,52 +493,18 @@ int PlanExplorer::breakdown_bars() const { return breakdown_->bar_count(); }
 int PlanExplorer::memory_series() const { return memory_time_->series_count(); }
 
 void PlanExplorer::simulate_selected() {
-  if (selected_ < 0 || !result_ || tessel_binary_.isEmpty() || !scratch_.isValid()) return;
-  if (simulation_ != nullptr && simulation_->state() != QProcess::NotRunning) {
-    simulation_->kill();
-    simulation_->waitForFinished(5000);
-  }
+  if (selected_ < 0 || !result_ || !simulation_->has_binary()) return;
   const planner::SearchInputs in = inputs();
   Plan plan = in.to_plan();
   plan.parallel = result_->best[std::size_t(selected_)].parallel;
-  const QString plan_file = scratch_.filePath("selected-plan.json"), trace = scratch_.filePath("selected-trace.json");
-  write_text_file_atomically(plan_file.toStdString(), plan.to_json().dump(1) + "\n");
-  QStringList args{"simulate", "--plan", plan_file, "--json", "--trace", trace};
-  if (!in.db.empty()) args << "--db" << QString::fromStdString(in.db);
-  delete simulation_;
-  simulation_ = new QProcess(this);
   simulation_error_.clear();
+  if (!simulation_->start(plan, in.db)) {
+    simulation_error_ = simulation_->error();
+    status_->setText("simulation failed: " + simulation_error_);
+    return;
+  }
   status_->setText(status_->text() + "\nsimulating...");
-  connect(simulation_, &QProcess::finished, this, [this, trace](int code, QProcess::ExitStatus) {
-    if (code != 0) {
-      simulation_error_ = QString::fromUtf8(simulation_->readAllStandardError()).trimmed();
-      status_->setText("simulation failed: " + simulation_error_);
-      emit simulationFinished(false);
-      return;
-    }
-    show_simulation(simulation_->readAllStandardOutput(), trace);
-    emit simulationFinished(true);
-  });
-  simulation_->start(tessel_binary_, args);
 }
-
-namespace {
-OpKindColour kind_of(int stream, const std::string& id) {
-  switch (stream) {
-    case 1: return OpKindColour::tensor_comm;
-    case 2: return OpKindColour::data_comm;
-    case 3: return OpKindColour::pipeline;
-    case 4: return OpKindColour::copy;
-    default: break;
-  }
-  const std::string op = id.substr(id.rfind('/') + 1);
-  if (op.find("attn.core") == 0 || op.find("attn.softmax") == 0) return OpKindColour::attention;
-  for (const char* memory_bound : {"norm", "residual", "act", "loss", "lookup", "optimizer"}) {
-    if (op.find(memory_bound) != std::string::npos) return OpKindColour::memory;
-  }
-  return OpKindColour::gemm;
-}
-}  // namespace
 
 void PlanExplorer::show_simulation(const QByteArray& json_text, const QString& trace_file) {
   const Json result = Json::parse(json_text.toStdString(), nullptr, false);
@@ -528,31 +516,13 @@ void PlanExplorer::show_simulation(const QByteArray& json_text, const QString& t
     return;
   }
   // Timeline: a row per (rank, stream) in rank order; memory counters per stage.
-  static const char* kStreams[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "copy"};
-  std::map<std::pair<int, int>, TimelineRow> rows;
   std::map<int, std::vector<QPointF>> memory;
   for (const Json& e : trace.value("traceEvents", Json::array())) {
-    const std::string ph = e.value("ph", "");
-    if (ph == "X") {
-      const int rank = e.value("pid", 0), stream = e.value("tid", 0);
-      TimelineRow& row = rows[{rank, stream}];
-      if (row.label.isEmpty()) row.label = QString("rank %1 %2").arg(rank).arg(kStreams[std::clamp(stream, 0, 4)]);
-      const double start = e.value("ts", 0.0) * 1e-6, end = start + e.value("dur", 0.0) * 1e-6;
-      const std::string id = e.value("name", "");
-      row.bars.push_back({start, end, kind_of(stream, id), QString::fromStdString(id)});
-    } else if (ph == "C") {
-      memory[e.value("pid", 0)].emplace_back(e.value("ts", 0.0) * 1e-6,
-                                            e["args"].value("bytes", 0.0) / kGiB);
+    if (e.value("ph", "") == "C") {
+      memory[e.value("pid", 0)].emplace_back(e.value("ts", 0.0) * 1e-6, e["args"].value("bytes", 0.0) / kGiB);
     }
   }
-  std::vector<TimelineRow> ordered;
-  for (auto& [key, row] : rows) {
-    std::sort(row.bars.begin(), row.bars.end(), [](const TimelineBar& a, const TimelineBar& b) {
-      return a.start_s < b.start_s;
-    });
-    ordered.push_back(std::move(row));
-  }
-  timeline_->set_rows(std::move(ordered));
+  timeline_->set_rows(timeline_rows_from_trace(trace));
 
   // Breakdown: the first rank of each pipeline stage.
   const ParallelConfig& p = result_->best[std::size_t(selected_)].parallel;
@@ -687,14 +657,11 @@ double PlanExplorer::what_if_step_s(int row) const {
   return row >= 0 && std::size_t(row) < what_if_steps_.size() ? what_if_steps_[std::size_t(row)] : 0.0;
 }
 
-bool PlanExplorer::wait_for_simulation(int timeout_ms) {
-  QElapsedTimer timer;
-  timer.start();
-  while (simulation_ != nullptr && simulation_->state() != QProcess::NotRunning && timer.elapsed() < timeout_ms) {
-    QApplication::processEvents(QEventLoop::AllEvents, 50);
-  }
-  QApplication::processEvents();
-  return simulation_ != nullptr && simulation_->state() == QProcess::NotRunning;
+bool PlanExplorer::wait_for_simulation(int timeout_ms) { return simulation_->wait(timeout_ms); }
+
+void PlanExplorer::set_tessel_binary(const QString& path) {
+  simulation_->set_binary(path);
+  compare_->set_tessel_binary(path);
 }
 
 }  // namespace tessel::gui

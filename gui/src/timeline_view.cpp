@@ -8,6 +8,7 @@
 #include <QWheelEvent>
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace tessel::gui {
 
@@ -30,16 +31,18 @@ class TimelineItem : public QGraphicsItem {
       const double y = double(r) * kRowHeight;
       if (y + kRowHeight < visible.top() || y > visible.bottom()) continue;
       const auto& bars = rows_[r].bars;
+      const bool ghost = rows_[r].ghost;
       // Merge bars that end within a pixel of the previous one (level of detail).
       double run_start = -1, run_end = -1;
       OpKindColour run_kind = OpKindColour::gemm;
       auto flush = [&] {
         if (run_start < 0) return;
-        const QColor colour = colour_of(run_kind);
+        QColor colour = colour_of(run_kind);
+        if (ghost) colour.setAlpha(90);
         painter->setBrush(colour);
         // Bars a few pixels wide get an outline, so that neighbours stay apart.
         const double width = std::max(run_end - run_start, min_width);
-        painter->setPen(width > 4 * min_width ? QPen(colour.darker(150), 0) : QPen(Qt::NoPen));
+        painter->setPen(width > 4 * min_width && !ghost ? QPen(colour.darker(150), 0) : QPen(Qt::NoPen));
         painter->drawRect(QRectF(run_start, y + 2, width, kRowHeight - 4));
       };
       for (const TimelineBar& bar : bars) {
@@ -75,9 +78,54 @@ QColor colour_of(OpKindColour kind) {
   return Qt::black;
 }
 
+OpKindColour kind_of(int stream, const std::string& id) {
+  switch (stream) {
+    case 1: return OpKindColour::tensor_comm;
+    case 2: return OpKindColour::data_comm;
+    case 3: return OpKindColour::pipeline;
+    case 4: return OpKindColour::copy;
+    default: break;
+  }
+  const std::string op = id.substr(id.rfind('/') + 1);
+  if (op.find("attn.core") == 0 || op.find("attn.softmax") == 0) return OpKindColour::attention;
+  for (const char* memory_bound : {"norm", "residual", "act", "loss", "lookup", "optimizer"}) {
+    if (op.find(memory_bound) != std::string::npos) return OpKindColour::memory;
+  }
+  return OpKindColour::gemm;
+}
+
+const char* stream_name(int stream) {
+  static const char* kStreams[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "copy"};
+  return kStreams[std::clamp(stream, 0, 4)];
+}
+
+std::vector<TimelineRow> timeline_rows_from_trace(const Json& trace) {
+  std::map<std::pair<int, int>, TimelineRow> rows;
+  for (const Json& e : trace.value("traceEvents", Json::array())) {
+    if (e.value("ph", "") != "X") continue;
+    const int rank = e.value("pid", 0), stream = e.value("tid", 0);
+    TimelineRow& row = rows[{rank, stream}];
+    if (row.label.isEmpty()) {
+      row.label = QString("rank %1 %2").arg(rank).arg(stream_name(stream));
+      row.rank = rank, row.stream = stream;
+    }
+    const double start = e.value("ts", 0.0) * 1e-6, end = start + e.value("dur", 0.0) * 1e-6;
+    const std::string id = e.value("name", "");
+    row.bars.push_back({start, end, kind_of(stream, id), QString::fromStdString(id)});
+  }
+  std::vector<TimelineRow> ordered;
+  for (auto& [key, row] : rows) {
+    std::sort(row.bars.begin(), row.bars.end(),
+              [](const TimelineBar& a, const TimelineBar& b) { return a.start_s < b.start_s; });
+    ordered.push_back(std::move(row));
+  }
+  return ordered;
+}
+
 TimelineView::TimelineView(QWidget* parent) : QGraphicsView(parent) {
   setScene(new QGraphicsScene(this));
   setDragMode(QGraphicsView::ScrollHandDrag);
+  setAlignment(Qt::AlignLeft | Qt::AlignTop);
   setMouseTracking(true);
   setRenderHint(QPainter::Antialiasing, false);
 }
@@ -98,19 +146,24 @@ void TimelineView::set_rows(std::vector<TimelineRow> rows) {
 
 void TimelineView::fit_width() {
   // The whole step across the view's width right of the labels; rows keep their height.
-  const double width = scene()->sceneRect().width();
-  if (width > 0) setTransform(QTransform::fromScale(std::max(1.0, viewport()->width() - 4.0) / width, 1.0));
+  const double scale = std::max(1.0, viewport()->width() - kLabelWidth - 4.0) / kSceneWidth;
+  setTransform(QTransform::fromScale(scale, 1.0));
+  // Exactly kLabelWidth pixels left of time zero for the labels.
+  const QRectF rows = scene()->sceneRect();
+  setSceneRect(QRectF(-kLabelWidth / scale, rows.top(), kSceneWidth + kLabelWidth / scale, rows.height()));
 }
 
 void TimelineView::drawForeground(QPainter* painter, const QRectF&) {
   // Row labels in view pixels, unscaled by the zoom.
   painter->save();
   painter->resetTransform();
-  painter->setPen(QColor(60, 60, 60));
   for (std::size_t r = 0; r < rows_.size(); ++r) {
+    painter->setPen(rows_[r].ghost ? QColor(140, 140, 140) : QColor(60, 60, 60));
     const QPoint top = mapFromScene(QPointF(0, double(r) * kRowHeight));
     const QPoint bottom = mapFromScene(QPointF(0, double(r + 1) * kRowHeight));
     if (bottom.y() < 0 || top.y() > viewport()->height()) continue;
+    // Labels stay put while the bars pan beneath them.
+    painter->fillRect(QRect(0, top.y(), int(kLabelWidth), bottom.y() - top.y()), palette().base());
     painter->drawText(QRect(4, top.y(), int(kLabelWidth) - 8, bottom.y() - top.y()), Qt::AlignVCenter, rows_[r].label);
   }
   painter->restore();

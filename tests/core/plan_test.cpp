@@ -38,6 +38,14 @@ TEST(Plan, RoundTripIsLossless) {
   EXPECT_EQ(again.parallel.virtual_stages, 3);
 }
 
+TEST(Plan, AnInlineModelWithoutASourceRoundTrips) {
+  // tessel run stores plan.to_json() in the runs database; the GUI loads it back.
+  const Plan plan = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/local-cpu-gpt-small.json");
+  EXPECT_TRUE(plan.model.source.empty());
+  EXPECT_FALSE(plan.to_json()["model"].contains("source"));
+  EXPECT_EQ(Plan::from_json(plan.to_json(), ""), plan);
+}
+
 TEST(Plan, InvalidLayoutsGiveOneClearLine) {
   Json json = base_plan();
   EXPECT_EQ(validation_error(json), "(valid)");

@@ -14,8 +14,8 @@ namespace tessel::gui {
 class ScatterChart : public QWidget {
   Q_OBJECT
  public:
-  // log_y: step times span decades.
-  explicit ScatterChart(QWidget* parent = nullptr, bool log_y = true);
+  // log_y: step times span decades; log_x for parity plots, whose times do too.
+  explicit ScatterChart(QWidget* parent = nullptr, bool log_y = true, bool log_x = false);
   ~ScatterChart() override;
 
   void set_axes(const QString& x_title, const QString& y_title);
@@ -45,6 +45,29 @@ class StackedBars : public QWidget {
   void set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
            const std::vector<QString>& parts, const std::vector<std::vector<double>>& values);  // values[part][category]
   int bar_count() const;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+// Box-and-whisker per category (minimum, lower quartile, median, upper quartile,
+// maximum): the spread of a ratio over steps, for instance.
+struct BoxStats {
+  double minimum = 0, lower_quartile = 0, median = 0, upper_quartile = 0, maximum = 0;
+};
+// The quartiles of `values` (linear interpolation between order statistics); all zero when
+// empty.
+BoxStats box_stats(std::vector<double> values);
+
+class BoxChart : public QWidget {
+  Q_OBJECT
+ public:
+  explicit BoxChart(QWidget* parent = nullptr);
+  ~BoxChart() override;
+  void set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
+           const std::vector<BoxStats>& boxes);
+  int box_count() const;
 
  private:
   struct Impl;

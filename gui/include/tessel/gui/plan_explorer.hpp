@@ -4,11 +4,11 @@
 // shape by pipeline schedule, plans that do not fit greyed with their reason, the
 // frontier drawn) and a sortable table; clicking either selects a plan. The selected plan
 // is simulated in a child `tessel simulate` (SimGrid runs one engine per process) and
-// shown in the timeline, breakdown and memory tabs.
+// shown in the timeline, breakdown and memory tabs; the compare tab sets a stored run
+// against its prediction, and the what-if tab re-plans as its sliders move.
 #pragma once
 
 #include <QMainWindow>
-#include <QTemporaryDir>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -32,6 +32,8 @@ class QTabWidget;
 
 namespace tessel::gui {
 
+class ChildSimulation;
+class CompareView;
 class ScatterChart;
 class StackedBars;
 class TimelineView;
@@ -70,7 +72,7 @@ class PlanExplorer : public QMainWindow {
   bool save_screenshot(const QString& file);
   // The `tessel` binary that simulates selected plans (default: this program when it is
   // tessel).
-  void set_tessel_binary(const QString& path) { tessel_binary_ = path; }
+  void set_tessel_binary(const QString& path);
   bool wait_for_simulation(int timeout_ms);
   QString simulation_error() const { return simulation_error_; }
   void show_tab(const QString& name);
@@ -87,6 +89,8 @@ class PlanExplorer : public QMainWindow {
   bool wait_for_what_if(int timeout_ms);
   int what_if_rows() const;
   double what_if_step_s(int row) const;  // row 0 is the newest
+  // The predicted-vs-measured tab (runs database picker, parity, ratios, ghost timeline).
+  CompareView* compare_view() const { return compare_; }
   int timeline_rows() const;
   int timeline_bars() const;
   int breakdown_bars() const;
@@ -119,7 +123,8 @@ class PlanExplorer : public QMainWindow {
   StackedBars* breakdown_;
   StackedBars* memory_parts_;
   ScatterChart* memory_time_;
-  QProcess* simulation_ = nullptr;
+  CompareView* compare_;
+  ChildSimulation* simulation_ = nullptr;
   QSlider *what_if_nodes_, *what_if_bw_, *what_if_batch_;
   QLabel* what_if_label_;
   QStandardItemModel* what_if_model_;
@@ -127,8 +132,7 @@ class PlanExplorer : public QMainWindow {
   std::thread what_if_worker_;
   std::atomic<bool> what_if_cancel_{false};
   std::vector<double> what_if_steps_;
-  QTemporaryDir scratch_;
-  QString tessel_binary_, simulation_error_;
+  QString simulation_error_;
   QStandardItemModel* table_model_;
   QString error_;
 

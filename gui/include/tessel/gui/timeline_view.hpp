@@ -6,7 +6,10 @@
 
 #include <QGraphicsView>
 #include <QString>
+#include <string>
 #include <vector>
+
+#include "tessel/core/json_fields.hpp"
 
 namespace tessel::gui {
 
@@ -21,6 +24,8 @@ struct TimelineBar {
 struct TimelineRow {
   QString label;  // "rank 3 compute"
   std::vector<TimelineBar> bars;  // sorted by start
+  bool ghost = false;  // a prediction under a measured row: drawn faint
+  int rank = 0, stream = 0;
 };
 
 class TimelineView : public QGraphicsView {
@@ -49,5 +54,13 @@ class TimelineView : public QGraphicsView {
 
 // The colours of the op kinds (for legends).
 QColor colour_of(OpKindColour kind);
+// The colour class of a Program op on a stream (Stream's order: compute, tp_comm, dp_comm,
+// pp_comm, copy).
+OpKindColour kind_of(int stream, const std::string& op_id);
+const char* stream_name(int stream);
+// A row per (rank, stream) of a Chrome trace's complete events ("X", pid = rank, tid =
+// stream), in rank then stream order, bars sorted: the format the simulator and
+// `tessel run --trace` both write.
+std::vector<TimelineRow> timeline_rows_from_trace(const Json& trace);
 
 }  // namespace tessel::gui

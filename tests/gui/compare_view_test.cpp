@@ -1,0 +1,107 @@
+// The predicted-vs-measured tab against a real run: tessel run stores a 2-rank training
+// run, the tab simulates its plan and lines the two up op kind by op kind. Bad databases
+// and run ids show their message in the window. (The QApplication comes from
+// plan_explorer_test.cpp's environment: one per test binary.)
+#include <gtest/gtest.h>
+
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <set>
+
+#include "tessel/core/subprocess.hpp"
+#include "tessel/gui/compare_view.hpp"
+#include "tessel/gui/run_comparison.hpp"
+#include "tessel/profiles/profile_store.hpp"
+
+using tessel::gui::CompareView;
+
+TEST(RunComparison, OpKindsKeepThePhaseAndTheOp) {
+  EXPECT_EQ(tessel::gui::op_kind("mb3/L12/fwd/mlp.fc1"), "fwd mlp.fc1");
+  EXPECT_EQ(tessel::gui::op_kind("mb0/L0/recompute/attn.core"), "recompute attn.core");
+  EXPECT_EQ(tessel::gui::op_kind("step/optimizer"), "step optimizer");
+  EXPECT_EQ(tessel::gui::op_kind("optimizer"), "optimizer");
+}
+
+TEST(RunComparison, BoxStatsAreTheQuartiles) {
+  const tessel::gui::BoxStats b = tessel::gui::box_stats({5, 1, 3, 2, 4});
+  EXPECT_DOUBLE_EQ(b.minimum, 1);
+  EXPECT_DOUBLE_EQ(b.lower_quartile, 2);
+  EXPECT_DOUBLE_EQ(b.median, 3);
+  EXPECT_DOUBLE_EQ(b.upper_quartile, 4);
+  EXPECT_DOUBLE_EQ(b.maximum, 5);
+  EXPECT_DOUBLE_EQ(tessel::gui::box_stats({1, 2}).median, 1.5);
+  EXPECT_DOUBLE_EQ(tessel::gui::box_stats({}).maximum, 0);
+}
+
+TEST(CompareView, AStoredRunIsSetAgainstItsPrediction) {
+  QTemporaryDir dir;
+  const std::string db = dir.filePath("runs.db").toStdString();
+  int status = -1;
+  const std::string out = tessel::run_command(std::string(TESSEL_BINARY) + " run --plan " TESSEL_SOURCE_DIR
+                                                  "/examples/local-cpu-gpt-small.json --steps 3 --db '" + db + "' 2>&1",
+                                              status);
+  ASSERT_EQ(status, 0) << out;
+  CompareView view;
+  view.set_tessel_binary(TESSEL_BINARY);
+  view.set_database(QString::fromStdString(db));
+  EXPECT_TRUE(view.error().isEmpty()) << view.error().toStdString();
+  ASSERT_EQ(view.run_count(), 1);
+  QSignalSpy finished(&view, &CompareView::comparisonFinished);
+  ASSERT_TRUE(view.show_run(1)) << view.error().toStdString();
+  ASSERT_TRUE(view.wait(120000));
+  ASSERT_EQ(finished.count(), 1);
+  ASSERT_TRUE(finished.takeFirst().at(0).toBool()) << view.error().toStdString();
+  // Every op kind the executor measured is one the simulator predicted, and back: the
+  // two sides name ops by the same Program ids.
+  const auto& kinds = view.comparison().kinds;
+  ASSERT_GT(kinds.size(), 20u);
+  for (const auto& kind : kinds) {
+    EXPECT_GT(kind.predicted_s, 0) << kind.kind;
+    EXPECT_GT(kind.measured_s, 0) << kind.kind;
+    EXPECT_GT(kind.ratio.maximum, 0) << kind.kind;
+    EXPECT_LE(kind.ratio.minimum, kind.ratio.median) << kind.kind;
+  }
+  EXPECT_EQ(view.parity_points(), int(kinds.size()));
+  EXPECT_GT(view.ratio_boxes(), 5);
+  EXPECT_EQ(view.comparison().shown_step, 3);
+  // Two ranks (dp 2), the compute and data-parallel streams of each measured, each with its
+  // predicted ghost beneath where the simulator's trace has that rank.
+  const int ghosts = view.ghost_rows();
+  EXPECT_GE(ghosts, 2);
+  EXPECT_EQ(view.timeline_rows() - ghosts, 4);
+  std::set<int> ranks;
+  const auto& rows = view.comparison().rows;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (!rows[r].ghost) ranks.insert(rows[r].rank);
+    if (rows[r].ghost) {
+      ASSERT_GT(r, 0u);
+      EXPECT_EQ(rows[r].rank, rows[r - 1].rank);
+      EXPECT_EQ(rows[r].stream, rows[r - 1].stream);
+    }
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+}
+
+TEST(CompareView, BadDatabasesAndRunsShowTheirMessage) {
+  QTemporaryDir dir;
+  CompareView view;
+  view.set_tessel_binary(TESSEL_BINARY);
+  view.set_database(dir.filePath("missing.db"));
+  EXPECT_NE(view.error().indexOf("no runs database here"), -1) << view.error().toStdString();
+  EXPECT_EQ(view.run_count(), 0);
+  const QString empty = dir.filePath("empty.db");
+  { tessel::profiles::ProfileStore create(empty.toStdString()); }
+  view.set_database(empty);
+  EXPECT_NE(view.error().indexOf("holds no runs yet"), -1) << view.error().toStdString();
+  EXPECT_FALSE(view.show_run(7));
+  EXPECT_NE(view.error().indexOf("--run: 7: no such run"), -1) << view.error().toStdString();
+  // Not a database at all.
+  const QString junk = dir.filePath("junk.db");
+  QFile file(junk);
+  ASSERT_TRUE(file.open(QIODevice::WriteOnly));
+  file.write("this is not sqlite");
+  file.close();
+  view.set_database(junk);
+  EXPECT_FALSE(view.error().isEmpty());
+  EXPECT_EQ(view.run_count(), 0);
+}
