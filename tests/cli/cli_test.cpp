@@ -170,7 +170,7 @@ TEST_F(Cli, SweepAndCapacityAnswer) {
 }
 
 TEST_F(Cli, EveryCommandHasHelp) {
-  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets", "profile", "simulate", "run"}) {
+  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets", "profile", "simulate", "run", "gui"}) {
     const Outcome o = run(std::string(command) + " --help");
     EXPECT_EQ(o.status, 0) << command;
     EXPECT_NE(o.out.find("Usage"), std::string::npos) << command << ": " << o.out;
@@ -343,6 +343,27 @@ TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {
   EXPECT_EQ(first_text, losses(again.out));
   const double first_loss = std::stod(first_text.front()), last_loss = std::stod(first_text.back());
   EXPECT_LT(last_loss, first_loss);
+}
+
+// tessel gui refuses bad arguments on one line, before any window, and writes no PNG.
+TEST_F(Cli, GuiRefusesBadTabsRunsAndDatabases) {
+  const std::string png = (dir_ / "shot.png").string();
+  Outcome o = run("gui --screenshot " + png + " --tab charts");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "tessel: error: --tab: must be plans, timeline, breakdown, memory, compare or whatif, got charts\n");
+  o = run("gui --screenshot " + png + " --tab compare --db " + (dir_ / "none.db").string());
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("none.db"), std::string::npos) << o.err;
+  {
+    tessel::profiles::ProfileStore empty((dir_ / "empty.db").string());
+  }
+  o = run("gui --screenshot " + png + " --tab compare --db " + (dir_ / "empty.db").string());
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("holds no runs"), std::string::npos) << o.err;
+  o = run("gui --run 3 --db " + (dir_ / "empty.db").string());
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("--run: 3: no such run in"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(png));
 }
 
 TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {

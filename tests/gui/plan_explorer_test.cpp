@@ -66,6 +66,53 @@ TEST(PlanExplorer, InputsAreCheckedAsYouTypeWithTheCommandLinesMessages) {
   EXPECT_FALSE(window.start_search());
 }
 
+// The model field takes files too: a Hugging Face config.json searches; a file that is not
+// JSON shows the loader's message, and the window takes no search.
+TEST(PlanExplorer, ModelFilesAreCheckedLikePresets) {
+  QTemporaryDir dir;
+  const QString hf = dir.filePath("config.json"), junk = dir.filePath("junk.json");
+  for (const auto& [file, text] :
+       {std::pair{hf, QByteArray(R"({"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4,
+                                   "vocab_size": 50257, "n_positions": 512})")},
+        std::pair{junk, QByteArray("{ not json")}}) {
+    QFile out(file);
+    ASSERT_TRUE(out.open(QIODevice::WriteOnly));
+    out.write(text);
+  }
+  PlanExplorer window;
+  tessel::planner::SearchInputs in = small_search();
+  in.model = hf.toStdString();
+  window.set_inputs(in);
+  EXPECT_TRUE(window.validation_error().isEmpty()) << window.validation_error().toStdString();
+  ASSERT_TRUE(window.start_search());
+  ASSERT_TRUE(window.wait_for_search(120000));
+  EXPECT_GT(window.plan_rows(), 0);
+  in.model = junk.toStdString();
+  window.set_inputs(in);
+  EXPECT_NE(window.validation_error().indexOf(junk), -1) << window.validation_error().toStdString();
+  EXPECT_FALSE(window.start_search());
+}
+
+// A simulation that fails shows its message in the window; the window stays usable.
+TEST(PlanExplorer, AFailedSimulationShowsItsMessage) {
+  PlanExplorer window;
+  window.set_tessel_binary("/bin/false");
+  window.set_inputs(small_search());
+  ASSERT_TRUE(window.start_search());
+  ASSERT_TRUE(window.wait_for_search(120000));
+  QSignalSpy simulated(&window, &PlanExplorer::simulationFinished);
+  window.select_plan(0);
+  ASSERT_TRUE(window.wait_for_simulation(30000));
+  ASSERT_EQ(simulated.count(), 1);
+  EXPECT_FALSE(simulated.takeFirst().at(0).toBool());
+  EXPECT_NE(window.simulation_error().indexOf("exited with status 1"), -1) << window.simulation_error().toStdString();
+  EXPECT_EQ(window.timeline_rows(), 0);
+  window.set_tessel_binary("/no/such/tessel");
+  window.select_plan(1);
+  window.wait_for_simulation(30000);
+  EXPECT_NE(window.simulation_error().indexOf("cannot start"), -1) << window.simulation_error().toStdString();
+}
+
 TEST(PlanExplorer, ASearchFillsTheScatterAndTheTableAndSelectsAPlan) {
   PlanExplorer window;
   window.set_inputs(small_search());
