@@ -74,6 +74,14 @@ QPixmap capture(PlanExplorer& window) {
   for (int i = 0; i < 20; ++i) QApplication::processEvents(QEventLoop::AllEvents, 25);
   return window.screen()->grabWindow(window.winId());
 }
+// Qt's two notices of an offscreen or bare root session say nothing a user can act on;
+// every other message goes through.
+QtMessageHandler qt_default_handler = nullptr;
+void drop_session_notices(QtMsgType type, const QMessageLogContext& context, const QString& message) {
+  if (message.contains("propagateSizeHints") || message.contains("XDG_RUNTIME_DIR")) return;
+  qt_default_handler(type, context, message);
+}
+
 // The figures behind the compare screenshot: the op kinds whose measured time exceeds the
 // prediction the most, per rank per step.
 void print_comparison(const RunComparison& comparison) {
@@ -106,6 +114,7 @@ int run_gui(const GuiOptions& options) {
   }
   const std::optional<profiles::RunRecord> run = find_run(options);
   if (run && options.plan_file.empty()) fill_inputs_from_plan(Plan::from_json(run->plan), inputs, scratch);
+  qt_default_handler = qInstallMessageHandler(drop_session_notices);
   int argc = 1;
   char name[] = "tessel";
   char* argv[] = {name, nullptr};
