@@ -31,7 +31,9 @@ run run --plan examples/local-cpu-gpt-small.json --steps 5 --db "$db"
 # simulator's prediction for the same plan (chrome://tracing or Perfetto).
 run run --plan examples/local-cpu-gpt-pp-tp.json --steps 5 --db "$db" --trace "$build_dir/measured-pp-tp-trace.json"
 run simulate --plan examples/local-cpu-gpt-pp-tp.json --db "$db" --trace "$build_dir/predicted-pp-tp-trace.json"
-# The same comparison in the GUI's compare tab (the newest run of the database).
+# Measured against predicted, op kind by op kind, then in the GUI's compare tab (the
+# newest run of the database).
+run compare --run 2 --db "$db" --top 8
 run gui --screenshot "$build_dir/gui-compare.png" --tab compare --db "$db"
 
 # The plan explorer (Qt 6), rendered offscreen: a search, its Pareto scatter and table.

@@ -24,5 +24,6 @@ Command add_profile_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_gui_command(CLI::App& app);
+Command add_compare_command(CLI::App& app);
 
 }  // namespace tessel::cli

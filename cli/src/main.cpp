@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   add(add_profile_command);
   add(add_simulate_command);
   add(add_run_command);
+  add(add_compare_command);
   add(add_gui_command);
 
   try {

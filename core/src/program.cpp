@@ -1,6 +1,7 @@
 #include "tessel/core/program.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,13 @@ std::string_view to_string(Stream stream) {
     case Stream::copy: return "copy";
   }
   return "?";
+}
+
+std::optional<Stream> stream_from_string(std::string_view name) {
+  for (Stream s : {Stream::compute, Stream::tp_comm, Stream::dp_comm, Stream::pp_comm, Stream::copy}) {
+    if (to_string(s) == name) return s;
+  }
+  return std::nullopt;
 }
 
 std::size_t Program::op_count() const {

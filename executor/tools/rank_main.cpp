@@ -159,11 +159,7 @@ int train(const RunArgs& args, const Plan& plan) {
         std::vector<TimedOp> timed;
         timed.reserve(events.size());
         for (const profiles::EventRecord& e : events) {
-          Stream stream = Stream::compute;
-          for (int k = 0; k < 5; ++k) {
-            if (to_string(Stream(k)) == e.stream) stream = Stream(k);
-          }
-          timed.push_back({e.rank, stream, e.op, e.start_s, e.end_s});
+          timed.push_back({e.rank, stream_from_string(e.stream).value_or(Stream::compute), e.op, e.start_s, e.end_s});
         }
         write_text_file_atomically(args.trace_file, chrome_trace_json(program, timed));
         std::cout << fmt::format("wrote {} measured events to {}\n", events.size(), args.trace_file);

@@ -186,18 +186,6 @@ void StackedBars::set(const QString& title, const QString& value_title, const st
 
 int StackedBars::bar_count() const { return impl_->bars; }
 
-BoxStats box_stats(std::vector<double> values) {
-  if (values.empty()) return {};
-  std::sort(values.begin(), values.end());
-  auto quantile = [&](double q) {
-    const double at = q * double(values.size() - 1);
-    const std::size_t below = std::size_t(at);
-    const double above = below + 1 < values.size() ? values[below + 1] : values[below];
-    return values[below] + (at - double(below)) * (above - values[below]);
-  };
-  return {values.front(), quantile(0.25), quantile(0.5), quantile(0.75), values.back()};
-}
-
 struct BoxChart::Impl {
   QChart* chart = nullptr;
   int boxes = 0;
@@ -211,12 +199,12 @@ BoxChart::BoxChart(QWidget* parent) : QWidget(parent), impl_(new Impl) {
 BoxChart::~BoxChart() { delete impl_; }
 
 void BoxChart::set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
-                   const std::vector<BoxStats>& boxes) {
+                   const std::vector<Spread>& boxes) {
   auto* series = new QBoxPlotSeries;
   double low = 0, high = 1;
   const std::size_t count = std::min(boxes.size(), categories.size());
   for (std::size_t i = 0; i < count; ++i) {
-    const BoxStats& b = boxes[i];
+    const Spread& b = boxes[i];
     series->append(new QBoxSet(b.minimum, b.lower_quartile, b.median, b.upper_quartile, b.maximum, categories[i]));
     low = std::min(low, b.minimum), high = std::max(high, b.maximum);
   }

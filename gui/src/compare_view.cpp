@@ -134,7 +134,7 @@ bool CompareView::show_run(std::int64_t run_id) {
     }
     std::vector<double> step_s;
     for (const profiles::StepRecord& s : runs.steps(run_id)) step_s.push_back(s.seconds);
-    measured_step_s_ = box_stats(step_s).median;
+    measured_step_s_ = spread_of(step_s).median;
     const auto index = std::find(run_ids_.begin(), run_ids_.end(), run_id);
     if (index != run_ids_.end()) runs_->setCurrentIndex(int(index - run_ids_.begin()));
     shown_run_ = run_id;
@@ -167,8 +167,9 @@ void CompareView::draw(const QByteArray& simulate_json) {
   for (const OpKindComparison& c : comparison_.kinds) {
     if (c.predicted_s <= 0 || c.measured_s <= 0) continue;
     const double x = c.predicted_s * 1e3, y = c.measured_s * 1e3;
-    points[int(c.colour)].emplace_back(x, y);
-    tips[int(c.colour)].push_back(QString("%1\npredicted %2 ms, measured %3 ms (x%4)")
+    const int colour = int(kind_of(int(c.stream), c.op));
+    points[colour].emplace_back(x, y);
+    tips[colour].push_back(QString("%1\npredicted %2 ms, measured %3 ms (x%4)")
                                       .arg(QString::fromStdString(c.kind))
                                       .arg(x, 0, 'g', 3)
                                       .arg(y, 0, 'g', 3)
@@ -183,9 +184,12 @@ void CompareView::draw(const QByteArray& simulate_json) {
   if (high > 0) parity_->add_line("measured = predicted", QColor(120, 120, 120), {{low, low}, {high, high}});
 
   // Spread of measured / predicted over the steps, the 12 largest predicted kinds.
+  std::vector<OpKindComparison> largest = comparison_.kinds;
+  std::sort(largest.begin(), largest.end(),
+            [](const OpKindComparison& a, const OpKindComparison& b) { return a.predicted_s > b.predicted_s; });
   std::vector<QString> names;
-  std::vector<BoxStats> boxes;
-  for (const OpKindComparison& c : comparison_.kinds) {
+  std::vector<Spread> boxes;
+  for (const OpKindComparison& c : largest) {
     if (c.predicted_s <= 0 || names.size() >= 12) continue;
     names.push_back(QString::fromStdString(c.kind));
     boxes.push_back(c.ratio);

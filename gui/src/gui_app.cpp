@@ -82,22 +82,6 @@ void drop_session_notices(QtMsgType type, const QMessageLogContext& context, con
   qt_default_handler(type, context, message);
 }
 
-// The figures behind the compare screenshot: the op kinds whose measured time exceeds the
-// prediction the most, per rank per step.
-void print_comparison(const RunComparison& comparison) {
-  std::vector<OpKindComparison> kinds = comparison.kinds;
-  double predicted_s = 0, measured_s = 0;
-  for (const OpKindComparison& c : kinds) predicted_s += c.predicted_s, measured_s += c.measured_s;
-  std::sort(kinds.begin(), kinds.end(), [](const OpKindComparison& a, const OpKindComparison& b) {
-    return a.measured_s - a.predicted_s > b.measured_s - b.predicted_s;
-  });
-  std::printf("op time per rank per step: measured %.2f ms, predicted %.2f ms; largest excess:\n", measured_s * 1e3,
-              predicted_s * 1e3);
-  for (std::size_t i = 0; i < kinds.size() && i < 6; ++i) {
-    std::printf("  %-24s measured %8.3f ms  predicted %8.3f ms  (+%.3f ms)\n", kinds[i].kind.c_str(),
-                kinds[i].measured_s * 1e3, kinds[i].predicted_s * 1e3, (kinds[i].measured_s - kinds[i].predicted_s) * 1e3);
-  }
-}
 }  // namespace
 
 int run_gui(const GuiOptions& options) {
@@ -152,7 +136,6 @@ int run_gui(const GuiOptions& options) {
     window.wait_for_simulation(600000);
     if (!window.simulation_error().isEmpty()) throw Error(window.simulation_error().toStdString());
   }
-  if (options.tab == "compare") print_comparison(window.compare_view()->comparison());
   window.show_tab(QString::fromStdString(options.tab));
   window.show();
   QApplication::processEvents();

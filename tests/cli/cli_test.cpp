@@ -170,7 +170,7 @@ TEST_F(Cli, SweepAndCapacityAnswer) {
 }
 
 TEST_F(Cli, EveryCommandHasHelp) {
-  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets", "profile", "simulate", "run", "gui"}) {
+  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets", "profile", "simulate", "run", "gui", "compare"}) {
     const Outcome o = run(std::string(command) + " --help");
     EXPECT_EQ(o.status, 0) << command;
     EXPECT_NE(o.out.find("Usage"), std::string::npos) << command << ": " << o.out;
@@ -343,6 +343,25 @@ TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {
   EXPECT_EQ(first_text, losses(again.out));
   const double first_loss = std::stod(first_text.front()), last_loss = std::stod(first_text.back());
   EXPECT_LT(last_loss, first_loss);
+
+  // tessel compare sets the stored run against its plan's simulation: every op kind the
+  // ranks measured is one the simulator predicts, and back.
+  const std::string json_file = (dir_ / "compare.json").string();
+  const Outcome compared = run("compare --run 2 --db " + db + " --top 0 --json " + json_file);
+  ASSERT_EQ(compared.status, 0) << compared.err;
+  EXPECT_NE(compared.out.find("run 2: "), std::string::npos) << compared.out;
+  EXPECT_NE(compared.out.find("(median of 4)"), std::string::npos) << compared.out;
+  const tessel::Json comparison = tessel::Json::parse(slurp(json_file));
+  EXPECT_GT(comparison["simulated_step_s"].get<double>(), 0);
+  ASSERT_GT(comparison["kinds"].size(), 10u);
+  for (const tessel::Json& kind : comparison["kinds"]) {
+    EXPECT_GT(kind["predicted_s"].get<double>(), 0) << kind.dump();
+    EXPECT_GT(kind["measured_s"].get<double>(), 0) << kind.dump();
+    EXPECT_NE(compared.out.find(kind["kind"].get<std::string>()), std::string::npos) << kind.dump();
+  }
+  const Outcome missing = run("compare --run 5 --db " + db);
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_EQ(missing.err, "tessel: error: --run: 5: no such run in " + db + " (2 runs there)\n");
 }
 
 // tessel gui refuses bad arguments on one line, before any window, and writes no PNG.

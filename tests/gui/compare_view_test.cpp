@@ -15,24 +15,6 @@
 
 using tessel::gui::CompareView;
 
-TEST(RunComparison, OpKindsKeepThePhaseAndTheOp) {
-  EXPECT_EQ(tessel::gui::op_kind("mb3/L12/fwd/mlp.fc1"), "fwd mlp.fc1");
-  EXPECT_EQ(tessel::gui::op_kind("mb0/L0/recompute/attn.core"), "recompute attn.core");
-  EXPECT_EQ(tessel::gui::op_kind("step/optimizer"), "step optimizer");
-  EXPECT_EQ(tessel::gui::op_kind("optimizer"), "optimizer");
-}
-
-TEST(RunComparison, BoxStatsAreTheQuartiles) {
-  const tessel::gui::BoxStats b = tessel::gui::box_stats({5, 1, 3, 2, 4});
-  EXPECT_DOUBLE_EQ(b.minimum, 1);
-  EXPECT_DOUBLE_EQ(b.lower_quartile, 2);
-  EXPECT_DOUBLE_EQ(b.median, 3);
-  EXPECT_DOUBLE_EQ(b.upper_quartile, 4);
-  EXPECT_DOUBLE_EQ(b.maximum, 5);
-  EXPECT_DOUBLE_EQ(tessel::gui::box_stats({1, 2}).median, 1.5);
-  EXPECT_DOUBLE_EQ(tessel::gui::box_stats({}).maximum, 0);
-}
-
 TEST(CompareView, AStoredRunIsSetAgainstItsPrediction) {
   QTemporaryDir dir;
   const std::string db = dir.filePath("runs.db").toStdString();

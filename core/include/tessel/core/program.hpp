@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ namespace tessel {
 
 enum class Stream { compute, tp_comm, dp_comm, pp_comm, copy };
 std::string_view to_string(Stream stream);
+std::optional<Stream> stream_from_string(std::string_view name);  // nullopt: not a stream's name
 
 struct ProgramOp {
   std::string id;

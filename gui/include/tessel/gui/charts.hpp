@@ -9,6 +9,8 @@
 #include <QWidget>
 #include <vector>
 
+#include "tessel/core/op_comparison.hpp"
+
 namespace tessel::gui {
 
 class ScatterChart : public QWidget {
@@ -53,20 +55,13 @@ class StackedBars : public QWidget {
 
 // Box-and-whisker per category (minimum, lower quartile, median, upper quartile,
 // maximum): the spread of a ratio over steps, for instance.
-struct BoxStats {
-  double minimum = 0, lower_quartile = 0, median = 0, upper_quartile = 0, maximum = 0;
-};
-// The quartiles of `values` (linear interpolation between order statistics); all zero when
-// empty.
-BoxStats box_stats(std::vector<double> values);
-
 class BoxChart : public QWidget {
   Q_OBJECT
  public:
   explicit BoxChart(QWidget* parent = nullptr);
   ~BoxChart() override;
   void set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
-           const std::vector<BoxStats>& boxes);
+           const std::vector<Spread>& boxes);
   int box_count() const;
 
  private:
