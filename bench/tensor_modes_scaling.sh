@@ -6,14 +6,7 @@
 #   bench/tensor_modes_scaling.sh [build-dir] [db]
 # Strong: one model and global batch on 4 and 8 ranks. Weak: the global batch grows with
 # the ranks. Each plan is written to a temporary folder; nothing else is kept.
-set -euo pipefail
-build_dir=${1:-build}
-db=${2:-}
-tessel="$build_dir/bin/tessel"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-db_args=()
-[[ -n "$db" ]] && db_args=(--db "$db")
+source "$(dirname "$0")/measure_common.sh" "$@"
 
 # name tp mode depth global_batch micro_batch
 cases=(
@@ -37,10 +30,8 @@ for entry in "${cases[@]}"; do
  "cluster": "local-cpu", "train": {"global_batch": $batch, "precision": "fp32"},
  "parallel": {"tp": $tp, "tp_mode": "$mode", "tp_depth": $depth, "micro_batch": $micro}}
 EOF
-  measured=$("$tessel" run --plan "$plan" --steps 4 --db "$work/runs.db" |
-             awk '/^step [2-4] /{print $8}' | sort -g | sed -n 2p)
-  simulated=$("$tessel" simulate --plan "$plan" "${db_args[@]}" --json |
-              sed -n 's/.*"step_time_s": *\([0-9.e+-]*\).*/\1/p' | head -1)
+  measured=$(measured_step_s "$plan" 4)
+  simulated=$(simulated_s "$plan" step_time_s)
   ratio=$(awk -v m="$measured" -v s="$simulated" 'BEGIN{printf "%.2f", m / s}')
   printf '%-7s %-7s %5s %6s %10.3f s %10.3f s %10s\n' "$scaling" "$mode" "$tp" "$batch" "$measured" "$simulated" "$ratio"
 done

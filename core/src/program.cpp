@@ -59,7 +59,8 @@ BlockOp transfer(OpKind kind, CommGroup group, double bytes, Collective collecti
 
 Stream stream_of(const BlockOp& op) {
   switch (op.kind) {
-    case OpKind::collective: return op.group == CommGroup::dp ? Stream::dp_comm : Stream::tp_comm;
+    case OpKind::collective:
+      return op.group == CommGroup::dp || op.group == CommGroup::embedding ? Stream::dp_comm : Stream::tp_comm;
     case OpKind::send:
     case OpKind::recv: return Stream::pp_comm;
     case OpKind::copy: return Stream::copy;
@@ -249,6 +250,14 @@ Program Program::lower(const Plan& plan) {
     double stage_params = double(stage_layers.size()) * layer_params;
     if (s == 0) stage_params += table.embedding_parameters;
     if (s == p.pp - 1) stage_params += table.head_parameters + table.tied_copy_parameters;
+    // With a pipeline the first and last stage each hold the tied token embedding (the
+    // last as its LM head); their gradients sum once the backward is done, before the
+    // data-parallel sync.
+    if (p.pp > 1 && model.tied_embeddings && (s == 0 || s == p.pp - 1) && table.tied_copy_parameters > 0) {
+      step_waits.push_back(b.after_last(
+          "stage/embed/grad.all_reduce", transfer(OpKind::collective, CommGroup::embedding,
+                                                  table.tied_copy_parameters * states.gradient, Collective::all_reduce)));
+    }
     // The rest of the stage's weights (embedding, final norm, LM head) sync in one bucket
     // when the backward is done; ZeRO-3 treats them as ZeRO-2 does.
     const double rest_params = stage_params - double(stage_layers.size()) * layer_params;

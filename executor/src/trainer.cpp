@@ -246,6 +246,7 @@ double Trainer::forward_backward() {
     Communicator& ends = grid_.embedding();
     if (ends.size() > 1) {
       const TensorSlot& wte = rest.layout.tensor("wte");
+      auto timed = timeline_.time("stage/embed/grad.all_reduce");
       ends.all_reduce(rest.grads.data() + wte.offset, wte.size());
     }
     bucket_gradients_done(rest);

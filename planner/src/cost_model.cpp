@@ -130,7 +130,8 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
       case CommGroup::tp_depth: return grid_depth;
       case CommGroup::sp_ring: return sp_neighbour;
       case CommGroup::dp:
-      case CommGroup::pp: break;  // block tables hold no data- or pipeline-parallel ops
+      case CommGroup::pp:
+      case CommGroup::embedding: break;  // block tables hold no data- or pipeline-parallel ops
     }
     return tp_group;
   };
@@ -241,6 +242,13 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   c.stage_parameters = layers * table.layer_parameters + stage_extra;
   c.layer_parameters = table.layer_parameters;
   c.layers_on_stage = layers;
+  if (p.pp > 1 && model_.tied_embeddings && table.tied_copy_parameters > 0) {
+    // Two ranks, on one node only when the whole pipeline is.
+    CommTally tied{costs_};
+    tied.add(Collective::all_reduce, GroupPlacement{2, c.stages_per_node >= p.pp ? 2 : 1},
+             table.tied_copy_parameters * grad_bytes_);
+    c.tied_embedding_sync = {tied.time_s, tied.bytes, tied.messages};
+  }
   c.depth_sync_layer_elements = table.depth_sync_layer_elements;
   c.depth_sync_rest_elements = p.pp == 1 ? table.depth_sync_head_elements + table.depth_sync_embedding_elements
                                          : std::max(table.depth_sync_head_elements, table.depth_sync_embedding_elements);
@@ -418,8 +426,10 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   const double compute_per_micro_batch = c.forward_compute_s + c.backward_compute_s;
   const double hidden_sync = overlap_ ? c.backward_compute_s : 0.0;
   const double hidden_zero3 = overlap_ ? compute_per_micro_batch : 0.0;
+  // The tied embedding's sum waits for the last backward on both ends of the pipeline and
+  // the optimizer waits for it: nothing hides it.
   const double exposed_sync =
-      std::max(0.0, sync.time_s + depth.time_s + partial.time_s - hidden_sync);
+      std::max(0.0, sync.time_s + depth.time_s + partial.time_s - hidden_sync) + c.tied_embedding_sync.time_s;
   const double exposed_zero3 = micro_batches * std::max(0.0, zero3.time_s - hidden_zero3);
   out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3;
 
@@ -452,8 +462,8 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   comm.sp_messages = micro_batches * c.comm_per_micro_batch.sp_messages;
   comm.pp_bytes = micro_batches * p2p_sends * c.p2p_bytes;
   comm.pp_messages = micro_batches * p2p_sends;
-  comm.dp_bytes = sync.bytes + micro_batches * zero3.bytes;
-  comm.dp_messages = sync.messages + micro_batches * zero3.messages;
+  comm.dp_bytes = sync.bytes + micro_batches * zero3.bytes + c.tied_embedding_sync.bytes;
+  comm.dp_messages = sync.messages + micro_batches * zero3.messages + c.tied_embedding_sync.messages;
   comm.offload_bytes = copy_bytes;
 }
 

@@ -301,6 +301,12 @@ class Replay {
       case CommGroup::pp:
         out.push_back(rank);
         break;
+      case CommGroup::embedding: {
+        const int stage_size = p.tp * p.sp * p.dp;
+        out.push_back(rank % stage_size);
+        out.push_back(rank % stage_size + (p.pp - 1) * stage_size);
+        break;
+      }
     }
     return out;
   }

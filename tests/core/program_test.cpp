@@ -177,3 +177,40 @@ TEST(Program, RecomputeRedoesTheForward) {
   EXPECT_TRUE(selective.count("mb1/L3/recompute/attn.core"));
   EXPECT_FALSE(selective.count("mb1/L3/recompute/mlp.fc1"));
 }
+
+// With a pipeline, the first and last stage hold the tied token table (the last as its LM
+// head) and sum its gradients once per step, before the data-parallel sync of the stage's
+// other weights; the middle stages do not take part, and an untied model or a single
+// stage has no such op.
+TEST(Program, ThePipelinesEndsSumTheTiedEmbeddingsGradients) {
+  const Program program = Program::lower(small_plan(2, 3, 2));
+  const auto where = index_ids(program);
+  const char* id = "stage/embed/grad.all_reduce";
+  for (int s = 0; s < program.stages(); ++s) {
+    const auto& ops = program.stage(s).ops;
+    const auto found = std::find_if(ops.begin(), ops.end(), [&](const ProgramOp& op) { return op.id == id; });
+    if (s == 1) {
+      EXPECT_EQ(found, ops.end()) << "a middle stage holds no copy";
+      continue;
+    }
+    ASSERT_NE(found, ops.end()) << "stage " << s;
+    EXPECT_EQ(found->stream, Stream::dp_comm);
+    EXPECT_EQ(found->work.group, CommGroup::embedding);
+    EXPECT_EQ(found->work.collective, Collective::all_reduce);
+    // The rank's shard of the vocabulary-parallel table, fp32 gradients.
+    const ModelSpec& m = program.plan().model;
+    EXPECT_DOUBLE_EQ(found->work.bytes, double(m.vocab) / 2 * m.hidden * 4);
+    const auto sync = std::find_if(ops.begin(), ops.end(), [](const ProgramOp& op) { return op.id == "stage/dp/grad.all_reduce"; });
+    ASSERT_NE(sync, ops.end());
+    EXPECT_LT(found - ops.begin(), sync - ops.begin());
+    // The optimizer waits for the sum, as the executor does.
+    const auto optimizer = std::find_if(ops.begin(), ops.end(), [](const ProgramOp& op) { return op.id == "step/optimizer"; });
+    ASSERT_NE(optimizer, ops.end());
+    const auto& deps = optimizer->deps;
+    EXPECT_NE(std::find(deps.begin(), deps.end(), std::uint32_t(found - ops.begin())), deps.end());
+  }
+  EXPECT_EQ(index_ids(Program::lower(small_plan(2, 1, 2))).count(id), 0u);
+  Plan untied = small_plan(2, 3, 2);
+  untied.model.tied_embeddings = false;
+  EXPECT_EQ(index_ids(Program::lower(untied)).count(id), 0u);
+}

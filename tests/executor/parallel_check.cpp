@@ -345,7 +345,7 @@ int check_traffic(Communicator& world, const std::string& text) {
       Trainer trainer(plan, grid, DataLoader(text, 8, 16, grid.coordinates().dp, plan.parallel.dp),
                       options_for(layout.optimizer));
       for (Communicator* c : {&grid.sp(), &grid.tp(), &grid.tp_row(), &grid.tp_col(), &grid.tp_depth(), &grid.gradients(),
-                              &grid.pp()}) {
+                              &grid.pp(), &grid.embedding()}) {
         c->reset_counters();
       }
       trainer.step();
@@ -356,7 +356,12 @@ int check_traffic(Communicator& world, const std::string& text) {
         tp.bytes_sent += axis->counters().bytes_sent;
         tp.messages += axis->counters().messages;
       }
-      const CommCounters sp = grid.sp().counters(), dp = grid.gradients().counters(), pp = grid.pp().counters();
+      const CommCounters sp = grid.sp().counters(), pp = grid.pp().counters();
+      // The planner counts the tied embedding's sum between the pipeline's ends as
+      // gradient traffic.
+      CommCounters dp = grid.gradients().counters();
+      dp.bytes_sent += grid.embedding().counters().bytes_sent;
+      dp.messages += grid.embedding().counters().messages;
       auto same = [](const CommCounters& got, double bytes, double messages) {
         return std::abs(got.bytes_sent - bytes) <= 1e-9 * bytes && got.messages == messages;
       };
@@ -370,8 +375,9 @@ int check_traffic(Communicator& world, const std::string& text) {
                     exact ? "exact" : "DIFFER");
         std::printf("  tp  %.0f bytes %.0f messages, planner %.0f bytes %.0f messages\n", tp.bytes_sent, tp.messages,
                     want.comm.tp_bytes, want.comm.tp_messages);
-        std::printf("  dp  %.0f bytes %.0f messages, planner %.0f bytes %.0f messages\n", dp.bytes_sent, dp.messages,
-                    want.comm.dp_bytes, want.comm.dp_messages);
+        std::printf("  dp  %.0f bytes %.0f messages, planner %.0f bytes %.0f messages (tied embedding %.0f bytes)\n",
+                    dp.bytes_sent, dp.messages, want.comm.dp_bytes, want.comm.dp_messages,
+                    grid.embedding().counters().bytes_sent);
         std::printf("  pp  %.0f bytes %.0f messages, planner %.0f bytes %.0f messages (busiest stage)\n", pp.bytes_sent,
                     pp.messages, want.comm.pp_bytes, want.comm.pp_messages);
       }

@@ -21,8 +21,10 @@ enum class OpKind { gemm, attention, memory, collective, send, recv, copy };
 // Which communicator a collective runs on. Tensor-grid axes: 1D uses `tp`; 2D and
 // 2.5D broadcast along rows and columns; 3D gathers and reduces along its three axes
 // (row, column, depth); the 2.5D depth group also averages weight gradients.
-// dp: the gradient group (dp x sp ranks holding the same weights); pp: stage neighbours.
-enum class CommGroup { tp, tp_row, tp_col, tp_depth, sp_ring, dp, pp };
+// dp: the gradient group (dp x sp ranks holding the same weights); pp: stage neighbours;
+// embedding: the first and last pipeline stage's ranks of the same coordinates, which hold
+// the two copies of the tied token embedding and sum their gradients once per step.
+enum class CommGroup { tp, tp_row, tp_col, tp_depth, sp_ring, dp, pp, embedding };
 
 struct BlockOp {
   std::string_view name;  // "attn.qkv", stable: part of op ids

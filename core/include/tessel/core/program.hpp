@@ -14,6 +14,8 @@
 //      mb{i}/L{l}/{fwd|bwd}/zero.{all_gather|reduce_scatter}   ZeRO-3 per micro-batch
 //      mb{i}/L{l}/fwd/offload.fetch            chunked offload
 //      L{l}/dp/grad.{all_reduce|reduce_scatter}, L{l}/step/zero.all_gather
+//      stage/dp/grad.{all_reduce|reduce_scatter}, stage/step/zero.all_gather (the non-layer weights)
+//      stage/embed/grad.all_reduce             tied embedding copies, first and last stage
 //      step/optimizer, step/optimizer.host, step/offload.{grads_d2h|params_h2d}
 #pragma once
 

@@ -58,6 +58,9 @@ struct LayoutCost {
   // buckets' calls of one step (of one micro-batch under ZeRO 3) and the stage's other
   // weights' call.
   StepComm partial_layer_sync, partial_rest_sync;
+  // pp > 1 with tied embeddings: the first and last stage sum the gradients of their
+  // copies of the token table once per step (Megatron's embedding group).
+  StepComm tied_embedding_sync;
   CommVolume comm_per_micro_batch;   // tp, sp, pp per micro-batch (fwd + bwd, incl. recompute)
   double block_tp_forward_bytes = 0;  // one transformer block's TP bytes per rank, forward
   double block_tp_forward_messages = 0;

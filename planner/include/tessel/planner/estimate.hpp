@@ -47,7 +47,7 @@ struct CommVolume {
   double tp_bytes = 0, tp_messages = 0;
   double sp_bytes = 0, sp_messages = 0;
   double pp_bytes = 0, pp_messages = 0;
-  double dp_bytes = 0, dp_messages = 0;
+  double dp_bytes = 0, dp_messages = 0;  // incl. the tied embedding's sum between the pipeline's ends
   double offload_bytes = 0;
 };
 
