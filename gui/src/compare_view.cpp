@@ -2,6 +2,10 @@
 
 #include <QComboBox>
 #include <QFileDialog>
+#include <QHeaderView>
+#include <QSortFilterProxyModel>
+#include <QStandardItemModel>
+#include <QTableView>
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -56,8 +60,19 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   parity_ = new ScatterChart(charts, true, true);
   parity_->set_axes("predicted per rank per step (ms)", "measured (ms)");
   ratios_ = new BoxChart(charts);
+  // Every op kind with its numbers, sortable (by excess at first, as tessel compare).
+  kinds_ = new QStandardItemModel(this);
+  table_ = new QTableView(vertical);
+  auto* sorted = new QSortFilterProxyModel(this);
+  sorted->setSourceModel(kinds_);
+  sorted->setSortRole(Qt::UserRole);
+  table_->setModel(sorted);
+  table_->setSortingEnabled(true);
+  table_->verticalHeader()->hide();
+  table_->verticalHeader()->setDefaultSectionSize(20);
+  table_->horizontalHeader()->setStretchLastSection(true);
   timeline_ = new TimelineView(vertical);
-  vertical->setSizes({480, 360});
+  vertical->setSizes({420, 160, 300});
   layout->addWidget(vertical, 1);
   simulation_ = new ChildSimulation(this);
 
@@ -195,6 +210,31 @@ void CompareView::draw(const QByteArray& simulate_json) {
     boxes.push_back(c.ratio);
   }
   ratios_->set("measured / predicted over the steps (1 = exact), largest predicted ops", "ratio", names, boxes);
+  kinds_->clear();
+  kinds_->setHorizontalHeaderLabels({"op kind", "stream", "predicted ms", "measured ms", "excess ms",
+                                     "measured / predicted: median [min, max]"});
+  for (const OpKindComparison& c : comparison_.kinds) {
+    auto cell = [](const QString& text, const QVariant& key) {
+      auto* item = new QStandardItem(text);
+      item->setData(key, Qt::UserRole);
+      item->setEditable(false);
+      return item;
+    };
+    const double excess_ms = (c.measured_s - c.predicted_s) * 1e3;
+    const QString kind = QString::fromStdString(c.kind), stream = QString::fromUtf8(to_string(c.stream).data());
+    kinds_->appendRow({cell(kind, kind), cell(stream, stream),
+                       cell(QString::number(c.predicted_s * 1e3, 'f', 3), c.predicted_s),
+                       cell(QString::number(c.measured_s * 1e3, 'f', 3), c.measured_s),
+                       cell(QString::number(excess_ms, 'f', 3), excess_ms),
+                       cell(c.predicted_s > 0 ? QString("%1 [%2, %3]")
+                                                    .arg(c.ratio.median, 0, 'f', 2)
+                                                    .arg(c.ratio.minimum, 0, 'f', 2)
+                                                    .arg(c.ratio.maximum, 0, 'f', 2)
+                                              : QString("not predicted"),
+                            c.ratio.median)});
+  }
+  table_->sortByColumn(4, Qt::DescendingOrder);  // the largest excess first
+  table_->resizeColumnsToContents();
   timeline_->set_rows(comparison_.rows);
   const double predicted_step_s = result.value("step_time_s", 0.0);
   summary_->setText(QString("run %1: measured step %2 s (median), predicted %3 s (x%4); timeline: step %5, each rank's "
@@ -209,6 +249,7 @@ void CompareView::draw(const QByteArray& simulate_json) {
 
 int CompareView::parity_points() const { return parity_->point_count(); }
 int CompareView::ratio_boxes() const { return ratios_->box_count(); }
+int CompareView::table_rows() const { return kinds_->rowCount(); }
 int CompareView::timeline_rows() const { return timeline_->row_count(); }
 int CompareView::ghost_rows() const {
   return int(std::count_if(comparison_.rows.begin(), comparison_.rows.end(), [](const TimelineRow& r) { return r.ghost; }));

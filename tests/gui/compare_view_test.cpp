@@ -45,6 +45,7 @@ TEST(CompareView, AStoredRunIsSetAgainstItsPrediction) {
   }
   EXPECT_EQ(view.parity_points(), int(kinds.size()));
   EXPECT_GT(view.ratio_boxes(), 5);
+  EXPECT_EQ(view.table_rows(), int(kinds.size()));
   EXPECT_EQ(view.comparison().shown_step, 3);
   // Two ranks (dp 2), the compute and data-parallel streams of each measured, each with its
   // predicted ghost beneath where the simulator's trace has that rank.

@@ -2,7 +2,7 @@
 // its plan is simulated (a child tessel simulate on the same database, so both sides see
 // the same profiles) and set against what the ranks measured: a parity scatter per op
 // kind with the y = x line, the spread of measured / predicted over the steps per op kind
-// (box and whiskers), and the measured timeline of the last step with the prediction as a
+// (box and whiskers), a sortable table of every op kind, and the measured timeline of the last step with the prediction as a
 // faint ghost row beneath each rank's row.
 #pragma once
 
@@ -14,6 +14,8 @@
 
 class QComboBox;
 class QLabel;
+class QStandardItemModel;
+class QTableView;
 
 namespace tessel::gui {
 
@@ -44,6 +46,7 @@ class CompareView : public QWidget {
   const RunComparison& comparison() const { return comparison_; }
   int parity_points() const;
   int ratio_boxes() const;
+  int table_rows() const;
   int timeline_rows() const;
   int ghost_rows() const;
 
@@ -58,6 +61,8 @@ class CompareView : public QWidget {
   QComboBox* runs_;
   ScatterChart* parity_;
   BoxChart* ratios_;
+  QStandardItemModel* kinds_;
+  QTableView* table_;
   TimelineView* timeline_;
   ChildSimulation* simulation_;
   QString database_, error_;
