@@ -149,9 +149,7 @@ struct PlanArgs {
 
 int run_plan(const PlanArgs& args) {
   Plan plan = args.inputs.to_plan();
-  const int per_node = args.inputs.gpus_per_node(plan);
-  CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, per_node,
-                  profiles::resolve_profile(plan.cluster.device, args.inputs.db));
+  const CostModel model = args.inputs.cost_model(plan);
   if (args.refine < 0) throw Error(fmt::format("--refine: must be 0 or more, got {}", args.refine));
   ProgressBar bar("searching");
   SearchResult result = planner::search(model, search_options(std::max(args.top, args.refine), args.threads, &bar));

@@ -25,11 +25,6 @@ struct CompareArgs {
   int top = 12;
 };
 
-Stream stream_named(const std::string& name) {
-  if (const std::optional<Stream> stream = stream_from_string(name)) return *stream;
-  throw Error(fmt::format("run_events.stream: must be compute|tp_comm|dp_comm|pp_comm|copy, got {}", name));
-}
-
 Json spread_json(const Spread& s) {
   return {{"min", s.minimum}, {"q1", s.lower_quartile}, {"median", s.median}, {"q3", s.upper_quartile}, {"max", s.maximum}};
 }
@@ -56,16 +51,8 @@ int run_compare(const CompareArgs& args) {
   options.record_trace = true;
   const simulator::SimulationResult sim =
       simulator::simulate(program, profiles::resolve_profile(plan.cluster.device, db), options);
-  std::vector<TimedOp> predicted;
-  predicted.reserve(sim.events.size());
-  for (const simulator::TraceEvent& e : sim.events) {
-    predicted.push_back({e.rank, e.stream, program.rank_program(e.rank).ops[e.op].id, e.start_s, e.end_s});
-  }
-  // Measured: every stored step.
-  std::map<int, std::vector<TimedOp>> by_step;
-  for (const profiles::EventRecord& e : events) by_step[e.step].push_back({e.rank, stream_named(e.stream), e.op, e.start_s, e.end_s});
-  std::vector<std::vector<TimedOp>> measured_steps;
-  for (auto& [step, ops] : by_step) measured_steps.push_back(std::move(ops));
+  const std::vector<TimedOp> predicted = simulator::timed_ops(program, sim);
+  const std::vector<std::vector<TimedOp>> measured_steps = profiles::timed_ops_by_step(events);
   const std::vector<OpKindComparison> kinds = compare_op_kinds(predicted, measured_steps);
 
   std::vector<double> step_s;

@@ -37,8 +37,8 @@ std::vector<double> simulate_in_children(const std::vector<Plan>& plans, const s
       if (cancel_flag().load()) return;
       const fs::path file = dir / fmt::format("plan{}.json", i);
       write_text_file_atomically(file.string(), plans[i].to_json().dump() + "\n");
-      std::string command = fmt::format("'{}' simulate --json --plan '{}'", self.string(), file.string());
-      if (!db.empty()) command += fmt::format(" --db '{}'", db);
+      std::string command = shell_quote(self.string()) + " simulate --json --plan " + shell_quote(file.string());
+      if (!db.empty()) command += " --db " + shell_quote(db);
       int status = 0;
       const std::string output = run_command(command + " 2>&1", status);
       try {

@@ -15,6 +15,7 @@
 
 #include "commands.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/subprocess.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/executor/run_options.hpp"
 
@@ -22,12 +23,6 @@ namespace tessel::cli {
 
 namespace {
 using RunArgs = executor::RunOptions;
-
-std::string quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string worker_path() {
   std::error_code error;
@@ -38,8 +33,8 @@ std::string worker_path() {
 }
 
 int launch_under_mpirun(const RunArgs& args, int world) {
-  std::string command = fmt::format("mpirun --allow-run-as-root --oversubscribe -np {} {}", world, quote(worker_path()));
-  for (const auto& arg : args.to_arguments()) command += " " + quote(arg);
+  std::string command = fmt::format("mpirun --allow-run-as-root --oversubscribe -np {} {}", world, shell_quote(worker_path()));
+  for (const auto& arg : args.to_arguments()) command += " " + shell_quote(arg);
   const int raw = std::system(command.c_str());
   return WIFEXITED(raw) ? WEXITSTATUS(raw) : 1;
 }

@@ -10,6 +10,12 @@
 
 namespace tessel {
 
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::string run_command(const std::string& command, int& exit_status) {
   std::string output;
   FILE* pipe = popen(command.c_str(), "r");

@@ -156,12 +156,7 @@ int train(const RunArgs& args, const Plan& plan) {
       fs::remove_all(events_folder);
       runs->add_events(run_id, events);
       if (!args.trace_file.empty()) {
-        std::vector<TimedOp> timed;
-        timed.reserve(events.size());
-        for (const profiles::EventRecord& e : events) {
-          timed.push_back({e.rank, stream_from_string(e.stream).value_or(Stream::compute), e.op, e.start_s, e.end_s});
-        }
-        write_text_file_atomically(args.trace_file, chrome_trace_json(program, timed));
+        write_text_file_atomically(args.trace_file, chrome_trace_json(program, profiles::timed_ops(events)));
         std::cout << fmt::format("wrote {} measured events to {}\n", events.size(), args.trace_file);
       }
       runs->add_steps(run_id, steps);

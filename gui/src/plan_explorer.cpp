@@ -1,9 +1,7 @@
 #include "tessel/gui/plan_explorer.hpp"
 
 #include <QApplication>
-#include <QCoreApplication>
 #include <QFile>
-#include <QFileInfo>
 #include <QToolButton>
 #include <QComboBox>
 #include <QElapsedTimer>
@@ -285,6 +283,7 @@ PlanExplorer::~PlanExplorer() {
 }
 
 void PlanExplorer::set_inputs(const planner::SearchInputs& in) {
+  inputs_ = in;  // first: the widgets' signals validate through inputs()
   model_->setCurrentText(QString::fromStdString(in.model));
   cluster_->setCurrentText(QString::fromStdString(in.cluster));
   nodes_->setValue(in.nodes);
@@ -306,7 +305,7 @@ void PlanExplorer::set_inputs(const planner::SearchInputs& in) {
 }
 
 planner::SearchInputs PlanExplorer::inputs() const {
-  planner::SearchInputs in;
+  planner::SearchInputs in = inputs_;  // what has no widget (database, optimizer) as set
   in.model = model_->currentText().trimmed().toStdString();
   in.cluster = cluster_->currentText().trimmed().toStdString();
   in.nodes = nodes_->value();
@@ -335,7 +334,9 @@ bool PlanExplorer::start_search() {
   if (!error_.isEmpty() || searching()) return false;
   try {
     const planner::SearchInputs in = inputs();
-    model_for_search_ = std::make_unique<planner::CostModel>(in.cost_model(in.to_plan()));
+    searched_plan_ = in.to_plan();
+    searched_db_ = in.db;
+    model_for_search_ = std::make_unique<planner::CostModel>(in.cost_model(searched_plan_));
   } catch (const Error& error) {
     error_ = QString::fromUtf8(error.what());
     error_label_->setText(error_);
@@ -461,7 +462,7 @@ bool PlanExplorer::save_screenshot(const QString& file) { return grab().save(fil
 QString PlanExplorer::export_plan(const QString& file) {
   if (!result_ || selected_ < 0) return "export: select a plan first";
   try {
-    Plan plan = inputs().to_plan();
+    Plan plan = searched_plan_;  // the inputs the plans were searched for, not the fields' edits since
     plan.parallel = result_->best[std::size_t(selected_)].parallel;
     write_text_file_atomically(file.toStdString(), plan.to_json().dump(1) + "\n");
   } catch (const Error& error) {
@@ -494,11 +495,10 @@ int PlanExplorer::memory_series() const { return memory_time_->series_count(); }
 
 void PlanExplorer::simulate_selected() {
   if (selected_ < 0 || !result_ || !simulation_->has_binary()) return;
-  const planner::SearchInputs in = inputs();
-  Plan plan = in.to_plan();
+  Plan plan = searched_plan_;
   plan.parallel = result_->best[std::size_t(selected_)].parallel;
   simulation_error_.clear();
-  if (!simulation_->start(plan, in.db)) {
+  if (!simulation_->start(plan, searched_db_)) {
     simulation_error_ = simulation_->error();
     status_->setText("simulation failed: " + simulation_error_);
     return;
@@ -607,8 +607,7 @@ void PlanExplorer::run_what_if() {
     QString line, plan_text;
     double step = 0, tokens = 0, mfu = 0;
     try {
-      planner::CostModel model(base.model, base.train, base.cluster, base.nodes, in.gpus_per_node(base),
-                               profiles::resolve_profile(base.cluster.device, in.db));
+      const planner::CostModel model = in.cost_model(base);
       planner::SearchOptions options;
       options.top_k = 1;
       options.cancel = &what_if_cancel_;

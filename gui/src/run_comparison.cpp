@@ -26,14 +26,8 @@ RunComparison compare_run(const std::vector<profiles::EventRecord>& measured, co
     predicted.push_back({e.value("pid", 0), Stream(std::clamp(e.value("tid", 0), 0, 4)), predicted_ids[next++], start_s,
                          start_s + e.value("dur", 0.0) * 1e-6});
   }
-  std::map<int, std::vector<TimedOp>> by_step;
-  for (const profiles::EventRecord& e : measured) {
-    by_step[e.step].push_back({e.rank, stream_named(e.stream), e.op, e.start_s, e.end_s});
-    out.shown_step = std::max(out.shown_step, e.step);
-  }
-  std::vector<std::vector<TimedOp>> measured_steps;
-  for (auto& [step, ops] : by_step) measured_steps.push_back(std::move(ops));
-  out.kinds = compare_op_kinds(predicted, measured_steps);
+  for (const profiles::EventRecord& e : measured) out.shown_step = std::max(out.shown_step, e.step);
+  out.kinds = compare_op_kinds(predicted, profiles::timed_ops_by_step(measured));
 
   // Timeline: the last step's measured rows from its first event, each with its ghost.
   std::map<std::pair<int, int>, TimelineRow> rows;

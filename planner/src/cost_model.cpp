@@ -22,12 +22,25 @@ constexpr std::size_t K(TimeKind kind) { return std::size_t(kind); }
 struct CommTally {
   const profiles::CostLookup& costs;
   double time_s = 0, bytes = 0, messages = 0;
+  // One call, priced once so that its forward and backward counts can share it.
+  struct Call {
+    double time_s = 0, size_bytes = 0, bus_factor = 0, steps = 0;
+  };
+  Call price(Collective op, GroupPlacement group, double size_bytes,
+             CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring) const {
+    if (group.ranks <= 1 && op != Collective::send_recv) return {};
+    return {costs.collective_time_s(op, group, size_bytes, algorithm), size_bytes,
+            profiles::bus_bandwidth_factor(op, group.ranks), double(profiles::collective_steps(op, group.ranks, algorithm))};
+  }
+  void add(const Call& call, double count) {
+    if (count <= 0) return;
+    time_s += count * call.time_s;
+    bytes += count * call.size_bytes * call.bus_factor;
+    messages += count * call.steps;
+  }
   void add(Collective op, GroupPlacement group, double size_bytes, double count = 1,
            CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring) {
-    if (count <= 0 || (group.ranks <= 1 && op != Collective::send_recv)) return;
-    time_s += count * costs.collective_time_s(op, group, size_bytes, algorithm);
-    bytes += count * size_bytes * profiles::bus_bandwidth_factor(op, group.ranks);
-    messages += count * profiles::collective_steps(op, group.ranks, algorithm);
+    if (count > 0) add(price(op, group, size_bytes, algorithm), count);
   }
 };
 }  // namespace
@@ -160,9 +173,9 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
         }
         case OpKind::collective: {
           const bool ring = op.group == CommGroup::sp_ring;
-          if (op.forward) (ring ? out.sp : out.tp).add(op.collective, placement(op.group), op.bytes, op.count, op.algorithm);
-          (ring ? out.sp_backward : out.tp_backward)
-              .add(op.collective, placement(op.group), op.bytes, op.count * op.backward, op.algorithm);
+          const CommTally::Call call = out.tp.price(op.collective, placement(op.group), op.bytes, op.algorithm);
+          if (op.forward) (ring ? out.sp : out.tp).add(call, op.count);
+          (ring ? out.sp_backward : out.tp_backward).add(call, op.count * op.backward);
           break;
         }
         case OpKind::send:

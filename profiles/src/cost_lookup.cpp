@@ -149,7 +149,7 @@ double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
   const Curve& c = curve(precision);
   const double flops = std::max(gemm_flops, 1.0);
   if (c.log_flops.empty()) {
-    flags_.fetch_or(kGemmRoofline, std::memory_order_relaxed);
+    raise(kGemmRoofline);
     return flops / c.peak;
   }
   const double x = std::log(flops);
@@ -157,7 +157,7 @@ double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
     // Outside the samples: keep the rate of the nearest end point.
     const bool below = c.log_flops.size() > 1 && x <= c.log_flops.front();
     const std::size_t end = below || c.log_flops.size() == 1 ? 0 : c.log_flops.size() - 1;
-    if (x != c.log_flops[end]) flags_.fetch_or(kGemmExtrapolated, std::memory_order_relaxed);
+    if (x != c.log_flops[end]) raise(kGemmExtrapolated);
     return std::exp(c.log_seconds[end] + (x - c.log_flops[end]));
   }
   const auto upper = std::size_t(std::upper_bound(c.log_flops.begin(), c.log_flops.end(), x) - c.log_flops.begin());

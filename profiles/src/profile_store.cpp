@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -520,6 +521,26 @@ std::vector<std::pair<int, double>> RunStore::peak_memory(std::int64_t run) cons
   Statement query(store_.db_, "SELECT rank, peak_bytes FROM run_memory WHERE run = ?1 ORDER BY rank", store_.path_);
   query.bind(1, run);
   while (query.step()) out.emplace_back(int(query.integer(0)), query.real(1));
+  return out;
+}
+
+std::vector<TimedOp> timed_ops(const std::vector<EventRecord>& events) {
+  std::vector<TimedOp> out;
+  out.reserve(events.size());
+  for (const EventRecord& e : events) {
+    out.push_back({e.rank, stream_from_string(e.stream).value_or(Stream::compute), e.op, e.start_s, e.end_s});
+  }
+  return out;
+}
+
+std::vector<std::vector<TimedOp>> timed_ops_by_step(const std::vector<EventRecord>& events) {
+  std::map<int, std::vector<TimedOp>> by_step;
+  for (const EventRecord& e : events) {
+    by_step[e.step].push_back({e.rank, stream_from_string(e.stream).value_or(Stream::compute), e.op, e.start_s, e.end_s});
+  }
+  std::vector<std::vector<TimedOp>> out;
+  out.reserve(by_step.size());
+  for (auto& [step, ops] : by_step) out.push_back(std::move(ops));
   return out;
 }
 

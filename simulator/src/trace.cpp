@@ -3,13 +3,18 @@
 
 namespace tessel::simulator {
 
-std::string chrome_trace(const Program& program, const SimulationResult& result,
-                         const std::vector<StageMemory>& memory) {
+std::vector<TimedOp> timed_ops(const Program& program, const SimulationResult& result) {
   std::vector<TimedOp> events;
   events.reserve(result.events.size());
   for (const TraceEvent& e : result.events) {
     events.push_back({e.rank, e.stream, program.rank_program(e.rank).ops[e.op].id, e.start_s, e.end_s});
   }
+  return events;
+}
+
+std::string chrome_trace(const Program& program, const SimulationResult& result,
+                         const std::vector<StageMemory>& memory) {
+  const std::vector<TimedOp> events = timed_ops(program, result);
   // Memory per stage, on the stage's first rank: what stays plus the chunks in flight.
   const ParallelConfig& p = program.plan().parallel;
   std::vector<MemorySample> samples;

@@ -3,13 +3,13 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdlib>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
+#include "tessel/profiles/collectives.hpp"
 
 // One macro for every MPI return code.
 #define TESSEL_MPI_CHECK(call)                                                                    \
@@ -50,46 +50,46 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  // Counted as a ring moves data: 2(n-1)/n of the buffer in 2(n-1) messages, and so on.
-  void count(double bytes_factor, double bytes, double messages) {
-    counters_.bytes_sent += bytes_factor * bytes;
-    counters_.messages += messages;
+  // Counted with the planner's and the simulator's formulas (profiles/collectives.hpp):
+  // bytes sent = the call's nccl-tests size x bus factor, messages = the algorithm's
+  // latency steps (rings for the collectives, trees for broadcast and reduce).
+  void count(Collective op, double size_bytes, CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring) {
+    counters_.bytes_sent += size_bytes * profiles::bus_bandwidth_factor(op, size_);
+    counters_.messages += profiles::collective_steps(op, size_, algorithm);
   }
 
   void all_reduce(float* data, std::size_t count_, ReduceOp op) override {
     if (size_ == 1) return;
     TESSEL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(count_), MPI_FLOAT, mpi_op(op), comm_));
-    count(2.0 * (size_ - 1) / size_, 4.0 * count_, 2.0 * (size_ - 1));
+    count(Collective::all_reduce, 4.0 * count_);
   }
   std::unique_ptr<CommRequest> all_reduce_async(float* data, std::size_t count_, ReduceOp op) override {
     auto request = std::make_unique<MpiRequest>();
     if (size_ == 1) return request;
     TESSEL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, int(count_), MPI_FLOAT, mpi_op(op), comm_, &request->request));
-    count(2.0 * (size_ - 1) / size_, 4.0 * count_, 2.0 * (size_ - 1));
+    count(Collective::all_reduce, 4.0 * count_);
     return request;
   }
   void all_gather(const float* send_, float* recv_, std::size_t count_per_rank) override {
     TESSEL_MPI_CHECK(MPI_Allgather(send_, int(count_per_rank), MPI_FLOAT, recv_, int(count_per_rank), MPI_FLOAT, comm_));
-    if (size_ > 1) count(double(size_ - 1) / size_, 4.0 * count_per_rank * size_, size_ - 1.0);
+    count(Collective::all_gather, 4.0 * count_per_rank * size_);
   }
   void reduce_scatter(const float* send_, float* recv_, std::size_t count_per_rank) override {
     TESSEL_MPI_CHECK(MPI_Reduce_scatter_block(send_, recv_, int(count_per_rank), MPI_FLOAT, MPI_SUM, comm_));
-    if (size_ > 1) count(double(size_ - 1) / size_, 4.0 * count_per_rank * size_, size_ - 1.0);
+    count(Collective::reduce_scatter, 4.0 * count_per_rank * size_);
   }
   std::unique_ptr<CommRequest> reduce_scatter_async(const float* send_, float* recv_,
                                                     std::size_t count_per_rank) override {
     auto request = std::make_unique<MpiRequest>();
     TESSEL_MPI_CHECK(MPI_Ireduce_scatter_block(send_, recv_, int(count_per_rank), MPI_FLOAT, MPI_SUM, comm_,
                                                &request->request));
-    if (size_ > 1) count(double(size_ - 1) / size_, 4.0 * count_per_rank * size_, size_ - 1.0);
+    count(Collective::reduce_scatter, 4.0 * count_per_rank * size_);
     return request;
   }
-  // Broadcast and reduce count as a tree: ceil(log2 n) latency steps, the buffer once.
-  double tree_steps() const { return double(std::bit_width(unsigned(size_ - 1))); }
   void broadcast(float* data, std::size_t count_, int root) override {
     if (size_ == 1) return;
     TESSEL_MPI_CHECK(MPI_Bcast(data, int(count_), MPI_FLOAT, root, comm_));
-    count(1.0, 4.0 * count_, tree_steps());
+    count(Collective::broadcast, 4.0 * count_, CollectiveAlgorithm::tree);
   }
   void reduce(const float* send_, float* recv_, std::size_t count_, int root) override {
     if (size_ == 1) {
@@ -97,16 +97,16 @@ class MpiCommunicator final : public Communicator {
       return;
     }
     TESSEL_MPI_CHECK(MPI_Reduce(send_, rank_ == root ? recv_ : nullptr, int(count_), MPI_FLOAT, MPI_SUM, root, comm_));
-    count(1.0, 4.0 * count_, tree_steps());
+    count(Collective::reduce, 4.0 * count_, CollectiveAlgorithm::tree);
   }
   void send(const float* data, std::size_t count_, int peer, int tag) override {
     TESSEL_MPI_CHECK(MPI_Send(data, int(count_), MPI_FLOAT, peer, tag, comm_));
-    count(1.0, 4.0 * count_, 1.0);
+    count(Collective::send_recv, 4.0 * count_);
   }
   std::unique_ptr<CommRequest> send_async(const float* data, std::size_t count_, int peer, int tag) override {
     auto request = std::make_unique<MpiRequest>();
     TESSEL_MPI_CHECK(MPI_Isend(data, int(count_), MPI_FLOAT, peer, tag, comm_, &request->request));
-    count(1.0, 4.0 * count_, 1.0);
+    count(Collective::send_recv, 4.0 * count_);
     return request;
   }
   void recv(float* data, std::size_t count_, int peer, int tag) override {

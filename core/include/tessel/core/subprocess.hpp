@@ -10,4 +10,7 @@ namespace tessel {
 // (-1 when it did not exit normally).
 std::string run_command(const std::string& command, int& exit_status);
 
+// `text` as one shell word (single quotes, any ' inside escaped).
+std::string shell_quote(const std::string& text);
+
 }  // namespace tessel

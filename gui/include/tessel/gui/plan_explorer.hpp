@@ -20,7 +20,6 @@
 
 class QComboBox;
 class QLabel;
-class QProcess;
 class QProgressBar;
 class QPushButton;
 class QSlider;
@@ -136,6 +135,9 @@ class PlanExplorer : public QMainWindow {
   QStandardItemModel* table_model_;
   QString error_;
 
+  planner::SearchInputs inputs_;  // the last set_inputs(): fields without a widget come from it
+  Plan searched_plan_;             // the plan inputs of the last search (its layout unset)
+  std::string searched_db_;
   std::unique_ptr<planner::CostModel> model_for_search_;
   std::thread worker_;
   std::atomic<bool> cancel_{false};

@@ -107,6 +107,11 @@ class CostLookup {
   double memory_bw_;
   bool intra_measured_ = false, inter_measured_ = false;
   mutable std::atomic<unsigned> flags_{0};
+  // Search threads share one lookup: read before writing, so that a flag already raised
+  // costs no cache-line write on every GEMM that is out of the sampled range.
+  void raise(unsigned flag) const {
+    if ((flags_.load(std::memory_order_relaxed) & flag) == 0) flags_.fetch_or(flag, std::memory_order_relaxed);
+  }
   double host_bw_per_device_;
   double intra_bw_, intra_latency_s_;
   double inter_bw_, inter_latency_s_;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/core/chrome_trace.hpp"
 #include "tessel/core/json_fields.hpp"
 #include "tessel/profiles/profile_store.hpp"
 
@@ -33,6 +34,13 @@ struct EventRecord {
   double start_s = 0, end_s = 0;
   bool operator==(const EventRecord&) const = default;
 };
+
+// Measured events as the timed ops a Chrome trace or a comparison takes; the ids view
+// `events`, which must outlive the result. A stream the Program does not name
+// ("unknown") reads as compute.
+std::vector<TimedOp> timed_ops(const std::vector<EventRecord>& events);
+// The same, one list per measured step, in step order.
+std::vector<std::vector<TimedOp>> timed_ops_by_step(const std::vector<EventRecord>& events);
 
 class RunStore {
  public:

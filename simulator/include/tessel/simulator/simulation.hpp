@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/core/chrome_trace.hpp"
 #include "tessel/core/plan.hpp"
 #include "tessel/core/program.hpp"
 #include "tessel/profiles/profile.hpp"
@@ -99,6 +100,9 @@ struct StageMemory {
   double static_bytes = 0;
   double chunk_bytes = 0;
 };
+
+// The traced events as timed ops named by the Program's ids (which they view).
+std::vector<TimedOp> timed_ops(const Program& program, const SimulationResult& result);
 
 // Chrome trace JSON (Perfetto): pid = rank, tid = stream, ph "X" events in microseconds
 // named by op id, memory per stage as ph "C" counters on the stage's first rank.
