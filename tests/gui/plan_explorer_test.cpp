@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 
+#include "tessel/core/json_fields.hpp"
 #include "tessel/core/subprocess.hpp"
 #include "tessel/gui/plan_explorer.hpp"
 
@@ -49,6 +50,11 @@ TEST(PlanExplorer, InputsAreCheckedAsYouTypeWithTheCommandLinesMessages) {
   tessel::planner::SearchInputs in = small_search();
   window.set_inputs(in);
   EXPECT_TRUE(window.validation_error().isEmpty()) << window.validation_error().toStdString();
+  // Inputs without a widget (the database) survive the round trip through the window.
+  in.db = "/tmp/tessel-gui-test.db";
+  window.set_inputs(in);
+  EXPECT_EQ(window.inputs().db, in.db);
+  in.db.clear();
   in.global_batch = 0;
   window.set_inputs(in);
   EXPECT_EQ(window.validation_error().toStdString(), "--global-batch: must be a positive integer, got 0");
@@ -169,7 +175,15 @@ TEST(PlanExplorer, SelectingAPlanFillsTheTimelineBreakdownAndMemoryTabs) {
   // scatter a PNG.
   QTemporaryDir dir;
   const QString plan = dir.filePath("plan.json"), trace = dir.filePath("trace.json"), png = dir.filePath("s.png");
+  // Edits after the search do not leak into the exported plan: it is the searched one.
+  in.nodes = 2;
+  window.set_inputs(in);
   EXPECT_TRUE(window.export_plan(plan).isEmpty());
+  {
+    QFile exported(plan);
+    ASSERT_TRUE(exported.open(QIODevice::ReadOnly));
+    EXPECT_EQ(tessel::Json::parse(exported.readAll().toStdString())["nodes"], 1);
+  }
   EXPECT_TRUE(window.export_trace(trace).isEmpty());
   EXPECT_TRUE(window.export_scatter(png).isEmpty());
   int status = -1;
