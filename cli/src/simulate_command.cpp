@@ -91,9 +91,8 @@ int run_simulate(const SimulateArgs& args) {
                            sim.simulated_ranks, program.world_size(), program.world_size() - sim.simulated_ranks,
                            sim.flows, format_seconds(sim.wall_s));
   Table stages({"stage", "compute", "exposed comm", "bubble", "idle", "peak memory"});
-  const int per_stage = plan.parallel.tp * plan.parallel.sp * plan.parallel.dp;
   for (int s = 0; s < plan.parallel.pp; ++s) {
-    const auto& r = sim.ranks[std::size_t(s * per_stage)];
+    const auto& r = sim.ranks[std::size_t(program.layout().first_rank_of_stage(s))];
     stages.add_row({std::to_string(s), format_seconds(r.compute_s), format_seconds(r.exposed_comm_s),
                     format_seconds(r.bubble_s), format_seconds(r.idle_s), format_bytes(peak_bytes[std::size_t(s)])});
   }

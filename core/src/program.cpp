@@ -7,6 +7,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/model_states.hpp"
+#include "tessel/core/op_names.hpp"
 
 namespace tessel {
 
@@ -101,6 +102,7 @@ class StageBuilder {
     return push(std::move(id), work, std::move(deps));
   }
   std::int64_t last() const { return last_; }
+  std::size_t size() const { return out_.ops.size(); }
   void set_last(std::uint32_t index) { last_ = index; }
   ProgramOp& op(std::uint32_t index) { return out_.ops[index]; }
 
@@ -121,198 +123,248 @@ class StageBuilder {
   std::int64_t last_ = -1;
 };
 
+// Lowers one plan: the quantities every stage shares, then each stage's ops from its
+// pipeline steps (forward, backward) and the step's tail (syncs, optimizer, gathers).
+class Lowering {
+ public:
+  explicit Lowering(const Plan& plan)
+      : plan_(plan),
+        p_(plan.parallel),
+        model_(plan.model),
+        states_(model_state_bytes(plan.train.precision, plan.train.optimizer)),
+        table_(block_op_table(plan.model, plan.seq_len(), plan.parallel, element_bytes(plan.train.precision),
+                              plan.train.kernels)) {
+    m_ = plan.train.global_batch / (p_.dp * p_.micro_batch);
+    v_ = p_.schedule == Schedule::interleaved ? p_.virtual_stages : 1;
+    virtual_stages_ = p_.pp * v_;
+    layers_per_chunk_ = model_.layers / virtual_stages_;
+    gradient_group_ = p_.gradient_group();
+    layer_params_ = table_.layer_parameters;
+    chunked_ = p_.offload == OffloadMode::chunked;
+    host_share_ = chunked_ ? 1.0 - p_.offload_device_fraction : 0.0;
+    // The part of a layer's weights one rank keeps (its ZeRO-3 shard), which chunked
+    // offload moves between host and device.
+    layer_shard_ = table_.layer_parameters / (p_.zero == 3 ? gradient_group_ : 1);
+  }
+
+  int micro_batches() const { return m_; }
+
+  StageProgram stage(int s) {
+    StageProgram stage;
+    stage.stage = s;
+    StageBuilder b(stage);
+    std::vector<int> backwards_done(std::size_t(v_), 0);
+    std::vector<std::uint32_t> step_waits;  // what the optimizer waits for
+    std::vector<int> stage_layers;
+    for (const PipelineStep& step : pipeline_schedule(p_.schedule, s, p_.pp, m_, v_)) {
+      if (step.pass == Pass::forward) {
+        forward(b, s, step, stage_layers);
+      } else {
+        const bool last_backward_of_chunk = ++backwards_done[std::size_t(step.chunk)] == m_;
+        backward(b, s, step, last_backward_of_chunk, step_waits);
+      }
+    }
+    tail(b, s, stage_layers, step_waits);
+    return stage;
+  }
+
+ private:
+  // A layer's weights that are not resident (its ZeRO-3 shards, its host-resident part
+  // under chunked offload) are fetched before the layer runs, in either direction.
+  void fetch_layer_weights(StageBuilder& b, int mb, int l, ops::Phase phase) {
+    if (chunked_ && host_share_ > 0) {
+      b.before_next(ops::block_op_id(mb, l, phase, ops::offload_fetch),
+                    transfer(OpKind::copy, CommGroup::dp, host_share_ * layer_shard_ * states_.parameter));
+    }
+    if (p_.zero == 3 && gradient_group_ > 1) {
+      b.before_next(
+          ops::block_op_id(mb, l, phase, ops::zero_all_gather),
+          transfer(OpKind::collective, CommGroup::dp, layer_params_ * states_.parameter, Collective::all_gather));
+    }
+  }
+
+  void forward(StageBuilder& b, int s, const PipelineStep& step, std::vector<int>& stage_layers) {
+    const int vs = virtual_stage(s, step.chunk, p_.pp);
+    const int first_layer = vs * layers_per_chunk_;
+    const int mb = step.micro_batch;
+    if (vs > 0) {
+      b.before_next(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_recv),
+                    transfer(OpKind::recv, CommGroup::pp, table_.stage_boundary_bytes));
+      b.op(std::uint32_t(b.size() - 1)).peer_offset = -1;
+    } else {
+      for (const BlockOp& op : table_.embedding) {
+        if (op.forward) b.chain(ops::part_op_id(mb, ops::Part::embed, ops::Phase::fwd, op.name), op);
+      }
+    }
+    for (int l = first_layer; l < first_layer + layers_per_chunk_; ++l) {
+      if (step.micro_batch == 0) stage_layers.push_back(l);
+      fetch_layer_weights(b, mb, l, ops::Phase::fwd);
+      for (const BlockOp& op : table_.block) {
+        if (op.forward) b.chain(ops::block_op_id(mb, l, ops::Phase::fwd, op.name), op);
+      }
+    }
+    if (vs == virtual_stages_ - 1) {
+      for (const BlockOp& op : table_.head) {
+        if (op.forward) b.chain(ops::part_op_id(mb, ops::Part::head, ops::Phase::fwd, op.name), op);
+      }
+    } else {
+      b.after_last(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_send),
+                   transfer(OpKind::send, CommGroup::pp, table_.stage_boundary_bytes), +1);
+    }
+  }
+
+  void backward(StageBuilder& b, int s, const PipelineStep& step, bool last_backward_of_chunk,
+                std::vector<std::uint32_t>& step_waits) {
+    const int vs = virtual_stage(s, step.chunk, p_.pp);
+    const int first_layer = vs * layers_per_chunk_;
+    const int mb = step.micro_batch;
+    if (vs < virtual_stages_ - 1) {
+      const std::uint32_t recv = b.before_next(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_recv),
+                                               transfer(OpKind::recv, CommGroup::pp, table_.stage_boundary_bytes));
+      b.op(recv).peer_offset = +1;
+    } else {
+      for (auto it = table_.head.rbegin(); it != table_.head.rend(); ++it) {
+        if (it->backward > 0) {
+          b.chain(ops::part_op_id(mb, ops::Part::head, ops::Phase::bwd, it->name), scaled(*it, it->backward));
+        }
+      }
+    }
+    // Weights a layer's backward needs are requested one layer ahead, before the
+    // previous layer's gradient sync, so that they arrive while that layer computes.
+    fetch_layer_weights(b, mb, first_layer + layers_per_chunk_ - 1, ops::Phase::bwd);
+    for (int l = first_layer + layers_per_chunk_ - 1; l >= first_layer; --l) {
+      if (p_.recompute != Recompute::none) {
+        for (const BlockOp& op : table_.block) {
+          if (op.forward && (p_.recompute == Recompute::full || op.selective_recompute)) {
+            b.chain(ops::block_op_id(mb, l, ops::Phase::recompute, op.name), op);
+          }
+        }
+      }
+      for (auto it = table_.block.rbegin(); it != table_.block.rend(); ++it) {
+        b.chain(ops::block_op_id(mb, l, ops::Phase::bwd, it->name), scaled(*it, it->backward));
+      }
+      if (l > first_layer) fetch_layer_weights(b, mb, l - 1, ops::Phase::bwd);
+      if (gradient_group_ > 1 && p_.zero == 3) {
+        step_waits.push_back(b.after_last(ops::block_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter),
+                                          transfer(OpKind::collective, CommGroup::dp, layer_params_ * states_.gradient,
+                                                   Collective::reduce_scatter)));
+      } else if (gradient_group_ > 1 && last_backward_of_chunk) {
+        // Bucketed gradient sync: a layer's bucket starts as soon as its last backward ends.
+        const bool sharded = p_.zero >= 1;
+        step_waits.push_back(b.after_last(
+            ops::bucket_sync_id(ops::layer_bucket_name(l), sharded ? ops::grad_reduce_scatter : ops::grad_all_reduce),
+            transfer(OpKind::collective, CommGroup::dp, layer_params_ * states_.gradient,
+                     sharded ? Collective::reduce_scatter : Collective::all_reduce)));
+      }
+    }
+    if (vs == 0) {
+      for (auto it = table_.embedding.rbegin(); it != table_.embedding.rend(); ++it) {
+        if (it->backward > 0) {
+          b.chain(ops::part_op_id(mb, ops::Part::embed, ops::Phase::bwd, it->name), scaled(*it, it->backward));
+        }
+      }
+    } else {
+      b.after_last(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_send),
+                   transfer(OpKind::send, CommGroup::pp, table_.stage_boundary_bytes), -1);
+    }
+  }
+
+  // The step's tail: the tied embedding's sum, the rest of the stage's weights' sync,
+  // offload copies, the optimizer, ZeRO 1/2 parameter gathers.
+  void tail(StageBuilder& b, int s, const std::vector<int>& stage_layers, std::vector<std::uint32_t>& step_waits) {
+    double stage_params = double(stage_layers.size()) * layer_params_;
+    if (s == 0) stage_params += table_.embedding_parameters;
+    if (s == p_.pp - 1) stage_params += table_.head_parameters + table_.tied_copy_parameters;
+    // With a pipeline the first and last stage each hold the tied token embedding (the
+    // last as its LM head); their gradients sum once the backward is done, before the
+    // data-parallel sync.
+    if (p_.pp > 1 && model_.tied_embeddings && (s == 0 || s == p_.pp - 1) && table_.tied_copy_parameters > 0) {
+      step_waits.push_back(b.after_last(std::string(ops::kTiedEmbeddingSync),
+                                        transfer(OpKind::collective, CommGroup::embedding,
+                                                 table_.tied_copy_parameters * states_.gradient, Collective::all_reduce)));
+    }
+    // The rest of the stage's weights (embedding, final norm, LM head) sync in one bucket
+    // when the backward is done; ZeRO-3 treats them as ZeRO-2 does.
+    const double rest_params = stage_params - double(stage_layers.size()) * layer_params_;
+    if (gradient_group_ > 1 && rest_params > 0) {
+      const bool sharded = p_.zero >= 1;
+      step_waits.push_back(b.after_last(
+          ops::bucket_sync_id(ops::kStageBucket, sharded ? ops::grad_reduce_scatter : ops::grad_all_reduce),
+          transfer(OpKind::collective, CommGroup::dp, rest_params * states_.gradient,
+                   sharded ? Collective::reduce_scatter : Collective::all_reduce)));
+    }
+    if (b.last() >= 0) step_waits.push_back(std::uint32_t(b.last()));
+    optimizer(b, stage_params, step_waits);
+    if (gradient_group_ > 1 && p_.zero >= 1) {
+      if (p_.zero <= 2) {
+        for (int l : stage_layers) {
+          b.after_last(
+              ops::bucket_gather_id(ops::layer_bucket_name(l)),
+              transfer(OpKind::collective, CommGroup::dp, layer_params_ * states_.parameter, Collective::all_gather));
+        }
+      }
+      if (rest_params > 0) {
+        b.after_last(ops::bucket_gather_id(ops::kStageBucket),
+                     transfer(OpKind::collective, CommGroup::dp, rest_params * states_.parameter, Collective::all_gather));
+      }
+    }
+  }
+
+  // The optimizer step, on the device or, with offload, in host memory between copies.
+  void optimizer(StageBuilder& b, double stage_params, const std::vector<std::uint32_t>& step_waits) {
+    const double optimizer_shard = p_.zero >= 1 ? gradient_group_ : 1;
+    const double optimizer_params = stage_params / optimizer_shard;
+    BlockOp update;
+    update.name = ops::optimizer;
+    update.kind = OpKind::memory;
+    update.bytes = optimizer_params * states_.optimizer_traffic;
+    if (p_.offload == OffloadMode::optimizer) {
+      const std::uint32_t down =
+          b.with_deps(ops::step_op_id(ops::offload_grads_d2h),
+                      transfer(OpKind::copy, CommGroup::dp, optimizer_params * states_.gradient), step_waits);
+      const std::uint32_t on_host = b.with_deps(ops::step_op_id(ops::optimizer), update, {down});
+      b.op(on_host).on_host = true;
+      b.set_last(b.with_deps(ops::step_op_id(ops::offload_params_h2d),
+                             transfer(OpKind::copy, CommGroup::dp, optimizer_params * states_.parameter), {on_host}));
+    } else if (chunked_ && host_share_ > 0) {
+      // Device-resident chunks update on the device, host-resident ones on the host.
+      BlockOp device_part = update, host_part = update;
+      device_part.bytes *= 1 - host_share_;
+      host_part.bytes *= host_share_;
+      const double gradient_shard = p_.zero >= 2 ? gradient_group_ : 1;
+      const std::uint32_t down = b.with_deps(
+          ops::step_op_id(ops::offload_grads_d2h),
+          transfer(OpKind::copy, CommGroup::dp, host_share_ * stage_params / gradient_shard * states_.gradient),
+          step_waits);
+      const std::uint32_t on_device = b.with_deps(ops::step_op_id(ops::optimizer), device_part, {down});
+      const std::uint32_t on_host = b.with_deps(ops::step_op_id(ops::optimizer_host), host_part, {on_device});
+      b.op(on_host).on_host = true;
+      b.set_last(on_host);
+    } else {
+      b.set_last(b.with_deps(ops::step_op_id(ops::optimizer), update, step_waits));
+    }
+  }
+
+  const Plan& plan_;
+  const ParallelConfig& p_;
+  const ModelSpec& model_;
+  const ModelStateBytes states_;
+  const BlockOpTable table_;
+  int m_ = 0, v_ = 1, virtual_stages_ = 1, layers_per_chunk_ = 0, gradient_group_ = 1;
+  double layer_params_ = 0, host_share_ = 0, layer_shard_ = 0;
+  bool chunked_ = false;
+};
+
 }  // namespace
 
 Program Program::lower(const Plan& plan) {
   plan.validate();
   Program program;
   program.plan_ = plan;
-  const ParallelConfig& p = plan.parallel;
-  const ModelSpec& model = plan.model;
-  const int m = plan.train.global_batch / (p.dp * p.micro_batch);
-  const int v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  const int virtual_stages = p.pp * v;
-  const int layers_per_chunk = model.layers / virtual_stages;
-  const double E = element_bytes(plan.train.precision);
-  const ModelStateBytes states = model_state_bytes(plan.train.precision, plan.train.optimizer);
-  const BlockOpTable table = block_op_table(model, plan.seq_len(), p, E);
-  const int gradient_group = p.gradient_group();
-  const double layer_params = table.layer_parameters;
-  const bool chunked = p.offload == OffloadMode::chunked;
-  const double host_share = chunked ? 1.0 - p.offload_device_fraction : 0.0;
-  // The part of a layer's weights one rank keeps (its ZeRO-3 shard), which chunked
-  // offload moves between host and device.
-  const double layer_shard = table.layer_parameters / (p.zero == 3 ? gradient_group : 1);
-  program.micro_batches_ = m;
-  // A layer's weights that are not resident (its ZeRO-3 shards, its host-resident part
-  // under chunked offload) are fetched before the layer runs, in either direction.
-  auto fetch_layer_weights = [&](StageBuilder& b, const std::string& mb, int l, std::string_view pass) {
-    if (chunked && host_share > 0) {
-      b.before_next(fmt::format("{}/L{}/{}/offload.fetch", mb, l, pass),
-                    transfer(OpKind::copy, CommGroup::dp, host_share * layer_shard * states.parameter));
-    }
-    if (p.zero == 3 && gradient_group > 1) {
-      b.before_next(fmt::format("{}/L{}/{}/zero.all_gather", mb, l, pass),
-                    transfer(OpKind::collective, CommGroup::dp, layer_params * states.parameter,
-                             Collective::all_gather));
-    }
-  };
-
-  for (int s = 0; s < p.pp; ++s) {
-    StageProgram& stage = program.stages_.emplace_back();
-    stage.stage = s;
-    StageBuilder b(stage);
-    std::vector<int> backwards_done(v, 0);
-    std::vector<std::uint32_t> step_waits;  // what the optimizer waits for
-    std::vector<int> stage_layers;
-
-    for (const PipelineStep& step : pipeline_schedule(p.schedule, s, p.pp, m, v)) {
-      const int vs = virtual_stage(s, step.chunk, p.pp);
-      const int first_layer = vs * layers_per_chunk;
-      const std::string mb = fmt::format("mb{}", step.micro_batch);
-      if (step.pass == Pass::forward) {
-        if (vs > 0) {
-          b.before_next(fmt::format("{}/V{}/fwd/pp.recv", mb, vs),
-                        transfer(OpKind::recv, CommGroup::pp, table.stage_boundary_bytes));
-          b.op(std::uint32_t(stage.ops.size() - 1)).peer_offset = -1;
-        } else {
-          for (const BlockOp& op : table.embedding) {
-            if (op.forward) b.chain(fmt::format("{}/embed/fwd/{}", mb, op.name), op);
-          }
-        }
-        for (int l = first_layer; l < first_layer + layers_per_chunk; ++l) {
-          if (step.micro_batch == 0) stage_layers.push_back(l);
-          fetch_layer_weights(b, mb, l, "fwd");
-          for (const BlockOp& op : table.block) {
-            if (op.forward) b.chain(fmt::format("{}/L{}/fwd/{}", mb, l, op.name), op);
-          }
-        }
-        if (vs == virtual_stages - 1) {
-          for (const BlockOp& op : table.head) {
-            if (op.forward) b.chain(fmt::format("{}/head/fwd/{}", mb, op.name), op);
-          }
-        } else {
-          b.after_last(fmt::format("{}/V{}/fwd/pp.send", mb, vs),
-                       transfer(OpKind::send, CommGroup::pp, table.stage_boundary_bytes), +1);
-        }
-        continue;
-      }
-      // ---- backward ----
-      const bool last_backward_of_chunk = ++backwards_done[step.chunk] == m;
-      if (vs < virtual_stages - 1) {
-        const std::uint32_t recv = b.before_next(fmt::format("{}/V{}/bwd/pp.recv", mb, vs),
-                                                 transfer(OpKind::recv, CommGroup::pp, table.stage_boundary_bytes));
-        b.op(recv).peer_offset = +1;
-      } else {
-        for (auto it = table.head.rbegin(); it != table.head.rend(); ++it) {
-          if (it->backward > 0) b.chain(fmt::format("{}/head/bwd/{}", mb, it->name), scaled(*it, it->backward));
-        }
-      }
-      // Weights a layer's backward needs are requested one layer ahead, before the
-      // previous layer's gradient sync, so that they arrive while that layer computes.
-      fetch_layer_weights(b, mb, first_layer + layers_per_chunk - 1, "bwd");
-      for (int l = first_layer + layers_per_chunk - 1; l >= first_layer; --l) {
-        if (p.recompute != Recompute::none) {
-          for (const BlockOp& op : table.block) {
-            if (op.forward && (p.recompute == Recompute::full || op.selective_recompute)) {
-              b.chain(fmt::format("{}/L{}/recompute/{}", mb, l, op.name), op);
-            }
-          }
-        }
-        for (auto it = table.block.rbegin(); it != table.block.rend(); ++it) {
-          b.chain(fmt::format("{}/L{}/bwd/{}", mb, l, it->name), scaled(*it, it->backward));
-        }
-        if (l > first_layer) fetch_layer_weights(b, mb, l - 1, "bwd");
-        if (gradient_group > 1 && p.zero == 3) {
-          step_waits.push_back(b.after_last(fmt::format("{}/L{}/bwd/zero.reduce_scatter", mb, l),
-                                            transfer(OpKind::collective, CommGroup::dp, layer_params * states.gradient,
-                                                     Collective::reduce_scatter)));
-        } else if (gradient_group > 1 && last_backward_of_chunk) {
-          // Bucketed gradient sync: a layer's bucket starts as soon as its last backward ends.
-          const bool sharded = p.zero >= 1;
-          step_waits.push_back(b.after_last(
-              fmt::format("L{}/dp/grad.{}", l, sharded ? "reduce_scatter" : "all_reduce"),
-              transfer(OpKind::collective, CommGroup::dp, layer_params * states.gradient,
-                       sharded ? Collective::reduce_scatter : Collective::all_reduce)));
-        }
-      }
-      if (vs == 0) {
-        for (auto it = table.embedding.rbegin(); it != table.embedding.rend(); ++it) {
-          if (it->backward > 0) b.chain(fmt::format("{}/embed/bwd/{}", mb, it->name), scaled(*it, it->backward));
-        }
-      } else {
-        b.after_last(fmt::format("{}/V{}/bwd/pp.send", mb, vs),
-                     transfer(OpKind::send, CommGroup::pp, table.stage_boundary_bytes), -1);
-      }
-    }
-
-    // ---- the step's tail: offload copies, optimizer, ZeRO 1/2 parameter gathers ----
-    double stage_params = double(stage_layers.size()) * layer_params;
-    if (s == 0) stage_params += table.embedding_parameters;
-    if (s == p.pp - 1) stage_params += table.head_parameters + table.tied_copy_parameters;
-    // With a pipeline the first and last stage each hold the tied token embedding (the
-    // last as its LM head); their gradients sum once the backward is done, before the
-    // data-parallel sync.
-    if (p.pp > 1 && model.tied_embeddings && (s == 0 || s == p.pp - 1) && table.tied_copy_parameters > 0) {
-      step_waits.push_back(b.after_last(
-          "stage/embed/grad.all_reduce", transfer(OpKind::collective, CommGroup::embedding,
-                                                  table.tied_copy_parameters * states.gradient, Collective::all_reduce)));
-    }
-    // The rest of the stage's weights (embedding, final norm, LM head) sync in one bucket
-    // when the backward is done; ZeRO-3 treats them as ZeRO-2 does.
-    const double rest_params = stage_params - double(stage_layers.size()) * layer_params;
-    if (gradient_group > 1 && rest_params > 0) {
-      const bool sharded = p.zero >= 1;
-      step_waits.push_back(b.after_last(
-          fmt::format("stage/dp/grad.{}", sharded ? "reduce_scatter" : "all_reduce"),
-          transfer(OpKind::collective, CommGroup::dp, rest_params * states.gradient,
-                   sharded ? Collective::reduce_scatter : Collective::all_reduce)));
-    }
-    const double optimizer_shard = p.zero >= 1 ? gradient_group : 1;
-    const double optimizer_params = stage_params / optimizer_shard;
-    if (b.last() >= 0) step_waits.push_back(std::uint32_t(b.last()));
-    BlockOp optimizer;
-    optimizer.name = "optimizer";
-    optimizer.kind = OpKind::memory;
-    optimizer.bytes = optimizer_params * states.optimizer_traffic;
-    if (p.offload == OffloadMode::optimizer) {
-      const std::uint32_t down = b.with_deps("step/offload.grads_d2h",
-                                             transfer(OpKind::copy, CommGroup::dp, optimizer_params * states.gradient),
-                                             step_waits);
-      const std::uint32_t update = b.with_deps("step/optimizer", optimizer, {down});
-      b.op(update).on_host = true;
-      b.set_last(b.with_deps("step/offload.params_h2d",
-                             transfer(OpKind::copy, CommGroup::dp, optimizer_params * states.parameter), {update}));
-    } else if (chunked && host_share > 0) {
-      // Device-resident chunks update on the device, host-resident ones on the host.
-      BlockOp device_part = optimizer, host_part = optimizer;
-      device_part.bytes *= 1 - host_share;
-      host_part.bytes *= host_share;
-      const double gradient_shard = p.zero >= 2 ? gradient_group : 1;
-      const std::uint32_t down = b.with_deps(
-          "step/offload.grads_d2h",
-          transfer(OpKind::copy, CommGroup::dp, host_share * stage_params / gradient_shard * states.gradient), step_waits);
-      const std::uint32_t on_device = b.with_deps("step/optimizer", device_part, {down});
-      const std::uint32_t on_host = b.with_deps("step/optimizer.host", host_part, {on_device});
-      b.op(on_host).on_host = true;
-      b.set_last(on_host);
-    } else {
-      b.set_last(b.with_deps("step/optimizer", optimizer, step_waits));
-    }
-    if (gradient_group > 1 && p.zero >= 1) {
-      if (p.zero <= 2) {
-        for (int l : stage_layers) {
-          b.after_last(fmt::format("L{}/step/zero.all_gather", l),
-                       transfer(OpKind::collective, CommGroup::dp, layer_params * states.parameter,
-                                Collective::all_gather));
-        }
-      }
-      if (rest_params > 0) {
-        b.after_last("stage/step/zero.all_gather",
-                     transfer(OpKind::collective, CommGroup::dp, rest_params * states.parameter, Collective::all_gather));
-      }
-    }
-  }
+  program.layout_ = RankLayout(plan.parallel);
+  Lowering lowering(plan);
+  program.micro_batches_ = lowering.micro_batches();
+  for (int s = 0; s < plan.parallel.pp; ++s) program.stages_.push_back(lowering.stage(s));
   return program;
 }
 

@@ -9,6 +9,7 @@ TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   t.seq_len = int(f.positive_int_or("seq_len", 0));
   t.precision = *enum_from_string<Precision>(f.choice_or("precision", {"fp32", "bf16", "fp16"}, "bf16"));
   t.optimizer = *enum_from_string<Optimizer>(f.choice_or("optimizer", {"adamw", "lamb", "lars"}, "adamw"));
+  t.kernels = *enum_from_string<Kernels>(f.choice_or("kernels", {"unfused", "fused"}, "unfused"));
   f.finish();
   return t;
 }
@@ -18,6 +19,7 @@ Json TrainSpec::to_json() const {
            {"precision", to_string(precision)},
            {"optimizer", to_string(optimizer)}};
   if (seq_len > 0) out["seq_len"] = seq_len;
+  if (kernels != Kernels::unfused) out["kernels"] = to_string(kernels);
   return out;
 }
 

@@ -30,6 +30,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
+#include "tessel/core/rank_layout.hpp"
 #include "tessel/core/json_fields.hpp"
 #include "tessel/gui/charts.hpp"
 #include "tessel/gui/child_simulation.hpp"
@@ -530,7 +531,7 @@ void PlanExplorer::show_simulation(const QByteArray& json_text, const QString& t
   std::vector<QString> stages;
   std::vector<std::vector<double>> parts(4);
   for (int stage = 0; stage < p.pp; ++stage) {
-    const std::size_t rank = std::size_t(stage) * std::size_t(p.tp * p.sp * p.dp);
+    const std::size_t rank = std::size_t(RankLayout(p).first_rank_of_stage(stage));
     if (rank >= ranks.size()) break;
     stages.push_back(QString("stage %1").arg(stage));
     const Json& r = ranks[rank];

@@ -265,51 +265,7 @@ class Replay {
   int node_of(int rank) const { return rank / plan_.gpus_per_node(); }
 
   // ---------------------------------------------------------------- groups
-  std::vector<int> members(int rank, CommGroup group) const {
-    const ParallelConfig& p = plan_.parallel;
-    const int tp_index = rank % p.tp;
-    const int tp_base = rank - tp_index;
-    const int q = p.tp_grid_side();
-    const int col = tp_index % q, row = (tp_index / q) % q, depth = tp_index / (q * q);
-    std::vector<int> out;
-    switch (group) {
-      case CommGroup::tp:
-        for (int i = 0; i < p.tp; ++i) out.push_back(tp_base + i);
-        break;
-      case CommGroup::tp_row:
-        for (int c = 0; c < q; ++c) out.push_back(tp_base + depth * q * q + row * q + c);
-        break;
-      case CommGroup::tp_col:
-        for (int r = 0; r < q; ++r) out.push_back(tp_base + depth * q * q + r * q + col);
-        break;
-      case CommGroup::tp_depth: {
-        const int depths = p.tp / (q * q);
-        for (int d = 0; d < depths; ++d) out.push_back(tp_base + d * q * q + row * q + col);
-        break;
-      }
-      case CommGroup::sp_ring: {
-        const int sp_index = (rank / p.tp) % p.sp;
-        for (int i = 0; i < p.sp; ++i) out.push_back(rank + (i - sp_index) * p.tp);
-        break;
-      }
-      case CommGroup::dp: {
-        const int stage_size = p.tp * p.sp * p.dp;
-        const int stage_base = (rank / stage_size) * stage_size;
-        for (int i = 0; i < p.sp * p.dp; ++i) out.push_back(stage_base + i * p.tp + tp_index);
-        break;
-      }
-      case CommGroup::pp:
-        out.push_back(rank);
-        break;
-      case CommGroup::embedding: {
-        const int stage_size = p.tp * p.sp * p.dp;
-        out.push_back(rank % stage_size);
-        out.push_back(rank % stage_size + (p.pp - 1) * stage_size);
-        break;
-      }
-    }
-    return out;
-  }
+  std::vector<int> members(int rank, CommGroup group) const { return program_.layout().members(rank, group); }
 
   // ---------------------------------------------------------------- flows
   void flow_bytes(int from, int to, double bytes) {
@@ -460,11 +416,10 @@ class Replay {
 
   // The rank a pipeline transfer leaves from, and a key both ends agree on.
   std::string transfer_key(const RankState& rank, const ProgramOp& op, int& source, int& destination) const {
-    const ParallelConfig& p = plan_.parallel;
-    const int stage_size = p.tp * p.sp * p.dp;
-    const int stage = rank.rank / stage_size;
+    const RankLayout& layout = program_.layout();
+    const int stages = layout.size(Axis::pp);
     const int offset = op.peer_offset;
-    const int peer = (stage + offset + p.pp) % p.pp * stage_size + rank.rank % stage_size;
+    const int peer = layout.with(rank.rank, Axis::pp, (layout.stage_of(rank.rank) + offset + stages) % stages);
     const bool sending = op.work.kind == OpKind::send;
     source = sending ? rank.rank : peer;
     destination = sending ? peer : rank.rank;
@@ -571,7 +526,8 @@ class Replay {
   // starts its first layer, -1 when its backward finishes the first layer.
   void track_memory(const RankState& rank, const ProgramOp& op, double time) {
     const ParallelConfig& p = plan_.parallel;
-    if (rank.rank % (p.tp * p.sp * p.dp) != 0) return;  // one rank per stage
+    const int stage = program_.layout().stage_of(rank.rank);
+    if (rank.rank != program_.layout().first_rank_of_stage(stage)) return;  // one rank per stage
     const bool forward_start = op.id.find("/fwd/attn.norm") != std::string::npos;
     const bool backward_end = op.id.find("/bwd/attn.norm") != std::string::npos;
     if (!forward_start && !backward_end) return;
@@ -579,7 +535,6 @@ class Replay {
     const auto l_at = op.id.find("/L") + 2;
     const int layer = std::stoi(op.id.substr(l_at));
     if (layer % layers_per_chunk != 0) return;
-    const int stage = rank.rank / (p.tp * p.sp * p.dp);
     auto& samples = memory_[std::size_t(stage)];
     const int previous = samples.empty() ? 0 : samples.back().chunks;
     samples.push_back({time, previous + (forward_start ? 1 : -1)});
@@ -620,7 +575,7 @@ class Replay {
   void fold_replicas() {
     const ParallelConfig& p = plan_.parallel;
     const int world = program_.world_size();
-    const int per_replica = p.tp * p.sp;
+    const int per_replica = program_.layout().group_size(kTensorAxes | axes(Axis::sp));
     int kept = p.dp;
     // Exact by symmetry on the star-of-nodes fat-tree; torus and dragonfly routes are not
     // symmetric between replicas, so they are simulated in full.
@@ -632,9 +587,9 @@ class Replay {
     simulated_.assign(std::size_t(world), false);
     representative_.assign(std::size_t(world), 0);
     for (int r = 0; r < world; ++r) {
-      const int replica = (r / per_replica) % p.dp;
+      const int replica = program_.layout().coordinate(r, Axis::dp);
       simulated_[std::size_t(r)] = replica < kept;
-      representative_[std::size_t(r)] = r - (replica - replica % kept) * per_replica;
+      representative_[std::size_t(r)] = program_.layout().with(r, Axis::dp, replica % kept);
     }
   }
 

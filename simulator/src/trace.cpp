@@ -16,10 +16,9 @@ std::string chrome_trace(const Program& program, const SimulationResult& result,
                          const std::vector<StageMemory>& memory) {
   const std::vector<TimedOp> events = timed_ops(program, result);
   // Memory per stage, on the stage's first rank: what stays plus the chunks in flight.
-  const ParallelConfig& p = program.plan().parallel;
   std::vector<MemorySample> samples;
   for (std::size_t stage = 0; stage < result.in_flight.size() && stage < memory.size(); ++stage) {
-    const int rank = int(stage) * p.tp * p.sp * p.dp;
+    const int rank = program.layout().first_rank_of_stage(int(stage));
     samples.push_back({rank, 0, memory[stage].static_bytes});
     for (const InFlightSample& sample : result.in_flight[stage]) {
       samples.push_back({rank, sample.time_s, memory[stage].static_bytes + sample.chunks * memory[stage].chunk_bytes});

@@ -87,8 +87,10 @@ struct BlockOpTable {
   std::vector<PartialSync> partial_syncs;
 };
 
-// `element_bytes`: bytes of one activation element in the training precision.
+// `element_bytes`: bytes of one activation element in the training precision. With fused
+// kernels the attention core is one flash-style op: no softmax op of its own, nothing for
+// selective recompute to rebuild.
 BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelConfig& parallel,
-                            double element_bytes);
+                            double element_bytes, Kernels kernels = Kernels::unfused);
 
 }  // namespace tessel

@@ -20,6 +20,9 @@ enum class OffloadMode { none, optimizer, chunked };
 enum class Recompute { none, selective, full };
 enum class Schedule { gpipe, one_f_one_b, interleaved };
 enum class Topology { fat_tree, torus, dragonfly };
+// How a block's kernels run: attention as GEMMs around a softmax whose (seq x seq)
+// probabilities are a tensor (unfused), or flash-style, never storing the scores (fused).
+enum class Kernels { unfused, fused };
 
 template <typename Enum>
 struct EnumNames;  // specialised below: static constexpr std::array names
@@ -47,6 +50,7 @@ TESSEL_ENUM_NAMES(Schedule, std::string_view("gpipe"), std::string_view("1f1b"),
                   std::string_view("interleaved"))
 TESSEL_ENUM_NAMES(Topology, std::string_view("fat-tree"), std::string_view("torus"),
                   std::string_view("dragonfly"))
+TESSEL_ENUM_NAMES(Kernels, std::string_view("unfused"), std::string_view("fused"))
 #undef TESSEL_ENUM_NAMES
 
 template <typename Enum>

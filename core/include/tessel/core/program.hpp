@@ -26,13 +26,12 @@
 
 #include "tessel/core/block_ops.hpp"
 #include "tessel/core/plan.hpp"
+#include "tessel/core/rank_layout.hpp"
+#include "tessel/core/stream.hpp"
 #include "tessel/core/schedule.hpp"
 
 namespace tessel {
 
-enum class Stream { compute, tp_comm, dp_comm, pp_comm, copy };
-std::string_view to_string(Stream stream);
-std::optional<Stream> stream_from_string(std::string_view name);  // nullopt: not a stream's name
 
 struct ProgramOp {
   std::string id;
@@ -61,13 +60,14 @@ class Program {
   int stages() const { return plan_.parallel.pp; }
   int micro_batches() const { return micro_batches_; }
   const StageProgram& stage(int s) const { return stages_.at(std::size_t(s)); }
-  // Rank order: tp fastest, then sp, dp, pp.
-  int stage_of_rank(int rank) const { return rank / (plan_.parallel.tp * plan_.parallel.sp * plan_.parallel.dp); }
+  const RankLayout& layout() const { return layout_; }
+  int stage_of_rank(int rank) const { return layout_.stage_of(rank); }
   const StageProgram& rank_program(int rank) const { return stage(stage_of_rank(rank)); }
   std::size_t op_count() const;  // over the distinct stage programs
 
  private:
   Plan plan_;
+  RankLayout layout_{ParallelConfig{}};
   int micro_batches_ = 0;
   std::vector<StageProgram> stages_;
 };

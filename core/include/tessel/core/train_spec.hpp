@@ -1,5 +1,5 @@
 // What one training step is: the global batch (in sequences), sequence length,
-// numeric precision and optimizer.
+// numeric precision, optimizer and whether the kernels are fused.
 #pragma once
 
 #include "tessel/core/enums.hpp"
@@ -12,6 +12,9 @@ struct TrainSpec {
   int seq_len = 0;       // 0 = the model's
   Precision precision = Precision::bf16;
   Optimizer optimizer = Optimizer::adamw;
+  // Fused kernels: flash-style attention keeps no scores (its memory and its Program
+  // ops follow), as the GPU executor runs it.
+  Kernels kernels = Kernels::unfused;
 
   static TrainSpec from_json(const Json& json, const std::string& path = "train");
   Json to_json() const;

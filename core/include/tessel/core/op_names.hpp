@@ -1,0 +1,109 @@
+// The op vocabulary: every op kind a Program names, as symbols, and the grammar of op ids.
+// The block-op table, the Program lowering, the executor (which times its work under
+// these ids), the simulator and the GUI take names from here, so a misspelled kind does
+// not compile and `tessel compare` cannot silently miss an op.
+//
+// Ids (program.hpp has the full list):
+//   mb{i}/L{l}/{fwd|bwd|recompute}/{op}        transformer block ops of micro-batch i
+//   mb{i}/{embed|head}/{fwd|bwd}/{op}          the embedding and the LM head
+//   mb{i}/V{v}/{fwd|bwd}/pp.{send|recv}         pipeline transfers at virtual stage v
+//   {L{l}|stage}/{dp|step}/{op}                 per-bucket gradient syncs and ZeRO gathers
+//   stage/embed/grad.all_reduce, step/{op}      once per step
+#pragma once
+
+#include <array>
+#include <vector>
+#include <string>
+#include <string_view>
+
+namespace tessel::ops {
+
+// A linear layer and the pieces of it each tensor-parallel mode adds: SUMMA's row and
+// column broadcasts (2D, 2.5D), the cube's gathers and reduce-scatter (3D).
+struct LinearOps {
+  std::string_view gemm, bcast_row, bcast_col, gather_input, gather_weight, reduce_scatter;
+};
+
+// ---- a transformer block ----
+inline constexpr std::string_view attn_norm = "attn.norm";
+inline constexpr std::string_view attn_norm_all_reduce = "attn.norm_all_reduce";
+inline constexpr std::string_view attn_tp_all_gather = "attn.tp_all_gather";
+inline constexpr LinearOps attn_qkv{"attn.qkv",          "attn.qkv.bcast_row",     "attn.qkv.bcast_col",
+                                    "attn.qkv.gather_input", "attn.qkv.gather_weight", "attn.qkv.reduce_scatter"};
+inline constexpr std::string_view attn_ring_kv = "attn.ring_kv";
+inline constexpr std::string_view attn_core = "attn.core";
+inline constexpr std::string_view attn_softmax = "attn.softmax";
+inline constexpr LinearOps attn_proj{"attn.proj",          "attn.proj.bcast_row",     "attn.proj.bcast_col",
+                                     "attn.proj.gather_input", "attn.proj.gather_weight", "attn.proj.reduce_scatter"};
+inline constexpr std::string_view attn_tp_reduce_scatter = "attn.tp_reduce_scatter";
+inline constexpr std::string_view attn_tp_all_reduce = "attn.tp_all_reduce";
+inline constexpr std::string_view attn_residual = "attn.residual";
+inline constexpr std::string_view mlp_norm = "mlp.norm";
+inline constexpr std::string_view mlp_norm_all_reduce = "mlp.norm_all_reduce";
+inline constexpr std::string_view mlp_tp_all_gather = "mlp.tp_all_gather";
+inline constexpr LinearOps mlp_fc1{"mlp.fc1",          "mlp.fc1.bcast_row",     "mlp.fc1.bcast_col",
+                                   "mlp.fc1.gather_input", "mlp.fc1.gather_weight", "mlp.fc1.reduce_scatter"};
+inline constexpr std::string_view mlp_act = "mlp.act";
+inline constexpr LinearOps mlp_fc2{"mlp.fc2",          "mlp.fc2.bcast_row",     "mlp.fc2.bcast_col",
+                                   "mlp.fc2.gather_input", "mlp.fc2.gather_weight", "mlp.fc2.reduce_scatter"};
+inline constexpr std::string_view mlp_tp_reduce_scatter = "mlp.tp_reduce_scatter";
+inline constexpr std::string_view mlp_tp_all_reduce = "mlp.tp_all_reduce";
+inline constexpr std::string_view mlp_residual = "mlp.residual";
+
+// ---- the LM head and the loss ----
+inline constexpr std::string_view head_norm_all_reduce = "head.norm_all_reduce";
+inline constexpr std::string_view head_tp_all_gather = "head.tp_all_gather";
+inline constexpr std::string_view head_tp_all_reduce = "head.tp_all_reduce";
+// 2D's head: token blocks broadcast down the columns, logits reduced along the rows.
+inline constexpr LinearOps head_logits{"head.logits",          "",  "head.logits.bcast_col", "head.logits.gather_input",
+                                       "head.logits.gather_weight", "head.logits.reduce_scatter"};
+inline constexpr std::string_view head_logits_reduce_row = "head.logits.reduce_row";
+inline constexpr std::string_view head_loss = "head.loss";
+inline constexpr std::string_view head_loss_all_reduce = "head.loss_all_reduce";
+
+// ---- the embedding ----
+inline constexpr std::string_view embed_lookup = "embed.lookup";
+inline constexpr std::string_view embed_tp_all_reduce = "embed.tp_all_reduce";
+inline constexpr std::string_view embed_tp_all_gather = "embed.tp_all_gather";
+inline constexpr std::string_view embed_tp_reduce_scatter = "embed.tp_reduce_scatter";
+inline constexpr std::string_view embed_gather_weight_col = "embed.gather_weight_col";
+inline constexpr std::string_view embed_gather_weight_row = "embed.gather_weight_row";
+
+// ---- pipeline, ZeRO, offload, data-parallel syncs, the optimizer ----
+inline constexpr std::string_view pp_send = "pp.send";
+inline constexpr std::string_view pp_recv = "pp.recv";
+inline constexpr std::string_view zero_all_gather = "zero.all_gather";
+inline constexpr std::string_view zero_reduce_scatter = "zero.reduce_scatter";
+inline constexpr std::string_view offload_fetch = "offload.fetch";
+inline constexpr std::string_view grad_all_reduce = "grad.all_reduce";
+inline constexpr std::string_view grad_reduce_scatter = "grad.reduce_scatter";
+inline constexpr std::string_view optimizer = "optimizer";
+inline constexpr std::string_view optimizer_host = "optimizer.host";
+inline constexpr std::string_view offload_grads_d2h = "offload.grads_d2h";
+inline constexpr std::string_view offload_params_h2d = "offload.params_h2d";
+
+// Every kind above: for tests that hold other modules' names to the vocabulary.
+std::vector<std::string_view> all_op_names();
+bool is_op_name(std::string_view name);
+
+// ---- id grammar ----
+enum class Phase { fwd, bwd, recompute };
+std::string_view to_string(Phase phase);
+// The parts outside the transformer blocks.
+enum class Part { embed, head };
+std::string_view to_string(Part part);
+
+std::string block_op_id(int micro_batch, int layer, Phase phase, std::string_view op);  // mb3/L12/fwd/mlp.fc1
+std::string part_op_id(int micro_batch, Part part, Phase phase, std::string_view op);  // mb3/head/bwd/head.loss
+std::string transfer_op_id(int micro_batch, int virtual_stage, Phase phase, std::string_view op);  // mb3/V2/fwd/pp.send
+// Per-bucket ops, `bucket` "L{l}" or "stage": its gradient sync over the data-parallel
+// group (L3/dp/grad.all_reduce) and, with ZeRO 1-2, its weights gathered after the
+// optimizer (L3/step/zero.all_gather).
+std::string bucket_sync_id(std::string_view bucket, std::string_view op);
+std::string bucket_gather_id(std::string_view bucket);
+std::string layer_bucket_name(int layer);  // "L12"
+inline constexpr std::string_view kStageBucket = "stage";
+inline constexpr std::string_view kTiedEmbeddingSync = "stage/embed/grad.all_reduce";
+std::string step_op_id(std::string_view op);  // step/optimizer
+
+}  // namespace tessel::ops

@@ -1,0 +1,88 @@
+// Where every rank sits in a plan's parallel layout, stated once: the planner, the
+// simulator, the executor's process grid, traces and the GUI ask this type and never
+// re-derive it (Megatron-Core's RankGenerator has the same role).
+//
+// Rank order, fastest-varying axis first:
+//   tp_col, tp_row, tp_depth   the tensor-parallel group; 1D uses tp_col alone (size tp),
+//                              2D a q x q grid, 2.5D q x q x d, 3D q x q x q
+//   sp                         ring self-attention
+//   dp                         data parallel (expert parallelism will be carved from it)
+//   pp                         pipeline stage
+// A group over a set of axes holds the ranks that differ only in those axes, ordered by
+// rank; its id is its first rank. Every communicator a layout needs is such a group,
+// except the tied embedding's pair of the first and the last stage.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "tessel/core/block_ops.hpp"
+#include "tessel/core/parallel_config.hpp"
+
+namespace tessel {
+
+enum class Axis : std::uint8_t { tp_col, tp_row, tp_depth, sp, dp, pp };
+inline constexpr int kAxisCount = 6;
+
+// A set of axes, as a bit mask; `axes(Axis::sp, Axis::dp)` builds one.
+using AxisSet = std::uint8_t;
+constexpr AxisSet axis_bit(Axis axis) { return AxisSet(1u << unsigned(axis)); }
+template <typename... A>
+constexpr AxisSet axes(A... a) {
+  return AxisSet((axis_bit(a) | ... | 0));
+}
+inline constexpr AxisSet kTensorAxes = axes(Axis::tp_col, Axis::tp_row, Axis::tp_depth);
+// Ranks holding the same weights, whose gradients are averaged: dp x sp.
+inline constexpr AxisSet kGradientAxes = axes(Axis::sp, Axis::dp);
+
+struct RankCoordinates {
+  int tp = 0, sp = 0, dp = 0, pp = 0;          // tp: the index in the tensor group
+  int tp_col = 0, tp_row = 0, tp_depth = 0;    // in the tensor grid
+  bool operator==(const RankCoordinates&) const = default;
+};
+
+class RankLayout {
+ public:
+  // Cheap (a few integers): the planner builds one per candidate.
+  explicit RankLayout(const ParallelConfig& parallel);
+
+  int world_size() const { return stride_[kAxisCount - 1] * size_[kAxisCount - 1]; }
+  int size(Axis axis) const { return size_[std::size_t(axis)]; }
+  int tp_size() const { return size(Axis::tp_col) * size(Axis::tp_row) * size(Axis::tp_depth); }
+  // Ranks of one pipeline stage, and where a stage's ranks start.
+  int ranks_per_stage() const { return stride_[std::size_t(Axis::pp)]; }
+  int stage_of(int rank) const { return rank / ranks_per_stage(); }
+  int first_rank_of_stage(int stage) const { return stage * ranks_per_stage(); }
+
+  RankCoordinates coordinates(int rank) const;
+  int rank_of(const RankCoordinates& coordinates) const;
+  int stride(Axis axis) const { return stride_[std::size_t(axis)]; }
+  // The distance between consecutive members of a group over adjacent axes: the stride of
+  // its fastest axis (how the planner places a group on nodes).
+  int group_stride(AxisSet axes) const;
+  int coordinate(int rank, Axis axis) const { return rank / stride_[std::size_t(axis)] % size_[std::size_t(axis)]; }
+  // `rank` with one coordinate replaced.
+  int with(int rank, Axis axis, int value) const;
+
+  // The ranks that differ from `rank` only in `axes`, ascending; its first rank names it
+  // (`group_id`) and `rank`'s index in it is `position_in_group`.
+  std::vector<int> group(int rank, AxisSet axes) const;
+  int group_id(int rank, AxisSet axes) const;
+  int position_in_group(int rank, AxisSet axes) const;
+  int group_size(AxisSet axes) const;
+  // Every group over `axes`, ordered by their first rank.
+  std::vector<std::vector<int>> groups(AxisSet axes) const;
+
+  // The ranks of a collective's group as the block-op table names it.
+  std::vector<int> members(int rank, CommGroup group) const;
+  static AxisSet axes_of(CommGroup group);  // every group but `embedding`
+  // The tied embedding's two copies: `rank` and its counterpart on the other end stage
+  // (first and last); `rank` alone on the middle stages and with one stage.
+  std::vector<int> embedding_group(int rank) const;
+
+ private:
+  std::array<int, kAxisCount> size_{}, stride_{};
+};
+
+}  // namespace tessel
