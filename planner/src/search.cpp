@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -56,22 +57,30 @@ struct Candidates {
 };
 
 struct WorkerState {
-  std::vector<Estimate> heap;  // max-heap on step time: the worst kept plan on top
+  std::vector<Estimate> heap;  // max-heap in ranking order: the worst kept plan on top
   std::int64_t searched = 0, priced = 0, valid = 0;
   std::array<std::int64_t, std::size_t(Reject::count)> rejected{};
 };
 
-bool slower(const Estimate& a, const Estimate& b) { return a.step_time_s < b.step_time_s; }
+// The ranking, a total order so that which of several tied plans are kept never depends
+// on how the grid was split over threads: faster first, then less memory, then by layout.
+bool ranks_before(const Estimate& a, const Estimate& b) {
+  if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
+  if (a.memory.device_total_bytes() != b.memory.device_total_bytes()) {
+    return a.memory.device_total_bytes() < b.memory.device_total_bytes();
+  }
+  return a.parallel.summary() < b.parallel.summary();
+}
 
 void keep_best(WorkerState& state, const Estimate& estimate, int top_k) {
   if (top_k <= 0) return;
   if (int(state.heap.size()) < top_k) {
     state.heap.push_back(estimate);
-    std::push_heap(state.heap.begin(), state.heap.end(), slower);
-  } else if (estimate.step_time_s < state.heap.front().step_time_s) {
-    std::pop_heap(state.heap.begin(), state.heap.end(), slower);
+    std::push_heap(state.heap.begin(), state.heap.end(), ranks_before);
+  } else if (estimate.step_time_s <= state.heap.front().step_time_s && ranks_before(estimate, state.heap.front())) {
+    std::pop_heap(state.heap.begin(), state.heap.end(), ranks_before);
     state.heap.back() = estimate;
-    std::push_heap(state.heap.begin(), state.heap.end(), slower);
+    std::push_heap(state.heap.begin(), state.heap.end(), ranks_before);
   }
 }
 
@@ -107,14 +116,147 @@ Json SearchResult::to_json() const {
               {"cost_flags", profiles::describe_cost_flags(cost_flags)}};
 }
 
+namespace {
+
+// The grid's inner loops for one (dp, pp, tp, mode, sp) item: every micro-batch size and
+// recompute mode priced once by layout_cost, then every ZeRO stage, offload and schedule
+// finished from it.
+class ItemSearch {
+ public:
+  ItemSearch(const CostModel& model, const SearchOptions& options, const std::vector<int>& batch_divisors,
+             const std::vector<std::pair<OffloadMode, double>>& offloads, std::function<bool()> should_stop)
+      : model_(model),
+        options_(options),
+        batch_divisors_(batch_divisors),
+        offloads_(offloads),
+        should_stop_(std::move(should_stop)) {}
+
+  void visit(const OuterItem& item, WorkerState& state) const {
+    ParallelConfig p;
+    p.dp = item.dp;
+    p.pp = item.pp;
+    p.tp = item.tp;
+    p.sp = item.sp;
+    p.tp_mode = item.mode;
+    p.tp_depth = item.depth;
+    p.tp_sequence_parallel = item.sequence_parallel;
+    const int global_batch = model_.train().global_batch;
+    const std::int64_t inner = std::int64_t(zero_max(item) + 1) * std::int64_t(offloads_.size()) * schedules(item);
+    for (int micro_batch : batch_divisors_) {
+      if (std::int64_t(micro_batch) * item.dp > global_batch) break;
+      if (should_stop_()) return;
+      p.micro_batch = micro_batch;
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+        p.recompute = recompute;
+        p.schedule = Schedule::one_f_one_b;
+        p.virtual_stages = 1;
+        p.zero = 0;
+        p.offload = OffloadMode::none;
+        p.offload_device_fraction = 1.0;
+        const LayoutCost layout = model_.layout_cost(p);
+        state.searched += inner;
+        if (layout.reject != Reject::none) {
+          state.rejected[std::size_t(layout.reject)] += inner;
+          continue;
+        }
+        finish_variants(item, layout, p, state);
+      }
+    }
+  }
+
+ private:
+  static int zero_max(const OuterItem& item) { return item.dp * item.sp > 1 ? 3 : 0; }
+  int schedules(const OuterItem& item) const {
+    return item.pp == 1 ? 1 : 2 + int(options_.virtual_stage_choices.size());
+  }
+
+  // Every ZeRO stage, offload and schedule of one priced layout.
+  void finish_variants(const OuterItem& item, const LayoutCost& layout, ParallelConfig p, WorkerState& state) const {
+    Estimate estimate;
+    for (int zero = 0; zero <= zero_max(item); ++zero) {
+      p.zero = zero;
+      for (auto [offload, fraction] : offloads_) {
+        p.offload = offload;
+        p.offload_device_fraction = fraction;
+        for (int s = 0; s < schedules(item); ++s) {
+          if (item.pp == 1) {
+            p.schedule = Schedule::one_f_one_b;
+            p.virtual_stages = 1;
+          } else if (s < 2) {
+            p.schedule = s == 0 ? Schedule::gpipe : Schedule::one_f_one_b;
+            p.virtual_stages = 1;
+          } else {
+            p.schedule = Schedule::interleaved;
+            p.virtual_stages = options_.virtual_stage_choices[s - 2];
+            const Reject schedule_reject = check_layout(model_.model(), model_.train(), p);
+            if (schedule_reject != Reject::none) {
+              ++state.rejected[std::size_t(schedule_reject)];
+              continue;
+            }
+          }
+          model_.finish(p, layout, estimate);
+          ++state.priced;
+          if (options_.on_plan) options_.on_plan(estimate);
+          if (estimate.reject != Reject::none) {
+            ++state.rejected[std::size_t(estimate.reject)];
+            continue;
+          }
+          ++state.valid;
+          keep_best(state, estimate, options_.top_k);
+        }
+      }
+    }
+  }
+
+  const CostModel& model_;
+  const SearchOptions& options_;
+  const std::vector<int>& batch_divisors_;
+  const std::vector<std::pair<OffloadMode, double>>& offloads_;
+  std::function<bool()> should_stop_;
+};
+
+// Calls `report` (fraction done, seconds) every 100 ms from its own thread until destroyed.
+class ProgressMonitor {
+ public:
+  ProgressMonitor(std::function<void(double, double)> report, std::function<double()> fraction_done)
+      : report_(std::move(report)), fraction_done_(std::move(fraction_done)) {
+    if (!report_) return;
+    const auto start = std::chrono::steady_clock::now();
+    thread_ = std::thread([this, start] {
+      std::unique_lock lock(mutex_);
+      while (!wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return finished_; })) {
+        report_(fraction_done_(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+    });
+  }
+  ~ProgressMonitor() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lock(mutex_);
+      finished_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  ProgressMonitor(const ProgressMonitor&) = delete;
+  ProgressMonitor& operator=(const ProgressMonitor&) = delete;
+
+ private:
+  std::function<void(double, double)> report_;
+  std::function<double()> fraction_done_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool finished_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 SearchResult search(const CostModel& model, const SearchOptions& options) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const int world = model.gpus();
-  const int global_batch = model.train().global_batch;
-  const std::vector<OuterItem> items = outer_items(world);
-  const std::vector<int> batch_divisors = divisors(global_batch);
-
+  const std::vector<OuterItem> items = outer_items(model.gpus());
+  const std::vector<int> batch_divisors = divisors(model.train().global_batch);
   std::vector<std::pair<OffloadMode, double>> offloads{{OffloadMode::none, 1.0}, {OffloadMode::optimizer, 1.0}};
   for (double fraction : options.chunked_device_fractions) offloads.emplace_back(OffloadMode::chunked, fraction);
 
@@ -130,108 +272,22 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
     }
     return false;
   };
-
-  auto visit = [&](const OuterItem& item, WorkerState& state) {
-    ParallelConfig p;
-    p.dp = item.dp;
-    p.pp = item.pp;
-    p.tp = item.tp;
-    p.sp = item.sp;
-    p.tp_mode = item.mode;
-    p.tp_depth = item.depth;
-    p.tp_sequence_parallel = item.sequence_parallel;
-    const int zero_max = item.dp * item.sp > 1 ? 3 : 0;
-    const int schedules = item.pp == 1 ? 1 : 2 + int(options.virtual_stage_choices.size());
-    const std::int64_t inner = std::int64_t(zero_max + 1) * std::int64_t(offloads.size()) * schedules;
-    Estimate estimate;
-    for (int micro_batch : batch_divisors) {
-      if (std::int64_t(micro_batch) * item.dp > global_batch) break;
-      if (should_stop()) return;
-      p.micro_batch = micro_batch;
-      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
-        p.recompute = recompute;
-        p.schedule = Schedule::one_f_one_b;
-        p.virtual_stages = 1;
-        p.zero = 0;
-        p.offload = OffloadMode::none;
-        p.offload_device_fraction = 1.0;
-        const LayoutCost layout = model.layout_cost(p);
-        state.searched += inner;
-        if (layout.reject != Reject::none) {
-          state.rejected[std::size_t(layout.reject)] += inner;
-          continue;
-        }
-        for (int zero = 0; zero <= zero_max; ++zero) {
-          p.zero = zero;
-          for (auto [offload, fraction] : offloads) {
-            p.offload = offload;
-            p.offload_device_fraction = fraction;
-            for (int s = 0; s < schedules; ++s) {
-              if (item.pp == 1) {
-                p.schedule = Schedule::one_f_one_b;
-                p.virtual_stages = 1;
-              } else if (s < 2) {
-                p.schedule = s == 0 ? Schedule::gpipe : Schedule::one_f_one_b;
-                p.virtual_stages = 1;
-              } else {
-                p.schedule = Schedule::interleaved;
-                p.virtual_stages = options.virtual_stage_choices[s - 2];
-                const Reject schedule_reject = check_layout(model.model(), model.train(), p);
-                if (schedule_reject != Reject::none) {
-                  ++state.rejected[std::size_t(schedule_reject)];
-                  continue;
-                }
-              }
-              model.finish(p, layout, estimate);
-              ++state.priced;
-              if (options.on_plan) options.on_plan(estimate);
-              if (estimate.reject != Reject::none) {
-                ++state.rejected[std::size_t(estimate.reject)];
-                continue;
-              }
-              ++state.valid;
-              keep_best(state, estimate, options.top_k);
-            }
-          }
-        }
-      }
-    }
-  };
-
-  // Progress monitor: wakes every 100 ms until the work is done.
-  std::mutex monitor_mutex;
-  std::condition_variable monitor_wake;
-  bool finished = false;
-  std::thread monitor;
-  if (options.on_progress) {
-    monitor = std::thread([&] {
-      std::unique_lock lock(monitor_mutex);
-      while (!monitor_wake.wait_for(lock, std::chrono::milliseconds(100), [&] { return finished; })) {
-        const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
-        options.on_progress(double(items_done.load()) / std::max<std::size_t>(items.size(), 1), elapsed);
-      }
+  const ItemSearch item_search(model, options, batch_divisors, offloads, should_stop);
+  {
+    const ProgressMonitor monitor(options.on_progress, [&] {
+      return double(items_done.load()) / double(std::max<std::size_t>(items.size(), 1));
     });
-  }
-
-  arena.execute([&] {
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size(), 1),
-                      [&](const tbb::blocked_range<std::size_t>& range) {
-                        WorkerState& state = states.local();
-                        for (std::size_t i = range.begin(); i != range.end(); ++i) {
-                          if (should_stop()) return;
-                          visit(items[i], state);
-                          items_done.fetch_add(1, std::memory_order_relaxed);
-                        }
-                      });
-  });
-
-  if (monitor.joinable()) {
-    {
-      std::lock_guard lock(monitor_mutex);
-      finished = true;
-    }
-    monitor_wake.notify_all();
-    monitor.join();
+    arena.execute([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, items.size(), 1),
+                        [&](const tbb::blocked_range<std::size_t>& range) {
+                          WorkerState& state = states.local();
+                          for (std::size_t i = range.begin(); i != range.end(); ++i) {
+                            if (should_stop()) return;
+                            item_search.visit(items[i], state);
+                            items_done.fetch_add(1, std::memory_order_relaxed);
+                          }
+                        });
+    });
   }
 
   SearchResult result;
@@ -243,13 +299,7 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
     for (std::size_t i = 0; i < result.rejected.size(); ++i) result.rejected[i] += state.rejected[i];
     result.best.insert(result.best.end(), state.heap.begin(), state.heap.end());
   }
-  std::sort(result.best.begin(), result.best.end(), [](const Estimate& a, const Estimate& b) {
-    if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
-    if (a.memory.device_total_bytes() != b.memory.device_total_bytes()) {
-      return a.memory.device_total_bytes() < b.memory.device_total_bytes();
-    }
-    return a.parallel.summary() < b.parallel.summary();  // deterministic whatever the thread count
-  });
+  std::sort(result.best.begin(), result.best.end(), ranks_before);
   if (int(result.best.size()) > options.top_k) result.best.resize(std::max(options.top_k, 0));
   result.cancelled = cancelled.load();
   result.cost_flags = model.costs().flags();

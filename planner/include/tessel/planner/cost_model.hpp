@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "tessel/core/block_ops.hpp"
 #include "tessel/core/cluster_spec.hpp"
 #include "tessel/core/model_spec.hpp"
 #include "tessel/core/plan.hpp"
@@ -109,6 +110,25 @@ class CostModel {
   double optimizer_bytes_per_parameter() const { return optimizer_bytes_; }
 
  private:
+  // layout_cost()'s parts (cost_layout.cpp): where each group sits on nodes, the ops of a
+  // list priced by kind, and what they add to a layout's cost.
+  struct Groups;
+  struct Prices;
+  Groups group_placements(const ParallelConfig& parallel) const;
+  Prices price(const std::vector<BlockOp>& ops, const Groups& groups) const;
+  void add_block_times(const ParallelConfig& parallel, const Prices& block, LayoutCost& c) const;
+  void add_head_times(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
+                      LayoutCost& c) const;
+  void add_stage_states(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
+                        LayoutCost& c) const;
+  // finish()'s parts (cost_finish.cpp): the busiest stage's pipeline sends per micro-batch
+  // (and how many sends that is), memory, the data-parallel traffic and the optimizer.
+  double pipeline_sends_s(const ParallelConfig& parallel, const LayoutCost& c, double& sends) const;
+  void add_memory(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out) const;
+  void add_data_parallel(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out) const;
+  void add_optimizer_and_offload(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
+                                 Estimate& out) const;
+
   ModelSpec model_;
   TrainSpec train_;
   ClusterSpec cluster_;

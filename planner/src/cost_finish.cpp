@@ -1,0 +1,224 @@
+// What a layout's cost becomes under a schedule, a ZeRO stage and an offload mode: the
+// pipeline's sends and bubble, the memory per device, the data-parallel traffic and how
+// much of it the backward hides, the optimizer and the host copies, and the step.
+#include <algorithm>
+
+#include "cost_parts.hpp"
+#include "tessel/core/rank_layout.hpp"
+
+namespace tessel::planner {
+
+// The busiest stage's sends per micro-batch. Stage s sends its activation to the next
+// (virtual) stage and its input gradient to the previous one; the first and last virtual
+// stages send one way only. Stages fill nodes in blocks of stages_per_node, so the
+// boundary s -> s+1 crosses nodes when (s+1) is a multiple of it, and the interleaved wrap
+// p-1 -> 0 when the pipeline spans nodes. The slowest stage's sends set the pace of
+// every slot.
+double CostModel::pipeline_sends_s(const ParallelConfig& p, const LayoutCost& c, double& sends) const {
+  sends = 0;
+  if (p.pp == 1) return 0;
+  const int stages_per_node = c.stages_per_node, stages = p.pp;
+  const int v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  auto boundary = [&](bool crosses) { return crosses ? c.p2p_inter_s : c.p2p_intra_s; };
+  if (p.schedule == Schedule::gpipe) {
+    // All forwards, then all backwards: the forward phase paces on the slowest forward
+    // send, the backward phase on the slowest backward send, even with two stages.
+    sends = 2;
+    return 2 * boundary(stages_per_node < stages);
+  }
+  const double wrap = boundary(stages > stages_per_node);
+  const double first = v * boundary(stages_per_node == 1) + (v - 1) * wrap;
+  const double last = v * boundary((stages - 1) % stages_per_node == 0) + (v - 1) * wrap;
+  double middle = 0;
+  if (stages >= 3) {
+    middle = v * (stages_per_node == 1        ? 2 * c.p2p_inter_s
+                  : stages_per_node < stages ? c.p2p_inter_s + c.p2p_intra_s
+                                             : 2 * c.p2p_intra_s);
+  }
+  sends = stages >= 3 ? 2.0 * v : 2.0 * v - 1;
+  return std::max({first, last, middle});
+}
+
+void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int micro_batches, Estimate& out) const {
+  // ---- model states ----
+  const int group = p.gradient_group();
+  const double params = c.stage_parameters;
+  const double optimizer_shard = p.zero >= 1 ? group : 1;
+  const double gradient_shard = p.zero >= 2 ? group : 1;
+  const double parameter_shard = p.zero >= 3 ? group : 1;
+  MemoryBreakdown& memory = out.memory;
+  memory.parameters_bytes = params * param_bytes_ / parameter_shard;
+  memory.gradients_bytes = params * grad_bytes_ / gradient_shard;
+  memory.optimizer_bytes = params * optimizer_bytes_ / optimizer_shard;
+  memory.host_bytes = 0;
+  if (p.offload == OffloadMode::optimizer) {
+    memory.host_bytes = memory.optimizer_bytes;
+    memory.optimizer_bytes = 0;
+  } else if (p.offload == OffloadMode::chunked) {
+    const double device_fraction = p.offload_device_fraction;
+    const double states = memory.parameters_bytes + memory.gradients_bytes + memory.optimizer_bytes;
+    memory.host_bytes = (1 - device_fraction) * states;
+    memory.parameters_bytes *= device_fraction;
+    memory.gradients_bytes *= device_fraction;
+    memory.optimizer_bytes *= device_fraction;
+  }
+  if (p.zero == 3 || p.offload == OffloadMode::chunked) {
+    // Sharded or host-resident weights are gathered layer by layer before use: the
+    // layer in use and the one being prefetched are whole on the device.
+    memory.parameters_bytes += 2.0 * c.layer_parameters * param_bytes_;
+  }
+  // ---- activations: in-flight micro-batches per schedule ----
+  const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  double in_flight = 1;
+  if (p.pp > 1) {
+    switch (p.schedule) {
+      case Schedule::gpipe: in_flight = micro_batches; break;
+      case Schedule::one_f_one_b: in_flight = std::min(micro_batches, p.pp); break;
+      case Schedule::interleaved:
+        in_flight = std::min(micro_batches, p.pp) * (1.0 + double(p.pp - 1) / (double(p.pp) * virtual_stages));
+        break;
+    }
+  }
+  const double first_stage = c.activation_bytes_per_micro_batch * in_flight;
+  const double last_stage_in_flight = p.schedule == Schedule::gpipe ? micro_batches : 1;
+  const double last_stage = c.activation_bytes_per_micro_batch * last_stage_in_flight + c.logits_bytes;
+  memory.activations_bytes =
+      p.pp == 1 ? c.activation_bytes_per_micro_batch + c.logits_bytes : std::max(first_stage, last_stage);
+  memory.workspace_bytes = costs_.device().workspace_bytes;
+  const bool fits_device = memory.device_total_bytes() <= costs_.device().memory_bytes;
+  const bool fits_host = memory.host_bytes * gpus_per_node_ <= cluster_.host_memory_bytes;
+  out.fits = fits_device && fits_host;
+  if (!fits_device) out.reject = Reject::out_of_device_memory;
+  else if (!fits_host) out.reject = Reject::out_of_host_memory;
+}
+
+// Gradient sync and ZeRO over the gradient group, 2.5D's depth sums and the partial
+// gradients of copied vectors: their exposed time, and their traffic.
+void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
+                                  Estimate& out) const {
+  const int group = p.gradient_group();
+  const RankLayout layout(p);
+  const GroupPlacement gradient_group =
+      place_group(layout.group_size(kGradientAxes), layout.group_stride(kGradientAxes), gpus_per_node_);
+  // Gradients travel in buckets, as the Program sends them: one per transformer layer
+  // and one for the rest of the stage (embedding, final norm, LM head).
+  CommTally sync{costs_};
+  CommTally zero3{costs_};
+  const double layer_buckets = c.layers_on_stage;
+  const double rest_params = std::max(0.0, c.stage_parameters - layer_buckets * c.layer_parameters);
+  auto buckets = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket) {
+    tally.add(op, gradient_group, c.layer_parameters * bytes_per_param, layer_buckets * count_per_bucket);
+    if (rest_params > 0) tally.add(op, gradient_group, rest_params * bytes_per_param, count_per_bucket);
+  };
+  if (group > 1) {
+    if (p.zero == 0) {
+      buckets(sync, Collective::all_reduce, grad_bytes_, 1);
+    } else if (p.zero <= 2) {
+      buckets(sync, Collective::reduce_scatter, grad_bytes_, 1);
+      buckets(sync, Collective::all_gather, param_bytes_, 1);
+    } else {
+      // ZeRO-3 gathers each layer's weights for its forward and its backward and
+      // reduce-scatters its gradients, every micro-batch, overlapped with that
+      // micro-batch's compute; the rest of the stage is synced once, as in ZeRO-2.
+      zero3.add(Collective::all_gather, gradient_group, c.layer_parameters * param_bytes_, 2 * layer_buckets);
+      zero3.add(Collective::reduce_scatter, gradient_group, c.layer_parameters * grad_bytes_, layer_buckets);
+      if (rest_params > 0) {
+        sync.add(Collective::reduce_scatter, gradient_group, rest_params * grad_bytes_);
+        sync.add(Collective::all_gather, gradient_group, rest_params * param_bytes_);
+      }
+    }
+  }
+  CommTally depth{costs_};
+  if (p.tp_mode == TpMode::d2_5 && p.tp_depth > 1) {
+    const AxisSet depth_axes = RankLayout::axes_of(CommGroup::tp_depth);
+    const GroupPlacement depth_group =
+        place_group(layout.group_size(depth_axes), layout.group_stride(depth_axes), gpus_per_node_);
+    depth.add(Collective::all_reduce, depth_group, c.depth_sync_layer_elements * grad_bytes_, c.layers_on_stage);
+    depth.add(Collective::all_reduce, depth_group, c.depth_sync_rest_elements * grad_bytes_);
+  }
+  // Partial gradients summed once per step, or per micro-batch for ZeRO-3 layer buckets,
+  // whose gradients leave for their owners after every micro-batch.
+  const double layer_partial_calls = p.zero == 3 && group > 1 ? micro_batches : 1;
+  LayoutCost::StepComm partial{
+      layer_partial_calls * c.partial_layer_sync.time_s + c.partial_rest_sync.time_s,
+      layer_partial_calls * c.partial_layer_sync.bytes + c.partial_rest_sync.bytes,
+      layer_partial_calls * c.partial_layer_sync.messages + c.partial_rest_sync.messages};
+  const double compute_per_micro_batch = c.forward_compute_s + c.backward_compute_s;
+  const double hidden_sync = overlap_ ? c.backward_compute_s : 0.0;
+  const double hidden_zero3 = overlap_ ? compute_per_micro_batch : 0.0;
+  // The tied embedding's sum waits for the last backward on both ends of the pipeline and
+  // the optimizer waits for it: nothing hides it.
+  const double exposed_sync =
+      std::max(0.0, sync.time_s + depth.time_s + partial.time_s - hidden_sync) + c.tied_embedding_sync.time_s;
+  const double exposed_zero3 = micro_batches * std::max(0.0, zero3.time_s - hidden_zero3);
+  out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3;
+  CommVolume& comm = out.comm;
+  comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes + partial.bytes;
+  comm.tp_messages = micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages + partial.messages;
+  comm.dp_bytes = sync.bytes + micro_batches * zero3.bytes + c.tied_embedding_sync.bytes;
+  comm.dp_messages = sync.messages + micro_batches * zero3.messages + c.tied_embedding_sync.messages;
+}
+
+// The optimizer streams its states on the device, or in host memory for offloaded
+// shards; offload copies run at the host-device bandwidth.
+void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
+                                          Estimate& out) const {
+  const int group = p.gradient_group();
+  const double params = c.stage_parameters;
+  const double optimizer_params = params / (p.zero >= 1 ? group : 1);
+  const double device_fraction = p.offload == OffloadMode::chunked ? p.offload_device_fraction : 1.0;
+  const double host_fraction = p.offload == OffloadMode::optimizer ? 1.0 : 1.0 - device_fraction;
+  out.time_s[K(TimeKind::optimizer)] =
+      costs_.memory_time_s((1 - host_fraction) * optimizer_params * optimizer_traffic_bytes_) +
+      costs_.host_memory_time_s(host_fraction * optimizer_params * optimizer_traffic_bytes_);
+  double copy_bytes = 0;
+  if (p.offload == OffloadMode::optimizer) {
+    copy_bytes = optimizer_params * (grad_bytes_ + param_bytes_);  // gradients down, weights up
+  } else if (p.offload == OffloadMode::chunked) {
+    const double parameter_shard = p.zero >= 3 ? group : 1, gradient_shard = p.zero >= 2 ? group : 1;
+    copy_bytes = (1 - device_fraction) *
+                 (2.0 * micro_batches * params / parameter_shard * param_bytes_ + params / gradient_shard * grad_bytes_);
+  }
+  out.time_s[K(TimeKind::offload)] = costs_.host_device_time_s(copy_bytes);
+  out.comm.offload_bytes = copy_bytes;
+}
+
+void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& out) const {
+  out.parallel = p;
+  out.reject = c.reject;
+  if (c.reject != Reject::none) return;
+  const int micro_batches = train_.global_batch / (p.dp * p.micro_batch);
+  const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  out.micro_batches = micro_batches;
+
+  double p2p_sends = 0;
+  const double p2p_s = pipeline_sends_s(p, c, p2p_sends);
+  double forward_s = 0, backward_s = 0;
+  for (std::size_t kind = 0; kind < K(TimeKind::pp_p2p); ++kind) {
+    forward_s += c.forward_s[kind];
+    backward_s += c.backward_s[kind];
+    out.time_s[kind] = micro_batches * (c.forward_s[kind] + c.backward_s[kind]);
+  }
+  forward_s += p2p_s / 2;  // half the sends carry activations forward, half gradients back
+  backward_s += p2p_s / 2;
+  out.time_s[K(TimeKind::pp_p2p)] = micro_batches * p2p_s;
+  out.time_s[K(TimeKind::pp_bubble)] = (p.pp - 1) * (forward_s + backward_s) / virtual_stages;
+
+  add_memory(p, c, micro_batches, out);
+  add_data_parallel(p, c, micro_batches, out);
+  add_optimizer_and_offload(p, c, micro_batches, out);
+
+  double step = 0;
+  for (double part : out.time_s) step += part;
+  out.step_time_s = step;
+  out.tokens_per_s = double(train_.global_batch) * seq_ / step;
+  out.model_flops_per_step = model_flops_per_step_;
+  out.mfu = model_flops_per_step_ / (step * gpus() * costs_.device().peak_flops_per_s(train_.precision));
+  CommVolume& comm = out.comm;
+  comm.sp_bytes = micro_batches * c.comm_per_micro_batch.sp_bytes;
+  comm.sp_messages = micro_batches * c.comm_per_micro_batch.sp_messages;
+  comm.pp_bytes = micro_batches * p2p_sends * c.p2p_bytes;
+  comm.pp_messages = micro_batches * p2p_sends;
+}
+
+}  // namespace tessel::planner

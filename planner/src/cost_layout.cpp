@@ -1,0 +1,185 @@
+// The cost of one micro-batch on the busiest pipeline stage for one layout: the block-op
+// table (core) priced op by op through the profile, then what the layers, the head and
+// embedding, the pipeline sends and the stage's model states add. Everything here
+// depends on the layout only, so the search prices it once per layout and lets finish()
+// add ZeRO, offload and the schedule.
+#include <algorithm>
+
+#include "cost_parts.hpp"
+#include "tessel/core/rank_layout.hpp"
+
+namespace tessel::planner {
+
+CostModel::Groups CostModel::group_placements(const ParallelConfig& p) const {
+  // Where each group's members sit on nodes follows from the rank layout.
+  const RankLayout layout(p);
+  auto place = [&](AxisSet set) {
+    return place_group(layout.group_size(set), layout.group_stride(set), gpus_per_node_);
+  };
+  Groups g;
+  g.tp = place(kTensorAxes);
+  g.grid_row = place(RankLayout::axes_of(CommGroup::tp_row));
+  g.grid_column = place(RankLayout::axes_of(CommGroup::tp_col));
+  g.grid_depth = place(RankLayout::axes_of(CommGroup::tp_depth));
+  const GroupPlacement sp_group = place(RankLayout::axes_of(CommGroup::sp_ring));
+  g.sp_neighbour = GroupPlacement{2, sp_group.ranks_per_node >= 2 ? 2 : 1};
+  return g;
+}
+
+CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups) const {
+  const Precision precision = train_.precision;
+  Prices out{0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, CommTally{costs_}};
+  for (const BlockOp& op : ops) {
+    switch (op.kind) {
+      case OpKind::gemm:
+        out.gemm_s += op.count * costs_.gemm_time_s(op.m, op.n, op.k, precision);
+        break;
+      case OpKind::attention:
+        out.attention_s += costs_.gemm_time_s(op.flops, op.gemm_flops, precision);
+        break;
+      case OpKind::memory: {
+        const double seconds = costs_.memory_time_s(op.bytes);
+        out.memory_s += seconds;
+        out.backward_memory_s += op.backward * seconds;
+        if (op.selective_recompute) out.selective_s += seconds;
+        break;
+      }
+      case OpKind::collective: {
+        const bool ring = op.group == CommGroup::sp_ring;
+        const CommTally::Call call = out.tp.price(op.collective, groups.of(op.group), op.bytes, op.algorithm);
+        if (op.forward) (ring ? out.sp : out.tp).add(call, op.count);
+        (ring ? out.sp_backward : out.tp_backward).add(call, op.count * op.backward);
+        break;
+      }
+      case OpKind::send:
+      case OpKind::recv:
+      case OpKind::copy:
+        break;  // not in block tables: pipeline and offload traffic are priced per step
+    }
+  }
+  return out;
+}
+
+// The stage's transformer layers: forward, backward, the recompute mode's replay, and
+// their tensor- and sequence-parallel traffic.
+void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, LayoutCost& c) const {
+  c.block_tp_forward_bytes = block.tp.bytes;
+  c.block_tp_forward_messages = block.tp.messages;
+  const double layers = double(model_.layers) / p.pp;
+  const double recompute_factor = p.recompute == Recompute::full ? 1.0 : 0.0;
+  auto set = [&](TimeKind kind, double forward, double backward) {
+    c.forward_s[K(kind)] = forward;
+    c.backward_s[K(kind)] = backward;
+  };
+  set(TimeKind::gemm, layers * block.gemm_s, layers * 2 * block.gemm_s);
+  set(TimeKind::attention, layers * block.attention_s, layers * 2 * block.attention_s);
+  set(TimeKind::elementwise, layers * block.memory_s, layers * block.backward_memory_s);
+  set(TimeKind::tp_comm, layers * block.tp.time_s,
+      layers * (block.tp_backward.time_s + recompute_factor * block.tp.time_s));
+  set(TimeKind::sp_comm, layers * block.sp.time_s,
+      layers * (block.sp_backward.time_s + recompute_factor * block.sp.time_s));
+  double recompute_s = 0;
+  if (p.recompute == Recompute::full) recompute_s = layers * (block.gemm_s + block.attention_s + block.memory_s);
+  if (p.recompute == Recompute::selective) recompute_s = layers * (block.attention_s + block.selective_s);
+  set(TimeKind::recompute, 0, recompute_s);
+  // Forward, its replay under full recompute, backward.
+  const double forwards = 1.0 + recompute_factor;
+  c.comm_per_micro_batch.tp_bytes = layers * (forwards * block.tp.bytes + block.tp_backward.bytes);
+  c.comm_per_micro_batch.tp_messages = layers * (forwards * block.tp.messages + block.tp_backward.messages);
+  c.comm_per_micro_batch.sp_bytes = layers * (forwards * block.sp.bytes + block.sp_backward.bytes);
+  c.comm_per_micro_batch.sp_messages = layers * (forwards * block.sp.messages + block.sp_backward.messages);
+}
+
+// The LM head and loss on the last stage (the embedding too when pp == 1), and the
+// pipeline's sends, priced per schedule in finish().
+void CostModel::add_head_times(const ParallelConfig& p, const BlockOpTable& table, const Groups& groups,
+                               LayoutCost& c) const {
+  const Prices head = price(table.head, groups);
+  c.forward_s[K(TimeKind::gemm)] += head.gemm_s;
+  c.backward_s[K(TimeKind::gemm)] += 2 * head.gemm_s;
+  c.forward_s[K(TimeKind::elementwise)] += head.memory_s;
+  c.backward_s[K(TimeKind::elementwise)] += head.backward_memory_s;
+  CommTally head_comm = head.tp, head_backward_comm = head.tp_backward;
+  if (p.pp == 1) {
+    const Prices embedding = price(table.embedding, groups);
+    c.forward_s[K(TimeKind::elementwise)] += embedding.memory_s;
+    c.backward_s[K(TimeKind::elementwise)] += embedding.backward_memory_s;
+    head_comm.time_s += embedding.tp.time_s;
+    head_comm.bytes += embedding.tp.bytes;
+    head_comm.messages += embedding.tp.messages;
+    head_backward_comm.time_s += embedding.tp_backward.time_s;
+    head_backward_comm.bytes += embedding.tp_backward.bytes;
+    head_backward_comm.messages += embedding.tp_backward.messages;
+  }
+  c.forward_s[K(TimeKind::tp_comm)] += head_comm.time_s;
+  c.backward_s[K(TimeKind::tp_comm)] += head_backward_comm.time_s;
+  CommVolume& comm = c.comm_per_micro_batch;
+  comm.tp_bytes = comm.tp_bytes + head_comm.bytes + head_backward_comm.bytes;
+  comm.tp_messages = comm.tp_messages + head_comm.messages + head_backward_comm.messages;
+  if (p.pp > 1) {
+    c.stages_per_node = std::max(1, gpus_per_node_ / RankLayout(p).ranks_per_stage());
+    c.p2p_bytes = table.stage_boundary_bytes;
+    c.p2p_intra_s = costs_.collective_time_s(Collective::send_recv, GroupPlacement{2, 2}, c.p2p_bytes);
+    c.p2p_inter_s = costs_.collective_time_s(Collective::send_recv, GroupPlacement{2, 1}, c.p2p_bytes);
+  }
+}
+
+// What the stage holds: activations and logits per micro-batch, its parameters, and the
+// once-per-step sums its copies of weights need (the tied embedding's pair of stages,
+// 2.5D's depth, the partial gradients of copied vectors).
+void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& table, const Groups& groups,
+                                 LayoutCost& c) const {
+  const TensorSplits split = tensor_splits(p);
+  const double layers = double(model_.layers) / p.pp;
+  const double tokens = table.tokens;  // rows of every activation
+  c.activation_bytes_per_micro_batch = layers * activation_bytes_per_layer(p);
+  if (p.pp == 1) c.activation_bytes_per_micro_batch += tokens * model_.hidden * element_bytes_ / split.activation;
+  c.logits_bytes = 4.0 * (tokens * model_.vocab / split.gemm);
+  const double last_stage_extra = table.head_parameters + table.tied_copy_parameters;
+  const double stage_extra = p.pp == 1 ? table.embedding_parameters + table.head_parameters
+                                       : std::max(table.embedding_parameters, last_stage_extra);
+  c.stage_parameters = layers * table.layer_parameters + stage_extra;
+  c.layer_parameters = table.layer_parameters;
+  c.layers_on_stage = layers;
+  if (p.pp > 1 && model_.tied_embeddings && table.tied_copy_parameters > 0) {
+    // Two ranks, on one node only when the whole pipeline is.
+    CommTally tied{costs_};
+    tied.add(Collective::all_reduce, GroupPlacement{2, c.stages_per_node >= p.pp ? 2 : 1},
+             table.tied_copy_parameters * grad_bytes_);
+    c.tied_embedding_sync = {tied.time_s, tied.bytes, tied.messages};
+  }
+  c.depth_sync_layer_elements = table.depth_sync_layer_elements;
+  c.depth_sync_rest_elements = p.pp == 1 ? table.depth_sync_head_elements + table.depth_sync_embedding_elements
+                                         : std::max(table.depth_sync_head_elements, table.depth_sync_embedding_elements);
+  // Partial gradients (1D sequence parallel: norms and late biases over the tensor
+  // group; 2D: every vector down the grid column), summed once per step: one call per
+  // layer bucket and one for the stage's other weights.
+  CommTally layer_partial{costs_}, rest_partial{costs_};
+  for (const BlockOpTable::PartialSync& sync : table.partial_syncs) {
+    const GroupPlacement group = groups.of(sync.group);
+    if (sync.layer_elements > 0) layer_partial.add(Collective::all_reduce, group, sync.layer_elements * grad_bytes_, layers);
+    const double rest = p.pp == 1 ? sync.head_elements + sync.embedding_elements
+                                  : std::max(sync.head_elements, sync.embedding_elements);
+    if (rest > 0) rest_partial.add(Collective::all_reduce, group, rest * grad_bytes_);
+  }
+  c.partial_layer_sync = {layer_partial.time_s, layer_partial.bytes, layer_partial.messages};
+  c.partial_rest_sync = {rest_partial.time_s, rest_partial.bytes, rest_partial.messages};
+}
+
+LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
+  LayoutCost c;
+  c.reject = check_layout(model_, train_, p);
+  if (c.reject != Reject::none) return c;
+  const Groups groups = group_placements(p);
+  const BlockOpTable table = block_op_table(model_, seq_, p, element_bytes_, train_.kernels);
+  add_block_times(p, price(table.block, groups), c);
+  add_head_times(p, table, groups, c);
+  c.forward_compute_s = c.forward_s[K(TimeKind::gemm)] + c.forward_s[K(TimeKind::attention)] +
+                        c.forward_s[K(TimeKind::elementwise)];
+  c.backward_compute_s = c.backward_s[K(TimeKind::gemm)] + c.backward_s[K(TimeKind::attention)] +
+                         c.backward_s[K(TimeKind::elementwise)] + c.backward_s[K(TimeKind::recompute)];
+  add_stage_states(p, table, groups, c);
+  return c;
+}
+
+}  // namespace tessel::planner
