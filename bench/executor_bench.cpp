@@ -65,7 +65,10 @@ int main() {
   std::vector<double> gemm_seconds;
   for (int i = 0; i < 7; ++i) {
     const auto start = clock_type::now();
-    kernels::cpu_backend().gemm(false, false, rows, m.ffn_hidden, m.hidden, 1.0f, a.data(), b.data(), 0.0f, c.data());
+    kernels::Gemm g;
+    g.m = rows, g.n = m.ffn_hidden, g.k = m.hidden;
+    g.a = kernels::f32(a.data()), g.b = kernels::f32(b.data()), g.c = kernels::f32(c.data());
+    kernels::cpu_backend().gemm(Stream::compute, g);
     gemm_seconds.push_back(std::chrono::duration<double>(clock_type::now() - start).count());
   }
   std::sort(gemm_seconds.begin(), gemm_seconds.end());

@@ -57,6 +57,16 @@ int run_run(const RunArgs& args) {
     throw Error(fmt::format("--clip-grad-norm: must be 0 (off) or positive, got {}", args.clip_grad_norm));
   }
   const Plan plan = Plan::load(args.plan_file);
+  if (!plan.cluster.ranks_fill_node()) {
+    // A GPU cluster's plan needs its GPUs here.
+    const int devices = kernels::cuda_device_count();
+    if (devices == 0) {
+      throw Error(fmt::format("cluster {}: the plan runs on {} GPUs ({} per node) and {}", plan.cluster.name,
+                              plan.cluster.device, plan.gpus_per_node(),
+                              kernels::cuda_backend_built() ? "this machine has no CUDA device"
+                                                            : "this build of tessel has no CUDA backend"));
+    }
+  }
   executor::Trainer::check(plan);
   if (!args.resume.empty() && !std::filesystem::exists(std::filesystem::path(args.resume) / "checkpoint.json")) {
     throw Error(fmt::format("--resume: {}: no complete checkpoint (checkpoint.json missing)", args.resume));

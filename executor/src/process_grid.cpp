@@ -1,45 +1,41 @@
 #include "tessel/executor/process_grid.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
 
 namespace tessel::executor {
 
-GridCoordinates ProcessGrid::coordinates_of(const ParallelConfig& p, int rank) {
-  GridCoordinates c;
-  c.tp = rank % p.tp;
-  c.sp = (rank / p.tp) % p.sp;
-  c.dp = (rank / (p.tp * p.sp)) % p.dp;
-  c.pp = rank / (p.tp * p.sp * p.dp);
-  const int q = std::max(p.tp_grid_side(), 1);
-  c.tp_col = c.tp % q;
-  c.tp_row = (c.tp / q) % q;
-  c.tp_depth = c.tp / (q * q);
-  return c;
-}
-
-ProcessGrid::ProcessGrid(const ParallelConfig& p, Communicator& world) : world_(world) {
+ProcessGrid::ProcessGrid(const ParallelConfig& p, Communicator& world, Communicator* device_world)
+    : world_(world), layout_(p) {
   if (p.world_size() != world.size()) {
     throw Error(fmt::format("parallel: dp*pp*tp*sp = {} but {} MPI ranks are running", p.world_size(), world.size()));
   }
   const int rank = world.rank();
-  coords_ = coordinates_of(p, rank);
-  const GridCoordinates& c = coords_;
-  const int tp_block = rank - c.tp;  // first rank of this tensor group
-  const int stage = c.pp;
-  // Every split is collective: all ranks call them in the same order. Colours name the
-  // group (the coordinates the members share), keys order the members.
-  tp_ = world.split(tp_block, c.tp);
-  tp_row_ = world.split(tp_block * 1024 + c.tp_depth * 32 + c.tp_row, c.tp_col);
-  tp_col_ = world.split(tp_block * 1024 + c.tp_depth * 32 + c.tp_col, c.tp_row);
-  tp_depth_ = world.split(tp_block * 1024 + c.tp_row * 32 + c.tp_col, c.tp_depth);
-  sp_ = world.split((stage * p.dp + c.dp) * p.tp + c.tp, c.sp);
-  dp_ = world.split((stage * p.sp + c.sp) * p.tp + c.tp, c.dp);
-  pp_ = world.split((c.dp * p.sp + c.sp) * p.tp + c.tp, c.pp);
-  gradients_ = world.split(stage * p.tp + c.tp, c.dp * p.sp + c.sp);
-  const bool ends = stage == 0 || stage == p.pp - 1;
-  embedding_ = world.split(ends ? (c.dp * p.sp + c.sp) * p.tp + c.tp : p.world_size() + rank, c.pp);
+  coords_ = layout_.coordinates(rank);
+  // Every split is collective: all ranks call them in the same order. A group's colour
+  // is its first rank, the key the rank's place in it.
+  Communicator& devices = device_world ? *device_world : world;
+  auto split = [&](AxisSet axes, Stream stream) {
+    auto group = devices.split(layout_.group_id(rank, axes), layout_.position_in_group(rank, axes));
+    group->set_stream(stream);
+    return group;
+  };
+  all_ = devices.split(0, rank);
+  all_->set_stream(Stream::dp_comm);
+  tp_ = split(kTensorAxes, Stream::tp_comm);
+  tp_row_ = split(RankLayout::axes_of(CommGroup::tp_row), Stream::tp_comm);
+  tp_col_ = split(RankLayout::axes_of(CommGroup::tp_col), Stream::tp_comm);
+  tp_depth_ = split(RankLayout::axes_of(CommGroup::tp_depth), Stream::tp_comm);
+  sp_ = split(RankLayout::axes_of(CommGroup::sp_ring), Stream::tp_comm);
+  dp_ = split(axes(Axis::dp), Stream::dp_comm);
+  pp_ = split(RankLayout::axes_of(CommGroup::pp), Stream::pp_comm);
+  gradients_ = split(kGradientAxes, Stream::dp_comm);
+  const std::vector<int> ends = layout_.embedding_group(rank);
+  embedding_ = devices.split(ends.front(), int(std::find(ends.begin(), ends.end(), rank) - ends.begin()));
+  embedding_->set_stream(Stream::dp_comm);
 }
 
 }  // namespace tessel::executor

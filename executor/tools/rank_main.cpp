@@ -84,7 +84,7 @@ int train(const RunArgs& args, const Plan& plan) {
     executor::Trainer trainer(plan, grid, std::move(loader), options);
     // The folder every rank writes its measured events to, named by rank 0.
     float folder_id = float(::getpid() % 10000000);
-    world.broadcast(&folder_id, 1, 0);
+    world.broadcast(&folder_id, 1, kernels::DType::f32, 0);
     const fs::path events_folder = fs::temp_directory_path() / fmt::format("tessel_run_events_{}", int(folder_id));
     if (reporter) fs::create_directories(events_folder);
     if (!args.resume.empty()) {
@@ -149,7 +149,7 @@ int train(const RunArgs& args, const Plan& plan) {
     getrusage(RUSAGE_SELF, &usage);
     const float peak_bytes = float(usage.ru_maxrss) * 1024.0f;
     std::vector<float> peaks(std::size_t(world.size()), 0.0f);
-    world.all_gather(&peak_bytes, peaks.data(), 1);
+    world.all_gather(&peak_bytes, peaks.data(), 1, kernels::DType::f32);
     if (reporter) {
       const Program program = Program::lower(plan);
       const std::vector<profiles::EventRecord> events = read_events(events_folder, world.size(), program);

@@ -392,7 +392,7 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   const Outcome offload = run("run --plan " + plan.string() + " --steps 2");
   EXPECT_EQ(offload.status, 2);
   EXPECT_EQ(offload.err,
-            "tessel: error: parallel.offload: the CPU executor keeps everything in memory; offload must be none, got "
+            "tessel: error: parallel.offload: the executor keeps everything in device memory; offload must be none, got "
             "optimizer\n");
   const fs::path odd_batch = write("grid.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
@@ -433,7 +433,9 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   EXPECT_NE(steps.err.find("--steps: must be a positive integer, got 0"), std::string::npos) << steps.err;
   const Outcome gpu = run("run --plan " + write("gpu.json", kGoodPlan).string() + " --steps 1");
   EXPECT_EQ(gpu.status, 2);
-  EXPECT_NE(gpu.err.find("cluster: CPU runs use cluster local-cpu, got dgx-a100"), std::string::npos) << gpu.err;
+  EXPECT_NE(gpu.err.find("cluster dgx-a100: the plan runs on A100-SXM-80GB GPUs (8 per node) and this "),
+            std::string::npos)
+      << gpu.err;
 }
 
 // Every op id the Program predicts for a plan is measured by the executor, and nothing

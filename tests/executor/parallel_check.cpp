@@ -27,65 +27,25 @@
 
 #include "tessel/executor/comm/mpi_communicator.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "tessel/kernels/numeric.hpp"
 #include "tessel/planner/cost_model.hpp"
+#include "layouts.hpp"
+
+using tessel::executor::checks::Layout;
+using tessel::executor::checks::make_plan;
+using tessel::executor::checks::options_for;
 
 using namespace tessel;
 using namespace tessel::executor;
 
 namespace {
 
-struct Layout {
-  int dp = 1, pp = 1, tp = 1, sp = 1, zero = 0;
-  std::string recompute = "none", schedule = "1f1b", optimizer = "adamw", precision = "fp32";
-  int virtual_stages = 1;
-  bool sequence_parallel = false;
-  std::string tp_mode = "1d";
-  int tp_depth = 1, micro_batch = 2;
-  std::string name() const {
-    return fmt::format("dp{} pp{} tp{}{}{} zero{} recompute {} {}{}{} {}{}", dp, pp, tp,
-                       tp_mode == "1d" ? "" : " " + tp_mode,
-                       sp > 1 ? fmt::format(" sp{}", sp) : "", zero, recompute, schedule,
-                       virtual_stages > 1 ? fmt::format(" v{}", virtual_stages) : "", sequence_parallel ? " +sp" : "",
-                       optimizer, precision == "fp32" ? "" : " " + precision);
-  }
-  // Layouts with the same reference run (one process, same seed and batches). With bf16
-  // storage what recompute keeps changes the numbers, so it joins the key.
-  std::string reference_key() const { return optimizer + " " + precision + (precision == "bf16" ? " " + recompute : ""); }
-};
-
-Plan make_plan(const Layout& l) {
-  const Json json = Json::parse(fmt::format(
-      R"({{"model": {{"name": "small", "layers": 4, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16}},
-          "cluster": "local-cpu", "train": {{"global_batch": 8, "precision": "{}", "optimizer": "{}"}},
-          "parallel": {{"dp": {}, "pp": {}, "tp": {}, "tp_mode": "{}", "tp_depth": {}, "sp": {}, "zero": {},
-                       "recompute": "{}", "schedule": "{}", "virtual_stages": {}, "tp_sequence_parallel": {},
-                       "micro_batch": {}}}}})",
-      l.precision, l.optimizer, l.dp, l.pp, l.tp, l.tp_mode, l.tp_depth, l.sp, l.zero, l.recompute, l.schedule,
-      l.virtual_stages, l.sequence_parallel, l.micro_batch));
-  return Plan::from_json(json, "");
-}
-
-TrainerOptions options_for(const std::string& optimizer) {
-  TrainerOptions o;
-  o.seed = 42;
-  o.lr = optimizer == "lars" ? 0.5f : 1e-3f;  // tessel run's default for AdamW
-  o.weight_decay = 0.01f;
-  o.clip_grad_norm = optimizer == "adamw" ? 0.0f : 0.5f;  // active: the gradient norm is about 1 at first
-  // AdamW's first step moves every weight by about lr x g / (|g| + eps): a gradient
-  // element of rounding size (q and k of a near-uniform attention at initialisation have
-  // many below 1e-8) moves its weight by a fraction of lr in a direction the rounding
-  // picks. With eps 1e-8 that made step 5 differ by 1.7e-4 between summation orders
-  // whose step-1 gradients agreed to 4e-7; eps 1e-6 keeps the comparison about the
-  // layouts, and the first step is also checked on its own, to 1e-5.
-  o.adam_eps = 1e-6f;
-  return o;
-}
-
 struct History {
   std::vector<float> losses;
   std::vector<std::vector<float>> gradients;  // per step, whole model
   std::vector<std::vector<float>> weights;    // before each step
   std::vector<std::map<std::string, float>> trust;
+  std::vector<float> gradient_norms;  // global, before clipping
   std::size_t kept_activation_bytes = 0;  // this rank's, after the last step
 };
 
@@ -97,7 +57,9 @@ History train(const Plan& plan, Communicator& world, const std::string& text, co
   History h;
   for (int step = 0; step < 5; ++step) {
     h.weights.push_back(trainer.whole_parameters());
-    h.losses.push_back(trainer.step().loss);
+    const StepStats stats = trainer.step();
+    h.losses.push_back(stats.loss);
+    h.gradient_norms.push_back(stats.gradient_norm);
     h.gradients.push_back(trainer.whole_gradients());
     // Trust ratios of the tensors this rank updates, gathered on rank 0 through the world.
     std::map<std::string, float> trust = trainer.trust_ratios();
@@ -204,6 +166,23 @@ std::vector<Layout> layouts(const std::string& suite) {
       cube.tp = 8, cube.tp_mode = "3d", cube.micro_batch = 4, cube.recompute = recompute;
       out.push_back(cube);
     }
+  } else if (suite == "fused") {
+    // Fused kernels (flash-style attention with log-sum-exp merging across ring blocks).
+    auto fused = [](auto edit) {
+      Layout l;
+      l.kernels = "fused";
+      edit(l);
+      return l;
+    };
+    out = {fused([](Layout& l) { l.sp = 2; }),
+           fused([](Layout& l) { l.sp = 4, l.recompute = "selective"; }),
+           fused([](Layout& l) { l.sp = 2, l.tp = 2, l.dp = 2, l.zero = 1; }),
+           fused([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.pp = 2; }),
+           fused([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.recompute = "full"; }),
+           fused([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4; }),
+           fused([](Layout& l) { l.dp = 2, l.pp = 2, l.schedule = "interleaved", l.virtual_stages = 2; }),
+           fused([](Layout& l) { l.tp = 2, l.pp = 2, l.precision = "bf16"; }),
+           fused([](Layout& l) { l.sp = 2, l.pp = 2, l.precision = "bf16", l.recompute = "full"; })};
   } else if (suite == "grid16") {
     // 2.5D (q = 2, depth 2) and 3D (q = 2) with dp 2 and ZeRO 1, and with pp 2: 16 ranks.
     for (const char* mode : {"2.5d", "3d"}) {
@@ -226,11 +205,13 @@ std::vector<Layout> layouts(const std::string& suite) {
   return out;
 }
 
-// Trust ratio of one whole tensor, computed directly from its weights and (clipped)
-// gradient at the first step, where the moments start at zero.
-float direct_trust(const std::string& optimizer, const std::vector<float>& w, const std::vector<float>& g,
-                   const TensorSlot& t, float weight_decay) {
+// Trust ratio of one whole tensor, computed directly from its weights and gradient at
+// the first step, where the moments start at zero; the gradient is clipped by `clip`.
+float direct_trust(const std::string& optimizer, const std::vector<float>& w, const std::vector<float>& gradient,
+                   const TensorSlot& t, float weight_decay, float clip) {
   double wn = 0, un = 0;
+  std::vector<float> g(gradient);
+  for (std::size_t i = t.offset; i < t.offset + t.size(); ++i) g[i] *= clip;
   for (std::size_t i = t.offset; i < t.offset + t.size(); ++i) {
     double u = 0;
     if (optimizer == "lamb") {
@@ -267,7 +248,7 @@ int check_checkpoints(Communicator& world, const std::string& text) {
       };
       // Rank 0 names the folder; every rank of the layout uses it.
       float pid = float(::getpid() % 1000000);
-      sub->broadcast(&pid, 1, 0);
+      sub->broadcast(&pid, 1, DType::f32, 0);
       const std::string dir =
           (std::filesystem::temp_directory_path() / fmt::format("tessel_parallel_checkpoint_{}", int(pid))).string();
       std::vector<float> want;
@@ -422,6 +403,7 @@ int main(int argc, char** argv) {
       Layout single;
       single.optimizer = layout.optimizer;
       single.precision = layout.precision;
+      single.kernels = layout.kernels;
       if (layout.precision == "bf16") single.recompute = layout.recompute;
       references[layout.reference_key()] = train(make_plan(single), mpi_self(), text, layout.optimizer);
     }
@@ -471,7 +453,8 @@ int main(int argc, char** argv) {
         if (found == got.trust[0].end()) continue;
         for (const TensorSlot& t : whole_model_tensors(plan.model)) {
           if (t.name != name) continue;
-          const float direct = direct_trust(layout.optimizer, want.weights[0], want.gradients[0], t, 0.01f);
+          const float clip = kernels::numeric::clip_factor(want.gradient_norms[0], options_for(layout.optimizer).clip_grad_norm);
+          const float direct = direct_trust(layout.optimizer, want.weights[0], want.gradients[0], t, 0.01f, clip);
           const double error = std::abs(found->second - direct) / direct;
           std::printf("  trust ratio %-20s %.6f direct %.6f relative error %.2e\n", name, found->second, direct, error);
           if (error > 1e-4) ++failures;

@@ -111,3 +111,27 @@ TEST(Parallel, GridModesWithDataOrPipelineParallelEqualOneProcess) {
   EXPECT_EQ(count(output, " 3d "), 2) << output;
   EXPECT_EQ(count(output, "ok rank"), 16) << output;
 }
+
+// For every layout the executor runs (data, the three schedules, 1D with and without
+// sequence parallel, 2D, 2.5D, 3D, ring self-attention, ZeRO 0-3, each recompute mode,
+// bf16 storage, fused kernels), one step measures exactly the op ids of its Program.
+TEST(Parallel, EveryLayoutMeasuresExactlyTheProgramsOps) {
+  int status = -1;
+  const std::string output = tessel::run_command(
+      "mpirun --allow-run-as-root --oversubscribe -np 8 '" + std::string(TESSEL_COVERAGE_CHECK_BINARY) + "' 2>&1",
+      status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 20) << output;
+  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+}
+
+// Fused (flash-style) attention in every layout that touches attention: ring
+// self-attention, tensor parallel modes, pipeline, recompute, bf16 storage, each equal to
+// the single-process run with fused kernels.
+TEST(Parallel, FusedKernelsInEveryLayoutEqualOneProcess) {
+  int status = -1;
+  const std::string output = run_suite("fused", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 9) << output;
+  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+}

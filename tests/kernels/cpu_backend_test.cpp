@@ -12,10 +12,104 @@
 
 #include "tessel/kernels/backend.hpp"
 
+using namespace tessel;
 using namespace tessel::kernels;
 
 namespace {
-const KernelBackend& K = cpu_backend();
+// The reference backend through fp32 host pointers, the form these formula checks read
+// best in (tests/kernels/backend_ops_test.cpp goes through the op table itself).
+struct HostFloats {
+  Backend& b = cpu_backend();
+  static constexpr Stream s = Stream::compute;
+  void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* bm, float beta,
+            float* c) const {
+    Gemm g;
+    g.transpose_a = ta, g.transpose_b = tb, g.m = m, g.n = n, g.k = k, g.alpha = alpha, g.beta = beta;
+    g.a = f32(a), g.b = f32(bm), g.c = f32(c);
+    b.gemm(s, g);
+  }
+  void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                          int rows, int cols, float eps) const {
+    b.layer_norm_forward(s, f32(x), f32(gamma), f32(beta), f32(y), mean, rstd, rows, cols, eps);
+  }
+  void layer_norm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
+                           float* dx, float* dgamma, float* dbeta, int rows, int cols) const {
+    b.layer_norm_backward(s, f32(dy), f32(x), f32(gamma), mean, rstd, f32(dx), dgamma, dbeta, rows, cols, false);
+  }
+  void row_sums(const float* x, float* sums, int rows, int cols) const { b.row_sums(s, f32(x), sums, rows, cols); }
+  void row_centered_square_sums(const float* x, const float* mean, float* sums, int rows, int cols) const {
+    b.row_centered_square_sums(s, f32(x), mean, sums, rows, cols);
+  }
+  void layer_norm_apply(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
+                        float* y, int rows, int cols) const {
+    b.layer_norm_apply(s, f32(x), f32(gamma), f32(beta), mean, rstd, f32(y), rows, cols);
+  }
+  void layer_norm_backward_partials(const float* dy, const float* x, const float* gamma, const float* mean,
+                                    const float* rstd, float* dgamma, float* dbeta, float* sum_dxhat,
+                                    float* sum_dxhat_xhat, int rows, int cols) const {
+    b.layer_norm_backward_partials(s, f32(dy), f32(x), f32(gamma), mean, rstd, dgamma, dbeta, sum_dxhat, sum_dxhat_xhat,
+                                   rows, cols);
+  }
+  void layer_norm_backward_apply(const float* dy, const float* x, const float* gamma, const float* mean,
+                                 const float* rstd, const float* sum_dxhat, const float* sum_dxhat_xhat, int row_cols,
+                                 float* dx, int rows, int cols) const {
+    b.layer_norm_backward_apply(s, f32(dy), f32(x), f32(gamma), mean, rstd, sum_dxhat, sum_dxhat_xhat, row_cols,
+                                f32(dx), rows, cols, false);
+  }
+  void gelu_forward(const float* x, float* y, std::int64_t n) const { b.gelu_forward(s, f32(x), f32(y), n); }
+  void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n) const {
+    b.gelu_backward(s, f32(x), f32(dy), f32(dx), n);
+  }
+  void swiglu_forward(const float* x, float* y, int rows, int f) const { b.swiglu_forward(s, f32(x), f32(y), rows, f); }
+  void swiglu_backward(const float* x, const float* dy, float* dx, int rows, int f) const {
+    b.swiglu_backward(s, f32(x), f32(dy), f32(dx), rows, f);
+  }
+  void causal_softmax_forward(const float* scores, float* probs, int batch, int rows, int cols, int first_row,
+                              float scale) const {
+    b.causal_softmax_forward(s, f32(scores), f32(probs), batch, rows, cols, first_row, scale);
+  }
+  void causal_softmax_backward(const float* probs, const float* dprobs, float* dscores, std::int64_t rows, int cols,
+                               float scale) const {
+    b.causal_softmax_backward(s, f32(probs), f32(dprobs), f32(dscores), rows, cols, scale);
+  }
+  void cross_entropy_max(const float* logits, float* row_max, int rows, int cols) const {
+    b.cross_entropy_max(s, f32(logits), row_max, rows, cols);
+  }
+  void cross_entropy_sums(const float* logits, const std::int32_t* targets, const float* row_max, float* sum_exp,
+                          float* target_logit, int rows, int cols, int vocab_start) const {
+    b.cross_entropy_sums(s, f32(logits), targets, row_max, sum_exp, target_logit, rows, cols, vocab_start);
+  }
+  void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* row_max,
+                              const float* sum_exp, float* dlogits, int rows, int cols, int vocab_start,
+                              float scale) const {
+    b.cross_entropy_backward(s, f32(logits), targets, row_max, sum_exp, f32(dlogits), rows, cols, vocab_start, scale);
+  }
+  void embedding_forward(const std::int32_t* tokens, const float* table, float* out, int n, int dim, int vocab_start,
+                         int vocab_rows) const {
+    b.embedding_forward(s, tokens, f32(table), f32(out), n, dim, vocab_start, vocab_rows);
+  }
+  void embedding_backward(const std::int32_t* tokens, const float* dout, float* dtable, int n, int dim,
+                          int vocab_start, int vocab_rows) const {
+    b.embedding_backward(s, tokens, f32(dout), dtable, n, dim, vocab_start, vocab_rows);
+  }
+  void to_bf16(const float* x, std::uint16_t* y, std::int64_t n) const {
+    b.convert(s, Ref{y, DType::bf16}, f32(x), n);
+  }
+  void from_bf16(const std::uint16_t* x, float* y, std::int64_t n) const {
+    b.convert(s, f32(y), CRef{x, DType::bf16}, n);
+  }
+  void adamw_step(float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWParams& p) const {
+    b.adamw_step(s, param, grad, m, v, n, p, nullptr);
+  }
+  double sum_of_squares(const float* x, std::int64_t n) const {
+    double sum = 0;
+    const Segment whole{0, n};
+    b.sum_of_squares(s, x, std::span<const Segment>(&whole, 1), &sum, false);
+    return sum;
+  }
+  void scale(float* x, std::int64_t n, float factor) const { b.scale(s, f32(x), n, factor); }
+};
+const HostFloats K;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
@@ -444,21 +538,24 @@ TEST(CpuKernels, LambOnAShardedTensorEqualsLambOnTheWhole) {
   }
   const double trust = norm(pd) / norm(r);
   for (std::size_t i = 0; i < n; ++i) pd[i] -= 0.01 * trust * r[i];
-  // Two shards of 25 and 15 elements: local squared norms summed, as an all-reduce would.
+  // Two shards of 25 and 15 elements: each shard's squared norms, summed as an
+  // all-reduce would, then applied per shard with the trust ratio computed in place.
   auto param = param0;
   std::vector<float> m(n, 0.0f), v(n, 0.0f), update(n, kNaN);
-  const std::size_t split = 25;
-  K.lamb_update(param.data(), grad.data(), m.data(), v.data(), update.data(), std::int64_t(split), p);
-  K.lamb_update(param.data() + split, grad.data() + split, m.data() + split, v.data() + split, update.data() + split,
-                std::int64_t(n - split), p);
-  const double weight_norm = std::sqrt(K.sum_of_squares(param.data(), std::int64_t(split)) +
-                                       K.sum_of_squares(param.data() + split, std::int64_t(n - split)));
-  const double update_norm = std::sqrt(K.sum_of_squares(update.data(), std::int64_t(split)) +
-                                       K.sum_of_squares(update.data() + split, std::int64_t(n - split)));
-  const float ratio = trust_ratio(weight_norm, update_norm);
+  const std::int64_t split = 25;
+  Backend& b = cpu_backend();
+  b.lamb_update(Stream::compute, param.data(), grad.data(), m.data(), v.data(), update.data(), split, p, nullptr);
+  b.lamb_update(Stream::compute, param.data() + split, grad.data() + split, m.data() + split, v.data() + split,
+                update.data() + split, std::int64_t(n) - split, p, nullptr);
+  const Segment first{0, split}, second{split, std::int64_t(n) - split};
+  float norms_first[2], norms_second[2];
+  b.segment_norms(Stream::compute, param.data(), update.data(), std::span<const Segment>(&first, 1), norms_first);
+  b.segment_norms(Stream::compute, param.data(), update.data(), std::span<const Segment>(&second, 1), norms_second);
+  const float summed[2] = {norms_first[0] + norms_second[0], norms_first[1] + norms_second[1]};
+  const float ratio = trust_ratio(std::sqrt(double(summed[0])), std::sqrt(double(summed[1])));
   EXPECT_NEAR(ratio, trust, 1e-5 * trust);
-  K.apply_update(param.data(), update.data(), std::int64_t(split), p.lr * ratio);
-  K.apply_update(param.data() + split, update.data() + split, std::int64_t(n - split), p.lr * ratio);
+  b.lamb_apply(Stream::compute, param.data(), update.data(), std::span<const Segment>(&first, 1), summed, p.lr);
+  b.lamb_apply(Stream::compute, param.data(), update.data(), std::span<const Segment>(&second, 1), summed, p.lr);
   EXPECT_LT(max_relative_error(param, pd), 1e-5);
 }
 
@@ -472,11 +569,14 @@ TEST(CpuKernels, LarsScalesItsStepByTheTrustRatio) {
   p.weight_decay = 1e-3f;
   std::vector<float> momentum(n, 0.0f), update(n, kNaN);
   std::vector<double> pd = to_double(param), md(n, 0.0);
+  Backend& b = cpu_backend();
+  const Segment whole{0, std::int64_t(n)};
   for (int step = 0; step < 2; ++step) {
-    K.lars_update(param.data(), grad.data(), update.data(), std::int64_t(n), p);
-    const float ratio = trust_ratio(std::sqrt(K.sum_of_squares(param.data(), std::int64_t(n))),
-                                    std::sqrt(K.sum_of_squares(update.data(), std::int64_t(n))));
-    K.lars_apply(param.data(), update.data(), momentum.data(), std::int64_t(n), p, ratio);
+    b.lars_update(Stream::compute, param.data(), grad.data(), update.data(), std::int64_t(n), p, nullptr);
+    float norms[2];
+    b.segment_norms(Stream::compute, param.data(), update.data(), std::span<const Segment>(&whole, 1), norms);
+    b.lars_apply(Stream::compute, param.data(), update.data(), momentum.data(), std::span<const Segment>(&whole, 1),
+                 norms, p);
     std::vector<double> u(n);
     for (std::size_t i = 0; i < n; ++i) u[i] = grad[i] + 1e-3 * pd[i];
     const double trust = norm(pd) / norm(u);

@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "tessel/core/block_ops.hpp"
+#include "tessel/core/op_names.hpp"
 #include "tessel/planner/cost_model.hpp"
 #include "tessel/profiles/profile.hpp"
 
@@ -123,6 +125,30 @@ TEST(Memory, ActivationsPerLayerFollowKorthikanti2022) {
   // fp32 activations take twice the bytes of the 16-bit formula.
   const CostModel fp32 = model_on("gpt3-175b", "dgx-a100", 8, 64, Precision::fp32);
   EXPECT_DOUBLE_EQ(fp32.activation_bytes_per_layer(layout(1, 1, 1, b)), 2 * sbh * (34 + 5 * a * s / h));
+}
+
+// Fused (flash-style) attention never stores the scores: the 5as/h term is gone, with
+// recompute none it equals selective recompute, and the Program has no softmax op.
+TEST(Memory, FusedKernelsKeepNoAttentionScores) {
+  TrainSpec train;
+  train.global_batch = 64;
+  train.kernels = Kernels::fused;
+  const ClusterSpec spec = resolve_cluster("dgx-a100");
+  const CostModel fused(resolve_model("gpt3-175b"), train, spec, 8, 8, profiles::shipped_profile(spec.device));
+  const CostModel unfused = model_on("gpt3-175b", "dgx-a100", 8, 64);
+  const double sbh = double(fused.model().seq_len) * 2 * fused.model().hidden;
+  ParallelConfig p = layout(1, 1, 1, 2);
+  EXPECT_DOUBLE_EQ(fused.activation_bytes_per_layer(p), sbh * 34);
+  EXPECT_LT(fused.activation_bytes_per_layer(p), unfused.activation_bytes_per_layer(p));
+  p.recompute = Recompute::selective;
+  EXPECT_DOUBLE_EQ(fused.activation_bytes_per_layer(p), sbh * 34);
+  int softmax_ops = 0, recomputed = 0;
+  for (const tessel::BlockOp& op : block_op_table(fused.model(), 2048, layout(1, 1, 1, 2), 2.0, Kernels::fused).block) {
+    softmax_ops += op.name == ops::attn_softmax;
+    recomputed += op.selective_recompute;
+  }
+  EXPECT_EQ(softmax_ops, 0);
+  EXPECT_EQ(recomputed, 0);
 }
 
 TEST(Memory, GridModesSplitActivationsAsTheComplexityTableSays) {

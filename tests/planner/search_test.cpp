@@ -132,6 +132,30 @@ TEST(Search, SameAnswerOnOneThreadAndOnAll) {
   for (std::size_t i = 0; i < a.best.size(); ++i) EXPECT_EQ(a.best[i].parallel, b.best[i].parallel) << i;
 }
 
+// gpt2-1.5b on 4 x dgx-h100 has plans tied on step time at the 20th place (ZeRO 1, 2 and
+// 3 with optimizer offload): which one is kept must not depend on how many threads split
+// the grid (it did: each thread kept its own ties).
+TEST(Search, TiesAtTheCutAreBrokenTheSameWayOnAnyThreadCount) {
+  TrainSpec train;
+  train.global_batch = 512;
+  const ClusterSpec cluster = resolve_cluster("dgx-h100");
+  const CostModel model(resolve_model("gpt2-1.5b"), train, cluster, 4, 8, profiles::shipped_profile(cluster.device));
+  SearchOptions options;
+  options.top_k = 20;
+  options.threads = 1;
+  const SearchResult reference = search(model, options);
+  ASSERT_EQ(reference.best.size(), 20u);
+  EXPECT_EQ(reference.best[18].step_time_s, reference.best[19].step_time_s) << "the case needs a tie at the cut";
+  for (int threads : {2, 3, 4, 7}) {
+    options.threads = threads;
+    const SearchResult other = search(model, options);
+    ASSERT_EQ(other.best.size(), reference.best.size());
+    for (std::size_t i = 0; i < other.best.size(); ++i) {
+      EXPECT_EQ(other.best[i].parallel, reference.best[i].parallel) << threads << " threads, place " << i;
+    }
+  }
+}
+
 TEST(Search, CancelStopsEarlyWithAPartialResult) {
   TrainSpec train;
   train.global_batch = 1536;

@@ -3,13 +3,15 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <cstdlib>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
-#include "tessel/profiles/collectives.hpp"
+#include "tessel/kernels/numeric.hpp"
 
 // One macro for every MPI return code.
 #define TESSEL_MPI_CHECK(call)                                                                    \
@@ -27,7 +29,32 @@ namespace tessel::executor {
 
 namespace {
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+// bf16 and fp16 have no MPI type: they travel as 16-bit words and reduce through these
+// user operations (each element widened to fp32, combined, rounded back), the
+// arithmetic the GPU collectives use.
+template <bool bf16, bool max>
+void reduce_half_words(void* in, void* inout, int* length, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *length; ++i) {
+    const float x = bf16 ? kernels::numeric::from_bf16(a[i]) : kernels::numeric::from_f16(a[i]);
+    const float y = bf16 ? kernels::numeric::from_bf16(b[i]) : kernels::numeric::from_f16(b[i]);
+    const float r = max ? std::max(x, y) : x + y;
+    b[i] = bf16 ? kernels::numeric::to_bf16(r) : kernels::numeric::to_f16(r);
+  }
+}
+
+MPI_Datatype mpi_type(DType type) {
+  switch (type) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;
+    case DType::f8_e4m3: return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
 
 class MpiRequest final : public CommRequest {
  public:
@@ -38,6 +65,7 @@ class MpiRequest final : public CommRequest {
   }
 };
 
+// Host memory only: a CUDA backend's ranks reach it through HostStagedCommunicator.
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
@@ -49,69 +77,6 @@ class MpiCommunicator final : public Communicator {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-
-  // Counted with the planner's and the simulator's formulas (profiles/collectives.hpp):
-  // bytes sent = the call's nccl-tests size x bus factor, messages = the algorithm's
-  // latency steps (rings for the collectives, trees for broadcast and reduce).
-  void count(Collective op, double size_bytes, CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring) {
-    counters_.bytes_sent += size_bytes * profiles::bus_bandwidth_factor(op, size_);
-    counters_.messages += profiles::collective_steps(op, size_, algorithm);
-  }
-
-  void all_reduce(float* data, std::size_t count_, ReduceOp op) override {
-    if (size_ == 1) return;
-    TESSEL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(count_), MPI_FLOAT, mpi_op(op), comm_));
-    count(Collective::all_reduce, 4.0 * count_);
-  }
-  std::unique_ptr<CommRequest> all_reduce_async(float* data, std::size_t count_, ReduceOp op) override {
-    auto request = std::make_unique<MpiRequest>();
-    if (size_ == 1) return request;
-    TESSEL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, int(count_), MPI_FLOAT, mpi_op(op), comm_, &request->request));
-    count(Collective::all_reduce, 4.0 * count_);
-    return request;
-  }
-  void all_gather(const float* send_, float* recv_, std::size_t count_per_rank) override {
-    TESSEL_MPI_CHECK(MPI_Allgather(send_, int(count_per_rank), MPI_FLOAT, recv_, int(count_per_rank), MPI_FLOAT, comm_));
-    count(Collective::all_gather, 4.0 * count_per_rank * size_);
-  }
-  void reduce_scatter(const float* send_, float* recv_, std::size_t count_per_rank) override {
-    TESSEL_MPI_CHECK(MPI_Reduce_scatter_block(send_, recv_, int(count_per_rank), MPI_FLOAT, MPI_SUM, comm_));
-    count(Collective::reduce_scatter, 4.0 * count_per_rank * size_);
-  }
-  std::unique_ptr<CommRequest> reduce_scatter_async(const float* send_, float* recv_,
-                                                    std::size_t count_per_rank) override {
-    auto request = std::make_unique<MpiRequest>();
-    TESSEL_MPI_CHECK(MPI_Ireduce_scatter_block(send_, recv_, int(count_per_rank), MPI_FLOAT, MPI_SUM, comm_,
-                                               &request->request));
-    count(Collective::reduce_scatter, 4.0 * count_per_rank * size_);
-    return request;
-  }
-  void broadcast(float* data, std::size_t count_, int root) override {
-    if (size_ == 1) return;
-    TESSEL_MPI_CHECK(MPI_Bcast(data, int(count_), MPI_FLOAT, root, comm_));
-    count(Collective::broadcast, 4.0 * count_, CollectiveAlgorithm::tree);
-  }
-  void reduce(const float* send_, float* recv_, std::size_t count_, int root) override {
-    if (size_ == 1) {
-      if (send_ != recv_) std::copy(send_, send_ + count_, recv_);
-      return;
-    }
-    TESSEL_MPI_CHECK(MPI_Reduce(send_, rank_ == root ? recv_ : nullptr, int(count_), MPI_FLOAT, MPI_SUM, root, comm_));
-    count(Collective::reduce, 4.0 * count_, CollectiveAlgorithm::tree);
-  }
-  void send(const float* data, std::size_t count_, int peer, int tag) override {
-    TESSEL_MPI_CHECK(MPI_Send(data, int(count_), MPI_FLOAT, peer, tag, comm_));
-    count(Collective::send_recv, 4.0 * count_);
-  }
-  std::unique_ptr<CommRequest> send_async(const float* data, std::size_t count_, int peer, int tag) override {
-    auto request = std::make_unique<MpiRequest>();
-    TESSEL_MPI_CHECK(MPI_Isend(data, int(count_), MPI_FLOAT, peer, tag, comm_, &request->request));
-    count(Collective::send_recv, 4.0 * count_);
-    return request;
-  }
-  void recv(float* data, std::size_t count_, int peer, int tag) override {
-    TESSEL_MPI_CHECK(MPI_Recv(data, int(count_), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE));
-  }
   void barrier() override { TESSEL_MPI_CHECK(MPI_Barrier(comm_)); }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
@@ -119,11 +84,84 @@ class MpiCommunicator final : public Communicator {
     return std::make_unique<MpiCommunicator>(sub, true);
   }
 
+ protected:
+  void do_all_reduce(void* data, std::size_t n, DType type, ReduceOp op) override {
+    if (size_ == 1) return;
+    TESSEL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(n), mpi_type(type), reduce_op(op, type), comm_));
+    count(Collective::all_reduce, bytes(n, type));
+  }
+  std::unique_ptr<CommRequest> do_all_reduce_async(void* data, std::size_t n, DType type, ReduceOp op) override {
+    auto request = std::make_unique<MpiRequest>();
+    if (size_ == 1 || n == 0) return request;
+    TESSEL_MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, data, int(n), mpi_type(type), reduce_op(op, type), comm_, &request->request));
+    count(Collective::all_reduce, bytes(n, type));
+    return request;
+  }
+  void do_all_gather(const void* send_, void* recv_, std::size_t n, DType type) override {
+    TESSEL_MPI_CHECK(MPI_Allgather(send_, int(n), mpi_type(type), recv_, int(n), mpi_type(type), comm_));
+    count(Collective::all_gather, bytes(n, type) * size_);
+  }
+  void do_reduce_scatter(const void* send_, void* recv_, std::size_t n, DType type) override {
+    TESSEL_MPI_CHECK(
+        MPI_Reduce_scatter_block(send_, recv_, int(n), mpi_type(type), reduce_op(ReduceOp::sum, type), comm_));
+    count(Collective::reduce_scatter, bytes(n, type) * size_);
+  }
+  std::unique_ptr<CommRequest> do_reduce_scatter_async(const void* send_, void* recv_, std::size_t n,
+                                                       DType type) override {
+    auto request = std::make_unique<MpiRequest>();
+    if (n == 0) return request;
+    TESSEL_MPI_CHECK(MPI_Ireduce_scatter_block(send_, recv_, int(n), mpi_type(type), reduce_op(ReduceOp::sum, type),
+                                               comm_, &request->request));
+    count(Collective::reduce_scatter, bytes(n, type) * size_);
+    return request;
+  }
+  void do_broadcast(void* data, std::size_t n, DType type, int root) override {
+    if (size_ == 1) return;
+    TESSEL_MPI_CHECK(MPI_Bcast(data, int(n), mpi_type(type), root, comm_));
+    count(Collective::broadcast, bytes(n, type), CollectiveAlgorithm::tree);
+  }
+  void do_reduce(const void* send_, void* recv_, std::size_t n, DType type, int root) override {
+    if (size_ == 1) {
+      if (send_ != recv_) std::memmove(recv_, send_, std::size_t(bytes(n, type)));
+      return;
+    }
+    TESSEL_MPI_CHECK(MPI_Reduce(send_, rank_ == root ? recv_ : nullptr, int(n), mpi_type(type),
+                                reduce_op(ReduceOp::sum, type), root, comm_));
+    count(Collective::reduce, bytes(n, type), CollectiveAlgorithm::tree);
+  }
+  std::unique_ptr<CommRequest> do_send_async(const void* data, std::size_t n, DType type, int peer, int tag) override {
+    auto request = std::make_unique<MpiRequest>();
+    TESSEL_MPI_CHECK(MPI_Isend(data, int(n), mpi_type(type), peer, tag, comm_, &request->request));
+    count(Collective::send_recv, bytes(n, type));
+    return request;
+  }
+  void do_recv(void* data, std::size_t n, DType type, int peer, int tag) override {
+    TESSEL_MPI_CHECK(MPI_Recv(data, int(n), mpi_type(type), peer, tag, comm_, MPI_STATUS_IGNORE));
+  }
+
  private:
+  static double bytes(std::size_t n, DType type) { return double(n) * double(kernels::element_bytes(type)); }
+  static MPI_Op reduce_op(ReduceOp op, DType type);
+
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
 };
+
+MPI_Op MpiCommunicator::reduce_op(ReduceOp op, DType type) {
+  if (type != DType::bf16 && type != DType::f16) return op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
+  // Created once, after MPI_Init (communicators exist only after it).
+  static const std::array<MPI_Op, 4> half_ops = [] {
+    std::array<MPI_Op, 4> made{};
+    TESSEL_MPI_CHECK(MPI_Op_create(&reduce_half_words<true, false>, 1, &made[0]));
+    TESSEL_MPI_CHECK(MPI_Op_create(&reduce_half_words<true, true>, 1, &made[1]));
+    TESSEL_MPI_CHECK(MPI_Op_create(&reduce_half_words<false, false>, 1, &made[2]));
+    TESSEL_MPI_CHECK(MPI_Op_create(&reduce_half_words<false, true>, 1, &made[3]));
+    return made;
+  }();
+  return half_ops[(type == DType::bf16 ? 0 : 2) + (op == ReduceOp::max ? 1 : 0)];
+}
 
 void finalize_mpi() {
   int finalized = 0;

@@ -1,15 +1,21 @@
 // Measured op events, named by the op ids of the Program core lowers from the same plan
-// ("mb3/L12/fwd/mlp.fc1"), so that measurement and prediction line up op by op. An op
-// the executor runs in pieces (the attention core around its softmax, the loss around
-// its reductions) records one event per piece under the same id; per-op totals sum
-// them. Times are seconds since the timeline's origin, which every rank sets right
-// after a barrier, so ranks share a clock to within the barrier's skew.
+// ("mb3/L12/fwd/mlp.fc1", ids from core's op_names.hpp), so that measurement and
+// prediction line up op by op. An op the executor runs in pieces (the attention core
+// around its softmax, the loss around its reductions) records one event per piece under
+// the same id; per-op totals sum them.
+//
+// Times are the backend's marks on the stream the op runs on (CUDA events on a GPU, the
+// wall clock on the CPU), so an op is timed where it executes, not where the host
+// enqueued it; they are resolved into seconds when the events are taken, once per step.
+// Every rank sets its origin right after a barrier, so ranks share a clock to within the
+// barrier's skew.
 #pragma once
 
-#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tessel/kernels/backend.hpp"
 
 namespace tessel::executor {
 
@@ -21,36 +27,54 @@ struct OpEvent {
 
 class OpTimeline {
  public:
-  using Clock = std::chrono::steady_clock;
+  explicit OpTimeline(kernels::Backend& backend) : backend_(backend) {}
 
-  void reset_origin() { origin_ = Clock::now(); }
+  void reset_origin() { backend_.reset_origin(); }
   void set_step(int step) { step_ = step; }
-  double now_s() const { return std::chrono::duration<double>(Clock::now() - origin_).count(); }
-  void record(std::string op, double start_s, double end_s) {
-    events_.push_back({step_, std::move(op), start_s, end_s});
+  // A mark on `stream` now (for spans that start and end in different places).
+  kernels::TimeMark mark(Stream stream) { return backend_.mark(stream); }
+  void record(std::string op, kernels::TimeMark start, kernels::TimeMark end) {
+    pending_.push_back({step_, std::move(op), start, end});
   }
+  // Turns the marks recorded so far into seconds since the origin (waits for the streams
+  // to pass them) and releases them: the trainer does this once per step.
+  void resolve();
   // Moves the events recorded so far out.
-  std::vector<OpEvent> take() { return std::exchange(events_, {}); }
+  std::vector<OpEvent> take() {
+    resolve();
+    return std::exchange(resolved_, {});
+  }
 
-  // Times one scope: `auto timed = timeline.time(id);`.
+  // Times one scope on `stream`: `auto timed = timeline.time(id, stream);`. A scope on
+  // another stream than compute first makes that stream wait for the compute stream, so
+  // the op's time starts when its inputs are ready, not when the stream was idle.
   class Scope {
    public:
-    Scope(OpTimeline& timeline, std::string op) : timeline_(timeline), op_(std::move(op)), start_s_(timeline.now_s()) {}
-    ~Scope() { timeline_.record(std::move(op_), start_s_, timeline_.now_s()); }
+    Scope(OpTimeline& timeline, std::string op, Stream stream);
+    ~Scope() { timeline_.record(std::move(op_), start_, timeline_.backend_.mark(stream_)); }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
    private:
     OpTimeline& timeline_;
     std::string op_;
-    double start_s_;
+    Stream stream_;
+    kernels::TimeMark start_;
   };
-  [[nodiscard]] Scope time(std::string op) { return Scope(*this, std::move(op)); }
+  [[nodiscard]] Scope time(std::string op, Stream stream = Stream::compute) {
+    return Scope(*this, std::move(op), stream);
+  }
 
  private:
-  Clock::time_point origin_ = Clock::now();
+  struct Pending {
+    int step;
+    std::string op;
+    kernels::TimeMark start, end;
+  };
+  kernels::Backend& backend_;
   int step_ = 0;
-  std::vector<OpEvent> events_;
+  std::vector<Pending> pending_;
+  std::vector<OpEvent> resolved_;
 };
 
 }  // namespace tessel::executor

@@ -1,29 +1,34 @@
-// The process grid of a plan: which communicator each kind of traffic uses. Ranks are
-// ordered tp (fastest), sp, dp, pp, as the planner and simulator place them; inside a
-// 2D/2.5D/3D tensor grid, column fastest, then row, then depth.
+// The process grid of a plan: one communicator per kind of traffic, each the group of
+// core's RankLayout over the axes that traffic spans (the layout states the rank order),
+// each on the Program's stream for that traffic (tensor and ring groups on tp_comm,
+// gradient groups on dp_comm, the pipeline on pp_comm).
+//
+// Two worlds: `world` carries host scalars and barriers (MPI); the groups are split from
+// `device_world`, whose calls take the backend's memory (the same MPI world on CPU
+// ranks; NCCL, or MPI with host staging, on GPUs).
 #pragma once
 
 #include <memory>
 
 #include "tessel/core/parallel_config.hpp"
+#include "tessel/core/rank_layout.hpp"
 #include "tessel/executor/comm/communicator.hpp"
 
 namespace tessel::executor {
-
-struct GridCoordinates {
-  int tp = 0, sp = 0, dp = 0, pp = 0;
-  int tp_col = 0, tp_row = 0, tp_depth = 0;
-};
 
 class ProcessGrid {
  public:
   // Collective over `world`: every rank must construct its grid. Throws tessel::Error
   // when the plan's world size differs from world.size().
-  ProcessGrid(const ParallelConfig& parallel, Communicator& world);
+  ProcessGrid(const ParallelConfig& parallel, Communicator& world, Communicator* device_world = nullptr);
 
-  const GridCoordinates& coordinates() const { return coords_; }
+  const RankLayout& layout() const { return layout_; }
+  const RankCoordinates& coordinates() const { return coords_; }
   Communicator& world() { return world_; }
+  // Every rank, in backend memory (global norms).
+  Communicator& all() { return *all_; }
   Communicator& tp() { return *tp_; }
+  // Along a grid row (the columns vary), down a grid column (the rows vary), over depth.
   Communicator& tp_row() { return *tp_row_; }
   Communicator& tp_col() { return *tp_col_; }
   Communicator& tp_depth() { return *tp_depth_; }
@@ -37,12 +42,11 @@ class ProcessGrid {
   // for the middle stages.
   Communicator& embedding() { return *embedding_; }
 
-  static GridCoordinates coordinates_of(const ParallelConfig& parallel, int rank);
-
  private:
   Communicator& world_;
-  GridCoordinates coords_;
-  std::unique_ptr<Communicator> tp_, tp_row_, tp_col_, tp_depth_, sp_, dp_, pp_, gradients_, embedding_;
+  RankLayout layout_;
+  RankCoordinates coords_;
+  std::unique_ptr<Communicator> all_, tp_, tp_row_, tp_col_, tp_depth_, sp_, dp_, pp_, gradients_, embedding_;
 };
 
 }  // namespace tessel::executor

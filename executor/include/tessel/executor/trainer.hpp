@@ -1,27 +1,31 @@
-// Training a GPT on CPU ranks with the plan's data, pipeline, tensor (1D, 2D, 2.5D, 3D) and
+// Training a GPT on a plan's ranks with data, pipeline, tensor (1D, 2D, 2.5D, 3D) and
 // ring self-attention sequence parallelism, ZeRO and activation recompute, exact against
-// the single-process run of the same seed and global batch.
+// the single-process run of the same seed and global batch, on any backend (the CPU
+// reference, or a GPU).
 //
 // One step: each rank walks its stage's steps in the order core's pipeline_schedule()
 // gives (GPipe, 1F1B or interleaved; plain gradient accumulation with one stage),
 // receiving activations and gradients from its pipeline neighbours and posting sends
-// without blocking. A layer's gradient bucket starts its non-blocking all-reduce (or, with
-// ZeRO, reduce-scatter) over the data-parallel group as soon as that layer's last
-// backward ends, overlapping the rest of the backward. ZeRO 1 and 2 then step this rank's
-// part of each bucket and all-gather the weights; ZeRO 3 keeps only that part of each
-// layer's weights and gathers the layer before each use. LAMB and LARS trust ratios and
-// gradient clipping use norms reduced over every rank that holds part of a tensor.
-// Recompute: full keeps each layer's input and re-runs its forward before the backward;
-// selective drops the attention probabilities and rebuilds them from q and k. With plan
-// precision bf16 the kept activations are stored in bf16 (compute stays fp32).
+// without blocking (trainer_pipeline.cpp). A layer's gradient bucket starts its
+// non-blocking all-reduce (or, with ZeRO, reduce-scatter) over the data-parallel group
+// as soon as that layer's last backward ends, overlapping the rest of the backward; ZeRO
+// 1 and 2 then step this rank's part of each bucket and all-gather the weights; ZeRO 3
+// keeps only that part of each layer's weights and gathers the layer before each use
+// (trainer_buckets.cpp). LAMB and LARS trust ratios and gradient clipping use norms
+// reduced over every rank that holds part of a tensor (trainer_optimizer.cpp).
+// Checkpoints and whole-model views are in trainer_state.cpp.
 //
-// Gradients some ranks hold as partial sums (norms under sequence parallel, the grid
-// modes' copied vectors, 2.5D's depth layers) are summed before their bucket syncs.
-// Every op is timed under the id of the Program core lowers from the same plan.
+// Precision: weights, gradients and optimizer state are fp32 (master weights); the
+// activations are computed in the backend's compute type (fp32 on the CPU; bf16 on a GPU
+// for bf16 plans, with bf16 copies of the weights for the GEMMs) and kept for the
+// backward in the plan's storage type (bf16 plans keep bf16). Every op is timed under
+// the id of the Program core lowers from the same plan; scalars (loss, gradient norm)
+// stay in backend memory until the step ends.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +43,9 @@ struct TrainerOptions {
   float weight_decay = 0.0f;
   float clip_grad_norm = 0.0f;  // 0: no clipping
   float adam_eps = 1e-8f;       // AdamW's epsilon
+  // The element type activations are computed in; unset: the backend's choice for the
+  // plan's precision.
+  std::optional<DType> compute;
 };
 
 struct StepStats {
@@ -52,26 +59,27 @@ struct StepStats {
 class Trainer {
  public:
   // Collective over grid.world(). Throws tessel::Error naming the first field of the
-  // plan this executor cannot run.
+  // plan this executor cannot run. The grid's communicators must reach `backend`'s memory.
   Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const TrainerOptions& options,
-          const kernels::KernelBackend& backend = kernels::cpu_backend());
+          kernels::Backend& backend = kernels::cpu_backend());
   static void check(const Plan& plan);
 
   StepStats step();
   int steps_done() const { return step_; }
   DataLoader& loader() { return loader_; }
   OpTimeline& timeline() { return timeline_; }
+  DType compute_type() const { return compute_; }
 
   // Collective over the world. The whole model in the single-process layout
   // (whole_model_tensors order), identical on every rank: the weights now, and the
-  // averaged gradients the last step's update used.
+  // averaged gradients the last step's update used (before clipping).
   std::vector<float> whole_parameters();
   std::vector<float> whole_gradients();
   // Loads every rank's shards from a whole model (collective only in the sense that
   // every rank must call it with the same values).
   void set_whole_parameters(const std::vector<float>& whole);
   // The last LAMB or LARS step's trust ratio of each whole tensor this rank updates.
-  const std::map<std::string, float>& trust_ratios() const { return trust_ratios_; }
+  std::map<std::string, float> trust_ratios();
   // Elements of weights this rank keeps between steps (ZeRO 3 keeps 1/dp of the layers).
   std::size_t resident_parameter_elements() const;
   // Bytes of layer activations this rank holds for backwards (all micro-batches in
@@ -89,29 +97,41 @@ class Trainer {
  private:
   struct BucketState {
     Bucket layout;
-    std::string name;          // "L3" or "stage", as in the Program's ids
-    FloatBuffer params;        // the whole bucket (empty for ZeRO-3 layer buckets)
-    FloatBuffer grads;         // the whole bucket's accumulated gradient
-    FloatBuffer param_shard;   // ZeRO 3 layer buckets: this rank's part
-    FloatBuffer grad_shard;    // ZeRO >= 1: this rank's part of the averaged gradient
-    FloatBuffer moment1, moment2, update;  // optimizer state of the part this rank steps
+    std::string name;        // "L3" or "stage", as in the Program's ids
+    Buffer params;           // fp32 master weights of the whole bucket (empty for ZeRO-3 layer buckets)
+    Buffer params_compute;   // their copy in the compute type, when it is not fp32
+    Buffer grads;            // the whole bucket's accumulated gradient
+    Buffer param_shard;      // ZeRO 3 layer buckets: this rank's part
+    Buffer grad_shard;       // ZeRO >= 1: this rank's part of the averaged gradient
+    Buffer moment1, moment2, update;  // optimizer state of the part this rank steps
     std::unique_ptr<CommRequest> sync;
     std::string sync_op;
-    double sync_start_s = 0;
+    kernels::TimeMark sync_start = 0;
+  };
+  // One tensor's piece of a bucket's owned range, for the layer-wise optimizers.
+  struct Piece {
+    BucketState* bucket;
+    const TensorSlot* tensor;
+    std::size_t lo, hi;  // in the owned range
   };
 
-  double forward_backward();  // returns the sum of token losses on this rank's head
+  void build_stage(const ProcessGrid& grid);
+  void initialise_weights();
+  void allocate_activations();
+  void forward_backward();
   void update(StepStats& stats);
-  void run_forward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets, double& loss);
+  void run_forward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
   void run_backward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
-  void pack(const LayerActivations& a, const FloatBuffer* probs, PackedActivations& packed);
-  void unpack(const PackedActivations& packed, LayerActivations& a, FloatBuffer* probs);
+  void pack(const LayerActivations& a, const Buffer* probs, PackedActivations& packed);
+  void unpack(const PackedActivations& packed, LayerActivations& a, Buffer* probs);
   void bucket_gradients_done(BucketState& bucket);
-  void sum_sequence_partials(BucketState& bucket, float* grads);
-  void sum_over_depth(float* grads, std::size_t count);
-  const float* layer_weights(BucketState& bucket, int mb, std::string_view pass);
-  float global_gradient_norm();
-  void optimizer_step(float gradient_scale);
+  void wait_for_syncs();
+  CRef layer_weights(BucketState& bucket, int mb, ops::Phase phase);
+  CRef compute_weights(BucketState& bucket);
+  void refresh_compute_weights(BucketState& bucket);
+  void global_gradient_norm();
+  void optimizer_step();
+  void layerwise_step();
   void gather_updated_weights();
   std::vector<float> whole_from_buckets(bool gradients);
 
@@ -121,17 +141,21 @@ class Trainer {
   std::size_t owned_offset(const BucketState& b) const { return shards_optimizer() ? group_rank_ * shard_size(b) : 0; }
   std::size_t owned_size(const BucketState& b) const { return shards_optimizer() ? shard_size(b) : b.layout.padded_size; }
   float* owned_params(BucketState& b) {
-    return shards_weights(b) ? b.param_shard.data() : b.params.data() + owned_offset(b);
+    return shards_weights(b) ? b.param_shard.f32() : b.params.f32() + owned_offset(b);
   }
-  float* owned_grads(BucketState& b) { return shards_optimizer() ? b.grad_shard.data() : b.grads.data(); }
+  float* owned_grads(BucketState& b) { return shards_optimizer() ? b.grad_shard.f32() : b.grads.f32(); }
   // Whether this rank counts `t` in sums over the whole model (each element once).
   bool counts_tensor(const TensorSlot& t) const;
+  // The pieces of owned ranges, and the norm segments that count each whole tensor once.
+  std::vector<kernels::Segment> counted_segments(BucketState& b) const;
 
   Plan plan_;
   ProcessGrid& grid_;
   DataLoader loader_;
   TrainerOptions options_;
-  const kernels::KernelBackend& k_;
+  kernels::Backend& k_;
+  DType compute_ = DType::f32, storage_ = DType::f32;  // activations computed in, kept in
+  bool packs_activations_ = false;  // kept in another type than computed
   OpTimeline timeline_;
   StageShape shape_;
   std::unique_ptr<GptStage> stage_;
@@ -149,19 +173,20 @@ class Trainer {
   // of its backward.
   std::vector<int> slot_of_, free_slots_;
   std::vector<std::vector<LayerActivations>> kept_;
-  std::vector<std::vector<FloatBuffer>> kept_probs_;
-  std::vector<std::vector<PackedActivations>> packed_;  // bf16 storage: [micro-batch][layer here]
-  bool bf16_storage_ = false;
+  std::vector<std::vector<Buffer>> kept_probs_;
+  std::vector<std::vector<PackedActivations>> packed_;  // [slot][layer here], when packing
   LayerActivations recompute_scratch_;
-  FloatBuffer probs_scratch_, recompute_out_;
+  Buffer probs_scratch_, recompute_out_;
   std::vector<HeadActivations> heads_;
-  std::vector<std::vector<FloatBuffer>> x_, dx_;  // [chunk][micro-batch]
-  std::vector<int> backwards_done_;               // per chunk
+  std::vector<std::vector<Buffer>> x_, dx_;  // [chunk][micro-batch]
+  std::vector<int> backwards_done_;          // per chunk
   std::vector<std::unique_ptr<CommRequest>> sends_;
-  FloatBuffer gathered_weights_, layer_grads_, shard_scratch_;
+  Buffer tokens_, targets_;                       // this step's, in backend memory
+  Buffer gathered_weights_, gathered_compute_, layer_grads_, shard_scratch_;
+  Buffer loss_sum_, norm_sq_, clip_factor_;       // scalars in backend memory
+  Buffer piece_norms_;                            // LAMB/LARS: [weight, update] squared norms per piece
+  std::vector<Piece> pieces_;
   float grad_scale_ = 1;
-  float last_gradient_norm_ = 0;
-  std::map<std::string, float> trust_ratios_;
   std::map<std::string, std::size_t, std::less<>> whole_offsets_;
   std::size_t whole_size_ = 0;
 };

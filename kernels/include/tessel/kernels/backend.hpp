@@ -1,129 +1,306 @@
-// The kernels a transformer training step needs, as a small table of operations (the
-// ggml way): the executor calls a KernelBackend and never knows whether the pointers
-// are host or device memory. The CPU backend (Eigen, fp32) is the reference every other
-// backend is tested against, op by op, with a per-op tolerance.
+// The device a rank computes on, as one table of operations (the ggml way): memory,
+// streams, timing and the kernels a transformer training step needs. The executor calls
+// a Backend and never touches tensor data itself; the CPU backend (Eigen, host memory)
+// is the reference every other backend is checked against op by op, each with its
+// tolerance per element type (tests/kernels/backend_ops_test.cpp lists every op).
 //
-// Layout conventions, all row-major fp32:
-//   gemm        C[m x n] = alpha * op(A) op(B) + beta * C, op = transpose when asked
-//   layer norm  x[rows x cols], normalised per row; mean and rstd saved per row
-//   softmax     causal, per [seq x seq] block of attention scores
-//   loss        logits[rows x vocab block], integer targets; vocab-parallel phases
-//   embedding   table[vocab x dim]; out[n x dim] = table[tokens]
-// Backward ops accumulate into parameter gradients (+=) and overwrite input gradients.
+// Streams are the Program's (compute, tp_comm, dp_comm, pp_comm, copy): an op runs on the
+// stream it is given, after the work already submitted to that stream; `wait_for` orders
+// streams. On the CPU every stream is the calling thread, so all of this is immediate.
+// Scalars an op produces (loss sums, norms) are written to backend memory and read back
+// when the caller chooses (`download` + `synchronize`), never forced by the op.
+//
+// Conventions: row-major; shapes are op arguments. Inputs and outputs carry their
+// element type (dtype.hpp): activations and weights in the compute type (fp32 or bf16),
+// gradients of weights, norm statistics, losses and optimizer state always fp32. Every op
+// computes in fp32. Backward ops accumulate (+=) into weight gradients and overwrite input
+// gradients unless an `accumulate` flag says otherwise. Every op is deterministic: the
+// same inputs give the same bits on every run.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string_view>
 
+#include "tessel/core/stream.hpp"
+#include "tessel/kernels/dtype.hpp"
+
 namespace tessel::kernels {
+
+// ---- op arguments ----
+
+// What a GEMM does with its result (cuBLASLt's epilogues, and their reference here):
+//   bias                 C += bias row vector [n]
+//   bias_gelu            aux = AB + bias (kept for the backward), C = gelu(aux)
+//   bias_gradient        a weight gradient dW = X^T dY (transpose_a, B = dY [k x n]):
+//                        also bias_gradient[n] += dY's column sums over its k rows
+//   dgelu_bias_gradient  the input gradient of a GELU's output: C = (AB) * gelu'(aux),
+//                        and bias_gradient[n] += C's column sums (beta must be 0)
+enum class Epilogue : std::uint8_t { none, bias, bias_gelu, bias_gradient, dgelu_bias_gradient };
+
+// C[m x n] = alpha * op(A) op(B) + beta * C, then the epilogue. op = transpose when asked:
+// A is stored [k x m] when transposed, else [m x k]; B [n x k] when transposed, else
+// [k x n]. Row strides are the tight ones. C may be fp32 with bf16 inputs (weight
+// gradients accumulate in fp32).
+struct Gemm {
+  bool transpose_a = false, transpose_b = false;
+  int m = 0, n = 0, k = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  CRef a, b;
+  Ref c;
+  Epilogue epilogue = Epilogue::none;
+  CRef bias;                       // [n]: bias, bias_gelu
+  Ref aux;                         // [m x n]: written by bias_gelu, read by dgelu_bias_gradient
+  float* bias_gradient = nullptr;  // [n]: bias_gradient, dgelu_bias_gradient
+};
+
+// `batch` GEMMs of the same shape, operand i at base + i * stride (elements).
+struct BatchedGemm {
+  Gemm gemm;  // shapes, operands of the first product; epilogue must be none
+  int batch = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+// Rows of a table added to rows of x: row r of x gets table row
+// base + (first + r) % period (positions of a sequence-parallel or token-block share).
+struct RowMap {
+  int base = 0, first = 0, period = 1;
+};
+
+// Fused causal attention (flash-style: the [queries x keys] scores never reach memory).
+// q [bh x q_len x d], k and v [bh x kv_len x d], out [bh x q_len x d], lse [bh x q_len]
+// fp32 (log-sum-exp of the scaled scores, natural log). Query i sits at absolute position
+// q_first + i, key j at kv_first + j; a query sees keys at positions <= its own. With
+// `merge`, out and lse already hold the result over other key blocks and are combined
+// with this block's (ring self-attention sends key/value blocks one at a time); a query
+// row that sees no key of this block is left as it was (or, without `merge`, written as
+// 0 with lse -infinity).
+struct Attention {
+  int bh = 0, q_len = 0, kv_len = 0, head_dim = 0;
+  int q_first = 0, kv_first = 0;
+  float scale = 1.0f;
+  CRef q, k, v;
+  Ref out;
+  float* lse = nullptr;
+  bool merge = false;
+};
+
+// The backward of Attention for one key/value block, with `delta` = rowsum(dout * out)
+// from attention_delta (over the final out): dq += and, with accumulate_kv, dk, dv +=
+// (else written). Recomputes probabilities from q, k and lse.
+struct AttentionGrad {
+  int bh = 0, q_len = 0, kv_len = 0, head_dim = 0;
+  int q_first = 0, kv_first = 0;
+  float scale = 1.0f;
+  CRef q, k, v, dout;
+  const float* lse = nullptr;
+  const float* delta = nullptr;
+  Ref dq, dk, dv;  // dq in the compute type, accumulated; dk, dv likewise
+  bool accumulate_kv = false;
+};
+
+// One contiguous piece of a flat fp32 range (a tensor's part of a bucket), for the
+// multi-tensor optimizer ops: [offset, offset + size).
+struct Segment {
+  std::int64_t offset = 0, size = 0;
+};
 
 struct AdamWParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   int step = 1;  // 1-based, for bias correction
 };
-
 struct LambParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f, weight_decay = 0.0f;
   int step = 1;
 };
-
 struct LarsParams {
   float lr = 0.1f, momentum = 0.9f, weight_decay = 0.0f, trust_coefficient = 1e-3f;
 };
 
-// Layer-wise optimizers need norms of whole tensors, which ZeRO and tensor parallelism
-// split over ranks. They run in two phases: the kernel computes a shard's update (and
-// the caller its squared norm, summed over the ranks that hold the tensor), then
-// applies it with the trust ratio computed from the global norms.
-//   LAMB (You et al. 2020): r = mhat / (sqrt(vhat) + eps) + wd p;  p -= lr * phi(|p| / |r|) r
-//   LARS (You et al. 2017): u = g + wd p;  m = mu m + lr * eta |p| / |u| * u;  p -= m
-// with the trust ratio taken as 1 when either norm is zero.
+// The trust ratio of layer-wise optimizers, 1 when either norm is zero.
 float trust_ratio(double weight_norm, double update_norm);
 
-struct KernelBackend {
-  std::string_view name;
+// A point in a stream's timeline, for timing ops (see Backend::mark).
+using TimeMark = std::uint32_t;
 
-  void (*gemm)(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a, const float* b,
-               float beta, float* c);
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // True when pointers the backend hands out are host memory the caller may read.
+  virtual bool host_memory() const = 0;
+  // The element type activations are computed in for a plan's precision: the CPU computes
+  // fp32 and stores kept activations in bf16 for bf16 plans; a GPU computes in bf16.
+  virtual DType default_compute_type(bool bf16_plan) const = 0;
 
-  void (*layer_norm_forward)(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
-                             int rows, int cols, float eps);
-  void (*layer_norm_backward)(const float* dy, const float* x, const float* gamma, const float* mean,
-                              const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols);
+  // ---- memory (64-byte aligned; a GPU backend caches freed blocks) ----
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* pointer) = 0;
+  // Host memory the device copies from and to without staging (pinned on a GPU).
+  virtual void* allocate_host(std::size_t bytes) = 0;
+  virtual void deallocate_host(void* pointer) = 0;
+  // Copies in stream order; host memory must stay valid until the stream reaches them.
+  virtual void upload(Stream stream, void* device, const void* host, std::size_t bytes) = 0;
+  virtual void download(Stream stream, void* host, const void* device, std::size_t bytes) = 0;
+  virtual void copy(Stream stream, void* destination, const void* source, std::size_t bytes) = 0;
 
-  // Layer norm over rows split in column blocks (2D tensor parallelism): each rank sums
-  // its block, the caller sums over the row's ranks between the phases. Forward: row
-  // sums -> mean; sums of (x - mean)^2 -> rstd; apply. Backward: the partial sums of
-  // dxhat and dxhat * xhat (and dgamma, dbeta += for this block), then dx from the whole
-  // row's sums; `row_cols` is the whole row's length.
-  void (*row_sums)(const float* x, float* sums, int rows, int cols);
-  void (*row_centered_square_sums)(const float* x, const float* mean, float* sums, int rows, int cols);
-  void (*layer_norm_apply)(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
-                           float* y, int rows, int cols);
-  void (*layer_norm_backward_partials)(const float* dy, const float* x, const float* gamma, const float* mean,
-                                       const float* rstd, float* dgamma, float* dbeta, float* sum_dxhat,
-                                       float* sum_dxhat_xhat, int rows, int cols);
-  void (*layer_norm_backward_apply)(const float* dy, const float* x, const float* gamma, const float* mean,
-                                    const float* rstd, const float* sum_dxhat, const float* sum_dxhat_xhat,
-                                    int row_cols, float* dx, int rows, int cols);
+  // ---- streams and timing ----
+  // Work submitted to `waiter` after this call runs after the work already submitted to
+  // `producer`.
+  virtual void wait_for(Stream waiter, Stream producer) = 0;
+  virtual void synchronize(Stream stream) = 0;
+  virtual void synchronize() = 0;  // every stream
+  // A mark is the time the stream reaches it; its seconds since the origin are known
+  // once the stream has passed it (elapsed_s waits for that). Marks are released
+  // together; the origin stays until reset_origin (which every rank calls after a
+  // barrier, so ranks share a clock).
+  virtual void reset_origin() = 0;
+  virtual TimeMark mark(Stream stream) = 0;
+  virtual double elapsed_s(TimeMark mark) = 0;
+  virtual void release_marks() = 0;
 
-  void (*gelu_forward)(const float* x, float* y, std::int64_t n);
-  void (*gelu_backward)(const float* x, const float* dy, float* dx, std::int64_t n);
-  // SwiGLU (Shazeer 2020), the LLaMA MLP: x[rows x 2f] holds the gate and the up
-  // projection side by side; y[rows x f] = silu(gate) * up.
-  void (*swiglu_forward)(const float* x, float* y, int rows, int f);
-  void (*swiglu_backward)(const float* x, const float* dy, float* dx, int rows, int f);
+  // ---- data movement and element-wise ops (n elements unless said) ----
+  virtual void fill(Stream s, Ref x, std::int64_t n, float value) = 0;
+  virtual void convert(Stream s, Ref destination, CRef source, std::int64_t n) = 0;  // between element types
+  // `batch` blocks of rows x cols elements, each at base + i * batch_stride, row stride ld.
+  virtual void copy_2d(Stream s, Ref destination, std::int64_t destination_ld, CRef source, std::int64_t source_ld,
+                       int rows, int cols, int batch = 1, std::int64_t destination_batch_stride = 0,
+                       std::int64_t source_batch_stride = 0) = 0;
+  virtual void transpose(Stream s, Ref destination, CRef source, int rows, int cols) = 0;  // [rows x cols] -> [cols x rows]
+  // out = a + b (out may be a or b; element types may differ).
+  virtual void add(Stream s, Ref out, CRef a, CRef b, std::int64_t n) = 0;
+  virtual void scale(Stream s, Ref x, std::int64_t n, float factor) = 0;
+  // x *= *factor, the factor in backend memory (gradient clipping without a round trip).
+  virtual void scale_by(Stream s, float* x, std::int64_t n, const float* factor) = 0;
+  // out[r] = (x[r] + delta[r]) + bias, rows x cols; bias may be null.
+  virtual void residual(Stream s, Ref out, CRef x, CRef delta, CRef bias, int rows, int cols) = 0;
+  virtual void add_bias(Stream s, Ref y, CRef bias, int rows, int cols) = 0;
+  // bias_gradient[c] += sum over rows of dy[r][c].
+  virtual void bias_gradient(Stream s, CRef dy, float* bias_gradient, int rows, int cols) = 0;
+  // x[r] += table[map(r)], and its backward table_gradient[map(r)] += dx[r].
+  virtual void add_rows(Stream s, Ref x, CRef table, int rows, int cols, RowMap map) = 0;
+  virtual void add_rows_backward(Stream s, CRef dx, float* table_gradient, int rows, int cols, RowMap map) = 0;
+  // [sequences x seq] rows of `source` (row stride source_ld, heads side by side, d each)
+  // to [sequences x heads x seq x d], and back.
+  virtual void rows_to_heads(Stream s, CRef source, std::int64_t source_ld, Ref heads, int sequences, int seq,
+                             int head_count, int head_dim) = 0;
+  virtual void heads_to_rows(Stream s, CRef heads, Ref destination, std::int64_t destination_ld, int sequences,
+                             int seq, int head_count, int head_dim) = 0;
 
-  // Attention is GEMMs (scores = Q K^T, out = P V, per head) around this causal softmax,
-  // so that the probabilities are a tensor the executor can keep or drop (selective
-  // recompute). scores, probs: [batch][rows][cols]; row i is the query at position
-  // first_row + i and sees keys 0 .. first_row + i (first_row > 0 on a sequence-parallel
-  // rank's share of the queries). The backward takes every row of every batch at once.
-  void (*causal_softmax_forward)(const float* scores, float* probs, int batch, int rows, int cols, int first_row,
-                                 float scale);
-  void (*causal_softmax_backward)(const float* probs, const float* dprobs, float* dscores, std::int64_t rows,
-                                  int cols, float scale);
+  // ---- matrix products ----
+  virtual void gemm(Stream s, const Gemm& g) = 0;
+  virtual void gemm_batched(Stream s, const BatchedGemm& g) = 0;
 
-  // Cross-entropy over a vocabulary split in column blocks (vocab-parallel, Megatron):
-  // each rank holds logits[rows x cols] for vocabulary ids [vocab_start, vocab_start +
-  // cols). Three phases with the caller's reductions between them: the row maxima (then
-  // a max over the ranks), the sums of exp(logit - max) and the target's logit where this
-  // rank holds it, 0 elsewhere (then a sum over the ranks), and the gradient
-  // dlogits = (softmax - onehot) * scale. Loss per row = log(sum) + max - target logit.
-  void (*cross_entropy_max)(const float* logits, float* row_max, int rows, int cols);
-  void (*cross_entropy_sums)(const float* logits, const std::int32_t* targets, const float* row_max, float* sum_exp,
-                             float* target_logit, int rows, int cols, int vocab_start);
-  void (*cross_entropy_backward)(const float* logits, const std::int32_t* targets, const float* row_max,
-                                 const float* sum_exp, float* dlogits, int rows, int cols, int vocab_start,
-                                 float scale);
+  // ---- norms: x [rows x cols], per-row statistics fp32 ----
+  virtual void layer_norm_forward(Stream s, CRef x, CRef gamma, CRef beta, Ref y, float* mean, float* rstd, int rows,
+                                  int cols, float eps) = 0;
+  // dx = ..., or dx += ... with accumulate (the residual's gradient); dgamma, dbeta +=.
+  virtual void layer_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, const float* mean, const float* rstd, Ref dx,
+                                   float* dgamma, float* dbeta, int rows, int cols, bool accumulate) = 0;
+  virtual void rms_norm_forward(Stream s, CRef x, CRef gamma, Ref y, float* rstd, int rows, int cols, float eps) = 0;
+  virtual void rms_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, const float* rstd, Ref dx, float* dgamma,
+                                 int rows, int cols, bool accumulate) = 0;
+  // Layer norm over rows split in column blocks (2D/3D tensor parallelism): each rank
+  // sums its block, the caller sums over the row's ranks between the phases. Forward:
+  // row_sums -> finish as mean; centred square sums -> finish as rstd; apply. Backward:
+  // partials (dgamma, dbeta += for this block), then apply with the whole row's sums;
+  // `row_cols` is the whole row's length.
+  virtual void row_sums(Stream s, CRef x, float* sums, int rows, int cols) = 0;
+  virtual void row_centered_square_sums(Stream s, CRef x, const float* mean, float* sums, int rows, int cols) = 0;
+  // mean = sums / row_cols; rstd = 1 / sqrt(sums / row_cols + eps) (in place).
+  virtual void finish_mean(Stream s, float* sums, int rows, int row_cols) = 0;
+  virtual void finish_rstd(Stream s, float* sums, int rows, int row_cols, float eps) = 0;
+  virtual void layer_norm_apply(Stream s, CRef x, CRef gamma, CRef beta, const float* mean, const float* rstd, Ref y,
+                                int rows, int cols) = 0;
+  virtual void layer_norm_backward_partials(Stream s, CRef dy, CRef x, CRef gamma, const float* mean,
+                                            const float* rstd, float* dgamma, float* dbeta, float* sum_dxhat,
+                                            float* sum_dxhat_xhat, int rows, int cols) = 0;
+  virtual void layer_norm_backward_apply(Stream s, CRef dy, CRef x, CRef gamma, const float* mean, const float* rstd,
+                                         const float* sum_dxhat, const float* sum_dxhat_xhat, int row_cols, Ref dx,
+                                         int rows, int cols, bool accumulate) = 0;
 
-  // The table's rows [vocab_start, vocab_start + vocab_rows) (a vocab-parallel shard):
-  // tokens outside it give zero rows forward and no gradient backward.
-  void (*embedding_forward)(const std::int32_t* tokens, const float* table, float* out, int n, int dim,
-                            int vocab_start, int vocab_rows);
-  void (*embedding_backward)(const std::int32_t* tokens, const float* dout, float* dtable, int n, int dim,
-                             int vocab_start, int vocab_rows);
+  // ---- activations ----
+  virtual void gelu_forward(Stream s, CRef x, Ref y, std::int64_t n) = 0;
+  virtual void gelu_backward(Stream s, CRef x, CRef dy, Ref dx, std::int64_t n) = 0;
+  // SwiGLU (Shazeer 2020), the LLaMA MLP: x [rows x 2f] holds the gate and the up
+  // projection side by side; y [rows x f] = silu(gate) * up.
+  virtual void swiglu_forward(Stream s, CRef x, Ref y, int rows, int f) = 0;
+  virtual void swiglu_backward(Stream s, CRef x, CRef dy, Ref dx, int rows, int f) = 0;
 
-  void (*adamw_step)(float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWParams& p);
+  // ---- attention ----
+  // Materialised: scores and probabilities [batch][rows][cols]; row i is the query at
+  // position first_row + i and sees keys 0 .. first_row + i. Masked entries are exactly 0.
+  virtual void causal_softmax_forward(Stream s, CRef scores, Ref probs, int batch, int rows, int cols, int first_row,
+                                      float scale) = 0;
+  virtual void causal_softmax_backward(Stream s, CRef probs, CRef dprobs, Ref dscores, std::int64_t rows, int cols,
+                                       float scale) = 0;
+  // Fused (flash-style).
+  virtual void attention_forward(Stream s, const Attention& a) = 0;
+  // delta[i] = sum_d dout[i][d] * out[i][d], rows x head_dim.
+  virtual void attention_delta(Stream s, CRef dout, CRef out, float* delta, std::int64_t rows, int head_dim) = 0;
+  virtual void attention_backward(Stream s, const AttentionGrad& a) = 0;
 
-  // Sum of squares in double (for global norms of sharded tensors).
-  double (*sum_of_squares)(const float* x, std::int64_t n);
-  void (*scale)(float* x, std::int64_t n, float factor);  // gradient clipping
-  // bf16 storage (compute stays fp32): round to nearest even, NaN stays NaN; and back.
-  void (*to_bf16)(const float* x, std::uint16_t* y, std::int64_t n);
-  void (*from_bf16)(const std::uint16_t* x, float* y, std::int64_t n);
-  // LAMB phase 1: moments and the raw update r into `update`.
-  void (*lamb_update)(const float* param, const float* grad, float* m, float* v, float* update, std::int64_t n,
-                      const LambParams& p);
-  // p -= lr * trust * r (LAMB phase 2).
-  void (*apply_update)(float* param, const float* update, std::int64_t n, float lr_times_trust);
-  // LARS phase 1: u = g + wd p into `update`; phase 2: lars_apply with the trust ratio.
-  void (*lars_update)(const float* param, const float* grad, float* update, std::int64_t n, const LarsParams& p);
-  void (*lars_apply)(float* param, const float* update, float* momentum, std::int64_t n, const LarsParams& p,
-                     float trust);
+  // ---- LM head: cross-entropy over a vocabulary split in column blocks ----
+  // Each rank holds logits [rows x cols] for vocabulary ids [vocab_start, vocab_start +
+  // cols). Phases with the caller's reductions between them: the row maxima (then a max
+  // over the ranks), the sums of exp(logit - max) and the target's logit where this rank
+  // holds it, 0 elsewhere (then a sum), the loss, and the gradient (softmax - onehot) x scale.
+  virtual void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols) = 0;
+  virtual void cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
+                                  float* sum_exp, float* target_logit, int rows, int cols, int vocab_start) = 0;
+  // *loss_sum += sum over rows of log(sum_exp) + row_max - target_logit (fp64, one value).
+  virtual void cross_entropy_loss(Stream s, const float* row_max, const float* sum_exp, const float* target_logit,
+                                  int rows, double* loss_sum) = 0;
+  virtual void cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
+                                      const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start,
+                                      float scale) = 0;
+
+  // ---- embedding: the table's rows [vocab_start, vocab_start + vocab_rows) ----
+  // Tokens outside the shard give zero rows forward and no gradient backward. The
+  // backward sums a row's tokens in token order (deterministic).
+  virtual void embedding_forward(Stream s, const std::int32_t* tokens, CRef table, Ref out, int n, int dim,
+                                 int vocab_start, int vocab_rows) = 0;
+  virtual void embedding_backward(Stream s, const std::int32_t* tokens, CRef dout, float* table_gradient, int n,
+                                  int dim, int vocab_start, int vocab_rows) = 0;
+
+  // ---- optimizers and norms (fp32 weights, gradients and state) ----
+  // `grad_scale`: null, or a factor in backend memory the gradients are multiplied by
+  // (clipping) as they are read.
+  virtual void adamw_step(Stream s, float* param, const float* grad, float* m, float* v, std::int64_t n,
+                          const AdamWParams& p, const float* grad_scale) = 0;
+  // LAMB and LARS run in two phases so that trust ratios use global norms of sharded
+  // tensors: phase 1 writes each element's update; the caller sums the squared norms of
+  // weights and updates per tensor over the ranks that hold its parts; phase 2 applies
+  // the update of each segment with its trust ratio, computed from those sums in place.
+  virtual void lamb_update(Stream s, const float* param, const float* grad, float* m, float* v, float* update,
+                           std::int64_t n, const LambParams& p, const float* grad_scale) = 0;
+  virtual void lars_update(Stream s, const float* param, const float* grad, float* update, std::int64_t n,
+                           const LarsParams& p, const float* grad_scale) = 0;
+  // norms[2 i] = sum of squares of weights, norms[2 i + 1] of updates over segment i.
+  virtual void segment_norms(Stream s, const float* param, const float* update, std::span<const Segment> segments,
+                             float* norms) = 0;
+  // p -= lr * trust_i * r over each segment (LAMB); LARS: m = mu m + lr eta trust_i u,
+  // p -= m. `norms` as segment_norms wrote them, after the caller's sums.
+  virtual void lamb_apply(Stream s, float* param, const float* update, std::span<const Segment> segments,
+                          const float* norms, float lr) = 0;
+  virtual void lars_apply(Stream s, float* param, const float* update, float* momentum,
+                          std::span<const Segment> segments, const float* norms, const LarsParams& p) = 0;
+  // *sum (+)= sum of squares over each segment, in fp64, one value.
+  virtual void sum_of_squares(Stream s, const float* x, std::span<const Segment> segments, double* sum,
+                              bool accumulate) = 0;
+  // factor = max_norm / (sqrt(norm_sq) + 1e-6) when above max_norm, else 1 (numeric::clip_factor).
+  virtual void clip_factor(Stream s, const double* norm_sq, float max_norm, float* factor) = 0;
 };
 
-// The reference backend: Eigen on the host, fp32.
-const KernelBackend& cpu_backend();
+// The reference backend: Eigen on the host. One per process.
+Backend& cpu_backend();
+// The CUDA backend of `device` (kernels/cuda/), null when this build has no CUDA backend.
+// Throws tessel::Error when the device does not exist.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+// CUDA devices this process sees (0 without a CUDA backend or a driver).
+int cuda_device_count();
+bool cuda_backend_built();
 
 }  // namespace tessel::kernels

@@ -1,13 +1,23 @@
-// How ranks talk: one interface, with an MPI implementation now and an NCCL one with the
-// CUDA backend. Every call counts the bytes and messages this rank sends, defined as
-// the planner counts them (nccl-tests size x bus factor; latency steps of a ring), so
-// tests can hold the executor's traffic against the planner's prediction.
-// Collectives are on fp32 buffers; counts are elements.
+// How ranks talk: one interface with an MPI implementation (CPU ranks, and GPU ranks that
+// share a device, through host staging) and an NCCL one (a rank per GPU). Every call
+// counts the bytes and messages this rank sends, defined as the planner counts them
+// (nccl-tests size x bus factor; latency steps of a ring), so tests can hold the
+// executor's traffic against the planner's prediction. Counts are elements of the given
+// type; pointers are the backend's memory the communicator was made for.
+//
+// Ordering, the same on every implementation: a call reads its inputs after the work
+// already submitted to the backend's compute stream, and compute-stream work submitted
+// after a blocking call, or after an asynchronous request's wait(), sees its result. On
+// a GPU the collective itself runs on the communicator's stream (the Program's tp_comm,
+// dp_comm or pp_comm), so asynchronous ones overlap compute; MPI calls block the host.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+
+#include "tessel/core/collective.hpp"
+#include "tessel/executor/buffer.hpp"
 
 namespace tessel::executor {
 
@@ -30,34 +40,85 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-
-  virtual void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::sum) = 0;
-  virtual std::unique_ptr<CommRequest> all_reduce_async(float* data, std::size_t count,
-                                                        ReduceOp op = ReduceOp::sum) = 0;
-  // recv holds size() x count_per_rank elements, rank r's block at r x count_per_rank.
-  virtual void all_gather(const float* send, float* recv, std::size_t count_per_rank) = 0;
-  // send holds size() x count_per_rank elements; recv gets this rank's reduced block.
-  virtual void reduce_scatter(const float* send, float* recv, std::size_t count_per_rank) = 0;
-  virtual std::unique_ptr<CommRequest> reduce_scatter_async(const float* send, float* recv,
-                                                            std::size_t count_per_rank) = 0;
-  virtual void broadcast(float* data, std::size_t count, int root) = 0;
-  // Sums every rank's `send` into `recv` on `root` (recv is ignored elsewhere).
-  virtual void reduce(const float* send, float* recv, std::size_t count, int root) = 0;
-  virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
-  // `data` must stay valid until the request completes. Pipeline stages send this way,
-  // so that two neighbours sending to each other at once cannot deadlock.
-  virtual std::unique_ptr<CommRequest> send_async(const float* data, std::size_t count, int peer, int tag) = 0;
-  virtual void recv(float* data, std::size_t count, int peer, int tag) = 0;
+  // A communicator over the ranks that pass the same `color`, ordered by `key`
+  // (collective: every rank calls it, in the same order).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   virtual void barrier() = 0;
 
-  // A communicator over the ranks that pass the same `color`, ordered by `key`.
-  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  Stream stream() const { return stream_; }
+  void set_stream(Stream stream) { stream_ = stream; }
+
+  void all_reduce(void* data, std::size_t count, DType type, ReduceOp op = ReduceOp::sum) {
+    if (count > 0) do_all_reduce(data, count, type, op);
+  }
+  std::unique_ptr<CommRequest> all_reduce_async(void* data, std::size_t count, DType type,
+                                                ReduceOp op = ReduceOp::sum) {
+    return do_all_reduce_async(data, count, type, op);
+  }
+  // recv holds size() x count_per_rank elements, rank r's block at r x count_per_rank.
+  void all_gather(const void* send, void* recv, std::size_t count_per_rank, DType type) {
+    if (count_per_rank > 0) do_all_gather(send, recv, count_per_rank, type);
+  }
+  // send holds size() x count_per_rank elements; recv gets this rank's reduced block.
+  void reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType type) {
+    if (count_per_rank > 0) do_reduce_scatter(send, recv, count_per_rank, type);
+  }
+  std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv, std::size_t count_per_rank,
+                                                    DType type) {
+    return do_reduce_scatter_async(send, recv, count_per_rank, type);
+  }
+  void broadcast(void* data, std::size_t count, DType type, int root) {
+    if (count > 0) do_broadcast(data, count, type, root);
+  }
+  // Sums every rank's `send` into `recv` on `root` (recv is ignored elsewhere).
+  void reduce(const void* send, void* recv, std::size_t count, DType type, int root) {
+    if (count > 0) do_reduce(send, recv, count, type, root);
+  }
+  // `data` must stay valid until the request completes. Pipeline stages send this way,
+  // so that two neighbours sending to each other at once cannot deadlock.
+  std::unique_ptr<CommRequest> send_async(const void* data, std::size_t count, DType type, int peer, int tag) {
+    return do_send_async(data, count, type, peer, tag);
+  }
+  void send(const void* data, std::size_t count, DType type, int peer, int tag) {
+    send_async(data, count, type, peer, tag)->wait();
+  }
+  void recv(void* data, std::size_t count, DType type, int peer, int tag) { do_recv(data, count, type, peer, tag); }
+
+  // fp32 host or backend memory, for scalars and tests.
+  void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::sum) {
+    all_reduce(data, count, DType::f32, op);
+  }
+  // Whole buffers, their type and length.
+  void all_reduce(Buffer& data, ReduceOp op = ReduceOp::sum) { all_reduce(data.data(), data.size(), data.type(), op); }
 
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = {}; }
 
  protected:
+  virtual void do_all_reduce(void* data, std::size_t count, DType type, ReduceOp op) = 0;
+  virtual std::unique_ptr<CommRequest> do_all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) = 0;
+  virtual void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType type) = 0;
+  virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType type) = 0;
+  virtual std::unique_ptr<CommRequest> do_reduce_scatter_async(const void* send, void* recv,
+                                                               std::size_t count_per_rank, DType type) = 0;
+  virtual void do_broadcast(void* data, std::size_t count, DType type, int root) = 0;
+  virtual void do_reduce(const void* send, void* recv, std::size_t count, DType type, int root) = 0;
+  virtual std::unique_ptr<CommRequest> do_send_async(const void* data, std::size_t count, DType type, int peer,
+                                                     int tag) = 0;
+  virtual void do_recv(void* data, std::size_t count, DType type, int peer, int tag) = 0;
+
+  // Counted with the planner's and the simulator's formulas (profiles/collectives.hpp):
+  // bytes sent = the call's nccl-tests size x bus factor, messages = the algorithm's
+  // latency steps (rings for the collectives, trees for broadcast and reduce).
+  void count(Collective collective, double size_bytes, CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring);
+
   CommCounters counters_;
+
+ private:
+  Stream stream_ = Stream::compute;
 };
+
+// A request that is already complete.
+std::unique_ptr<CommRequest> completed_request();
 
 }  // namespace tessel::executor

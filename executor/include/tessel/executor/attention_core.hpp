@@ -1,0 +1,89 @@
+// The attention core of a block: from qkv rows to attention-output rows, on this rank's
+// heads and whole sequences (every tensor layout gives attention that shape), with ring
+// self-attention over the sequence-parallel ranks (Li et al. 2021).
+//
+// Two forms, the plan's choice (train.kernels):
+//   materialised  scores = Q K^T per head, the causal softmax, out = P V: the (seq x seq)
+//                 probabilities are a tensor, kept for the backward without recompute,
+//                 rebuilt from q and k with selective recompute (Korthikanti et al. 2022)
+//   fused         flash-style (Dao et al. 2022): the backend's fused kernel never writes
+//                 the scores; the backward recomputes them from q, k and the per-row
+//                 log-sum-exp, which is all that is kept
+// With sp ranks, rank r holds queries, keys and values of positions [r S/sp, (r+1) S/sp).
+// Materialised: key blocks travel around the ring (sp - 1 hops) for the scores, value
+// blocks for the output; the backward sends each block around again with a gradient
+// accumulator that its last hop brings home (dV, then dK), so a rank sends 2 (sp - 1)
+// blocks per pass, twice the forward's per ring, as the planner counts. Fused: key and
+// value blocks travel together and each arriving block is merged into the output by its
+// log-sum-exp; the backward sends both with both accumulators: the same messages and
+// bytes. Blocks after a rank's own are masked by causality and skipped, but passed on.
+#pragma once
+
+#include "tessel/executor/buffer.hpp"
+#include "tessel/executor/comm/communicator.hpp"
+#include "tessel/executor/op_timeline.hpp"
+#include "tessel/executor/tensor_layout.hpp"
+
+namespace tessel::executor {
+
+enum class AttentionForm { materialized, fused };
+
+// What a layer keeps from its forward for its backward. With full recompute only `x`
+// is kept per micro-batch; the rest is rebuilt in a shared scratch set. qkv and
+// att_heads are forward-only work the backward does not read.
+struct LayerActivations {
+  Buffer x, ln1, ln1_full, qkv, q, k, v, att_heads, att, x1, ln2, ln2_full, fc1, gelu, k_all, proj_in, fc2_in;
+  Buffer ln1_mean, ln1_rstd, ln2_mean, ln2_rstd, lse;  // fp32
+  // The tensors the backward reads, and the fp32 per-row statistics among them, which
+  // bf16 storage keeps in fp32.
+  static constexpr Buffer LayerActivations::*kSaved[] = {
+      &LayerActivations::x,     &LayerActivations::ln1,      &LayerActivations::ln1_full, &LayerActivations::q,
+      &LayerActivations::k,     &LayerActivations::v,        &LayerActivations::att,      &LayerActivations::x1,
+      &LayerActivations::ln2,   &LayerActivations::ln2_full, &LayerActivations::fc1,      &LayerActivations::gelu,
+      &LayerActivations::k_all, &LayerActivations::proj_in,  &LayerActivations::fc2_in};
+  static constexpr Buffer LayerActivations::*kRowStatistics[] = {&LayerActivations::ln1_mean, &LayerActivations::ln1_rstd,
+                                                                 &LayerActivations::ln2_mean, &LayerActivations::ln2_rstd,
+                                                                 &LayerActivations::lse};
+  void bind(kernels::Backend& backend, DType compute);
+};
+
+class AttentionCore {
+ public:
+  AttentionCore(const TensorLayout& layout, AttentionForm form, Communicator& ring, bool keep_all_keys);
+
+  // a.q, a.k, a.v and a.att from a.qkv [rows x 3 hidden_local]; `probs` receives the
+  // probabilities (materialised form; kept or a scratch buffer with selective recompute).
+  void forward(const IdScope& ids, LayerActivations& a, Buffer& probs);
+  // Rebuilds the probabilities from the kept q and k (selective recompute, materialised).
+  void probabilities(const IdScope& ids, const LayerActivations& a, Buffer& probs);
+  // dqkv [rows x 3 hidden_local] from datt [rows x hidden_local].
+  void backward(const IdScope& ids, const LayerActivations& a, const Buffer& probs, const Buffer& datt, Buffer& dqkv);
+  AttentionForm form() const { return form_; }
+
+ private:
+  void materialized_forward(const IdScope& ids, LayerActivations& a, Buffer& probs);
+  void fused_forward(const IdScope& ids, LayerActivations& a);
+  void materialized_backward(const IdScope& ids, const LayerActivations& a, const Buffer& probs);
+  void fused_backward(const IdScope& ids, const LayerActivations& a);
+  // Key block j of every head's [rows x (rows x sp)] matrix, to and from a packed
+  // [rows x rows] buffer per head.
+  void extract_block(const Buffer& whole, Buffer& block, int j);
+  void place_block(const Buffer& block, Buffer& whole, int j);
+  // Sends `block` to the next rank of the ring and receives the previous rank's into it.
+  void ring_shift(const IdScope& ids, Buffer& block, int tag);
+  kernels::BatchedGemm per_head(bool transpose_a, bool transpose_b, int m, int n, int k, CRef a, std::int64_t stride_a,
+                                CRef b, std::int64_t stride_b, float beta, Ref c, std::int64_t stride_c) const;
+
+  kernels::Backend& k_;
+  OpTimeline& timeline_;
+  Communicator& ring_;
+  AttentionForm form_;
+  DType compute_;
+  int sequences_, seq_, heads_, head_dim_, hidden_local_, sp_, sp_rank_;
+  bool keep_keys_;
+  Buffer scores_, block_, scratch_block_, ring_block_, ring_values_, ring_in_, d_heads_, out_heads_, dq_, dk_, dv_,
+      dprobs_, dscores_;
+  Buffer delta_;  // fp32
+};
+
+}  // namespace tessel::executor

@@ -1,0 +1,51 @@
+// A communicator for ranks whose tensors live in device memory but that cannot use
+// NCCL: several ranks on one GPU (NCCL refuses two ranks per device), or a GPU build on
+// a machine where NCCL is unavailable. Each call copies its input to host memory (after
+// the compute stream's earlier work), runs the host communicator (MPI) on it and copies
+// the result back in compute-stream order. With the CPU backend the copies are memcpys,
+// so the whole path runs, and is tested, on CPU ranks.
+#pragma once
+
+#include <vector>
+
+#include "tessel/executor/comm/communicator.hpp"
+
+namespace tessel::executor {
+
+class HostStagedCommunicator final : public Communicator {
+ public:
+  // Takes the host communicator; `device` is the backend whose memory calls pass in.
+  HostStagedCommunicator(std::unique_ptr<Communicator> host, kernels::Backend& device);
+  ~HostStagedCommunicator() override;
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  void barrier() override { host_->barrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  // What the host communicator counted (the traffic is the same bytes).
+  const Communicator& host() const { return *host_; }
+
+ protected:
+  void do_all_reduce(void* data, std::size_t count, DType type, ReduceOp op) override;
+  std::unique_ptr<CommRequest> do_all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override;
+  void do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType type) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count_per_rank, DType type) override;
+  std::unique_ptr<CommRequest> do_reduce_scatter_async(const void* send, void* recv, std::size_t count_per_rank,
+                                                       DType type) override;
+  void do_broadcast(void* data, std::size_t count, DType type, int root) override;
+  void do_reduce(const void* send, void* recv, std::size_t count, DType type, int root) override;
+  std::unique_ptr<CommRequest> do_send_async(const void* data, std::size_t count, DType type, int peer,
+                                             int tag) override;
+  void do_recv(void* data, std::size_t count, DType type, int peer, int tag) override;
+
+ private:
+  class Staging;  // pinned host memory of the device backend
+  class StagedRequest;
+  std::unique_ptr<Staging> stage_in(const void* device, std::size_t bytes);
+  void stage_out(const Staging& staging, void* device, std::size_t bytes);
+  void sync_counters();
+
+  std::unique_ptr<Communicator> host_;
+  kernels::Backend& device_;
+};
+
+}  // namespace tessel::executor

@@ -1,0 +1,97 @@
+// How the weights of a GPT sit on a rank: every whole tensor of the model (names, shapes,
+// the single-process layout that references and exports use), its initial values, and
+// the shards a tensor-parallel layout cuts from it, packed into buckets (one per layer
+// and one for the stage's embedding, final norm and head).
+//
+// Weights are drawn whole from a generator seeded by (seed, tensor name) and then cut,
+// so the same seed gives the same model whatever the layout. A bucket is one flat range
+// of this rank's shards, padded so that ZeRO can cut it into equal parts; its tensors
+// that are partial sums over some ranks (norms under sequence parallel, vectors copied
+// down a 2D grid column) come first, so their gradients are summed in one call.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessel/core/model_spec.hpp"
+
+namespace tessel::executor {
+
+// One tensor's shard on this rank: the whole tensor's rows cut in row_split blocks (this
+// rank holds block row_part) and its columns in col_split blocks (within each of
+// column_groups groups: attn.qkv cuts q, k and v each on its own). Tensors several ranks
+// of the tensor group hold whole or in the same shard are copies: `copy` numbers them,
+// and sums over the model (norms, exports) count copy 0 only.
+struct TensorSlot {
+  std::string name;  // as in the whole model: "L3.attn.qkv.weight"
+  int rows = 0, cols = 0;  // whole tensor
+  int row_split = 1, row_part = 0, col_split = 1, col_part = 0;
+  int column_groups = 1;
+  int copy = 0;
+  int local_rows = 0, local_cols = 0;
+  std::size_t offset = 0;  // in its bucket
+  std::size_t size() const { return std::size_t(local_rows) * std::size_t(local_cols); }
+  bool split() const { return row_split > 1 || col_split > 1; }
+};
+
+// How a layout cuts one kind of tensor: rows in row_split blocks (this rank's row_part),
+// columns in col_split blocks, and which copy this rank holds.
+struct Cut {
+  int row_split = 1, row_part = 0, col_split = 1, col_part = 0, copy = 0;
+};
+
+struct Bucket {
+  int layer = -1;  // -1: the stage's embedding, final norm and head
+  std::vector<TensorSlot> tensors;
+  std::size_t size = 0, padded_size = 0;
+  // 3D: of the partial prefix, the first `partial_first` elements (features on the depth
+  // axis) are copied over rows and columns, the rest (features on the columns) over rows
+  // and depth.
+  std::size_t partial_first = 0;
+  // The first `partial_prefix` elements see only this rank's token rows (norms and the
+  // biases added after a reduce-scatter with sequence parallel; every vector in 2D):
+  // their gradients are partial sums over the tensor group (1D) or the grid column (2D).
+  std::size_t partial_prefix = 0;
+  const TensorSlot& tensor(std::string_view name) const;
+
+  // Building a bucket: a tensor `name` of whole shape rows x cols cut by `cut`, placed
+  // after the last one; then the padding to a multiple of `pad_to`.
+  void place(std::string name, int rows, int cols, const Cut& cut, int column_groups = 1);
+  void pad(std::size_t pad_to) { padded_size = (size + pad_to - 1) / pad_to * pad_to; }
+};
+
+// How a layout cuts each kind of a layer's tensors.
+struct LayerCuts {
+  Cut late_vectors;   // ln1, ln2 (gain, bias) and the biases added after proj and fc2
+  Cut early_biases;   // the qkv and fc1 biases (on the attention layout's columns)
+  Cut in_weights;     // qkv and fc1 weights
+  Cut out_weights;    // proj and fc2 weights
+};
+// Places layer `layer`'s tensors in the order every layout keeps: the late vectors, the
+// early biases, the weights (qkv with its q, k, v column groups). Returns the bucket
+// offsets after the late vectors and after the biases, where layouts put their
+// partial-sum boundaries.
+std::pair<std::size_t, std::size_t> place_layer(Bucket& bucket, const ModelSpec& model, int layer,
+                                                const LayerCuts& cuts);
+
+// A layer's tensors by role, in the order GptStage reads their offsets.
+enum LayerTensor : std::size_t {
+  kLn1Gain, kLn1Bias, kProjBias, kLn2Gain, kLn2Bias, kFc2Bias, kQkvWeight, kQkvBias, kProjWeight, kFc1Weight,
+  kFc1Bias, kFc2Weight, kLayerTensorCount
+};
+// "ln1.gain", ... as in whole tensor names after "L{l}."
+std::string_view layer_tensor_name(LayerTensor tensor);
+
+// The whole model's tensors in one flat order (wte, wpe, per layer, final norm): the
+// layout single-process references and exports use.
+std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model);
+// The whole tensor `name` of shape rows x cols as initialised from `seed`.
+std::vector<float> initial_tensor(const ModelSpec& model, std::uint64_t seed, const std::string& name, int rows,
+                                  int cols);
+// Calls visit(whole_index, local_index) for every element of this rank's shard.
+void for_each_shard_element(const TensorSlot& slot, const std::function<void(std::size_t, std::size_t)>& visit);
+
+}  // namespace tessel::executor

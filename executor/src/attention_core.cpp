@@ -1,0 +1,381 @@
+#include "tessel/executor/attention_core.hpp"
+
+#include <cmath>
+#include <vector>
+
+namespace tessel::executor {
+
+namespace {
+// Tags of the ring messages: one range per pass, offset by the hop.
+enum RingTag : int {
+  kKeys = 100,
+  kValues = 200,
+  kBackwardValues = 300,
+  kValueGradients = 400,
+  kBackwardKeys = 500,
+  kKeyGradients = 600
+};
+// The backward ring's messages: blocks and accumulators posted to the next rank without
+// waiting and received from the previous one, each timed under attn.ring_kv.
+class RingMail {
+ public:
+  RingMail(OpTimeline& timeline, Communicator& ring, const IdScope& ids, DType type, int rank, int size)
+      : timeline_(timeline),
+        ring_(ring),
+        id_(ids(ops::attn_ring_kv)),
+        type_(type),
+        next_((rank + 1) % size),
+        previous_((rank + size - 1) % size) {}
+  ~RingMail() { wait_all(); }
+  // `buffer` must stay alive until wait_all().
+  void post(const Buffer& buffer, int tag) {
+    auto timed = timeline_.time(id_, ring_.stream());
+    sends_.push_back(ring_.send_async(buffer.data(), buffer.size(), type_, next_, tag));
+  }
+  void receive(Buffer& buffer, std::size_t count, int tag) {
+    auto timed = timeline_.time(id_, ring_.stream());
+    buffer.resize(count);
+    ring_.recv(buffer.data(), count, type_, previous_, tag);
+  }
+  void wait_all() {
+    for (auto& send : sends_) send->wait();
+    sends_.clear();
+  }
+
+ private:
+  OpTimeline& timeline_;
+  Communicator& ring_;
+  std::string id_;
+  DType type_;
+  int next_, previous_;
+  std::vector<std::unique_ptr<CommRequest>> sends_;
+};
+}  // namespace
+
+void LayerActivations::bind(kernels::Backend& backend, DType compute) {
+  for (auto member : kSaved) (this->*member).bind(backend, compute);
+  for (Buffer* b : {&qkv, &att_heads}) b->bind(backend, compute);
+  for (auto member : kRowStatistics) (this->*member).bind(backend, DType::f32);
+}
+
+AttentionCore::AttentionCore(const TensorLayout& layout, AttentionForm form, Communicator& ring, bool keep_all_keys)
+    : k_(layout.context().backend),
+      timeline_(layout.context().timeline),
+      ring_(ring),
+      form_(form),
+      compute_(layout.context().compute),
+      sequences_(layout.attention_sequences()),
+      seq_(layout.context().seq),
+      heads_(layout.heads_local()),
+      head_dim_(layout.context().model.head_dim()),
+      hidden_local_(layout.hidden_local()),
+      sp_(layout.context().shape.sp),
+      sp_rank_(layout.context().shape.sp_rank),
+      keep_keys_(keep_all_keys && layout.context().shape.sp > 1 && form == AttentionForm::materialized) {
+  for (Buffer* b : {&scores_, &block_, &scratch_block_, &ring_block_, &ring_values_, &ring_in_, &d_heads_, &out_heads_,
+                    &dq_, &dk_, &dv_, &dprobs_, &dscores_}) {
+    b->bind(k_, compute_);
+  }
+  delta_.bind(k_, DType::f32);
+}
+
+kernels::BatchedGemm AttentionCore::per_head(bool transpose_a, bool transpose_b, int m, int n, int k, CRef a,
+                                             std::int64_t stride_a, CRef b, std::int64_t stride_b, float beta, Ref c,
+                                             std::int64_t stride_c) const {
+  kernels::BatchedGemm g;
+  g.gemm.transpose_a = transpose_a, g.gemm.transpose_b = transpose_b;
+  g.gemm.m = m, g.gemm.n = n, g.gemm.k = k;
+  g.gemm.a = a, g.gemm.b = b, g.gemm.c = c;
+  g.gemm.beta = beta;
+  g.batch = sequences_ * heads_;
+  g.stride_a = stride_a, g.stride_b = stride_b, g.stride_c = stride_c;
+  return g;
+}
+
+void AttentionCore::extract_block(const Buffer& whole, Buffer& block, int j) {
+  const std::int64_t S = seq_;
+  block.resize(std::size_t(sequences_ * heads_) * std::size_t(S * S));
+  k_.copy_2d(Stream::compute, block.ref(), S, whole.at(j * S), S * sp_, sequences_ * heads_ * seq_, seq_);
+}
+
+void AttentionCore::place_block(const Buffer& block, Buffer& whole, int j) {
+  const std::int64_t S = seq_;
+  k_.copy_2d(Stream::compute, whole.at(j * S), S * sp_, block.cref(), S, sequences_ * heads_ * seq_, seq_);
+}
+
+void AttentionCore::ring_shift(const IdScope& ids, Buffer& block, int tag) {
+  auto timed = timeline_.time(ids(ops::attn_ring_kv), ring_.stream());
+  ring_in_.resize(block.size());
+  auto sent = ring_.send_async(block.data(), block.size(), compute_, (sp_rank_ + 1) % sp_, tag);
+  ring_.recv(ring_in_.data(), ring_in_.size(), compute_, (sp_rank_ + sp_ - 1) % sp_, tag);
+  sent->wait();
+  swap(block, ring_in_);
+}
+
+void AttentionCore::forward(const IdScope& ids, LayerActivations& a, Buffer& probs) {
+  const std::int64_t n = std::int64_t(sequences_) * seq_ * hidden_local_;
+  {
+    auto timed = timeline_.time(ids(ops::attn_core));
+    const std::int64_t ld = 3 * hidden_local_;
+    for (Buffer* b : {&a.q, &a.k, &a.v}) b->resize(std::size_t(n));
+    k_.rows_to_heads(Stream::compute, a.qkv.cref(), ld, a.q.ref(), sequences_, seq_, heads_, head_dim_);
+    k_.rows_to_heads(Stream::compute, a.qkv.at(hidden_local_), ld, a.k.ref(), sequences_, seq_, heads_, head_dim_);
+    k_.rows_to_heads(Stream::compute, a.qkv.at(2 * hidden_local_), ld, a.v.ref(), sequences_, seq_, heads_, head_dim_);
+  }
+  if (form_ == AttentionForm::fused) fused_forward(ids, a);
+  else materialized_forward(ids, a, probs);
+  auto timed = timeline_.time(ids(ops::attn_core));
+  a.att.resize(std::size_t(n));
+  k_.heads_to_rows(Stream::compute, a.att_heads.cref(), a.att.ref(), hidden_local_, sequences_, seq_, heads_, head_dim_);
+}
+
+void AttentionCore::materialized_forward(const IdScope& ids, LayerActivations& a, Buffer& probs) {
+  const int S = seq_, D = head_dim_, sp = sp_, r = sp_rank_;
+  const std::size_t heads = std::size_t(sequences_) * heads_, head_block = std::size_t(S) * D;
+  const std::size_t row_block = std::size_t(S) * S, row = row_block * sp;  // per head: own block, whole row
+  scores_.resize(heads * row);
+  if (keep_keys_) a.k_all.resize(heads * head_block * sp);
+  ring_block_.copy_from(a.k);
+  for (int hop = 0; hop < sp; ++hop) {
+    const int j = (r - hop + sp) % sp;
+    if (keep_keys_) {
+      k_.copy_2d(Stream::compute, a.k_all.at(std::int64_t(j) * head_block), std::int64_t(head_block * sp),
+                 ring_block_.cref(), std::int64_t(head_block), int(heads), int(head_block));
+    }
+    if (j <= r) {
+      auto timed = timeline_.time(ids(ops::attn_core));
+      block_.resize(heads * row_block);
+      Buffer& out = sp == 1 ? scores_ : block_;
+      k_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, ring_block_.cref(),
+                                                head_block, 0.0f, out.ref(), row_block));
+      if (sp > 1) place_block(block_, scores_, j);
+    }
+    if (hop + 1 < sp) ring_shift(ids, ring_block_, kKeys + hop);
+  }
+  {
+    auto timed = timeline_.time(ids(ops::attn_softmax));
+    probs.resize(scores_.size());
+    k_.causal_softmax_forward(Stream::compute, scores_.cref(), probs.ref(), int(heads), S, S * sp, r * S,
+                              1.0f / std::sqrt(float(D)));
+  }
+  a.att_heads.assign(a.q.size(), 0.0f);
+  ring_block_.copy_from(a.v);
+  for (int hop = 0; hop < sp; ++hop) {
+    const int j = (r - hop + sp) % sp;
+    if (j <= r) {
+      auto timed = timeline_.time(ids(ops::attn_core));
+      const Buffer* p = &probs;
+      if (sp > 1) {
+        extract_block(probs, block_, j);
+        p = &block_;
+      }
+      k_.gemm_batched(Stream::compute, per_head(false, false, S, D, S, p->cref(), row_block, ring_block_.cref(),
+                                                head_block, 1.0f, a.att_heads.ref(), head_block));
+    }
+    if (hop + 1 < sp) ring_shift(ids, ring_block_, kValues + hop);
+  }
+}
+
+void AttentionCore::fused_forward(const IdScope& ids, LayerActivations& a) {
+  const int S = seq_, sp = sp_, r = sp_rank_;
+  const int heads = sequences_ * heads_;
+  a.att_heads.resize(a.q.size());
+  a.lse.resize(std::size_t(heads) * S);
+  ring_block_.copy_from(a.k);
+  ring_values_.copy_from(a.v);
+  bool merge = false;
+  for (int hop = 0; hop < sp; ++hop) {
+    const int j = (r - hop + sp) % sp;
+    if (j <= r) {
+      auto timed = timeline_.time(ids(ops::attn_core));
+      kernels::Attention at;
+      at.bh = heads, at.q_len = S, at.kv_len = S, at.head_dim = head_dim_;
+      at.q_first = r * S, at.kv_first = j * S;
+      at.scale = 1.0f / std::sqrt(float(head_dim_));
+      at.q = a.q.cref(), at.k = ring_block_.cref(), at.v = ring_values_.cref();
+      at.out = a.att_heads.ref();
+      at.lse = a.lse.f32();
+      at.merge = merge;
+      k_.attention_forward(Stream::compute, at);
+      merge = true;
+    }
+    if (hop + 1 < sp) {
+      ring_shift(ids, ring_block_, kKeys + hop);
+      ring_shift(ids, ring_values_, kValues + hop);
+    }
+  }
+}
+
+void AttentionCore::probabilities(const IdScope& ids, const LayerActivations& a, Buffer& probs) {
+  // Selective recompute: the keys of every block were kept in the forward (k_all with
+  // sequence parallel), so no message is sent again.
+  const int S = seq_, D = head_dim_, sp = sp_, r = sp_rank_;
+  const std::size_t heads = std::size_t(sequences_) * heads_, head_block = std::size_t(S) * D;
+  const std::size_t row_block = std::size_t(S) * S, row = row_block * sp;
+  {
+    auto timed = timeline_.time(ids(ops::attn_core));
+    scores_.resize(heads * row);
+    block_.resize(heads * row_block);
+    for (int j = 0; j <= r; ++j) {
+      Buffer& out = sp == 1 ? scores_ : block_;
+      const CRef keys = sp == 1 ? a.k.cref() : a.k_all.at(std::int64_t(j) * head_block);
+      const std::int64_t key_stride = sp == 1 ? head_block : head_block * sp;
+      k_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, keys, key_stride, 0.0f,
+                                                out.ref(), row_block));
+      if (sp > 1) place_block(block_, scores_, j);
+    }
+  }
+  auto timed = timeline_.time(ids(ops::attn_softmax));
+  probs.resize(scores_.size());
+  k_.causal_softmax_forward(Stream::compute, scores_.cref(), probs.ref(), int(heads), S, S * sp, r * S,
+                            1.0f / std::sqrt(float(D)));
+}
+
+void AttentionCore::backward(const IdScope& ids, const LayerActivations& a, const Buffer& probs, const Buffer& datt,
+                             Buffer& dqkv) {
+  const std::int64_t n = std::int64_t(sequences_) * seq_ * hidden_local_;
+  {
+    auto timed = timeline_.time(ids(ops::attn_core));
+    d_heads_.resize(std::size_t(n));
+    k_.rows_to_heads(Stream::compute, datt.cref(), hidden_local_, d_heads_.ref(), sequences_, seq_, heads_, head_dim_);
+  }
+  if (form_ == AttentionForm::fused) fused_backward(ids, a);
+  else materialized_backward(ids, a, probs);
+  auto timed = timeline_.time(ids(ops::attn_core));
+  const std::int64_t ld = 3 * hidden_local_;
+  if (!dqkv.bound()) dqkv.bind(k_, compute_);
+  dqkv.resize(std::size_t(3 * n));
+  k_.heads_to_rows(Stream::compute, dq_.cref(), dqkv.ref(), ld, sequences_, seq_, heads_, head_dim_);
+  k_.heads_to_rows(Stream::compute, dk_.cref(), dqkv.at(hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
+  k_.heads_to_rows(Stream::compute, dv_.cref(), dqkv.at(2 * hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
+}
+
+void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivations& a, const Buffer& probs) {
+  const int S = seq_, D = head_dim_, sp = sp_, r = sp_rank_;
+  const std::size_t heads = std::size_t(sequences_) * heads_, head_block = std::size_t(S) * D;
+  const std::size_t row_block = std::size_t(S) * S, n = heads * head_block;
+  // Per pass: owned = this rank's block (V, then K), gives the matrix product for block
+  // j into dP (first pass) or uses dS (second pass); accumulates into `gradient` (dV,
+  // then dK) with the block's accumulator, and into dQ in the second pass.
+  auto ring_pass = [&](const Buffer& owned, int block_tag, int gradient_tag, bool values, Buffer& gradient) {
+    std::vector<Buffer> in_flight;  // kept alive until every send is done
+    for (int i = 0; i < 2 * sp; ++i) in_flight.emplace_back(k_, compute_);
+    RingMail mail(timeline_, ring_, ids, compute_, r, sp);
+    // block j's contribution: dP columns (values) or dQ (keys), and its gradient part.
+    auto compute = [&](int j, const Buffer& block, Buffer& accumulator) {
+      if (j > r) return;  // masked by causality
+      auto timed = timeline_.time(ids(ops::attn_core));
+      const Buffer* matrix = values ? &probs : &dscores_;  // P or dS
+      if (sp > 1) {
+        extract_block(*matrix, block_, j);
+        matrix = &block_;
+      }
+      if (values) {
+        scratch_block_.resize(heads * row_block);
+        Buffer& dp = sp == 1 ? dprobs_ : scratch_block_;
+        k_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, d_heads_.cref(), head_block, block.cref(),
+                                                  head_block, 0.0f, dp.ref(), row_block));
+        k_.gemm_batched(Stream::compute, per_head(true, false, S, D, S, matrix->cref(), row_block, d_heads_.cref(),
+                                                  head_block, 1.0f, accumulator.ref(), head_block));
+        if (sp > 1) place_block(scratch_block_, dprobs_, j);
+      } else {
+        k_.gemm_batched(Stream::compute, per_head(false, false, S, D, S, matrix->cref(), row_block, block.cref(),
+                                                  head_block, 1.0f, dq_.ref(), head_block));
+        k_.gemm_batched(Stream::compute, per_head(true, false, S, D, S, matrix->cref(), row_block, a.q.cref(),
+                                                  head_block, 1.0f, accumulator.ref(), head_block));
+      }
+    };
+    if (sp > 1) mail.post(owned, block_tag + 1);
+    for (int hop = 1; hop < sp; ++hop) {
+      const int j = (r - hop + sp) % sp;
+      Buffer& block = in_flight[std::size_t(2 * hop)];
+      Buffer& accumulator = in_flight[std::size_t(2 * hop + 1)];
+      mail.receive(block, n, block_tag + hop);
+      if (hop >= 2) mail.receive(accumulator, n, gradient_tag + hop);
+      else accumulator.assign(n, 0.0f);
+      compute(j, block, accumulator);
+      if (hop + 1 < sp) mail.post(block, block_tag + hop + 1);
+      mail.post(accumulator, gradient_tag + hop + 1);
+    }
+    gradient.assign(n, 0.0f);
+    if (sp > 1) mail.receive(gradient, n, gradient_tag + sp);  // this rank's block, home from its tour
+    compute(r, owned, gradient);
+    mail.wait_all();
+  };
+  dprobs_.assign(probs.size(), 0.0f);
+  ring_pass(a.v, kBackwardValues, kValueGradients, true, dv_);
+  {
+    auto timed = timeline_.time(ids(ops::attn_softmax));
+    dscores_.resize(probs.size());
+    k_.causal_softmax_backward(Stream::compute, probs.cref(), dprobs_.cref(), dscores_.ref(), std::int64_t(heads) * S,
+                               S * sp, 1.0f / std::sqrt(float(D)));
+  }
+  dq_.assign(n, 0.0f);
+  ring_pass(a.k, kBackwardKeys, kKeyGradients, false, dk_);
+}
+
+void AttentionCore::fused_backward(const IdScope& ids, const LayerActivations& a) {
+  const int S = seq_, D = head_dim_, sp = sp_, r = sp_rank_;
+  const int heads = sequences_ * heads_;
+  const std::size_t n = std::size_t(heads) * std::size_t(S) * D;
+  {
+    // delta = rowsum(dO * O) over the final output, in the heads' layout.
+    auto timed = timeline_.time(ids(ops::attn_core));
+    out_heads_.resize(n);
+    k_.rows_to_heads(Stream::compute, a.att.cref(), hidden_local_, out_heads_.ref(), sequences_, seq_, heads_, D);
+    delta_.resize(std::size_t(heads) * S);
+    k_.attention_delta(Stream::compute, d_heads_.cref(), out_heads_.cref(), delta_.f32(), std::int64_t(heads) * S, D);
+  }
+  dq_.assign(n, 0.0f);
+  std::vector<Buffer> in_flight;  // [hop][key, value, dK, dV], kept alive until every send is done
+  for (int i = 0; i < 4 * sp; ++i) in_flight.emplace_back(k_, compute_);
+  RingMail mail(timeline_, ring_, ids, compute_, r, sp);
+  auto compute = [&](int j, const Buffer& keys, const Buffer& values, Buffer& dk, Buffer& dv) {
+    if (j > r) return;  // masked by causality
+    auto timed = timeline_.time(ids(ops::attn_core));
+    kernels::AttentionGrad g;
+    g.bh = heads, g.q_len = S, g.kv_len = S, g.head_dim = D;
+    g.q_first = r * S, g.kv_first = j * S;
+    g.scale = 1.0f / std::sqrt(float(D));
+    g.q = a.q.cref(), g.k = keys.cref(), g.v = values.cref(), g.dout = d_heads_.cref();
+    g.lse = a.lse.f32(), g.delta = delta_.f32();
+    g.dq = dq_.ref(), g.dk = dk.ref(), g.dv = dv.ref();
+    g.accumulate_kv = true;
+    k_.attention_backward(Stream::compute, g);
+  };
+  if (sp > 1) {
+    mail.post(a.k, kBackwardKeys + 1);
+    mail.post(a.v, kBackwardValues + 1);
+  }
+  for (int hop = 1; hop < sp; ++hop) {
+    const int j = (r - hop + sp) % sp;
+    Buffer* slot = &in_flight[std::size_t(4 * hop)];
+    Buffer &keys = slot[0], &values = slot[1], &dk = slot[2], &dv = slot[3];
+    mail.receive(keys, n, kBackwardKeys + hop);
+    mail.receive(values, n, kBackwardValues + hop);
+    if (hop >= 2) {
+      mail.receive(dk, n, kKeyGradients + hop);
+      mail.receive(dv, n, kValueGradients + hop);
+    } else {
+      dk.assign(n, 0.0f);
+      dv.assign(n, 0.0f);
+    }
+    compute(j, keys, values, dk, dv);
+    if (hop + 1 < sp) {
+      mail.post(keys, kBackwardKeys + hop + 1);
+      mail.post(values, kBackwardValues + hop + 1);
+    }
+    mail.post(dk, kKeyGradients + hop + 1);
+    mail.post(dv, kValueGradients + hop + 1);
+  }
+  dk_.assign(n, 0.0f);
+  dv_.assign(n, 0.0f);
+  if (sp > 1) {  // this rank's blocks' gradients, home from their tour
+    mail.receive(dk_, n, kKeyGradients + sp);
+    mail.receive(dv_, n, kValueGradients + sp);
+  }
+  compute(r, a.k, a.v, dk_, dv_);
+  mail.wait_all();
+}
+
+}  // namespace tessel::executor

@@ -1,0 +1,120 @@
+// What every tensor layout shares: the op names of a block's halves, the vocab-parallel
+// cross-entropy (the kernel's three phases with the group's reductions between them) and
+// the layer norm of rows whose features are split over ranks (2D's grid row, 3D's depth).
+#include "layout_impl.hpp"
+
+namespace tessel::executor {
+
+const HalfOps kAttentionHalf{ops::attn_norm,          ops::attn_norm_all_reduce,   ops::attn_tp_all_gather,
+                             ops::attn_tp_all_reduce, ops::attn_tp_reduce_scatter, ops::attn_residual,
+                             ops::attn_qkv,           ops::attn_proj};
+const HalfOps kMlpHalf{ops::mlp_norm,          ops::mlp_norm_all_reduce,   ops::mlp_tp_all_gather,
+                       ops::mlp_tp_all_reduce, ops::mlp_tp_reduce_scatter, ops::mlp_residual,
+                       ops::mlp_fc1,           ops::mlp_fc2};
+
+void HeadActivations::bind(kernels::Backend& backend, DType compute) {
+  for (Buffer* b : {&x, &lnf, &lnf_full, &logits}) b->bind(backend, compute);
+  for (Buffer* b : {&lnf_mean, &lnf_rstd, &row_max, &sums}) b->bind(backend, DType::f32);
+}
+
+TensorLayout::TensorLayout(LayoutContext context) : context_(std::move(context)) {
+  bound(stats_, DType::f32);
+  bound(stats2_, DType::f32);
+}
+
+void TensorLayout::set_shape(int local_rows, int residual_cols, int sequences, int feature_split) {
+  rows_ = context_.micro_batch * context_.seq;
+  local_rows_ = local_rows;
+  residual_cols_ = residual_cols;
+  sequences_ = sequences;
+  heads_ = model().heads / feature_split;
+  hidden_local_ = model().hidden / feature_split;
+  ffn_local_ = model().ffn_hidden / feature_split;
+  vocab_local_ = model().vocab / feature_split;
+}
+
+void TensorLayout::vocab_parallel_loss(int mb, const std::int32_t* targets, int rows, int vocab_local, int vocab_start,
+                                       Communicator& group, HeadActivations& h, double* loss_sum) {
+  const IdScope ids{mb, -1, ops::Part::head, ops::Phase::fwd};
+  h.row_max.resize(std::size_t(rows));
+  h.sums.resize(2 * std::size_t(rows));
+  {
+    auto timed = timeline().time(ids(ops::head_loss));
+    k().cross_entropy_max(Stream::compute, h.logits.cref(), h.row_max.f32(), rows, vocab_local);
+  }
+  if (group.size() > 1) {
+    auto timed = timeline().time(ids(ops::head_loss_all_reduce), group.stream());
+    group.all_reduce(h.row_max, ReduceOp::max);
+  }
+  {
+    auto timed = timeline().time(ids(ops::head_loss));
+    k().cross_entropy_sums(Stream::compute, h.logits.cref(), targets, h.row_max.f32(), h.sums.f32(),
+                           h.sums.f32() + rows, rows, vocab_local, vocab_start);
+  }
+  if (group.size() > 1) {
+    auto timed = timeline().time(ids(ops::head_loss_all_reduce), group.stream());
+    group.all_reduce(h.sums);
+  }
+  auto timed = timeline().time(ids(ops::head_loss));
+  k().cross_entropy_loss(Stream::compute, h.row_max.f32(), h.sums.f32(), h.sums.f32() + rows, rows, loss_sum);
+}
+
+void TensorLayout::split_norm_forward(const std::string& compute_id, const std::string& comm_id,
+                                      Communicator& row_group, const Buffer& x, CRef gamma, CRef beta, Buffer& y,
+                                      Buffer& mean, Buffer& rstd) {
+  const int rows = local_rows_, cols = residual_cols_, C = model().hidden;
+  bound(mean, DType::f32).resize(std::size_t(rows));
+  bound(rstd, DType::f32).resize(std::size_t(rows));
+  bound(y, context_.compute).resize(x.size());
+  {
+    auto timed = timeline().time(compute_id);
+    k().row_sums(Stream::compute, x.cref(), mean.f32(), rows, cols);
+  }
+  {
+    auto timed = timeline().time(comm_id, row_group.stream());
+    row_group.all_reduce(mean);
+  }
+  {
+    auto timed = timeline().time(compute_id);
+    k().finish_mean(Stream::compute, mean.f32(), rows, C);
+    k().row_centered_square_sums(Stream::compute, x.cref(), mean.f32(), rstd.f32(), rows, cols);
+  }
+  {
+    auto timed = timeline().time(comm_id, row_group.stream());
+    row_group.all_reduce(rstd);
+  }
+  auto timed = timeline().time(compute_id);
+  k().finish_rstd(Stream::compute, rstd.f32(), rows, C, 1e-5f);
+  k().layer_norm_apply(Stream::compute, x.cref(), gamma, beta, mean.f32(), rstd.f32(), y.ref(), rows, cols);
+}
+
+void TensorLayout::split_norm_backward(const std::string& compute_id, const std::string& comm_id,
+                                       Communicator& row_group, const Buffer& dy, const Buffer& x, CRef gamma,
+                                       const Buffer& mean, const Buffer& rstd, float* dgamma, float* dbeta, Buffer& dx,
+                                       bool accumulate) {
+  const int rows = local_rows_, cols = residual_cols_;
+  stats_.resize(std::size_t(rows));
+  stats2_.resize(std::size_t(rows));
+  if (!accumulate) bound(dx, context_.compute).resize(x.size());
+  {
+    auto timed = timeline().time(compute_id);
+    k().layer_norm_backward_partials(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dgamma,
+                                     dbeta, stats_.f32(), stats2_.f32(), rows, cols);
+  }
+  {
+    auto timed = timeline().time(comm_id, row_group.stream());
+    row_group.all_reduce(stats_);
+    row_group.all_reduce(stats2_);
+  }
+  auto timed = timeline().time(compute_id);
+  k().layer_norm_backward_apply(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), stats_.f32(),
+                                stats2_.f32(), model().hidden, dx.ref(), rows, cols, accumulate);
+}
+
+std::unique_ptr<TensorLayout> make_tensor_layout(LayoutContext context) {
+  if (context.shape.cube()) return make_cube_layout(std::move(context));
+  if (context.shape.grid()) return make_summa_layout(std::move(context));
+  return make_megatron_layout(std::move(context));
+}
+
+}  // namespace tessel::executor

@@ -1,0 +1,259 @@
+// Megatron-LM's 1D tensor parallelism (Shoeybi et al. 2019), with its sequence parallel
+// (Korthikanti et al. 2022):
+//   qkv, fc1        column-parallel: each rank its heads / its ffn columns; with sequence
+//                   parallel the norm's rows are all-gathered first
+//   proj, fc2       row-parallel: partial outputs summed over the group (all-reduce, or
+//                   reduce-scatter over token rows with sequence parallel)
+//   embedding, head vocab-parallel: each rank its rows of the tied table; the
+//                   cross-entropy reduces max, sum and target logit over the group
+// Norms, the late biases and the positions are whole on every rank; with sequence
+// parallel their gradients are partial sums over the group (the bucket's partial prefix).
+// tp = 1 is the trivial case: no message at all.
+#include "layout_impl.hpp"
+
+namespace tessel::executor {
+
+namespace {
+
+class MegatronLayout final : public TensorLayout {
+ public:
+  explicit MegatronLayout(LayoutContext context) : TensorLayout(std::move(context)) {
+    const int rows = context_.micro_batch * context_.seq;
+    sequence_parallel_ = shape().sequence_parallel && shape().tp > 1;
+    set_shape(sequence_parallel_ ? rows / shape().tp : rows, model().hidden, context_.micro_batch, shape().tp);
+    for (Buffer* b : {&partial_, &whole_, &dpartial_}) b->bind(k(), context_.compute);
+  }
+
+  bool reports_loss() const override { return shape().tp_rank == 0; }
+
+  std::vector<Bucket> buckets(const std::vector<int>& layers, bool embedding, bool head,
+                              std::size_t pad_to) const override {
+    const int C = model().hidden, S = model().seq_len, V = model().vocab;
+    const int tp = shape().tp, r = shape().tp_rank;
+    const Cut whole{1, 0, 1, 0, r}, by_columns{1, 0, tp, r, 0}, by_rows{tp, r, 1, 0, 0};
+    std::vector<Bucket> out;
+    for (int l : layers) {
+      Bucket& b = out.emplace_back();
+      b.layer = l;
+      const auto [after_late, after_biases] = place_layer(b, model(), l, {whole, by_columns, by_columns, by_rows});
+      b.partial_prefix = sequence_parallel_ ? after_late : 0;
+      b.pad(pad_to);
+    }
+    if (embedding || head) {
+      Bucket& b = out.emplace_back();
+      if (head) {
+        b.place("lnf.gain", 1, C, whole);
+        b.place("lnf.bias", 1, C, whole);
+      }
+      b.partial_prefix = sequence_parallel_ ? b.size : 0;
+      if (embedding) b.place("wpe", S, C, whole);
+      b.place("wte", V, C, by_rows);
+      b.pad(pad_to);
+    }
+    return out;
+  }
+
+  void sum_partial_gradients(const Bucket& bucket, float* grads) override {
+    if (bucket.partial_prefix > 0) context_.comms.tp.all_reduce(grads, bucket.partial_prefix);
+  }
+
+  void norm_forward(const IdScope& ids, const HalfOps& half, const Buffer& x, CRef gamma, CRef beta, Buffer& y,
+                    Buffer& mean, Buffer& rstd) override {
+    auto timed = timeline().time(ids(half.norm));
+    bound(y, context_.compute).resize(x.size());
+    bound(mean, DType::f32).resize(std::size_t(local_rows_));
+    bound(rstd, DType::f32).resize(std::size_t(local_rows_));
+    k().layer_norm_forward(Stream::compute, x.cref(), gamma, beta, y.ref(), mean.f32(), rstd.f32(), local_rows_,
+                           model().hidden, 1e-5f);
+  }
+
+  void norm_backward(const IdScope& ids, const HalfOps& half, const Buffer& dy, const Buffer& x, CRef gamma,
+                     const Buffer& mean, const Buffer& rstd, float* dgamma, float* dbeta, Buffer& dx) override {
+    auto timed = timeline().time(ids(half.norm));
+    k().layer_norm_backward(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dx.ref(), dgamma,
+                            dbeta, local_rows_, model().hidden, true);
+  }
+
+  void linear_in_forward(const IdScope& ids, const HalfOps& half, const Buffer& x, CRef w, CRef bias, int in, int out,
+                         Buffer& y, Buffer& kept) override {
+    const Buffer& input = sequence_parallel_ ? gather_rows(ids(half.tp_all_gather), x, bound(kept, context_.compute)) : x;
+    auto timed = timeline().time(ids(half.in.gemm));
+    const int out_local = out / shape().tp;
+    bound(y, context_.compute).resize(std::size_t(rows_) * out_local);
+    kernels::Gemm g = gemm(false, false, rows_, out_local, in, input.cref(), w, 0.0f, y.ref());
+    g.epilogue = kernels::Epilogue::bias;
+    g.bias = bias;
+    k().gemm(Stream::compute, g);
+  }
+
+  void linear_in_backward(const IdScope& ids, const HalfOps& half, const Buffer& x, const Buffer& kept, CRef w,
+                          const Buffer& dy, int in, int out, Buffer& dx, float* dw, float* dbias) override {
+    const Buffer& input = sequence_parallel_ ? kept : x;
+    const int out_local = out / shape().tp;
+    {
+      auto timed = timeline().time(ids(half.in.gemm));
+      kernels::Gemm weight = gemm(true, false, in, out_local, rows_, input.cref(), dy.cref(), 1.0f, kernels::f32(dw));
+      weight.epilogue = kernels::Epilogue::bias_gradient;
+      weight.bias_gradient = dbias;
+      k().gemm(Stream::compute, weight);
+      dpartial_.resize(std::size_t(rows_) * in);
+      k().gemm(Stream::compute, gemm(false, true, rows_, in, out_local, dy.cref(), w, 0.0f, dpartial_.ref()));
+    }
+    // The input gradient is a partial sum over the ranks' columns.
+    reduce_partial(ids(sequence_parallel_ ? half.tp_all_gather : half.tp_all_reduce), dpartial_, dx);
+  }
+
+  void linear_out_forward(const IdScope& ids, const HalfOps& half, const Buffer& x, CRef w, int in, int out, Buffer& y,
+                          Buffer&) override {
+    {
+      auto timed = timeline().time(ids(half.out.gemm));
+      partial_.resize(std::size_t(rows_) * out);
+      k().gemm(Stream::compute, gemm(false, false, rows_, out, in / shape().tp, x.cref(), w, 0.0f, partial_.ref()));
+    }
+    reduce_partial(ids(sequence_parallel_ ? half.tp_reduce_scatter : half.tp_all_reduce), partial_, y);
+  }
+
+  void linear_out_backward(const IdScope& ids, const HalfOps& half, const Buffer& x, const Buffer&, CRef w,
+                           const Buffer& dy, int in, int out, Buffer& dx, float* dw) override {
+    // The gradient of a reduced output is the same on every rank without sequence
+    // parallel; with it, each rank holds its rows and gathers the whole.
+    const Buffer& whole = sequence_parallel_ ? gather_rows(ids(half.tp_reduce_scatter), dy, whole_) : dy;
+    auto timed = timeline().time(ids(half.out.gemm));
+    const int in_local = in / shape().tp;
+    bound(dx, context_.compute).resize(std::size_t(rows_) * in_local);
+    k().gemm(Stream::compute, gemm(false, true, rows_, in_local, out, whole.cref(), w, 0.0f, dx.ref()));
+    k().gemm(Stream::compute, gemm(true, false, in_local, out, rows_, x.cref(), whole.cref(), 1.0f, kernels::f32(dw)));
+  }
+
+  void embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, CRef params, Buffer& x) override {
+    const IdScope ids{mb, -1, ops::Part::embed, ops::Phase::fwd};
+    const int C = model().hidden;
+    Buffer& whole = sequence_parallel_ ? whole_ : bound(x, context_.compute);
+    whole.resize(std::size_t(rows_) * C);
+    {
+      auto timed = timeline().time(ids(ops::embed_lookup));
+      k().embedding_forward(Stream::compute, tokens, kernels::offset(params, rest.tensor("wte").offset), whole.ref(),
+                            rows_, C, shape().tp_rank * vocab_local_, vocab_local_);
+    }
+    if (shape().tp > 1) {
+      auto timed = timeline().time(ids(ops::embed_tp_all_reduce), context_.comms.tp.stream());
+      context_.comms.tp.all_reduce(whole);
+    }
+    auto timed = timeline().time(ids(ops::embed_lookup));
+    const int first_row = sequence_parallel_ ? shape().tp_rank * local_rows_ : 0;
+    if (sequence_parallel_) {
+      bound(x, context_.compute).resize(activation_size());
+      k().copy(Stream::compute, x.data(), whole.at(std::int64_t(first_row) * C).data, x.bytes());
+    }
+    k().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows_, C,
+                 kernels::RowMap{shape().sp_rank * context_.seq, first_row, context_.seq});
+  }
+
+  void embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads, const Buffer& dx) override {
+    const IdScope ids{mb, -1, ops::Part::embed, ops::Phase::bwd};
+    const int C = model().hidden;
+    const Buffer& whole = sequence_parallel_ ? gather_rows(ids(ops::embed_tp_all_gather), dx, whole_) : dx;
+    auto timed = timeline().time(ids(ops::embed_lookup));
+    k().embedding_backward(Stream::compute, tokens, whole.cref(), grads + rest.tensor("wte").offset, rows_, C,
+                           shape().tp_rank * vocab_local_, vocab_local_);
+    k().add_rows_backward(Stream::compute, whole.cref(), grads + rest.tensor("wpe").offset, rows_, C,
+                          kernels::RowMap{shape().sp_rank * context_.seq, 0, context_.seq});
+  }
+
+  void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
+                    HeadActivations& h, double* loss_sum) override {
+    const IdScope ids{mb, -1, ops::Part::head, ops::Phase::fwd};
+    const int C = model().hidden;
+    {
+      // The final norm is no op of its own in the Program: its time goes with the logits.
+      auto timed = timeline().time(ids(ops::head_logits.gemm));
+      h.x.copy_from(x);
+      h.lnf.resize(x.size());
+      h.lnf_mean.resize(std::size_t(local_rows_));
+      h.lnf_rstd.resize(std::size_t(local_rows_));
+      k().layer_norm_forward(Stream::compute, x.cref(), kernels::offset(params, rest.tensor("lnf.gain").offset),
+                             kernels::offset(params, rest.tensor("lnf.bias").offset), h.lnf.ref(), h.lnf_mean.f32(),
+                             h.lnf_rstd.f32(), local_rows_, C, 1e-5f);
+    }
+    const Buffer& lnf = sequence_parallel_ ? gather_rows(ids(ops::head_tp_all_gather), h.lnf, h.lnf_full) : h.lnf;
+    {
+      auto timed = timeline().time(ids(ops::head_logits.gemm));
+      h.logits.resize(std::size_t(rows_) * vocab_local_);
+      k().gemm(Stream::compute, gemm(false, true, rows_, vocab_local_, C, lnf.cref(),
+                                     kernels::offset(params, rest.tensor("wte").offset), 0.0f, h.logits.ref()));
+    }
+    vocab_parallel_loss(mb, targets, rows_, vocab_local_, shape().tp_rank * vocab_local_, context_.comms.tp, h,
+                        loss_sum);
+  }
+
+  void head_backward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, float* grads,
+                     HeadActivations& h, float grad_scale, Buffer& dx) override {
+    const IdScope ids{mb, -1, ops::Part::head, ops::Phase::bwd};
+    const int C = model().hidden, Vl = vocab_local_;
+    const TensorSlot& wte = rest.tensor("wte");
+    {
+      auto timed = timeline().time(ids(ops::head_loss));
+      dpartial_.resize(h.logits.size());
+      k().cross_entropy_backward(Stream::compute, h.logits.cref(), targets, h.row_max.f32(), h.sums.f32(),
+                                 dpartial_.ref(), rows_, Vl, shape().tp_rank * Vl, grad_scale);
+    }
+    {
+      auto timed = timeline().time(ids(ops::head_logits.gemm));
+      const Buffer& lnf = sequence_parallel_ ? h.lnf_full : h.lnf;
+      k().gemm(Stream::compute,
+               gemm(true, false, Vl, C, rows_, dpartial_.cref(), lnf.cref(), 1.0f, kernels::f32(grads + wte.offset)));
+      partial_.resize(std::size_t(rows_) * C);
+      k().gemm(Stream::compute, gemm(false, false, rows_, C, Vl, dpartial_.cref(), kernels::offset(params, wte.offset),
+                                     0.0f, partial_.ref()));
+    }
+    // The input gradient is a sum over the vocabulary blocks: all-reduced, or with
+    // sequence parallel reduce-scattered to the rows (the forward all-gather's backward).
+    reduce_partial(ids(sequence_parallel_ ? ops::head_tp_all_gather : ops::head_tp_all_reduce), partial_, whole_);
+    auto timed = timeline().time(ids(ops::head_logits.gemm));
+    bound(dx, context_.compute).resize(std::size_t(local_rows_) * C);
+    const TensorSlot& gain = rest.tensor("lnf.gain");
+    k().layer_norm_backward(Stream::compute, whole_.cref(), h.x.cref(), kernels::offset(params, gain.offset),
+                            h.lnf_mean.f32(), h.lnf_rstd.f32(), dx.ref(), grads + gain.offset,
+                            grads + rest.tensor("lnf.bias").offset, local_rows_, C, false);
+  }
+
+ private:
+  // Sequence parallel: the whole [rows x hidden] from each rank's token rows.
+  const Buffer& gather_rows(const std::string& id, const Buffer& local, Buffer& whole) {
+    auto timed = timeline().time(id, context_.comms.tp.stream());
+    bound(whole, context_.compute).resize(std::size_t(rows_) * model().hidden);
+    context_.comms.tp.all_gather(local.data(), whole.data(), std::size_t(local_rows_) * model().hidden,
+                                 context_.compute);
+    return whole;
+  }
+
+  // A row-parallel product's partial sums over the group into `out` [local rows x
+  // hidden]: all-reduced, or reduce-scattered over the rows with sequence parallel.
+  // `partial` is spent (with one rank it becomes `out`).
+  void reduce_partial(const std::string& id, Buffer& partial, Buffer& out) {
+    bound(out, context_.compute);
+    if (shape().tp == 1) {
+      swap(partial, out);
+      return;
+    }
+    auto timed = timeline().time(id, context_.comms.tp.stream());
+    if (sequence_parallel_) {
+      out.resize(std::size_t(local_rows_) * model().hidden);
+      context_.comms.tp.reduce_scatter(partial.data(), out.data(), out.size(), context_.compute);
+    } else {
+      context_.comms.tp.all_reduce(partial);
+      swap(partial, out);
+    }
+  }
+
+  bool sequence_parallel_ = false;
+  Buffer partial_, whole_, dpartial_;
+};
+
+}  // namespace
+
+std::unique_ptr<TensorLayout> make_megatron_layout(LayoutContext context) {
+  return std::make_unique<MegatronLayout>(std::move(context));
+}
+
+}  // namespace tessel::executor

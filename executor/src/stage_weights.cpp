@@ -1,0 +1,117 @@
+#include "tessel/executor/stage_weights.hpp"
+
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+
+namespace tessel::executor {
+
+namespace {
+std::uint64_t name_seed(std::uint64_t seed, const std::string& name) {
+  std::uint64_t h = seed ^ 0x9e3779b97f4a7c15ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;  // FNV-1a over the name
+  return h;
+}
+}  // namespace
+
+std::string_view layer_tensor_name(LayerTensor tensor) {
+  static constexpr std::string_view kNames[kLayerTensorCount] = {
+      "ln1.gain",        "ln1.bias",      "attn.proj.bias",   "ln2.gain",       "ln2.bias",      "mlp.fc2.bias",
+      "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "mlp.fc1.weight", "mlp.fc1.bias",  "mlp.fc2.weight"};
+  return kNames[tensor];
+}
+
+const TensorSlot& Bucket::tensor(std::string_view name) const {
+  for (const TensorSlot& t : tensors) {
+    if (t.name == name) return t;
+  }
+  throw Error(fmt::format("internal: bucket of layer {} has no tensor {}", layer, name));
+}
+
+void Bucket::place(std::string name, int rows, int cols, const Cut& cut, int column_groups) {
+  TensorSlot t;
+  t.name = std::move(name);
+  t.rows = rows, t.cols = cols;
+  t.row_split = cut.row_split, t.row_part = cut.row_part, t.col_split = cut.col_split, t.col_part = cut.col_part;
+  t.copy = cut.copy;
+  t.column_groups = column_groups;
+  t.local_rows = rows / cut.row_split;
+  t.local_cols = cols / cut.col_split;
+  t.offset = size;
+  size += t.size();
+  tensors.push_back(std::move(t));
+}
+
+std::pair<std::size_t, std::size_t> place_layer(Bucket& b, const ModelSpec& model, int layer, const LayerCuts& cuts) {
+  const int C = model.hidden, F = model.ffn_hidden;
+  const std::string L = fmt::format("L{}.", layer);
+  for (LayerTensor t : {kLn1Gain, kLn1Bias, kProjBias, kLn2Gain, kLn2Bias, kFc2Bias}) {
+    b.place(L + std::string(layer_tensor_name(t)), 1, C, cuts.late_vectors);
+  }
+  const std::size_t after_late = b.size;
+  b.place(L + "attn.qkv.bias", 1, 3 * C, cuts.early_biases, 3);
+  b.place(L + "mlp.fc1.bias", 1, F, cuts.early_biases);
+  const std::size_t after_biases = b.size;
+  b.place(L + "attn.qkv.weight", C, 3 * C, cuts.in_weights, 3);
+  b.place(L + "attn.proj.weight", C, C, cuts.out_weights);
+  b.place(L + "mlp.fc1.weight", C, F, cuts.in_weights);
+  b.place(L + "mlp.fc2.weight", F, C, cuts.out_weights);
+  return {after_late, after_biases};
+}
+
+std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model) {
+  const int C = model.hidden, F = model.ffn_hidden;
+  Bucket all;
+  auto add = [&](std::string name, int rows, int cols) { all.place(std::move(name), rows, cols, Cut{}); };
+  add("wte", model.vocab, C);
+  add("wpe", model.seq_len, C);
+  for (int l = 0; l < model.layers; ++l) {
+    const std::string L = fmt::format("L{}.", l);
+    add(L + "ln1.gain", 1, C);
+    add(L + "ln1.bias", 1, C);
+    add(L + "attn.qkv.weight", C, 3 * C);
+    add(L + "attn.qkv.bias", 1, 3 * C);
+    add(L + "attn.proj.weight", C, C);
+    add(L + "attn.proj.bias", 1, C);
+    add(L + "ln2.gain", 1, C);
+    add(L + "ln2.bias", 1, C);
+    add(L + "mlp.fc1.weight", C, F);
+    add(L + "mlp.fc1.bias", 1, F);
+    add(L + "mlp.fc2.weight", F, C);
+    add(L + "mlp.fc2.bias", 1, C);
+  }
+  add("lnf.gain", 1, C);
+  add("lnf.bias", 1, C);
+  return all.tensors;
+}
+
+std::vector<float> initial_tensor(const ModelSpec& model, std::uint64_t seed, const std::string& name, int rows,
+                                  int cols) {
+  // GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by
+  // 1/sqrt(2 L), zero biases, unit norm gains.
+  const std::size_t n = std::size_t(rows) * std::size_t(cols);
+  if (name.find(".gain") != std::string::npos) return std::vector<float>(n, 1.0f);
+  if (name.find(".bias") != std::string::npos) return std::vector<float>(n, 0.0f);
+  const bool residual = name.find("proj.weight") != std::string::npos || name.find("fc2.weight") != std::string::npos;
+  std::mt19937_64 rng(name_seed(seed, name));
+  std::normal_distribution<float> normal(0.0f, residual ? 0.02f / std::sqrt(2.0f * float(model.layers)) : 0.02f);
+  std::vector<float> out(n);
+  for (float& value : out) value = normal(rng);
+  return out;
+}
+
+void for_each_shard_element(const TensorSlot& t, const std::function<void(std::size_t, std::size_t)>& visit) {
+  const int group_cols = t.cols / t.column_groups, local_group_cols = group_cols / t.col_split;
+  const int first_row = t.row_part * t.local_rows;
+  for (int r = 0; r < t.local_rows; ++r)
+    for (int j = 0; j < t.local_cols; ++j) {
+      const int group = j / local_group_cols, within = j % local_group_cols;
+      const int whole_col = group * group_cols + t.col_part * local_group_cols + within;
+      visit(std::size_t(first_row + r) * t.cols + whole_col, std::size_t(r) * t.local_cols + j);
+    }
+}
+
+}  // namespace tessel::executor

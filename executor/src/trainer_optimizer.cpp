@@ -1,0 +1,140 @@
+// The trainer's update: the global gradient norm (each element once over the world),
+// clipping by a factor that stays in backend memory, AdamW on each owned part, LAMB and
+// LARS in two phases with trust ratios of whole tensors, and the ZeRO 1-2 gather.
+#include <cmath>
+
+#include "tessel/executor/trainer.hpp"
+
+namespace tessel::executor {
+
+std::vector<kernels::Segment> Trainer::counted_segments(BucketState& b) const {
+  // The owned part of each tensor this rank counts: owned parts under ZeRO, one
+  // data-parallel replica otherwise, replicated tensors on tensor rank 0, the tied
+  // embedding on its first stage.
+  std::vector<kernels::Segment> segments;
+  if (!shards_optimizer() && group_rank_ != 0) return segments;
+  const std::size_t first = owned_offset(b), size = owned_size(b);
+  for (const TensorSlot& t : b.layout.tensors) {
+    const std::size_t lo = std::max(first, t.offset), hi = std::min(first + size, t.offset + t.size());
+    if (lo < hi && counts_tensor(t)) segments.push_back({std::int64_t(lo - first), std::int64_t(hi - lo)});
+  }
+  return segments;
+}
+
+void Trainer::global_gradient_norm() {
+  norm_sq_.assign(1, 0.0f);
+  for (BucketState& b : buckets_) {
+    const std::vector<kernels::Segment> segments = counted_segments(b);
+    if (!segments.empty()) k_.sum_of_squares(Stream::compute, owned_grads(b), segments, norm_sq_.f64(), true);
+  }
+  grid_.all().all_reduce(norm_sq_);
+}
+
+void Trainer::update(StepStats&) {
+  global_gradient_norm();
+  if (options_.clip_grad_norm > 0) {
+    clip_factor_.resize(1);
+    k_.clip_factor(Stream::compute, norm_sq_.f64(), options_.clip_grad_norm, clip_factor_.f32());
+  }
+  {
+    auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
+    optimizer_step();
+  }
+  gather_updated_weights();
+}
+
+void Trainer::optimizer_step() {
+  const float* grad_scale = options_.clip_grad_norm > 0 ? clip_factor_.f32() : nullptr;
+  if (plan_.train.optimizer == Optimizer::adamw) {
+    kernels::AdamWParams p;
+    p.lr = options_.lr;
+    p.weight_decay = options_.weight_decay;
+    p.eps = options_.adam_eps;
+    p.step = step_ + 1;
+    for (BucketState& b : buckets_) {
+      k_.adamw_step(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(),
+                    std::int64_t(owned_size(b)), p, grad_scale);
+    }
+    return;
+  }
+  layerwise_step();
+}
+
+// LAMB and LARS: phase 1 computes each owned part's update; the squared norms of every
+// tensor's weights and update are then summed over the ranks that hold its parts (the
+// ZeRO group, then the tensor group for split tensors, where replicated tensors count
+// on tensor rank 0 alone); phase 2 applies the update scaled by the trust ratio of the
+// whole tensor.
+void Trainer::layerwise_step() {
+  const bool lamb = plan_.train.optimizer == Optimizer::lamb;
+  const float* grad_scale = options_.clip_grad_norm > 0 ? clip_factor_.f32() : nullptr;
+  kernels::LambParams lamb_params;
+  lamb_params.lr = options_.lr;
+  lamb_params.weight_decay = options_.weight_decay;
+  lamb_params.step = step_ + 1;
+  kernels::LarsParams lars_params;
+  lars_params.lr = options_.lr;
+  lars_params.weight_decay = options_.weight_decay;
+  pieces_.clear();
+  std::vector<std::size_t> first_piece;  // per bucket
+  for (BucketState& b : buckets_) {
+    const std::size_t first = owned_offset(b), size = owned_size(b);
+    b.update.resize(size);
+    if (lamb) {
+      k_.lamb_update(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(), b.update.f32(),
+                     std::int64_t(size), lamb_params, grad_scale);
+    } else {
+      k_.lars_update(Stream::compute, owned_params(b), owned_grads(b), b.update.f32(), std::int64_t(size), lars_params,
+                     grad_scale);
+    }
+    first_piece.push_back(pieces_.size());
+    for (const TensorSlot& t : b.layout.tensors) {
+      const std::size_t lo = std::max(first, t.offset), hi = std::min(first + size, t.offset + t.size());
+      pieces_.push_back({&b, &t, lo > first ? lo - first : 0, hi > first && lo < hi ? hi - first : 0});
+    }
+  }
+  first_piece.push_back(pieces_.size());
+  piece_norms_.assign(2 * pieces_.size(), 0.0f);
+  // A copy of a replicated tensor adds nothing to the sums over the tensor group.
+  const bool tensor_sum = shape_.tp > 1;
+  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+    std::vector<kernels::Segment> counted;
+    for (std::size_t i = first_piece[bucket]; i < first_piece[bucket + 1]; ++i) {
+      const Piece& piece = pieces_[i];
+      const bool counts = piece.lo < piece.hi && !(tensor_sum && piece.tensor->copy != 0);
+      counted.push_back({std::int64_t(piece.lo), counts ? std::int64_t(piece.hi - piece.lo) : 0});
+    }
+    BucketState& b = buckets_[bucket];
+    k_.segment_norms(Stream::compute, owned_params(b), b.update.f32(), counted,
+                     piece_norms_.f32() + 2 * first_piece[bucket]);
+  }
+  if (shards_optimizer()) grid_.gradients().all_reduce(piece_norms_);
+  if (tensor_sum) grid_.tp().all_reduce(piece_norms_);
+  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+    std::vector<kernels::Segment> applied;
+    for (std::size_t i = first_piece[bucket]; i < first_piece[bucket + 1]; ++i) {
+      const Piece& piece = pieces_[i];
+      applied.push_back({std::int64_t(piece.lo), piece.lo < piece.hi ? std::int64_t(piece.hi - piece.lo) : 0});
+    }
+    BucketState& b = buckets_[bucket];
+    const float* norms = piece_norms_.f32() + 2 * first_piece[bucket];
+    if (lamb) {
+      k_.lamb_apply(Stream::compute, owned_params(b), b.update.f32(), applied, norms, lamb_params.lr);
+    } else {
+      k_.lars_apply(Stream::compute, owned_params(b), b.update.f32(), b.moment1.f32(), applied, norms, lars_params);
+    }
+  }
+}
+
+std::map<std::string, float> Trainer::trust_ratios() {
+  std::map<std::string, float> out;
+  if (pieces_.empty()) return out;
+  const std::vector<float> norms = piece_norms_.download();
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    out[pieces_[i].tensor->name] =
+        kernels::trust_ratio(std::sqrt(double(norms[2 * i])), std::sqrt(double(norms[2 * i + 1])));
+  }
+  return out;
+}
+
+}  // namespace tessel::executor

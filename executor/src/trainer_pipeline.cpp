@@ -1,0 +1,187 @@
+// One pipeline step of the trainer: a (chunk, micro-batch) forward or backward through
+// this rank's layers, with the activations its recompute mode keeps (packed into the
+// storage type when it differs from the compute type), the pipeline neighbours'
+// messages, and the gradient syncs a layer's last backward starts.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "tessel/executor/trainer.hpp"
+
+namespace tessel::executor {
+
+namespace {
+int message_tag(int mb, int virtual_stage, int virtual_stages, Pass pass) {
+  return (mb * virtual_stages + virtual_stage) * 2 + (pass == Pass::backward ? 1 : 0);
+}
+}  // namespace
+
+void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets) {
+  const int mb = step.micro_batch, vs = virtual_stage(stage_index_, step.chunk, stages_);
+  const int virtual_stages = stages_ * chunks_;
+  const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
+  Buffer& x = x_[std::size_t(step.chunk)][std::size_t(mb)];
+  x.resize(stage_->activation_size());
+  Communicator& pp = grid_.pp();
+  if (vs == 0) {
+    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    stage_->embed_forward(mb, tokens + at, rest.layout, compute_weights(rest), x);
+  } else {
+    auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_recv), pp.stream());
+    pp.recv(x.data(), x.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
+            message_tag(mb, vs, virtual_stages, Pass::forward));
+  }
+  const Recompute recompute = plan_.parallel.recompute;
+  const bool materialized = stage_->attention_form() == AttentionForm::materialized;
+  const std::size_t slot = std::size_t(free_slots_.back());
+  free_slots_.pop_back();
+  slot_of_[std::size_t(step.chunk * micro_batches_ + mb)] = int(slot);
+  for (int l = vs * layers_per_chunk_; l < (vs + 1) * layers_per_chunk_; ++l) {
+    BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
+    const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
+    const CRef weights = layer_weights(b, mb, ops::Phase::fwd);
+    // What the backward will need: everything (none), all but the probabilities
+    // (selective), the input only (full); packed into the storage type when it differs.
+    LayerActivations& kept = kept_[slot][here];
+    if (recompute == Recompute::full) {
+      if (packs_activations_) {
+        PackedActivations& packed = packed_[slot][here];
+        packed.saved.resize(1);
+        packed.saved[0] = Buffer(k_, storage_, x.size());
+        k_.convert(Stream::compute, packed.saved[0].ref(), x.cref(), std::int64_t(x.size()));
+      } else {
+        kept.x.copy_from(x);
+      }
+      stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x);
+    } else if (packs_activations_) {
+      stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x);
+      pack(recompute_scratch_, recompute == Recompute::none && materialized ? &probs_scratch_ : nullptr,
+           packed_[slot][here]);
+    } else {
+      Buffer& probs = recompute == Recompute::none && materialized ? kept_probs_[slot][here] : probs_scratch_;
+      stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs, x);
+    }
+  }
+  if (vs == virtual_stages - 1) {
+    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    stage_->head_forward(mb, targets + at, rest.layout, compute_weights(rest), x, heads_[slot], loss_sum_.f64());
+  } else {
+    auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_send), pp.stream());
+    sends_.push_back(pp.send_async(x.data(), x.size(), compute_, (stage_index_ + 1) % stages_,
+                                   message_tag(mb, vs + 1, virtual_stages, Pass::forward)));
+  }
+}
+
+void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets) {
+  const int mb = step.micro_batch, vs = virtual_stage(stage_index_, step.chunk, stages_);
+  const int virtual_stages = stages_ * chunks_;
+  const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
+  const bool last_backward_of_chunk = ++backwards_done_[std::size_t(step.chunk)] == micro_batches_;
+  Buffer& dx = dx_[std::size_t(step.chunk)][std::size_t(mb)];
+  dx.resize(stage_->activation_size());
+  const std::size_t slot = std::size_t(slot_of_[std::size_t(step.chunk * micro_batches_ + mb)]);
+  Communicator& pp = grid_.pp();
+  if (vs == virtual_stages - 1) {
+    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    stage_->head_backward(mb, targets + at, rest.layout, compute_weights(rest), rest.grads.f32(), heads_[slot],
+                          grad_scale_, dx);
+  } else {
+    auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_recv), pp.stream());
+    pp.recv(dx.data(), dx.size(), compute_, (stage_index_ + 1) % stages_,
+            message_tag(mb, vs, virtual_stages, Pass::backward));
+  }
+  const Recompute recompute = plan_.parallel.recompute;
+  const bool materialized = stage_->attention_form() == AttentionForm::materialized;
+  for (int l = (vs + 1) * layers_per_chunk_ - 1; l >= vs * layers_per_chunk_; --l) {
+    BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
+    const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
+    const CRef weights = layer_weights(b, mb, ops::Phase::bwd);
+    float* grads = b.grads.f32();
+    if (shards_weights(b)) {
+      layer_grads_.assign(b.layout.padded_size, 0.0f);
+      grads = layer_grads_.f32();
+    }
+    LayerActivations& kept = kept_[slot][here];
+    if (recompute == Recompute::full) {
+      if (packs_activations_) {
+        const Buffer& input = packed_[slot][here].saved[0];
+        recompute_out_.resize(input.size());
+        k_.convert(Stream::compute, recompute_out_.ref(), input.cref(), std::int64_t(input.size()));
+      } else {
+        recompute_out_.copy_from(kept.x);
+      }
+      stage_->layer_forward(mb, l, PassKind::recompute, weights, recompute_scratch_, probs_scratch_, recompute_out_);
+      stage_->layer_backward(mb, l, weights, grads, recompute_scratch_, probs_scratch_, dx);
+    } else {
+      // Packed: unpacked into the scratch set, the one place this backward reads from.
+      LayerActivations& a = packs_activations_ ? recompute_scratch_ : kept;
+      if (packs_activations_) {
+        unpack(packed_[slot][here], a, recompute == Recompute::none && materialized ? &probs_scratch_ : nullptr);
+      }
+      if (recompute == Recompute::selective && materialized) stage_->recompute_probabilities(mb, l, a, probs_scratch_);
+      const bool kept_probs = recompute == Recompute::none && materialized && !packs_activations_;
+      stage_->layer_backward(mb, l, weights, grads, a, kept_probs ? kept_probs_[slot][here] : probs_scratch_, dx);
+    }
+    if (shards_weights(b)) {
+      // ZeRO 3: this micro-batch's layer gradient goes to its owners at once.
+      stage_->layout().sum_partial_gradients(b.layout, grads);
+      Communicator& group = grid_.gradients();
+      auto timed = timeline_.time(ops::block_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter), group.stream());
+      shard_scratch_.resize(shard_size(b));
+      group.reduce_scatter(grads, shard_scratch_.data(), shard_size(b), DType::f32);
+      k_.add(Stream::compute, b.grad_shard.ref(), b.grad_shard.cref(), shard_scratch_.cref(),
+             std::int64_t(shard_scratch_.size()));
+    } else if (last_backward_of_chunk) {
+      bucket_gradients_done(b);
+    }
+  }
+  free_slots_.push_back(int(slot));
+  if (vs == 0) {
+    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    stage_->embed_backward(mb, tokens + at, rest.layout, rest.grads.f32(), dx);
+  } else {
+    auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_send), pp.stream());
+    sends_.push_back(pp.send_async(dx.data(), dx.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
+                                   message_tag(mb, vs - 1, virtual_stages, Pass::backward)));
+  }
+}
+
+void Trainer::pack(const LayerActivations& a, const Buffer* probs, PackedActivations& packed) {
+  constexpr std::size_t saved = std::size(LayerActivations::kSaved);
+  if (packed.saved.size() != saved) {
+    packed.saved.clear();
+    for (std::size_t i = 0; i < saved; ++i) packed.saved.emplace_back(k_, storage_);
+    packed.row_statistics.clear();
+    for (std::size_t i = 0; i < std::size(LayerActivations::kRowStatistics); ++i) {
+      packed.row_statistics.emplace_back(k_, DType::f32);
+    }
+    packed.probs = Buffer(k_, storage_);
+  }
+  for (std::size_t i = 0; i < saved; ++i) {
+    const Buffer& from = a.*LayerActivations::kSaved[i];
+    packed.saved[i].resize(from.size());
+    k_.convert(Stream::compute, packed.saved[i].ref(), from.cref(), std::int64_t(from.size()));
+  }
+  for (std::size_t i = 0; i < std::size(LayerActivations::kRowStatistics); ++i) {
+    packed.row_statistics[i].copy_from(a.*LayerActivations::kRowStatistics[i]);
+  }
+  packed.probs.resize(probs ? probs->size() : 0);
+  if (probs) k_.convert(Stream::compute, packed.probs.ref(), probs->cref(), std::int64_t(probs->size()));
+}
+
+void Trainer::unpack(const PackedActivations& packed, LayerActivations& a, Buffer* probs) {
+  for (std::size_t i = 0; i < packed.saved.size(); ++i) {
+    Buffer& to = a.*LayerActivations::kSaved[i];
+    to.resize(packed.saved[i].size());
+    k_.convert(Stream::compute, to.ref(), packed.saved[i].cref(), std::int64_t(to.size()));
+  }
+  for (std::size_t i = 0; i < packed.row_statistics.size(); ++i) {
+    (a.*LayerActivations::kRowStatistics[i]).copy_from(packed.row_statistics[i]);
+  }
+  if (probs) {
+    probs->resize(packed.probs.size());
+    k_.convert(Stream::compute, probs->ref(), packed.probs.cref(), std::int64_t(probs->size()));
+  }
+}
+
+}  // namespace tessel::executor

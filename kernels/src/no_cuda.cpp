@@ -1,0 +1,13 @@
+// A build without the CUDA toolkit: the CUDA backend is not there, and says so.
+#include "tessel/core/error.hpp"
+#include "tessel/kernels/backend.hpp"
+
+namespace tessel::kernels {
+
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw Error("backend cuda: this build of tessel has no CUDA backend (the CUDA toolkit was not found at configure time)");
+}
+int cuda_device_count() { return 0; }
+bool cuda_backend_built() { return false; }
+
+}  // namespace tessel::kernels

@@ -1,0 +1,88 @@
+// Runs under mpirun with 8 ranks (tests/executor/parallel_test.cpp launches it): for every
+// layout the executor runs, one training step, and on every rank the set of op ids it
+// measured equals the set of op ids of its stage's Program, id for id: what the planner
+// and the simulator predict is what the executor times, and nothing else. Prints one line
+// per layout and "ok rank N" when all pass.
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "layouts.hpp"
+#include "tessel/core/program.hpp"
+#include "tessel/executor/comm/mpi_communicator.hpp"
+#include "tessel/executor/trainer.hpp"
+
+using namespace tessel;
+using namespace tessel::executor;
+using checks::Layout;
+
+namespace {
+
+std::vector<Layout> every_layout() {
+  std::vector<Layout> out;
+  auto add = [&](auto edit) {
+    Layout l;
+    edit(l);
+    out.push_back(l);
+  };
+  for (int zero : {0, 1, 2, 3}) add([&](Layout& l) { l.dp = 2, l.zero = zero; });
+  for (const char* schedule : {"gpipe", "1f1b"}) add([&](Layout& l) { l.pp = 2, l.schedule = schedule; });
+  add([](Layout& l) { l.pp = 2, l.schedule = "interleaved", l.virtual_stages = 2; });
+  add([](Layout& l) { l.tp = 2; });
+  add([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.zero = 3; });
+  add([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.pp = 2, l.recompute = "full"; });
+  add([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4; });
+  add([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4, l.recompute = "selective"; });
+  add([](Layout& l) { l.sp = 2, l.tp = 2, l.pp = 2; });
+  add([](Layout& l) { l.sp = 4, l.recompute = "selective"; });
+  for (const char* recompute : {"none", "selective", "full"}) {
+    add([&](Layout& l) { l.tp = 2, l.pp = 2, l.recompute = recompute, l.precision = "bf16"; });
+  }
+  // Fused kernels: flash-style attention, no softmax op, nothing to rebuild selectively.
+  add([](Layout& l) { l.kernels = "fused", l.sp = 2, l.dp = 2, l.recompute = "selective"; });
+  add([](Layout& l) { l.kernels = "fused", l.tp = 4, l.tp_mode = "2d", l.pp = 2; });
+  add([](Layout& l) { l.kernels = "fused", l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4, l.recompute = "full"; });
+  return out;
+}
+
+}  // namespace
+
+int main() {
+  Communicator& world = mpi_world();
+  const std::string text = synthetic_corpus(1 << 14, 9);
+  int failures = 0;
+  for (const Layout& layout : every_layout()) {
+    const Plan plan = checks::make_plan(layout);
+    const int ranks = plan.parallel.world_size();
+    std::unique_ptr<Communicator> sub = world.split(world.rank() < ranks ? 0 : 1, world.rank());
+    int bad = 0;
+    if (world.rank() < ranks) {
+      ProcessGrid grid(plan.parallel, *sub);
+      Trainer trainer(plan, grid, DataLoader(text, 8, 16, grid.coordinates().dp, plan.parallel.dp), {});
+      trainer.step();
+      std::set<std::string> measured, predicted;
+      for (const OpEvent& e : trainer.timeline().take()) measured.insert(e.op);
+      const Program program = Program::lower(plan);
+      for (const ProgramOp& op : program.rank_program(sub->rank()).ops) predicted.insert(op.id);
+      auto report = [&](const std::set<std::string>& these, const std::set<std::string>& those, const char* what) {
+        for (const std::string& id : these) {
+          if (those.count(id)) continue;
+          std::fprintf(stderr, "%s rank %d: %s: %s\n", layout.name().c_str(), sub->rank(), what, id.c_str());
+          ++bad;
+        }
+      };
+      report(predicted, measured, "predicted, not measured");
+      report(measured, predicted, "measured, not predicted");
+      if (sub->rank() == 0) std::printf("%-60s %zu op ids on rank 0", layout.name().c_str(), predicted.size());
+    }
+    float total = float(bad);
+    world.all_reduce(&total, 1);
+    if (world.rank() == 0) std::printf(total == 0 ? "  ok\n" : "  MISMATCH\n");
+    std::fflush(stdout);
+    failures += total > 0;
+  }
+  if (failures > 0) return 1;
+  std::printf("ok rank %d\n", world.rank());
+  return 0;
+}
