@@ -7,7 +7,14 @@ cd "$root"
 scripts/install-deps.sh
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
+# The CUDA toolkit lives outside PATH on many machines; name its compiler when it is there.
+cuda=()
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+fi
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
-  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S . -B "$build_dir" "${generator[@]}" "${cuda[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release | grep "tessel:" || true
 fi
 cmake --build "$build_dir" -j "$(nproc)"
