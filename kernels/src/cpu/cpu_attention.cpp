@@ -30,8 +30,8 @@ void CpuBackend::causal_softmax_forward(Stream, CRef scores, Ref probs, int batc
     Map P(out.get() + b * block, rows, cols);
     for (int i = 0; i < rows; ++i) {
       const int visible = std::min(cols, first_row + i + 1);
-      const float* s_row = &S(i, 0);
-      float* p_row = &P(i, 0);
+      const float* s_row = S.row(i).data();
+      float* p_row = P.row(i).data();
       const float top = scale * max_in_order(s_row, visible);
       for (int j = 0; j < visible; ++j) p_row[j] = numeric::exp_f(scale * s_row[j] - top);
       const float sum = sum_in_order(p_row, visible);
@@ -50,7 +50,7 @@ void CpuBackend::causal_softmax_backward(Stream, CRef probs, CRef dprobs, Ref ds
   const MapConst P(p_in.get(), rows, cols), dP(dp_in.get(), rows, cols);
   Map dS(out.get(), rows, cols);
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float dot = dot_in_order(&P(r, 0), &dP(r, 0), cols);
+    const float dot = dot_in_order(P.row(r).data(), dP.row(r).data(), cols);
     dS.row(r) = (scale * P.row(r).array() * (dP.row(r).array() - dot)).matrix();
   }
 }
@@ -71,7 +71,7 @@ void CpuBackend::attention_forward(Stream, const Attention& a) {
         if (!a.merge) O.row(i).setZero(), lse[i] = kMinusInfinity;
         continue;
       }
-      const float top = max_in_order(&S(i, 0), visible);
+      const float top = max_in_order(S.row(i).data(), visible);
       Eigen::RowVectorXf p(visible);
       for (int j = 0; j < visible; ++j) p[j] = numeric::exp_f(S(i, j) - top);
       const float sum = sum_in_order(p.data(), visible);
@@ -92,7 +92,7 @@ void CpuBackend::attention_forward(Stream, const Attention& a) {
 void CpuBackend::attention_delta(Stream, CRef dout, CRef out, float* delta, std::int64_t rows, int head_dim) {
   FloatIn d(dout, rows * head_dim), o(out, rows * head_dim);
   const MapConst dO(d.get(), rows, head_dim), O(o.get(), rows, head_dim);
-  for (std::int64_t r = 0; r < rows; ++r) delta[r] = dot_in_order(&dO(r, 0), &O(r, 0), head_dim);
+  for (std::int64_t r = 0; r < rows; ++r) delta[r] = dot_in_order(dO.row(r).data(), O.row(r).data(), head_dim);
 }
 
 // P = exp(S - lse) over the visible keys; dP = dO V^T; dS = P (dP - delta);
@@ -129,7 +129,7 @@ void CpuBackend::attention_backward(Stream, const AttentionGrad& a) {
 void CpuBackend::cross_entropy_max(Stream, CRef logits, float* row_max, int rows, int cols) {
   FloatIn in(logits, std::int64_t(rows) * cols);
   const MapConst L(in.get(), rows, cols);
-  for (int r = 0; r < rows; ++r) row_max[r] = max_in_order(&L(r, 0), cols);
+  for (int r = 0; r < rows; ++r) row_max[r] = max_in_order(L.row(r).data(), cols);
 }
 
 void CpuBackend::cross_entropy_sums(Stream, CRef logits, const std::int32_t* targets, const float* row_max,

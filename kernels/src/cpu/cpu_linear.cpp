@@ -83,7 +83,7 @@ void CpuBackend::gemm_batched(Stream s, const BatchedGemm& g) {
 void CpuBackend::row_sums(Stream, CRef x, float* sums, int rows, int cols) {
   FloatIn in(x, std::int64_t(rows) * cols);
   const MapConst X(in.get(), rows, cols);
-  for (int r = 0; r < rows; ++r) sums[r] = sum_in_order(&X(r, 0), cols);
+  for (int r = 0; r < rows; ++r) sums[r] = sum_in_order(X.row(r).data(), cols);
 }
 
 void CpuBackend::row_centered_square_sums(Stream, CRef x, const float* mean, float* sums, int rows, int cols) {
@@ -181,7 +181,7 @@ void CpuBackend::rms_norm_forward(Stream, CRef x, CRef gamma, Ref y, float* rstd
   Map Y(out.get(), rows, cols);
   const Eigen::Map<const Eigen::RowVectorXf> g(g_in.get(), cols);
   for (int r = 0; r < rows; ++r) {
-    rstd[r] = 1.0f / std::sqrt(dot_in_order(&X(r, 0), &X(r, 0), cols) / float(cols) + eps);
+    rstd[r] = 1.0f / std::sqrt(dot_in_order(X.row(r).data(), X.row(r).data(), cols) / float(cols) + eps);
     Y.row(r) = (X.row(r).array() * rstd[r] * g.array()).matrix();
   }
 }
