@@ -68,6 +68,60 @@ std::vector<GemmShape> gemm_shapes(bool quick) {
   return shapes;
 }
 
+// The clock /proc/cpuinfo reports may sit below the turbo clock the GEMMs ran at: the
+// device's peak is then the best rate measured, so no efficiency exceeds 1.
+void raise_peak_to_best_gemm_rate(Profile& profile, const CpuInfo& cpu, double peak, const std::string& host) {
+  DeviceSpec& device = profile.device;
+  double best_rate = 0;
+  for (const KernelSample& sample : profile.kernels) {
+    if (sample.op == KernelOp::gemm) best_rate = std::max(best_rate, sample.gemm_flops() / sample.seconds);
+  }
+  if (best_rate <= peak) return;
+  device.peak_fp32_flops_per_s = device.peak_tf32_flops_per_s = best_rate;
+  device.peak_bf16_flops_per_s = device.peak_fp16_flops_per_s = best_rate;
+  device.sources["peak_flops_per_s"] =
+      fmt::format("measured: the best GEMM rate on {} ({:.1f} GFLOP/s), above the {:.1f} GFLOP/s that /proc/cpuinfo "
+                  "implies for one core ({} at {:.2f} GHz x {} fp32 FLOP/cycle, {}): the core runs above its "
+                  "reported clock",
+                  host, best_rate / 1e9, peak / 1e9, cpu.model, cpu.ghz, cpu.fp32_flops_per_cycle, cpu.isa);
+}
+
+// Streaming bandwidth measured by the triad on the largest arrays (beyond the caches).
+void set_bandwidth_from_triad(Profile& profile, std::int64_t largest_elements, const std::string& host,
+                              const std::string& date) {
+  DeviceSpec& device = profile.device;
+  for (const KernelSample& sample : profile.kernels) {
+    if (sample.op == KernelOp::elementwise && sample.elements == largest_elements) {
+      device.memory_bandwidth_bytes_per_s = sample.elements * streamed_bytes_per_element(sample.op) / sample.seconds;
+      device.memory_efficiency = 1.0;
+      device.sources["memory_bandwidth_bytes_per_s"] =
+          fmt::format("measured: triad over {} fp32 elements on {} {}", sample.elements, host, date);
+      device.sources["memory_efficiency"] = "1: the bandwidth above is already the achieved one";
+    }
+  }
+}
+
+// MPI collectives over loopback on `ranks` ranks, through tessel-mpi-bench under mpirun.
+void measure_mpi_links(Profile& profile, const CpuProfileOptions& options, int ranks, const std::string& host,
+                       const std::string& date, const std::string& version) {
+  const std::string command = fmt::format(
+      "mpirun --allow-run-as-root --oversubscribe -np {} '{}' --max-bytes {} --repetitions {} --min-seconds {} 2>&1",
+      ranks, options.mpi_bench, options.quick ? 16 << 20 : 256 << 20, options.quick ? 3 : 5,
+      options.quick ? 0.005 : 0.02);
+  int status = 0;
+  const std::string output = run_command(command, status);
+  if (status != 0) throw Error(fmt::format("profile: mpirun failed (status {}):\n{}", status, output));
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    Json row = Json::parse(line);
+    row["fabric"] = options.fabric;
+    row["source"] = "measured";
+    LinkSample sample = link_sample_from_json(row, "tessel-mpi-bench");
+    sample.host = host, sample.date = date, sample.tool_version = version;
+    profile.links.push_back(sample);
+  }
+}
 
 }  // namespace
 
@@ -154,53 +208,14 @@ Profile profile_cpu(const CpuProfileOptions& options) {
       }
     });
   }
-  // The clock /proc/cpuinfo reports may sit below the turbo clock the GEMMs ran at: the
-  // device's peak is then the best rate measured, so no efficiency exceeds 1.
-  double best_rate = 0;
-  for (const KernelSample& sample : profile.kernels) {
-    if (sample.op == KernelOp::gemm) best_rate = std::max(best_rate, sample.gemm_flops() / sample.seconds);
-  }
-  if (best_rate > peak) {
-    device.peak_fp32_flops_per_s = device.peak_tf32_flops_per_s = best_rate;
-    device.peak_bf16_flops_per_s = device.peak_fp16_flops_per_s = best_rate;
-    device.sources["peak_flops_per_s"] =
-        fmt::format("measured: the best GEMM rate on {} ({:.1f} GFLOP/s), above the {:.1f} GFLOP/s that /proc/cpuinfo "
-                    "implies for one core ({} at {:.2f} GHz x {} fp32 FLOP/cycle, {}): the core runs above its "
-                    "reported clock",
-                    host, best_rate / 1e9, peak / 1e9, cpu.model, cpu.ghz, cpu.fp32_flops_per_cycle, cpu.isa);
-  }
+  raise_peak_to_best_gemm_rate(profile, cpu, peak, host);
 
-  // Streaming bandwidth measured by the triad on arrays beyond the caches.
-  for (const KernelSample& sample : profile.kernels) {
-    if (sample.op == KernelOp::elementwise && sample.elements == stream_sizes.back()) {
-      device.memory_bandwidth_bytes_per_s = sample.elements * streamed_bytes_per_element(sample.op) / sample.seconds;
-      device.memory_efficiency = 1.0;
-      device.sources["memory_bandwidth_bytes_per_s"] =
-          fmt::format("measured: triad over {} fp32 elements on {} {}", sample.elements, host, date);
-      device.sources["memory_efficiency"] = "1: the bandwidth above is already the achieved one";
-    }
-  }
+  set_bandwidth_from_triad(profile, stream_sizes.back(), host, date);
 
   // ---- MPI collectives over loopback, 2..max_ranks ranks ----
   for (int ranks = 2; ranks <= max_ranks && !options.mpi_bench.empty(); ++ranks) {
     progress(fmt::format("MPI collectives on {} ranks", ranks));
-    const std::string command = fmt::format(
-        "mpirun --allow-run-as-root --oversubscribe -np {} '{}' --max-bytes {} --repetitions {} --min-seconds {} 2>&1",
-        ranks, options.mpi_bench, options.quick ? 16 << 20 : 256 << 20, options.quick ? 3 : 5,
-        options.quick ? 0.005 : 0.02);
-    int status = 0;
-    const std::string output = run_command(command, status);
-    if (status != 0) throw Error(fmt::format("profile: mpirun failed (status {}):\n{}", status, output));
-    std::istringstream lines(output);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.empty() || line[0] != '{') continue;
-      Json row = Json::parse(line);
-      row["fabric"] = options.fabric;
-      row["source"] = "measured";
-      LinkSample sample = link_sample_from_json(row, "tessel-mpi-bench");
-      sample.host = host, sample.date = date, sample.tool_version = version;
-      profile.links.push_back(sample);
-    }
+    measure_mpi_links(profile, options, ranks, host, date, version);
     done += 4;
   }
   if (options.on_progress) options.on_progress(1.0, "done");

@@ -1,4 +1,12 @@
+// The replay: every rank's StageProgram runs as SimGrid actors on the platform
+// (platform.hpp), compute ops sleeping for their profiled time and collectives moving
+// their bytes over the links as concurrent flows, so that contention, overlap and the
+// pipeline's bubbles come out of the run instead of a formula. Ranks whose programs and
+// traffic are replicas of another's are folded into it (fold_replicas) to keep large
+// plans fast. Groups of ranks come from core's RankLayout.
 #include "tessel/simulator/simulation.hpp"
+
+#include "platform.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -24,157 +32,6 @@ using profiles::collective_steps;
 namespace {
 
 constexpr double kNotDone = -1.0;
-
-// Directed link bookkeeping for utilisation: per device up/down, per node up/down.
-struct LinkLoad {
-  std::vector<double> device_up, device_down, node_up, node_down;
-};
-
-struct ClusterPlatform {
-  std::vector<sg4::Host*> hosts;
-  std::vector<sg4::Host*> node_memory;  // per node: the host side of offload copies
-  int nodes = 1;
-  double intra_alpha_s = 0, inter_alpha_s = 0, device_bandwidth = 0, node_bandwidth = 0;
-};
-
-// Builds the S4U platform: per node a star of per-device split-duplex links, each node
-// reaching the others through one uplink with the node's NIC bandwidth (already divided
-// by oversubscription in the lookup). Must be called once, in an engine's process.
-// Splits `nodes` into `dimensions` sides as equal as possible (their product is `nodes`).
-std::vector<unsigned long> torus_sides(int nodes, int dimensions) {
-  std::vector<unsigned long> sides(std::size_t(std::max(dimensions, 1)), 1);
-  std::vector<int> primes;
-  for (int n = nodes, f = 2; n > 1; f = f * f > n ? n : f + 1) {
-    while (n % f == 0) primes.push_back(f), n /= f;
-  }
-  std::sort(primes.rbegin(), primes.rend());
-  for (int prime : primes) *std::min_element(sides.begin(), sides.end()) *= std::size_t(prime);
-  return sides;
-}
-
-ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profiles::CostLookup& costs, int world,
-                                       int gpn, bool contention_free) {
-  ClusterPlatform out;
-  out.nodes = std::max(1, (world + gpn - 1) / gpn);
-  out.intra_alpha_s = costs.intra_latency_s();
-  out.inter_alpha_s = std::max(costs.inter_latency_s(), out.intra_alpha_s);
-  out.device_bandwidth = costs.intra_bandwidth_bytes_per_s();
-  // The node's uplink carries every device's share; without contention no flow may use
-  // more than one device's share.
-  out.node_bandwidth = costs.inter_bandwidth_per_device_bytes_per_s() * (contention_free ? 1 : gpn);
-  auto policy = [&](sg4::SplitDuplexLink* link) {
-    if (contention_free) {
-      link->get_link_up()->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
-      link->get_link_down()->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
-    }
-    return link;
-  };
-  out.hosts.resize(std::size_t(world), nullptr);
-  out.node_memory.resize(std::size_t(out.nodes), nullptr);
-  const bool pcie_tree = cluster.intra_node.kind == "pcie";
-  // One node: a star of per-device links around the NVSwitch (or shared memory; with a
-  // PCIe fabric every two devices also share a switch link), the host's memory, each
-  // device's own PCIe link to it (for offload copies), and a router through which the
-  // node talks to the others.
-  auto make_node = [&](const sg4::NetZone* parent, int n) {
-    auto* node = sg4::create_star_zone(fmt::format("node{}", n));
-    node->set_parent(parent);
-    sg4::Host* memory = node->create_host(fmt::format("host{}", n), 1e9)->seal();
-    auto* memory_link = node->create_split_duplex_link(fmt::format("host-memory{}", n),
-                                                       cluster.host_memory_bandwidth_bytes_per_s);
-    memory_link->set_latency(0)->seal();
-    node->add_route(memory->get_netpoint(), nullptr, nullptr, nullptr,
-                    {{memory_link, sg4::LinkInRoute::Direction::UP}}, true);
-    out.node_memory[std::size_t(n)] = memory;
-    sg4::SplitDuplexLink* pcie_switch = nullptr;
-    for (int g = 0; g < gpn && n * gpn + g < world; ++g) {
-      const int rank = n * gpn + g;
-      sg4::Host* host = node->create_host(fmt::format("rank{}", rank), 1e9)->seal();
-      auto* link = policy(node->create_split_duplex_link(fmt::format("device{}", rank), out.device_bandwidth));
-      link->set_latency(out.intra_alpha_s / 2)->seal();
-      std::vector<sg4::LinkInRoute> route{{link, sg4::LinkInRoute::Direction::UP}};
-      if (pcie_tree) {
-        if (g % 2 == 0) {
-          pcie_switch = policy(node->create_split_duplex_link(fmt::format("pcie-switch{}-{}", n, g / 2),
-                                                              out.device_bandwidth));
-          pcie_switch->set_latency(0)->seal();
-        }
-        route.emplace_back(pcie_switch, sg4::LinkInRoute::Direction::UP);
-      }
-      node->add_route(host->get_netpoint(), nullptr, nullptr, nullptr, route, true);
-      auto* to_host = node->create_split_duplex_link(fmt::format("host-link{}", rank),
-                                                     cluster.host_device_bandwidth_bytes_per_s);
-      to_host->set_latency(0)->seal();
-      node->add_bypass_route(host->get_netpoint(), memory->get_netpoint(), nullptr, nullptr,
-                             {{to_host, sg4::LinkInRoute::Direction::UP}});
-      node->add_bypass_route(memory->get_netpoint(), host->get_netpoint(), nullptr, nullptr,
-                             {{to_host, sg4::LinkInRoute::Direction::DOWN}});
-      out.hosts[std::size_t(rank)] = host;
-    }
-    auto* gateway = node->create_router(fmt::format("gateway{}", n));
-    node->seal();
-    return std::pair{node->get_netpoint(), gateway};
-  };
-  const Topology topology = cluster.inter_node && out.nodes > 1 ? cluster.inter_node->topology : Topology::fat_tree;
-  if (topology == Topology::fat_tree) {
-    // Non-blocking core; each node's uplink carries its NICs' bandwidth divided by the
-    // oversubscription of the leaf switches.
-    auto* root = sg4::create_star_zone("cluster");
-    for (int n = 0; n < out.nodes; ++n) {
-      auto [netpoint, gateway] = make_node(root, n);
-      auto* uplink = policy(root->create_split_duplex_link(fmt::format("uplink{}", n), out.node_bandwidth));
-      uplink->set_latency((out.inter_alpha_s - out.intra_alpha_s) / 2)->seal();
-      root->add_route(netpoint, nullptr, gateway, nullptr, {{uplink, sg4::LinkInRoute::Direction::UP}}, true);
-    }
-    root->seal();
-    return out;
-  }
-  // Torus and dragonfly: SimGrid's cluster zones with the nodes as leaves; each link
-  // carries a node's NIC bandwidth spread over its links, a hop costs the spec's latency.
-  const InterNodeFabric& inter = *cluster.inter_node;
-  const double node_injection = inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s * inter.efficiency;
-  const double hop_latency = std::max(0.0, inter.latency_s - out.intra_alpha_s);
-  const auto sharing = contention_free ? sg4::Link::SharingPolicy::FATPIPE : sg4::Link::SharingPolicy::SPLITDUPLEX;
-  int made = 0;
-  auto leaf = [&](sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id)
-      -> std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> {
-    if (int(id) < out.nodes) {
-      ++made;
-      return make_node(zone, int(id));
-    }
-    // Leaves beyond the node count hold no device.
-    auto* empty = sg4::create_star_zone(fmt::format("empty{}", id));
-    empty->set_parent(zone);
-    auto* router = empty->create_router(fmt::format("empty-router{}", id));
-    empty->seal();
-    return {empty->get_netpoint(), router};
-  };
-  sg4::NetZone* fabric = nullptr;
-  if (topology == Topology::torus) {
-    const auto sides = torus_sides(out.nodes, inter.torus_dimensions);
-    fabric = sg4::create_torus_zone("cluster", nullptr, sides, sg4::ClusterCallbacks(leaf),
-                                    node_injection / (2.0 * double(sides.size())), hop_latency, sharing);
-  } else {
-    const unsigned group_nodes = unsigned(std::clamp(inter.dragonfly_group_nodes, 1, out.nodes));
-    const unsigned groups = unsigned((out.nodes + int(group_nodes) - 1) / int(group_nodes));
-    fabric = sg4::create_dragonfly_zone("cluster", nullptr,
-                                        sg4::DragonflyParams({groups, 1}, {1, 1}, {group_nodes, 1}, 1),
-                                        sg4::ClusterCallbacks(leaf), node_injection, hop_latency, sharing);
-  }
-  fabric->seal();
-  TESSEL_ASSERT(made == out.nodes, "every node must be a leaf of the fabric");
-  return out;
-}
-
-std::unique_ptr<sg4::Engine> make_engine() {
-  static std::vector<std::string> args{"tessel-simulate", "--log=root.thres:critical", "--cfg=network/model:CM02",
-                                       "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0"};
-  static std::vector<char*> argv;
-  argv.clear();
-  for (auto& arg : args) argv.push_back(arg.data());
-  int argc = int(argv.size());
-  return std::make_unique<sg4::Engine>(&argc, argv.data());
-}
 
 class Replay {
  public:

@@ -23,6 +23,7 @@ class QLabel;
 class QProgressBar;
 class QPushButton;
 class QSlider;
+class QSortFilterProxyModel;
 class QSpinBox;
 class QTimer;
 class QStandardItemModel;
@@ -102,6 +103,14 @@ class PlanExplorer : public QMainWindow {
   void whatIfFinished();
 
  private:
+  // plan_explorer_window.cpp: the window's panels and tabs, and their signals.
+  QWidget* build_inputs(QWidget* parent);
+  QSortFilterProxyModel* build_plans_tab();
+  void build_memory_tab();
+  void build_what_if_tab();
+  void build_file_menu();
+  void connect_signals(QSortFilterProxyModel* sorted);
+
   void validate();
   void finish_search(std::shared_ptr<planner::SearchResult> result);
   void fill_results();

@@ -1,0 +1,42 @@
+// The SimGrid platform a replay runs on, built from a cluster's spec and its profiled
+// costs: per node a star of per-device split-duplex links (NVSwitch or PCIe tree), the
+// host memory offload copies go to, and the fabric between nodes (flat, fat tree, torus or
+// dragonfly). Kept apart from the replay because the flow tests (simulate_flows) and the
+// replay share it, and a platform is a concept of its own: what the cluster is, not what
+// the plan does on it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <simgrid/s4u.hpp>
+
+#include "tessel/core/cluster_spec.hpp"
+#include "tessel/profiles/cost_lookup.hpp"
+
+namespace tessel::simulator {
+
+// Directed link bookkeeping for utilisation: per device up/down, per node up/down.
+struct LinkLoad {
+  std::vector<double> device_up, device_down, node_up, node_down;
+};
+
+struct ClusterPlatform {
+  std::vector<simgrid::s4u::Host*> hosts;
+  std::vector<simgrid::s4u::Host*> node_memory;  // per node: the host side of offload copies
+  int nodes = 1;
+  double intra_alpha_s = 0, inter_alpha_s = 0, device_bandwidth = 0, node_bandwidth = 0;
+};
+
+// Splits `nodes` into `dimensions` sides as equal as possible (their product is `nodes`).
+std::vector<unsigned long> torus_sides(int nodes, int dimensions);
+
+// Builds the S4U platform for `world` ranks, `gpus_per_node` a node. Must be called once,
+// in an engine's process, before the engine runs.
+ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profiles::CostLookup& costs, int world,
+                                       int gpus_per_node, bool contention_free);
+
+// A SimGrid engine with tessel's network model settings (CM02, no cross traffic).
+std::unique_ptr<simgrid::s4u::Engine> make_engine();
+
+}  // namespace tessel::simulator
