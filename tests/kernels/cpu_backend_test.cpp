@@ -312,6 +312,31 @@ TEST(CpuKernels, GeluForwardAndBackward) {
   EXPECT_LT(max_relative_error(dx, numeric_gradient(gelu_ref, to_double(x), to_double(w))), 1e-4);
 }
 
+// A layout moves a value to another place in memory (a shard, a copy): its GELU, its
+// softmax row and its layer-norm row must not change with the place, or no sharded run
+// could equal one process bit for bit. Each is computed at every offset within a packet.
+TEST(CpuKernels, ResultsDoNotDependOnWhereTheValuesLie) {
+  std::mt19937 rng(21);
+  const int n = 37;
+  const auto x = random_vector(n, rng, 3.0f);
+  std::vector<float> gelu0(n), softmax0(n), norm0(n), mean(1), rstd(1);
+  const std::vector<float> gamma(n, 1.0f), beta(n, 0.0f);
+  K.gelu_forward(x.data(), gelu0.data(), n);
+  K.causal_softmax_forward(x.data(), softmax0.data(), 1, 1, n, n - 1, 0.7f);
+  K.layer_norm_forward(x.data(), gamma.data(), beta.data(), norm0.data(), mean.data(), rstd.data(), 1, n, 1e-5f);
+  for (int shift = 1; shift < 16; ++shift) {
+    std::vector<float> moved(n + 16, kNaN), out(n + 16, kNaN);
+    std::copy(x.begin(), x.end(), moved.begin() + shift);
+    K.gelu_forward(moved.data() + shift, out.data() + shift, n);
+    EXPECT_TRUE(std::equal(gelu0.begin(), gelu0.end(), out.begin() + shift)) << "gelu, shift " << shift;
+    K.causal_softmax_forward(moved.data() + shift, out.data() + shift, 1, 1, n, n - 1, 0.7f);
+    EXPECT_TRUE(std::equal(softmax0.begin(), softmax0.end(), out.begin() + shift)) << "softmax, shift " << shift;
+    K.layer_norm_forward(moved.data() + shift, gamma.data(), beta.data(), out.data() + shift, mean.data(),
+                         rstd.data(), 1, n, 1e-5f);
+    EXPECT_TRUE(std::equal(norm0.begin(), norm0.end(), out.begin() + shift)) << "layer norm, shift " << shift;
+  }
+}
+
 TEST(CpuKernels, SwigluForwardAndBackward) {
   std::mt19937 rng(12);
   const int rows = 5, f = 7;

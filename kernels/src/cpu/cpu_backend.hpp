@@ -72,6 +72,12 @@ inline double square_sum_in_order(const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) total += double(x[i]) * double(x[i]);
   return total;
 }
+// t[i] = tanh(gelu_tanh_argument(x[i])): Eigen's packet tanh over an aligned scratch
+// padded to whole packets, so that every element takes the packet path whatever its
+// address. glibc's scalar tanhf costs ~100x more (a scalar GELU once dominated the CPU
+// step), and Eigen on the caller's memory would mix the two by alignment.
+void gelu_tanh(const float* x, float* t, std::int64_t n);
+
 inline float max_in_order(const float* x, std::int64_t n) {
   float top = x[0];
   for (std::int64_t i = 1; i < n; ++i) top = x[i] > top ? x[i] : top;

@@ -1,7 +1,7 @@
 // The CPU backend's matrix products, norms and activation functions. Eigen maps the
-// row-major buffers without copies; loops are written for clarity first, with Eigen's
-// vectorised expressions where they are the natural form (a scalar GELU loop once
-// dominated the whole CPU training step).
+// row-major buffers without copies and does the GEMMs; reductions run in index order and
+// GELU's tanh on padded packets (cpu_backend.hpp says why), so a row's result depends on
+// its values only, not on where a layout put it.
 #include <algorithm>
 #include <cmath>
 
@@ -22,6 +22,20 @@ void gemm_f32(bool transpose_a, bool transpose_b, int m, int n, int k, float alp
   else if (transpose_a && !transpose_b) C.noalias() += alpha * A.transpose() * B;
   else if (!transpose_a && transpose_b) C.noalias() += alpha * A * B.transpose();
   else C.noalias() += alpha * A.transpose() * B.transpose();
+}
+
+void gelu_tanh(const float* x, float* t, std::int64_t n) {
+  constexpr std::int64_t kChunk = 4096, kPacket = 16;  // 16: the widest packet (AVX-512) and a multiple of the others
+  alignas(64) thread_local float argument[kChunk];
+  alignas(64) thread_local float result[kChunk];
+  for (std::int64_t start = 0; start < n; start += kChunk) {
+    const std::int64_t length = std::min(kChunk, n - start), padded = (length + kPacket - 1) / kPacket * kPacket;
+    for (std::int64_t i = 0; i < length; ++i) argument[i] = numeric::gelu_tanh_argument(x[start + i]);
+    std::fill(argument + length, argument + padded, 0.0f);
+    Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64>(result, padded) =
+        Eigen::Map<const Eigen::ArrayXf, Eigen::Aligned64>(argument, padded).tanh();
+    std::copy(result, result + length, t + start);
+  }
 }
 
 void CpuBackend::gemm(Stream, const Gemm& g) {
@@ -46,7 +60,8 @@ void CpuBackend::gemm(Stream, const Gemm& g) {
           const std::size_t i = std::size_t(r) * g.n + j;
           aux.get()[i] = C[i] + bias.get()[j];
         }
-      for (std::int64_t i = 0; i < mn; ++i) C[i] = numeric::gelu(aux.get()[i]);
+      gelu_tanh(aux.get(), C, mn);
+      for (std::int64_t i = 0; i < mn; ++i) C[i] = numeric::gelu_from_tanh(aux.get()[i], C[i]);
       break;
     }
     case Epilogue::bias_gradient: {
@@ -59,7 +74,9 @@ void CpuBackend::gemm(Stream, const Gemm& g) {
     case Epilogue::dgelu_bias_gradient: {
       TESSEL_ASSERT(g.beta == 0.0f, "the dgelu epilogue overwrites C");
       FloatIn aux(g.aux, mn);
-      for (std::int64_t i = 0; i < mn; ++i) C[i] *= numeric::gelu_derivative(aux.get()[i]);
+      std::vector<float> t(static_cast<std::size_t>(mn));
+      gelu_tanh(aux.get(), t.data(), mn);
+      for (std::int64_t i = 0; i < mn; ++i) C[i] *= numeric::gelu_derivative_from_tanh(aux.get()[i], t[std::size_t(i)]);
       for (int r = 0; r < g.m; ++r)
         for (int j = 0; j < g.n; ++j) g.bias_gradient[j] += C[std::size_t(r) * g.n + j];
       break;
@@ -214,7 +231,9 @@ void CpuBackend::gelu_forward(Stream, CRef x, Ref y, std::int64_t n) {
   FloatOut out(y, n, false);
   const float* x_data = in.get();
   float* y_data = out.get();
-  for (std::int64_t i = 0; i < n; ++i) y_data[i] = numeric::gelu(x_data[i]);
+  std::vector<float> t(static_cast<std::size_t>(n));  // y may be x
+  gelu_tanh(x_data, t.data(), n);
+  for (std::int64_t i = 0; i < n; ++i) y_data[i] = numeric::gelu_from_tanh(x_data[i], t[std::size_t(i)]);
 }
 
 void CpuBackend::gelu_backward(Stream, CRef x, CRef dy, Ref dx, std::int64_t n) {
@@ -222,7 +241,9 @@ void CpuBackend::gelu_backward(Stream, CRef x, CRef dy, Ref dx, std::int64_t n) 
   FloatOut out(dx, n, false);
   const float *x_data = x_in.get(), *dy_data = dy_in.get();
   float* dx_data = out.get();
-  for (std::int64_t i = 0; i < n; ++i) dx_data[i] = dy_data[i] * numeric::gelu_derivative(x_data[i]);
+  std::vector<float> t(static_cast<std::size_t>(n));
+  gelu_tanh(x_data, t.data(), n);
+  for (std::int64_t i = 0; i < n; ++i) dx_data[i] = dy_data[i] * numeric::gelu_derivative_from_tanh(x_data[i], t[std::size_t(i)]);
 }
 
 void CpuBackend::swiglu_forward(Stream, CRef x, Ref y, int rows, int f) {

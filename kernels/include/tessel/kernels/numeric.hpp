@@ -106,11 +106,14 @@ TESSEL_HOST_DEVICE float from_f16(std::uint16_t x) {
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
-TESSEL_HOST_DEVICE float gelu(float x) { return 0.5f * x * (1.0f + tanh_f(kSqrt2OverPi * (x + kGeluCubic * x * x * x))); }
-TESSEL_HOST_DEVICE float gelu_derivative(float x) {
-  const float t = tanh_f(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+// Split at the tanh so that a backend may compute the tanh its own (vectorised) way.
+TESSEL_HOST_DEVICE float gelu_tanh_argument(float x) { return kSqrt2OverPi * (x + kGeluCubic * x * x * x); }
+TESSEL_HOST_DEVICE float gelu_from_tanh(float x, float t) { return 0.5f * x * (1.0f + t); }
+TESSEL_HOST_DEVICE float gelu_derivative_from_tanh(float x, float t) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
 }
+TESSEL_HOST_DEVICE float gelu(float x) { return gelu_from_tanh(x, tanh_f(gelu_tanh_argument(x))); }
+TESSEL_HOST_DEVICE float gelu_derivative(float x) { return gelu_derivative_from_tanh(x, tanh_f(gelu_tanh_argument(x))); }
 
 TESSEL_HOST_DEVICE float sigmoid(float x) { return 1.0f / (1.0f + exp_f(-x)); }
 // SwiGLU: y = silu(gate) * up; d silu(g)/dg = s (1 + g (1 - s)) with s = sigmoid(g).
