@@ -19,14 +19,17 @@ namespace {
 
 struct VariableFamily {
   const char *rank, *world_size, *local_rank;
+  // Set only in the launched processes (not null): a Slurm batch script has
+  // SLURM_PROCID=0 and SLURM_NTASKS too, but only srun's tasks have a step id.
+  const char* launched_marker;
 };
 // Where each launcher puts a process's numbering. Local ranks without a family of their
 // own (MPI_LOCALRANKID: MPICH's Hydra and Intel MPI) are looked up after these.
 constexpr VariableFamily kFamilies[] = {
-    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
-    {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-    {"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", nullptr},
+    {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", nullptr},
+    {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID"},
+    {"RANK", "WORLD_SIZE", "LOCAL_RANK", nullptr},
 };
 constexpr const char* kLocalRankVariables[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK",
                                                "MPI_LOCALRANKID"};
@@ -59,6 +62,7 @@ Environment process_environment() {
 LaunchedRank read_launched_rank(const Environment& environment) {
   LaunchedRank out;
   for (const VariableFamily& family : kFamilies) {
+    if (family.launched_marker && environment.count(family.launched_marker) == 0) continue;
     const auto rank = integer_variable(environment, family.rank);
     const auto world = integer_variable(environment, family.world_size);
     if (!rank || !world) continue;

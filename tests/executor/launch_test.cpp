@@ -18,7 +18,8 @@ TEST(ExecutorLaunch, EveryLauncherFamilyNamesRankWorldAndLocalRank) {
       {{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}, 3, 8, 1,
        "OMPI_COMM_WORLD_RANK"},
       {{{"PMI_RANK", "5"}, {"PMI_SIZE", "6"}, {"MPI_LOCALRANKID", "2"}}, 5, 6, 2, "PMI_RANK"},
-      {{{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}}, 9, 16, 1, "SLURM_PROCID"},
+      {{{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}, {"SLURM_STEP_ID", "0"}}, 9, 16, 1,
+       "SLURM_PROCID"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}}, 0, 2, 0, "RANK"},
   };
   for (const Case& c : cases) {
@@ -33,7 +34,7 @@ TEST(ExecutorLaunch, EveryLauncherFamilyNamesRankWorldAndLocalRank) {
 }
 
 TEST(ExecutorLaunch, MpirunInsideASlurmJobReadsMpirunsNumbering) {
-  const Environment environment{{"SLURM_JOB_ID", "77"},         {"SLURM_PROCID", "0"},
+  const Environment environment{{"SLURM_JOB_ID", "77"},         {"SLURM_PROCID", "0"},  {"SLURM_STEP_ID", "0"},
                                 {"SLURM_NTASKS", "1"},          {"SLURM_LOCALID", "0"},
                                 {"OMPI_COMM_WORLD_RANK", "6"},  {"OMPI_COMM_WORLD_SIZE", "8"},
                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}};
@@ -62,6 +63,10 @@ TEST(ExecutorLaunch, AutoBecomesTheWorkerInsideALauncherThenSrunThenMpirun) {
   EXPECT_EQ(resolve_launcher(Launcher::automatic, {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}),
             Launcher::none);
   EXPECT_EQ(resolve_launcher(Launcher::automatic, {{"SLURM_JOB_ID", "12"}}), Launcher::srun);
+  // A batch script has a rank and a task count but no step: tessel run launches srun.
+  EXPECT_EQ(resolve_launcher(Launcher::automatic,
+                             {{"SLURM_JOB_ID", "12"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "16"}}),
+            Launcher::srun);
   EXPECT_EQ(resolve_launcher(Launcher::automatic, {{"HOME", "/root"}}), Launcher::mpirun);
   // Asked for by name: kept, whatever the environment says.
   EXPECT_EQ(resolve_launcher(Launcher::mpirun, {{"SLURM_JOB_ID", "12"}}), Launcher::mpirun);

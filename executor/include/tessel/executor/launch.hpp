@@ -1,8 +1,8 @@
 // How the ranks of `tessel run` come to exist, as pure functions of the environment (a
 // map, so tests pass their own) and of the plan's shape:
 //   - which rank this process is, of how many, and its rank on its node, read from the
-//     variables the launchers set (Open MPI, PMI (MPICH, Intel MPI, Slurm's PMI), Slurm
-//     itself, and torchrun-style RANK/WORLD_SIZE/LOCAL_RANK);
+//     variables the launchers set (Open MPI, PMI (MPICH, Intel MPI, Slurm's PMI), srun's
+//     tasks (not its batch script), and torchrun-style RANK/WORLD_SIZE/LOCAL_RANK);
 //   - which launcher to use (auto: inside a launcher already -> become the worker;
 //     SLURM_JOB_ID set -> srun; else mpirun);
 //   - the launcher's command line (mpirun, with a hostfile for many nodes; srun).
