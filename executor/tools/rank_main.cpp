@@ -1,20 +1,20 @@
-// tessel-rank: one rank of `tessel run`. `tessel run` starts it under mpirun (or execs
-// it when the user started tessel under mpirun): the tessel command itself links
-// SimGrid, whose SMPI exports the MPI symbols too, so MPI code lives in this binary.
+// tessel-rank: one rank of `tessel run`. `tessel run` starts it under mpirun or srun (or
+// execs it when the ranks were started already, by the user or the cluster): the tessel
+// command itself links SimGrid, whose SMPI exports the MPI symbols too, so MPI code
+// lives in this binary. Each rank trains on the CPU or on its GPU (rank_device.hpp).
 //   tessel-rank --plan P --steps N --seed S --lr LR [--data FILE] [--db FILE] [--trace FILE]
 //               [--checkpoint DIR [--checkpoint-every K]] [--resume DIR] [--clip-grad-norm X]
-// Measured op events: every rank writes its own to a file in a folder rank 0 names (the
-// ranks of a local-cpu run share a file system; the communicator moves floats only);
-// rank 0 merges them into the runs database and the Chrome trace.
+//               [--backend auto|cpu|cuda]
+// Measured op events: every rank sends its own to rank 0 over MPI as text (ranks on
+// other nodes share no file system with it); rank 0 merges them into the runs database
+// and the Chrome trace.
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <map>
 #include <string>
@@ -25,6 +25,7 @@
 #include "tessel/core/error.hpp"
 #include "tessel/core/program.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
+#include "tessel/executor/rank_device.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/executor/run_options.hpp"
 #include "tessel/profiles/run_store.hpp"
@@ -32,25 +33,49 @@
 namespace tessel {
 namespace {
 using RunArgs = executor::RunOptions;
-namespace fs = std::filesystem;
 
 // One line per event: step, start, end, op id.
-void write_events(const fs::path& file, const std::vector<executor::OpEvent>& events) {
-  std::ofstream out(file, std::ios::trunc);
-  for (const executor::OpEvent& e : events) out << fmt::format("{} {:.9f} {:.9f} {}\n", e.step, e.start_s, e.end_s, e.op);
-  if (!out) throw Error(fmt::format("{}: cannot write measured events", file.string()));
+std::string events_text(const std::vector<executor::OpEvent>& events) {
+  std::string out;
+  for (const executor::OpEvent& e : events) out += fmt::format("{} {:.9f} {:.9f} {}\n", e.step, e.start_s, e.end_s, e.op);
+  return out;
 }
 
-std::vector<profiles::EventRecord> read_events(const fs::path& folder, int ranks, const Program& program) {
+// Every rank's events as text on rank 0, in rank order (empty elsewhere). They travel
+// over MPI, padded to 32-bit words: ranks on other nodes share no file system with it.
+std::vector<std::string> gather_events_text(executor::Communicator& world, const std::string& mine) {
+  constexpr int kLengthTag = 9001, kTextTag = 9002;
+  auto words = [](std::size_t bytes) { return (bytes + 3) / 4; };
+  std::vector<std::string> out;
+  if (world.rank() != 0) {
+    const std::int32_t length = std::int32_t(mine.size());
+    std::vector<std::int32_t> padded(words(mine.size()), 0);
+    std::memcpy(padded.data(), mine.data(), mine.size());
+    world.send(&length, 1, kernels::DType::i32, 0, kLengthTag);
+    if (length > 0) world.send(padded.data(), padded.size(), kernels::DType::i32, 0, kTextTag);
+    return out;
+  }
+  out.push_back(mine);
+  for (int rank = 1; rank < world.size(); ++rank) {
+    std::int32_t length = 0;
+    world.recv(&length, 1, kernels::DType::i32, rank, kLengthTag);
+    std::vector<std::int32_t> padded(words(std::size_t(length)), 0);
+    if (length > 0) world.recv(padded.data(), padded.size(), kernels::DType::i32, rank, kTextTag);
+    out.emplace_back(reinterpret_cast<const char*>(padded.data()), std::size_t(length));
+  }
+  return out;
+}
+
+std::vector<profiles::EventRecord> parse_events(const std::vector<std::string>& per_rank, const Program& program) {
   std::map<std::string, Stream, std::less<>> stream_of;
   for (int s = 0; s < program.stages(); ++s) {
     for (const ProgramOp& op : program.stage(s).ops) stream_of.emplace(op.id, op.stream);
   }
   std::vector<profiles::EventRecord> events;
-  for (int rank = 0; rank < ranks; ++rank) {
-    std::ifstream in(folder / fmt::format("events.rank{}", rank));
+  for (std::size_t rank = 0; rank < per_rank.size(); ++rank) {
+    std::istringstream in(per_rank[rank]);
     profiles::EventRecord e;
-    e.rank = rank;
+    e.rank = int(rank);
     while (in >> e.step >> e.start_s >> e.end_s >> e.op) {
       const auto found = stream_of.find(e.op);
       // An id the Program does not know keeps the stream "unknown": the op-coverage test
@@ -62,15 +87,30 @@ std::vector<profiles::EventRecord> read_events(const fs::path& folder, int ranks
   return events;
 }
 
+// The ranks MPI sees must be the plan's, and the launcher's if it said how many.
+void check_world(executor::Communicator& world, const Plan& plan) {
+  const executor::LaunchedRank launched = executor::read_launched_rank(executor::process_environment());
+  if (launched.world_size && *launched.world_size != world.size()) {
+    throw Error(fmt::format("the launcher's environment ({}) names {} ranks but MPI sees {}: start the ranks with an "
+                            "MPI launcher (mpirun, or srun with PMI)",
+                            launched.source, *launched.world_size, world.size()));
+  }
+  if (world.size() != plan.parallel.world_size()) {
+    throw Error(fmt::format("parallel: the plan's world size dp*pp*tp*sp = {} differs from the {} MPI ranks running",
+                            plan.parallel.world_size(), world.size()));
+  }
+}
+
 int train(const RunArgs& args, const Plan& plan) {
   executor::Communicator& world = executor::mpi_world();
   const bool reporter = world.rank() == 0;
   try {
-    if (world.size() != plan.parallel.world_size()) {
-      throw Error(fmt::format("parallel: the plan's world size dp*pp*tp*sp = {} differs from the {} MPI ranks running",
-                              plan.parallel.world_size(), world.size()));
-    }
-    executor::ProcessGrid grid(plan.parallel, world);
+    check_world(world, plan);
+    const executor::Environment environment = executor::process_environment();
+    executor::RankDevice device =
+        executor::make_rank_device(executor::parse_backend(args.backend), plan, world, environment);
+    if (reporter && !device.note.empty()) std::cout << device.note << "\n" << std::flush;
+    executor::ProcessGrid grid(plan.parallel, world, device.device_world.get());
     const int dp_rank = grid.coordinates().dp, dp = plan.parallel.dp;
     executor::DataLoader loader =
         args.data_file.empty()
@@ -81,12 +121,7 @@ int train(const RunArgs& args, const Plan& plan) {
     options.seed = args.seed;
     options.lr = args.lr;
     options.clip_grad_norm = args.clip_grad_norm;
-    executor::Trainer trainer(plan, grid, std::move(loader), options);
-    // The folder every rank writes its measured events to, named by rank 0.
-    float folder_id = float(::getpid() % 10000000);
-    world.broadcast(&folder_id, 1, kernels::DType::f32, 0);
-    const fs::path events_folder = fs::temp_directory_path() / fmt::format("tessel_run_events_{}", int(folder_id));
-    if (reporter) fs::create_directories(events_folder);
+    executor::Trainer trainer(plan, grid, std::move(loader), options, *device.backend);
     if (!args.resume.empty()) {
       trainer.load(args.resume);
       if (reporter) std::cout << fmt::format("resumed from step {} ({})\n", trainer.steps_done(), args.resume);
@@ -97,9 +132,9 @@ int train(const RunArgs& args, const Plan& plan) {
     if (reporter) {
       store = std::make_unique<profiles::ProfileStore>(args.db.empty() ? profiles::ProfileStore::default_path() : args.db);
       runs = std::make_unique<profiles::RunStore>(*store);
-      run_id = runs->begin_run(plan.to_json(), "cpu", args.steps);
-      std::cout << fmt::format("run {}: {} on {} CPU ranks ({}), {} steps\n", run_id, plan.model.name, world.size(),
-                               plan.parallel.summary(), args.steps)
+      run_id = runs->begin_run(plan.to_json(), device.owned_backend ? "cuda" : "cpu", args.steps);
+      std::cout << fmt::format("run {}: {} on {} {} ranks ({}), {} steps\n", run_id, plan.model.name, world.size(),
+                               device.owned_backend ? "GPU" : "CPU", plan.parallel.summary(), args.steps)
                 << std::flush;
     }
     std::vector<profiles::StepRecord> steps;
@@ -143,8 +178,7 @@ int train(const RunArgs& args, const Plan& plan) {
       trainer.save(args.checkpoint);
       if (reporter) std::cout << fmt::format("checkpoint at step {} in {}\n", trainer.steps_done(), args.checkpoint);
     }
-    write_events(events_folder / fmt::format("events.rank{}", world.rank()), trainer.timeline().take());
-    world.barrier();
+    const std::vector<std::string> events_per_rank = gather_events_text(world, events_text(trainer.timeline().take()));
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     const float peak_bytes = float(usage.ru_maxrss) * 1024.0f;
@@ -152,8 +186,7 @@ int train(const RunArgs& args, const Plan& plan) {
     world.all_gather(&peak_bytes, peaks.data(), 1, kernels::DType::f32);
     if (reporter) {
       const Program program = Program::lower(plan);
-      const std::vector<profiles::EventRecord> events = read_events(events_folder, world.size(), program);
-      fs::remove_all(events_folder);
+      const std::vector<profiles::EventRecord> events = parse_events(events_per_rank, program);
       runs->add_events(run_id, events);
       if (!args.trace_file.empty()) {
         write_text_file_atomically(args.trace_file, chrome_trace_json(program, profiles::timed_ops(events)));

@@ -17,56 +17,14 @@
 #include <map>
 #include <set>
 
+#include "cli_fixture.hpp"
 #include "tessel/core/program.hpp"
 #include "tessel/profiles/run_store.hpp"
 
 namespace fs = std::filesystem;
+using namespace tessel_cli_test;
 
 namespace {
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tessel_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // Runs tessel with its profile database isolated in this test's folder unless the
-  // arguments name one.
-  Outcome run(const std::string& args) {
-    const std::string command = "TESSEL_DB=" + (dir_ / "default.db").string() + " " + std::string(TESSEL_BINARY) +
-                                " " + args + " >" + (dir_ / "out").string() + " 2>" + (dir_ / "err").string() +
-                                " </dev/null";
-    const int raw = std::system(command.c_str());
-    Outcome outcome;
-    outcome.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    outcome.out = slurp(dir_ / "out");
-    outcome.err = slurp(dir_ / "err");
-    return outcome;
-  }
-
-  fs::path write(const std::string& name, const std::string& text) {
-    const fs::path path = dir_ / name;
-    std::ofstream(path) << text;
-    return path;
-  }
-
-  fs::path dir_;
-};
-
 const char* kGoodPlan = R"({"model": "gpt2-124m", "cluster": "dgx-a100", "nodes": 1,
   "train": {"global_batch": 64}, "parallel": {"dp": 4, "tp": 2, "micro_batch": 4, "zero": 1}})";
 }  // namespace

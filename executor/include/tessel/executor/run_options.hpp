@@ -1,5 +1,6 @@
 // What `tessel run` asks of its ranks, and the command line that carries it to the
-// tessel-rank worker: one definition for both ends.
+// tessel-rank worker: one definition for both ends. The launcher and the hostfile stay
+// with `tessel run` (the worker never launches); the backend travels to every rank.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,9 @@ struct RunOptions {
   float lr = 1e-3f;
   float clip_grad_norm = 0.0f;
   bool progress = false;  // draw a progress bar (tessel run asks when its stderr is a terminal)
+  std::string backend = "auto";   // auto|cpu|cuda (rank_placement.hpp)
+  std::string launcher = "auto";  // auto|mpirun|srun|none (launch.hpp); tessel run only
+  std::string hostfile;           // mpirun's nodes and slots; tessel run only
 
   std::vector<std::string> to_arguments() const;
   // Throws tessel::Error on an unknown option or a missing value.

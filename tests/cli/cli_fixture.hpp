@@ -1,0 +1,66 @@
+// The fixture of the `tessel` command's tests: each test gets its own folder (removed
+// after it) and runs the binary with the profile database isolated there, capturing the
+// exit status, stdout and stderr. Shared by the CLI suites so they run tessel alike.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace tessel_cli_test {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+};
+
+inline std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tessel_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs tessel with its profile database isolated in this test's folder unless the
+  // arguments name one; `launcher` (e.g. "mpirun -np 2") starts it when given.
+  Outcome run(const std::string& args, const std::string& launcher = "") {
+    const std::string command = "TESSEL_DB=" + (dir_ / "default.db").string() + " " + launcher + " " +
+                                std::string(TESSEL_BINARY) +
+                                " " + args + " >" + (dir_ / "out").string() + " 2>" + (dir_ / "err").string() +
+                                " </dev/null";
+    const int raw = std::system(command.c_str());
+    Outcome outcome;
+    outcome.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    outcome.out = slurp(dir_ / "out");
+    outcome.err = slurp(dir_ / "err");
+    return outcome;
+  }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path path = dir_ / name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+}  // namespace tessel_cli_test
