@@ -59,7 +59,7 @@ void LayerActivations::bind(kernels::Backend& backend, DType compute) {
 }
 
 AttentionCore::AttentionCore(const TensorLayout& layout, AttentionForm form, Communicator& ring, bool keep_all_keys)
-    : k_(layout.context().backend),
+    : backend_(layout.context().backend),
       timeline_(layout.context().timeline),
       ring_(ring),
       form_(form),
@@ -74,9 +74,9 @@ AttentionCore::AttentionCore(const TensorLayout& layout, AttentionForm form, Com
       keep_keys_(keep_all_keys && layout.context().shape.sp > 1 && form == AttentionForm::materialized) {
   for (Buffer* b : {&scores_, &block_, &scratch_block_, &ring_block_, &ring_values_, &ring_in_, &d_heads_, &out_heads_,
                     &dq_, &dk_, &dv_, &dprobs_, &dscores_}) {
-    b->bind(k_, compute_);
+    b->bind(backend_, compute_);
   }
-  delta_.bind(k_, DType::f32);
+  delta_.bind(backend_, DType::f32);
 }
 
 kernels::BatchedGemm AttentionCore::per_head(bool transpose_a, bool transpose_b, int m, int n, int k, CRef a,
@@ -95,12 +95,12 @@ kernels::BatchedGemm AttentionCore::per_head(bool transpose_a, bool transpose_b,
 void AttentionCore::extract_block(const Buffer& whole, Buffer& block, int j) {
   const std::int64_t S = seq_;
   block.resize(std::size_t(sequences_ * heads_) * std::size_t(S * S));
-  k_.copy_2d(Stream::compute, block.ref(), S, whole.at(j * S), S * sp_, sequences_ * heads_ * seq_, seq_);
+  backend_.copy_2d(Stream::compute, block.ref(), S, whole.at(j * S), S * sp_, sequences_ * heads_ * seq_, seq_);
 }
 
 void AttentionCore::place_block(const Buffer& block, Buffer& whole, int j) {
   const std::int64_t S = seq_;
-  k_.copy_2d(Stream::compute, whole.at(j * S), S * sp_, block.cref(), S, sequences_ * heads_ * seq_, seq_);
+  backend_.copy_2d(Stream::compute, whole.at(j * S), S * sp_, block.cref(), S, sequences_ * heads_ * seq_, seq_);
 }
 
 void AttentionCore::ring_shift(const IdScope& ids, Buffer& block, int tag) {
@@ -118,15 +118,15 @@ void AttentionCore::forward(const IdScope& ids, LayerActivations& a, Buffer& pro
     auto timed = timeline_.time(ids(ops::attn_core));
     const std::int64_t ld = 3 * hidden_local_;
     for (Buffer* b : {&a.q, &a.k, &a.v}) b->resize(std::size_t(n));
-    k_.rows_to_heads(Stream::compute, a.qkv.cref(), ld, a.q.ref(), sequences_, seq_, heads_, head_dim_);
-    k_.rows_to_heads(Stream::compute, a.qkv.at(hidden_local_), ld, a.k.ref(), sequences_, seq_, heads_, head_dim_);
-    k_.rows_to_heads(Stream::compute, a.qkv.at(2 * hidden_local_), ld, a.v.ref(), sequences_, seq_, heads_, head_dim_);
+    backend_.rows_to_heads(Stream::compute, a.qkv.cref(), ld, a.q.ref(), sequences_, seq_, heads_, head_dim_);
+    backend_.rows_to_heads(Stream::compute, a.qkv.at(hidden_local_), ld, a.k.ref(), sequences_, seq_, heads_, head_dim_);
+    backend_.rows_to_heads(Stream::compute, a.qkv.at(2 * hidden_local_), ld, a.v.ref(), sequences_, seq_, heads_, head_dim_);
   }
   if (form_ == AttentionForm::fused) fused_forward(ids, a);
   else materialized_forward(ids, a, probs);
   auto timed = timeline_.time(ids(ops::attn_core));
   a.att.resize(std::size_t(n));
-  k_.heads_to_rows(Stream::compute, a.att_heads.cref(), a.att.ref(), hidden_local_, sequences_, seq_, heads_, head_dim_);
+  backend_.heads_to_rows(Stream::compute, a.att_heads.cref(), a.att.ref(), hidden_local_, sequences_, seq_, heads_, head_dim_);
 }
 
 void AttentionCore::materialized_forward(const IdScope& ids, LayerActivations& a, Buffer& probs) {
@@ -139,14 +139,14 @@ void AttentionCore::materialized_forward(const IdScope& ids, LayerActivations& a
   for (int hop = 0; hop < sp; ++hop) {
     const int j = (r - hop + sp) % sp;
     if (keep_keys_) {
-      k_.copy_2d(Stream::compute, a.k_all.at(std::int64_t(j) * head_block), std::int64_t(head_block * sp),
+      backend_.copy_2d(Stream::compute, a.k_all.at(std::int64_t(j) * head_block), std::int64_t(head_block * sp),
                  ring_block_.cref(), std::int64_t(head_block), int(heads), int(head_block));
     }
     if (j <= r) {
       auto timed = timeline_.time(ids(ops::attn_core));
       block_.resize(heads * row_block);
       Buffer& out = sp == 1 ? scores_ : block_;
-      k_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, ring_block_.cref(),
+      backend_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, ring_block_.cref(),
                                                 head_block, 0.0f, out.ref(), row_block));
       if (sp > 1) place_block(block_, scores_, j);
     }
@@ -155,7 +155,7 @@ void AttentionCore::materialized_forward(const IdScope& ids, LayerActivations& a
   {
     auto timed = timeline_.time(ids(ops::attn_softmax));
     probs.resize(scores_.size());
-    k_.causal_softmax_forward(Stream::compute, scores_.cref(), probs.ref(), int(heads), S, S * sp, r * S,
+    backend_.causal_softmax_forward(Stream::compute, scores_.cref(), probs.ref(), int(heads), S, S * sp, r * S,
                               1.0f / std::sqrt(float(D)));
   }
   a.att_heads.assign(a.q.size(), 0.0f);
@@ -169,7 +169,7 @@ void AttentionCore::materialized_forward(const IdScope& ids, LayerActivations& a
         extract_block(probs, block_, j);
         p = &block_;
       }
-      k_.gemm_batched(Stream::compute, per_head(false, false, S, D, S, p->cref(), row_block, ring_block_.cref(),
+      backend_.gemm_batched(Stream::compute, per_head(false, false, S, D, S, p->cref(), row_block, ring_block_.cref(),
                                                 head_block, 1.0f, a.att_heads.ref(), head_block));
     }
     if (hop + 1 < sp) ring_shift(ids, ring_block_, kValues + hop);
@@ -196,7 +196,7 @@ void AttentionCore::fused_forward(const IdScope& ids, LayerActivations& a) {
       at.out = a.att_heads.ref();
       at.lse = a.lse.f32();
       at.merge = merge;
-      k_.attention_forward(Stream::compute, at);
+      backend_.attention_forward(Stream::compute, at);
       merge = true;
     }
     if (hop + 1 < sp) {
@@ -220,14 +220,14 @@ void AttentionCore::probabilities(const IdScope& ids, const LayerActivations& a,
       Buffer& out = sp == 1 ? scores_ : block_;
       const CRef keys = sp == 1 ? a.k.cref() : a.k_all.at(std::int64_t(j) * head_block);
       const std::int64_t key_stride = sp == 1 ? head_block : head_block * sp;
-      k_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, keys, key_stride, 0.0f,
+      backend_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, keys, key_stride, 0.0f,
                                                 out.ref(), row_block));
       if (sp > 1) place_block(block_, scores_, j);
     }
   }
   auto timed = timeline_.time(ids(ops::attn_softmax));
   probs.resize(scores_.size());
-  k_.causal_softmax_forward(Stream::compute, scores_.cref(), probs.ref(), int(heads), S, S * sp, r * S,
+  backend_.causal_softmax_forward(Stream::compute, scores_.cref(), probs.ref(), int(heads), S, S * sp, r * S,
                             1.0f / std::sqrt(float(D)));
 }
 
@@ -237,17 +237,17 @@ void AttentionCore::backward(const IdScope& ids, const LayerActivations& a, cons
   {
     auto timed = timeline_.time(ids(ops::attn_core));
     d_heads_.resize(std::size_t(n));
-    k_.rows_to_heads(Stream::compute, datt.cref(), hidden_local_, d_heads_.ref(), sequences_, seq_, heads_, head_dim_);
+    backend_.rows_to_heads(Stream::compute, datt.cref(), hidden_local_, d_heads_.ref(), sequences_, seq_, heads_, head_dim_);
   }
   if (form_ == AttentionForm::fused) fused_backward(ids, a);
   else materialized_backward(ids, a, probs);
   auto timed = timeline_.time(ids(ops::attn_core));
   const std::int64_t ld = 3 * hidden_local_;
-  if (!dqkv.bound()) dqkv.bind(k_, compute_);
+  if (!dqkv.bound()) dqkv.bind(backend_, compute_);
   dqkv.resize(std::size_t(3 * n));
-  k_.heads_to_rows(Stream::compute, dq_.cref(), dqkv.ref(), ld, sequences_, seq_, heads_, head_dim_);
-  k_.heads_to_rows(Stream::compute, dk_.cref(), dqkv.at(hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
-  k_.heads_to_rows(Stream::compute, dv_.cref(), dqkv.at(2 * hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
+  backend_.heads_to_rows(Stream::compute, dq_.cref(), dqkv.ref(), ld, sequences_, seq_, heads_, head_dim_);
+  backend_.heads_to_rows(Stream::compute, dk_.cref(), dqkv.at(hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
+  backend_.heads_to_rows(Stream::compute, dv_.cref(), dqkv.at(2 * hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
 }
 
 void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivations& a, const Buffer& probs) {
@@ -259,7 +259,7 @@ void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivat
   // then dK) with the block's accumulator, and into dQ in the second pass.
   auto ring_pass = [&](const Buffer& owned, int block_tag, int gradient_tag, bool values, Buffer& gradient) {
     std::vector<Buffer> in_flight;  // kept alive until every send is done
-    for (int i = 0; i < 2 * sp; ++i) in_flight.emplace_back(k_, compute_);
+    for (int i = 0; i < 2 * sp; ++i) in_flight.emplace_back(backend_, compute_);
     RingMail mail(timeline_, ring_, ids, compute_, r, sp);
     // block j's contribution: dP columns (values) or dQ (keys), and its gradient part.
     auto compute = [&](int j, const Buffer& block, Buffer& accumulator) {
@@ -273,15 +273,15 @@ void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivat
       if (values) {
         scratch_block_.resize(heads * row_block);
         Buffer& dp = sp == 1 ? dprobs_ : scratch_block_;
-        k_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, d_heads_.cref(), head_block, block.cref(),
+        backend_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, d_heads_.cref(), head_block, block.cref(),
                                                   head_block, 0.0f, dp.ref(), row_block));
-        k_.gemm_batched(Stream::compute, per_head(true, false, S, D, S, matrix->cref(), row_block, d_heads_.cref(),
+        backend_.gemm_batched(Stream::compute, per_head(true, false, S, D, S, matrix->cref(), row_block, d_heads_.cref(),
                                                   head_block, 1.0f, accumulator.ref(), head_block));
         if (sp > 1) place_block(scratch_block_, dprobs_, j);
       } else {
-        k_.gemm_batched(Stream::compute, per_head(false, false, S, D, S, matrix->cref(), row_block, block.cref(),
+        backend_.gemm_batched(Stream::compute, per_head(false, false, S, D, S, matrix->cref(), row_block, block.cref(),
                                                   head_block, 1.0f, dq_.ref(), head_block));
-        k_.gemm_batched(Stream::compute, per_head(true, false, S, D, S, matrix->cref(), row_block, a.q.cref(),
+        backend_.gemm_batched(Stream::compute, per_head(true, false, S, D, S, matrix->cref(), row_block, a.q.cref(),
                                                   head_block, 1.0f, accumulator.ref(), head_block));
       }
     };
@@ -307,7 +307,7 @@ void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivat
   {
     auto timed = timeline_.time(ids(ops::attn_softmax));
     dscores_.resize(probs.size());
-    k_.causal_softmax_backward(Stream::compute, probs.cref(), dprobs_.cref(), dscores_.ref(), std::int64_t(heads) * S,
+    backend_.causal_softmax_backward(Stream::compute, probs.cref(), dprobs_.cref(), dscores_.ref(), std::int64_t(heads) * S,
                                S * sp, 1.0f / std::sqrt(float(D)));
   }
   dq_.assign(n, 0.0f);
@@ -322,13 +322,13 @@ void AttentionCore::fused_backward(const IdScope& ids, const LayerActivations& a
     // delta = rowsum(dO * O) over the final output, in the heads' layout.
     auto timed = timeline_.time(ids(ops::attn_core));
     out_heads_.resize(n);
-    k_.rows_to_heads(Stream::compute, a.att.cref(), hidden_local_, out_heads_.ref(), sequences_, seq_, heads_, D);
+    backend_.rows_to_heads(Stream::compute, a.att.cref(), hidden_local_, out_heads_.ref(), sequences_, seq_, heads_, D);
     delta_.resize(std::size_t(heads) * S);
-    k_.attention_delta(Stream::compute, d_heads_.cref(), out_heads_.cref(), delta_.f32(), std::int64_t(heads) * S, D);
+    backend_.attention_delta(Stream::compute, d_heads_.cref(), out_heads_.cref(), delta_.f32(), std::int64_t(heads) * S, D);
   }
   dq_.assign(n, 0.0f);
   std::vector<Buffer> in_flight;  // [hop][key, value, dK, dV], kept alive until every send is done
-  for (int i = 0; i < 4 * sp; ++i) in_flight.emplace_back(k_, compute_);
+  for (int i = 0; i < 4 * sp; ++i) in_flight.emplace_back(backend_, compute_);
   RingMail mail(timeline_, ring_, ids, compute_, r, sp);
   auto compute = [&](int j, const Buffer& keys, const Buffer& values, Buffer& dk, Buffer& dv) {
     if (j > r) return;  // masked by causality
@@ -341,7 +341,7 @@ void AttentionCore::fused_backward(const IdScope& ids, const LayerActivations& a
     g.lse = a.lse.f32(), g.delta = delta_.f32();
     g.dq = dq_.ref(), g.dk = dk.ref(), g.dv = dv.ref();
     g.accumulate_kv = true;
-    k_.attention_backward(Stream::compute, g);
+    backend_.attention_backward(Stream::compute, g);
   };
   if (sp > 1) {
     mail.post(a.k, kBackwardKeys + 1);

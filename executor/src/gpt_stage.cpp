@@ -13,7 +13,7 @@ GptStage::GptStage(LayoutContext context, AttentionForm attention)
     offsets_[t] = layer.tensor(fmt::format("L0.{}", layer_tensor_name(LayerTensor(t)))).offset;
   }
   const DType compute = layout_->context().compute;
-  for (Buffer* b : {&reduced_, &dgelu_, &dfc1_, &dnorm_, &datt_, &dqkv_}) b->bind(k(), compute);
+  for (Buffer* b : {&reduced_, &dgelu_, &dfc1_, &dnorm_, &datt_, &dqkv_}) b->bind(backend(), compute);
 }
 
 void GptStage::layer_forward(int mb, int l, PassKind pass, CRef params, LayerActivations& a, Buffer& probs,
@@ -32,7 +32,7 @@ void GptStage::layer_forward(int mb, int l, PassKind pass, CRef params, LayerAct
   {
     auto timed = timeline().time(ids(ops::attn_residual));
     a.x1.resize(x.size());
-    k().residual(Stream::compute, a.x1.ref(), x.cref(), reduced_.cref(), w(kProjBias), rows, cols);
+    backend().residual(Stream::compute, a.x1.ref(), x.cref(), reduced_.cref(), w(kProjBias), rows, cols);
   }
   // ---- MLP half ----
   L.norm_forward(ids, kMlpHalf, a.x1, w(kLn2Gain), w(kLn2Bias), a.ln2, a.ln2_mean, a.ln2_rstd);
@@ -40,11 +40,11 @@ void GptStage::layer_forward(int mb, int l, PassKind pass, CRef params, LayerAct
   {
     auto timed = timeline().time(ids(ops::mlp_act));
     a.gelu.resize(a.fc1.size());
-    k().gelu_forward(Stream::compute, a.fc1.cref(), a.gelu.ref(), std::int64_t(a.gelu.size()));
+    backend().gelu_forward(Stream::compute, a.fc1.cref(), a.gelu.ref(), std::int64_t(a.gelu.size()));
   }
   L.linear_out_forward(ids, kMlpHalf, a.gelu, w(kFc2Weight), F, C, reduced_, a.fc2_in);
   auto timed = timeline().time(ids(ops::mlp_residual));
-  k().residual(Stream::compute, x.ref(), a.x1.cref(), reduced_.cref(), w(kFc2Bias), rows, cols);
+  backend().residual(Stream::compute, x.ref(), a.x1.cref(), reduced_.cref(), w(kFc2Bias), rows, cols);
 }
 
 void GptStage::recompute_probabilities(int mb, int l, LayerActivations& a, Buffer& probs) {
@@ -62,13 +62,13 @@ void GptStage::layer_backward(int mb, int l, CRef params, float* grads, LayerAct
   // ---- MLP half ----
   {
     auto timed = timeline().time(ids(ops::mlp_residual));
-    k().bias_gradient(Stream::compute, dx.cref(), g(kFc2Bias), rows, cols);
+    backend().bias_gradient(Stream::compute, dx.cref(), g(kFc2Bias), rows, cols);
   }
   L.linear_out_backward(ids, kMlpHalf, a.gelu, a.fc2_in, w(kFc2Weight), dx, F, C, dgelu_, g(kFc2Weight));
   {
     auto timed = timeline().time(ids(ops::mlp_act));
     dfc1_.resize(a.fc1.size());
-    k().gelu_backward(Stream::compute, a.fc1.cref(), dgelu_.cref(), dfc1_.ref(), std::int64_t(dfc1_.size()));
+    backend().gelu_backward(Stream::compute, a.fc1.cref(), dgelu_.cref(), dfc1_.ref(), std::int64_t(dfc1_.size()));
   }
   L.linear_in_backward(ids, kMlpHalf, a.ln2, a.ln2_full, w(kFc1Weight), dfc1_, C, F, dnorm_, g(kFc1Weight),
                        g(kFc1Bias));
@@ -76,7 +76,7 @@ void GptStage::layer_backward(int mb, int l, CRef params, float* grads, LayerAct
   // ---- attention half ----
   {
     auto timed = timeline().time(ids(ops::attn_residual));
-    k().bias_gradient(Stream::compute, dx.cref(), g(kProjBias), rows, cols);
+    backend().bias_gradient(Stream::compute, dx.cref(), g(kProjBias), rows, cols);
   }
   L.linear_out_backward(ids, kAttentionHalf, a.att, a.proj_in, w(kProjWeight), dx, C, C, datt_, g(kProjWeight));
   attention_.backward(ids, a, probs, datt_, dqkv_);

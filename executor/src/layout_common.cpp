@@ -40,7 +40,7 @@ void TensorLayout::vocab_parallel_loss(int mb, const std::int32_t* targets, int 
   h.sums.resize(2 * std::size_t(rows));
   {
     auto timed = timeline().time(ids(ops::head_loss));
-    k().cross_entropy_max(Stream::compute, h.logits.cref(), h.row_max.f32(), rows, vocab_local);
+    backend().cross_entropy_max(Stream::compute, h.logits.cref(), h.row_max.f32(), rows, vocab_local);
   }
   if (group.size() > 1) {
     auto timed = timeline().time(ids(ops::head_loss_all_reduce), group.stream());
@@ -48,7 +48,7 @@ void TensorLayout::vocab_parallel_loss(int mb, const std::int32_t* targets, int 
   }
   {
     auto timed = timeline().time(ids(ops::head_loss));
-    k().cross_entropy_sums(Stream::compute, h.logits.cref(), targets, h.row_max.f32(), h.sums.f32(),
+    backend().cross_entropy_sums(Stream::compute, h.logits.cref(), targets, h.row_max.f32(), h.sums.f32(),
                            h.sums.f32() + rows, rows, vocab_local, vocab_start);
   }
   if (group.size() > 1) {
@@ -56,7 +56,7 @@ void TensorLayout::vocab_parallel_loss(int mb, const std::int32_t* targets, int 
     group.all_reduce(h.sums);
   }
   auto timed = timeline().time(ids(ops::head_loss));
-  k().cross_entropy_loss(Stream::compute, h.row_max.f32(), h.sums.f32(), h.sums.f32() + rows, rows, loss_sum);
+  backend().cross_entropy_loss(Stream::compute, h.row_max.f32(), h.sums.f32(), h.sums.f32() + rows, rows, loss_sum);
 }
 
 void TensorLayout::split_norm_forward(const std::string& compute_id, const std::string& comm_id,
@@ -68,7 +68,7 @@ void TensorLayout::split_norm_forward(const std::string& compute_id, const std::
   bound(y, context_.compute).resize(x.size());
   {
     auto timed = timeline().time(compute_id);
-    k().row_sums(Stream::compute, x.cref(), mean.f32(), rows, cols);
+    backend().row_sums(Stream::compute, x.cref(), mean.f32(), rows, cols);
   }
   {
     auto timed = timeline().time(comm_id, row_group.stream());
@@ -76,16 +76,16 @@ void TensorLayout::split_norm_forward(const std::string& compute_id, const std::
   }
   {
     auto timed = timeline().time(compute_id);
-    k().finish_mean(Stream::compute, mean.f32(), rows, C);
-    k().row_centered_square_sums(Stream::compute, x.cref(), mean.f32(), rstd.f32(), rows, cols);
+    backend().finish_mean(Stream::compute, mean.f32(), rows, C);
+    backend().row_centered_square_sums(Stream::compute, x.cref(), mean.f32(), rstd.f32(), rows, cols);
   }
   {
     auto timed = timeline().time(comm_id, row_group.stream());
     row_group.all_reduce(rstd);
   }
   auto timed = timeline().time(compute_id);
-  k().finish_rstd(Stream::compute, rstd.f32(), rows, C, 1e-5f);
-  k().layer_norm_apply(Stream::compute, x.cref(), gamma, beta, mean.f32(), rstd.f32(), y.ref(), rows, cols);
+  backend().finish_rstd(Stream::compute, rstd.f32(), rows, C, 1e-5f);
+  backend().layer_norm_apply(Stream::compute, x.cref(), gamma, beta, mean.f32(), rstd.f32(), y.ref(), rows, cols);
 }
 
 void TensorLayout::split_norm_backward(const std::string& compute_id, const std::string& comm_id,
@@ -98,7 +98,7 @@ void TensorLayout::split_norm_backward(const std::string& compute_id, const std:
   if (!accumulate) bound(dx, context_.compute).resize(x.size());
   {
     auto timed = timeline().time(compute_id);
-    k().layer_norm_backward_partials(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dgamma,
+    backend().layer_norm_backward_partials(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dgamma,
                                      dbeta, stats_.f32(), stats2_.f32(), rows, cols);
   }
   {
@@ -107,7 +107,7 @@ void TensorLayout::split_norm_backward(const std::string& compute_id, const std:
     row_group.all_reduce(stats2_);
   }
   auto timed = timeline().time(compute_id);
-  k().layer_norm_backward_apply(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), stats_.f32(),
+  backend().layer_norm_backward_apply(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), stats_.f32(),
                                 stats2_.f32(), model().hidden, dx.ref(), rows, cols, accumulate);
 }
 

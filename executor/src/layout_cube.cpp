@@ -31,9 +31,9 @@ class CubeLayout final : public TensorLayout {
     const int q = shape().q, rows = context_.micro_batch * context_.seq;
     set_shape(rows / (q * q), model().hidden / q, context_.micro_batch / (q * q), q);
     for (Buffer* b : {&gathered_, &weight_, &product_, &table_block_, &table_pieces_, &whole_}) {
-      b->bind(k(), context_.compute);
+      b->bind(backend(), context_.compute);
     }
-    for (Buffer* b : {&weight_grad_, &piece_grad_, &table_grad_block_, &table_grad_pieces_}) b->bind(k(), DType::f32);
+    for (Buffer* b : {&weight_grad_, &piece_grad_, &table_grad_block_, &table_grad_pieces_}) b->bind(backend(), DType::f32);
   }
 
   bool reports_loss() const override { return shape().grid_col == 0; }
@@ -95,13 +95,13 @@ class CubeLayout final : public TensorLayout {
                          Buffer& y, Buffer& kept) override {
     linear_forward(ids, half.in, true, x, w, in, out, y, kept);
     auto timed = timeline().time(ids(half.in.gemm));
-    k().add_bias(Stream::compute, y.ref(), bias, local_rows_, out / shape().q);
+    backend().add_bias(Stream::compute, y.ref(), bias, local_rows_, out / shape().q);
   }
   void linear_in_backward(const IdScope& ids, const HalfOps& half, const Buffer&, const Buffer& kept, CRef w,
                           const Buffer& dy, int in, int out, Buffer& dx, float* dw, float* dbias) override {
     {
       auto timed = timeline().time(ids(half.in.gemm));
-      k().bias_gradient(Stream::compute, dy.cref(), dbias, local_rows_, out / shape().q);
+      backend().bias_gradient(Stream::compute, dy.cref(), dbias, local_rows_, out / shape().q);
     }
     linear_backward(ids, half.in, true, kept, w, dy, in, out, dx, dw);
   }
@@ -116,35 +116,35 @@ class CubeLayout final : public TensorLayout {
 
   void embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, CRef params, Buffer& x) override {
     const IdScope ids{mb, -1, ops::Part::embed, ops::Phase::fwd};
-    const int V = model().vocab, Cl = residual_cols_, Tl = local_rows_;
+    const int V = model().vocab, residual_cols = residual_cols_, local_rows = local_rows_;
     {
       auto timed = timeline().time(ids(ops::embed_gather_weight_col), context_.comms.col.stream());
       gather_table_block(kernels::offset(params, rest.tensor("wte").offset));
     }
-    whole_.resize(std::size_t(V) * Cl);  // hidden block k of the whole vocabulary
+    whole_.resize(std::size_t(V) * residual_cols);  // hidden block k of the whole vocabulary
     {
       auto timed = timeline().time(ids(ops::embed_gather_weight_row), context_.comms.row.stream());
       context_.comms.row.all_gather(table_block_.data(), whole_.data(), table_block_.size(), context_.compute);
     }
     auto timed = timeline().time(ids(ops::embed_lookup));
-    bound(x, context_.compute).resize(std::size_t(Tl) * Cl);
-    k().embedding_forward(Stream::compute, tokens + first_token(), whole_.cref(), x.ref(), Tl, Cl, 0, V);
-    k().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), Tl, Cl,
+    bound(x, context_.compute).resize(std::size_t(local_rows) * residual_cols);
+    backend().embedding_forward(Stream::compute, tokens + first_token(), whole_.cref(), x.ref(), local_rows, residual_cols, 0, V);
+    backend().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows, residual_cols,
                  kernels::RowMap{0, first_token(), context_.seq});
   }
 
   void embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads, const Buffer& dx) override {
     const IdScope ids{mb, -1, ops::Part::embed, ops::Phase::bwd};
-    const int V = model().vocab, Cl = residual_cols_, Tl = local_rows_;
+    const int V = model().vocab, residual_cols = residual_cols_, local_rows = local_rows_;
     {
       auto timed = timeline().time(ids(ops::embed_lookup));
-      k().add_rows_backward(Stream::compute, dx.cref(), grads + rest.tensor("wpe").offset, Tl, Cl,
+      backend().add_rows_backward(Stream::compute, dx.cref(), grads + rest.tensor("wpe").offset, local_rows, residual_cols,
                             kernels::RowMap{0, first_token(), context_.seq});
-      table_grad_pieces_.assign(std::size_t(V) * Cl, 0.0f);
-      k().embedding_backward(Stream::compute, tokens + first_token(), dx.cref(), table_grad_pieces_.f32(), Tl, Cl, 0,
+      table_grad_pieces_.assign(std::size_t(V) * residual_cols, 0.0f);
+      backend().embedding_backward(Stream::compute, tokens + first_token(), dx.cref(), table_grad_pieces_.f32(), local_rows, residual_cols, 0,
                              V);
     }
-    table_grad_block_.resize(std::size_t(vocab_local_) * Cl);
+    table_grad_block_.resize(std::size_t(vocab_local_) * residual_cols);
     {
       auto timed = timeline().time(ids(ops::embed_gather_weight_row), context_.comms.row.stream());
       context_.comms.row.reduce_scatter(table_grad_pieces_.data(), table_grad_block_.data(), table_grad_block_.size(),
@@ -157,14 +157,14 @@ class CubeLayout final : public TensorLayout {
   void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
                     HeadActivations& h, double* loss_sum) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::fwd};
-    const int q = shape().q, T = rows_ / q, Tl = local_rows_, Cl = residual_cols_, Vl = vocab_local_;
+    const int q = shape().q, gathered_rows = rows_ / q, local_rows = local_rows_, residual_cols = residual_cols_, vocab_local = vocab_local_;
     h.x.copy_from(x);
     split_norm_forward(ids(ops::head_logits.gemm), ids(ops::head_norm_all_reduce), context_.comms.depth, x,
                        kernels::offset(params, rest.tensor("lnf.gain").offset),
                        kernels::offset(params, rest.tensor("lnf.bias").offset), h.lnf, h.lnf_mean, h.lnf_rstd);
     // logits = lnf E^T as an A -> B linear: the weight's [hidden block k x vocabulary
     // block j] is the transposed table block, its pieces down the column.
-    h.lnf_full.resize(std::size_t(T) * Cl);
+    h.lnf_full.resize(std::size_t(gathered_rows) * residual_cols);
     {
       auto timed = timeline().time(ids(ops::head_logits.gather_input), context_.comms.row.stream());
       context_.comms.row.all_gather(h.lnf.data(), h.lnf_full.data(), h.lnf.size(), context_.compute);
@@ -173,33 +173,33 @@ class CubeLayout final : public TensorLayout {
       auto timed = timeline().time(ids(ops::head_logits.gather_weight), context_.comms.col.stream());
       gather_table_block(kernels::offset(params, rest.tensor("wte").offset));
     }
-    product_.resize(std::size_t(T) * Vl);
+    product_.resize(std::size_t(gathered_rows) * vocab_local);
     {
       auto timed = timeline().time(ids(ops::head_logits.gemm));
-      k().gemm(Stream::compute,
-               gemm(false, true, T, Vl, Cl, h.lnf_full.cref(), table_block_.cref(), 0.0f, product_.ref()));
+      backend().gemm(Stream::compute,
+               gemm(false, true, gathered_rows, vocab_local, residual_cols, h.lnf_full.cref(), table_block_.cref(), 0.0f, product_.ref()));
     }
-    h.logits.resize(std::size_t(Tl) * Vl);
+    h.logits.resize(std::size_t(local_rows) * vocab_local);
     {
       auto timed = timeline().time(ids(ops::head_logits.reduce_scatter), context_.comms.depth.stream());
       context_.comms.depth.reduce_scatter(product_.data(), h.logits.data(), h.logits.size(), context_.compute);
     }
     // Rank (i, j, k) now holds token block i q + k, vocabulary block j.
-    vocab_parallel_loss(mb, targets + logits_block() * Tl, Tl, Vl, shape().grid_col * Vl, context_.comms.row, h,
+    vocab_parallel_loss(mb, targets + logits_block() * local_rows, local_rows, vocab_local, shape().grid_col * vocab_local, context_.comms.row, h,
                         loss_sum);
   }
 
   void head_backward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, float* grads,
                      HeadActivations& h, float grad_scale, Buffer& dx) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::bwd};
-    const int q = shape().q, T = rows_ / q, Tl = local_rows_, Cl = residual_cols_, Vl = vocab_local_;
+    const int q = shape().q, gathered_rows = rows_ / q, local_rows = local_rows_, residual_cols = residual_cols_, vocab_local = vocab_local_;
     {
       auto timed = timeline().time(ids(ops::head_loss));
       product_.resize(h.logits.size());
-      k().cross_entropy_backward(Stream::compute, h.logits.cref(), targets + logits_block() * Tl, h.row_max.f32(),
-                                 h.sums.f32(), product_.ref(), Tl, Vl, shape().grid_col * Vl, grad_scale);
+      backend().cross_entropy_backward(Stream::compute, h.logits.cref(), targets + logits_block() * local_rows, h.row_max.f32(),
+                                 h.sums.f32(), product_.ref(), local_rows, vocab_local, shape().grid_col * vocab_local, grad_scale);
     }
-    gathered_.resize(std::size_t(T) * Vl);
+    gathered_.resize(std::size_t(gathered_rows) * vocab_local);
     {
       auto timed = timeline().time(ids(ops::head_logits.reduce_scatter), context_.comms.depth.stream());
       context_.comms.depth.all_gather(product_.data(), gathered_.data(), product_.size(), context_.compute);
@@ -208,15 +208,15 @@ class CubeLayout final : public TensorLayout {
       auto timed = timeline().time(ids(ops::head_logits.gather_weight), context_.comms.col.stream());
       gather_table_block(kernels::offset(params, rest.tensor("wte").offset));
     }
-    whole_.resize(std::size_t(T) * Cl);
-    table_grad_block_.resize(std::size_t(Vl) * Cl);
+    whole_.resize(std::size_t(gathered_rows) * residual_cols);
+    table_grad_block_.resize(std::size_t(vocab_local) * residual_cols);
     {
       auto timed = timeline().time(ids(ops::head_logits.gemm));
-      k().gemm(Stream::compute, gemm(false, false, T, Cl, Vl, gathered_.cref(), table_block_.cref(), 0.0f, whole_.ref()));
-      k().gemm(Stream::compute,
-               gemm(true, false, Vl, Cl, T, gathered_.cref(), h.lnf_full.cref(), 0.0f, table_grad_block_.ref()));
+      backend().gemm(Stream::compute, gemm(false, false, gathered_rows, residual_cols, vocab_local, gathered_.cref(), table_block_.cref(), 0.0f, whole_.ref()));
+      backend().gemm(Stream::compute,
+               gemm(true, false, vocab_local, residual_cols, gathered_rows, gathered_.cref(), h.lnf_full.cref(), 0.0f, table_grad_block_.ref()));
     }
-    product_.resize(std::size_t(Tl) * Cl);
+    product_.resize(std::size_t(local_rows) * residual_cols);
     {
       auto timed = timeline().time(ids(ops::head_logits.gather_input), context_.comms.row.stream());
       context_.comms.row.reduce_scatter(whole_.data(), product_.data(), product_.size(), context_.compute);
@@ -240,87 +240,87 @@ class CubeLayout final : public TensorLayout {
   // blocks are on the depth axis (qkv, fc1), else on the columns (proj, fc2).
   void linear_forward(const IdScope& ids, const ops::LinearOps& op, bool features_on_depth, const Buffer& x, CRef w,
                       int in, int out, Buffer& y, Buffer& kept) {
-    const int q = shape().q, T = rows_ / q, il = in / q, ol = out / q;
+    const int q = shape().q, gathered_rows = rows_ / q, in_local = in / q, out_local = out / q;
     Communicator& gather = features_on_depth ? context_.comms.row : context_.comms.depth;
     Communicator& reduce = features_on_depth ? context_.comms.depth : context_.comms.row;
-    bound(kept, context_.compute).resize(std::size_t(T) * il);
+    bound(kept, context_.compute).resize(std::size_t(gathered_rows) * in_local);
     {
       auto timed = timeline().time(ids(op.gather_input), gather.stream());
-      gather.all_gather(x.data(), kept.data(), std::size_t(local_rows_) * il, context_.compute);
+      gather.all_gather(x.data(), kept.data(), std::size_t(local_rows_) * in_local, context_.compute);
     }
-    weight_.resize(std::size_t(il) * ol);
+    weight_.resize(std::size_t(in_local) * out_local);
     {
       auto timed = timeline().time(ids(op.gather_weight), context_.comms.col.stream());
-      context_.comms.col.all_gather(w.data, weight_.data(), std::size_t(il / q) * ol, context_.compute);
+      context_.comms.col.all_gather(w.data, weight_.data(), std::size_t(in_local / q) * out_local, context_.compute);
     }
-    product_.resize(std::size_t(T) * ol);
+    product_.resize(std::size_t(gathered_rows) * out_local);
     {
       auto timed = timeline().time(ids(op.gemm));
-      k().gemm(Stream::compute, gemm(false, false, T, ol, il, kept.cref(), weight_.cref(), 0.0f, product_.ref()));
+      backend().gemm(Stream::compute, gemm(false, false, gathered_rows, out_local, in_local, kept.cref(), weight_.cref(), 0.0f, product_.ref()));
     }
     auto timed = timeline().time(ids(op.reduce_scatter), reduce.stream());
-    bound(y, context_.compute).resize(std::size_t(local_rows_) * ol);
+    bound(y, context_.compute).resize(std::size_t(local_rows_) * out_local);
     reduce.reduce_scatter(product_.data(), y.data(), y.size(), context_.compute);
   }
 
   void linear_backward(const IdScope& ids, const ops::LinearOps& op, bool features_on_depth, const Buffer& kept, CRef w,
                        const Buffer& dy, int in, int out, Buffer& dx, float* dw) {
-    const int q = shape().q, T = rows_ / q, il = in / q, ol = out / q;
+    const int q = shape().q, gathered_rows = rows_ / q, in_local = in / q, out_local = out / q;
     Communicator& gather = features_on_depth ? context_.comms.row : context_.comms.depth;
     Communicator& reduce = features_on_depth ? context_.comms.depth : context_.comms.row;
-    gathered_.resize(std::size_t(T) * ol);  // the output gradient, gathered
+    gathered_.resize(std::size_t(gathered_rows) * out_local);  // the output gradient, gathered
     {
       auto timed = timeline().time(ids(op.reduce_scatter), reduce.stream());
-      reduce.all_gather(dy.data(), gathered_.data(), std::size_t(local_rows_) * ol, context_.compute);
+      reduce.all_gather(dy.data(), gathered_.data(), std::size_t(local_rows_) * out_local, context_.compute);
     }
-    weight_.resize(std::size_t(il) * ol);
+    weight_.resize(std::size_t(in_local) * out_local);
     {
       auto timed = timeline().time(ids(op.gather_weight), context_.comms.col.stream());
-      context_.comms.col.all_gather(w.data, weight_.data(), std::size_t(il / q) * ol, context_.compute);
+      context_.comms.col.all_gather(w.data, weight_.data(), std::size_t(in_local / q) * out_local, context_.compute);
     }
-    product_.resize(std::size_t(T) * il);
-    weight_grad_.resize(std::size_t(il) * ol);
+    product_.resize(std::size_t(gathered_rows) * in_local);
+    weight_grad_.resize(std::size_t(in_local) * out_local);
     {
       auto timed = timeline().time(ids(op.gemm));
-      k().gemm(Stream::compute, gemm(false, true, T, il, ol, gathered_.cref(), weight_.cref(), 0.0f, product_.ref()));
-      k().gemm(Stream::compute, gemm(true, false, il, ol, T, kept.cref(), gathered_.cref(), 0.0f, weight_grad_.ref()));
+      backend().gemm(Stream::compute, gemm(false, true, gathered_rows, in_local, out_local, gathered_.cref(), weight_.cref(), 0.0f, product_.ref()));
+      backend().gemm(Stream::compute, gemm(true, false, in_local, out_local, gathered_rows, kept.cref(), gathered_.cref(), 0.0f, weight_grad_.ref()));
     }
     {
       auto timed = timeline().time(ids(op.gather_input), gather.stream());
-      bound(dx, context_.compute).resize(std::size_t(local_rows_) * il);
+      bound(dx, context_.compute).resize(std::size_t(local_rows_) * in_local);
       gather.reduce_scatter(product_.data(), dx.data(), dx.size(), context_.compute);
     }
     auto timed = timeline().time(ids(op.gather_weight), context_.comms.col.stream());
-    piece_grad_.resize(std::size_t(il / q) * ol);
+    piece_grad_.resize(std::size_t(in_local / q) * out_local);
     context_.comms.col.reduce_scatter(weight_grad_.data(), piece_grad_.data(), piece_grad_.size(), DType::f32);
-    k().add(Stream::compute, kernels::f32(dw), kernels::f32(dw), piece_grad_.cref(), std::int64_t(piece_grad_.size()));
+    backend().add(Stream::compute, kernels::f32(dw), kernels::f32(dw), piece_grad_.cref(), std::int64_t(piece_grad_.size()));
   }
 
   // The table piece of rank (i, j, k) is [vocabulary block j x hidden sub-block k q + i];
   // its column's q pieces side by side are the block [vocabulary block j x hidden block k].
   void gather_table_block(CRef piece) {
-    const int q = shape().q, Vl = vocab_local_, Cl = residual_cols_, Cs = Cl / q;
-    table_pieces_.resize(std::size_t(Vl) * Cl);
-    context_.comms.col.all_gather(piece.data, table_pieces_.data(), std::size_t(Vl) * Cs, context_.compute);
-    table_block_.resize(std::size_t(Vl) * Cl);
+    const int q = shape().q, vocab_local = vocab_local_, residual_cols = residual_cols_, residual_slice_cols = residual_cols / q;
+    table_pieces_.resize(std::size_t(vocab_local) * residual_cols);
+    context_.comms.col.all_gather(piece.data, table_pieces_.data(), std::size_t(vocab_local) * residual_slice_cols, context_.compute);
+    table_block_.resize(std::size_t(vocab_local) * residual_cols);
     for (int i = 0; i < q; ++i) {
-      k().copy_2d(Stream::compute, table_block_.at(std::int64_t(i) * Cs), Cl, table_pieces_.at(std::int64_t(i) * Vl * Cs),
-                  Cs, Vl, Cs);
+      backend().copy_2d(Stream::compute, table_block_.at(std::int64_t(i) * residual_slice_cols), residual_cols, table_pieces_.at(std::int64_t(i) * vocab_local * residual_slice_cols),
+                  residual_slice_cols, vocab_local, residual_slice_cols);
     }
   }
 
   // table_grad_block_ [vocabulary block x hidden block] back to the column's pieces,
   // reduce-scattered, added to this rank's piece gradient.
   void scatter_table_block(float* piece_grads) {
-    const int q = shape().q, Vl = vocab_local_, Cl = residual_cols_, Cs = Cl / q;
-    table_grad_pieces_.resize(std::size_t(Vl) * Cl);
+    const int q = shape().q, vocab_local = vocab_local_, residual_cols = residual_cols_, residual_slice_cols = residual_cols / q;
+    table_grad_pieces_.resize(std::size_t(vocab_local) * residual_cols);
     for (int i = 0; i < q; ++i) {
-      k().copy_2d(Stream::compute, table_grad_pieces_.at(std::int64_t(i) * Vl * Cs), Cs,
-                  table_grad_block_.at(std::int64_t(i) * Cs), Cl, Vl, Cs);
+      backend().copy_2d(Stream::compute, table_grad_pieces_.at(std::int64_t(i) * vocab_local * residual_slice_cols), residual_slice_cols,
+                  table_grad_block_.at(std::int64_t(i) * residual_slice_cols), residual_cols, vocab_local, residual_slice_cols);
     }
-    piece_grad_.resize(std::size_t(Vl) * Cs);
+    piece_grad_.resize(std::size_t(vocab_local) * residual_slice_cols);
     context_.comms.col.reduce_scatter(table_grad_pieces_.data(), piece_grad_.data(), piece_grad_.size(), DType::f32);
-    k().add(Stream::compute, kernels::f32(piece_grads), kernels::f32(piece_grads), piece_grad_.cref(),
+    backend().add(Stream::compute, kernels::f32(piece_grads), kernels::f32(piece_grads), piece_grad_.cref(),
             std::int64_t(piece_grad_.size()));
   }
 

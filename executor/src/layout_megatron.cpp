@@ -21,7 +21,7 @@ class MegatronLayout final : public TensorLayout {
     const int rows = context_.micro_batch * context_.seq;
     sequence_parallel_ = shape().sequence_parallel && shape().tp > 1;
     set_shape(sequence_parallel_ ? rows / shape().tp : rows, model().hidden, context_.micro_batch, shape().tp);
-    for (Buffer* b : {&partial_, &whole_, &dpartial_}) b->bind(k(), context_.compute);
+    for (Buffer* b : {&partial_, &whole_, &dpartial_}) b->bind(backend(), context_.compute);
   }
 
   bool reports_loss() const override { return shape().tp_rank == 0; }
@@ -63,14 +63,14 @@ class MegatronLayout final : public TensorLayout {
     bound(y, context_.compute).resize(x.size());
     bound(mean, DType::f32).resize(std::size_t(local_rows_));
     bound(rstd, DType::f32).resize(std::size_t(local_rows_));
-    k().layer_norm_forward(Stream::compute, x.cref(), gamma, beta, y.ref(), mean.f32(), rstd.f32(), local_rows_,
+    backend().layer_norm_forward(Stream::compute, x.cref(), gamma, beta, y.ref(), mean.f32(), rstd.f32(), local_rows_,
                            model().hidden, 1e-5f);
   }
 
   void norm_backward(const IdScope& ids, const HalfOps& half, const Buffer& dy, const Buffer& x, CRef gamma,
                      const Buffer& mean, const Buffer& rstd, float* dgamma, float* dbeta, Buffer& dx) override {
     auto timed = timeline().time(ids(half.norm));
-    k().layer_norm_backward(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dx.ref(), dgamma,
+    backend().layer_norm_backward(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dx.ref(), dgamma,
                             dbeta, local_rows_, model().hidden, true);
   }
 
@@ -83,7 +83,7 @@ class MegatronLayout final : public TensorLayout {
     kernels::Gemm g = gemm(false, false, rows_, out_local, in, input.cref(), w, 0.0f, y.ref());
     g.epilogue = kernels::Epilogue::bias;
     g.bias = bias;
-    k().gemm(Stream::compute, g);
+    backend().gemm(Stream::compute, g);
   }
 
   void linear_in_backward(const IdScope& ids, const HalfOps& half, const Buffer& x, const Buffer& kept, CRef w,
@@ -95,9 +95,9 @@ class MegatronLayout final : public TensorLayout {
       kernels::Gemm weight = gemm(true, false, in, out_local, rows_, input.cref(), dy.cref(), 1.0f, kernels::f32(dw));
       weight.epilogue = kernels::Epilogue::bias_gradient;
       weight.bias_gradient = dbias;
-      k().gemm(Stream::compute, weight);
+      backend().gemm(Stream::compute, weight);
       dpartial_.resize(std::size_t(rows_) * in);
-      k().gemm(Stream::compute, gemm(false, true, rows_, in, out_local, dy.cref(), w, 0.0f, dpartial_.ref()));
+      backend().gemm(Stream::compute, gemm(false, true, rows_, in, out_local, dy.cref(), w, 0.0f, dpartial_.ref()));
     }
     // The input gradient is a partial sum over the ranks' columns.
     reduce_partial(ids(sequence_parallel_ ? half.tp_all_gather : half.tp_all_reduce), dpartial_, dx);
@@ -108,7 +108,7 @@ class MegatronLayout final : public TensorLayout {
     {
       auto timed = timeline().time(ids(half.out.gemm));
       partial_.resize(std::size_t(rows_) * out);
-      k().gemm(Stream::compute, gemm(false, false, rows_, out, in / shape().tp, x.cref(), w, 0.0f, partial_.ref()));
+      backend().gemm(Stream::compute, gemm(false, false, rows_, out, in / shape().tp, x.cref(), w, 0.0f, partial_.ref()));
     }
     reduce_partial(ids(sequence_parallel_ ? half.tp_reduce_scatter : half.tp_all_reduce), partial_, y);
   }
@@ -121,8 +121,8 @@ class MegatronLayout final : public TensorLayout {
     auto timed = timeline().time(ids(half.out.gemm));
     const int in_local = in / shape().tp;
     bound(dx, context_.compute).resize(std::size_t(rows_) * in_local);
-    k().gemm(Stream::compute, gemm(false, true, rows_, in_local, out, whole.cref(), w, 0.0f, dx.ref()));
-    k().gemm(Stream::compute, gemm(true, false, in_local, out, rows_, x.cref(), whole.cref(), 1.0f, kernels::f32(dw)));
+    backend().gemm(Stream::compute, gemm(false, true, rows_, in_local, out, whole.cref(), w, 0.0f, dx.ref()));
+    backend().gemm(Stream::compute, gemm(true, false, in_local, out, rows_, x.cref(), whole.cref(), 1.0f, kernels::f32(dw)));
   }
 
   void embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, CRef params, Buffer& x) override {
@@ -132,7 +132,7 @@ class MegatronLayout final : public TensorLayout {
     whole.resize(std::size_t(rows_) * C);
     {
       auto timed = timeline().time(ids(ops::embed_lookup));
-      k().embedding_forward(Stream::compute, tokens, kernels::offset(params, rest.tensor("wte").offset), whole.ref(),
+      backend().embedding_forward(Stream::compute, tokens, kernels::offset(params, rest.tensor("wte").offset), whole.ref(),
                             rows_, C, shape().tp_rank * vocab_local_, vocab_local_);
     }
     if (shape().tp > 1) {
@@ -143,9 +143,9 @@ class MegatronLayout final : public TensorLayout {
     const int first_row = sequence_parallel_ ? shape().tp_rank * local_rows_ : 0;
     if (sequence_parallel_) {
       bound(x, context_.compute).resize(activation_size());
-      k().copy(Stream::compute, x.data(), whole.at(std::int64_t(first_row) * C).data, x.bytes());
+      backend().copy(Stream::compute, x.data(), whole.at(std::int64_t(first_row) * C).data, x.bytes());
     }
-    k().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows_, C,
+    backend().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows_, C,
                  kernels::RowMap{shape().sp_rank * context_.seq, first_row, context_.seq});
   }
 
@@ -154,9 +154,9 @@ class MegatronLayout final : public TensorLayout {
     const int C = model().hidden;
     const Buffer& whole = sequence_parallel_ ? gather_rows(ids(ops::embed_tp_all_gather), dx, whole_) : dx;
     auto timed = timeline().time(ids(ops::embed_lookup));
-    k().embedding_backward(Stream::compute, tokens, whole.cref(), grads + rest.tensor("wte").offset, rows_, C,
+    backend().embedding_backward(Stream::compute, tokens, whole.cref(), grads + rest.tensor("wte").offset, rows_, C,
                            shape().tp_rank * vocab_local_, vocab_local_);
-    k().add_rows_backward(Stream::compute, whole.cref(), grads + rest.tensor("wpe").offset, rows_, C,
+    backend().add_rows_backward(Stream::compute, whole.cref(), grads + rest.tensor("wpe").offset, rows_, C,
                           kernels::RowMap{shape().sp_rank * context_.seq, 0, context_.seq});
   }
 
@@ -171,7 +171,7 @@ class MegatronLayout final : public TensorLayout {
       h.lnf.resize(x.size());
       h.lnf_mean.resize(std::size_t(local_rows_));
       h.lnf_rstd.resize(std::size_t(local_rows_));
-      k().layer_norm_forward(Stream::compute, x.cref(), kernels::offset(params, rest.tensor("lnf.gain").offset),
+      backend().layer_norm_forward(Stream::compute, x.cref(), kernels::offset(params, rest.tensor("lnf.gain").offset),
                              kernels::offset(params, rest.tensor("lnf.bias").offset), h.lnf.ref(), h.lnf_mean.f32(),
                              h.lnf_rstd.f32(), local_rows_, C, 1e-5f);
     }
@@ -179,7 +179,7 @@ class MegatronLayout final : public TensorLayout {
     {
       auto timed = timeline().time(ids(ops::head_logits.gemm));
       h.logits.resize(std::size_t(rows_) * vocab_local_);
-      k().gemm(Stream::compute, gemm(false, true, rows_, vocab_local_, C, lnf.cref(),
+      backend().gemm(Stream::compute, gemm(false, true, rows_, vocab_local_, C, lnf.cref(),
                                      kernels::offset(params, rest.tensor("wte").offset), 0.0f, h.logits.ref()));
     }
     vocab_parallel_loss(mb, targets, rows_, vocab_local_, shape().tp_rank * vocab_local_, context_.comms.tp, h,
@@ -194,16 +194,16 @@ class MegatronLayout final : public TensorLayout {
     {
       auto timed = timeline().time(ids(ops::head_loss));
       dpartial_.resize(h.logits.size());
-      k().cross_entropy_backward(Stream::compute, h.logits.cref(), targets, h.row_max.f32(), h.sums.f32(),
+      backend().cross_entropy_backward(Stream::compute, h.logits.cref(), targets, h.row_max.f32(), h.sums.f32(),
                                  dpartial_.ref(), rows_, Vl, shape().tp_rank * Vl, grad_scale);
     }
     {
       auto timed = timeline().time(ids(ops::head_logits.gemm));
       const Buffer& lnf = sequence_parallel_ ? h.lnf_full : h.lnf;
-      k().gemm(Stream::compute,
+      backend().gemm(Stream::compute,
                gemm(true, false, Vl, C, rows_, dpartial_.cref(), lnf.cref(), 1.0f, kernels::f32(grads + wte.offset)));
       partial_.resize(std::size_t(rows_) * C);
-      k().gemm(Stream::compute, gemm(false, false, rows_, C, Vl, dpartial_.cref(), kernels::offset(params, wte.offset),
+      backend().gemm(Stream::compute, gemm(false, false, rows_, C, Vl, dpartial_.cref(), kernels::offset(params, wte.offset),
                                      0.0f, partial_.ref()));
     }
     // The input gradient is a sum over the vocabulary blocks: all-reduced, or with
@@ -212,7 +212,7 @@ class MegatronLayout final : public TensorLayout {
     auto timed = timeline().time(ids(ops::head_logits.gemm));
     bound(dx, context_.compute).resize(std::size_t(local_rows_) * C);
     const TensorSlot& gain = rest.tensor("lnf.gain");
-    k().layer_norm_backward(Stream::compute, whole_.cref(), h.x.cref(), kernels::offset(params, gain.offset),
+    backend().layer_norm_backward(Stream::compute, whole_.cref(), h.x.cref(), kernels::offset(params, gain.offset),
                             h.lnf_mean.f32(), h.lnf_rstd.f32(), dx.ref(), grads + gain.offset,
                             grads + rest.tensor("lnf.bias").offset, local_rows_, C, false);
   }

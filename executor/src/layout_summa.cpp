@@ -31,8 +31,8 @@ class SummaLayout final : public TensorLayout {
   explicit SummaLayout(LayoutContext context) : TensorLayout(std::move(context)) {
     const int q = shape().q, rows = context_.micro_batch * context_.seq, blocks = q * shape().depth;
     set_shape(rows / blocks, model().hidden / q, context_.micro_batch / blocks, q);
-    for (Buffer* b : {&summa_x_, &summa_w_, &summa_out_, &whole_, &transposed_}) b->bind(k(), context_.compute);
-    for (Buffer* b : {&summa_dw_, &dw_block_}) b->bind(k(), DType::f32);
+    for (Buffer* b : {&summa_x_, &summa_w_, &summa_out_, &whole_, &transposed_}) b->bind(backend(), context_.compute);
+    for (Buffer* b : {&summa_dw_, &dw_block_}) b->bind(backend(), DType::f32);
   }
 
   bool reports_loss() const override { return shape().grid_row == 0; }
@@ -88,13 +88,13 @@ class SummaLayout final : public TensorLayout {
                          Buffer& y, Buffer&) override {
     summa_forward(ids, half.in, x, w, in, out, y);
     auto timed = timeline().time(ids(half.in.gemm));
-    k().add_bias(Stream::compute, y.ref(), bias, local_rows_, out / shape().q);
+    backend().add_bias(Stream::compute, y.ref(), bias, local_rows_, out / shape().q);
   }
   void linear_in_backward(const IdScope& ids, const HalfOps& half, const Buffer& x, const Buffer&, CRef w,
                           const Buffer& dy, int in, int out, Buffer& dx, float* dw, float* dbias) override {
     {
       auto timed = timeline().time(ids(half.in.gemm));
-      k().bias_gradient(Stream::compute, dy.cref(), dbias, local_rows_, out / shape().q);
+      backend().bias_gradient(Stream::compute, dy.cref(), dbias, local_rows_, out / shape().q);
     }
     summa_backward(ids, half.in, x, w, dy, in, out, dx, dw);
   }
@@ -110,54 +110,54 @@ class SummaLayout final : public TensorLayout {
   void embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, CRef params, Buffer& x) override {
     const IdScope ids{mb, -1, ops::Part::embed, ops::Phase::fwd};
     // This depth layer's tokens.
-    const int Cl = residual_cols_, Vl = vocab_local_, T = rows_ / shape().depth, Tl = local_rows_;
-    tokens += std::size_t(shape().grid_depth) * T;
-    whole_.resize(std::size_t(T) * Cl);
+    const int residual_cols = residual_cols_, vocab_local = vocab_local_, gathered_rows = rows_ / shape().depth, local_rows = local_rows_;
+    tokens += std::size_t(shape().grid_depth) * gathered_rows;
+    whole_.resize(std::size_t(gathered_rows) * residual_cols);
     {
       auto timed = timeline().time(ids(ops::embed_lookup));
-      k().embedding_forward(Stream::compute, tokens, kernels::offset(params, rest.tensor("wte").offset), whole_.ref(),
-                            T, Cl, shape().grid_row * Vl, Vl);
+      backend().embedding_forward(Stream::compute, tokens, kernels::offset(params, rest.tensor("wte").offset), whole_.ref(),
+                            gathered_rows, residual_cols, shape().grid_row * vocab_local, vocab_local);
     }
-    bound(x, context_.compute).resize(std::size_t(Tl) * Cl);
+    bound(x, context_.compute).resize(std::size_t(local_rows) * residual_cols);
     {
       auto timed = timeline().time(ids(ops::embed_tp_reduce_scatter), context_.comms.col.stream());
       context_.comms.col.reduce_scatter(whole_.data(), x.data(), x.size(), context_.compute);
     }
     auto timed = timeline().time(ids(ops::embed_lookup));
-    k().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), Tl, Cl,
+    backend().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows, residual_cols,
                  kernels::RowMap{0, first_token(), context_.seq});
   }
 
   void embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads, const Buffer& dx) override {
     const IdScope ids{mb, -1, ops::Part::embed, ops::Phase::bwd};
-    const int Cl = residual_cols_, Vl = vocab_local_, T = rows_ / shape().depth, Tl = local_rows_;
-    tokens += std::size_t(shape().grid_depth) * T;
+    const int residual_cols = residual_cols_, vocab_local = vocab_local_, gathered_rows = rows_ / shape().depth, local_rows = local_rows_;
+    tokens += std::size_t(shape().grid_depth) * gathered_rows;
     {
       auto timed = timeline().time(ids(ops::embed_lookup));
-      k().add_rows_backward(Stream::compute, dx.cref(), grads + rest.tensor("wpe").offset, Tl, Cl,
+      backend().add_rows_backward(Stream::compute, dx.cref(), grads + rest.tensor("wpe").offset, local_rows, residual_cols,
                             kernels::RowMap{0, first_token(), context_.seq});
     }
-    whole_.resize(std::size_t(T) * Cl);
+    whole_.resize(std::size_t(gathered_rows) * residual_cols);
     {
       auto timed = timeline().time(ids(ops::embed_tp_reduce_scatter), context_.comms.col.stream());
       context_.comms.col.all_gather(dx.data(), whole_.data(), dx.size(), context_.compute);
     }
     auto timed = timeline().time(ids(ops::embed_lookup));
-    k().embedding_backward(Stream::compute, tokens, whole_.cref(), grads + rest.tensor("wte").offset, T, Cl,
-                           shape().grid_row * Vl, Vl);
+    backend().embedding_backward(Stream::compute, tokens, whole_.cref(), grads + rest.tensor("wte").offset, gathered_rows, residual_cols,
+                           shape().grid_row * vocab_local, vocab_local);
   }
 
   void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
                     HeadActivations& h, double* loss_sum) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::fwd};
-    const int q = shape().q, Tl = local_rows_, Cl = residual_cols_, Vl = vocab_local_;
+    const int q = shape().q, local_rows = local_rows_, residual_cols = residual_cols_, vocab_local = vocab_local_;
     const CRef table = kernels::offset(params, rest.tensor("wte").offset);  // vocabulary block r x feature block c
     h.x.copy_from(x);
     split_norm_forward(ids(ops::head_logits.gemm), ids(ops::head_norm_all_reduce), context_.comms.row, x,
                        kernels::offset(params, rest.tensor("lnf.gain").offset),
                        kernels::offset(params, rest.tensor("lnf.bias").offset), h.lnf, h.lnf_mean, h.lnf_rstd);
     // logits^T (vocabulary block r, token block c) = sum_k E(r, k) X(c, k)^T.
-    const std::size_t x_size = std::size_t(Tl) * Cl, l_size = std::size_t(Vl) * Tl;
+    const std::size_t x_size = std::size_t(local_rows) * residual_cols, l_size = std::size_t(vocab_local) * local_rows;
     summa_x_.resize(x_size);
     summa_out_.resize(l_size);
     h.lnf_full.resize(l_size);
@@ -169,7 +169,7 @@ class SummaLayout final : public TensorLayout {
       }
       {
         auto timed = timeline().time(ids(ops::head_logits.gemm));
-        k().gemm(Stream::compute, gemm(false, true, Vl, Tl, Cl, table, summa_x_.cref(), 0.0f, summa_out_.ref()));
+        backend().gemm(Stream::compute, gemm(false, true, vocab_local, local_rows, residual_cols, table, summa_x_.cref(), 0.0f, summa_out_.ref()));
       }
       auto timed = timeline().time(ids(ops::head_logits_reduce_row), context_.comms.row.stream());
       context_.comms.row.reduce(summa_out_.data(), h.lnf_full.data(), l_size, context_.compute, i);
@@ -177,26 +177,26 @@ class SummaLayout final : public TensorLayout {
     {
       auto timed = timeline().time(ids(ops::head_loss));
       h.logits.resize(l_size);
-      k().transpose(Stream::compute, h.logits.ref(), h.lnf_full.cref(), Vl, Tl);
+      backend().transpose(Stream::compute, h.logits.ref(), h.lnf_full.cref(), vocab_local, local_rows);
     }
-    vocab_parallel_loss(mb, targets + token_block_of_column() * Tl, Tl, Vl, shape().grid_row * Vl, context_.comms.col,
+    vocab_parallel_loss(mb, targets + token_block_of_column() * local_rows, local_rows, vocab_local, shape().grid_row * vocab_local, context_.comms.col,
                         h, loss_sum);
   }
 
   void head_backward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, float* grads,
                      HeadActivations& h, float grad_scale, Buffer& dx) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::bwd};
-    const int q = shape().q, Tl = local_rows_, Cl = residual_cols_, Vl = vocab_local_;
+    const int q = shape().q, local_rows = local_rows_, residual_cols = residual_cols_, vocab_local = vocab_local_;
     const TensorSlot& wte = rest.tensor("wte");
-    const std::size_t x_size = std::size_t(Tl) * Cl, l_size = std::size_t(Vl) * Tl;
+    const std::size_t x_size = std::size_t(local_rows) * residual_cols, l_size = std::size_t(vocab_local) * local_rows;
     {
       auto timed = timeline().time(ids(ops::head_loss));
       transposed_.resize(l_size);
-      k().cross_entropy_backward(Stream::compute, h.logits.cref(), targets + token_block_of_column() * Tl,
-                                 h.row_max.f32(), h.sums.f32(), transposed_.ref(), Tl, Vl, shape().grid_row * Vl,
+      backend().cross_entropy_backward(Stream::compute, h.logits.cref(), targets + token_block_of_column() * local_rows,
+                                 h.row_max.f32(), h.sums.f32(), transposed_.ref(), local_rows, vocab_local, shape().grid_row * vocab_local,
                                  grad_scale);
       // dlogits^T, vocabulary block r x token block c
-      k().transpose(Stream::compute, h.lnf_full.ref(), transposed_.cref(), Tl, Vl);
+      backend().transpose(Stream::compute, h.lnf_full.ref(), transposed_.cref(), local_rows, vocab_local);
     }
     summa_x_.resize(x_size);
     summa_w_.resize(l_size);
@@ -215,9 +215,9 @@ class SummaLayout final : public TensorLayout {
       }
       {
         auto timed = timeline().time(ids(ops::head_logits.gemm));
-        k().gemm(Stream::compute, gemm(false, false, Vl, Cl, Tl, summa_w_.cref(), summa_x_.cref(), 1.0f,
+        backend().gemm(Stream::compute, gemm(false, false, vocab_local, residual_cols, local_rows, summa_w_.cref(), summa_x_.cref(), 1.0f,
                                        kernels::f32(grads + wte.offset)));
-        k().gemm(Stream::compute, gemm(true, false, Tl, Cl, Vl, summa_w_.cref(), kernels::offset(params, wte.offset),
+        backend().gemm(Stream::compute, gemm(true, false, local_rows, residual_cols, vocab_local, summa_w_.cref(), kernels::offset(params, wte.offset),
                                        0.0f, summa_out_.ref()));
       }
       auto timed = timeline().time(ids(ops::head_logits.bcast_col), context_.comms.col.stream());
@@ -236,9 +236,9 @@ class SummaLayout final : public TensorLayout {
 
   // y = x w over the grid: x [rows x in/q], w [in/q x out/q], y [rows x out/q].
   void summa_forward(const IdScope& ids, const ops::LinearOps& op, const Buffer& x, CRef w, int in, int out, Buffer& y) {
-    const int q = shape().q, il = in / q, ol = out / q, rows = local_rows_;
-    const std::size_t x_size = std::size_t(rows) * il, w_size = std::size_t(il) * ol;
-    bound(y, context_.compute).assign(std::size_t(rows) * ol, 0.0f);
+    const int q = shape().q, in_local = in / q, out_local = out / q, rows = local_rows_;
+    const std::size_t x_size = std::size_t(rows) * in_local, w_size = std::size_t(in_local) * out_local;
+    bound(y, context_.compute).assign(std::size_t(rows) * out_local, 0.0f);
     summa_x_.resize(x_size);
     summa_w_.resize(w_size);
     Communicator &row = context_.comms.row, &col = context_.comms.col;
@@ -250,19 +250,19 @@ class SummaLayout final : public TensorLayout {
       }
       {
         auto timed = timeline().time(ids(op.bcast_col), col.stream());
-        if (shape().grid_row == step) k().copy(Stream::compute, summa_w_.data(), w.data, summa_w_.bytes());
+        if (shape().grid_row == step) backend().copy(Stream::compute, summa_w_.data(), w.data, summa_w_.bytes());
         col.broadcast(summa_w_.data(), w_size, context_.compute, step);
       }
       auto timed = timeline().time(ids(op.gemm));
-      k().gemm(Stream::compute, gemm(false, false, rows, ol, il, summa_x_.cref(), summa_w_.cref(), 1.0f, y.ref()));
+      backend().gemm(Stream::compute, gemm(false, false, rows, out_local, in_local, summa_x_.cref(), summa_w_.cref(), 1.0f, y.ref()));
     }
   }
 
   // dx = dy w^T (reduced along the row), dw += x^T dy (reduced down the column).
   void summa_backward(const IdScope& ids, const ops::LinearOps& op, const Buffer& x, CRef w, const Buffer& dy, int in,
                       int out, Buffer& dx, float* dw) {
-    const int q = shape().q, il = in / q, ol = out / q, rows = local_rows_;
-    const std::size_t x_size = std::size_t(rows) * il, w_size = std::size_t(il) * ol;
+    const int q = shape().q, in_local = in / q, out_local = out / q, rows = local_rows_;
+    const std::size_t x_size = std::size_t(rows) * in_local, w_size = std::size_t(in_local) * out_local;
     summa_x_.resize(x_size);
     summa_w_.resize(w_size);
     summa_out_.resize(x_size);
@@ -275,12 +275,12 @@ class SummaLayout final : public TensorLayout {
     for (int step = 0; step < q; ++step) {
       {
         auto timed = timeline().time(ids(op.bcast_col), col.stream());
-        if (shape().grid_row == step) k().copy(Stream::compute, summa_w_.data(), w.data, summa_w_.bytes());
+        if (shape().grid_row == step) backend().copy(Stream::compute, summa_w_.data(), w.data, summa_w_.bytes());
         col.broadcast(summa_w_.data(), w_size, context_.compute, step);
       }
       {
         auto timed = timeline().time(ids(op.gemm));
-        k().gemm(Stream::compute, gemm(false, true, rows, il, ol, dy.cref(), summa_w_.cref(), 0.0f, summa_out_.ref()));
+        backend().gemm(Stream::compute, gemm(false, true, rows, in_local, out_local, dy.cref(), summa_w_.cref(), 0.0f, summa_out_.ref()));
       }
       auto timed = timeline().time(ids(op.bcast_row), row.stream());
       row.reduce(summa_out_.data(), dx.data(), x_size, context_.compute, step);
@@ -295,11 +295,11 @@ class SummaLayout final : public TensorLayout {
       }
       {
         auto timed = timeline().time(ids(op.gemm));
-        k().gemm(Stream::compute, gemm(true, false, il, ol, rows, summa_x_.cref(), dy.cref(), 0.0f, summa_dw_.ref()));
+        backend().gemm(Stream::compute, gemm(true, false, in_local, out_local, rows, summa_x_.cref(), dy.cref(), 0.0f, summa_dw_.ref()));
       }
       auto timed = timeline().time(ids(op.bcast_col), col.stream());
       col.reduce(summa_dw_.data(), dw_block_.data(), w_size, DType::f32, step);
-      if (shape().grid_row == step) k().add(Stream::compute, kernels::f32(dw), kernels::f32(dw), dw_block_.cref(), std::int64_t(w_size));
+      if (shape().grid_row == step) backend().add(Stream::compute, kernels::f32(dw), kernels::f32(dw), dw_block_.cref(), std::int64_t(w_size));
     }
   }
 

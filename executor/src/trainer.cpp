@@ -53,7 +53,7 @@ void Trainer::check(const Plan& plan) {
 
 Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const TrainerOptions& options,
                  kernels::Backend& backend)
-    : plan_(plan), grid_(grid), loader_(std::move(loader)), options_(options), k_(backend), timeline_(backend) {
+    : plan_(plan), grid_(grid), loader_(std::move(loader)), options_(options), backend_(backend), timeline_(backend) {
   check(plan);
   const ParallelConfig& p = plan.parallel;
   if (loader_.sequences_per_rank() % p.micro_batch != 0) {
@@ -76,14 +76,14 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   build_stage(grid);
   initialise_weights();
   allocate_activations();
-  for (Buffer* b : {&tokens_, &targets_}) b->bind(k_, DType::i32);
-  for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(k_, DType::f64);
+  for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32);
+  for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(backend_, DType::f64);
   for (Buffer* b : {&gathered_weights_, &layer_grads_, &shard_scratch_, &clip_factor_, &piece_norms_}) {
-    b->bind(k_, DType::f32);
+    b->bind(backend_, DType::f32);
   }
-  gathered_compute_.bind(k_, compute_);
+  gathered_compute_.bind(backend_, compute_);
   // Every rank's timeline starts together.
-  k_.synchronize();
+  backend_.synchronize();
   grid.world().barrier();
   timeline_.reset_origin();
 }
@@ -116,7 +116,7 @@ void Trainer::build_stage(const ProcessGrid& grid) {
                         p.micro_batch,
                         plan_.seq_len() / p.sp,
                         StageComms{grid_.tp(), grid_.sp(), grid_.tp_row(), grid_.tp_col(), grid_.tp_depth()},
-                        k_,
+                        backend_,
                         timeline_,
                         compute_};
   stage_ = std::make_unique<GptStage>(std::move(context), plan_.train.kernels == Kernels::fused
@@ -134,9 +134,9 @@ void Trainer::initialise_weights() {
     else rest_bucket_ = int(buckets_.size() - 1);
     b.layout = std::move(layout);
     for (Buffer* buffer : {&b.params, &b.grads, &b.param_shard, &b.grad_shard, &b.moment1, &b.moment2, &b.update}) {
-      buffer->bind(k_, DType::f32);
+      buffer->bind(backend_, DType::f32);
     }
-    b.params_compute.bind(k_, compute_);
+    b.params_compute.bind(backend_, compute_);
   }
   for (const TensorSlot& t : whole_model_tensors(model)) {
     whole_offsets_[t.name] = t.offset;
@@ -179,10 +179,10 @@ void Trainer::allocate_activations() {
   kept_.resize(slots);
   for (auto& per_layer : kept_) {
     per_layer.resize(layers_here);
-    for (LayerActivations& a : per_layer) a.bind(k_, compute_);
+    for (LayerActivations& a : per_layer) a.bind(backend_, compute_);
   }
-  recompute_scratch_.bind(k_, compute_);
-  for (Buffer* b : {&probs_scratch_, &recompute_out_}) b->bind(k_, compute_);
+  recompute_scratch_.bind(backend_, compute_);
+  for (Buffer* b : {&probs_scratch_, &recompute_out_}) b->bind(backend_, compute_);
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
   if (packs_activations_) {
     packed_.resize(slots);
@@ -190,17 +190,17 @@ void Trainer::allocate_activations() {
   } else if (plan_.parallel.recompute == Recompute::none && materialized) {
     kept_probs_.resize(slots);
     for (auto& per_layer : kept_probs_) {
-      for (std::size_t i = 0; i < layers_here; ++i) per_layer.emplace_back(k_, compute_);
+      for (std::size_t i = 0; i < layers_here; ++i) per_layer.emplace_back(backend_, compute_);
     }
   }
   heads_.resize(shape_.head ? slots : 0);
-  for (HeadActivations& h : heads_) h.bind(k_, compute_);
+  for (HeadActivations& h : heads_) h.bind(backend_, compute_);
   x_.resize(std::size_t(chunks_));
   dx_.resize(std::size_t(chunks_));
   for (int chunk = 0; chunk < chunks_; ++chunk) {
     for (int mb = 0; mb < micro_batches_; ++mb) {
-      x_[std::size_t(chunk)].emplace_back(k_, compute_);
-      dx_[std::size_t(chunk)].emplace_back(k_, compute_);
+      x_[std::size_t(chunk)].emplace_back(backend_, compute_);
+      dx_[std::size_t(chunk)].emplace_back(backend_, compute_);
     }
   }
 }
@@ -249,9 +249,9 @@ StepStats Trainer::step() {
   update(stats);
   // The step's scalars come back once its work is done.
   double loss_sum = 0, norm_sq = 0;
-  k_.download(Stream::compute, &loss_sum, loss_sum_.data(), sizeof loss_sum);
-  k_.download(Stream::compute, &norm_sq, norm_sq_.data(), sizeof norm_sq);
-  k_.synchronize();
+  backend_.download(Stream::compute, &loss_sum, loss_sum_.data(), sizeof loss_sum);
+  backend_.download(Stream::compute, &norm_sq, norm_sq_.data(), sizeof norm_sq);
+  backend_.synchronize();
   // The loss of the global batch: last-stage ranks hold the token losses of their
   // replica's share of the sequences (a block of each with sequence parallel).
   const int tokens_here = loader_.sequences_per_rank() * plan_.seq_len() / plan_.parallel.sp;

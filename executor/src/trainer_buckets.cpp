@@ -13,7 +13,7 @@ CRef Trainer::compute_weights(BucketState& b) {
 void Trainer::refresh_compute_weights(BucketState& b) {
   if (compute_ == DType::f32 || b.params.empty()) return;
   b.params_compute.resize(b.params.size());
-  k_.convert(Stream::compute, b.params_compute.ref(), b.params.cref(), std::int64_t(b.params.size()));
+  backend_.convert(Stream::compute, b.params_compute.ref(), b.params.cref(), std::int64_t(b.params.size()));
 }
 
 CRef Trainer::layer_weights(BucketState& b, int mb, ops::Phase phase) {
@@ -24,7 +24,7 @@ CRef Trainer::layer_weights(BucketState& b, int mb, ops::Phase phase) {
   group.all_gather(b.param_shard.data(), gathered_weights_.data(), shard_size(b), DType::f32);
   if (compute_ == DType::f32) return gathered_weights_.cref();
   gathered_compute_.resize(gathered_weights_.size());
-  k_.convert(Stream::compute, gathered_compute_.ref(), gathered_weights_.cref(), std::int64_t(gathered_weights_.size()));
+  backend_.convert(Stream::compute, gathered_compute_.ref(), gathered_weights_.cref(), std::int64_t(gathered_weights_.size()));
   return gathered_compute_.cref();
 }
 
@@ -34,7 +34,7 @@ void Trainer::bucket_gradients_done(BucketState& b) {
   layout.sum_depth_gradients(b.grads.f32(), b.layout.size);
   if (group_ == 1) return;
   Communicator& group = grid_.gradients();
-  k_.wait_for(group.stream(), Stream::compute);  // the sync starts when the bucket's gradients are ready
+  backend_.wait_for(group.stream(), Stream::compute);  // the sync starts when the bucket's gradients are ready
   b.sync_start = timeline_.mark(group.stream());
   if (shards_optimizer()) {
     b.sync_op = ops::bucket_sync_id(b.name, ops::grad_reduce_scatter);
@@ -65,7 +65,7 @@ void Trainer::gather_updated_weights() {
       if (shards_weights(b)) continue;  // ZeRO 3 gathers layers when they run
       auto timed = timeline_.time(ops::bucket_gather_id(b.name), group.stream());
       shard_scratch_.resize(shard_size(b));
-      k_.copy(Stream::compute, shard_scratch_.data(), owned_params(b), shard_scratch_.bytes());
+      backend_.copy(Stream::compute, shard_scratch_.data(), owned_params(b), shard_scratch_.bytes());
       group.all_gather(shard_scratch_.data(), b.params.data(), shard_size(b), DType::f32);
     }
   }

@@ -25,7 +25,7 @@ void Trainer::global_gradient_norm() {
   norm_sq_.assign(1, 0.0f);
   for (BucketState& b : buckets_) {
     const std::vector<kernels::Segment> segments = counted_segments(b);
-    if (!segments.empty()) k_.sum_of_squares(Stream::compute, owned_grads(b), segments, norm_sq_.f64(), true);
+    if (!segments.empty()) backend_.sum_of_squares(Stream::compute, owned_grads(b), segments, norm_sq_.f64(), true);
   }
   grid_.all().all_reduce(norm_sq_);
 }
@@ -34,7 +34,7 @@ void Trainer::update(StepStats&) {
   global_gradient_norm();
   if (options_.clip_grad_norm > 0) {
     clip_factor_.resize(1);
-    k_.clip_factor(Stream::compute, norm_sq_.f64(), options_.clip_grad_norm, clip_factor_.f32());
+    backend_.clip_factor(Stream::compute, norm_sq_.f64(), options_.clip_grad_norm, clip_factor_.f32());
   }
   {
     auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
@@ -52,7 +52,7 @@ void Trainer::optimizer_step() {
     p.eps = options_.adam_eps;
     p.step = step_ + 1;
     for (BucketState& b : buckets_) {
-      k_.adamw_step(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(),
+      backend_.adamw_step(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(),
                     std::int64_t(owned_size(b)), p, grad_scale);
     }
     return;
@@ -81,10 +81,10 @@ void Trainer::layerwise_step() {
     const std::size_t first = owned_offset(b), size = owned_size(b);
     b.update.resize(size);
     if (lamb) {
-      k_.lamb_update(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(), b.update.f32(),
+      backend_.lamb_update(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(), b.update.f32(),
                      std::int64_t(size), lamb_params, grad_scale);
     } else {
-      k_.lars_update(Stream::compute, owned_params(b), owned_grads(b), b.update.f32(), std::int64_t(size), lars_params,
+      backend_.lars_update(Stream::compute, owned_params(b), owned_grads(b), b.update.f32(), std::int64_t(size), lars_params,
                      grad_scale);
     }
     first_piece.push_back(pieces_.size());
@@ -105,7 +105,7 @@ void Trainer::layerwise_step() {
       counted.push_back({std::int64_t(piece.lo), counts ? std::int64_t(piece.hi - piece.lo) : 0});
     }
     BucketState& b = buckets_[bucket];
-    k_.segment_norms(Stream::compute, owned_params(b), b.update.f32(), counted,
+    backend_.segment_norms(Stream::compute, owned_params(b), b.update.f32(), counted,
                      piece_norms_.f32() + 2 * first_piece[bucket]);
   }
   if (shards_optimizer()) grid_.gradients().all_reduce(piece_norms_);
@@ -119,9 +119,9 @@ void Trainer::layerwise_step() {
     BucketState& b = buckets_[bucket];
     const float* norms = piece_norms_.f32() + 2 * first_piece[bucket];
     if (lamb) {
-      k_.lamb_apply(Stream::compute, owned_params(b), b.update.f32(), applied, norms, lamb_params.lr);
+      backend_.lamb_apply(Stream::compute, owned_params(b), b.update.f32(), applied, norms, lamb_params.lr);
     } else {
-      k_.lars_apply(Stream::compute, owned_params(b), b.update.f32(), b.moment1.f32(), applied, norms, lars_params);
+      backend_.lars_apply(Stream::compute, owned_params(b), b.update.f32(), b.moment1.f32(), applied, norms, lars_params);
     }
   }
 }

@@ -47,8 +47,8 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
       if (packs_activations_) {
         PackedActivations& packed = packed_[slot][here];
         packed.saved.resize(1);
-        packed.saved[0] = Buffer(k_, storage_, x.size());
-        k_.convert(Stream::compute, packed.saved[0].ref(), x.cref(), std::int64_t(x.size()));
+        packed.saved[0] = Buffer(backend_, storage_, x.size());
+        backend_.convert(Stream::compute, packed.saved[0].ref(), x.cref(), std::int64_t(x.size()));
       } else {
         kept.x.copy_from(x);
       }
@@ -106,7 +106,7 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       if (packs_activations_) {
         const Buffer& input = packed_[slot][here].saved[0];
         recompute_out_.resize(input.size());
-        k_.convert(Stream::compute, recompute_out_.ref(), input.cref(), std::int64_t(input.size()));
+        backend_.convert(Stream::compute, recompute_out_.ref(), input.cref(), std::int64_t(input.size()));
       } else {
         recompute_out_.copy_from(kept.x);
       }
@@ -129,7 +129,7 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       auto timed = timeline_.time(ops::block_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter), group.stream());
       shard_scratch_.resize(shard_size(b));
       group.reduce_scatter(grads, shard_scratch_.data(), shard_size(b), DType::f32);
-      k_.add(Stream::compute, b.grad_shard.ref(), b.grad_shard.cref(), shard_scratch_.cref(),
+      backend_.add(Stream::compute, b.grad_shard.ref(), b.grad_shard.cref(), shard_scratch_.cref(),
              std::int64_t(shard_scratch_.size()));
     } else if (last_backward_of_chunk) {
       bucket_gradients_done(b);
@@ -150,37 +150,37 @@ void Trainer::pack(const LayerActivations& a, const Buffer* probs, PackedActivat
   constexpr std::size_t saved = std::size(LayerActivations::kSaved);
   if (packed.saved.size() != saved) {
     packed.saved.clear();
-    for (std::size_t i = 0; i < saved; ++i) packed.saved.emplace_back(k_, storage_);
+    for (std::size_t i = 0; i < saved; ++i) packed.saved.emplace_back(backend_, storage_);
     packed.row_statistics.clear();
     for (std::size_t i = 0; i < std::size(LayerActivations::kRowStatistics); ++i) {
-      packed.row_statistics.emplace_back(k_, DType::f32);
+      packed.row_statistics.emplace_back(backend_, DType::f32);
     }
-    packed.probs = Buffer(k_, storage_);
+    packed.probs = Buffer(backend_, storage_);
   }
   for (std::size_t i = 0; i < saved; ++i) {
     const Buffer& from = a.*LayerActivations::kSaved[i];
     packed.saved[i].resize(from.size());
-    k_.convert(Stream::compute, packed.saved[i].ref(), from.cref(), std::int64_t(from.size()));
+    backend_.convert(Stream::compute, packed.saved[i].ref(), from.cref(), std::int64_t(from.size()));
   }
   for (std::size_t i = 0; i < std::size(LayerActivations::kRowStatistics); ++i) {
     packed.row_statistics[i].copy_from(a.*LayerActivations::kRowStatistics[i]);
   }
   packed.probs.resize(probs ? probs->size() : 0);
-  if (probs) k_.convert(Stream::compute, packed.probs.ref(), probs->cref(), std::int64_t(probs->size()));
+  if (probs) backend_.convert(Stream::compute, packed.probs.ref(), probs->cref(), std::int64_t(probs->size()));
 }
 
 void Trainer::unpack(const PackedActivations& packed, LayerActivations& a, Buffer* probs) {
   for (std::size_t i = 0; i < packed.saved.size(); ++i) {
     Buffer& to = a.*LayerActivations::kSaved[i];
     to.resize(packed.saved[i].size());
-    k_.convert(Stream::compute, to.ref(), packed.saved[i].cref(), std::int64_t(to.size()));
+    backend_.convert(Stream::compute, to.ref(), packed.saved[i].cref(), std::int64_t(to.size()));
   }
   for (std::size_t i = 0; i < packed.row_statistics.size(); ++i) {
     (a.*LayerActivations::kRowStatistics[i]).copy_from(packed.row_statistics[i]);
   }
   if (probs) {
     probs->resize(packed.probs.size());
-    k_.convert(Stream::compute, probs->ref(), packed.probs.cref(), std::int64_t(probs->size()));
+    backend_.convert(Stream::compute, probs->ref(), packed.probs.cref(), std::int64_t(probs->size()));
   }
 }
 

@@ -14,7 +14,7 @@ namespace tessel::executor {
 std::vector<float> Trainer::whole_from_buckets(bool gradients) {
   std::vector<float> whole(whole_size_, 0.0f);
   const bool contributes = grid_.coordinates().dp == 0 && grid_.coordinates().sp == 0;
-  Buffer bucket_values(k_, DType::f32);
+  Buffer bucket_values(backend_, DType::f32);
   for (BucketState& b : buckets_) {
     // The bucket whole on this rank: gather the parts where ZeRO split it.
     const bool split = gradients ? shards_optimizer() : shards_weights(b);

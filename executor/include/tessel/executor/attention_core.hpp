@@ -74,7 +74,7 @@ class AttentionCore {
   kernels::BatchedGemm per_head(bool transpose_a, bool transpose_b, int m, int n, int k, CRef a, std::int64_t stride_a,
                                 CRef b, std::int64_t stride_b, float beta, Ref c, std::int64_t stride_c) const;
 
-  kernels::Backend& k_;
+  kernels::Backend& backend_;
   OpTimeline& timeline_;
   Communicator& ring_;
   AttentionForm form_;

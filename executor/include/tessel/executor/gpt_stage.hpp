@@ -68,7 +68,7 @@ class GptStage {
   }
 
  private:
-  kernels::Backend& k() { return layout_->context().backend; }
+  kernels::Backend& backend() { return layout_->context().backend; }
   OpTimeline& timeline() { return layout_->context().timeline; }
 
   std::unique_ptr<TensorLayout> layout_;

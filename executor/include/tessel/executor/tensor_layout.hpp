@@ -161,7 +161,7 @@ class TensorLayout {
                              HeadActivations& h, float grad_scale, Buffer& dx) = 0;
 
  protected:
-  kernels::Backend& k() { return context_.backend; }
+  kernels::Backend& backend() { return context_.backend; }
   OpTimeline& timeline() { return context_.timeline; }
   const StageShape& shape() const { return context_.shape; }
   const ModelSpec& model() const { return context_.model; }

@@ -153,7 +153,7 @@ class Trainer {
   ProcessGrid& grid_;
   DataLoader loader_;
   TrainerOptions options_;
-  kernels::Backend& k_;
+  kernels::Backend& backend_;
   DType compute_ = DType::f32, storage_ = DType::f32;  // activations computed in, kept in
   bool packs_activations_ = false;  // kept in another type than computed
   OpTimeline timeline_;
