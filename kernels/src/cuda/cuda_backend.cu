@@ -5,7 +5,9 @@
 // training step frees and allocates the same sizes every step, and after the first step
 // none of them reaches CUDA. A freed block is handed out again at once, so callers free
 // a buffer only once the streams that use it are done with it (the executor frees at
-// step boundaries, after synchronising).
+// step boundaries, after synchronising). The constructor makes the backend's device the
+// calling thread's current one and the ops do not switch it again (one device per
+// rank), so a thread that drives two devices calls cudaSetDevice itself.
 #include <string>
 
 #include "cuda_backend_impl.hpp"

@@ -231,8 +231,13 @@ void CudaBackend::copy_2d(Stream s, Ref destination, std::int64_t destination_ld
   const std::size_t e = element_bytes(source.type);
   // Blocks that follow each other row after row are one strided copy, which the copy
   // engine does best.
-  const bool one_copy = batch == 1 || (destination_batch_stride == rows * destination_ld &&
-                                       source_batch_stride == rows * source_ld);
+  if (std::int64_t(rows) * batch == 1) {
+    copy(s, destination.data, source.data, std::size_t(cols) * e);
+    return;
+  }
+  const bool pitched = destination_ld >= cols && source_ld >= cols;
+  const bool one_copy = pitched && (batch == 1 || (destination_batch_stride == rows * destination_ld &&
+                                                   source_batch_stride == rows * source_ld));
   if (one_copy) {
     check(cudaMemcpy2DAsync(destination.data, std::size_t(destination_ld) * e, source.data, std::size_t(source_ld) * e,
                             std::size_t(cols) * e, std::size_t(rows) * std::size_t(batch), cudaMemcpyDeviceToDevice,
@@ -321,6 +326,7 @@ void CudaBackend::add_rows(Stream s, Ref x, CRef table, int rows, int cols, RowM
 
 void CudaBackend::add_rows_backward(Stream s, CRef dx, float* table_gradient, int rows, int cols, RowMap map) {
   require_float_type(dx.type, "add_rows_backward");
+  if (map.period <= 0) throw Error("cuda: add_rows_backward needs a row map period above 0");
   if (rows <= 0 || cols <= 0) return;
   const int classes = std::min(rows, map.period);
   const dim3 grid(unsigned((cols + kThreads - 1) / kThreads), unsigned(std::min(classes, 65535)));
