@@ -1,0 +1,292 @@
+// The CUDA backend's memory, streams, timing marks and factory. Everything here is
+// enqueued on the stream it names and returns without waiting, except where the
+// interface asks for a wait (synchronize, elapsed_s). Device memory goes through a
+// caching allocator because cudaMalloc and cudaFree synchronise the whole device: a
+// training step frees and allocates the same sizes every step, and after the first step
+// none of them reaches CUDA. A freed block is handed out again at once, so callers free
+// a buffer only once the streams that use it are done with it (the executor frees at
+// step boundaries, after synchronising). The constructor makes the backend's device the
+// calling thread's current one and the ops do not switch it again (one device per
+// rank), so a thread that drives two devices calls cudaSetDevice itself.
+#include <string>
+
+#include "cuda_backend_impl.hpp"
+#include "cuda_elements.cuh"
+#include "tessel/core/error.hpp"
+#include "tessel/kernels/cuda/cuda_backend.hpp"
+
+namespace tessel::kernels {
+
+namespace cuda {
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  throw Error(std::string("cuda: ") + what + " failed: " + cudaGetErrorName(status) + " (" +
+              cudaGetErrorString(status) + ")");
+}
+
+void check(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(std::string("cublasLt: ") + what + " failed with status " + std::to_string(int(status)));
+}
+
+void check_launch(const char* op) { check(cudaGetLastError(), op); }
+
+// ---- caching allocator ----
+
+namespace {
+constexpr std::size_t kSmallLimitBytes = std::size_t(1) << 20;  // 1 MiB
+constexpr std::size_t kSmallStepBytes = 512;
+constexpr std::size_t kLargeStepBytes = std::size_t(2) << 20;  // 2 MiB
+
+std::size_t round_up(std::size_t bytes, std::size_t step) { return (bytes + step - 1) / step * step; }
+}  // namespace
+
+std::size_t CachingAllocator::rounded_bytes(std::size_t bytes) {
+  if (bytes <= kSmallLimitBytes) return bytes == 0 ? kSmallStepBytes : round_up(bytes, kSmallStepBytes);
+  return round_up(bytes, kLargeStepBytes);
+}
+
+CachingAllocator::~CachingAllocator() {
+  // No throwing from a destructor: a failing cudaFree (a dead context) is ignored.
+  if (cudaSetDevice(device_) != cudaSuccess) return;
+  for (const auto& [bytes, block] : free_) cudaFree(block);
+  for (const auto& [block, bytes] : live_) cudaFree(block);
+}
+
+void* CachingAllocator::allocate(std::size_t bytes) {
+  const std::size_t rounded = rounded_bytes(bytes);
+  std::lock_guard lock(mutex_);
+  if (const auto cached = free_.find(rounded); cached != free_.end()) {
+    void* block = cached->second;
+    free_.erase(cached);
+    cached_bytes_ -= rounded;
+    live_.emplace(block, rounded);
+    live_bytes_ += rounded;
+    return block;
+  }
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  void* block = nullptr;
+  cudaError_t status = cudaMalloc(&block, rounded);
+  if (status == cudaErrorMemoryAllocation && !free_.empty()) {
+    // Out of memory with blocks of other sizes cached: give them back and try once more.
+    cudaGetLastError();
+    for (const auto& [size, cached] : free_) check(cudaFree(cached), "cudaFree");
+    free_.clear();
+    cached_bytes_ = 0;
+    status = cudaMalloc(&block, rounded);
+  }
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("cuda: cannot allocate " + std::to_string(rounded) + " bytes on device " + std::to_string(device_) +
+                " (" + std::to_string(live_bytes_) + " bytes in use): " + cudaGetErrorString(status));
+  }
+  live_.emplace(block, rounded);
+  live_bytes_ += rounded;
+  return block;
+}
+
+void CachingAllocator::deallocate(void* pointer) {
+  if (pointer == nullptr) return;
+  std::lock_guard lock(mutex_);
+  const auto live = live_.find(pointer);
+  if (live == live_.end()) throw Error("cuda: deallocate of a pointer this allocator did not hand out");
+  free_.emplace(live->second, pointer);
+  cached_bytes_ += live->second;
+  live_bytes_ -= live->second;
+  live_.erase(live);
+}
+
+// ---- the backend's life ----
+
+namespace {
+// Gives back what a backend holds, ignoring errors: runs from the destructor and from a
+// constructor that failed half way.
+void release_handles(std::array<cudaStream_t, kStreamCount>& streams, cublasLtHandle_t& lt, cudaEvent_t& origin,
+                     std::vector<cudaEvent_t>& marks, std::vector<cudaEvent_t>& spare) {
+  for (cudaStream_t stream : streams)
+    if (stream) cudaStreamSynchronize(stream);
+  for (cudaEvent_t event : marks) cudaEventDestroy(event);
+  for (cudaEvent_t event : spare) cudaEventDestroy(event);
+  marks.clear();
+  spare.clear();
+  if (origin) cudaEventDestroy(origin);
+  origin = nullptr;
+  if (lt) cublasLtDestroy(lt);
+  lt = nullptr;
+  for (cudaStream_t& stream : streams) {
+    if (stream) cudaStreamDestroy(stream);
+    stream = nullptr;
+  }
+}
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device), allocator_(device) {
+  try {
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    for (cudaStream_t& stream : streams_) check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cublasLtCreate(&lt_), "cublasLtCreate");
+    check(cudaEventCreate(&origin_), "cudaEventCreate");
+    reset_origin();
+  } catch (...) {
+    release_handles(streams_, lt_, origin_, marks_, spare_events_);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  for (cudaStream_t stream : streams_)
+    if (stream) cudaStreamSynchronize(stream);
+  for (void*& block : workspace_) {
+    if (block) allocator_.deallocate(block);
+    block = nullptr;
+  }
+  release_handles(streams_, lt_, origin_, marks_, spare_events_);
+}
+
+void* CudaBackend::workspace(Stream s, std::size_t bytes) {
+  const auto i = static_cast<std::size_t>(s);
+  if (workspace_bytes_[i] >= bytes && workspace_[i]) return workspace_[i];
+  // Growing: ops already queued on this stream may still read the old block, and a freed
+  // block can go to another stream at once, so wait for them first (rare: sizes settle).
+  if (workspace_[i]) {
+    check(cudaStreamSynchronize(native(s)), "cudaStreamSynchronize");
+    allocator_.deallocate(workspace_[i]);
+    workspace_[i] = nullptr;
+  }
+  const std::size_t rounded = CachingAllocator::rounded_bytes(bytes);
+  workspace_[i] = allocator_.allocate(rounded);
+  workspace_bytes_[i] = rounded;
+  return workspace_[i];
+}
+
+// ---- memory ----
+
+void* CudaBackend::allocate(std::size_t bytes) { return allocator_.allocate(bytes); }
+
+void CudaBackend::deallocate(void* pointer) { allocator_.deallocate(pointer); }
+
+void* CudaBackend::allocate_host(std::size_t bytes) {
+  void* host = nullptr;
+  check(cudaMallocHost(&host, bytes == 0 ? 1 : bytes), "cudaMallocHost");
+  return host;
+}
+
+void CudaBackend::deallocate_host(void* pointer) {
+  if (pointer) check(cudaFreeHost(pointer), "cudaFreeHost");
+}
+
+void CudaBackend::upload(Stream s, void* device, const void* host, std::size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, native(s)), "upload (cudaMemcpyAsync)");
+}
+
+void CudaBackend::download(Stream s, void* host, const void* device, std::size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, native(s)), "download (cudaMemcpyAsync)");
+}
+
+void CudaBackend::copy(Stream s, void* destination, const void* source, std::size_t bytes) {
+  if (bytes == 0 || destination == source) return;
+  check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, native(s)), "copy (cudaMemcpyAsync)");
+}
+
+// ---- streams and timing ----
+
+void CudaBackend::wait_for(Stream waiter, Stream producer) {
+  if (waiter == producer) return;
+  // cudaStreamWaitEvent captures the event as recorded now, so the event may go at once;
+  // CUDA frees it when the producer reaches it.
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  const cudaError_t recorded = cudaEventRecord(event, native(producer));
+  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(native(waiter), event, 0) : recorded;
+  cudaEventDestroy(event);
+  check(waited, "wait_for (cudaStreamWaitEvent)");
+}
+
+void CudaBackend::synchronize(Stream s) { check(cudaStreamSynchronize(native(s)), "cudaStreamSynchronize"); }
+
+void CudaBackend::synchronize() {
+  for (cudaStream_t stream : streams_) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+// The origin is "now": every stream is drained first, so the event is not recorded
+// behind queued work (ranks call this after a barrier to share a clock).
+void CudaBackend::reset_origin() {
+  synchronize();
+  check(cudaEventRecord(origin_, native(Stream::compute)), "cudaEventRecord");
+  check(cudaEventSynchronize(origin_), "cudaEventSynchronize");
+}
+
+TimeMark CudaBackend::mark(Stream s) {
+  cudaEvent_t event = nullptr;
+  if (!spare_events_.empty()) {
+    event = spare_events_.back();
+    spare_events_.pop_back();
+  } else {
+    check(cudaEventCreate(&event), "cudaEventCreate");
+  }
+  const cudaError_t recorded = cudaEventRecord(event, native(s));
+  if (recorded != cudaSuccess) {
+    spare_events_.push_back(event);
+    check(recorded, "mark (cudaEventRecord)");
+  }
+  marks_.push_back(event);
+  return TimeMark(marks_.size() - 1);
+}
+
+double CudaBackend::elapsed_s(TimeMark mark) {
+  if (mark >= marks_.size()) {
+    throw Error("cuda: time mark " + std::to_string(mark) + " does not exist (" + std::to_string(marks_.size()) +
+                " marks since the last release)");
+  }
+  cudaEvent_t event = marks_[mark];
+  check(cudaEventSynchronize(event), "elapsed_s (cudaEventSynchronize)");
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, origin_, event), "elapsed_s (cudaEventElapsedTime)");
+  return double(ms) / 1e3;
+}
+
+void CudaBackend::release_marks() {
+  spare_events_.insert(spare_events_.end(), marks_.begin(), marks_.end());
+  marks_.clear();
+}
+
+// ---- what code outside the module may ask ----
+
+namespace {
+CudaBackend& as_cuda(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (!cuda) throw Error("backend " + std::string(backend.name()) + " is not a CUDA backend");
+  return *cuda;
+}
+}  // namespace
+
+cudaStream_t native_stream(Backend& backend, Stream stream) { return as_cuda(backend).native(stream); }
+int device_of(Backend& backend) { return as_cuda(backend).device(); }
+
+}  // namespace cuda
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error, just none
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count) {
+    throw Error("backend cuda: device " + std::to_string(device) + " does not exist (this process sees " +
+                std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")");
+  }
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+bool cuda_backend_built() { return true; }
+
+}  // namespace tessel::kernels
