@@ -106,8 +106,9 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   ASSERT_EQ(got.size(), want.size()) << what;
   int failures = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const bool close = std::isinf(want[i]) ? got[i] == want[i]
-                                           : std::abs(double(got[i]) - want[i]) <= tol * std::max(1.0, std::abs(double(want[i])));
+    const bool close = std::isinf(want[i])
+                           ? got[i] == want[i]
+                           : std::abs(double(got[i]) - want[i]) <= tol * std::max(1.0, std::abs(double(want[i])));
     if (!close && failures++ < 3) ADD_FAILURE() << what << " [" << i << "]: gpu " << got[i] << ", cpu " << want[i];
   }
   EXPECT_EQ(failures, 0) << what << ": " << failures << " of " << got.size() << " elements differ";
@@ -123,7 +124,8 @@ void expect_deterministic(const std::vector<Pair*>& outputs, const Op& op, const
   for (Pair* p : outputs) first.push_back(p->gpu_bytes());
   for (Pair* p : outputs) p->reset_gpu();
   op();
-  for (std::size_t i = 0; i < outputs.size(); ++i) EXPECT_TRUE(outputs[i]->gpu_bytes() == first[i]) << what << ": output " << i << " differs between runs";
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    EXPECT_TRUE(outputs[i]->gpu_bytes() == first[i]) << what << ": output " << i << " differs between runs";
 }
 
 class CudaGemmAttentionTest : public ::testing::Test {
@@ -147,15 +149,17 @@ struct GemmCase {
   float beta = 0.0f;
   Epilogue epilogue = Epilogue::none;
   std::string name() const {
-    return std::string(to_string(input)) + "->" + std::string(to_string(output)) + " ta=" + std::to_string(transpose_a) +
-           " tb=" + std::to_string(transpose_b) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
-           std::to_string(k) + " beta=" + std::to_string(beta) + " epilogue=" + std::to_string(int(epilogue));
+    return std::string(to_string(input)) + "->" + std::string(to_string(output)) +
+           " ta=" + std::to_string(transpose_a) + " tb=" + std::to_string(transpose_b) + " " + std::to_string(m) + "x" +
+           std::to_string(n) + "x" + std::to_string(k) + " beta=" + std::to_string(beta) +
+           " epilogue=" + std::to_string(int(epilogue));
   }
 };
 
 void check_gemm(Backend& gpu, std::mt19937& rng, const GemmCase& c) {
   const std::int64_t mn = std::int64_t(c.m) * c.n;
-  Pair a(gpu, c.input, random_values(rng, std::int64_t(c.m) * c.k)), b(gpu, c.input, random_values(rng, std::int64_t(c.k) * c.n));
+  Pair a(gpu, c.input, random_values(rng, std::int64_t(c.m) * c.k)),
+      b(gpu, c.input, random_values(rng, std::int64_t(c.k) * c.n));
   Pair out(gpu, c.output, random_values(rng, mn)), bias(gpu, c.input, random_values(rng, c.n));
   Pair aux(gpu, c.output, random_values(rng, mn, -2.0f, 2.0f)), bias_gradient(gpu, DType::f32, random_values(rng, c.n));
   const auto make = [&](bool on_gpu) {
@@ -169,7 +173,8 @@ void check_gemm(Backend& gpu, std::mt19937& rng, const GemmCase& c) {
   };
   cpu_backend().gemm(kStream, make(false));
   const Gemm on_gpu = make(true);
-  expect_deterministic({&out, &aux, &bias_gradient}, [&] { gpu.gemm(kStream, on_gpu); }, c.name());
+  expect_deterministic(
+      {&out, &aux, &bias_gradient}, [&] { gpu.gemm(kStream, on_gpu); }, c.name());
   const double tol = tolerance(c.input);
   expect_close(out.gpu_values(), out.cpu_values(), tol, c.name() + " C");
   if (c.epilogue == Epilogue::bias_gelu) expect_close(aux.gpu_values(), aux.cpu_values(), tol, c.name() + " aux");
@@ -188,8 +193,8 @@ TEST_F(CudaGemmAttentionTest, GemmEveryTransposeAndEpilogueMatchesCpu) {
       for (const DType output : {DType::f32, input})
         for (const bool ta : {false, true})
           for (const bool tb : {false, true})
-            for (const Epilogue epilogue : {Epilogue::none, Epilogue::bias, Epilogue::bias_gelu, Epilogue::bias_gradient,
-                                            Epilogue::dgelu_bias_gradient}) {
+            for (const Epilogue epilogue : {Epilogue::none, Epilogue::bias, Epilogue::bias_gelu,
+                                            Epilogue::bias_gradient, Epilogue::dgelu_bias_gradient}) {
               if (epilogue == Epilogue::bias_gradient && tb) continue;  // it sums the rows of a plain B
               for (const float beta : {0.0f, 0.5f}) {
                 if (epilogue == Epilogue::dgelu_bias_gradient && beta != 0.0f) continue;  // overwrites C
@@ -209,20 +214,24 @@ TEST_F(CudaGemmAttentionTest, BatchedGemmMatchesCpu) {
       for (const bool tb : {false, true}) {
         const int batch = 3, m = 24, n = 40, k = 32;
         const std::int64_t stride_a = m * k + 16, stride_b = k * n + 8, stride_c = m * n + 24;
-        Pair a(gpu(), type, random_values(rng_, stride_a * batch)), b(gpu(), type, random_values(rng_, stride_b * batch));
+        Pair a(gpu(), type, random_values(rng_, stride_a * batch)),
+            b(gpu(), type, random_values(rng_, stride_b * batch));
         Pair c(gpu(), type, random_values(rng_, stride_c * batch));
         const auto make = [&](bool on_gpu) {
           BatchedGemm g;
           g.gemm.transpose_a = ta, g.gemm.transpose_b = tb, g.gemm.m = m, g.gemm.n = n, g.gemm.k = k;
           g.gemm.alpha = 1.25f, g.gemm.beta = 0.5f;
-          g.gemm.a = on_gpu ? a.gpu() : a.cpu(), g.gemm.b = on_gpu ? b.gpu() : b.cpu(), g.gemm.c = on_gpu ? c.gpu() : c.cpu();
+          g.gemm.a = on_gpu ? a.gpu() : a.cpu(), g.gemm.b = on_gpu ? b.gpu() : b.cpu(),
+          g.gemm.c = on_gpu ? c.gpu() : c.cpu();
           g.batch = batch, g.stride_a = stride_a, g.stride_b = stride_b, g.stride_c = stride_c;
           return g;
         };
         cpu_backend().gemm_batched(kStream, make(false));
         const BatchedGemm on_gpu = make(true);
-        const std::string what = "batched " + std::string(to_string(type)) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb);
-        expect_deterministic({&c}, [&] { gpu().gemm_batched(kStream, on_gpu); }, what);
+        const std::string what =
+            "batched " + std::string(to_string(type)) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb);
+        expect_deterministic(
+            {&c}, [&] { gpu().gemm_batched(kStream, on_gpu); }, what);
         expect_close(c.gpu_values(), c.cpu_values(), tolerance(type), what);
       }
 }
@@ -238,16 +247,22 @@ TEST_F(CudaGemmAttentionTest, CausalSoftmaxForwardAndBackwardMatchCpu) {
     const float scale = 0.37f;
     cpu_backend().causal_softmax_forward(kStream, scores.cpu(), probs.cpu(), batch, rows, cols, first_row, scale);
     const std::string what = "softmax " + std::string(to_string(type));
-    expect_deterministic({&probs}, [&] {
-      gpu().causal_softmax_forward(kStream, scores.gpu(), probs.gpu(), batch, rows, cols, first_row, scale);
-    }, what + " forward");
+    expect_deterministic(
+        {&probs},
+        [&] { gpu().causal_softmax_forward(kStream, scores.gpu(), probs.gpu(), batch, rows, cols, first_row, scale); },
+        what + " forward");
     expect_close(probs.gpu_values(), probs.cpu_values(), tolerance(type), what + " forward");
     // The backward from the CPU's probabilities on both sides.
     Pair same_probs(gpu(), type, probs.cpu_values());
-    cpu_backend().causal_softmax_backward(kStream, same_probs.cpu(), dprobs.cpu(), dscores.cpu(), batch * rows, cols, scale);
-    expect_deterministic({&dscores}, [&] {
-      gpu().causal_softmax_backward(kStream, same_probs.gpu(), dprobs.gpu(), dscores.gpu(), batch * rows, cols, scale);
-    }, what + " backward");
+    cpu_backend().causal_softmax_backward(kStream, same_probs.cpu(), dprobs.cpu(), dscores.cpu(), batch * rows, cols,
+                                          scale);
+    expect_deterministic(
+        {&dscores},
+        [&] {
+          gpu().causal_softmax_backward(kStream, same_probs.gpu(), dprobs.gpu(), dscores.gpu(), batch * rows, cols,
+                                        scale);
+        },
+        what + " backward");
     expect_close(dscores.gpu_values(), dscores.cpu_values(), tolerance(type), what + " backward");
   }
 }
@@ -256,11 +271,14 @@ TEST_F(CudaGemmAttentionTest, AttentionDeltaMatchesCpu) {
   for (const DType type : {DType::f32, DType::bf16}) {
     const std::int64_t rows = 333;
     const int head_dim = 64;
-    Pair dout(gpu(), type, random_values(rng_, rows * head_dim)), out(gpu(), type, random_values(rng_, rows * head_dim));
+    Pair dout(gpu(), type, random_values(rng_, rows * head_dim)),
+        out(gpu(), type, random_values(rng_, rows * head_dim));
     Pair delta(gpu(), DType::f32, random_values(rng_, rows));
     cpu_backend().attention_delta(kStream, dout.cpu(), out.cpu(), delta.cpu_f32(), rows, head_dim);
     const std::string what = "attention_delta " + std::string(to_string(type));
-    expect_deterministic({&delta}, [&] { gpu().attention_delta(kStream, dout.gpu(), out.gpu(), delta.gpu_f32(), rows, head_dim); }, what);
+    expect_deterministic(
+        {&delta}, [&] { gpu().attention_delta(kStream, dout.gpu(), out.gpu(), delta.gpu_f32(), rows, head_dim); },
+        what);
     expect_close(delta.gpu_values(), delta.cpu_values(), tolerance(type), what);
   }
 }
@@ -280,9 +298,9 @@ void check_fused_attention(Backend& gpu, std::mt19937& rng, DType type, int head
   const int bh = 3;
   const float scale = 1.0f / std::sqrt(float(head_dim));
   const std::int64_t q_size = std::int64_t(bh) * q_len * head_dim;
-  const std::string what = std::string(to_string(type)) + " d=" + std::to_string(head_dim) + " q_len=" +
-                           std::to_string(q_len) + " q_first=" + std::to_string(q_first) + " blocks=" +
-                           std::to_string(blocks.size());
+  const std::string what = std::string(to_string(type)) + " d=" + std::to_string(head_dim) +
+                           " q_len=" + std::to_string(q_len) + " q_first=" + std::to_string(q_first) +
+                           " blocks=" + std::to_string(blocks.size());
   Pair q(gpu, type, random_values(rng, q_size)), out(gpu, type, random_values(rng, q_size));
   Pair lse(gpu, DType::f32, random_values(rng, std::int64_t(bh) * q_len));
   Pair dout(gpu, type, random_values(rng, q_size)), dq(gpu, type, random_values(rng, q_size));
@@ -298,38 +316,49 @@ void check_fused_attention(Backend& gpu, std::mt19937& rng, DType type, int head
     Attention a;
     a.bh = bh, a.q_len = q_len, a.kv_len = blocks[i].kv_len, a.head_dim = head_dim;
     a.q_first = q_first, a.kv_first = blocks[i].kv_first, a.scale = scale, a.merge = i > 0;
-    a.q = on_gpu ? q.gpu() : q.cpu(), a.k = on_gpu ? k[i]->gpu() : k[i]->cpu(), a.v = on_gpu ? v[i]->gpu() : v[i]->cpu();
+    a.q = on_gpu ? q.gpu() : q.cpu(), a.k = on_gpu ? k[i]->gpu() : k[i]->cpu(),
+    a.v = on_gpu ? v[i]->gpu() : v[i]->cpu();
     a.out = on_gpu ? out.gpu() : out.cpu(), a.lse = on_gpu ? lse.gpu_f32() : lse.cpu_f32();
     return a;
   };
   for (std::size_t i = 0; i < blocks.size(); ++i) cpu_backend().attention_forward(kStream, forward_args(i, false));
-  expect_deterministic({&out, &lse}, [&] {
-    for (std::size_t i = 0; i < blocks.size(); ++i) gpu.attention_forward(kStream, forward_args(i, true));
-  }, what + " forward");
+  expect_deterministic(
+      {&out, &lse},
+      [&] {
+        for (std::size_t i = 0; i < blocks.size(); ++i) gpu.attention_forward(kStream, forward_args(i, true));
+      },
+      what + " forward");
   expect_close(out.gpu_values(), out.cpu_values(), tolerance(type), what + " out");
   expect_close(lse.gpu_values(), lse.cpu_values(), tolerance(type), what + " lse");
 
   // The backward from the CPU's out and lse on both sides, so it is checked on its own.
   Pair cpu_out(gpu, type, out.cpu_values()), cpu_lse(gpu, DType::f32, lse.cpu_values());
   Pair delta(gpu, DType::f32, std::vector<float>(std::size_t(bh) * q_len, 0.0f));
-  cpu_backend().attention_delta(kStream, dout.cpu(), cpu_out.cpu(), delta.cpu_f32(), std::int64_t(bh) * q_len, head_dim);
+  cpu_backend().attention_delta(kStream, dout.cpu(), cpu_out.cpu(), delta.cpu_f32(), std::int64_t(bh) * q_len,
+                                head_dim);
   Pair same_delta(gpu, DType::f32, delta.cpu_values());
   const auto backward_args = [&](std::size_t i, bool on_gpu) {
     AttentionGrad g;
     g.bh = bh, g.q_len = q_len, g.kv_len = blocks[i].kv_len, g.head_dim = head_dim;
     g.q_first = q_first, g.kv_first = blocks[i].kv_first, g.scale = scale, g.accumulate_kv = accumulate_kv;
-    g.q = on_gpu ? q.gpu() : q.cpu(), g.k = on_gpu ? k[i]->gpu() : k[i]->cpu(), g.v = on_gpu ? v[i]->gpu() : v[i]->cpu();
+    g.q = on_gpu ? q.gpu() : q.cpu(), g.k = on_gpu ? k[i]->gpu() : k[i]->cpu(),
+    g.v = on_gpu ? v[i]->gpu() : v[i]->cpu();
     g.dout = on_gpu ? dout.gpu() : dout.cpu();
-    g.lse = on_gpu ? cpu_lse.gpu_f32() : cpu_lse.cpu_f32(), g.delta = on_gpu ? same_delta.gpu_f32() : same_delta.cpu_f32();
-    g.dq = on_gpu ? dq.gpu() : dq.cpu(), g.dk = on_gpu ? dk[i]->gpu() : dk[i]->cpu(), g.dv = on_gpu ? dv[i]->gpu() : dv[i]->cpu();
+    g.lse = on_gpu ? cpu_lse.gpu_f32() : cpu_lse.cpu_f32(),
+    g.delta = on_gpu ? same_delta.gpu_f32() : same_delta.cpu_f32();
+    g.dq = on_gpu ? dq.gpu() : dq.cpu(), g.dk = on_gpu ? dk[i]->gpu() : dk[i]->cpu(),
+    g.dv = on_gpu ? dv[i]->gpu() : dv[i]->cpu();
     return g;
   };
   for (std::size_t i = 0; i < blocks.size(); ++i) cpu_backend().attention_backward(kStream, backward_args(i, false));
   std::vector<Pair*> gradients{&dq};
   for (std::size_t i = 0; i < blocks.size(); ++i) gradients.push_back(dk[i].get()), gradients.push_back(dv[i].get());
-  expect_deterministic(gradients, [&] {
-    for (std::size_t i = 0; i < blocks.size(); ++i) gpu.attention_backward(kStream, backward_args(i, true));
-  }, what + " backward");
+  expect_deterministic(
+      gradients,
+      [&] {
+        for (std::size_t i = 0; i < blocks.size(); ++i) gpu.attention_backward(kStream, backward_args(i, true));
+      },
+      what + " backward");
   expect_close(dq.gpu_values(), dq.cpu_values(), tolerance(type), what + " dq");
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     expect_close(dk[i]->gpu_values(), dk[i]->cpu_values(), tolerance(type), what + " dk " + std::to_string(i));

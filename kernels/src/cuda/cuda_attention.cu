@@ -22,16 +22,25 @@ constexpr int kRowThreads = 256;  // a power of two: the tree reduction halves i
 // Element access in the stored type, rounding as the CPU backend does (numeric.hpp).
 __device__ __forceinline__ float load_element(const void* base, DType type, std::int64_t i) {
   switch (type) {
-    case DType::bf16: return numeric::from_bf16(static_cast<const std::uint16_t*>(base)[i]);
-    case DType::f16: return numeric::from_f16(static_cast<const std::uint16_t*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
+    case DType::bf16:
+      return numeric::from_bf16(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::f16:
+      return numeric::from_f16(static_cast<const std::uint16_t*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
   }
 }
 __device__ __forceinline__ void store_element(void* base, DType type, std::int64_t i, float value) {
   switch (type) {
-    case DType::bf16: static_cast<std::uint16_t*>(base)[i] = numeric::to_bf16(value); break;
-    case DType::f16: static_cast<std::uint16_t*>(base)[i] = numeric::to_f16(value); break;
-    default: static_cast<float*>(base)[i] = value; break;
+    case DType::bf16:
+      static_cast<std::uint16_t*>(base)[i] = numeric::to_bf16(value);
+      break;
+    case DType::f16:
+      static_cast<std::uint16_t*>(base)[i] = numeric::to_f16(value);
+      break;
+    default:
+      static_cast<float*>(base)[i] = value;
+      break;
   }
 }
 
@@ -65,14 +74,16 @@ __global__ void __launch_bounds__(kRowThreads)
   const std::int64_t base = row * cols;
   const int visible = min(cols, first_row + int(row % rows) + 1);
   float local_max = -INFINITY;
-  for (int j = threadIdx.x; j < visible; j += kRowThreads) local_max = fmaxf(local_max, load_element(scores, scores_type, base + j));
+  for (int j = threadIdx.x; j < visible; j += kRowThreads)
+    local_max = fmaxf(local_max, load_element(scores, scores_type, base + j));
   const float top = scale * block_reduce(local_max, Max{});
   float local_sum = 0.0f;
   for (int j = threadIdx.x; j < visible; j += kRowThreads)
     local_sum += numeric::exp_f(scale * load_element(scores, scores_type, base + j) - top);
   const float sum = block_reduce(local_sum, Sum{});
   for (int j = threadIdx.x; j < cols; j += kRowThreads) {
-    const float p = j < visible ? numeric::exp_f(scale * load_element(scores, scores_type, base + j) - top) / sum : 0.0f;
+    const float p =
+        j < visible ? numeric::exp_f(scale * load_element(scores, scores_type, base + j) - top) / sum : 0.0f;
     store_element(probs, probs_type, base + j, p);
   }
 }
@@ -93,8 +104,8 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 // delta[r] = sum_d dout[r][d] out[r][d], one thread per row, d in index order.
-__global__ void attention_delta_kernel(const void* dout, DType dout_type, const void* out, DType out_type,
-                                       float* delta, std::int64_t rows, int head_dim) {
+__global__ void attention_delta_kernel(const void* dout, DType dout_type, const void* out, DType out_type, float* delta,
+                                       std::int64_t rows, int head_dim) {
   const std::int64_t r = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (r >= rows) return;
   float sum = 0.0f;
@@ -110,7 +121,8 @@ void check_type(DType type, const char* op) {
 }
 
 unsigned row_blocks(std::int64_t rows) {
-  if (rows > std::int64_t(0x7fffffff)) throw Error("backend cuda attention: " + std::to_string(rows) + " rows exceed one grid");
+  if (rows > std::int64_t(0x7fffffff))
+    throw Error("backend cuda attention: " + std::to_string(rows) + " rows exceed one grid");
   return unsigned(rows);
 }
 
@@ -118,8 +130,8 @@ void check_launch(const char* what) { check(cudaGetLastError(), what); }
 
 }  // namespace
 
-void CudaBackend::causal_softmax_forward(Stream s, CRef scores, Ref probs, int batch, int rows, int cols,
-                                         int first_row, float scale) {
+void CudaBackend::causal_softmax_forward(Stream s, CRef scores, Ref probs, int batch, int rows, int cols, int first_row,
+                                         float scale) {
   TESSEL_ASSERT(batch >= 0 && rows >= 0 && cols >= 0 && first_row >= 0, "softmax shapes are not negative");
   check_type(scores.type, "causal_softmax_forward");
   check_type(probs.type, "causal_softmax_forward");
@@ -149,8 +161,8 @@ void CudaBackend::attention_delta(Stream s, CRef dout, CRef out, float* delta, s
   if (rows == 0) return;
   constexpr int threads = 128;
   const std::int64_t blocks = (rows + threads - 1) / threads;
-  attention_delta_kernel<<<row_blocks(blocks), threads, 0, native(s)>>>(dout.data, dout.type, out.data, out.type,
-                                                                         delta, rows, head_dim);
+  attention_delta_kernel<<<row_blocks(blocks), threads, 0, native(s)>>>(dout.data, dout.type, out.data, out.type, delta,
+                                                                        rows, head_dim);
   check_launch("attention_delta launch");
 }
 

@@ -41,16 +41,25 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float load_element(const void* base, DType type, std::int64_t i) {
   switch (type) {
-    case DType::bf16: return numeric::from_bf16(static_cast<const std::uint16_t*>(base)[i]);
-    case DType::f16: return numeric::from_f16(static_cast<const std::uint16_t*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
+    case DType::bf16:
+      return numeric::from_bf16(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::f16:
+      return numeric::from_f16(static_cast<const std::uint16_t*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
   }
 }
 __device__ __forceinline__ void store_element(void* base, DType type, std::int64_t i, float value) {
   switch (type) {
-    case DType::bf16: static_cast<std::uint16_t*>(base)[i] = numeric::to_bf16(value); break;
-    case DType::f16: static_cast<std::uint16_t*>(base)[i] = numeric::to_f16(value); break;
-    default: static_cast<float*>(base)[i] = value; break;
+    case DType::bf16:
+      static_cast<std::uint16_t*>(base)[i] = numeric::to_bf16(value);
+      break;
+    case DType::f16:
+      static_cast<std::uint16_t*>(base)[i] = numeric::to_f16(value);
+      break;
+    default:
+      static_cast<float*>(base)[i] = value;
+      break;
   }
 }
 
@@ -122,10 +131,14 @@ unsigned column_blocks(int n) { return unsigned((n + kThreads - 1) / kThreads); 
 
 cudaDataType_t lt_type(DType type) {
   switch (type) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::f16: return CUDA_R_16F;
-    default: throw Error("backend cuda gemm: element type " + std::string(to_string(type)) + " is not f32, bf16 or f16");
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    default:
+      throw Error("backend cuda gemm: element type " + std::string(to_string(type)) + " is not f32, bf16 or f16");
   }
 }
 
@@ -265,7 +278,8 @@ Plan find_plan(CudaBackend& backend, const LtProduct& p, LtDescriptors& d) {
   check(cublasLtMatmulPreferenceCreate(&d.preference), "cublasLtMatmulPreferenceCreate");
   set_preference(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t(kLtWorkspaceBytes));
   // No split-K reductions: each output element is summed by one kernel in one order.
-  set_preference(d.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, std::uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE));
+  set_preference(d.preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                 std::uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE));
   set_preference(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, std::uint32_t(alignment_bytes(p.b.data)));
   set_preference(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, std::uint32_t(alignment_bytes(p.a.data)));
   set_preference(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, std::uint32_t(alignment_bytes(p.c.data)));
@@ -277,7 +291,8 @@ Plan find_plan(CudaBackend& backend, const LtProduct& p, LtDescriptors& d) {
   Plan plan;
   plan.supported = status == CUBLAS_STATUS_SUCCESS && found_count > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (plan.supported) plan.algo = result.algo;
-  else if (p.epilogue == CUBLASLT_EPILOGUE_DEFAULT && status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_SUCCESS)
+  else if (p.epilogue == CUBLASLT_EPILOGUE_DEFAULT && status != CUBLAS_STATUS_NOT_SUPPORTED &&
+           status != CUBLAS_STATUS_SUCCESS)
     check(status, "cublasLtMatmulAlgoGetHeuristic");
   std::lock_guard lock(plan_mutex);
   plans.emplace(key, plan);
@@ -301,9 +316,9 @@ bool run_lt(CudaBackend& backend, Stream s, const LtProduct& p, void* lt_workspa
                   std::to_string(p.n) + " x " + std::to_string(p.k) + ", " + std::string(to_string(p.a.type)) + ")");
     return false;
   }
-  const cublasStatus_t status = cublasLtMatmul(backend.lt(), d.op, &p.alpha, p.b.data, d.a, p.a.data, d.b, &p.beta,
-                                               p.c.data, d.c, p.c.data, d.c, &plan.algo, lt_workspace,
-                                               kLtWorkspaceBytes, backend.native(s));
+  const cublasStatus_t status =
+      cublasLtMatmul(backend.lt(), d.op, &p.alpha, p.b.data, d.a, p.a.data, d.b, &p.beta, p.c.data, d.c, p.c.data, d.c,
+                     &plan.algo, lt_workspace, kLtWorkspaceBytes, backend.native(s));
   // An epilogue/type combination cuBLASLt refuses only at launch (see the AUX and BIAS
   // data type attributes) is remembered and done by hand from then on.
   if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
@@ -351,11 +366,14 @@ void CudaBackend::gemm(Stream s, const Gemm& g) {
   const auto fused = [&](const LtProduct& product) { return g.k > 0 && run_lt(*this, s, product, lt_workspace); };
   const auto plain = [&] {
     if (g.k > 0) run_lt(*this, s, plain_product(g), lt_workspace);
-    else scale_kernel<<<elementwise_blocks(std::int64_t(g.m) * g.n), kThreads, 0, stream>>>(g.c.data, g.c.type,
-                                                                                           std::int64_t(g.m) * g.n, g.beta);
+    else
+      scale_kernel<<<elementwise_blocks(std::int64_t(g.m) * g.n), kThreads, 0, stream>>>(
+          g.c.data, g.c.type, std::int64_t(g.m) * g.n, g.beta);
   };
   switch (g.epilogue) {
-    case Epilogue::none: plain(); break;
+    case Epilogue::none:
+      plain();
+      break;
     case Epilogue::bias: {
       TESSEL_ASSERT(g.bias.data != nullptr, "the bias epilogue needs a bias");
       p.epilogue = CUBLASLT_EPILOGUE_BIAS, p.bias = g.bias.data, p.bias_type = g.bias.type;
@@ -399,8 +417,8 @@ void CudaBackend::gemm(Stream s, const Gemm& g) {
         break;
       }
       plain();
-      dgelu_column_sums_kernel<<<column_blocks(g.n), kThreads, 0, stream>>>(g.c.data, g.c.type, g.aux.data,
-                                                                            g.aux.type, g.m, g.n, g.bias_gradient);
+      dgelu_column_sums_kernel<<<column_blocks(g.n), kThreads, 0, stream>>>(g.c.data, g.c.type, g.aux.data, g.aux.type,
+                                                                            g.m, g.n, g.bias_gradient);
       break;
     }
   }

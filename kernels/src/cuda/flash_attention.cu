@@ -109,9 +109,7 @@ __device__ void zero(float* values, int n) {
 // The causal mask of one score: query row `qi` and key row `kj` of this block pair.
 struct Mask {
   int q_len, kv_len, q_first, kv_first;
-  __device__ bool visible(int qi, int kj) const {
-    return qi < q_len && kj < kv_len && kv_first + kj <= q_first + qi;
-  }
+  __device__ bool visible(int qi, int kj) const { return qi < q_len && kj < kv_len && kv_first + kj <= q_first + qi; }
 };
 
 struct ForwardArgs {
@@ -410,18 +408,31 @@ template <typename Body>
 void dispatch(DType type, int head_dim, const Body& body) {
   const auto by_dim = [&]<typename T>() {
     switch (head_dim) {
-      case 32: body.template operator()<T, 32>(); return;
-      case 64: body.template operator()<T, 64>(); return;
-      case 128: body.template operator()<T, 128>(); return;
+      case 32:
+        body.template operator()<T, 32>();
+        return;
+      case 64:
+        body.template operator()<T, 64>();
+        return;
+      case 128:
+        body.template operator()<T, 128>();
+        return;
       default:
         throw Error("backend cuda attention: head_dim " + std::to_string(head_dim) + " is not 32, 64 or 128");
     }
   };
   switch (type) {
-    case DType::f32: by_dim.template operator()<float>(); return;
-    case DType::bf16: by_dim.template operator()<__nv_bfloat16>(); return;
-    case DType::f16: by_dim.template operator()<__half>(); return;
-    default: throw Error("backend cuda attention: element type " + std::string(to_string(type)) + " is not f32, bf16 or f16");
+    case DType::f32:
+      by_dim.template operator()<float>();
+      return;
+    case DType::bf16:
+      by_dim.template operator()<__nv_bfloat16>();
+      return;
+    case DType::f16:
+      by_dim.template operator()<__half>();
+      return;
+    default:
+      throw Error("backend cuda attention: element type " + std::string(to_string(type)) + " is not f32, bf16 or f16");
   }
 }
 
@@ -439,7 +450,7 @@ void flash_attention_forward(cudaStream_t stream, const Attention& a) {
   check_same_type(a.q.type, a.v.type, "v");
   check_same_type(a.q.type, a.out.type, "out");
   const ForwardArgs args{a.q.data, a.k.data, a.v.data, a.out.data, a.lse, {a.q_len, a.kv_len, a.q_first, a.kv_first},
-                         a.scale, a.merge};
+                         a.scale,  a.merge};
   dispatch(a.q.type, a.head_dim, [&]<typename T, int D>() { forward<T, D>(stream, a, args); });
 }
 
@@ -451,10 +462,9 @@ void flash_attention_backward(cudaStream_t stream, const AttentionGrad& a) {
   check_same_type(a.q.type, a.dq.type, "dq");
   check_same_type(a.q.type, a.dk.type, "dk");
   check_same_type(a.q.type, a.dv.type, "dv");
-  const BackwardArgs args{a.q.data,  a.k.data,  a.v.data,  a.dout.data,
-                          a.lse,     a.delta,   a.dq.data, a.dk.data,
-                          a.dv.data, {a.q_len, a.kv_len, a.q_first, a.kv_first},
-                          a.scale,   a.accumulate_kv};
+  const BackwardArgs args{a.q.data, a.k.data,       a.v.data,  a.dout.data, a.lse,
+                          a.delta,  a.dq.data,      a.dk.data, a.dv.data,   {a.q_len, a.kv_len, a.q_first, a.kv_first},
+                          a.scale,  a.accumulate_kv};
   dispatch(a.q.type, a.head_dim, [&]<typename T, int D>() { backward<T, D>(stream, a, args); });
 }
 
