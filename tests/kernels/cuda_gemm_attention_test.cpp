@@ -189,8 +189,10 @@ TEST_F(CudaGemmAttentionTest, GemmEveryTransposeAndEpilogueMatchesCpu) {
   // n = 40: cuBLASLt's aux leading dimension can be used; n = 20 and odd sizes take the
   // hand-made epilogues where cuBLASLt refuses.
   for (const Shape shape : {Shape{48, 40, 72}, Shape{33, 20, 17}})
-    for (const DType input : {DType::f32, DType::bf16})
-      for (const DType output : {DType::f32, input})
+    for (const DType input : {DType::f32, DType::bf16, DType::f16})
+      for (const bool f32_output : {false, true}) {
+        if (f32_output && input == DType::f32) continue;  // f32 inputs have one output type
+        const DType output = f32_output ? DType::f32 : input;
         for (const bool ta : {false, true})
           for (const bool tb : {false, true})
             for (const Epilogue epilogue : {Epilogue::none, Epilogue::bias, Epilogue::bias_gelu,
@@ -201,6 +203,7 @@ TEST_F(CudaGemmAttentionTest, GemmEveryTransposeAndEpilogueMatchesCpu) {
                 check_gemm(gpu(), rng_, {input, output, ta, tb, shape.m, shape.n, shape.k, beta, epilogue});
               }
             }
+      }
 }
 
 TEST_F(CudaGemmAttentionTest, GemmWithEmptySumScalesC) {
@@ -367,7 +370,7 @@ void check_fused_attention(Backend& gpu, std::mt19937& rng, DType type, int head
 }
 
 TEST_F(CudaGemmAttentionTest, FusedAttentionOneBlockMatchesCpu) {
-  for (const DType type : {DType::f32, DType::bf16})
+  for (const DType type : {DType::f32, DType::bf16, DType::f16})
     for (const int head_dim : {32, 64, 128})
       check_fused_attention(gpu(), rng_, type, head_dim, 100, 0, {{0, 100}}, false);
 }

@@ -166,7 +166,7 @@ struct LtProduct {
 };
 
 // The plan cache: a product's key -> the algorithm, or that cuBLASLt has none for it.
-using PlanKey = std::array<std::int64_t, 22>;
+using PlanKey = std::array<std::int64_t, 21>;
 struct Plan {
   bool supported = false;
   cublasLtMatmulAlgo_t algo{};
@@ -195,8 +195,7 @@ PlanKey plan_key(int device, const LtProduct& p) {
           alignment_bytes(p.b.data),
           alignment_bytes(p.c.data),
           alignment_bytes(p.bias),
-          alignment_bytes(p.aux),
-          0};
+          alignment_bytes(p.aux)};
 }
 
 // Owners of cuBLASLt's descriptors, destroyed when the call returns.
