@@ -1,22 +1,173 @@
-// placeholder until the attention helper's cuda_attention.cu is merged: the library links
-// and these ops say they are missing. That file replaces this one whole.
+// The CUDA backend's attention ops: the materialised causal softmax and its backward
+// (one block per row: a row is at most a sequence long, so a block's threads stride over
+// it and combine their partial results in one fixed tree, the same bits on every run),
+// attention_delta (one thread per row, head_dim products summed in index order, as the
+// CPU does), and the fused ops, whose kernels live in flash_attention.cu.
+// cpu_attention.cpp is the reference.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
 #include "cuda_backend_impl.hpp"
+#include "flash_attention.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/kernels/numeric.hpp"
 
 namespace tessel::kernels::cuda {
 
-void CudaBackend::causal_softmax_forward(Stream, CRef, Ref, int, int, int, int, float) {
-  throw Error("cuda: causal_softmax_forward is not built yet");
+namespace {
+
+constexpr int kRowThreads = 256;  // a power of two: the tree reduction halves it
+
+// Element access in the stored type, rounding as the CPU backend does (numeric.hpp).
+__device__ __forceinline__ float load_element(const void* base, DType type, std::int64_t i) {
+  switch (type) {
+    case DType::bf16:
+      return numeric::from_bf16(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::f16:
+      return numeric::from_f16(static_cast<const std::uint16_t*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
+  }
 }
-void CudaBackend::causal_softmax_backward(Stream, CRef, CRef, Ref, std::int64_t, int, float) {
-  throw Error("cuda: causal_softmax_backward is not built yet");
+__device__ __forceinline__ void store_element(void* base, DType type, std::int64_t i, float value) {
+  switch (type) {
+    case DType::bf16:
+      static_cast<std::uint16_t*>(base)[i] = numeric::to_bf16(value);
+      break;
+    case DType::f16:
+      static_cast<std::uint16_t*>(base)[i] = numeric::to_f16(value);
+      break;
+    default:
+      static_cast<float*>(base)[i] = value;
+      break;
+  }
 }
-void CudaBackend::attention_forward(Stream, const Attention&) { throw Error("cuda: attention_forward is not built yet"); }
-void CudaBackend::attention_delta(Stream, CRef, CRef, float*, std::int64_t, int) {
-  throw Error("cuda: attention_delta is not built yet");
+
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Combines one value per thread in a fixed tree; every thread gets the result.
+template <typename Op>
+__device__ float block_reduce(float value, Op op) {
+  __shared__ float partial[kRowThreads];
+  partial[threadIdx.x] = value;
+  __syncthreads();
+  for (int stride = kRowThreads / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) partial[threadIdx.x] = op(partial[threadIdx.x], partial[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  const float result = partial[0];
+  __syncthreads();  // partial is reused by the next reduction
+  return result;
 }
-void CudaBackend::attention_backward(Stream, const AttentionGrad&) {
-  throw Error("cuda: attention_backward is not built yet");
+
+// Row `blockIdx.x` of batch * rows: query first_row + i sees keys 0 .. first_row + i.
+__global__ void __launch_bounds__(kRowThreads)
+    causal_softmax_forward_kernel(const void* scores, DType scores_type, void* probs, DType probs_type, int rows,
+                                  int cols, int first_row, float scale) {
+  const std::int64_t row = blockIdx.x;
+  const std::int64_t base = row * cols;
+  const int visible = min(cols, first_row + int(row % rows) + 1);
+  float local_max = -INFINITY;
+  for (int j = threadIdx.x; j < visible; j += kRowThreads)
+    local_max = fmaxf(local_max, load_element(scores, scores_type, base + j));
+  const float top = scale * block_reduce(local_max, Max{});
+  float local_sum = 0.0f;
+  for (int j = threadIdx.x; j < visible; j += kRowThreads)
+    local_sum += numeric::exp_f(scale * load_element(scores, scores_type, base + j) - top);
+  const float sum = block_reduce(local_sum, Sum{});
+  for (int j = threadIdx.x; j < cols; j += kRowThreads) {
+    const float p =
+        j < visible ? numeric::exp_f(scale * load_element(scores, scores_type, base + j) - top) / sum : 0.0f;
+    store_element(probs, probs_type, base + j, p);
+  }
 }
+
+// dS = scale P (dP - sum_j P dP), row `blockIdx.x`.
+__global__ void __launch_bounds__(kRowThreads)
+    causal_softmax_backward_kernel(const void* probs, DType probs_type, const void* dprobs, DType dprobs_type,
+                                   void* dscores, DType dscores_type, int cols, float scale) {
+  const std::int64_t base = std::int64_t(blockIdx.x) * cols;
+  float local_dot = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += kRowThreads)
+    local_dot += load_element(probs, probs_type, base + j) * load_element(dprobs, dprobs_type, base + j);
+  const float dot = block_reduce(local_dot, Sum{});
+  for (int j = threadIdx.x; j < cols; j += kRowThreads) {
+    const float p = load_element(probs, probs_type, base + j), dp = load_element(dprobs, dprobs_type, base + j);
+    store_element(dscores, dscores_type, base + j, scale * p * (dp - dot));
+  }
+}
+
+// delta[r] = sum_d dout[r][d] out[r][d], one thread per row, d in index order.
+__global__ void attention_delta_kernel(const void* dout, DType dout_type, const void* out, DType out_type, float* delta,
+                                       std::int64_t rows, int head_dim) {
+  const std::int64_t r = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (r >= rows) return;
+  float sum = 0.0f;
+  for (int d = 0; d < head_dim; ++d)
+    sum += load_element(dout, dout_type, r * head_dim + d) * load_element(out, out_type, r * head_dim + d);
+  delta[r] = sum;
+}
+
+void check_type(DType type, const char* op) {
+  if (type != DType::f32 && type != DType::bf16 && type != DType::f16)
+    throw Error(std::string("backend cuda ") + op + ": element type " + std::string(to_string(type)) +
+                " is not f32, bf16 or f16");
+}
+
+unsigned row_blocks(std::int64_t rows) {
+  if (rows > std::int64_t(0x7fffffff))
+    throw Error("backend cuda attention: " + std::to_string(rows) + " rows exceed one grid");
+  return unsigned(rows);
+}
+
+void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+}  // namespace
+
+void CudaBackend::causal_softmax_forward(Stream s, CRef scores, Ref probs, int batch, int rows, int cols, int first_row,
+                                         float scale) {
+  TESSEL_ASSERT(batch >= 0 && rows >= 0 && cols >= 0 && first_row >= 0, "softmax shapes are not negative");
+  check_type(scores.type, "causal_softmax_forward");
+  check_type(probs.type, "causal_softmax_forward");
+  const std::int64_t all_rows = std::int64_t(batch) * rows;
+  if (all_rows == 0 || cols == 0) return;
+  causal_softmax_forward_kernel<<<row_blocks(all_rows), kRowThreads, 0, native(s)>>>(
+      scores.data, scores.type, probs.data, probs.type, rows, cols, first_row, scale);
+  check_launch("causal_softmax_forward launch");
+}
+
+void CudaBackend::causal_softmax_backward(Stream s, CRef probs, CRef dprobs, Ref dscores, std::int64_t rows, int cols,
+                                          float scale) {
+  TESSEL_ASSERT(rows >= 0 && cols >= 0, "softmax shapes are not negative");
+  check_type(probs.type, "causal_softmax_backward");
+  check_type(dprobs.type, "causal_softmax_backward");
+  check_type(dscores.type, "causal_softmax_backward");
+  if (rows == 0 || cols == 0) return;
+  causal_softmax_backward_kernel<<<row_blocks(rows), kRowThreads, 0, native(s)>>>(
+      probs.data, probs.type, dprobs.data, dprobs.type, dscores.data, dscores.type, cols, scale);
+  check_launch("causal_softmax_backward launch");
+}
+
+void CudaBackend::attention_delta(Stream s, CRef dout, CRef out, float* delta, std::int64_t rows, int head_dim) {
+  TESSEL_ASSERT(rows >= 0 && head_dim >= 0, "attention_delta shapes are not negative");
+  check_type(dout.type, "attention_delta");
+  check_type(out.type, "attention_delta");
+  if (rows == 0) return;
+  constexpr int threads = 128;
+  const std::int64_t blocks = (rows + threads - 1) / threads;
+  attention_delta_kernel<<<row_blocks(blocks), threads, 0, native(s)>>>(dout.data, dout.type, out.data, out.type, delta,
+                                                                        rows, head_dim);
+  check_launch("attention_delta launch");
+}
+
+void CudaBackend::attention_forward(Stream s, const Attention& a) { flash_attention_forward(native(s), a); }
+
+void CudaBackend::attention_backward(Stream s, const AttentionGrad& a) { flash_attention_backward(native(s), a); }
 
 }  // namespace tessel::kernels::cuda
