@@ -6,16 +6,18 @@
 //     fixed shape combines the threads. Same inputs, same bits, on every run.
 //   - The loss sum is one fp64 value: ONE block folds rows the same way (fp64) and thread
 //     0 adds the total to *loss_sum, so no two blocks ever race on it.
-//   - The embedding backward must sum a table row's tokens in token order. A sort of the
-//     tokens would do it, but for the token counts of a micro-batch (thousands) a chain is
-//     simpler: a first kernel links every in-shard token to the next position with the
-//     same id (O(n^2) integer compares, from shared-memory tiles, cheap next to the
-//     gradient traffic) and marks the first occurrence of each id; a second kernel runs
-//     one block per first occurrence, its threads over the columns, walking the chain in
-//     position order and adding into the row it alone owns. The row is read once and
-//     written once, rows are independent (as much parallelism as distinct tokens times
-//     columns), and the additions happen in the CPU reference's order, so the result
-//     equals the CPU's bit for bit. The chain (2n int32) lives in the backend's workspace.
+//   - The embedding backward must sum a table row's tokens in token order. One thread per
+//     column walking all n tokens would keep that order but has only `dim` threads and n
+//     dependent steps; a device sort of the token ids would parallelise but costs several
+//     passes. For the token counts of a micro-batch (thousands) a chain is simpler: a first
+//     kernel links every token to the next position with the same id (O(n^2) integer
+//     compares from shared-memory tiles, small next to the gradient traffic) and marks the
+//     first in-shard occurrence of each id; a second kernel runs one block per first
+//     occurrence, its threads over the columns, walking the chain in position order and
+//     adding into the row it alone owns. Rows are independent (parallel over distinct
+//     tokens times columns), and the additions happen in the CPU reference's order
+//     starting from the row's value, so the result equals the CPU's bit for bit. The chain
+//     (2n int32) lives in the backend's workspace.
 #include <string>
 
 #include "cuda_backend_impl.hpp"
@@ -159,17 +161,35 @@ __global__ void token_chain_kernel(const std::int32_t* tokens, int n, int vocab_
   }
 }
 
-// One block per token position; those that start a chain sum it into their row.
+// One block per token position; those that start a chain sum it into their row. Thread 0
+// follows the chain kThreads links at a time into shared memory, so the pointer chase runs
+// once per chain, not once per column; the row is carried through registers in between
+// (a store and a reload of a float change nothing), so the sums keep token order.
 __global__ void embedding_backward_kernel(const std::int32_t* tokens, const void* dout, DType type,
                                           const std::int32_t* next, const std::int32_t* first, float* table_gradient,
                                           int dim, int vocab_start) {
+  __shared__ std::int32_t positions[kThreads];
+  __shared__ int count, resume;
   const int start = int(blockIdx.x);
-  if (!first[start]) return;
+  if (!first[start]) return;  // the whole block leaves together
   float* row = table_gradient + std::int64_t(tokens[start] - vocab_start) * dim;
-  for (int column = threadIdx.x; column < dim; column += kThreads) {
-    float sum = row[column];
-    for (int j = start; j >= 0; j = next[j]) sum += load_element(dout, type, std::int64_t(j) * dim + column);
-    row[column] = sum;
+  if (threadIdx.x == 0) resume = start;
+  for (;;) {
+    if (threadIdx.x == 0) {
+      int link = resume, k = 0;
+      for (; k < kThreads && link >= 0; ++k, link = next[link]) positions[k] = link;
+      count = k;
+      resume = link;
+    }
+    __syncthreads();
+    for (int column = threadIdx.x; column < dim; column += kThreads) {
+      float sum = row[column];
+      for (int k = 0; k < count; ++k) sum += load_element(dout, type, std::int64_t(positions[k]) * dim + column);
+      row[column] = sum;
+    }
+    const bool more = resume >= 0;
+    __syncthreads();  // everyone has read this chunk before thread 0 fetches the next
+    if (!more) return;
   }
 }
 
