@@ -67,17 +67,22 @@ void run_embedding_backward(OpRun& r) {
   const CRef dout = r.in(std::int64_t(kTokens) * kDim);
   float* table_gradient = r.inout_f32("table_gradient", std::int64_t(kTableRows) * kDim);
   r.backend().embedding_backward(r.stream(), tokens, dout, table_gradient, kTokens, kDim, kTableStart, kTableRows);
+  // Long runs of one id (chains longer than a GPU block walks at once): 600 tokens, 2 ids.
+  constexpr int many = 600;
+  const std::int32_t* repeated = r.tokens(many, kTableStart, kTableStart + 2);
+  const CRef long_dout = r.in(std::int64_t(many) * kDim);
+  r.backend().embedding_backward(r.stream(), repeated, long_dout, table_gradient, many, kDim, kTableStart, kTableRows);
 }
 
 namespace {
-constexpr std::int64_t kParams = 5003;
+constexpr std::int64_t kParams = 12003;
 
 // Segments over [0, kParams): 70 segments (more than one launch's 64), one empty, one
-// long, the rest short and uneven.
+// long (several of a GPU's 4096-element pieces), the rest short and uneven.
 std::vector<Segment> segments() {
   std::vector<Segment> table;
   std::int64_t at = 0;
-  table.push_back({at, 2600}), at += 2600;
+  table.push_back({at, 9600}), at += 9600;
   table.push_back({at, 0});
   for (int i = 0; i < 68; ++i) {
     const std::int64_t size = 5 + (i * 7) % 31;
