@@ -28,8 +28,8 @@ void run_copy_2d(OpRun& r) {
   constexpr std::int64_t source_ld = 13, destination_ld = 12, source_stride = 70, destination_stride = 64;
   const CRef source = r.in(source_stride * batch);
   const Ref destination = r.inout("destination", destination_stride * batch);
-  r.backend().copy_2d(r.stream(), destination, destination_ld, source, source_ld, rows, cols, batch,
-                      destination_stride, source_stride);
+  r.backend().copy_2d(r.stream(), destination, destination_ld, source, source_ld, rows, cols, batch, destination_stride,
+                      source_stride);
 }
 
 void run_transpose(OpRun& r) {

@@ -23,7 +23,9 @@ std::vector<unsigned char> encode(const std::vector<double>& values, DType type)
         std::memcpy(to, &f, sizeof f);
         break;
       }
-      case DType::f64: std::memcpy(to, &v, sizeof v); break;
+      case DType::f64:
+        std::memcpy(to, &v, sizeof v);
+        break;
       case DType::bf16: {
         const std::uint16_t h = numeric::to_bf16(float(v));
         std::memcpy(to, &h, sizeof h);
@@ -39,7 +41,8 @@ std::vector<unsigned char> encode(const std::vector<double>& values, DType type)
         std::memcpy(to, &t, sizeof t);
         break;
       }
-      case DType::f8_e4m3: throw Error("the op harness stores no fp8 tensors");
+      case DType::f8_e4m3:
+        throw Error("the op harness stores no fp8 tensors");
     }
   }
   return bytes;
@@ -57,7 +60,9 @@ std::vector<double> decode(const std::vector<unsigned char>& bytes, DType type) 
         values[i] = f;
         break;
       }
-      case DType::f64: std::memcpy(&values[i], from, sizeof(double)); break;
+      case DType::f64:
+        std::memcpy(&values[i], from, sizeof(double));
+        break;
       case DType::bf16:
       case DType::f16: {
         std::uint16_t h;
@@ -71,7 +76,8 @@ std::vector<double> decode(const std::vector<unsigned char>& bytes, DType type) 
         values[i] = t;
         break;
       }
-      case DType::f8_e4m3: throw Error("the op harness reads no fp8 tensors");
+      case DType::f8_e4m3:
+        throw Error("the op harness reads no fp8 tensors");
     }
   }
   return values;
@@ -111,7 +117,8 @@ std::int32_t* OpRun::tokens(int n, int low, int high) {
 }
 
 Ref OpRun::out(const std::string& label, std::int64_t n, DType type) {
-  const Ref r = allocate_and_upload(std::vector<double>(std::size_t(n), std::numeric_limits<double>::quiet_NaN()), type);
+  const Ref r =
+      allocate_and_upload(std::vector<double>(std::size_t(n), std::numeric_limits<double>::quiet_NaN()), type);
   collected_.push_back({label, r.data, type, n});
   return r;
 }

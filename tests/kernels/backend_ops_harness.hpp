@@ -50,7 +50,9 @@ class OpRun {
   // Outputs the op writes: poisoned with NaN, collected by finish().
   Ref out(const std::string& label, std::int64_t n, DType type);
   Ref out(const std::string& label, std::int64_t n) { return out(label, n, compute_); }
-  float* out_f32(const std::string& label, std::int64_t n) { return static_cast<float*>(out(label, n, DType::f32).data); }
+  float* out_f32(const std::string& label, std::int64_t n) {
+    return static_cast<float*>(out(label, n, DType::f32).data);
+  }
   // Outputs the op reads and updates (+=, in place): random start, collected by finish().
   Ref inout(const std::string& label, std::int64_t n, DType type, float low = -1.0f, float high = 1.0f);
   Ref inout(const std::string& label, std::int64_t n) { return inout(label, n, compute_); }

@@ -19,7 +19,8 @@ void gemm_variant(OpRun& r, const std::string& label, Gemm g) {
   g.c = g.beta != 0.0f ? r.inout(label + ".c", mn, c_type) : r.out(label + ".c", mn, c_type);
   if (g.epilogue == Epilogue::bias || g.epilogue == Epilogue::bias_gelu) g.bias = r.in(g.n);
   if (g.epilogue == Epilogue::bias_gelu) g.aux = r.out(label + ".aux", mn);
-  if (g.epilogue == Epilogue::dgelu_bias_gradient) g.aux = Ref{const_cast<void*>(r.in(mn, -3.0f, 3.0f).data), r.compute()};
+  if (g.epilogue == Epilogue::dgelu_bias_gradient)
+    g.aux = Ref{const_cast<void*>(r.in(mn, -3.0f, 3.0f).data), r.compute()};
   if (g.epilogue == Epilogue::bias_gradient || g.epilogue == Epilogue::dgelu_bias_gradient)
     g.bias_gradient = r.inout_f32(label + ".bias_gradient", g.n);
   r.backend().gemm(r.stream(), g);
@@ -139,8 +140,8 @@ void run_layer_norm_backward_apply(OpRun& r) {
 void run_causal_softmax_forward(OpRun& r) {
   constexpr int batch = 3, rows = 6, cols = 19, first_row = 9;  // the last query sees keys 0 .. 14
   const CRef scores = r.in(std::int64_t(batch) * rows * cols, -3.0f, 3.0f);
-  r.backend().causal_softmax_forward(r.stream(), scores, r.out("probs", std::int64_t(batch) * rows * cols), batch,
-                                     rows, cols, first_row, 0.125f);
+  r.backend().causal_softmax_forward(r.stream(), scores, r.out("probs", std::int64_t(batch) * rows * cols), batch, rows,
+                                     cols, first_row, 0.125f);
 }
 
 void run_causal_softmax_backward(OpRun& r) {

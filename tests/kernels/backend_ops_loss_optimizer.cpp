@@ -3,9 +3,9 @@
 // gradient) and repeats (the embedding backward sums them in token order). Segment tables
 // hold more segments than a GPU launch takes at once, an empty one, and ones longer than
 // a block, so chunking and partial sums are exercised.
-#include "backend_ops_cases.hpp"
-
 #include <cmath>
+
+#include "backend_ops_cases.hpp"
 
 namespace tessel::kernels::ops_test {
 
@@ -117,8 +117,7 @@ void run_lamb_update(OpRun& r) {
     const float* grad_scale = scaled ? r.in_f32(1, 0.2f, 0.8f) : nullptr;
     float* m = r.inout_f32(tag + "m", kParams, -0.1f, 0.1f);
     float* v = r.inout_f32(tag + "v", kParams, 0.0f, 0.01f);
-    r.backend().lamb_update(r.stream(), param, grad, m, v, r.out_f32(tag + "update", kParams), kParams, p,
-                            grad_scale);
+    r.backend().lamb_update(r.stream(), param, grad, m, v, r.out_f32(tag + "update", kParams), kParams, p, grad_scale);
   }
 }
 

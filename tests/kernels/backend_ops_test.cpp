@@ -116,7 +116,8 @@ void expect_matches(const OpCase& op, Backend& other, DType other_type, DType re
   ASSERT_EQ(reference.size(), result.size());
   for (std::size_t i = 0; i < reference.size(); ++i) {
     for (double v : reference[i].values)
-      ASSERT_FALSE(std::isnan(v)) << op.name << "." << reference[i].label << ": the reference left an element unwritten";
+      ASSERT_FALSE(std::isnan(v)) << op.name << "." << reference[i].label
+                                  << ": the reference left an element unwritten";
     const double difference = relative_difference(reference[i].values, result[i].values);
     EXPECT_LE(difference, tolerance) << op.name << "." << reference[i].label << " on " << other.name() << " in "
                                      << to_string(other_type) << " against cpu in " << to_string(reference_type);
@@ -151,7 +152,9 @@ TEST_P(BackendOps, CudaMatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BackendOps, ::testing::Range<std::size_t>(0, std::size(kOps)),
-                         [](const ::testing::TestParamInfo<std::size_t>& info) { return std::string(kOps[info.param].name); });
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return std::string(kOps[info.param].name);
+                         });
 
 // The kernel ops backend.hpp declares: every `virtual ... name(Stream` member except the
 // memory, stream and timing functions, which are not kernels.

@@ -32,17 +32,26 @@ constexpr int kThreads = 256;  // fixed: the reduction trees' shape depends on i
 
 __device__ __forceinline__ float load_element(const void* data, DType type, std::int64_t i) {
   switch (type) {
-    case DType::bf16: return numeric::from_bf16(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::f16: return numeric::from_f16(static_cast<const std::uint16_t*>(data)[i]);
-    default: return static_cast<const float*>(data)[i];
+    case DType::bf16:
+      return numeric::from_bf16(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::f16:
+      return numeric::from_f16(static_cast<const std::uint16_t*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
   }
 }
 
 __device__ __forceinline__ void store_element(void* data, DType type, std::int64_t i, float value) {
   switch (type) {
-    case DType::bf16: static_cast<std::uint16_t*>(data)[i] = numeric::to_bf16(value); return;
-    case DType::f16: static_cast<std::uint16_t*>(data)[i] = numeric::to_f16(value); return;
-    default: static_cast<float*>(data)[i] = value; return;
+    case DType::bf16:
+      static_cast<std::uint16_t*>(data)[i] = numeric::to_bf16(value);
+      return;
+    case DType::f16:
+      static_cast<std::uint16_t*>(data)[i] = numeric::to_f16(value);
+      return;
+    default:
+      static_cast<float*>(data)[i] = value;
+      return;
   }
 }
 
@@ -110,7 +119,8 @@ __global__ void cross_entropy_backward_kernel(const void* logits, DType type, co
                                               const float* row_max, const float* sum_exp, void* dlogits,
                                               DType dlogits_type, int rows, int cols, int vocab_start, float scale) {
   const std::int64_t n = std::int64_t(rows) * cols;
-  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * kThreads) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * kThreads) {
     const std::int64_t row = i / cols;
     const int col = int(i - row * cols);
     const float factor = scale / sum_exp[row];
@@ -207,7 +217,7 @@ void CudaBackend::cross_entropy_sums(Stream s, CRef logits, const std::int32_t* 
   require_floating(logits.type, "cross_entropy_sums");
   if (rows <= 0) return;
   row_sums_kernel<<<unsigned(rows), kThreads, 0, native(s)>>>(logits.data, logits.type, targets, row_max, sum_exp,
-                                                             target_logit, cols, vocab_start);
+                                                              target_logit, cols, vocab_start);
   check(cudaGetLastError(), "cross_entropy_sums");
 }
 

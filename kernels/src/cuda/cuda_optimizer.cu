@@ -83,7 +83,8 @@ __device__ __forceinline__ float gradient(const float* grad, std::int64_t i, con
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, std::int64_t n, AdamWParams p,
                              float correction1, float correction2, const float* grad_scale) {
-  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * kThreads)
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * kThreads)
     numeric::adamw_element(param[i], gradient(grad, i, grad_scale), m[i], v[i], p.lr, p.beta1, p.beta2, p.eps,
                            p.weight_decay, correction1, correction2);
 }
@@ -91,14 +92,16 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
 __global__ void lamb_update_kernel(const float* param, const float* grad, float* m, float* v, float* update,
                                    std::int64_t n, LambParams p, float correction1, float correction2,
                                    const float* grad_scale) {
-  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * kThreads)
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * kThreads)
     update[i] = numeric::lamb_update_element(param[i], gradient(grad, i, grad_scale), m[i], v[i], p.beta1, p.beta2,
                                              p.eps, p.weight_decay, correction1, correction2);
 }
 
 __global__ void lars_update_kernel(const float* param, const float* grad, float* update, std::int64_t n,
                                    float weight_decay, const float* grad_scale) {
-  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * kThreads)
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * kThreads)
     update[i] = gradient(grad, i, grad_scale) + weight_decay * param[i];
 }
 
@@ -208,8 +211,8 @@ void CudaBackend::lamb_update(Stream s, const float* param, const float* grad, f
   if (n <= 0) return;
   const float correction1 = 1.0f - std::pow(p.beta1, float(p.step));
   const float correction2 = 1.0f - std::pow(p.beta2, float(p.step));
-  lamb_update_kernel<<<grid_for(n), kThreads, 0, native(s)>>>(param, grad, m, v, update, n, p, correction1,
-                                                              correction2, grad_scale);
+  lamb_update_kernel<<<grid_for(n), kThreads, 0, native(s)>>>(param, grad, m, v, update, n, p, correction1, correction2,
+                                                              grad_scale);
   check(cudaGetLastError(), "lamb_update");
 }
 
