@@ -1,28 +1,282 @@
-// placeholder until the loss helper's cuda_loss.cu is merged: the library links and these
-// ops say they are missing. That file replaces this one whole.
+// The CUDA backend's LM head (vocab-parallel cross-entropy phases) and embedding.
+//
+// Determinism without atomics on floats:
+//   - Row reductions (max, sum of exp) run one block per row with a fixed block size:
+//     each thread folds its strided columns in index order, then a shared-memory tree of
+//     fixed shape combines the threads. Same inputs, same bits, on every run.
+//   - The loss sum is one fp64 value: ONE block folds rows the same way (fp64) and thread
+//     0 adds the total to *loss_sum, so no two blocks ever race on it.
+//   - The embedding backward must sum a table row's tokens in token order. One thread per
+//     column walking all n tokens would keep that order but has only `dim` threads and n
+//     dependent steps; a device sort of the token ids would parallelise but costs several
+//     passes. For the token counts of a micro-batch (thousands) a chain is simpler: a first
+//     kernel links every token to the next position with the same id (O(n^2) integer
+//     compares from shared-memory tiles, small next to the gradient traffic) and marks the
+//     first in-shard occurrence of each id; a second kernel runs one block per first
+//     occurrence, its threads over the columns, walking the chain in position order and
+//     adding into the row it alone owns. Rows are independent (parallel over distinct
+//     tokens times columns), and the additions happen in the CPU reference's order
+//     starting from the row's value, so the result equals the CPU's bit for bit. The chain
+//     (2n int32) lives in the backend's workspace.
+#include <string>
+
 #include "cuda_backend_impl.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/kernels/numeric.hpp"
 
 namespace tessel::kernels::cuda {
 
-void CudaBackend::cross_entropy_max(Stream, CRef, float*, int, int) {
-  throw Error("cuda: cross_entropy_max is not built yet");
+namespace {
+
+constexpr int kThreads = 256;  // fixed: the reduction trees' shape depends on it
+
+__device__ __forceinline__ float load_element(const void* data, DType type, std::int64_t i) {
+  switch (type) {
+    case DType::bf16:
+      return numeric::from_bf16(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::f16:
+      return numeric::from_f16(static_cast<const std::uint16_t*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
+  }
 }
-void CudaBackend::cross_entropy_sums(Stream, CRef, const std::int32_t*, const float*, float*, float*, int, int, int) {
-  throw Error("cuda: cross_entropy_sums is not built yet");
+
+__device__ __forceinline__ void store_element(void* data, DType type, std::int64_t i, float value) {
+  switch (type) {
+    case DType::bf16:
+      static_cast<std::uint16_t*>(data)[i] = numeric::to_bf16(value);
+      return;
+    case DType::f16:
+      static_cast<std::uint16_t*>(data)[i] = numeric::to_f16(value);
+      return;
+    default:
+      static_cast<float*>(data)[i] = value;
+      return;
+  }
 }
-void CudaBackend::cross_entropy_loss(Stream, const float*, const float*, const float*, int, double*) {
-  throw Error("cuda: cross_entropy_loss is not built yet");
+
+void require_floating(DType type, const char* op) {
+  if (type != DType::f32 && type != DType::bf16 && type != DType::f16)
+    throw Error("backend cuda: " + std::string(op) + " takes f32, bf16 or f16 tensors, not " +
+                std::string(to_string(type)));
 }
-void CudaBackend::cross_entropy_backward(Stream, CRef, const std::int32_t*, const float*, const float*, Ref, int, int,
-                                         int, float) {
-  throw Error("cuda: cross_entropy_backward is not built yet");
+
+unsigned int grid_for(std::int64_t n) {
+  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
+  return unsigned(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
 }
-void CudaBackend::embedding_forward(Stream, const std::int32_t*, CRef, Ref, int, int, int, int) {
-  throw Error("cuda: embedding_forward is not built yet");
+
+// Folds the block's values with `combine` over a fixed tree; the result is in shared[0].
+template <typename T, typename Combine>
+__device__ T block_reduce(T value, T* shared, Combine combine) {
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (int(threadIdx.x) < stride) shared[threadIdx.x] = combine(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  return shared[0];
 }
-void CudaBackend::embedding_backward(Stream, const std::int32_t*, CRef, float*, int, int, int, int) {
-  throw Error("cuda: embedding_backward is not built yet");
+
+__global__ void row_max_kernel(const void* logits, DType type, float* row_max, int cols) {
+  __shared__ float shared[kThreads];
+  const std::int64_t row = blockIdx.x, base = row * cols;
+  float top = -INFINITY;
+  for (int j = threadIdx.x; j < cols; j += kThreads) {
+    const float x = load_element(logits, type, base + j);
+    top = x > top ? x : top;
+  }
+  const float result = block_reduce(top, shared, [](float a, float b) { return b > a ? b : a; });
+  if (threadIdx.x == 0) row_max[row] = result;
+}
+
+__global__ void row_sums_kernel(const void* logits, DType type, const std::int32_t* targets, const float* row_max,
+                                float* sum_exp, float* target_logit, int cols, int vocab_start) {
+  __shared__ float shared[kThreads];
+  const std::int64_t row = blockIdx.x, base = row * cols;
+  const float top = row_max[row];
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += kThreads) sum += numeric::exp_f(load_element(logits, type, base + j) - top);
+  const float result = block_reduce(sum, shared, [](float a, float b) { return a + b; });
+  if (threadIdx.x == 0) {
+    sum_exp[row] = result;
+    const int local = targets[row] - vocab_start;
+    target_logit[row] = local >= 0 && local < cols ? load_element(logits, type, base + local) : 0.0f;
+  }
+}
+
+__global__ void loss_kernel(const float* row_max, const float* sum_exp, const float* target_logit, int rows,
+                            double* loss_sum) {
+  __shared__ double shared[kThreads];
+  double total = 0.0;
+  for (int r = threadIdx.x; r < rows; r += kThreads)
+    total += log(double(sum_exp[r])) + double(row_max[r]) - double(target_logit[r]);
+  const double result = block_reduce(total, shared, [](double a, double b) { return a + b; });
+  if (threadIdx.x == 0) *loss_sum += result;
+}
+
+__global__ void cross_entropy_backward_kernel(const void* logits, DType type, const std::int32_t* targets,
+                                              const float* row_max, const float* sum_exp, void* dlogits,
+                                              DType dlogits_type, int rows, int cols, int vocab_start, float scale) {
+  const std::int64_t n = std::int64_t(rows) * cols;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * kThreads) {
+    const std::int64_t row = i / cols;
+    const int col = int(i - row * cols);
+    const float factor = scale / sum_exp[row];
+    float d = numeric::exp_f(load_element(logits, type, i) - row_max[row]) * factor;
+    if (targets[row] - vocab_start == col) d -= scale;
+    store_element(dlogits, dlogits_type, i, d);
+  }
+}
+
+// Element copies in the table's own type (Word: the element's bytes as one integer).
+template <typename Word>
+__global__ void embedding_forward_kernel(const std::int32_t* tokens, const Word* table, Word* out, int n, int dim,
+                                         int vocab_start, int vocab_rows) {
+  const std::int64_t total = std::int64_t(n) * dim;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * kThreads) {
+    const std::int64_t position = i / dim, column = i - position * dim;
+    const int local = tokens[position] - vocab_start;
+    out[i] = local >= 0 && local < vocab_rows ? table[std::int64_t(local) * dim + column] : Word(0);  // +0.0
+  }
+}
+
+// next[i]: the next position with token i's id (-1: none); first[i]: 1 when i is the id's
+// first in-shard position. One thread per token, the tokens read through shared tiles.
+__global__ void token_chain_kernel(const std::int32_t* tokens, int n, int vocab_start, int vocab_rows,
+                                   std::int32_t* next, std::int32_t* first) {
+  __shared__ std::int32_t tile[kThreads];
+  const int i = int(blockIdx.x) * kThreads + int(threadIdx.x);
+  const std::int32_t token = i < n ? tokens[i] : 0;
+  const bool in_shard = i < n && token - vocab_start >= 0 && token - vocab_start < vocab_rows;
+  int following = -1;
+  bool earlier = false;
+  for (int start = 0; start < n; start += kThreads) {
+    __syncthreads();
+    if (start + int(threadIdx.x) < n) tile[threadIdx.x] = tokens[start + threadIdx.x];
+    __syncthreads();
+    const int count = n - start < kThreads ? n - start : kThreads;
+    for (int k = 0; k < count; ++k) {
+      const int j = start + k;
+      if (tile[k] != token) continue;
+      if (j < i) earlier = true;
+      if (j > i && following < 0) following = j;
+    }
+  }
+  if (i < n) {
+    next[i] = following;
+    first[i] = in_shard && !earlier ? 1 : 0;
+  }
+}
+
+// One block per token position; those that start a chain sum it into their row. Thread 0
+// follows the chain kThreads links at a time into shared memory, so the pointer chase runs
+// once per chain, not once per column; the row is carried through registers in between
+// (a store and a reload of a float change nothing), so the sums keep token order.
+__global__ void embedding_backward_kernel(const std::int32_t* tokens, const void* dout, DType type,
+                                          const std::int32_t* next, const std::int32_t* first, float* table_gradient,
+                                          int dim, int vocab_start) {
+  __shared__ std::int32_t positions[kThreads];
+  __shared__ int count, resume;
+  const int start = int(blockIdx.x);
+  if (!first[start]) return;  // the whole block leaves together
+  float* row = table_gradient + std::int64_t(tokens[start] - vocab_start) * dim;
+  if (threadIdx.x == 0) resume = start;
+  for (;;) {
+    if (threadIdx.x == 0) {
+      int link = resume, k = 0;
+      for (; k < kThreads && link >= 0; ++k, link = next[link]) positions[k] = link;
+      count = k;
+      resume = link;
+    }
+    __syncthreads();
+    for (int column = threadIdx.x; column < dim; column += kThreads) {
+      float sum = row[column];
+      for (int k = 0; k < count; ++k) sum += load_element(dout, type, std::int64_t(positions[k]) * dim + column);
+      row[column] = sum;
+    }
+    const bool more = resume >= 0;
+    __syncthreads();  // everyone has read this chunk before thread 0 fetches the next
+    if (!more) return;
+  }
+}
+
+}  // namespace
+
+void CudaBackend::cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols) {
+  require_floating(logits.type, "cross_entropy_max");
+  if (rows <= 0) return;
+  row_max_kernel<<<unsigned(rows), kThreads, 0, native(s)>>>(logits.data, logits.type, row_max, cols);
+  check(cudaGetLastError(), "cross_entropy_max");
+}
+
+void CudaBackend::cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
+                                     float* sum_exp, float* target_logit, int rows, int cols, int vocab_start) {
+  require_floating(logits.type, "cross_entropy_sums");
+  if (rows <= 0) return;
+  row_sums_kernel<<<unsigned(rows), kThreads, 0, native(s)>>>(logits.data, logits.type, targets, row_max, sum_exp,
+                                                              target_logit, cols, vocab_start);
+  check(cudaGetLastError(), "cross_entropy_sums");
+}
+
+void CudaBackend::cross_entropy_loss(Stream s, const float* row_max, const float* sum_exp, const float* target_logit,
+                                     int rows, double* loss_sum) {
+  // One block even for rows == 0: the sum then adds 0, like the reference.
+  loss_kernel<<<1, kThreads, 0, native(s)>>>(row_max, sum_exp, target_logit, rows, loss_sum);
+  check(cudaGetLastError(), "cross_entropy_loss");
+}
+
+void CudaBackend::cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
+                                         const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start,
+                                         float scale) {
+  require_floating(logits.type, "cross_entropy_backward");
+  require_floating(dlogits.type, "cross_entropy_backward");
+  const std::int64_t n = std::int64_t(rows) * cols;
+  if (n <= 0) return;
+  cross_entropy_backward_kernel<<<grid_for(n), kThreads, 0, native(s)>>>(
+      logits.data, logits.type, targets, row_max, sum_exp, dlogits.data, dlogits.type, rows, cols, vocab_start, scale);
+  check(cudaGetLastError(), "cross_entropy_backward");
+}
+
+void CudaBackend::embedding_forward(Stream s, const std::int32_t* tokens, CRef table, Ref out, int n, int dim,
+                                    int vocab_start, int vocab_rows) {
+  if (table.type != out.type)
+    throw Error("backend cuda: embedding_forward copies rows in their element type (" +
+                std::string(to_string(table.type)) + " table, " + std::string(to_string(out.type)) + " output)");
+  const std::int64_t total = std::int64_t(n) * dim;
+  if (total <= 0) return;
+  const unsigned grid = grid_for(total);
+  switch (element_bytes(table.type)) {
+    case 4:
+      embedding_forward_kernel<<<grid, kThreads, 0, native(s)>>>(tokens, static_cast<const std::uint32_t*>(table.data),
+                                                                 static_cast<std::uint32_t*>(out.data), n, dim,
+                                                                 vocab_start, vocab_rows);
+      break;
+    case 2:
+      embedding_forward_kernel<<<grid, kThreads, 0, native(s)>>>(tokens, static_cast<const std::uint16_t*>(table.data),
+                                                                 static_cast<std::uint16_t*>(out.data), n, dim,
+                                                                 vocab_start, vocab_rows);
+      break;
+    default:
+      require_floating(table.type, "embedding_forward");
+  }
+  check(cudaGetLastError(), "embedding_forward");
+}
+
+void CudaBackend::embedding_backward(Stream s, const std::int32_t* tokens, CRef dout, float* table_gradient, int n,
+                                     int dim, int vocab_start, int vocab_rows) {
+  require_floating(dout.type, "embedding_backward");
+  if (n <= 0 || dim <= 0) return;
+  auto* next = static_cast<std::int32_t*>(workspace(s, 2 * std::size_t(n) * sizeof(std::int32_t)));
+  std::int32_t* first = next + n;
+  token_chain_kernel<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, native(s)>>>(tokens, n, vocab_start,
+                                                                                          vocab_rows, next, first);
+  check(cudaGetLastError(), "embedding_backward (token chains)");
+  embedding_backward_kernel<<<unsigned(n), kThreads, 0, native(s)>>>(tokens, dout.data, dout.type, next, first,
+                                                                     table_gradient, dim, vocab_start);
+  check(cudaGetLastError(), "embedding_backward");
 }
 
 }  // namespace tessel::kernels::cuda

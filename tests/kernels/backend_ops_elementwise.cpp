@@ -1,0 +1,126 @@
+// Op-table cases for data movement and element-wise ops. Shapes are small but odd
+// (not multiples of a warp or a vector width) so that a kernel's tail handling is
+// exercised; strided copies leave gaps that start random, not poisoned, because the
+// op must leave them as they were.
+#include "backend_ops_cases.hpp"
+
+namespace tessel::kernels::ops_test {
+
+namespace {
+constexpr int kRows = 7, kCols = 45;
+constexpr std::int64_t kElements = 1237;
+}  // namespace
+
+void run_fill(OpRun& r) {
+  r.backend().fill(r.stream(), r.out("x", kElements), kElements, 0.75f);
+  r.backend().fill(r.stream(), r.out("x_f32", kElements, DType::f32), kElements, -2.5f);
+}
+
+void run_convert(OpRun& r) {
+  const Ref from_f32 = r.random(kElements, DType::f32);
+  r.backend().convert(r.stream(), r.out("to_compute", kElements), from_f32, kElements);
+  const CRef from_compute = r.in(kElements);
+  r.backend().convert(r.stream(), r.out("to_f32", kElements, DType::f32), from_compute, kElements);
+}
+
+void run_copy_2d(OpRun& r) {
+  constexpr int batch = 3, rows = 5, cols = 11;
+  constexpr std::int64_t source_ld = 13, destination_ld = 12, source_stride = 70, destination_stride = 64;
+  const CRef source = r.in(source_stride * batch);
+  const Ref destination = r.inout("destination", destination_stride * batch);
+  r.backend().copy_2d(r.stream(), destination, destination_ld, source, source_ld, rows, cols, batch, destination_stride,
+                      source_stride);
+}
+
+void run_transpose(OpRun& r) {
+  const CRef source = r.in(std::int64_t(kRows) * kCols);
+  r.backend().transpose(r.stream(), r.out("transposed", std::int64_t(kRows) * kCols), source, kRows, kCols);
+}
+
+void run_add(OpRun& r) {
+  const CRef a = r.in(kElements);
+  const Ref b = r.random(kElements, DType::f32);
+  r.backend().add(r.stream(), r.out("sum", kElements), a, b, kElements);
+  // In place: out is a.
+  const Ref in_place = r.inout("in_place", kElements);
+  r.backend().add(r.stream(), in_place, in_place, r.in(kElements), kElements);
+}
+
+void run_scale(OpRun& r) { r.backend().scale(r.stream(), r.inout("x", kElements), kElements, -0.375f); }
+
+void run_scale_by(OpRun& r) {
+  float* x = r.inout_f32("x", kElements);
+  const float* factor = r.in_f32(1, 0.5f, 1.5f);
+  r.backend().scale_by(r.stream(), x, kElements, factor);
+}
+
+void run_residual(OpRun& r) {
+  const std::int64_t n = std::int64_t(kRows) * kCols;
+  const CRef x = r.in(n), delta = r.in(n), bias = r.in(kCols);
+  r.backend().residual(r.stream(), r.out("with_bias", n), x, delta, bias, kRows, kCols);
+  r.backend().residual(r.stream(), r.out("without_bias", n), x, delta, CRef{nullptr, r.compute()}, kRows, kCols);
+}
+
+void run_add_bias(OpRun& r) {
+  const Ref y = r.inout("y", std::int64_t(kRows) * kCols);
+  r.backend().add_bias(r.stream(), y, r.in(kCols), kRows, kCols);
+}
+
+void run_bias_gradient(OpRun& r) {
+  const CRef dy = r.in(std::int64_t(kRows) * kCols);
+  r.backend().bias_gradient(r.stream(), dy, r.inout_f32("bias_gradient", kCols), kRows, kCols);
+}
+
+void run_add_rows(OpRun& r) {
+  const RowMap map{1, 2, 5};  // table rows 1 .. 5
+  const CRef table = r.in(6 * kCols);
+  const Ref x = r.inout("x", std::int64_t(kRows) * kCols);
+  r.backend().add_rows(r.stream(), x, table, kRows, kCols, map);
+}
+
+void run_add_rows_backward(OpRun& r) {
+  const RowMap map{1, 2, 5};
+  const CRef dx = r.in(std::int64_t(kRows) * kCols);
+  float* table_gradient = r.inout_f32("table_gradient", 6 * kCols);
+  r.backend().add_rows_backward(r.stream(), dx, table_gradient, kRows, kCols, map);
+}
+
+namespace {
+constexpr int kSequences = 2, kSeq = 5, kHeads = 3, kHeadDim = 7;
+constexpr std::int64_t kRowsLd = kHeads * kHeadDim + 4;  // a fused QKV row is wider than one part
+constexpr std::int64_t kHeadElements = std::int64_t(kSequences) * kSeq * kHeads * kHeadDim;
+}  // namespace
+
+void run_rows_to_heads(OpRun& r) {
+  const CRef source = r.in(kSequences * kSeq * kRowsLd);
+  r.backend().rows_to_heads(r.stream(), source, kRowsLd, r.out("heads", kHeadElements), kSequences, kSeq, kHeads,
+                            kHeadDim);
+}
+
+void run_heads_to_rows(OpRun& r) {
+  const CRef heads = r.in(kHeadElements);
+  const Ref destination = r.inout("rows", kSequences * kSeq * kRowsLd);
+  r.backend().heads_to_rows(r.stream(), heads, destination, kRowsLd, kSequences, kSeq, kHeads, kHeadDim);
+}
+
+void run_gelu_forward(OpRun& r) {
+  const CRef x = r.in(kElements, -4.0f, 4.0f);
+  r.backend().gelu_forward(r.stream(), x, r.out("y", kElements), kElements);
+}
+
+void run_gelu_backward(OpRun& r) {
+  const CRef x = r.in(kElements, -4.0f, 4.0f), dy = r.in(kElements);
+  r.backend().gelu_backward(r.stream(), x, dy, r.out("dx", kElements), kElements);
+}
+
+void run_swiglu_forward(OpRun& r) {
+  const CRef x = r.in(std::int64_t(kRows) * 2 * kCols, -4.0f, 4.0f);
+  r.backend().swiglu_forward(r.stream(), x, r.out("y", std::int64_t(kRows) * kCols), kRows, kCols);
+}
+
+void run_swiglu_backward(OpRun& r) {
+  const CRef x = r.in(std::int64_t(kRows) * 2 * kCols, -4.0f, 4.0f), dy = r.in(std::int64_t(kRows) * kCols);
+  r.backend().swiglu_backward(r.stream(), x, dy, r.out("dx", std::int64_t(kRows) * 2 * kCols), kRows, kCols);
+}
+
+}  // namespace tessel::kernels::ops_test
