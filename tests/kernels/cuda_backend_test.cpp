@@ -20,6 +20,7 @@
 #include "tessel/kernels/backend.hpp"
 
 #if defined(TESSEL_CUDA_BUILT)
+#include "column_chunks.hpp"
 #include "cuda_backend_impl.hpp"
 #include "tessel/kernels/cuda/cuda_backend.hpp"
 #endif
@@ -62,6 +63,24 @@ TEST(CudaBackend, AllocatorRoundsToSizeClasses) {
   EXPECT_EQ(CachingAllocator::rounded_bytes((std::size_t(1) << 20) + 1), std::size_t(2) << 20);
   EXPECT_EQ(CachingAllocator::rounded_bytes((std::size_t(3) << 20) - 5), std::size_t(4) << 20);
   EXPECT_EQ(CachingAllocator::rounded_bytes(std::size_t(4) << 20), std::size_t(4) << 20);
+}
+
+TEST(CudaBackend, ColumnSumChunksCoverEveryRowOnceWithNoneEmpty) {
+  using cuda::column_chunks;
+  for (int rows : {1, 2, 31, 32, 33, 100, 1000, 2047, 2048, 2049, 4097, 100003}) {
+    const auto chunks = column_chunks(rows);
+    EXPECT_GE(chunks.count, 1) << rows;
+    EXPECT_LE(chunks.count, cuda::kMaxChunks) << rows;
+    EXPECT_GE(std::int64_t(chunks.count) * chunks.rows_each, rows) << rows << " rows are not all covered";
+    EXPECT_LT(std::int64_t(chunks.count - 1) * chunks.rows_each, rows) << rows << " rows leave the last chunk empty";
+    if (rows >= cuda::kMinChunkRows) {
+      EXPECT_GE(chunks.rows_each, cuda::kMinChunkRows) << rows;
+    }
+  }
+  EXPECT_EQ(column_chunks(1000).count, 31);  // 30 chunks of 33 rows and one of 10
+  EXPECT_EQ(column_chunks(1000).rows_each, 33);
+  EXPECT_EQ(cuda::column_scratch_bytes(1000, 300, 2), std::size_t(31) * 300 * 2 * sizeof(float));
+  EXPECT_EQ(cuda::column_scratch_bytes(0, 300, 1), std::size_t(300) * sizeof(float));
 }
 
 TEST(CudaBackend, NativeStreamOfANonCudaBackendIsAnError) {

@@ -1,38 +1,19 @@
 // Deterministic sums over the rows of each column (bias gradients, dgamma, dbeta), with
-// no floating-point atomics: the rows are cut into at most kMaxChunks chunks fixed by the
-// shape alone; phase 1 has one thread per (column, chunk) add its chunk's rows in order
-// into a partial in scratch memory, phase 2 one thread per column add the partials in
-// chunk order to the output. The same shape gives the same bits on every run, and the
+// no floating-point atomics: the rows are cut into chunks fixed by the shape alone
+// (column_chunks.hpp); phase 1 has one thread per (column, chunk) add its chunk's rows
+// in order into a partial in scratch memory, phase 2 one thread per column add the
+// partials in chunk order to the output. The same shape gives the same bits on every run, and the
 // chunks give a GPU enough blocks even when there are few columns.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <array>
 #include <cstddef>
 
+#include "column_chunks.hpp"
 #include "cuda_elements.cuh"
 
 namespace tessel::kernels::cuda {
-
-constexpr int kMaxChunks = 64;
-constexpr int kMinChunkRows = 32;
-
-struct ColumnChunks {
-  int count = 1, rows_each = 1;
-};
-
-inline ColumnChunks column_chunks(int rows) {
-  int count = (rows + kMinChunkRows - 1) / kMinChunkRows;
-  count = count < 1 ? 1 : (count > kMaxChunks ? kMaxChunks : count);
-  const int rows_each = (rows + count - 1) / count;
-  return {(rows + rows_each - 1) / rows_each, rows_each};
-}
-
-// Scratch the partials of `outputs` sums over `cols` columns take.
-inline std::size_t column_scratch_bytes(int rows, int cols, int outputs) {
-  return std::size_t(column_chunks(rows).count) * std::size_t(cols) * std::size_t(outputs) * sizeof(float);
-}
 
 template <int Outputs>
 struct ColumnOutputs {
