@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda_backend_impl.hpp"
+#include "row_kernels.cuh"
 #include "flash_attention.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/kernels/numeric.hpp"
@@ -19,31 +20,6 @@ namespace {
 
 constexpr int kRowThreads = 256;  // a power of two: the tree reduction halves it
 
-// Element access in the stored type, rounding as the CPU backend does (numeric.hpp).
-__device__ __forceinline__ float load_element(const void* base, DType type, std::int64_t i) {
-  switch (type) {
-    case DType::bf16:
-      return numeric::from_bf16(static_cast<const std::uint16_t*>(base)[i]);
-    case DType::f16:
-      return numeric::from_f16(static_cast<const std::uint16_t*>(base)[i]);
-    default:
-      return static_cast<const float*>(base)[i];
-  }
-}
-__device__ __forceinline__ void store_element(void* base, DType type, std::int64_t i, float value) {
-  switch (type) {
-    case DType::bf16:
-      static_cast<std::uint16_t*>(base)[i] = numeric::to_bf16(value);
-      break;
-    case DType::f16:
-      static_cast<std::uint16_t*>(base)[i] = numeric::to_f16(value);
-      break;
-    default:
-      static_cast<float*>(base)[i] = value;
-      break;
-  }
-}
-
 struct Sum {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
@@ -51,36 +27,22 @@ struct Max {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-// Combines one value per thread in a fixed tree; every thread gets the result.
-template <typename Op>
-__device__ float block_reduce(float value, Op op) {
-  __shared__ float partial[kRowThreads];
-  partial[threadIdx.x] = value;
-  __syncthreads();
-  for (int stride = kRowThreads / 2; stride > 0; stride /= 2) {
-    if (int(threadIdx.x) < stride) partial[threadIdx.x] = op(partial[threadIdx.x], partial[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  const float result = partial[0];
-  __syncthreads();  // partial is reused by the next reduction
-  return result;
-}
-
 // Row `blockIdx.x` of batch * rows: query first_row + i sees keys 0 .. first_row + i.
 __global__ void __launch_bounds__(kRowThreads)
     causal_softmax_forward_kernel(const void* scores, DType scores_type, void* probs, DType probs_type, int rows,
                                   int cols, int first_row, float scale) {
+  __shared__ float partial[kRowThreads];
   const std::int64_t row = blockIdx.x;
   const std::int64_t base = row * cols;
   const int visible = min(cols, first_row + int(row % rows) + 1);
   float local_max = -INFINITY;
   for (int j = threadIdx.x; j < visible; j += kRowThreads)
     local_max = fmaxf(local_max, load_element(scores, scores_type, base + j));
-  const float top = scale * block_reduce(local_max, Max{});
+  const float top = scale * block_reduce<kRowThreads>(local_max, partial, Max{});
   float local_sum = 0.0f;
   for (int j = threadIdx.x; j < visible; j += kRowThreads)
     local_sum += numeric::exp_f(scale * load_element(scores, scores_type, base + j) - top);
-  const float sum = block_reduce(local_sum, Sum{});
+  const float sum = block_reduce<kRowThreads>(local_sum, partial, Sum{});
   for (int j = threadIdx.x; j < cols; j += kRowThreads) {
     const float p =
         j < visible ? numeric::exp_f(scale * load_element(scores, scores_type, base + j) - top) / sum : 0.0f;
@@ -92,11 +54,12 @@ __global__ void __launch_bounds__(kRowThreads)
 __global__ void __launch_bounds__(kRowThreads)
     causal_softmax_backward_kernel(const void* probs, DType probs_type, const void* dprobs, DType dprobs_type,
                                    void* dscores, DType dscores_type, int cols, float scale) {
+  __shared__ float partial[kRowThreads];
   const std::int64_t base = std::int64_t(blockIdx.x) * cols;
   float local_dot = 0.0f;
   for (int j = threadIdx.x; j < cols; j += kRowThreads)
     local_dot += load_element(probs, probs_type, base + j) * load_element(dprobs, dprobs_type, base + j);
-  const float dot = block_reduce(local_dot, Sum{});
+  const float dot = block_reduce<kRowThreads>(local_dot, partial, Sum{});
   for (int j = threadIdx.x; j < cols; j += kRowThreads) {
     const float p = load_element(probs, probs_type, base + j), dp = load_element(dprobs, dprobs_type, base + j);
     store_element(dscores, dscores_type, base + j, scale * p * (dp - dot));

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "cuda_backend_impl.hpp"
+#include "row_kernels.cuh"
 #include "tessel/core/error.hpp"
 #include "tessel/kernels/numeric.hpp"
 
@@ -30,30 +31,6 @@ namespace {
 
 constexpr int kThreads = 256;  // fixed: the reduction trees' shape depends on it
 
-__device__ __forceinline__ float load_element(const void* data, DType type, std::int64_t i) {
-  switch (type) {
-    case DType::bf16:
-      return numeric::from_bf16(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::f16:
-      return numeric::from_f16(static_cast<const std::uint16_t*>(data)[i]);
-    default:
-      return static_cast<const float*>(data)[i];
-  }
-}
-
-__device__ __forceinline__ void store_element(void* data, DType type, std::int64_t i, float value) {
-  switch (type) {
-    case DType::bf16:
-      static_cast<std::uint16_t*>(data)[i] = numeric::to_bf16(value);
-      return;
-    case DType::f16:
-      static_cast<std::uint16_t*>(data)[i] = numeric::to_f16(value);
-      return;
-    default:
-      static_cast<float*>(data)[i] = value;
-      return;
-  }
-}
 
 void require_floating(DType type, const char* op) {
   if (type != DType::f32 && type != DType::bf16 && type != DType::f16)
@@ -66,17 +43,6 @@ unsigned int grid_for(std::int64_t n) {
   return unsigned(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
 }
 
-// Folds the block's values with `combine` over a fixed tree; the result is in shared[0].
-template <typename T, typename Combine>
-__device__ T block_reduce(T value, T* shared, Combine combine) {
-  shared[threadIdx.x] = value;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-    if (int(threadIdx.x) < stride) shared[threadIdx.x] = combine(shared[threadIdx.x], shared[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  return shared[0];
-}
 
 __global__ void row_max_kernel(const void* logits, DType type, float* row_max, int cols) {
   __shared__ float shared[kThreads];
@@ -86,7 +52,7 @@ __global__ void row_max_kernel(const void* logits, DType type, float* row_max, i
     const float x = load_element(logits, type, base + j);
     top = x > top ? x : top;
   }
-  const float result = block_reduce(top, shared, [](float a, float b) { return b > a ? b : a; });
+  const float result = block_reduce<kThreads>(top, shared, [](float a, float b) { return b > a ? b : a; });
   if (threadIdx.x == 0) row_max[row] = result;
 }
 
@@ -97,7 +63,7 @@ __global__ void row_sums_kernel(const void* logits, DType type, const std::int32
   const float top = row_max[row];
   float sum = 0.0f;
   for (int j = threadIdx.x; j < cols; j += kThreads) sum += numeric::exp_f(load_element(logits, type, base + j) - top);
-  const float result = block_reduce(sum, shared, [](float a, float b) { return a + b; });
+  const float result = block_reduce<kThreads>(sum, shared, [](float a, float b) { return a + b; });
   if (threadIdx.x == 0) {
     sum_exp[row] = result;
     const int local = targets[row] - vocab_start;
@@ -111,7 +77,7 @@ __global__ void loss_kernel(const float* row_max, const float* sum_exp, const fl
   double total = 0.0;
   for (int r = threadIdx.x; r < rows; r += kThreads)
     total += log(double(sum_exp[r])) + double(row_max[r]) - double(target_logit[r]);
-  const double result = block_reduce(total, shared, [](double a, double b) { return a + b; });
+  const double result = block_reduce<kThreads>(total, shared, [](double a, double b) { return a + b; });
   if (threadIdx.x == 0) *loss_sum += result;
 }
 
