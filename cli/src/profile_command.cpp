@@ -7,12 +7,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
 #include "format.hpp"
+#include "profile_cuda.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/cost_lookup.hpp"
 #include "tessel/profiles/cpu_profiler.hpp"
@@ -27,6 +29,7 @@ using namespace tessel::profiles;
 
 struct ProfileArgs {
   std::string backend;
+  std::optional<int> cuda_device;  // --device N with --backend cuda
   bool quick = false;
   int max_ranks = 0;
   std::string db;
@@ -59,9 +62,8 @@ std::string helper_path() {
 
 int run_measure(const ProfileArgs& args) {
   if (args.backend.empty()) throw Error("--backend: required to measure (cpu); or use a subcommand: show, export, import, import-nccl");
-  if (args.backend == "cuda") {
-    throw Error("--backend cuda: the CUDA profiler comes with the CUDA backend; this build measures --backend cpu");
-  }
+  if (args.backend == "cuda") return run_profile_cuda(db_path(args), args.cuda_device.value_or(0), args.quick);
+  if (args.cuda_device) throw Error("--device: only with --backend cuda (which CUDA device to measure)");
   if (args.max_ranks < 0 || args.max_ranks == 1) {
     throw Error(fmt::format("--max-ranks: must be at least 2, got {}", args.max_ranks));
   }
@@ -210,12 +212,14 @@ Command add_profile_command(CLI::App& app) {
   auto args = std::make_shared<ProfileArgs>();
   CLI::App* cmd = app.add_subcommand("profile", "Measure kernel and link costs into the profile database, or show them");
   cmd->require_subcommand(0, 1);
-  cmd->add_option("--backend", args->backend, "What to measure: cpu (this machine as local-cpu)")
+  cmd->add_option("--backend", args->backend,
+                  "What to measure: cpu (this machine as local-cpu) or cuda (one GPU through the CUDA backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", args->cuda_device, "With --backend cuda: the CUDA device index (default 0)");
   cmd->add_flag("--quick", args->quick, "Fewer, smaller shapes and sizes (under a minute)");
   cmd->add_option("--max-ranks", args->max_ranks, "Largest MPI world for collectives (default: the core count)");
   cmd->add_option("--db", args->db, "Profile database (default: $TESSEL_DB, else ~/.local/share/tessel/tessel.db)");
-  cmd->footer("Examples:\n  tessel profile --backend cpu --quick\n  tessel profile show --device local-cpu\n"
+  cmd->footer("Examples:\n  tessel profile --backend cpu --quick\n  tessel profile --backend cuda --device 0\n  tessel profile show --device local-cpu\n"
               "  tessel profile import-nccl all_reduce.txt --fabric dgx-h100/intra");
 
   args->show = cmd->add_subcommand("show", "Print a profile as tables: what the planner will believe");

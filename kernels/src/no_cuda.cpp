@@ -10,4 +10,15 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
 int cuda_device_count() { return 0; }
 bool cuda_backend_built() { return false; }
 
+// In a CUDA build these come from cuda/cuda_device_info.cu (TESSEL_CUDA_DEVICE_INFO is
+// set), while the rest of this file stands in until the CUDA backend's own factory does.
+#ifndef TESSEL_CUDA_DEVICE_INFO
+std::string cuda_device_name(int) {
+  throw Error("cuda device name: this build of tessel has no CUDA backend");
+}
+double cuda_device_memory_bytes(int) {
+  throw Error("cuda device memory: this build of tessel has no CUDA backend");
+}
+#endif
+
 }  // namespace tessel::kernels
