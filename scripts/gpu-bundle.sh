@@ -18,7 +18,7 @@ out=$root/tessel-gpu-bundle.tar.gz
 build=1
 while [ $# -gt 0 ]; do
   case $1 in
-    --build-dir) build_dir=$(cd "$2" && pwd); shift 2 ;;
+    --build-dir) build_dir=$(realpath -m "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-build) build=0; shift ;;
     -h|--help) sed -n 2,14p "$0"; exit 0 ;;
