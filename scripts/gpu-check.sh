@@ -104,8 +104,20 @@ gpu_tests() {
   return $status
 }
 
+# A GPU test that skips on a GPU machine is a finding (its message says why): the step fails.
+gpu_tests_none_skipped() {
+  gpu_tests
+  local status=$? skipped
+  skipped=$(grep -c -e '^\[  SKIPPED \] .*(' -e '\*\*\*Skipped' "$log/gpu-tests.out" 2>/dev/null)
+  if [ "${skipped:-0}" -gt 0 ]; then
+    echo "gpu-check: $skipped GPU tests skipped on a machine with a GPU (see their messages above)"
+    [ $status -eq 0 ] && status=3
+  fi
+  return $status
+}
+
 db=$out_dir/profile.db
-run_step gpu-tests gpu_tests
+run_step gpu-tests gpu_tests_none_skipped
 run_step gpu-profile "$bin/tessel" profile --backend cuda --device "$device" $quick --db "$db"
 profiled=$(sed -n 's/.* as device \([^ ]*\)$/\1/p' "$log/gpu-profile.out" | tail -1)
 if [ -n "$profiled" ]; then
@@ -150,6 +162,10 @@ section() {
   printf '%s\n' "${summary[@]}"
   echo
   echo "GPU devices: $(tr '\n' ';' <<<"$gpu_list")"
+  echo
+  echo "Key numbers:"
+  echo "- GPU profile: $(grep -h '^measured ' "$log/gpu-profile.out" 2>/dev/null || echo 'none (see below)')"
+  echo "- PyTorch reference: $(python3 -c 'import json,sys; r=json.loads([l for l in sys.stdin.read().splitlines() if l.startswith("{")][-1]); print("%.2f ms/step, %.0f tokens/s, %d parameters, torch %s on %s" % (r["step_s"] * 1e3, r["tokens_per_s"], r["parameters"], r["torch"], r["device"]))' <"$log/torch-reference.out" 2>/dev/null || echo 'none (see below)')"
   section "GPU tests" "$log/gpu-tests.out"
   section "GPU profile" "$log/gpu-profile.out"
   section "Profile as the planner sees it" "$log/profile-show.out"
