@@ -116,8 +116,17 @@ int run_show(const ProfileArgs& args) {
                              d.memory_bandwidth_bytes_per_s / 1e9);
     Table gemm({"precision", "m", "n", "k", "time", "GFLOP/s", "of peak", "spread", "source"});
     Table stream({"op", "elements", "time", "GB/s", "spread", "source"});
+    Table attention({"precision", "b", "h", "s", "d", "time", "TFLOP/s (causal)", "spread"});
+    bool has_attention = false;
     for (const KernelSample& s : profile.kernels) {
-      if (s.op == KernelOp::gemm) {
+      if (s.op == KernelOp::attention) {
+        has_attention = true;
+        // Causal forward: QK^T and PV over half the score matrix, 2 FLOP per multiply-add.
+        const double flops = 2.0 * double(s.b) * double(s.h) * double(s.s) * double(s.s) * double(s.d);
+        attention.add_row({s.precision, std::to_string(s.b), std::to_string(s.h), std::to_string(s.s),
+                           std::to_string(s.d), format_seconds(s.seconds), fmt::format("{:.1f}", flops / s.seconds / 1e12),
+                           fmt::format("{:.0f}%{}", 100 * s.spread, s.flagged ? " noisy" : "")});
+      } else if (s.op == KernelOp::gemm) {
         const double peak = s.precision == "fp32" ? d.peak_fp32_flops_per_s
                             : s.precision == "tf32" ? d.peak_tf32_flops_per_s
                             : s.precision == "bf16" ? d.peak_bf16_flops_per_s
@@ -135,6 +144,12 @@ int run_show(const ProfileArgs& args) {
     }
     std::cout << "\nGEMM\n" << gemm.render();
     std::cout << "\nstreaming kernels (bytes per element: triad 12, copy 8, norm/softmax 12)\n" << stream.render();
+    if (has_attention) std::cout << "\nfused attention forward\n" << attention.render();
+    if (profile.meta.contains("not_measured")) {
+      for (const auto& [what, why] : profile.meta["not_measured"].items()) {
+        std::cout << fmt::format("not measured: {}: {}\n", what, why.get<std::string>());
+      }
+    }
     if (!profile.links.empty()) {
       Table links({"fabric", "collective", "ranks", "bytes", "time", "algbw GB/s", "busbw GB/s", "spread"});
       std::map<std::string, int> fabrics;

@@ -226,6 +226,25 @@ TEST_F(Cli, ProfileCudaWithoutADeviceSaysSoAndWritesNothing) {
   EXPECT_FALSE(fs::exists(dir_ / "default.db"));
 }
 
+// A GPU profile's attention samples and its not-measured notes are shown.
+TEST_F(Cli, ProfileShowPrintsAttentionAndWhatWasNotMeasured) {
+  const fs::path exported = dir_ / "h100.json";
+  ASSERT_EQ(run("profile export --device H100-SXM --out " + exported.string()).status, 0);
+  nlohmann::json profile = nlohmann::json::parse(slurp(exported));
+  profile["kernel_samples"].push_back({{"op", "attention"}, {"precision", "bf16"}, {"b", 4}, {"h", 16}, {"s", 2048},
+                                       {"d", 128}, {"seconds", 1e-3}, {"source", "measured"}});
+  profile["meta"]["not_measured"] = {{"fp8", "no Backend op accepts f8_e4m3 yet"}};
+  const fs::path edited = write("edited.json", profile.dump());
+  const std::string db = (dir_ / "gpu.db").string();
+  ASSERT_EQ(run("profile import " + edited.string() + " --db " + db).status, 0);
+  const Outcome show = run("profile show --device H100-SXM --db " + db);
+  ASSERT_EQ(show.status, 0) << show.err;
+  EXPECT_NE(show.out.find("fused attention forward"), std::string::npos) << show.out;
+  // 2 x 4 x 16 x 2048^2 x 128 FLOP in 1 ms: 68.7 TFLOP/s.
+  EXPECT_NE(show.out.find("68.7"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("not measured: fp8: no Backend op accepts f8_e4m3 yet"), std::string::npos) << show.out;
+}
+
 TEST_F(Cli, PredictionChangesWhenAndOnlyWhenItsProfileChanges) {
   const fs::path plan = write("cpu.json", R"({"model": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 4096,
       "seq_len": 256}, "cluster": "local-cpu", "train": {"global_batch": 16, "precision": "fp32"},
