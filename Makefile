@@ -2,9 +2,14 @@
 # configure and build into build/, then act.
 #   make demo   runs the planner on the embedded presets and prints its results
 #   make test   runs every test and ends with ctest's summary
+# and two for GPU machines (docs/GPU.md):
+#   make gpu-bundle  builds here and packs tessel-gpu-bundle.tar.gz for a GPU machine
+#   make gpu-check   on a GPU machine with a build environment: builds, runs the GPU
+#                    tests, profiler, benchmarks and PyTorch reference into one report
+#                    (on a bundle: tessel-gpu-bundle/gpu-check)
 BUILD_DIR ?= build
 
-.PHONY: demo test
+.PHONY: demo test gpu-bundle gpu-check
 
 demo:
 	@scripts/build.sh $(BUILD_DIR)
@@ -13,3 +18,9 @@ demo:
 test:
 	@scripts/build.sh $(BUILD_DIR)
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $$(nproc)
+
+gpu-bundle:
+	@scripts/gpu-bundle.sh --build-dir $(BUILD_DIR)
+
+gpu-check:
+	@scripts/gpu-check.sh --build-dir $(BUILD_DIR)

@@ -7,12 +7,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
 #include "format.hpp"
+#include "profile_cuda.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/cost_lookup.hpp"
 #include "tessel/profiles/cpu_profiler.hpp"
@@ -27,6 +29,7 @@ using namespace tessel::profiles;
 
 struct ProfileArgs {
   std::string backend;
+  std::optional<int> cuda_device;  // --device N with --backend cuda
   bool quick = false;
   int max_ranks = 0;
   std::string db;
@@ -59,9 +62,8 @@ std::string helper_path() {
 
 int run_measure(const ProfileArgs& args) {
   if (args.backend.empty()) throw Error("--backend: required to measure (cpu); or use a subcommand: show, export, import, import-nccl");
-  if (args.backend == "cuda") {
-    throw Error("--backend cuda: the CUDA profiler comes with the CUDA backend; this build measures --backend cpu");
-  }
+  if (args.backend == "cuda") return run_profile_cuda(db_path(args), args.cuda_device.value_or(0), args.quick);
+  if (args.cuda_device) throw Error("--device: only with --backend cuda (which CUDA device to measure)");
   if (args.max_ranks < 0 || args.max_ranks == 1) {
     throw Error(fmt::format("--max-ranks: must be at least 2, got {}", args.max_ranks));
   }
@@ -114,8 +116,17 @@ int run_show(const ProfileArgs& args) {
                              d.memory_bandwidth_bytes_per_s / 1e9);
     Table gemm({"precision", "m", "n", "k", "time", "GFLOP/s", "of peak", "spread", "source"});
     Table stream({"op", "elements", "time", "GB/s", "spread", "source"});
+    Table attention({"precision", "b", "h", "s", "d", "time", "TFLOP/s (causal)", "spread"});
+    bool has_attention = false;
     for (const KernelSample& s : profile.kernels) {
-      if (s.op == KernelOp::gemm) {
+      if (s.op == KernelOp::attention) {
+        has_attention = true;
+        // Causal forward: QK^T and PV over half the score matrix, 2 FLOP per multiply-add.
+        const double flops = 2.0 * double(s.b) * double(s.h) * double(s.s) * double(s.s) * double(s.d);
+        attention.add_row({s.precision, std::to_string(s.b), std::to_string(s.h), std::to_string(s.s),
+                           std::to_string(s.d), format_seconds(s.seconds), fmt::format("{:.1f}", flops / s.seconds / 1e12),
+                           fmt::format("{:.0f}%{}", 100 * s.spread, s.flagged ? " noisy" : "")});
+      } else if (s.op == KernelOp::gemm) {
         const double peak = s.precision == "fp32" ? d.peak_fp32_flops_per_s
                             : s.precision == "tf32" ? d.peak_tf32_flops_per_s
                             : s.precision == "bf16" ? d.peak_bf16_flops_per_s
@@ -133,6 +144,12 @@ int run_show(const ProfileArgs& args) {
     }
     std::cout << "\nGEMM\n" << gemm.render();
     std::cout << "\nstreaming kernels (bytes per element: triad 12, copy 8, norm/softmax 12)\n" << stream.render();
+    if (has_attention) std::cout << "\nfused attention forward\n" << attention.render();
+    if (profile.meta.contains("not_measured")) {
+      for (const auto& [what, why] : profile.meta["not_measured"].items()) {
+        std::cout << fmt::format("not measured: {}: {}\n", what, why.get<std::string>());
+      }
+    }
     if (!profile.links.empty()) {
       Table links({"fabric", "collective", "ranks", "bytes", "time", "algbw GB/s", "busbw GB/s", "spread"});
       std::map<std::string, int> fabrics;
@@ -210,12 +227,14 @@ Command add_profile_command(CLI::App& app) {
   auto args = std::make_shared<ProfileArgs>();
   CLI::App* cmd = app.add_subcommand("profile", "Measure kernel and link costs into the profile database, or show them");
   cmd->require_subcommand(0, 1);
-  cmd->add_option("--backend", args->backend, "What to measure: cpu (this machine as local-cpu)")
+  cmd->add_option("--backend", args->backend,
+                  "What to measure: cpu (this machine as local-cpu) or cuda (one GPU through the CUDA backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", args->cuda_device, "With --backend cuda: the CUDA device index (default 0)");
   cmd->add_flag("--quick", args->quick, "Fewer, smaller shapes and sizes (under a minute)");
   cmd->add_option("--max-ranks", args->max_ranks, "Largest MPI world for collectives (default: the core count)");
   cmd->add_option("--db", args->db, "Profile database (default: $TESSEL_DB, else ~/.local/share/tessel/tessel.db)");
-  cmd->footer("Examples:\n  tessel profile --backend cpu --quick\n  tessel profile show --device local-cpu\n"
+  cmd->footer("Examples:\n  tessel profile --backend cpu --quick\n  tessel profile --backend cuda --device 0\n  tessel profile show --device local-cpu\n"
               "  tessel profile import-nccl all_reduce.txt --fabric dgx-h100/intra");
 
   args->show = cmd->add_subcommand("show", "Print a profile as tables: what the planner will believe");

@@ -10,4 +10,11 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
 int cuda_device_count() { return 0; }
 bool cuda_backend_built() { return false; }
 
+std::string cuda_device_name(int) {
+  throw Error("cuda device name: this build of tessel has no CUDA backend");
+}
+double cuda_device_memory_bytes(int) {
+  throw Error("cuda device memory: this build of tessel has no CUDA backend");
+}
+
 }  // namespace tessel::kernels

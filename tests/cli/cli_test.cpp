@@ -158,6 +158,51 @@ TEST_F(Cli, ProfileMeasuresShowsExportsAndImports) {
   EXPECT_NE(cuda.err.find("--backend cuda"), std::string::npos);
 }
 
+// Here (no GPU, or a build without the CUDA backend) the GPU profiler refuses in one
+// line with status 2 and creates no database; bad --device and --backend values too.
+TEST_F(Cli, ProfileCudaWithoutADeviceSaysSoAndWritesNothing) {
+  const fs::path db = dir_ / "gpu.db";
+  for (const std::string device : {"", " --device 0", " --device 7"}) {
+    const Outcome o = run("profile --backend cuda --quick" + device + " --db " + db.string());
+    EXPECT_EQ(o.status, 2) << device;
+    const bool no_device = o.err == "tessel: error: profile --backend cuda: no CUDA device on this machine\n";
+    const bool no_backend = o.err == "tessel: error: profile --backend cuda: this build has no CUDA backend\n";
+    EXPECT_TRUE(no_device || no_backend) << o.err;
+    EXPECT_TRUE(o.out.empty()) << o.out;
+    EXPECT_FALSE(fs::exists(db)) << "nothing written";
+  }
+  const Outcome negative = run("profile --backend cuda --device -1 --db " + db.string());
+  EXPECT_EQ(negative.status, 2);
+  EXPECT_EQ(negative.err.rfind("tessel: error: --device: must be a CUDA device index", 0), 0u) << negative.err;
+  const Outcome cpu_device = run("profile --backend cpu --device 1 --db " + db.string());
+  EXPECT_EQ(cpu_device.status, 2);
+  EXPECT_NE(cpu_device.err.find("--device: only with --backend cuda"), std::string::npos) << cpu_device.err;
+  const Outcome rocm = run("profile --backend rocm --db " + db.string());
+  EXPECT_EQ(rocm.status, 2);
+  EXPECT_NE(rocm.err.find("rocm not in {cpu,cuda}"), std::string::npos) << rocm.err;
+  EXPECT_FALSE(fs::exists(db));
+  EXPECT_FALSE(fs::exists(dir_ / "default.db"));
+}
+
+// A GPU profile's attention samples and its not-measured notes are shown.
+TEST_F(Cli, ProfileShowPrintsAttentionAndWhatWasNotMeasured) {
+  const fs::path exported = dir_ / "h100.json";
+  ASSERT_EQ(run("profile export --device H100-SXM --out " + exported.string()).status, 0);
+  nlohmann::json profile = nlohmann::json::parse(slurp(exported));
+  profile["kernel_samples"].push_back({{"op", "attention"}, {"precision", "bf16"}, {"b", 4}, {"h", 16}, {"s", 2048},
+                                       {"d", 128}, {"seconds", 1e-3}, {"source", "measured"}});
+  profile["meta"]["not_measured"] = {{"fp8", "no Backend op accepts f8_e4m3 yet"}};
+  const fs::path edited = write("edited.json", profile.dump());
+  const std::string db = (dir_ / "gpu.db").string();
+  ASSERT_EQ(run("profile import " + edited.string() + " --db " + db).status, 0);
+  const Outcome show = run("profile show --device H100-SXM --db " + db);
+  ASSERT_EQ(show.status, 0) << show.err;
+  EXPECT_NE(show.out.find("fused attention forward"), std::string::npos) << show.out;
+  // 2 x 4 x 16 x 2048^2 x 128 FLOP in 1 ms: 68.7 TFLOP/s.
+  EXPECT_NE(show.out.find("68.7"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("not measured: fp8: no Backend op accepts f8_e4m3 yet"), std::string::npos) << show.out;
+}
+
 TEST_F(Cli, PredictionChangesWhenAndOnlyWhenItsProfileChanges) {
   const fs::path plan = write("cpu.json", R"({"model": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 4096,
       "seq_len": 256}, "cluster": "local-cpu", "train": {"global_batch": 16, "precision": "fp32"},

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "tessel/core/stream.hpp"
@@ -302,5 +303,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device);
 // CUDA devices this process sees (0 without a CUDA backend or a driver).
 int cuda_device_count();
 bool cuda_backend_built();
+// What CUDA calls `device` ("NVIDIA H100 80GB HBM3") and its memory, without creating a
+// backend (profiles and reports name the device they measured). Throws tessel::Error
+// when this build has no CUDA backend or the device does not exist.
+std::string cuda_device_name(int device);
+double cuda_device_memory_bytes(int device);
 
 }  // namespace tessel::kernels

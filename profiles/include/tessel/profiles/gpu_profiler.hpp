@@ -1,0 +1,74 @@
+// `tessel profile --backend cuda`: measures one GPU into a profile, entirely through the
+// kernels::Backend interface and its timing marks, so this file holds no CUDA code and
+// builds (and is tested with a fake Backend) on machines without a GPU. Each point is
+// warmed up, then timed as `repetitions` mark pairs around one op on the compute stream;
+// the median and the spread (measure.hpp's summarize) are kept.
+//
+// What is measured, under the keys the CPU profiler and CostLookup already use:
+//   GEMMs        bf16, fp16, fp32 over square sizes and a transformer block's shapes
+//                (QKV, projection, fc1, fc2), KernelSample::gemm(precision, m, n, k)
+//   attention    fused causal forward (KernelOp::attention, b h s d, bf16 and fp16)
+//   streaming    triad (add: read 2, write 1), copy, layer norm and softmax over rows
+//                of 1024, KernelSample::streaming(op, elements), fp32 as on the CPU
+//   optimizer    the AdamW step over `elements` fp32 parameters (KernelOp::optimizer)
+// The store has no kernel kind for these, so they are kept in the profile's meta:
+//   attention_backward (delta + backward), gelu_forward, host_to_device and
+//   device_to_host copies through pinned memory, and `not_measured` (what is missing
+//   and why: tf32 and fp8 GEMMs are not in the Backend interface, NCCL collectives are
+//   the next issue's work).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessel/kernels/backend.hpp"
+#include "tessel/profiles/profile.hpp"
+
+namespace tessel::profiles {
+
+struct GpuGemmShape {
+  int m = 0, n = 0, k = 0;
+  bool operator==(const GpuGemmShape&) const = default;
+};
+
+struct GpuAttentionShape {
+  int batch = 0, heads = 0, seq = 0, head_dim = 0;
+  bool operator==(const GpuAttentionShape&) const = default;
+};
+
+// The points measured, in the order they are measured.
+std::vector<GpuGemmShape> gpu_gemm_shapes(bool quick);
+std::vector<GpuAttentionShape> gpu_attention_shapes(bool quick);
+std::vector<std::int64_t> gpu_stream_sizes(bool quick);
+std::vector<std::int64_t> gpu_copy_sizes_bytes(bool quick);
+// The GEMM precisions measured, as the store names them (fp32 GEMMs run without TF32).
+std::vector<std::string> gpu_gemm_precisions();
+
+// The shipped datasheet profile a CUDA device name (e.g. "NVIDIA H100 80GB HBM3")
+// corresponds to (A100-SXM-80GB, H100-SXM, H200), or "" when none does.
+std::string shipped_device_for(const std::string& cuda_device_name);
+// A device name for the store from a CUDA device name when no shipped one matches:
+// spaces and slashes become '-' ("NVIDIA-RTX-A6000").
+std::string store_device_name(const std::string& cuda_device_name);
+
+struct GpuProfileOptions {
+  bool quick = false;
+  int device_index = 0;
+  std::string cuda_device_name;        // what CUDA calls the device
+  double cuda_memory_bytes = 0;        // the device's memory, for devices with no shipped profile
+  int warmup = 2;
+  int repetitions = 10;
+  // (fraction done, what is being measured)
+  std::function<void(double, const std::string&)> on_progress;
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// Measures `backend` (a GPU backend, or a test double) and returns the measured profile:
+// source "measured", the date, the host and the CUDA device name in its meta and in
+// every sample's provenance. Throws tessel::Error when cancelled.
+Profile profile_gpu(kernels::Backend& backend, const GpuProfileOptions& options);
+
+}  // namespace tessel::profiles
