@@ -61,7 +61,10 @@ std::vector<Layout> layouts() {
 
 struct Run {
   std::vector<float> losses;
-  std::vector<float> weights;  // whole model after the last step
+  std::vector<float> weights;    // whole model after the last step
+  std::vector<float> gradients;  // the last step's, whole model
+  std::vector<float> trust;      // LAMB's trust ratios this rank computed, by tensor name
+  std::size_t kept_activation_bytes = 0;
 };
 
 // One trainer on `backend`; the CPU backend uses the host communicator directly, any
@@ -87,6 +90,12 @@ Run train(const Layout& layout, Communicator& world, kernels::Backend& backend, 
   Run run;
   for (int step = 0; step < kSteps; ++step) run.losses.push_back(rank.trainer.step().loss);
   run.weights = rank.trainer.whole_parameters();
+  run.gradients = rank.trainer.whole_gradients();
+  for (const auto& [name, ratio] : rank.trainer.trust_ratios()) run.trust.push_back(ratio);
+  run.kept_activation_bytes = rank.trainer.kept_activation_bytes();
+  // Whole weights in and out again.
+  rank.trainer.set_whole_parameters(run.weights);
+  if (rank.trainer.whole_parameters() != run.weights) run.weights.clear();
   return run;
 }
 
@@ -130,7 +139,9 @@ int main() {
     if (plan.parallel.world_size() != world.size()) continue;
     const Run want = train(layout, world, kernels::cpu_backend(), text);
     const Run got = train(layout, world, device, text);
-    const bool ok = same_bits(got.losses, want.losses) && same_bits(got.weights, want.weights);
+    const bool ok = same_bits(got.losses, want.losses) && same_bits(got.weights, want.weights) &&
+                    same_bits(got.gradients, want.gradients) && same_bits(got.trust, want.trust) &&
+                    got.kept_activation_bytes == want.kept_activation_bytes && !want.weights.empty();
     std::printf("%-56s rank %d losses %.6f..%.6f  %s\n", layout.name().c_str(), world.rank(), got.losses.front(),
                 got.losses.back(), ok ? "bit-identical" : "DIFFER");
     if (!ok) ++failures;
