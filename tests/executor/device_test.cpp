@@ -3,9 +3,14 @@
 // ops) equals the CPU backend bit for bit (tests/executor/device_check.cpp under mpirun).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "tessel/core/subprocess.hpp"
+#include "tessel/executor/comm/single_rank_communicator.hpp"
+#include "layouts.hpp"
+#include "protected_memory_backend.hpp"
 
 namespace {
 std::string run_check(int ranks, int& status) {
@@ -18,7 +23,34 @@ int count(const std::string& output, const std::string& word) {
   for (std::size_t at = output.find(word); at != std::string::npos; at = output.find(word, at + 1)) ++n;
   return n;
 }
+
+// Three steps of one process whose world is a SingleRankCommunicator on `backend`
+// (the world of `tessel run` without mpirun): the losses and the whole weights.
+std::vector<float> train_one_process(tessel::kernels::Backend& backend) {
+  using namespace tessel::executor;
+  checks::Layout layout;
+  layout.recompute = "selective";
+  const tessel::Plan plan = checks::make_plan(layout);
+  SingleRankCommunicator world(backend);
+  ProcessGrid grid(plan.parallel, world);
+  Trainer trainer(plan, grid, DataLoader(synthetic_corpus(1 << 12, 3), plan.train.global_batch, plan.seq_len(), 0, 1),
+                  checks::options_for("adamw"), backend);
+  std::vector<float> out;
+  for (int step = 0; step < 3; ++step) out.push_back(trainer.step().loss);
+  const std::vector<float> weights = trainer.whole_parameters();
+  out.insert(out.end(), weights.begin(), weights.end());
+  return out;
+}
 }  // namespace
+
+TEST(DeviceMemory, OneProcessWithoutMpiOnAFakeDeviceEqualsTheCpuBackend) {
+  tessel::kernels::ProtectedMemoryBackend device;
+  const std::vector<float> want = train_one_process(tessel::kernels::cpu_backend());
+  const std::vector<float> got = train_one_process(device);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  EXPECT_GT(device.ops(), 1000u);
+}
 
 // One rank: plain, full recompute with fused kernels, bf16 with selective recompute,
 // and a checkpoint resumed on the fake device.
