@@ -1,0 +1,92 @@
+// The trainer never touches backend memory from the host: every layout trained on a fake
+// device (tests/executor/protected_memory_backend.hpp, memory closed to the host between
+// ops) equals the CPU backend bit for bit (tests/executor/device_check.cpp under mpirun).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tessel/core/subprocess.hpp"
+#include "tessel/executor/comm/single_rank_communicator.hpp"
+#include "layouts.hpp"
+#include "protected_memory_backend.hpp"
+
+namespace {
+std::string run_check(int ranks, int& status) {
+  return tessel::run_command("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " '" +
+                                 std::string(TESSEL_DEVICE_CHECK_BINARY) + "' 2>&1",
+                             status);
+}
+int count(const std::string& output, const std::string& word) {
+  int n = 0;
+  for (std::size_t at = output.find(word); at != std::string::npos; at = output.find(word, at + 1)) ++n;
+  return n;
+}
+
+// Three steps of one process whose world is a SingleRankCommunicator on `backend`
+// (the world of `tessel run` without mpirun): the losses and the whole weights.
+std::vector<float> train_one_process(tessel::kernels::Backend& backend) {
+  using namespace tessel::executor;
+  checks::Layout layout;
+  layout.recompute = "selective";
+  const tessel::Plan plan = checks::make_plan(layout);
+  SingleRankCommunicator world(backend);
+  ProcessGrid grid(plan.parallel, world);
+  Trainer trainer(plan, grid, DataLoader(synthetic_corpus(1 << 12, 3), plan.train.global_batch, plan.seq_len(), 0, 1),
+                  checks::options_for("adamw"), backend);
+  std::vector<float> out;
+  for (int step = 0; step < 3; ++step) out.push_back(trainer.step().loss);
+  const std::vector<float> weights = trainer.whole_parameters();
+  out.insert(out.end(), weights.begin(), weights.end());
+  return out;
+}
+}  // namespace
+
+TEST(DeviceMemory, OneProcessWithoutMpiOnAFakeDeviceEqualsTheCpuBackend) {
+  tessel::kernels::ProtectedMemoryBackend device;
+  const std::vector<float> want = train_one_process(tessel::kernels::cpu_backend());
+  const std::vector<float> got = train_one_process(device);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  EXPECT_GT(device.ops(), 1000u);
+}
+
+// One rank: plain, full recompute with fused kernels, bf16 with selective recompute,
+// and a checkpoint resumed on the fake device.
+TEST(DeviceMemory, OneRankOnAFakeDeviceEqualsTheCpuBackend) {
+  int status = -1;
+  const std::string output = run_check(1, status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "bit-identical"), 3 + 1) << output;
+  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}
+
+// Two ranks: data parallel, 1F1B pipeline, ring self-attention (sp 2), Megatron 1D with
+// sequence parallel and selective recompute.
+TEST(DeviceMemory, TwoRanksOnAFakeDeviceEqualTheCpuBackend) {
+  int status = -1;
+  const std::string output = run_check(2, status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "bit-identical"), 4 * 2) << output;
+  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}
+
+// Four ranks: ZeRO 3 with full recompute, bf16 pipeline x tensor, fused ring attention
+// with ZeRO 1, 2D, LAMB with ZeRO 2 and its checkpoint resumed on the fake device.
+TEST(DeviceMemory, FourRanksOnAFakeDeviceEqualTheCpuBackend) {
+  int status = -1;
+  const std::string output = run_check(4, status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "bit-identical"), (5 + 1) * 4) << output;
+  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}
+
+// Eight ranks: 3D (q = 2) and 2.5D (q = 2, depth 2) with full recompute.
+TEST(DeviceMemory, EightRanksOnAFakeDeviceEqualTheCpuBackend) {
+  int status = -1;
+  const std::string output = run_check(8, status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "bit-identical"), 2 * 8) << output;
+  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}
