@@ -197,8 +197,9 @@ TEST(BackendOpsTable, TolerancesStayWithinTheStatedBounds) {
     // Per-output floors are the GEMM precision modes' only, and bounded.
     for (const Output& output : run_op(op, cpu_backend(), DType::f32)) {
       EXPECT_LE(output.tolerance_floor, kTf32Tolerance) << op.name << "." << output.label;
-      if (output.tolerance_floor > 0.0)
+      if (output.tolerance_floor > 0.0) {
         EXPECT_TRUE(std::string(op.name) == "gemm") << op.name << "." << output.label << " loosens its tolerance";
+      }
     }
   }
 }
