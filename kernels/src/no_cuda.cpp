@@ -8,6 +8,7 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
   throw Error("backend cuda: this build of tessel has no CUDA backend (the CUDA toolkit was not found at configure time)");
 }
 int cuda_device_count() { return 0; }
+bool cuda_device_has_fp8(int) { return false; }
 bool cuda_backend_built() { return false; }
 
 std::string cuda_device_name(int) {

@@ -19,15 +19,27 @@
 namespace tessel::kernels::ops_test {
 
 // One output tensor of a run, widened to double (fp64 loss sums keep their bits).
+// `tolerance_floor`: the least tolerance it is compared with (OpRun::loosen), 0 when the
+// op's own applies.
 struct Output {
   std::string label;
   std::vector<double> values;
+  double tolerance_floor = 0.0;
 };
+
+// Tolerance floors of GEMM precision modes against the fp32 CPU reference (Gemm in
+// backend.hpp): TF32 keeps 10 mantissa bits of each input, ~1e-3 relative on a product,
+// doubled for devices that truncate rather than round the inputs and doubled again for
+// the norm-wise measure; fp8 products are exact in fp32, but fp8 tensor cores add partial
+// sums at reduced precision between their promotions to fp32.
+constexpr double kTf32Tolerance = 4e-3;
+constexpr double kF8Tolerance = 1e-3;
 
 class OpRun {
  public:
   // `compute`: the element type activation-like tensors are stored in (f32 or bf16).
-  OpRun(Backend& backend, DType compute, std::uint32_t seed);
+  // `fp8`: whether fp8 GEMM variants run (both backends compared must agree on it).
+  OpRun(Backend& backend, DType compute, std::uint32_t seed, bool fp8 = true);
   ~OpRun();
   OpRun(const OpRun&) = delete;
   OpRun& operator=(const OpRun&) = delete;
@@ -35,6 +47,7 @@ class OpRun {
   Backend& backend() { return backend_; }
   Stream stream() const { return Stream::compute; }
   DType compute() const { return compute_; }
+  bool fp8() const { return fp8_; }
 
   // Inputs: n values uniform in [low, high), stored as `type`.
   Ref random(std::int64_t n, DType type, float low = -1.0f, float high = 1.0f);
@@ -60,6 +73,9 @@ class OpRun {
     return static_cast<float*>(inout(label, n, DType::f32, low, high).data);
   }
 
+  // Compares the output `label` with at least `tolerance` (a precision mode's own bound).
+  void loosen(const std::string& label, double tolerance);
+
   // Waits for the backend and returns the collected outputs in the order they were made.
   std::vector<Output> finish();
 
@@ -69,11 +85,13 @@ class OpRun {
     const void* data;
     DType type;
     std::int64_t n;
+    double tolerance_floor;
   };
   Ref allocate_and_upload(const std::vector<double>& host, DType type);
 
   Backend& backend_;
   DType compute_;
+  bool fp8_;
   std::mt19937 generator_;
   std::vector<void*> allocations_;
   std::deque<std::vector<unsigned char>> staged_;  // host copies alive until the stream passes them

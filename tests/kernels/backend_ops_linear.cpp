@@ -3,6 +3,8 @@
 // off, attention with and without merging key blocks), so one table row covers the op.
 // Statistics an op reads (mean, rstd, lse) are drawn in their plausible ranges or made by
 // the backend's own forward op, so that backward formulas stay well conditioned.
+#include <optional>
+
 #include "backend_ops_cases.hpp"
 
 namespace tessel::kernels::ops_test {
@@ -11,10 +13,11 @@ namespace {
 constexpr int kRows = 9, kCols = 37;
 constexpr std::int64_t kN = std::int64_t(kRows) * kCols;
 
-void gemm_variant(OpRun& r, const std::string& label, Gemm g) {
+// `input`: the inputs' element type, the run's compute type when not given.
+void gemm_variant(OpRun& r, const std::string& label, Gemm g, std::optional<DType> input = std::nullopt) {
   const std::int64_t mn = std::int64_t(g.m) * g.n;
-  g.a = r.in(std::int64_t(g.m) * g.k);
-  g.b = r.in(std::int64_t(g.k) * g.n);
+  g.a = r.random(std::int64_t(g.m) * g.k, input.value_or(r.compute()));
+  g.b = r.random(std::int64_t(g.k) * g.n, input.value_or(r.compute()));
   const DType c_type = g.epilogue == Epilogue::bias_gradient ? DType::f32 : r.compute();
   g.c = g.beta != 0.0f ? r.inout(label + ".c", mn, c_type) : r.out(label + ".c", mn, c_type);
   if (g.epilogue == Epilogue::bias || g.epilogue == Epilogue::bias_gelu) g.bias = r.in(g.n);
@@ -44,6 +47,21 @@ void run_gemm(OpRun& r) {
   // A weight gradient dW = X^T dY accumulated into fp32, with the bias gradient.
   gemm_variant(r, "bias_gradient", shape(21, 13, 67, true, false, 1.0f, 1.0f, Epilogue::bias_gradient));
   gemm_variant(r, "dgelu_bias_gradient", shape(13, 21, 67, false, false, 1.0f, 0.0f, Epilogue::dgelu_bias_gradient));
+  // Precision modes. TF32 (fp32 runs; a bf16 run's inputs are TF32 values already).
+  Gemm tf32 = shape(13, 21, 67, false, true, 1.0f, 1.0f, Epilogue::none);
+  tf32.tf32 = true;
+  gemm_variant(r, "tf32", tf32);
+  r.loosen("tf32.c", kTf32Tolerance);
+  Gemm tf32_bias = shape(13, 21, 67, true, false, 0.5f, 0.0f, Epilogue::bias);
+  tf32_bias.tf32 = true;
+  gemm_variant(r, "tf32_bias", tf32_bias);
+  r.loosen("tf32_bias.c", kTf32Tolerance);
+  // fp8 inputs, C in the compute type (f32 or bf16), in the TN form a GPU requires
+  // (transpose_b, k a multiple of 16, n of 8 for 16-byte bf16 rows).
+  if (r.fp8()) {
+    gemm_variant(r, "f8", shape(13, 24, 64, false, true, 1.0f, 0.0f, Epilogue::none), DType::f8_e4m3);
+    r.loosen("f8.c", kF8Tolerance);
+  }
 }
 
 void run_gemm_batched(OpRun& r) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -102,16 +103,18 @@ const OpCase kOps[] = {
 
 constexpr std::uint32_t kSeed = 20240613;
 
-std::vector<Output> run_op(const OpCase& op, Backend& backend, DType compute) {
-  OpRun run(backend, compute, kSeed);
+std::vector<Output> run_op(const OpCase& op, Backend& backend, DType compute, bool fp8 = true) {
+  OpRun run(backend, compute, kSeed, fp8);
   op.run(run);
   return run.finish();
 }
 
 // Compares every output of `op` on `other` (in `other_type`) with the CPU in `reference_type`.
-void expect_matches(const OpCase& op, Backend& other, DType other_type, DType reference_type, double tolerance) {
-  const std::vector<Output> reference = run_op(op, cpu_backend(), reference_type);
-  const std::vector<Output> result = run_op(op, other, other_type);
+// fp8 variants run where `other` has fp8 GEMMs (`fp8`), on both sides alike.
+void expect_matches(const OpCase& op, Backend& other, DType other_type, DType reference_type, double tolerance,
+                    bool fp8 = true) {
+  const std::vector<Output> reference = run_op(op, cpu_backend(), reference_type, fp8);
+  const std::vector<Output> result = run_op(op, other, other_type, fp8);
   ASSERT_FALSE(reference.empty()) << op.name << " collects no output";
   ASSERT_EQ(reference.size(), result.size());
   for (std::size_t i = 0; i < reference.size(); ++i) {
@@ -119,7 +122,7 @@ void expect_matches(const OpCase& op, Backend& other, DType other_type, DType re
       ASSERT_FALSE(std::isnan(v)) << op.name << "." << reference[i].label
                                   << ": the reference left an element unwritten";
     const double difference = relative_difference(reference[i].values, result[i].values);
-    EXPECT_LE(difference, tolerance) << op.name << "." << reference[i].label << " on " << other.name() << " in "
+    EXPECT_LE(difference, std::max(tolerance, reference[i].tolerance_floor)) << op.name << "." << reference[i].label << " on " << other.name() << " in "
                                      << to_string(other_type) << " against cpu in " << to_string(reference_type);
   }
 }
@@ -144,10 +147,13 @@ TEST_P(BackendOps, CudaMatchesCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: the CUDA backend's " << op().name << " is not checked";
   const std::unique_ptr<Backend> cuda = make_cuda_backend(0);
   ASSERT_TRUE(cuda);
-  expect_matches(op(), *cuda, DType::f32, DType::f32, op().f32_tolerance);
-  expect_matches(op(), *cuda, DType::bf16, DType::bf16, op().bf16_tolerance);
+  const bool fp8 = cuda_device_has_fp8(0);
+  if (!fp8) std::cout << "device 0 has no fp8 tensor cores: the fp8 GEMM variants are not checked\n";
+  expect_matches(op(), *cuda, DType::f32, DType::f32, op().f32_tolerance, fp8);
+  expect_matches(op(), *cuda, DType::bf16, DType::bf16, op().bf16_tolerance, fp8);
   // Deterministic on the device too: two runs give the same bits.
-  const std::vector<Output> first = run_op(op(), *cuda, DType::f32), second = run_op(op(), *cuda, DType::f32);
+  const std::vector<Output> first = run_op(op(), *cuda, DType::f32, fp8),
+                            second = run_op(op(), *cuda, DType::f32, fp8);
   for (std::size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i].values, second[i].values) << first[i].label;
 }
 
@@ -188,6 +194,13 @@ TEST(BackendOpsTable, TolerancesStayWithinTheStatedBounds) {
   for (const OpCase& op : kOps) {
     EXPECT_LE(op.f32_tolerance, kF32) << op.name;
     EXPECT_LE(op.bf16_tolerance, kBf16) << op.name;
+    // Per-output floors are the GEMM precision modes' only, and bounded.
+    for (const Output& output : run_op(op, cpu_backend(), DType::f32)) {
+      EXPECT_LE(output.tolerance_floor, kTf32Tolerance) << op.name << "." << output.label;
+      if (output.tolerance_floor > 0.0) {
+        EXPECT_TRUE(std::string(op.name) == "gemm") << op.name << "." << output.label << " loosens its tolerance";
+      }
+    }
   }
 }
 

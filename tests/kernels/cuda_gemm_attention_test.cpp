@@ -1,8 +1,12 @@
 // The CUDA backend's GEMMs (every transpose and epilogue, batched) and attention ops
 // (materialised softmax, attention_delta, the fused forward/backward with merges over key
 // blocks and position offsets) against the CPU reference backend, fed the same bytes:
-// fp32 to 1e-5, bf16 to 2e-2, relative to max(1, |reference|). Each GPU op runs twice
-// from the same inputs and must give the same bits. Skipped without a CUDA device.
+// fp32 to 1e-5, bf16 to 2e-2, relative to max(1, |reference|); the GEMM precision modes
+// with their own bounds: TF32 1e-2 (10 mantissa bits per input, and the device may
+// truncate where the CPU rounds), fp8 inputs 1e-3 into fp32 (fp8 tensor cores add partial
+// sums at reduced precision between promotions), 2e-2 into bf16. Each GPU op runs twice
+// from the same inputs and must give the same bits. Skipped without a CUDA device; the
+// fp8 GEMMs also where the device has no fp8 tensor cores (cuda_device_has_fp8).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +38,8 @@ std::vector<std::uint8_t> encode(const std::vector<float>& values, DType type) {
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (type == DType::f32) {
       std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+    } else if (type == DType::f8_e4m3) {
+      bytes[i] = numeric::to_f8_e4m3(values[i]);
     } else {
       const std::uint16_t half = type == DType::bf16 ? numeric::to_bf16(values[i]) : numeric::to_f16(values[i]);
       std::memcpy(bytes.data() + 2 * i, &half, 2);
@@ -47,6 +53,8 @@ std::vector<float> decode(const std::vector<std::uint8_t>& bytes, DType type) {
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (type == DType::f32) {
       std::memcpy(&values[i], bytes.data() + 4 * i, 4);
+    } else if (type == DType::f8_e4m3) {
+      values[i] = numeric::from_f8_e4m3(bytes[i]);
     } else {
       std::uint16_t half;
       std::memcpy(&half, bytes.data() + 2 * i, 2);
@@ -148,11 +156,17 @@ struct GemmCase {
   int m = 0, n = 0, k = 0;
   float beta = 0.0f;
   Epilogue epilogue = Epilogue::none;
+  bool tf32 = false;
   std::string name() const {
     return std::string(to_string(input)) + "->" + std::string(to_string(output)) +
            " ta=" + std::to_string(transpose_a) + " tb=" + std::to_string(transpose_b) + " " + std::to_string(m) + "x" +
            std::to_string(n) + "x" + std::to_string(k) + " beta=" + std::to_string(beta) +
-           " epilogue=" + std::to_string(int(epilogue));
+           " epilogue=" + std::to_string(int(epilogue)) + (tf32 ? " tf32" : "");
+  }
+  double tolerance() const {
+    if (input == DType::f8_e4m3) return output == DType::f32 ? 1e-3 : 2e-2;
+    if (input == DType::f32 && tf32) return 1e-2;
+    return ::tolerance(input);
   }
 };
 
@@ -160,12 +174,14 @@ void check_gemm(Backend& gpu, std::mt19937& rng, const GemmCase& c) {
   const std::int64_t mn = std::int64_t(c.m) * c.n;
   Pair a(gpu, c.input, random_values(rng, std::int64_t(c.m) * c.k)),
       b(gpu, c.input, random_values(rng, std::int64_t(c.k) * c.n));
-  Pair out(gpu, c.output, random_values(rng, mn)), bias(gpu, c.input, random_values(rng, c.n));
+  // fp8 GEMMs take their bias in the output's type.
+  const DType bias_type = c.input == DType::f8_e4m3 ? c.output : c.input;
+  Pair out(gpu, c.output, random_values(rng, mn)), bias(gpu, bias_type, random_values(rng, c.n));
   Pair aux(gpu, c.output, random_values(rng, mn, -2.0f, 2.0f)), bias_gradient(gpu, DType::f32, random_values(rng, c.n));
   const auto make = [&](bool on_gpu) {
     Gemm g;
     g.transpose_a = c.transpose_a, g.transpose_b = c.transpose_b, g.m = c.m, g.n = c.n, g.k = c.k;
-    g.alpha = 0.75f, g.beta = c.beta, g.epilogue = c.epilogue;
+    g.alpha = 0.75f, g.beta = c.beta, g.epilogue = c.epilogue, g.tf32 = c.tf32;
     g.a = on_gpu ? a.gpu() : a.cpu(), g.b = on_gpu ? b.gpu() : b.cpu(), g.c = on_gpu ? out.gpu() : out.cpu();
     g.bias = on_gpu ? bias.gpu() : bias.cpu(), g.aux = on_gpu ? aux.gpu() : aux.cpu();
     g.bias_gradient = on_gpu ? bias_gradient.gpu_f32() : bias_gradient.cpu_f32();
@@ -175,7 +191,7 @@ void check_gemm(Backend& gpu, std::mt19937& rng, const GemmCase& c) {
   const Gemm on_gpu = make(true);
   expect_deterministic(
       {&out, &aux, &bias_gradient}, [&] { gpu.gemm(kStream, on_gpu); }, c.name());
-  const double tol = tolerance(c.input);
+  const double tol = c.tolerance();
   expect_close(out.gpu_values(), out.cpu_values(), tol, c.name() + " C");
   if (c.epilogue == Epilogue::bias_gelu) expect_close(aux.gpu_values(), aux.cpu_values(), tol, c.name() + " aux");
   if (c.epilogue == Epilogue::bias_gradient || c.epilogue == Epilogue::dgelu_bias_gradient)
@@ -209,6 +225,51 @@ TEST_F(CudaGemmAttentionTest, GemmEveryTransposeAndEpilogueMatchesCpu) {
 TEST_F(CudaGemmAttentionTest, GemmWithEmptySumScalesC) {
   check_gemm(gpu(), rng_, {DType::f32, DType::f32, false, false, 8, 8, 0, 0.5f, Epilogue::none});
   check_gemm(gpu(), rng_, {DType::bf16, DType::bf16, false, false, 8, 8, 0, 0.0f, Epilogue::bias_gelu});
+}
+
+TEST_F(CudaGemmAttentionTest, GemmInTf32MatchesCpu) {
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true})
+      for (const Epilogue epilogue : {Epilogue::none, Epilogue::bias, Epilogue::bias_gelu}) {
+        GemmCase c{DType::f32, DType::f32, ta, tb, 48, 40, 72, 0.5f, epilogue};
+        c.tf32 = true;
+        check_gemm(gpu(), rng_, c);
+      }
+}
+
+TEST_F(CudaGemmAttentionTest, GemmWithF8InputsMatchesCpu) {
+  if (!cuda_device_has_fp8(0)) GTEST_SKIP() << "device 0 has no fp8 tensor cores (compute capability < 8.9)";
+  for (const DType output : {DType::f32, DType::bf16})
+    for (const Epilogue epilogue : {Epilogue::none, Epilogue::bias, Epilogue::bias_gelu})
+      for (const float beta : {0.0f, 0.5f})
+        check_gemm(gpu(), rng_, {DType::f8_e4m3, output, false, true, 48, 40, 64, beta, epilogue});
+}
+
+// Every fp8 call cuBLASLt cannot run is refused with tessel::Error, and nothing else.
+TEST_F(CudaGemmAttentionTest, GemmWithF8InputsRefusesWhatCuBLASLtCannotRun) {
+  const int m = 16, n = 16, k = 32;
+  Pair a(gpu(), DType::f8_e4m3, random_values(rng_, m * k)), b(gpu(), DType::f8_e4m3, random_values(rng_, k * n));
+  Pair c(gpu(), DType::f32, random_values(rng_, m * n)), c8(gpu(), DType::f8_e4m3, random_values(rng_, m * n));
+  Gemm g;
+  g.m = m, g.n = n, g.k = k, g.transpose_b = true;
+  g.a = a.gpu(), g.b = b.gpu(), g.c = c.gpu();
+  if (!cuda_device_has_fp8(0)) {
+    EXPECT_THROW(gpu().gemm(kStream, g), Error) << "a device without fp8 tensor cores runs no fp8 GEMM";
+    return;
+  }
+  EXPECT_NO_THROW(gpu().gemm(kStream, g));  // the TN form
+  gpu().synchronize();
+  Gemm not_tn = g;
+  not_tn.transpose_b = false;
+  EXPECT_THROW(gpu().gemm(kStream, not_tn), Error);
+  not_tn.transpose_a = true, not_tn.transpose_b = true;
+  EXPECT_THROW(gpu().gemm(kStream, not_tn), Error);
+  Gemm odd_k = g;
+  odd_k.k = 24;
+  EXPECT_THROW(gpu().gemm(kStream, odd_k), Error);
+  Gemm f8_output = g;
+  f8_output.c = c8.gpu();
+  EXPECT_THROW(gpu().gemm(kStream, f8_output), Error);
 }
 
 TEST_F(CudaGemmAttentionTest, BatchedGemmMatchesCpu) {

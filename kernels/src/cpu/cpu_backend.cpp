@@ -24,6 +24,7 @@ float load(const void* data, DType type, std::int64_t i) {
     case DType::f32: return static_cast<const float*>(data)[i];
     case DType::bf16: return numeric::from_bf16(static_cast<const std::uint16_t*>(data)[i]);
     case DType::f16: return numeric::from_f16(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::f8_e4m3: return numeric::from_f8_e4m3(static_cast<const std::uint8_t*>(data)[i]);
     default: break;
   }
   throw Error(fmt::format("internal: the cpu backend reads no {} tensors", to_string(type)));
@@ -34,6 +35,7 @@ void store(void* data, DType type, std::int64_t i, float value) {
     case DType::f32: static_cast<float*>(data)[i] = value; return;
     case DType::bf16: static_cast<std::uint16_t*>(data)[i] = numeric::to_bf16(value); return;
     case DType::f16: static_cast<std::uint16_t*>(data)[i] = numeric::to_f16(value); return;
+    case DType::f8_e4m3: static_cast<std::uint8_t*>(data)[i] = numeric::to_f8_e4m3(value); return;
     default: break;
   }
   throw Error(fmt::format("internal: the cpu backend writes no {} tensors", to_string(type)));

@@ -38,11 +38,27 @@ void gelu_tanh(const float* x, float* t, std::int64_t n) {
   }
 }
 
+namespace {
+// The inputs of a TF32 product: fp32 values rounded to TF32 (numeric::to_tf32) in
+// `scratch`; the fp32 product of those is what tensor cores compute in TF32 mode, up to
+// summation order (products of two TF32 values are exact in fp32).
+const float* tf32_rounded(const float* x, std::int64_t n, std::vector<float>& scratch) {
+  scratch.resize(std::size_t(n));
+  for (std::int64_t i = 0; i < n; ++i) scratch[std::size_t(i)] = numeric::to_tf32(x[i]);
+  return scratch.data();
+}
+}  // namespace
+
 void CpuBackend::gemm(Stream, const Gemm& g) {
   const std::int64_t mn = std::int64_t(g.m) * g.n;
   FloatIn a(g.a, std::int64_t(g.m) * g.k), b(g.b, std::int64_t(g.k) * g.n);
   FloatOut c(g.c, mn, g.beta != 0.0f);
-  gemm_f32(g.transpose_a, g.transpose_b, g.m, g.n, g.k, g.alpha, a.get(), b.get(), g.beta, c.get());
+  const float* a_values = a.get();
+  const float* b_values = b.get();
+  std::vector<float> a_tf32, b_tf32;
+  if (g.tf32 && g.a.type == DType::f32) a_values = tf32_rounded(a_values, std::int64_t(g.m) * g.k, a_tf32);
+  if (g.tf32 && g.b.type == DType::f32) b_values = tf32_rounded(b_values, std::int64_t(g.k) * g.n, b_tf32);
+  gemm_f32(g.transpose_a, g.transpose_b, g.m, g.n, g.k, g.alpha, a_values, b_values, g.beta, c.get());
   float* C = c.get();
   switch (g.epilogue) {
     case Epilogue::none: break;

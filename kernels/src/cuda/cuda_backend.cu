@@ -278,6 +278,17 @@ int cuda_device_count() {
   return count;
 }
 
+bool cuda_device_has_fp8(int device) {
+  if (device < 0 || device >= cuda_device_count()) return false;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major * 10 + minor >= 89;  // Ada (8.9) and Hopper (9.0) onwards
+}
+
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   const int count = cuda_device_count();
   if (device < 0 || device >= count) {

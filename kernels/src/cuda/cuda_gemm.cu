@@ -13,7 +13,17 @@
 // pointer alignments, device) and cached, and the heuristic is asked only for
 // algorithms with reduction scheme NONE (CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK),
 // so no split-K partial sums are combined in a run-dependent order or by atomics.
-// fp32 products use CUBLAS_COMPUTE_32F (no TF32); bf16/f16 products accumulate in fp32.
+// fp32 products use CUBLAS_COMPUTE_32F (no TF32) unless Gemm::tf32 asks for
+// CUBLAS_COMPUTE_32F_FAST_TF32; bf16/f16 products accumulate in fp32.
+//
+// fp8 (e4m3) inputs: cuBLASLt's fp8 kernels need compute capability 8.9 or later, compute
+// type 32F with fp32 scalars, and the "TN" form (its A transposed, its B not), which
+// through the transpose identity is our transpose_b without transpose_a; their operands'
+// leading dimensions must be 16-byte multiples (k % 16 == 0 here). Calls outside that
+// throw tessel::Error naming the requirement rather than failing inside cuBLASLt. The
+// A/B/C/D scale pointers are left unset, which cuBLASLt takes as scales of 1: the values
+// stored are the values multiplied, as on the CPU. Fast accumulation
+// (CUBLASLT_MATMUL_DESC_FAST_ACCUM) stays off, so partial sums are promoted to fp32.
 //
 // The interface accumulates bias gradients (+=) while cuBLASLt overwrites its bias
 // output, so the epilogue writes into scratch and a small kernel adds it. Where cuBLASLt
@@ -45,6 +55,8 @@ __device__ __forceinline__ float load_element(const void* base, DType type, std:
       return numeric::from_bf16(static_cast<const std::uint16_t*>(base)[i]);
     case DType::f16:
       return numeric::from_f16(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::f8_e4m3:
+      return numeric::from_f8_e4m3(static_cast<const std::uint8_t*>(base)[i]);
     default:
       return static_cast<const float*>(base)[i];
   }
@@ -56,6 +68,9 @@ __device__ __forceinline__ void store_element(void* base, DType type, std::int64
       break;
     case DType::f16:
       static_cast<std::uint16_t*>(base)[i] = numeric::to_f16(value);
+      break;
+    case DType::f8_e4m3:
+      static_cast<std::uint8_t*>(base)[i] = numeric::to_f8_e4m3(value);
       break;
     default:
       static_cast<float*>(base)[i] = value;
@@ -137,8 +152,11 @@ cudaDataType_t lt_type(DType type) {
       return CUDA_R_16BF;
     case DType::f16:
       return CUDA_R_16F;
+    case DType::f8_e4m3:
+      return CUDA_R_8F_E4M3;
     default:
-      throw Error("backend cuda gemm: element type " + std::string(to_string(type)) + " is not f32, bf16 or f16");
+      throw Error("backend cuda gemm: element type " + std::string(to_string(type)) +
+                  " is not f32, bf16, f16 or f8_e4m3");
   }
 }
 
@@ -153,6 +171,7 @@ std::int64_t alignment_bytes(const void* pointer) {
 // One product as cuBLASLt sees it (after the transpose identity), with its epilogue.
 struct LtProduct {
   bool transpose_a = false, transpose_b = false;  // ours, row-major
+  bool tf32 = false;                              // fp32 inputs on TF32 tensor cores
   int m = 0, n = 0, k = 0, batch = 1;
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   float alpha = 1.0f, beta = 0.0f;
@@ -166,7 +185,7 @@ struct LtProduct {
 };
 
 // The plan cache: a product's key -> the algorithm, or that cuBLASLt has none for it.
-using PlanKey = std::array<std::int64_t, 21>;
+using PlanKey = std::array<std::int64_t, 22>;
 struct Plan {
   bool supported = false;
   cublasLtMatmulAlgo_t algo{};
@@ -178,6 +197,7 @@ PlanKey plan_key(int device, const LtProduct& p) {
   return {device,
           p.transpose_a,
           p.transpose_b,
+          p.tf32,
           p.m,
           p.n,
           p.k,
@@ -236,7 +256,8 @@ cublasLtMatrixLayout_t make_layout(DType type, std::int64_t rows, std::int64_t c
 }
 
 void describe(const LtProduct& p, LtDescriptors& d) {
-  check(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasComputeType_t compute = p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  check(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   // cuBLASLt's A is our B: stored [k x n] row-major = column-major n x k, or [n x k]
   // row-major (transposed) = column-major k x n taken transposed. Its B is our A alike.
   const cublasOperation_t op_lt_a = p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -332,17 +353,37 @@ bool run_lt(CudaBackend& backend, Stream s, const LtProduct& p, void* lt_workspa
 LtProduct plain_product(const Gemm& g) {
   LtProduct p;
   p.transpose_a = g.transpose_a, p.transpose_b = g.transpose_b;
+  p.tf32 = g.tf32 && g.a.type == DType::f32;  // other input types are TF32 values already
   p.m = g.m, p.n = g.n, p.k = g.k;
   p.alpha = g.alpha, p.beta = g.beta;
   p.a = g.a, p.b = g.b, p.c = g.c;
   return p;
 }
 
-void check_operands(const Gemm& g) {
+// What cuBLASLt's fp8 kernels require (see the file comment), checked before any call.
+void check_fp8_operands(int device, const Gemm& g) {
+  if (!cuda_device_has_fp8(device))
+    throw Error("backend cuda gemm: f8_e4m3 inputs need compute capability 8.9 or later; device " +
+                std::to_string(device) + " has no fp8 tensor cores");
+  if (g.transpose_a || !g.transpose_b)
+    throw Error("backend cuda gemm: f8_e4m3 inputs need cuBLASLt's TN form: transpose_b and not transpose_a "
+                "(y = x W^T with W stored [n x k])");
+  if (g.k % 16 != 0)
+    throw Error("backend cuda gemm: f8_e4m3 inputs need k a multiple of 16 (16-byte rows), not " +
+                std::to_string(g.k));
+  if (g.c.type != DType::f32 && g.c.type != DType::bf16)
+    throw Error("backend cuda gemm: f8_e4m3 inputs write C in f32 or bf16, not " + std::string(to_string(g.c.type)));
+}
+
+void check_operands(int device, const Gemm& g) {
   TESSEL_ASSERT(g.m >= 0 && g.n >= 0 && g.k >= 0, "GEMM shapes are not negative");
   if (g.a.type != g.b.type)
     throw Error("backend cuda gemm: A is " + std::string(to_string(g.a.type)) + " but B is " +
                 std::string(to_string(g.b.type)) + "; both operands take one element type");
+  if (g.a.type == DType::f8_e4m3) {
+    check_fp8_operands(device, g);
+    return;
+  }
   if (g.c.type != DType::f32 && g.c.type != g.a.type)
     throw Error("backend cuda gemm: C is " + std::string(to_string(g.c.type)) + "; it must be f32 or the inputs' " +
                 std::string(to_string(g.a.type)));
@@ -352,7 +393,7 @@ void check_operands(const Gemm& g) {
 }  // namespace
 
 void CudaBackend::gemm(Stream s, const Gemm& g) {
-  check_operands(g);
+  check_operands(device(), g);
   if (g.m == 0 || g.n == 0) return;
   const cudaStream_t stream = native(s);
   // One scratch: cuBLASLt's workspace, then n floats for a bias gradient.
@@ -427,7 +468,7 @@ void CudaBackend::gemm(Stream s, const Gemm& g) {
 void CudaBackend::gemm_batched(Stream s, const BatchedGemm& g) {
   TESSEL_ASSERT(g.gemm.epilogue == Epilogue::none, "batched GEMMs take no epilogue");
   TESSEL_ASSERT(g.batch >= 0, "a batch count is not negative");
-  check_operands(g.gemm);
+  check_operands(device(), g.gemm);
   if (g.batch == 0 || g.gemm.m == 0 || g.gemm.n == 0) return;
   if (g.gemm.k == 0) {  // empty sums: each C scaled on its own
     for (int i = 0; i < g.batch; ++i) {

@@ -45,8 +45,19 @@ enum class Epilogue : std::uint8_t { none, bias, bias_gelu, bias_gradient, dgelu
 // A is stored [k x m] when transposed, else [m x k]; B [n x k] when transposed, else
 // [k x n]. Row strides are the tight ones. C may be fp32 with bf16 inputs (weight
 // gradients accumulate in fp32).
+// Precision modes (the products are always summed in fp32):
+//   - fp32 inputs are exact fp32 products unless `tf32`: then both inputs are rounded to
+//     TF32 (numeric::to_tf32, 10 mantissa bits) first, the tensor cores' fast fp32 mode
+//     (CUBLAS_COMPUTE_32F_FAST_TF32); results are within ~1e-3 relative of fp32. `tf32`
+//     changes nothing for other input types (bf16 and fp16 values are TF32 values).
+//   - fp8 (f8_e4m3) inputs, both A and B, with C in fp32 or bf16, unit scales (the values
+//     stored are the values multiplied). The CUDA backend runs them where
+//     cuda_device_has_fp8 and only in cuBLASLt's "TN" form, which is here transpose_b
+//     without transpose_a (y = x W^T, W stored [n x k]) with k a multiple of 16; it throws
+//     tessel::Error otherwise. The CPU reference accepts every layout.
 struct Gemm {
   bool transpose_a = false, transpose_b = false;
+  bool tf32 = false;
   int m = 0, n = 0, k = 0;
   float alpha = 1.0f, beta = 0.0f;
   CRef a, b;
@@ -302,6 +313,9 @@ Backend& cpu_backend();
 std::unique_ptr<Backend> make_cuda_backend(int device);
 // CUDA devices this process sees (0 without a CUDA backend or a driver).
 int cuda_device_count();
+// True when `device` has fp8 tensor cores (compute capability 8.9 or later): fp8 GEMMs
+// run there. False without a CUDA backend, a driver or that device.
+bool cuda_device_has_fp8(int device);
 bool cuda_backend_built();
 // What CUDA calls `device` ("NVIDIA H100 80GB HBM3") and its memory, without creating a
 // backend (profiles and reports name the device they measured). Throws tessel::Error

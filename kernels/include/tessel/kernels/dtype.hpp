@@ -1,8 +1,8 @@
 // Element types of the tensors a backend computes on, and typed views of backend memory.
 // Compute happens in fp32 inside every op; the element type says how a tensor is stored:
-// fp32, or bf16 / fp16 (the upper or IEEE half of the bits). fp8 is named for storage
-// that later precisions will use; no op accepts it yet. i32 holds tokens, f64 the scalars
-// (loss and norm sums) that collectives reduce.
+// fp32, or bf16 / fp16 (the upper or IEEE half of the bits). fp8 (e4m3, numeric.hpp)
+// is accepted as GEMM inputs and by the CPU backend's convert; other ops take none. i32
+// holds tokens, f64 the scalars (loss and norm sums) that collectives reduce.
 #pragma once
 
 #include <cstddef>

@@ -103,6 +103,51 @@ TESSEL_HOST_DEVICE float from_f16(std::uint16_t x) {
   return sign ? -value : value;
 }
 
+// TF32 (the tensor cores' fp32 mode): fp32's sign and 8-bit exponent with 10 mantissa
+// bits, kept in an fp32 word whose low 13 bits are zero. Round to nearest even; NaN and
+// infinity stay as they are; a value that rounds past the largest finite one becomes
+// infinity, as fp32 rounding would. The CPU reference rounds Gemm::tf32 inputs with it.
+TESSEL_HOST_DEVICE float to_tf32(float x) {
+  std::uint32_t bits = float_bits(x);
+  if ((bits & 0x7fffffffu) >= 0x7f800000u) return x;
+  bits += 0xfffu + ((bits >> 13) & 1u);
+  return bits_float(bits & ~0x1fffu);
+}
+
+// FP8 E4M3 as the OCP 8-bit floating point specification (v1.0, 2023) and Micikevicius
+// et al., "FP8 Formats for Deep Learning" (2022) define it: sign, 4 exponent bits (bias
+// 7), 3 mantissa bits; no infinities, S.1111.111 is NaN, the largest finite value is
+// 448 (S.1111.110), the smallest normal 2^-6, subnormals m x 2^-9. Conversion rounds to
+// nearest even and saturates: a finite value (or infinity) beyond 448 becomes +-448, the
+// spec's saturating mode and what cuBLASLt's fp8 outputs do. NaN stays NaN.
+constexpr std::uint8_t kF8E4M3Max = 0x7e;  // 448
+TESSEL_HOST_DEVICE std::uint8_t to_f8_e4m3(float x) {
+  const std::uint32_t bits = float_bits(x);
+  const std::uint32_t sign = (bits >> 24) & 0x80u;
+  const std::uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return std::uint8_t(sign | 0x7fu);             // NaN
+  if (abs >= 0x43e00000u) return std::uint8_t(sign | kF8E4M3Max);       // >= 448: saturate
+  if (abs < 0x3c800000u) {  // below 2^-6: a subnormal e4m3 (or zero), units of 2^-9
+    const int shift = 141 - int(abs >> 23);  // 23 - (exponent + 9)
+    if (shift > 24) return std::uint8_t(sign);
+    const std::uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
+    const std::uint32_t units = mantissa >> shift;
+    const std::uint32_t rest = mantissa & ((1u << shift) - 1u), midway = 1u << (shift - 1);
+    return std::uint8_t(sign | (units + (rest > midway || (rest == midway && (units & 1u)) ? 1u : 0u)));
+  }
+  const std::uint32_t rebased = abs - 0x3c000000u;  // exponent bias 127 -> 7
+  const std::uint32_t kept = rebased >> 20, rest = rebased & 0xfffffu;
+  return std::uint8_t(sign | (kept + (rest > 0x80000u || (rest == 0x80000u && (kept & 1u)) ? 1u : 0u)));
+}
+TESSEL_HOST_DEVICE float from_f8_e4m3(std::uint8_t x) {
+  const std::uint32_t sign = std::uint32_t(x & 0x80u) << 24;
+  const std::uint32_t exponent = (x >> 3) & 0xfu, mantissa = x & 0x7u;
+  if (exponent == 0xfu && mantissa == 0x7u) return bits_float(sign | 0x7fc00000u);
+  if (exponent != 0) return bits_float(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+  const float value = float(mantissa) * (1.0f / 512.0f);  // subnormal: mantissa x 2^-9
+  return sign ? -value : value;
+}
+
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
