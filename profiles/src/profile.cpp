@@ -84,7 +84,7 @@ KernelSample kernel_sample_from_json(const Json& json, const std::string& device
   const Json* op = f.get("op");
   if (op == nullptr) f.fail("op", "missing (required)");
   s.op = parse_name<KernelOp>(kOpNames, *op, f.field_path("op"));
-  s.precision = f.choice_or("precision", {"fp32", "tf32", "bf16", "fp16"}, "fp32");
+  s.precision = f.choice_or("precision", {"fp32", "tf32", "bf16", "fp16", "fp8"}, "fp32");
   s.m = f.positive_int_or("m", 0);
   s.n = f.positive_int_or("n", 0);
   s.k = f.positive_int_or("k", 0);

@@ -47,7 +47,8 @@ TEST(GpuProfilerShapes, QuickIsASubsetOfFullAndCoversTheTransformerBlock) {
                              GpuGemmShape{2048, 4096, 1024}, GpuGemmShape{2048, 1024, 4096}}) {
     EXPECT_NE(std::find(quick.begin(), quick.end(), block), quick.end()) << block.m << "x" << block.n << "x" << block.k;
   }
-  EXPECT_EQ(gpu_gemm_precisions(), (std::vector<std::string>{"bf16", "fp16", "fp32"}));
+  EXPECT_EQ(gpu_gemm_precisions(false), (std::vector<std::string>{"bf16", "fp16", "fp32", "tf32"}));
+  EXPECT_EQ(gpu_gemm_precisions(true), (std::vector<std::string>{"bf16", "fp16", "fp32", "tf32", "fp8"}));
   // The largest streaming size lies far beyond a GPU's L2 cache (50 MiB): 4 bytes per element.
   EXPECT_GE(gpu_stream_sizes(true).back() * 4, std::int64_t(256) << 20);
   EXPECT_FALSE(gpu_attention_shapes(true).empty());
@@ -85,10 +86,10 @@ TEST(GpuProfiler, EverySampleTimesTheOpItNamesUnderTheCpuProfilersKeys) {
     else if (s.op == KernelOp::attention) attention.push_back(s);
     else streaming.insert({s.op, s.elements});
   }
-  ASSERT_EQ(gemms.size(), 3 * shapes.size());
+  ASSERT_EQ(gemms.size(), gpu_gemm_precisions(false).size() * shapes.size());
   for (std::size_t i = 0; i < gemms.size(); ++i) {
     const GpuGemmShape& shape = shapes[i % shapes.size()];
-    EXPECT_EQ(gemms[i].precision, gpu_gemm_precisions()[i / shapes.size()]);
+    EXPECT_EQ(gemms[i].precision, gpu_gemm_precisions(false)[i / shapes.size()]);
     EXPECT_EQ(gemms[i].m, shape.m);
     EXPECT_EQ(gemms[i].n, shape.n);
     EXPECT_EQ(gemms[i].k, shape.k);
@@ -113,6 +114,17 @@ TEST(GpuProfiler, EverySampleTimesTheOpItNamesUnderTheCpuProfilersKeys) {
   }
 }
 
+TEST(GpuProfiler, ADeviceWithFp8AlsoMeasuresFp8Gemms) {
+  FakeTimedBackend backend;
+  GpuProfileOptions options = quick_options("NVIDIA H100 80GB HBM3");
+  options.has_fp8 = true;
+  const Profile profile = profile_gpu(backend, options);
+  std::size_t fp8 = 0;
+  for (const KernelSample& s : profile.kernels) fp8 += s.op == KernelOp::gemm && s.precision == "fp8";
+  EXPECT_EQ(fp8, gpu_gemm_shapes(true).size());
+  EXPECT_EQ(backend.live_device_blocks, 0u);
+}
+
 TEST(GpuProfiler, MetaNamesTheDeviceTheDateAndWhatWasNotMeasured) {
   FakeTimedBackend backend;
   const Profile profile = profile_gpu(backend, quick_options("NVIDIA H100 80GB HBM3"));
@@ -121,7 +133,8 @@ TEST(GpuProfiler, MetaNamesTheDeviceTheDateAndWhatWasNotMeasured) {
   EXPECT_EQ(meta.at("backend"), "cuda");
   EXPECT_EQ(meta.at("cuda_device"), "NVIDIA H100 80GB HBM3");
   EXPECT_FALSE(meta.at("date").get<std::string>().empty());
-  for (const char* missing : {"tf32", "fp8", "nccl"}) EXPECT_TRUE(meta.at("not_measured").contains(missing)) << missing;
+  for (const char* missing : {"fp8", "nccl"}) EXPECT_TRUE(meta.at("not_measured").contains(missing)) << missing;
+  EXPECT_FALSE(meta.at("not_measured").contains("tf32")) << "tf32 GEMMs are measured";
   ASSERT_EQ(meta.at("host_to_device").size(), gpu_copy_sizes_bytes(true).size());
   for (const Json& row : meta.at("host_to_device")) {
     expect_close(row.at("seconds").get<double>(), row.at("bytes").get<double>() / FakeTimedBackend::kCopyBytesPerS, "upload");

@@ -25,10 +25,15 @@ struct Bf16 {
 struct F16 {
   std::uint16_t bits;
 };
+// fp8 e4m3 (OCP FP8): storage only; convert reads and writes it, no other op here does.
+struct F8 {
+  std::uint8_t bits;
+};
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(Bf16 x) { return numeric::from_bf16(x.bits); }
 __device__ __forceinline__ float to_float(F16 x) { return numeric::from_f16(x.bits); }
+__device__ __forceinline__ float to_float(F8 x) { return numeric::from_f8_e4m3(x.bits); }
 __device__ __forceinline__ float to_float(double x) { return float(x); }
 __device__ __forceinline__ float to_float(std::int32_t x) { return float(x); }
 
@@ -40,6 +45,8 @@ template <>
 __device__ __forceinline__ Bf16 from_float<Bf16>(float x) { return Bf16{numeric::to_bf16(x)}; }
 template <>
 __device__ __forceinline__ F16 from_float<F16>(float x) { return F16{numeric::to_f16(x)}; }
+template <>
+__device__ __forceinline__ F8 from_float<F8>(float x) { return F8{numeric::to_f8_e4m3(x)}; }
 template <>
 __device__ __forceinline__ double from_float<double>(float x) { return double(x); }
 template <>
@@ -64,6 +71,7 @@ struct AnyIn {
     switch (type) {
       case DType::bf16: return load(static_cast<const Bf16*>(data), i);
       case DType::f16: return load(static_cast<const F16*>(data), i);
+      case DType::f8_e4m3: return load(static_cast<const F8*>(data), i);
       default: return load(static_cast<const float*>(data), i);
     }
   }

@@ -216,7 +216,12 @@ void CudaBackend::convert(Stream s, Ref destination, CRef source, std::int64_t n
     copy(s, destination.data, source.data, std::size_t(n) * element_bytes(source.type));
     return;
   }
-  require_float_type(source.type, "convert");
+  // fp8 is a storage type: convert is the one op that reads and writes it.
+  if (source.type != DType::f8_e4m3) require_float_type(source.type, "convert");
+  if (destination.type == DType::f8_e4m3) {
+    launch_elements(native(s), n, "convert", convert_kernel<F8>, static_cast<F8*>(destination.data), AnyIn(source), n);
+    return;
+  }
   with_float_type(destination.type, "convert", [&](auto tag) {
     using T = decltype(tag);
     launch_elements(native(s), n, "convert", convert_kernel<T>, static_cast<T*>(destination.data), AnyIn(source), n);

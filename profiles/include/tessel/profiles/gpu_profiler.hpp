@@ -45,7 +45,9 @@ std::vector<GpuAttentionShape> gpu_attention_shapes(bool quick);
 std::vector<std::int64_t> gpu_stream_sizes(bool quick);
 std::vector<std::int64_t> gpu_copy_sizes_bytes(bool quick);
 // The GEMM precisions measured, as the store names them (fp32 GEMMs run without TF32).
-std::vector<std::string> gpu_gemm_precisions();
+// bf16, fp16, fp32 (exact), tf32 (fp32 inputs on TF32 tensor cores), and fp8 (e4m3
+// inputs, bf16 output) where the device has it.
+std::vector<std::string> gpu_gemm_precisions(bool has_fp8);
 
 // The shipped datasheet profile a CUDA device name (e.g. "NVIDIA H100 80GB HBM3")
 // corresponds to (A100-SXM-80GB, H100-SXM, H200), or "" when none does.
@@ -59,6 +61,7 @@ struct GpuProfileOptions {
   int device_index = 0;
   std::string cuda_device_name;        // what CUDA calls the device
   double cuda_memory_bytes = 0;        // the device's memory, for devices with no shipped profile
+  bool has_fp8 = false;                // compute capability 8.9 or later: fp8 GEMM curves too
   int warmup = 2;
   int repetitions = 10;
   // (fraction done, what is being measured)
