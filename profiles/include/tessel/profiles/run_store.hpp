@@ -19,7 +19,8 @@ struct RunRecord {
   std::int64_t id = 0;
   std::string created, host, tool_version, backend, status, message;
   Json plan;
-  int steps = 0;
+  int steps = 0;            // asked for
+  int completed_steps = 0;  // recorded: all of them, or those before a failure or an interruption
 };
 
 struct StepRecord {
@@ -51,7 +52,7 @@ class RunStore {
   void add_steps(std::int64_t run, const std::vector<StepRecord>& steps);
   void add_events(std::int64_t run, const std::vector<EventRecord>& events);
   void set_peak_memory(std::int64_t run, int rank, double bytes);
-  // status: finished | failed.
+  // status: finished | failed | interrupted (stopped by a signal).
   void finish(std::int64_t run, const std::string& status, const std::string& message = "");
 
   std::vector<RunRecord> runs() const;
