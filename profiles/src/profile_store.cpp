@@ -424,16 +424,16 @@ Profile resolve_profile(const std::string& device, const std::string& db_path) {
 
 // ---------------------------------------------------------------- runs
 
-std::int64_t RunStore::begin_run(const Json& plan, const std::string& backend, int steps) {
+std::int64_t RunStore::begin_run(const Json& plan, const std::string& backend, int steps, const std::string& launch_key) {
   std::int64_t id = 0;
   in_transaction(store_.db_, store_.path_, [&] {
     Statement insert(store_.db_,
                      "INSERT INTO runs(created, host, tool_version, plan, backend, steps, status, message) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', '')",
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7)",
                      store_.path_);
     insert.bind(1, std::string_view(today_utc())).bind(2, std::string_view(host_name()));
     insert.bind(3, std::string_view(tool_version())).bind(4, std::string_view(plan.dump()));
-    insert.bind(5, std::string_view(backend)).bind(6, steps);
+    insert.bind(5, std::string_view(backend)).bind(6, steps).bind(7, std::string_view(launch_key));
     insert.run_and_reset();
     id = sqlite3_last_insert_rowid(store_.db_);
   });
@@ -483,6 +483,17 @@ void RunStore::finish(std::int64_t run, const std::string& status, const std::st
 // The steps a run recorded (rank 0 records each as it ends, so a run that failed or was
 // interrupted keeps the ones it completed).
 constexpr const char* kSelectRuns = "SELECT *, (SELECT COUNT(*) FROM run_steps WHERE run_steps.run = runs.id) FROM runs";
+
+int RunStore::finish_left_running(const std::string& launch_key, const std::string& status, const std::string& why) {
+  if (launch_key.empty()) return 0;
+  int count = 0;
+  for (const RunRecord& r : runs()) {
+    if (r.status != "running" || r.message != launch_key) continue;
+    finish(r.id, status, fmt::format("{} after {} of {} steps", why, r.completed_steps, r.steps));
+    ++count;
+  }
+  return count;
+}
 
 namespace {
 RunRecord read_run(const Statement& row) {
