@@ -63,7 +63,7 @@ int launch(executor::Launcher launcher, const RunArgs& args, const Plan& plan) {
         profiles::ProfileStore store(db);
         profiles::RunStore runs(store);
         if (exit.forwarded != 0) {
-          runs.finish_left_running(args.launch_key, "interrupted", fmt::format("stopped by {}", strsignal(exit.forwarded)));
+          runs.finish_left_running(args.launch_key, "interrupted", fmt::format("stopped by SIG{}", sigabbrev_np(exit.forwarded)));
         } else {
           runs.finish_left_running(args.launch_key, "failed", fmt::format("the ranks ended with status {}", exit.status));
         }
@@ -72,7 +72,7 @@ int launch(executor::Launcher launcher, const RunArgs& args, const Plan& plan) {
       std::fprintf(stderr, "tessel: warning: could not record how the run ended in %s: %s\n", db.c_str(), error.what());
     }
   }
-  if (exit.forwarded != 0) std::fprintf(stderr, "tessel: run stopped by %s\n", strsignal(exit.forwarded));
+  if (exit.forwarded != 0) std::fprintf(stderr, "tessel: run stopped by SIG%s\n", sigabbrev_np(exit.forwarded));
   return exit.status;
 }
 

@@ -88,7 +88,9 @@ double available_memory_bytes() {
 void check_memory_fits(const Plan& plan, const std::string& db, int ranks_here, double available_bytes) {
   if (available_bytes < 0) available_bytes = available_memory_bytes();
   if (available_bytes <= 0 || ranks_here <= 0) return;  // nothing known to compare with
-  const planner::CostModel model = planner::CostModel::for_plan(plan, db);
+  // The run creates its database later: until then the shipped profile prices the plan.
+  std::error_code error;
+  const planner::CostModel model = planner::CostModel::for_plan(plan, fs::exists(db, error) ? db : "");
   const double per_rank_bytes = model.estimate(plan.parallel).memory.device_total_bytes();
   const double needed_bytes = per_rank_bytes * ranks_here;
   if (needed_bytes > available_bytes) {

@@ -1,5 +1,7 @@
 // The supervised launch of run_supervisor.hpp. Only async-signal-safe calls happen in the
 // handlers (kill, alarm); the waiting loop restarts waitpid after each interruption.
+// mpirun puts each rank in a process group of its own, so the ranks are reached through
+// the launcher's forwarding (and their parent-death signal), not through its group.
 #include "run_supervisor.hpp"
 
 #include <fcntl.h>
@@ -24,11 +26,16 @@ volatile std::sig_atomic_t g_group = 0;      // the launcher's process group
 volatile std::sig_atomic_t g_forwarded = 0;  // the first signal forwarded
 volatile std::sig_atomic_t g_grace_s = 10;
 
+// The first signal asks the ranks to stop after their step (and checkpoint): SIGUSR1,
+// which mpirun and srun forward to every rank. A second one, or the grace period
+// running out, ends the launcher's group: SIGTERM, then SIGKILL.
 extern "C" void forward_signal(int signal) {
-  if (g_group > 0) kill(-pid_t(g_group), SIGTERM);
   if (g_forwarded == 0) {
     g_forwarded = signal;
+    if (g_group > 0) kill(-pid_t(g_group), SIGUSR1);
     alarm(unsigned(g_grace_s));
+  } else if (g_group > 0) {
+    kill(-pid_t(g_group), SIGTERM);
   }
 }
 extern "C" void grace_over(int) {
@@ -79,6 +86,7 @@ SupervisedExit run_supervised(const std::vector<std::string>& argv, unsigned gra
   SupervisedExit out;
   out.forwarded = int(g_forwarded);
   out.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + (WIFSIGNALED(raw) ? WTERMSIG(raw) : 0);
+  if (out.forwarded != 0) out.status = 128 + out.forwarded;  // as if the signal had ended tessel
   return out;
 }
 

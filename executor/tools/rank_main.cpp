@@ -107,11 +107,12 @@ void check_world(executor::Communicator& world, const Plan& plan) {
   }
 }
 
-// Stopping: SIGTERM, SIGINT or SIGHUP (or the launcher's death: the parent-death signal,
+// Stopping: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (or the launcher's death: the parent-death signal,
 // and a parent that changed) set a flag the ranks agree on after each step, so they stop
 // together, after a final checkpoint when --checkpoint is set. The alarm ends a rank
 // that cannot get there (its peers gone, a collective that never completes).
 volatile std::sig_atomic_t g_stop_signal = 0;
+std::string signal_name(int signal) { return fmt::format("SIG{}", sigabbrev_np(signal)); }
 pid_t g_parent = 0;
 constexpr unsigned kStopGraceSeconds = 30;
 
@@ -125,7 +126,8 @@ void stop_with_the_launcher() {
   struct sigaction action{};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
-  for (int signal : {SIGTERM, SIGINT, SIGHUP}) sigaction(signal, &action, nullptr);
+  // SIGUSR1: tessel run's request, forwarded by mpirun or srun.
+  for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaction(signal, &action, nullptr);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != g_parent) on_stop_signal(SIGTERM);  // the parent died before prctl
 }
@@ -255,11 +257,15 @@ int train(const RunArgs& args, const Plan& plan) {
     }
     const int stopped_by = train_steps(args, trainer, world, record);
     if (stopped_by != 0) {
-      const std::string why = fmt::format("stopped by {} after step {}", strsignal(stopped_by), trainer.steps_done());
+      const std::string why = fmt::format("stopped by {} after step {}",
+                                          stopped_by == SIGUSR1 ? "tessel run (it was signalled)" : signal_name(stopped_by),
+                                          trainer.steps_done());
       record.end("interrupted", why);
       if (reporter) std::cerr << "tessel: " << why << "\n" << std::flush;
       world.barrier();
-      return 128 + stopped_by;
+      // Asked by tessel run, which reports the signal it got; a signal of its own the
+      // rank reports in its exit status.
+      return stopped_by == SIGUSR1 ? 0 : 128 + stopped_by;
     }
     const std::vector<std::string> events_per_rank = gather_events_text(world, events_text(trainer.timeline().take()));
     rusage usage{};
