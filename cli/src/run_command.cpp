@@ -118,6 +118,8 @@ int run_run(const RunArgs& args) {
   if (ranks_here && backend == executor::BackendChoice::cpu) {
     check_memory_fits(plan, args.db, launcher == executor::Launcher::none ? 1 : plan.parallel.world_size());
   }
+  std::error_code missing;
+  const bool checkpoint_folder_is_new = !args.checkpoint.empty() && !std::filesystem::exists(args.checkpoint, missing);
   check_output_paths(args);
   RunArgs worker_args = args;
   worker_args.progress = isatty(STDERR_FILENO) != 0;
@@ -138,7 +140,13 @@ int run_run(const RunArgs& args) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   worker_args.launch_key = fmt::format("running under tessel run {} on {}", getpid(), host);
-  return launch(launcher, worker_args, plan);
+  const int status = launch(launcher, worker_args, plan);
+  // A run that failed before its first checkpoint leaves no folder it created behind.
+  if (status != 0 && checkpoint_folder_is_new &&
+      !std::filesystem::exists(std::filesystem::path(args.checkpoint) / "checkpoint.json", missing)) {
+    std::filesystem::remove_all(args.checkpoint, missing);
+  }
+  return status;
 }
 }  // namespace
 

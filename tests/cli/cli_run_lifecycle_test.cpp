@@ -125,9 +125,12 @@ TEST_F(Cli, ASecondRunOnTheSameCheckpointFolderIsRefused) {
 TEST_F(Cli, AFailedRunIsRecordedWithTheStepsItCompleted) {
   const std::string db = (dir_ / "r.db").string();
   setenv("TESSEL_FAIL_AT", "1:3", 1);
-  const Outcome o = run("run --plan " + write("tiny.json", kTinyPlan).string() + " --steps 5 --db " + db);
+  const Outcome o = run("run --plan " + write("tiny.json", kTinyPlan).string() + " --steps 5 --db " + db +
+                        " --checkpoint " + (dir_ / "new_folder").string());
   unsetenv("TESSEL_FAIL_AT");
   EXPECT_NE(o.status, 0);
+  // It failed before its first checkpoint: the folder it created is gone.
+  EXPECT_FALSE(fs::exists(dir_ / "new_folder"));
   const tessel::profiles::RunRecord record = only_run(db);
   EXPECT_EQ(record.status, "failed");
   EXPECT_EQ(record.completed_steps, 2);
