@@ -41,6 +41,22 @@ tessel::profiles::RunRecord only_run(const std::string& db) {
   return all.empty() ? tessel::profiles::RunRecord{} : all.front();
 }
 
+// `pid`'s wait status, killing it (and failing) when it has not ended within `limit_s`.
+int wait_at_most(pid_t pid, double limit_s) {
+  const auto start = std::chrono::steady_clock::now();
+  int raw = 0;
+  while (waitpid(pid, &raw, WNOHANG) == 0) {
+    if (seconds_since(start) > limit_s) {
+      ADD_FAILURE() << "still running after " << limit_s << " s";
+      kill(pid, SIGKILL);
+      waitpid(pid, &raw, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return raw;
+}
+
 // Whether any tessel-rank process names `marker` (a test's own folder) on its command line.
 bool ranks_alive(const std::string& marker) {
   const std::string command = "pgrep -f '[t]essel-rank.*" + marker + "' >/dev/null";
@@ -138,38 +154,43 @@ TEST_F(Cli, AFailedRunIsRecordedWithTheStepsItCompleted) {
   EXPECT_NE(record.message.find("after 2 of 5 steps"), std::string::npos) << record.message;
 }
 
-// A scheduler's SIGTERM: every rank stops within seconds, after a final checkpoint, and
-// the run is recorded as interrupted with the steps it completed.
-TEST_F(Cli, SigtermStopsEveryRankWithAFinalCheckpointAndRecordsTheRunInterrupted) {
-  const std::string db = (dir_ / "r.db").string(), checkpoint = (dir_ / "ck").string();
-  const std::string command = std::string(TESSEL_BINARY) + " run --plan " + write("tiny.json", kTinyPlan).string() +
-                              " --steps 100000 --db " + db + " --checkpoint " + checkpoint + " >" +
-                              (dir_ / "out").string() + " 2>" + (dir_ / "err").string() + " </dev/null";
-  const pid_t tessel = fork();
-  ASSERT_GE(tessel, 0);
-  if (tessel == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+// A scheduler's SIGTERM, or Ctrl-C (SIGINT, which the launcher used to ignore): every
+// rank stops within seconds, after a final checkpoint, and the run is recorded as
+// interrupted with the steps it completed.
+TEST_F(Cli, ASignalStopsEveryRankWithAFinalCheckpointAndRecordsTheRunInterrupted) {
+  for (const int signal : {SIGTERM, SIGINT}) {
+    const std::string name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+    const fs::path here = dir_ / name;
+    fs::create_directories(here);
+    const std::string db = (here / "r.db").string(), checkpoint = (here / "ck").string();
+    const std::string command = std::string(TESSEL_BINARY) + " run --plan " + write("tiny.json", kTinyPlan).string() +
+                                " --steps 100000 --db " + db + " --checkpoint " + checkpoint + " >" +
+                                (here / "out").string() + " 2>" + (here / "err").string() + " </dev/null";
+    const pid_t tessel = fork();
+    ASSERT_GE(tessel, 0);
+    if (tessel == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    while (slurp(here / "out").find("step 2 ") == std::string::npos && seconds_since(start) < 60) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_NE(slurp(here / "out").find("step 2 "), std::string::npos) << slurp(here / "err");
+    ASSERT_EQ(kill(tessel, signal), 0);
+    const auto stopping = std::chrono::steady_clock::now();
+    const int raw = wait_at_most(tessel, 30.0);
+    EXPECT_LT(seconds_since(stopping), 15.0) << name;
+    ASSERT_TRUE(WIFEXITED(raw)) << name;
+    EXPECT_EQ(WEXITSTATUS(raw), 128 + signal) << name;
+    EXPECT_FALSE(ranks_alive(dir_.filename().string())) << name;
+    const tessel::profiles::RunRecord record = only_run(db);
+    EXPECT_EQ(record.status, "interrupted") << name;
+    EXPECT_GE(record.completed_steps, 2) << name;
+    const auto meta = nlohmann::json::parse(slurp(fs::path(checkpoint) / "checkpoint.json"));
+    EXPECT_EQ(meta.at("step").get<int>(), record.completed_steps) << name;
+    EXPECT_NE(slurp(here / "err").find("tessel: run stopped by " + name), std::string::npos) << slurp(here / "err");
   }
-  const auto start = std::chrono::steady_clock::now();
-  while (slurp(dir_ / "out").find("step 2 ") == std::string::npos && seconds_since(start) < 60) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_NE(slurp(dir_ / "out").find("step 2 "), std::string::npos) << slurp(dir_ / "err");
-  ASSERT_EQ(kill(tessel, SIGTERM), 0);
-  const auto stopping = std::chrono::steady_clock::now();
-  int raw = 0;
-  ASSERT_EQ(waitpid(tessel, &raw, 0), tessel);
-  EXPECT_LT(seconds_since(stopping), 15.0);
-  ASSERT_TRUE(WIFEXITED(raw));
-  EXPECT_EQ(WEXITSTATUS(raw), 128 + SIGTERM);
-  EXPECT_FALSE(ranks_alive(dir_.filename().string()));
-  const tessel::profiles::RunRecord record = only_run(db);
-  EXPECT_EQ(record.status, "interrupted");
-  EXPECT_GE(record.completed_steps, 2);
-  const auto meta = nlohmann::json::parse(slurp(fs::path(checkpoint) / "checkpoint.json"));
-  EXPECT_EQ(meta.at("step").get<int>(), record.completed_steps);
-  EXPECT_NE(slurp(dir_ / "err").find("tessel: run stopped by SIGTERM"), std::string::npos) << slurp(dir_ / "err");
 }
 
 // tessel killed outright: its launcher and ranks do not train on without it.
@@ -189,8 +210,7 @@ TEST_F(Cli, SigkillToTesselRunLeavesNoRankTraining) {
   }
   ASSERT_NE(slurp(dir_ / "out").find("step 1 "), std::string::npos) << slurp(dir_ / "out");
   ASSERT_EQ(kill(tessel, SIGKILL), 0);
-  int raw = 0;
-  waitpid(tessel, &raw, 0);
+  wait_at_most(tessel, 5.0);
   const auto killed = std::chrono::steady_clock::now();
   while (ranks_alive(dir_.filename().string()) && seconds_since(killed) < 30) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
