@@ -3,7 +3,10 @@
 // or srun; started inside a launcher already (mpirun, srun, or ranks the user or the
 // cluster started), each process becomes that worker (exec). The decisions are the
 // pure functions of executor/launch.hpp and rank_placement.hpp. The worker holds the
-// MPI code: this binary links SimGrid, whose SMPI exports the MPI symbols too.
+// MPI code: this binary links SimGrid, whose SMPI exports the MPI symbols too. Before any
+// rank starts it checks what would otherwise fail late (run_preflight.hpp); while the
+// ranks run it holds the --checkpoint folder's lock and forwards signals to them
+// (run_supervisor.hpp); when they end badly it records the run as failed or interrupted.
 #include <unistd.h>
 #include <sys/wait.h>
 
@@ -13,16 +16,20 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "run_preflight.hpp"
+#include "run_supervisor.hpp"
 #include "tessel/core/error.hpp"
-#include "tessel/core/subprocess.hpp"
+#include "tessel/executor/checkpoint_files.hpp"
 #include "tessel/executor/launch.hpp"
 #include "tessel/executor/rank_placement.hpp"
 #include "tessel/executor/run_options.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "tessel/profiles/run_store.hpp"
 
 namespace tessel::cli {
 
@@ -37,6 +44,9 @@ std::string worker_path() {
   return worker.string();
 }
 
+// Seconds the ranks get to stop (and write a final checkpoint) after a forwarded signal.
+constexpr unsigned kStopGraceSeconds = 20;
+
 int launch(executor::Launcher launcher, const RunArgs& args, const Plan& plan) {
   executor::LaunchRequest request;
   request.world_size = plan.parallel.world_size();
@@ -44,12 +54,26 @@ int launch(executor::Launcher launcher, const RunArgs& args, const Plan& plan) {
   request.hostfile = args.hostfile;
   request.worker = worker_path();
   request.worker_arguments = args.to_arguments();
-  std::string command;
-  for (const std::string& arg : executor::launch_command(launcher, request)) {
-    command += (command.empty() ? "" : " ") + shell_quote(arg);
+  const SupervisedExit exit = run_supervised(executor::launch_command(launcher, request), kStopGraceSeconds);
+  if (exit.status != 0) {
+    // Ranks killed before they could record how the run ended: say it for them.
+    const std::string db = args.db.empty() ? profiles::ProfileStore::default_path() : args.db;
+    try {
+      if (std::filesystem::exists(db)) {
+        profiles::ProfileStore store(db);
+        profiles::RunStore runs(store);
+        if (exit.forwarded != 0) {
+          runs.finish_left_running(args.launch_key, "interrupted", fmt::format("stopped by SIG{}", sigabbrev_np(exit.forwarded)));
+        } else {
+          runs.finish_left_running(args.launch_key, "failed", fmt::format("the ranks ended with status {}", exit.status));
+        }
+      }
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "tessel: warning: could not record how the run ended in %s: %s\n", db.c_str(), error.what());
+    }
   }
-  const int raw = std::system(command.c_str());
-  return WIFEXITED(raw) ? WEXITSTATUS(raw) : 1;
+  if (exit.forwarded != 0) std::fprintf(stderr, "tessel: run stopped by SIG%s\n", sigabbrev_np(exit.forwarded));
+  return exit.status;
 }
 
 // Already a rank of an mpirun job: become the worker.
@@ -83,15 +107,20 @@ int run_run(const RunArgs& args) {
   executor::MachineFacts machine = executor::this_machine();
   const bool ranks_here = launcher == executor::Launcher::none || args.hostfile.empty();
   if (!ranks_here || launcher == executor::Launcher::srun) machine.cuda_devices = std::max(machine.cuda_devices, 1);
-  executor::resolve_backend(executor::parse_backend(args.backend), plan, machine);
+  const executor::BackendChoice backend = executor::resolve_backend(executor::parse_backend(args.backend), plan, machine);
   executor::Trainer::check(plan);
-  if (!args.resume.empty() && !std::filesystem::exists(std::filesystem::path(args.resume) / "checkpoint.json")) {
-    throw Error(fmt::format("--resume: {}: no complete checkpoint (checkpoint.json missing)", args.resume));
-  }
+  if (!args.resume.empty()) executor::read_checkpoint_meta(args.resume, args.steps);
   if (args.checkpoint_every < 0) throw Error(fmt::format("--checkpoint-every: must be 0 or more, got {}", args.checkpoint_every));
   if (!args.data_file.empty() && !std::filesystem::is_regular_file(args.data_file)) {
     throw Error(fmt::format("--data: {}: cannot open file", args.data_file));
   }
+  // CPU ranks of this machine share its memory; GPU ranks check their device's.
+  if (ranks_here && backend == executor::BackendChoice::cpu) {
+    check_memory_fits(plan, args.db, launcher == executor::Launcher::none ? 1 : plan.parallel.world_size());
+  }
+  std::error_code missing;
+  const bool checkpoint_folder_is_new = !args.checkpoint.empty() && !std::filesystem::exists(args.checkpoint, missing);
+  check_output_paths(args);
   RunArgs worker_args = args;
   worker_args.progress = isatty(STDERR_FILENO) != 0;
   if (launcher == executor::Launcher::none) {
@@ -101,9 +130,23 @@ int run_run(const RunArgs& args) {
                               "SLURM_PROCID/NTASKS or RANK/WORLD_SIZE) and the plan has {} ranks",
                               plan.parallel.world_size()));
     }
+    // Rank 0 holds the folder's lock on into the worker it becomes.
+    static std::optional<CheckpointLock> held_into_the_worker;
+    if (!args.checkpoint.empty() && launched.rank.value_or(0) == 0) held_into_the_worker.emplace(args.checkpoint, true);
     become_worker(worker_args);
   }
-  return launch(launcher, worker_args, plan);
+  std::optional<CheckpointLock> lock;
+  if (!args.checkpoint.empty()) lock.emplace(args.checkpoint);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  worker_args.launch_key = fmt::format("running under tessel run {} on {}", getpid(), host);
+  const int status = launch(launcher, worker_args, plan);
+  // A run that failed before its first checkpoint leaves no folder it created behind.
+  if (status != 0 && checkpoint_folder_is_new &&
+      !std::filesystem::exists(std::filesystem::path(args.checkpoint) / "checkpoint.json", missing)) {
+    std::filesystem::remove_all(args.checkpoint, missing);
+  }
+  return status;
 }
 }  // namespace
 

@@ -19,6 +19,7 @@ std::vector<std::string> RunOptions::to_arguments() const {
   if (!trace_file.empty()) out.insert(out.end(), {"--trace", trace_file});
   if (progress) out.insert(out.end(), {"--progress", "1"});
   if (backend != "auto") out.insert(out.end(), {"--backend", backend});
+  if (!launch_key.empty()) out.insert(out.end(), {"--launch-key", launch_key});
   if (clip_grad_norm > 0) out.insert(out.end(), {"--clip-grad-norm", fmt::format("{}", clip_grad_norm)});
   return out;
 }
@@ -41,6 +42,7 @@ RunOptions RunOptions::from_arguments(int argc, const char* const* argv) {
     else if (key == "--trace") o.trace_file = value;
     else if (key == "--progress") o.progress = value == "1";
     else if (key == "--backend") o.backend = value;
+    else if (key == "--launch-key") o.launch_key = value;
     else if (key == "--clip-grad-norm") o.clip_grad_norm = std::strtof(value.c_str(), nullptr);
     else throw Error(fmt::format("{}: unknown option", key));
   }

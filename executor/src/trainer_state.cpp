@@ -1,12 +1,14 @@
 // The trainer's state outside a step: whole-model views (the single-process layout that
 // tests and exports read, assembled from every rank's shards in host memory) and
-// checkpoints (each rank's fp32 weights and optimizer state, staged through host memory).
+// checkpoints (each rank's fp32 weights and optimizer state, staged through host memory,
+// in the atomic, checksummed layout of checkpoint_files.hpp).
 #include <filesystem>
-#include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
+#include "tessel/executor/checkpoint_files.hpp"
 #include "tessel/executor/trainer.hpp"
 
 namespace tessel::executor {
@@ -66,76 +68,84 @@ void Trainer::set_whole_parameters(const std::vector<float>& whole) {
   }
 }
 
-// ---- checkpoints ----
-
-namespace {
-void write_floats(std::ofstream& out, const Buffer& values) {
-  const std::vector<float> host = values.download();
-  out.write(reinterpret_cast<const char*>(host.data()), std::streamsize(host.size() * sizeof(float)));
-}
-void read_floats(std::ifstream& in, Buffer& values, const std::string& file) {
-  std::vector<float> host(values.size());
-  in.read(reinterpret_cast<char*>(host.data()), std::streamsize(host.size() * sizeof(float)));
-  if (!in) throw Error(fmt::format("--resume: {}: truncated checkpoint", file));
-  values.upload(host);
-}
-}  // namespace
+// ---- checkpoints (the files and their checks: checkpoint_files.hpp) ----
 
 void Trainer::save(const std::string& dir) {
   namespace fs = std::filesystem;
   Communicator& world = grid_.world();
+  const std::string step_dir = step_directory_name(step_);
   std::error_code error;
-  fs::create_directories(dir, error);
-  const fs::path file = fs::path(dir) / fmt::format("rank{}.bin", world.rank());
-  const fs::path temporary = file.string() + ".tmp";
-  std::size_t elements = 0;
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(fmt::format("--checkpoint: {}: cannot write", temporary.string()));
-    for (BucketState& b : buckets_) {
-      for (const Buffer* values : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) {
-        write_floats(out, *values);
-        elements += values->size();
-      }
+  fs::create_directories(fs::path(dir) / step_dir, error);
+  if (error) throw Error(fmt::format("--checkpoint: {}: cannot create ({})", (fs::path(dir) / step_dir).string(), error.message()));
+  std::vector<std::vector<float>> parts;
+  RankFileHeader header{std::uint64_t(step_), std::uint64_t(world.rank()), 0};
+  for (BucketState& b : buckets_) {
+    for (const Buffer* values : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) {
+      parts.push_back(values->download());
+      header.elements += parts.back().size();
     }
-    if (!out) throw Error(fmt::format("--checkpoint: {}: write failed", temporary.string()));
   }
-  fs::rename(temporary, file);
-  float total = float(elements);
-  world.all_reduce(&total, 1);
+  const RankFileDigest mine =
+      write_rank_file((fs::path(dir) / step_dir / rank_file_name(world.rank())).string(), header, parts);
+  // Every rank's size and checksum to rank 0, as 32-bit words (the communicator's types).
+  const std::uint32_t words[4] = {std::uint32_t(mine.bytes), std::uint32_t(mine.bytes >> 32),
+                                  std::uint32_t(mine.checksum), std::uint32_t(mine.checksum >> 32)};
+  std::vector<std::uint32_t> all(4 * std::size_t(world.size()), 0);
+  world.all_gather(words, all.data(), 4, DType::i32);
   if (world.rank() == 0) {
-    const Json meta{{"format", "tessel-checkpoint"},       {"version", 2},          {"step", step_},
-                    {"loader_position", loader_.position()}, {"ranks", world.size()}, {"plan", plan_.to_json()},
-                    {"elements", std::size_t(total)}};
-    write_text_file_atomically((fs::path(dir) / "checkpoint.json").string(), meta.dump(1) + "\n");
+    fsync_path((fs::path(dir) / step_dir).string());
+    CheckpointMeta meta;
+    meta.directory = step_dir;
+    meta.step = step_;
+    meta.loader_position = loader_.position();
+    meta.ranks = world.size();
+    meta.plan = plan_.to_json();
+    for (int r = 0; r < world.size(); ++r) {
+      const std::uint32_t* w = &all[4 * std::size_t(r)];
+      meta.files.push_back({std::uint64_t(w[0]) | std::uint64_t(w[1]) << 32, std::uint64_t(w[2]) | std::uint64_t(w[3]) << 32});
+    }
+    // The checkpoint in force until this one is published stays, as the fallback.
+    std::string previous;
+    try {
+      previous = read_json_file((fs::path(dir) / "checkpoint.json").string()).value("directory", "");
+    } catch (const std::exception&) {
+    }
+    publish_checkpoint(dir, meta, previous);
   }
   world.barrier();
 }
 
-void Trainer::load(const std::string& dir) {
+void Trainer::load(const std::string& dir, int max_step) {
   namespace fs = std::filesystem;
+  const CheckpointMeta meta = read_checkpoint_meta(dir, max_step);
   const std::string meta_file = (fs::path(dir) / "checkpoint.json").string();
-  if (!fs::exists(meta_file)) throw Error(fmt::format("--resume: {}: no complete checkpoint (checkpoint.json missing)", dir));
-  const Json meta = read_json_file(meta_file);
-  if (meta.value("format", "") != "tessel-checkpoint" || meta.value("version", 0) != 2) {
-    throw Error(fmt::format("--resume: {}: not a tessel checkpoint of this version", meta_file));
-  }
-  const Json& saved = meta.at("plan");
   const Json plan = plan_.to_json();
-  if (meta.value("ranks", 0) != grid_.world().size() || saved.value("model", Json()) != plan.at("model") ||
-      saved.value("parallel", Json()) != plan.at("parallel")) {
+  if (meta.ranks != grid_.world().size() || meta.plan.value("model", Json()) != plan.at("model") ||
+      meta.plan.value("parallel", Json()) != plan.at("parallel")) {
     throw Error(fmt::format("--resume: {}: written by {} ranks for another model or layout; this run is {} on {} ranks",
-                            meta_file, meta.value("ranks", 0), plan_.parallel.summary(), grid_.world().size()));
+                            meta_file, meta.ranks, plan_.parallel.summary(), grid_.world().size()));
   }
-  const std::string file = (fs::path(dir) / fmt::format("rank{}.bin", grid_.world().rank())).string();
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(fmt::format("--resume: {}: cannot open", file));
+  const std::uint64_t position = std::uint64_t(meta.step) * std::uint64_t(plan_.train.global_batch);
+  if (meta.loader_position != position) {
+    throw Error(fmt::format("--resume: {}: loader_position {} is not step {} x global_batch {} = {}", meta_file,
+                            meta.loader_position, meta.step, plan_.train.global_batch, position));
+  }
+  RankFileHeader header{std::uint64_t(meta.step), std::uint64_t(grid_.world().rank()), 0};
   for (BucketState& b : buckets_) {
-    for (Buffer* values : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) read_floats(in, *values, file);
+    for (Buffer* values : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) header.elements += values->size();
+  }
+  const std::string file = (fs::path(dir) / meta.directory / rank_file_name(grid_.world().rank())).string();
+  const std::vector<float> values = read_rank_file(file, meta.files[std::size_t(grid_.world().rank())], header);
+  std::size_t at = 0;
+  for (BucketState& b : buckets_) {
+    for (Buffer* values_here : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) {
+      values_here->upload(std::vector<float>(values.begin() + long(at), values.begin() + long(at + values_here->size())));
+      at += values_here->size();
+    }
     refresh_compute_weights(b);
   }
-  step_ = meta.at("step").get<int>();
-  loader_.seek(meta.at("loader_position").get<std::uint64_t>());
+  step_ = meta.step;
+  loader_.seek(meta.loader_position);
 }
 
 }  // namespace tessel::executor

@@ -7,16 +7,22 @@
 //               [--backend auto|cpu|cuda]
 // Measured op events: every rank sends its own to rank 0 over MPI as text (ranks on
 // other nodes share no file system with it); rank 0 merges them into the runs database
-// and the Chrome trace.
+// and the Chrome trace. Rank 0 records each step as it ends, and how the run ended
+// (finished, failed, interrupted by a signal).
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
@@ -101,9 +107,126 @@ void check_world(executor::Communicator& world, const Plan& plan) {
   }
 }
 
+// Stopping: SIGTERM, SIGINT, SIGHUP or SIGUSR1 (or the launcher's death: the parent-death signal,
+// and a parent that changed) set a flag the ranks agree on after each step, so they stop
+// together, after a final checkpoint when --checkpoint is set. The alarm ends a rank
+// that cannot get there (its peers gone, a collective that never completes).
+volatile std::sig_atomic_t g_stop_signal = 0;
+std::string signal_name(int signal) { return fmt::format("SIG{}", sigabbrev_np(signal)); }
+pid_t g_parent = 0;
+constexpr unsigned kStopGraceSeconds = 30;
+
+extern "C" void on_stop_signal(int signal) {
+  if (g_stop_signal == 0) alarm(kStopGraceSeconds);
+  g_stop_signal = signal;
+}
+
+void stop_with_the_launcher() {
+  g_parent = getppid();
+  struct sigaction action{};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // SIGUSR1: tessel run's request, forwarded by mpirun or srun.
+  for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaction(signal, &action, nullptr);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != g_parent) on_stop_signal(SIGTERM);  // the parent died before prctl
+}
+
+// Whether any rank was told to stop (collective: every rank calls it after each step).
+int agreed_stop_signal(executor::Communicator& world) {
+  if (g_stop_signal == 0 && getppid() != g_parent) on_stop_signal(SIGHUP);
+  float stop = float(g_stop_signal);
+  world.all_reduce(&stop, 1);
+  if (stop == 0) return 0;
+  return g_stop_signal != 0 ? int(g_stop_signal) : SIGTERM;
+}
+
+// Rank 0's record of the run in the database: each step as it ends, so a run that fails
+// or is stopped keeps the steps it completed.
+struct RunRecorder {
+  std::unique_ptr<profiles::ProfileStore> store;
+  std::unique_ptr<profiles::RunStore> runs;
+  std::int64_t id = 0;
+
+  void begin(const RunArgs& args, const Plan& plan, const std::string& backend) {
+    store = std::make_unique<profiles::ProfileStore>(args.db.empty() ? profiles::ProfileStore::default_path() : args.db);
+    runs = std::make_unique<profiles::RunStore>(*store);
+    id = runs->begin_run(plan.to_json(), backend, args.steps, args.launch_key);
+  }
+  void step(const executor::StepStats& stats) {
+    if (runs && std::isfinite(stats.loss)) runs->add_steps(id, {{stats.step, stats.loss, stats.seconds, stats.tokens_per_s}});
+  }
+  // Never throws: it runs on the way out of a failure.
+  void end(const std::string& status, const std::string& message) noexcept {
+    if (!runs) return;
+    try {
+      runs->finish(id, status, message);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "tessel: warning: could not record run %lld as %s: %s\n", static_cast<long long>(id),
+                   status.c_str(), error.what());
+    }
+    runs.reset();
+  }
+};
+
+void print_step(const RunArgs& args, const executor::StepStats& stats) {
+  // The bar shares stdout with the step lines, so mpirun forwards them in order.
+  if (args.progress) std::cout << fmt::format("\r{:80}\r", "");  // the bar gives way to the step line
+  std::cout << fmt::format("step {} loss {:.6f}  {:.0f} tokens/s  step {:.3f} s\n", stats.step, stats.loss,
+                           stats.tokens_per_s, stats.seconds)
+            << std::flush;
+  if (args.progress && stats.step < args.steps) {
+    constexpr int kWidth = 30;
+    const int filled = kWidth * stats.step / args.steps;
+    std::cout << fmt::format("training [{}{}] {}/{} steps  about {:.0f} s left", std::string(filled, '#'),
+                             std::string(kWidth - filled, '.'), stats.step, args.steps,
+                             stats.seconds * (args.steps - stats.step))
+              << std::flush;
+  }
+}
+
+// Trains until --steps or a stop signal; returns the signal (0: all steps ran).
+int train_steps(const RunArgs& args, executor::Trainer& trainer, executor::Communicator& world, RunRecorder& record) {
+  const bool reporter = world.rank() == 0;
+  // Fault injection for the failure tests: TESSEL_FAIL_AT=<rank>:<step> makes that
+  // rank raise an error before that step.
+  int fail_rank = -1, fail_step = -1;
+  if (const char* spec = std::getenv("TESSEL_FAIL_AT")) std::sscanf(spec, "%d:%d", &fail_rank, &fail_step);
+  int saved_step = -1;
+  while (trainer.steps_done() < args.steps) {
+    if (world.rank() == fail_rank && trainer.steps_done() + 1 == fail_step) {
+      throw Error(fmt::format("injected failure before step {} (TESSEL_FAIL_AT)", fail_step));
+    }
+    const executor::StepStats stats = trainer.step();
+    if (reporter) print_step(args, stats);
+    record.step(stats);
+    if (!std::isfinite(stats.loss)) {
+      record.end("failed", fmt::format("step {}: loss is not finite", stats.step));
+      throw Error(fmt::format("step {}: loss is not finite; stopping (the last checkpoint is kept)", stats.step));
+    }
+    const int stop = agreed_stop_signal(world);
+    const bool periodic = args.checkpoint_every > 0 && stats.step % args.checkpoint_every == 0;
+    if (!args.checkpoint.empty() && (periodic || stop != 0 || stats.step == args.steps)) {
+      trainer.save(args.checkpoint);
+      saved_step = stats.step;
+      if (reporter && (stop != 0 || stats.step == args.steps)) {
+        std::cout << fmt::format("checkpoint at step {} in {}\n", trainer.steps_done(), args.checkpoint) << std::flush;
+      }
+    }
+    if (stop != 0) return stop;
+  }
+  // Resumed at the last step already (nothing trained): --checkpoint still gets it.
+  if (!args.checkpoint.empty() && saved_step != trainer.steps_done()) {
+    trainer.save(args.checkpoint);
+    if (reporter) std::cout << fmt::format("checkpoint at step {} in {}\n", trainer.steps_done(), args.checkpoint);
+  }
+  return 0;
+}
+
 int train(const RunArgs& args, const Plan& plan) {
   executor::Communicator& world = executor::mpi_world();
   const bool reporter = world.rank() == 0;
+  RunRecorder record;
   try {
     check_world(world, plan);
     const executor::Environment environment = executor::process_environment();
@@ -123,60 +246,26 @@ int train(const RunArgs& args, const Plan& plan) {
     options.clip_grad_norm = args.clip_grad_norm;
     executor::Trainer trainer(plan, grid, std::move(loader), options, *device.backend);
     if (!args.resume.empty()) {
-      trainer.load(args.resume);
+      trainer.load(args.resume, args.steps);
       if (reporter) std::cout << fmt::format("resumed from step {} ({})\n", trainer.steps_done(), args.resume);
     }
-    std::unique_ptr<profiles::ProfileStore> store;
-    std::unique_ptr<profiles::RunStore> runs;
-    std::int64_t run_id = 0;
     if (reporter) {
-      store = std::make_unique<profiles::ProfileStore>(args.db.empty() ? profiles::ProfileStore::default_path() : args.db);
-      runs = std::make_unique<profiles::RunStore>(*store);
-      run_id = runs->begin_run(plan.to_json(), device.owned_backend ? "cuda" : "cpu", args.steps);
-      std::cout << fmt::format("run {}: {} on {} {} ranks ({}), {} steps\n", run_id, plan.model.name, world.size(),
+      record.begin(args, plan, device.owned_backend ? "cuda" : "cpu");
+      std::cout << fmt::format("run {}: {} on {} {} ranks ({}), {} steps\n", record.id, plan.model.name, world.size(),
                                device.owned_backend ? "GPU" : "CPU", plan.parallel.summary(), args.steps)
                 << std::flush;
     }
-    std::vector<profiles::StepRecord> steps;
-    // Fault injection for the failure tests: TESSEL_FAIL_AT=<rank>:<step> makes that
-    // rank raise an error before that step.
-    int fail_rank = -1, fail_step = -1;
-    if (const char* spec = std::getenv("TESSEL_FAIL_AT")) std::sscanf(spec, "%d:%d", &fail_rank, &fail_step);
-    while (trainer.steps_done() < args.steps) {
-      if (world.rank() == fail_rank && trainer.steps_done() + 1 == fail_step) {
-        throw Error(fmt::format("injected failure before step {} (TESSEL_FAIL_AT)", fail_step));
-      }
-      const executor::StepStats stats = trainer.step();
-      if (reporter) {
-        // The bar shares stdout with the step lines, so mpirun forwards them in order.
-        if (args.progress) std::cout << fmt::format("\r{:80}\r", "");  // the bar gives way to the step line
-        std::cout << fmt::format("step {} loss {:.6f}  {:.0f} tokens/s  step {:.3f} s\n", stats.step, stats.loss,
-                                 stats.tokens_per_s, stats.seconds)
-                  << std::flush;
-        if (std::isfinite(stats.loss)) steps.push_back({stats.step, stats.loss, stats.seconds, stats.tokens_per_s});
-        if (args.progress && stats.step < args.steps) {
-          constexpr int kWidth = 30;
-          const int filled = kWidth * stats.step / args.steps;
-          std::cout << fmt::format("training [{}{}] {}/{} steps  about {:.0f} s left", std::string(filled, '#'),
-                                   std::string(kWidth - filled, '.'), stats.step, args.steps,
-                                   stats.seconds * (args.steps - stats.step))
-                    << std::flush;
-        }
-      }
-      if (!std::isfinite(stats.loss)) {
-        if (reporter) {
-          runs->add_steps(run_id, steps);
-          runs->finish(run_id, "failed", fmt::format("step {}: loss is not finite", stats.step));
-        }
-        throw Error(fmt::format("step {}: loss is not finite; stopping (the last checkpoint is kept)", stats.step));
-      }
-      if (!args.checkpoint.empty() && args.checkpoint_every > 0 && stats.step % args.checkpoint_every == 0) {
-        trainer.save(args.checkpoint);
-      }
-    }
-    if (!args.checkpoint.empty()) {
-      trainer.save(args.checkpoint);
-      if (reporter) std::cout << fmt::format("checkpoint at step {} in {}\n", trainer.steps_done(), args.checkpoint);
+    const int stopped_by = train_steps(args, trainer, world, record);
+    if (stopped_by != 0) {
+      const std::string why = fmt::format("stopped by {} after step {}",
+                                          stopped_by == SIGUSR1 ? "tessel run (it was signalled)" : signal_name(stopped_by),
+                                          trainer.steps_done());
+      record.end("interrupted", why);
+      if (reporter) std::cerr << "tessel: " << why << "\n" << std::flush;
+      world.barrier();
+      // Asked by tessel run, which reports the signal it got; a signal of its own the
+      // rank reports in its exit status.
+      return stopped_by == SIGUSR1 ? 0 : 128 + stopped_by;
     }
     const std::vector<std::string> events_per_rank = gather_events_text(world, events_text(trainer.timeline().take()));
     rusage usage{};
@@ -187,19 +276,19 @@ int train(const RunArgs& args, const Plan& plan) {
     if (reporter) {
       const Program program = Program::lower(plan);
       const std::vector<profiles::EventRecord> events = parse_events(events_per_rank, program);
-      runs->add_events(run_id, events);
+      record.runs->add_events(record.id, events);
       if (!args.trace_file.empty()) {
         write_text_file_atomically(args.trace_file, chrome_trace_json(program, profiles::timed_ops(events)));
         std::cout << fmt::format("wrote {} measured events to {}\n", events.size(), args.trace_file);
       }
-      runs->add_steps(run_id, steps);
-      for (int r = 0; r < world.size(); ++r) runs->set_peak_memory(run_id, r, peaks[std::size_t(r)]);
-      runs->finish(run_id, "finished");
-      std::cout << fmt::format("wrote run {} to {}\n", run_id, store->path());
+      for (int r = 0; r < world.size(); ++r) record.runs->set_peak_memory(record.id, r, peaks[std::size_t(r)]);
+      record.end("finished", "");
+      std::cout << fmt::format("wrote run {} to {}\n", record.id, record.store->path());
     }
     world.barrier();
     return 0;
   } catch (const Error& error) {
+    record.end("failed", error.what());
     std::fprintf(stderr, "tessel: error: rank %d: %s\n", world.rank(), error.what());
     std::fflush(stderr);
     executor::abort_all_ranks(2);
@@ -212,6 +301,7 @@ int train(const RunArgs& args, const Plan& plan) {
 int main(int argc, char** argv) {
   using namespace tessel;
   try {
+    stop_with_the_launcher();
     const RunArgs args = RunArgs::from_arguments(argc, argv);
     const Plan plan = Plan::load(args.plan_file);
     return train(args, plan);

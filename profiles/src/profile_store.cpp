@@ -70,6 +70,18 @@ CREATE INDEX run_events_op ON run_events(run, op);
 CREATE TABLE run_memory(
   run INTEGER NOT NULL REFERENCES runs(id), rank INTEGER NOT NULL, peak_bytes REAL NOT NULL, PRIMARY KEY(run, rank));
 )sql",
+    // Version 3: a run stopped by a signal is 'interrupted' (SQLite cannot widen a CHECK:
+    // the table is rebuilt, with foreign keys off around the migration).
+    R"sql(
+CREATE TABLE runs_v3(
+  id INTEGER PRIMARY KEY,
+  created TEXT NOT NULL, host TEXT NOT NULL, tool_version TEXT NOT NULL,
+  plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed', 'interrupted')), message TEXT NOT NULL);
+INSERT INTO runs_v3 SELECT * FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_v3 RENAME TO runs;
+)sql",
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == ProfileStore::kSchemaVersion);
@@ -234,6 +246,9 @@ int ProfileStore::schema_version() const {
 }
 
 void ProfileStore::migrate() {
+  // Rebuilding a table others reference (version 3) needs foreign keys off; the pragma
+  // has no effect inside a transaction, so it brackets it.
+  exec("PRAGMA foreign_keys=OFF");
   in_transaction(db_, path_, [&] {
     // Re-read inside the write lock: another process may have migrated meanwhile.
     for (int version = schema_version(); version < kSchemaVersion; ++version) {
@@ -242,6 +257,7 @@ void ProfileStore::migrate() {
     }
     exec(fmt::format("PRAGMA application_id={}", kApplicationId));
   });
+  exec("PRAGMA foreign_keys=ON");
 }
 
 void ProfileStore::put_device(const DeviceSpec& d, const std::string& source) {
@@ -408,16 +424,16 @@ Profile resolve_profile(const std::string& device, const std::string& db_path) {
 
 // ---------------------------------------------------------------- runs
 
-std::int64_t RunStore::begin_run(const Json& plan, const std::string& backend, int steps) {
+std::int64_t RunStore::begin_run(const Json& plan, const std::string& backend, int steps, const std::string& launch_key) {
   std::int64_t id = 0;
   in_transaction(store_.db_, store_.path_, [&] {
     Statement insert(store_.db_,
                      "INSERT INTO runs(created, host, tool_version, plan, backend, steps, status, message) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', '')",
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7)",
                      store_.path_);
     insert.bind(1, std::string_view(today_utc())).bind(2, std::string_view(host_name()));
     insert.bind(3, std::string_view(tool_version())).bind(4, std::string_view(plan.dump()));
-    insert.bind(5, std::string_view(backend)).bind(6, steps);
+    insert.bind(5, std::string_view(backend)).bind(6, steps).bind(7, std::string_view(launch_key));
     insert.run_and_reset();
     id = sqlite3_last_insert_rowid(store_.db_);
   });
@@ -454,14 +470,29 @@ void RunStore::set_peak_memory(std::int64_t run, int rank, double bytes) {
 }
 
 void RunStore::finish(std::int64_t run, const std::string& status, const std::string& message) {
-  if (status != "finished" && status != "failed") {
-    throw Error(fmt::format("run status must be finished|failed, got '{}'", status));
+  if (status != "finished" && status != "failed" && status != "interrupted") {
+    throw Error(fmt::format("run status must be finished|failed|interrupted, got '{}'", status));
   }
   in_transaction(store_.db_, store_.path_, [&] {
     Statement update(store_.db_, "UPDATE runs SET status = ?1, message = ?2 WHERE id = ?3", store_.path_);
     update.bind(1, std::string_view(status)).bind(2, std::string_view(message)).bind(3, run);
     update.run_and_reset();
   });
+}
+
+// The steps a run recorded (rank 0 records each as it ends, so a run that failed or was
+// interrupted keeps the ones it completed).
+constexpr const char* kSelectRuns = "SELECT *, (SELECT COUNT(*) FROM run_steps WHERE run_steps.run = runs.id) FROM runs";
+
+int RunStore::finish_left_running(const std::string& launch_key, const std::string& status, const std::string& why) {
+  if (launch_key.empty()) return 0;
+  int count = 0;
+  for (const RunRecord& r : runs()) {
+    if (r.status != "running" || r.message != launch_key) continue;
+    finish(r.id, status, fmt::format("{} after {} of {} steps", why, r.completed_steps, r.steps));
+    ++count;
+  }
+  return count;
 }
 
 namespace {
@@ -476,19 +507,20 @@ RunRecord read_run(const Statement& row) {
   r.steps = int(row.integer(6));
   r.status = row.text(7);
   r.message = row.text(8);
+  r.completed_steps = int(row.integer(9));
   return r;
 }
 }  // namespace
 
 std::vector<RunRecord> RunStore::runs() const {
   std::vector<RunRecord> out;
-  Statement query(store_.db_, "SELECT * FROM runs ORDER BY id", store_.path_);
+  Statement query(store_.db_, std::string(kSelectRuns) + " ORDER BY id", store_.path_);
   while (query.step()) out.push_back(read_run(query));
   return out;
 }
 
 std::optional<RunRecord> RunStore::run(std::int64_t id) const {
-  Statement query(store_.db_, "SELECT * FROM runs WHERE id = ?1", store_.path_);
+  Statement query(store_.db_, std::string(kSelectRuns) + " WHERE id = ?1", store_.path_);
   query.bind(1, id);
   if (!query.step()) return std::nullopt;
   return read_run(query);

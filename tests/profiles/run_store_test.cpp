@@ -15,13 +15,19 @@ using namespace tessel::profiles;
 namespace fs = std::filesystem;
 
 namespace {
+fs::path temp_dir() { return fs::temp_directory_path() / ("tessel_runs_" + std::to_string(::getpid())); }
 std::string temp_db(const char* name) {
-  const fs::path dir = fs::temp_directory_path() / ("tessel_runs_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path path = dir / name;
+  fs::create_directories(temp_dir());
+  const fs::path path = temp_dir() / name;
   fs::remove(path);
   return path.string();
 }
+// The folder goes when the suite ends: tests leave nothing in /tmp.
+class RunStoreFiles : public ::testing::Environment {
+ public:
+  void TearDown() override { fs::remove_all(temp_dir()); }
+};
+const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new RunStoreFiles);
 }  // namespace
 
 TEST(RunStore, VersionOneFilesMigrateAndKeepTheirProfiles) {
@@ -40,7 +46,7 @@ TEST(RunStore, VersionOneFilesMigrateAndKeepTheirProfiles) {
             SQLITE_OK);
   sqlite3_close(db);
   ProfileStore store(path);
-  EXPECT_EQ(store.schema_version(), 2);
+  EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
   EXPECT_EQ(store.kernel_sample_count("local-cpu"), shipped_profile("local-cpu").kernels.size());
   RunStore runs(store);
   EXPECT_TRUE(runs.runs().empty());
@@ -69,6 +75,41 @@ TEST(RunStore, RunsRoundTrip) {
   EXPECT_EQ(runs.steps(id), steps);
   EXPECT_EQ(runs.events(id), events);
   EXPECT_EQ(runs.peak_memory(id), (std::vector<std::pair<int, double>>{{0, 1.5e9}, {1, 1.4e9}}));
+  EXPECT_EQ(record->completed_steps, 3);
   EXPECT_THROW(runs.finish(id, "exploded"), Error);
   EXPECT_FALSE(runs.run(id + 100).has_value());
+}
+
+// Version 2 allowed only running|finished|failed: its runs survive the rebuild of the
+// table, and a run stopped by a signal is recorded as interrupted with its steps.
+TEST(RunStore, VersionTwoFilesMigrateAndRecordInterruptedRuns) {
+  const std::string path = temp_db("v2.db");
+  std::int64_t old_run = 0;
+  {
+    ProfileStore store(path);
+    RunStore runs(store);
+    old_run = runs.begin_run(Json{{"note", "v2"}}, "cpu", 4);
+    runs.add_steps(old_run, {{1, 5.5, 0.25, 4096}});
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "PRAGMA foreign_keys=OFF; CREATE TABLE runs_v2 AS SELECT * FROM runs; DROP TABLE runs; "
+                         "CREATE TABLE runs(id INTEGER PRIMARY KEY, created TEXT NOT NULL, host TEXT NOT NULL, "
+                         "tool_version TEXT NOT NULL, plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL, "
+                         "status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed')), message TEXT NOT NULL); "
+                         "INSERT INTO runs SELECT * FROM runs_v2; DROP TABLE runs_v2; PRAGMA user_version=2;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  ProfileStore store(path);
+  EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
+  RunStore runs(store);
+  runs.finish(old_run, "interrupted", "stopped by SIGTERM after 1 of 4 steps");
+  const auto record = runs.run(old_run);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->status, "interrupted");
+  EXPECT_EQ(record->completed_steps, 1);
+  EXPECT_EQ(record->steps, 4);
+  EXPECT_EQ(runs.steps(old_run).size(), 1u);
 }

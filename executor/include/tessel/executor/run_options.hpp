@@ -20,6 +20,9 @@ struct RunOptions {
   std::string backend = "auto";   // auto|cpu|cuda (rank_placement.hpp)
   std::string launcher = "auto";  // auto|mpirun|srun|none (launch.hpp); tessel run only
   std::string hostfile;           // mpirun's nodes and slots; tessel run only
+  // Set by tessel run for its workers: rank 0 marks its run with it while running, so that
+  // the launcher can record the run failed or interrupted when the ranks could not.
+  std::string launch_key;
 
   std::vector<std::string> to_arguments() const;
   // Throws tessel::Error on an unknown option or a missing value.

@@ -23,6 +23,7 @@
 // stay in backend memory until the step ends.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -86,13 +87,14 @@ class Trainer {
   // flight), counted from the buffers after a step: what recompute and bf16 storage save.
   std::size_t kept_activation_bytes() const;
 
-  // Checkpoints: every rank writes its weights and optimizer state to
-  // dir/rank<r>.bin (through a temporary file and a rename), then rank 0 writes
-  // dir/checkpoint.json (step, loader position, plan), whose presence marks the
-  // checkpoint complete. Resuming restores all of it, so the following steps are
-  // bit-for-bit those of an uninterrupted run.
+  // Checkpoints (checkpoint_files.hpp): every rank writes its weights and optimizer
+  // state to dir/step-<N>/rank<r>.bin, fsynced; then rank 0 points dir/checkpoint.json at
+  // that directory with each file's size and checksum (atomic rename), keeping the
+  // previous checkpoint. Resuming verifies all of it (and refuses a step beyond
+  // max_step) and restores it, so the following steps are bit-for-bit those of an
+  // uninterrupted run. Both are collective over the world.
   void save(const std::string& dir);
-  void load(const std::string& dir);
+  void load(const std::string& dir, int max_step = std::numeric_limits<int>::max());
 
  private:
   struct BucketState {

@@ -19,7 +19,7 @@ namespace tessel::profiles {
 
 class ProfileStore {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating the file and its folder when `create` is set) and migrates.
   // Throws tessel::Error naming the file when it is foreign, corrupted or newer.

@@ -19,7 +19,8 @@ struct RunRecord {
   std::int64_t id = 0;
   std::string created, host, tool_version, backend, status, message;
   Json plan;
-  int steps = 0;
+  int steps = 0;            // asked for
+  int completed_steps = 0;  // recorded: all of them, or those before a failure or an interruption
 };
 
 struct StepRecord {
@@ -46,13 +47,16 @@ class RunStore {
  public:
   explicit RunStore(ProfileStore& store) : store_(store) {}
 
-  // A new run in state "running"; returns its id.
-  std::int64_t begin_run(const Json& plan, const std::string& backend, int steps);
+  // A new run in state "running" (its message: `launch_key` until it ends); returns its id.
+  std::int64_t begin_run(const Json& plan, const std::string& backend, int steps, const std::string& launch_key = "");
   void add_steps(std::int64_t run, const std::vector<StepRecord>& steps);
   void add_events(std::int64_t run, const std::vector<EventRecord>& events);
   void set_peak_memory(std::int64_t run, int rank, double bytes);
-  // status: finished | failed.
+  // status: finished | failed | interrupted (stopped by a signal).
   void finish(std::int64_t run, const std::string& status, const std::string& message = "");
+  // Ends the runs still "running" under `launch_key` (ranks killed before they could say)
+  // with `status` and a message that counts their recorded steps; returns how many.
+  int finish_left_running(const std::string& launch_key, const std::string& status, const std::string& why);
 
   std::vector<RunRecord> runs() const;
   std::optional<RunRecord> run(std::int64_t id) const;

@@ -1,0 +1,41 @@
+// What `tessel run` checks before any rank starts, so that a run fails in its first
+// second rather than after its last step: the output paths can be written, the plan's
+// ranks fit in this machine's memory (the planner's estimate, as `tessel estimate`
+// prints it), a --resume checkpoint is complete and valid, and no other run writes the
+// same --checkpoint folder (a lock held for the whole run).
+#pragma once
+
+#include <string>
+
+#include "tessel/core/plan.hpp"
+#include "tessel/executor/run_options.hpp"
+
+namespace tessel::cli {
+
+// --checkpoint (created if missing) and --trace can be written; throws tessel::Error.
+void check_output_paths(const executor::RunOptions& args);
+
+// The planner's per-rank memory for `plan` times the ranks that run on this machine,
+// against `available_bytes` (this machine's MemAvailable when negative). Throws
+// tessel::Error with both sizes when it does not fit.
+void check_memory_fits(const Plan& plan, const std::string& db, int ranks_here, double available_bytes = -1);
+
+// MemAvailable of /proc/meminfo in bytes (0 when unknown).
+double available_memory_bytes();
+
+// An exclusive lock on DIR/lock (flock), holding this process's pid, released when
+// the object goes (or the process ends; with `across_exec`, the program this process
+// execs holds it on). Throws tessel::Error naming the holder's pid when another run
+// holds it.
+class CheckpointLock {
+ public:
+  explicit CheckpointLock(const std::string& dir, bool across_exec = false);
+  ~CheckpointLock();
+  CheckpointLock(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(const CheckpointLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace tessel::cli
