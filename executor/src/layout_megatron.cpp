@@ -15,6 +15,8 @@ namespace tessel::executor {
 
 namespace {
 
+constexpr float kNormEps = 1e-5f;  // every layer norm's epsilon (GPT-2's)
+
 class MegatronLayout final : public TensorLayout {
  public:
   explicit MegatronLayout(LayoutContext context) : TensorLayout(std::move(context)) {
@@ -64,7 +66,26 @@ class MegatronLayout final : public TensorLayout {
     bound(mean, DType::f32).resize(std::size_t(local_rows_));
     bound(rstd, DType::f32).resize(std::size_t(local_rows_));
     backend().layer_norm_forward(Stream::compute, x.cref(), gamma, beta, y.ref(), mean.f32(), rstd.f32(), local_rows_,
-                           model().hidden, 1e-5f);
+                           model().hidden, kNormEps);
+  }
+
+  // Rows are whole here, so the residual add and the norm after it are one kernel. Both are
+  // ops of the Program with their own ids, and one kernel's time cannot be split between
+  // them without inventing the split: the kernel is timed under the norm's id, and the
+  // residual add's id gets a zero-length event where the kernel starts (its work happens
+  // inside the norm's event), so every Program op is still measured and no time counts twice.
+  void residual_norm_forward(const IdScope& ids, std::string_view residual_op, const HalfOps& half, const Buffer& x,
+                             const Buffer& delta, CRef bias, Buffer& out, CRef gamma, CRef beta, Buffer& y,
+                             Buffer& mean, Buffer& rstd) override {
+    const kernels::TimeMark fused_start = timeline().mark(Stream::compute);
+    timeline().record(ids(residual_op), fused_start, fused_start);
+    auto timed = timeline().time(ids(half.norm));
+    out.resize(x.size());
+    bound(y, context_.compute).resize(x.size());
+    bound(mean, DType::f32).resize(std::size_t(local_rows_));
+    bound(rstd, DType::f32).resize(std::size_t(local_rows_));
+    backend().residual_layer_norm_forward(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, gamma, beta, y.ref(),
+                                          mean.f32(), rstd.f32(), local_rows_, model().hidden, kNormEps);
   }
 
   void norm_backward(const IdScope& ids, const HalfOps& half, const Buffer& dy, const Buffer& x, CRef gamma,
@@ -173,7 +194,7 @@ class MegatronLayout final : public TensorLayout {
       h.lnf_rstd.resize(std::size_t(local_rows_));
       backend().layer_norm_forward(Stream::compute, x.cref(), kernels::offset(params, rest.tensor("lnf.gain").offset),
                              kernels::offset(params, rest.tensor("lnf.bias").offset), h.lnf.ref(), h.lnf_mean.f32(),
-                             h.lnf_rstd.f32(), local_rows_, C, 1e-5f);
+                             h.lnf_rstd.f32(), local_rows_, C, kNormEps);
     }
     const Buffer& lnf = sequence_parallel_ ? gather_rows(ids(ops::head_tp_all_gather), h.lnf, h.lnf_full) : h.lnf;
     {
