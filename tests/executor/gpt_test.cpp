@@ -147,3 +147,26 @@ TEST(Gpt, FusedAttentionTrainsLikeTheMaterialisedForm) {
   }
   EXPECT_LT(b.trainer.kept_activation_bytes(), a.trainer.kept_activation_bytes());
 }
+
+// On one rank (Megatron's layout, whole rows) the attention half's residual add runs
+// inside the MLP norm's fused kernel: its forward events are zero-length marks at the
+// kernel's start, the norm's events hold the time, and the backward's residual (the bias
+// gradient) still has its own events.
+TEST(Gpt, OneRankFusesTheAttentionResidualIntoTheMlpNorm) {
+  const Plan plan = one_rank_plan(2, 32, 4, 16, 4, 2);
+  OneRank run(plan, synthetic_corpus(1 << 12, 3), with_seed(2));
+  run.trainer.step();
+  int residual_fwd = 0, norm_fwd = 0, residual_bwd = 0;
+  for (const OpEvent& e : run.trainer.timeline().take()) {
+    const bool residual = e.op.ends_with("/attn.residual"), fwd = e.op.find("/fwd/") != std::string::npos;
+    if (residual && fwd) {
+      ++residual_fwd;
+      EXPECT_EQ(e.start_s, e.end_s) << e.op << " is timed apart from the norm it is fused into";
+    }
+    if (residual && !fwd) ++residual_bwd;
+    if (fwd && e.op.ends_with("/mlp.norm")) norm_fwd += 1;
+  }
+  EXPECT_EQ(residual_fwd, 4);  // 2 micro-batches x 2 layers
+  EXPECT_EQ(norm_fwd, 4);
+  EXPECT_EQ(residual_bwd, 4);
+}
