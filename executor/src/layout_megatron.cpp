@@ -9,6 +9,8 @@
 // Norms, the late biases and the positions are whole on every rank; with sequence
 // parallel their gradients are partial sums over the group (the bucket's partial prefix).
 // tp = 1 is the trivial case: no message at all.
+// Rows are whole on every rank, so the attention half's residual add and the MLP norm run
+// as one kernel (residual_layer_norm_forward); the grid and cube layouts cannot fuse them.
 #include "layout_impl.hpp"
 
 namespace tessel::executor {
