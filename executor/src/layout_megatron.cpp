@@ -12,6 +12,7 @@
 // Rows are whole on every rank, so the attention half's residual add and the MLP norm run
 // as one kernel (residual_layer_norm_forward); the grid and cube layouts cannot fuse them.
 #include "layout_impl.hpp"
+#include "tessel/core/block_ops.hpp"
 
 namespace tessel::executor {
 
@@ -72,22 +73,28 @@ class MegatronLayout final : public TensorLayout {
   }
 
   // Rows are whole here, so the residual add and the norm after it are one kernel. Both are
-  // ops of the Program with their own ids, and one kernel's time cannot be split between
-  // them without inventing the split: the kernel is timed under the norm's id, and the
-  // residual add's id gets a zero-length event where the kernel starts (its work happens
-  // inside the norm's event), so every Program op is still measured and no time counts twice.
+  // ops of the Program with their own ids and predictions, and only the kernel as a whole
+  // can be timed. Its time is split between the two ids in proportion to the work the
+  // cost model gives each (block_ops.hpp's activation passes, the residual's first, as it
+  // runs first): each op's measured/predicted ratio is then the fused kernel's, neither op
+  // is shown faster or slower than the pair really ran, and the sum of the two is the
+  // kernel's time, counted once. A zero-length residual event would instead read as an
+  // op that costs nothing against a nonzero prediction.
   void residual_norm_forward(const IdScope& ids, std::string_view residual_op, const HalfOps& half, const Buffer& x,
                              const Buffer& delta, CRef bias, Buffer& out, CRef gamma, CRef beta, Buffer& y,
                              Buffer& mean, Buffer& rstd) override {
-    const kernels::TimeMark fused_start = timeline().mark(Stream::compute);
-    timeline().record(ids(residual_op), fused_start, fused_start);
-    auto timed = timeline().time(ids(half.norm));
     out.resize(x.size());
     bound(y, context_.compute).resize(x.size());
     bound(mean, DType::f32).resize(std::size_t(local_rows_));
     bound(rstd, DType::f32).resize(std::size_t(local_rows_));
+    const kernels::TimeMark start = timeline().mark(Stream::compute);
     backend().residual_layer_norm_forward(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, gamma, beta, y.ref(),
                                           mean.f32(), rstd.f32(), local_rows_, model().hidden, kNormEps);
+    const kernels::TimeMark end = timeline().mark(Stream::compute);
+    constexpr double kResidualShare =
+        kResidualActivationPasses / (kResidualActivationPasses + kNormActivationPasses);
+    timeline().record_share(ids(residual_op), start, end, 0.0, kResidualShare);
+    timeline().record_share(ids(half.norm), start, end, kResidualShare, 1.0);
   }
 
   void norm_backward(const IdScope& ids, const HalfOps& half, const Buffer& dy, const Buffer& x, CRef gamma,

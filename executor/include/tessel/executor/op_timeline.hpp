@@ -34,7 +34,12 @@ class OpTimeline {
   // A mark on `stream` now (for spans that start and end in different places).
   kernels::TimeMark mark(Stream stream) { return backend_.mark(stream); }
   void record(std::string op, kernels::TimeMark start, kernels::TimeMark end) {
-    pending_.push_back({step_, std::move(op), start, end});
+    pending_.push_back({step_, std::move(op), start, end, 0.0, 1.0});
+  }
+  // A share of one kernel that does the work of several Program ops (a fused kernel): the
+  // event spans [from, to] of the kernel's [start, end] as fractions of its length.
+  void record_share(std::string op, kernels::TimeMark start, kernels::TimeMark end, double from, double to) {
+    pending_.push_back({step_, std::move(op), start, end, from, to});
   }
   // Turns the marks recorded so far into seconds since the origin (waits for the streams
   // to pass them) and releases them: the trainer does this once per step.
@@ -70,6 +75,7 @@ class OpTimeline {
     int step;
     std::string op;
     kernels::TimeMark start, end;
+    double from, to;  // the share of [start, end] the event spans
   };
   kernels::Backend& backend_;
   int step_ = 0;
