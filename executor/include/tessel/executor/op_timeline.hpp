@@ -2,7 +2,8 @@
 // ("mb3/L12/fwd/mlp.fc1", ids from core's op_names.hpp), so that measurement and
 // prediction line up op by op. An op the executor runs in pieces (the attention core
 // around its softmax, the loss around its reductions) records one event per piece under
-// the same id; per-op totals sum them.
+// the same id; per-op totals sum them. One kernel that does the work of several ops (the
+// fused residual + norm) records a share of its time under each op's id (record_share).
 //
 // Times are the backend's marks on the stream the op runs on (CUDA events on a GPU, the
 // wall clock on the CPU), so an op is timed where it executes, not where the host
