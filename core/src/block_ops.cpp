@@ -233,7 +233,7 @@ class TableBuilder {
 
   void attention_half() {
     const double E = E_, A = A_, s = s_, h = h_;
-    t_.block.push_back(memory_op(ops::attn_norm, 2 * E * A));
+    t_.block.push_back(memory_op(ops::attn_norm, kNormActivationPasses * E * A));
     norm_statistics(ops::attn_norm_all_reduce, t_.block);
     gather_before_half(ops::attn_tp_all_gather);
     linear(ops::attn_qkv, h, h + 2 * kv_);
@@ -257,12 +257,12 @@ class TableBuilder {
     }
     linear(ops::attn_proj, h, h, false);
     reduce_after_half(ops::attn_tp_reduce_scatter, ops::attn_tp_all_reduce);
-    t_.block.push_back(memory_op(ops::attn_residual, 3 * E * A));
+    t_.block.push_back(memory_op(ops::attn_residual, kResidualActivationPasses * E * A));
   }
 
   void mlp_half() {
     const double E = E_, A = A_;
-    t_.block.push_back(memory_op(ops::mlp_norm, 2 * E * A));
+    t_.block.push_back(memory_op(ops::mlp_norm, kNormActivationPasses * E * A));
     norm_statistics(ops::mlp_norm_all_reduce, t_.block);
     gather_before_half(ops::mlp_tp_all_gather);
     linear(ops::mlp_fc1, h_, mlp_out_);
@@ -270,7 +270,7 @@ class TableBuilder {
         ops::mlp_act, (model_.activation == Activation::swiglu ? 3.0 : 2.0) * E * T_ * f_ / split_.intermediate));
     linear(ops::mlp_fc2, f_, h_, false);
     reduce_after_half(ops::mlp_tp_reduce_scatter, ops::mlp_tp_all_reduce);
-    t_.block.push_back(memory_op(ops::mlp_residual, 3 * E * A));
+    t_.block.push_back(memory_op(ops::mlp_residual, kResidualActivationPasses * E * A));
   }
 
   // The head is a 3D linear with weight E^T (features on depth), the loss reduces over

@@ -29,13 +29,9 @@ void GptStage::layer_forward(int mb, int l, PassKind pass, CRef params, LayerAct
   L.linear_in_forward(ids, kAttentionHalf, a.ln1, w(kQkvWeight), w(kQkvBias), C, 3 * C, a.qkv, a.ln1_full);
   attention_.forward(ids, a, probs);
   L.linear_out_forward(ids, kAttentionHalf, a.att, w(kProjWeight), C, C, reduced_, a.proj_in);
-  {
-    auto timed = timeline().time(ids(ops::attn_residual));
-    a.x1.resize(x.size());
-    backend().residual(Stream::compute, a.x1.ref(), x.cref(), reduced_.cref(), w(kProjBias), rows, cols);
-  }
-  // ---- MLP half ----
-  L.norm_forward(ids, kMlpHalf, a.x1, w(kLn2Gain), w(kLn2Bias), a.ln2, a.ln2_mean, a.ln2_rstd);
+  // ---- MLP half: its norm fused with the attention half's residual add where the layout can ----
+  L.residual_norm_forward(ids, ops::attn_residual, kMlpHalf, x, reduced_, w(kProjBias), a.x1, w(kLn2Gain), w(kLn2Bias),
+                          a.ln2, a.ln2_mean, a.ln2_rstd);
   L.linear_in_forward(ids, kMlpHalf, a.ln2, w(kFc1Weight), w(kFc1Bias), C, F, a.fc1, a.ln2_full);
   {
     auto timed = timeline().time(ids(ops::mlp_act));

@@ -59,6 +59,17 @@ void TensorLayout::vocab_parallel_loss(int mb, const std::int32_t* targets, int 
   backend().cross_entropy_loss(Stream::compute, h.row_max.f32(), h.sums.f32(), h.sums.f32() + rows, rows, loss_sum);
 }
 
+void TensorLayout::residual_norm_forward(const IdScope& ids, std::string_view residual_op, const HalfOps& half,
+                                         const Buffer& x, const Buffer& delta, CRef bias, Buffer& out, CRef gamma,
+                                         CRef beta, Buffer& y, Buffer& mean, Buffer& rstd) {
+  {
+    auto timed = timeline().time(ids(residual_op));
+    out.resize(x.size());
+    backend().residual(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, local_rows_, residual_cols_);
+  }
+  norm_forward(ids, half, out, gamma, beta, y, mean, rstd);
+}
+
 void TensorLayout::split_norm_forward(const std::string& compute_id, const std::string& comm_id,
                                       Communicator& row_group, const Buffer& x, CRef gamma, CRef beta, Buffer& y,
                                       Buffer& mean, Buffer& rstd) {

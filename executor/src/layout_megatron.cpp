@@ -9,11 +9,16 @@
 // Norms, the late biases and the positions are whole on every rank; with sequence
 // parallel their gradients are partial sums over the group (the bucket's partial prefix).
 // tp = 1 is the trivial case: no message at all.
+// Rows are whole on every rank, so the attention half's residual add and the MLP norm run
+// as one kernel (residual_layer_norm_forward); the grid and cube layouts cannot fuse them.
 #include "layout_impl.hpp"
+#include "tessel/core/block_ops.hpp"
 
 namespace tessel::executor {
 
 namespace {
+
+constexpr float kNormEps = 1e-5f;  // every layer norm's epsilon (GPT-2's)
 
 class MegatronLayout final : public TensorLayout {
  public:
@@ -64,7 +69,32 @@ class MegatronLayout final : public TensorLayout {
     bound(mean, DType::f32).resize(std::size_t(local_rows_));
     bound(rstd, DType::f32).resize(std::size_t(local_rows_));
     backend().layer_norm_forward(Stream::compute, x.cref(), gamma, beta, y.ref(), mean.f32(), rstd.f32(), local_rows_,
-                           model().hidden, 1e-5f);
+                           model().hidden, kNormEps);
+  }
+
+  // Rows are whole here, so the residual add and the norm after it are one kernel. Both are
+  // ops of the Program with their own ids and predictions, and only the kernel as a whole
+  // can be timed. Its time is split between the two ids in proportion to the work the
+  // cost model gives each (block_ops.hpp's activation passes, the residual's first, as it
+  // runs first): each op's measured/predicted ratio is then the fused kernel's, neither op
+  // is shown faster or slower than the pair really ran, and the sum of the two is the
+  // kernel's time, counted once. A zero-length residual event would instead read as an
+  // op that costs nothing against a nonzero prediction.
+  void residual_norm_forward(const IdScope& ids, std::string_view residual_op, const HalfOps& half, const Buffer& x,
+                             const Buffer& delta, CRef bias, Buffer& out, CRef gamma, CRef beta, Buffer& y,
+                             Buffer& mean, Buffer& rstd) override {
+    out.resize(x.size());
+    bound(y, context_.compute).resize(x.size());
+    bound(mean, DType::f32).resize(std::size_t(local_rows_));
+    bound(rstd, DType::f32).resize(std::size_t(local_rows_));
+    const kernels::TimeMark start = timeline().mark(Stream::compute);
+    backend().residual_layer_norm_forward(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, gamma, beta, y.ref(),
+                                          mean.f32(), rstd.f32(), local_rows_, model().hidden, kNormEps);
+    const kernels::TimeMark end = timeline().mark(Stream::compute);
+    constexpr double kResidualShare =
+        kResidualActivationPasses / (kResidualActivationPasses + kNormActivationPasses);
+    timeline().record_share(ids(residual_op), start, end, 0.0, kResidualShare);
+    timeline().record_share(ids(half.norm), start, end, kResidualShare, 1.0);
   }
 
   void norm_backward(const IdScope& ids, const HalfOps& half, const Buffer& dy, const Buffer& x, CRef gamma,
@@ -173,7 +203,7 @@ class MegatronLayout final : public TensorLayout {
       h.lnf_rstd.resize(std::size_t(local_rows_));
       backend().layer_norm_forward(Stream::compute, x.cref(), kernels::offset(params, rest.tensor("lnf.gain").offset),
                              kernels::offset(params, rest.tensor("lnf.bias").offset), h.lnf.ref(), h.lnf_mean.f32(),
-                             h.lnf_rstd.f32(), local_rows_, C, 1e-5f);
+                             h.lnf_rstd.f32(), local_rows_, C, kNormEps);
     }
     const Buffer& lnf = sequence_parallel_ ? gather_rows(ids(ops::head_tp_all_gather), h.lnf, h.lnf_full) : h.lnf;
     {

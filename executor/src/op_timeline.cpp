@@ -12,7 +12,11 @@ void OpTimeline::resolve() {
   if (pending_.empty()) return;
   resolved_.reserve(resolved_.size() + pending_.size());
   for (Pending& p : pending_) {
-    resolved_.push_back({p.step, std::move(p.op), backend_.elapsed_s(p.start), backend_.elapsed_s(p.end)});
+    const double start_s = backend_.elapsed_s(p.start), end_s = backend_.elapsed_s(p.end);
+    const double length_s = end_s - start_s;
+    // Whole events keep their marks' times exactly; shares are cut from them.
+    resolved_.push_back({p.step, std::move(p.op), p.from == 0.0 ? start_s : start_s + p.from * length_s,
+                         p.to == 1.0 ? end_s : start_s + p.to * length_s});
   }
   pending_.clear();
   backend_.release_marks();

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -146,4 +148,32 @@ TEST(Gpt, FusedAttentionTrainsLikeTheMaterialisedForm) {
     }
   }
   EXPECT_LT(b.trainer.kept_activation_bytes(), a.trainer.kept_activation_bytes());
+}
+
+// On one rank (Megatron's layout, whole rows) the attention half's residual add runs
+// inside the MLP norm's fused kernel: the kernel's time is split between the two op ids,
+// the residual's share first and the norm's right after it, in the cost model's 3 : 2
+// proportion; the backward's residual (the bias gradient) still has its own events.
+TEST(Gpt, OneRankFusesTheAttentionResidualIntoTheMlpNorm) {
+  const Plan plan = one_rank_plan(2, 32, 4, 16, 4, 2);
+  OneRank run(plan, synthetic_corpus(1 << 12, 3), with_seed(2));
+  run.trainer.step();
+  std::map<std::string, OpEvent> residual_fwd, norm_fwd;  // by "mbM/Ll"
+  int residual_bwd = 0;
+  for (const OpEvent& e : run.trainer.timeline().take()) {
+    const std::string scope = e.op.substr(0, e.op.find("/", e.op.find("/") + 1));
+    if (e.op.ends_with("/bwd/attn.residual")) ++residual_bwd;
+    if (e.op.ends_with("/fwd/attn.residual")) residual_fwd[scope] = e;
+    if (e.op.ends_with("/fwd/mlp.norm")) norm_fwd[scope] = e;
+  }
+  ASSERT_EQ(residual_fwd.size(), 4u);  // 2 micro-batches x 2 layers
+  ASSERT_EQ(norm_fwd.size(), 4u);
+  EXPECT_EQ(residual_bwd, 4);
+  for (const auto& [scope, residual] : residual_fwd) {
+    const OpEvent& norm = norm_fwd.at(scope);
+    EXPECT_EQ(residual.end_s, norm.start_s) << scope << ": not one kernel's time split in two";
+    const double kernel_s = norm.end_s - residual.start_s;
+    ASSERT_GT(kernel_s, 0.0) << scope;
+    EXPECT_NEAR((residual.end_s - residual.start_s) / kernel_s, 0.6, 1e-9) << scope;
+  }
 }

@@ -36,6 +36,8 @@ void run_layer_norm_forward(OpRun& r);
 void run_layer_norm_backward(OpRun& r);
 void run_rms_norm_forward(OpRun& r);
 void run_rms_norm_backward(OpRun& r);
+void run_residual_layer_norm_forward(OpRun& r);
+void run_residual_rms_norm_forward(OpRun& r);
 void run_row_sums(OpRun& r);
 void run_row_centered_square_sums(OpRun& r);
 void run_finish_mean(OpRun& r);

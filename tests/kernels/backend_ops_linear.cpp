@@ -107,6 +107,28 @@ void run_rms_norm_backward(OpRun& r) {
                                 true);
 }
 
+// Both with a bias into a separate residual_out, and without one in place (residual_out = x).
+void run_residual_layer_norm_forward(OpRun& r) {
+  const CRef x = r.in(kN, -2.0f, 3.0f), delta = r.in(kN), bias = r.in(kCols), gamma = r.in(kCols), beta = r.in(kCols);
+  r.backend().residual_layer_norm_forward(r.stream(), r.out("residual_out", kN), x, delta, bias, gamma, beta,
+                                          r.out("y", kN), r.out_f32("mean", kRows), r.out_f32("rstd", kRows), kRows,
+                                          kCols, 1e-5f);
+  const Ref stream = r.inout("in_place.residual_out", kN, r.compute(), -2.0f, 3.0f);
+  r.backend().residual_layer_norm_forward(r.stream(), stream, stream, delta, CRef{nullptr, r.compute()}, gamma, beta,
+                                          r.out("in_place.y", kN), r.out_f32("in_place.mean", kRows),
+                                          r.out_f32("in_place.rstd", kRows), kRows, kCols, 1e-5f);
+}
+
+void run_residual_rms_norm_forward(OpRun& r) {
+  const CRef x = r.in(kN, -2.0f, 3.0f), delta = r.in(kN), bias = r.in(kCols), gamma = r.in(kCols);
+  r.backend().residual_rms_norm_forward(r.stream(), r.out("residual_out", kN), x, delta, bias, gamma, r.out("y", kN),
+                                        r.out_f32("rstd", kRows), kRows, kCols, 1e-5f);
+  const Ref stream = r.inout("in_place.residual_out", kN, r.compute(), -2.0f, 3.0f);
+  r.backend().residual_rms_norm_forward(r.stream(), stream, stream, delta, CRef{nullptr, r.compute()}, gamma,
+                                        r.out("in_place.y", kN), r.out_f32("in_place.rstd", kRows), kRows, kCols,
+                                        1e-5f);
+}
+
 void run_row_sums(OpRun& r) {
   const CRef x = r.in(kN, 0.0f, 1.0f);
   r.backend().row_sums(r.stream(), x, r.out_f32("sums", kRows), kRows, kCols);

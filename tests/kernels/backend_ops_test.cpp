@@ -65,6 +65,8 @@ const OpCase kOps[] = {
     {"layer_norm_backward", kF32, kBf16, run_layer_norm_backward},
     {"rms_norm_forward", kF32, kBf16, run_rms_norm_forward},
     {"rms_norm_backward", kF32, kBf16, run_rms_norm_backward},
+    {"residual_layer_norm_forward", kF32, kBf16, run_residual_layer_norm_forward},
+    {"residual_rms_norm_forward", kF32, kBf16, run_residual_rms_norm_forward},
     {"row_sums", kF32, kBf16, run_row_sums},
     {"row_centered_square_sums", kF32, kBf16, run_row_centered_square_sums},
     {"finish_mean", kF32, kF32, run_finish_mean},

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tessel/kernels/backend.hpp"
@@ -299,6 +302,55 @@ TEST(CpuKernels, LayerNormOverColumnBlocksEqualsTheWholeRow) {
   }
   EXPECT_LT(max_relative_error(dg_block, to_double(dg)), 1e-5);
   EXPECT_LT(max_relative_error(db_block, to_double(db)), 1e-5);
+}
+
+// The fused residual + norm is `residual` then the norm, bit for bit (the executor's
+// results must not change when it fuses): both norms, fp32 and bf16 storage (the norm
+// reads the rounded sum), with and without a bias, and in place (residual_out = x).
+TEST(CpuKernels, FusedResidualNormEqualsResidualThenNormBitForBit) {
+  Backend& b = cpu_backend();
+  constexpr Stream s = Stream::compute;
+  const int rows = 7, cols = 45;
+  const std::int64_t n = std::int64_t(rows) * cols;
+  std::mt19937 rng(17);
+  for (DType type : {DType::f32, DType::bf16}) {
+    const std::size_t bytes = std::size_t(n) * element_bytes(type);
+    auto stored = [&](std::int64_t count, float scale) {
+      std::vector<std::byte> out(std::size_t(count) * element_bytes(type));
+      const auto values = random_vector(std::size_t(count), rng, scale);
+      b.convert(s, Ref{out.data(), type}, f32(values.data()), count);
+      return out;
+    };
+    const auto x = stored(n, 2.0f), delta = stored(n, 1.0f), bias = stored(cols, 0.5f);
+    const auto gamma = stored(cols, 1.0f), beta = stored(cols, 1.0f);
+    const auto cref = [type](const std::vector<std::byte>& v) { return CRef{v.data(), type}; };
+    for (const bool with_bias : {true, false}) {
+      const CRef bias_ref = with_bias ? cref(bias) : CRef{nullptr, type};
+      for (const bool rms : {false, true}) {
+        std::vector<std::byte> sum(bytes), y(bytes), fused_y(bytes), in_place = x;
+        std::vector<float> mean(rows), rstd(rows), fused_mean(rows, kNaN), fused_rstd(rows, kNaN);
+        b.residual(s, Ref{sum.data(), type}, cref(x), cref(delta), bias_ref, rows, cols);
+        if (rms) {
+          b.rms_norm_forward(s, cref(sum), cref(gamma), Ref{y.data(), type}, rstd.data(), rows, cols, 1e-5f);
+          b.residual_rms_norm_forward(s, Ref{in_place.data(), type}, cref(in_place), cref(delta), bias_ref, cref(gamma),
+                                      Ref{fused_y.data(), type}, fused_rstd.data(), rows, cols, 1e-5f);
+        } else {
+          b.layer_norm_forward(s, cref(sum), cref(gamma), cref(beta), Ref{y.data(), type}, mean.data(), rstd.data(),
+                               rows, cols, 1e-5f);
+          b.residual_layer_norm_forward(s, Ref{in_place.data(), type}, cref(in_place), cref(delta), bias_ref,
+                                        cref(gamma), cref(beta), Ref{fused_y.data(), type}, fused_mean.data(),
+                                        fused_rstd.data(), rows, cols, 1e-5f);
+          EXPECT_EQ(0, std::memcmp(mean.data(), fused_mean.data(), rows * sizeof(float)));
+        }
+        const std::string what = std::string(rms ? "rms" : "layer") + (with_bias ? " with bias in " : " in ") +
+                                 std::string(to_string(type));
+        EXPECT_EQ(sum, in_place) << "residual_out, " << what;
+        EXPECT_EQ(y, fused_y) << "y, " << what;
+        EXPECT_EQ(0, std::memcmp(rstd.data(), fused_rstd.data(), rows * sizeof(float))) << "rstd, " << what;
+        EXPECT_NE(sum, x) << "the residual added nothing, " << what;
+      }
+    }
+  }
 }
 
 TEST(CpuKernels, GeluForwardAndBackward) {

@@ -378,4 +378,59 @@ TEST_F(CudaBackendOnDevice, RmsNormMatchesTheCpu) {
   }
 }
 
+// The fused residual + norm (one kernel per row) against the CPU, and against the
+// device's own residual + norm bit for bit (the same sums in the same order), with a bias
+// and without, in place. 10300 columns take the path that reads the row back from
+// residual_out instead of keeping it in shared memory.
+TEST_F(CudaBackendOnDevice, FusedResidualNormMatchesTheCpuAndTheUnfusedPairBitForBit) {
+  for (const int cols : {300, 10300}) {
+    const int rows = cols > 1000 ? 3 : 45;
+    const std::int64_t n = std::int64_t(rows) * cols;
+    for (DType type : {DType::f32, DType::bf16}) {
+      for (const bool rms : {false, true}) {
+        Twin x = random_twin(n, type), delta = random_twin(n, type), bias = random_twin(cols, type);
+        Twin gamma = random_twin(cols, type), beta = random_twin(cols, type), y = zeros(n, type);
+        Twin mean = zeros(rows, DType::f32), rstd = zeros(rows, DType::f32);
+        Twin in_place = x, unfused_sum = zeros(n, type), unfused_y = zeros(n, type);
+        Twin unfused_mean = zeros(rows, DType::f32), unfused_rstd = zeros(rows, DType::f32);
+        in_place.device = gpu_->allocate(in_place.host.size());
+        blocks_.push_back(in_place.device);
+        gpu_->upload(kCompute, in_place.device, in_place.host.data(), in_place.host.size());
+        const auto fp = [](Twin& t, bool on_cpu) { return static_cast<float*>(on_cpu ? t.cpu().data : t.device); };
+        for (Backend* b : {&cpu_, gpu_.get()}) {
+          const bool on_cpu = b == &cpu_;
+          const auto ref = [on_cpu](Twin& t) { return on_cpu ? t.cpu() : t.gpu(); };
+          if (rms) {
+            b->residual_rms_norm_forward(kCompute, ref(in_place), ref(in_place), ref(delta), ref(bias), ref(gamma),
+                                         ref(y), fp(rstd, on_cpu), rows, cols, 1e-5f);
+          } else {
+            b->residual_layer_norm_forward(kCompute, ref(in_place), ref(in_place), ref(delta), ref(bias), ref(gamma),
+                                           ref(beta), ref(y), fp(mean, on_cpu), fp(rstd, on_cpu), rows, cols, 1e-5f);
+          }
+        }
+        gpu_->residual(kCompute, unfused_sum.gpu(), x.gpu(), delta.gpu(), bias.gpu(), rows, cols);
+        if (rms) {
+          gpu_->rms_norm_forward(kCompute, unfused_sum.gpu(), gamma.gpu(), unfused_y.gpu(), fp(unfused_rstd, false),
+                                 rows, cols, 1e-5f);
+        } else {
+          gpu_->layer_norm_forward(kCompute, unfused_sum.gpu(), gamma.gpu(), beta.gpu(), unfused_y.gpu(),
+                                   fp(unfused_mean, false), fp(unfused_rstd, false), rows, cols, 1e-5f);
+        }
+        const std::string what = std::string(rms ? "residual_rms_norm_forward" : "residual_layer_norm_forward") +
+                                 " over " + std::to_string(cols) + " columns";
+        expect_close(in_place, tolerance(type), what + " residual_out");
+        expect_close(y, tolerance(type), what + " y");
+        expect_close(rstd, 1e-5, what + " rstd");
+        EXPECT_EQ(device_bytes(in_place), device_bytes(unfused_sum)) << what << " residual_out";
+        EXPECT_EQ(device_bytes(y), device_bytes(unfused_y)) << what << " y";
+        EXPECT_EQ(device_bytes(rstd), device_bytes(unfused_rstd)) << what << " rstd";
+        if (!rms) {
+          expect_close(mean, 1e-5, what + " mean");
+          EXPECT_EQ(device_bytes(mean), device_bytes(unfused_mean)) << what << " mean";
+        }
+      }
+    }
+  }
+}
+
 }  // namespace

@@ -140,6 +140,10 @@ class CpuBackend final : public Backend {
   void rms_norm_forward(Stream, CRef x, CRef gamma, Ref y, float* rstd, int rows, int cols, float eps) override;
   void rms_norm_backward(Stream, CRef dy, CRef x, CRef gamma, const float* rstd, Ref dx, float* dgamma, int rows,
                          int cols, bool accumulate) override;
+  void residual_layer_norm_forward(Stream, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma, CRef beta,
+                                   Ref y, float* mean, float* rstd, int rows, int cols, float eps) override;
+  void residual_rms_norm_forward(Stream, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma, Ref y,
+                                 float* rstd, int rows, int cols, float eps) override;
   void row_sums(Stream, CRef x, float* sums, int rows, int cols) override;
   void row_centered_square_sums(Stream, CRef x, const float* mean, float* sums, int rows, int cols) override;
   void finish_mean(Stream, float* sums, int rows, int row_cols) override;

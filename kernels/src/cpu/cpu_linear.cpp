@@ -219,6 +219,21 @@ void CpuBackend::rms_norm_forward(Stream, CRef x, CRef gamma, Ref y, float* rstd
   }
 }
 
+// The fused residual + norm is the two ops in sequence here: the reference must give the
+// unfused ops' bits, and the CPU gains nothing from one pass over the row.
+void CpuBackend::residual_layer_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma,
+                                             CRef beta, Ref y, float* mean, float* rstd, int rows, int cols,
+                                             float eps) {
+  residual(s, residual_out, x, delta, bias, rows, cols);
+  layer_norm_forward(s, residual_out, gamma, beta, y, mean, rstd, rows, cols, eps);
+}
+
+void CpuBackend::residual_rms_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma,
+                                           Ref y, float* rstd, int rows, int cols, float eps) {
+  residual(s, residual_out, x, delta, bias, rows, cols);
+  rms_norm_forward(s, residual_out, gamma, y, rstd, rows, cols, eps);
+}
+
 // dx = rstd (dy g - xhat mean(dy g xhat)), xhat = x rstd; dgamma += dy xhat.
 void CpuBackend::rms_norm_backward(Stream, CRef dy, CRef x, CRef gamma, const float* rstd, Ref dx, float* dgamma,
                                    int rows, int cols, bool accumulate) {

@@ -4,7 +4,8 @@
 //   cuda_backend.cu     memory (caching allocator), streams, timing marks, the factory
 //   cuda_elementwise.cu fill, convert, copy_2d, transpose, add, scale, residual, biases,
 //                       row tables, head reshapes, GELU, SwiGLU
-//   cuda_norms.cu       layer norm and RMSNorm (whole-row and column-block phases)
+//   cuda_norms.cu       layer norm and RMSNorm (whole-row and column-block phases), each
+//                       fused with the residual add before it
 //   cuda_gemm.cu        cuBLASLt GEMMs with epilogues, the algorithm chosen once per shape
 //   cuda_attention.cu   materialised causal softmax, attention_delta, the fused attention
 //                       ops (flash_attention.cu holds their kernels)
@@ -126,6 +127,10 @@ class CudaBackend final : public Backend {
   void rms_norm_forward(Stream s, CRef x, CRef gamma, Ref y, float* rstd, int rows, int cols, float eps) override;
   void rms_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, const float* rstd, Ref dx, float* dgamma, int rows,
                          int cols, bool accumulate) override;
+  void residual_layer_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma, CRef beta,
+                                   Ref y, float* mean, float* rstd, int rows, int cols, float eps) override;
+  void residual_rms_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma, Ref y,
+                                 float* rstd, int rows, int cols, float eps) override;
   void row_sums(Stream s, CRef x, float* sums, int rows, int cols) override;
   void row_centered_square_sums(Stream s, CRef x, const float* mean, float* sums, int rows, int cols) override;
   void finish_mean(Stream s, float* sums, int rows, int row_cols) override;

@@ -1,4 +1,5 @@
-// The CUDA backend's layer norm and RMSNorm, whole-row and in column-block phases.
+// The CUDA backend's layer norm and RMSNorm, whole-row and in column-block phases, and
+// the residual add fused with either (the row kept in shared memory between the passes).
 // Per-row statistics: one thread block per row, each thread adding its strided share of
 // the row in index order, then a fixed tree (warp shuffles, then the warps' sums in warp
 // order), so a row gives the same bits on every run. Per-column sums (dgamma, dbeta)
@@ -159,6 +160,64 @@ __global__ void rms_norm_forward_kernel(AnyIn x, AnyIn gamma, T* y, float* rstd_
   for (int c = int(threadIdx.x); c < cols; c += kRowThreads) store(y, row + c, x[row + c] * rstd * gamma[c]);
 }
 
+// ---- the residual add fused with the next norm ----
+
+// Up to this many columns a row stays in shared memory between the residual add and the
+// norm's later passes (40 KiB, under the 48 KiB a block gets without opting in, with
+// block_sums' few bytes beside it); a longer row is read back from residual_out, each
+// thread only the elements it wrote itself, so no barrier is needed and L2 serves them.
+constexpr int kSharedRowCols = 10240;
+
+struct ResidualInputs {
+  AnyIn x, delta, bias;  // bias.data null: no bias
+};
+
+// One block per row: residual_out = (x + delta) + bias, stored and rounded to R; the norm
+// then reads those rounded values from shared memory, with the same per-thread order and
+// block_sums tree as layer_norm_forward_kernel / rms_norm_forward_kernel, so the result is
+// the unfused pair's bit for bit. residual_out may alias x: each element is read and then
+// written by the same thread.
+template <typename R, typename T, bool kLayerNorm>
+__global__ void residual_norm_forward_kernel(ResidualInputs in, R* residual_out, AnyIn gamma, AnyIn beta, T* y,
+                                             float* mean_out, float* rstd_out, int cols, float eps,
+                                             bool row_in_shared) {
+  extern __shared__ float row_values[];
+  const std::int64_t row = std::int64_t(blockIdx.x) * cols;
+  auto value_at = [&](int c) { return row_in_shared ? row_values[c] : load(residual_out, row + c); };
+  float first[1] = {0.0f};  // layer norm: the row's sum; RMSNorm: its sum of squares
+  for (int c = int(threadIdx.x); c < cols; c += kRowThreads) {
+    float value = in.x[row + c] + in.delta[row + c];
+    if (in.bias.data) value += in.bias[c];
+    const R stored = from_float<R>(value);
+    residual_out[row + c] = stored;
+    const float rounded = to_float(stored);
+    if (row_in_shared) row_values[c] = rounded;
+    first[0] += kLayerNorm ? rounded : rounded * rounded;
+  }
+  block_sums(first);
+  float mean = 0.0f, rstd = 0.0f;
+  if constexpr (kLayerNorm) {
+    mean = first[0] / float(cols);
+    float squares[1] = {0.0f};
+    for (int c = int(threadIdx.x); c < cols; c += kRowThreads) {
+      const float d = value_at(c) - mean;
+      squares[0] += d * d;
+    }
+    block_sums(squares);
+    rstd = 1.0f / sqrtf(squares[0] / float(cols) + eps);
+  } else {
+    rstd = 1.0f / sqrtf(first[0] / float(cols) + eps);
+  }
+  if (threadIdx.x == 0) {
+    if constexpr (kLayerNorm) mean_out[blockIdx.x] = mean;
+    rstd_out[blockIdx.x] = rstd;
+  }
+  for (int c = int(threadIdx.x); c < cols; c += kRowThreads) {
+    if constexpr (kLayerNorm) store(y, row + c, (value_at(c) - mean) * rstd * gamma[c] + beta[c]);
+    else store(y, row + c, value_at(c) * rstd * gamma[c]);
+  }
+}
+
 // dx (+)= rstd (dy gamma - sum_dxhat / n - xhat sum_dxhat_xhat / n), n the whole row's
 // length; an RMSNorm has no mean and no sum_dxhat term.
 struct RowGradient {
@@ -264,6 +323,50 @@ void CudaBackend::rms_norm_forward(Stream s, CRef x, CRef gamma, Ref y, float* r
                                                                               static_cast<T*>(y.data), rstd, cols, eps);
     check_launch("rms_norm_forward");
   });
+}
+
+namespace {
+
+// The fused residual + norm, for both norms (beta and mean unused by RMSNorm).
+template <bool kLayerNorm>
+void launch_residual_norm_forward(cudaStream_t stream, Ref residual_out, const ResidualInputs& in, CRef gamma,
+                                  CRef beta, Ref y, float* mean, float* rstd, int rows, int cols, float eps,
+                                  const char* op) {
+  const bool row_in_shared = cols <= kSharedRowCols;
+  const std::size_t shared_bytes = row_in_shared ? std::size_t(cols) * sizeof(float) : 0;
+  with_float_type(residual_out.type, op, [&](auto residual_tag) {
+    using R = decltype(residual_tag);
+    with_float_type(y.type, op, [&](auto y_tag) {
+      using T = decltype(y_tag);
+      residual_norm_forward_kernel<R, T, kLayerNorm><<<unsigned(rows), kRowThreads, shared_bytes, stream>>>(
+          in, static_cast<R*>(residual_out.data), AnyIn(gamma), AnyIn(beta), static_cast<T*>(y.data), mean, rstd,
+          cols, eps, row_in_shared);
+      check_launch(op);
+    });
+  });
+}
+
+}  // namespace
+
+void CudaBackend::residual_layer_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma,
+                                              CRef beta, Ref y, float* mean, float* rstd, int rows, int cols,
+                                              float eps) {
+  const char* op = "residual_layer_norm_forward";
+  require_float_types({x.type, delta.type, gamma.type, beta.type}, op);
+  if (bias.data) require_float_type(bias.type, op);
+  if (rows <= 0 || cols <= 0) return;
+  launch_residual_norm_forward<true>(native(s), residual_out, ResidualInputs{AnyIn(x), AnyIn(delta), AnyIn(bias)},
+                                     gamma, beta, y, mean, rstd, rows, cols, eps, op);
+}
+
+void CudaBackend::residual_rms_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma,
+                                            Ref y, float* rstd, int rows, int cols, float eps) {
+  const char* op = "residual_rms_norm_forward";
+  require_float_types({x.type, delta.type, gamma.type}, op);
+  if (bias.data) require_float_type(bias.type, op);
+  if (rows <= 0 || cols <= 0) return;
+  launch_residual_norm_forward<false>(native(s), residual_out, ResidualInputs{AnyIn(x), AnyIn(delta), AnyIn(bias)},
+                                      gamma, CRef{}, y, nullptr, rstd, rows, cols, eps, op);
 }
 
 void CudaBackend::rms_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, const float* rstd, Ref dx, float* dgamma,

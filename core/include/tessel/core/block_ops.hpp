@@ -15,6 +15,11 @@
 
 namespace tessel {
 
+// Passes over a rank's activation elements (reads plus writes) of the memory-bound block
+// ops: a norm reads x and writes y; a residual add reads x and delta and writes the sum.
+// The executor splits the time of its fused residual + norm kernel by these.
+inline constexpr double kNormActivationPasses = 2, kResidualActivationPasses = 3;
+
 // send/recv: pipeline activations between stages; copy: host<->device (offload).
 enum class OpKind { gemm, attention, memory, collective, send, recv, copy };
 

@@ -2,7 +2,8 @@
 // ("mb3/L12/fwd/mlp.fc1", ids from core's op_names.hpp), so that measurement and
 // prediction line up op by op. An op the executor runs in pieces (the attention core
 // around its softmax, the loss around its reductions) records one event per piece under
-// the same id; per-op totals sum them.
+// the same id; per-op totals sum them. One kernel that does the work of several ops (the
+// fused residual + norm) records a share of its time under each op's id (record_share).
 //
 // Times are the backend's marks on the stream the op runs on (CUDA events on a GPU, the
 // wall clock on the CPU), so an op is timed where it executes, not where the host
@@ -34,7 +35,12 @@ class OpTimeline {
   // A mark on `stream` now (for spans that start and end in different places).
   kernels::TimeMark mark(Stream stream) { return backend_.mark(stream); }
   void record(std::string op, kernels::TimeMark start, kernels::TimeMark end) {
-    pending_.push_back({step_, std::move(op), start, end});
+    pending_.push_back({step_, std::move(op), start, end, 0.0, 1.0});
+  }
+  // A share of one kernel that does the work of several Program ops (a fused kernel): the
+  // event spans [from, to] of the kernel's [start, end] as fractions of its length.
+  void record_share(std::string op, kernels::TimeMark start, kernels::TimeMark end, double from, double to) {
+    pending_.push_back({step_, std::move(op), start, end, from, to});
   }
   // Turns the marks recorded so far into seconds since the origin (waits for the streams
   // to pass them) and releases them: the trainer does this once per step.
@@ -70,6 +76,7 @@ class OpTimeline {
     int step;
     std::string op;
     kernels::TimeMark start, end;
+    double from, to;  // the share of [start, end] the event spans
   };
   kernels::Backend& backend_;
   int step_ = 0;

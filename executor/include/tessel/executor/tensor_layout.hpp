@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessel/core/model_spec.hpp"
@@ -128,6 +129,14 @@ class TensorLayout {
   // y = norm(x) on the residual layout.
   virtual void norm_forward(const IdScope& ids, const HalfOps& half, const Buffer& x, CRef gamma, CRef beta, Buffer& y,
                             Buffer& mean, Buffer& rstd) = 0;
+  // out = (x + delta) + bias, the residual add that ends a half (timed under
+  // `residual_op`), then y = norm(out), the norm that starts the next `half`. Here the
+  // two ops in sequence; a layout whose norm reads whole rows overrides it with the fused
+  // kernel. Its backward needs nothing fused: the residual passes its gradient through
+  // and norm_backward adds (accumulates) onto it.
+  virtual void residual_norm_forward(const IdScope& ids, std::string_view residual_op, const HalfOps& half,
+                                     const Buffer& x, const Buffer& delta, CRef bias, Buffer& out, CRef gamma,
+                                     CRef beta, Buffer& y, Buffer& mean, Buffer& rstd);
   // dx += d norm / dx applied to dy (the residual's gradient); dgamma, dbeta +=.
   virtual void norm_backward(const IdScope& ids, const HalfOps& half, const Buffer& dy, const Buffer& x, CRef gamma,
                              const Buffer& mean, const Buffer& rstd, float* dgamma, float* dbeta, Buffer& dx) = 0;

@@ -214,6 +214,18 @@ class Backend {
   virtual void rms_norm_forward(Stream s, CRef x, CRef gamma, Ref y, float* rstd, int rows, int cols, float eps) = 0;
   virtual void rms_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, const float* rstd, Ref dx, float* dgamma,
                                  int rows, int cols, bool accumulate) = 0;
+  // A block's residual add fused with the next norm (one pass over the row on a GPU):
+  // residual_out = (x + delta) + bias (bias may be null; residual_out may alias x), then
+  // y = layer_norm(residual_out) (or RMSNorm) with its statistics. The norm reads
+  // residual_out as stored (rounded to its element type), so the result equals `residual`
+  // followed by `layer_norm_forward` / `rms_norm_forward` bit for bit on the CPU. There is
+  // no fused backward op: a residual's backward is the identity, so the norm's backward
+  // with `accumulate` (dx += ...) onto the residual stream's gradient already is it.
+  virtual void residual_layer_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma,
+                                           CRef beta, Ref y, float* mean, float* rstd, int rows, int cols,
+                                           float eps) = 0;
+  virtual void residual_rms_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma, Ref y,
+                                         float* rstd, int rows, int cols, float eps) = 0;
   // Layer norm over rows split in column blocks (2D/3D tensor parallelism): each rank
   // sums its block, the caller sums over the row's ranks between the phases. Forward:
   // row_sums -> finish as mean; centred square sums -> finish as rstd; apply. Backward:
