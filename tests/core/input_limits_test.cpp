@@ -100,9 +100,11 @@ TEST(InputLimits, WorldSizesBeyondTheGpuBoundAreRefused) {
             "parallel.dp: dp*pp*tp*sp = 4294967296 is more than the 16777216 GPUs tessel models");
   json = plan_json("gpt2-124m", {{"global_batch", 8}});
   json["nodes"] = 1000000000;
+  EXPECT_EQ(error_of([&] { Plan::from_json(json, ""); }), "nodes: must be a positive integer up to 16777216, got 1000000000");
+  json["nodes"] = 4000000;
   Plan plan = Plan::from_json(json, "");
   EXPECT_EQ(error_of([&] { plan.validate(); }),
-            "nodes: 1000000000 node(s) x 8 GPUs is more than the 16777216 GPUs tessel models");
+            "nodes: 4000000 node(s) x 8 GPUs is more than the 16777216 GPUs tessel models");
 }
 
 TEST(InputLimits, DuplicateKeysAreRefused) {
