@@ -362,7 +362,7 @@ std::optional<Profile> ProfileStore::load(const std::string& device) const {
   d.memory_bandwidth_bytes_per_s = query.real(7);
   d.memory_efficiency = query.real(8);
   d.workspace_bytes = query.real(9);
-  d.sources = Json::parse(query.text(10));
+  d.sources = parse_json_text(query.text(10), path_);
   if (d.sources.is_object() && d.sources.empty()) d.sources = Json();
 
   Statement kernels(db_,
@@ -395,7 +395,7 @@ std::optional<Profile> ProfileStore::load(const std::string& device) const {
   }
   Statement meta(db_, "SELECT key, value FROM profile_meta WHERE device = ?1 ORDER BY key", path_);
   meta.bind(1, std::string_view(device));
-  while (meta.step()) p.meta[meta.text(0)] = Json::parse(meta.text(1));
+  while (meta.step()) p.meta[meta.text(0)] = parse_json_text(meta.text(1), path_);
   return p;
 }
 
