@@ -41,6 +41,24 @@ void print_cost_flags(unsigned flags) {
   for (const auto& note : profiles::describe_cost_flags(flags)) std::cout << "note: " << note << "\n";
 }
 
+// --seq given must be a length: 0 is not a way to ask for the model's own (leave it out).
+CLI::Validator positive_seq_len() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::int64_t value = 0;
+        std::size_t used = 0;
+        try {
+          value = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == text.size() && value > 0 && value <= limits::kMaxSeqLen) return {};
+        return fmt::format("must be a positive integer up to {} (leave --seq out for the model's own), got {}",
+                           limits::kMaxSeqLen, text);
+      },
+      fmt::format("INT in 1..{}", limits::kMaxSeqLen));
+}
+
 // Options shared by the commands that take model, cluster and batch from flags.
 // The search inputs (planner/search_inputs.hpp, shared with the GUI) as options.
 struct InputFlags : planner::SearchInputs {
@@ -50,7 +68,7 @@ struct InputFlags : planner::SearchInputs {
     command->add_option("--cluster,-c", cluster, "Cluster preset (tessel presets clusters) or cluster JSON")->required();
     auto* batch = command->add_option("--global-batch,-b", global_batch, "Sequences per optimizer step");
     if (batch_required) batch->required();
-    command->add_option("--seq", seq, "Sequence length (default: the model's)");
+    command->add_option("--seq", seq, "Sequence length (default: the model's)")->check(positive_seq_len());
     command->add_option("--precision", precision, "Training precision")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
         ->capture_default_str();
@@ -398,6 +416,11 @@ int run_capacity(const CapacityArgs& args) {
   if (args.max_nodes <= 0) throw Error(fmt::format("--max-nodes: must be a positive integer, got {}", args.max_nodes));
   Plan base = args.inputs.to_plan();
   if (base.cluster.ranks_fill_node()) throw Error(fmt::format("--cluster: capacity needs a cluster with a fixed node size, got {}", base.cluster.name));
+  if (std::int64_t(args.max_nodes) * base.cluster.gpus_per_node > limits::kMaxGpus) {
+    throw Error(fmt::format("--max-nodes: at most {} nodes of {} GPUs ({} GPUs) are modelled, got {}",
+                            limits::kMaxGpus / base.cluster.gpus_per_node, base.cluster.gpus_per_node, limits::kMaxGpus,
+                            args.max_nodes));
+  }
   int max_nodes = args.max_nodes;
   if (base.cluster.max_nodes > 0) max_nodes = std::min(max_nodes, base.cluster.max_nodes);
   if (!base.cluster.inter_node) max_nodes = 1;

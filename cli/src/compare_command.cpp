@@ -33,7 +33,7 @@ int run_compare(const CompareArgs& args) {
   if (args.run_id <= 0) throw Error(fmt::format("--run: must be a positive run id, got {}", args.run_id));
   if (args.top < 0) throw Error(fmt::format("--top: must be 0 (all) or more, got {}", args.top));
   const std::string db = args.db.empty() ? profiles::ProfileStore::default_path() : args.db;
-  profiles::ProfileStore store(db, false);
+  profiles::ProfileStore store(db, profiles::ProfileStore::Access::read_only);
   profiles::RunStore runs(store);
   const std::optional<profiles::RunRecord> run = runs.run(args.run_id);
   if (!run) throw Error(fmt::format("--run: {}: no such run in {} ({} runs there)", args.run_id, db, runs.runs().size()));

@@ -16,6 +16,7 @@
 #include "format.hpp"
 #include "profile_cuda.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/input_file.hpp"
 #include "tessel/profiles/cost_lookup.hpp"
 #include "tessel/profiles/cpu_profiler.hpp"
 #include "tessel/profiles/link_fit.hpp"
@@ -97,10 +98,16 @@ int run_measure(const ProfileArgs& args) {
 int run_show(const ProfileArgs& args) {
   std::vector<std::string> devices;
   const std::string path = db_path(args);
+  // A database named on the command line must exist: falling back to the shipped
+  // profiles would print tables as if it had been read.
+  if (!args.db.empty() && !std::filesystem::exists(args.db)) {
+    throw Error(fmt::format("--db: {}: no such database (tessel profile creates one)", args.db));
+  }
   if (!args.device.empty()) {
     devices.push_back(args.device);
-  } else if (std::filesystem::exists(path)) {
-    devices = ProfileStore(path, false).devices();
+  } else if (std::filesystem::exists(path) && !(std::filesystem::is_regular_file(path) &&
+                                                std::filesystem::file_size(path) == 0)) {
+    devices = ProfileStore(path, ProfileStore::Access::read_only).devices();
   }
   if (devices.empty()) {
     std::cout << fmt::format("no profiles in {}; showing the shipped local-cpu profile (--device D for others)\n", path);
@@ -199,10 +206,7 @@ int run_import(const ProfileArgs& args) {
 }
 
 int run_import_nccl(const ProfileArgs& args) {
-  std::ifstream in(args.in_file);
-  if (!in) throw Error(fmt::format("{}: cannot open file", args.in_file));
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_input_file(args.in_file);
   NcclImportOptions options;
   options.fabric = args.fabric;
   options.ranks = args.ranks;
@@ -213,7 +217,7 @@ int run_import_nccl(const ProfileArgs& args) {
                               "send_recv|all_to_all, got '{}'", args.collective));
     }
   }
-  std::vector<LinkSample> samples = import_nccl_tests(text.str(), args.in_file, options);
+  std::vector<LinkSample> samples = import_nccl_tests(text, args.in_file, options);
   for (auto& sample : samples) sample.host = host_name(), sample.date = today_utc();
   ProfileStore store(db_path(args));
   store.add_link_samples(samples);

@@ -17,9 +17,9 @@ ClusterSpec ClusterSpec::from_json(const Json& json, const std::string& path) {
     }
     c.gpus_per_node = 0;
   } else {
-    c.gpus_per_node = int(f.positive_int("gpus_per_node"));
+    c.gpus_per_node = int(f.positive_int("gpus_per_node", limits::kMaxGpus));
   }
-  c.max_nodes = int(f.positive_int_or("max_nodes", 0));
+  c.max_nodes = int(f.positive_int_or("max_nodes", 0, limits::kMaxGpus));
   c.device = f.string("device");
   {
     const Json* intra = f.get("intra_node");

@@ -25,14 +25,14 @@ DeviceSpec DeviceSpec::from_json(const Json& json, const std::string& path) {
     const Json* peaks = f.get("peak_flops_per_s");
     if (peaks == nullptr) f.fail("peak_flops_per_s", "missing (required)");
     JsonFields p(*peaks, f.field_path("peak_flops_per_s"));
-    d.peak_fp32_flops_per_s = p.positive_number("fp32");
-    d.peak_tf32_flops_per_s = p.positive_number_or("tf32", d.peak_fp32_flops_per_s);
-    d.peak_bf16_flops_per_s = p.positive_number("bf16");
-    d.peak_fp16_flops_per_s = p.positive_number_or("fp16", d.peak_bf16_flops_per_s);
+    d.peak_fp32_flops_per_s = p.number_in_range("fp32", 1, limits::kMaxFlopsPerS);
+    d.peak_tf32_flops_per_s = p.number_in_range_or("tf32", 1, limits::kMaxFlopsPerS, d.peak_fp32_flops_per_s);
+    d.peak_bf16_flops_per_s = p.number_in_range("bf16", 1, limits::kMaxFlopsPerS);
+    d.peak_fp16_flops_per_s = p.number_in_range_or("fp16", 1, limits::kMaxFlopsPerS, d.peak_bf16_flops_per_s);
     p.finish();
   }
-  d.memory_bytes = f.positive_number("memory_bytes");
-  d.memory_bandwidth_bytes_per_s = f.positive_number("memory_bandwidth_bytes_per_s");
+  d.memory_bytes = f.number_in_range("memory_bytes", 1, limits::kMaxDeviceBytes);
+  d.memory_bandwidth_bytes_per_s = f.number_in_range("memory_bandwidth_bytes_per_s", 1, limits::kMaxBytesPerS);
   d.memory_efficiency = f.fraction_or("memory_efficiency", 1.0);
   d.workspace_bytes = f.has("workspace_bytes") ? f.positive_number("workspace_bytes") : 0.0;
   if (const Json* sources = f.get("sources")) d.sources = *sources;

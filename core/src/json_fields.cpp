@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <set>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
+#include "tessel/core/input_file.hpp"
 
 namespace tessel {
 
@@ -68,16 +70,23 @@ const Json& JsonFields::required(std::string_view key) {
   return *value;
 }
 
-std::int64_t JsonFields::positive_int(std::string_view key) {
+std::int64_t JsonFields::positive_int(std::string_view key, std::int64_t max) {
   const Json& value = required(key);
+  // Integers beyond int64 parse as unsigned: they are too large, not negative.
+  if (value.is_number_unsigned() && value.get<std::uint64_t>() > std::uint64_t(max)) {
+    fail(key, fmt::format("must be a positive integer up to {}, got {}", max, describe(value)));
+  }
   if (!value.is_number_integer() || value.get<std::int64_t>() <= 0) {
     fail(key, fmt::format("must be a positive integer, got {}", describe(value)));
+  }
+  if (value.get<std::int64_t>() > max) {
+    fail(key, fmt::format("must be a positive integer up to {}, got {}", max, describe(value)));
   }
   return value.get<std::int64_t>();
 }
 
-std::int64_t JsonFields::positive_int_or(std::string_view key, std::int64_t fallback) {
-  return has(key) ? positive_int(key) : fallback;
+std::int64_t JsonFields::positive_int_or(std::string_view key, std::int64_t fallback, std::int64_t max) {
+  return has(key) ? positive_int(key, max) : fallback;
 }
 
 std::int64_t JsonFields::int_in_range(std::string_view key, std::int64_t lo, std::int64_t hi,
@@ -101,6 +110,19 @@ double JsonFields::positive_number(std::string_view key) {
 
 double JsonFields::positive_number_or(std::string_view key, double fallback) {
   return has(key) ? positive_number(key) : fallback;
+}
+
+double JsonFields::number_in_range(std::string_view key, double lo, double hi) {
+  const Json& value = required(key);
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < lo ||
+      value.get<double>() > hi) {
+    fail(key, fmt::format("must be a number in [{:g}, {:g}], got {}", lo, hi, describe(value)));
+  }
+  return value.get<double>();
+}
+
+double JsonFields::number_in_range_or(std::string_view key, double lo, double hi, double fallback) {
+  return has(key) ? number_in_range(key, lo, hi) : fallback;
 }
 
 double JsonFields::fraction_or(std::string_view key, double fallback) {
@@ -159,9 +181,52 @@ void JsonFields::finish() const {
   }
 }
 
+namespace {
+// Watches the parser's events: one frame per open array or object (the keys seen so
+// far, for objects), so that a repeated key and too deep nesting stop the parse at once
+// instead of silently keeping the last value or recursing without bound later.
+class JsonGuard {
+ public:
+  explicit JsonGuard(const std::string& origin) : origin_(origin) {}
+  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        if (int(frames_.size()) >= limits::kMaxJsonDepth) {
+          throw Error(fmt::format("{}: JSON nested deeper than {} levels", origin_, limits::kMaxJsonDepth));
+        }
+        frames_.push_back({event == Json::parse_event_t::object_start, {}});
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        break;
+      case Json::parse_event_t::key:
+        if (!frames_.empty() && frames_.back().is_object &&
+            !frames_.back().keys.insert(parsed.get<std::string>()).second) {
+          throw Error(fmt::format("{}: key \"{}\" appears twice in one object (each key may be given once)",
+                                  origin_, parsed.get<std::string>()));
+        }
+        break;
+      case Json::parse_event_t::value:
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool is_object;
+    std::set<std::string> keys;
+  };
+  const std::string& origin_;
+  std::vector<Frame> frames_;
+};
+}  // namespace
+
 Json parse_json_text(const std::string& text, const std::string& origin) {
   try {
-    return Json::parse(text);
+    return Json::parse(text, JsonGuard(origin));
   } catch (const Json::parse_error& error) {
     // nlohmann's message starts with "[json.exception.parse_error.101] "; keep the rest.
     std::string message = error.what();
@@ -171,11 +236,7 @@ Json parse_json_text(const std::string& text, const std::string& origin) {
 }
 
 Json read_json_file(const std::string& file_path) {
-  std::ifstream in(file_path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open file", file_path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_json_text(buffer.str(), file_path);
+  return parse_json_text(read_input_file(file_path), file_path);
 }
 
 void write_text_file_atomically(const std::string& file_path, const std::string& text) {

@@ -35,12 +35,28 @@ std::int64_t ModelSpec::parameter_count() const {
 }
 
 namespace {
+// The bound of a Hugging Face config field: that of the tessel field it fills.
+std::int64_t hf_field_max(std::string_view key) {
+  if (key == "n_layer" || key == "num_hidden_layers") return limits::kMaxLayers;
+  if (key == "n_positions" || key == "max_position_embeddings") return limits::kMaxSeqLen;
+  if (key == "vocab_size") return limits::kMaxVocab;
+  if (key == "n_inner" || key == "intermediate_size") return limits::kMaxFfnHidden;
+  return limits::kMaxHidden;
+}
+
 void check_shape(const ModelSpec& m, const std::string& path) {
   if (m.hidden % m.heads != 0) {
     throw Error(fmt::format("{}.heads: hidden {} is not divisible by heads {}", path, m.hidden, m.heads));
   }
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0) {
     throw Error(fmt::format("{}.kv_heads: must divide heads {}, got {}", path, m.heads, m.kv_heads));
+  }
+  // Counted in double first: the int64 count of a model past the bound could overflow.
+  const double parameters = double(m.layers) * double(m.layer_parameters()) + double(m.embedding_parameters()) +
+                            double(m.head_parameters());
+  if (parameters > limits::kMaxParameters) {
+    throw Error(fmt::format("{}: {:.3g} parameters, more than the {:.0e} tessel models", path, parameters,
+                            limits::kMaxParameters));
   }
 }
 }  // namespace
@@ -49,13 +65,13 @@ ModelSpec ModelSpec::from_json(const Json& json, const std::string& path) {
   JsonFields f(json, path);
   ModelSpec m;
   m.name = f.string_or("name", "custom");
-  m.layers = int(f.positive_int("layers"));
-  m.hidden = int(f.positive_int("hidden"));
-  m.heads = int(f.positive_int("heads"));
-  m.kv_heads = int(f.positive_int_or("kv_heads", m.heads));
-  m.ffn_hidden = int(f.positive_int_or("ffn_hidden", 4 * std::int64_t(m.hidden)));
-  m.vocab = int(f.positive_int("vocab"));
-  m.seq_len = int(f.positive_int("seq_len"));
+  m.layers = int(f.positive_int("layers", limits::kMaxLayers));
+  m.hidden = int(f.positive_int("hidden", limits::kMaxHidden));
+  m.heads = int(f.positive_int("heads", limits::kMaxHidden));
+  m.kv_heads = int(f.positive_int_or("kv_heads", m.heads, limits::kMaxHidden));
+  m.ffn_hidden = int(f.positive_int_or("ffn_hidden", 4 * std::int64_t(m.hidden), limits::kMaxFfnHidden));
+  m.vocab = int(f.positive_int("vocab", limits::kMaxVocab));
+  m.seq_len = int(f.positive_int("seq_len", limits::kMaxSeqLen));
   m.activation = *enum_from_string<Activation>(f.choice_or("activation", {"gelu", "swiglu"}, "gelu"));
   m.norm = *enum_from_string<Norm>(f.choice_or("norm", {"layernorm", "rmsnorm"}, "layernorm"));
   m.tied_embeddings = f.boolean_or("tied_embeddings", true);
@@ -78,6 +94,10 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name,
     auto it = json.find(key);
     if (it == json.end() || !it->is_number_integer() || it->get<std::int64_t>() <= 0) {
       throw Error(fmt::format("{}.{}: must be a positive integer in a {} config.json", path, key, type));
+    }
+    const std::int64_t max = hf_field_max(key);
+    if (it->is_number_unsigned() ? it->get<std::uint64_t>() > std::uint64_t(max) : it->get<std::int64_t>() > max) {
+      throw Error(fmt::format("{}.{}: must be a positive integer up to {}, got {}", path, key, max, it->dump()));
     }
     return int(it->get<std::int64_t>());
   };

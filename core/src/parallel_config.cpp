@@ -31,13 +31,17 @@ int ParallelConfig::tp_grid_side() const {
 ParallelConfig ParallelConfig::from_json(const Json& json, const std::string& path) {
   JsonFields f(json, path);
   ParallelConfig p;
-  p.dp = int(f.positive_int_or("dp", 1));
-  p.pp = int(f.positive_int_or("pp", 1));
-  p.tp = int(f.positive_int_or("tp", 1));
+  p.dp = int(f.positive_int_or("dp", 1, limits::kMaxGpus));
+  p.pp = int(f.positive_int_or("pp", 1, limits::kMaxGpus));
+  p.tp = int(f.positive_int_or("tp", 1, limits::kMaxGpus));
   p.tp_mode = *enum_from_string<TpMode>(f.choice_or("tp_mode", {"1d", "2d", "2.5d", "3d"}, "1d"));
-  p.tp_depth = int(f.positive_int_or("tp_depth", 1));
+  p.tp_depth = int(f.positive_int_or("tp_depth", 1, limits::kMaxGpus));
   p.tp_sequence_parallel = f.boolean_or("tp_sequence_parallel", false);
-  p.sp = int(f.positive_int_or("sp", 1));
+  p.sp = int(f.positive_int_or("sp", 1, limits::kMaxGpus));
+  // Each axis fits; their product (the world size, an int) must too.
+  if (const std::int64_t world = std::int64_t(p.dp) * p.pp * p.tp * p.sp; world > limits::kMaxGpus) {
+    f.fail("dp", fmt::format("dp*pp*tp*sp = {} is more than the {} GPUs tessel models", world, limits::kMaxGpus));
+  }
   p.zero = int(f.int_in_range("zero", 0, 3, 0));
   if (const Json* offload = f.get("offload")) {
     if (offload->is_string()) {
@@ -59,9 +63,9 @@ ParallelConfig ParallelConfig::from_json(const Json& json, const std::string& pa
     }
   }
   p.recompute = *enum_from_string<Recompute>(f.choice_or("recompute", {"none", "selective", "full"}, "none"));
-  p.micro_batch = int(f.positive_int_or("micro_batch", 1));
+  p.micro_batch = int(f.positive_int_or("micro_batch", 1, limits::kMaxGlobalBatch));
   p.schedule = *enum_from_string<Schedule>(f.choice_or("schedule", {"gpipe", "1f1b", "interleaved"}, "1f1b"));
-  p.virtual_stages = int(f.positive_int_or("virtual_stages", 1));
+  p.virtual_stages = int(f.positive_int_or("virtual_stages", 1, limits::kMaxLayers));
   f.finish();
   return p;
 }

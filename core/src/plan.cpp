@@ -65,7 +65,7 @@ Reject check_layout(const ModelSpec& model, const TrainSpec& train, const Parall
   if (seq % p.sp != 0) return Reject::seq_split;
   if ((std::int64_t(p.micro_batch) * (seq / p.sp)) % split.tokens != 0) return Reject::tokens_split;
   if (model.layers % p.pp != 0) return Reject::layers_per_stage;
-  if (train.global_batch % (p.dp * p.micro_batch) != 0) return Reject::batch_split;
+  if (train.global_batch % (std::int64_t(p.dp) * p.micro_batch) != 0) return Reject::batch_split;
   // Schedule rules come last: the search checks everything above once per layout
   // and only these per schedule.
   const bool interleaved = p.schedule == Schedule::interleaved;
@@ -150,6 +150,10 @@ std::string explain_reject(Reject reason, const Plan& plan) {
 }
 
 void Plan::validate() const {
+  if (std::int64_t(gpus_per_node()) * nodes > limits::kMaxGpus) {
+    throw Error(fmt::format("nodes: {} node(s) x {} GPUs is more than the {} GPUs tessel models", nodes,
+                            gpus_per_node(), limits::kMaxGpus));
+  }
   if (cluster.max_nodes > 0 && nodes > cluster.max_nodes) {
     throw Error(fmt::format("nodes: cluster {} has at most {} node(s), got {}", cluster.name, cluster.max_nodes, nodes));
   }
@@ -176,7 +180,7 @@ Plan Plan::from_json(const Json& json, const std::string& path) {
   const Json* cluster = f.get("cluster");
   if (cluster == nullptr) f.fail("cluster", "missing (required): a preset name, a file, or an object");
   plan.cluster = cluster_from_json_value(*cluster, f.field_path("cluster"));
-  plan.nodes = int(f.positive_int_or("nodes", 1));
+  plan.nodes = int(f.positive_int_or("nodes", 1, limits::kMaxGpus));
   const Json* train = f.get("train");
   if (train == nullptr) f.fail("train", "missing (required)");
   plan.train = TrainSpec::from_json(*train, f.field_path("train"));

@@ -29,7 +29,9 @@ std::optional<Json> find_preset(const std::string& kind, const std::string& name
 Json load_preset_or_file(const std::string& kind, const std::string& preset_or_file,
                          const std::string& what) {
   if (auto preset = find_preset(kind, preset_or_file)) return *preset;
-  if (std::filesystem::is_regular_file(preset_or_file)) return read_json_file(preset_or_file);
+  // Any existing path is read as the file it names: a directory or a device is refused
+  // as such rather than reported as an unknown preset.
+  if (std::error_code error; std::filesystem::exists(preset_or_file, error)) return read_json_file(preset_or_file);
   std::string names;
   for (const auto& name : preset_names(kind)) {
     if (!names.empty()) names += '|';

@@ -1,6 +1,9 @@
 #include "tessel/core/program.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include <fmt/format.h>
@@ -148,6 +151,16 @@ class Lowering {
   }
 
   int micro_batches() const { return m_; }
+
+  // An upper bound on the ops of one stage, counted from the shapes before any is made:
+  // per micro-batch and layer the forward, recompute and backward block ops and the
+  // weight fetches and syncs; per micro-batch the head, embedding and transfers; the tail.
+  double planned_ops_per_stage() const {
+    const double per_layer = 3.0 * double(table_.block.size()) + 4;
+    const double per_micro_batch = 2.0 * double(table_.head.size() + table_.embedding.size()) + 4.0 * v_;
+    const double layers_per_stage = double(layers_per_chunk_) * v_;
+    return double(m_) * (layers_per_stage * per_layer + per_micro_batch) + 2 * layers_per_stage + 16;
+  }
 
   StageProgram stage(int s) {
     StageProgram stage;
@@ -355,6 +368,21 @@ class Lowering {
   bool chunked_ = false;
 };
 
+// Refuses, before any op is made, a program whose ops would not fit in this machine's
+// memory (a 10^6-layer model: hours of allocation, then std::bad_alloc) or whose op
+// indices would not fit the 32 bits its dependencies are stored in.
+void refuse_programs_beyond_memory(double ops_per_stage, int stages) {
+  // An op: its struct, its id string and its dependency list on the heap.
+  constexpr double kBytesPerOp = double(sizeof(ProgramOp)) + 96;
+  const double ops = ops_per_stage * stages, bytes = ops * kBytesPerOp;
+  const double memory_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (ops_per_stage > double(std::numeric_limits<std::uint32_t>::max()) || (memory_bytes > 0 && bytes > memory_bytes)) {
+    throw Error(fmt::format("plan: its program needs about {:.3g} ops ({:.3g} GiB), more than this machine's {:.3g} GiB "
+                            "of memory; lower layers or global_batch (micro-batches) to simulate or run it",
+                            ops, bytes / double(1 << 30), memory_bytes / double(1 << 30)));
+  }
+}
+
 }  // namespace
 
 Program Program::lower(const Plan& plan) {
@@ -363,6 +391,7 @@ Program Program::lower(const Plan& plan) {
   program.plan_ = plan;
   program.layout_ = RankLayout(plan.parallel);
   Lowering lowering(plan);
+  refuse_programs_beyond_memory(lowering.planned_ops_per_stage(), plan.parallel.pp);
   program.micro_batches_ = lowering.micro_batches();
   for (int s = 0; s < plan.parallel.pp; ++s) program.stages_.push_back(lowering.stage(s));
   return program;

@@ -5,8 +5,8 @@ namespace tessel {
 TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   JsonFields f(json, path);
   TrainSpec t;
-  t.global_batch = int(f.positive_int("global_batch"));
-  t.seq_len = int(f.positive_int_or("seq_len", 0));
+  t.global_batch = int(f.positive_int("global_batch", limits::kMaxGlobalBatch));
+  t.seq_len = int(f.positive_int_or("seq_len", 0, limits::kMaxSeqLen));
   t.precision = *enum_from_string<Precision>(f.choice_or("precision", {"fp32", "bf16", "fp16"}, "bf16"));
   t.optimizer = *enum_from_string<Optimizer>(f.choice_or("optimizer", {"adamw", "lamb", "lars"}, "adamw"));
   t.kernels = *enum_from_string<Kernels>(f.choice_or("kernels", {"unfused", "fused"}, "unfused"));

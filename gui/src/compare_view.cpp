@@ -112,7 +112,7 @@ void CompareView::set_database(const QString& path) {
     return;
   }
   try {
-    profiles::ProfileStore store(database_.toStdString(), false);
+    profiles::ProfileStore store(database_.toStdString(), profiles::ProfileStore::Access::read_only);
     std::vector<profiles::RunRecord> runs = profiles::RunStore(store).runs();
     std::reverse(runs.begin(), runs.end());
     for (const profiles::RunRecord& run : runs) {
@@ -132,7 +132,7 @@ bool CompareView::show_run(std::int64_t run_id) {
   error_.clear();
   error_label_->clear();
   try {
-    profiles::ProfileStore store(database_.toStdString(), false);
+    profiles::ProfileStore store(database_.toStdString(), profiles::ProfileStore::Access::read_only);
     profiles::RunStore runs(store);
     const std::optional<profiles::RunRecord> run = runs.run(run_id);
     if (!run) {

@@ -49,7 +49,7 @@ void fill_inputs_from_plan(const Plan& plan, planner::SearchInputs& inputs, cons
 std::optional<profiles::RunRecord> find_run(const GuiOptions& options) {
   if (options.run_id == 0 && options.tab != "compare") return std::nullopt;
   const std::string db = options.inputs.db.empty() ? profiles::ProfileStore::default_path() : options.inputs.db;
-  profiles::ProfileStore store(db, false);
+  profiles::ProfileStore store(db, profiles::ProfileStore::Access::read_only);
   profiles::RunStore runs(store);
   if (options.run_id == 0) {
     const std::vector<profiles::RunRecord> all = runs.runs();

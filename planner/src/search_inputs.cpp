@@ -14,7 +14,13 @@ Plan SearchInputs::to_plan() const {
   plan.cluster = resolve_cluster(cluster);
   plan.nodes = nodes;
   if (global_batch <= 0) throw Error(fmt::format("--global-batch: must be a positive integer, got {}", global_batch));
-  if (seq < 0) throw Error(fmt::format("--seq: must be a positive integer, got {}", seq));
+  if (global_batch > limits::kMaxGlobalBatch) {
+    throw Error(fmt::format("--global-batch: must be a positive integer up to {}, got {}", limits::kMaxGlobalBatch,
+                            global_batch));
+  }
+  if (seq < 0 || seq > limits::kMaxSeqLen) {
+    throw Error(fmt::format("--seq: must be a positive integer up to {}, got {}", limits::kMaxSeqLen, seq));
+  }
   if (nodes <= 0) throw Error(fmt::format("--nodes: must be a positive integer, got {}", nodes));
   plan.train.global_batch = global_batch;
   plan.train.seq_len = seq;
@@ -29,6 +35,11 @@ Plan SearchInputs::to_plan() const {
 }
 
 void SearchInputs::check_nodes(const Plan& plan) {
+  if (!plan.cluster.ranks_fill_node() && std::int64_t(plan.nodes) * plan.cluster.gpus_per_node > limits::kMaxGpus) {
+    throw Error(fmt::format("--nodes: at most {} nodes of {} GPUs ({} GPUs) are modelled, got {}",
+                            limits::kMaxGpus / plan.cluster.gpus_per_node, plan.cluster.gpus_per_node,
+                            limits::kMaxGpus, plan.nodes));
+  }
   if (plan.cluster.max_nodes > 0 && plan.nodes > plan.cluster.max_nodes) {
     throw Error(fmt::format("--nodes: cluster {} has at most {} node(s), got {}", plan.cluster.name,
                             plan.cluster.max_nodes, plan.nodes));
@@ -46,6 +57,9 @@ int SearchInputs::gpus_per_node(const Plan& plan) const {
                               plan.cluster.name, plan.cluster.gpus_per_node));
     }
     return plan.cluster.gpus_per_node;
+  }
+  if (ranks > limits::kMaxGpus) {
+    throw Error(fmt::format("--ranks: must be a positive integer up to {}, got {}", limits::kMaxGpus, ranks));
   }
   if (ranks <= 0) {
     throw Error(fmt::format("--ranks: cluster {} places one rank per process; give the world size (e.g. --ranks 4)",

@@ -1,5 +1,6 @@
 #include "tessel/planner/what_if.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -31,6 +32,10 @@ Plan apply_sweep_value(const Plan& base, SweepVariable variable, double value) {
   switch (variable) {
     case SweepVariable::nodes:
       if (!integral) throw Error(fmt::format("--vary nodes: values must be positive integers, got {}", value));
+      if (value * std::max(plan.cluster.gpus_per_node, 1) > double(limits::kMaxGpus)) {
+        throw Error(fmt::format("--vary nodes: at most {} GPUs are modelled, got {} nodes of {}", limits::kMaxGpus,
+                                value, plan.cluster.gpus_per_node));
+      }
       plan.nodes = int(value);
       if (plan.cluster.max_nodes > 0 && plan.nodes > plan.cluster.max_nodes) {
         throw Error(fmt::format("--vary nodes: cluster {} has at most {} node(s), got {}", plan.cluster.name,
@@ -47,7 +52,10 @@ Plan apply_sweep_value(const Plan& base, SweepVariable variable, double value) {
       plan.cluster.inter_node->bandwidth_per_nic_bytes_per_s = value * 1e9;
       break;
     case SweepVariable::global_batch:
-      if (!integral) throw Error(fmt::format("--vary global_batch: values must be positive integers, got {}", value));
+      if (!integral || value > double(limits::kMaxGlobalBatch)) {
+        throw Error(fmt::format("--vary global_batch: values must be positive integers up to {}, got {}",
+                                limits::kMaxGlobalBatch, value));
+      }
       plan.train.global_batch = int(value);
       break;
   }

@@ -58,7 +58,7 @@ namespace {
 // where and when measured); one reader and one writer keep the two formats in step.
 template <typename Sample>
 void read_provenance(JsonFields& f, Sample& s) {
-  if (const Json* spread = f.get("spread")) s.spread = spread->get<double>();
+  s.spread = f.number_in_range_or("spread", 0, 100, 0);
   s.flagged = f.boolean_or("flagged", false);
   if (const Json* source = f.get("source")) s.source = parse_name<SampleSource>(kSourceNames, *source, f.field_path("source"));
   s.host = f.string_or("host", "");
@@ -88,12 +88,12 @@ KernelSample kernel_sample_from_json(const Json& json, const std::string& device
   s.m = f.positive_int_or("m", 0);
   s.n = f.positive_int_or("n", 0);
   s.k = f.positive_int_or("k", 0);
-  s.elements = f.positive_int_or("elements", 0);
+  s.elements = f.positive_int_or("elements", 0, limits::kMaxKernelElements);
   s.b = f.positive_int_or("b", 0);
   s.h = f.positive_int_or("h", 0);
   s.s = f.positive_int_or("s", 0);
   s.d = f.positive_int_or("d", 0);
-  s.seconds = f.positive_number("seconds");
+  s.seconds = f.number_in_range("seconds", limits::kMinMeasuredSeconds, limits::kMaxMeasuredSeconds);
   read_provenance(f, s);
   f.finish();
   if (s.op == KernelOp::gemm && (s.m == 0 || s.n == 0 || s.k == 0)) f.fail("m", "a gemm sample needs m, n and k");
@@ -122,9 +122,9 @@ LinkSample link_sample_from_json(const Json& json, const std::string& path) {
   if (const Json* algorithm = f.get("algorithm")) {
     s.algorithm = parse_name<CollectiveAlgorithm>(kAlgorithmNames, *algorithm, f.field_path("algorithm"));
   }
-  s.ranks = int(f.positive_int("ranks"));
-  s.bytes = f.positive_number("bytes");
-  s.seconds = f.positive_number("seconds");
+  s.ranks = int(f.positive_int("ranks", limits::kMaxGpus));
+  s.bytes = f.number_in_range("bytes", 1, limits::kMaxMeasuredBytes);
+  s.seconds = f.number_in_range("seconds", limits::kMinMeasuredSeconds, limits::kMaxMeasuredSeconds);
   read_provenance(f, s);
   f.finish();
   return s;

@@ -10,7 +10,9 @@
 
 #include <fmt/format.h>
 
+#include "database_open.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/input_file.hpp"
 
 namespace tessel::profiles {
 
@@ -177,10 +179,12 @@ std::string ProfileStore::default_path() {
   return std::string(home && *home ? home : ".") + "/.local/share/tessel/tessel.db";
 }
 
-ProfileStore::ProfileStore(const std::string& path, bool create) : path_(path) {
+ProfileStore::ProfileStore(const std::string& path, Access access) : path_(path) {
+  const bool read_only = access == Access::read_only;
+  refuse_non_regular_file(path);
   std::error_code error;
   const bool exists = fs::exists(path, error);
-  if (!exists && !create) throw Error(fmt::format("{}: no such database", path));
+  if (!exists && read_only) throw Error(fmt::format("{}: no such database", path));
   const bool empty_file = exists && fs::is_regular_file(path, error) && fs::file_size(path, error) == 0;
   if (exists && !empty_file && !starts_with_sqlite_header(path)) {
     throw Error(fmt::format("{}: not a tessel database (not an SQLite file); refusing to touch it", path));
@@ -189,13 +193,7 @@ ProfileStore::ProfileStore(const std::string& path, bool create) : path_(path) {
     const fs::path parent = fs::path(path).parent_path();
     if (!parent.empty()) fs::create_directories(parent, error);
   }
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
-      SQLITE_OK) {
-    const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw Error(fmt::format("{}: cannot open database: {}", path, message));
-  }
+  db_ = open_database_file(path, read_only);
   sqlite3_busy_timeout(db_, 30000);
   try {
     // Identify the file before changing anything in it (statements scoped so that no
@@ -217,6 +215,13 @@ ProfileStore::ProfileStore(const std::string& path, bool create) : path_(path) {
     if (version > kSchemaVersion) {
       throw Error(fmt::format("{}: schema version {} is newer than this tessel understands ({})", path, version,
                               kSchemaVersion));
+    }
+    if (read_only) {
+      if (version < kSchemaVersion) {
+        throw Error(fmt::format("{}: schema version {} is older than this tessel's ({}); a command that writes (tessel "
+                                "profile import) migrates it", path, version, kSchemaVersion));
+      }
+      return;
     }
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA foreign_keys=ON");
@@ -373,7 +378,7 @@ std::optional<Profile> ProfileStore::load(const std::string& device) const {
   d.memory_bandwidth_bytes_per_s = query.real(7);
   d.memory_efficiency = query.real(8);
   d.workspace_bytes = query.real(9);
-  d.sources = Json::parse(query.text(10));
+  d.sources = parse_json_text(query.text(10), path_);
   if (d.sources.is_object() && d.sources.empty()) d.sources = Json();
 
   Statement kernels(db_,
@@ -406,15 +411,18 @@ std::optional<Profile> ProfileStore::load(const std::string& device) const {
   }
   Statement meta(db_, "SELECT key, value FROM profile_meta WHERE device = ?1 ORDER BY key", path_);
   meta.bind(1, std::string_view(device));
-  while (meta.step()) p.meta[meta.text(0)] = Json::parse(meta.text(1));
+  while (meta.step()) p.meta[meta.text(0)] = parse_json_text(meta.text(1), path_);
   return p;
 }
 
 Profile resolve_profile(const std::string& device, const std::string& db_path) {
   const std::string path = db_path.empty() ? ProfileStore::default_path() : db_path;
   std::error_code error;
+  if (fs::exists(path, error) && fs::is_regular_file(path, error) && fs::file_size(path, error) == 0) {
+    return shipped_profile(device);  // an empty file holds no profiles yet
+  }
   if (fs::exists(path, error)) {
-    ProfileStore store(path, false);
+    ProfileStore store(path, ProfileStore::Access::read_only);
     if (auto profile = store.load(device)) return *profile;
   } else if (!db_path.empty()) {
     throw Error(fmt::format("--db: {}: no such database (tessel profile creates one)", path));

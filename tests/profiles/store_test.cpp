@@ -65,7 +65,7 @@ TEST_F(Store, RoundTripsAShippedProfile) {
     EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
     store.put_profile(shipped);
   }
-  ProfileStore reopened(file("a.db"), false);
+  ProfileStore reopened(file("a.db"), ProfileStore::Access::read_only);
   EXPECT_EQ(reopened.devices(), std::vector<std::string>{"H100-SXM"});
   const auto loaded = reopened.load("H100-SXM");
   ASSERT_TRUE(loaded.has_value());
@@ -153,7 +153,7 @@ TEST_F(Store, TwoWritersAtOnceLoseNothing) {
   int status = 0;
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  ProfileStore store(file("shared.db"), false);
+  ProfileStore store(file("shared.db"), ProfileStore::Access::read_only);
   const std::size_t shipped = shipped_profile("local-cpu").kernels.size();
   EXPECT_EQ(store.kernel_sample_count("local-cpu"), shipped + 2 * kBatches * kPerBatch);
 }

@@ -21,9 +21,12 @@ class ProfileStore {
  public:
   static constexpr int kSchemaVersion = 3;
 
-  // Opens (creating the file and its folder when `create` is set) and migrates.
-  // Throws tessel::Error naming the file when it is foreign, corrupted or newer.
-  explicit ProfileStore(const std::string& path, bool create = true);
+  // read_write: opens, creating the file and its folder, and migrates. read_only: opens
+  // an existing file without writing anything (a read-only file or mount works); its
+  // schema must be current. Throws tessel::Error naming the file when it is missing
+  // (read_only), a directory, foreign, corrupted, newer or (read_only) older.
+  enum class Access { read_write, read_only };
+  explicit ProfileStore(const std::string& path, Access access = Access::read_write);
   ~ProfileStore();
   ProfileStore(const ProfileStore&) = delete;
   ProfileStore& operator=(const ProfileStore&) = delete;
@@ -57,7 +60,8 @@ class ProfileStore {
 };
 
 // The profile the planner should believe for `device`: the database's, when the
-// database file exists and holds that device, else the shipped datasheet profile.
+// database file exists and holds that device, else the shipped datasheet profile. The
+// database is only read.
 // `db_path` empty = ProfileStore::default_path().
 Profile resolve_profile(const std::string& device, const std::string& db_path = "");
 
