@@ -91,7 +91,11 @@ void check_memory_fits(const Plan& plan, const std::string& db, int ranks_here, 
   // The run creates its database later: until then the shipped profile prices the plan.
   std::error_code error;
   const planner::CostModel model = planner::CostModel::for_plan(plan, fs::exists(db, error) ? db : "");
-  const double per_rank_bytes = model.estimate(plan.parallel).memory.device_total_bytes();
+  const auto memory = model.estimate(plan.parallel).memory;
+  // A GPU plan's layout run on CPU ranks (--backend cpu) holds no GPU workspace (CUDA
+  // context, library workspaces): count what the ranks themselves keep.
+  const bool gpu_plan_on_cpu_ranks = !plan.cluster.ranks_fill_node();
+  const double per_rank_bytes = memory.device_total_bytes() - (gpu_plan_on_cpu_ranks ? memory.workspace_bytes : 0.0);
   const double needed_bytes = per_rank_bytes * ranks_here;
   if (needed_bytes > available_bytes) {
     throw Error(fmt::format("memory: the plan needs {} per rank, {} for the {} ranks on this machine, but {} is "
