@@ -251,6 +251,19 @@ void ProtectedMemoryBackend::rms_norm_forward(Stream s, CRef x, CRef gamma, Ref 
   cpu_.rms_norm_forward(s, x, gamma, y, rstd, rows, cols, eps);
 }
 
+void ProtectedMemoryBackend::residual_layer_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias,
+                                                         CRef gamma, CRef beta, Ref y, float* mean, float* rstd,
+                                                         int rows, int cols, float eps) {
+  const Unprotected open(*this);
+  cpu_.residual_layer_norm_forward(s, residual_out, x, delta, bias, gamma, beta, y, mean, rstd, rows, cols, eps);
+}
+
+void ProtectedMemoryBackend::residual_rms_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias,
+                                                       CRef gamma, Ref y, float* rstd, int rows, int cols, float eps) {
+  const Unprotected open(*this);
+  cpu_.residual_rms_norm_forward(s, residual_out, x, delta, bias, gamma, y, rstd, rows, cols, eps);
+}
+
 void ProtectedMemoryBackend::rms_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, const float* rstd, Ref dx, float* dgamma, int rows, int cols, bool accumulate) {
   const Unprotected open(*this);
   cpu_.rms_norm_backward(s, dy, x, gamma, rstd, dx, dgamma, rows, cols, accumulate);

@@ -68,6 +68,10 @@ class ProtectedMemoryBackend final : public Backend {
   void layer_norm_forward(Stream s, CRef x, CRef gamma, CRef beta, Ref y, float* mean, float* rstd, int rows, int cols, float eps) override;
   void layer_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, const float* mean, const float* rstd, Ref dx, float* dgamma, float* dbeta, int rows, int cols, bool accumulate) override;
   void rms_norm_forward(Stream s, CRef x, CRef gamma, Ref y, float* rstd, int rows, int cols, float eps) override;
+  void residual_layer_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma, CRef beta,
+                                   Ref y, float* mean, float* rstd, int rows, int cols, float eps) override;
+  void residual_rms_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma, Ref y,
+                                 float* rstd, int rows, int cols, float eps) override;
   void rms_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, const float* rstd, Ref dx, float* dgamma, int rows, int cols, bool accumulate) override;
   void row_sums(Stream s, CRef x, float* sums, int rows, int cols) override;
   void row_centered_square_sums(Stream s, CRef x, const float* mean, float* sums, int rows, int cols) override;

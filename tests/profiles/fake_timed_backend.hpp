@@ -89,6 +89,9 @@ class FakeTimedBackend final : public Backend {
   void scale(Stream, Ref, std::int64_t, float) override {}
   void scale_by(Stream, float*, std::int64_t, const float*) override {}
   void residual(Stream, Ref, CRef, CRef, CRef, int, int) override {}
+  void residual_layer_norm_forward(Stream, Ref, CRef, CRef, CRef, CRef, CRef, Ref, float*, float*, int, int,
+                                   float) override {}
+  void residual_rms_norm_forward(Stream, Ref, CRef, CRef, CRef, CRef, Ref, float*, int, int, float) override {}
   void add_bias(Stream, Ref, CRef, int, int) override {}
   void bias_gradient(Stream, CRef, float*, int, int) override {}
   void add_rows(Stream, Ref, CRef, int, int, RowMap) override {}
