@@ -17,7 +17,7 @@ section_number=0
 section() { section_number=$((section_number + 1)); printf '\n\n== %d. %s ==\n' "$section_number" "$1"; }
 # Shows the command, runs it, keeps its output in $last for explain to read.
 run() { printf '\n$ tessel %s\n' "$*"; "$tessel" "$@" | tee "$last"; }
-explain() { printf '\n  -> %s\n' "$*" | fold -s -w 100 | sed '2,$s/^/     /'; }
+explain() { printf '\n'; printf '  -> %s\n' "$*" | fold -s -w 100 | sed '2,$s/^/     /'; }
 # The first number after a label in the last output ("step time      826.2 ms" -> "826.2 ms").
 value_after() { grep -m1 "$1" "$2" | sed -E "s/.*$1[^0-9]*([0-9.,]+ ?[a-zA-Z%]*).*/\1/"; }
 
@@ -39,7 +39,7 @@ section "Plan: which layout is fastest, and does it fit"
 run plan --model gpt2-1.5b --cluster dgx-h100 --nodes 4 --global-batch 512 --top 5
 explain "Each row is one way to split GPT-2 1.5B over 32 H100s (dp/pp/tp: data, pipeline and tensor parallel ways; zero: how much optimizer state is sharded), fastest predicted step first; the rejected counts say why the other layouts cannot work (a head count that does not divide, memory that does not fit)."
 run plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536 --top 5
-explain "A 175B model does not fit by data parallelism alone: the best plans shard it 4 ways by tensor parallelism and keep activations small with selective recompute; the whole search of millions of layouts takes well under a few seconds."
+explain "A 175B model does not fit by data parallelism alone: the best plans shard it 4 ways by tensor parallelism and keep activations small with selective recompute; the 'searched' line says how many layouts were priced, and in how little time."
 
 section "Measure this machine"
 db="$out/profiles.db"
@@ -57,7 +57,7 @@ shipped=$(value_after "step time" "$last")
 rm -f "$out/none.db"
 run estimate --plan examples/local-cpu-gpt-small.json --db "$db"
 measured=$(value_after "step time" "$last")
-explain "The same plan predicted from the shipped profile (${shipped}) and from this machine's measurement (${measured}): the planner believes what was measured, and the tables below show where the step's time and memory go."
+explain "The same plan predicted from the shipped profile (${shipped}) and from this machine's measurement (${measured}): the planner believes what was measured, and its tables show where the step's time and memory go."
 
 section "Simulate: replay the plan op by op"
 run simulate --plan examples/gpt3-13b-dgx-h100.json --trace "$out/gpt3-13b-trace.json"
