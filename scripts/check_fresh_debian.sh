@@ -81,3 +81,4 @@ if ! in_chroot "cd /root/tessel && $step" >>"$log" 2>&1; then
   exit 1
 fi
 echo "check_fresh_debian: OK: the README's prerequisites suffice on a fresh Debian 12 ($step)"
+[ "$keep" -eq 1 ] || rm -f "$log"  # kept only when something failed, or with --keep
