@@ -26,29 +26,43 @@ cmake --build "$build_dir" -j "$(nproc)" --target "${suites[@]}" tessel tessel-r
 
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+# Each test in a process of its own, as ctest runs them: the simulator's tests share
+# SimGrid's process-wide state and only hold when each starts fresh.
+tests_of() {  # the full names of a suite's tests, one a line
+  "$build_dir/bin/$1" --gtest_list_tests | awk '/^[^ ]/ {suite = $1; next} /^  / {print suite $1}'
+}
+run_one() {  # run_one SUITE TEST: silent when clean; the log's first finding otherwise
+  local log="$build_dir/sanitize-logs/${2//\//_}.log"
+  if "$build_dir/bin/$1" --gtest_filter="$2" >"$log" 2>&1; then rm -f "$log"; else echo "$2"; fi
+}
+export -f run_one
+export build_dir
+rm -rf "$build_dir/sanitize-logs"
+mkdir -p "$build_dir/sanitize-logs"
 failed=()
 for suite in "${suites[@]}"; do
-  filter=()
-  [ "$suite" = kernels_test ] && filter=(--gtest_filter=-Build.CudaBackendWhereTheToolkitIs)
-  if "$build_dir/bin/$suite" "${filter[@]}" --gtest_brief=1 >"$build_dir/$suite.sanitize.log" 2>&1; then
-    echo "test-sanitize: $suite clean ($(grep -c '^\[       OK \]\|PASSED' "$build_dir/$suite.sanitize.log" || true))"
+  mapfile -t names < <(tests_of "$suite" | grep -vx 'Build.CudaBackendWhereTheToolkitIs')
+  mapfile -t bad < <(printf '%s\n' "${names[@]}" | xargs -P "$(nproc)" -I{} bash -c 'run_one "$0" "$1"' "$suite" {})
+  if [ ${#bad[@]} -eq 0 ]; then
+    echo "test-sanitize: $suite clean (${#names[@]} tests)"
   else
     failed+=("$suite")
-    echo "test-sanitize: $suite FAILED: $(grep -m1 -E 'ERROR: |runtime error|FAILED' "$build_dir/$suite.sanitize.log" || tail -1 "$build_dir/$suite.sanitize.log")"
+    first="$build_dir/sanitize-logs/${bad[0]//\//_}.log"
+    echo "test-sanitize: $suite: ${#bad[@]} of ${#names[@]} failed, first ${bad[0]}: $(grep -m1 -E 'ERROR: |runtime error|Failure' "$first" || tail -1 "$first")"
   fi
 done
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if ASAN_OPTIONS=halt_on_error=1:detect_leaks=0 "$build_dir/bin/tessel" run --plan examples/local-cpu-gpt-small.json \
-    --steps 2 --db "$work/runs.db" >"$build_dir/run.sanitize.log" 2>&1 </dev/null; then
+    --steps 2 --db "$work/runs.db" >"$build_dir/sanitize-logs/tessel-run.log" 2>&1 </dev/null; then
   echo "test-sanitize: 2-rank tessel run clean"
 else
   failed+=("tessel run")
-  echo "test-sanitize: 2-rank tessel run FAILED: $(grep -m1 -E 'ERROR: |runtime error|error' "$build_dir/run.sanitize.log" || tail -1 "$build_dir/run.sanitize.log")"
+  echo "test-sanitize: 2-rank tessel run FAILED: $(grep -m1 -E 'ERROR: |runtime error|error' "$build_dir/sanitize-logs/tessel-run.log" || tail -1 "$build_dir/sanitize-logs/tessel-run.log")"
 fi
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "test-sanitize: failed: ${failed[*]} (logs: $build_dir/*.sanitize.log)"
+  echo "test-sanitize: failed: ${failed[*]} (logs: $build_dir/sanitize-logs/)"
   exit 1
 fi
 echo "test-sanitize: clean: ${suites[*]} and a 2-rank tessel run"
