@@ -101,10 +101,13 @@ Files written by this demo (in $out/):
   gui-plans.png, gui-timeline.png, gui-compare.png   the GUI's tabs, rendered offscreen
 
 Try next:
-  $tessel plan --model llama2-7b --cluster dgx-h100 --nodes 2 --global-batch 256 --top 10
-  $tessel sweep --plan examples/gpt3-13b-dgx-h100.json --vary nodes=1,2,4,8
-  $tessel plan --model path/to/config.json --cluster dgx-a100 --nodes 4 --global-batch 512   # a Hugging Face config.json
-  $tessel gui                                        # the plan explorer, on a display
-  make test                                          # every test; docs/RELIABILITY.md says what they hold
+  a model of your own (a preset, a tessel model JSON, or a Hugging Face config.json):
+    $tessel plan --model llama2-7b --cluster dgx-h100 --nodes 2 --global-batch 256 --top 10
+  what more nodes would buy:
+    $tessel sweep --plan examples/gpt3-13b-dgx-h100.json --vary nodes=1,2,4,8
+  the plan explorer, on a display:
+    $tessel gui
+  every test, and what each promise rests on (docs/RELIABILITY.md):
+    make test
 Every subcommand has --help; README.md walks through each of them.
 EOF
