@@ -49,3 +49,25 @@ TEST(FuzzFindings, HugeIntegerInAModelIsRefusedByTheFieldReader) {
   });
   EXPECT_EQ(message.rfind("model.layers: ", 0), 0u) << message;
 }
+
+// fuzz_hf_config: a field of a Hugging Face config.json with the wrong type
+// ("model_type": 32000) escaped as nlohmann's type_error 302.
+TEST(FuzzFindings, WrongTypeInAHuggingFaceConfigNamesTheField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"model_type": 32000})", "model.model_type: "},
+      {R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 16,
+           "activation_function": 1})", "model.activation_function: "},
+      {R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 16,
+           "tie_word_embeddings": "yes"})", "model.tie_word_embeddings: "},
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16, "hidden_act": null})",
+       "model.hidden_act: "},
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 16, "attention_bias": 0})",
+       "model.attention_bias: "},
+  };
+  for (const auto& [text, prefix] : cases) {
+    const std::string message = error_of([&] { ModelSpec::from_hf_config(parse_json_text(text, "config.json"), "x"); });
+    EXPECT_EQ(message.rfind(prefix, 0), 0u) << text << ": " << message;
+  }
+}
