@@ -2,14 +2,18 @@
 # configure and build into build/, then act.
 #   make demo   runs the planner on the embedded presets and prints its results
 #   make test   runs every test and ends with ctest's summary
+# two that keep it so (docs/RELIABILITY.md), each in a build folder of its own:
+#   make fuzz            builds the libFuzzer targets (clang) and runs each for FUZZ_SECONDS
+#   make test-sanitize   ASan + UBSan build: unit suites without MPI and a 2-rank tessel run
 # and two for GPU machines (docs/GPU.md):
 #   make gpu-bundle  builds here and packs tessel-gpu-bundle.tar.gz for a GPU machine
 #   make gpu-check   on a GPU machine with a build environment: builds, runs the GPU
 #                    tests, profiler, benchmarks and PyTorch reference into one report
 #                    (on a bundle: tessel-gpu-bundle/gpu-check)
 BUILD_DIR ?= build
+FUZZ_SECONDS ?= 20
 
-.PHONY: demo test gpu-bundle gpu-check
+.PHONY: demo test fuzz test-sanitize gpu-bundle gpu-check
 
 demo:
 	@scripts/build.sh $(BUILD_DIR)
@@ -18,6 +22,13 @@ demo:
 test:
 	@scripts/build.sh $(BUILD_DIR)
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $$(nproc)
+
+fuzz:
+	@scripts/install-deps.sh
+	@scripts/fuzz.sh --build-dir $(BUILD_DIR)-fuzz --seconds $(FUZZ_SECONDS)
+
+test-sanitize:
+	@scripts/test_sanitize.sh --build-dir $(BUILD_DIR)-sanitize
 
 gpu-bundle:
 	@scripts/gpu-bundle.sh --build-dir $(BUILD_DIR)

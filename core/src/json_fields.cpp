@@ -227,8 +227,10 @@ class JsonGuard {
 Json parse_json_text(const std::string& text, const std::string& origin) {
   try {
     return Json::parse(text, JsonGuard(origin));
-  } catch (const Json::parse_error& error) {
-    // nlohmann's message starts with "[json.exception.parse_error.101] "; keep the rest.
+  } catch (const Json::exception& error) {
+    // A parse_error, or an out_of_range for a number beyond double's range ("1e400",
+    // found by make fuzz). nlohmann's message starts with "[json.exception.parse_error.101] "
+    // or "[json.exception.out_of_range.406] "; keep the rest.
     std::string message = error.what();
     if (auto pos = message.find("] "); pos != std::string::npos) message = message.substr(pos + 2);
     throw Error(fmt::format("{}: malformed JSON: {}", origin, message));

@@ -89,7 +89,21 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name,
   // Read only what shapes the model; HF configs carry many training-time fields that
   // tessel does not need, so unknown fields are not refused here.
   if (!json.is_object()) throw Error(fmt::format("{}: a Hugging Face config must be a JSON object", path));
-  const std::string type = json.value("model_type", std::string());
+  // Optional fields of the wrong type are refused by name (make fuzz found that
+  // json.value() lets nlohmann's type_error escape instead).
+  auto optional_string = [&](const char* key, const char* fallback) -> std::string {
+    auto it = json.find(key);
+    if (it == json.end()) return fallback;
+    if (!it->is_string()) throw Error(fmt::format("{}.{}: must be a string, got {}", path, key, it->dump()));
+    return it->get<std::string>();
+  };
+  auto optional_bool = [&](const char* key, bool fallback) -> bool {
+    auto it = json.find(key);
+    if (it == json.end()) return fallback;
+    if (!it->is_boolean()) throw Error(fmt::format("{}.{}: must be true or false, got {}", path, key, it->dump()));
+    return it->get<bool>();
+  };
+  const std::string type = optional_string("model_type", "");
   auto need_int = [&](const char* key) -> int {
     auto it = json.find(key);
     if (it == json.end() || !it->is_number_integer() || it->get<std::int64_t>() <= 0) {
@@ -113,13 +127,13 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name,
     m.ffn_hidden = (inner == json.end() || inner->is_null()) ? 4 * m.hidden : need_int("n_inner");
     m.vocab = need_int("vocab_size");
     m.seq_len = need_int("n_positions");
-    const std::string act = json.value("activation_function", std::string("gelu_new"));
+    const std::string act = optional_string("activation_function", "gelu_new");
     if (act.rfind("gelu", 0) != 0) {
       throw Error(fmt::format("{}.activation_function: tessel models gelu variants for gpt2, got '{}'", path, act));
     }
     m.activation = Activation::gelu;
     m.norm = Norm::layernorm;
-    m.tied_embeddings = json.value("tie_word_embeddings", true);
+    m.tied_embeddings = optional_bool("tie_word_embeddings", true);
     m.position_embedding = PositionEmbedding::learned;
     m.bias = true;
   } else if (type == "llama") {
@@ -130,15 +144,15 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name,
     m.ffn_hidden = need_int("intermediate_size");
     m.vocab = need_int("vocab_size");
     m.seq_len = need_int("max_position_embeddings");
-    const std::string act = json.value("hidden_act", std::string("silu"));
+    const std::string act = optional_string("hidden_act", "silu");
     if (act != "silu") {
       throw Error(fmt::format("{}.hidden_act: tessel models silu (SwiGLU) for llama, got '{}'", path, act));
     }
     m.activation = Activation::swiglu;
     m.norm = Norm::rmsnorm;
-    m.tied_embeddings = json.value("tie_word_embeddings", false);
+    m.tied_embeddings = optional_bool("tie_word_embeddings", false);
     m.position_embedding = PositionEmbedding::rope;
-    m.bias = json.value("attention_bias", false);
+    m.bias = optional_bool("attention_bias", false);
   } else {
     throw Error(fmt::format("{}.model_type: Hugging Face configs of type gpt2|llama are supported, got '{}'",
                             path, type));

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make fuzz`: builds the libFuzzer targets (tests/fuzz, clang, ASan + UBSan) into their own
+# folder and runs each for a bounded time on a seed corpus from examples/, configs/,
+# profiles/data/ and tests/fuzz/seeds/. The corpora grow in the build folder, never in the
+# repository. A finding (crash, leak, sanitizer report, an exception other than
+# tessel::Error) stops that target with the input saved under BUILD/findings/; this script
+# then lists them and exits 1. Reproduce one: BUILD/bin/fuzz_plan BUILD/findings/crash-...;
+# then make it a regression test in the normal suites (docs/RELIABILITY.md).
+# Usage: scripts/fuzz.sh [--build-dir build-fuzz] [--seconds 20] [target ...]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build_dir=build-fuzz seconds=20 targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    -*) echo "fuzz: unknown option $1 (allowed: --build-dir DIR, --seconds N)" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_plan fuzz_model fuzz_cluster fuzz_hf_config fuzz_checkpoint fuzz_profile_import)
+command -v clang++ >/dev/null || { echo "fuzz: no clang++ (scripts/packages.txt lists clang; run scripts/install-deps.sh as root)" >&2; exit 2; }
+
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DTESSEL_FUZZ=ON "${launcher[@]}" | grep "tessel:" || true
+fi
+cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}"
+
+seeds_of() {  # the seed files of one target
+  case "$1" in
+    fuzz_plan) ls examples/*.json examples/simulator/*.json ;;
+    fuzz_model) ls configs/models/*.json ;;
+    fuzz_cluster) ls configs/clusters/*.json ;;
+    fuzz_hf_config) ls tests/fuzz/seeds/hf_config/*.json ;;
+    fuzz_checkpoint) ls tests/fuzz/seeds/checkpoint/*.json ;;
+    fuzz_profile_import) ls profiles/data/*.json ;;
+  esac
+}
+findings="$build_dir/findings"
+mkdir -p "$findings"
+failed=()
+for target in "${targets[@]}"; do
+  corpus="$build_dir/corpus/$target"
+  mkdir -p "$corpus"
+  seeds_of "$target" | xargs -r cp -t "$corpus"
+  echo "fuzz: $target for ${seconds} s (corpus $corpus)"
+  if ! "$build_dir/bin/$target" "$corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+      -artifact_prefix="$findings/$target-" -print_final_stats=1 >"$build_dir/$target.log" 2>&1; then
+    failed+=("$target")
+    echo "fuzz: $target FOUND A PROBLEM: $(grep -m1 -E 'ERROR|SUMMARY|deadly|terminate' "$build_dir/$target.log" || tail -1 "$build_dir/$target.log")"
+  else
+    echo "fuzz: $target clean: $(grep -m1 'stat::number_of_executed_units' "$build_dir/$target.log" | awk '{print $2}') runs"
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz: findings in ${failed[*]}; inputs under $findings/, logs $build_dir/<target>.log"
+  exit 1
+fi
+echo "fuzz: all ${#targets[@]} target(s) clean for ${seconds} s each"
