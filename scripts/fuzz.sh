@@ -6,16 +6,21 @@
 # tessel::Error) stops that target with the input saved under BUILD/findings/; this script
 # then lists them and exits 1. Reproduce one: BUILD/bin/fuzz_plan BUILD/findings/crash-...;
 # then make it a regression test in the normal suites (docs/RELIABILITY.md).
-# Usage: scripts/fuzz.sh [--build-dir build-fuzz] [--seconds 20] [target ...]
+# Usage: scripts/fuzz.sh [--build-dir build-fuzz] [--seconds 20 | --runs N --seed S] [target ...]
+# --runs N --seed S: N inputs per target from a fixed seed instead of a time budget, the
+# same inputs on every machine (CI uses this, so that a red CI is a finding anyone can
+# reproduce and not a roll of the dice).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-build_dir=build-fuzz seconds=20 targets=()
+build_dir=build-fuzz seconds=20 runs=0 seed=0 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
-    -*) echo "fuzz: unknown option $1 (allowed: --build-dir DIR, --seconds N)" >&2; exit 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    -*) echo "fuzz: unknown option $1 (allowed: --build-dir DIR, --seconds N, --runs N, --seed S)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -47,8 +52,10 @@ for target in "${targets[@]}"; do
   corpus="$build_dir/corpus/$target"
   mkdir -p "$corpus"
   seeds_of "$target" | xargs -r cp -t "$corpus"
-  echo "fuzz: $target for ${seconds} s (corpus $corpus)"
-  if ! "$build_dir/bin/$target" "$corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  budget=(-max_total_time="$seconds")
+  [ "$runs" -gt 0 ] && budget=(-runs="$runs" -seed="$seed")
+  echo "fuzz: $target, ${budget[*]} (corpus $corpus)"
+  if ! "$build_dir/bin/$target" "$corpus" "${budget[@]}" -timeout=10 -rss_limit_mb=2048 \
       -artifact_prefix="$findings/$target-" -print_final_stats=1 >"$build_dir/$target.log" 2>&1; then
     failed+=("$target")
     echo "fuzz: $target FOUND A PROBLEM: $(grep -m1 -E 'ERROR|SUMMARY|deadly|terminate' "$build_dir/$target.log" || tail -1 "$build_dir/$target.log")"
@@ -60,4 +67,8 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: findings in ${failed[*]}; inputs under $findings/, logs $build_dir/<target>.log"
   exit 1
 fi
-echo "fuzz: all ${#targets[@]} target(s) clean for ${seconds} s each"
+if [ "$runs" -gt 0 ]; then
+  echo "fuzz: all ${#targets[@]} target(s) clean for $runs inputs each (seed $seed)"
+else
+  echo "fuzz: all ${#targets[@]} target(s) clean for ${seconds} s each"
+fi
