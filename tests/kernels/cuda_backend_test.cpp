@@ -148,17 +148,20 @@ class CudaBackendOnDevice : public ::testing::Test {
     cpu_backend().convert(kCompute, f32(values.data()), CRef{bytes.data(), type}, n);
     return values;
   }
-  // Every element within `tolerance` relative to max(1, |CPU's value|).
-  void expect_close(const Twin& t, double tolerance, const std::string& what) {
+  // Every element within `tolerance` relative to max(1, |CPU's value|); the first five
+  // that are not, named.
+  ::testing::AssertionResult close_to_cpu(const Twin& t, double tolerance, const std::string& what) {
     const auto want = floats(t.host, t.type, t.n), got = floats(device_bytes(t), t.type, t.n);
+    ::testing::AssertionResult result = ::testing::AssertionSuccess();
     int reported = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
+    for (std::size_t i = 0; i < want.size() && reported < 5; ++i) {
       const double bound = tolerance * std::max(1.0, std::abs(double(want[i])));
       if (std::abs(double(got[i]) - double(want[i])) <= bound) continue;
-      ADD_FAILURE() << what << " (" << to_string(t.type) << ") element " << i << ": cuda " << got[i] << ", cpu "
-                    << want[i];
-      if (++reported == 5) return;
+      if (reported++ == 0) result = ::testing::AssertionFailure();
+      result << what << " (" << to_string(t.type) << ") element " << i << ": cuda " << got[i] << ", cpu " << want[i]
+             << "; ";
     }
+    return result;
   }
   static double tolerance(DType type) { return type == DType::f32 ? 1e-5 : 2e-2; }
 
@@ -245,19 +248,19 @@ TEST_F(CudaBackendOnDevice, AddScaleAndResidualMatchTheCpu) {
     Twin bias = random_twin(cols, DType::bf16);
     cpu_.add(kCompute, out.cpu(), a.cpu(), b.cpu(), n);
     gpu_->add(kCompute, out.gpu(), a.gpu(), b.gpu(), n);
-    expect_close(out, tolerance(type), "add");
+    EXPECT_TRUE(close_to_cpu(out, tolerance(type), "add"));
     cpu_.scale(kCompute, out.cpu(), n, 0.75f);
     gpu_->scale(kCompute, out.gpu(), n, 0.75f);
-    expect_close(out, tolerance(type), "scale");
+    EXPECT_TRUE(close_to_cpu(out, tolerance(type), "scale"));
     cpu_.residual(kCompute, out.cpu(), a.cpu(), b.cpu(), bias.cpu(), rows, cols);
     gpu_->residual(kCompute, out.gpu(), a.gpu(), b.gpu(), bias.gpu(), rows, cols);
-    expect_close(out, tolerance(type), "residual with bias");
+    EXPECT_TRUE(close_to_cpu(out, tolerance(type), "residual with bias"));
     cpu_.residual(kCompute, out.cpu(), a.cpu(), b.cpu(), CRef{}, rows, cols);
     gpu_->residual(kCompute, out.gpu(), a.gpu(), b.gpu(), CRef{}, rows, cols);
-    expect_close(out, tolerance(type), "residual");
+    EXPECT_TRUE(close_to_cpu(out, tolerance(type), "residual"));
     cpu_.add_bias(kCompute, out.cpu(), bias.cpu(), rows, cols);
     gpu_->add_bias(kCompute, out.gpu(), bias.gpu(), rows, cols);
-    expect_close(out, tolerance(type), "add_bias");
+    EXPECT_TRUE(close_to_cpu(out, tolerance(type), "add_bias"));
     Twin transposed = random_twin(n, type);
     cpu_.transpose(kCompute, transposed.cpu(), a.cpu(), rows, cols);
     gpu_->transpose(kCompute, transposed.gpu(), a.gpu(), rows, cols);
@@ -276,7 +279,7 @@ TEST_F(CudaBackendOnDevice, ColumnSumsMatchTheCpuAndRepeatBitForBit) {
     gpu_->upload(kCompute, gradient.device, start.data(), start.size());
     gpu_->bias_gradient(kCompute, dy.gpu(), static_cast<float*>(gradient.device), rows, cols);
     EXPECT_EQ(device_bytes(gradient), once) << "bias_gradient is not deterministic";
-    expect_close(gradient, 1e-4, "bias_gradient");  // 1000 rows summed in another grouping
+    EXPECT_TRUE(close_to_cpu(gradient, 1e-4, "bias_gradient"));  // 1000 rows summed in another grouping
 
     const RowMap map{2, 3, 7};
     Twin table_gradient = random_twin(std::int64_t(9) * cols, DType::f32);
@@ -294,16 +297,16 @@ TEST_F(CudaBackendOnDevice, GeluAndSwigluMatchTheCpu) {
     Twin dx = random_twin(n, type);
     cpu_.gelu_forward(kCompute, x.cpu(), y.cpu(), n);
     gpu_->gelu_forward(kCompute, x.gpu(), y.gpu(), n);
-    expect_close(y, tolerance(type), "gelu_forward");
+    EXPECT_TRUE(close_to_cpu(y, tolerance(type), "gelu_forward"));
     cpu_.gelu_backward(kCompute, x.cpu(), dy.cpu(), dx.cpu(), n);
     gpu_->gelu_backward(kCompute, x.gpu(), dy.gpu(), dx.gpu(), n);
-    expect_close(dx, tolerance(type), "gelu_backward");
+    EXPECT_TRUE(close_to_cpu(dx, tolerance(type), "gelu_backward"));
     cpu_.swiglu_forward(kCompute, x.cpu(), y.cpu(), rows, f);
     gpu_->swiglu_forward(kCompute, x.gpu(), y.gpu(), rows, f);
-    expect_close(y, tolerance(type), "swiglu_forward");
+    EXPECT_TRUE(close_to_cpu(y, tolerance(type), "swiglu_forward"));
     cpu_.swiglu_backward(kCompute, x.cpu(), dy.cpu(), dx.cpu(), rows, f);
     gpu_->swiglu_backward(kCompute, x.gpu(), dy.gpu(), dx.gpu(), rows, f);
-    expect_close(dx, tolerance(type), "swiglu_backward");
+    EXPECT_TRUE(close_to_cpu(dx, tolerance(type), "swiglu_backward"));
   }
 }
 
@@ -324,12 +327,12 @@ TEST_F(CudaBackendOnDevice, LayerNormMatchesTheCpuWholeAndInColumnBlocks) {
       b->layer_norm_backward(kCompute, ref(dy), ref(x), ref(gamma), fp(mean, on_cpu), fp(rstd, on_cpu), ref(dx),
                              fp(dgamma, on_cpu), fp(dbeta, on_cpu), rows, cols, true);
     }
-    expect_close(y, tolerance(type), "layer_norm_forward y");
-    expect_close(mean, 1e-5, "layer_norm_forward mean");
-    expect_close(rstd, 1e-5, "layer_norm_forward rstd");
-    expect_close(dx, tolerance(type), "layer_norm_backward dx");
-    expect_close(dgamma, 1e-4, "layer_norm_backward dgamma");
-    expect_close(dbeta, 1e-4, "layer_norm_backward dbeta");
+    EXPECT_TRUE(close_to_cpu(y, tolerance(type), "layer_norm_forward y"));
+    EXPECT_TRUE(close_to_cpu(mean, 1e-5, "layer_norm_forward mean"));
+    EXPECT_TRUE(close_to_cpu(rstd, 1e-5, "layer_norm_forward rstd"));
+    EXPECT_TRUE(close_to_cpu(dx, tolerance(type), "layer_norm_backward dx"));
+    EXPECT_TRUE(close_to_cpu(dgamma, 1e-4, "layer_norm_backward dgamma"));
+    EXPECT_TRUE(close_to_cpu(dbeta, 1e-4, "layer_norm_backward dbeta"));
 
     // The same statistics and gradients through the column-block phases, one block.
     Twin sums = random_twin(rows, DType::f32), sums2 = random_twin(rows, DType::f32);
@@ -348,12 +351,12 @@ TEST_F(CudaBackendOnDevice, LayerNormMatchesTheCpuWholeAndInColumnBlocks) {
       b->layer_norm_backward_apply(kCompute, ref(dy), ref(x), ref(gamma), fp(mean, on_cpu), fp(rstd, on_cpu),
                                    fp(sums, on_cpu), fp(sums2, on_cpu), cols, ref(dx), rows, cols, false);
     }
-    expect_close(mean, 1e-5, "row_sums / finish_mean");
-    expect_close(rstd, 1e-5, "row_centered_square_sums / finish_rstd");
-    expect_close(y, tolerance(type), "layer_norm_apply");
-    expect_close(sums, 1e-4, "layer_norm_backward_partials sum_dxhat");
-    expect_close(dx, tolerance(type), "layer_norm_backward_apply");
-    expect_close(dgamma, 1e-4, "layer_norm_backward_partials dgamma");
+    EXPECT_TRUE(close_to_cpu(mean, 1e-5, "row_sums / finish_mean"));
+    EXPECT_TRUE(close_to_cpu(rstd, 1e-5, "row_centered_square_sums / finish_rstd"));
+    EXPECT_TRUE(close_to_cpu(y, tolerance(type), "layer_norm_apply"));
+    EXPECT_TRUE(close_to_cpu(sums, 1e-4, "layer_norm_backward_partials sum_dxhat"));
+    EXPECT_TRUE(close_to_cpu(dx, tolerance(type), "layer_norm_backward_apply"));
+    EXPECT_TRUE(close_to_cpu(dgamma, 1e-4, "layer_norm_backward_partials dgamma"));
   }
 }
 
@@ -367,14 +370,14 @@ TEST_F(CudaBackendOnDevice, RmsNormMatchesTheCpu) {
     cpu_.rms_norm_forward(kCompute, x.cpu(), gamma.cpu(), y.cpu(), static_cast<float*>(rstd.cpu().data), rows, cols,
                           1e-6f);
     gpu_->rms_norm_forward(kCompute, x.gpu(), gamma.gpu(), y.gpu(), static_cast<float*>(rstd.device), rows, cols, 1e-6f);
-    expect_close(y, tolerance(type), "rms_norm_forward y");
-    expect_close(rstd, 1e-5, "rms_norm_forward rstd");
+    EXPECT_TRUE(close_to_cpu(y, tolerance(type), "rms_norm_forward y"));
+    EXPECT_TRUE(close_to_cpu(rstd, 1e-5, "rms_norm_forward rstd"));
     cpu_.rms_norm_backward(kCompute, dy.cpu(), x.cpu(), gamma.cpu(), static_cast<float*>(rstd.cpu().data), dx.cpu(),
                            static_cast<float*>(dgamma.cpu().data), rows, cols, false);
     gpu_->rms_norm_backward(kCompute, dy.gpu(), x.gpu(), gamma.gpu(), static_cast<float*>(rstd.device), dx.gpu(),
                             static_cast<float*>(dgamma.device), rows, cols, false);
-    expect_close(dx, tolerance(type), "rms_norm_backward dx");
-    expect_close(dgamma, 1e-4, "rms_norm_backward dgamma");
+    EXPECT_TRUE(close_to_cpu(dx, tolerance(type), "rms_norm_backward dx"));
+    EXPECT_TRUE(close_to_cpu(dgamma, 1e-4, "rms_norm_backward dgamma"));
   }
 }
 
@@ -418,14 +421,14 @@ TEST_F(CudaBackendOnDevice, FusedResidualNormMatchesTheCpuAndTheUnfusedPairBitFo
         }
         const std::string what = std::string(rms ? "residual_rms_norm_forward" : "residual_layer_norm_forward") +
                                  " over " + std::to_string(cols) + " columns";
-        expect_close(in_place, tolerance(type), what + " residual_out");
-        expect_close(y, tolerance(type), what + " y");
-        expect_close(rstd, 1e-5, what + " rstd");
+        EXPECT_TRUE(close_to_cpu(in_place, tolerance(type), what + " residual_out"));
+        EXPECT_TRUE(close_to_cpu(y, tolerance(type), what + " y"));
+        EXPECT_TRUE(close_to_cpu(rstd, 1e-5, what + " rstd"));
         EXPECT_EQ(device_bytes(in_place), device_bytes(unfused_sum)) << what << " residual_out";
         EXPECT_EQ(device_bytes(y), device_bytes(unfused_y)) << what << " y";
         EXPECT_EQ(device_bytes(rstd), device_bytes(unfused_rstd)) << what << " rstd";
         if (!rms) {
-          expect_close(mean, 1e-5, what + " mean");
+          EXPECT_TRUE(close_to_cpu(mean, 1e-5, what + " mean"));
           EXPECT_EQ(device_bytes(mean), device_bytes(unfused_mean)) << what << " mean";
         }
       }

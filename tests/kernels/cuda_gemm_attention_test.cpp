@@ -109,31 +109,60 @@ std::vector<float> random_values(std::mt19937& rng, std::int64_t n, float low = 
   return values;
 }
 
-// Compares element by element; infinities must match exactly.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
+// Several checks of one case folded into one result, every failure's message kept.
+class Checks {
+ public:
+  void add(const ::testing::AssertionResult& check) {
+    if (check) return;
+    failed_ = true;
+    messages_ += check.message() + std::string("\n");
+  }
+  ::testing::AssertionResult result() const {
+    return failed_ ? ::testing::AssertionFailure() << messages_ : ::testing::AssertionSuccess();
+  }
+
+ private:
+  bool failed_ = false;
+  std::string messages_;
+};
+
+// Element by element; infinities must match exactly. The first three that differ, named.
+::testing::AssertionResult close_to(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                                    const std::string& what) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << what << ": " << got.size() << " elements, the CPU has " << want.size();
+  }
   int failures = 0;
+  std::string first;
   for (std::size_t i = 0; i < got.size(); ++i) {
     const bool close = std::isinf(want[i])
                            ? got[i] == want[i]
                            : std::abs(double(got[i]) - want[i]) <= tol * std::max(1.0, std::abs(double(want[i])));
-    if (!close && failures++ < 3) ADD_FAILURE() << what << " [" << i << "]: gpu " << got[i] << ", cpu " << want[i];
+    if (!close && failures++ < 3) {
+      first += " [" + std::to_string(i) + "]: gpu " + std::to_string(got[i]) + ", cpu " + std::to_string(want[i]);
+    }
   }
-  EXPECT_EQ(failures, 0) << what << ": " << failures << " of " << got.size() << " elements differ";
+  if (failures == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << failures << " of " << got.size() << " elements differ;"
+                                       << first;
 }
 
-// Runs `op` on the GPU twice from the same inputs (resetting `outputs` in between) and
-// expects the same bits from both runs.
+// Runs `op` on the GPU twice from the same inputs (resetting `outputs` in between): the
+// same bits from both runs.
 template <typename Op>
-void expect_deterministic(const std::vector<Pair*>& outputs, const Op& op, const std::string& what) {
+::testing::AssertionResult repeats_bits(const std::vector<Pair*>& outputs, const Op& op, const std::string& what) {
   std::vector<std::vector<std::uint8_t>> first;
   for (Pair* p : outputs) p->reset_gpu();
   op();
   for (Pair* p : outputs) first.push_back(p->gpu_bytes());
   for (Pair* p : outputs) p->reset_gpu();
   op();
-  for (std::size_t i = 0; i < outputs.size(); ++i)
-    EXPECT_TRUE(outputs[i]->gpu_bytes() == first[i]) << what << ": output " << i << " differs between runs";
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i]->gpu_bytes() != first[i]) {
+      return ::testing::AssertionFailure() << what << ": output " << i << " differs between runs";
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 class CudaGemmAttentionTest : public ::testing::Test {
@@ -170,7 +199,8 @@ struct GemmCase {
   }
 };
 
-void check_gemm(Backend& gpu, std::mt19937& rng, const GemmCase& c) {
+::testing::AssertionResult gemm_matches_cpu(Backend& gpu, std::mt19937& rng, const GemmCase& c) {
+  Checks checks;
   const std::int64_t mn = std::int64_t(c.m) * c.n;
   Pair a(gpu, c.input, random_values(rng, std::int64_t(c.m) * c.k)),
       b(gpu, c.input, random_values(rng, std::int64_t(c.k) * c.n));
@@ -189,13 +219,14 @@ void check_gemm(Backend& gpu, std::mt19937& rng, const GemmCase& c) {
   };
   cpu_backend().gemm(kStream, make(false));
   const Gemm on_gpu = make(true);
-  expect_deterministic(
-      {&out, &aux, &bias_gradient}, [&] { gpu.gemm(kStream, on_gpu); }, c.name());
+  checks.add(repeats_bits(
+      {&out, &aux, &bias_gradient}, [&] { gpu.gemm(kStream, on_gpu); }, c.name()));
   const double tol = c.tolerance();
-  expect_close(out.gpu_values(), out.cpu_values(), tol, c.name() + " C");
-  if (c.epilogue == Epilogue::bias_gelu) expect_close(aux.gpu_values(), aux.cpu_values(), tol, c.name() + " aux");
+  checks.add(close_to(out.gpu_values(), out.cpu_values(), tol, c.name() + " C"));
+  if (c.epilogue == Epilogue::bias_gelu) checks.add(close_to(aux.gpu_values(), aux.cpu_values(), tol, c.name() + " aux"));
   if (c.epilogue == Epilogue::bias_gradient || c.epilogue == Epilogue::dgelu_bias_gradient)
-    expect_close(bias_gradient.gpu_values(), bias_gradient.cpu_values(), tol, c.name() + " bias gradient");
+    checks.add(close_to(bias_gradient.gpu_values(), bias_gradient.cpu_values(), tol, c.name() + " bias gradient"));
+  return checks.result();
 }
 
 TEST_F(CudaGemmAttentionTest, GemmEveryTransposeAndEpilogueMatchesCpu) {
@@ -216,15 +247,15 @@ TEST_F(CudaGemmAttentionTest, GemmEveryTransposeAndEpilogueMatchesCpu) {
               if (epilogue == Epilogue::bias_gradient && tb) continue;  // it sums the rows of a plain B
               for (const float beta : {0.0f, 0.5f}) {
                 if (epilogue == Epilogue::dgelu_bias_gradient && beta != 0.0f) continue;  // overwrites C
-                check_gemm(gpu(), rng_, {input, output, ta, tb, shape.m, shape.n, shape.k, beta, epilogue});
+                EXPECT_TRUE(gemm_matches_cpu(gpu(), rng_, {input, output, ta, tb, shape.m, shape.n, shape.k, beta, epilogue}));
               }
             }
       }
 }
 
 TEST_F(CudaGemmAttentionTest, GemmWithEmptySumScalesC) {
-  check_gemm(gpu(), rng_, {DType::f32, DType::f32, false, false, 8, 8, 0, 0.5f, Epilogue::none});
-  check_gemm(gpu(), rng_, {DType::bf16, DType::bf16, false, false, 8, 8, 0, 0.0f, Epilogue::bias_gelu});
+  EXPECT_TRUE(gemm_matches_cpu(gpu(), rng_, {DType::f32, DType::f32, false, false, 8, 8, 0, 0.5f, Epilogue::none}));
+  EXPECT_TRUE(gemm_matches_cpu(gpu(), rng_, {DType::bf16, DType::bf16, false, false, 8, 8, 0, 0.0f, Epilogue::bias_gelu}));
 }
 
 TEST_F(CudaGemmAttentionTest, GemmInTf32MatchesCpu) {
@@ -233,7 +264,7 @@ TEST_F(CudaGemmAttentionTest, GemmInTf32MatchesCpu) {
       for (const Epilogue epilogue : {Epilogue::none, Epilogue::bias, Epilogue::bias_gelu}) {
         GemmCase c{DType::f32, DType::f32, ta, tb, 48, 40, 72, 0.5f, epilogue};
         c.tf32 = true;
-        check_gemm(gpu(), rng_, c);
+        EXPECT_TRUE(gemm_matches_cpu(gpu(), rng_, c));
       }
 }
 
@@ -242,7 +273,7 @@ TEST_F(CudaGemmAttentionTest, GemmWithF8InputsMatchesCpu) {
   for (const DType output : {DType::f32, DType::bf16})
     for (const Epilogue epilogue : {Epilogue::none, Epilogue::bias, Epilogue::bias_gelu})
       for (const float beta : {0.0f, 0.5f})
-        check_gemm(gpu(), rng_, {DType::f8_e4m3, output, false, true, 48, 40, 64, beta, epilogue});
+        EXPECT_TRUE(gemm_matches_cpu(gpu(), rng_, {DType::f8_e4m3, output, false, true, 48, 40, 64, beta, epilogue}));
 }
 
 // Every fp8 call cuBLASLt cannot run is refused with tessel::Error, and nothing else.
@@ -294,9 +325,9 @@ TEST_F(CudaGemmAttentionTest, BatchedGemmMatchesCpu) {
         const BatchedGemm on_gpu = make(true);
         const std::string what =
             "batched " + std::string(to_string(type)) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb);
-        expect_deterministic(
-            {&c}, [&] { gpu().gemm_batched(kStream, on_gpu); }, what);
-        expect_close(c.gpu_values(), c.cpu_values(), tolerance(type), what);
+        EXPECT_TRUE(repeats_bits(
+            {&c}, [&] { gpu().gemm_batched(kStream, on_gpu); }, what));
+        EXPECT_TRUE(close_to(c.gpu_values(), c.cpu_values(), tolerance(type), what));
       }
 }
 
@@ -311,23 +342,23 @@ TEST_F(CudaGemmAttentionTest, CausalSoftmaxForwardAndBackwardMatchCpu) {
     const float scale = 0.37f;
     cpu_backend().causal_softmax_forward(kStream, scores.cpu(), probs.cpu(), batch, rows, cols, first_row, scale);
     const std::string what = "softmax " + std::string(to_string(type));
-    expect_deterministic(
+    EXPECT_TRUE(repeats_bits(
         {&probs},
         [&] { gpu().causal_softmax_forward(kStream, scores.gpu(), probs.gpu(), batch, rows, cols, first_row, scale); },
-        what + " forward");
-    expect_close(probs.gpu_values(), probs.cpu_values(), tolerance(type), what + " forward");
+        what + " forward"));
+    EXPECT_TRUE(close_to(probs.gpu_values(), probs.cpu_values(), tolerance(type), what + " forward"));
     // The backward from the CPU's probabilities on both sides.
     Pair same_probs(gpu(), type, probs.cpu_values());
     cpu_backend().causal_softmax_backward(kStream, same_probs.cpu(), dprobs.cpu(), dscores.cpu(), batch * rows, cols,
                                           scale);
-    expect_deterministic(
+    EXPECT_TRUE(repeats_bits(
         {&dscores},
         [&] {
           gpu().causal_softmax_backward(kStream, same_probs.gpu(), dprobs.gpu(), dscores.gpu(), batch * rows, cols,
                                         scale);
         },
-        what + " backward");
-    expect_close(dscores.gpu_values(), dscores.cpu_values(), tolerance(type), what + " backward");
+        what + " backward"));
+    EXPECT_TRUE(close_to(dscores.gpu_values(), dscores.cpu_values(), tolerance(type), what + " backward"));
   }
 }
 
@@ -340,10 +371,10 @@ TEST_F(CudaGemmAttentionTest, AttentionDeltaMatchesCpu) {
     Pair delta(gpu(), DType::f32, random_values(rng_, rows));
     cpu_backend().attention_delta(kStream, dout.cpu(), out.cpu(), delta.cpu_f32(), rows, head_dim);
     const std::string what = "attention_delta " + std::string(to_string(type));
-    expect_deterministic(
+    EXPECT_TRUE(repeats_bits(
         {&delta}, [&] { gpu().attention_delta(kStream, dout.gpu(), out.gpu(), delta.gpu_f32(), rows, head_dim); },
-        what);
-    expect_close(delta.gpu_values(), delta.cpu_values(), tolerance(type), what);
+        what));
+    EXPECT_TRUE(close_to(delta.gpu_values(), delta.cpu_values(), tolerance(type), what));
   }
 }
 
@@ -357,8 +388,10 @@ struct KeyBlock {
 // Forward over `blocks` in order (merging after the first), then the backward of each
 // block (dq accumulated over all, dk/dv written), on both backends; compares out, lse,
 // dq, dk and dv, and expects each GPU call to repeat its bits.
-void check_fused_attention(Backend& gpu, std::mt19937& rng, DType type, int head_dim, int q_len, int q_first,
-                           const std::vector<KeyBlock>& blocks, bool accumulate_kv) {
+::testing::AssertionResult fused_attention_matches_cpu(Backend& gpu, std::mt19937& rng, DType type, int head_dim,
+                                                       int q_len, int q_first, const std::vector<KeyBlock>& blocks,
+                                                       bool accumulate_kv) {
+  Checks checks;
   const int bh = 3;
   const float scale = 1.0f / std::sqrt(float(head_dim));
   const std::int64_t q_size = std::int64_t(bh) * q_len * head_dim;
@@ -386,14 +419,14 @@ void check_fused_attention(Backend& gpu, std::mt19937& rng, DType type, int head
     return a;
   };
   for (std::size_t i = 0; i < blocks.size(); ++i) cpu_backend().attention_forward(kStream, forward_args(i, false));
-  expect_deterministic(
+  checks.add(repeats_bits(
       {&out, &lse},
       [&] {
         for (std::size_t i = 0; i < blocks.size(); ++i) gpu.attention_forward(kStream, forward_args(i, true));
       },
-      what + " forward");
-  expect_close(out.gpu_values(), out.cpu_values(), tolerance(type), what + " out");
-  expect_close(lse.gpu_values(), lse.cpu_values(), tolerance(type), what + " lse");
+      what + " forward"));
+  checks.add(close_to(out.gpu_values(), out.cpu_values(), tolerance(type), what + " out"));
+  checks.add(close_to(lse.gpu_values(), lse.cpu_values(), tolerance(type), what + " lse"));
 
   // The backward from the CPU's out and lse on both sides, so it is checked on its own.
   Pair cpu_out(gpu, type, out.cpu_values()), cpu_lse(gpu, DType::f32, lse.cpu_values());
@@ -417,37 +450,38 @@ void check_fused_attention(Backend& gpu, std::mt19937& rng, DType type, int head
   for (std::size_t i = 0; i < blocks.size(); ++i) cpu_backend().attention_backward(kStream, backward_args(i, false));
   std::vector<Pair*> gradients{&dq};
   for (std::size_t i = 0; i < blocks.size(); ++i) gradients.push_back(dk[i].get()), gradients.push_back(dv[i].get());
-  expect_deterministic(
+  checks.add(repeats_bits(
       gradients,
       [&] {
         for (std::size_t i = 0; i < blocks.size(); ++i) gpu.attention_backward(kStream, backward_args(i, true));
       },
-      what + " backward");
-  expect_close(dq.gpu_values(), dq.cpu_values(), tolerance(type), what + " dq");
+      what + " backward"));
+  checks.add(close_to(dq.gpu_values(), dq.cpu_values(), tolerance(type), what + " dq"));
   for (std::size_t i = 0; i < blocks.size(); ++i) {
-    expect_close(dk[i]->gpu_values(), dk[i]->cpu_values(), tolerance(type), what + " dk " + std::to_string(i));
-    expect_close(dv[i]->gpu_values(), dv[i]->cpu_values(), tolerance(type), what + " dv " + std::to_string(i));
+    checks.add(close_to(dk[i]->gpu_values(), dk[i]->cpu_values(), tolerance(type), what + " dk " + std::to_string(i)));
+    checks.add(close_to(dv[i]->gpu_values(), dv[i]->cpu_values(), tolerance(type), what + " dv " + std::to_string(i)));
   }
+  return checks.result();
 }
 
 TEST_F(CudaGemmAttentionTest, FusedAttentionOneBlockMatchesCpu) {
   for (const DType type : {DType::f32, DType::bf16, DType::f16})
     for (const int head_dim : {32, 64, 128})
-      check_fused_attention(gpu(), rng_, type, head_dim, 100, 0, {{0, 100}}, false);
+      EXPECT_TRUE(fused_attention_matches_cpu(gpu(), rng_, type, head_dim, 100, 0, {{0, 100}}, false));
 }
 
 TEST_F(CudaGemmAttentionTest, FusedAttentionMergesTwoKeyBlocksWithOffsets) {
   // A ring rank holding queries 70..139 sees an earlier block 0..69 and its own 70..139.
   for (const DType type : {DType::f32, DType::bf16})
     for (const int head_dim : {32, 64, 128})
-      check_fused_attention(gpu(), rng_, type, head_dim, 70, 70, {{0, 70}, {70, 70}}, true);
+      EXPECT_TRUE(fused_attention_matches_cpu(gpu(), rng_, type, head_dim, 70, 70, {{0, 70}, {70, 70}}, true));
 }
 
 TEST_F(CudaGemmAttentionTest, FusedAttentionRowsThatSeeNoKey) {
   // Keys from position 40 on: queries 0..39 see none of them (out 0, lse -inf), then a
   // merge with a later block that no query sees leaves everything as it was.
   for (const DType type : {DType::f32, DType::bf16})
-    check_fused_attention(gpu(), rng_, type, 64, 90, 0, {{40, 50}, {200, 33}}, false);
+    EXPECT_TRUE(fused_attention_matches_cpu(gpu(), rng_, type, 64, 90, 0, {{40, 50}, {200, 33}}, false));
 }
 
 TEST_F(CudaGemmAttentionTest, FusedAttentionRefusesOtherHeadDims) {
