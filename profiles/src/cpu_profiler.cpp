@@ -44,28 +44,11 @@ CpuInfo detect_cpu() {
 
 namespace {
 
-struct GemmShape {
-  int m, n, k;
-};
-
+// CPU-sized models: squares up to 2048, blocks of hidden 128 to 768.
 std::vector<GemmShape> gemm_shapes(bool quick) {
-  std::vector<GemmShape> shapes;
-  for (int n : {32, 64, 128, 256, 512, 1024, 2048}) {
-    if (quick && n > 512) break;
-    shapes.push_back({n, n, n});
-  }
-  // The shapes of a transformer block on CPU-sized models: QKV, projection, fc1, fc2.
-  const std::vector<int> hiddens = quick ? std::vector<int>{128, 256} : std::vector<int>{128, 256, 512, 768};
-  const std::vector<int> tokens = quick ? std::vector<int>{256} : std::vector<int>{256, 1024};
-  for (int t : tokens) {
-    for (int h : hiddens) {
-      shapes.push_back({t, 3 * h, h});
-      shapes.push_back({t, h, h});
-      shapes.push_back({t, 4 * h, h});
-      shapes.push_back({t, h, 4 * h});
-    }
-  }
-  return shapes;
+  if (quick) return transformer_gemm_shapes(std::vector{32, 64, 128, 256, 512}, std::vector{128, 256}, std::vector{256});
+  return transformer_gemm_shapes(std::vector{32, 64, 128, 256, 512, 1024, 2048}, std::vector{128, 256, 512, 768},
+                                 std::vector{256, 1024});
 }
 
 // The clock /proc/cpuinfo reports may sit below the turbo clock the GEMMs ran at: the

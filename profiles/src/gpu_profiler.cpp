@@ -18,25 +18,11 @@ namespace tessel::profiles {
 
 namespace k = tessel::kernels;
 
-std::vector<GpuGemmShape> gpu_gemm_shapes(bool quick) {
-  std::vector<GpuGemmShape> shapes;
-  for (int n : {256, 512, 1024, 2048, 4096, 8192}) {
-    if (quick && n > 2048) break;
-    shapes.push_back({n, n, n});
-  }
-  // A transformer block's GEMMs (QKV, projection, fc1, fc2) for GPT sizes from 350M to
-  // 70B-class hidden widths, at a micro-batch's worth of tokens.
-  const std::vector<int> hiddens = quick ? std::vector<int>{1024, 2048} : std::vector<int>{1024, 2048, 4096, 8192};
-  const std::vector<int> tokens = quick ? std::vector<int>{2048} : std::vector<int>{2048, 8192};
-  for (int t : tokens) {
-    for (int h : hiddens) {
-      shapes.push_back({t, 3 * h, h});
-      shapes.push_back({t, h, h});
-      shapes.push_back({t, 4 * h, h});
-      shapes.push_back({t, h, 4 * h});
-    }
-  }
-  return shapes;
+// GPT sizes from 350M to 70B-class hidden widths, at a micro-batch's worth of tokens.
+std::vector<GemmShape> gpu_gemm_shapes(bool quick) {
+  if (quick) return transformer_gemm_shapes(std::vector{256, 512, 1024, 2048}, std::vector{1024, 2048}, std::vector{2048});
+  return transformer_gemm_shapes(std::vector{256, 512, 1024, 2048, 4096, 8192}, std::vector{1024, 2048, 4096, 8192},
+                                 std::vector{2048, 8192});
 }
 
 std::vector<GpuAttentionShape> gpu_attention_shapes(bool quick) {
@@ -223,9 +209,9 @@ Json GpuProfiler::meta_row(Json row, const Measurement& m) const {
 }
 
 void GpuProfiler::measure_gemms(const std::string& precision) {
-  const std::vector<GpuGemmShape> shapes = gpu_gemm_shapes(options_.quick);
+  const std::vector<GemmShape> shapes = gpu_gemm_shapes(options_.quick);
   std::int64_t a_elements = 0, b_elements = 0, c_elements = 0;
-  for (const GpuGemmShape& s : shapes) {
+  for (const GemmShape& s : shapes) {
     a_elements = std::max(a_elements, std::int64_t(s.m) * s.k);
     b_elements = std::max(b_elements, std::int64_t(s.k) * s.n);
     c_elements = std::max(c_elements, std::int64_t(s.m) * s.n);
@@ -237,7 +223,7 @@ void GpuProfiler::measure_gemms(const std::string& precision) {
   DeviceBuffer c(backend_, c_elements, fp8 ? k::DType::bf16 : type);
   fill_random(a.ref(), a_elements);
   fill_random(b.ref(), b_elements);
-  for (const GpuGemmShape& s : shapes) {
+  for (const GemmShape& s : shapes) {
     progress(fmt::format("gemm {} {}x{}x{}", precision, s.m, s.n, s.k));
     k::Gemm gemm;
     gemm.m = s.m, gemm.n = s.n, gemm.k = s.k;

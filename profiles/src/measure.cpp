@@ -40,4 +40,19 @@ Measurement measure(const std::function<void()>& run, const MeasureOptions& opti
   return m;
 }
 
+std::vector<GemmShape> transformer_gemm_shapes(std::span<const int> square_sides, std::span<const int> hiddens,
+                                               std::span<const int> tokens) {
+  std::vector<GemmShape> shapes;
+  for (int side : square_sides) shapes.push_back({side, side, side});
+  for (int t : tokens) {
+    for (int h : hiddens) {
+      shapes.push_back({t, 3 * h, h});
+      shapes.push_back({t, h, h});
+      shapes.push_back({t, 4 * h, h});
+      shapes.push_back({t, h, 4 * h});
+    }
+  }
+  return shapes;
+}
+
 }  // namespace tessel::profiles

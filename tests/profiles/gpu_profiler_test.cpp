@@ -39,12 +39,12 @@ void expect_close(double measured, double expected, const std::string& what) {
 TEST(GpuProfilerShapes, QuickIsASubsetOfFullAndCoversTheTransformerBlock) {
   const auto full = gpu_gemm_shapes(false), quick = gpu_gemm_shapes(true);
   EXPECT_LT(quick.size(), full.size());
-  for (const GpuGemmShape& shape : quick) {
+  for (const GemmShape& shape : quick) {
     EXPECT_NE(std::find(full.begin(), full.end(), shape), full.end()) << shape.m << "x" << shape.n << "x" << shape.k;
   }
   // QKV, projection, fc1 and fc2 of hidden 1024 at 2048 tokens.
-  for (GpuGemmShape block : {GpuGemmShape{2048, 3072, 1024}, GpuGemmShape{2048, 1024, 1024},
-                             GpuGemmShape{2048, 4096, 1024}, GpuGemmShape{2048, 1024, 4096}}) {
+  for (GemmShape block : {GemmShape{2048, 3072, 1024}, GemmShape{2048, 1024, 1024},
+                             GemmShape{2048, 4096, 1024}, GemmShape{2048, 1024, 4096}}) {
     EXPECT_NE(std::find(quick.begin(), quick.end(), block), quick.end()) << block.m << "x" << block.n << "x" << block.k;
   }
   EXPECT_EQ(gpu_gemm_precisions(false), (std::vector<std::string>{"bf16", "fp16", "fp32", "tf32"}));
@@ -88,7 +88,7 @@ TEST(GpuProfiler, EverySampleTimesTheOpItNamesUnderTheCpuProfilersKeys) {
   }
   ASSERT_EQ(gemms.size(), gpu_gemm_precisions(false).size() * shapes.size());
   for (std::size_t i = 0; i < gemms.size(); ++i) {
-    const GpuGemmShape& shape = shapes[i % shapes.size()];
+    const GemmShape& shape = shapes[i % shapes.size()];
     EXPECT_EQ(gemms[i].precision, gpu_gemm_precisions(false)[i / shapes.size()]);
     EXPECT_EQ(gemms[i].m, shape.m);
     EXPECT_EQ(gemms[i].n, shape.n);

@@ -25,14 +25,10 @@
 #include <vector>
 
 #include "tessel/kernels/backend.hpp"
+#include "tessel/profiles/measure.hpp"
 #include "tessel/profiles/profile.hpp"
 
 namespace tessel::profiles {
-
-struct GpuGemmShape {
-  int m = 0, n = 0, k = 0;
-  bool operator==(const GpuGemmShape&) const = default;
-};
 
 struct GpuAttentionShape {
   int batch = 0, heads = 0, seq = 0, head_dim = 0;
@@ -40,7 +36,7 @@ struct GpuAttentionShape {
 };
 
 // The points measured, in the order they are measured.
-std::vector<GpuGemmShape> gpu_gemm_shapes(bool quick);
+std::vector<GemmShape> gpu_gemm_shapes(bool quick);
 std::vector<GpuAttentionShape> gpu_attention_shapes(bool quick);
 std::vector<std::int64_t> gpu_stream_sizes(bool quick);
 std::vector<std::int64_t> gpu_copy_sizes_bytes(bool quick);

@@ -5,9 +5,20 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <vector>
 
 namespace tessel::profiles {
+
+// The GEMM points a profiler measures: squares of each side, then a transformer block's
+// four products (QKV, projection, fc1, fc2) for each hidden width at each token count:
+// the shapes the planner prices. The CPU and the GPU profiler differ only in the sizes.
+struct GemmShape {
+  int m = 0, n = 0, k = 0;
+  bool operator==(const GemmShape&) const = default;
+};
+std::vector<GemmShape> transformer_gemm_shapes(std::span<const int> square_sides, std::span<const int> hiddens,
+                                               std::span<const int> tokens);
 
 struct MeasureOptions {
   int warmup = 1;
