@@ -155,7 +155,7 @@ section() {
   echo "- CUDA toolkit: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null) | tail -1)"
   if [ -n "$bundle" ]; then echo "- tessel: bundle $bundle ($(head -1 "$bundle/BUILD_INFO" 2>/dev/null))"; else echo "- tessel: build $build_dir ($(git -C "$root" describe --always --dirty 2>/dev/null))"; fi
   echo "- profile database: $db${profiled:+ (device $profiled, JSON: profile-$profiled.json)}"
-  echo "- not measured: tf32 and fp8 GEMMs (not in the Backend interface yet), NCCL collectives (next issue)"
+  echo "- not measured: see the profile's meta \`not_measured\` (\`tessel profile show\` prints it)"
   echo
   echo "| step | outcome | time |"
   echo "|---|---|---|"

@@ -2,7 +2,10 @@
 // planner will believe, and move profiles in and out (JSON, nccl-tests results).
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -61,25 +64,21 @@ std::string helper_path() {
   return helper.string();
 }
 
-int run_measure(const ProfileArgs& args) {
-  if (args.backend.empty()) throw Error("--backend: required to measure (cpu); or use a subcommand: show, export, import, import-nccl");
-  if (args.backend == "cuda") return run_profile_cuda(db_path(args), args.cuda_device.value_or(0), args.quick);
-  if (args.cuda_device) throw Error("--device: only with --backend cuda (which CUDA device to measure)");
-  if (args.max_ranks < 0 || args.max_ranks == 1) {
-    throw Error(fmt::format("--max-ranks: must be at least 2, got {}", args.max_ranks));
-  }
-  const std::string path = db_path(args);
-  ProfileStore store(path);  // opened first: a bad database fails before minutes of measuring
-  CpuProfileOptions options;
-  options.quick = args.quick;
-  options.max_ranks = args.max_ranks;
-  options.mpi_bench = helper_path();
-  options.cancel = &cancel_flag();
-  ProgressBar bar("profiling", 0.0);
-  options.on_progress = [&](double fraction, const std::string&) { bar.update(fraction, 1.0); };
+}  // namespace
+
+void measure_into(ProfileStore& store, const std::string& label,
+                  const std::function<Profile(const ProfileProgress&)>& measure) {
+  const bool terminal = isatty(STDERR_FILENO) == 1;
+  ProgressBar bar("profiling " + label, 0.0);
+  const auto start = std::chrono::steady_clock::now();
+  const ProfileProgress progress = [&](double fraction, const std::string& what) {
+    const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (terminal) bar.update(fraction, elapsed_s);
+    else std::fprintf(stderr, "profile: [%3.0f%%] %7.1f s  %s\n", 100 * fraction, elapsed_s, what.c_str());
+  };
   Profile profile;
   try {
-    profile = profile_cpu(options);
+    profile = measure(progress);
   } catch (...) {
     bar.finish();
     throw;
@@ -90,8 +89,34 @@ int run_measure(const ProfileArgs& args) {
   for (const auto& sample : profile.kernels) flagged += sample.flagged;
   for (const auto& sample : profile.links) flagged += sample.flagged;
   std::cout << fmt::format("measured {} kernel and {} link samples ({} flagged noisy) into {} as device {}\n",
-                           profile.kernels.size(), profile.links.size(), flagged, path, profile.device.name);
-  std::cout << fmt::format("see them: tessel profile show --device {} --db {}\n", profile.device.name, path);
+                           profile.kernels.size(), profile.links.size(), flagged, store.path(), profile.device.name);
+  if (profile.meta.is_object() && profile.meta.contains("not_measured")) {
+    for (const auto& [what, why] : profile.meta.at("not_measured").items()) {
+      std::cout << fmt::format("not measured: {}: {}\n", what, why.get<std::string>());
+    }
+  }
+  std::cout << fmt::format("see them: tessel profile show --device {} --db {}\n", profile.device.name, store.path());
+}
+
+namespace {
+
+int run_measure(const ProfileArgs& args) {
+  if (args.backend.empty()) throw Error("--backend: required to measure (cpu); or use a subcommand: show, export, import, import-nccl");
+  if (args.backend == "cuda") return run_profile_cuda(db_path(args), args.cuda_device.value_or(0), args.quick);
+  if (args.cuda_device) throw Error("--device: only with --backend cuda (which CUDA device to measure)");
+  if (args.max_ranks < 0 || args.max_ranks == 1) {
+    throw Error(fmt::format("--max-ranks: must be at least 2, got {}", args.max_ranks));
+  }
+  ProfileStore store(db_path(args));  // opened first: a bad database fails before minutes of measuring
+  CpuProfileOptions options;
+  options.quick = args.quick;
+  options.max_ranks = args.max_ranks;
+  options.mpi_bench = helper_path();
+  options.cancel = &cancel_flag();
+  measure_into(store, "this machine's CPU", [&](const ProfileProgress& progress) {
+    options.on_progress = progress;
+    return profile_cpu(options);
+  });
   return 0;
 }
 
