@@ -79,6 +79,11 @@ AttentionCore::AttentionCore(const TensorLayout& layout, AttentionForm form, Com
   delta_.bind(backend_, DType::f32);
 }
 
+std::vector<Buffer>& AttentionCore::in_flight_buffers(int count) {
+  while (int(in_flight_.size()) < count) in_flight_.emplace_back(backend_, compute_);
+  return in_flight_;
+}
+
 kernels::BatchedGemm AttentionCore::per_head(bool transpose_a, bool transpose_b, int m, int n, int k, CRef a,
                                              std::int64_t stride_a, CRef b, std::int64_t stride_b, float beta, Ref c,
                                              std::int64_t stride_c) const {
@@ -258,8 +263,7 @@ void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivat
   // j into dP (first pass) or uses dS (second pass); accumulates into `gradient` (dV,
   // then dK) with the block's accumulator, and into dQ in the second pass.
   auto ring_pass = [&](const Buffer& owned, int block_tag, int gradient_tag, bool values, Buffer& gradient) {
-    std::vector<Buffer> in_flight;  // kept alive until every send is done
-    for (int i = 0; i < 2 * sp; ++i) in_flight.emplace_back(backend_, compute_);
+    std::vector<Buffer>& in_flight = in_flight_buffers(2 * sp);
     RingMail mail(timeline_, ring_, ids, compute_, r, sp);
     // block j's contribution: dP columns (values) or dQ (keys), and its gradient part.
     auto compute = [&](int j, const Buffer& block, Buffer& accumulator) {
@@ -327,8 +331,7 @@ void AttentionCore::fused_backward(const IdScope& ids, const LayerActivations& a
     backend_.attention_delta(Stream::compute, d_heads_.cref(), out_heads_.cref(), delta_.f32(), std::int64_t(heads) * S, D);
   }
   dq_.assign(n, 0.0f);
-  std::vector<Buffer> in_flight;  // [hop][key, value, dK, dV], kept alive until every send is done
-  for (int i = 0; i < 4 * sp; ++i) in_flight.emplace_back(backend_, compute_);
+  std::vector<Buffer>& in_flight = in_flight_buffers(4 * sp);  // [hop][key, value, dK, dV]
   RingMail mail(timeline_, ring_, ids, compute_, r, sp);
   auto compute = [&](int j, const Buffer& keys, const Buffer& values, Buffer& dk, Buffer& dv) {
     if (j > r) return;  // masked by causality

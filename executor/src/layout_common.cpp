@@ -95,7 +95,7 @@ void TensorLayout::split_norm_forward(const std::string& compute_id, const std::
     row_group.all_reduce(rstd);
   }
   auto timed = timeline().time(compute_id);
-  backend().finish_rstd(Stream::compute, rstd.f32(), rows, C, 1e-5f);
+  backend().finish_rstd(Stream::compute, rstd.f32(), rows, C, kNormEps);
   backend().layer_norm_apply(Stream::compute, x.cref(), gamma, beta, mean.f32(), rstd.f32(), y.ref(), rows, cols);
 }
 

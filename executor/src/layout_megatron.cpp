@@ -18,7 +18,6 @@ namespace tessel::executor {
 
 namespace {
 
-constexpr float kNormEps = 1e-5f;  // every layer norm's epsilon (GPT-2's)
 
 class MegatronLayout final : public TensorLayout {
  public:

@@ -1,7 +1,6 @@
 // make_rank_device: the decisions of rank_placement.cpp applied to this process.
 #include "tessel/executor/rank_device.hpp"
 
-#include <fmt/format.h>
 
 #include "tessel/executor/comm/host_staged_communicator.hpp"
 #include "tessel/executor/comm/nccl_communicator.hpp"
@@ -15,7 +14,6 @@ RankDevice make_rank_device(BackendChoice requested, const Plan& plan, Communica
   RankDevice out;
   if (resolve_backend(requested, plan, machine) == BackendChoice::cpu) {
     out.backend = &kernels::cpu_backend();
-    out.summary = "cpu";
     return out;
   }
   const int ranks_per_node = plan.gpus_per_node();
@@ -31,7 +29,6 @@ RankDevice make_rank_device(BackendChoice requested, const Plan& plan, Communica
   } else {
     out.device_world = std::make_unique<HostStagedCommunicator>(std::move(host), *out.backend);
   }
-  out.summary = fmt::format("cuda:{} {}", device, comm.comm == DeviceComm::nccl ? "nccl" : "mpi+host staging");
   out.note = comm.reason;
   return out;
 }

@@ -205,12 +205,6 @@ void Trainer::allocate_activations() {
   }
 }
 
-std::size_t Trainer::resident_parameter_elements() const {
-  std::size_t total = 0;
-  for (const BucketState& b : buckets_) total += b.params.size() + b.param_shard.size();
-  return total;
-}
-
 std::size_t Trainer::kept_activation_bytes() const {
   std::size_t bytes = 0;
   for (const auto& per_layer : kept_) {

@@ -47,7 +47,8 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
       if (packs_activations_) {
         PackedActivations& packed = packed_[slot][here];
         packed.saved.resize(1);
-        packed.saved[0] = Buffer(backend_, storage_, x.size());
+        packed.saved[0].bind(backend_, storage_);  // kept between steps: resize reuses its memory
+        packed.saved[0].resize(x.size());
         backend_.convert(Stream::compute, packed.saved[0].ref(), x.cref(), std::int64_t(x.size()));
       } else {
         kept.x.copy_from(x);

@@ -1,22 +1,24 @@
 #include "tessel/executor/comm/host_staged_communicator.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tessel::executor {
 
-// Host memory the device copies to and from directly; one per call in flight.
+// Pinned host memory the device copies to and from directly, one per call in flight,
+// taken from the communicator's pool and given back when done: a step repeats the same
+// calls, and pinning (cudaMallocHost / cudaFreeHost) synchronises the whole device.
 class HostStagedCommunicator::Staging {
  public:
-  Staging(kernels::Backend& device, std::size_t bytes)
-      : device_(device), data_(device.allocate_host(std::max<std::size_t>(bytes, 1))) {}
-  ~Staging() { device_.deallocate_host(data_); }
+  Staging(HostStagedCommunicator& owner, std::size_t bytes) : owner_(owner), block_(owner.take_block(bytes)) {}
+  ~Staging() { owner_.free_blocks_.push_back(block_); }
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
-  void* data() const { return data_; }
+  void* data() const { return block_.data; }
 
  private:
-  kernels::Backend& device_;
-  void* data_;
+  HostStagedCommunicator& owner_;
+  PinnedBlock block_;
 };
 
 // A host request whose result goes back to the device when it is waited for.
@@ -53,7 +55,22 @@ class HostStagedCommunicator::StagedRequest final : public CommRequest {
 HostStagedCommunicator::HostStagedCommunicator(std::unique_ptr<Communicator> host, kernels::Backend& device)
     : host_(std::move(host)), device_(device) {}
 
-HostStagedCommunicator::~HostStagedCommunicator() = default;
+HostStagedCommunicator::~HostStagedCommunicator() {
+  for (const PinnedBlock& block : free_blocks_) device_.deallocate_host(block.data);
+}
+
+// The smallest free block that holds `bytes`, else a new one.
+HostStagedCommunicator::PinnedBlock HostStagedCommunicator::take_block(std::size_t bytes) {
+  bytes = std::max<std::size_t>(bytes, 1);
+  auto best = free_blocks_.end();
+  for (auto it = free_blocks_.begin(); it != free_blocks_.end(); ++it) {
+    if (it->bytes >= bytes && (best == free_blocks_.end() || it->bytes < best->bytes)) best = it;
+  }
+  if (best == free_blocks_.end()) return {device_.allocate_host(bytes), bytes};
+  const PinnedBlock block = *best;
+  free_blocks_.erase(best);
+  return block;
+}
 
 std::unique_ptr<Communicator> HostStagedCommunicator::split(int color, int key) {
   auto sub = std::make_unique<HostStagedCommunicator>(host_->split(color, key), device_);
@@ -63,7 +80,7 @@ std::unique_ptr<Communicator> HostStagedCommunicator::split(int color, int key) 
 
 std::unique_ptr<HostStagedCommunicator::Staging> HostStagedCommunicator::stage_in(const void* device,
                                                                                  std::size_t bytes) {
-  auto staging = std::make_unique<Staging>(device_, bytes);
+  auto staging = std::make_unique<Staging>(*this, bytes);
   if (device && bytes > 0) device_.download(Stream::compute, staging->data(), device, bytes);
   device_.synchronize(Stream::compute);
   return staging;
@@ -100,7 +117,7 @@ std::unique_ptr<CommRequest> HostStagedCommunicator::do_all_reduce_async(void* d
 void HostStagedCommunicator::do_all_gather(const void* send, void* recv, std::size_t count_per_rank, DType type) {
   const std::size_t part = bytes_of(count_per_rank, type), whole = part * std::size_t(size());
   auto in = stage_in(send, part);
-  Staging out(device_, whole);
+  Staging out(*this, whole);
   host_->all_gather(in->data(), out.data(), count_per_rank, type);
   stage_out(out, recv, whole);
   sync_counters();
@@ -114,7 +131,7 @@ std::unique_ptr<CommRequest> HostStagedCommunicator::do_reduce_scatter_async(con
                                                                              std::size_t count_per_rank, DType type) {
   const std::size_t part = bytes_of(count_per_rank, type);
   auto in = stage_in(send, part * std::size_t(size()));
-  auto out = std::make_unique<Staging>(device_, part);
+  auto out = std::make_unique<Staging>(*this, part);
   auto request = host_->reduce_scatter_async(in->data(), out->data(), count_per_rank, type);
   sync_counters();
   return std::make_unique<StagedRequest>(*this, std::move(request), std::move(out), recv, part, std::move(in));
@@ -131,7 +148,7 @@ void HostStagedCommunicator::do_broadcast(void* data, std::size_t count, DType t
 void HostStagedCommunicator::do_reduce(const void* send, void* recv, std::size_t count, DType type, int root) {
   const std::size_t bytes = bytes_of(count, type);
   auto in = stage_in(send, bytes);
-  Staging out(device_, bytes);
+  Staging out(*this, bytes);
   host_->reduce(in->data(), out.data(), count, type, root);
   if (rank() == root) stage_out(out, recv, bytes);
   sync_counters();
@@ -148,7 +165,7 @@ std::unique_ptr<CommRequest> HostStagedCommunicator::do_send_async(const void* d
 
 void HostStagedCommunicator::do_recv(void* data, std::size_t count, DType type, int peer, int tag) {
   const std::size_t bytes = bytes_of(count, type);
-  Staging staging(device_, bytes);
+  Staging staging(*this, bytes);
   host_->recv(staging.data(), count, type, peer, tag);
   stage_out(staging, data, bytes);
 }

@@ -92,7 +92,7 @@ class MpiCommunicator final : public Communicator {
   }
   std::unique_ptr<CommRequest> do_all_reduce_async(void* data, std::size_t n, DType type, ReduceOp op) override {
     auto request = std::make_unique<MpiRequest>();
-    if (size_ == 1 || n == 0) return request;
+    if (size_ == 1) return request;
     TESSEL_MPI_CHECK(
         MPI_Iallreduce(MPI_IN_PLACE, data, int(n), mpi_type(type), reduce_op(op, type), comm_, &request->request));
     count(Collective::all_reduce, bytes(n, type));
@@ -110,7 +110,6 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> do_reduce_scatter_async(const void* send_, void* recv_, std::size_t n,
                                                        DType type) override {
     auto request = std::make_unique<MpiRequest>();
-    if (n == 0) return request;
     TESSEL_MPI_CHECK(MPI_Ireduce_scatter_block(send_, recv_, int(n), mpi_type(type), reduce_op(ReduceOp::sum, type),
                                                comm_, &request->request));
     count(Collective::reduce_scatter, bytes(n, type) * size_);
@@ -169,8 +168,6 @@ void finalize_mpi() {
   if (!finalized) MPI_Finalize();
 }
 }  // namespace
-
-bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
 
 Communicator& mpi_world() {
   static MpiCommunicator* world = [] {

@@ -78,7 +78,7 @@ class NcclCommunicator final : public Communicator {
     results_visible();
   }
   std::unique_ptr<CommRequest> do_all_reduce_async(void* data, std::size_t count, DType type, ReduceOp op) override {
-    if (count > 0) enqueue_all_reduce(data, count, type, op);
+    enqueue_all_reduce(data, count, type, op);
     return request(std::nullopt);
   }
   void do_all_gather(const void* send, void* recv, std::size_t n, DType type) override {

@@ -71,6 +71,9 @@ class AttentionCore {
   void place_block(const Buffer& block, Buffer& whole, int j);
   // Sends `block` to the next rank of the ring and receives the previous rank's into it.
   void ring_shift(const IdScope& ids, Buffer& block, int tag);
+  // `count` blocks a backward ring keeps alive until its sends are done (the pass waits
+  // for them at its end), kept between calls so that a step allocates none of them again.
+  std::vector<Buffer>& in_flight_buffers(int count);
   kernels::BatchedGemm per_head(bool transpose_a, bool transpose_b, int m, int n, int k, CRef a, std::int64_t stride_a,
                                 CRef b, std::int64_t stride_b, float beta, Ref c, std::int64_t stride_c) const;
 
@@ -84,6 +87,7 @@ class AttentionCore {
   Buffer scores_, block_, scratch_block_, ring_block_, ring_values_, ring_in_, d_heads_, out_heads_, dq_, dk_, dv_,
       dprobs_, dscores_;
   Buffer delta_;  // fp32
+  std::vector<Buffer> in_flight_;
 };
 
 }  // namespace tessel::executor

@@ -20,8 +20,6 @@ struct RankDevice {
   kernels::Backend* backend = nullptr;
   // Where the process grid's groups are split from: null means the host world itself.
   std::unique_ptr<Communicator> device_world;
-  // "cpu", or "cuda" with the device and the communicator ("cuda:0 nccl").
-  std::string summary;
   // Rank 0 prints this line when not empty (why the GPU ranks stage through the host).
   std::string note;
 };

@@ -69,7 +69,6 @@ class Trainer {
   int steps_done() const { return step_; }
   DataLoader& loader() { return loader_; }
   OpTimeline& timeline() { return timeline_; }
-  DType compute_type() const { return compute_; }
 
   // Collective over the world. The whole model in the single-process layout
   // (whole_model_tensors order), identical on every rank: the weights now, and the
@@ -81,8 +80,6 @@ class Trainer {
   void set_whole_parameters(const std::vector<float>& whole);
   // The last LAMB or LARS step's trust ratio of each whole tensor this rank updates.
   std::map<std::string, float> trust_ratios();
-  // Elements of weights this rank keeps between steps (ZeRO 3 keeps 1/dp of the layers).
-  std::size_t resident_parameter_elements() const;
   // Bytes of layer activations this rank holds for backwards (all micro-batches in
   // flight), counted from the buffers after a step: what recompute and bf16 storage save.
   std::size_t kept_activation_bytes() const;

@@ -35,6 +35,9 @@ class CommRequest {
   virtual void wait() = 0;
 };
 
+// A request that is already complete.
+std::unique_ptr<CommRequest> completed_request();
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -53,6 +56,7 @@ class Communicator {
   }
   std::unique_ptr<CommRequest> all_reduce_async(void* data, std::size_t count, DType type,
                                                 ReduceOp op = ReduceOp::sum) {
+    if (count == 0) return completed_request();
     return do_all_reduce_async(data, count, type, op);
   }
   // recv holds size() x count_per_rank elements, rank r's block at r x count_per_rank.
@@ -65,6 +69,7 @@ class Communicator {
   }
   std::unique_ptr<CommRequest> reduce_scatter_async(const void* send, void* recv, std::size_t count_per_rank,
                                                     DType type) {
+    if (count_per_rank == 0) return completed_request();
     return do_reduce_scatter_async(send, recv, count_per_rank, type);
   }
   void broadcast(void* data, std::size_t count, DType type, int root) {
@@ -117,8 +122,5 @@ class Communicator {
  private:
   Stream stream_ = Stream::compute;
 };
-
-// A request that is already complete.
-std::unique_ptr<CommRequest> completed_request();
 
 }  // namespace tessel::executor

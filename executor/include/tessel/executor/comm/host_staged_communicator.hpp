@@ -21,8 +21,6 @@ class HostStagedCommunicator final : public Communicator {
   int size() const override { return host_->size(); }
   void barrier() override { host_->barrier(); }
   std::unique_ptr<Communicator> split(int color, int key) override;
-  // What the host communicator counted (the traffic is the same bytes).
-  const Communicator& host() const { return *host_; }
 
  protected:
   void do_all_reduce(void* data, std::size_t count, DType type, ReduceOp op) override;
@@ -38,14 +36,20 @@ class HostStagedCommunicator final : public Communicator {
   void do_recv(void* data, std::size_t count, DType type, int peer, int tag) override;
 
  private:
-  class Staging;  // pinned host memory of the device backend
+  class Staging;  // pinned host memory of the device backend, from the pool below
   class StagedRequest;
+  struct PinnedBlock {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  PinnedBlock take_block(std::size_t bytes);
   std::unique_ptr<Staging> stage_in(const void* device, std::size_t bytes);
   void stage_out(const Staging& staging, void* device, std::size_t bytes);
   void sync_counters();
 
   std::unique_ptr<Communicator> host_;
   kernels::Backend& device_;
+  std::vector<PinnedBlock> free_blocks_;  // released by finished calls, reused by the next
 };
 
 }  // namespace tessel::executor

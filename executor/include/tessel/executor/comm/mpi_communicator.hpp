@@ -10,8 +10,6 @@ namespace tessel::executor {
 Communicator& mpi_world();
 // A communicator of this process alone (MPI_COMM_SELF): single-process reference runs.
 Communicator& mpi_self();
-// True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE is set).
-bool launched_by_mpirun();
 // Ends every rank of the world with `code` (a rank's error must not leave the others hanging).
 [[noreturn]] void abort_all_ranks(int code);
 
