@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tessel/executor/trainer.hpp"
+#include "tessel/kernels/numeric.hpp"
 
 namespace tessel::executor {
 
@@ -132,7 +133,7 @@ std::map<std::string, float> Trainer::trust_ratios() {
   const std::vector<float> norms = piece_norms_.download();
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     out[pieces_[i].tensor->name] =
-        kernels::trust_ratio(std::sqrt(double(norms[2 * i])), std::sqrt(double(norms[2 * i + 1])));
+        kernels::numeric::trust_ratio(std::sqrt(double(norms[2 * i])), std::sqrt(double(norms[2 * i + 1])));
   }
   return out;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu_reference.hpp"
+#include "tessel/kernels/numeric.hpp"
 
 using namespace tessel;
 using namespace tessel::kernels;
@@ -74,7 +75,7 @@ TEST(CpuKernels, LambOnAShardedTensorEqualsLambOnTheWhole) {
   b.segment_norms(Stream::compute, param.data(), update.data(), std::span<const Segment>(&first, 1), norms_first);
   b.segment_norms(Stream::compute, param.data(), update.data(), std::span<const Segment>(&second, 1), norms_second);
   const float summed[2] = {norms_first[0] + norms_second[0], norms_first[1] + norms_second[1]};
-  const float ratio = trust_ratio(std::sqrt(double(summed[0])), std::sqrt(double(summed[1])));
+  const float ratio = numeric::trust_ratio(std::sqrt(double(summed[0])), std::sqrt(double(summed[1])));
   EXPECT_NEAR(ratio, trust, 1e-5 * trust);
   b.lamb_apply(Stream::compute, param.data(), update.data(), std::span<const Segment>(&first, 1), summed, p.lr);
   b.lamb_apply(Stream::compute, param.data(), update.data(), std::span<const Segment>(&second, 1), summed, p.lr);
@@ -108,7 +109,7 @@ TEST(CpuKernels, LarsScalesItsStepByTheTrustRatio) {
     }
   }
   EXPECT_LT(max_relative_error(param, pd), 1e-5);
-  EXPECT_EQ(trust_ratio(0.0, 1.0), 1.0f);  // a zero-initialised tensor steps by the plain rule
+  EXPECT_EQ(numeric::trust_ratio(0.0, 1.0), 1.0f);  // a zero-initialised tensor steps by the plain rule
   std::vector<float> clip{3.0f, -4.0f};
   K.scale(clip.data(), 2, 0.5f);
   EXPECT_EQ(clip[1], -2.0f);

@@ -101,12 +101,6 @@ struct HostFloats {
   void adamw_step(float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWParams& p) const {
     b.adamw_step(s, param, grad, m, v, n, p, nullptr);
   }
-  double sum_of_squares(const float* x, std::int64_t n) const {
-    double sum = 0;
-    const Segment whole{0, n};
-    b.sum_of_squares(s, x, std::span<const Segment>(&whole, 1), &sum, false);
-    return sum;
-  }
   void scale(float* x, std::int64_t n, float factor) const { b.scale(s, f32(x), n, factor); }
 };
 inline const HostFloats K;

@@ -1,8 +1,7 @@
 // The CPU backend: host memory, the calling thread as every stream, wall-clock marks, and
-// the data-movement and element-wise ops. Buffers are 64-byte aligned: Eigen splits a
-// vector into an unaligned head and aligned packets, and with every buffer on the same
-// boundary that split, and so the summation order, is the same in every run, which keeps
-// training bit-for-bit repeatable.
+// the data-movement and element-wise ops. Buffers are 64-byte aligned for Eigen's
+// packets; results do not rely on it: reductions and transcendental functions run in a
+// form that does not depend on a row's address (cpu_backend.hpp says how).
 #include "cpu_backend.hpp"
 
 #include <algorithm>
@@ -211,7 +210,6 @@ void CpuBackend::heads_to_rows(Stream, CRef heads, Ref destination, std::int64_t
 
 }  // namespace cpu
 
-float trust_ratio(double weight_norm, double update_norm) { return numeric::trust_ratio(weight_norm, update_norm); }
 
 Backend& cpu_backend() {
   static cpu::CpuBackend backend;

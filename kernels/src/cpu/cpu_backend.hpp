@@ -5,6 +5,7 @@
 // that differs from the fp32 one only by the rounding of what is stored.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -13,6 +14,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/kernels/backend.hpp"
+#include "tessel/kernels/numeric.hpp"
 
 namespace tessel::kernels::cpu {
 
@@ -72,11 +74,25 @@ inline double square_sum_in_order(const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) total += double(x[i]) * double(x[i]);
   return total;
 }
-// t[i] = tanh(gelu_tanh_argument(x[i])): Eigen's packet tanh over an aligned scratch
-// padded to whole packets, so that every element takes the packet path whatever its
-// address. glibc's scalar tanhf costs ~100x more (a scalar GELU once dominated the CPU
-// step), and Eigen on the caller's memory would mix the two by alignment.
-void gelu_tanh(const float* x, float* t, std::int64_t n);
+// Calls finish(i, t) with t = tanh(gelu_tanh_argument(x[i])) for every i in [0, n), in
+// order: Eigen's vectorised tanh over a thread-local aligned scratch padded to whole
+// packets, chunk by chunk, so no temporary of n floats is made. glibc's scalar tanhf is
+// far slower (a scalar GELU once dominated the CPU step, docs/BENCHMARKS.md). finish may
+// write where x lies: element i is read before it is finished.
+template <typename Finish>
+void with_gelu_tanh(const float* x, std::int64_t n, Finish&& finish) {
+  constexpr std::int64_t kChunk = 4096, kPacket = 16;  // 16: the widest packet (AVX-512) and a multiple of the others
+  alignas(64) thread_local float argument[kChunk];
+  alignas(64) thread_local float result[kChunk];
+  for (std::int64_t start = 0; start < n; start += kChunk) {
+    const std::int64_t length = std::min(kChunk, n - start), padded = (length + kPacket - 1) / kPacket * kPacket;
+    for (std::int64_t i = 0; i < length; ++i) argument[i] = numeric::gelu_tanh_argument(x[start + i]);
+    std::fill(argument + length, argument + padded, 0.0f);
+    Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64>(result, padded) =
+        Eigen::Map<const Eigen::ArrayXf, Eigen::Aligned64>(argument, padded).tanh();
+    for (std::int64_t i = 0; i < length; ++i) finish(start + i, result[i]);
+  }
+}
 
 inline float max_in_order(const float* x, std::int64_t n) {
   float top = x[0];

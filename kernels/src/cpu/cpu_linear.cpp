@@ -24,20 +24,6 @@ void gemm_f32(bool transpose_a, bool transpose_b, int m, int n, int k, float alp
   else C.noalias() += alpha * A.transpose() * B.transpose();
 }
 
-void gelu_tanh(const float* x, float* t, std::int64_t n) {
-  constexpr std::int64_t kChunk = 4096, kPacket = 16;  // 16: the widest packet (AVX-512) and a multiple of the others
-  alignas(64) thread_local float argument[kChunk];
-  alignas(64) thread_local float result[kChunk];
-  for (std::int64_t start = 0; start < n; start += kChunk) {
-    const std::int64_t length = std::min(kChunk, n - start), padded = (length + kPacket - 1) / kPacket * kPacket;
-    for (std::int64_t i = 0; i < length; ++i) argument[i] = numeric::gelu_tanh_argument(x[start + i]);
-    std::fill(argument + length, argument + padded, 0.0f);
-    Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64>(result, padded) =
-        Eigen::Map<const Eigen::ArrayXf, Eigen::Aligned64>(argument, padded).tanh();
-    std::copy(result, result + length, t + start);
-  }
-}
-
 namespace {
 // The inputs of a TF32 product: fp32 values rounded to TF32 (numeric::to_tf32) in
 // `scratch`; the fp32 product of those is what tensor cores compute in TF32 mode, up to
@@ -49,7 +35,7 @@ const float* tf32_rounded(const float* x, std::int64_t n, std::vector<float>& sc
 }
 }  // namespace
 
-void CpuBackend::gemm(Stream, const Gemm& g) {
+void CpuBackend::gemm(Stream s, const Gemm& g) {
   const std::int64_t mn = std::int64_t(g.m) * g.n;
   FloatIn a(g.a, std::int64_t(g.m) * g.k), b(g.b, std::int64_t(g.k) * g.n);
   FloatOut c(g.c, mn, g.beta != 0.0f);
@@ -62,12 +48,9 @@ void CpuBackend::gemm(Stream, const Gemm& g) {
   float* C = c.get();
   switch (g.epilogue) {
     case Epilogue::none: break;
-    case Epilogue::bias: {
-      FloatIn bias(g.bias, g.n);
-      for (int r = 0; r < g.m; ++r)
-        for (int j = 0; j < g.n; ++j) C[std::size_t(r) * g.n + j] += bias.get()[j];
+    case Epilogue::bias:
+      add_bias(s, f32(C), g.bias, g.m, g.n);
       break;
-    }
     case Epilogue::bias_gelu: {
       FloatIn bias(g.bias, g.n);
       FloatOut aux(g.aux, mn, false);
@@ -76,25 +59,20 @@ void CpuBackend::gemm(Stream, const Gemm& g) {
           const std::size_t i = std::size_t(r) * g.n + j;
           aux.get()[i] = C[i] + bias.get()[j];
         }
-      gelu_tanh(aux.get(), C, mn);
-      for (std::int64_t i = 0; i < mn; ++i) C[i] = numeric::gelu_from_tanh(aux.get()[i], C[i]);
+      with_gelu_tanh(aux.get(), mn, [&](std::int64_t i, float t) { C[i] = numeric::gelu_from_tanh(aux.get()[i], t); });
       break;
     }
     case Epilogue::bias_gradient: {
       TESSEL_ASSERT(!g.transpose_b, "the bias-gradient epilogue sums the rows of a plain B (dY)");
-      const float* dy = b.get();
-      for (int r = 0; r < g.k; ++r)
-        for (int j = 0; j < g.n; ++j) g.bias_gradient[j] += dy[std::size_t(r) * g.n + j];
+      bias_gradient(s, f32(b.get()), g.bias_gradient, g.k, g.n);
       break;
     }
     case Epilogue::dgelu_bias_gradient: {
       TESSEL_ASSERT(g.beta == 0.0f, "the dgelu epilogue overwrites C");
       FloatIn aux(g.aux, mn);
-      std::vector<float> t(static_cast<std::size_t>(mn));
-      gelu_tanh(aux.get(), t.data(), mn);
-      for (std::int64_t i = 0; i < mn; ++i) C[i] *= numeric::gelu_derivative_from_tanh(aux.get()[i], t[std::size_t(i)]);
-      for (int r = 0; r < g.m; ++r)
-        for (int j = 0; j < g.n; ++j) g.bias_gradient[j] += C[std::size_t(r) * g.n + j];
+      with_gelu_tanh(aux.get(), mn,
+                     [&](std::int64_t i, float t) { C[i] *= numeric::gelu_derivative_from_tanh(aux.get()[i], t); });
+      bias_gradient(s, f32(C), g.bias_gradient, g.m, g.n);
       break;
     }
   }
@@ -262,9 +240,7 @@ void CpuBackend::gelu_forward(Stream, CRef x, Ref y, std::int64_t n) {
   FloatOut out(y, n, false);
   const float* x_data = in.get();
   float* y_data = out.get();
-  std::vector<float> t(static_cast<std::size_t>(n));  // y may be x
-  gelu_tanh(x_data, t.data(), n);
-  for (std::int64_t i = 0; i < n; ++i) y_data[i] = numeric::gelu_from_tanh(x_data[i], t[std::size_t(i)]);
+  with_gelu_tanh(x_data, n, [&](std::int64_t i, float t) { y_data[i] = numeric::gelu_from_tanh(x_data[i], t); });
 }
 
 void CpuBackend::gelu_backward(Stream, CRef x, CRef dy, Ref dx, std::int64_t n) {
@@ -272,9 +248,9 @@ void CpuBackend::gelu_backward(Stream, CRef x, CRef dy, Ref dx, std::int64_t n) 
   FloatOut out(dx, n, false);
   const float *x_data = x_in.get(), *dy_data = dy_in.get();
   float* dx_data = out.get();
-  std::vector<float> t(static_cast<std::size_t>(n));
-  gelu_tanh(x_data, t.data(), n);
-  for (std::int64_t i = 0; i < n; ++i) dx_data[i] = dy_data[i] * numeric::gelu_derivative_from_tanh(x_data[i], t[std::size_t(i)]);
+  with_gelu_tanh(x_data, n, [&](std::int64_t i, float t) {
+    dx_data[i] = dy_data[i] * numeric::gelu_derivative_from_tanh(x_data[i], t);
+  });
 }
 
 void CpuBackend::swiglu_forward(Stream, CRef x, Ref y, int rows, int f) {

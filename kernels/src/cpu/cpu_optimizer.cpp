@@ -1,6 +1,6 @@
 // The CPU backend's optimizers and norms. AdamW, LAMB and LARS keep Eigen's vectorised
-// whole-array form; the element formulas are numeric.hpp's, which the CUDA kernels run
-// (tests/kernels check the two against each other).
+// whole-array form of the formulas that numeric.hpp writes per element for the CUDA
+// kernels (the op table, tests/kernels/backend_ops_*, holds the two to each other).
 #include <cmath>
 
 #include "cpu_backend.hpp"
@@ -9,11 +9,10 @@
 namespace tessel::kernels::cpu {
 
 namespace {
-// The gradients as the optimizer reads them: scaled by the clipping factor when there is one.
-Eigen::ArrayXf scaled_gradient(const float* grad, std::int64_t n, const float* grad_scale) {
-  const Eigen::Map<const Eigen::ArrayXf> G(grad, n);
-  if (!grad_scale || *grad_scale == 1.0f) return G;
-  return G * *grad_scale;
+// The gradients as the optimizer reads them, scaled by the clipping factor when there is
+// one: a lazy expression (no copy of the gradient; x 1 is exact).
+auto scaled_gradient(const float* grad, std::int64_t n, const float* grad_scale) {
+  return Eigen::Map<const Eigen::ArrayXf>(grad, n) * (grad_scale ? *grad_scale : 1.0f);
 }
 }  // namespace
 
@@ -23,7 +22,7 @@ void CpuBackend::adamw_step(Stream, float* param, const float* grad, float* m, f
   const float correction1 = 1.0f - std::pow(p.beta1, float(p.step));
   const float correction2 = 1.0f - std::pow(p.beta2, float(p.step));
   Eigen::Map<Eigen::ArrayXf> P(param, n), M(m, n), V(v, n);
-  const Eigen::ArrayXf G = scaled_gradient(grad, n, grad_scale);
+  const auto G = scaled_gradient(grad, n, grad_scale);
   M = p.beta1 * M + (1.0f - p.beta1) * G;
   V = p.beta2 * V + (1.0f - p.beta2) * G.square();
   P -= p.lr * ((M / correction1) / ((V / correction2).sqrt() + p.eps) + p.weight_decay * P);
@@ -34,7 +33,7 @@ void CpuBackend::lamb_update(Stream, const float* param, const float* grad, floa
   const float correction1 = 1.0f - std::pow(p.beta1, float(p.step));
   const float correction2 = 1.0f - std::pow(p.beta2, float(p.step));
   const Eigen::Map<const Eigen::ArrayXf> P(param, n);
-  const Eigen::ArrayXf G = scaled_gradient(grad, n, grad_scale);
+  const auto G = scaled_gradient(grad, n, grad_scale);
   Eigen::Map<Eigen::ArrayXf> M(m, n), V(v, n), R(update, n);
   M = p.beta1 * M + (1.0f - p.beta1) * G;
   V = p.beta2 * V + (1.0f - p.beta2) * G.square();

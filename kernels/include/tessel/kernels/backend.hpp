@@ -131,9 +131,6 @@ struct LarsParams {
   float lr = 0.1f, momentum = 0.9f, weight_decay = 0.0f, trust_coefficient = 1e-3f;
 };
 
-// The trust ratio of layer-wise optimizers, 1 when either norm is zero.
-float trust_ratio(double weight_norm, double update_norm);
-
 // A point in a stream's timeline, for timing ops (see Backend::mark).
 using TimeMark = std::uint32_t;
 
