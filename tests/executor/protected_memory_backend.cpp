@@ -186,11 +186,6 @@ void ProtectedMemoryBackend::scale(Stream s, Ref x, std::int64_t n, float factor
   cpu_.scale(s, x, n, factor);
 }
 
-void ProtectedMemoryBackend::scale_by(Stream s, float* x, std::int64_t n, const float* factor) {
-  const Unprotected open(*this);
-  cpu_.scale_by(s, x, n, factor);
-}
-
 void ProtectedMemoryBackend::residual(Stream s, Ref out, CRef x, CRef delta, CRef bias, int rows, int cols) {
   const Unprotected open(*this);
   cpu_.residual(s, out, x, delta, bias, rows, cols);

@@ -16,7 +16,6 @@ void run_copy_2d(OpRun& r);
 void run_transpose(OpRun& r);
 void run_add(OpRun& r);
 void run_scale(OpRun& r);
-void run_scale_by(OpRun& r);
 void run_residual(OpRun& r);
 void run_add_bias(OpRun& r);
 void run_bias_gradient(OpRun& r);

@@ -48,12 +48,6 @@ void run_add(OpRun& r) {
 
 void run_scale(OpRun& r) { r.backend().scale(r.stream(), r.inout("x", kElements), kElements, -0.375f); }
 
-void run_scale_by(OpRun& r) {
-  float* x = r.inout_f32("x", kElements);
-  const float* factor = r.in_f32(1, 0.5f, 1.5f);
-  r.backend().scale_by(r.stream(), x, kElements, factor);
-}
-
 void run_residual(OpRun& r) {
   const std::int64_t n = std::int64_t(kRows) * kCols;
   const CRef x = r.in(n), delta = r.in(n), bias = r.in(kCols);

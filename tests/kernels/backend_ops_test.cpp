@@ -49,7 +49,6 @@ const OpCase kOps[] = {
     {"transpose", 0.0, kBf16, run_transpose},
     {"add", kF32, kBf16, run_add},
     {"scale", kF32, kBf16, run_scale},
-    {"scale_by", kF32, kF32, run_scale_by},
     {"residual", kF32, kBf16, run_residual},
     {"add_bias", kF32, kBf16, run_add_bias},
     {"bias_gradient", kF32, kBf16, run_bias_gradient},

@@ -87,7 +87,6 @@ class FakeTimedBackend final : public Backend {
   void copy_2d(Stream, Ref, std::int64_t, CRef, std::int64_t, int, int, int, std::int64_t, std::int64_t) override {}
   void transpose(Stream, Ref, CRef, int, int) override {}
   void scale(Stream, Ref, std::int64_t, float) override {}
-  void scale_by(Stream, float*, std::int64_t, const float*) override {}
   void residual(Stream, Ref, CRef, CRef, CRef, int, int) override {}
   void residual_layer_norm_forward(Stream, Ref, CRef, CRef, CRef, CRef, CRef, Ref, float*, float*, int, int,
                                    float) override {}

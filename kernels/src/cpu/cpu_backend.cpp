@@ -132,7 +132,6 @@ void CpuBackend::scale(Stream, Ref x, std::int64_t n, float factor) {
   Eigen::Map<Eigen::ArrayXf>(y.get(), n) *= factor;
 }
 
-void CpuBackend::scale_by(Stream s, float* x, std::int64_t n, const float* factor) { scale(s, f32(x), n, *factor); }
 
 void CpuBackend::residual(Stream, Ref out, CRef x, CRef delta, CRef bias, int rows, int cols) {
   const std::int64_t n = std::int64_t(rows) * cols;

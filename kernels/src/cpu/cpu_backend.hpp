@@ -135,7 +135,6 @@ class CpuBackend final : public Backend {
   void transpose(Stream, Ref destination, CRef source, int rows, int cols) override;
   void add(Stream, Ref out, CRef a, CRef b, std::int64_t n) override;
   void scale(Stream, Ref x, std::int64_t n, float factor) override;
-  void scale_by(Stream, float* x, std::int64_t n, const float* factor) override;
   void residual(Stream, Ref out, CRef x, CRef delta, CRef bias, int rows, int cols) override;
   void add_bias(Stream, Ref y, CRef bias, int rows, int cols) override;
   void bias_gradient(Stream, CRef dy, float* bias_gradient, int rows, int cols) override;

@@ -100,7 +100,6 @@ class CudaBackend final : public Backend {
   void transpose(Stream s, Ref destination, CRef source, int rows, int cols) override;
   void add(Stream s, Ref out, CRef a, CRef b, std::int64_t n) override;
   void scale(Stream s, Ref x, std::int64_t n, float factor) override;
-  void scale_by(Stream s, float* x, std::int64_t n, const float* factor) override;
   void residual(Stream s, Ref out, CRef x, CRef delta, CRef bias, int rows, int cols) override;
   void add_bias(Stream s, Ref y, CRef bias, int rows, int cols) override;
   void bias_gradient(Stream s, CRef dy, float* bias_gradient, int rows, int cols) override;

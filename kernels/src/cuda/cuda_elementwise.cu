@@ -95,11 +95,6 @@ __global__ void scale_kernel(T* x, std::int64_t n, float factor) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) store(x, i, load(x, i) * factor);
 }
 
-__global__ void scale_by_kernel(float* x, std::int64_t n, const float* factor) {
-  const float f = *factor;
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) x[i] *= f;
-}
-
 // out = (x + delta) + bias[c], bias optional.
 template <typename T>
 __global__ void residual_kernel(T* out, AnyIn x, AnyIn delta, AnyIn bias, std::int64_t n, int cols) {
@@ -285,10 +280,6 @@ void CudaBackend::scale(Stream s, Ref x, std::int64_t n, float factor) {
     using T = decltype(tag);
     launch_elements(native(s), n, "scale", scale_kernel<T>, static_cast<T*>(x.data), n, factor);
   });
-}
-
-void CudaBackend::scale_by(Stream s, float* x, std::int64_t n, const float* factor) {
-  launch_elements(native(s), n, "scale_by", scale_by_kernel, x, n, factor);
 }
 
 void CudaBackend::residual(Stream s, Ref out, CRef x, CRef delta, CRef bias, int rows, int cols) {

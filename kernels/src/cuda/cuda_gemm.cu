@@ -80,14 +80,6 @@ __device__ __forceinline__ void store_element(void* base, DType type, std::int64
 
 // ---- fallback epilogues and the bias-gradient accumulation ----
 
-// c[r][j] += bias[j].
-__global__ void add_bias_kernel(void* c, DType c_type, const void* bias, DType bias_type, int m, int n) {
-  const std::int64_t total = std::int64_t(m) * n;
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::int64_t(gridDim.x) * blockDim.x)
-    store_element(c, c_type, i, load_element(c, c_type, i) + load_element(bias, bias_type, i % n));
-}
-
 // aux = c + bias (kept for the backward), c = gelu(aux), GELU taken of the unrounded sum.
 __global__ void bias_gelu_kernel(void* c, DType c_type, const void* bias, DType bias_type, void* aux, DType aux_type,
                                  int m, int n) {
@@ -98,15 +90,6 @@ __global__ void bias_gelu_kernel(void* c, DType c_type, const void* bias, DType 
     store_element(aux, aux_type, i, pre);
     store_element(c, c_type, i, numeric::gelu(pre));
   }
-}
-
-// sums[j] += column j of x [rows x cols], one thread per column, rows in index order.
-__global__ void add_column_sums_kernel(const void* x, DType type, int rows, int cols, float* sums) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
-  float sum = 0.0f;
-  for (int r = 0; r < rows; ++r) sum += load_element(x, type, std::int64_t(r) * cols + j);
-  sums[j] += sum;
 }
 
 // c *= gelu'(aux) and bias_gradient[j] += the column sums of the new c (before it is
@@ -123,18 +106,6 @@ __global__ void dgelu_column_sums_kernel(void* c, DType c_type, const void* aux,
     sum += value;
   }
   bias_gradient[j] += sum;
-}
-
-// c = beta c (0 when beta is 0, whatever c held), the product of an empty sum.
-__global__ void scale_kernel(void* c, DType c_type, std::int64_t total, float beta) {
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::int64_t(gridDim.x) * blockDim.x)
-    store_element(c, c_type, i, beta == 0.0f ? 0.0f : beta * load_element(c, c_type, i));
-}
-
-__global__ void accumulate_kernel(float* destination, const float* source, int n) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j < n) destination[j] += source[j];
 }
 
 unsigned elementwise_blocks(std::int64_t n) {
@@ -406,9 +377,8 @@ void CudaBackend::gemm(Stream s, const Gemm& g) {
   const auto fused = [&](const LtProduct& product) { return g.k > 0 && run_lt(*this, s, product, lt_workspace); };
   const auto plain = [&] {
     if (g.k > 0) run_lt(*this, s, plain_product(g), lt_workspace);
-    else
-      scale_kernel<<<elementwise_blocks(std::int64_t(g.m) * g.n), kThreads, 0, stream>>>(
-          g.c.data, g.c.type, std::int64_t(g.m) * g.n, g.beta);
+    else if (g.beta == 0.0f) fill(s, g.c, std::int64_t(g.m) * g.n, 0.0f);  // whatever C held
+    else scale(s, g.c, std::int64_t(g.m) * g.n, g.beta);
   };
   switch (g.epilogue) {
     case Epilogue::none:
@@ -419,8 +389,7 @@ void CudaBackend::gemm(Stream s, const Gemm& g) {
       p.epilogue = CUBLASLT_EPILOGUE_BIAS, p.bias = g.bias.data, p.bias_type = g.bias.type;
       if (fused(p)) return;
       plain();
-      add_bias_kernel<<<elementwise_blocks(std::int64_t(g.m) * g.n), kThreads, 0, stream>>>(
-          g.c.data, g.c.type, g.bias.data, g.bias.type, g.m, g.n);
+      add_bias(s, g.c, g.bias, g.m, g.n);
       break;
     }
     case Epilogue::bias_gelu: {
@@ -439,12 +408,11 @@ void CudaBackend::gemm(Stream s, const Gemm& g) {
       // dY (our B) is cuBLASLt's A, n x k column-major: its sums over k are BGRADA.
       p.epilogue = CUBLASLT_EPILOGUE_BGRADA, p.bias = bias_gradient_scratch, p.bias_type = DType::f32;
       if (fused(p)) {
-        accumulate_kernel<<<column_blocks(g.n), kThreads, 0, stream>>>(g.bias_gradient, bias_gradient_scratch, g.n);
+        add(s, f32(g.bias_gradient), f32(g.bias_gradient), f32(bias_gradient_scratch), g.n);
         break;
       }
       plain();
-      add_column_sums_kernel<<<column_blocks(g.n), kThreads, 0, stream>>>(g.b.data, g.b.type, g.k, g.n,
-                                                                          g.bias_gradient);
+      bias_gradient(s, g.b, g.bias_gradient, g.k, g.n);
       break;
     }
     case Epilogue::dgelu_bias_gradient: {
@@ -453,7 +421,7 @@ void CudaBackend::gemm(Stream s, const Gemm& g) {
       p.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD, p.bias = bias_gradient_scratch, p.bias_type = DType::f32;
       p.aux = g.aux.data, p.aux_type = g.aux.type;
       if (fused(p)) {
-        accumulate_kernel<<<column_blocks(g.n), kThreads, 0, stream>>>(g.bias_gradient, bias_gradient_scratch, g.n);
+        add(s, f32(g.bias_gradient), f32(g.bias_gradient), f32(bias_gradient_scratch), g.n);
         break;
       }
       plain();

@@ -181,8 +181,6 @@ class Backend {
   // out = a + b (out may be a or b; element types may differ).
   virtual void add(Stream s, Ref out, CRef a, CRef b, std::int64_t n) = 0;
   virtual void scale(Stream s, Ref x, std::int64_t n, float factor) = 0;
-  // x *= *factor, the factor in backend memory (gradient clipping without a round trip).
-  virtual void scale_by(Stream s, float* x, std::int64_t n, const float* factor) = 0;
   // out[r] = (x[r] + delta[r]) + bias, rows x cols; bias may be null.
   virtual void residual(Stream s, Ref out, CRef x, CRef delta, CRef bias, int rows, int cols) = 0;
   virtual void add_bias(Stream s, Ref y, CRef bias, int rows, int cols) = 0;
