@@ -64,6 +64,17 @@ std::string helper_path() {
   return helper.string();
 }
 
+// What a profile says it did not measure, a line each. The meta comes from outside
+// (imported files): a reason that is not text is printed as the JSON it is.
+void print_not_measured(const Profile& profile) {
+  if (!profile.meta.is_object() || !profile.meta.contains("not_measured")) return;
+  const Json& notes = profile.meta.at("not_measured");
+  if (!notes.is_object()) return;
+  for (const auto& [what, why] : notes.items()) {
+    std::cout << fmt::format("not measured: {}: {}\n", what, why.is_string() ? why.get<std::string>() : why.dump());
+  }
+}
+
 }  // namespace
 
 void measure_into(ProfileStore& store, const std::string& label,
@@ -90,11 +101,7 @@ void measure_into(ProfileStore& store, const std::string& label,
   for (const auto& sample : profile.links) flagged += sample.flagged;
   std::cout << fmt::format("measured {} kernel and {} link samples ({} flagged noisy) into {} as device {}\n",
                            profile.kernels.size(), profile.links.size(), flagged, store.path(), profile.device.name);
-  if (profile.meta.is_object() && profile.meta.contains("not_measured")) {
-    for (const auto& [what, why] : profile.meta.at("not_measured").items()) {
-      std::cout << fmt::format("not measured: {}: {}\n", what, why.get<std::string>());
-    }
-  }
+  print_not_measured(profile);
   std::cout << fmt::format("see them: tessel profile show --device {} --db {}\n", profile.device.name, store.path());
 }
 
@@ -177,11 +184,7 @@ int run_show(const ProfileArgs& args) {
     std::cout << "\nGEMM\n" << gemm.render();
     std::cout << "\nstreaming kernels (bytes per element: triad 12, copy 8, norm/softmax 12)\n" << stream.render();
     if (has_attention) std::cout << "\nfused attention forward\n" << attention.render();
-    if (profile.meta.contains("not_measured")) {
-      for (const auto& [what, why] : profile.meta["not_measured"].items()) {
-        std::cout << fmt::format("not measured: {}: {}\n", what, why.get<std::string>());
-      }
-    }
+    print_not_measured(profile);
     if (!profile.links.empty()) {
       Table links({"fabric", "collective", "ranks", "bytes", "time", "algbw GB/s", "busbw GB/s", "spread"});
       std::map<std::string, int> fabrics;

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "format.hpp"
+#include "tessel/profiles/profile_store.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/planner/cost_model.hpp"
 
@@ -88,9 +89,14 @@ double available_memory_bytes() {
 void check_memory_fits(const Plan& plan, const std::string& db, int ranks_here, double available_bytes) {
   if (available_bytes < 0) available_bytes = available_memory_bytes();
   if (available_bytes <= 0 || ranks_here <= 0) return;  // nothing known to compare with
-  // The run creates its database later: until then the shipped profile prices the plan.
+  // The run's database (--db, else the default one) prices the plan when it exists; the
+  // run creates it later, and until then the shipped profile prices the plan.
   std::error_code error;
-  const planner::CostModel model = planner::CostModel::for_plan(plan, fs::exists(db, error) ? db : "");
+  const std::string path = db.empty() ? profiles::ProfileStore::default_path() : db;
+  const planner::CostModel model =
+      fs::exists(path, error) ? planner::CostModel::for_plan(plan, path)
+                              : planner::CostModel(plan.model, plan.train, plan.cluster, plan.nodes,
+                                                   plan.gpus_per_node(), profiles::shipped_profile(plan.cluster.device));
   const auto memory = model.estimate(plan.parallel).memory;
   // A GPU plan's layout run on CPU ranks (--backend cpu) holds no GPU workspace (CUDA
   // context, library workspaces): count what the ranks themselves keep.

@@ -131,8 +131,7 @@ class StageBuilder {
 class Lowering {
  public:
   explicit Lowering(const Plan& plan)
-      : plan_(plan),
-        p_(plan.parallel),
+      : p_(plan.parallel),
         model_(plan.model),
         states_(model_state_bytes(plan.train.precision, plan.train.optimizer)),
         table_(block_op_table(plan.model, plan.seq_len(), plan.parallel, element_bytes(plan.train.precision),
@@ -358,7 +357,6 @@ class Lowering {
     }
   }
 
-  const Plan& plan_;
   const ParallelConfig& p_;
   const ModelSpec& model_;
   const ModelStateBytes states_;

@@ -1,3 +1,4 @@
+#include "tessel/core/op_names.hpp"
 #include "tessel/gui/timeline_view.hpp"
 
 #include <QGraphicsItem>
@@ -87,7 +88,7 @@ OpKindColour kind_of(int stream, const std::string& id) {
     default: break;
   }
   const std::string op = id.substr(id.rfind('/') + 1);
-  if (op.find("attn.core") == 0 || op.find("attn.softmax") == 0) return OpKindColour::attention;
+  if (op == ops::attn_core || op == ops::attn_softmax) return OpKindColour::attention;
   for (const char* memory_bound : {"norm", "residual", "act", "loss", "lookup", "optimizer"}) {
     if (op.find(memory_bound) != std::string::npos) return OpKindColour::memory;
   }

@@ -1,9 +1,8 @@
 // The SimGrid platform a replay runs on, built from a cluster's spec and its profiled
 // costs: per node a star of per-device split-duplex links (NVSwitch or PCIe tree), the
 // host memory offload copies go to, and the fabric between nodes (flat, fat tree, torus or
-// dragonfly). Kept apart from the replay because the flow tests (simulate_flows) and the
-// replay share it, and a platform is a concept of its own: what the cluster is, not what
-// the plan does on it.
+// dragonfly). A concept of its own, apart from the replay (simulation.cpp, which also
+// holds simulate_flows): what the cluster is, not what the plan does on it.
 #pragma once
 
 #include <memory>

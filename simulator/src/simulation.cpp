@@ -20,6 +20,7 @@
 #include <simgrid/s4u.hpp>
 
 #include "tessel/core/error.hpp"
+#include "tessel/core/op_names.hpp"
 #include "tessel/profiles/collectives.hpp"
 #include "tessel/profiles/cost_lookup.hpp"
 
@@ -385,8 +386,10 @@ class Replay {
     const ParallelConfig& p = plan_.parallel;
     const int stage = program_.layout().stage_of(rank.rank);
     if (rank.rank != program_.layout().first_rank_of_stage(stage)) return;  // one rank per stage
-    const bool forward_start = op.id.find("/fwd/attn.norm") != std::string::npos;
-    const bool backward_end = op.id.find("/bwd/attn.norm") != std::string::npos;
+    static const std::string forward_norm = fmt::format("/{}/{}", ops::to_string(ops::Phase::fwd), ops::attn_norm);
+    static const std::string backward_norm = fmt::format("/{}/{}", ops::to_string(ops::Phase::bwd), ops::attn_norm);
+    const bool forward_start = op.id.find(forward_norm) != std::string::npos;
+    const bool backward_end = op.id.find(backward_norm) != std::string::npos;
     if (!forward_start && !backward_end) return;
     const int layers_per_chunk = plan_.model.layers / (p.pp * (p.schedule == Schedule::interleaved ? p.virtual_stages : 1));
     const auto l_at = op.id.find("/L") + 2;

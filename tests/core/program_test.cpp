@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/op_names.hpp"
 #include "tessel/core/program.hpp"
 
 using namespace tessel;
@@ -213,4 +214,41 @@ TEST(Program, ThePipelinesEndsSumTheTiedEmbeddingsGradients) {
   Plan untied = small_plan(2, 3, 2);
   untied.model.tied_embeddings = false;
   EXPECT_EQ(index_ids(Program::lower(untied)).count(id), 0u);
+}
+
+// Every op a Program holds is a kind of core's vocabulary (op_names.hpp), in every
+// tensor mode and with sequence parallelism, ZeRO 3, offload, recompute and fused
+// kernels: the names the executor, simulator and GUI take from there are the ones the
+// Program uses.
+TEST(Program, EveryOpIsAKindOfTheVocabulary) {
+  std::vector<Plan> plans;
+  Plan megatron = small_plan(2, 2, 2);
+  megatron.parallel.tp_sequence_parallel = true;
+  megatron.parallel.recompute = Recompute::selective;
+  plans.push_back(megatron);
+  Plan grid = small_plan(1, 1, 4);
+  grid.parallel.tp_mode = TpMode::d2;
+  plans.push_back(grid);
+  Plan ring = small_plan(2, 1, 1);
+  ring.parallel.sp = 2;
+  ring.parallel.zero = 3;
+  ring.train.kernels = Kernels::fused;
+  plans.push_back(ring);
+  Plan offload = small_plan(2, 2, 1);
+  offload.parallel.offload = OffloadMode::optimizer;
+  offload.parallel.recompute = Recompute::full;
+  plans.push_back(offload);
+  std::set<std::string> kinds;
+  for (const Plan& plan : plans) {
+    const Program program = Program::lower(plan);
+    for (int s = 0; s < program.stages(); ++s) {
+      for (const ProgramOp& op : program.stage(s).ops) {
+        const std::string_view kind = std::string_view(op.id).substr(op.id.rfind('/') + 1);
+        EXPECT_TRUE(ops::is_op_name(kind)) << op.id << " in " << plan.parallel.summary();
+        kinds.insert(std::string(kind));
+      }
+    }
+  }
+  EXPECT_GT(kinds.size(), 30u) << "the plans above use most of the vocabulary";
+  EXPECT_FALSE(ops::is_op_name("attn.sotfmax"));
 }

@@ -82,7 +82,7 @@ inline constexpr std::string_view optimizer_host = "optimizer.host";
 inline constexpr std::string_view offload_grads_d2h = "offload.grads_d2h";
 inline constexpr std::string_view offload_params_h2d = "offload.params_h2d";
 
-// Every kind above: for tests that hold other modules' names to the vocabulary.
+// Every kind above (Program.EveryOpIsAKindOfTheVocabulary holds the Program to it).
 std::vector<std::string_view> all_op_names();
 bool is_op_name(std::string_view name);
 

@@ -5,8 +5,9 @@
 // the median and the spread (measure.hpp's summarize) are kept.
 //
 // What is measured, under the keys the CPU profiler and CostLookup already use:
-//   GEMMs        bf16, fp16, fp32 over square sizes and a transformer block's shapes
-//                (QKV, projection, fc1, fc2), KernelSample::gemm(precision, m, n, k)
+//   GEMMs        bf16, fp16, fp32, tf32 (and fp8 where the device has it) over square
+//                sizes and a transformer block's shapes (transformer_gemm_shapes),
+//                KernelSample::gemm(precision, m, n, k)
 //   attention    fused causal forward (KernelOp::attention, b h s d, bf16 and fp16)
 //   streaming    triad (add: read 2, write 1), copy, layer norm and softmax over rows
 //                of 1024, KernelSample::streaming(op, elements), fp32 as on the CPU
@@ -14,8 +15,7 @@
 // The store has no kernel kind for these, so they are kept in the profile's meta:
 //   attention_backward (delta + backward), gelu_forward, host_to_device and
 //   device_to_host copies through pinned memory, and `not_measured` (what is missing
-//   and why: tf32 and fp8 GEMMs are not in the Backend interface, NCCL collectives are
-//   the next issue's work).
+//   and why: fp8 without fp8 tensor cores, NCCL collectives, the next issue's work).
 #pragma once
 
 #include <atomic>
