@@ -1,0 +1,73 @@
+#include "tessel/interop/engine_config.hpp"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+
+#include "engines.hpp"
+#include "tessel/core/error.hpp"
+
+namespace tessel::interop {
+
+namespace {
+constexpr std::array<Engine, 4> kEngines{Engine::megatron, Engine::nemo, Engine::deepspeed, Engine::torchtitan};
+
+std::string lower_extension(const std::string& path) {
+  std::string extension = std::filesystem::path(path).extension().string();
+  std::transform(extension.begin(), extension.end(), extension.begin(), [](unsigned char c) { return std::tolower(c); });
+  return extension;
+}
+}  // namespace
+
+const char* engine_name(Engine engine) {
+  switch (engine) {
+    case Engine::megatron: return "megatron";
+    case Engine::nemo: return "nemo";
+    case Engine::deepspeed: return "deepspeed";
+    case Engine::torchtitan: return "torchtitan";
+  }
+  return "?";
+}
+
+Engine engine_from_name(const std::string& name, const std::string& field) {
+  for (Engine engine : kEngines)
+    if (name == engine_name(engine)) return engine;
+  throw Error(field + ": unknown engine '" + name + "' (allowed: megatron, nemo, deepspeed, torchtitan)");
+}
+
+Engine detect_engine(const std::string& path, const std::string& text) {
+  const std::string extension = lower_extension(path);
+  if (extension == ".yaml" || extension == ".yml") return Engine::nemo;
+  if (extension == ".toml") return Engine::torchtitan;
+  if (extension == ".json") {
+    const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object() && (json.contains("zero_optimization") || json.contains("train_batch_size") ||
+                             json.contains("train_micro_batch_size_per_gpu")))
+      return Engine::deepspeed;
+    throw Error(path + ": a JSON file that is not a DeepSpeed config (no zero_optimization, train_batch_size or "
+                       "train_micro_batch_size_per_gpu); name the engine with --engine");
+  }
+  return Engine::megatron;
+}
+
+ImportedRun import_run(Engine engine, const std::string& text, const ImportContext& context) {
+  switch (engine) {
+    case Engine::megatron: return detail::import_megatron(text, context);
+    case Engine::nemo: return detail::import_nemo(text, context);
+    case Engine::deepspeed: return detail::import_deepspeed(text, context);
+    case Engine::torchtitan: return detail::import_torchtitan(text, context);
+  }
+  throw Error("import: unknown engine");
+}
+
+ExportedConfig export_plan(Engine engine, const Plan& plan) {
+  switch (engine) {
+    case Engine::megatron: return detail::export_megatron(plan);
+    case Engine::nemo: return detail::export_nemo(plan);
+    case Engine::deepspeed: return detail::export_deepspeed(plan);
+    case Engine::torchtitan: return detail::export_torchtitan(plan);
+  }
+  throw Error("export: unknown engine");
+}
+
+}  // namespace tessel::interop

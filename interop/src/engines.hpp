@@ -1,0 +1,21 @@
+// One reader and one writer per engine, each in its own file; engine_config.cpp
+// dispatches to them.
+#pragma once
+
+#include "tessel/interop/engine_config.hpp"
+
+namespace tessel::interop::detail {
+
+ImportedRun import_megatron(const std::string& text, const ImportContext& context);
+ExportedConfig export_megatron(const Plan& plan);
+
+ImportedRun import_nemo(const std::string& text, const ImportContext& context);
+ExportedConfig export_nemo(const Plan& plan);
+
+ImportedRun import_deepspeed(const std::string& text, const ImportContext& context);
+ExportedConfig export_deepspeed(const Plan& plan);
+
+ImportedRun import_torchtitan(const std::string& text, const ImportContext& context);
+ExportedConfig export_torchtitan(const Plan& plan);
+
+}  // namespace tessel::interop::detail

@@ -1,0 +1,2 @@
+// Placeholder until this engine's tests land.
+#include <gtest/gtest.h>
