@@ -5,6 +5,8 @@
 # two that keep it so (docs/RELIABILITY.md), each in a build folder of its own:
 #   make fuzz            builds the libFuzzer targets (clang) and runs each for FUZZ_SECONDS
 #   make test-sanitize   ASan + UBSan build: unit suites without MPI and a 2-rank tessel run
+# one that packages it (docs/INSTALL.md):
+#   make package         a CPU-only build in $(BUILD_DIR)-package and its Debian package
 # and two for GPU machines (docs/GPU.md):
 #   make gpu-bundle  builds here and packs tessel-gpu-bundle.tar.gz for a GPU machine
 #   make gpu-check   on a GPU machine with a build environment: builds, runs the GPU
@@ -13,7 +15,7 @@
 BUILD_DIR ?= build
 FUZZ_SECONDS ?= 20
 
-.PHONY: demo test fuzz test-sanitize gpu-bundle gpu-check
+.PHONY: demo test fuzz test-sanitize package gpu-bundle gpu-check
 
 demo:
 	@scripts/build.sh $(BUILD_DIR)
@@ -29,6 +31,9 @@ fuzz:
 
 test-sanitize:
 	@scripts/test_sanitize.sh --build-dir $(BUILD_DIR)-sanitize
+
+package:
+	@scripts/package-deb.sh $(BUILD_DIR)-package
 
 gpu-bundle:
 	@scripts/gpu-bundle.sh --build-dir $(BUILD_DIR)

@@ -26,11 +26,16 @@ done
 prefix=$(mktemp -d "${TMPDIR:-/tmp}/tessel-prefix.XXXXXX")
 work=$(mktemp -d "${TMPDIR:-/tmp}/tessel-install-work.XXXXXX")
 moved_from=() moved_to=()
+# cmake --install rewrites BUILD_DIR/install_manifest.txt, the list a user uninstalls
+# with (docs/INSTALL.md): keep the user's, or leave none.
+manifest="$build/install_manifest.txt"
+cp "$manifest" "$work/saved_manifest" 2>/dev/null || true
 restore() {
   for ((i = ${#moved_from[@]} - 1; i >= 0; i--)); do
     mv "${moved_to[i]}" "${moved_from[i]}" && rmdir "$(dirname "${moved_to[i]}")" ||
       echo "check_install: COULD NOT RESTORE ${moved_from[i]} from ${moved_to[i]}" >&2
   done
+  if [ -f "$work/saved_manifest" ]; then cp "$work/saved_manifest" "$manifest"; else rm -f "$manifest"; fi
   rm -rf "$prefix" "$work"
 }
 trap restore EXIT
