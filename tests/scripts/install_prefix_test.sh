@@ -34,6 +34,7 @@ for program in tessel tessel-rank tessel-mpi-bench; do
   runpath=$(readelf -d "$prefix/bin/$program" | sed -nE 's/.*R(UN)?PATH.*\[(.*)\]/\2/p')
   IFS=: read -ra entries <<<"$runpath"
   for entry in "${entries[@]}"; do
+    [ -n "$entry" ] || fail "$program's run path has an empty entry (the working directory): $runpath"
     case "$entry/" in
       "$source_dir"/* | "$build_dir"/*) fail "$program's run path names the source or build tree: $entry" ;;
     esac
@@ -41,16 +42,17 @@ for program in tessel tessel-rank tessel-mpi-bench; do
 done
 echo "ok: files in place, run paths outside the trees"
 
-cd "$work"
-version=$(env -i PATH="$prefix/bin:/usr/bin:/bin" HOME="$work" tessel --version 2>&1) || fail "installed tessel --version: $version"
+mkdir "$work/cwd"
+cd "$work/cwd"   # the installed tessel's working directory and HOME: nothing may appear there
+version=$(env -i PATH="$prefix/bin:/usr/bin:/bin" HOME="$work/cwd" tessel --version 2>&1) || fail "installed tessel --version: $version"
 [ "$version" = "tessel 0.1.0" ] || fail "installed tessel --version printed: $version"
-env -i PATH="$prefix/bin:/usr/bin:/bin" HOME="$work" tessel presets >presets.out 2>&1 || fail "installed tessel presets: $(tail -1 presets.out)"
-grep -q "gpt2-124m" presets.out || fail "installed tessel presets lists no gpt2-124m"
+env -i PATH="$prefix/bin:/usr/bin:/bin" HOME="$work/cwd" tessel presets >"$work/presets.out" 2>&1 || fail "installed tessel presets: $(tail -1 "$work/presets.out")"
+grep -q "gpt2-124m" "$work/presets.out" || fail "installed tessel presets lists no gpt2-124m"
 # The installed command with a wrong argument: one line and status 2, as from the build tree.
-env -i PATH="$prefix/bin:/usr/bin:/bin" HOME="$work" tessel plan --model no-such-model --cluster dgx-a100 --nodes 1 \
-  --global-batch 8 >bad.out 2>&1
+env -i PATH="$prefix/bin:/usr/bin:/bin" HOME="$work/cwd" tessel plan --model no-such-model --cluster dgx-a100 --nodes 1 \
+  --global-batch 8 >"$work/bad.out" 2>&1
 status=$?
 [ "$status" -eq 2 ] || fail "installed tessel with an unknown model: status $status, not 2"
-[ "$(wc -l <bad.out)" -eq 1 ] || fail "installed tessel with an unknown model printed more than one line: $(cat bad.out)"
-[ -z "$(ls -A "$work" | grep -v -e presets.out -e bad.out)" ] || fail "the installed tessel wrote files: $(ls -A "$work")"
-echo "ok: installed tessel answers from $work ($version)"
+[ "$(wc -l <"$work/bad.out")" -eq 1 ] || fail "installed tessel with an unknown model printed more than one line: $(cat "$work/bad.out")"
+[ -z "$(ls -A "$work/cwd")" ] || fail "the installed tessel wrote files: $(ls -A "$work/cwd")"
+echo "ok: installed tessel answers from $work/cwd ($version)"
