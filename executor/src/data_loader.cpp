@@ -1,8 +1,6 @@
 #include "tessel/executor/data_loader.hpp"
 
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -19,7 +17,9 @@ DataLoader::DataLoader(TokenSource tokens, int global_batch, int seq, int dp_ran
   if (seq <= 0 || global_batch <= 0) throw Error(fmt::format("data: batch {} and sequence {} must be positive", global_batch, seq));
   if (tokens_.count() < std::uint64_t(seq) + 1) {
     if (tokens_.format() == TokenFormat::text) {
-      throw Error(fmt::format("--data: the text has {} bytes, fewer than one window of sequence {} + 1", tokens_.count(), seq));
+      const std::string named = tokens_.origin() == "text" ? "" : fmt::format(" ({})", tokens_.origin());
+      throw Error(fmt::format("--data: the text has {} bytes, fewer than one window of sequence {} + 1{}",
+                              tokens_.count(), seq, named));
     }
     throw Error(fmt::format("--data: {}: {} tokens, fewer than one window of sequence {} + 1", tokens_.origin(),
                             tokens_.count(), seq));
@@ -30,15 +30,7 @@ DataLoader::DataLoader(TokenSource tokens, int global_batch, int seq, int dp_ran
 }
 
 DataLoader DataLoader::from_file(const std::string& path, int global_batch, int seq, int dp_rank, int dp_size) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("--data: {}: cannot open file", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  try {
-    return DataLoader(buffer.str(), global_batch, seq, dp_rank, dp_size);
-  } catch (const Error& error) {
-    throw Error(fmt::format("{} ({})", error.what(), path));
-  }
+  return DataLoader(open_token_source(path, TokenFormat::text), global_batch, seq, dp_rank, dp_size);
 }
 
 void DataLoader::next(std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets) {

@@ -66,4 +66,16 @@ TokenSource open_token_source(const std::string& path, TokenFormat format, Token
   throw Error(fmt::format("--data: {}: no reader for this format", path));
 }
 
+TokenSource open_token_source(const std::string& path, const std::string& format, const std::string& flat_dtype) {
+  const TokenFormat asked = parse_token_format(format);
+  const TokenDType dtype = flat_dtype.empty() ? TokenDType::u16 : parse_token_dtype(flat_dtype);
+  TokenSource tokens = open_token_source(path, asked, dtype);
+  if (!flat_dtype.empty() && tokens.format() != TokenFormat::nanogpt) {
+    throw Error(fmt::format("--data-dtype: {} is read as {}, which {}; --data-dtype is for headerless nanogpt files",
+                            path, to_string(tokens.format()),
+                            tokens.format() == TokenFormat::text ? "is bytes" : "names its own dtype"));
+  }
+  return tokens;
+}
+
 }  // namespace tessel::executor

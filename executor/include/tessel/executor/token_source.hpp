@@ -70,8 +70,14 @@ class TokenSource {
 // (empty, truncated, bad header, index outside the data).
 TokenSource open_token_source(const std::string& path, TokenFormat format, TokenDType flat_dtype = TokenDType::u16);
 
+// The same with --data-format and --data-dtype as spelled on the command line (dtype
+// empty: uint16). A dtype given for a file that names its own (megatron, llm.c) or for
+// text is refused.
+TokenSource open_token_source(const std::string& path, const std::string& format, const std::string& flat_dtype);
+
 // The checks a run makes of its data before any rank starts: at least one global batch
-// of windows (global_batch * seq + 1 tokens) and every id below `vocab`. Prints a progress
+// of windows (global_batch * seq + 1 tokens; text keeps its old minimum of one window,
+// seq + 1 bytes) and every id below `vocab`. Prints a progress
 // line on stderr while scanning a very large corpus. Throws tessel::Error naming the file.
 void check_token_data(const TokenSource& tokens, std::int64_t vocab, int global_batch, int seq);
 
