@@ -69,13 +69,13 @@ TokenSource open_token_source(const std::string& path, TokenFormat format, Token
 TokenSource open_token_source(const std::string& path, const std::string& format, const std::string& flat_dtype) {
   const TokenFormat asked = parse_token_format(format);
   const TokenDType dtype = flat_dtype.empty() ? TokenDType::u16 : parse_token_dtype(flat_dtype);
-  TokenSource tokens = open_token_source(path, asked, dtype);
-  if (!flat_dtype.empty() && tokens.format() != TokenFormat::nanogpt) {
+  // Resolved first, so that a dtype given for the wrong kind of file is the error named.
+  const TokenFormat resolved = asked == TokenFormat::automatic ? detect(path) : asked;
+  if (!flat_dtype.empty() && resolved != TokenFormat::nanogpt) {
     throw Error(fmt::format("--data-dtype: {} is read as {}, which {}; --data-dtype is for headerless nanogpt files",
-                            path, to_string(tokens.format()),
-                            tokens.format() == TokenFormat::text ? "is bytes" : "names its own dtype"));
+                            path, to_string(resolved), resolved == TokenFormat::text ? "is bytes" : "names its own dtype"));
   }
-  return tokens;
+  return open_token_source(path, resolved, dtype);
 }
 
 }  // namespace tessel::executor
