@@ -4,6 +4,7 @@
 // machines tessel runs on.
 #include "tessel/executor/token_source.hpp"
 
+#include <chrono>
 #include <cstring>
 #include <iostream>
 
@@ -45,7 +46,8 @@ std::uint64_t scan_any(TokenDType dtype, const std::byte* first, std::uint64_t b
   return end;
 }
 
-constexpr std::uint64_t kScanChunkTokens = std::uint64_t(1) << 28;  // progress after each
+constexpr std::uint64_t kScanChunkTokens = std::uint64_t(1) << 26;  // progress after each
+constexpr double kProgressEvery_s = 5.0;  // a scan shorter than this prints nothing
 }  // namespace
 
 std::size_t token_bytes(TokenDType dtype) {
@@ -144,7 +146,11 @@ void check_token_data(const TokenSource& tokens, std::int64_t vocab, int global_
     throw Error(fmt::format("--data: {}: {} tokens, fewer than one global batch of {} windows of {} (needs {})",
                             tokens.origin(), tokens.count(), global_batch, seq, needed));
   }
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last_line = Clock::now();
   const auto report = [&](double done) {
+    if (std::chrono::duration<double>(Clock::now() - last_line).count() < kProgressEvery_s) return;
+    last_line = Clock::now();
     std::cerr << fmt::format("tessel: checking token ids of {}: {:.0f}%\n", tokens.origin(), 100.0 * done)
               << std::flush;
   };

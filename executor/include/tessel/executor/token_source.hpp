@@ -49,7 +49,7 @@ class TokenSource {
     std::int64_t id;
   };
   // The first id outside 0..vocab-1 in one pass over all tokens; `progress` (when set)
-  // is called with the fraction done every few hundred million tokens.
+  // is called with the fraction done every 64 Mi tokens.
   std::optional<OutOfRange> first_out_of_range(std::int64_t vocab,
                                                const std::function<void(double)>& progress = {}) const;
 
@@ -77,8 +77,9 @@ TokenSource open_token_source(const std::string& path, const std::string& format
 
 // The checks a run makes of its data before any rank starts: at least one global batch
 // of windows (global_batch * seq + 1 tokens; text keeps its old minimum of one window,
-// seq + 1 bytes) and every id below `vocab`. Prints a progress
-// line on stderr while scanning a very large corpus. Throws tessel::Error naming the file.
+// seq + 1 bytes) and every id below `vocab`. A scan that takes long (a corpus of
+// billions of tokens, a cold page cache) prints a progress line on stderr every 5 s.
+// Throws tessel::Error naming the file.
 void check_token_data(const TokenSource& tokens, std::int64_t vocab, int global_batch, int seq);
 
 }  // namespace tessel::executor
