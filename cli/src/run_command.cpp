@@ -111,8 +111,10 @@ int run_run(const RunArgs& args) {
   executor::Trainer::check(plan);
   if (!args.resume.empty()) executor::read_checkpoint_meta(args.resume, args.steps);
   if (args.checkpoint_every < 0) throw Error(fmt::format("--checkpoint-every: must be 0 or more, got {}", args.checkpoint_every));
-  if (!args.data_file.empty() && !std::filesystem::is_regular_file(args.data_file)) {
-    throw Error(fmt::format("--data: {}: cannot open file", args.data_file));
+  std::string data_format = args.data_format;
+  if (!args.data_file.empty()) data_format = check_run_data(args, plan);
+  else if (args.data_format != "auto" || !args.data_dtype.empty()) {
+    throw Error("--data-format, --data-dtype: give --data FILE too (without it the run trains on a synthetic text)");
   }
   // CPU ranks of this machine share its memory; GPU ranks check their device's.
   if (ranks_here && backend == executor::BackendChoice::cpu) {
@@ -122,6 +124,7 @@ int run_run(const RunArgs& args) {
   const bool checkpoint_folder_is_new = !args.checkpoint.empty() && !std::filesystem::exists(args.checkpoint, missing);
   check_output_paths(args);
   RunArgs worker_args = args;
+  worker_args.data_format = data_format;
   worker_args.progress = isatty(STDERR_FILENO) != 0;
   if (launcher == executor::Launcher::none) {
     const executor::LaunchedRank launched = executor::read_launched_rank(environment);
@@ -155,7 +158,14 @@ Command add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Train a plan on CPU or GPU ranks (launches mpirun or srun itself)");
   cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file (local-cpu, or a GPU cluster)")->required();
   cmd->add_option("--steps,-s", args->steps, "Training steps")->capture_default_str();
-  cmd->add_option("--data", args->data_file, "Text file to train on, byte-level (default: a synthetic corpus)");
+  cmd->add_option("--data", args->data_file,
+                  "Data to train on: a text file (byte-level), a Megatron dataset (PREFIX, PREFIX.bin or .idx), a "
+                  "nanoGPT .bin or an llm.c shard (default: a synthetic text)");
+  cmd->add_option("--data-format", args->data_format,
+                  "text|megatron|nanogpt|llmc|auto: auto reads a .bin with a .idx beside it as Megatron's, one "
+                  "with llm.c's magic as llm.c's, any other .bin as nanoGPT's, anything else as text")
+      ->capture_default_str();
+  cmd->add_option("--data-dtype", args->data_dtype, "uint16|uint32: the ids of a headerless nanoGPT file (default uint16)");
   cmd->add_option("--seed", args->seed, "Initialisation and synthetic-data seed")->capture_default_str();
   cmd->add_option("--lr", args->lr, "Learning rate")->capture_default_str();
   cmd->add_option("--db", args->db, "Database to record the run in (default: the profiles database)");

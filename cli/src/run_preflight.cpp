@@ -17,6 +17,7 @@
 #include "format.hpp"
 #include "tessel/profiles/profile_store.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/executor/token_source.hpp"
 #include "tessel/planner/cost_model.hpp"
 
 namespace tessel::cli {
@@ -84,6 +85,12 @@ double available_memory_bytes() {
     if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024.0;
   }
   return 0;
+}
+
+std::string check_run_data(const executor::RunOptions& args, const Plan& plan) {
+  const executor::TokenSource tokens = executor::open_token_source(args.data_file, args.data_format, args.data_dtype);
+  executor::check_token_data(tokens, plan.model.vocab, plan.train.global_batch, plan.seq_len());
+  return executor::to_string(tokens.format());
 }
 
 void check_memory_fits(const Plan& plan, const std::string& db, int ranks_here, double available_bytes) {

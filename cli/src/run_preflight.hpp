@@ -1,7 +1,7 @@
 // What `tessel run` checks before any rank starts, so that a run fails in its first
 // second rather than after its last step: the output paths can be written, the plan's
 // ranks fit in this machine's memory (the planner's estimate, as `tessel estimate`
-// prints it), a --resume checkpoint is complete and valid, and no other run writes the
+// prints it), the --data file reads and fits the model, a --resume checkpoint is complete and valid, and no other run writes the
 // same --checkpoint folder (a lock held for the whole run).
 #pragma once
 
@@ -14,6 +14,11 @@ namespace tessel::cli {
 
 // --checkpoint (created if missing) and --trace can be written; throws tessel::Error.
 void check_output_paths(const executor::RunOptions& args);
+
+// Opens --data as the ranks will and checks it against the plan (one global batch of
+// windows, every id inside the model's vocabulary; token_source.hpp). Returns the
+// format it was read as (auto resolved), which the ranks are handed. Throws tessel::Error.
+std::string check_run_data(const executor::RunOptions& args, const Plan& plan);
 
 // The planner's per-rank memory for `plan` times the ranks that run on this machine,
 // against `available_bytes` (this machine's MemAvailable when negative). Throws

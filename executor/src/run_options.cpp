@@ -12,6 +12,8 @@ std::vector<std::string> RunOptions::to_arguments() const {
   std::vector<std::string> out{"--plan", plan_file, "--steps", std::to_string(steps), "--seed", std::to_string(seed),
                                "--lr", fmt::format("{}", lr)};
   if (!data_file.empty()) out.insert(out.end(), {"--data", data_file});
+  if (data_format != "auto") out.insert(out.end(), {"--data-format", data_format});
+  if (!data_dtype.empty()) out.insert(out.end(), {"--data-dtype", data_dtype});
   if (!db.empty()) out.insert(out.end(), {"--db", db});
   if (!checkpoint.empty()) out.insert(out.end(), {"--checkpoint", checkpoint});
   if (checkpoint_every > 0) out.insert(out.end(), {"--checkpoint-every", std::to_string(checkpoint_every)});
@@ -32,6 +34,8 @@ RunOptions RunOptions::from_arguments(int argc, const char* const* argv) {
     const std::string value = argv[i + 1];
     if (key == "--plan") o.plan_file = value;
     else if (key == "--data") o.data_file = value;
+    else if (key == "--data-format") o.data_format = value;
+    else if (key == "--data-dtype") o.data_dtype = value;
     else if (key == "--db") o.db = value;
     else if (key == "--checkpoint") o.checkpoint = value;
     else if (key == "--resume") o.resume = value;

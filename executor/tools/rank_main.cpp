@@ -2,7 +2,8 @@
 // execs it when the ranks were started already, by the user or the cluster): the tessel
 // command itself links SimGrid, whose SMPI exports the MPI symbols too, so MPI code
 // lives in this binary. Each rank trains on the CPU or on its GPU (rank_device.hpp).
-//   tessel-rank --plan P --steps N --seed S --lr LR [--data FILE] [--db FILE] [--trace FILE]
+//   tessel-rank --plan P --steps N --seed S --lr LR [--data FILE [--data-format F] [--data-dtype T]] [--db FILE]
+//               [--trace FILE]
 //               [--checkpoint DIR [--checkpoint-every K]] [--resume DIR] [--clip-grad-norm X]
 //               [--backend auto|cpu|cuda]
 // Measured op events: every rank sends its own to rank 0 over MPI as text (ranks on
@@ -239,7 +240,8 @@ int train(const RunArgs& args, const Plan& plan) {
         args.data_file.empty()
             ? executor::DataLoader(executor::synthetic_corpus(1 << 20, args.seed), plan.train.global_batch,
                                    plan.seq_len(), dp_rank, dp)
-            : executor::DataLoader::from_file(args.data_file, plan.train.global_batch, plan.seq_len(), dp_rank, dp);
+            : executor::DataLoader(executor::open_token_source(args.data_file, args.data_format, args.data_dtype),
+                                   plan.train.global_batch, plan.seq_len(), dp_rank, dp, plan.model.vocab);
     executor::TrainerOptions options;
     options.seed = args.seed;
     options.lr = args.lr;

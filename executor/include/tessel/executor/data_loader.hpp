@@ -1,5 +1,6 @@
-// Byte-level training data: the tokens are the bytes of a text (any file, or the
-// synthetic corpus). Step k's global batch is `global_batch` windows of seq + 1 bytes
+// Training data: the token ids of a TokenSource (the bytes of a text, any file or the
+// synthetic corpus, or a pre-tokenised corpus: Megatron, nanoGPT, llm.c; token_source.hpp).
+// Step k's global batch is `global_batch` windows of seq + 1 bytes
 // taken one after another from the loader's position; data-parallel rank d reads its
 // contiguous share of them. The position is a single number, saved in checkpoints, so a
 // resumed run reads exactly the batches the uninterrupted one would have.
@@ -9,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tessel/executor/token_source.hpp"
+
 namespace tessel::executor {
 
 class DataLoader {
@@ -16,7 +19,10 @@ class DataLoader {
   // Throws tessel::Error when the text is shorter than one window or the batch does not
   // split over the data-parallel ranks.
   DataLoader(std::string text, int global_batch, int seq, int dp_rank = 0, int dp_size = 1);
-  // Reads the whole file; the error names the file.
+  // `vocab` > 0: next() refuses an id outside 0..vocab-1 it reads (the run's preflight
+  // scanned the whole file already; this guards ranks started without it).
+  DataLoader(TokenSource tokens, int global_batch, int seq, int dp_rank = 0, int dp_size = 1, std::int64_t vocab = 0);
+  // Reads the whole file as byte-level text; the error names the file.
   static DataLoader from_file(const std::string& path, int global_batch, int seq, int dp_rank = 0, int dp_size = 1);
 
   int sequences_per_rank() const { return global_batch_ / dp_size_; }
@@ -26,7 +32,10 @@ class DataLoader {
   void seek(std::uint64_t position) { position_ = position; }
 
  private:
-  std::string text_;
+  std::int32_t token_at(std::uint64_t i) const;
+
+  TokenSource tokens_;
+  std::int64_t vocab_ = 0;
   int global_batch_, seq_, dp_rank_, dp_size_;
   std::uint64_t position_ = 0;
 };

@@ -11,6 +11,10 @@ namespace tessel::executor {
 
 struct RunOptions {
   std::string plan_file, data_file, db, checkpoint, resume, trace_file;
+  // How --data is read (token_source.hpp): text|megatron|nanogpt|llmc|auto, and the id
+  // type of headerless nanogpt files (empty: uint16). tessel run resolves auto before
+  // the ranks start, so they are handed the format it found.
+  std::string data_format = "auto", data_dtype;
   int steps = 10;
   int checkpoint_every = 0;
   std::uint64_t seed = 1;

@@ -1,0 +1,64 @@
+// llm.c's token shards, as dev/data/data_common.py (write_datafile) in karpathy/llm.c
+// writes them and train_gpt2.c's dataloader reads them: a header of 256 little-endian
+// int32 (header[0] the magic, header[1] the version, header[2] the token count, the rest
+// zero), then the ids. Two kinds exist: magic 20240520 version 1 with uint16 ids (GPT-2's
+// tokeniser) and magic 20240801 version 7 with uint32 ids (Llama 3's). The count in the
+// header must match the bytes that follow it, so a shard cut short is caught.
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+#include "token_readers.hpp"
+
+namespace tessel::executor {
+
+namespace {
+constexpr std::uint64_t kHeaderInts = 256;
+constexpr std::uint64_t kHeaderBytes = kHeaderInts * sizeof(std::int32_t);
+constexpr std::int32_t kGpt2Magic = 20240520, kGpt2Version = 1;
+constexpr std::int32_t kLlama3Magic = 20240801, kLlama3Version = 7;
+
+std::int32_t header_int(const MappedFile& file, int index) {
+  std::int32_t value;
+  std::memcpy(&value, file.data() + index * sizeof(std::int32_t), sizeof(value));
+  return value;
+}
+}  // namespace
+
+bool starts_with_llmc_magic(const MappedFile& file) {
+  if (file.size_bytes() < sizeof(std::int32_t)) return false;
+  const std::int32_t magic = header_int(file, 0);
+  return magic == kGpt2Magic || magic == kLlama3Magic;
+}
+
+TokenSource read_llmc(std::shared_ptr<const MappedFile> file) {
+  const std::string& path = file->path();
+  if (file->size_bytes() == 0) throw Error(fmt::format("--data: {}: empty file", path));
+  if (file->size_bytes() < kHeaderBytes) {
+    throw Error(fmt::format("--data: {}: {} bytes, shorter than llm.c's {}-byte header", path, file->size_bytes(),
+                            kHeaderBytes));
+  }
+  const std::int32_t magic = header_int(*file, 0), version = header_int(*file, 1), count = header_int(*file, 2);
+  TokenDType dtype;
+  if (magic == kGpt2Magic && version == kGpt2Version) dtype = TokenDType::u16;
+  else if (magic == kLlama3Magic && version == kLlama3Version) dtype = TokenDType::u32;
+  else if (magic != kGpt2Magic && magic != kLlama3Magic) {
+    throw Error(fmt::format("--data: {}: bad llm.c magic {} (llm.c writes {} or {})", path, magic, kGpt2Magic,
+                            kLlama3Magic));
+  } else {
+    throw Error(fmt::format("--data: {}: llm.c version {} with magic {} (llm.c writes version {} with it)", path,
+                            version, magic, magic == kGpt2Magic ? kGpt2Version : kLlama3Version));
+  }
+  const std::uint64_t item = token_bytes(dtype), body_bytes = file->size_bytes() - kHeaderBytes;
+  if (count <= 0) throw Error(fmt::format("--data: {}: llm.c header holds {} tokens (empty shard)", path, count));
+  if (std::uint64_t(count) * item != body_bytes) {
+    throw Error(fmt::format("--data: {}: llm.c header says {} tokens, the file holds {} bytes of {} tokens after it "
+                            "(truncated or mismatched)",
+                            path, count, body_bytes, to_string(dtype)));
+  }
+  const std::byte* first = file->data() + kHeaderBytes;
+  return TokenSource(std::move(file), first, std::uint64_t(count), dtype, path, TokenFormat::llmc);
+}
+
+}  // namespace tessel::executor

@@ -1,0 +1,177 @@
+// The one-line refusals of the token readers: empty, truncated and mismatched files, bad
+// headers, Megatron indexes that point outside their data, too few tokens for a global
+// batch. Each message must name the file and the problem.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "tessel/core/error.hpp"
+#include "tessel/executor/token_source.hpp"
+#include "token_writers.hpp"
+
+using namespace tessel;
+using namespace tessel::executor;
+using namespace tessel_token_test;
+namespace fs = std::filesystem;
+
+namespace {
+class TokenErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessel_token_errors_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // The error of opening `name`, or "" when it opened.
+  std::string error_of(const std::string& name, TokenFormat format = TokenFormat::automatic,
+                       TokenDType flat_dtype = TokenDType::u16) {
+    try {
+      open_token_source(path(name), format, flat_dtype);
+    } catch (const Error& error) {
+      const std::string text = error.what();
+      EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+      return text;
+    }
+    return "";
+  }
+
+  fs::path dir_;
+};
+
+std::vector<std::int64_t> counting(std::size_t n) {
+  std::vector<std::int64_t> ids(n);
+  for (std::size_t i = 0; i < n; ++i) ids[i] = std::int64_t(i % 1000);
+  return ids;
+}
+
+// Writes the Megatron pair of `files` under `prefix`.
+void write_pair(const std::string& prefix, const MegatronFiles& files) {
+  write_bytes(prefix + ".bin", files.bin);
+  write_bytes(prefix + ".idx", files.idx);
+}
+}  // namespace
+
+TEST_F(TokenErrors, EmptyFilesAreRefused) {
+  write_bytes(path("empty.bin"), "");
+  EXPECT_EQ(error_of("empty.bin"), "--data: " + path("empty.bin") + ": empty file");
+  EXPECT_EQ(error_of("empty.bin", TokenFormat::llmc), "--data: " + path("empty.bin") + ": empty file");
+  write_megatron(path("nothing"), {});
+  EXPECT_EQ(error_of("nothing", TokenFormat::megatron),
+            "--data: " + path("nothing.idx") + ": the index lists no sequences (empty dataset)");
+}
+
+TEST_F(TokenErrors, TruncatedFlatFilesAreRefused) {
+  std::string bytes = flat_ids(counting(100), 2);
+  write_bytes(path("cut.bin"), bytes.substr(0, 199));
+  EXPECT_EQ(error_of("cut.bin"),
+            "--data: " + path("cut.bin") + ": 199 bytes, not a whole number of 2-byte uint16 tokens (truncated?)");
+  write_bytes(path("cut32.bin"), flat_ids(counting(100), 4).substr(0, 398));
+  EXPECT_EQ(error_of("cut32.bin", TokenFormat::nanogpt, TokenDType::u32),
+            "--data: " + path("cut32.bin") + ": 398 bytes, not a whole number of 4-byte uint32 tokens (truncated?)");
+}
+
+TEST_F(TokenErrors, LlmcHeadersAreChecked) {
+  const std::string shard = llmc_shard(counting(100));
+  write_bytes(path("short.bin"), shard.substr(0, shard.size() - 2));
+  EXPECT_EQ(error_of("short.bin"), "--data: " + path("short.bin") +
+                                       ": llm.c header says 100 tokens, the file holds 198 bytes of uint16 tokens after "
+                                       "it (truncated or mismatched)");
+  write_bytes(path("header_only.bin"), shard.substr(0, 512));
+  EXPECT_EQ(error_of("header_only.bin"),
+            "--data: " + path("header_only.bin") + ": 512 bytes, shorter than llm.c's 1024-byte header");
+  std::string bad_version = shard;
+  bad_version[4] = 2;
+  write_bytes(path("version.bin"), bad_version);
+  EXPECT_EQ(error_of("version.bin"),
+            "--data: " + path("version.bin") + ": llm.c version 2 with magic 20240520 (llm.c writes version 1 with it)");
+  std::string bad_magic = shard;
+  bad_magic[0] = 0;
+  write_bytes(path("magic.bin"), bad_magic);
+  EXPECT_NE(error_of("magic.bin", TokenFormat::llmc).find(path("magic.bin") + ": bad llm.c magic"), std::string::npos);
+}
+
+TEST_F(TokenErrors, MegatronHeadersAreChecked) {
+  const MegatronFiles good = megatron_dataset(as_documents(counting(200)));
+  MegatronFiles magic = good;
+  magic.idx[0] = 'X';
+  write_pair(path("magic"), magic);
+  EXPECT_EQ(error_of("magic"), "--data: " + path("magic.idx") + ": bad magic, not a Megatron MMIDIDX index");
+  MegatronFiles version = good;
+  version.idx[9] = 2;
+  write_pair(path("version"), version);
+  EXPECT_EQ(error_of("version"), "--data: " + path("version.idx") + ": index version 2, only version 1 is known");
+  MegatronFiles floats = good;
+  floats.idx[17] = 7;
+  write_pair(path("floats"), floats);
+  EXPECT_EQ(error_of("floats"), "--data: " + path("floats.idx") + ": dtype code 7 (float32) holds no token ids");
+  MegatronFiles unknown = good;
+  unknown.idx[17] = 9;
+  write_pair(path("unknown"), unknown);
+  EXPECT_EQ(error_of("unknown"), "--data: " + path("unknown.idx") + ": unknown dtype code 9 (Megatron writes 1 to 8)");
+  MegatronFiles cut = good;
+  cut.idx.resize(cut.idx.size() - 8);
+  write_pair(path("cut"), cut);
+  EXPECT_NE(error_of("cut").find(path("cut.idx") + ": " + std::to_string(cut.idx.size()) + " bytes, but the header's"),
+            std::string::npos)
+      << error_of("cut");
+  write_bytes(path("lonely.idx"), good.idx);
+  EXPECT_EQ(error_of("lonely.idx"),
+            "--data: " + path("lonely.idx") + ": a Megatron index needs its data file " + path("lonely") + ".bin next to it");
+}
+
+TEST_F(TokenErrors, MegatronIndexMustMatchItsData) {
+  const auto ids = counting(200);
+  const MegatronFiles good = megatron_dataset(as_documents(ids));
+  MegatronFiles short_bin = good;
+  short_bin.bin.resize(short_bin.bin.size() - 4);
+  write_pair(path("short"), short_bin);
+  EXPECT_NE(error_of("short").find(path("short.idx") + ": sequence 19 points to bytes"), std::string::npos)
+      << error_of("short");
+  EXPECT_NE(error_of("short").find("outside " + path("short.bin")), std::string::npos);
+  MegatronFiles long_bin = good;
+  long_bin.bin += std::string(6, '\0');
+  write_pair(path("long"), long_bin);
+  EXPECT_EQ(error_of("long"), "--data: " + path("long.idx") + ": the index covers 400 bytes, but " + path("long.bin") +
+                                  " has 406 (mismatched pair?)");
+  // Sequence 1's pointer moved by one id: sizes and pointers disagree.
+  MegatronFiles moved = good;
+  const std::size_t pointers_at = 34 + 4 * 20;  // 20 sequences of 1..19 ids and the rest
+  moved.idx[pointers_at + 8] = char(moved.idx[pointers_at + 8] + 2);
+  write_pair(path("moved"), moved);
+  EXPECT_EQ(error_of("moved"), "--data: " + path("moved.idx") +
+                                   ": sequence 1 starts at byte 4, but the sizes before it end at 2 (sizes and "
+                                   "pointers disagree)");
+}
+
+TEST_F(TokenErrors, TooFewTokensForOneGlobalBatch) {
+  write_nanogpt(path("few.bin"), counting(100));
+  const TokenSource tokens = open_token_source(path("few.bin"), TokenFormat::automatic);
+  try {
+    check_token_data(tokens, 1000, 8, 16);
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()), "--data: " + path("few.bin") +
+                                             ": 100 tokens, fewer than one global batch of 8 windows of 16 (needs 129)");
+  }
+  EXPECT_NO_THROW(check_token_data(tokens, 1000, 6, 16));
+}
+
+TEST_F(TokenErrors, ADtypeIsOnlyForHeaderlessFiles) {
+  write_llmc(path("shard.bin"), counting(100));
+  try {
+    open_token_source(path("shard.bin"), "auto", "uint32");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()), "--data-dtype: " + path("shard.bin") +
+                                             " is read as llmc, which names its own dtype; --data-dtype is for "
+                                             "headerless nanogpt files");
+  }
+  EXPECT_THROW(open_token_source(path("shard.bin"), "auto", "int8"), Error);
+  EXPECT_THROW(open_token_source(path("shard.bin"), "tokens", ""), Error);
+}
