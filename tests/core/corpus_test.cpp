@@ -56,8 +56,9 @@ const std::set<std::string>& run_keys() {
 
 // What a source may report, each in the unit its name says (fractions, not percents).
 const std::set<std::string>& measured_keys() {
-  static const std::set<std::string> keys{"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
-                                          "mfu",         "hfu",          "peak_fraction",        "aggregate_pflops"};
+  static const std::set<std::string> keys{"step_time_s",       "tokens_per_s", "tokens_per_s_per_gpu",
+                                          "tflops_per_gpu",    "mfu",          "hw_tflops_per_gpu",
+                                          "hfu",               "peak_fraction", "aggregate_pflops"};
   return keys;
 }
 
