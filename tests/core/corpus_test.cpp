@@ -208,3 +208,21 @@ TEST(Corpus, EachDeviceHasEnoughCalibrationRows) {
     EXPECT_GE(coverage.layouts.size(), 2u);
   }
 }
+
+// The check above can fail: a recorded reason that tessel no longer gives is caught, and
+// so is a layout that tessel refuses without a recorded reason.
+TEST(Corpus, AStaleOrMissingRejectionReasonIsCaught) {
+  const Json* bloom = nullptr;
+  for (const CorpusFile& file : corpus()) {
+    for (const Json& run : file.json["runs"]) {
+      if (run.value("id", std::string()) == "bloom-176b-end-of-epoch-1") bloom = &run;
+    }
+  }
+  ASSERT_NE(bloom, nullptr) << "the BLOOM row is the example of a recorded rejection";
+  Json even_stages = *bloom;
+  even_stages["parallel"]["pp"] = 7;  // 70 layers split into 7 stages: tessel now says something else
+  EXPECT_NE(tessel_verdict(even_stages), even_stages["tessel_rejects"].get<std::string>());
+  Json no_reason = *bloom;
+  no_reason.erase("tessel_rejects");
+  EXPECT_NE(tessel_verdict(no_reason), "(valid)");
+}
