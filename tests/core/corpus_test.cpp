@@ -62,6 +62,13 @@ const std::set<std::string>& measured_keys() {
   return keys;
 }
 
+// "model", "model.heads", "parallel.zero", ...: the plan field an assumption is about.
+bool names_a_plan_field(const std::string& path) {
+  const std::string root = path.substr(0, path.find('.'));
+  if (root == "model" || root == "cluster" || root == "nodes") return true;
+  return (root == "train" || root == "parallel") && path.size() > root.size() + 1;
+}
+
 bool is_fraction_key(const std::string& key) { return key == "mfu" || key == "hfu" || key == "peak_fraction"; }
 
 bool is_fp8(const Json& run) {
@@ -139,6 +146,7 @@ TEST(Corpus, EveryRunHasAUniqueIdACiteAndAMeasurement) {
         ASSERT_TRUE(run["assumed"].is_object());
         for (const auto& [field, why] : run["assumed"].items()) {
           EXPECT_TRUE(why.is_string() && !why.empty()) << field;
+          EXPECT_TRUE(names_a_plan_field(field)) << "assumed names no plan field: " << field;
         }
       }
       for (const char* key : {"cluster", "nodes", "train", "parallel", "model"}) {
