@@ -48,17 +48,17 @@ bool is_nonempty_string(const Json& object, const char* key) {
 
 // Keys a run may carry: tessel's plan fields and the corpus's own.
 const std::set<std::string>& run_keys() {
-  static const std::set<std::string> keys{"id",        "cite",     "cite_via", "model",          "cluster",
-                                          "cluster_note", "nodes", "train",    "parallel",       "published",
-                                          "published_note", "measured", "derived", "assumed", "tessel_rejects"};
+  static const std::set<std::string> keys{
+      "id",       "cite",      "cite_via",       "model",    "cluster", "cluster_note", "nodes",         "train",
+      "parallel", "published", "published_note", "measured", "derived", "assumed",      "tessel_rejects"};
   return keys;
 }
 
 // What a source may report, each in the unit its name says (fractions, not percents).
 const std::set<std::string>& measured_keys() {
-  static const std::set<std::string> keys{"step_time_s",       "tokens_per_s", "tokens_per_s_per_gpu",
-                                          "tflops_per_gpu",    "mfu",          "hw_tflops_per_gpu",
-                                          "hfu",               "peak_fraction", "aggregate_pflops"};
+  static const std::set<std::string> keys{
+      "step_time_s",       "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",  "mfu",
+      "hw_tflops_per_gpu", "hfu",          "peak_fraction",        "aggregate_pflops"};
   return keys;
 }
 
@@ -164,7 +164,8 @@ TEST(Corpus, EveryRunHasAUniqueIdACiteAndAMeasurement) {
 TEST(Corpus, EveryRunLoadsAsATesselPlanOrRecordsWhyNot) {
   for (const CorpusFile& file : corpus()) {
     for (const Json& run : file.json["runs"]) {
-      const std::string expected = run.contains("tessel_rejects") ? run["tessel_rejects"].get<std::string>() : "(valid)";
+      const std::string expected =
+          run.contains("tessel_rejects") ? run["tessel_rejects"].get<std::string>() : "(valid)";
       EXPECT_EQ(tessel_verdict(run), expected) << run_label(file, run);
       if (!run.contains("train") || !run.contains("parallel")) continue;
       // The plan fields are exactly as published: precision is only bf16, fp16 or fp8.
@@ -177,7 +178,8 @@ TEST(Corpus, EveryRunLoadsAsATesselPlanOrRecordsWhyNot) {
 TEST(Corpus, HeldOutSourcesAreExactlyTheThreeNamedByTheIssue) {
   std::set<std::string> held_out;
   for (const CorpusFile& file : corpus()) {
-    if (file.json["source"]["held_out"].get<bool>()) held_out.insert(file.json["source"]["url_or_arxiv"].get<std::string>());
+    if (file.json["source"]["held_out"].get<bool>())
+      held_out.insert(file.json["source"]["url_or_arxiv"].get<std::string>());
   }
   const std::vector<std::string> named{"arXiv:2104.04473", "arXiv:2205.05198", "NVIDIA/dgxc-benchmarking"};
   EXPECT_EQ(held_out.size(), named.size());
