@@ -1,0 +1,241 @@
+// The corpus of published measured runs (corpus/published/*.json) is data that later
+// calibration and accuracy tests read, so its shape is checked here once: every file
+// parses, every run cites its table and carries a measurement, ids are unique, every
+// run's layout loads as a tessel Plan (or records the one-line reason tessel refuses it,
+// so that a later change to tessel's rules shows up here), the held-out sources are
+// exactly the three that issue 16 names, and each device keeps enough calibration rows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessel/core/error.hpp"
+#include "tessel/core/plan.hpp"
+
+using namespace tessel;
+
+namespace {
+struct CorpusFile {
+  std::string name;  // file name, e.g. "narayanan2021_table1.json"
+  Json json;
+};
+
+std::filesystem::path corpus_directory() { return std::filesystem::path(TESSEL_SOURCE_DIR) / "corpus" / "published"; }
+
+// Sorted by name, so every failure message comes in the same order.
+std::vector<CorpusFile> load_corpus() {
+  std::vector<CorpusFile> files;
+  for (const auto& entry : std::filesystem::directory_iterator(corpus_directory())) {
+    if (entry.path().extension() != ".json") continue;
+    files.push_back({entry.path().filename().string(), read_json_file(entry.path().string())});
+  }
+  std::sort(files.begin(), files.end(), [](const CorpusFile& a, const CorpusFile& b) { return a.name < b.name; });
+  return files;
+}
+
+const std::vector<CorpusFile>& corpus() {
+  static const std::vector<CorpusFile> files = load_corpus();
+  return files;
+}
+
+bool is_nonempty_string(const Json& object, const char* key) {
+  return object.contains(key) && object[key].is_string() && !object[key].get<std::string>().empty();
+}
+
+// Keys a run may carry: tessel's plan fields and the corpus's own.
+const std::set<std::string>& run_keys() {
+  static const std::set<std::string> keys{
+      "id",       "cite",      "cite_via",       "model",    "cluster", "cluster_note", "nodes",         "train",
+      "parallel", "published", "published_note", "measured", "derived", "assumed",      "tessel_rejects"};
+  return keys;
+}
+
+// What a source may report, each in the unit its name says (fractions, not percents).
+const std::set<std::string>& measured_keys() {
+  static const std::set<std::string> keys{
+      "step_time_s",       "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",  "mfu",
+      "hw_tflops_per_gpu", "hfu",          "peak_fraction",        "aggregate_pflops"};
+  return keys;
+}
+
+// "model", "model.heads", "parallel.zero", ...: the plan field an assumption is about.
+bool names_a_plan_field(const std::string& path) {
+  const std::string root = path.substr(0, path.find('.'));
+  if (root == "model" || root == "cluster" || root == "nodes") return true;
+  return (root == "train" || root == "parallel") && path.size() > root.size() + 1;
+}
+
+bool is_fraction_key(const std::string& key) { return key == "mfu" || key == "hfu" || key == "peak_fraction"; }
+
+bool is_fp8(const Json& run) {
+  return run.contains("train") && run["train"].value("precision", std::string()) == "fp8";
+}
+
+// The run as a tessel plan: its five plan fields, less the precision tessel does not
+// model yet (fp8).
+Json plan_json_of(const Json& run) {
+  Json plan = Json::object();
+  for (const char* key : {"model", "cluster", "nodes", "train", "parallel"}) {
+    if (run.contains(key)) plan[key] = run[key];
+  }
+  if (is_fp8(run)) plan["train"].erase("precision");
+  return plan;
+}
+
+// "(valid)", or tessel's one-line reason for refusing the run's plan.
+std::string tessel_verdict(const Json& run) {
+  try {
+    Plan::from_json(plan_json_of(run), "").validate();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(valid)";
+}
+
+std::string run_label(const CorpusFile& file, const Json& run) {
+  return file.name + ": run " + run.value("id", std::string("(no id)"));
+}
+}  // namespace
+
+TEST(Corpus, EveryFileParsesWithItsSourceFields) {
+  ASSERT_FALSE(corpus().empty()) << "no corpus files under " << corpus_directory();
+  for (const CorpusFile& file : corpus()) {
+    SCOPED_TRACE(file.name);
+    ASSERT_TRUE(file.json.is_object());
+    ASSERT_TRUE(file.json.contains("source") && file.json["source"].is_object());
+    const Json& source = file.json["source"];
+    for (const char* key : {"title", "authors", "url_or_arxiv"}) {
+      EXPECT_TRUE(is_nonempty_string(source, key)) << key;
+    }
+    EXPECT_TRUE(source.contains("year") && source["year"].is_number_integer());
+    ASSERT_TRUE(source.contains("held_out") && source["held_out"].is_boolean());
+    ASSERT_TRUE(source.contains("held_out_reason") && source["held_out_reason"].is_string());
+    EXPECT_EQ(source["held_out"].get<bool>(), !source["held_out_reason"].get<std::string>().empty())
+        << "a held-out source says why; a calibration source leaves the reason empty";
+    ASSERT_TRUE(file.json.contains("runs") && file.json["runs"].is_array());
+    EXPECT_FALSE(file.json["runs"].empty());
+  }
+}
+
+TEST(Corpus, EveryRunHasAUniqueIdACiteAndAMeasurement) {
+  std::map<std::string, std::string> file_of_id;
+  for (const CorpusFile& file : corpus()) {
+    for (const Json& run : file.json["runs"]) {
+      SCOPED_TRACE(run_label(file, run));
+      for (const auto& [key, value] : run.items()) {
+        EXPECT_TRUE(run_keys().count(key)) << "unknown key " << key;
+      }
+      ASSERT_TRUE(is_nonempty_string(run, "id"));
+      ASSERT_TRUE(is_nonempty_string(run, "cite"));
+      const auto [it, inserted] = file_of_id.emplace(run["id"].get<std::string>(), file.name);
+      EXPECT_TRUE(inserted) << "id also used in " << it->second;
+      ASSERT_TRUE(run.contains("measured") && run["measured"].is_object() && !run["measured"].empty());
+      for (const auto& [key, value] : run["measured"].items()) {
+        EXPECT_TRUE(measured_keys().count(key)) << "unknown measurement " << key;
+        ASSERT_TRUE(value.is_number()) << key;
+        EXPECT_GT(value.get<double>(), 0.0) << key;
+        if (is_fraction_key(key)) {
+          EXPECT_LE(value.get<double>(), 1.0) << key << " is a fraction, not a percent";
+        }
+      }
+      if (run.contains("assumed")) {
+        ASSERT_TRUE(run["assumed"].is_object());
+        for (const auto& [field, why] : run["assumed"].items()) {
+          EXPECT_TRUE(why.is_string() && !why.empty()) << field;
+          EXPECT_TRUE(names_a_plan_field(field)) << "assumed names no plan field: " << field;
+        }
+      }
+      for (const char* key : {"cluster", "nodes", "train", "parallel", "model"}) {
+        EXPECT_TRUE(run.contains(key)) << key;
+      }
+      // The published machine is one of tessel's GPU cluster presets; cluster_note says how it differs.
+      const std::string cluster = run.value("cluster", std::string());
+      EXPECT_TRUE(cluster == "dgx-a100" || cluster == "dgx-h100" || cluster == "hgx-h200") << cluster;
+    }
+  }
+}
+
+// A run tessel refuses records tessel's reason word for word; when tessel's rules change,
+// this test names the rows to revisit.
+TEST(Corpus, EveryRunLoadsAsATesselPlanOrRecordsWhyNot) {
+  for (const CorpusFile& file : corpus()) {
+    for (const Json& run : file.json["runs"]) {
+      const std::string expected =
+          run.contains("tessel_rejects") ? run["tessel_rejects"].get<std::string>() : "(valid)";
+      EXPECT_EQ(tessel_verdict(run), expected) << run_label(file, run);
+      if (!run.contains("train") || !run.contains("parallel")) continue;
+      // The plan fields are exactly as published: precision is only bf16, fp16 or fp8.
+      const std::string precision = run["train"].value("precision", std::string());
+      EXPECT_TRUE(precision == "bf16" || precision == "fp16" || precision == "fp8") << run_label(file, run);
+    }
+  }
+}
+
+TEST(Corpus, HeldOutSourcesAreExactlyTheThreeNamedByTheIssue) {
+  std::set<std::string> held_out;
+  for (const CorpusFile& file : corpus()) {
+    if (file.json["source"]["held_out"].get<bool>())
+      held_out.insert(file.json["source"]["url_or_arxiv"].get<std::string>());
+  }
+  const std::vector<std::string> named{"arXiv:2104.04473", "arXiv:2205.05198", "NVIDIA/dgxc-benchmarking"};
+  EXPECT_EQ(held_out.size(), named.size());
+  for (const std::string& needle : named) {
+    EXPECT_EQ(std::count_if(held_out.begin(), held_out.end(),
+                            [&](const std::string& where) { return where.find(needle) != std::string::npos; }),
+              1)
+        << needle << " must be exactly one held-out source";
+  }
+}
+
+// Leave-one-out calibration needs, per device, enough rows that tessel can price (not
+// held out, not fp8, accepted as plans), over several model sizes and parallel layouts.
+TEST(Corpus, EachDeviceHasEnoughCalibrationRows) {
+  struct Coverage {
+    int rows = 0;
+    std::set<std::string> models;
+    std::set<std::string> layouts;  // "tp x pp, zero"
+  };
+  std::map<std::string, Coverage> by_cluster;
+  for (const CorpusFile& file : corpus()) {
+    if (file.json["source"]["held_out"].get<bool>()) continue;
+    for (const Json& run : file.json["runs"]) {
+      if (is_fp8(run) || run.contains("tessel_rejects")) continue;
+      Coverage& coverage = by_cluster[run["cluster"].get<std::string>()];
+      ++coverage.rows;
+      const Json& model = run["model"];
+      coverage.models.insert(model.is_string() ? model.get<std::string>() : model["name"].get<std::string>());
+      const Json& p = run["parallel"];
+      coverage.layouts.insert(std::to_string(p.value("tp", 1)) + "x" + std::to_string(p.value("pp", 1)) + ",z" +
+                              std::to_string(p.value("zero", 0)));
+    }
+  }
+  for (const char* cluster : {"dgx-a100", "dgx-h100"}) {
+    SCOPED_TRACE(cluster);
+    const Coverage& coverage = by_cluster[cluster];
+    EXPECT_GE(coverage.rows, 15);
+    EXPECT_GE(coverage.models.size(), 5u);
+    EXPECT_GE(coverage.layouts.size(), 2u);
+  }
+}
+
+// The check above can fail: a recorded reason that tessel no longer gives is caught, and
+// so is a layout that tessel refuses without a recorded reason.
+TEST(Corpus, AStaleOrMissingRejectionReasonIsCaught) {
+  const Json* bloom = nullptr;
+  for (const CorpusFile& file : corpus()) {
+    for (const Json& run : file.json["runs"]) {
+      if (run.value("id", std::string()) == "bloom-176b-end-of-epoch-1") bloom = &run;
+    }
+  }
+  ASSERT_NE(bloom, nullptr) << "the BLOOM row is the example of a recorded rejection";
+  Json even_stages = *bloom;
+  even_stages["parallel"]["pp"] = 7;  // 70 layers split into 7 stages: tessel now says something else
+  EXPECT_NE(tessel_verdict(even_stages), even_stages["tessel_rejects"].get<std::string>());
+  Json no_reason = *bloom;
+  no_reason.erase("tessel_rejects");
+  EXPECT_NE(tessel_verdict(no_reason), "(valid)");
+}
