@@ -295,7 +295,12 @@ void DeepSpeedReader::read_zero() {
     mapped("zero_optimization", "(absent)", "parallel.zero 0");
     return;
   }
-  if (!it->is_object()) refuse("zero_optimization", fmt::format("must be an object, got {}", it->dump()));
+  if (it->is_boolean()) {  // DeepSpeed's deprecated form: true is stage 1 (read_zero_config_deprecated)
+    p.zero = it->get<bool>() ? 1 : 0;
+    mapped("zero_optimization", it->dump(), fmt::format("parallel.zero {} (DeepSpeed's older boolean form)", p.zero));
+    return;
+  }
+  if (!it->is_object()) refuse("zero_optimization", fmt::format("must be an object or a boolean, got {}", it->dump()));
   const Json& zero = *it;
   const Json stage = zero.value("stage", Json(0));
   if (!stage.is_number_integer() || stage.get<std::int64_t>() < 0 || stage.get<std::int64_t>() > 3)
