@@ -414,8 +414,8 @@ Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
                               p.tp, p.pp, p.sp, world, near.train.global_batch));
     notes.push_back(fmt::format(
         "parallel.tp {} pp {} sp {}: a plain ds_config has no model parallelism (Megatron-DeepSpeed sets it in code); "
-        "written as the nearest pure data-parallel plan dp {} micro_batch {} (each GPU holds the whole model; ZeRO "
-        "stage 3 partitions it)", p.tp, p.pp, p.sp, world, micro));
+        "written as the nearest pure data-parallel plan dp {} micro_batch {} (each GPU holds the whole model unless "
+        "ZeRO stage 3 partitions it)", p.tp, p.pp, p.sp, world, micro));
     p = ParallelConfig{.dp = world, .zero = p.zero, .offload = p.offload,
                        .offload_device_fraction = p.offload_device_fraction, .recompute = p.recompute,
                        .micro_batch = micro};
@@ -486,8 +486,9 @@ ExportedConfig export_deepspeed(const Plan& plan) {
   if (p.recompute == Recompute::full)
     config["activation_checkpointing"] = {{"partition_activations", false}, {"cpu_checkpointing", false}};
   nlohmann::ordered_json note = nlohmann::ordered_json::array();
-  note.push_back(fmt::format("written by tessel for {} on {} node(s) of {}; the model is the Hugging Face "
-                             "config.json of {}", p.summary(), near.nodes, near.cluster.name, near.model.name));
+  note.push_back(fmt::format("written by tessel for {} on {} node(s) of {}; the model ({}) is the Hugging Face "
+                             "config.json given with --hf-config", p.summary(), near.nodes, near.cluster.name,
+                             near.model.name));
   for (const std::string& line : out.not_expressible) note.push_back("not expressible: " + line);
   config["tessel_note"] = note;
   out.text = config.dump(2) + "\n";
