@@ -49,18 +49,21 @@ namespace {
 
 // Top-level options that do not change the cost of a step (logging, checkpoint files,
 // schedules of the learning rate, the autotuner's own settings).
+// clang-format off
 const std::set<std::string, std::less<>> kIgnoredTopLevel{
     "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "dump_state", "scheduler",
     "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "memory_breakdown", "flops_profiler",
     "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "checkpoint", "dataloader_drop_last",
     "timers", "autotuning", "aio", "nebula", "prescale_gradients", "gradient_predivide_factor", "tessel_note",
     "seed", "disable_allgather", "sparse_gradients"};
+// clang-format on
 
 // Top-level options that change cost in ways tessel does not model, with the reason.
 const std::map<std::string, std::string, std::less<>> kRefusedTopLevel{
     {"sparse_attention", "sparse attention changes the attention cost; tessel prices dense causal attention"},
-    {"pipeline", "DeepSpeed's pipeline stages are set in code (PipelineModule), not in the JSON; import the run "
-                 "from its Megatron-DeepSpeed command line instead"},
+    {"pipeline",
+     "DeepSpeed's pipeline stages are set in code (PipelineModule), not in the JSON; import the run "
+     "from its Megatron-DeepSpeed command line instead"},
     {"elasticity", "elastic training picks the batch and GPU count at launch"},
     {"progressive_layer_drop", "progressive layer drop skips layers"},
     {"curriculum_learning", "curriculum learning varies the sequence length"},
@@ -78,6 +81,7 @@ const std::map<std::string, std::string, std::less<>> kRefusedTopLevel{
 };
 
 // zero_optimization knobs that tune buckets, overlap and saving: cost-neutral at tessel's grain.
+// clang-format off
 const std::set<std::string, std::less<>> kIgnoredZero{
     "allgather_partitions", "allgather_bucket_size", "overlap_comm", "reduce_scatter", "reduce_bucket_size",
     "contiguous_gradients", "round_robin_gradients", "sub_group_size", "stage3_prefetch_bucket_size",
@@ -87,6 +91,7 @@ const std::set<std::string, std::less<>> kIgnoredZero{
     "legacy_stage1", "memory_efficient_linear", "use_multi_rank_bucket_allreduce", "prefetch_bucket_size",
     "param_persistence_threshold", "max_live_parameters", "max_reuse_distance", "use_all_reduce_for_fetch_params",
     "log_trace_cache_warnings", "module_granularity_threshold", "stage3_module_granularity_threshold"};
+// clang-format on
 
 // True when `section` has `key` set to JSON true (any other value, or none, is false).
 bool is_true(const Json& section, const char* key) {
@@ -136,8 +141,8 @@ std::optional<int> DeepSpeedReader::batch_value(const char* key, bool& was_auto)
     return std::nullopt;
   }
   if (!it->is_number_integer() || it->get<std::int64_t>() <= 0 || it->get<std::int64_t>() > limits::kMaxGlobalBatch)
-    refuse(key, fmt::format("must be a positive integer up to {} or \"auto\", got {}", limits::kMaxGlobalBatch,
-                            it->dump()));
+    refuse(key,
+           fmt::format("must be a positive integer up to {} or \"auto\", got {}", limits::kMaxGlobalBatch, it->dump()));
   return int(it->get<std::int64_t>());
 }
 
@@ -146,26 +151,29 @@ void DeepSpeedReader::read_batch() {
   std::optional<int> train = batch_value("train_batch_size", train_auto);
   std::optional<int> micro = batch_value("train_micro_batch_size_per_gpu", micro_auto);
   std::optional<int> steps = batch_value("gradient_accumulation_steps", steps_auto);
-  const char* unresolved_auto = micro_auto ? "train_micro_batch_size_per_gpu"
+  const char* unresolved_auto = micro_auto   ? "train_micro_batch_size_per_gpu"
                                 : steps_auto ? "gradient_accumulation_steps"
                                 : train_auto ? "train_batch_size"
                                              : nullptr;
   auto need = [&](const std::string& why) {
     if (unresolved_auto)
       refuse(unresolved_auto, fmt::format("\"auto\" is filled in by the Hugging Face Trainer from its arguments and "
-                                          "{}; write the number", why));
+                                          "{}; write the number",
+                                          why));
     refuse("train_batch_size", why);
   };
   ParallelConfig& p = run_.plan.parallel;
   if (context_.cluster.ranks_fill_node()) {
     // local-cpu: as many ranks as the plan has, so the three values must give dp.
     if (!train || !micro || !steps)
-      need(fmt::format("cluster {} has as many ranks as the plan: give train_batch_size, "
-                       "train_micro_batch_size_per_gpu and gradient_accumulation_steps so that dp follows",
-                       context_.cluster.name));
+      need(
+          fmt::format("cluster {} has as many ranks as the plan: give train_batch_size, "
+                      "train_micro_batch_size_per_gpu and gradient_accumulation_steps so that dp follows",
+                      context_.cluster.name));
     if (*train % (std::int64_t(*micro) * *steps) != 0)
       refuse("train_batch_size", fmt::format("{} is not a multiple of train_micro_batch_size_per_gpu {} x "
-                                             "gradient_accumulation_steps {}", *train, *micro, *steps));
+                                             "gradient_accumulation_steps {}",
+                                             *train, *micro, *steps));
     p.dp = *train / (*micro * *steps);
   } else {
     p.dp = context_.cluster.gpus_per_node * context_.nodes;
@@ -211,8 +219,9 @@ void DeepSpeedReader::read_precision() {
     bf16 = enabled(section, key, "--bf16") || bf16;
     for (const char* memory_key : {"bf16_master_weights_and_grads", "bf16_optimizer_states"})
       if (is_true(section, memory_key))
-        refuse(fmt::format("{}.{}", key, memory_key), "bf16 master weights or optimizer states are not modelled "
-                                                      "(tessel keeps them in fp32)");
+        refuse(fmt::format("{}.{}", key, memory_key),
+               "bf16 master weights or optimizer states are not modelled "
+               "(tessel keeps them in fp32)");
   }
   handled_.insert("fp16");
   if (root_.contains("fp16")) {
@@ -223,8 +232,10 @@ void DeepSpeedReader::read_precision() {
   if (bf16 && fp16) refuse("bf16", "bf16 and fp16 are both enabled; DeepSpeed allows one");
   Precision& precision = run_.plan.train.precision;
   precision = bf16 ? Precision::bf16 : fp16 ? Precision::fp16 : Precision::fp32;
-  mapped(bf16 ? "bf16.enabled" : fp16 ? "fp16.enabled" : "bf16/fp16", bf16 || fp16 ? "true" : "(not enabled)",
-         fmt::format("train.precision {}", to_string(precision)));
+  mapped(bf16   ? "bf16.enabled"
+         : fp16 ? "fp16.enabled"
+                : "bf16/fp16",
+         bf16 || fp16 ? "true" : "(not enabled)", fmt::format("train.precision {}", to_string(precision)));
 }
 
 void DeepSpeedReader::read_optimizer() {
@@ -233,8 +244,9 @@ void DeepSpeedReader::read_optimizer() {
   auto it = root_.find("optimizer");
   if (it == root_.end()) {
     optimizer = Optimizer::adamw;
-    mapped("optimizer", "(absent: the training script's own)", "train.optimizer adamw (the Hugging Face Trainer's "
-                                                                "default)");
+    mapped("optimizer", "(absent: the training script's own)",
+           "train.optimizer adamw (the Hugging Face Trainer's "
+           "default)");
     return;
   }
   if (!it->is_object() || !it->contains("type") || !it->at("type").is_string())
@@ -250,8 +262,8 @@ void DeepSpeedReader::read_optimizer() {
   } else if (lower == "onebitadam" || lower == "zerooneadam" || lower == "onebitlamb") {
     refuse("optimizer.type", fmt::format("'{}' compresses gradient communication, which tessel does not model", type));
   } else {
-    refuse("optimizer.type", fmt::format("'{}' is not modelled (tessel models Adam/AdamW and Lamb from DeepSpeed)",
-                                         type));
+    refuse("optimizer.type",
+           fmt::format("'{}' is not modelled (tessel models Adam/AdamW and Lamb from DeepSpeed)", type));
   }
   mapped("optimizer.type", type, fmt::format("train.optimizer {}", to_string(optimizer)));
   if (it->contains("params")) ignored("optimizer.params (learning rate, betas, weight decay)");
@@ -347,23 +359,28 @@ void DeepSpeedReader::read_activation_checkpointing() {
          "calls it)");
   for (const auto& [key, value] : it->items()) {
     if (key != "cpu_checkpointing")
-      ignored("activation_checkpointing." + key + (key == "partition_activations" ? " (no model parallelism to "
-                                                                                    "partition over)" : ""));
+      ignored("activation_checkpointing." + key +
+              (key == "partition_activations" ? " (no model parallelism to "
+                                                "partition over)"
+                                              : ""));
   }
 }
 
 void DeepSpeedReader::read_parallel_keys() {
   handled_.insert("sequence_parallel_size");
   if (auto it = root_.find("sequence_parallel_size"); it != root_.end()) {
-    if (*it != 1) refuse("sequence_parallel_size", "DeepSpeed-Ulysses all-to-all sequence parallelism is not "
-                                                   "modelled (tessel's sp is ring attention)");
+    if (*it != 1)
+      refuse("sequence_parallel_size",
+             "DeepSpeed-Ulysses all-to-all sequence parallelism is not "
+             "modelled (tessel's sp is ring attention)");
     ignored("sequence_parallel_size");
   }
   handled_.insert("tensor_parallel");
   if (auto it = root_.find("tensor_parallel"); it != root_.end()) {
     if (it->is_object() && it->contains("autotp_size") && it->at("autotp_size") != 1)
-      refuse("tensor_parallel.autotp_size", "DeepSpeed AutoTP training is not modelled; import the run from a "
-                                            "Megatron command line for tensor parallelism");
+      refuse("tensor_parallel.autotp_size",
+             "DeepSpeed AutoTP training is not modelled; import the run from a "
+             "Megatron command line for tensor parallelism");
     ignored("tensor_parallel");
   }
 }
@@ -371,8 +388,10 @@ void DeepSpeedReader::read_parallel_keys() {
 ImportedRun DeepSpeedReader::read() {
   if (!root_.is_object()) refuse("(top level)", "a DeepSpeed config must be a JSON object");
   if (!context_.model)
-    throw Error(fmt::format("{}: a DeepSpeed config does not describe the model: give its Hugging Face config.json "
-                            "with --hf-config", context_.source_name));
+    throw Error(
+        fmt::format("{}: a DeepSpeed config does not describe the model: give its Hugging Face config.json "
+                    "with --hf-config",
+                    context_.source_name));
   for (const auto& [key, reason] : kRefusedTopLevel)
     if (root_.contains(key)) refuse(key, reason);
   Plan& plan = run_.plan;
@@ -409,25 +428,33 @@ Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
     int micro = p.micro_batch;
     while (micro > 1 && near.train.global_batch % (std::int64_t(world) * micro) != 0) --micro;
     if (near.train.global_batch % world != 0)
-      throw Error(fmt::format("parallel: DeepSpeed's JSON has no tp/pp/sp (tp {} pp {} sp {}), and the nearest "
-                              "pure data-parallel plan over {} GPUs cannot split train.global_batch {}",
-                              p.tp, p.pp, p.sp, world, near.train.global_batch));
+      throw Error(
+          fmt::format("parallel: DeepSpeed's JSON has no tp/pp/sp (tp {} pp {} sp {}), and the nearest "
+                      "pure data-parallel plan over {} GPUs cannot split train.global_batch {}",
+                      p.tp, p.pp, p.sp, world, near.train.global_batch));
     notes.push_back(fmt::format(
         "parallel.tp {} pp {} sp {}: a plain ds_config has no model parallelism (Megatron-DeepSpeed sets it in code); "
         "written as the nearest pure data-parallel plan dp {} micro_batch {} (each GPU holds the whole model unless "
-        "ZeRO stage 3 partitions it)", p.tp, p.pp, p.sp, world, micro));
-    p = ParallelConfig{.dp = world, .zero = p.zero, .offload = p.offload,
-                       .offload_device_fraction = p.offload_device_fraction, .recompute = p.recompute,
+        "ZeRO stage 3 partitions it)",
+        p.tp, p.pp, p.sp, world, micro));
+    p = ParallelConfig{.dp = world,
+                       .zero = p.zero,
+                       .offload = p.offload,
+                       .offload_device_fraction = p.offload_device_fraction,
+                       .recompute = p.recompute,
                        .micro_batch = micro};
   }
   if (p.schedule != Schedule::one_f_one_b || p.virtual_stages != 1) {
-    notes.push_back(fmt::format("parallel.schedule {}: no pipeline without pp; written as 1f1b", to_string(p.schedule)));
+    notes.push_back(
+        fmt::format("parallel.schedule {}: no pipeline without pp; written as 1f1b", to_string(p.schedule)));
     p.schedule = Schedule::one_f_one_b;
     p.virtual_stages = 1;
   }
   if (p.offload == OffloadMode::chunked) {
-    notes.push_back(fmt::format("parallel.offload chunked {:.2f}: DeepSpeed offloads whole states, not a device "
-                                "share; written as offload_optimizer cpu (offload optimizer)", p.offload_device_fraction));
+    notes.push_back(
+        fmt::format("parallel.offload chunked {:.2f}: DeepSpeed offloads whole states, not a device "
+                    "share; written as offload_optimizer cpu (offload optimizer)",
+                    p.offload_device_fraction));
     p.offload = OffloadMode::optimizer;
     p.offload_device_fraction = 1.0;
   }
@@ -436,24 +463,29 @@ Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
     p.zero = 1;
   }
   if (p.recompute == Recompute::selective) {
-    notes.push_back("parallel.recompute selective: DeepSpeed's activation checkpointing re-runs whole blocks; "
-                    "written as full");
+    notes.push_back(
+        "parallel.recompute selective: DeepSpeed's activation checkpointing re-runs whole blocks; "
+        "written as full");
     p.recompute = Recompute::full;
   }
   if (near.train.seq_len == near.model.seq_len) near.train.seq_len = 0;  // the same length, said once
   if (near.train.seq_len != 0) {
-    notes.push_back(fmt::format("train.seq_len {}: the sequence length is the data loader's, not ds_config's; "
-                                "read back as the model's {}", near.train.seq_len, near.model.seq_len));
+    notes.push_back(
+        fmt::format("train.seq_len {}: the sequence length is the data loader's, not ds_config's; "
+                    "read back as the model's {}",
+                    near.train.seq_len, near.model.seq_len));
     near.train.seq_len = 0;
   }
   if (near.train.kernels == Kernels::fused) {
-    notes.push_back("train.kernels fused: the attention kernel is the model code's choice (attn_implementation), "
-                    "not ds_config's; read back as unfused");
+    notes.push_back(
+        "train.kernels fused: the attention kernel is the model code's choice (attn_implementation), "
+        "not ds_config's; read back as unfused");
     near.train.kernels = Kernels::unfused;
   }
   if (near.train.optimizer == Optimizer::lars) {
-    notes.push_back("train.optimizer lars: DeepSpeed has no LARS (pass your own to deepspeed.initialize); written "
-                    "without an optimizer section, read back as adamw");
+    notes.push_back(
+        "train.optimizer lars: DeepSpeed has no LARS (pass your own to deepspeed.initialize); written "
+        "without an optimizer section, read back as adamw");
     near.train.optimizer = Optimizer::adamw;
   }
   return near;
@@ -486,9 +518,10 @@ ExportedConfig export_deepspeed(const Plan& plan) {
   if (p.recompute == Recompute::full)
     config["activation_checkpointing"] = {{"partition_activations", false}, {"cpu_checkpointing", false}};
   nlohmann::ordered_json note = nlohmann::ordered_json::array();
-  note.push_back(fmt::format("written by tessel for {} on {} node(s) of {}; the model ({}) is the Hugging Face "
-                             "config.json given with --hf-config", p.summary(), near.nodes, near.cluster.name,
-                             near.model.name));
+  note.push_back(
+      fmt::format("written by tessel for {} on {} node(s) of {}; the model ({}) is the Hugging Face "
+                  "config.json given with --hf-config",
+                  p.summary(), near.nodes, near.cluster.name, near.model.name));
   for (const std::string& line : out.not_expressible) note.push_back("not expressible: " + line);
   config["tessel_note"] = note;
   out.text = config.dump(2) + "\n";

@@ -44,8 +44,8 @@ namespace {
 
 // Sections whose every option is cost-neutral.
 const std::set<std::string, std::less<>> kIgnoredSections{
-    "job", "profiling", "metrics", "lr_scheduler", "checkpoint", "validation", "comm", "memory_estimation",
-    "debug", "experimental", "quantize", "compile", "mx"};
+    "job",   "profiling",    "metrics",  "lr_scheduler", "checkpoint", "validation", "comm", "memory_estimation",
+    "debug", "experimental", "quantize", "compile",      "mx"};
 
 // One TOML table, read option by option: each read marks the option, finish() refuses
 // the options nobody read.
@@ -141,8 +141,9 @@ void TorchtitanReader::read_model() {
   if (const toml::node* converters = model.take("converters")) {
     if (!converters->is_array()) model.refuse("converters", "must be an array of strings");
     if (!converters->as_array()->empty())
-      model.refuse("converters", "float8 / MX low-precision matmuls are not modelled (tessel prices bf16, fp16 "
-                                 "or fp32)");
+      model.refuse("converters",
+                   "float8 / MX low-precision matmuls are not modelled (tessel prices bf16, fp16 "
+                   "or fp32)");
   }
   model.ignore({"hf_assets_path", "tokenizer_path", "print_after_conversion"}, run_.ignored);
   model.finish();
@@ -156,7 +157,8 @@ void TorchtitanReader::read_model() {
            fmt::format("model {} (not a flavor tessel knows: the model given with the file)", plan.model.name));
   } else {
     model.refuse("flavor", fmt::format("'{}/{}' is not a flavor tessel knows ({}); give the model's Hugging Face "
-                                       "config.json with --hf-config", name, flavor, torchtitan_flavor_list()));
+                                       "config.json with --hf-config",
+                                       name, flavor, torchtitan_flavor_list()));
   }
 }
 
@@ -205,8 +207,9 @@ void TorchtitanReader::read_activation_checkpoint() {
 void TorchtitanReader::read_training(Section& training, bool fsdp) {
   Plan& plan = run_.plan;
   if (training.boolean("enable_cpu_offload"))
-    training.refuse("enable_cpu_offload", "FSDP's CPU offload keeps all parameters, gradients and optimizer states on "
-                                          "the host; tessel's offload keeps a device share");
+    training.refuse("enable_cpu_offload",
+                    "FSDP's CPU offload keeps all parameters, gradients and optimizer states on "
+                    "the host; tessel's offload keeps a device share");
   if (training.string("dtype").value_or("float32") != "float32")
     training.refuse("dtype", "full bf16 training (no fp32 master weights) is not modelled");
   const std::string param = training.string("mixed_precision_param").value_or("bfloat16");
@@ -215,10 +218,10 @@ void TorchtitanReader::read_training(Section& training, bool fsdp) {
   const ParallelConfig& p = plan.parallel;
   const bool autocast = p.tp == 1 && p.pp == 1;  // DDP or one device: torch.autocast
   plan.train.precision = param == "bfloat16" && (fsdp || autocast) ? Precision::bf16 : Precision::fp32;
-  mapped("training.mixed_precision_param", param,
-         fmt::format("train.precision {}{}", to_string(plan.train.precision),
-                     param == "bfloat16" && !fsdp && !autocast ? " (torchtitan applies it only with FSDP or alone)"
-                                                               : ""));
+  mapped(
+      "training.mixed_precision_param", param,
+      fmt::format("train.precision {}{}", to_string(plan.train.precision),
+                  param == "bfloat16" && !fsdp && !autocast ? " (torchtitan applies it only with FSDP or alone)" : ""));
   const std::int64_t seq_len = training.integer("seq_len").value_or(2048);
   if (seq_len < 1 || seq_len > limits::kMaxSeqLen)
     training.refuse("seq_len", fmt::format("must be 1 to {}, got {}", limits::kMaxSeqLen, seq_len));
@@ -239,9 +242,9 @@ void TorchtitanReader::read_pipeline(Section& parallelism, std::int64_t local_ba
   const std::int64_t last_less = parallelism.integer("pipeline_parallel_last_stage_less_layers").value_or(1);
   if (p.pp == 1) {
     p.micro_batch = int(local_batch);
-    for (const char* key : {"pipeline_parallel_schedule", "pipeline_parallel_microbatch_size",
-                            "pipeline_parallel_layers_per_stage", "pipeline_parallel_first_stage_less_layers",
-                            "pipeline_parallel_last_stage_less_layers"})
+    for (const char* key :
+         {"pipeline_parallel_schedule", "pipeline_parallel_microbatch_size", "pipeline_parallel_layers_per_stage",
+          "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"})
       if (parallelism.has(key)) run_.ignored.push_back(parallelism.option(key) + " (no pipeline)");
     return;
   }
@@ -255,13 +258,15 @@ void TorchtitanReader::read_pipeline(Section& parallelism, std::int64_t local_ba
     parallelism.refuse("pipeline_parallel_schedule",
                        fmt::format("'{}' is not modelled (tessel models 1F1B, GPipe, Interleaved1F1B)", schedule));
   if (microbatch < 1 || local_batch % microbatch != 0)
-    parallelism.refuse("pipeline_parallel_microbatch_size",
-                       fmt::format("{} must be positive and divide training.local_batch_size {}", microbatch, local_batch));
+    parallelism.refuse(
+        "pipeline_parallel_microbatch_size",
+        fmt::format("{} must be positive and divide training.local_batch_size {}", microbatch, local_batch));
   if (accumulation != 1)
     parallelism.refuse("pipeline_parallel_degree",
                        fmt::format("gradient accumulation ({} steps) around a pipeline flushes it each step; tessel "
                                    "schedules one pipeline over all micro-batches: set training.global_batch_size to "
-                                   "local_batch_size x data-parallel degree", accumulation));
+                                   "local_batch_size x data-parallel degree",
+                                   accumulation));
   p.micro_batch = int(microbatch);
   // Stages per rank: from pipeline_parallel_layers_per_stage, else 1 (single-stage) or 2 (looped).
   const int layers = run_.plan.model.layers;
@@ -308,31 +313,36 @@ void TorchtitanReader::read_layout() {
     shard = gpus / others;
   }
   if (replicate > 1 && shard > 1)
-    parallelism.refuse("data_parallel_replicate_degree", "replicating and sharding together (HSDP) shards over part "
-                                                         "of the data-parallel ranks, which tessel's ZeRO does not model");
+    parallelism.refuse("data_parallel_replicate_degree",
+                       "replicating and sharding together (HSDP) shards over part "
+                       "of the data-parallel ranks, which tessel's ZeRO does not model");
   if (replicate > 1 && (p.tp > 1 || p.pp > 1 || p.sp > 1))
     parallelism.refuse("data_parallel_replicate_degree", "torchtitan runs DDP only when nothing else is parallel");
   p.dp = int(replicate * shard);
   const bool fsdp = shard > 1 || p.sp > 1;
   const std::string reshard = parallelism.string("fsdp_reshard_after_forward").value_or("default");
   if (reshard != "default" && reshard != "always" && reshard != "never")
-    parallelism.refuse("fsdp_reshard_after_forward", fmt::format("must be default, always or never, got '{}'", reshard));
+    parallelism.refuse("fsdp_reshard_after_forward",
+                       fmt::format("must be default, always or never, got '{}'", reshard));
   p.zero = !fsdp ? 0 : reshard == "always" ? 3 : reshard == "never" ? 2 : p.pp > 1 ? 2 : 3;
   mapped("parallelism.data_parallel_replicate_degree x data_parallel_shard_degree",
          fmt::format("{} x {}", replicate, shard), fmt::format("parallel.dp {}", p.dp));
-  mapped("parallelism.fsdp_reshard_after_forward", fsdp ? reshard : "(no FSDP)", fmt::format("parallel.zero {}", p.zero));
+  mapped("parallelism.fsdp_reshard_after_forward", fsdp ? reshard : "(no FSDP)",
+         fmt::format("parallel.zero {}", p.zero));
   p.tp_sequence_parallel = p.tp > 1;
   mapped("parallelism.tensor_parallel_degree", std::to_string(p.tp),
          fmt::format("parallel.tp {}{}", p.tp, p.tp > 1 ? " (1d, sequence-parallel norms)" : ""));
   mapped("parallelism.context_parallel_degree", std::to_string(p.sp), fmt::format("parallel.sp {}", p.sp));
   if (parallelism.string("context_parallel_rotate_method").value_or("allgather") != "allgather")
-    parallelism.refuse("context_parallel_rotate_method", "all-to-all KV exchange is not modelled (tessel prices the "
-                                                         "ring of KV shards)");
+    parallelism.refuse("context_parallel_rotate_method",
+                       "all-to-all KV exchange is not modelled (tessel prices the "
+                       "ring of KV shards)");
   for (const char* key : {"expert_parallel_degree", "expert_tensor_parallel_degree"})
     if (parallelism.degree(key) != 1) parallelism.refuse(key, "mixture of experts is not modelled");
   if (parallelism.boolean("enable_async_tensor_parallel"))
-    parallelism.refuse("enable_async_tensor_parallel", "async tensor parallelism (overlapped TP collectives) is "
-                                                       "not modelled");
+    parallelism.refuse("enable_async_tensor_parallel",
+                       "async tensor parallelism (overlapped TP collectives) is "
+                       "not modelled");
   if (parallelism.boolean("disable_loss_parallel") && p.tp > 1)
     parallelism.refuse("disable_loss_parallel", "gathering the logits before the loss is not modelled");
   if (parallelism.string("pipeline_parallel_schedule_csv").value_or("") != "")
@@ -341,9 +351,9 @@ void TorchtitanReader::read_layout() {
     parallelism.refuse("module_fqns_per_model_part", "must be an array");
   else if (parts && !parts->as_array()->empty())
     parallelism.refuse("module_fqns_per_model_part", "a hand-made split of the model into stages is not modelled");
-  parallelism.ignore({"context_parallel_load_balancer", "pipeline_parallel_expert_parallel_overlap",
-                      "expert_parallel_comm_backend"},
-                     run_.ignored);
+  parallelism.ignore(
+      {"context_parallel_load_balancer", "pipeline_parallel_expert_parallel_overlap", "expert_parallel_comm_backend"},
+      run_.ignored);
   // The batch: per data-parallel rank, with accumulation up to the global batch.
   const char* local_key = training.has("local_batch_size") ? "local_batch_size" : "batch_size";  // older name
   const std::int64_t local = training.integer(local_key).value_or(8);
@@ -353,8 +363,8 @@ void TorchtitanReader::read_layout() {
   if (global < 0) global = local * p.dp;
   if (global == 0 || global > limits::kMaxGlobalBatch || global % (local * p.dp) != 0)
     training.refuse("global_batch_size", fmt::format("{} must be a positive multiple of {} {} x data-parallel degree "
-                                                     "{}, up to {}", global, local_key, local, p.dp,
-                                                     limits::kMaxGlobalBatch));
+                                                     "{}, up to {}",
+                                                     global, local_key, local, p.dp, limits::kMaxGlobalBatch));
   run_.plan.train.global_batch = int(global);
   mapped("training." + std::string(local_key), std::to_string(local), "(per data-parallel rank)");
   mapped("training.global_batch_size", std::to_string(global), "train.global_batch");
@@ -374,18 +384,20 @@ ImportedRun TorchtitanReader::read() {
     } else if (name == "float8") {  // older releases: [float8] enable_float8_linear
       if (node.is_table() && node.as_table()->get("enable_float8_linear") &&
           node.as_table()->get("enable_float8_linear")->value_or(false))
-        throw Error(fmt::format("{}: float8.enable_float8_linear: float8 matmuls are not modelled",
-                                context_.source_name));
+        throw Error(
+            fmt::format("{}: float8.enable_float8_linear: float8 matmuls are not modelled", context_.source_name));
       run_.ignored.push_back("[float8]");
     } else if (name == "fault_tolerance") {
       if (node.is_table() && node.as_table()->get("enable") && node.as_table()->get("enable")->value_or(false))
-        throw Error(fmt::format("{}: fault_tolerance.enable: torchft's replica groups are not modelled",
-                                context_.source_name));
+        throw Error(
+            fmt::format("{}: fault_tolerance.enable: torchft's replica groups are not modelled", context_.source_name));
       run_.ignored.push_back("[fault_tolerance]");
     } else if (name != "model" && name != "optimizer" && name != "training" && name != "parallelism" &&
                name != "activation_checkpoint") {
-      throw Error(fmt::format("{}: [{}]: not a section tessel's reader knows, so it cannot tell whether it changes "
-                              "the cost", context_.source_name, name));
+      throw Error(
+          fmt::format("{}: [{}]: not a section tessel's reader knows, so it cannot tell whether it changes "
+                      "the cost",
+                      context_.source_name, name));
     }
   }
   read_model();

@@ -25,18 +25,22 @@ void nearest_data_parallel(Plan& near, std::vector<std::string>& notes) {
     p.zero = 0;
   }
   if (p.zero == 1) {
-    notes.push_back("parallel.zero 1: FSDP has no optimizer-only sharding; written as the nearest, ZeRO 2 "
-                    "(fsdp_reshard_after_forward never)");
+    notes.push_back(
+        "parallel.zero 1: FSDP has no optimizer-only sharding; written as the nearest, ZeRO 2 "
+        "(fsdp_reshard_after_forward never)");
     p.zero = 2;
   }
   if (p.zero == 0 && (p.sp > 1 || (p.dp > 1 && others))) {
-    notes.push_back("parallel.zero 0: torchtitan replicates (DDP) only when nothing else is parallel, and shards "
-                    "over context-parallel ranks; written as ZeRO 2 (fsdp_reshard_after_forward never)");
+    notes.push_back(
+        "parallel.zero 0: torchtitan replicates (DDP) only when nothing else is parallel, and shards "
+        "over context-parallel ranks; written as ZeRO 2 (fsdp_reshard_after_forward never)");
     p.zero = 2;
   }
   if (p.offload != OffloadMode::none) {
-    notes.push_back(fmt::format("parallel.offload {}: torchtitan offloads all states or none "
-                                "(training.enable_cpu_offload); written without offload", to_string(p.offload)));
+    notes.push_back(
+        fmt::format("parallel.offload {}: torchtitan offloads all states or none "
+                    "(training.enable_cpu_offload); written without offload",
+                    to_string(p.offload)));
     p.offload = OffloadMode::none;
     p.offload_device_fraction = 1.0;
   }
@@ -46,8 +50,9 @@ void nearest_data_parallel(Plan& near, std::vector<std::string>& notes) {
     near.train.precision = Precision::bf16;
   }
   if (near.train.precision == Precision::bf16 && !fsdp && (p.tp > 1 || p.pp > 1)) {
-    notes.push_back("train.precision bf16: torchtitan applies mixed precision through FSDP, and with tp or pp alone "
-                    "trains in fp32; written as fp32");
+    notes.push_back(
+        "train.precision bf16: torchtitan applies mixed precision through FSDP, and with tp or pp alone "
+        "trains in fp32; written as fp32");
     near.train.precision = Precision::fp32;
   }
 }
@@ -57,18 +62,22 @@ Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) 
   Plan near = plan;
   ParallelConfig& p = near.parallel;
   if (p.tp_mode != TpMode::d1) {
-    notes.push_back(fmt::format("parallel.tp_mode {}: torchtitan's tensor parallelism is 1D; written as the nearest "
-                                "plan, 1D over the same {} GPUs", to_string(p.tp_mode), p.tp));
+    notes.push_back(
+        fmt::format("parallel.tp_mode {}: torchtitan's tensor parallelism is 1D; written as the nearest "
+                    "plan, 1D over the same {} GPUs",
+                    to_string(p.tp_mode), p.tp));
     p.tp_mode = TpMode::d1;
     p.tp_depth = 1;
     if (check_layout(near.model, near.train, p) != Reject::none)
-      throw Error(fmt::format("parallel.tp_mode: torchtitan has no {} tensor parallelism and 1D over {} GPUs does not "
-                              "fit the model ({})", to_string(plan.parallel.tp_mode), p.tp,
-                              explain_reject(check_layout(near.model, near.train, p), near)));
+      throw Error(fmt::format(
+          "parallel.tp_mode: torchtitan has no {} tensor parallelism and 1D over {} GPUs does not "
+          "fit the model ({})",
+          to_string(plan.parallel.tp_mode), p.tp, explain_reject(check_layout(near.model, near.train, p), near)));
   }
   if (p.tp > 1 && !p.tp_sequence_parallel) {
-    notes.push_back("parallel.tp_sequence_parallel false: torchtitan's tensor parallelism shards the norms over the "
-                    "sequence; written as true");
+    notes.push_back(
+        "parallel.tp_sequence_parallel false: torchtitan's tensor parallelism shards the norms over the "
+        "sequence; written as true");
     p.tp_sequence_parallel = true;
   }
   nearest_data_parallel(near, notes);
@@ -83,8 +92,9 @@ Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) 
     near.train.optimizer = Optimizer::adamw;
   }
   if (near.train.kernels != Kernels::fused) {
-    notes.push_back("train.kernels unfused: torchtitan's attention is scaled_dot_product_attention (flash); read "
-                    "back as fused");
+    notes.push_back(
+        "train.kernels unfused: torchtitan's attention is scaled_dot_product_attention (flash); read "
+        "back as fused");
     near.train.kernels = Kernels::fused;
   }
   if (const TorchtitanFlavor* flavor = torchtitan_flavor_of(near.model)) {
@@ -111,9 +121,12 @@ std::string quoted(const std::string& text) {
 
 const char* schedule_name(Schedule schedule) {
   switch (schedule) {
-    case Schedule::gpipe: return "GPipe";
-    case Schedule::one_f_one_b: return "1F1B";
-    case Schedule::interleaved: return "Interleaved1F1B";
+    case Schedule::gpipe:
+      return "GPipe";
+    case Schedule::one_f_one_b:
+      return "1F1B";
+    case Schedule::interleaved:
+      return "Interleaved1F1B";
   }
   return "1F1B";
 }
@@ -165,8 +178,8 @@ ExportedConfig export_torchtitan(const Plan& plan) {
   const int local_batch = p.pp > 1 ? near.train.global_batch / p.dp : p.micro_batch;
   text += fmt::format("\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\n", local_batch,
                       near.train.global_batch, near.seq_len());
-  text += fmt::format("mixed_precision_param = \"{}\"\n",
-                      near.train.precision == Precision::bf16 ? "bfloat16" : "float32");
+  text +=
+      fmt::format("mixed_precision_param = \"{}\"\n", near.train.precision == Precision::bf16 ? "bfloat16" : "float32");
   text += "\n";  // two appends: GCC 12 warns (-Wrestrict, a false positive) on "\n" + string
   text += parallelism_table(near);
   text += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", to_string(p.recompute));

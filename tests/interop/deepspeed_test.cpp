@@ -97,7 +97,9 @@ TEST(DeepSpeed, TheBatchRuleIsDeepSpeedsOwn) {
   EXPECT_EQ(plan_of(R"({"train_micro_batch_size_per_gpu": 3})").train.global_batch, 24);
   // "auto" is resolved when the other two determine it.
   EXPECT_EQ(plan_of(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2,
-                        "gradient_accumulation_steps": 2})").train.global_batch, 32);
+                        "gradient_accumulation_steps": 2})")
+                .train.global_batch,
+            32);
   const std::string mismatch = error_of([&] {
     plan_of(R"({"train_batch_size": 60, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4})");
   });
@@ -114,14 +116,16 @@ TEST(DeepSpeed, UnresolvableAutoValuesAreRefusedByName) {
   const std::string text = fixture("deepspeed_hf_trainer_zero2_auto.json");
   const std::string batch = error_of([&] { import_run(Engine::deepspeed, text, context); });
   EXPECT_NE(batch.find("ds_config.json: train_micro_batch_size_per_gpu: \"auto\" is filled in by the Hugging Face "
-                       "Trainer"), std::string::npos) << batch;
+                       "Trainer"),
+            std::string::npos)
+      << batch;
   EXPECT_EQ(batch.find('\n'), std::string::npos);
   Json with_batch = parse_json_text(text, "fixture");
   with_batch["train_micro_batch_size_per_gpu"] = 4;
   with_batch["gradient_accumulation_steps"] = 1;
   const std::string precision = error_of([&] { import_run(Engine::deepspeed, with_batch.dump(), context); });
-  EXPECT_NE(precision.find("fp16.enabled: \"auto\" is decided by the Hugging Face Trainer's --fp16"),
-            std::string::npos) << precision;
+  EXPECT_NE(precision.find("fp16.enabled: \"auto\" is decided by the Hugging Face Trainer's --fp16"), std::string::npos)
+      << precision;
   with_batch["fp16"]["enabled"] = false;
   const ImportedRun run = import_run(Engine::deepspeed, with_batch.dump(), context);
   EXPECT_EQ(run.plan.parallel.offload, OffloadMode::optimizer);
@@ -155,9 +159,8 @@ TEST(DeepSpeed, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
 }
 
 TEST(DeepSpeed, TheModelMustComeFromAHuggingFaceConfig) {
-  const std::string error = error_of([&] {
-    import_run(Engine::deepspeed, fixture("deepspeed_getting_started.json"), dgx_h100(1, std::nullopt));
-  });
+  const std::string error = error_of(
+      [&] { import_run(Engine::deepspeed, fixture("deepspeed_getting_started.json"), dgx_h100(1, std::nullopt)); });
   EXPECT_NE(error.find("--hf-config"), std::string::npos) << error;
 }
 
@@ -199,8 +202,10 @@ TEST(DeepSpeed, RoundTripOfModelParallelExamplesGivesTheNearestDataParallelPlan)
     const Plan plan = Plan::load(std::string(TESSEL_SOURCE_DIR "/examples/") + name);
     const ExportedConfig exported = export_plan(Engine::deepspeed, plan);
     Plan nearest = plan;
-    nearest.parallel = ParallelConfig{.dp = plan.parallel.world_size(), .zero = plan.parallel.zero,
-                                      .recompute = Recompute::full, .micro_batch = plan.parallel.micro_batch};
+    nearest.parallel = ParallelConfig{.dp = plan.parallel.world_size(),
+                                      .zero = plan.parallel.zero,
+                                      .recompute = Recompute::full,
+                                      .micro_batch = plan.parallel.micro_batch};
     EXPECT_EQ(import_run(Engine::deepspeed, exported.text, context_of(plan)).plan, nearest) << name << exported.text;
     ASSERT_EQ(exported.not_expressible.size(), 2u) << name;
     EXPECT_NE(exported.not_expressible[0].find("parallel.tp"), std::string::npos);

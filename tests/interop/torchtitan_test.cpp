@@ -69,12 +69,16 @@ TEST(Torchtitan, Llama3EightBPresetReadsAsFsdpOverSixtyFourGpus) {
   expected.model = detail::find_torchtitan_flavor("llama3", "8B")->spec;
   expected.cluster = context.cluster;
   expected.nodes = 8;
-  expected.train = TrainSpec{.global_batch = 64, .seq_len = 8192, .precision = Precision::bf16,
-                             .optimizer = Optimizer::adamw, .kernels = Kernels::fused};
+  expected.train = TrainSpec{.global_batch = 64,
+                             .seq_len = 8192,
+                             .precision = Precision::bf16,
+                             .optimizer = Optimizer::adamw,
+                             .kernels = Kernels::fused};
   expected.parallel = ParallelConfig{.dp = 64, .zero = 3, .recompute = Recompute::selective, .micro_batch = 1};
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
-  for (const char* line : {"[job]", "[profiling]", "[metrics]", "[checkpoint]", "[compile]", "[quantize]",
-                           "[validation]", "[lr_scheduler]", "optimizer.lr", "training.max_norm", "model.hf_assets_path"})
+  for (const char* line :
+       {"[job]", "[profiling]", "[metrics]", "[checkpoint]", "[compile]", "[quantize]", "[validation]",
+        "[lr_scheduler]", "optimizer.lr", "training.max_norm", "model.hf_assets_path"})
     EXPECT_TRUE(contains(run.ignored, line)) << line;
 }
 
@@ -87,10 +91,13 @@ TEST(Torchtitan, Llama3SeventyBPresetReadsAsTensorParallelWithFsdp) {
   expected.model = detail::find_torchtitan_flavor("llama3", "70B")->spec;
   expected.cluster = context.cluster;
   expected.nodes = 8;
-  expected.train = TrainSpec{.global_batch = 64, .seq_len = 8192, .precision = Precision::bf16,
-                             .optimizer = Optimizer::adamw, .kernels = Kernels::fused};
-  expected.parallel = ParallelConfig{.dp = 8, .tp = 8, .tp_sequence_parallel = true, .zero = 3,
-                                     .recompute = Recompute::full, .micro_batch = 8};
+  expected.train = TrainSpec{.global_batch = 64,
+                             .seq_len = 8192,
+                             .precision = Precision::bf16,
+                             .optimizer = Optimizer::adamw,
+                             .kernels = Kernels::fused};
+  expected.parallel = ParallelConfig{
+      .dp = 8, .tp = 8, .tp_sequence_parallel = true, .zero = 3, .recompute = Recompute::full, .micro_batch = 8};
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
 }
 
@@ -123,10 +130,11 @@ TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
     EXPECT_NE(error.find(message), std::string::npos) << extra << " -> " << error;
     EXPECT_EQ(error.find('\n'), std::string::npos);
   }
-  const std::string flavor = error_of(
-      [&] { import_run(Engine::torchtitan, "[model]\nname = \"llama3\"\nflavor = \"8B_flex\"\n", context); });
+  const std::string flavor =
+      error_of([&] { import_run(Engine::torchtitan, "[model]\nname = \"llama3\"\nflavor = \"8B_flex\"\n", context); });
   EXPECT_NE(flavor.find("model.flavor: 'llama3/8B_flex' is not a flavor tessel knows (llama3/debugmodel, llama3/8B"),
-            std::string::npos) << flavor;
+            std::string::npos)
+      << flavor;
   const std::string malformed = error_of([&] { import_run(Engine::torchtitan, "[model\nname = 1", context); });
   EXPECT_NE(malformed.find("job.toml: malformed TOML at line 1"), std::string::npos) << malformed;
 }
@@ -135,8 +143,12 @@ TEST(Torchtitan, GradientAccumulationAndPipelines) {
   const ImportContext context = cluster_context("dgx-h100", 2);
   const std::string model = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[activation_checkpoint]\nmode = \"full\"\n";
   // Without a pipeline: accumulation makes up the global batch.
-  const Plan accumulated = import_run(Engine::torchtitan, model + "[training]\nlocal_batch_size = 2\n"
-                                                                  "global_batch_size = 128\n", context).plan;
+  const Plan accumulated = import_run(Engine::torchtitan,
+                                      model +
+                                          "[training]\nlocal_batch_size = 2\n"
+                                          "global_batch_size = 128\n",
+                                      context)
+                               .plan;
   EXPECT_EQ(accumulated.parallel.micro_batch, 2);
   EXPECT_EQ(accumulated.train.global_batch, 128);
   // An interleaved pipeline: 4 stages per rank from 32 layers / 4 layers per stage over pp 2.
@@ -151,15 +163,19 @@ pipeline_parallel_microbatch_size = 2
 pipeline_parallel_layers_per_stage = 4
 pipeline_parallel_first_stage_less_layers = 0
 pipeline_parallel_last_stage_less_layers = 0
-)", context);
+)",
+                                       context);
   EXPECT_EQ(piped.plan.parallel.schedule, Schedule::interleaved);
   EXPECT_EQ(piped.plan.parallel.virtual_stages, 4);
   EXPECT_EQ(piped.plan.parallel.micro_batch, 2);
   EXPECT_EQ(piped.plan.parallel.zero, 2);  // "default" resharding under a pipeline keeps the weights gathered
   EXPECT_EQ(piped.plan.train.global_batch, 128);
   const std::string flushed = error_of([&] {
-    import_run(Engine::torchtitan, model + "[training]\nlocal_batch_size = 4\nglobal_batch_size = 64\n"
-                                           "[parallelism]\npipeline_parallel_degree = 2\n", context);
+    import_run(Engine::torchtitan,
+               model +
+                   "[training]\nlocal_batch_size = 4\nglobal_batch_size = 64\n"
+                   "[parallelism]\npipeline_parallel_degree = 2\n",
+               context);
   });
   EXPECT_NE(flushed.find("parallelism.pipeline_parallel_degree: gradient accumulation"), std::string::npos) << flushed;
 }
@@ -187,7 +203,8 @@ TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
     std::vector<std::string> notes;  // the start of each not_expressible line
   };
   const Case cases[] = {
-      {"gpt3-13b-dgx-h100.json", [](Plan& p) { p.parallel.zero = 2; },
+      {"gpt3-13b-dgx-h100.json",
+       [](Plan& p) { p.parallel.zero = 2; },
        {"parallel.zero 1: FSDP has no optimizer-only sharding", "train.kernels unfused", "model gpt3-13b"}},
       {"local-cpu-gpt-pp-tp.json",
        [](Plan& p) {
@@ -205,7 +222,7 @@ TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
     nearest.train.kernels = Kernels::fused;
     c.nearest(nearest);
     EXPECT_EQ(import_run(Engine::torchtitan, exported.text, context_of(plan)).plan, nearest) << c.file << "\n"
-                                                                                              << exported.text;
+                                                                                             << exported.text;
     ASSERT_EQ(exported.not_expressible.size(), c.notes.size()) << c.file << "\n" << exported.text;
     for (std::size_t i = 0; i < c.notes.size(); ++i) {
       EXPECT_EQ(exported.not_expressible[i].rfind(c.notes[i], 0), 0u) << exported.not_expressible[i];
@@ -216,16 +233,22 @@ TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
 
 // A plan torchtitan expresses whole comes back exactly, model included (by flavor).
 TEST(Torchtitan, RoundTripOfAnExpressiblePlanIsExact) {
-  const ImportedRun run = import_run(Engine::torchtitan, fixture("torchtitan_llama3_70b.toml"),
-                                     cluster_context("dgx-h100", 8));
+  const ImportedRun run =
+      import_run(Engine::torchtitan, fixture("torchtitan_llama3_70b.toml"), cluster_context("dgx-h100", 8));
   const ExportedConfig exported = export_plan(Engine::torchtitan, run.plan);
   EXPECT_TRUE(exported.not_expressible.empty()) << exported.text;
   EXPECT_EQ(import_run(Engine::torchtitan, exported.text, cluster_context("dgx-h100", 8)).plan, run.plan)
       << exported.text;
   Plan piped = run.plan;
-  piped.parallel = ParallelConfig{.dp = 2, .pp = 4, .tp = 8, .tp_sequence_parallel = true, .zero = 3,
-                                  .recompute = Recompute::selective, .micro_batch = 1,
-                                  .schedule = Schedule::interleaved, .virtual_stages = 2};
+  piped.parallel = ParallelConfig{.dp = 2,
+                                  .pp = 4,
+                                  .tp = 8,
+                                  .tp_sequence_parallel = true,
+                                  .zero = 3,
+                                  .recompute = Recompute::selective,
+                                  .micro_batch = 1,
+                                  .schedule = Schedule::interleaved,
+                                  .virtual_stages = 2};
   piped.validate();
   const ExportedConfig piped_export = export_plan(Engine::torchtitan, piped);
   EXPECT_TRUE(piped_export.not_expressible.empty()) << piped_export.text;
