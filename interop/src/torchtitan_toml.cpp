@@ -360,14 +360,17 @@ void TorchtitanReader::read_layout() {
   if (local < 1 || local > limits::kMaxGlobalBatch)
     training.refuse(local_key, fmt::format("must be 1 to {}, got {}", limits::kMaxGlobalBatch, local));
   std::int64_t global = training.integer("global_batch_size").value_or(-1);
-  if (global < 0) global = local * p.dp;
+  const bool global_given = global >= 0;
+  if (!global_given) global = local * p.dp;
   if (global == 0 || global > limits::kMaxGlobalBatch || global % (local * p.dp) != 0)
     training.refuse("global_batch_size", fmt::format("{} must be a positive multiple of {} {} x data-parallel degree "
                                                      "{}, up to {}",
                                                      global, local_key, local, p.dp, limits::kMaxGlobalBatch));
   run_.plan.train.global_batch = int(global);
   mapped("training." + std::string(local_key), std::to_string(local), "(per data-parallel rank)");
-  mapped("training.global_batch_size", std::to_string(global), "train.global_batch");
+  mapped("training.global_batch_size",
+         global_given ? std::to_string(global) : fmt::format("(default: {} x dp {}) {}", local_key, p.dp, global),
+         "train.global_batch");
   read_pipeline(parallelism, local, global / (local * p.dp));
   parallelism.finish();
   read_training(training, fsdp);
