@@ -158,6 +158,25 @@ TEST(DeepSpeed, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
   }
 }
 
+TEST(DeepSpeed, OnLocalCpuTheThreeBatchValuesGiveTheDataParallelDegree) {
+  ImportContext context = dgx_h100(1);
+  context.cluster = resolve_cluster("local-cpu");
+  const Plan plan = import_run(Engine::deepspeed,
+                               R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2,
+                                   "gradient_accumulation_steps": 2})",
+                               context)
+                        .plan;
+  EXPECT_EQ(plan.parallel.dp, 4);
+  const std::string error = error_of([&] {
+    import_run(Engine::deepspeed, R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2})", context);
+  });
+  EXPECT_NE(error.find("ds_config.json: train_batch_size: cluster local-cpu has as many ranks as the plan"),
+            std::string::npos)
+      << error;
+  const std::string malformed = error_of([&] { import_run(Engine::deepspeed, "{\"train_batch_size\": ", context); });
+  EXPECT_NE(malformed.find("ds_config.json: malformed JSON"), std::string::npos) << malformed;
+}
+
 TEST(DeepSpeed, TheModelMustComeFromAHuggingFaceConfig) {
   const std::string error = error_of(
       [&] { import_run(Engine::deepspeed, fixture("deepspeed_getting_started.json"), dgx_h100(1, std::nullopt)); });

@@ -180,6 +180,22 @@ pipeline_parallel_last_stage_less_layers = 0
   EXPECT_NE(flushed.find("parallelism.pipeline_parallel_degree: gradient accumulation"), std::string::npos) << flushed;
 }
 
+TEST(Torchtitan, OnLocalCpuTheShardDegreeMustBeGiven) {
+  const ImportContext context = cluster_context("local-cpu", 1);
+  const std::string model =
+      "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"
+      "[activation_checkpoint]\nmode = \"none\"\n";
+  const std::string error = error_of([&] { import_run(Engine::torchtitan, model, context); });
+  EXPECT_NE(error.find("job.toml: parallelism.data_parallel_shard_degree: -1 (the rest) needs a fixed GPU count"),
+            std::string::npos)
+      << error;
+  const ImportedRun run =
+      import_run(Engine::torchtitan, model + "[parallelism]\ndata_parallel_shard_degree = 2\n", context);
+  EXPECT_EQ(run.plan.parallel.dp, 2);
+  EXPECT_EQ(run.plan.parallel.zero, 3);
+  EXPECT_EQ(run.plan.model.name, "llama3-debugmodel");
+}
+
 TEST(Torchtitan, DetectsItsFixtures) {
   for (const char* name : {"torchtitan_llama3_8b.toml", "torchtitan_llama3_70b.toml", "torchtitan_llama3_405b.toml",
                            "torchtitan_debug_model.toml"})
