@@ -59,26 +59,52 @@ const std::set<std::string, std::less<>> kIgnoredTopLevel{
 // clang-format on
 
 // Top-level options that change cost in ways tessel does not model, with the reason.
-const std::map<std::string, std::string, std::less<>> kRefusedTopLevel{
-    {"sparse_attention", "sparse attention changes the attention cost; tessel prices dense causal attention"},
-    {"pipeline",
-     "DeepSpeed's pipeline stages are set in code (PipelineModule), not in the JSON; import the run "
-     "from its Megatron-DeepSpeed command line instead"},
-    {"elasticity", "elastic training picks the batch and GPU count at launch"},
-    {"progressive_layer_drop", "progressive layer drop skips layers"},
-    {"curriculum_learning", "curriculum learning varies the sequence length"},
-    {"data_efficiency", "data efficiency varies the sequence length and drops tokens"},
-    {"compression_training", "compression training changes the model's arithmetic"},
-    {"eigenvalue", "eigenvalue estimation adds backward passes"},
-    {"hybrid_engine", "the hybrid engine mixes inference kernels into training"},
-    {"amp", "Apex AMP is not modelled; use bf16 or fp16"},
-    {"torch_autocast", "torch autocast keeps fp32 weights in the forward pass; use bf16 or fp16"},
-    {"communication_data_type", "a gradient communication dtype other than the training precision is not modelled"},
-    {"data_types", "a gradient accumulation dtype other than the training precision is not modelled"},
-    {"weight_quantization", "quantized weights are not modelled"},
-    {"compile", "DeepSpeed's compile passes (deepcompile) are not modelled"},
-    {"moe", "mixture of experts is not modelled"},
+// Some are refused only when switched on ("enabled": true) or set (not null), since
+// configs often carry them switched off; a refused option switched off is ignored.
+enum class RefuseWhen { present, enabled, set };
+struct RefusedOption {
+  const char* key;
+  RefuseWhen when;
+  const char* reason;
 };
+constexpr RefusedOption kRefusedTopLevel[] = {
+    {"sparse_attention", RefuseWhen::present,
+     "sparse attention changes the attention cost; tessel prices dense causal attention"},
+    {"pipeline", RefuseWhen::present,
+     "DeepSpeed's pipeline stages are set in code (PipelineModule), not in the JSON; import the run from its "
+     "Megatron-DeepSpeed command line instead"},
+    {"elasticity", RefuseWhen::enabled, "elastic training picks the batch and GPU count at launch"},
+    {"progressive_layer_drop", RefuseWhen::enabled, "progressive layer drop skips layers"},
+    {"curriculum_learning", RefuseWhen::enabled, "curriculum learning varies the sequence length"},
+    {"data_efficiency", RefuseWhen::enabled, "data efficiency varies the sequence length and drops tokens"},
+    {"compression_training", RefuseWhen::present, "compression training changes the model's arithmetic"},
+    {"eigenvalue", RefuseWhen::enabled, "eigenvalue estimation adds backward passes"},
+    {"hybrid_engine", RefuseWhen::enabled, "the hybrid engine mixes inference kernels into training"},
+    {"amp", RefuseWhen::enabled, "Apex AMP is not modelled; use bf16 or fp16"},
+    {"torch_autocast", RefuseWhen::enabled, "torch autocast keeps fp32 weights in the forward pass; use bf16 or fp16"},
+    {"communication_data_type", RefuseWhen::set,
+     "a gradient communication dtype other than the training precision is not modelled"},
+    {"data_types", RefuseWhen::set, "a gradient accumulation dtype other than the training precision is not modelled"},
+    {"weight_quantization", RefuseWhen::present, "quantized weights are not modelled"},
+    {"compile", RefuseWhen::set, "DeepSpeed's compile passes (deepcompile) are not modelled"},
+};
+
+// Whether a refusable option is switched on: "enabled": true, or a value that is not
+// null (for a section: a member that is neither null nor false).
+bool switched_on(const Json& value, RefuseWhen when) {
+  switch (when) {
+    case RefuseWhen::present:
+      return true;
+    case RefuseWhen::enabled:
+      return value.is_object() && value.contains("enabled") && value.at("enabled") == true;
+    case RefuseWhen::set:
+      if (!value.is_object()) return !value.is_null();
+      for (const auto& [key, member] : value.items())
+        if (!member.is_null() && member != false) return true;
+      return false;
+  }
+  return true;
+}
 
 // zero_optimization knobs that tune buckets, overlap and saving: cost-neutral at tessel's grain.
 // clang-format off
@@ -392,8 +418,12 @@ ImportedRun DeepSpeedReader::read() {
         fmt::format("{}: a DeepSpeed config does not describe the model: give its Hugging Face config.json "
                     "with --hf-config",
                     context_.source_name));
-  for (const auto& [key, reason] : kRefusedTopLevel)
-    if (root_.contains(key)) refuse(key, reason);
+  for (const RefusedOption& option : kRefusedTopLevel) {
+    if (!root_.contains(option.key)) continue;
+    if (switched_on(root_.at(option.key), option.when)) refuse(option.key, option.reason);
+    handled_.insert(option.key);
+    ignored(std::string(option.key) + " (switched off)");
+  }
   Plan& plan = run_.plan;
   plan.model = *context_.model;
   plan.cluster = context_.cluster;

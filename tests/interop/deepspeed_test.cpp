@@ -177,6 +177,19 @@ TEST(DeepSpeed, OnLocalCpuTheThreeBatchValuesGiveTheDataParallelDegree) {
   EXPECT_NE(malformed.find("ds_config.json: malformed JSON"), std::string::npos) << malformed;
 }
 
+TEST(DeepSpeed, RefusableOptionsSwitchedOffAreIgnored) {
+  const ImportContext context = dgx_h100(1);
+  const ImportedRun run =
+      import_run(Engine::deepspeed,
+                 R"({"train_batch_size": 8, "amp": {"enabled": false}, "communication_data_type": null})", context);
+  EXPECT_NE(std::find(run.ignored.begin(), run.ignored.end(), "amp (switched off)"), run.ignored.end());
+  EXPECT_NE(std::find(run.ignored.begin(), run.ignored.end(), "communication_data_type (switched off)"),
+            run.ignored.end());
+  const std::string error =
+      error_of([&] { import_run(Engine::deepspeed, R"({"train_batch_size": 8, "amp": {"enabled": true}})", context); });
+  EXPECT_NE(error.find("ds_config.json: amp: Apex AMP is not modelled"), std::string::npos) << error;
+}
+
 TEST(DeepSpeed, TheModelMustComeFromAHuggingFaceConfig) {
   const std::string error = error_of(
       [&] { import_run(Engine::deepspeed, fixture("deepspeed_getting_started.json"), dgx_h100(1, std::nullopt)); });
