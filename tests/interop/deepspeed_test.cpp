@@ -246,5 +246,24 @@ TEST(DeepSpeed, RoundTripOfModelParallelExamplesGivesTheNearestDataParallelPlan)
   }
 }
 
+// What ds_config cannot say is written as the nearest it can, and said.
+TEST(DeepSpeed, ChunkedOffloadAndFusedKernelsAreWrittenAsTheNearestAndNoted) {
+  Plan plan = Plan::load(TESSEL_SOURCE_DIR "/examples/local-cpu-gpt-small.json");
+  plan.parallel.zero = 3;
+  plan.parallel.offload = OffloadMode::chunked;
+  plan.parallel.offload_device_fraction = 0.5;
+  plan.train.kernels = Kernels::fused;
+  plan.validate();
+  const ExportedConfig exported = export_plan(Engine::deepspeed, plan);
+  ASSERT_EQ(exported.not_expressible.size(), 2u) << exported.text;
+  EXPECT_EQ(exported.not_expressible[0].rfind("parallel.offload chunked 0.50", 0), 0u);
+  EXPECT_EQ(exported.not_expressible[1].rfind("train.kernels fused", 0), 0u);
+  Plan nearest = plan;
+  nearest.parallel.offload = OffloadMode::optimizer;
+  nearest.parallel.offload_device_fraction = 1.0;
+  nearest.train.kernels = Kernels::unfused;
+  EXPECT_EQ(import_run(Engine::deepspeed, exported.text, context_of(plan)).plan, nearest);
+}
+
 }  // namespace
 }  // namespace tessel::interop

@@ -287,5 +287,24 @@ TEST(Torchtitan, TwoDimensionalTensorParallelismIsWrittenAsTheNearestOneDimensio
   EXPECT_TRUE(back.parallel.tp_sequence_parallel);
 }
 
+// fp16 and offload have no torchtitan form: bf16 and no offload, both noted.
+TEST(Torchtitan, FpSixteenAndOffloadAreWrittenAsTheNearestAndNoted) {
+  Plan plan = Plan::load(TESSEL_SOURCE_DIR "/examples/local-cpu-gpt-small.json");
+  plan.parallel.zero = 3;
+  plan.parallel.offload = OffloadMode::optimizer;
+  plan.train.precision = Precision::fp16;
+  plan.train.kernels = Kernels::fused;
+  plan.validate();
+  const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+  ASSERT_EQ(exported.not_expressible.size(), 3u) << exported.text;
+  EXPECT_EQ(exported.not_expressible[0].rfind("parallel.offload optimizer", 0), 0u);
+  EXPECT_EQ(exported.not_expressible[1].rfind("train.precision fp16", 0), 0u);
+  EXPECT_EQ(exported.not_expressible[2].rfind("model gpt-small-cpu", 0), 0u);
+  Plan nearest = plan;
+  nearest.parallel.offload = OffloadMode::none;
+  nearest.train.precision = Precision::bf16;
+  EXPECT_EQ(import_run(Engine::torchtitan, exported.text, context_of(plan)).plan, nearest) << exported.text;
+}
+
 }  // namespace
 }  // namespace tessel::interop
