@@ -188,6 +188,13 @@ void DeepSpeedReader::read_batch() {
                                           why));
     refuse("train_batch_size", why);
   };
+  // A global batch DeepSpeed would compute, held to tessel's bound (and so to an int).
+  auto derived_global_batch = [&](std::int64_t global) {
+    if (global > limits::kMaxGlobalBatch)
+      refuse("train_batch_size", fmt::format("micro batch x accumulation x GPUs = {} is more than the {} tessel models",
+                                             global, limits::kMaxGlobalBatch));
+    return int(global);
+  };
   ParallelConfig& p = run_.plan.parallel;
   if (context_.cluster.ranks_fill_node()) {
     // local-cpu: as many ranks as the plan has, so the three values must give dp.
@@ -200,16 +207,16 @@ void DeepSpeedReader::read_batch() {
       refuse("train_batch_size", fmt::format("{} is not a multiple of train_micro_batch_size_per_gpu {} x "
                                              "gradient_accumulation_steps {}",
                                              *train, *micro, *steps));
-    p.dp = *train / (*micro * *steps);
+    p.dp = int(*train / (std::int64_t(*micro) * *steps));
   } else {
     p.dp = context_.cluster.gpus_per_node * context_.nodes;
     const int dp = p.dp;
     // DeepSpeed's _set_batch_related_parameters, then its _batch_assertion.
     if (train && micro && !steps) steps = *train / *micro / dp;
     else if (train && steps && !micro) micro = *train / dp / *steps;
-    else if (micro && steps && !train) train = *micro * *steps * dp;
+    else if (micro && steps && !train) train = derived_global_batch(std::int64_t(*micro) * *steps * dp);
     else if (train && !micro && !steps) steps = 1, micro = *train / dp;
-    else if (micro && !train && !steps) steps = 1, train = *micro * dp;
+    else if (micro && !train && !steps) steps = 1, train = derived_global_batch(std::int64_t(*micro) * dp);
     else if (!train || !micro) need("give train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed needs one)");
     if (*micro <= 0 || *steps <= 0 || std::int64_t(*train) != std::int64_t(*micro) * *steps * dp)
       refuse("train_batch_size",

@@ -300,7 +300,16 @@ void TorchtitanReader::read_layout() {
   p.tp = int(parallelism.degree("tensor_parallel_degree"));
   p.pp = int(parallelism.degree("pipeline_parallel_degree"));
   p.sp = int(parallelism.degree("context_parallel_degree"));
-  const std::int64_t others = replicate * p.tp * p.pp * p.sp;
+  // The product of the degrees, held to tessel's bound step by step (no overflow).
+  std::int64_t others = replicate;
+  for (const std::int64_t degree : {std::int64_t(p.tp), std::int64_t(p.pp), std::int64_t(p.sp), shard}) {
+    if (degree > 0) others *= degree;
+    if (others > limits::kMaxGpus)
+      parallelism.refuse("data_parallel_shard_degree", fmt::format("the degrees multiply to more than the {} GPUs "
+                                                                   "tessel models",
+                                                                   limits::kMaxGpus));
+  }
+  if (shard > 0) others /= shard;  // the GPUs besides the shard degree
   if (shard == -1) {
     if (context_.cluster.ranks_fill_node())
       parallelism.refuse("data_parallel_shard_degree", fmt::format("-1 (the rest) needs a fixed GPU count; cluster {} "

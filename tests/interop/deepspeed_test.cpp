@@ -150,6 +150,8 @@ TEST(DeepSpeed, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
        "zero_optimization.zero_quantized_weights: ZeRO++"},
       {R"({"train_batch_size": 8, "some_new_option": 1})", "some_new_option: not an option tessel's reader knows"},
+      {R"({"train_micro_batch_size_per_gpu": 16777216, "gradient_accumulation_steps": 16777216})",
+       "train_batch_size: micro batch x accumulation x GPUs = "},
       {R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp16": {"enabled": true}})", "bf16: bf16 and fp16"},
   };
   for (const auto& [text, message] : cases) {

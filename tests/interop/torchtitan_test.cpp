@@ -120,6 +120,8 @@ TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
       {"[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"ZBVZeroBubble\"\n",
        "parallelism.pipeline_parallel_schedule: 'ZBVZeroBubble' is not modelled"},
       {"[parallelism]\nexpert_parallel_degree = 8\n", "parallelism.expert_parallel_degree: mixture of experts"},
+      {"[parallelism]\ntensor_parallel_degree = 16777216\npipeline_parallel_degree = 16777216\n",
+       "the degrees multiply to more than"},
       {"[training]\nenable_cpu_offload = true\n", "training.enable_cpu_offload"},
       {"[training]\ndtype = \"bfloat16\"\n", "training.dtype: full bf16"},
       {"[float8]\nenable_float8_linear = true\n", "float8.enable_float8_linear"},
