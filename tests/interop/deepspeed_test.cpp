@@ -1,2 +1,271 @@
-// Placeholder until this engine's tests land.
+// DeepSpeed's ds_config.json read into a plan and written from one. The fixtures follow
+// DeepSpeed's published examples option by option (each test names its source); the
+// model comes from a Hugging Face config.json as `--hf-config` gives it.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "tessel/core/error.hpp"
+#include "tessel/core/input_file.hpp"
+#include "tessel/interop/engine_config.hpp"
+
+namespace tessel::interop {
+namespace {
+
+const std::string kFixtures = TESSEL_SOURCE_DIR "/tests/interop/fixtures/";
+
+std::string fixture(const std::string& name) { return read_input_file(kFixtures + name); }
+
+ModelSpec gpt2_small() {
+  return ModelSpec::from_hf_config(parse_json_text(fixture("deepspeed_hf_gpt2_config.json"), "config.json"), "gpt2");
+}
+
+ImportContext dgx_h100(int nodes, std::optional<ModelSpec> model = gpt2_small()) {
+  ImportContext context;
+  context.cluster = resolve_cluster("dgx-h100");
+  context.nodes = nodes;
+  context.model = std::move(model);
+  context.source_name = "ds_config.json";
+  return context;
+}
+
+// The message of the tessel::Error `action` throws ("" when it throws none).
+template <typename Action>
+std::string error_of(Action action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+Plan expected_plan(const ImportContext& context) {
+  Plan plan;
+  plan.model = *context.model;
+  plan.cluster = context.cluster;
+  plan.nodes = context.nodes;
+  return plan;
+}
+
+// docs/_tutorials/getting-started.md, "DeepSpeed Configuration": train_batch_size 8,
+// gradient_accumulation_steps 1, Adam, fp16, and the older boolean "zero_optimization": true.
+TEST(DeepSpeed, GettingStartedExampleReadsAsZeroOneDataParallel) {
+  const ImportContext context = dgx_h100(1);
+  const ImportedRun run = import_run(Engine::deepspeed, fixture("deepspeed_getting_started.json"), context);
+  Plan expected = expected_plan(context);
+  expected.train.global_batch = 8;
+  expected.train.precision = Precision::fp16;
+  expected.train.optimizer = Optimizer::adamw;
+  expected.parallel.dp = 8;  // one DGX node: 8 GPUs; micro = 8 / 8 / 1
+  expected.parallel.micro_batch = 1;
+  expected.parallel.zero = 1;
+  EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
+  EXPECT_FALSE(run.mapped.empty());
+  EXPECT_NE(std::find(run.ignored.begin(), run.ignored.end(), "optimizer.params (learning rate, betas, weight decay)"),
+            run.ignored.end());
+}
+
+// The zero section of docs/_tutorials/zero-offload.md (stage 2, offload_optimizer cpu,
+// contiguous_gradients, overlap_comm) with the ZeRO-2 knobs of docs/_tutorials/zero.md, a
+// micro batch with gradient accumulation instead of train_batch_size, bf16, AdamW, and the
+// activation_checkpointing section of docs/_pages/config-json.md.
+TEST(DeepSpeed, ZeroOffloadExampleDerivesTheGlobalBatchFromMicroAndAccumulation) {
+  const ImportContext context = dgx_h100(2);
+  const ImportedRun run = import_run(Engine::deepspeed, fixture("deepspeed_zero2_offload.json"), context);
+  Plan expected = expected_plan(context);
+  expected.train.global_batch = 4 * 2 * 16;  // micro x accumulation x GPUs
+  expected.train.precision = Precision::bf16;
+  expected.parallel.dp = 16;
+  expected.parallel.micro_batch = 4;
+  expected.parallel.zero = 2;
+  expected.parallel.offload = OffloadMode::optimizer;
+  expected.parallel.recompute = Recompute::full;
+  EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
+  for (const char* option : {"steps_per_print", "gradient_clipping", "wall_clock_breakdown",
+                             "zero_optimization.overlap_comm", "zero_optimization.reduce_bucket_size"})
+    EXPECT_NE(std::find(run.ignored.begin(), run.ignored.end(), option), run.ignored.end()) << option;
+}
+
+TEST(DeepSpeed, TheBatchRuleIsDeepSpeedsOwn) {
+  const ImportContext context = dgx_h100(1);
+  auto plan_of = [&](const std::string& text) { return import_run(Engine::deepspeed, text, context).plan; };
+  // Two values give the third; one alone means gradient_accumulation_steps 1.
+  EXPECT_EQ(plan_of(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2})").train.global_batch, 64);
+  EXPECT_EQ(plan_of(R"({"train_batch_size": 64, "gradient_accumulation_steps": 4})").parallel.micro_batch, 2);
+  EXPECT_EQ(plan_of(R"({"train_micro_batch_size_per_gpu": 3})").train.global_batch, 24);
+  // "auto" is resolved when the other two determine it.
+  EXPECT_EQ(plan_of(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2,
+                        "gradient_accumulation_steps": 2})")
+                .train.global_batch,
+            32);
+  const std::string mismatch = error_of([&] {
+    plan_of(R"({"train_batch_size": 60, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4})");
+  });
+  EXPECT_NE(mismatch.find("ds_config.json: train_batch_size: DeepSpeed needs train_batch_size = "), std::string::npos)
+      << mismatch;
+  EXPECT_NE(error_of([&] { plan_of(R"({"gradient_accumulation_steps": 4})"); }).find("train_batch_size"),
+            std::string::npos);
+}
+
+// Hugging Face transformers' DeepSpeed guide, its ZeRO-2 example: every batch value and
+// fp16.enabled are "auto", which the Trainer fills in from its own arguments.
+TEST(DeepSpeed, UnresolvableAutoValuesAreRefusedByName) {
+  const ImportContext context = dgx_h100(1);
+  const std::string text = fixture("deepspeed_hf_trainer_zero2_auto.json");
+  const std::string batch = error_of([&] { import_run(Engine::deepspeed, text, context); });
+  EXPECT_NE(batch.find("ds_config.json: train_micro_batch_size_per_gpu: \"auto\" is filled in by the Hugging Face "
+                       "Trainer"),
+            std::string::npos)
+      << batch;
+  EXPECT_EQ(batch.find('\n'), std::string::npos);
+  Json with_batch = parse_json_text(text, "fixture");
+  with_batch["train_micro_batch_size_per_gpu"] = 4;
+  with_batch["gradient_accumulation_steps"] = 1;
+  const std::string precision = error_of([&] { import_run(Engine::deepspeed, with_batch.dump(), context); });
+  EXPECT_NE(precision.find("fp16.enabled: \"auto\" is decided by the Hugging Face Trainer's --fp16"), std::string::npos)
+      << precision;
+  with_batch["fp16"]["enabled"] = false;
+  const ImportedRun run = import_run(Engine::deepspeed, with_batch.dump(), context);
+  EXPECT_EQ(run.plan.parallel.offload, OffloadMode::optimizer);
+  EXPECT_EQ(run.plan.train.precision, Precision::fp32);
+  EXPECT_EQ(run.plan.train.global_batch, 32);
+}
+
+// docs/_tutorials/zero.md, the ZeRO-Infinity example: stage 3 with offload_param cpu.
+TEST(DeepSpeed, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
+  const ImportContext context = dgx_h100(1);
+  const std::string infinity =
+      error_of([&] { import_run(Engine::deepspeed, fixture("deepspeed_zero3_infinity.json"), context); });
+  EXPECT_NE(infinity.find("ds_config.json: zero_optimization.offload_param.device: 'cpu'"), std::string::npos)
+      << infinity;
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})",
+       "zero_optimization.offload_param.device: NVMe"},
+      {R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"}})", "optimizer.type: 'OneBitAdam'"},
+      {R"({"train_batch_size": 8, "sparse_attention": {"mode": "fixed"}})", "sparse_attention: "},
+      {R"({"train_batch_size": 8, "sequence_parallel_size": 4})", "sequence_parallel_size: DeepSpeed-Ulysses"},
+      {R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 2}})", "tensor_parallel.autotp_size"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
+       "zero_optimization.zero_quantized_weights: ZeRO++"},
+      {R"({"train_batch_size": 8, "some_new_option": 1})", "some_new_option: not an option tessel's reader knows"},
+      {R"({"train_micro_batch_size_per_gpu": 16777216, "gradient_accumulation_steps": 16777216})",
+       "train_batch_size: micro batch x accumulation x GPUs = "},
+      {R"({"train_batch_size": 8, "bf16": {"enabled": true}, "fp16": {"enabled": true}})", "bf16: bf16 and fp16"},
+  };
+  for (const auto& [text, message] : cases) {
+    const std::string error = error_of([&] { import_run(Engine::deepspeed, text, context); });
+    EXPECT_NE(error.find(message), std::string::npos) << text << " -> " << error;
+  }
+}
+
+TEST(DeepSpeed, OnLocalCpuTheThreeBatchValuesGiveTheDataParallelDegree) {
+  ImportContext context = dgx_h100(1);
+  context.cluster = resolve_cluster("local-cpu");
+  const Plan plan = import_run(Engine::deepspeed,
+                               R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2,
+                                   "gradient_accumulation_steps": 2})",
+                               context)
+                        .plan;
+  EXPECT_EQ(plan.parallel.dp, 4);
+  const std::string error = error_of([&] {
+    import_run(Engine::deepspeed, R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2})", context);
+  });
+  EXPECT_NE(error.find("ds_config.json: train_batch_size: cluster local-cpu has as many ranks as the plan"),
+            std::string::npos)
+      << error;
+  const std::string malformed = error_of([&] { import_run(Engine::deepspeed, "{\"train_batch_size\": ", context); });
+  EXPECT_NE(malformed.find("ds_config.json: malformed JSON"), std::string::npos) << malformed;
+}
+
+TEST(DeepSpeed, RefusableOptionsSwitchedOffAreIgnored) {
+  const ImportContext context = dgx_h100(1);
+  const ImportedRun run =
+      import_run(Engine::deepspeed,
+                 R"({"train_batch_size": 8, "amp": {"enabled": false}, "communication_data_type": null})", context);
+  EXPECT_NE(std::find(run.ignored.begin(), run.ignored.end(), "amp (switched off)"), run.ignored.end());
+  EXPECT_NE(std::find(run.ignored.begin(), run.ignored.end(), "communication_data_type (switched off)"),
+            run.ignored.end());
+  const std::string error =
+      error_of([&] { import_run(Engine::deepspeed, R"({"train_batch_size": 8, "amp": {"enabled": true}})", context); });
+  EXPECT_NE(error.find("ds_config.json: amp: Apex AMP is not modelled"), std::string::npos) << error;
+}
+
+TEST(DeepSpeed, TheModelMustComeFromAHuggingFaceConfig) {
+  const std::string error = error_of(
+      [&] { import_run(Engine::deepspeed, fixture("deepspeed_getting_started.json"), dgx_h100(1, std::nullopt)); });
+  EXPECT_NE(error.find("--hf-config"), std::string::npos) << error;
+}
+
+TEST(DeepSpeed, DetectsItsFixtures) {
+  for (const char* name : {"deepspeed_getting_started.json", "deepspeed_zero2_offload.json",
+                           "deepspeed_zero3_infinity.json", "deepspeed_hf_trainer_zero2_auto.json"})
+    EXPECT_EQ(detect_engine(name, fixture(name)), Engine::deepspeed) << name;
+}
+
+ImportContext context_of(const Plan& plan) {
+  ImportContext context;
+  context.cluster = plan.cluster;
+  context.nodes = plan.nodes;
+  context.model = plan.model;
+  return context;
+}
+
+// A data-parallel plan DeepSpeed expresses whole comes back unchanged.
+TEST(DeepSpeed, RoundTripOfADataParallelPlanIsExact) {
+  const Plan plan = Plan::load(TESSEL_SOURCE_DIR "/examples/local-cpu-gpt-small.json");
+  const ExportedConfig exported = export_plan(Engine::deepspeed, plan);
+  EXPECT_TRUE(exported.not_expressible.empty());
+  EXPECT_EQ(detect_engine("ds_config.json", exported.text), Engine::deepspeed);
+  EXPECT_EQ(import_run(Engine::deepspeed, exported.text, context_of(plan)).plan, plan) << exported.text;
+  Plan offloaded = plan;
+  offloaded.parallel.zero = 2;
+  offloaded.parallel.offload = OffloadMode::optimizer;
+  offloaded.parallel.recompute = Recompute::full;
+  offloaded.train.optimizer = Optimizer::lamb;
+  offloaded.train.precision = Precision::bf16;
+  EXPECT_EQ(import_run(Engine::deepspeed, export_plan(Engine::deepspeed, offloaded).text, context_of(offloaded)).plan,
+            offloaded);
+}
+
+// Plans with tensor and pipeline parallelism come back as the nearest pure data-parallel
+// plan over the same GPUs, and not_expressible names what changed.
+TEST(DeepSpeed, RoundTripOfModelParallelExamplesGivesTheNearestDataParallelPlan) {
+  for (const char* name : {"gpt3-13b-dgx-h100.json", "local-cpu-gpt-pp-tp.json"}) {
+    const Plan plan = Plan::load(std::string(TESSEL_SOURCE_DIR "/examples/") + name);
+    const ExportedConfig exported = export_plan(Engine::deepspeed, plan);
+    Plan nearest = plan;
+    nearest.parallel = ParallelConfig{.dp = plan.parallel.world_size(),
+                                      .zero = plan.parallel.zero,
+                                      .recompute = Recompute::full,
+                                      .micro_batch = plan.parallel.micro_batch};
+    EXPECT_EQ(import_run(Engine::deepspeed, exported.text, context_of(plan)).plan, nearest) << name << exported.text;
+    ASSERT_EQ(exported.not_expressible.size(), 2u) << name;
+    EXPECT_NE(exported.not_expressible[0].find("parallel.tp"), std::string::npos);
+    EXPECT_NE(exported.not_expressible[1].find("parallel.recompute selective"), std::string::npos);
+    EXPECT_NE(exported.text.find("\"tessel_note\""), std::string::npos);
+  }
+}
+
+// What ds_config cannot say is written as the nearest it can, and said.
+TEST(DeepSpeed, ChunkedOffloadAndFusedKernelsAreWrittenAsTheNearestAndNoted) {
+  Plan plan = Plan::load(TESSEL_SOURCE_DIR "/examples/local-cpu-gpt-small.json");
+  plan.parallel.zero = 3;
+  plan.parallel.offload = OffloadMode::chunked;
+  plan.parallel.offload_device_fraction = 0.5;
+  plan.train.kernels = Kernels::fused;
+  plan.validate();
+  const ExportedConfig exported = export_plan(Engine::deepspeed, plan);
+  ASSERT_EQ(exported.not_expressible.size(), 2u) << exported.text;
+  EXPECT_EQ(exported.not_expressible[0].rfind("parallel.offload chunked 0.50", 0), 0u);
+  EXPECT_EQ(exported.not_expressible[1].rfind("train.kernels fused", 0), 0u);
+  Plan nearest = plan;
+  nearest.parallel.offload = OffloadMode::optimizer;
+  nearest.parallel.offload_device_fraction = 1.0;
+  nearest.train.kernels = Kernels::unfused;
+  EXPECT_EQ(import_run(Engine::deepspeed, exported.text, context_of(plan)).plan, nearest);
+}
+
+}  // namespace
+}  // namespace tessel::interop

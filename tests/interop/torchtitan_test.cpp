@@ -1,2 +1,312 @@
-// Placeholder until this engine's tests land.
+// torchtitan's TOML job config read into a plan and written from one. The fixtures are
+// torchtitan's published llama3 train_configs (each file names its source).
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "../../interop/src/torchtitan_flavors.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/core/input_file.hpp"
+#include "tessel/interop/engine_config.hpp"
+
+namespace tessel::interop {
+namespace {
+
+const std::string kFixtures = TESSEL_SOURCE_DIR "/tests/interop/fixtures/";
+
+std::string fixture(const std::string& name) { return read_input_file(kFixtures + name); }
+
+ImportContext cluster_context(const std::string& cluster, int nodes, std::optional<ModelSpec> model = std::nullopt) {
+  ImportContext context;
+  context.cluster = resolve_cluster(cluster);
+  context.nodes = nodes;
+  context.model = std::move(model);
+  context.source_name = "job.toml";
+  return context;
+}
+
+template <typename Action>
+std::string error_of(Action action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+bool contains(const std::vector<std::string>& lines, const std::string& line) {
+  return std::find(lines.begin(), lines.end(), line) != lines.end();
+}
+
+TEST(TorchtitanFlavors, ShapesFollowTorchtitansFeedForwardRule) {
+  using detail::find_torchtitan_flavor;
+  // The FFN widths Meta published for each model.
+  EXPECT_EQ(find_torchtitan_flavor("llama3", "8B")->spec.ffn_hidden, 14336);
+  EXPECT_EQ(find_torchtitan_flavor("llama3", "70B")->spec.ffn_hidden, 28672);
+  EXPECT_EQ(find_torchtitan_flavor("llama3", "405B")->spec.ffn_hidden, 53248);
+  EXPECT_EQ(find_torchtitan_flavor("llama3", "debugmodel")->spec.ffn_hidden, 768);
+  EXPECT_EQ(find_torchtitan_flavor("llama2", "7B")->spec.ffn_hidden, 11008);
+  EXPECT_EQ(find_torchtitan_flavor("llama2", "13B")->spec.ffn_hidden, 13824);
+  const ModelSpec llama3_8b = find_torchtitan_flavor("llama3", "8B")->spec;
+  EXPECT_EQ(llama3_8b.kv_heads, 8);
+  EXPECT_EQ(llama3_8b.vocab, 128256);
+  // Llama 2 7B as tessel's preset has it (name and source aside).
+  ModelSpec llama2_7b = find_torchtitan_flavor("llama2", "7B")->spec;
+  const ModelSpec preset = resolve_model("llama2-7b");
+  llama2_7b.name = preset.name;
+  llama2_7b.source = preset.source;
+  EXPECT_EQ(llama2_7b, preset);
+}
+
+// torchtitan/models/llama3/train_configs/llama3_8b.toml: FSDP over the 64 A100s it is a
+// preset for (data_parallel_shard_degree -1), local batch 1, seq_len 8192, selective "op".
+TEST(Torchtitan, Llama3EightBPresetReadsAsFsdpOverSixtyFourGpus) {
+  const ImportContext context = cluster_context("dgx-a100", 8);
+  const ImportedRun run = import_run(Engine::torchtitan, fixture("torchtitan_llama3_8b.toml"), context);
+  Plan expected;
+  expected.model = detail::find_torchtitan_flavor("llama3", "8B")->spec;
+  expected.cluster = context.cluster;
+  expected.nodes = 8;
+  expected.train = TrainSpec{.global_batch = 64,
+                             .seq_len = 8192,
+                             .precision = Precision::bf16,
+                             .optimizer = Optimizer::adamw,
+                             .kernels = Kernels::fused};
+  expected.parallel = ParallelConfig{.dp = 64, .zero = 3, .recompute = Recompute::selective, .micro_batch = 1};
+  EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
+  for (const char* line :
+       {"[job]", "[profiling]", "[metrics]", "[checkpoint]", "[compile]", "[quantize]", "[validation]",
+        "[lr_scheduler]", "optimizer.lr", "training.max_norm", "model.hf_assets_path"})
+    EXPECT_TRUE(contains(run.ignored, line)) << line;
+}
+
+// torchtitan/models/llama3/train_configs/llama3_70b.toml: 8-way tensor parallelism with
+// FSDP over the rest, local batch 8, full activation checkpointing.
+TEST(Torchtitan, Llama3SeventyBPresetReadsAsTensorParallelWithFsdp) {
+  const ImportContext context = cluster_context("dgx-h100", 8);
+  const ImportedRun run = import_run(Engine::torchtitan, fixture("torchtitan_llama3_70b.toml"), context);
+  Plan expected;
+  expected.model = detail::find_torchtitan_flavor("llama3", "70B")->spec;
+  expected.cluster = context.cluster;
+  expected.nodes = 8;
+  expected.train = TrainSpec{.global_batch = 64,
+                             .seq_len = 8192,
+                             .precision = Precision::bf16,
+                             .optimizer = Optimizer::adamw,
+                             .kernels = Kernels::fused};
+  expected.parallel = ParallelConfig{
+      .dp = 8, .tp = 8, .tp_sequence_parallel = true, .zero = 3, .recompute = Recompute::full, .micro_batch = 8};
+  EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
+}
+
+TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
+  const ImportContext context = cluster_context("dgx-h100", 8);
+  // llama3_405b.toml trains with float8 (model.converters) and async tensor parallelism.
+  const std::string fp8 =
+      error_of([&] { import_run(Engine::torchtitan, fixture("torchtitan_llama3_405b.toml"), context); });
+  EXPECT_NE(fp8.find("job.toml: model.converters: float8"), std::string::npos) << fp8;
+  // debug_model.toml checkpoints every 2nd layer (selective_ac_option '2').
+  const std::string every_other =
+      error_of([&] { import_run(Engine::torchtitan, fixture("torchtitan_debug_model.toml"), context); });
+  EXPECT_NE(every_other.find("activation_checkpoint.selective_ac_option: '2'"), std::string::npos) << every_other;
+  const std::string base = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[activation_checkpoint]\nmode = \"none\"\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"[parallelism]\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 32\n",
+       "parallelism.data_parallel_replicate_degree: replicating and sharding together (HSDP)"},
+      {"[parallelism]\ntensor_parallel_degree = 8\nenable_async_tensor_parallel = true\n",
+       "parallelism.enable_async_tensor_parallel"},
+      {"[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"ZBVZeroBubble\"\n",
+       "parallelism.pipeline_parallel_schedule: 'ZBVZeroBubble' is not modelled"},
+      {"[parallelism]\nexpert_parallel_degree = 8\n", "parallelism.expert_parallel_degree: mixture of experts"},
+      {"[parallelism]\ntensor_parallel_degree = 16777216\npipeline_parallel_degree = 16777216\n",
+       "the degrees multiply to more than"},
+      {"[training]\nenable_cpu_offload = true\n", "training.enable_cpu_offload"},
+      {"[training]\ndtype = \"bfloat16\"\n", "training.dtype: full bf16"},
+      {"[float8]\nenable_float8_linear = true\n", "float8.enable_float8_linear"},
+      {"[parallelism]\nfancy_new_degree = 2\n", "parallelism.fancy_new_degree: not an option"},
+  };
+  for (const auto& [extra, message] : cases) {
+    const std::string error = error_of([&] { import_run(Engine::torchtitan, base + extra, context); });
+    EXPECT_NE(error.find(message), std::string::npos) << extra << " -> " << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos);
+  }
+  const std::string flavor =
+      error_of([&] { import_run(Engine::torchtitan, "[model]\nname = \"llama3\"\nflavor = \"8B_flex\"\n", context); });
+  EXPECT_NE(flavor.find("model.flavor: 'llama3/8B_flex' is not a flavor tessel knows (llama3/debugmodel, llama3/8B"),
+            std::string::npos)
+      << flavor;
+  const std::string malformed = error_of([&] { import_run(Engine::torchtitan, "[model\nname = 1", context); });
+  EXPECT_NE(malformed.find("job.toml: malformed TOML at line 1"), std::string::npos) << malformed;
+}
+
+TEST(Torchtitan, GradientAccumulationAndPipelines) {
+  const ImportContext context = cluster_context("dgx-h100", 2);
+  const std::string model = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[activation_checkpoint]\nmode = \"full\"\n";
+  // Without a pipeline: accumulation makes up the global batch.
+  const Plan accumulated = import_run(Engine::torchtitan,
+                                      model +
+                                          "[training]\nlocal_batch_size = 2\n"
+                                          "global_batch_size = 128\n",
+                                      context)
+                               .plan;
+  EXPECT_EQ(accumulated.parallel.micro_batch, 2);
+  EXPECT_EQ(accumulated.train.global_batch, 128);
+  // An interleaved pipeline: 4 stages per rank from 32 layers / 4 layers per stage over pp 2.
+  const ImportedRun piped = import_run(Engine::torchtitan, model + R"(
+[training]
+local_batch_size = 16
+[parallelism]
+data_parallel_shard_degree = 8
+pipeline_parallel_degree = 2
+pipeline_parallel_schedule = "Interleaved1F1B"
+pipeline_parallel_microbatch_size = 2
+pipeline_parallel_layers_per_stage = 4
+pipeline_parallel_first_stage_less_layers = 0
+pipeline_parallel_last_stage_less_layers = 0
+)",
+                                       context);
+  EXPECT_EQ(piped.plan.parallel.schedule, Schedule::interleaved);
+  EXPECT_EQ(piped.plan.parallel.virtual_stages, 4);
+  EXPECT_EQ(piped.plan.parallel.micro_batch, 2);
+  EXPECT_EQ(piped.plan.parallel.zero, 2);  // "default" resharding under a pipeline keeps the weights gathered
+  EXPECT_EQ(piped.plan.train.global_batch, 128);
+  const std::string flushed = error_of([&] {
+    import_run(Engine::torchtitan,
+               model +
+                   "[training]\nlocal_batch_size = 4\nglobal_batch_size = 64\n"
+                   "[parallelism]\npipeline_parallel_degree = 2\n",
+               context);
+  });
+  EXPECT_NE(flushed.find("parallelism.pipeline_parallel_degree: gradient accumulation"), std::string::npos) << flushed;
+}
+
+TEST(Torchtitan, OnLocalCpuTheShardDegreeMustBeGiven) {
+  const ImportContext context = cluster_context("local-cpu", 1);
+  const std::string model =
+      "[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n"
+      "[activation_checkpoint]\nmode = \"none\"\n";
+  const std::string error = error_of([&] { import_run(Engine::torchtitan, model, context); });
+  EXPECT_NE(error.find("job.toml: parallelism.data_parallel_shard_degree: -1 (the rest) needs a fixed GPU count"),
+            std::string::npos)
+      << error;
+  const ImportedRun run =
+      import_run(Engine::torchtitan, model + "[parallelism]\ndata_parallel_shard_degree = 2\n", context);
+  EXPECT_EQ(run.plan.parallel.dp, 2);
+  EXPECT_EQ(run.plan.parallel.zero, 3);
+  EXPECT_EQ(run.plan.model.name, "llama3-debugmodel");
+}
+
+TEST(Torchtitan, DetectsItsFixtures) {
+  for (const char* name : {"torchtitan_llama3_8b.toml", "torchtitan_llama3_70b.toml", "torchtitan_llama3_405b.toml",
+                           "torchtitan_debug_model.toml"})
+    EXPECT_EQ(detect_engine(name, fixture(name)), Engine::torchtitan) << name;
+}
+
+ImportContext context_of(const Plan& plan) {
+  ImportContext context;
+  context.cluster = plan.cluster;
+  context.nodes = plan.nodes;
+  context.model = plan.model;  // the examples' models are not torchtitan flavors
+  return context;
+}
+
+// Every example plan comes back as the nearest plan torchtitan runs; not_expressible
+// names each change (hand-written here, field by field).
+TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
+  struct Case {
+    const char* file;
+    void (*nearest)(Plan&);
+    std::vector<std::string> notes;  // the start of each not_expressible line
+  };
+  const Case cases[] = {
+      {"gpt3-13b-dgx-h100.json",
+       [](Plan& p) { p.parallel.zero = 2; },
+       {"parallel.zero 1: FSDP has no optimizer-only sharding", "train.kernels unfused", "model gpt3-13b"}},
+      {"local-cpu-gpt-pp-tp.json",
+       [](Plan& p) {
+         p.parallel.zero = 0;
+         p.parallel.tp_sequence_parallel = true;
+       },
+       {"parallel.tp_sequence_parallel false", "parallel.zero 1: nothing to shard", "train.kernels unfused",
+        "model gpt-small-cpu"}},
+      {"local-cpu-gpt-small.json", [](Plan&) {}, {"train.kernels unfused", "model gpt-small-cpu"}},
+  };
+  for (const Case& c : cases) {
+    const Plan plan = Plan::load(std::string(TESSEL_SOURCE_DIR "/examples/") + c.file);
+    const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+    Plan nearest = plan;
+    nearest.train.kernels = Kernels::fused;
+    c.nearest(nearest);
+    EXPECT_EQ(import_run(Engine::torchtitan, exported.text, context_of(plan)).plan, nearest) << c.file << "\n"
+                                                                                             << exported.text;
+    ASSERT_EQ(exported.not_expressible.size(), c.notes.size()) << c.file << "\n" << exported.text;
+    for (std::size_t i = 0; i < c.notes.size(); ++i) {
+      EXPECT_EQ(exported.not_expressible[i].rfind(c.notes[i], 0), 0u) << exported.not_expressible[i];
+      EXPECT_NE(exported.text.find("# not expressible: " + exported.not_expressible[i]), std::string::npos);
+    }
+  }
+}
+
+// A plan torchtitan expresses whole comes back exactly, model included (by flavor).
+TEST(Torchtitan, RoundTripOfAnExpressiblePlanIsExact) {
+  const ImportedRun run =
+      import_run(Engine::torchtitan, fixture("torchtitan_llama3_70b.toml"), cluster_context("dgx-h100", 8));
+  const ExportedConfig exported = export_plan(Engine::torchtitan, run.plan);
+  EXPECT_TRUE(exported.not_expressible.empty()) << exported.text;
+  EXPECT_EQ(import_run(Engine::torchtitan, exported.text, cluster_context("dgx-h100", 8)).plan, run.plan)
+      << exported.text;
+  Plan piped = run.plan;
+  piped.parallel = ParallelConfig{.dp = 2,
+                                  .pp = 4,
+                                  .tp = 8,
+                                  .tp_sequence_parallel = true,
+                                  .zero = 3,
+                                  .recompute = Recompute::selective,
+                                  .micro_batch = 1,
+                                  .schedule = Schedule::interleaved,
+                                  .virtual_stages = 2};
+  piped.validate();
+  const ExportedConfig piped_export = export_plan(Engine::torchtitan, piped);
+  EXPECT_TRUE(piped_export.not_expressible.empty()) << piped_export.text;
+  EXPECT_EQ(import_run(Engine::torchtitan, piped_export.text, cluster_context("dgx-h100", 8)).plan, piped)
+      << piped_export.text;
+}
+
+// 2D tensor parallelism has no torchtitan form: the nearest is 1D over the same GPUs.
+TEST(Torchtitan, TwoDimensionalTensorParallelismIsWrittenAsTheNearestOneDimensional) {
+  Plan plan = Plan::load(TESSEL_SOURCE_DIR "/examples/gpt3-13b-dgx-h100.json");
+  plan.parallel.tp_mode = TpMode::d2;
+  plan.parallel.tp_sequence_parallel = false;
+  plan.validate();
+  const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+  ASSERT_FALSE(exported.not_expressible.empty());
+  EXPECT_EQ(exported.not_expressible[0].rfind("parallel.tp_mode 2d: torchtitan's tensor parallelism is 1D", 0), 0u);
+  const Plan back = import_run(Engine::torchtitan, exported.text, context_of(plan)).plan;
+  EXPECT_EQ(back.parallel.tp_mode, TpMode::d1);
+  EXPECT_EQ(back.parallel.tp, 4);
+  EXPECT_TRUE(back.parallel.tp_sequence_parallel);
+}
+
+// fp16 and offload have no torchtitan form: bf16 and no offload, both noted.
+TEST(Torchtitan, FpSixteenAndOffloadAreWrittenAsTheNearestAndNoted) {
+  Plan plan = Plan::load(TESSEL_SOURCE_DIR "/examples/local-cpu-gpt-small.json");
+  plan.parallel.zero = 3;
+  plan.parallel.offload = OffloadMode::optimizer;
+  plan.train.precision = Precision::fp16;
+  plan.train.kernels = Kernels::fused;
+  plan.validate();
+  const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+  ASSERT_EQ(exported.not_expressible.size(), 3u) << exported.text;
+  EXPECT_EQ(exported.not_expressible[0].rfind("parallel.offload optimizer", 0), 0u);
+  EXPECT_EQ(exported.not_expressible[1].rfind("train.precision fp16", 0), 0u);
+  EXPECT_EQ(exported.not_expressible[2].rfind("model gpt-small-cpu", 0), 0u);
+  Plan nearest = plan;
+  nearest.parallel.offload = OffloadMode::none;
+  nearest.train.precision = Precision::bf16;
+  EXPECT_EQ(import_run(Engine::torchtitan, exported.text, context_of(plan)).plan, nearest) << exported.text;
+}
+
+}  // namespace
+}  // namespace tessel::interop

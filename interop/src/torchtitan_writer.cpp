@@ -1,0 +1,191 @@
+// A plan written as torchtitan's TOML job config (the reader is torchtitan_toml.cpp and
+// states the rules both follow). The writer first moves the plan to the nearest one
+// torchtitan can run, noting each change, then writes that plan so that reading the file
+// back gives it exactly: every degree explicit (no -1, so local-cpu reads back too),
+// fsdp_reshard_after_forward explicit, the pipeline's first/last-stage weights 0 (an even
+// split, as tessel prices it). Notes are # comments: torchtitan's ConfigManager refuses
+// keys it does not know (_dict_to_dataclass), so a note cannot be a key.
+#include <fmt/format.h>
+
+#include "engines.hpp"
+#include "tessel/core/error.hpp"
+#include "torchtitan_flavors.hpp"
+
+namespace tessel::interop::detail {
+
+namespace {
+
+// The data-parallel and precision part of the nearest plan (FSDP is torchtitan's only
+// sharding; DDP only runs alone; mixed precision needs FSDP unless nothing else is parallel).
+void nearest_data_parallel(Plan& near, std::vector<std::string>& notes) {
+  ParallelConfig& p = near.parallel;
+  const bool others = p.tp > 1 || p.pp > 1 || p.sp > 1;
+  if (p.dp * p.sp == 1 && p.zero != 0) {
+    notes.push_back(fmt::format("parallel.zero {}: nothing to shard over one rank; written as 0", p.zero));
+    p.zero = 0;
+  }
+  if (p.zero == 1) {
+    notes.push_back(
+        "parallel.zero 1: FSDP has no optimizer-only sharding; written as the nearest, ZeRO 2 "
+        "(fsdp_reshard_after_forward never)");
+    p.zero = 2;
+  }
+  if (p.zero == 0 && (p.sp > 1 || (p.dp > 1 && others))) {
+    notes.push_back(
+        "parallel.zero 0: torchtitan replicates (DDP) only when nothing else is parallel, and shards "
+        "over context-parallel ranks; written as ZeRO 2 (fsdp_reshard_after_forward never)");
+    p.zero = 2;
+  }
+  if (p.offload != OffloadMode::none) {
+    notes.push_back(
+        fmt::format("parallel.offload {}: torchtitan offloads all states or none "
+                    "(training.enable_cpu_offload); written without offload",
+                    to_string(p.offload)));
+    p.offload = OffloadMode::none;
+    p.offload_device_fraction = 1.0;
+  }
+  const bool fsdp = p.zero >= 2;
+  if (near.train.precision == Precision::fp16) {
+    notes.push_back("train.precision fp16: torchtitan's mixed precision is bfloat16 or float32; written as bf16");
+    near.train.precision = Precision::bf16;
+  }
+  if (near.train.precision == Precision::bf16 && !fsdp && (p.tp > 1 || p.pp > 1)) {
+    notes.push_back(
+        "train.precision bf16: torchtitan applies mixed precision through FSDP, and with tp or pp alone "
+        "trains in fp32; written as fp32");
+    near.train.precision = Precision::fp32;
+  }
+}
+
+// The nearest plan torchtitan can run.
+Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) {
+  Plan near = plan;
+  ParallelConfig& p = near.parallel;
+  if (p.tp_mode != TpMode::d1) {
+    notes.push_back(
+        fmt::format("parallel.tp_mode {}: torchtitan's tensor parallelism is 1D; written as the nearest "
+                    "plan, 1D over the same {} GPUs",
+                    to_string(p.tp_mode), p.tp));
+    p.tp_mode = TpMode::d1;
+    p.tp_depth = 1;
+    if (check_layout(near.model, near.train, p) != Reject::none)
+      throw Error(fmt::format(
+          "parallel.tp_mode: torchtitan has no {} tensor parallelism and 1D over {} GPUs does not "
+          "fit the model ({})",
+          to_string(plan.parallel.tp_mode), p.tp, explain_reject(check_layout(near.model, near.train, p), near)));
+  }
+  if (p.tp > 1 && !p.tp_sequence_parallel) {
+    notes.push_back(
+        "parallel.tp_sequence_parallel false: torchtitan's tensor parallelism shards the norms over the "
+        "sequence; written as true");
+    p.tp_sequence_parallel = true;
+  }
+  nearest_data_parallel(near, notes);
+  if (p.pp == 1 && (p.schedule != Schedule::one_f_one_b || p.virtual_stages != 1)) {
+    notes.push_back(fmt::format("parallel.schedule {}: no pipeline; written as 1f1b", to_string(p.schedule)));
+    p.schedule = Schedule::one_f_one_b;
+    p.virtual_stages = 1;
+  }
+  if (near.train.optimizer != Optimizer::adamw) {
+    notes.push_back(fmt::format("train.optimizer {}: torchtitan builds Adam and AdamW; written as AdamW",
+                                to_string(near.train.optimizer)));
+    near.train.optimizer = Optimizer::adamw;
+  }
+  if (near.train.kernels != Kernels::fused) {
+    notes.push_back(
+        "train.kernels unfused: torchtitan's attention is scaled_dot_product_attention (flash); read "
+        "back as fused");
+    near.train.kernels = Kernels::fused;
+  }
+  if (const TorchtitanFlavor* flavor = torchtitan_flavor_of(near.model)) {
+    const int seq_len = near.seq_len();
+    near.model = flavor->spec;
+    near.train.seq_len = seq_len;
+  }
+  if (near.train.seq_len == near.model.seq_len) near.train.seq_len = 0;  // the same length, said once
+  return near;
+}
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+const char* schedule_name(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::gpipe:
+      return "GPipe";
+    case Schedule::one_f_one_b:
+      return "1F1B";
+    case Schedule::interleaved:
+      return "Interleaved1F1B";
+  }
+  return "1F1B";
+}
+
+std::string parallelism_table(const Plan& near) {
+  const ParallelConfig& p = near.parallel;
+  const bool fsdp = p.zero >= 2;
+  std::string out = "[parallelism]\n";
+  out += fmt::format("data_parallel_replicate_degree = {}\n", fsdp ? 1 : p.dp);
+  out += fmt::format("data_parallel_shard_degree = {}\n", fsdp ? p.dp : 1);
+  if (fsdp) out += fmt::format("fsdp_reshard_after_forward = \"{}\"\n", p.zero == 3 ? "always" : "never");
+  out += fmt::format("tensor_parallel_degree = {}\n", p.tp);
+  out += fmt::format("pipeline_parallel_degree = {}\n", p.pp);
+  if (p.pp > 1) {
+    out += fmt::format("pipeline_parallel_schedule = \"{}\"\n", schedule_name(p.schedule));
+    out += fmt::format("pipeline_parallel_microbatch_size = {}\n", p.micro_batch);
+    if (p.schedule == Schedule::interleaved)
+      out += fmt::format("pipeline_parallel_layers_per_stage = {}\n", near.model.layers / (p.pp * p.virtual_stages));
+    out += "pipeline_parallel_first_stage_less_layers = 0  # an even split of the layers\n";
+    out += "pipeline_parallel_last_stage_less_layers = 0\n";
+  }
+  out += fmt::format("context_parallel_degree = {}\n", p.sp);
+  return out;
+}
+
+}  // namespace
+
+ExportedConfig export_torchtitan(const Plan& plan) {
+  ExportedConfig out;
+  const Plan near = nearest_torchtitan_plan(plan, out.not_expressible);
+  const ParallelConfig& p = near.parallel;
+  const TorchtitanFlavor* flavor = torchtitan_flavor_of(near.model);
+  if (flavor == nullptr)
+    out.not_expressible.push_back(fmt::format(
+        "model {}: not a torchtitan flavor ({}); register a TrainSpec named \"{}\" with flavor \"tessel\" for its "
+        "shape (layers {}, hidden {}, heads {}, kv_heads {}, ffn_hidden {}, vocab {}), and give tessel its Hugging "
+        "Face config.json with --hf-config to read this file back",
+        near.model.name, torchtitan_flavor_list(), near.model.name, near.model.layers, near.model.hidden,
+        near.model.heads, near.model.kv_heads, near.model.ffn_hidden, near.model.vocab));
+  std::string text = fmt::format("# torchtitan job config written by tessel: {} on {} node(s) of {} ({} GPUs)\n",
+                                 p.summary(), near.nodes, near.cluster.name, near.gpus());
+  for (const std::string& line : out.not_expressible) text += "# not expressible: " + line + "\n";
+  text += fmt::format("\n[job]\ndescription = {}\n", quoted("tessel plan for " + near.model.name));
+  text += fmt::format("\n[model]\nname = {}\nflavor = {}\n", quoted(flavor ? flavor->model_name : near.model.name),
+                      quoted(flavor ? flavor->flavor : "tessel"));
+  text += "\n[optimizer]\nname = \"AdamW\"\n";
+  // Without a pipeline the micro-batch is the local batch and accumulation makes up the
+  // global one; with a pipeline the local batch is split into micro-batches, once.
+  const int local_batch = p.pp > 1 ? near.train.global_batch / p.dp : p.micro_batch;
+  text += fmt::format("\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\n", local_batch,
+                      near.train.global_batch, near.seq_len());
+  text +=
+      fmt::format("mixed_precision_param = \"{}\"\n", near.train.precision == Precision::bf16 ? "bfloat16" : "float32");
+  text += "\n";  // two appends: GCC 12 warns (-Wrestrict, a false positive) on "\n" + string
+  text += parallelism_table(near);
+  text += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", to_string(p.recompute));
+  if (p.recompute == Recompute::selective) text += "selective_ac_option = \"op\"\n";
+  out.text = text;
+  return out;
+}
+
+}  // namespace tessel::interop::detail
