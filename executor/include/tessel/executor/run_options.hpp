@@ -11,6 +11,7 @@ namespace tessel::executor {
 
 struct RunOptions {
   std::string plan_file, data_file, db, checkpoint, resume, trace_file;
+  std::string init_file;  // --init: start from these weights (safetensors, Hugging Face GPT-2 names)
   int steps = 10;
   int checkpoint_every = 0;
   std::uint64_t seed = 1;
