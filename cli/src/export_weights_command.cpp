@@ -88,6 +88,10 @@ int run_export_weights(const ExportWeightsArgs& args) {
   std::cout << fmt::format("wrote {} ({} tensors, {} parameters, {}, step {}) and {}\n", args.out,
                            executor::gpt2_tensors(plan.model).size(), whole.size(), executor::to_string(dtype), step,
                            config.string());
+  if (fs::path(args.out).filename() != "model.safetensors") {
+    std::cout << "note: transformers' from_pretrained(folder) looks for model.safetensors; rename the file to load "
+                 "the folder\n";
+  }
   return 0;
 }
 }  // namespace

@@ -92,6 +92,10 @@ Json gpt2_config(const ModelSpec& m) {
                  {"scale_attn_by_inverse_layer_idx", false},
                  {"reorder_and_upcast_attn", false},
                  {"tie_word_embeddings", true},
+                 // GPT-2's <|endoftext|> is its last token; tessel's vocabularies have no
+                 // special token, so the last id stands in (transformers checks the range).
+                 {"bos_token_id", m.vocab - 1},
+                 {"eos_token_id", m.vocab - 1},
                  {"torch_dtype", "float32"}};
   return config;
 }
