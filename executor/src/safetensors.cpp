@@ -166,11 +166,15 @@ SafetensorsFile SafetensorsFile::read(const std::string& path, const std::string
     e.dtype = entry["dtype"].get<std::string>();
     const std::size_t bytes_each = dtype_bytes(e.dtype);
     if (bytes_each == 0) throw bad(fmt::format("dtype {} is not a safetensors dtype", e.dtype));
+    std::uint64_t elements = 1;
     for (const Json& d : entry["shape"]) {
+      // Each factor below 2^40 and the product below 2^56: no overflow anywhere after.
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > (std::int64_t(1) << 40)) {
         throw bad(fmt::format("shape {} must list non-negative integers", entry["shape"].dump()));
       }
       e.shape.push_back(d.get<std::int64_t>());
+      elements *= std::uint64_t(e.shape.back());
+      if (elements > (std::uint64_t(1) << 56) / 8) throw bad(fmt::format("shape {} is too large", entry["shape"].dump()));
     }
     for (const Json& o : entry["data_offsets"]) {
       if (!o.is_number_unsigned()) throw bad("data_offsets must be non-negative integers");

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <random>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -278,4 +280,37 @@ TEST_F(Safetensors, BadFilesAreRefusedInOneLineNamingTheTensor) {
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     EXPECT_EQ(message.rfind("--init: ", 0), 0u) << message;
   }
+}
+
+// Damaged files (bytes of the header changed, the file cut anywhere) are refused with
+// tessel::Error or read as some model, never anything else escaping: a small fuzz, fixed seed.
+TEST_F(Safetensors, DamagedFilesOnlyEverGiveOneLineErrors) {
+  const Plan plan = tiny_plan();
+  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  const std::string good = (dir_ / "good.safetensors").string();
+  write_gpt2_export(good, plan.model, whole, SafetensorsDType::f32, {});
+  const std::string bytes = slurp(good);
+  std::uint64_t header_bytes = 0;
+  for (int i = 0; i < 8; ++i) header_bytes |= std::uint64_t(std::uint8_t(bytes[std::size_t(i)])) << (8 * i);
+  std::mt19937_64 rng(11);
+  const std::string path = (dir_ / "damaged.safetensors").string();
+  int refused = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string damaged = bytes;
+    if (trial % 4 == 0) {
+      damaged.resize(rng() % bytes.size());
+    } else {
+      for (int k = 0; k < 1 + int(rng() % 3); ++k) damaged[rng() % (8 + header_bytes)] = char("0123456789[]{},:\"\" -"[rng() % 18]);
+    }
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged;
+    try {
+      whole_model_from_gpt2(SafetensorsFile::read(path, "--init"), plan.model);
+    } catch (const Error& error) {
+      ++refused;
+      EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos) << error.what();
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << "trial " << trial << ": " << error.what();
+    }
+  }
+  EXPECT_GT(refused, 200);
 }
