@@ -84,7 +84,7 @@ int run_export_weights(const ExportWeightsArgs& args) {
       {"tessel_source", args.checkpoint.empty() ? fmt::format("initial weights of seed {}", args.seed)
                                                 : fmt::format("checkpoint {} ({})", args.checkpoint, plan.parallel.summary())}};
   executor::write_gpt2_export(args.out, plan.model, whole, dtype, metadata);
-  const fs::path config = fs::absolute(args.out).parent_path() / "config.json";
+  const fs::path config = fs::path(args.out).parent_path() / "config.json";
   std::cout << fmt::format("wrote {} ({} tensors, {} parameters, {}, step {}) and {}\n", args.out,
                            executor::gpt2_tensors(plan.model).size(), whole.size(), executor::to_string(dtype), step,
                            config.string());
