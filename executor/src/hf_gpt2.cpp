@@ -117,7 +117,8 @@ void write_gpt2_export(const std::string& safetensors_path, const ModelSpec& mod
   write_text_file_atomically((folder / "config.json").string(), config.dump(2) + "\n");
 }
 
-std::vector<float> whole_model_from_gpt2(const SafetensorsFile& file, const ModelSpec& model) {
+std::vector<float> whole_model_from_gpt2(const SafetensorsFile& file, const ModelSpec& model,
+                                         const std::set<std::string>* needed) {
   check_gpt2_shaped(model, "--init");
   auto fail = [&](const std::string& tensor, const std::string& what) {
     return Error(fmt::format("--init: {}: tensor {}: {}", file.path(), tensor, what));
@@ -142,15 +143,17 @@ std::vector<float> whole_model_from_gpt2(const SafetensorsFile& file, const Mode
                                             model.name, Json(t.shape).dump()));
     }
     if (e.dtype != "F32" && e.dtype != "BF16") throw fail(found->second, fmt::format("dtype {}; F32 or BF16 is read", e.dtype));
-    const std::vector<float> values = file.values(found->second);
-    std::copy(values.begin(), values.end(), whole.begin() + long(t.offset));
+    if (!needed || needed->count(t.tessel_name)) {
+      const std::vector<float> values = file.values(found->second);
+      std::copy(values.begin(), values.end(), whole.begin() + long(t.offset));
+    }
     stored_as.erase(found);
   }
   if (!stored_as.empty()) {
     throw fail(stored_as.begin()->second, fmt::format("not in the plan's model {} ({} layers, vocabulary {})",
                                                       model.name, model.layers, model.vocab));
   }
-  if (file.entries().count("lm_head.weight")) {
+  if (file.entries().count("lm_head.weight") && (!needed || needed->count("wte"))) {
     const SafetensorsFile::Entry& e = file.entries().at("lm_head.weight");
     const Gpt2Tensor& wte = tensors.front();
     const bool same = e.shape == wte.shape && (e.dtype == "F32" || e.dtype == "BF16") &&

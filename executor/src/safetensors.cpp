@@ -12,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -126,23 +125,28 @@ SafetensorsFile SafetensorsFile::read(const std::string& path, const std::string
   };
   SafetensorsFile f;
   f.path_ = path;
+  // Only the header is read here; values() reads a tensor's bytes when asked, so a rank
+  // reads the tensors it needs and holds no second copy of the file.
+  std::error_code error;
   std::ifstream in(path, std::ios::binary);
-  if (!in || std::filesystem::is_directory(path)) throw fail("cannot open file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  f.bytes_ = buffer.str();
-  if (f.bytes_.size() < 8) throw fail(fmt::format("{} bytes, shorter than the 8-byte header length", f.bytes_.size()));
+  const std::uint64_t file_bytes = std::filesystem::file_size(path, error);
+  if (!in || error || std::filesystem::is_directory(path)) throw fail("cannot open file");
+  if (file_bytes < 8) throw fail(fmt::format("{} bytes, shorter than the 8-byte header length", file_bytes));
+  unsigned char length[8];
+  in.read(reinterpret_cast<char*>(length), 8);
   std::uint64_t header_bytes = 0;
-  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | std::uint8_t(f.bytes_[std::size_t(i)]);
-  if (header_bytes > kMaxHeaderBytes || header_bytes > f.bytes_.size() - 8) {
+  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | length[i];
+  if (!in || header_bytes > kMaxHeaderBytes || header_bytes > file_bytes - 8) {
     throw fail(fmt::format("header length {} exceeds the file ({} bytes) or 100 MiB: not a safetensors file",
-                           header_bytes, f.bytes_.size()));
+                           header_bytes, file_bytes));
   }
   f.data_start_ = 8 + header_bytes;
-  const std::uint64_t data_bytes = f.bytes_.size() - f.data_start_;
+  const std::uint64_t data_bytes = file_bytes - f.data_start_;
+  std::string header_text(header_bytes, '\0');
+  if (!in.read(header_text.data(), long(header_bytes))) throw fail("cannot read the header");
   Json header;
   try {
-    header = Json::parse(f.bytes_.substr(8, header_bytes));
+    header = Json::parse(header_text);
   } catch (const std::exception&) {
     throw fail("the header is not JSON: not a safetensors file");
   }
@@ -213,19 +217,25 @@ SafetensorsFile SafetensorsFile::read(const std::string& path, const std::string
 
 std::vector<float> SafetensorsFile::values(const std::string& name) const {
   const Entry& e = entries_.at(name);
-  const char* at = bytes_.data() + data_start_ + e.begin;
+  if (e.dtype != "F32" && e.dtype != "BF16") {
+    throw Error(fmt::format("internal: safetensors values of dtype {} (tensor {})", e.dtype, name));
+  }
+  std::string bytes(e.end - e.begin, '\0');
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(std::streamoff(data_start_ + e.begin));
+  if (!in.read(bytes.data(), std::streamsize(bytes.size()))) {
+    throw Error(fmt::format("--init: {}: tensor {}: cannot read its bytes (was the file changed?)", path_, name));
+  }
   const std::size_t n = std::size_t(element_count(e.shape));
   std::vector<float> out(n);
   if (e.dtype == "F32") {
-    std::memcpy(out.data(), at, n * sizeof(float));
-  } else if (e.dtype == "BF16") {
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint16_t half;
-      std::memcpy(&half, at + 2 * i, sizeof half);
-      out[i] = kernels::numeric::from_bf16(half);
-    }
-  } else {
-    throw Error(fmt::format("internal: safetensors values of dtype {} (tensor {})", e.dtype, name));
+    std::memcpy(out.data(), bytes.data(), n * sizeof(float));
+    return out;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t half;
+    std::memcpy(&half, bytes.data() + 2 * i, sizeof half);
+    out[i] = kernels::numeric::from_bf16(half);
   }
   return out;
 }

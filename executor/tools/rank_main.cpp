@@ -23,6 +23,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
@@ -30,6 +31,7 @@
 #include "tessel/core/chrome_trace.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/program.hpp"
+#include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
 #include "tessel/executor/hf_gpt2.hpp"
 #include "tessel/executor/rank_device.hpp"
@@ -251,9 +253,14 @@ int train(const RunArgs& args, const Plan& plan) {
       if (reporter) std::cout << fmt::format("resumed from step {} ({})\n", trainer.steps_done(), args.resume);
     }
     if (!args.init_file.empty()) {
-      // Every rank reads the file and cuts its own shards from the whole tensors.
+      // Every rank checks the file, reads the whole tensors its buckets hold and cuts its
+      // shards from them.
+      std::set<std::string> needed;
+      for (const executor::Bucket& b : executor::rank_buckets(plan, world.rank())) {
+        for (const executor::TensorSlot& t : b.tensors) needed.insert(t.name);
+      }
       const executor::SafetensorsFile weights = executor::SafetensorsFile::read(args.init_file, "--init");
-      trainer.set_whole_parameters(executor::whole_model_from_gpt2(weights, plan.model));
+      trainer.set_whole_parameters(executor::whole_model_from_gpt2(weights, plan.model, &needed));
       if (reporter) std::cout << fmt::format("initial weights from {}\n", args.init_file) << std::flush;
     }
     if (reporter) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,9 @@ void write_gpt2_export(const std::string& safetensors_path, const ModelSpec& mod
 // against `model`: every tensor present with its shape and a float dtype (F32 or BF16),
 // no tensor the model lacks; "transformer." prefixes optional; the attention mask
 // buffers older files carry are skipped, and lm_head.weight must equal the tied wte.
-// Errors: "--init: FILE: tensor NAME: ..." in one line.
-std::vector<float> whole_model_from_gpt2(const SafetensorsFile& file, const ModelSpec& model);
+// Errors: "--init: FILE: tensor NAME: ..." in one line. With `needed` (tessel names, as
+// in a rank's buckets), every tensor is checked but only those are read; the others stay 0.
+std::vector<float> whole_model_from_gpt2(const SafetensorsFile& file, const ModelSpec& model,
+                                         const std::set<std::string>* needed = nullptr);
 
 }  // namespace tessel::executor

@@ -34,7 +34,7 @@ struct SafetensorsOutput {
 void write_safetensors(const std::string& path, const std::vector<SafetensorsOutput>& tensors,
                        SafetensorsDType dtype, const std::map<std::string, std::string>& metadata);
 
-// A parsed, validated file held in memory.
+// A parsed, validated file: its header in memory, each tensor's bytes read on demand.
 class SafetensorsFile {
  public:
   struct Entry {
@@ -48,12 +48,12 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, Entry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  // The tensor's values as fp32 (F32 or BF16 only; the caller checks the dtype first).
+  // The tensor's values as fp32, read from the file now (F32 or BF16 only; the caller
+  // checks the dtype first).
   std::vector<float> values(const std::string& name) const;
 
  private:
   std::string path_;
-  std::string bytes_;  // the whole file
   std::uint64_t data_start_ = 0;
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;
