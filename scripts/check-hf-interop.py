@@ -6,7 +6,10 @@ loads that folder with transformers' GPT2LMHeadModel (offline, local files only)
 computes the mean next-token cross-entropy of tessel's first global batch of a byte-level
 text, and compares it with the step-1 loss `tessel run --init model.safetensors --steps 1`
 records for the same weights and text (the loss of step 1 is computed before the first
-update). It prints both and their relative difference and exits 1 when that exceeds 1e-4.
+update). Then the other way: a model transformers initialises and saves
+(save_pretrained) is read by `tessel run --init` and scored by both. It prints one line
+per direction with both losses and their relative difference, and exits 1 when either
+exceeds 1e-4.
 
 Without --model-dir it makes its own model first, in a temporary folder: a small plan
 trained 30 steps on 2 ranks (dp 2), checkpointed, exported.
@@ -81,8 +84,8 @@ def main():
     parser.add_argument("--data", help="byte-level text whose first global batch is scored (with --model-dir)")
     args = parser.parse_args()
     try:
-        import torch
-        from transformers import GPT2LMHeadModel
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
     except ImportError as error:
         print(f"check-hf-interop: skipped: {error} (needs python3 with torch and transformers)")
         return SKIP
@@ -113,19 +116,44 @@ def main():
         global_batch = plan["train"]["global_batch"]
         with open(data_file, "rb") as f:
             data = f.read()
-        want = tessel_step1_loss(args.tessel, plan_file, os.path.join(model_dir, "model.safetensors"), data_file, work, env)
-
-        model = GPT2LMHeadModel.from_pretrained(model_dir, local_files_only=True).eval()
         tokens, targets = first_batch(data, global_batch, seq)
-        with torch.no_grad():
-            logits = model(torch.tensor(tokens)).logits.double()
-        got = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                torch.tensor(targets).reshape(-1)).item()
-    relative = abs(got - want) / abs(want)
-    verdict = "ok" if relative <= TOLERANCE else f"DIFFER (more than {TOLERANCE:g})"
-    print(f"tessel loss {want:.7f}  transformers loss {got:.7f}  relative difference {relative:.2e}  {verdict}")
-    return 0 if relative <= TOLERANCE else 1
+        failed = False
+        directions = [("tessel -> transformers", model_dir)]
+        if isinstance(plan["model"], dict):  # an inline model: transformers can make one of its shape
+            directions.append(("transformers -> tessel", hf_made_model(work, plan["model"])))
+        for direction, folder in directions:
+            want = tessel_step1_loss(args.tessel, plan_file, os.path.join(folder, "model.safetensors"), data_file,
+                                     work, env)
+            got = hf_loss(folder, tokens, targets)
+            relative = abs(got - want) / abs(want)
+            failed = failed or relative > TOLERANCE
+            verdict = "ok" if relative <= TOLERANCE else f"DIFFER (more than {TOLERANCE:g})"
+            print(f"{direction}: tessel loss {want:.7f}  transformers loss {got:.7f}  "
+                  f"relative difference {relative:.2e}  {verdict}")
+    return 1 if failed else 0
 
+
+def hf_loss(folder, tokens, targets):
+    import torch
+    from transformers import GPT2LMHeadModel
+    model = GPT2LMHeadModel.from_pretrained(folder, local_files_only=True).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor(tokens)).logits.double()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             torch.tensor(targets).reshape(-1)).item()
+
+
+def hf_made_model(work, model):
+    """A GPT-2 of the plan's shape as transformers initialises it, saved its own way."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=model["vocab"], n_positions=model["seq_len"], n_embd=model["hidden"],
+                        n_layer=model["layers"], n_head=model["heads"], n_inner=model.get("ffn_hidden"), resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, bos_token_id=model["vocab"] - 1, eos_token_id=model["vocab"] - 1)
+    folder = os.path.join(work, "made-by-transformers")
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    return folder
 
 if __name__ == "__main__":
     sys.exit(main())
