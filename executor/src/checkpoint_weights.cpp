@@ -74,6 +74,18 @@ std::vector<BucketFileParts> bucket_file_parts(const Plan& plan, const std::vect
 }
 
 namespace {
+// checkpoint_files.cpp words its refusals for --resume; here the folder came as --checkpoint.
+template <typename Read>
+auto as_checkpoint_option(Read&& read) {
+  try {
+    return read();
+  } catch (const Error& error) {
+    std::string message = error.what();
+    if (message.rfind("--resume: ", 0) == 0) message = message.substr(10);
+    throw Error(fmt::format("--checkpoint: {}", message));
+  }
+}
+
 // Places bucket `b`'s weights (whole padded bucket values) into the whole model.
 void place_bucket(const Bucket& b, const std::vector<float>& values, bool embedding_stage,
                   const std::map<std::string, std::size_t>& whole_offsets, std::vector<float>& whole,
@@ -92,14 +104,8 @@ void place_bucket(const Bucket& b, const std::vector<float>& values, bool embedd
 CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   namespace fs = std::filesystem;
   const std::string meta_file = (fs::path(dir) / "checkpoint.json").string();
-  CheckpointMeta meta;
-  try {
-    meta = read_checkpoint_meta(dir, std::numeric_limits<int>::max());
-  } catch (const Error& error) {
-    std::string message = error.what();
-    if (message.rfind("--resume: ", 0) == 0) message = message.substr(10);
-    throw Error(fmt::format("--checkpoint: {}", message));
-  }
+  const CheckpointMeta meta =
+      as_checkpoint_option([&] { return read_checkpoint_meta(dir, std::numeric_limits<int>::max()); });
   CheckpointWeights out{Plan::from_json(meta.plan, meta_file + ": plan"), meta.step, {}};
   const Plan& plan = out.plan;
   Trainer::check(plan);
@@ -117,8 +123,8 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   std::vector<bool> written(whole_size, false);
   const RankLayout layout(plan.parallel);
   const std::size_t group = std::size_t(plan.parallel.dp) * std::size_t(plan.parallel.sp);
-  // ZeRO-3 parts of a bucket, per (rank with gradient-group position 0, bucket): the
-  // parts arrive in rank order, the bucket is whole when every position has come.
+  // ZeRO-3 parts of a bucket, per (gradient group, bucket): the bucket is whole when every
+  // position of the group has brought its part.
   struct Assembling {
     std::vector<float> values;
     std::size_t parts = 0;
@@ -131,14 +137,8 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
     RankFileHeader header{std::uint64_t(meta.step), std::uint64_t(rank), 0};
     for (const BucketFileParts& p : parts) header.elements += p.total();
     const std::string file = (fs::path(dir) / meta.directory / rank_file_name(rank)).string();
-    std::vector<float> values;
-    try {
-      values = read_rank_file(file, meta.files[std::size_t(rank)], header);
-    } catch (const Error& error) {
-      std::string message = error.what();
-      if (message.rfind("--resume: ", 0) == 0) message = message.substr(10);
-      throw Error(fmt::format("--checkpoint: {}", message));
-    }
+    const std::vector<float> values =
+        as_checkpoint_option([&] { return read_rank_file(file, meta.files[std::size_t(rank)], header); });
     // Replicas over the gradient group hold the same weights: position 0 speaks for them,
     // except for ZeRO-3 parts, which every position holds its own of.
     const int position = layout.position_in_group(rank, kGradientAxes);
@@ -155,7 +155,10 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
         bucket.values.resize(b.padded_size);
         std::copy_n(values.begin() + long(at + parts[i].params), parts[i].param_shard,
                     bucket.values.begin() + long(std::size_t(position) * parts[i].param_shard));
-        if (++bucket.parts == group) place_bucket(b, bucket.values, c.pp == 0, whole_offsets, out.whole, written);
+        if (++bucket.parts == group) {
+          place_bucket(b, bucket.values, c.pp == 0, whole_offsets, out.whole, written);
+          assembling.erase({group_id, i});
+        }
       }
       at += parts[i].total();
     }
