@@ -90,6 +90,22 @@ TEST_F(ExportWeights, ShardedCheckpointExportsTheOneRankRunsModel) {
     EXPECT_LE(worst, 1e-5) << name;
   }
   EXPECT_EQ(slurp(dir_ / "one" / "config.json"), slurp(dir_ / "sharded" / "config.json"));
+  // A rank file changed after the save is refused, as --resume refuses it, naming the file.
+  fs::path rank_file;
+  for (const auto& entry : fs::recursive_directory_iterator(dir_ / "ck-sharded")) {
+    if (entry.path().filename() == "rank5.bin") rank_file = entry.path();
+  }
+  ASSERT_FALSE(rank_file.empty());
+  {
+    std::fstream damaged(rank_file, std::ios::in | std::ios::out | std::ios::binary);
+    damaged.seekp(100);
+    damaged.put('\x7f');
+  }
+  const Outcome refused = run("export-weights --checkpoint " + (dir_ / "ck-sharded").string() + " --out " +
+                              (dir_ / "sharded" / "again.safetensors").string());
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_NE(refused.err.find("--checkpoint: " + rank_file.string()), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(dir_ / "sharded" / "again.safetensors"));
 }
 
 TEST_F(ExportWeights, InitFromASeedsExportTrainsAsThatSeedBitForBit) {
