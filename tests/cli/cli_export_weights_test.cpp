@@ -158,6 +158,10 @@ TEST_F(ExportWeights, BadInputsStopBeforeAnyRankInOneLine) {
                  "--dtype: must be f32 or bf16");
   expect_refused("export-weights --plan " + one.string() + " --out " + (dir_ / "missing" / "m.safetensors").string(),
                  "does not exist");
+  const fs::path llama = write("llama.json", R"({"model": "llama2-7b", "cluster": "local-cpu",
+      "train": {"global_batch": 8, "precision": "fp32"}, "parallel": {"micro_batch": 1}})");
+  expect_refused("export-weights --plan " + llama.string() + " --out " + (dir_ / "x.safetensors").string(),
+                 "model llama2-7b is not GPT-2-shaped");
   EXPECT_FALSE(fs::exists(dir_ / "x.safetensors"));
   EXPECT_FALSE(fs::exists(dir_ / "x.safetensors.tmp"));
 }
