@@ -110,6 +110,7 @@ int run_run(const RunArgs& args) {
   const executor::BackendChoice backend = executor::resolve_backend(executor::parse_backend(args.backend), plan, machine);
   executor::Trainer::check(plan);
   if (!args.resume.empty()) executor::read_checkpoint_meta(args.resume, args.steps);
+  check_init_weights(args, plan);
   if (args.checkpoint_every < 0) throw Error(fmt::format("--checkpoint-every: must be 0 or more, got {}", args.checkpoint_every));
   std::string data_format = args.data_format;
   if (!args.data_file.empty()) data_format = check_run_data(args, plan);
@@ -172,6 +173,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--checkpoint", args->checkpoint, "Write a checkpoint to this folder at the end (and every --checkpoint-every steps)");
   cmd->add_option("--checkpoint-every", args->checkpoint_every, "Also checkpoint every N steps");
   cmd->add_option("--resume", args->resume, "Resume from this checkpoint folder (--steps counts from step 0)");
+  cmd->add_option("--init", args->init_file,
+                  "Start from these weights (safetensors with Hugging Face GPT-2 names, as tessel export-weights "
+                  "writes) instead of the seed's");
   cmd->add_option("--trace", args->trace_file,
                   "Write the measured per-op events as Chrome trace JSON (the simulator's format, same op ids)");
   cmd->add_option("--clip-grad-norm", args->clip_grad_norm,

@@ -1,7 +1,8 @@
 // What `tessel run` checks before any rank starts, so that a run fails in its first
 // second rather than after its last step: the output paths can be written, the plan's
 // ranks fit in this machine's memory (the planner's estimate, as `tessel estimate`
-// prints it), the --data file reads and fits the model, a --resume checkpoint is complete and valid, and no other run writes the
+// prints it), the --data file reads and fits the model, a --resume checkpoint is complete and
+// valid, --init weights fit the plan's model, and no other run writes the
 // same --checkpoint folder (a lock held for the whole run).
 #pragma once
 
@@ -24,6 +25,11 @@ std::string check_run_data(const executor::RunOptions& args, const Plan& plan);
 // against `available_bytes` (this machine's MemAvailable when negative). Throws
 // tessel::Error with both sizes when it does not fit.
 void check_memory_fits(const Plan& plan, const std::string& db, int ranks_here, double available_bytes = -1);
+
+// --init: the file is safetensors and holds every tensor of the plan's model with its
+// shape and a float dtype (hf_gpt2.hpp's checks, the ones each rank repeats); not with
+// --resume. Throws tessel::Error naming the tensor.
+void check_init_weights(const executor::RunOptions& args, const Plan& plan);
 
 // MemAvailable of /proc/meminfo in bytes (0 when unknown).
 double available_memory_bytes();

@@ -18,6 +18,7 @@ std::vector<std::string> RunOptions::to_arguments() const {
   if (!checkpoint.empty()) out.insert(out.end(), {"--checkpoint", checkpoint});
   if (checkpoint_every > 0) out.insert(out.end(), {"--checkpoint-every", std::to_string(checkpoint_every)});
   if (!resume.empty()) out.insert(out.end(), {"--resume", resume});
+  if (!init_file.empty()) out.insert(out.end(), {"--init", init_file});
   if (!trace_file.empty()) out.insert(out.end(), {"--trace", trace_file});
   if (progress) out.insert(out.end(), {"--progress", "1"});
   if (backend != "auto") out.insert(out.end(), {"--backend", backend});
@@ -39,6 +40,7 @@ RunOptions RunOptions::from_arguments(int argc, const char* const* argv) {
     else if (key == "--db") o.db = value;
     else if (key == "--checkpoint") o.checkpoint = value;
     else if (key == "--resume") o.resume = value;
+    else if (key == "--init") o.init_file = value;
     else if (key == "--steps") o.steps = std::atoi(value.c_str());
     else if (key == "--checkpoint-every") o.checkpoint_every = std::atoi(value.c_str());
     else if (key == "--seed") o.seed = std::strtoull(value.c_str(), nullptr, 10);

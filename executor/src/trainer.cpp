@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
+#include "tessel/executor/checkpoint_weights.hpp"
 
 namespace tessel::executor {
 
@@ -90,27 +91,7 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
 
 void Trainer::build_stage(const ProcessGrid& grid) {
   const ParallelConfig& p = plan_.parallel;
-  const RankCoordinates& c = grid.coordinates();
-  shape_.mode = p.tp_mode;
-  shape_.tp = p.tp;
-  shape_.tp_rank = c.tp;
-  shape_.sequence_parallel = p.tp_sequence_parallel && p.tp > 1;
-  shape_.q = p.tp_grid_side();
-  shape_.grid_row = c.tp_row;
-  shape_.grid_col = c.tp_col;
-  shape_.depth = p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1;
-  shape_.grid_depth = c.tp_depth;
-  shape_.sp = p.sp;
-  shape_.sp_rank = c.sp;
-  shape_.keep_all_keys = p.recompute == Recompute::selective;
-  shape_.pad_to = std::size_t(group_);
-  for (int chunk = 0; chunk < chunks_; ++chunk) {
-    const int first = virtual_stage(stage_index_, chunk, stages_) * layers_per_chunk_;
-    for (int l = first; l < first + layers_per_chunk_; ++l) shape_.layers.push_back(l);
-  }
-  std::sort(shape_.layers.begin(), shape_.layers.end());
-  shape_.embedding = stage_index_ == 0;
-  shape_.head = stage_index_ == stages_ - 1;
+  shape_ = stage_shape_of(plan_, grid.coordinates());  // the gather of checkpoints reads the same
   LayoutContext context{plan_.model,
                         shape_,
                         p.micro_batch,

@@ -4,7 +4,7 @@
 // lives in this binary. Each rank trains on the CPU or on its GPU (rank_device.hpp).
 //   tessel-rank --plan P --steps N --seed S --lr LR [--data FILE [--data-format F] [--data-dtype T]] [--db FILE]
 //               [--trace FILE]
-//               [--checkpoint DIR [--checkpoint-every K]] [--resume DIR] [--clip-grad-norm X]
+//               [--checkpoint DIR [--checkpoint-every K]] [--resume DIR | --init F.safetensors] [--clip-grad-norm X]
 //               [--backend auto|cpu|cuda]
 // Measured op events: every rank sends its own to rank 0 over MPI as text (ranks on
 // other nodes share no file system with it); rank 0 merges them into the runs database
@@ -24,6 +24,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
@@ -31,7 +32,9 @@
 #include "tessel/core/chrome_trace.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/program.hpp"
+#include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
+#include "tessel/executor/hf_gpt2.hpp"
 #include "tessel/executor/rank_device.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/executor/run_options.hpp"
@@ -250,6 +253,17 @@ int train(const RunArgs& args, const Plan& plan) {
     if (!args.resume.empty()) {
       trainer.load(args.resume, args.steps);
       if (reporter) std::cout << fmt::format("resumed from step {} ({})\n", trainer.steps_done(), args.resume);
+    }
+    if (!args.init_file.empty()) {
+      // Every rank checks the file, reads the whole tensors its buckets hold and cuts its
+      // shards from them.
+      std::set<std::string> needed;
+      for (const executor::Bucket& b : executor::rank_buckets(plan, world.rank())) {
+        for (const executor::TensorSlot& t : b.tensors) needed.insert(t.name);
+      }
+      const executor::SafetensorsFile weights = executor::SafetensorsFile::read(args.init_file, "--init");
+      trainer.set_whole_parameters(executor::whole_model_from_gpt2(weights, plan.model, &needed));
+      if (reporter) std::cout << fmt::format("initial weights from {}\n", args.init_file) << std::flush;
     }
     if (reporter) {
       record.begin(args, plan, device.owned_backend ? "cuda" : "cpu");

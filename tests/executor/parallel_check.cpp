@@ -10,7 +10,8 @@
 //   parallel_check grid          2D (q = 2) with dp, pp, ZeRO, recompute; 2.5D; 3D; activation memory
 //   parallel_check grid16        (under 16 ranks) 2.5D (q = 2, d = 2) and 3D (q = 2) with dp 2 or pp 2
 //   parallel_check optimizers    LAMB and LARS with clipping, sharded = unsharded, trust ratios
-//   parallel_check checkpoint    stop after step 2, resume: steps 3..5 bit-identical per rank
+//   parallel_check checkpoint    stop after step 2, resume: steps 3..5 bit-identical per rank;
+//                                the checkpoint gathered from its files = the trainer's whole view
 //   parallel_check traffic       bytes and messages one step sends per rank, against the planner
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 
 #include <fmt/format.h>
 
+#include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/kernels/numeric.hpp"
@@ -259,6 +261,17 @@ int check_checkpoints(Communicator& world, const std::string& text) {
       first->step();
       first->step();
       first->save(dir);
+      // The export's gather (from the files alone, no MPI) equals the trainer's own
+      // whole view of the same weights bit for bit.
+      const std::vector<float> saved_weights = first->whole_parameters();
+      if (sub->rank() == 0) {
+        const std::vector<float> gathered = read_checkpoint_weights(dir).whole;
+        const bool exact = gathered.size() == saved_weights.size() &&
+                           std::memcmp(gathered.data(), saved_weights.data(), gathered.size() * sizeof(float)) == 0;
+        std::printf("checkpoint %s: gathered from the files %s\n", layout.name().c_str(),
+                    exact ? "bit-identical" : "DIFFER");
+        if (!exact) ++failures;
+      }
       auto resumed = make();
       resumed->load(dir);
       bool same = resumed->steps_done() == 2;
@@ -273,6 +286,45 @@ int check_checkpoints(Communicator& world, const std::string& text) {
       if (!same) ++failures;
       sub->barrier();
       if (sub->rank() == 0) std::filesystem::remove_all(dir);
+    }
+    world.barrier();
+  }
+  return failures;
+}
+
+// The tensor grids' checkpoints gathered from their files (tessel export-weights) equal
+// the trainer's whole view bit for bit: 2D with dp 2 and ZeRO 3, 2.5D, 3D.
+int check_grid_gathers(Communicator& world, const std::string& text) {
+  int failures = 0;
+  Layout d2, d2_5, d3;
+  d2.tp = 4, d2.tp_mode = "2d", d2.dp = 2, d2.zero = 3;
+  d2_5.tp = 8, d2_5.tp_mode = "2.5d", d2_5.tp_depth = 2, d2_5.micro_batch = 4;
+  d3.tp = 8, d3.tp_mode = "3d", d3.micro_batch = 4;
+  for (const Layout& layout : {d2, d2_5, d3}) {
+    const Plan plan = make_plan(layout);
+    const int ranks = plan.parallel.world_size();
+    std::unique_ptr<Communicator> sub = world.split(world.rank() < ranks ? 0 : 1, world.rank());
+    if (world.rank() < ranks) {
+      ProcessGrid grid(plan.parallel, *sub);
+      Trainer trainer(plan, grid, DataLoader(text, 8, 16, grid.coordinates().dp, plan.parallel.dp),
+                      options_for(layout.optimizer));
+      float pid = float(::getpid() % 1000000);
+      sub->broadcast(&pid, 1, DType::f32, 0);
+      const std::string dir =
+          (std::filesystem::temp_directory_path() / fmt::format("tessel_parallel_gather_{}", int(pid))).string();
+      trainer.step();
+      trainer.step();
+      trainer.save(dir);
+      const std::vector<float> weights = trainer.whole_parameters();
+      if (sub->rank() == 0) {
+        const std::vector<float> gathered = read_checkpoint_weights(dir).whole;
+        const bool exact = gathered.size() == weights.size() &&
+                           std::memcmp(gathered.data(), weights.data(), gathered.size() * sizeof(float)) == 0;
+        std::printf("checkpoint %s: gathered from the files %s\n", layout.name().c_str(),
+                    exact ? "bit-identical" : "DIFFER");
+        if (!exact) ++failures;
+        std::filesystem::remove_all(dir);
+      }
     }
     world.barrier();
   }
@@ -379,7 +431,8 @@ int main(int argc, char** argv) {
   Communicator& world = mpi_world();
   const std::string text = synthetic_corpus(1 << 14, 9);
   if (suite == "checkpoint" || suite == "traffic") {
-    float bad = float(suite == "checkpoint" ? check_checkpoints(world, text) : check_traffic(world, text));
+    float bad = float(suite == "checkpoint" ? check_checkpoints(world, text) + check_grid_gathers(world, text)
+                                            : check_traffic(world, text));
     world.all_reduce(&bad, 1);
     if (bad > 0) return 1;
     std::printf("ok rank %d\n", world.rank());

@@ -1,0 +1,177 @@
+// checkpoint_weights.hpp. The layouts are built on the CPU backend with one-rank
+// communicators: only their bucket description is asked for, which depends on the
+// stage shape alone, never on a message.
+#include "tessel/executor/checkpoint_weights.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+#include "tessel/core/schedule.hpp"
+#include "tessel/executor/checkpoint_files.hpp"
+#include "tessel/executor/comm/single_rank_communicator.hpp"
+#include "tessel/executor/trainer.hpp"
+
+namespace tessel::executor {
+
+StageShape stage_shape_of(const Plan& plan, const RankCoordinates& c) {
+  const ParallelConfig& p = plan.parallel;
+  StageShape shape;
+  shape.mode = p.tp_mode;
+  shape.tp = p.tp;
+  shape.tp_rank = c.tp;
+  shape.sequence_parallel = p.tp_sequence_parallel && p.tp > 1;
+  shape.q = p.tp_grid_side();
+  shape.grid_row = c.tp_row;
+  shape.grid_col = c.tp_col;
+  shape.depth = p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1;
+  shape.grid_depth = c.tp_depth;
+  shape.sp = p.sp;
+  shape.sp_rank = c.sp;
+  shape.keep_all_keys = p.recompute == Recompute::selective;
+  shape.pad_to = std::size_t(p.dp) * std::size_t(p.sp);  // the gradient group
+  const int stages = p.pp, chunks = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  const int layers_per_chunk = plan.model.layers / (stages * chunks);
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int first = virtual_stage(c.pp, chunk, stages) * layers_per_chunk;
+    for (int l = first; l < first + layers_per_chunk; ++l) shape.layers.push_back(l);
+  }
+  std::sort(shape.layers.begin(), shape.layers.end());
+  shape.embedding = c.pp == 0;
+  shape.head = c.pp == stages - 1;
+  return shape;
+}
+
+std::vector<Bucket> rank_buckets(const Plan& plan, int rank) {
+  const RankLayout layout(plan.parallel);
+  const StageShape shape = stage_shape_of(plan, layout.coordinates(rank));
+  SingleRankCommunicator alone;
+  OpTimeline timeline(kernels::cpu_backend());
+  LayoutContext context{plan.model,    shape, plan.parallel.micro_batch, plan.seq_len() / plan.parallel.sp,
+                        StageComms{alone, alone, alone, alone, alone}, kernels::cpu_backend(), timeline, DType::f32};
+  return make_tensor_layout(std::move(context))->buckets(shape.layers, shape.embedding, shape.head, shape.pad_to);
+}
+
+std::vector<BucketFileParts> bucket_file_parts(const Plan& plan, const std::vector<Bucket>& buckets) {
+  const std::size_t group = std::size_t(plan.parallel.dp) * std::size_t(plan.parallel.sp);
+  const bool shards_optimizer = plan.parallel.zero >= 1 && group > 1;
+  const bool second_moment = plan.train.optimizer == Optimizer::adamw || plan.train.optimizer == Optimizer::lamb;
+  std::vector<BucketFileParts> out;
+  for (const Bucket& b : buckets) {
+    BucketFileParts parts;
+    const std::size_t shard = b.padded_size / group;
+    const bool shards_weights = plan.parallel.zero == 3 && group > 1 && b.layer >= 0;
+    (shards_weights ? parts.param_shard : parts.params) = shards_weights ? shard : b.padded_size;
+    parts.moment1 = shards_optimizer ? shard : b.padded_size;
+    parts.moment2 = second_moment ? parts.moment1 : 0;
+    out.push_back(parts);
+  }
+  return out;
+}
+
+namespace {
+// checkpoint_files.cpp words its refusals for --resume; here the folder came as --checkpoint.
+template <typename Read>
+auto as_checkpoint_option(Read&& read) {
+  try {
+    return read();
+  } catch (const Error& error) {
+    std::string message = error.what();
+    if (message.rfind("--resume: ", 0) == 0) message = message.substr(10);
+    throw Error(fmt::format("--checkpoint: {}", message));
+  }
+}
+
+// Places bucket `b`'s weights (whole padded bucket values) into the whole model.
+void place_bucket(const Bucket& b, const std::vector<float>& values, bool embedding_stage,
+                  const std::map<std::string, std::size_t>& whole_offsets, std::vector<float>& whole,
+                  std::vector<bool>& written) {
+  for (const TensorSlot& t : b.tensors) {
+    if (t.copy != 0 || (t.name == "wte" && !embedding_stage)) continue;  // each element from one holder
+    const std::size_t base = whole_offsets.at(t.name);
+    for_each_shard_element(t, [&](std::size_t w, std::size_t l) {
+      whole[base + w] = values[t.offset + l];
+      written[base + w] = true;
+    });
+  }
+}
+}  // namespace
+
+CheckpointWeights read_checkpoint_weights(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string meta_file = (fs::path(dir) / "checkpoint.json").string();
+  const CheckpointMeta meta =
+      as_checkpoint_option([&] { return read_checkpoint_meta(dir, std::numeric_limits<int>::max()); });
+  CheckpointWeights out{Plan::from_json(meta.plan, meta_file + ": plan"), meta.step, {}};
+  const Plan& plan = out.plan;
+  Trainer::check(plan);
+  if (meta.ranks != plan.parallel.world_size()) {
+    throw Error(fmt::format("--checkpoint: {}: {} rank files for a plan of {} ranks", meta_file, meta.ranks,
+                            plan.parallel.world_size()));
+  }
+  std::map<std::string, std::size_t> whole_offsets;
+  std::size_t whole_size = 0;
+  for (const TensorSlot& t : whole_model_tensors(plan.model)) {
+    whole_offsets[t.name] = t.offset;
+    whole_size = t.offset + t.size();
+  }
+  out.whole.assign(whole_size, 0.0f);
+  std::vector<bool> written(whole_size, false);
+  const RankLayout layout(plan.parallel);
+  const std::size_t group = std::size_t(plan.parallel.dp) * std::size_t(plan.parallel.sp);
+  // ZeRO-3 parts of a bucket, per (gradient group, bucket): the bucket is whole when every
+  // position of the group has brought its part.
+  struct Assembling {
+    std::vector<float> values;
+    std::size_t parts = 0;
+  };
+  std::map<std::pair<int, std::size_t>, Assembling> assembling;
+  for (int rank = 0; rank < meta.ranks; ++rank) {
+    const RankCoordinates c = layout.coordinates(rank);
+    const std::vector<Bucket> buckets = rank_buckets(plan, rank);
+    const std::vector<BucketFileParts> parts = bucket_file_parts(plan, buckets);
+    RankFileHeader header{std::uint64_t(meta.step), std::uint64_t(rank), 0};
+    for (const BucketFileParts& p : parts) header.elements += p.total();
+    const std::string file = (fs::path(dir) / meta.directory / rank_file_name(rank)).string();
+    const std::vector<float> values =
+        as_checkpoint_option([&] { return read_rank_file(file, meta.files[std::size_t(rank)], header); });
+    // Replicas over the gradient group hold the same weights: position 0 speaks for them,
+    // except for ZeRO-3 parts, which every position holds its own of.
+    const int position = layout.position_in_group(rank, kGradientAxes);
+    const int group_id = layout.group_id(rank, kGradientAxes);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      const Bucket& b = buckets[i];
+      if (parts[i].params > 0 && position == 0) {
+        place_bucket(b, std::vector<float>(values.begin() + long(at), values.begin() + long(at + parts[i].params)),
+                     c.pp == 0, whole_offsets, out.whole, written);
+      }
+      if (parts[i].param_shard > 0) {
+        Assembling& bucket = assembling[{group_id, i}];
+        bucket.values.resize(b.padded_size);
+        std::copy_n(values.begin() + long(at + parts[i].params), parts[i].param_shard,
+                    bucket.values.begin() + long(std::size_t(position) * parts[i].param_shard));
+        if (++bucket.parts == group) {
+          place_bucket(b, bucket.values, c.pp == 0, whole_offsets, out.whole, written);
+          assembling.erase({group_id, i});
+        }
+      }
+      at += parts[i].total();
+    }
+  }
+  for (const TensorSlot& t : whole_model_tensors(plan.model)) {
+    const auto first = written.begin() + long(t.offset);
+    if (std::find(first, first + long(t.size()), false) != first + long(t.size())) {
+      throw Error(fmt::format("--checkpoint: {}: the ranks' shards leave part of tensor {} unwritten: this layout ({}) "
+                              "cannot be gathered",
+                              meta_file, t.name, plan.parallel.summary()));
+    }
+  }
+  return out;
+}
+
+}  // namespace tessel::executor

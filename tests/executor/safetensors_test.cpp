@@ -1,0 +1,316 @@
+// The safetensors export and --init import (safetensors.hpp, hf_gpt2.hpp) against a
+// reader written here from the format's description alone (8-byte little-endian header
+// length, JSON header, byte buffer), not against the code under test: names and shapes
+// are Hugging Face GPT-2's, spelled out below from transformers' GPT2LMHeadModel; every
+// range is checked for gaps and overlaps; a model written and read back trains on bit for
+// bit; bad files give one line naming the file and the tensor.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+#include "tessel/executor/comm/single_rank_communicator.hpp"
+#include "tessel/executor/hf_gpt2.hpp"
+#include "tessel/executor/trainer.hpp"
+#include "tessel/kernels/numeric.hpp"
+
+using namespace tessel;
+using namespace tessel::executor;
+namespace fs = std::filesystem;
+
+namespace {
+Plan tiny_plan() {
+  return Plan::from_json(Json::parse(R"({"model": {"name": "tiny", "layers": 2, "hidden": 16, "heads": 2,
+      "vocab": 256, "seq_len": 8}, "cluster": "local-cpu", "train": {"global_batch": 4, "precision": "fp32"},
+      "parallel": {"micro_batch": 2}})"),
+                         "");
+}
+
+struct OneRank {
+  SingleRankCommunicator world;
+  ProcessGrid grid;
+  Trainer trainer;
+  OneRank(const Plan& plan, const std::string& text, std::uint64_t seed)
+      : grid(plan.parallel, world),
+        trainer(plan, grid, DataLoader(text, plan.train.global_batch, plan.seq_len()), options(seed)) {}
+  static TrainerOptions options(std::uint64_t seed) {
+    TrainerOptions o;
+    o.seed = seed;
+    return o;
+  }
+};
+
+// ---- the independent reader ----
+struct ParsedTensor {
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  std::uint64_t begin = 0, end = 0;
+};
+struct Parsed {
+  std::map<std::string, ParsedTensor> tensors;
+  Json metadata;
+  std::string data;  // the byte buffer after the header
+  std::uint64_t header_bytes = 0;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Parses `bytes` and asserts the format's rules: the data ranges tile the buffer.
+Parsed parse(const std::string& bytes) {
+  Parsed p;
+  EXPECT_GE(bytes.size(), 8u);
+  for (int i = 0; i < 8; ++i) p.header_bytes |= std::uint64_t(std::uint8_t(bytes[std::size_t(i)])) << (8 * i);
+  EXPECT_LE(8 + p.header_bytes, bytes.size());
+  const std::string header = bytes.substr(8, p.header_bytes);
+  EXPECT_EQ(header.front(), '{');
+  const Json json = Json::parse(header);
+  p.data = bytes.substr(8 + p.header_bytes);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const auto& [name, entry] : json.items()) {
+    if (name == "__metadata__") {
+      p.metadata = entry;
+      continue;
+    }
+    ParsedTensor t;
+    t.dtype = entry.at("dtype").get<std::string>();
+    t.shape = entry.at("shape").get<std::vector<std::int64_t>>();
+    t.begin = entry.at("data_offsets").at(0).get<std::uint64_t>();
+    t.end = entry.at("data_offsets").at(1).get<std::uint64_t>();
+    std::uint64_t elements = 1;
+    for (std::int64_t d : t.shape) elements *= std::uint64_t(d);
+    const std::uint64_t element_bytes = t.dtype == "F32" ? 4 : t.dtype == "BF16" ? 2 : 0;
+    EXPECT_NE(element_bytes, 0u) << name << " has dtype " << t.dtype;
+    EXPECT_EQ(t.end - t.begin, elements * element_bytes) << name;
+    ranges.emplace_back(t.begin, t.end);
+    p.tensors[name] = t;
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::uint64_t at = 0;
+  for (const auto& [begin, end] : ranges) {
+    EXPECT_EQ(begin, at) << "a gap or an overlap at byte " << at;
+    at = end;
+  }
+  EXPECT_EQ(at, p.data.size()) << "the ranges do not cover the data section";
+  return p;
+}
+
+// Hugging Face GPT-2 (GPT2LMHeadModel.state_dict() without lm_head, tied): name -> shape.
+std::map<std::string, std::vector<std::int64_t>> hf_gpt2_layout(int layers, int n_embd, int vocab, int positions) {
+  const std::int64_t C = n_embd;
+  std::map<std::string, std::vector<std::int64_t>> out{{"transformer.wte.weight", {vocab, C}},
+                                                      {"transformer.wpe.weight", {positions, C}},
+                                                      {"transformer.ln_f.weight", {C}},
+                                                      {"transformer.ln_f.bias", {C}}};
+  for (int i = 0; i < layers; ++i) {
+    const std::string h = fmt::format("transformer.h.{}.", i);
+    for (const char* norm : {"ln_1", "ln_2"}) out[h + norm + ".weight"] = out[h + norm + ".bias"] = {C};
+    out[h + "attn.c_attn.weight"] = {C, 3 * C};  // Conv1D: [in, out]
+    out[h + "attn.c_attn.bias"] = {3 * C};
+    out[h + "attn.c_proj.weight"] = {C, C};
+    out[h + "attn.c_proj.bias"] = {C};
+    out[h + "mlp.c_fc.weight"] = {C, 4 * C};
+    out[h + "mlp.c_fc.bias"] = {4 * C};
+    out[h + "mlp.c_proj.weight"] = {4 * C, C};
+    out[h + "mlp.c_proj.bias"] = {C};
+  }
+  return out;
+}
+
+class Safetensors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           fmt::format("tessel_safetensors_{}_{}", ::getpid(), ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST_F(Safetensors, ExportHasGpt2NamesShapesAndTilesTheDataSection) {
+  const Plan plan = tiny_plan();
+  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  const fs::path file = dir_ / "model.safetensors";
+  write_gpt2_export(file.string(), plan.model, whole, SafetensorsDType::f32, {{"tessel_step", "0"}});
+  const std::string bytes = slurp(file);
+  const Parsed p = parse(bytes);
+  EXPECT_EQ((8 + p.header_bytes) % 8, 0u) << "the data starts 8-byte aligned";
+  EXPECT_EQ(p.metadata.value("format", ""), "pt");
+  EXPECT_EQ(p.metadata.value("tessel_step", ""), "0");
+  const auto want = hf_gpt2_layout(2, 16, 256, 8);
+  ASSERT_EQ(p.tensors.size(), want.size());
+  for (const auto& [name, shape] : want) {
+    ASSERT_TRUE(p.tensors.count(name)) << name << " missing";
+    EXPECT_EQ(p.tensors.at(name).shape, shape) << name;
+    EXPECT_EQ(p.tensors.at(name).dtype, "F32") << name;
+  }
+  // The values: GPT-2's c_attn weight [in, out] is tessel's qkv weight as it is.
+  for (const TensorSlot& t : whole_model_tensors(plan.model)) {
+    const std::string name = t.name == "L1.attn.qkv.weight" ? "transformer.h.1.attn.c_attn.weight"
+                             : t.name == "wte"              ? "transformer.wte.weight"
+                             : t.name == "L0.mlp.fc2.weight" ? "transformer.h.0.mlp.c_proj.weight"
+                                                            : "";
+    if (name.empty()) continue;
+    const ParsedTensor& stored = p.tensors.at(name);
+    EXPECT_EQ(std::memcmp(p.data.data() + stored.begin, whole.data() + t.offset, t.size() * sizeof(float)), 0) << name;
+  }
+  // config.json next to it reads back as the same model (core's HF config reader).
+  const Json config = read_json_file((dir_ / "config.json").string());
+  EXPECT_EQ(config.at("activation_function"), "gelu_new");
+  EXPECT_EQ(config.at("layer_norm_epsilon").get<double>(), 1e-5);
+  EXPECT_EQ(config.at("tie_word_embeddings"), true);
+  const ModelSpec back = ModelSpec::from_hf_config(config, plan.model.name);
+  EXPECT_EQ(back.layers, 2);
+  EXPECT_EQ(back.hidden, 16);
+  EXPECT_EQ(back.heads, 2);
+  EXPECT_EQ(back.ffn_hidden, plan.model.ffn_hidden);
+  EXPECT_EQ(back.vocab, 256);
+  EXPECT_EQ(back.seq_len, 8);
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().extension(), entry.path().filename() == "config.json" ? ".json" : ".safetensors")
+        << "left behind: " << entry.path();
+  }
+}
+
+TEST_F(Safetensors, Bf16ExportRoundsEachWeightToNearestEven) {
+  const Plan plan = tiny_plan();
+  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  const fs::path file = dir_ / "model.safetensors";
+  write_gpt2_export(file.string(), plan.model, whole, SafetensorsDType::bf16, {});
+  const Parsed p = parse(slurp(file));
+  const ParsedTensor& wte = p.tensors.at("transformer.wte.weight");
+  EXPECT_EQ(wte.dtype, "BF16");
+  std::uint16_t first = 0;
+  std::memcpy(&first, p.data.data() + wte.begin, 2);
+  EXPECT_EQ(first, kernels::numeric::to_bf16(whole[0]));
+  EXPECT_EQ(read_json_file((dir_ / "config.json").string()).at("torch_dtype"), "bfloat16");
+  // And it reads back for --init as the rounded values.
+  const std::vector<float> back = whole_model_from_gpt2(SafetensorsFile::read(file.string(), "--init"), plan.model);
+  EXPECT_EQ(back[0], kernels::numeric::from_bf16(first));
+}
+
+// Export the initial weights of seed 7, start a run of seed 8 from them: every step's loss
+// equals the seed-7 run's bit for bit; the seed-8 run without them differs.
+TEST_F(Safetensors, AModelExportedAndReimportedTrainsOnBitIdentically) {
+  const Plan plan = tiny_plan();
+  const std::string text = synthetic_corpus(8192, 3);
+  OneRank reference(plan, text, 7);
+  const fs::path file = dir_ / "model.safetensors";
+  write_gpt2_export(file.string(), plan.model, reference.trainer.whole_parameters(), SafetensorsDType::f32, {});
+  OneRank imported(plan, text, 8), other(plan, text, 8);
+  imported.trainer.set_whole_parameters(whole_model_from_gpt2(SafetensorsFile::read(file.string(), "--init"), plan.model));
+  bool any_differs = false;
+  for (int step = 0; step < 4; ++step) {
+    const float want = reference.trainer.step().loss, got = imported.trainer.step().loss;
+    EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << "step " << step + 1 << ": " << want << " vs " << got;
+    any_differs = any_differs || other.trainer.step().loss != want;
+  }
+  EXPECT_TRUE(any_differs) << "another seed's run should not match";
+  EXPECT_EQ(imported.trainer.whole_parameters(), reference.trainer.whole_parameters());
+}
+
+TEST_F(Safetensors, BadFilesAreRefusedInOneLineNamingTheTensor) {
+  const Plan plan = tiny_plan();
+  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  const std::string good = (dir_ / "good.safetensors").string();
+  write_gpt2_export(good, plan.model, whole, SafetensorsDType::f32, {});
+  const std::string bytes = slurp(good);
+  auto write = [&](const std::string& name, const std::string& content) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << content;
+    return path;
+  };
+  auto load = [&](const std::string& path, const Plan& for_plan) {
+    return error_of([&] { whole_model_from_gpt2(SafetensorsFile::read(path, "--init"), for_plan.model); });
+  };
+  // Truncated: the last tensor's range runs past the end.
+  const std::string truncated = write("truncated.safetensors", bytes.substr(0, bytes.size() - 4));
+  EXPECT_NE(load(truncated, plan).find("lie outside"), std::string::npos) << load(truncated, plan);
+  EXPECT_NE(load(truncated, plan).find(truncated), std::string::npos);
+  // Not safetensors at all.
+  const std::string text = write("text.safetensors", "hello, this is not a tensor file");
+  EXPECT_NE(load(text, plan).find("not a safetensors file"), std::string::npos) << load(text, plan);
+  // A model with another hidden size: the first tensor whose shape differs is named.
+  Plan wider = plan;
+  wider.model.hidden = 32;
+  wider.model.ffn_hidden = 128;
+  EXPECT_NE(load(good, wider).find("tensor transformer.wte.weight: shape [256,16] differs"), std::string::npos)
+      << load(good, wider);
+  // One layer more in the plan: the missing tensor is named.
+  Plan deeper = plan;
+  deeper.model.layers = 3;
+  EXPECT_NE(load(good, deeper).find("tensor transformer.h.2.ln_1.weight: missing"), std::string::npos)
+      << load(good, deeper);
+  // One layer fewer: the extra tensor is named.
+  Plan shallower = plan;
+  shallower.model.layers = 1;
+  EXPECT_NE(load(good, shallower).find("transformer.h.1."), std::string::npos) << load(good, shallower);
+  EXPECT_NE(load(good, shallower).find("not in the plan's model"), std::string::npos);
+  // A dtype tessel does not read: F32 relabelled I32 (same size) is named with its dtype.
+  std::string relabelled = bytes;
+  const std::size_t at = relabelled.find("\"F32\"");
+  relabelled.replace(at, 5, "\"I32\"");
+  const std::string wrong_dtype = write("dtype.safetensors", relabelled);
+  EXPECT_NE(load(wrong_dtype, plan).find("dtype I32; F32 or BF16 is read"), std::string::npos) << load(wrong_dtype, plan);
+  for (const std::string& message : {load(truncated, plan), load(text, plan), load(good, wider)}) {
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_EQ(message.rfind("--init: ", 0), 0u) << message;
+  }
+}
+
+// Damaged files (bytes of the header changed, the file cut anywhere) are refused with
+// tessel::Error or read as some model, never anything else escaping: a small fuzz, fixed seed.
+TEST_F(Safetensors, DamagedFilesOnlyEverGiveOneLineErrors) {
+  const Plan plan = tiny_plan();
+  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  const std::string good = (dir_ / "good.safetensors").string();
+  write_gpt2_export(good, plan.model, whole, SafetensorsDType::f32, {});
+  const std::string bytes = slurp(good);
+  std::uint64_t header_bytes = 0;
+  for (int i = 0; i < 8; ++i) header_bytes |= std::uint64_t(std::uint8_t(bytes[std::size_t(i)])) << (8 * i);
+  std::mt19937_64 rng(11);
+  const std::string path = (dir_ / "damaged.safetensors").string();
+  int refused = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::string damaged = bytes;
+    if (trial % 4 == 0) {
+      damaged.resize(rng() % bytes.size());
+    } else {
+      for (int k = 0; k < 1 + int(rng() % 3); ++k) damaged[rng() % (8 + header_bytes)] = char("0123456789[]{},:\"\" -"[rng() % 18]);
+    }
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged;
+    try {
+      whole_model_from_gpt2(SafetensorsFile::read(path, "--init"), plan.model);
+    } catch (const Error& error) {
+      ++refused;
+      EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos) << error.what();
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << "trial " << trial << ": " << error.what();
+    }
+  }
+  EXPECT_GT(refused, 200);
+}
