@@ -52,6 +52,7 @@ struct Reader {
 ModelSpec read_model(Reader& r) {
   MegatronOptions& o = r.options;
   ModelSpec m;
+  m.name = "megatron-model";  // named after a preset it equals once read
   m.layers = r.required_int("--num-layers", "model.layers");
   m.hidden = r.required_int("--hidden-size", "model.hidden");
   m.heads = r.required_int("--num-attention-heads", "model.heads");
