@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "format.hpp"
+#include "interop_flags.hpp"
 #include "refine.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
@@ -159,15 +161,56 @@ Json inputs_json(const Plan& plan) {
 // ---------------------------------------------------------------- plan
 struct PlanArgs {
   InputFlags inputs;
+  ImportFlags near;  // --near: a run in another engine's format to search around
+  std::string emit, emit_out;
   int top = 10;
   int refine = 0;
   int threads = 0;
   std::string json_file;
 };
 
+// --near: the imported run's model, batch, sequence and precision are the search's.
+std::optional<interop::ImportedRun> import_near(const PlanArgs& args) {
+  if (!args.near.given()) {
+    if (args.inputs.model.empty()) throw Error("--model: required (or --near FILE to take it from a run)");
+    if (args.inputs.global_batch == 0) throw Error("--global-batch: required (or --near FILE to take it from a run)");
+    return std::nullopt;
+  }
+  if (!args.inputs.model.empty() || args.inputs.global_batch != 0 || args.inputs.seq != 0) {
+    throw Error("--near: takes the model, global batch and sequence from the run; leave out --model, --global-batch "
+                "and --seq");
+  }
+  ImportFlags flags = args.near;
+  flags.cluster = args.inputs.cluster;
+  flags.nodes = args.inputs.nodes;
+  auto run = flags.read();
+  print_import_summary(flags, run, std::cout);
+  return run;
+}
+
+// The imported run's own prediction, and where it stands among the searched plans.
+void print_near(const interop::ImportedRun& run, const CostModel& model, const SearchResult& result) {
+  const Estimate e = model.estimate(run.plan.parallel);
+  std::size_t rank = 0;
+  for (std::size_t i = 0; i < result.best.size() && rank == 0; ++i)
+    if (result.best[i].parallel == run.plan.parallel) rank = i + 1;
+  std::cout << fmt::format("imported plan: {}  step {}  {} tokens/s  MFU {:.1f}%  mem/GPU {}  ({})\n",
+                           run.plan.parallel.summary(), format_seconds(e.step_time_s), format_rate(e.tokens_per_s),
+                           100 * e.mfu, format_bytes(e.memory.device_total_bytes()),
+                           !e.fits ? std::string("does not fit: ") + reject_reason(e.reject)
+                           : rank > 0 ? fmt::format("rank {} of the plans shown", rank)
+                                      : "not among the plans shown");
+  if (!result.best.empty() && e.fits) {
+    std::cout << fmt::format("best plan is {:.2f}x the imported plan's tokens/s\n",
+                             result.best.front().tokens_per_s / e.tokens_per_s);
+  }
+}
+
 int run_plan(const PlanArgs& args) {
-  Plan plan = args.inputs.to_plan();
-  const CostModel model = args.inputs.cost_model(plan);
+  if (!args.emit.empty()) interop::engine_from_name(args.emit, "--emit");  // refuse a bad name before searching
+  const std::optional<interop::ImportedRun> near = import_near(args);
+  Plan plan = near ? near->plan : args.inputs.to_plan();
+  const CostModel model = near ? CostModel::for_plan(plan, args.inputs.db) : args.inputs.cost_model(plan);
   if (args.refine < 0) throw Error(fmt::format("--refine: must be 0 or more, got {}", args.refine));
   ProgressBar bar("searching");
   SearchResult result = planner::search(model, search_options(std::max(args.top, args.refine), args.threads, &bar));
@@ -214,10 +257,18 @@ int run_plan(const PlanArgs& args) {
   if (!simulated.empty()) std::cout << fmt::format("re-ranked the analytic top {} by simulation\n", simulated.size());
   std::cout << search_summary(result);
   print_cost_flags(result.cost_flags);
+  if (near) print_near(*near, model, result);
+  if (!args.emit.empty() && !result.best.empty()) {
+    Plan best = plan;
+    best.parallel = result.best.front().parallel;
+    if (best.cluster.ranks_fill_node()) best.nodes = 1;
+    emit_plan(best, args.emit, args.emit_out);
+  }
   if (!args.json_file.empty()) {
     Json out = result.to_json();
     for (std::size_t i = 0; i < simulated.size(); ++i) out["plans"][i]["simulated_step_time_s"] = simulated[i];
     out["inputs"] = inputs_json(plan);
+    if (near) out["imported"] = Json{{"mapped", near->mapped}, {"ignored", near->ignored}, {"plan", near->plan.to_json()}};
     write_text_file_atomically(args.json_file, out.dump(2) + "\n");
     std::cout << fmt::format("wrote {}\n", args.json_file);
   }
@@ -227,18 +278,25 @@ int run_plan(const PlanArgs& args) {
 // ---------------------------------------------------------------- estimate
 struct EstimateArgs {
   std::string plan_file;
+  ImportFlags import;
   bool json = false;
   std::string db;
 };
 
 int run_estimate(const EstimateArgs& args) {
-  const Plan plan = Plan::load(args.plan_file);
+  if (args.plan_file.empty() == !args.import.given()) throw Error("--plan: give a plan file or --import FILE (one of them)");
+  std::optional<interop::ImportedRun> imported;
+  if (args.import.given()) imported = args.import.read();
+  const Plan plan = imported ? imported->plan : Plan::load(args.plan_file);
   const CostModel model = CostModel::for_plan(plan, args.db);
   const Estimate e = model.estimate(plan.parallel);
   if (args.json) {
-    std::cout << e.to_json().dump(2) << "\n";
+    Json out = e.to_json();
+    if (imported) out["imported"] = import_summary_json(args.import, *imported);
+    std::cout << out.dump(2) << "\n";
     return 0;
   }
+  if (imported) print_import_summary(args.import, *imported, std::cout);
   const double limit = model.costs().device().memory_bytes;
   std::cout << fmt::format("{} on {} x {} ({} {}): {}\n", plan.model.name, plan.nodes, plan.cluster.name, model.gpus(),
                            plan.cluster.ranks_fill_node() ? "ranks" : "GPUs",
@@ -490,20 +548,29 @@ Command add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand("plan", "Rank every parallel and memory strategy for a model on a cluster");
   args->inputs.add_to(cmd, true);
+  cmd->get_option("--model")->required(false);
+  cmd->get_option("--global-batch")->required(false);
   cmd->add_option("--nodes,-n", args->inputs.nodes, "Nodes of the cluster")->capture_default_str();
+  args->near.add_to(cmd, false, "--near");
+  add_emit_options(cmd, args->emit, args->emit_out);
   cmd->add_option("--top,-k", args->top, "Plans to show")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all cores)");
   cmd->add_option("--refine", args->refine,
                   "Re-rank the analytic top K by simulation (child processes in parallel, one per core)");
   cmd->add_option("--json", args->json_file, "Also write the ranked plans and rejection counts as JSON");
-  cmd->footer("Example: tessel plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536");
+  cmd->footer("Example: tessel plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536\n"
+              "--near FILE searches around a run written for another engine (model, batch, sequence, precision from the "
+              "file) and shows that run's own prediction next to the best plans; --emit megatron writes the best plan "
+              "as Megatron-LM's launch script.");
   return [args] { return run_plan(*args); };
 }
 
 Command add_estimate_command(CLI::App& app) {
   auto args = std::make_shared<EstimateArgs>();
-  CLI::App* cmd = app.add_subcommand("estimate", "Analytic prediction for one fixed plan file");
-  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file")->required();
+  CLI::App* cmd = app.add_subcommand("estimate", "Analytic prediction for one fixed plan file (or imported run)");
+  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file (or --import)");
+  args->import.add_to(cmd, true);
+  cmd->footer("Example: tessel estimate --import train_gpt3_175b_distributed.sh --cluster dgx-a100 --nodes 128");
   cmd->add_flag("--json", args->json, "Print one JSON object instead of tables");
   add_db_option(cmd, args->db);
   return [args] { return run_estimate(*args); };

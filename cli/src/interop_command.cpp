@@ -1,0 +1,111 @@
+// `tessel export` and the import/emit flags of estimate, simulate and plan. A run
+// described in another engine's format becomes a Plan here and then flows through the
+// same commands as a plan file; the reader's verdict on each option is printed first so
+// that a prediction never hides what was left out of it.
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "interop_flags.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/core/input_file.hpp"
+
+namespace tessel::cli {
+
+namespace {
+constexpr const char* kEngines = "megatron, nemo, deepspeed or torchtitan";
+}  // namespace
+
+void ImportFlags::add_to(CLI::App* command, bool with_cluster, const std::string& file_option) {
+  command->add_option(file_option, file,
+                      "Another engine's launch config: a Megatron-LM script or command line, a NeMo YAML, a DeepSpeed "
+                      "JSON (with --hf-config) or a torchtitan TOML");
+  command->add_option("--engine", engine, "The " + file_option + " file's engine: " + kEngines +
+                                              " (default: from the file's extension and content)");
+  command->add_option("--hf-config", hf_config, "Hugging Face config.json of the model (DeepSpeed configs name none)");
+  if (with_cluster) {
+    command->add_option("--cluster,-c", cluster, "Cluster preset or JSON the --import run is placed on");
+    command->add_option("--nodes,-n", nodes, "Nodes of the cluster for the --import run")->capture_default_str();
+  }
+}
+
+interop::Engine ImportFlags::engine_of_file(const std::string& text) const {
+  if (!engine.empty()) return interop::engine_from_name(engine, "--engine");
+  return interop::detect_engine(file, text);
+}
+
+interop::ImportedRun ImportFlags::read() const {
+  if (cluster.empty()) throw Error("--cluster: required with --import (the engine's file does not say the machine)");
+  if (nodes <= 0) throw Error(fmt::format("--nodes: must be a positive integer, got {}", nodes));
+  const std::string text = read_input_file(file);
+  interop::ImportContext context;
+  context.cluster = resolve_cluster(cluster);
+  context.nodes = nodes;
+  context.source_name = file;
+  if (!hf_config.empty()) context.model = resolve_model(hf_config);
+  return interop::import_run(engine_of_file(text), text, context);
+}
+
+void print_import_summary(const ImportFlags& flags, const interop::ImportedRun& run, std::ostream& out) {
+  out << fmt::format("imported {} ({}): {} option(s) mapped, {} ignored\n", flags.file,
+                     interop::engine_name(flags.engine_of_file(read_input_file(flags.file))), run.mapped.size(),
+                     run.ignored.size());
+  for (const auto& line : run.mapped) out << "  mapped   " << line << "\n";
+  for (const auto& line : run.ignored) {
+    const bool unknown = line.find("not understood") != std::string::npos;
+    out << (unknown ? "  warning  " : "  ignored  ") << line << "\n";
+  }
+  out << "\n";
+}
+
+Json import_summary_json(const ImportFlags& flags, const interop::ImportedRun& run) {
+  return Json{{"file", flags.file},
+              {"engine", interop::engine_name(flags.engine_of_file(read_input_file(flags.file)))},
+              {"mapped", run.mapped},
+              {"ignored", run.ignored},
+              {"plan", run.plan.to_json()}};
+}
+
+void add_emit_options(CLI::App* command, std::string& engine, std::string& out_file) {
+  command->add_option("--emit", engine, std::string("Write the best plan as this engine's launch config: ") + kEngines);
+  command->add_option("--emit-out", out_file, "File for --emit (default: print it after the table)");
+}
+
+void emit_plan(const Plan& plan, const std::string& engine, const std::string& out_file) {
+  const interop::ExportedConfig exported = interop::export_plan(interop::engine_from_name(engine, "--emit"), plan);
+  for (const auto& note : exported.not_expressible) std::cerr << "tessel: note: " << note << "\n";
+  if (out_file.empty()) {
+    std::cout << exported.text;
+    return;
+  }
+  write_text_file_atomically(out_file, exported.text);
+  std::cout << fmt::format("wrote {} ({} launch config)\n", out_file, engine);
+}
+
+namespace {
+struct ExportArgs {
+  std::string plan_file;
+  std::string engine;
+  std::string out_file;
+};
+}  // namespace
+
+Command add_export_command(CLI::App& app) {
+  auto args = std::make_shared<ExportArgs>();
+  CLI::App* cmd = app.add_subcommand("export", "Write a plan file as another engine's launch config");
+  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file")->required();
+  cmd->add_option("--to", args->engine, std::string("Engine: ") + kEngines)->required();
+  cmd->add_option("--out,-o", args->out_file, "Write the config here (atomically; default: stdout)");
+  cmd->footer(
+      "What the engine cannot express is replaced by the nearest plan it can run (e.g. 2D tensor parallelism by 1D "
+      "of the same degree for Megatron-LM); each such change is a comment line in the config and a note on stderr.\n"
+      "Example: tessel export --plan examples/gpt3-13b-dgx-h100.json --to megatron --out train_gpt3_13b.sh");
+  return [args] {
+    const interop::Engine engine = interop::engine_from_name(args->engine, "--to");
+    emit_plan(Plan::load(args->plan_file), interop::engine_name(engine), args->out_file);
+    return 0;
+  };
+}
+
+}  // namespace tessel::cli
