@@ -357,8 +357,10 @@ ImportedRun import_nemo(const std::string& text, const ImportContext& context) {
     refuse(context, fmt::format("not valid YAML: {}", error.what()));
   }
   const YAML::Node& root = config;
-  if (root.IsMap() && root["training"].IsMap() && !root["model"].IsDefined()) config.reset(YAML::Node(root["training"]));
-  if (!root.IsMap() || !root["trainer"].IsMap() || !root["model"].IsMap()) {
+  // A missing key is an invalid node, on which IsMap() throws.
+  auto is_map = [](const YAML::Node& node) { return node.IsDefined() && node.IsMap(); };
+  if (is_map(root) && is_map(root["training"]) && !root["model"].IsDefined()) config.reset(YAML::Node(root["training"]));
+  if (!is_map(root) || !is_map(root["trainer"]) || !is_map(root["model"])) {
     refuse(context, "a NeMo training config needs trainer: and model: sections");
   }
   ImportedRun run;
