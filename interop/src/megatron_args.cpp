@@ -108,8 +108,12 @@ ModelSpec read_model(Reader& r) {
   } else if (!tokenizer && o.has("--vocab-file") && o.has("--merge-file")) {
     m.vocab = tokenizer_vocab("GPT2BPETokenizer");
     r.mapped("--vocab-file/--merge-file (GPT-2 BPE)", fmt::format("model.vocab {}", m.vocab));
+  } else if (r.context.model) {
+    m.vocab = r.context.model->vocab;
+    r.mapped("(tokenizer file)", fmt::format("model.vocab {} (--hf-config)", m.vocab));
   } else {
-    refuse(r.context, fmt::format("the vocabulary size is unknown ({} reads it from a file): add --vocab-size",
+    refuse(r.context, fmt::format("the vocabulary size is unknown ({} reads it from a file): add --vocab-size or give "
+                                  "the model's config.json (--hf-config)",
                                   tokenizer ? "--tokenizer-type " + *tokenizer : "no --tokenizer-type"));
   }
   return m;

@@ -161,7 +161,9 @@ class NemoReader {
   std::set<std::string> used_;
 };
 
-ModelSpec read_model(NemoReader& r) {
+// `hf_model`: the model config given beside the file, consulted only for the vocabulary
+// size a tokenizer file would say.
+ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
   ModelSpec m;
   m.name = "nemo-model";
   m.layers = r.required("model.num_layers", "model.layers");
@@ -197,9 +199,12 @@ ModelSpec read_model(NemoReader& r) {
   } else if (tokenizer_vocab(tokenizer) > 0) {
     m.vocab = tokenizer_vocab(tokenizer);
     r.mapped("model.tokenizer.type", fmt::format("model.vocab {}", m.vocab));
+  } else if (hf_model) {
+    m.vocab = hf_model->vocab;
+    r.mapped("model.tokenizer (size from the file's model)", fmt::format("model.vocab {} (--hf-config)", m.vocab));
   } else {
     r.refuse_key("model.tokenizer", "the vocabulary size is unknown (the tokenizer reads it from a file): add "
-                                    "model.tokenizer.vocab_size");
+                                    "model.tokenizer.vocab_size, or give the model's config.json (--hf-config)");
   }
   return m;
 }
@@ -234,9 +239,11 @@ void read_parallel(NemoReader& r, Plan& plan) {
     if (r.positive(key, 1) > 1) r.refuse_key(key, "mixture of experts is not modelled by tessel");
   if (r.boolean("model.cpu_offloading").value_or(false))
     r.refuse_key("model.cpu_offloading", "activation offloading is not modelled by tessel");
+  // Partial checkpointing counts act only under full granularity (the Llama 2 recipes set them 0 beside null).
   for (const std::string key : {"model.num_micro_batches_with_partial_activation_checkpoints",
                                 "model.activations_checkpoint_layers_per_pipeline"})
-    if (r.text(key)) r.refuse_key(key, "partial activation checkpointing is not modelled by tessel");
+    if (r.integer(key).value_or(0) > 0 && r.text("model.activations_checkpoint_granularity") == "full")
+      r.refuse_key(key, "partial activation checkpointing is not modelled by tessel");
   p.tp = r.positive("model.tensor_model_parallel_size", 1);
   r.mapped("model.tensor_model_parallel_size", "parallel.tp");
   p.pp = r.positive("model.pipeline_model_parallel_size", 1);
@@ -299,7 +306,8 @@ constexpr std::pair<const char*, const char*> kIgnoredKeys[] = {
     {"model.gc_interval", "host runtime"}, {"model.deterministic_mode", "numerics"}, {"model.use_te_rng_tracker", "numerics"},
     {"model.rampup_batch_size", "batch ramp-up (tessel prices the full-batch step)"}, {"model.kv_channels", "checked"},
     {"model.fsdp_", "no effect without fsdp"}, {"model.nemo_path", "paths"}, {"model.restore_from_path", "checkpointing"},
-    {"model.num_query_groups", "mapped"}, {"trainer.", "trainer setting (logging, run length, devices placed by tessel)"},
+    {"model.num_query_groups", "mapped"}, {"model.do_layer_norm_weight_decay", "optimizer hyperparameter"},
+    {"model.attention_type", "multihead (tessel's)"}, {"trainer.", "trainer setting (logging, run length, devices placed by tessel)"},
 };
 
 bool looks_cost_relevant(const std::string& key) {
@@ -366,7 +374,7 @@ ImportedRun import_nemo(const std::string& text, const ImportContext& context) {
   ImportedRun run;
   NemoReader reader(config, context, run);
   Plan plan;
-  plan.model = read_model(reader);
+  plan.model = read_model(reader, context.model);
   const int seq = reader.required("model.encoder_seq_length", "train.seq_len");
   plan.model.seq_len = reader.positive("model.max_position_embeddings", seq);
   reader.mapped("model.max_position_embeddings", "model.seq_len");

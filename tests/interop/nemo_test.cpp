@@ -70,6 +70,22 @@ TEST(Nemo, Gpt3_175bRecipeGivesTheHandWrittenPlan) {
   EXPECT_FALSE(contains(run.ignored, "not understood")) << ::testing::PrintToString(run.ignored);
 }
 
+TEST(Nemo, Llama2_70bRecipeGivesTheHandWrittenPlanWithTheVocabularyFromConfigJson) {
+  ImportContext context = context_on("dgx-a100", 128);
+  try {
+    import_run(Engine::nemo, fixture("nemo_llama2_70b.yaml"), context);
+    FAIL() << "a sentencepiece tokenizer file's size was guessed";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("gpt.yaml: model.tokenizer: the vocabulary size is unknown"),
+              std::string::npos) << error.what();
+  }
+  context.model = resolve_model("llama2-70b");
+  const ImportedRun run = import_run(Engine::nemo, fixture("nemo_llama2_70b.yaml"), context);
+  const Plan expected = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/llama2-70b-nemo-dgx-a100.json");
+  EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump(1);
+  EXPECT_FALSE(contains(run.ignored, "not understood")) << ::testing::PrintToString(run.ignored);
+}
+
 TEST(Nemo, TheLauncherLayoutNestedUnderTrainingReadsTheSame) {
   std::string nested = "training:\n";
   std::istringstream lines(fixture("nemo_gpt3_175b.yaml"));
