@@ -105,3 +105,19 @@ TEST_F(Cli, ExportWritesAPlanForAnEngineAndEstimateReadsItBack) {
   EXPECT_EQ(stdout_only.out.rfind("#!/bin/bash\n", 0), 0u) << stdout_only.out;
   expect_one_line_refusal(run("export --plan " + plan + " --to colossal"), "--to: unknown engine 'colossal'");
 }
+
+TEST_F(Cli, EstimateImportsNemoRecipesAndTakesAVocabularyFromHfConfig) {
+  const Outcome gpt = run("estimate --import " + kFixtures + "nemo_gpt3_175b.yaml --cluster dgx-a100 --nodes 128");
+  ASSERT_EQ(gpt.status, 0) << gpt.err;
+  EXPECT_NE(gpt.out.find("(nemo)"), std::string::npos) << gpt.out;
+  EXPECT_NE(gpt.out.find("dp32 pp8 tp4(1d+sp)"), std::string::npos) << gpt.out;
+
+  const fs::path hf = write("config.json", R"({"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+      "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80, "vocab_size": 32000,
+      "max_position_embeddings": 4096, "tie_word_embeddings": false})");
+  const std::string llama = "estimate --import " + kFixtures + "nemo_llama2_70b.yaml --cluster dgx-a100 --nodes 128";
+  expect_one_line_refusal(run(llama), "model.tokenizer: the vocabulary size is unknown");
+  const Outcome with_hf = run(llama + " --hf-config " + hf.string());
+  ASSERT_EQ(with_hf.status, 0) << with_hf.err;
+  EXPECT_NE(with_hf.out.find("model.vocab 32000 (--hf-config)"), std::string::npos) << with_hf.out;
+}
