@@ -2,7 +2,9 @@
 // described in another engine's format becomes a Plan here and then flows through the
 // same commands as a plan file; the reader's verdict on each option is printed first so
 // that a prediction never hides what was left out of it.
+#include <algorithm>
 #include <iostream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -52,9 +54,29 @@ void print_import_summary(const ImportFlags& flags, const interop::ImportedRun& 
                      interop::engine_name(flags.engine_of_file(read_input_file(flags.file))), run.mapped.size(),
                      run.ignored.size());
   for (const auto& line : run.mapped) out << "  mapped   " << line << "\n";
+  // Ignored options grouped by why (a recipe has dozens); the full lines are in --json.
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
   for (const auto& line : run.ignored) {
-    const bool unknown = line.find("not understood") != std::string::npos;
-    out << (unknown ? "  warning  " : "  ignored  ") << line << "\n";
+    if (line.find("not understood") != std::string::npos) {
+      out << "  warning  " << line << "\n";
+      continue;
+    }
+    const std::size_t split = line.rfind(": ");
+    if (split == std::string::npos || line.rfind("line ", 0) == 0) {  // a note on the script itself
+      groups.push_back({line, {}});
+      continue;
+    }
+    const std::string why = line.substr(split + 2);
+    const std::string subject = line.substr(0, split);
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == why; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {why, {}});
+    group->second.push_back(subject.substr(0, subject.find_first_of(": ")));
+  }
+  for (const auto& [why, names] : groups) {
+    std::string shown;
+    for (std::size_t i = 0; i < names.size() && i < 4; ++i) shown += (i > 0 ? ", " : "") + names[i];
+    if (names.size() > 4) shown += fmt::format(" (+{})", names.size() - 4);
+    out << "  ignored  " << (shown.empty() ? why : why + ": " + shown) << "\n";
   }
   out << "\n";
 }
