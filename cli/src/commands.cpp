@@ -169,46 +169,9 @@ struct PlanArgs {
   std::string json_file;
 };
 
-// --near: the imported run's model, batch, sequence and precision are the search's.
-std::optional<interop::ImportedRun> import_near(const PlanArgs& args) {
-  if (!args.near.given()) {
-    if (args.inputs.model.empty()) throw Error("--model: required (or --near FILE to take it from a run)");
-    if (args.inputs.global_batch == 0) throw Error("--global-batch: required (or --near FILE to take it from a run)");
-    return std::nullopt;
-  }
-  if (!args.inputs.model.empty() || args.inputs.global_batch != 0 || args.inputs.seq != 0) {
-    throw Error("--near: takes the model, global batch and sequence from the run; leave out --model, --global-batch "
-                "and --seq");
-  }
-  ImportFlags flags = args.near;
-  flags.cluster = args.inputs.cluster;
-  flags.nodes = args.inputs.nodes;
-  auto run = flags.read();
-  print_import_summary(flags, run, std::cout);
-  return run;
-}
-
-// The imported run's own prediction, and where it stands among the searched plans.
-void print_near(const interop::ImportedRun& run, const CostModel& model, const SearchResult& result) {
-  const Estimate e = model.estimate(run.plan.parallel);
-  std::size_t rank = 0;
-  for (std::size_t i = 0; i < result.best.size() && rank == 0; ++i)
-    if (result.best[i].parallel == run.plan.parallel) rank = i + 1;
-  std::cout << fmt::format("imported plan: {}  step {}  {} tokens/s  MFU {:.1f}%  mem/GPU {}  ({})\n",
-                           run.plan.parallel.summary(), format_seconds(e.step_time_s), format_rate(e.tokens_per_s),
-                           100 * e.mfu, format_bytes(e.memory.device_total_bytes()),
-                           !e.fits ? std::string("does not fit: ") + reject_reason(e.reject)
-                           : rank > 0 ? fmt::format("rank {} of the plans shown", rank)
-                                      : "not among the plans shown");
-  if (!result.best.empty() && e.fits) {
-    std::cout << fmt::format("best plan is {:.2f}x the imported plan's tokens/s\n",
-                             result.best.front().tokens_per_s / e.tokens_per_s);
-  }
-}
-
 int run_plan(const PlanArgs& args) {
   if (!args.emit.empty()) interop::engine_from_name(args.emit, "--emit");  // refuse a bad name before searching
-  const std::optional<interop::ImportedRun> near = import_near(args);
+  const std::optional<interop::ImportedRun> near = import_near(args.near, args.inputs);
   Plan plan = near ? near->plan : args.inputs.to_plan();
   const CostModel model = near ? CostModel::for_plan(plan, args.inputs.db) : args.inputs.cost_model(plan);
   if (args.refine < 0) throw Error(fmt::format("--refine: must be 0 or more, got {}", args.refine));

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "format.hpp"
 #include "interop_flags.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/input_file.hpp"
@@ -103,6 +104,43 @@ void emit_plan(const Plan& plan, const std::string& engine, const std::string& o
   }
   write_text_file_atomically(out_file, exported.text);
   std::cout << fmt::format("wrote {} ({} launch config)\n", out_file, engine);
+}
+
+// --near: the imported run's model, batch, sequence and precision are the search's.
+std::optional<interop::ImportedRun> import_near(const ImportFlags& near, const planner::SearchInputs& inputs) {
+  if (!near.given()) {
+    if (inputs.model.empty()) throw Error("--model: required (or --near FILE to take it from a run)");
+    if (inputs.global_batch == 0) throw Error("--global-batch: required (or --near FILE to take it from a run)");
+    return std::nullopt;
+  }
+  if (!inputs.model.empty() || inputs.global_batch != 0 || inputs.seq != 0) {
+    throw Error("--near: takes the model, global batch and sequence from the run; leave out --model, --global-batch "
+                "and --seq");
+  }
+  ImportFlags flags = near;
+  flags.cluster = inputs.cluster;
+  flags.nodes = inputs.nodes;
+  auto run = flags.read();
+  print_import_summary(flags, run, std::cout);
+  return run;
+}
+
+// The imported run's own prediction, and where it stands among the searched plans.
+void print_near(const interop::ImportedRun& run, const planner::CostModel& model, const planner::SearchResult& result) {
+  const planner::Estimate e = model.estimate(run.plan.parallel);
+  std::size_t rank = 0;
+  for (std::size_t i = 0; i < result.best.size() && rank == 0; ++i)
+    if (result.best[i].parallel == run.plan.parallel) rank = i + 1;
+  std::cout << fmt::format("imported plan: {}  step {}  {} tokens/s  MFU {:.1f}%  mem/GPU {}  ({})\n",
+                           run.plan.parallel.summary(), format_seconds(e.step_time_s), format_rate(e.tokens_per_s),
+                           100 * e.mfu, format_bytes(e.memory.device_total_bytes()),
+                           !e.fits ? std::string("does not fit: ") + reject_reason(e.reject)
+                           : rank > 0 ? fmt::format("rank {} of the plans shown", rank)
+                                      : "not among the plans shown");
+  if (!result.best.empty() && e.fits) {
+    std::cout << fmt::format("best plan is {:.2f}x the imported plan's tokens/s\n",
+                             result.best.front().tokens_per_s / e.tokens_per_s);
+  }
 }
 
 namespace {

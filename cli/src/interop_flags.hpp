@@ -4,12 +4,15 @@
 // commands so that estimate, simulate and plan share one reading and one printout.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "tessel/interop/engine_config.hpp"
+#include "tessel/planner/search.hpp"
+#include "tessel/planner/search_inputs.hpp"
 
 namespace tessel::cli {
 
@@ -33,6 +36,12 @@ struct ImportFlags {
 // (those tessel did not understand as warnings).
 void print_import_summary(const ImportFlags& flags, const interop::ImportedRun& run, std::ostream& out);
 Json import_summary_json(const ImportFlags& flags, const interop::ImportedRun& run);
+
+// plan --near: reads the run (on the search's --cluster and --nodes) and prints its
+// summary; without --near, checks that --model and --global-batch were given.
+std::optional<interop::ImportedRun> import_near(const ImportFlags& near, const planner::SearchInputs& inputs);
+// The imported run's own prediction, and its rank among the plans shown.
+void print_near(const interop::ImportedRun& run, const planner::CostModel& model, const planner::SearchResult& result);
 
 // Writes `plan` as `engine`'s config to `out_file` (atomically), or to stdout when empty.
 void emit_plan(const Plan& plan, const std::string& engine, const std::string& out_file);

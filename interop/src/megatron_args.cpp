@@ -176,7 +176,8 @@ void read_memory(Reader& r, Plan& plan) {
   }
   if (o.take_flag("--use-torch-fsdp2")) p.zero = 3, r.mapped("--use-torch-fsdp2", "parallel.zero 3");
   if (o.take_flag("--optimizer-cpu-offload")) {
-    if (const auto fraction = o.take("--optimizer-offload-fraction"); fraction && std::stod(*fraction) != 1.0) {
+    if (const auto fraction = o.take("--optimizer-offload-fraction");
+        fraction && *fraction != "1.0" && *fraction != "1" && *fraction != "1.") {
       r.refuse_option("--optimizer-offload-fraction", "tessel offloads the whole optimizer state (fraction 1.0)");
     }
     p.offload = OffloadMode::optimizer;
