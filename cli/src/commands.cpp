@@ -533,7 +533,9 @@ Command add_estimate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("estimate", "Analytic prediction for one fixed plan file (or imported run)");
   cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file (or --import)");
   args->import.add_to(cmd, true);
-  cmd->footer("Example: tessel estimate --import train_gpt3_175b_distributed.sh --cluster dgx-a100 --nodes 128");
+  cmd->footer("--import reads a run written for another engine (a Megatron-LM launch script, a NeMo YAML, ...) on "
+              "--cluster and --nodes, and prints which of its options were mapped and which ignored.\n"
+              "Example: tessel estimate --import train_gpt3_175b_distributed.sh --cluster dgx-a100 --nodes 128");
   cmd->add_flag("--json", args->json, "Print one JSON object instead of tables");
   add_db_option(cmd, args->db);
   return [args] { return run_estimate(*args); };

@@ -120,6 +120,9 @@ Command add_simulate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("simulate", "Replay a plan op by op on a SimGrid model of its cluster");
   cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file (or --import)");
   args->import.add_to(cmd, true);
+  cmd->footer("--import reads a run written for another engine (a Megatron-LM launch script, a NeMo YAML, ...) on "
+              "--cluster and --nodes, and prints which of its options were mapped and which ignored.\n"
+              "Example: tessel simulate --import train_llama3_8b.sh --cluster dgx-h100 --nodes 1");
   cmd->add_option("--trace", args->trace_file, "Write the timeline as Chrome trace JSON (Perfetto)");
   cmd->add_flag("--json", args->json, "Print one JSON object: the estimate's fields, simulated, plus the simulator's");
   cmd->add_flag("--no-overlap", args->no_overlap, "Run each rank's ops one at a time (no stream overlap)");

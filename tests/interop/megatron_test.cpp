@@ -118,6 +118,10 @@ TEST(Megatron, UnknownCostNeutralOptionsAreListedAsNotUnderstood) {
   EXPECT_TRUE(contains(run.ignored, "--my-dashboard-colour teal: not understood by tessel (assumed cost-neutral)"));
   EXPECT_EQ(run.plan.parallel.dp, 4);
   EXPECT_EQ(run.plan.train.global_batch, 64);
+  // Without --global-batch-size Megatron runs one micro-batch per data-parallel replica.
+  std::string no_global = kSmallRun;
+  no_global.replace(no_global.find("--global-batch-size 64 "), 23, "");
+  EXPECT_EQ(import_run(Engine::megatron, no_global, context_on("dgx-a100", 1)).plan.train.global_batch, 2 * 4);
 }
 
 TEST(Megatron, MapsTheLayoutOptions) {
