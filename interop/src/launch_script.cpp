@@ -9,7 +9,7 @@
 
 #include <cctype>
 #include <map>
-#include <regex>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -299,9 +299,33 @@ class Shell {
   std::map<std::string, std::vector<std::string>> vars_;
 };
 
-const std::regex& assignment_pattern() {
-  static const std::regex pattern(R"(^(?:export\s+|declare\s+(?:-a\s+)?|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$)");
-  return pattern;
+struct Assignment {
+  std::string name;
+  bool append = false;
+  std::string value;
+};
+
+// `[export|declare [-a]|local|readonly] NAME[+]=value`, by hand: std::regex recurses per
+// character and would overflow the stack on a long line.
+std::optional<Assignment> parse_assignment(const std::string& line) {
+  std::size_t at = 0;
+  for (const char* keyword : {"export ", "declare -a ", "declare ", "local ", "readonly "}) {
+    if (line.rfind(keyword, 0) == 0) {
+      at = std::string(keyword).size();
+      while (at < line.size() && line[at] == ' ') ++at;
+      break;
+    }
+  }
+  const std::size_t name_start = at;
+  if (at >= line.size() || std::isdigit(static_cast<unsigned char>(line[at])) != 0) return std::nullopt;
+  while (at < line.size() && is_name_char(line[at])) ++at;
+  if (at == name_start) return std::nullopt;
+  Assignment assignment;
+  assignment.name = line.substr(name_start, at - name_start);
+  if (at < line.size() && line[at] == '+') assignment.append = true, ++at;
+  if (at >= line.size() || line[at] != '=') return std::nullopt;
+  assignment.value = line.substr(at + 1);
+  return assignment;
 }
 
 bool is_control_keyword(const std::string& word) {
@@ -363,11 +387,10 @@ LaunchCommand read_launch_script(const std::string& raw_text, const std::string&
     std::string line = lines[n];
     line.erase(0, line.find_first_not_of(" \t"));
     if (line.empty() || line[0] == '#') continue;
-    std::smatch match;
-    if (std::regex_match(line, match, assignment_pattern())) {
-      const std::string name = match[1];
-      const bool append = match[2] == "+";
-      std::string value = match[3];
+    if (const auto assignment = parse_assignment(line)) {
+      const std::string& name = assignment->name;
+      const bool append = assignment->append;
+      const std::string& value = assignment->value;
       if (!value.empty() && value[0] == '(') {
         // An array: its elements may run over lines up to the closing parenthesis.
         std::string body = value.substr(1);

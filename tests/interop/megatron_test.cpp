@@ -184,6 +184,29 @@ TEST(Megatron, ConditionalsAreRefusedByLine) {
   }
 }
 
+TEST(Megatron, MalformedScriptsAreOneLineErrorsNamingTheLine) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"A=\"open\ntorchrun pretrain_gpt.py --num-layers 2\n", "line 1: a double quote is not closed"},
+      {"ARGS=(--num-layers 2\n--hidden-size 64\n", "line 1: the array ARGS=( is not closed"},
+      {"X=$((4 / 0))\n", "line 1: $((...)): division by zero"},
+      {"X=${NAME\n", "line 1: '{' is not closed"},
+      {"echo hello\n", "no training command"},
+      {"--num-layers " + std::string(200000, '9'), "--num-layers"},
+      {"X=" + std::string(300000, 'a') + "\n--num-layers 2\n", "--hidden-size is missing"},
+  };
+  for (const auto& [script, expected] : cases) {
+    try {
+      import_run(Engine::megatron, script, context_on("dgx-a100", 1, "bad.sh"));
+      ADD_FAILURE() << "accepted: " << script.substr(0, 80);
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(expected), std::string::npos) << message.substr(0, 200);
+      EXPECT_EQ(message.rfind("bad.sh: ", 0), 0u) << message.substr(0, 200);
+      EXPECT_EQ(message.find('\n'), std::string::npos);
+    }
+  }
+}
+
 TEST(Megatron, MissingShapeOptionsAreNamed) {
   try {
     import_run(Engine::megatron, "--hidden-size 64", context_on("dgx-a100", 1));
