@@ -355,6 +355,22 @@ void sort_leftovers(NemoReader& r, const YAML::Node& config, const ImportContext
   }
 }
 
+// yaml-cpp keeps one of two equal keys silently; tessel's JSON refuses them, and so does
+// this (the run would be priced from whichever copy won).
+void refuse_duplicate_keys(const YAML::Node& node, const std::string& path, const ImportContext& context) {
+  if (node.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& entry : node) {
+      const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "?";
+      const std::string at = path.empty() ? key : path + "." + key;
+      if (!seen.insert(key).second) refuse(context, fmt::format("{}: appears twice in one mapping (give each key once)", at));
+      refuse_duplicate_keys(entry.second, at, context);
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) refuse_duplicate_keys(item, path, context);
+  }
+}
+
 }  // namespace
 
 ImportedRun import_nemo(const std::string& text, const ImportContext& context) {
@@ -364,6 +380,7 @@ ImportedRun import_nemo(const std::string& text, const ImportContext& context) {
   } catch (const YAML::Exception& error) {
     refuse(context, fmt::format("not valid YAML: {}", error.what()));
   }
+  refuse_duplicate_keys(config, "", context);
   const YAML::Node& root = config;
   // A missing key is an invalid node, on which IsMap() throws.
   auto is_map = [](const YAML::Node& node) { return node.IsDefined() && node.IsMap(); };

@@ -116,6 +116,26 @@ TEST(Nemo, KeysThatChangeCostTesselDoesNotModelAreRefusedByName) {
   }
 }
 
+TEST(Nemo, MalformedConfigsAreOneLineErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {std::string(100000, '['), "gpt.yaml: not valid YAML"},
+      {"trainer: {}\nmodel: [1, 2]\n", "gpt.yaml: a NeMo training config needs trainer: and model: sections"},
+      {std::string(kSmall) + "  hidden_dropout: ${.attention_dropout}\n  attention_dropout: ${.hidden_dropout}\n"
+                             "  ffn_hidden_size: ${.hidden_dropout}\n",
+       "interpolations nest too deep"},
+      {std::string(kSmall) + "  num_layers: 4\n", "gpt.yaml: model.num_layers: appears twice in one mapping"},
+  };
+  for (const auto& [text, expected] : cases) {
+    try {
+      import_run(Engine::nemo, text, context_on("dgx-a100", 1));
+      ADD_FAILURE() << "accepted: " << text.substr(0, 80);
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << std::string(error.what()).substr(0, 200);
+      EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos);
+    }
+  }
+}
+
 TEST(Nemo, WriterFallsBackFromOffloadAndSaysSo) {
   Plan plan = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json");
   plan.parallel.offload = OffloadMode::optimizer;
