@@ -70,6 +70,13 @@ Plan nearest_megatron_plan(const Plan& plan, bool fsdp_zero, const std::string& 
                                 to_string(nearest.train.optimizer), engine, to_string(nearest.train.optimizer)));
     nearest.train.optimizer = Optimizer::adamw;
   }
+  if (nearest.train.seq_len > nearest.model.seq_len) {
+    // Rope models may train past their nominal length; Megatron asserts max positions >= sequence.
+    notes.push_back(fmt::format("train.seq_len {} beyond model.seq_len {}: {} needs max position embeddings of at least "
+                                "the sequence; wrote {}",
+                                nearest.train.seq_len, nearest.model.seq_len, engine, nearest.train.seq_len));
+    nearest.model.seq_len = nearest.train.seq_len;
+  }
   // The step's sequence is written as the engine's sequence length; the model's own only
   // as the position table, so "the model's" and an equal explicit length are one plan.
   if (nearest.train.seq_len == nearest.model.seq_len) nearest.train.seq_len = 0;
