@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -226,6 +228,21 @@ TEST(Megatron, WriterNamesWhatMegatronCannotExpress) {
   EXPECT_NE(exported.text.find("# cannot express: parallel.tp_mode 2d"), std::string::npos) << exported.text;
   EXPECT_NE(exported.text.find("# cannot express: train.optimizer lamb"), std::string::npos);
   EXPECT_NE(exported.text.find("    --tensor-model-parallel-size 4\n"), std::string::npos);
+}
+
+// What the writer writes is a script bash accepts (bash -n: parsed, nothing run).
+TEST(Megatron, WrittenScriptsParseAsBash) {
+  int written = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(TESSEL_SOURCE_DIR) + "/examples")) {
+    if (entry.path().extension() != ".json") continue;
+    const ExportedConfig exported = export_plan(Engine::megatron, Plan::load(entry.path().string()));
+    FILE* bash = ::popen("bash -n", "w");
+    ASSERT_NE(bash, nullptr);
+    std::fwrite(exported.text.data(), 1, exported.text.size(), bash);
+    EXPECT_EQ(::pclose(bash), 0) << entry.path() << "\n" << exported.text;
+    ++written;
+  }
+  EXPECT_GE(written, 4);
 }
 
 }  // namespace
