@@ -219,7 +219,8 @@ void read_parallel(Reader& r, Plan& plan) {
   for (const std::string name : {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
                                  "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                                  "--pipeline-model-parallel-layout", "--multi-latent-attention", "--mtp-num-layers",
-                                 "--hybrid-override-pattern", "--encoder-num-layers", "--hierarchical-context-parallel-sizes"}) {
+                                 "--hybrid-override-pattern", "--encoder-num-layers", "--hierarchical-context-parallel-sizes",
+                                 "--distribute-saved-activations"}) {
     if (o.has(name)) r.refuse_option(name, "changes the step's cost in a way tessel does not model");
   }
   p.tp = o.take_int("--tensor-model-parallel-size").value_or(1);
@@ -310,6 +311,10 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--no-position-embedding", "position encoding (rope runs carry no table)"}, {"--check-for-nan", "numerics"},
     {"--rerun-mode", "fault handling"}, {"--bert-no-binary-head", "not a GPT option"},
     {"--data-parallel-sharding-strategy", "no effect without --use-megatron-fsdp"},
+    {"--recompute-method", "no effect without --recompute-granularity full"},
+    {"--recompute-num-layers", "no effect without --recompute-granularity full"},
+    {"--fp8-", "no effect without --fp8-format"}, {"--fp4-", "no effect without --fp4-format"},
+    {"--optimizer-offload-fraction", "no effect without --optimizer-cpu-offload"},
 };
 
 bool looks_cost_relevant(const std::string& name) {

@@ -112,6 +112,8 @@ TEST(Megatron, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(refusal("--tensor-model-parallel-size 3").find("do not divide the 8 GPUs"), std::string::npos);
   EXPECT_EQ(refusal("--moe-router-topk 2 --num-experts 1"), "(accepted)");
+  EXPECT_EQ(refusal("--fp8-amax-history-len 1024 --recompute-granularity selective --recompute-num-layers 2"),
+            "(accepted)");
 }
 
 TEST(Megatron, UnknownCostNeutralOptionsAreListedAsNotUnderstood) {
