@@ -307,7 +307,9 @@ constexpr std::pair<const char*, const char*> kIgnoredKeys[] = {
     {"model.rampup_batch_size", "batch ramp-up (tessel prices the full-batch step)"}, {"model.kv_channels", "checked"},
     {"model.fsdp_", "no effect without fsdp"}, {"model.nemo_path", "paths"}, {"model.restore_from_path", "checkpointing"},
     {"model.num_query_groups", "mapped"}, {"model.do_layer_norm_weight_decay", "optimizer hyperparameter"},
-    {"model.attention_type", "multihead (tessel's)"}, {"trainer.", "trainer setting (logging, run length, devices placed by tessel)"},
+    {"model.attention_type", "multihead (tessel's)"}, {"model.moe_", "no effect without experts"},
+    {"model.cpu_offloading_", "no effect without cpu_offloading"}, {"model.tp_comm_", "overlap"},
+    {"model.defer_embedding_wgrad_compute", "overlap"}, {"model.cross_entropy_loss_fusion", "kernel fusion"}, {"trainer.", "trainer setting (logging, run length, devices placed by tessel)"},
 };
 
 bool looks_cost_relevant(const std::string& key) {
