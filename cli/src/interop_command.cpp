@@ -26,7 +26,8 @@ void ImportFlags::add_to(CLI::App* command, bool with_cluster, const std::string
                       "JSON (with --hf-config) or a torchtitan TOML");
   command->add_option("--engine", engine, "The " + file_option + " file's engine: " + kEngines +
                                               " (default: from the file's extension and content)");
-  command->add_option("--hf-config", hf_config, "Hugging Face config.json of the model (DeepSpeed configs name none)");
+  command->add_option("--hf-config", hf_config, "Hugging Face config.json of the model: DeepSpeed configs name none; Megatron-LM and NeMo take "
+                      "from it the vocabulary size a tokenizer file holds");
   if (with_cluster) {
     command->add_option("--cluster,-c", cluster, "Cluster preset or JSON the --import run is placed on");
     command->add_option("--nodes,-n", nodes, "Nodes of the cluster for the --import run")->capture_default_str();
