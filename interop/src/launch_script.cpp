@@ -1,11 +1,13 @@
-// Reads a launch script statement by statement: assignments fill a variable table,
-// conditionals and loops are refused, and the first command that runs a Python training
-// program gives the options. Words are split the way bash splits them closely enough
+// Reads a launch script statement by statement: assignments fill a variable table, if
+// blocks choose lines (launch_conditions.hpp), loops are refused, and the first command
+// that runs a Python training program gives the options. Words are split the way bash splits them closely enough
 // for launch scripts: quotes keep spaces, unquoted expansions ($VAR, ${ARR[@]}) are
 // split on whitespace, `#` at a word's start begins a comment, redirections and pipes
 // end the command. Unset variables expand to nothing; the environment is never read, so
 // a script reads the same on every machine.
 #include "launch_script.hpp"
+
+#include "launch_conditions.hpp"
 
 #include <cctype>
 #include <map>
@@ -379,6 +381,9 @@ LaunchCommand read_launch_script(const std::string& raw_text, const std::string&
   }
 
   Shell shell(source);
+  ShellConditionals conditionals;
+  const ShellConditionals::Expand expand = [&](const std::string& text) { return shell.words(text, false); };
+  const ShellConditionals::Fail fail = [&](const std::string& what) { shell.fail(what); };
   LaunchCommand command;
   std::vector<std::string> bare_options;  // lines that are only options (no program)
   bool found_program = false;
@@ -387,6 +392,7 @@ LaunchCommand read_launch_script(const std::string& raw_text, const std::string&
     std::string line = lines[n];
     line.erase(0, line.find_first_not_of(" \t"));
     if (line.empty() || line[0] == '#') continue;
+    if (conditionals.handle(line, expand, fail, shell.notes, shell.line) || !conditionals.active()) continue;
     if (const auto assignment = parse_assignment(line)) {
       const std::string& name = assignment->name;
       const bool append = assignment->append;
@@ -429,8 +435,8 @@ LaunchCommand read_launch_script(const std::string& raw_text, const std::string&
     const std::vector<std::string> words = shell.words(line);
     if (words.empty()) continue;
     if (is_control_keyword(words[0]) || ends_with(words[0], "()")) {
-      shell.fail(fmt::format("shell '{}' is not evaluated (its branch depends on the machine); flatten the script to "
-                             "the commands it runs",
+      shell.fail(fmt::format("shell '{}' is not evaluated (loops, cases and functions depend on the machine); flatten "
+                             "the script to the commands it runs",
                              words[0]));
     }
     if (found_program) continue;
@@ -451,6 +457,7 @@ LaunchCommand read_launch_script(const std::string& raw_text, const std::string&
       bare_options.insert(bare_options.end(), words.begin(), words.end());
     }
   }
+  if (conditionals.open()) throw Error(fmt::format("{}: an if block is not closed with fi", source));
   if (!found_program) command.args = std::move(bare_options);
   if (command.args.empty()) {
     throw Error(fmt::format("{}: no training command (a line running pretrain_gpt.py or similar) and no options found",

@@ -2,8 +2,9 @@
 // options (GPT_ARGS=( ... )), backslash continuations, comments, and one torchrun (or
 // python) line that names pretrain_gpt.py and expands the arrays. This reads such a
 // script as far as it can be read without running it: assignments, arrays, ${VAR},
-// ${VAR:-default}, $((arithmetic)) and quoting are evaluated; conditionals and loops are
-// refused by line (their branch depends on the machine), command substitution $(...)
+// ${VAR:-default}, $((arithmetic)) and quoting are evaluated, and if blocks whose tests
+// read only the script's variables (launch_conditions.hpp); loops and cases are refused
+// by line (they depend on the machine), command substitution $(...)
 // expands to nothing and is reported. A plain command line, or just the options, is a
 // script of one line.
 #pragma once

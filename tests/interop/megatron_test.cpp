@@ -177,13 +177,47 @@ python -m torch.distributed.run --nproc-per-node=8 --nnodes=1 \
   EXPECT_FALSE(contains(run.ignored, "log.txt"));
 }
 
-TEST(Megatron, ConditionalsAreRefusedByLine) {
+TEST(Megatron, LoopsAreRefusedByLine) {
   try {
-    import_run(Engine::megatron, "A=1\nif [ \"$A\" = 1 ]; then\n  B=2\nfi\ntorchrun pretrain_gpt.py --num-layers 2\n",
+    import_run(Engine::megatron, "A=1\nfor x in 1 2; do\n  B=2\ndone\ntorchrun pretrain_gpt.py --num-layers 2\n",
                context_on("dgx-a100", 1, "launch.sh"));
-    FAIL() << "a conditional was evaluated";
+    FAIL() << "a loop was evaluated";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("launch.sh: line 2: shell 'if' is not evaluated"), std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("launch.sh: line 2: shell 'for' is not evaluated"), std::string::npos)
+        << error.what();
+  }
+}
+
+// Megatron's Llama 3 example as published chooses its fp8 options in if blocks.
+TEST(Megatron, IfBlocksOnTheScriptsOwnVariablesAreEvaluated) {
+  const std::string published = fixture("megatron_llama3_8b_fp8.sh");
+  try {
+    import_run(Engine::megatron, published, context_on("dgx-h100", 1, "llama.sh"));
+    FAIL() << "the fp8 branch was not taken";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("llama.sh: --fp8-format hybrid: FP8/FP4 training is not modelled"),
+              std::string::npos)
+        << error.what();
+  }
+  std::string bf16 = published;
+  bf16.replace(bf16.find("\nDTYPE=\"fp8\""), 12, "\nDTYPE=\"bf16\"");
+  const ImportedRun run = import_run(Engine::megatron, bf16, context_on("dgx-h100", 1));
+  const ImportedRun flattened = import_run(Engine::megatron, fixture("megatron_llama3_8b.sh"), context_on("dgx-h100", 1));
+  EXPECT_EQ(run.plan, flattened.plan);
+  EXPECT_TRUE(contains(run.ignored, "the file test -f pretrain_gpt.py is taken as true"));
+  for (const auto& [script, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"if [ -z \"$X\" ] && [[ 3 -gt 2 ]]; then\nL=2\nelif [ 1 = 1 ]; then\nL=3\nelse\nL=4\nfi\n", "2"},
+           {"X=a\nif [[ $X != a ]] || [ -n \"\" ]; then\nL=2\nelif [ \"$X\" == a ]; then\nL=3\nelse\nL=4\nfi\n", "3"},
+           {"if [ 1 -eq 2 ]; then\n  if [ 1 = 1 ]; then\n    L=2\n  fi\nelse\nL=4\nfi\n", "4"}}) {
+    const ImportedRun chosen = import_run(Engine::megatron, script + std::string(kSmallRun) + "--num-layers $L",
+                                          context_on("dgx-a100", 1));
+    EXPECT_EQ(chosen.plan.model.layers, std::stoi(expected)) << script;
+  }
+  try {
+    import_run(Engine::megatron, "if [ \"$(hostname)\" =~ gpu ]; then\nfi\n", context_on("dgx-a100", 1, "x.sh"));
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("x.sh: line 1: the condition is not evaluated"), std::string::npos)
         << error.what();
   }
 }
