@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "format.hpp"
+#include "interop_flags.hpp"
 #include "refine.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
@@ -159,6 +161,8 @@ Json inputs_json(const Plan& plan) {
 // ---------------------------------------------------------------- plan
 struct PlanArgs {
   InputFlags inputs;
+  ImportFlags near;  // --near: a run in another engine's format to search around
+  std::string emit, emit_out;
   int top = 10;
   int refine = 0;
   int threads = 0;
@@ -166,8 +170,10 @@ struct PlanArgs {
 };
 
 int run_plan(const PlanArgs& args) {
-  Plan plan = args.inputs.to_plan();
-  const CostModel model = args.inputs.cost_model(plan);
+  if (!args.emit.empty()) interop::engine_from_name(args.emit, "--emit");  // refuse a bad name before searching
+  const std::optional<interop::ImportedRun> near = import_near(args.near, args.inputs);
+  Plan plan = near ? near->plan : args.inputs.to_plan();
+  const CostModel model = near ? CostModel::for_plan(plan, args.inputs.db) : args.inputs.cost_model(plan);
   if (args.refine < 0) throw Error(fmt::format("--refine: must be 0 or more, got {}", args.refine));
   ProgressBar bar("searching");
   SearchResult result = planner::search(model, search_options(std::max(args.top, args.refine), args.threads, &bar));
@@ -214,10 +220,18 @@ int run_plan(const PlanArgs& args) {
   if (!simulated.empty()) std::cout << fmt::format("re-ranked the analytic top {} by simulation\n", simulated.size());
   std::cout << search_summary(result);
   print_cost_flags(result.cost_flags);
+  if (near) print_near(*near, model, result);
+  if (!args.emit.empty() && !result.best.empty()) {
+    Plan best = plan;
+    best.parallel = result.best.front().parallel;
+    if (best.cluster.ranks_fill_node()) best.nodes = 1;
+    emit_plan(best, args.emit, args.emit_out);
+  }
   if (!args.json_file.empty()) {
     Json out = result.to_json();
     for (std::size_t i = 0; i < simulated.size(); ++i) out["plans"][i]["simulated_step_time_s"] = simulated[i];
     out["inputs"] = inputs_json(plan);
+    if (near) out["imported"] = Json{{"mapped", near->mapped}, {"ignored", near->ignored}, {"plan", near->plan.to_json()}};
     write_text_file_atomically(args.json_file, out.dump(2) + "\n");
     std::cout << fmt::format("wrote {}\n", args.json_file);
   }
@@ -227,18 +241,25 @@ int run_plan(const PlanArgs& args) {
 // ---------------------------------------------------------------- estimate
 struct EstimateArgs {
   std::string plan_file;
+  ImportFlags import;
   bool json = false;
   std::string db;
 };
 
 int run_estimate(const EstimateArgs& args) {
-  const Plan plan = Plan::load(args.plan_file);
+  if (args.plan_file.empty() == !args.import.given()) throw Error("--plan: give a plan file or --import FILE (one of them)");
+  std::optional<interop::ImportedRun> imported;
+  if (args.import.given()) imported = args.import.read();
+  const Plan plan = imported ? imported->plan : Plan::load(args.plan_file);
   const CostModel model = CostModel::for_plan(plan, args.db);
   const Estimate e = model.estimate(plan.parallel);
   if (args.json) {
-    std::cout << e.to_json().dump(2) << "\n";
+    Json out = e.to_json();
+    if (imported) out["imported"] = import_summary_json(args.import, *imported);
+    std::cout << out.dump(2) << "\n";
     return 0;
   }
+  if (imported) print_import_summary(args.import, *imported, std::cout);
   const double limit = model.costs().device().memory_bytes;
   std::cout << fmt::format("{} on {} x {} ({} {}): {}\n", plan.model.name, plan.nodes, plan.cluster.name, model.gpus(),
                            plan.cluster.ranks_fill_node() ? "ranks" : "GPUs",
@@ -490,20 +511,31 @@ Command add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand("plan", "Rank every parallel and memory strategy for a model on a cluster");
   args->inputs.add_to(cmd, true);
+  cmd->get_option("--model")->required(false);
+  cmd->get_option("--global-batch")->required(false);
   cmd->add_option("--nodes,-n", args->inputs.nodes, "Nodes of the cluster")->capture_default_str();
+  args->near.add_to(cmd, false, "--near");
+  add_emit_options(cmd, args->emit, args->emit_out);
   cmd->add_option("--top,-k", args->top, "Plans to show")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all cores)");
   cmd->add_option("--refine", args->refine,
                   "Re-rank the analytic top K by simulation (child processes in parallel, one per core)");
   cmd->add_option("--json", args->json_file, "Also write the ranked plans and rejection counts as JSON");
-  cmd->footer("Example: tessel plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536");
+  cmd->footer("Example: tessel plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536\n"
+              "--near FILE searches around a run written for another engine (model, batch, sequence, precision from the "
+              "file) and shows that run's own prediction next to the best plans; --emit megatron writes the best plan "
+              "as Megatron-LM's launch script.");
   return [args] { return run_plan(*args); };
 }
 
 Command add_estimate_command(CLI::App& app) {
   auto args = std::make_shared<EstimateArgs>();
-  CLI::App* cmd = app.add_subcommand("estimate", "Analytic prediction for one fixed plan file");
-  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file")->required();
+  CLI::App* cmd = app.add_subcommand("estimate", "Analytic prediction for one fixed plan file (or imported run)");
+  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file (or --import)");
+  args->import.add_to(cmd, true);
+  cmd->footer("--import reads a run written for another engine (a Megatron-LM launch script, a NeMo YAML, ...) on "
+              "--cluster and --nodes, and prints which of its options were mapped and which ignored.\n"
+              "Example: tessel estimate --import train_gpt3_175b_distributed.sh --cluster dgx-a100 --nodes 128");
   cmd->add_flag("--json", args->json, "Print one JSON object instead of tables");
   add_db_option(cmd, args->db);
   return [args] { return run_estimate(*args); };

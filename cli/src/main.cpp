@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   add(add_compare_command);
   add(add_gui_command);
   add(add_export_weights_command);
+  add(add_export_command);
 
   try {
     app.parse(argc, argv);

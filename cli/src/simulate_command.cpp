@@ -1,11 +1,13 @@
 // `tessel simulate`: replay a plan on the SimGrid model of its cluster and compare with
 // the analytic estimate.
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
 #include "format.hpp"
+#include "interop_flags.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/planner/cost_model.hpp"
 #include "tessel/profiles/profile_store.hpp"
@@ -16,6 +18,7 @@ namespace tessel::cli {
 namespace {
 struct SimulateArgs {
   std::string plan_file;
+  ImportFlags import;
   std::string trace_file;
   std::string db;
   bool json = false;
@@ -27,7 +30,10 @@ struct SimulateArgs {
 };
 
 int run_simulate(const SimulateArgs& args) {
-  const Plan plan = Plan::load(args.plan_file);
+  if (args.plan_file.empty() == !args.import.given()) throw Error("--plan: give a plan file or --import FILE (one of them)");
+  std::optional<interop::ImportedRun> imported;
+  if (args.import.given()) imported = args.import.read();
+  const Plan plan = imported ? imported->plan : Plan::load(args.plan_file);
   const profiles::Profile profile = profiles::resolve_profile(plan.cluster.device, args.db);
   planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
   model.set_overlap(!args.no_overlap);
@@ -80,9 +86,11 @@ int run_simulate(const SimulateArgs& args) {
     out["flows"] = sim.flows;
     out["simulated_ranks"] = sim.simulated_ranks;
     out["simulation_wall_s"] = sim.wall_s;
+    if (imported) out["imported"] = import_summary_json(args.import, *imported);
     std::cout << out.dump(2) << "\n";
     return 0;
   }
+  if (imported) print_import_summary(args.import, *imported, std::cout);
   std::cout << fmt::format("{} on {} x {} ({} ranks): {}\n", plan.model.name, plan.nodes, plan.cluster.name,
                            program.world_size(), plan.parallel.summary());
   std::cout << fmt::format("simulated step  {}   analytic estimate {}  ({:+.1f}%)\n", format_seconds(sim.step_time_s),
@@ -110,7 +118,11 @@ int run_simulate(const SimulateArgs& args) {
 Command add_simulate_command(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
   CLI::App* cmd = app.add_subcommand("simulate", "Replay a plan op by op on a SimGrid model of its cluster");
-  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file")->required();
+  cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file (or --import)");
+  args->import.add_to(cmd, true);
+  cmd->footer("--import reads a run written for another engine (a Megatron-LM launch script, a NeMo YAML, ...) on "
+              "--cluster and --nodes, and prints which of its options were mapped and which ignored.\n"
+              "Example: tessel simulate --import train_llama3_8b.sh --cluster dgx-h100 --nodes 1");
   cmd->add_option("--trace", args->trace_file, "Write the timeline as Chrome trace JSON (Perfetto)");
   cmd->add_flag("--json", args->json, "Print one JSON object: the estimate's fields, simulated, plus the simulator's");
   cmd->add_flag("--no-overlap", args->no_overlap, "Run each rank's ops one at a time (no stream overlap)");

@@ -1,10 +1,376 @@
-// TODO(interop): the megatron reader and writer (a placeholder until they land).
+// Reads a Megatron-LM run (a launch script or a command line of pretrain_gpt.py) into a
+// plan. Every option lands in one bin:
+//  - mapped: the model's shape, batch, precision, optimizer, attention kernels and the
+//    parallel layout (tensor, pipeline, virtual stages, context, sequence parallel,
+//    distributed optimizer / Megatron FSDP, optimizer offload, recompute);
+//  - refused by name: what changes a step's cost in ways tessel does not model (FP8/FP4,
+//    mixture of experts, uneven pipeline splits, partial recompute, non-ring context
+//    parallelism, other optimizers), since a price without it would be wrong, not rough;
+//  - ignored: paths, logging, seeds, learning-rate schedules, kernel-fusion switches and
+//    communication overlap (tessel already overlaps gradient reduction with backward).
+// Options tessel has never heard of are listed as "not understood" among the ignored
+// (Megatron gains options every month; refusing each would make the reader useless),
+// unless their name says they touch a cost dimension (parallel, expert, layers, batch,
+// recompute, ...): those are refused, because guessing there would misprice the run.
+// Defaults are Megatron-Core's (megatron/training/arguments.py): ffn 4*hidden (swiglu:
+// 2/3 of that, down to a multiple of 64), query groups = heads, Adam, attention backend
+// auto (flash/fused kernels).
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "engines.hpp"
+#include "launch_script.hpp"
+#include "megatron_family.hpp"
+#include "megatron_options.hpp"
 #include "tessel/core/error.hpp"
 
 namespace tessel::interop::detail {
 
-ImportedRun import_megatron(const std::string&, const ImportContext&) { throw Error("import: megatron is not read yet"); }
-ExportedConfig export_megatron(const Plan&) { throw Error("export: megatron is not written yet"); }
+namespace {
+
+bool starts_with(const std::string& text, const std::string& head) { return text.rfind(head, 0) == 0; }
+
+struct Reader {
+  MegatronOptions& options;
+  const ImportContext& context;
+  ImportedRun& run;
+
+  void mapped(const std::string& option, const std::string& field) { run.mapped.push_back(option + " -> " + field); }
+  [[noreturn]] void refuse_option(const std::string& name, const std::string& why) {
+    refuse(context, fmt::format("{}: {}", options.spelled(name), why));
+  }
+  int required_int(const std::string& name, const std::string& field) {
+    const auto value = options.take_int(name);
+    if (!value) refuse(context, fmt::format("{} is missing (it sets {}; Megatron requires it)", name, field));
+    mapped(options.spelled(name), field);
+    return *value;
+  }
+};
+
+ModelSpec read_model(Reader& r) {
+  MegatronOptions& o = r.options;
+  ModelSpec m;
+  m.name = "megatron-model";  // named after a preset it equals once read
+  m.layers = r.required_int("--num-layers", "model.layers");
+  m.hidden = r.required_int("--hidden-size", "model.hidden");
+  m.heads = r.required_int("--num-attention-heads", "model.heads");
+  m.kv_heads = m.heads;
+  if (o.take_flag("--group-query-attention")) {
+    m.kv_heads = r.required_int("--num-query-groups", "model.kv_heads");
+  } else if (o.has("--num-query-groups")) {
+    r.run.ignored.push_back(o.spelled("--num-query-groups") + ": no effect without --group-query-attention");
+    o.take("--num-query-groups");
+  }
+  if (const auto kv_channels = o.take_int("--kv-channels"); kv_channels && *kv_channels * m.heads != m.hidden) {
+    r.refuse_option("--kv-channels", fmt::format("heads x kv-channels {} differs from hidden {}; tessel models "
+                                                 "head_dim = hidden / heads",
+                                                 *kv_channels * m.heads, m.hidden));
+  }
+  const bool swiglu = o.take_flag("--swiglu");
+  if (swiglu) m.activation = Activation::swiglu, r.mapped("--swiglu", "model.activation swiglu");
+  if (o.has("--squared-relu")) r.refuse_option("--squared-relu", "tessel models gelu and swiglu activations");
+  if (const auto ffn = o.take_int("--ffn-hidden-size")) {
+    m.ffn_hidden = *ffn;
+    r.mapped(o.spelled("--ffn-hidden-size"), "model.ffn_hidden");
+  } else {
+    m.ffn_hidden = swiglu ? int((4LL * m.hidden * 2 / 3) / 64) * 64 : 4 * m.hidden;
+    r.mapped(fmt::format("(--ffn-hidden-size default {})", m.ffn_hidden), "model.ffn_hidden");
+  }
+  if (const auto norm = o.take("--normalization")) {
+    if (*norm == "RMSNorm") m.norm = Norm::rmsnorm;
+    else if (*norm != "LayerNorm") r.refuse_option("--normalization", "tessel models LayerNorm and RMSNorm");
+    r.mapped(o.spelled("--normalization"), fmt::format("model.norm {}", to_string(m.norm)));
+  }
+  if (o.take_flag("--use-rotary-position-embeddings")) m.position_embedding = PositionEmbedding::rope;
+  if (const auto position = o.take("--position-embedding-type")) {
+    if (*position == "rope") m.position_embedding = PositionEmbedding::rope;
+    else if (*position != "learned_absolute")
+      r.refuse_option("--position-embedding-type", "tessel models learned_absolute and rope");
+  }
+  r.mapped(o.has("--position-embedding-type") ? o.spelled("--position-embedding-type") : "(position embedding)",
+           fmt::format("model.position_embedding {}", to_string(m.position_embedding)));
+  if (o.take_flag("--untie-embeddings-and-output-weights")) {
+    m.tied_embeddings = false;
+    r.mapped("--untie-embeddings-and-output-weights", "model.tied_embeddings false");
+  }
+  if (o.take_flag("--disable-bias-linear")) m.bias = false, r.mapped("--disable-bias-linear", "model.bias false");
+  if (o.take_flag("--add-bias-linear")) m.bias = true;
+  // Vocabulary: --vocab-size, else the tokenizer's own, else GPT-2's when only BPE files are given.
+  const auto tokenizer = o.take("--tokenizer-type");
+  if (const auto vocab = o.take_int("--vocab-size")) {
+    m.vocab = *vocab;
+    r.mapped(o.spelled("--vocab-size"), "model.vocab");
+  } else if (tokenizer && tokenizer_vocab(*tokenizer) > 0) {
+    m.vocab = tokenizer_vocab(*tokenizer);
+    r.mapped(o.spelled("--tokenizer-type"), fmt::format("model.vocab {}", m.vocab));
+  } else if (!tokenizer && o.has("--vocab-file") && o.has("--merge-file")) {
+    m.vocab = tokenizer_vocab("GPT2BPETokenizer");
+    r.mapped("--vocab-file/--merge-file (GPT-2 BPE)", fmt::format("model.vocab {}", m.vocab));
+  } else if (r.context.model) {
+    m.vocab = r.context.model->vocab;
+    r.mapped("(tokenizer file)", fmt::format("model.vocab {} (--hf-config)", m.vocab));
+  } else {
+    refuse(r.context, fmt::format("the vocabulary size is unknown ({} reads it from a file): add --vocab-size or give "
+                                  "the model's config.json (--hf-config)",
+                                  tokenizer ? "--tokenizer-type " + *tokenizer : "no --tokenizer-type"));
+  }
+  return m;
+}
+
+// Sequence lengths: the position table is the model's, --seq-length the step's.
+void read_sequence(Reader& r, Plan& plan) {
+  MegatronOptions& o = r.options;
+  const int seq = r.required_int("--seq-length", "train.seq_len");
+  plan.model.seq_len = seq;
+  if (const auto positions = o.take_int("--max-position-embeddings")) {
+    plan.model.seq_len = *positions;
+    r.mapped(o.spelled("--max-position-embeddings"), "model.seq_len");
+  }
+  if (seq > plan.model.seq_len) {
+    r.refuse_option("--seq-length", fmt::format("exceeds --max-position-embeddings {}", plan.model.seq_len));
+  }
+  plan.train.seq_len = seq == plan.model.seq_len ? 0 : seq;
+}
+
+void read_train(Reader& r, TrainSpec& train) {
+  MegatronOptions& o = r.options;
+  for (const std::string name : {"--fp8-format", "--fp8", "--fp8-e4m3", "--fp8-hybrid", "--fp4-format", "--fp4"}) {
+    if (o.has(name)) r.refuse_option(name, "FP8/FP4 training is not modelled by tessel (precisions: fp32, bf16, fp16)");
+  }
+  const bool bf16 = o.take_flag("--bf16");
+  const bool fp16 = o.take_flag("--fp16");
+  if (bf16 && fp16) refuse(r.context, "--bf16 and --fp16 are both given; choose one");
+  train.precision = bf16 ? Precision::bf16 : fp16 ? Precision::fp16 : Precision::fp32;
+  r.mapped(bf16 ? "--bf16" : fp16 ? "--fp16" : "(neither --bf16 nor --fp16)",
+           fmt::format("train.precision {}", to_string(train.precision)));
+  if (const auto optimizer = o.take("--optimizer"); optimizer && *optimizer != "adam") {
+    r.refuse_option("--optimizer", "tessel models Adam(W), LAMB and LARS; Megatron's choice here is neither");
+  }
+  r.mapped(o.has("--optimizer") ? o.spelled("--optimizer") : "(--optimizer default adam)", "train.optimizer adamw");
+  train.kernels = Kernels::fused;
+  std::string kernels_from = "(--attention-backend default auto)";
+  if (const auto backend = o.take("--attention-backend")) {
+    kernels_from = o.spelled("--attention-backend");
+    if (*backend == "unfused" || *backend == "local") train.kernels = Kernels::unfused;
+    else if (*backend != "flash" && *backend != "fused" && *backend != "auto")
+      r.refuse_option("--attention-backend", "expected flash, fused, unfused, local or auto");
+  }
+  if (o.take_flag("--use-flash-attn")) train.kernels = Kernels::fused, kernels_from = "--use-flash-attn";
+  r.mapped(kernels_from, fmt::format("train.kernels {}", to_string(train.kernels)));
+}
+
+// ZeRO stage, offload and recompute: how the memory of a step is bought.
+void read_memory(Reader& r, Plan& plan) {
+  MegatronOptions& o = r.options;
+  ParallelConfig& p = plan.parallel;
+  if (o.take_flag("--use-distributed-optimizer")) p.zero = 1, r.mapped("--use-distributed-optimizer", "parallel.zero 1");
+  if (o.take_flag("--use-megatron-fsdp")) {
+    const std::string strategy = o.take("--data-parallel-sharding-strategy").value_or("optim_grads_params");
+    const std::vector<std::string> stages{"no_shard", "optim", "optim_grads", "optim_grads_params"};
+    const auto found = std::find(stages.begin(), stages.end(), strategy);
+    if (found == stages.end()) r.refuse_option("--data-parallel-sharding-strategy", "expected " + fmt::format("{}", fmt::join(stages, ", ")));
+    p.zero = std::max(p.zero, int(found - stages.begin()));
+    r.mapped("--use-megatron-fsdp --data-parallel-sharding-strategy " + strategy, fmt::format("parallel.zero {}", p.zero));
+  }
+  if (o.take_flag("--use-torch-fsdp2")) p.zero = 3, r.mapped("--use-torch-fsdp2", "parallel.zero 3");
+  if (o.take_flag("--optimizer-cpu-offload")) {
+    if (const auto fraction = o.take("--optimizer-offload-fraction");
+        fraction && *fraction != "1.0" && *fraction != "1" && *fraction != "1.") {
+      r.refuse_option("--optimizer-offload-fraction", "tessel offloads the whole optimizer state (fraction 1.0)");
+    }
+    p.offload = OffloadMode::optimizer;
+    r.mapped("--optimizer-cpu-offload", "parallel.offload optimizer");
+  }
+  if (o.take_flag("--recompute-activations")) p.recompute = Recompute::selective;
+  if (const auto granularity = o.take("--recompute-granularity")) {
+    if (*granularity == "selective") {
+      p.recompute = Recompute::selective;
+    } else if (*granularity == "full") {
+      p.recompute = Recompute::full;
+      const std::string method = o.take("--recompute-method").value_or("uniform");
+      const int per_chunk = plan.model.layers / std::max(1, p.pp * p.virtual_stages);
+      const int count = o.take_int("--recompute-num-layers").value_or(1);
+      if (method == "block" && count < per_chunk) {
+        r.refuse_option("--recompute-num-layers", fmt::format("recomputes {} of the {} layers of each pipeline chunk; "
+                                                              "tessel models recompute of every layer (or selective)",
+                                                              count, per_chunk));
+      }
+      if (method != "block" && method != "uniform") r.refuse_option("--recompute-method", "expected uniform or block");
+    } else {
+      r.refuse_option("--recompute-granularity", "expected full or selective");
+    }
+  }
+  if (p.recompute != Recompute::none || o.has("--recompute-activations")) {
+    r.mapped(o.has("--recompute-granularity") ? o.spelled("--recompute-granularity") : "--recompute-activations",
+             fmt::format("parallel.recompute {}", to_string(p.recompute)));
+  }
+}
+
+// The layout; dp follows from the world size when the plan is placed.
+void read_parallel(Reader& r, Plan& plan) {
+  MegatronOptions& o = r.options;
+  ParallelConfig& p = plan.parallel;
+  for (const std::string name : {"--num-experts", "--expert-model-parallel-size"}) {
+    if (const auto value = o.take_int(name); value && *value > 1)
+      r.refuse_option(name, "mixture of experts is not modelled by tessel");
+  }
+  for (const std::string name : {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                                 "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+                                 "--pipeline-model-parallel-layout", "--multi-latent-attention", "--mtp-num-layers",
+                                 "--hybrid-override-pattern", "--encoder-num-layers", "--hierarchical-context-parallel-sizes",
+                                 "--distribute-saved-activations"}) {
+    if (o.has(name)) r.refuse_option(name, "changes the step's cost in a way tessel does not model");
+  }
+  p.tp = o.take_int("--tensor-model-parallel-size").value_or(1);
+  p.pp = o.take_int("--pipeline-model-parallel-size").value_or(1);
+  p.sp = o.take_int("--context-parallel-size").value_or(1);
+  r.mapped(fmt::format("tensor {} x pipeline {} x context {}", p.tp, p.pp, p.sp), "parallel.tp, parallel.pp, parallel.sp");
+  if (const auto comm = o.take("--cp-comm-type"); comm && *comm != "p2p") {
+    r.refuse_option("--cp-comm-type", "tessel's context parallelism is the ring (p2p)");
+  }
+  if (o.take_flag("--sequence-parallel")) {
+    p.tp_sequence_parallel = p.tp > 1;
+    r.mapped("--sequence-parallel", p.tp > 1 ? "parallel.tp_sequence_parallel true"
+                                             : "nothing (Megatron turns it off at tensor-parallel size 1)");
+  }
+  p.micro_batch = o.take_int("--micro-batch-size").value_or(1);
+  r.mapped(o.has("--micro-batch-size") ? o.spelled("--micro-batch-size") : "(--micro-batch-size default 1)",
+           "parallel.micro_batch");
+  if (const auto global = o.take_int("--global-batch-size")) {
+    plan.train.global_batch = *global;
+    r.mapped(o.spelled("--global-batch-size"), "train.global_batch");
+  }
+  if (const auto layers_per_stage = o.take_int("--num-layers-per-virtual-pipeline-stage")) {
+    if (plan.model.layers % (p.pp * *layers_per_stage) != 0)
+      r.refuse_option("--num-layers-per-virtual-pipeline-stage", "does not divide the layers of a pipeline stage");
+    p.virtual_stages = plan.model.layers / (p.pp * *layers_per_stage);
+  }
+  if (const auto stages = o.take_int("--num-virtual-stages-per-pipeline-rank")) p.virtual_stages = *stages;
+  p.schedule = p.virtual_stages > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+  if (p.virtual_stages > 1) r.mapped(fmt::format("{} virtual stages", p.virtual_stages), "parallel.schedule interleaved");
+  read_memory(r, plan);
+}
+
+// The options tessel knows to leave out, by prefix, with why.
+struct IgnoredFamily {
+  const char* prefix;
+  const char* why;
+};
+constexpr IgnoredFamily kIgnored[] = {
+    {"--save", "checkpointing"}, {"--load", "checkpointing"}, {"--ckpt-", "checkpointing"},
+    {"--async-save", "checkpointing"}, {"--non-persistent-", "checkpointing"}, {"--auto-detect-ckpt-format", "checkpointing"},
+    {"--use-dist-ckpt", "checkpointing"}, {"--dist-ckpt-", "checkpointing"}, {"--no-load-", "checkpointing"},
+    {"--finetune", "checkpointing"}, {"--use-checkpoint-", "checkpointing"},
+    {"--log", "logging"}, {"--eval-", "evaluation"}, {"--tensorboard", "logging"}, {"--wandb-", "logging"},
+    {"--profile", "profiling"}, {"--timing-log", "logging"}, {"--one-logger", "logging"}, {"--enable-one-logger", "logging"},
+    {"--record-memory-history", "profiling"}, {"--memory-snapshot-path", "profiling"}, {"--straggler", "logging"},
+    {"--exit-", "run length"}, {"--train-iters", "run length"}, {"--train-samples", "run length"},
+    {"--skip-train", "run length"}, {"--distributed-timeout-minutes", "launcher"}, {"--distributed-backend", "launcher"},
+    {"--local-rank", "launcher"}, {"--data-", "data paths"}, {"--split", "data paths"}, {"--vocab-file", "tokenizer file"},
+    {"--merge-file", "tokenizer file"}, {"--tokenizer-model", "tokenizer file"}, {"--tiktoken-", "tokenizer file"},
+    {"--legacy-tokenizer", "tokenizer file"}, {"--mock-data", "data paths"}, {"--num-workers", "data loading"},
+    {"--dataloader-type", "data loading"}, {"--no-mmap-bin-files", "data loading"},
+    {"--no-create-attention-mask-in-dataloader", "data loading"}, {"--train-data-path", "data paths"},
+    {"--valid-data-path", "data paths"}, {"--test-data-path", "data paths"}, {"--seed", "seed"},
+    {"--lr", "learning-rate schedule"}, {"--min-lr", "learning-rate schedule"}, {"--decoupled-", "learning-rate schedule"},
+    {"--override-opt_param-scheduler", "learning-rate schedule"}, {"--weight-decay", "optimizer hyperparameter"},
+    {"--start-weight-decay", "optimizer hyperparameter"}, {"--end-weight-decay", "optimizer hyperparameter"},
+    {"--adam-", "optimizer hyperparameter"}, {"--sgd-", "optimizer hyperparameter"}, {"--clip-grad", "optimizer hyperparameter"},
+    {"--init-method-", "initialisation"}, {"--hidden-dropout", "dropout (elementwise, not priced)"},
+    {"--attention-dropout", "dropout (elementwise, not priced)"}, {"--loss-scale", "loss scaling"},
+    {"--initial-loss-scale", "loss scaling"}, {"--min-loss-scale", "loss scaling"}, {"--hysteresis", "loss scaling"},
+    {"--rotary-", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
+    {"--norm-epsilon", "numerics"}, {"--layernorm-epsilon", "numerics"}, {"--apply-layernorm-1p", "numerics"},
+    {"--apply-query-key-layer-scaling", "numerics"}, {"--attention-softmax-in-fp32", "numerics"},
+    {"--calculate-per-token-loss", "numerics"}, {"--qk-layernorm", "numerics (per-head norm, not priced)"},
+    {"--openai-gelu", "numerics"}, {"--onnx-safe", "numerics"}, {"--deterministic-mode", "numerics"},
+    {"--no-persist-layer-norm", "kernel choice"}, {"--no-masked-softmax-fusion", "kernel fusion"},
+    {"--no-bias-", "kernel fusion"}, {"--no-rope-fusion", "kernel fusion"}, {"--no-gradient-accumulation-fusion", "kernel fusion"},
+    {"--cross-entropy-", "kernel fusion"}, {"--gradient-reduce-div-fusion", "kernel fusion"},
+    {"--no-gradient-reduce-div-fusion", "kernel fusion"}, {"--transformer-impl", "implementation choice"},
+    {"--use-mcore-models", "implementation choice"}, {"--use-legacy-models", "implementation choice"},
+    {"--spec", "implementation choice"}, {"--use-cpu-initialization", "initialisation"}, {"--use-te-rng-tracker", "numerics"},
+    {"--overlap-grad-reduce", "overlap (tessel overlaps gradient reduction with backward)"},
+    {"--overlap-param-gather", "overlap (tessel overlaps parameter gathers)"}, {"--align-grad-reduce", "overlap"},
+    {"--align-param-gather", "overlap"}, {"--ddp-", "bucket tuning"},
+    {"--tp-comm-overlap", "overlap of tensor-parallel communication (tessel prices it unoverlapped)"},
+    {"--overlap-p2p-communication", "overlap"}, {"--no-overlap-p2p-communication", "overlap"}, {"--batch-p2p-comm", "overlap"},
+    {"--defer-embedding-wgrad-compute", "overlap"}, {"--wgrad-deferral-limit", "overlap"},
+    {"--accumulate-allreduce-grads-in-fp32", "gradient reduction dtype (tessel reduces in the training precision)"},
+    {"--grad-reduce-in-bf16", "gradient reduction dtype"}, {"--use-precision-aware-optimizer", "optimizer dtype"},
+    {"--main-grads-dtype", "optimizer dtype"}, {"--main-params-dtype", "optimizer dtype"}, {"--exp-avg", "optimizer dtype"},
+    {"--manual-gc", "host runtime"}, {"--empty-unused-memory-level", "host runtime"}, {"--enable-cuda-graph", "launch overhead"},
+    {"--cuda-graph-", "launch overhead"}, {"--external-cuda-graph", "launch overhead"},
+    {"--nccl-communicator-config-path", "communication tuning"}, {"--make-vocab-size-divisible-by",
+                                                                  "vocabulary padding (tessel prices the unpadded vocabulary)"},
+    {"--rampup-batch-size", "batch ramp-up (tessel prices the full-batch step)"}, {"--moe-", "no effect without experts"},
+    {"--expert-tensor-parallel-size", "no effect without experts"}, {"--recompute-modules",
+                                                                    "tessel's selective recompute is the attention core's"},
+    {"--no-position-embedding", "position encoding (rope runs carry no table)"}, {"--check-for-nan", "numerics"},
+    {"--rerun-mode", "fault handling"}, {"--bert-no-binary-head", "not a GPT option"},
+    {"--data-parallel-sharding-strategy", "no effect without --use-megatron-fsdp"},
+    {"--recompute-method", "no effect without --recompute-granularity full"},
+    {"--recompute-num-layers", "no effect without --recompute-granularity full"},
+    {"--fp8-", "no effect without --fp8-format"}, {"--fp4-", "no effect without --fp4-format"},
+    {"--optimizer-offload-fraction", "no effect without --optimizer-cpu-offload"},
+};
+
+bool looks_cost_relevant(const std::string& name) {
+  for (const char* word : {"parallel", "expert", "moe", "fp8", "fp4", "recompute", "offload", "layers", "hidden", "heads",
+                           "batch", "seq", "mtp", "fsdp", "zero", "pipeline", "vocab", "ffn", "mamba", "latent", "kv-"})
+    if (name.find(word) != std::string::npos) return true;
+  return false;
+}
+
+void sort_leftovers(Reader& r, const LaunchCommand& command) {
+  for (const auto& left : r.options.leftovers()) {
+    const IgnoredFamily* family = nullptr;
+    for (const auto& candidate : kIgnored)
+      if (starts_with(left.name, candidate.prefix)) family = &candidate;
+    if (family != nullptr) {
+      r.run.ignored.push_back(fmt::format("{}: {}", left.spelled, family->why));
+    } else if (looks_cost_relevant(left.name)) {
+      refuse(r.context, fmt::format("{}: not understood by tessel, and it may change the step's cost; remove it to "
+                                    "price the run without it",
+                                    left.spelled));
+    } else {
+      r.run.ignored.push_back(fmt::format("{}: not understood by tessel (assumed cost-neutral)", left.spelled));
+    }
+  }
+  for (const auto& word : r.options.strays()) r.run.ignored.push_back(fmt::format("{}: a word before any option", word));
+  for (const auto& note : command.notes) r.run.ignored.push_back(note);
+}
+
+}  // namespace
+
+ImportedRun import_megatron(const std::string& text, const ImportContext& context) {
+  const LaunchCommand command = read_launch_script(text, context.source_name);
+  MegatronOptions options(command.args, context);
+  ImportedRun run;
+  Reader reader{options, context, run};
+  Plan plan;
+  plan.model = read_model(reader);
+  read_sequence(reader, plan);
+  try {
+    plan.model = ModelSpec::from_json(plan.model.to_json(), "model");
+  } catch (const Error& error) {
+    refuse(context, error.what());
+  }
+  read_train(reader, plan.train);
+  read_parallel(reader, plan);
+  sort_leftovers(reader, command);
+  const int launcher_world = command.nproc_per_node * std::max(1, command.nnodes);
+  if (command.nproc_per_node > 0) {
+    run.ignored.push_back(fmt::format("torchrun --nproc_per_node {} --nnodes {}: the launcher's size ({} is placed on "
+                                      "tessel's --nodes {} of {})",
+                                      command.nproc_per_node, std::max(1, command.nnodes), launcher_world,
+                                      context.nodes, context.cluster.name));
+  }
+  plan.model = name_imported_model(plan.model, "megatron-model", "Megatron-LM arguments in " + context.source_name);
+  run.plan = place_imported_plan(std::move(plan), launcher_world, context);
+  return run;
+}
 
 }  // namespace tessel::interop::detail

@@ -128,7 +128,8 @@ TEST_F(Cli, SweepAndCapacityAnswer) {
 }
 
 TEST_F(Cli, EveryCommandHasHelp) {
-  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets", "profile", "simulate", "run", "gui", "compare"}) {
+  for (const char* command : {"plan", "estimate", "sweep", "capacity", "presets", "profile", "simulate", "run", "gui", "compare",
+                              "export"}) {
     const Outcome o = run(std::string(command) + " --help");
     EXPECT_EQ(o.status, 0) << command;
     EXPECT_NE(o.out.find("Usage"), std::string::npos) << command << ": " << o.out;

@@ -1,2 +1,285 @@
-// Placeholder until this engine's tests land.
+// The Megatron-LM reader and writer: Megatron's own example scripts (fixtures/, each
+// citing the example it follows) read into the plans examples/ spells out by hand, the
+// options that change cost in ways tessel does not model refused by name, cost-neutral
+// ones listed, and the shell forms launch scripts use evaluated.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessel/core/error.hpp"
+#include "tessel/interop/engine_config.hpp"
+
+namespace tessel::interop {
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  EXPECT_FALSE(buffer.str().empty()) << path;
+  return buffer.str();
+}
+
+std::string fixture(const std::string& name) {
+  return read_text(std::string(TESSEL_SOURCE_DIR) + "/tests/interop/fixtures/" + name);
+}
+
+ImportContext context_on(const std::string& cluster, int nodes, const std::string& source = "run.sh") {
+  ImportContext context;
+  context.cluster = resolve_cluster(cluster);
+  context.nodes = nodes;
+  context.source_name = source;
+  return context;
+}
+
+bool contains(const std::vector<std::string>& lines, const std::string& part) {
+  return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) { return line.find(part) != std::string::npos; });
+}
+
+// A small run as a plain command line, with `extra` options added.
+const char* kSmallRun =
+    "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 "
+    "--vocab-size 1024 --micro-batch-size 2 --global-batch-size 64 --bf16 --tensor-model-parallel-size 2 ";
+
+std::string refusal(const std::string& extra) {
+  try {
+    import_run(Engine::megatron, kSmallRun + extra, context_on("dgx-a100", 1));
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(accepted)";
+}
+
+TEST(Megatron, Gpt3_175bExampleGivesTheHandWrittenPlan) {
+  const ImportedRun run =
+      import_run(Engine::megatron, fixture("megatron_gpt3_175b.sh"), context_on("dgx-a100", 128, "gpt3.sh"));
+  const Plan expected = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-175b-megatron-dgx-a100.json");
+  EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump(1) << "\n" << expected.to_json().dump(1);
+  EXPECT_TRUE(contains(run.mapped, "--fp16 -> train.precision fp16"));
+  EXPECT_TRUE(contains(run.mapped, "--attention-backend auto -> train.kernels fused"));
+  EXPECT_TRUE(contains(run.mapped, "(--ffn-hidden-size default 49152) -> model.ffn_hidden"));
+  EXPECT_TRUE(contains(run.ignored, "--rampup-batch-size 16 16 5859375: batch ramp-up"));
+  EXPECT_TRUE(contains(run.ignored, "--lr-decay-iters 430000: learning-rate schedule"));
+  EXPECT_TRUE(contains(run.ignored, "--split 949,50,1: data paths"));
+  EXPECT_TRUE(contains(run.ignored, "torchrun --nproc_per_node 8 --nnodes 1"));
+}
+
+TEST(Megatron, Llama3_8bExampleReadsItsShapeAndLayout) {
+  const ImportedRun run = import_run(Engine::megatron, fixture("megatron_llama3_8b.sh"), context_on("dgx-h100", 1));
+  const ModelSpec& m = run.plan.model;
+  EXPECT_EQ(m.layers, 32);
+  EXPECT_EQ(m.hidden, 4096);
+  EXPECT_EQ(m.heads, 32);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.ffn_hidden, 14336);
+  EXPECT_EQ(m.vocab, 128256);
+  EXPECT_EQ(m.seq_len, 8192);
+  EXPECT_EQ(m.activation, Activation::swiglu);
+  EXPECT_EQ(m.norm, Norm::rmsnorm);
+  EXPECT_EQ(m.position_embedding, PositionEmbedding::rope);
+  EXPECT_FALSE(m.tied_embeddings);
+  EXPECT_FALSE(m.bias);
+  const ParallelConfig& p = run.plan.parallel;
+  EXPECT_EQ(p.dp, 8);
+  EXPECT_EQ(p.tp, 1);
+  EXPECT_FALSE(p.tp_sequence_parallel);  // Megatron turns it off at tensor size 1
+  EXPECT_EQ(p.zero, 1);
+  EXPECT_EQ(run.plan.train.global_batch, 128);
+  EXPECT_EQ(run.plan.train.precision, Precision::bf16);
+  EXPECT_EQ(run.plan.train.kernels, Kernels::fused);
+  EXPECT_TRUE(contains(run.ignored, "--overlap-grad-reduce: overlap"));
+  EXPECT_TRUE(contains(run.ignored, "--save checkpoints/llama3_8b_fp8: checkpointing"));
+}
+
+TEST(Megatron, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
+  EXPECT_NE(refusal("--fp8-format hybrid").find("run.sh: --fp8-format hybrid: FP8/FP4 training is not modelled"),
+            std::string::npos);
+  EXPECT_NE(refusal("--num-experts 8").find("--num-experts 8: mixture of experts is not modelled"), std::string::npos);
+  EXPECT_NE(refusal("--expert-model-parallel-size 2").find("--expert-model-parallel-size 2"), std::string::npos);
+  EXPECT_NE(refusal("--decoder-first-pipeline-num-layers 1").find("--decoder-first-pipeline-num-layers 1"),
+            std::string::npos);
+  EXPECT_NE(refusal("--optimizer sgd").find("--optimizer sgd"), std::string::npos);
+  EXPECT_NE(refusal("--cp-comm-type a2a").find("--cp-comm-type a2a"), std::string::npos);
+  EXPECT_NE(refusal("--recompute-granularity full --recompute-method block --recompute-num-layers 1")
+                .find("--recompute-num-layers 1: recomputes 1 of the 4 layers"),
+            std::string::npos);
+  EXPECT_NE(refusal("--funky-parallel-size 2").find("--funky-parallel-size 2: not understood by tessel, and it may "
+                                                    "change the step's cost"),
+            std::string::npos);
+  EXPECT_NE(refusal("--tensor-model-parallel-size 3").find("do not divide the 8 GPUs"), std::string::npos);
+  EXPECT_EQ(refusal("--moe-router-topk 2 --num-experts 1"), "(accepted)");
+  EXPECT_EQ(refusal("--fp8-amax-history-len 1024 --recompute-granularity selective --recompute-num-layers 2"),
+            "(accepted)");
+}
+
+TEST(Megatron, UnknownCostNeutralOptionsAreListedAsNotUnderstood) {
+  const ImportedRun run = import_run(Engine::megatron, std::string(kSmallRun) + "--my-dashboard-colour teal",
+                                     context_on("dgx-a100", 1));
+  EXPECT_TRUE(contains(run.ignored, "--my-dashboard-colour teal: not understood by tessel (assumed cost-neutral)"));
+  EXPECT_EQ(run.plan.parallel.dp, 4);
+  EXPECT_EQ(run.plan.train.global_batch, 64);
+  // Without --global-batch-size Megatron runs one micro-batch per data-parallel replica.
+  std::string no_global = kSmallRun;
+  no_global.replace(no_global.find("--global-batch-size 64 "), 23, "");
+  EXPECT_EQ(import_run(Engine::megatron, no_global, context_on("dgx-a100", 1)).plan.train.global_batch, 2 * 4);
+}
+
+TEST(Megatron, MapsTheLayoutOptions) {
+  const ImportedRun run = import_run(
+      Engine::megatron,
+      std::string(kSmallRun) + "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
+                               "--sequence-parallel --context-parallel-size 2 --use-megatron-fsdp "
+                               "--data-parallel-sharding-strategy optim_grads --recompute-granularity full "
+                               "--recompute-method uniform --recompute-num-layers 1 --optimizer-cpu-offload "
+                               "--use-precision-aware-optimizer --attention-backend unfused",
+      context_on("dgx-a100", 2));
+  const ParallelConfig& p = run.plan.parallel;
+  EXPECT_EQ(p.tp, 2);
+  EXPECT_EQ(p.pp, 2);
+  EXPECT_EQ(p.sp, 2);
+  EXPECT_EQ(p.dp, 2);
+  EXPECT_TRUE(p.tp_sequence_parallel);
+  EXPECT_EQ(p.schedule, Schedule::interleaved);
+  EXPECT_EQ(p.virtual_stages, 2);
+  EXPECT_EQ(p.zero, 2);
+  EXPECT_EQ(p.recompute, Recompute::full);
+  EXPECT_EQ(p.offload, OffloadMode::optimizer);
+  EXPECT_EQ(run.plan.train.kernels, Kernels::unfused);
+}
+
+TEST(Megatron, EvaluatesTheShellFormsOfLaunchScripts) {
+  const std::string script = R"(#!/bin/bash
+# comment line
+TP=${TP:-2}
+LAYERS=4
+HALF=$(( LAYERS * 64 ))
+GLOBAL=$(( (LAYERS + 4) * 8 ))
+MODEL="--num-layers $LAYERS --hidden-size $HALF"
+ARGS=(--num-attention-heads 8 --seq-length 512)
+ARGS+=("--max-position-embeddings 512" --vocab-size 1024)
+HOST=$(hostname)
+python -m torch.distributed.run --nproc-per-node=8 --nnodes=1 \
+    pretrain_gpt.py $MODEL ${ARGS[@]} \
+    --global-batch-size ${GLOBAL} --tensor-model-parallel-size $TP --bf16 '--seed' 7 2>&1 | tee log.txt
+)";
+  const ImportedRun run = import_run(Engine::megatron, script, context_on("dgx-a100", 1));
+  EXPECT_EQ(run.plan.model.layers, 4);
+  EXPECT_EQ(run.plan.model.hidden, 256);
+  EXPECT_EQ(run.plan.model.seq_len, 512);
+  EXPECT_EQ(run.plan.train.global_batch, 64);
+  EXPECT_EQ(run.plan.parallel.tp, 2);
+  EXPECT_TRUE(contains(run.ignored, "$(hostname) is not run"));
+  EXPECT_TRUE(contains(run.ignored, "--seed 7: seed"));
+  EXPECT_FALSE(contains(run.ignored, "log.txt"));
+}
+
+TEST(Megatron, LoopsAreRefusedByLine) {
+  try {
+    import_run(Engine::megatron, "A=1\nfor x in 1 2; do\n  B=2\ndone\ntorchrun pretrain_gpt.py --num-layers 2\n",
+               context_on("dgx-a100", 1, "launch.sh"));
+    FAIL() << "a loop was evaluated";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("launch.sh: line 2: shell 'for' is not evaluated"), std::string::npos)
+        << error.what();
+  }
+}
+
+// Megatron's Llama 3 example as published chooses its fp8 options in if blocks.
+TEST(Megatron, IfBlocksOnTheScriptsOwnVariablesAreEvaluated) {
+  const std::string published = fixture("megatron_llama3_8b_fp8.sh");
+  try {
+    import_run(Engine::megatron, published, context_on("dgx-h100", 1, "llama.sh"));
+    FAIL() << "the fp8 branch was not taken";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("llama.sh: --fp8-format hybrid: FP8/FP4 training is not modelled"),
+              std::string::npos)
+        << error.what();
+  }
+  std::string bf16 = published;
+  bf16.replace(bf16.find("\nDTYPE=\"fp8\""), 12, "\nDTYPE=\"bf16\"");
+  const ImportedRun run = import_run(Engine::megatron, bf16, context_on("dgx-h100", 1));
+  const ImportedRun flattened = import_run(Engine::megatron, fixture("megatron_llama3_8b.sh"), context_on("dgx-h100", 1));
+  EXPECT_EQ(run.plan, flattened.plan);
+  EXPECT_TRUE(contains(run.ignored, "the file test -f pretrain_gpt.py is taken as true"));
+  for (const auto& [script, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"if [ -z \"$X\" ] && [[ 3 -gt 2 ]]; then\nL=2\nelif [ 1 = 1 ]; then\nL=3\nelse\nL=4\nfi\n", "2"},
+           {"X=a\nif [[ $X != a ]] || [ -n \"\" ]; then\nL=2\nelif [ \"$X\" == a ]; then\nL=3\nelse\nL=4\nfi\n", "3"},
+           {"if [ 1 -eq 2 ]; then\n  if [ 1 = 1 ]; then\n    L=2\n  fi\nelse\nL=4\nfi\n", "4"}}) {
+    const ImportedRun chosen = import_run(Engine::megatron, script + std::string(kSmallRun) + "--num-layers $L",
+                                          context_on("dgx-a100", 1));
+    EXPECT_EQ(chosen.plan.model.layers, std::stoi(expected)) << script;
+  }
+  try {
+    import_run(Engine::megatron, "if [ \"$(hostname)\" =~ gpu ]; then\nfi\n", context_on("dgx-a100", 1, "x.sh"));
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("x.sh: line 1: the condition is not evaluated"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(Megatron, MalformedScriptsAreOneLineErrorsNamingTheLine) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"A=\"open\ntorchrun pretrain_gpt.py --num-layers 2\n", "line 1: a double quote is not closed"},
+      {"ARGS=(--num-layers 2\n--hidden-size 64\n", "line 1: the array ARGS=( is not closed"},
+      {"X=$((4 / 0))\n", "line 1: $((...)): division by zero"},
+      {"X=${NAME\n", "line 1: '{' is not closed"},
+      {"echo hello\n", "no training command"},
+      {"--num-layers " + std::string(200000, '9'), "--num-layers"},
+      {"X=" + std::string(300000, 'a') + "\n--num-layers 2\n", "--hidden-size is missing"},
+  };
+  for (const auto& [script, expected] : cases) {
+    try {
+      import_run(Engine::megatron, script, context_on("dgx-a100", 1, "bad.sh"));
+      ADD_FAILURE() << "accepted: " << script.substr(0, 80);
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(expected), std::string::npos) << message.substr(0, 200);
+      EXPECT_EQ(message.rfind("bad.sh: ", 0), 0u) << message.substr(0, 200);
+      EXPECT_EQ(message.find('\n'), std::string::npos);
+    }
+  }
+}
+
+TEST(Megatron, MissingShapeOptionsAreNamed) {
+  try {
+    import_run(Engine::megatron, "--hidden-size 64", context_on("dgx-a100", 1));
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("--num-layers is missing"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Megatron, WriterNamesWhatMegatronCannotExpress) {
+  Plan plan = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json");
+  plan.parallel.tp_mode = TpMode::d2;
+  plan.parallel.tp_sequence_parallel = false;
+  plan.train.optimizer = Optimizer::lamb;
+  const ExportedConfig exported = export_plan(Engine::megatron, plan);
+  ASSERT_EQ(exported.not_expressible.size(), 2u);
+  EXPECT_NE(exported.text.find("# cannot express: parallel.tp_mode 2d"), std::string::npos) << exported.text;
+  EXPECT_NE(exported.text.find("# cannot express: train.optimizer lamb"), std::string::npos);
+  EXPECT_NE(exported.text.find("    --tensor-model-parallel-size 4\n"), std::string::npos);
+}
+
+// What the writer writes is a script bash accepts (bash -n: parsed, nothing run).
+TEST(Megatron, WrittenScriptsParseAsBash) {
+  int written = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(TESSEL_SOURCE_DIR) + "/examples")) {
+    if (entry.path().extension() != ".json") continue;
+    const ExportedConfig exported = export_plan(Engine::megatron, Plan::load(entry.path().string()));
+    FILE* bash = ::popen("bash -n", "w");
+    ASSERT_NE(bash, nullptr);
+    std::fwrite(exported.text.data(), 1, exported.text.size(), bash);
+    EXPECT_EQ(::pclose(bash), 0) << entry.path() << "\n" << exported.text;
+    ++written;
+  }
+  EXPECT_GE(written, 4);
+}
+
+}  // namespace
+}  // namespace tessel::interop

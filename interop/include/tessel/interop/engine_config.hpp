@@ -33,8 +33,8 @@ struct ImportContext {
   ClusterSpec cluster;
   int nodes = 1;
   // The model when the engine's file does not describe one (DeepSpeed: the Hugging Face
-  // config.json next to it); when set for an engine whose file does, the file wins and
-  // this is ignored.
+  // config.json next to it); when set for an engine whose file does, the file wins, and
+  // Megatron and NeMo take from it only the vocabulary size their tokenizer file holds.
   std::optional<ModelSpec> model;
   std::string source_name = "config";  // the file's name, for messages
 };

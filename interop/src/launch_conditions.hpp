@@ -1,0 +1,42 @@
+// The if/elif/else/fi of launch scripts, evaluated where the condition depends only on
+// the script's own variables: [ ] and [[ ]] tests of strings (==, =, !=, -z, -n) and
+// integers (-eq, -ne, -lt, -le, -gt, -ge), negated with !, joined by || and &&. File
+// tests (-f, -d, -e, -x, -s) are taken as true (the script's files are assumed present)
+// and noted; anything else is refused by line, since its branch depends on the machine.
+// Megatron's own examples (examples/llama/train_llama3_8b_h100_fp8.sh) choose their
+// options this way.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tessel::interop::detail {
+
+class ShellConditionals {
+ public:
+  // The words of a text after expansion (quotes kept whole, empty words dropped).
+  using Expand = std::function<std::vector<std::string>(const std::string&)>;
+  // Throws tessel::Error naming the line.
+  using Fail = std::function<void(const std::string&)>;
+
+  // True when `line` (leading blanks removed) is an if, elif, else or fi line, which is
+  // then consumed here.
+  bool handle(const std::string& line, const Expand& words, const Fail& fail, std::vector<std::string>& notes,
+              int line_number);
+  // Whether the lines now read run (every enclosing branch taken).
+  bool active() const { return frames_.empty() || frames_.back().active; }
+  bool open() const { return !frames_.empty(); }
+
+ private:
+  struct Frame {
+    bool outer_active = true;
+    bool taken = false;
+    bool active = false;
+  };
+  bool evaluate(const std::string& condition, const Expand& words, const Fail& fail, std::vector<std::string>& notes,
+                int line_number) const;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace tessel::interop::detail

@@ -1,0 +1,470 @@
+// Reads a launch script statement by statement: assignments fill a variable table, if
+// blocks choose lines (launch_conditions.hpp), loops are refused, and the first command
+// that runs a Python training program gives the options. Words are split the way bash splits them closely enough
+// for launch scripts: quotes keep spaces, unquoted expansions ($VAR, ${ARR[@]}) are
+// split on whitespace, `#` at a word's start begins a comment, redirections and pipes
+// end the command. Unset variables expand to nothing; the environment is never read, so
+// a script reads the same on every machine.
+#include "launch_script.hpp"
+
+#include "launch_conditions.hpp"
+
+#include <cctype>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
+
+namespace tessel::interop::detail {
+
+namespace {
+
+constexpr char kSplit = '\x1f';  // where an unquoted expansion may be split into words
+
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+
+class Shell {
+ public:
+  explicit Shell(std::string source) : source_(std::move(source)) {}
+
+  int line = 0;
+  std::vector<std::string> notes;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(fmt::format("{}: line {}: {}", source_, line, what));
+  }
+
+  void assign(const std::string& name, std::vector<std::string> values, bool append) {
+    auto& slot = vars_[name];
+    if (!append) slot.clear();
+    for (auto& value : values) slot.push_back(std::move(value));
+  }
+
+  // The words of `text`; `split` = false keeps unquoted expansions whole (assignments).
+  std::vector<std::string> words(const std::string& text, bool split = true) {
+    std::vector<std::string> out;
+    std::string word;
+    bool have_word = false;
+    auto finish_word = [&] {
+      if (!have_word) return;
+      std::string piece;
+      for (char c : word + kSplit) {
+        if (c != kSplit) {
+          piece += c;
+        } else if (!piece.empty()) {
+          out.push_back(std::move(piece));
+          piece.clear();
+        }
+      }
+      word.clear();
+      have_word = false;
+    };
+    for (std::size_t i = 0; i < text.size();) {
+      const char c = text[i];
+      if (std::isspace(static_cast<unsigned char>(c)) != 0) {
+        finish_word();
+        ++i;
+      } else if (c == '#' && !have_word) {
+        while (i < text.size() && text[i] != '\n') ++i;
+      } else if (c == '|' || c == ';' || c == '&') {
+        finish_word();
+        break;  // a pipe or the next command: this command's words end here
+      } else if (c == '>' || c == '<') {
+        if (have_word && word.find_first_not_of("0123456789") == std::string::npos) word.clear(), have_word = false;
+        finish_word();
+        while (i < text.size() && (text[i] == '>' || text[i] == '<')) ++i;
+        if (i < text.size() && text[i] == '&') {
+          while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i])) == 0) ++i;
+        } else {
+          while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i])) != 0) ++i;
+          while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i])) == 0) ++i;
+        }
+      } else if (c == '\'') {
+        const std::size_t end = text.find('\'', i + 1);
+        if (end == std::string::npos) fail("a single quote is not closed");
+        word += text.substr(i + 1, end - i - 1);
+        have_word = true;
+        i = end + 1;
+      } else if (c == '"') {
+        have_word = true;
+        ++i;
+        while (true) {
+          if (i >= text.size()) fail("a double quote is not closed");
+          if (text[i] == '"') break;
+          if (text[i] == '\\' && i + 1 < text.size() && std::string("\"\\$`").find(text[i + 1]) != std::string::npos) {
+            word += text[i + 1];
+            i += 2;
+          } else if (text[i] == '$') {
+            word += expand_dollar(text, i);
+          } else {
+            word += text[i++];
+          }
+        }
+        ++i;
+      } else if (c == '\\') {
+        if (i + 1 < text.size()) word += text[i + 1];
+        have_word = true;
+        i += 2;
+      } else if (c == '$') {
+        std::string value = expand_dollar(text, i);
+        if (split) {
+          for (char& v : value)
+            if (std::isspace(static_cast<unsigned char>(v)) != 0) v = kSplit;
+        }
+        word += value;
+        have_word = true;
+      } else {
+        word += c;
+        have_word = true;
+        ++i;
+      }
+    }
+    finish_word();
+    return out;
+  }
+
+ private:
+  std::string value_of(const std::string& name) const {
+    const auto found = vars_.find(name);
+    if (found == vars_.end()) return "";
+    std::string joined;
+    for (const auto& element : found->second) joined += (joined.empty() ? "" : " ") + element;
+    return joined;
+  }
+
+  bool is_set(const std::string& name) const {
+    const auto found = vars_.find(name);
+    return found != vars_.end() && !found->second.empty() && !(found->second.size() == 1 && found->second[0].empty());
+  }
+
+  // The text between text[open] and its matching `close`, nesting counted.
+  std::size_t matching(const std::string& text, std::size_t open, char open_char, char close_char) const {
+    int depth = 0;
+    for (std::size_t i = open; i < text.size(); ++i) {
+      if (text[i] == open_char) ++depth;
+      if (text[i] == close_char && --depth == 0) return i;
+    }
+    fail(fmt::format("'{}' is not closed", open_char));
+  }
+
+  std::string join_words(const std::string& text) {
+    std::string joined;
+    for (const auto& w : words(text, false)) joined += (joined.empty() ? "" : " ") + w;
+    return joined;
+  }
+
+  // Expands the `$` form at text[i] and moves i past it.
+  std::string expand_dollar(const std::string& text, std::size_t& i) {
+    const std::size_t start = i++;
+    if (i >= text.size()) return "$";
+    if (text.compare(i, 2, "((") == 0) {
+      const std::size_t end = text.find("))", i);
+      if (end == std::string::npos) fail("$(( is not closed");
+      const std::string expression = text.substr(i + 2, end - i - 2);
+      i = end + 2;
+      return std::to_string(arithmetic(expression));
+    }
+    if (text[i] == '(') {
+      const std::size_t end = matching(text, i, '(', ')');
+      notes.push_back(fmt::format("line {}: {} is not run; it expanded to nothing", line, text.substr(start, end + 1 - start)));
+      i = end + 1;
+      return "";
+    }
+    if (text[i] == '{') {
+      const std::size_t end = matching(text, i, '{', '}');
+      const std::string inside = text.substr(i + 1, end - i - 1);
+      i = end + 1;
+      return expand_braced(inside);
+    }
+    if (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || std::string("@*#?$!-").find(text[i]) != std::string::npos) {
+      ++i;  // positional and special parameters: unset when the script is read, not run
+      return "";
+    }
+    std::size_t end = i;
+    while (end < text.size() && is_name_char(text[end])) ++end;
+    if (end == i) return "$";
+    const std::string name = text.substr(i, end - i);
+    i = end;
+    return value_of(name);
+  }
+
+  std::string expand_braced(const std::string& inside) {
+    if (!inside.empty() && inside[0] == '#') {
+      notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, inside));
+      return "";
+    }
+    std::size_t name_end = 0;
+    while (name_end < inside.size() && is_name_char(inside[name_end])) ++name_end;
+    const std::string name = inside.substr(0, name_end);
+    std::string rest = inside.substr(name_end);
+    if (rest.rfind('[', 0) == 0) {
+      const std::size_t close = rest.find(']');
+      const std::string index = rest.substr(1, close - 1);
+      rest = close == std::string::npos ? "" : rest.substr(close + 1);
+      if (index != "@" && index != "*") {
+        const auto found = vars_.find(name);
+        const std::size_t at = std::size_t(std::max<long long>(0, arithmetic(index)));
+        return found == vars_.end() || at >= found->second.size() ? "" : found->second[at];
+      }
+    }
+    if (rest.empty()) return value_of(name);
+    const bool colon = rest[0] == ':';
+    const std::string op = rest.substr(colon ? 1 : 0, 1);
+    const std::string word = rest.substr(colon ? 2 : 1);
+    const bool set = colon ? is_set(name) : vars_.count(name) > 0;
+    if (op == "-") return set ? value_of(name) : join_words(word);
+    if (op == "=") {
+      if (!set) assign(name, {join_words(word)}, false);
+      return value_of(name);
+    }
+    if (op == "+") return set ? join_words(word) : "";
+    if (op == "?") {
+      if (!set) notes.push_back(fmt::format("line {}: {} is not set (the script asks for it)", line, name));
+      return value_of(name);
+    }
+    notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, inside));
+    return "";
+  }
+
+  // Integer arithmetic of $((...)): + - * / % and parentheses over numbers and names.
+  long long arithmetic(const std::string& expression) {
+    std::string text;
+    for (std::size_t i = 0; i < expression.size();) {
+      if (expression[i] == '$') {
+        text += expand_dollar(expression, i);
+      } else {
+        text += expression[i++];
+      }
+    }
+    std::size_t at = 0;
+    const long long value = sum(text, at);
+    skip_space(text, at);
+    if (at != text.size()) fail(fmt::format("$(({})): cannot evaluate (only + - * / % on integers)", expression));
+    return value;
+  }
+  static void skip_space(const std::string& text, std::size_t& at) {
+    while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at])) != 0) ++at;
+  }
+  long long sum(const std::string& text, std::size_t& at) {
+    long long value = product(text, at);
+    for (skip_space(text, at); at < text.size() && (text[at] == '+' || text[at] == '-'); skip_space(text, at)) {
+      const char op = text[at++];
+      const long long right = product(text, at);
+      value = op == '+' ? value + right : value - right;
+    }
+    return value;
+  }
+  long long product(const std::string& text, std::size_t& at) {
+    long long value = operand(text, at);
+    for (skip_space(text, at); at < text.size() && std::string("*/%").find(text[at]) != std::string::npos;
+         skip_space(text, at)) {
+      const char op = text[at++];
+      const long long right = operand(text, at);
+      if (op != '*' && right == 0) fail("$((...)): division by zero");
+      value = op == '*' ? value * right : op == '/' ? value / right : value % right;
+    }
+    return value;
+  }
+  long long operand(const std::string& text, std::size_t& at) {
+    skip_space(text, at);
+    if (at < text.size() && text[at] == '(') {
+      ++at;
+      const long long value = sum(text, at);
+      skip_space(text, at);
+      if (at >= text.size() || text[at] != ')') fail("$((...)): a parenthesis is not closed");
+      ++at;
+      return value;
+    }
+    if (at < text.size() && text[at] == '-') return -operand(text, ++at);
+    const std::size_t start = at;
+    while (at < text.size() && is_name_char(text[at])) ++at;
+    const std::string token = text.substr(start, at - start);
+    if (token.empty()) fail("$((...)): expected a number or a name");
+    if (std::isdigit(static_cast<unsigned char>(token[0])) != 0) {
+      try {
+        return std::stoll(token);
+      } catch (const std::exception&) {
+        fail(fmt::format("$((...)): '{}' is not an integer", token));
+      }
+    }
+    const std::string value = value_of(token);
+    try {
+      return value.empty() ? 0 : std::stoll(value);
+    } catch (const std::exception&) {
+      fail(fmt::format("$((...)): {} = '{}' is not an integer", token, value));
+    }
+  }
+
+  std::string source_;
+  std::map<std::string, std::vector<std::string>> vars_;
+};
+
+struct Assignment {
+  std::string name;
+  bool append = false;
+  std::string value;
+};
+
+// `[export|declare [-a]|local|readonly] NAME[+]=value`, by hand: std::regex recurses per
+// character and would overflow the stack on a long line.
+std::optional<Assignment> parse_assignment(const std::string& line) {
+  std::size_t at = 0;
+  for (const char* keyword : {"export ", "declare -a ", "declare ", "local ", "readonly "}) {
+    if (line.rfind(keyword, 0) == 0) {
+      at = std::string(keyword).size();
+      while (at < line.size() && line[at] == ' ') ++at;
+      break;
+    }
+  }
+  const std::size_t name_start = at;
+  if (at >= line.size() || std::isdigit(static_cast<unsigned char>(line[at])) != 0) return std::nullopt;
+  while (at < line.size() && is_name_char(line[at])) ++at;
+  if (at == name_start) return std::nullopt;
+  Assignment assignment;
+  assignment.name = line.substr(name_start, at - name_start);
+  if (at < line.size() && line[at] == '+') assignment.append = true, ++at;
+  if (at >= line.size() || line[at] != '=') return std::nullopt;
+  assignment.value = line.substr(at + 1);
+  return assignment;
+}
+
+bool is_control_keyword(const std::string& word) {
+  for (const char* keyword : {"if", "then", "elif", "else", "fi", "for", "while", "until", "do", "done", "case", "esac",
+                              "function", "select", "{", "}"})
+    if (word == keyword) return true;
+  return false;
+}
+
+int launcher_count(const std::vector<std::string>& words, std::size_t end, const std::string& dash, const std::string& underscore) {
+  for (std::size_t i = 0; i < end; ++i) {
+    std::string value;
+    for (const std::string& name : {dash, underscore}) {
+      if (words[i] == name && i + 1 < end) value = words[i + 1];
+      if (words[i].rfind(name + "=", 0) == 0) value = words[i].substr(name.size() + 1);
+    }
+    if (value.empty()) continue;
+    try {
+      std::size_t used = 0;
+      const int count = std::stoi(value, &used);
+      return used == value.size() && count > 0 ? count : 0;
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  return 0;
+}
+
+bool ends_with(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+LaunchCommand read_launch_script(const std::string& raw_text, const std::string& source) {
+  // Backslash-newline joins lines, as bash does before anything else.
+  std::string text;
+  for (std::size_t i = 0; i < raw_text.size(); ++i) {
+    if (raw_text[i] == '\\' && i + 1 < raw_text.size() && raw_text[i + 1] == '\n') {
+      text += ' ';
+      ++i;
+    } else if (raw_text[i] != '\r') {
+      text += raw_text[i];
+    }
+  }
+  std::vector<std::string> lines;
+  for (std::size_t start = 0; start <= text.size();) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+
+  Shell shell(source);
+  ShellConditionals conditionals;
+  const ShellConditionals::Expand expand = [&](const std::string& text) { return shell.words(text, false); };
+  const ShellConditionals::Fail fail = [&](const std::string& what) { shell.fail(what); };
+  LaunchCommand command;
+  std::vector<std::string> bare_options;  // lines that are only options (no program)
+  bool found_program = false;
+  for (std::size_t n = 0; n < lines.size(); ++n) {
+    shell.line = int(n + 1);
+    std::string line = lines[n];
+    line.erase(0, line.find_first_not_of(" \t"));
+    if (line.empty() || line[0] == '#') continue;
+    if (conditionals.handle(line, expand, fail, shell.notes, shell.line) || !conditionals.active()) continue;
+    if (const auto assignment = parse_assignment(line)) {
+      const std::string& name = assignment->name;
+      const bool append = assignment->append;
+      const std::string& value = assignment->value;
+      if (!value.empty() && value[0] == '(') {
+        // An array: its elements may run over lines up to the closing parenthesis.
+        std::string body = value.substr(1);
+        auto close_at = [](const std::string& part) {
+          char quote = 0;
+          for (std::size_t i = 0; i < part.size(); ++i) {
+            if (quote != 0) {
+              if (part[i] == quote) quote = 0;
+            } else if (part[i] == '"' || part[i] == '\'') {
+              quote = part[i];
+            } else if (part[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(part[i - 1])) != 0)) {
+              return std::string::npos;
+            } else if (part[i] == ')') {
+              return i;
+            }
+          }
+          return std::string::npos;
+        };
+        std::string elements;
+        std::size_t close = close_at(body);
+        while (close == std::string::npos) {
+          elements += body + "\n";
+          if (++n >= lines.size()) shell.fail(fmt::format("the array {}=( is not closed", name));
+          body = lines[n];
+          close = close_at(body);
+        }
+        elements += body.substr(0, close);
+        shell.assign(name, shell.words(elements, false), append);
+      } else {
+        std::string joined;
+        for (const auto& word : shell.words(value, false)) joined += (joined.empty() ? "" : " ") + word;
+        shell.assign(name, {joined}, append);
+      }
+      continue;
+    }
+    const std::vector<std::string> words = shell.words(line);
+    if (words.empty()) continue;
+    if (is_control_keyword(words[0]) || ends_with(words[0], "()")) {
+      shell.fail(fmt::format("shell '{}' is not evaluated (loops, cases and functions depend on the machine); flatten "
+                             "the script to the commands it runs",
+                             words[0]));
+    }
+    if (found_program) continue;
+    std::size_t program_at = words.size();
+    for (std::size_t i = 0; i < words.size(); ++i) {
+      if (ends_with(words[i], ".py")) {
+        program_at = i;
+        break;
+      }
+    }
+    if (program_at < words.size()) {
+      found_program = true;
+      command.program = words[program_at];
+      command.args.assign(words.begin() + std::ptrdiff_t(program_at) + 1, words.end());
+      command.nproc_per_node = launcher_count(words, program_at, "--nproc-per-node", "--nproc_per_node");
+      command.nnodes = launcher_count(words, program_at, "--nnodes", "--nnodes");
+    } else if (words[0].rfind("--", 0) == 0) {
+      bare_options.insert(bare_options.end(), words.begin(), words.end());
+    }
+  }
+  if (conditionals.open()) throw Error(fmt::format("{}: an if block is not closed with fi", source));
+  if (!found_program) command.args = std::move(bare_options);
+  if (command.args.empty()) {
+    throw Error(fmt::format("{}: no training command (a line running pretrain_gpt.py or similar) and no options found",
+                            source));
+  }
+  command.notes = std::move(shell.notes);
+  return command;
+}
+
+}  // namespace tessel::interop::detail

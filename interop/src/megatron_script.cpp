@@ -1,0 +1,133 @@
+// Writes a plan as a Megatron-LM launch script in the shape of Megatron's own examples
+// (examples/gpt3/train_gpt3_175b_distributed.sh): variables for the launcher, one option
+// per line, then torchrun ... pretrain_gpt.py. What Megatron-Core cannot run is replaced
+// by the nearest plan it can (megatron_family.hpp), each change a `#` line at the top.
+// ZeRO 2 and 3 are Megatron FSDP's optim_grads and optim_grads_params sharding (current
+// Megatron-Core; older releases have only the distributed optimizer, ZeRO 1). Paths,
+// iteration counts and the learning rate are placeholders the reader ignores again.
+#include <fmt/format.h>
+
+#include "engines.hpp"
+#include "megatron_family.hpp"
+#include "tessel/core/error.hpp"
+
+namespace tessel::interop::detail {
+
+namespace {
+
+void add(std::vector<std::string>& lines, const std::string& option) { lines.push_back(option); }
+
+std::vector<std::string> model_options(const Plan& plan) {
+  const ModelSpec& m = plan.model;
+  std::vector<std::string> lines;
+  add(lines, fmt::format("--num-layers {}", m.layers));
+  add(lines, fmt::format("--hidden-size {}", m.hidden));
+  add(lines, fmt::format("--ffn-hidden-size {}", m.ffn_hidden));
+  add(lines, fmt::format("--num-attention-heads {}", m.heads));
+  if (m.kv_heads != m.heads) {
+    add(lines, "--group-query-attention");
+    add(lines, fmt::format("--num-query-groups {}", m.kv_heads));
+  }
+  add(lines, fmt::format("--seq-length {}", plan.seq_len()));
+  add(lines, fmt::format("--max-position-embeddings {}", m.seq_len));
+  add(lines, m.position_embedding == PositionEmbedding::rope ? "--position-embedding-type rope"
+                                                             : "--position-embedding-type learned_absolute");
+  add(lines, m.norm == Norm::rmsnorm ? "--normalization RMSNorm" : "--normalization LayerNorm");
+  if (m.activation == Activation::swiglu) add(lines, "--swiglu");
+  if (!m.tied_embeddings) add(lines, "--untie-embeddings-and-output-weights");
+  if (!m.bias) add(lines, "--disable-bias-linear");
+  if (m.vocab == tokenizer_vocab("GPT2BPETokenizer")) {
+    add(lines, "--tokenizer-type GPT2BPETokenizer");
+    add(lines, "--vocab-file \"$VOCAB_FILE\"");
+    add(lines, "--merge-file \"$MERGE_FILE\"");
+  } else {
+    // Megatron's NullTokenizer takes the size as given; swap in your tokenizer of that size.
+    add(lines, "--tokenizer-type NullTokenizer");
+    add(lines, fmt::format("--vocab-size {}", m.vocab));
+  }
+  return lines;
+}
+
+std::vector<std::string> training_options(const Plan& plan) {
+  const ParallelConfig& p = plan.parallel;
+  std::vector<std::string> lines;
+  add(lines, fmt::format("--micro-batch-size {}", p.micro_batch));
+  add(lines, fmt::format("--global-batch-size {}", plan.train.global_batch));
+  if (plan.train.precision == Precision::bf16) add(lines, "--bf16");
+  if (plan.train.precision == Precision::fp16) add(lines, "--fp16");
+  add(lines, "--optimizer adam");
+  add(lines, plan.train.kernels == Kernels::fused ? "--attention-backend flash" : "--attention-backend unfused");
+  if (p.recompute == Recompute::selective) add(lines, "--recompute-granularity selective");
+  if (p.recompute == Recompute::full) {
+    add(lines, "--recompute-granularity full");
+    add(lines, "--recompute-method uniform");
+    add(lines, "--recompute-num-layers 1");
+  }
+  add(lines, "--train-iters ${TRAIN_ITERS:-1000}");
+  add(lines, "--lr 3.0e-4");
+  add(lines, "--lr-decay-style cosine");
+  add(lines, "--clip-grad 1.0");
+  return lines;
+}
+
+std::vector<std::string> parallel_options(const Plan& plan) {
+  const ParallelConfig& p = plan.parallel;
+  std::vector<std::string> lines;
+  add(lines, fmt::format("--tensor-model-parallel-size {}", p.tp));
+  add(lines, fmt::format("--pipeline-model-parallel-size {}", p.pp));
+  if (p.sp > 1) add(lines, fmt::format("--context-parallel-size {}", p.sp));
+  if (p.tp_sequence_parallel) add(lines, "--sequence-parallel");
+  if (p.schedule == Schedule::interleaved)
+    add(lines, fmt::format("--num-layers-per-virtual-pipeline-stage {}", plan.model.layers / (p.pp * p.virtual_stages)));
+  if (p.zero == 1) add(lines, "--use-distributed-optimizer");
+  if (p.zero >= 2) {
+    add(lines, "--use-megatron-fsdp");
+    add(lines, p.zero == 2 ? "--data-parallel-sharding-strategy optim_grads"
+                           : "--data-parallel-sharding-strategy optim_grads_params");
+  }
+  if (p.offload == OffloadMode::optimizer) {
+    add(lines, "--optimizer-cpu-offload");
+    add(lines, "--use-precision-aware-optimizer");
+  }
+  return lines;
+}
+
+void add_array(std::string& text, const std::string& name, const std::vector<std::string>& options) {
+  text += name + "=(\n";
+  for (const auto& option : options) text += "    " + option + "\n";
+  text += ")\n\n";
+}
+
+}  // namespace
+
+ExportedConfig export_megatron(const Plan& plan) {
+  ExportedConfig out;
+  const Plan nearest = nearest_megatron_plan(plan, /*fsdp_zero=*/true, "Megatron-LM", out.not_expressible);
+  std::string& text = out.text;
+  text += "#!/bin/bash\n";
+  text += fmt::format("# Megatron-LM launch script written by tessel: {} on {} x {}\n", nearest.model.name,
+                      nearest.nodes, nearest.cluster.name);
+  text += fmt::format("# plan: {}\n", nearest.parallel.summary());
+  for (const auto& note : out.not_expressible) text += "# cannot express: " + note + "\n";
+  text += "# Run it on every node with NODE_RANK and MASTER_ADDR set; give the data with DATA_PATH.\n\n";
+  text += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n";
+  text += fmt::format("GPUS_PER_NODE={}\n", nearest.gpus_per_node());
+  text += fmt::format("NUM_NODES={}\n", nearest.cluster.ranks_fill_node() ? 1 : nearest.nodes);
+  text += "MASTER_ADDR=${MASTER_ADDR:-localhost}\nMASTER_PORT=${MASTER_PORT:-6000}\nNODE_RANK=${NODE_RANK:-0}\n";
+  text += "DATA_PATH=${DATA_PATH:-my-gpt_text_document}\n";
+  if (nearest.model.vocab == tokenizer_vocab("GPT2BPETokenizer")) {
+    text += "VOCAB_FILE=${VOCAB_FILE:-gpt2-vocab.json}\nMERGE_FILE=${MERGE_FILE:-gpt2-merges.txt}\n";
+  }
+  text += "\nDISTRIBUTED_ARGS=(\n    --nproc_per_node $GPUS_PER_NODE\n    --nnodes $NUM_NODES\n"
+          "    --node_rank $NODE_RANK\n    --master_addr $MASTER_ADDR\n    --master_port $MASTER_PORT\n)\n\n";
+  add_array(text, "GPT_MODEL_ARGS", model_options(nearest));
+  add_array(text, "TRAINING_ARGS", training_options(nearest));
+  add_array(text, "MODEL_PARALLEL_ARGS", parallel_options(nearest));
+  add_array(text, "DATA_ARGS", {"--data-path \"$DATA_PATH\"", "--split 949,50,1"});
+  add_array(text, "EVAL_AND_LOGGING_ARGS", {"--log-interval 10", "--eval-interval 1000", "--eval-iters 10"});
+  text += "torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \\\n    ${GPT_MODEL_ARGS[@]} \\\n    ${TRAINING_ARGS[@]} \\\n"
+          "    ${MODEL_PARALLEL_ARGS[@]} \\\n    ${DATA_ARGS[@]} \\\n    ${EVAL_AND_LOGGING_ARGS[@]}\n";
+  return out;
+}
+
+}  // namespace tessel::interop::detail

@@ -1,0 +1,125 @@
+// The `tessel` command with other engines' launch configs: estimate and simulate read a
+// run with --import, plan searches --near one and --emit's the best plan, export writes a
+// plan file for an engine; bad engine names are one line and status 2.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_fixture.hpp"
+
+namespace fs = std::filesystem;
+using namespace tessel_cli_test;
+
+namespace {
+
+const std::string kFixtures = std::string(TESSEL_SOURCE_DIR) + "/tests/interop/fixtures/";
+const std::string kSmallRun =
+    "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 8 "
+    "--seq-length 512 --max-position-embeddings 512 --vocab-size 1024 --micro-batch-size 2 --global-batch-size 64 "
+    "--bf16 --tensor-model-parallel-size 2 --use-distributed-optimizer --log-interval 10 --my-colour teal\n";
+
+void expect_one_line_refusal(const Outcome& o, const std::string& part) {
+  EXPECT_EQ(o.status, 2) << o.out << o.err;
+  EXPECT_NE(o.err.find(part), std::string::npos) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+}
+
+}  // namespace
+
+TEST_F(Cli, EstimateImportsAMegatronScriptAndSaysWhatItMappedAndIgnored) {
+  const Outcome o =
+      run("estimate --import " + kFixtures + "megatron_gpt3_175b.sh --cluster dgx-a100 --nodes 128");
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("(megatron): 14 option(s) mapped"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("  mapped   --fp16 -> train.precision fp16"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("  ignored  learning-rate schedule: --lr, --lr-decay-style, --min-lr, --lr-warmup-fraction (+1)"),
+            std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("gpt3-175b on 128 x dgx-a100 (1024 GPUs): dp8 pp16 tp8"), std::string::npos) << o.out;
+
+  const Outcome json =
+      run("estimate --json --import " + kFixtures + "megatron_gpt3_175b.sh --cluster dgx-a100 --nodes 128");
+  ASSERT_EQ(json.status, 0) << json.err;
+  const auto parsed = nlohmann::json::parse(json.out);
+  EXPECT_EQ(parsed["imported"]["engine"], "megatron");
+  EXPECT_EQ(parsed["imported"]["plan"]["parallel"]["pp"], 16);
+  EXPECT_GT(parsed["imported"]["ignored"].size(), 10u);
+  EXPECT_GT(parsed["step_time_s"].get<double>(), 0);
+}
+
+TEST_F(Cli, SimulateImportsAndWarnsOfOptionsItDoesNotUnderstand) {
+  const fs::path script = write("run.sh", kSmallRun);
+  const Outcome o = run("simulate --import " + script.string() + " --cluster dgx-a100 --nodes 1");
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("  warning  --my-colour teal: not understood by tessel"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("simulated step"), std::string::npos) << o.out;
+}
+
+TEST_F(Cli, ImportNeedsOneSourceAClusterAndAKnownEngine) {
+  const fs::path script = write("run.sh", kSmallRun);
+  expect_one_line_refusal(run("estimate --import " + script.string()), "--cluster: required with --import");
+  expect_one_line_refusal(run("estimate --import " + script.string() + " --cluster dgx-a100 --engine colossal"),
+                          "--engine: unknown engine 'colossal'");
+  expect_one_line_refusal(run("estimate --cluster dgx-a100"), "--plan: give a plan file or --import FILE");
+  const fs::path fp8 = write("fp8.sh", kSmallRun.substr(0, kSmallRun.size() - 1) + " --fp8-format hybrid\n");
+  expect_one_line_refusal(run("estimate --import " + fp8.string() + " --cluster dgx-a100"),
+                          fp8.string() + ": --fp8-format hybrid: FP8/FP4 training is not modelled");
+}
+
+TEST_F(Cli, PlanNearAnImportedRunRanksItAndEmitsTheBestPlan) {
+  const fs::path script = write("run.sh", kSmallRun);
+  const fs::path emitted = dir_ / "best.sh";
+  const Outcome o = run("plan --near " + script.string() + " --cluster dgx-a100 --nodes 1 --top 200 --threads 1 --emit "
+                        "megatron --emit-out " + emitted.string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find("imported plan: dp4 pp1 tp2(1d) sp1 z1"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("rank "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("wrote " + emitted.string() + " (megatron launch config)"), std::string::npos) << o.out;
+  const std::string text = slurp(emitted);
+  EXPECT_NE(text.find("pretrain_gpt.py"), std::string::npos) << text;
+  EXPECT_NE(text.find("--num-layers 4"), std::string::npos) << text;
+
+  expect_one_line_refusal(run("plan --near " + script.string() + " --cluster dgx-a100 --model gpt2-124m"),
+                          "--near: takes the model");
+  expect_one_line_refusal(run("plan --model gpt2-124m --cluster dgx-a100 --global-batch 8 --emit colossal"),
+                          "--emit: unknown engine 'colossal'");
+  expect_one_line_refusal(run("plan --cluster dgx-a100 --global-batch 8"), "--model: required");
+}
+
+TEST_F(Cli, ExportWritesAPlanForAnEngineAndEstimateReadsItBack) {
+  const std::string plan = std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json";
+  const fs::path out = dir_ / "train.sh";
+  const Outcome o = run("export --plan " + plan + " --to megatron --out " + out.string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  const Outcome back = run("estimate --json --import " + out.string() + " --cluster dgx-h100 --nodes 4");
+  ASSERT_EQ(back.status, 0) << back.err;
+  const auto parsed = nlohmann::json::parse(back.out);
+  EXPECT_EQ(parsed["imported"]["plan"]["parallel"]["tp"], 4);
+  EXPECT_EQ(parsed["imported"]["plan"]["parallel"]["pp"], 2);
+  EXPECT_EQ(parsed["imported"]["plan"]["model"]["name"], "gpt3-13b");
+
+  const Outcome stdout_only = run("export --plan " + plan + " --to megatron");
+  EXPECT_EQ(stdout_only.status, 0);
+  EXPECT_EQ(stdout_only.out.rfind("#!/bin/bash\n", 0), 0u) << stdout_only.out;
+  expect_one_line_refusal(run("export --plan " + plan + " --to colossal"), "--to: unknown engine 'colossal'");
+}
+
+TEST_F(Cli, EstimateImportsNemoRecipesAndTakesAVocabularyFromHfConfig) {
+  const Outcome gpt = run("estimate --import " + kFixtures + "nemo_gpt3_175b.yaml --cluster dgx-a100 --nodes 128");
+  ASSERT_EQ(gpt.status, 0) << gpt.err;
+  EXPECT_NE(gpt.out.find("(nemo)"), std::string::npos) << gpt.out;
+  EXPECT_NE(gpt.out.find("dp32 pp8 tp4(1d+sp)"), std::string::npos) << gpt.out;
+
+  const fs::path hf = write("config.json", R"({"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+      "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80, "vocab_size": 32000,
+      "max_position_embeddings": 4096, "tie_word_embeddings": false})");
+  const std::string llama = "estimate --import " + kFixtures + "nemo_llama2_70b.yaml --cluster dgx-a100 --nodes 128";
+  expect_one_line_refusal(run(llama), "model.tokenizer: the vocabulary size is unknown");
+  const Outcome with_hf = run(llama + " --hf-config " + hf.string());
+  ASSERT_EQ(with_hf.status, 0) << with_hf.err;
+  EXPECT_NE(with_hf.out.find("model.vocab 32000 (--hf-config)"), std::string::npos) << with_hf.out;
+}
