@@ -6,6 +6,7 @@
 namespace tessel::executor {
 
 namespace {
+constexpr float kRopeTheta = 10000.0f;  // LLaMA's base
 // Tags of the ring messages: one range per pass, offset by the hop.
 enum RingTag : int {
   kKeys = 100,
@@ -71,9 +72,13 @@ AttentionCore::AttentionCore(const TensorLayout& layout, AttentionForm form, Com
       hidden_local_(layout.hidden_local()),
       sp_(layout.context().shape.sp),
       sp_rank_(layout.context().shape.sp_rank),
-      keep_keys_(keep_all_keys && layout.context().shape.sp > 1 && form == AttentionForm::materialized) {
+      kv_heads_(layout.kv_heads_local()),
+      kv_local_(layout.kv_local()),
+      qkv_ld_(layout.qkv_local()),
+      keep_keys_(keep_all_keys && layout.context().shape.sp > 1 && form == AttentionForm::materialized),
+      rope_(layout.context().model.position_embedding == PositionEmbedding::rope) {
   for (Buffer* b : {&scores_, &block_, &scratch_block_, &ring_block_, &ring_values_, &ring_in_, &d_heads_, &out_heads_,
-                    &dq_, &dk_, &dv_, &dprobs_, &dscores_}) {
+                    &dq_, &dk_, &dv_, &dprobs_, &dscores_, &kv_heads_buffer_, &kv_sum_part_}) {
     b->bind(backend_, compute_);
   }
   delta_.bind(backend_, DType::f32);
@@ -121,11 +126,14 @@ void AttentionCore::forward(const IdScope& ids, LayerActivations& a, Buffer& pro
   const std::int64_t n = std::int64_t(sequences_) * seq_ * hidden_local_;
   {
     auto timed = timeline_.time(ids(ops::attn_core));
-    const std::int64_t ld = 3 * hidden_local_;
-    for (Buffer* b : {&a.q, &a.k, &a.v}) b->resize(std::size_t(n));
-    backend_.rows_to_heads(Stream::compute, a.qkv.cref(), ld, a.q.ref(), sequences_, seq_, heads_, head_dim_);
-    backend_.rows_to_heads(Stream::compute, a.qkv.at(hidden_local_), ld, a.k.ref(), sequences_, seq_, heads_, head_dim_);
-    backend_.rows_to_heads(Stream::compute, a.qkv.at(2 * hidden_local_), ld, a.v.ref(), sequences_, seq_, heads_, head_dim_);
+    a.q.resize(std::size_t(n));
+    backend_.rows_to_heads(Stream::compute, a.qkv.cref(), qkv_ld_, a.q.ref(), sequences_, seq_, heads_, head_dim_);
+    if (rope_) {
+      backend_.rope_forward(Stream::compute, a.q.cref(), a.q.ref(), sequences_ * heads_, seq_, head_dim_,
+                            sp_rank_ * seq_, kRopeTheta);
+    }
+    split_kv(a.qkv, hidden_local_, rope_, a.k);
+    split_kv(a.qkv, hidden_local_ + kv_local_, false, a.v);
   }
   if (form_ == AttentionForm::fused) fused_forward(ids, a);
   else materialized_forward(ids, a, probs);
@@ -247,12 +255,58 @@ void AttentionCore::backward(const IdScope& ids, const LayerActivations& a, cons
   if (form_ == AttentionForm::fused) fused_backward(ids, a);
   else materialized_backward(ids, a, probs);
   auto timed = timeline_.time(ids(ops::attn_core));
-  const std::int64_t ld = 3 * hidden_local_;
   if (!dqkv.bound()) dqkv.bind(backend_, compute_);
-  dqkv.resize(std::size_t(3 * n));
-  backend_.heads_to_rows(Stream::compute, dq_.cref(), dqkv.ref(), ld, sequences_, seq_, heads_, head_dim_);
-  backend_.heads_to_rows(Stream::compute, dk_.cref(), dqkv.at(hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
-  backend_.heads_to_rows(Stream::compute, dv_.cref(), dqkv.at(2 * hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
+  dqkv.resize(std::size_t(sequences_) * seq_ * qkv_ld_);
+  if (rope_) {
+    backend_.rope_backward(Stream::compute, dq_.cref(), dq_.ref(), sequences_ * heads_, seq_, head_dim_,
+                           sp_rank_ * seq_, kRopeTheta);
+  }
+  backend_.heads_to_rows(Stream::compute, dq_.cref(), dqkv.ref(), qkv_ld_, sequences_, seq_, heads_, head_dim_);
+  merge_kv(dk_, rope_, dqkv, hidden_local_);
+  merge_kv(dv_, false, dqkv, hidden_local_ + kv_local_);
+}
+
+void AttentionCore::split_kv(const Buffer& qkv, std::int64_t offset, bool turn, Buffer& heads) {
+  const std::int64_t block = std::int64_t(seq_) * head_dim_;
+  const int group = heads_ / kv_heads_;
+  heads.resize(std::size_t(sequences_) * heads_ * block);
+  Buffer& kv = group == 1 ? heads : kv_heads_buffer_;
+  kv.resize(std::size_t(sequences_) * kv_heads_ * block);
+  backend_.rows_to_heads(Stream::compute, qkv.at(offset), qkv_ld_, kv.ref(), sequences_, seq_, kv_heads_, head_dim_);
+  if (turn) {
+    backend_.rope_forward(Stream::compute, kv.cref(), kv.ref(), sequences_ * kv_heads_, seq_, head_dim_,
+                          sp_rank_ * seq_, kRopeTheta);
+  }
+  if (group == 1) return;
+  // Head h reads kv head h / group: copy j of every kv head goes to heads g group + j.
+  for (int j = 0; j < group; ++j) {
+    backend_.copy_2d(Stream::compute, heads.at(j * block), group * block, kv.cref(), block, sequences_ * kv_heads_,
+                     int(block));
+  }
+}
+
+void AttentionCore::merge_kv(Buffer& heads, bool turn, Buffer& dqkv, std::int64_t offset) {
+  const std::int64_t block = std::int64_t(seq_) * head_dim_;
+  const int group = heads_ / kv_heads_, rows = sequences_ * kv_heads_;
+  Buffer* kv = &heads;
+  if (group > 1) {
+    // The gradient of a shared head is the sum over the query heads that read it, in head
+    // order.
+    kv = &kv_heads_buffer_;
+    kv->resize(std::size_t(rows) * block);
+    kv_sum_part_.resize(kv->size());
+    backend_.copy_2d(Stream::compute, kv->ref(), block, heads.cref(), group * block, rows, int(block));
+    for (int j = 1; j < group; ++j) {
+      backend_.copy_2d(Stream::compute, kv_sum_part_.ref(), block, heads.at(j * block), group * block, rows, int(block));
+      backend_.add(Stream::compute, kv->ref(), kv->cref(), kv_sum_part_.cref(), std::int64_t(kv->size()));
+    }
+  }
+  if (turn) {
+    backend_.rope_backward(Stream::compute, kv->cref(), kv->ref(), rows, seq_, head_dim_, sp_rank_ * seq_,
+                           kRopeTheta);
+  }
+  backend_.heads_to_rows(Stream::compute, kv->cref(), dqkv.at(offset), qkv_ld_, sequences_, seq_, kv_heads_,
+                         head_dim_);
 }
 
 void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivations& a, const Buffer& probs) {

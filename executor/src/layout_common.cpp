@@ -31,6 +31,32 @@ void TensorLayout::set_shape(int local_rows, int residual_cols, int sequences, i
   hidden_local_ = model().hidden / feature_split;
   ffn_local_ = model().ffn_hidden / feature_split;
   vocab_local_ = model().vocab / feature_split;
+  kv_heads_ = model().kv_heads / feature_split;
+  kv_local_ = kv_heads_ * model().head_dim();
+}
+
+void TensorLayout::whole_norm_forward(const Buffer& x, CRef gamma, CRef beta, Buffer& y, Buffer& mean, Buffer& rstd) {
+  bound(y, context_.compute).resize(x.size());
+  bound(mean, DType::f32).resize(std::size_t(local_rows_));
+  bound(rstd, DType::f32).resize(std::size_t(local_rows_));
+  if (model().norm == Norm::rmsnorm) {
+    backend().rms_norm_forward(Stream::compute, x.cref(), gamma, y.ref(), rstd.f32(), local_rows_, model().hidden,
+                               kNormEps);
+  } else {
+    backend().layer_norm_forward(Stream::compute, x.cref(), gamma, beta, y.ref(), mean.f32(), rstd.f32(), local_rows_,
+                                 model().hidden, kNormEps);
+  }
+}
+
+void TensorLayout::whole_norm_backward(const Buffer& dy, const Buffer& x, CRef gamma, const Buffer& mean,
+                                       const Buffer& rstd, Buffer& dx, float* dgamma, float* dbeta, bool accumulate) {
+  if (model().norm == Norm::rmsnorm) {
+    backend().rms_norm_backward(Stream::compute, dy.cref(), x.cref(), gamma, rstd.f32(), dx.ref(), dgamma, local_rows_,
+                                model().hidden, accumulate);
+  } else {
+    backend().layer_norm_backward(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dx.ref(), dgamma,
+                                  dbeta, local_rows_, model().hidden, accumulate);
+  }
 }
 
 void TensorLayout::vocab_parallel_loss(int mb, const std::int32_t* targets, int rows, int vocab_local, int vocab_start,
