@@ -12,6 +12,9 @@
 //   parallel_check optimizers    LAMB and LARS with clipping, sharded = unsharded, trust ratios
 //   parallel_check checkpoint    stop after step 2, resume: steps 3..5 bit-identical per rank
 //   parallel_check traffic       bytes and messages one step sends per rank, against the planner
+//   parallel_check llama         a LLaMA-shaped model: dp{1,2} x pp{1,2} x tp{1,2} x zero{0..3} x
+//                                recompute{none,full}, then schedules, selective recompute, Megatron
+//                                sequence parallel, ring self-attention, fused kernels, bf16, LAMB
 #include <unistd.h>
 
 #include <cmath>
@@ -83,6 +86,43 @@ double worst_tensor_error(const std::vector<float>& got, const std::vector<float
     if (std::sqrt(error / norm) > worst) worst = std::sqrt(error / norm), where = t.name;
   }
   return worst;
+}
+
+// The LLaMA-shaped model (layouts.hpp) in every 1D layout: the matrix the GPT runs, then
+// what the other suites add.
+std::vector<Layout> llama_layouts() {
+  std::vector<Layout> out;
+  for (int dp : {1, 2})
+    for (int pp : {1, 2})
+      for (int tp : {1, 2})
+        for (int zero : {0, 1, 2, 3})
+          for (const char* recompute : {"none", "full"}) {
+            Layout l;
+            l.model = "llama", l.dp = dp, l.pp = pp, l.tp = tp, l.zero = zero, l.recompute = recompute;
+            out.push_back(l);
+          }
+  auto llama = [](auto edit) {
+    Layout l;
+    l.model = "llama";
+    edit(l);
+    return l;
+  };
+  const std::vector<Layout> more = {
+      llama([](Layout& l) { l.pp = 2, l.tp = 2, l.schedule = "gpipe"; }),
+      llama([](Layout& l) { l.pp = 2, l.dp = 2, l.schedule = "interleaved", l.virtual_stages = 2; }),
+      llama([](Layout& l) { l.dp = 2, l.tp = 2, l.recompute = "selective", l.zero = 3; }),
+      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.zero = 3; }),
+      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.pp = 2, l.dp = 2, l.zero = 1; }),
+      llama([](Layout& l) { l.sp = 2; }),
+      llama([](Layout& l) { l.sp = 4, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.dp = 2, l.zero = 1, l.recompute = "full"; }),
+      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.sequence_parallel = true, l.pp = 2; }),
+      llama([](Layout& l) { l.kernels = "fused", l.sp = 2, l.tp = 2, l.dp = 2; }),
+      llama([](Layout& l) { l.kernels = "fused", l.pp = 2, l.dp = 2, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.precision = "bf16", l.tp = 2, l.pp = 2, l.dp = 2; }),
+      llama([](Layout& l) { l.optimizer = "lamb", l.tp = 2, l.pp = 2, l.dp = 2, l.zero = 3; })};
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
 }
 
 std::vector<Layout> layouts(const std::string& suite) {
@@ -193,6 +233,8 @@ std::vector<Layout> layouts(const std::string& suite) {
         out.push_back(l);
       }
     }
+  } else if (suite == "llama") {
+    out = llama_layouts();
   } else if (suite == "optimizers") {
     for (const char* optimizer : {"lamb", "lars"}) {
       for (int zero : {1, 3}) {
@@ -401,6 +443,7 @@ int main(int argc, char** argv) {
     if (world.rank() != 0) continue;
     if (!references.count(layout.reference_key())) {
       Layout single;
+      single.model = layout.model;
       single.optimizer = layout.optimizer;
       single.precision = layout.precision;
       single.kernels = layout.kernels;

@@ -135,3 +135,20 @@ TEST(Parallel, FusedKernelsInEveryLayoutEqualOneProcess) {
   EXPECT_EQ(count(output, "  ok\n"), 9) << output;
   EXPECT_EQ(count(output, "ok rank"), 8) << output;
 }
+
+// A LLaMA-shaped model (RMSNorm, RoPE, 4 heads on 2 kv heads, SwiGLU, untied LM head, no
+// biases) equals one process in the GPT's 64-layout matrix (dp x pp x tp x ZeRO 0-3 x
+// recompute none / full), under GPipe and interleaved schedules, selective recompute,
+// Megatron sequence parallel, ring self-attention (sp 2 and 4, with tp, dp, pp), fused
+// kernels, bf16 storage and sharded LAMB.
+TEST(Parallel, LlamaShapedModelInEvery1dLayoutEqualsOneProcess) {
+  int status = -1;
+  const std::string output = run_suite("llama", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 64 + 13) << output;
+  EXPECT_EQ(count(output, "llama dp"), 64 + 13) << output;
+  EXPECT_EQ(count(output, " sp4 "), 1) << output;
+  EXPECT_EQ(count(output, "+sp"), 3) << output;
+  EXPECT_EQ(count(output, " fused"), 2) << output;
+  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+}
