@@ -152,3 +152,17 @@ TEST(Parallel, LlamaShapedModelInEvery1dLayoutEqualsOneProcess) {
   EXPECT_EQ(count(output, " fused"), 2) << output;
   EXPECT_EQ(count(output, "ok rank"), 8) << output;
 }
+
+// The LLaMA-shaped model measures exactly its Program's op ids in each kind of layout it
+// trains in: data with ZeRO 3, interleaved pipeline, Megatron sequence parallel, ring
+// self-attention with tp and pp, selective recompute, fused kernels, bf16 storage.
+TEST(Parallel, LlamaLayoutsMeasureExactlyTheProgramsOps) {
+  int status = -1;
+  const std::string output = tessel::run_command(
+      "mpirun --allow-run-as-root --oversubscribe -np 8 '" + std::string(TESSEL_COVERAGE_CHECK_BINARY) + "' llama 2>&1",
+      status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 7) << output;
+  EXPECT_EQ(count(output, "llama dp"), 7) << output;
+  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+}
