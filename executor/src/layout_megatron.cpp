@@ -209,7 +209,7 @@ class MegatronLayout final : public TensorLayout {
       // The final norm is no op of its own in the Program: its time goes with the logits.
       auto timed = timeline().time(ids(ops::head_logits.gemm));
       h.x.copy_from(x);
-      whole_norm_forward(x, kernels::offset(params, rest.tensor("lnf.gain").offset), norm_bias(rest, params), h.lnf,
+      whole_norm_forward(x, kernels::offset(params, rest.tensor("lnf.gain").offset), final_norm_beta(rest, params), h.lnf,
                          h.lnf_mean, h.lnf_rstd);
     }
     const Buffer& lnf = sequence_parallel_ ? gather_rows(ids(ops::head_tp_all_gather), h.lnf, h.lnf_full) : h.lnf;
@@ -250,17 +250,11 @@ class MegatronLayout final : public TensorLayout {
     auto timed = timeline().time(ids(ops::head_logits.gemm));
     bound(dx, context_.compute).resize(std::size_t(local_rows_) * C);
     const TensorSlot& gain = rest.tensor("lnf.gain");
-    float* dbeta = model().norm == Norm::layernorm ? grads + rest.tensor("lnf.bias").offset : nullptr;
     whole_norm_backward(whole_, h.x, kernels::offset(params, gain.offset), h.lnf_mean, h.lnf_rstd, dx,
-                        grads + gain.offset, dbeta, false);
+                        grads + gain.offset, final_norm_beta_gradient(rest, grads), false);
   }
 
  private:
-  // The final norm's beta: none with RMSNorm.
-  CRef norm_bias(const Bucket& rest, CRef params) const {
-    return model().norm == Norm::layernorm ? kernels::offset(params, rest.tensor("lnf.bias").offset) : CRef{};
-  }
-
   // Sequence parallel: the whole [rows x hidden] from each rank's token rows.
   const Buffer& gather_rows(const std::string& id, const Buffer& local, Buffer& whole) {
     auto timed = timeline().time(id, context_.comms.tp.stream());

@@ -47,10 +47,10 @@ void Trainer::check(const Plan& plan) {
 }
 
 // The executor trains two shapes: GPT-2 (gelu, layernorm, learned positions, tied
-// embeddings, biases, kv_heads == heads) in every layout, and LLaMA (swiglu, rmsnorm,
-// rope, kv_heads dividing heads, untied embeddings, no biases) in the 1D layouts (data,
-// pipeline, Megatron tensor parallel with sequence parallel, ring self-attention, ZeRO,
-// recompute). Anything between the two, and LLaMA on the grid modes, is refused.
+// embeddings, biases, kv_heads == heads) and LLaMA (swiglu, rmsnorm, rope, kv_heads
+// dividing heads, untied embeddings, no biases), each in every layout. Anything between
+// the two is refused. The key and value heads are split like the query heads: over tp
+// in 1D, over the grid side in 2D, 2.5D and 3D.
 void Trainer::check_model_shape(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   const ModelSpec& m = plan.model;
@@ -65,9 +65,10 @@ void Trainer::check_model_shape(const Plan& plan) {
                             "untied embeddings, no biases)",
                             m.name));
   }
-  if (llama && p.tp > 1 && p.tp_mode != TpMode::d1) {
-    throw Error(fmt::format("parallel.tp_mode: the executor trains LLaMA-shaped model {} with tp_mode 1d only, got {}",
-                            m.name, to_string(p.tp_mode)));
+  if (p.tp > 1 && p.tp_mode != TpMode::d1 && m.kv_heads % p.tp_grid_side() != 0) {
+    throw Error(fmt::format("model.kv_heads: {} is not divisible by the {} grid side {} (the key and value heads are "
+                            "split over the grid columns)",
+                            m.kv_heads, to_string(p.tp_mode), p.tp_grid_side()));
   }
   if (p.tp > 1 && p.tp_mode == TpMode::d1 && m.kv_heads % p.tp != 0) {
     throw Error(fmt::format("model.kv_heads: {} is not divisible by parallel.tp {} (1d tensor parallelism splits the "

@@ -63,6 +63,9 @@ std::vector<Layout> llama_layouts() {
   add([](Layout& l) { l.sp = 4, l.recompute = "selective"; });
   add([](Layout& l) { l.kernels = "fused", l.sp = 2, l.dp = 2, l.recompute = "selective"; });
   add([](Layout& l) { l.tp = 2, l.pp = 2, l.precision = "bf16"; });
+  add([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.pp = 2, l.recompute = "full"; });
+  add([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4; });
+  add([](Layout& l) { l.kernels = "fused", l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4, l.recompute = "selective"; });
   return out;
 }
 

@@ -14,7 +14,9 @@
 //   parallel_check traffic       bytes and messages one step sends per rank, against the planner
 //   parallel_check llama         a LLaMA-shaped model: dp{1,2} x pp{1,2} x tp{1,2} x zero{0..3} x
 //                                recompute{none,full}, then schedules, selective recompute, Megatron
-//                                sequence parallel, ring self-attention, fused kernels, bf16, LAMB
+//                                sequence parallel, ring self-attention, fused kernels, bf16, LAMB,
+//                                2D, 2.5D, 3D
+//   parallel_check llama16       (under 16 ranks) the LLaMA-shaped model in 2.5D with dp 2, 3D with pp 2
 #include <unistd.h>
 
 #include <cmath>
@@ -120,7 +122,15 @@ std::vector<Layout> llama_layouts() {
       llama([](Layout& l) { l.kernels = "fused", l.sp = 2, l.tp = 2, l.dp = 2; }),
       llama([](Layout& l) { l.kernels = "fused", l.pp = 2, l.dp = 2, l.recompute = "selective"; }),
       llama([](Layout& l) { l.precision = "bf16", l.tp = 2, l.pp = 2, l.dp = 2; }),
-      llama([](Layout& l) { l.optimizer = "lamb", l.tp = 2, l.pp = 2, l.dp = 2, l.zero = 3; })};
+      llama([](Layout& l) { l.optimizer = "lamb", l.tp = 2, l.pp = 2, l.dp = 2, l.zero = 3; }),
+      // 2D, 2.5D and 3D with q = 2: 2 query heads and 1 kv head per grid column.
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d"; }),
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.dp = 2, l.zero = 3, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.pp = 2, l.recompute = "full", l.kernels = "fused"; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4, l.recompute = "full"; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4, l.recompute = "selective"; })};
   out.insert(out.end(), more.begin(), more.end());
   return out;
 }
@@ -235,6 +245,16 @@ std::vector<Layout> layouts(const std::string& suite) {
     }
   } else if (suite == "llama") {
     out = llama_layouts();
+  } else if (suite == "llama16") {
+    // 2.5D with dp 2 and ZeRO 1, 3D with pp 2: 16 ranks.
+    for (const char* mode : {"2.5d", "3d"}) {
+      Layout l;
+      l.model = "llama", l.tp = 8, l.tp_mode = mode, l.micro_batch = 4;
+      l.tp_depth = l.tp_mode == "2.5d" ? 2 : 1;
+      if (l.tp_mode == "2.5d") l.dp = 2, l.zero = 1;
+      else l.pp = 2;
+      out.push_back(l);
+    }
   } else if (suite == "optimizers") {
     for (const char* optimizer : {"lamb", "lars"}) {
       for (int zero : {1, 3}) {
