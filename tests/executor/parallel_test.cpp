@@ -182,3 +182,15 @@ TEST(Parallel, LlamaLayoutsMeasureExactlyTheProgramsOps) {
   EXPECT_EQ(count(output, "llama dp"), 10) << output;
   EXPECT_EQ(count(output, "ok rank"), 8) << output;
 }
+
+// The LLaMA-shaped model sends what the planner counts in the traffic suite's layouts:
+// the ring carries k and v on the kv heads, RMSNorm over split rows sums one statistic
+// each way, and there is no tied-embedding sum.
+TEST(Parallel, LlamaTrafficEqualsThePlannersPrediction) {
+  int status = -1;
+  const std::string output = run_suite("llama_traffic", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  exact\n"), 16) << output;
+  EXPECT_EQ(count(output, "traffic llama "), 16) << output;
+  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}

@@ -19,10 +19,10 @@
 // bytes. Blocks after a rank's own are masked by causality and skipped, but passed on.
 // LLaMA shapes: q and k turn by their positions (RoPE, the backend's rope_forward) as
 // they are cut into heads, so kept q and k, recomputed probabilities and ring blocks are
-// all rotated already; grouped-query attention copies each of the kv_heads k and v heads
-// to the heads / kv_heads query heads that share it, and the backward sums those
-// heads' gradients back in head order (deterministic). The ring then carries the shared
-// copies, heads / kv_heads times the bytes the planner counts for it.
+// all rotated already. Grouped-query attention keeps k and v (and sends them around the
+// ring, with their gradients) on the kv_heads heads, as the planner counts them: each
+// use shares a block out to the heads / kv_heads query heads that read it, and the
+// backward sums those heads' gradient parts back in head order (deterministic).
 #pragma once
 
 #include "tessel/executor/buffer.hpp"
@@ -75,12 +75,17 @@ class AttentionCore {
   // [rows x rows] buffer per head.
   void extract_block(const Buffer& whole, Buffer& block, int j);
   void place_block(const Buffer& block, Buffer& whole, int j);
-  // k or v (the `offset` columns of qkv) into the heads' layout: RoPE'd when `turn`, each
-  // kv head copied to the query heads that share it.
-  void split_kv(const Buffer& qkv, std::int64_t offset, bool turn, Buffer& heads);
-  // A head group's summed gradient back to qkv's `offset` columns of dqkv (RoPE undone
-  // when `turn`); `heads` is spent.
-  void merge_kv(Buffer& heads, bool turn, Buffer& dqkv, std::int64_t offset);
+  // k or v (the `offset` columns of qkv) into the kv heads' layout, RoPE'd when `turn`.
+  void split_kv(const Buffer& qkv, std::int64_t offset, bool turn, Buffer& kv);
+  // Its gradient back to qkv's `offset` columns of dqkv (RoPE undone when `turn`; `kv`
+  // is spent).
+  void merge_kv(Buffer& kv, bool turn, Buffer& dqkv, std::int64_t offset);
+  // A kv block as the query heads read it: `kv` itself without grouped-query attention,
+  // else each kv head copied to the heads that share it, in `heads`.
+  const Buffer& shared(const Buffer& kv, Buffer& heads);
+  // kv += the sum of `heads` (per query head) over the heads that share each kv head.
+  void add_shared_gradient(const Buffer& heads, Buffer& kv);
+  std::size_t kv_size() const { return std::size_t(sequences_) * kv_heads_ * seq_ * head_dim_; }
   // Sends `block` to the next rank of the ring and receives the previous rank's into it.
   void ring_shift(const IdScope& ids, Buffer& block, int tag);
   // `count` blocks a backward ring keeps alive until its sends are done (the pass waits
@@ -99,7 +104,9 @@ class AttentionCore {
   bool keep_keys_, rope_;
   Buffer scores_, block_, scratch_block_, ring_block_, ring_values_, ring_in_, d_heads_, out_heads_, dq_, dk_, dv_,
       dprobs_, dscores_;
-  Buffer kv_heads_buffer_, kv_sum_part_;  // grouped-query attention: k or v on kv_heads heads
+  // Grouped-query attention: blocks shared out to the query heads, their gradients, a part
+  // of a sum.
+  Buffer shared_keys_, shared_values_, shared_gradient_, shared_value_gradient_, kv_sum_part_;
   Buffer delta_;  // fp32
   std::vector<Buffer> in_flight_;
 };
