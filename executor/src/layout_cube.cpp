@@ -17,6 +17,9 @@
 //            with weight E^T and the loss reduces over the row (vocabulary blocks)
 // Vectors are cut by their feature axis and copied over the other two; their gradients
 // are summed over those (Bucket::partial_first).
+// LLaMA shapes: k and v heads are cut over the grid columns like the query heads (qkv's
+// unequal column groups), RMSNorm runs as split_norm's RMS form, the untied lm_head is
+// cut like the token table, and absent biases and positions are skipped.
 #include <tuple>
 
 #include "layout_impl.hpp"

@@ -20,6 +20,9 @@
 // 2.5D (Tesseract, Wang et al. 2021) is this on each of d depth layers, layer k taking
 // the k-th 1/d of the micro-batch's sequences; the depth layers hold the same weights,
 // whose gradients are summed over the depth once per step.
+// LLaMA shapes: k and v heads are cut over the grid columns like the query heads (qkv's
+// unequal column groups), RMSNorm runs as split_norm's RMS form, the untied lm_head is
+// cut like the token table, and absent biases and positions are skipped.
 #include "layout_impl.hpp"
 
 namespace tessel::executor {
