@@ -217,16 +217,16 @@ class TableBuilder {
   }
 
   // 2D layer norm: the row statistics (mean, then the centred square sum) summed over the
-  // grid row, 2 fp32 values per token each way; 3D: a rank holds T / q^2 token rows,
-  // features on the depth axis.
+  // grid row, 2 fp32 values per token each way; RMSNorm has no mean, 1 value each way;
+  // 3D: a rank holds T / q^2 token rows, features on the depth axis.
   void norm_statistics(std::string_view name, std::vector<BlockOp>& ops) {
-    const double q = q_;
+    const double q = q_, sums = model_.norm == Norm::rmsnorm ? 1 : 2;
     if (two_d_) {
       ops.push_back(
-          comm_op(name, Collective::all_reduce, CommGroup::tp_row, Td_ / q * 4.0, 2, CollectiveAlgorithm::ring, 1));
+          comm_op(name, Collective::all_reduce, CommGroup::tp_row, Td_ / q * 4.0, sums, CollectiveAlgorithm::ring, 1));
     }
     if (three_d_) {
-      ops.push_back(comm_op(name, Collective::all_reduce, CommGroup::tp_depth, T_ / (q * q) * 4.0, 2,
+      ops.push_back(comm_op(name, Collective::all_reduce, CommGroup::tp_depth, T_ / (q * q) * 4.0, sums,
                             CollectiveAlgorithm::ring, 1));
     }
   }

@@ -6,6 +6,7 @@
 namespace tessel::executor {
 
 namespace {
+constexpr float kRopeTheta = 10000.0f;  // LLaMA's base
 // Tags of the ring messages: one range per pass, offset by the hop.
 enum RingTag : int {
   kKeys = 100,
@@ -71,9 +72,14 @@ AttentionCore::AttentionCore(const TensorLayout& layout, AttentionForm form, Com
       hidden_local_(layout.hidden_local()),
       sp_(layout.context().shape.sp),
       sp_rank_(layout.context().shape.sp_rank),
-      keep_keys_(keep_all_keys && layout.context().shape.sp > 1 && form == AttentionForm::materialized) {
+      kv_heads_(layout.kv_heads_local()),
+      kv_local_(layout.kv_local()),
+      qkv_ld_(layout.qkv_local()),
+      keep_keys_(keep_all_keys && layout.context().shape.sp > 1 && form == AttentionForm::materialized),
+      rope_(layout.context().model.position_embedding == PositionEmbedding::rope) {
   for (Buffer* b : {&scores_, &block_, &scratch_block_, &ring_block_, &ring_values_, &ring_in_, &d_heads_, &out_heads_,
-                    &dq_, &dk_, &dv_, &dprobs_, &dscores_}) {
+                    &dq_, &dk_, &dv_, &dprobs_, &dscores_, &shared_keys_, &shared_values_, &shared_gradient_,
+                    &shared_value_gradient_, &kv_sum_part_}) {
     b->bind(backend_, compute_);
   }
   delta_.bind(backend_, DType::f32);
@@ -121,11 +127,14 @@ void AttentionCore::forward(const IdScope& ids, LayerActivations& a, Buffer& pro
   const std::int64_t n = std::int64_t(sequences_) * seq_ * hidden_local_;
   {
     auto timed = timeline_.time(ids(ops::attn_core));
-    const std::int64_t ld = 3 * hidden_local_;
-    for (Buffer* b : {&a.q, &a.k, &a.v}) b->resize(std::size_t(n));
-    backend_.rows_to_heads(Stream::compute, a.qkv.cref(), ld, a.q.ref(), sequences_, seq_, heads_, head_dim_);
-    backend_.rows_to_heads(Stream::compute, a.qkv.at(hidden_local_), ld, a.k.ref(), sequences_, seq_, heads_, head_dim_);
-    backend_.rows_to_heads(Stream::compute, a.qkv.at(2 * hidden_local_), ld, a.v.ref(), sequences_, seq_, heads_, head_dim_);
+    a.q.resize(std::size_t(n));
+    backend_.rows_to_heads(Stream::compute, a.qkv.cref(), qkv_ld_, a.q.ref(), sequences_, seq_, heads_, head_dim_);
+    if (rope_) {
+      backend_.rope_forward(Stream::compute, a.q.cref(), a.q.ref(), sequences_ * heads_, seq_, head_dim_,
+                            sp_rank_ * seq_, kRopeTheta);
+    }
+    split_kv(a.qkv, hidden_local_, rope_, a.k);
+    split_kv(a.qkv, hidden_local_ + kv_local_, false, a.v);
   }
   if (form_ == AttentionForm::fused) fused_forward(ids, a);
   else materialized_forward(ids, a, probs);
@@ -138,20 +147,22 @@ void AttentionCore::materialized_forward(const IdScope& ids, LayerActivations& a
   const int S = seq_, D = head_dim_, sp = sp_, r = sp_rank_;
   const std::size_t heads = std::size_t(sequences_) * heads_, head_block = std::size_t(S) * D;
   const std::size_t row_block = std::size_t(S) * S, row = row_block * sp;  // per head: own block, whole row
+  const std::size_t kv_heads = std::size_t(sequences_) * kv_heads_;
   scores_.resize(heads * row);
-  if (keep_keys_) a.k_all.resize(heads * head_block * sp);
+  if (keep_keys_) a.k_all.resize(kv_heads * head_block * sp);
   ring_block_.copy_from(a.k);
   for (int hop = 0; hop < sp; ++hop) {
     const int j = (r - hop + sp) % sp;
     if (keep_keys_) {
       backend_.copy_2d(Stream::compute, a.k_all.at(std::int64_t(j) * head_block), std::int64_t(head_block * sp),
-                 ring_block_.cref(), std::int64_t(head_block), int(heads), int(head_block));
+                 ring_block_.cref(), std::int64_t(head_block), int(kv_heads), int(head_block));
     }
     if (j <= r) {
       auto timed = timeline_.time(ids(ops::attn_core));
       block_.resize(heads * row_block);
       Buffer& out = sp == 1 ? scores_ : block_;
-      backend_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, ring_block_.cref(),
+      const Buffer& keys = shared(ring_block_, shared_keys_);
+      backend_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, keys.cref(),
                                                 head_block, 0.0f, out.ref(), row_block));
       if (sp > 1) place_block(block_, scores_, j);
     }
@@ -174,7 +185,8 @@ void AttentionCore::materialized_forward(const IdScope& ids, LayerActivations& a
         extract_block(probs, block_, j);
         p = &block_;
       }
-      backend_.gemm_batched(Stream::compute, per_head(false, false, S, D, S, p->cref(), row_block, ring_block_.cref(),
+      const Buffer& values = shared(ring_block_, shared_values_);
+      backend_.gemm_batched(Stream::compute, per_head(false, false, S, D, S, p->cref(), row_block, values.cref(),
                                                 head_block, 1.0f, a.att_heads.ref(), head_block));
     }
     if (hop + 1 < sp) ring_shift(ids, ring_block_, kValues + hop);
@@ -197,7 +209,8 @@ void AttentionCore::fused_forward(const IdScope& ids, LayerActivations& a) {
       at.bh = heads, at.q_len = S, at.kv_len = S, at.head_dim = head_dim_;
       at.q_first = r * S, at.kv_first = j * S;
       at.scale = 1.0f / std::sqrt(float(head_dim_));
-      at.q = a.q.cref(), at.k = ring_block_.cref(), at.v = ring_values_.cref();
+      at.q = a.q.cref(), at.k = shared(ring_block_, shared_keys_).cref();
+      at.v = shared(ring_values_, shared_values_).cref();
       at.out = a.att_heads.ref();
       at.lse = a.lse.f32();
       at.merge = merge;
@@ -221,10 +234,19 @@ void AttentionCore::probabilities(const IdScope& ids, const LayerActivations& a,
     auto timed = timeline_.time(ids(ops::attn_core));
     scores_.resize(heads * row);
     block_.resize(heads * row_block);
+    const bool grouped = heads_ != kv_heads_;
     for (int j = 0; j <= r; ++j) {
       Buffer& out = sp == 1 ? scores_ : block_;
-      const CRef keys = sp == 1 ? a.k.cref() : a.k_all.at(std::int64_t(j) * head_block);
-      const std::int64_t key_stride = sp == 1 ? head_block : head_block * sp;
+      CRef keys = sp == 1 ? a.k.cref() : a.k_all.at(std::int64_t(j) * head_block);
+      std::int64_t key_stride = sp == 1 ? head_block : head_block * sp;
+      if (grouped) {
+        // Key block j of each kv head, then one copy per sharing query head.
+        ring_in_.resize(kv_size());
+        backend_.copy_2d(Stream::compute, ring_in_.ref(), std::int64_t(head_block), keys, key_stride,
+                         sequences_ * kv_heads_, int(head_block));
+        keys = shared(ring_in_, shared_keys_).cref();
+        key_stride = std::int64_t(head_block);
+      }
       backend_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, keys, key_stride, 0.0f,
                                                 out.ref(), row_block));
       if (sp > 1) place_block(block_, scores_, j);
@@ -247,26 +269,72 @@ void AttentionCore::backward(const IdScope& ids, const LayerActivations& a, cons
   if (form_ == AttentionForm::fused) fused_backward(ids, a);
   else materialized_backward(ids, a, probs);
   auto timed = timeline_.time(ids(ops::attn_core));
-  const std::int64_t ld = 3 * hidden_local_;
   if (!dqkv.bound()) dqkv.bind(backend_, compute_);
-  dqkv.resize(std::size_t(3 * n));
-  backend_.heads_to_rows(Stream::compute, dq_.cref(), dqkv.ref(), ld, sequences_, seq_, heads_, head_dim_);
-  backend_.heads_to_rows(Stream::compute, dk_.cref(), dqkv.at(hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
-  backend_.heads_to_rows(Stream::compute, dv_.cref(), dqkv.at(2 * hidden_local_), ld, sequences_, seq_, heads_, head_dim_);
+  dqkv.resize(std::size_t(sequences_) * seq_ * qkv_ld_);
+  if (rope_) {
+    backend_.rope_backward(Stream::compute, dq_.cref(), dq_.ref(), sequences_ * heads_, seq_, head_dim_,
+                           sp_rank_ * seq_, kRopeTheta);
+  }
+  backend_.heads_to_rows(Stream::compute, dq_.cref(), dqkv.ref(), qkv_ld_, sequences_, seq_, heads_, head_dim_);
+  merge_kv(dk_, rope_, dqkv, hidden_local_);
+  merge_kv(dv_, false, dqkv, hidden_local_ + kv_local_);
+}
+
+void AttentionCore::split_kv(const Buffer& qkv, std::int64_t offset, bool turn, Buffer& kv) {
+  kv.resize(kv_size());
+  backend_.rows_to_heads(Stream::compute, qkv.at(offset), qkv_ld_, kv.ref(), sequences_, seq_, kv_heads_, head_dim_);
+  if (turn) {
+    backend_.rope_forward(Stream::compute, kv.cref(), kv.ref(), sequences_ * kv_heads_, seq_, head_dim_,
+                          sp_rank_ * seq_, kRopeTheta);
+  }
+}
+
+void AttentionCore::merge_kv(Buffer& kv, bool turn, Buffer& dqkv, std::int64_t offset) {
+  if (turn) {
+    backend_.rope_backward(Stream::compute, kv.cref(), kv.ref(), sequences_ * kv_heads_, seq_, head_dim_,
+                           sp_rank_ * seq_, kRopeTheta);
+  }
+  backend_.heads_to_rows(Stream::compute, kv.cref(), dqkv.at(offset), qkv_ld_, sequences_, seq_, kv_heads_, head_dim_);
+}
+
+const Buffer& AttentionCore::shared(const Buffer& kv, Buffer& heads) {
+  const int group = heads_ / kv_heads_;
+  if (group == 1) return kv;
+  const std::int64_t block = std::int64_t(seq_) * head_dim_;
+  heads.resize(std::size_t(sequences_) * heads_ * std::size_t(block));
+  // Head h reads kv head h / group: copy j of every kv head goes to heads g group + j.
+  for (int j = 0; j < group; ++j) {
+    backend_.copy_2d(Stream::compute, heads.at(j * block), group * block, kv.cref(), block, sequences_ * kv_heads_,
+                     int(block));
+  }
+  return heads;
+}
+
+void AttentionCore::add_shared_gradient(const Buffer& heads, Buffer& kv) {
+  const std::int64_t block = std::int64_t(seq_) * head_dim_;
+  const int group = heads_ / kv_heads_, rows = sequences_ * kv_heads_;
+  kv_sum_part_.resize(kv.size());
+  for (int j = 0; j < group; ++j) {
+    backend_.copy_2d(Stream::compute, kv_sum_part_.ref(), block, heads.at(j * block), group * block, rows, int(block));
+    backend_.add(Stream::compute, kv.ref(), kv.cref(), kv_sum_part_.cref(), std::int64_t(kv.size()));
+  }
 }
 
 void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivations& a, const Buffer& probs) {
   const int S = seq_, D = head_dim_, sp = sp_, r = sp_rank_;
   const std::size_t heads = std::size_t(sequences_) * heads_, head_block = std::size_t(S) * D;
-  const std::size_t row_block = std::size_t(S) * S, n = heads * head_block;
+  const std::size_t row_block = std::size_t(S) * S, n = kv_size(), nq = heads * head_block;
+  const bool grouped = heads_ != kv_heads_;
   // Per pass: owned = this rank's block (V, then K), gives the matrix product for block
   // j into dP (first pass) or uses dS (second pass); accumulates into `gradient` (dV,
-  // then dK) with the block's accumulator, and into dQ in the second pass.
+  // then dK) with the block's accumulator, and into dQ in the second pass. With
+  // grouped-query attention the blocks and accumulators travel on the kv heads: a block
+  // is shared out to the query heads here and their gradient parts summed back into it.
   auto ring_pass = [&](const Buffer& owned, int block_tag, int gradient_tag, bool values, Buffer& gradient) {
     std::vector<Buffer>& in_flight = in_flight_buffers(2 * sp);
     RingMail mail(timeline_, ring_, ids, compute_, r, sp);
     // block j's contribution: dP columns (values) or dQ (keys), and its gradient part.
-    auto compute = [&](int j, const Buffer& block, Buffer& accumulator) {
+    auto compute = [&](int j, const Buffer& kv_block, Buffer& accumulator) {
       if (j > r) return;  // masked by causality
       auto timed = timeline_.time(ids(ops::attn_core));
       const Buffer* matrix = values ? &probs : &dscores_;  // P or dS
@@ -274,20 +342,25 @@ void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivat
         extract_block(*matrix, block_, j);
         matrix = &block_;
       }
+      const Buffer& block = shared(kv_block, values ? shared_values_ : shared_keys_);
+      Buffer& part = grouped ? shared_gradient_ : accumulator;  // this block's gradient, per query head
+      const float part_beta = grouped ? 0.0f : 1.0f;
+      if (grouped) part.resize(nq);
       if (values) {
         scratch_block_.resize(heads * row_block);
         Buffer& dp = sp == 1 ? dprobs_ : scratch_block_;
         backend_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, d_heads_.cref(), head_block, block.cref(),
                                                   head_block, 0.0f, dp.ref(), row_block));
         backend_.gemm_batched(Stream::compute, per_head(true, false, S, D, S, matrix->cref(), row_block, d_heads_.cref(),
-                                                  head_block, 1.0f, accumulator.ref(), head_block));
+                                                  head_block, part_beta, part.ref(), head_block));
         if (sp > 1) place_block(scratch_block_, dprobs_, j);
       } else {
         backend_.gemm_batched(Stream::compute, per_head(false, false, S, D, S, matrix->cref(), row_block, block.cref(),
                                                   head_block, 1.0f, dq_.ref(), head_block));
         backend_.gemm_batched(Stream::compute, per_head(true, false, S, D, S, matrix->cref(), row_block, a.q.cref(),
-                                                  head_block, 1.0f, accumulator.ref(), head_block));
+                                                  head_block, part_beta, part.ref(), head_block));
       }
+      if (grouped) add_shared_gradient(part, accumulator);
     };
     if (sp > 1) mail.post(owned, block_tag + 1);
     for (int hop = 1; hop < sp; ++hop) {
@@ -314,24 +387,25 @@ void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivat
     backend_.causal_softmax_backward(Stream::compute, probs.cref(), dprobs_.cref(), dscores_.ref(), std::int64_t(heads) * S,
                                S * sp, 1.0f / std::sqrt(float(D)));
   }
-  dq_.assign(n, 0.0f);
+  dq_.assign(nq, 0.0f);
   ring_pass(a.k, kBackwardKeys, kKeyGradients, false, dk_);
 }
 
 void AttentionCore::fused_backward(const IdScope& ids, const LayerActivations& a) {
   const int S = seq_, D = head_dim_, sp = sp_, r = sp_rank_;
   const int heads = sequences_ * heads_;
-  const std::size_t n = std::size_t(heads) * std::size_t(S) * D;
+  const std::size_t nq = std::size_t(heads) * std::size_t(S) * D, n = kv_size();
+  const bool grouped = heads_ != kv_heads_;
   {
     // delta = rowsum(dO * O) over the final output, in the heads' layout.
     auto timed = timeline_.time(ids(ops::attn_core));
-    out_heads_.resize(n);
+    out_heads_.resize(nq);
     backend_.rows_to_heads(Stream::compute, a.att.cref(), hidden_local_, out_heads_.ref(), sequences_, seq_, heads_, D);
     delta_.resize(std::size_t(heads) * S);
     backend_.attention_delta(Stream::compute, d_heads_.cref(), out_heads_.cref(), delta_.f32(), std::int64_t(heads) * S, D);
   }
-  dq_.assign(n, 0.0f);
-  std::vector<Buffer>& in_flight = in_flight_buffers(4 * sp);  // [hop][key, value, dK, dV]
+  dq_.assign(nq, 0.0f);
+  std::vector<Buffer>& in_flight = in_flight_buffers(4 * sp);  // [hop][key, value, dK, dV], on the kv heads
   RingMail mail(timeline_, ring_, ids, compute_, r, sp);
   auto compute = [&](int j, const Buffer& keys, const Buffer& values, Buffer& dk, Buffer& dv) {
     if (j > r) return;  // masked by causality
@@ -340,11 +414,21 @@ void AttentionCore::fused_backward(const IdScope& ids, const LayerActivations& a
     g.bh = heads, g.q_len = S, g.kv_len = S, g.head_dim = D;
     g.q_first = r * S, g.kv_first = j * S;
     g.scale = 1.0f / std::sqrt(float(D));
-    g.q = a.q.cref(), g.k = keys.cref(), g.v = values.cref(), g.dout = d_heads_.cref();
+    g.q = a.q.cref(), g.k = shared(keys, shared_keys_).cref(), g.v = shared(values, shared_values_).cref();
+    g.dout = d_heads_.cref();
     g.lse = a.lse.f32(), g.delta = delta_.f32();
     g.dq = dq_.ref(), g.dk = dk.ref(), g.dv = dv.ref();
-    g.accumulate_kv = true;
+    if (grouped) {  // per query head, then summed into the kv heads' accumulators
+      shared_gradient_.resize(nq);
+      shared_value_gradient_.resize(nq);
+      g.dk = shared_gradient_.ref(), g.dv = shared_value_gradient_.ref();
+    }
+    g.accumulate_kv = !grouped;
     backend_.attention_backward(Stream::compute, g);
+    if (grouped) {
+      add_shared_gradient(shared_gradient_, dk);
+      add_shared_gradient(shared_value_gradient_, dv);
+    }
   };
   if (sp > 1) {
     mail.post(a.k, kBackwardKeys + 1);

@@ -1,6 +1,9 @@
 // What every tensor layout shares: the op names of a block's halves, the vocab-parallel
 // cross-entropy (the kernel's three phases with the group's reductions between them) and
 // the layer norm of rows whose features are split over ranks (2D's grid row, 3D's depth).
+// RMSNorm over split rows runs the same phases with the mean held at 0 (no first sum),
+// a zero beta and, backward, the sum of dxhat at 0 (RMSNorm has no mean term): the split
+// kernels serve both norms.
 #include "layout_impl.hpp"
 
 namespace tessel::executor {
@@ -31,6 +34,32 @@ void TensorLayout::set_shape(int local_rows, int residual_cols, int sequences, i
   hidden_local_ = model().hidden / feature_split;
   ffn_local_ = model().ffn_hidden / feature_split;
   vocab_local_ = model().vocab / feature_split;
+  kv_heads_ = model().kv_heads / feature_split;
+  kv_local_ = kv_heads_ * model().head_dim();
+}
+
+void TensorLayout::whole_norm_forward(const Buffer& x, CRef gamma, CRef beta, Buffer& y, Buffer& mean, Buffer& rstd) {
+  bound(y, context_.compute).resize(x.size());
+  bound(mean, DType::f32).resize(std::size_t(local_rows_));
+  bound(rstd, DType::f32).resize(std::size_t(local_rows_));
+  if (model().norm == Norm::rmsnorm) {
+    backend().rms_norm_forward(Stream::compute, x.cref(), gamma, y.ref(), rstd.f32(), local_rows_, model().hidden,
+                               kNormEps);
+  } else {
+    backend().layer_norm_forward(Stream::compute, x.cref(), gamma, beta, y.ref(), mean.f32(), rstd.f32(), local_rows_,
+                                 model().hidden, kNormEps);
+  }
+}
+
+void TensorLayout::whole_norm_backward(const Buffer& dy, const Buffer& x, CRef gamma, const Buffer& mean,
+                                       const Buffer& rstd, Buffer& dx, float* dgamma, float* dbeta, bool accumulate) {
+  if (model().norm == Norm::rmsnorm) {
+    backend().rms_norm_backward(Stream::compute, dy.cref(), x.cref(), gamma, rstd.f32(), dx.ref(), dgamma, local_rows_,
+                                model().hidden, accumulate);
+  } else {
+    backend().layer_norm_backward(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dx.ref(), dgamma,
+                                  dbeta, local_rows_, model().hidden, accumulate);
+  }
 }
 
 void TensorLayout::vocab_parallel_loss(int mb, const std::int32_t* targets, int rows, int vocab_local, int vocab_start,
@@ -70,6 +99,14 @@ void TensorLayout::residual_norm_forward(const IdScope& ids, std::string_view re
   norm_forward(ids, half, out, gamma, beta, y, mean, rstd);
 }
 
+CRef TensorLayout::final_norm_beta(const Bucket& rest, CRef params) const {
+  return model().norm == Norm::layernorm ? kernels::offset(params, rest.tensor("lnf.bias").offset) : CRef{};
+}
+
+float* TensorLayout::final_norm_beta_gradient(const Bucket& rest, float* grads) const {
+  return model().norm == Norm::layernorm ? grads + rest.tensor("lnf.bias").offset : nullptr;
+}
+
 void TensorLayout::split_norm_forward(const std::string& compute_id, const std::string& comm_id,
                                       Communicator& row_group, const Buffer& x, CRef gamma, CRef beta, Buffer& y,
                                       Buffer& mean, Buffer& rstd) {
@@ -77,6 +114,10 @@ void TensorLayout::split_norm_forward(const std::string& compute_id, const std::
   bound(mean, DType::f32).resize(std::size_t(rows));
   bound(rstd, DType::f32).resize(std::size_t(rows));
   bound(y, context_.compute).resize(x.size());
+  if (model().norm == Norm::rmsnorm) {
+    split_rms_norm_forward(compute_id, comm_id, row_group, x, gamma, y, mean, rstd);
+    return;
+  }
   {
     auto timed = timeline().time(compute_id);
     backend().row_sums(Stream::compute, x.cref(), mean.f32(), rows, cols);
@@ -99,22 +140,49 @@ void TensorLayout::split_norm_forward(const std::string& compute_id, const std::
   backend().layer_norm_apply(Stream::compute, x.cref(), gamma, beta, mean.f32(), rstd.f32(), y.ref(), rows, cols);
 }
 
+void TensorLayout::split_rms_norm_forward(const std::string& compute_id, const std::string& comm_id,
+                                          Communicator& row_group, const Buffer& x, CRef gamma, Buffer& y,
+                                          Buffer& mean, Buffer& rstd) {
+  const int rows = local_rows_, cols = residual_cols_, C = model().hidden;
+  if (zero_beta_.size() != std::size_t(cols)) bound(zero_beta_, context_.compute).assign(std::size_t(cols), 0.0f);
+  {
+    auto timed = timeline().time(compute_id);
+    backend().fill(Stream::compute, mean.ref(), rows, 0.0f);
+    backend().row_centered_square_sums(Stream::compute, x.cref(), mean.f32(), rstd.f32(), rows, cols);
+  }
+  {
+    auto timed = timeline().time(comm_id, row_group.stream());
+    row_group.all_reduce(rstd);
+  }
+  auto timed = timeline().time(compute_id);
+  backend().finish_rstd(Stream::compute, rstd.f32(), rows, C, kNormEps);
+  backend().layer_norm_apply(Stream::compute, x.cref(), gamma, zero_beta_.cref(), mean.f32(), rstd.f32(), y.ref(), rows,
+                             cols);
+}
+
 void TensorLayout::split_norm_backward(const std::string& compute_id, const std::string& comm_id,
                                        Communicator& row_group, const Buffer& dy, const Buffer& x, CRef gamma,
                                        const Buffer& mean, const Buffer& rstd, float* dgamma, float* dbeta, Buffer& dx,
                                        bool accumulate) {
   const int rows = local_rows_, cols = residual_cols_;
+  const bool rms = model().norm == Norm::rmsnorm;
   stats_.resize(std::size_t(rows));
   stats2_.resize(std::size_t(rows));
   if (!accumulate) bound(dx, context_.compute).resize(x.size());
+  if (rms) {
+    bound(beta_gradient_sink_, DType::f32).resize(std::size_t(cols));  // RMSNorm has no beta: discarded
+    dbeta = beta_gradient_sink_.f32();
+  }
   {
     auto timed = timeline().time(compute_id);
     backend().layer_norm_backward_partials(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dgamma,
                                      dbeta, stats_.f32(), stats2_.f32(), rows, cols);
+    // RMSNorm's gradient has no mean term.
+    if (rms) backend().fill(Stream::compute, stats_.ref(), rows, 0.0f);
   }
   {
     auto timed = timeline().time(comm_id, row_group.stream());
-    row_group.all_reduce(stats_);
+    if (!rms) row_group.all_reduce(stats_);
     row_group.all_reduce(stats2_);
   }
   auto timed = timeline().time(compute_id);

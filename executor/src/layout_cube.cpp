@@ -17,6 +17,9 @@
 //            with weight E^T and the loss reduces over the row (vocabulary blocks)
 // Vectors are cut by their feature axis and copied over the other two; their gradients
 // are summed over those (Bucket::partial_first).
+// LLaMA shapes: k and v heads are cut over the grid columns like the query heads (qkv's
+// unequal column groups), RMSNorm runs as split_norm's RMS form, the untied lm_head is
+// cut like the token table, and absent biases and positions are skipped.
 #include <tuple>
 
 #include "layout_impl.hpp"
@@ -60,11 +63,13 @@ class CubeLayout final : public TensorLayout {
       Bucket& b = out.emplace_back();
       if (head) {
         b.place("lnf.gain", 1, C, on_depth);
-        b.place("lnf.bias", 1, C, on_depth);
+        if (model().norm == Norm::layernorm) b.place("lnf.bias", 1, C, on_depth);
       }
-      if (embedding) b.place("wpe", S, C, on_depth);
+      if (embedding && model().position_embedding == PositionEmbedding::learned) b.place("wpe", S, C, on_depth);
       b.partial_first = b.partial_prefix = b.size;
-      b.place("wte", V, C, Cut{q, j, q * q, kd * q + i, 0});
+      const Cut table{q, j, q * q, kd * q + i, 0};
+      if (embedding || model().tied_embeddings) b.place("wte", V, C, table);
+      if (head && !model().tied_embeddings) b.place("lm_head", V, C, table);
       b.pad(pad_to);
     }
     return out;
@@ -95,13 +100,13 @@ class CubeLayout final : public TensorLayout {
                          Buffer& y, Buffer& kept) override {
     linear_forward(ids, half.in, true, x, w, in, out, y, kept);
     auto timed = timeline().time(ids(half.in.gemm));
-    backend().add_bias(Stream::compute, y.ref(), bias, local_rows_, out / shape().q);
+    if (bias.data) backend().add_bias(Stream::compute, y.ref(), bias, local_rows_, out / shape().q);
   }
   void linear_in_backward(const IdScope& ids, const HalfOps& half, const Buffer&, const Buffer& kept, CRef w,
                           const Buffer& dy, int in, int out, Buffer& dx, float* dw, float* dbias) override {
     {
       auto timed = timeline().time(ids(half.in.gemm));
-      backend().bias_gradient(Stream::compute, dy.cref(), dbias, local_rows_, out / shape().q);
+      if (dbias) backend().bias_gradient(Stream::compute, dy.cref(), dbias, local_rows_, out / shape().q);
     }
     linear_backward(ids, half.in, true, kept, w, dy, in, out, dx, dw);
   }
@@ -129,8 +134,10 @@ class CubeLayout final : public TensorLayout {
     auto timed = timeline().time(ids(ops::embed_lookup));
     bound(x, context_.compute).resize(std::size_t(local_rows) * residual_cols);
     backend().embedding_forward(Stream::compute, tokens + first_token(), whole_.cref(), x.ref(), local_rows, residual_cols, 0, V);
-    backend().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows, residual_cols,
-                 kernels::RowMap{0, first_token(), context_.seq});
+    if (model().position_embedding == PositionEmbedding::learned) {
+      backend().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows, residual_cols,
+                   kernels::RowMap{0, first_token(), context_.seq});
+    }
   }
 
   void embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads, const Buffer& dx) override {
@@ -138,8 +145,10 @@ class CubeLayout final : public TensorLayout {
     const int V = model().vocab, residual_cols = residual_cols_, local_rows = local_rows_;
     {
       auto timed = timeline().time(ids(ops::embed_lookup));
-      backend().add_rows_backward(Stream::compute, dx.cref(), grads + rest.tensor("wpe").offset, local_rows, residual_cols,
-                            kernels::RowMap{0, first_token(), context_.seq});
+      if (model().position_embedding == PositionEmbedding::learned) {
+        backend().add_rows_backward(Stream::compute, dx.cref(), grads + rest.tensor("wpe").offset, local_rows, residual_cols,
+                              kernels::RowMap{0, first_token(), context_.seq});
+      }
       table_grad_pieces_.assign(std::size_t(V) * residual_cols, 0.0f);
       backend().embedding_backward(Stream::compute, tokens + first_token(), dx.cref(), table_grad_pieces_.f32(), local_rows, residual_cols, 0,
                              V);
@@ -161,7 +170,7 @@ class CubeLayout final : public TensorLayout {
     h.x.copy_from(x);
     split_norm_forward(ids(ops::head_logits.gemm), ids(ops::head_norm_all_reduce), context_.comms.depth, x,
                        kernels::offset(params, rest.tensor("lnf.gain").offset),
-                       kernels::offset(params, rest.tensor("lnf.bias").offset), h.lnf, h.lnf_mean, h.lnf_rstd);
+                       final_norm_beta(rest, params), h.lnf, h.lnf_mean, h.lnf_rstd);
     // logits = lnf E^T as an A -> B linear: the weight's [hidden block k x vocabulary
     // block j] is the transposed table block, its pieces down the column.
     h.lnf_full.resize(std::size_t(gathered_rows) * residual_cols);
@@ -171,7 +180,7 @@ class CubeLayout final : public TensorLayout {
     }
     {
       auto timed = timeline().time(ids(ops::head_logits.gather_weight), context_.comms.col.stream());
-      gather_table_block(kernels::offset(params, rest.tensor("wte").offset));
+      gather_table_block(kernels::offset(params, rest.tensor(head_table_name(model())).offset));
     }
     product_.resize(std::size_t(gathered_rows) * vocab_local);
     {
@@ -206,7 +215,7 @@ class CubeLayout final : public TensorLayout {
     }
     {
       auto timed = timeline().time(ids(ops::head_logits.gather_weight), context_.comms.col.stream());
-      gather_table_block(kernels::offset(params, rest.tensor("wte").offset));
+      gather_table_block(kernels::offset(params, rest.tensor(head_table_name(model())).offset));
     }
     whole_.resize(std::size_t(gathered_rows) * residual_cols);
     table_grad_block_.resize(std::size_t(vocab_local) * residual_cols);
@@ -223,11 +232,11 @@ class CubeLayout final : public TensorLayout {
     }
     {
       auto timed = timeline().time(ids(ops::head_logits.gather_weight), context_.comms.col.stream());
-      scatter_table_block(grads + rest.tensor("wte").offset);
+      scatter_table_block(grads + rest.tensor(head_table_name(model())).offset);
     }
     split_norm_backward(ids(ops::head_logits.gemm), ids(ops::head_norm_all_reduce), context_.comms.depth, product_, h.x,
                         kernels::offset(params, rest.tensor("lnf.gain").offset), h.lnf_mean, h.lnf_rstd,
-                        grads + rest.tensor("lnf.gain").offset, grads + rest.tensor("lnf.bias").offset, dx, false);
+                        grads + rest.tensor("lnf.gain").offset, final_norm_beta_gradient(rest, grads), dx, false);
   }
 
  private:

@@ -8,6 +8,9 @@
 //                   cross-entropy reduces max, sum and target logit over the group
 // Norms, the late biases and the positions are whole on every rank; with sequence
 // parallel their gradients are partial sums over the group (the bucket's partial prefix).
+// LLaMA shapes: RMSNorm, no biases, no positions (RoPE is in the attention core), k and v
+// with kv_heads heads cut over the group like q (kv_heads divisible by tp), and an
+// untied LM head "lm_head" cut by vocabulary rows like the embedding.
 // tp = 1 is the trivial case: no message at all.
 // Rows are whole on every rank, so the attention half's residual add and the MLP norm run
 // as one kernel (residual_layer_norm_forward); the grid and cube layouts cannot fuse them.
@@ -47,11 +50,12 @@ class MegatronLayout final : public TensorLayout {
       Bucket& b = out.emplace_back();
       if (head) {
         b.place("lnf.gain", 1, C, whole);
-        b.place("lnf.bias", 1, C, whole);
+        if (model().norm == Norm::layernorm) b.place("lnf.bias", 1, C, whole);
       }
       b.partial_prefix = sequence_parallel_ ? b.size : 0;
-      if (embedding) b.place("wpe", S, C, whole);
-      b.place("wte", V, C, by_rows);
+      if (embedding && model().position_embedding == PositionEmbedding::learned) b.place("wpe", S, C, whole);
+      if (embedding || model().tied_embeddings) b.place("wte", V, C, by_rows);
+      if (head && !model().tied_embeddings) b.place("lm_head", V, C, by_rows);
       b.pad(pad_to);
     }
     return out;
@@ -64,11 +68,7 @@ class MegatronLayout final : public TensorLayout {
   void norm_forward(const IdScope& ids, const HalfOps& half, const Buffer& x, CRef gamma, CRef beta, Buffer& y,
                     Buffer& mean, Buffer& rstd) override {
     auto timed = timeline().time(ids(half.norm));
-    bound(y, context_.compute).resize(x.size());
-    bound(mean, DType::f32).resize(std::size_t(local_rows_));
-    bound(rstd, DType::f32).resize(std::size_t(local_rows_));
-    backend().layer_norm_forward(Stream::compute, x.cref(), gamma, beta, y.ref(), mean.f32(), rstd.f32(), local_rows_,
-                           model().hidden, kNormEps);
+    whole_norm_forward(x, gamma, beta, y, mean, rstd);
   }
 
   // Rows are whole here, so the residual add and the norm after it are one kernel. Both are
@@ -87,8 +87,13 @@ class MegatronLayout final : public TensorLayout {
     bound(mean, DType::f32).resize(std::size_t(local_rows_));
     bound(rstd, DType::f32).resize(std::size_t(local_rows_));
     const kernels::TimeMark start = timeline().mark(Stream::compute);
-    backend().residual_layer_norm_forward(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, gamma, beta, y.ref(),
-                                          mean.f32(), rstd.f32(), local_rows_, model().hidden, kNormEps);
+    if (model().norm == Norm::rmsnorm) {
+      backend().residual_rms_norm_forward(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, gamma, y.ref(),
+                                          rstd.f32(), local_rows_, model().hidden, kNormEps);
+    } else {
+      backend().residual_layer_norm_forward(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, gamma, beta,
+                                            y.ref(), mean.f32(), rstd.f32(), local_rows_, model().hidden, kNormEps);
+    }
     const kernels::TimeMark end = timeline().mark(Stream::compute);
     constexpr double kResidualShare =
         kResidualActivationPasses / (kResidualActivationPasses + kNormActivationPasses);
@@ -99,8 +104,7 @@ class MegatronLayout final : public TensorLayout {
   void norm_backward(const IdScope& ids, const HalfOps& half, const Buffer& dy, const Buffer& x, CRef gamma,
                      const Buffer& mean, const Buffer& rstd, float* dgamma, float* dbeta, Buffer& dx) override {
     auto timed = timeline().time(ids(half.norm));
-    backend().layer_norm_backward(Stream::compute, dy.cref(), x.cref(), gamma, mean.f32(), rstd.f32(), dx.ref(), dgamma,
-                            dbeta, local_rows_, model().hidden, true);
+    whole_norm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, true);
   }
 
   void linear_in_forward(const IdScope& ids, const HalfOps& half, const Buffer& x, CRef w, CRef bias, int in, int out,
@@ -110,8 +114,10 @@ class MegatronLayout final : public TensorLayout {
     const int out_local = out / shape().tp;
     bound(y, context_.compute).resize(std::size_t(rows_) * out_local);
     kernels::Gemm g = gemm(false, false, rows_, out_local, in, input.cref(), w, 0.0f, y.ref());
-    g.epilogue = kernels::Epilogue::bias;
-    g.bias = bias;
+    if (bias.data) {
+      g.epilogue = kernels::Epilogue::bias;
+      g.bias = bias;
+    }
     backend().gemm(Stream::compute, g);
   }
 
@@ -122,8 +128,10 @@ class MegatronLayout final : public TensorLayout {
     {
       auto timed = timeline().time(ids(half.in.gemm));
       kernels::Gemm weight = gemm(true, false, in, out_local, rows_, input.cref(), dy.cref(), 1.0f, kernels::f32(dw));
-      weight.epilogue = kernels::Epilogue::bias_gradient;
-      weight.bias_gradient = dbias;
+      if (dbias) {
+        weight.epilogue = kernels::Epilogue::bias_gradient;
+        weight.bias_gradient = dbias;
+      }
       backend().gemm(Stream::compute, weight);
       dpartial_.resize(std::size_t(rows_) * in);
       backend().gemm(Stream::compute, gemm(false, true, rows_, in, out_local, dy.cref(), w, 0.0f, dpartial_.ref()));
@@ -174,8 +182,10 @@ class MegatronLayout final : public TensorLayout {
       bound(x, context_.compute).resize(activation_size());
       backend().copy(Stream::compute, x.data(), whole.at(std::int64_t(first_row) * C).data, x.bytes());
     }
-    backend().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows_, C,
-                 kernels::RowMap{shape().sp_rank * context_.seq, first_row, context_.seq});
+    if (model().position_embedding == PositionEmbedding::learned) {
+      backend().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows_, C,
+                         kernels::RowMap{shape().sp_rank * context_.seq, first_row, context_.seq});
+    }
   }
 
   void embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads, const Buffer& dx) override {
@@ -185,8 +195,10 @@ class MegatronLayout final : public TensorLayout {
     auto timed = timeline().time(ids(ops::embed_lookup));
     backend().embedding_backward(Stream::compute, tokens, whole.cref(), grads + rest.tensor("wte").offset, rows_, C,
                            shape().tp_rank * vocab_local_, vocab_local_);
-    backend().add_rows_backward(Stream::compute, whole.cref(), grads + rest.tensor("wpe").offset, rows_, C,
-                          kernels::RowMap{shape().sp_rank * context_.seq, 0, context_.seq});
+    if (model().position_embedding == PositionEmbedding::learned) {
+      backend().add_rows_backward(Stream::compute, whole.cref(), grads + rest.tensor("wpe").offset, rows_, C,
+                                  kernels::RowMap{shape().sp_rank * context_.seq, 0, context_.seq});
+    }
   }
 
   void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
@@ -197,19 +209,16 @@ class MegatronLayout final : public TensorLayout {
       // The final norm is no op of its own in the Program: its time goes with the logits.
       auto timed = timeline().time(ids(ops::head_logits.gemm));
       h.x.copy_from(x);
-      h.lnf.resize(x.size());
-      h.lnf_mean.resize(std::size_t(local_rows_));
-      h.lnf_rstd.resize(std::size_t(local_rows_));
-      backend().layer_norm_forward(Stream::compute, x.cref(), kernels::offset(params, rest.tensor("lnf.gain").offset),
-                             kernels::offset(params, rest.tensor("lnf.bias").offset), h.lnf.ref(), h.lnf_mean.f32(),
-                             h.lnf_rstd.f32(), local_rows_, C, kNormEps);
+      whole_norm_forward(x, kernels::offset(params, rest.tensor("lnf.gain").offset), final_norm_beta(rest, params), h.lnf,
+                         h.lnf_mean, h.lnf_rstd);
     }
     const Buffer& lnf = sequence_parallel_ ? gather_rows(ids(ops::head_tp_all_gather), h.lnf, h.lnf_full) : h.lnf;
     {
       auto timed = timeline().time(ids(ops::head_logits.gemm));
       h.logits.resize(std::size_t(rows_) * vocab_local_);
       backend().gemm(Stream::compute, gemm(false, true, rows_, vocab_local_, C, lnf.cref(),
-                                     kernels::offset(params, rest.tensor("wte").offset), 0.0f, h.logits.ref()));
+                                     kernels::offset(params, rest.tensor(head_table_name(model())).offset), 0.0f,
+                                     h.logits.ref()));
     }
     vocab_parallel_loss(mb, targets, rows_, vocab_local_, shape().tp_rank * vocab_local_, context_.comms.tp, h,
                         loss_sum);
@@ -219,7 +228,7 @@ class MegatronLayout final : public TensorLayout {
                      HeadActivations& h, float grad_scale, Buffer& dx) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::bwd};
     const int C = model().hidden, Vl = vocab_local_;
-    const TensorSlot& wte = rest.tensor("wte");
+    const TensorSlot& wte = rest.tensor(head_table_name(model()));
     {
       auto timed = timeline().time(ids(ops::head_loss));
       dpartial_.resize(h.logits.size());
@@ -241,9 +250,8 @@ class MegatronLayout final : public TensorLayout {
     auto timed = timeline().time(ids(ops::head_logits.gemm));
     bound(dx, context_.compute).resize(std::size_t(local_rows_) * C);
     const TensorSlot& gain = rest.tensor("lnf.gain");
-    backend().layer_norm_backward(Stream::compute, whole_.cref(), h.x.cref(), kernels::offset(params, gain.offset),
-                            h.lnf_mean.f32(), h.lnf_rstd.f32(), dx.ref(), grads + gain.offset,
-                            grads + rest.tensor("lnf.bias").offset, local_rows_, C, false);
+    whole_norm_backward(whole_, h.x, kernels::offset(params, gain.offset), h.lnf_mean, h.lnf_rstd, dx,
+                        grads + gain.offset, final_norm_beta_gradient(rest, grads), false);
   }
 
  private:

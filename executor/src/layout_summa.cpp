@@ -20,6 +20,9 @@
 // 2.5D (Tesseract, Wang et al. 2021) is this on each of d depth layers, layer k taking
 // the k-th 1/d of the micro-batch's sequences; the depth layers hold the same weights,
 // whose gradients are summed over the depth once per step.
+// LLaMA shapes: k and v heads are cut over the grid columns like the query heads (qkv's
+// unequal column groups), RMSNorm runs as split_norm's RMS form, the untied lm_head is
+// cut like the token table, and absent biases and positions are skipped.
 #include "layout_impl.hpp"
 
 namespace tessel::executor {
@@ -56,11 +59,12 @@ class SummaLayout final : public TensorLayout {
       Bucket& b = out.emplace_back();
       if (head) {
         b.place("lnf.gain", 1, C, by_columns);
-        b.place("lnf.bias", 1, C, by_columns);
+        if (model().norm == Norm::layernorm) b.place("lnf.bias", 1, C, by_columns);
       }
-      if (embedding) b.place("wpe", S, C, by_columns);
+      if (embedding && model().position_embedding == PositionEmbedding::learned) b.place("wpe", S, C, by_columns);
       b.partial_prefix = b.size;
-      b.place("wte", V, C, blocks);
+      if (embedding || model().tied_embeddings) b.place("wte", V, C, blocks);
+      if (head && !model().tied_embeddings) b.place("lm_head", V, C, blocks);
       b.pad(pad_to);
     }
     return out;
@@ -88,13 +92,13 @@ class SummaLayout final : public TensorLayout {
                          Buffer& y, Buffer&) override {
     summa_forward(ids, half.in, x, w, in, out, y);
     auto timed = timeline().time(ids(half.in.gemm));
-    backend().add_bias(Stream::compute, y.ref(), bias, local_rows_, out / shape().q);
+    if (bias.data) backend().add_bias(Stream::compute, y.ref(), bias, local_rows_, out / shape().q);
   }
   void linear_in_backward(const IdScope& ids, const HalfOps& half, const Buffer& x, const Buffer&, CRef w,
                           const Buffer& dy, int in, int out, Buffer& dx, float* dw, float* dbias) override {
     {
       auto timed = timeline().time(ids(half.in.gemm));
-      backend().bias_gradient(Stream::compute, dy.cref(), dbias, local_rows_, out / shape().q);
+      if (dbias) backend().bias_gradient(Stream::compute, dy.cref(), dbias, local_rows_, out / shape().q);
     }
     summa_backward(ids, half.in, x, w, dy, in, out, dx, dw);
   }
@@ -124,8 +128,10 @@ class SummaLayout final : public TensorLayout {
       context_.comms.col.reduce_scatter(whole_.data(), x.data(), x.size(), context_.compute);
     }
     auto timed = timeline().time(ids(ops::embed_lookup));
-    backend().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows, residual_cols,
-                 kernels::RowMap{0, first_token(), context_.seq});
+    if (model().position_embedding == PositionEmbedding::learned) {
+      backend().add_rows(Stream::compute, x.ref(), kernels::offset(params, rest.tensor("wpe").offset), local_rows, residual_cols,
+                   kernels::RowMap{0, first_token(), context_.seq});
+    }
   }
 
   void embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads, const Buffer& dx) override {
@@ -134,8 +140,10 @@ class SummaLayout final : public TensorLayout {
     tokens += std::size_t(shape().grid_depth) * gathered_rows;
     {
       auto timed = timeline().time(ids(ops::embed_lookup));
-      backend().add_rows_backward(Stream::compute, dx.cref(), grads + rest.tensor("wpe").offset, local_rows, residual_cols,
-                            kernels::RowMap{0, first_token(), context_.seq});
+      if (model().position_embedding == PositionEmbedding::learned) {
+        backend().add_rows_backward(Stream::compute, dx.cref(), grads + rest.tensor("wpe").offset, local_rows, residual_cols,
+                              kernels::RowMap{0, first_token(), context_.seq});
+      }
     }
     whole_.resize(std::size_t(gathered_rows) * residual_cols);
     {
@@ -151,11 +159,12 @@ class SummaLayout final : public TensorLayout {
                     HeadActivations& h, double* loss_sum) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::fwd};
     const int q = shape().q, local_rows = local_rows_, residual_cols = residual_cols_, vocab_local = vocab_local_;
-    const CRef table = kernels::offset(params, rest.tensor("wte").offset);  // vocabulary block r x feature block c
+    // vocabulary block r x feature block c
+    const CRef table = kernels::offset(params, rest.tensor(head_table_name(model())).offset);
     h.x.copy_from(x);
     split_norm_forward(ids(ops::head_logits.gemm), ids(ops::head_norm_all_reduce), context_.comms.row, x,
                        kernels::offset(params, rest.tensor("lnf.gain").offset),
-                       kernels::offset(params, rest.tensor("lnf.bias").offset), h.lnf, h.lnf_mean, h.lnf_rstd);
+                       final_norm_beta(rest, params), h.lnf, h.lnf_mean, h.lnf_rstd);
     // logits^T (vocabulary block r, token block c) = sum_k E(r, k) X(c, k)^T.
     const std::size_t x_size = std::size_t(local_rows) * residual_cols, l_size = std::size_t(vocab_local) * local_rows;
     summa_x_.resize(x_size);
@@ -187,7 +196,7 @@ class SummaLayout final : public TensorLayout {
                      HeadActivations& h, float grad_scale, Buffer& dx) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::bwd};
     const int q = shape().q, local_rows = local_rows_, residual_cols = residual_cols_, vocab_local = vocab_local_;
-    const TensorSlot& wte = rest.tensor("wte");
+    const TensorSlot& wte = rest.tensor(head_table_name(model()));
     const std::size_t x_size = std::size_t(local_rows) * residual_cols, l_size = std::size_t(vocab_local) * local_rows;
     {
       auto timed = timeline().time(ids(ops::head_loss));
@@ -225,7 +234,7 @@ class SummaLayout final : public TensorLayout {
     }
     split_norm_backward(ids(ops::head_logits.gemm), ids(ops::head_norm_all_reduce), context_.comms.row, whole_, h.x,
                         kernels::offset(params, rest.tensor("lnf.gain").offset), h.lnf_mean, h.lnf_rstd,
-                        grads + rest.tensor("lnf.gain").offset, grads + rest.tensor("lnf.bias").offset, dx, false);
+                        grads + rest.tensor("lnf.gain").offset, final_norm_beta_gradient(rest, grads), dx, false);
   }
 
  private:

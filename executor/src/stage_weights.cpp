@@ -24,6 +24,32 @@ std::string_view layer_tensor_name(LayerTensor tensor) {
   return kNames[tensor];
 }
 
+bool has_layer_tensor(const ModelSpec& model, LayerTensor tensor) {
+  switch (tensor) {
+    case kLn1Bias:
+    case kLn2Bias: return model.norm == Norm::layernorm;
+    case kProjBias:
+    case kFc2Bias:
+    case kQkvBias:
+    case kFc1Bias: return model.bias;
+    default: return true;
+  }
+}
+
+int qkv_columns(const ModelSpec& model) { return model.hidden + 2 * model.kv_dim(); }
+int fc1_columns(const ModelSpec& model) {
+  return model.activation == Activation::swiglu ? 2 * model.ffn_hidden : model.ffn_hidden;
+}
+std::string_view head_table_name(const ModelSpec& model) { return model.tied_embeddings ? "wte" : "lm_head"; }
+
+namespace {
+// q, k and v's whole widths: equal without grouped-query attention.
+std::vector<int> qkv_groups(const ModelSpec& model) {
+  if (model.kv_heads == model.heads) return {};
+  return {model.hidden, model.kv_dim(), model.kv_dim()};
+}
+}  // namespace
+
 const TensorSlot& Bucket::tensor(std::string_view name) const {
   for (const TensorSlot& t : tensors) {
     if (t.name == name) return t;
@@ -45,19 +71,33 @@ void Bucket::place(std::string name, int rows, int cols, const Cut& cut, int col
   tensors.push_back(std::move(t));
 }
 
+void Bucket::place(std::string name, int rows, const Cut& cut, std::vector<int> group_cols) {
+  int cols = 0;
+  for (int c : group_cols) cols += c;
+  place(std::move(name), rows, cols, cut, int(group_cols.size()));
+  tensors.back().group_cols = std::move(group_cols);
+}
+
 std::pair<std::size_t, std::size_t> place_layer(Bucket& b, const ModelSpec& model, int layer, const LayerCuts& cuts) {
   const int C = model.hidden, F = model.ffn_hidden;
   const std::string L = fmt::format("L{}.", layer);
   for (LayerTensor t : {kLn1Gain, kLn1Bias, kProjBias, kLn2Gain, kLn2Bias, kFc2Bias}) {
-    b.place(L + std::string(layer_tensor_name(t)), 1, C, cuts.late_vectors);
+    if (has_layer_tensor(model, t)) b.place(L + std::string(layer_tensor_name(t)), 1, C, cuts.late_vectors);
   }
   const std::size_t after_late = b.size;
-  b.place(L + "attn.qkv.bias", 1, 3 * C, cuts.early_biases, 3);
-  b.place(L + "mlp.fc1.bias", 1, F, cuts.early_biases);
+  const int fc1_groups = model.activation == Activation::swiglu ? 2 : 1;
+  auto place_qkv = [&](const std::string& name, int rows, const Cut& cut) {
+    if (model.kv_heads == model.heads) b.place(name, rows, qkv_columns(model), cut, 3);
+    else b.place(name, rows, cut, qkv_groups(model));
+  };
+  if (model.bias) {
+    place_qkv(L + "attn.qkv.bias", 1, cuts.early_biases);
+    b.place(L + "mlp.fc1.bias", 1, fc1_columns(model), cuts.early_biases, fc1_groups);
+  }
   const std::size_t after_biases = b.size;
-  b.place(L + "attn.qkv.weight", C, 3 * C, cuts.in_weights, 3);
+  place_qkv(L + "attn.qkv.weight", C, cuts.in_weights);
   b.place(L + "attn.proj.weight", C, C, cuts.out_weights);
-  b.place(L + "mlp.fc1.weight", C, F, cuts.in_weights);
+  b.place(L + "mlp.fc1.weight", C, fc1_columns(model), cuts.in_weights, fc1_groups);
   b.place(L + "mlp.fc2.weight", F, C, cuts.out_weights);
   return {after_late, after_biases};
 }
@@ -67,24 +107,26 @@ std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model) {
   Bucket all;
   auto add = [&](std::string name, int rows, int cols) { all.place(std::move(name), rows, cols, Cut{}); };
   add("wte", model.vocab, C);
-  add("wpe", model.seq_len, C);
+  if (model.position_embedding == PositionEmbedding::learned) add("wpe", model.seq_len, C);
+  const bool layer_norm = model.norm == Norm::layernorm;
   for (int l = 0; l < model.layers; ++l) {
     const std::string L = fmt::format("L{}.", l);
     add(L + "ln1.gain", 1, C);
-    add(L + "ln1.bias", 1, C);
-    add(L + "attn.qkv.weight", C, 3 * C);
-    add(L + "attn.qkv.bias", 1, 3 * C);
+    if (layer_norm) add(L + "ln1.bias", 1, C);
+    add(L + "attn.qkv.weight", C, qkv_columns(model));
+    if (model.bias) add(L + "attn.qkv.bias", 1, qkv_columns(model));
     add(L + "attn.proj.weight", C, C);
-    add(L + "attn.proj.bias", 1, C);
+    if (model.bias) add(L + "attn.proj.bias", 1, C);
     add(L + "ln2.gain", 1, C);
-    add(L + "ln2.bias", 1, C);
-    add(L + "mlp.fc1.weight", C, F);
-    add(L + "mlp.fc1.bias", 1, F);
+    if (layer_norm) add(L + "ln2.bias", 1, C);
+    add(L + "mlp.fc1.weight", C, fc1_columns(model));
+    if (model.bias) add(L + "mlp.fc1.bias", 1, fc1_columns(model));
     add(L + "mlp.fc2.weight", F, C);
-    add(L + "mlp.fc2.bias", 1, C);
+    if (model.bias) add(L + "mlp.fc2.bias", 1, C);
   }
   add("lnf.gain", 1, C);
-  add("lnf.bias", 1, C);
+  if (layer_norm) add("lnf.bias", 1, C);
+  if (!model.tied_embeddings) add("lm_head", model.vocab, C);
   return all.tensors;
 }
 
@@ -104,14 +146,25 @@ std::vector<float> initial_tensor(const ModelSpec& model, std::uint64_t seed, co
 }
 
 void for_each_shard_element(const TensorSlot& t, const std::function<void(std::size_t, std::size_t)>& visit) {
-  const int group_cols = t.cols / t.column_groups, local_group_cols = group_cols / t.col_split;
+  // Each column group is cut in col_split blocks on its own; this rank's columns are its
+  // block of every group, side by side.
+  std::vector<int> whole_first, local_first, local_width;
+  int whole_at = 0, local_at = 0;
+  for (int g = 0; g < t.column_groups; ++g) {
+    const int width = t.group_cols.empty() ? t.cols / t.column_groups : t.group_cols[std::size_t(g)];
+    const int local = width / t.col_split;
+    whole_first.push_back(whole_at + t.col_part * local);
+    local_first.push_back(local_at);
+    local_width.push_back(local);
+    whole_at += width, local_at += local;
+  }
   const int first_row = t.row_part * t.local_rows;
   for (int r = 0; r < t.local_rows; ++r)
-    for (int j = 0; j < t.local_cols; ++j) {
-      const int group = j / local_group_cols, within = j % local_group_cols;
-      const int whole_col = group * group_cols + t.col_part * local_group_cols + within;
-      visit(std::size_t(first_row + r) * t.cols + whole_col, std::size_t(r) * t.local_cols + j);
-    }
+    for (int g = 0; g < t.column_groups; ++g)
+      for (int within = 0; within < local_width[std::size_t(g)]; ++within) {
+        const int whole_col = whole_first[std::size_t(g)] + within, j = local_first[std::size_t(g)] + within;
+        visit(std::size_t(first_row + r) * t.cols + whole_col, std::size_t(r) * t.local_cols + j);
+      }
 }
 
 }  // namespace tessel::executor

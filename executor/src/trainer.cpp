@@ -37,18 +37,44 @@ void Trainer::check(const Plan& plan) {
                             "got {}",
                             to_string(p.offload)));
   }
-  if (m.activation != Activation::gelu || m.norm != Norm::layernorm ||
-      m.position_embedding != PositionEmbedding::learned || !m.tied_embeddings || m.kv_heads != m.heads || !m.bias) {
-    throw Error(fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "
-                            "tied embeddings, biases, kv_heads == heads)",
-                            m.name));
-  }
+  check_model_shape(plan);
   if (plan.train.precision == Precision::fp16) {
     throw Error("train.precision: the executor trains in fp32 or bf16 (fp32 master weights); got fp16");
   }
   if (m.vocab % p.tp != 0) {
     throw Error(fmt::format("model.vocab: {} is not divisible by parallel.tp {} (the embedding is vocab-parallel)",
                             m.vocab, p.tp));
+  }
+}
+
+// The executor trains two shapes: GPT-2 (gelu, layernorm, learned positions, tied
+// embeddings, biases, kv_heads == heads) and LLaMA (swiglu, rmsnorm, rope, kv_heads
+// dividing heads, untied embeddings, no biases), each in every layout. Anything between
+// the two is refused. The key and value heads are split like the query heads: over tp
+// in 1D, over the grid side in 2D, 2.5D and 3D.
+void Trainer::check_model_shape(const Plan& plan) {
+  const ParallelConfig& p = plan.parallel;
+  const ModelSpec& m = plan.model;
+  const bool gpt2 = m.activation == Activation::gelu && m.norm == Norm::layernorm &&
+                    m.position_embedding == PositionEmbedding::learned && m.tied_embeddings &&
+                    m.kv_heads == m.heads && m.bias;
+  const bool llama = m.activation == Activation::swiglu && m.norm == Norm::rmsnorm &&
+                     m.position_embedding == PositionEmbedding::rope && !m.tied_embeddings && !m.bias;
+  if (!gpt2 && !llama) {
+    throw Error(fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "
+                            "tied embeddings, biases, kv_heads == heads) or LLaMA-shaped ones (swiglu, rmsnorm, rope, "
+                            "untied embeddings, no biases)",
+                            m.name));
+  }
+  if (p.tp > 1 && p.tp_mode != TpMode::d1 && m.kv_heads % p.tp_grid_side() != 0) {
+    throw Error(fmt::format("model.kv_heads: {} is not divisible by the {} grid side {} (the key and value heads are "
+                            "split over the grid columns)",
+                            m.kv_heads, to_string(p.tp_mode), p.tp_grid_side()));
+  }
+  if (p.tp > 1 && p.tp_mode == TpMode::d1 && m.kv_heads % p.tp != 0) {
+    throw Error(fmt::format("model.kv_heads: {} is not divisible by parallel.tp {} (1d tensor parallelism splits the "
+                            "key and value heads)",
+                            m.kv_heads, p.tp));
   }
 }
 
@@ -274,7 +300,7 @@ void Trainer::forward_backward() {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
     // The tied embedding: the first and the last stage each hold a copy; their gradients sum.
     Communicator& ends = grid_.embedding();
-    if (ends.size() > 1) {
+    if (ends.size() > 1 && plan_.model.tied_embeddings) {
       const TensorSlot& wte = rest.layout.tensor("wte");
       auto timed = timeline_.time(std::string(ops::kTiedEmbeddingSync), ends.stream());
       ends.all_reduce(rest.grads.f32() + wte.offset, wte.size());

@@ -2,7 +2,8 @@
 // layout the executor runs, one training step, and on every rank the set of op ids it
 // measured equals the set of op ids of its stage's Program, id for id: what the planner
 // and the simulator predict is what the executor times, and nothing else. Prints one line
-// per layout and "ok rank N" when all pass.
+// per layout and "ok rank N" when all pass. `coverage_check llama` runs the LLaMA-shaped
+// model (layouts.hpp) in the layouts it trains in instead.
 #include <cstdio>
 #include <set>
 #include <string>
@@ -46,13 +47,36 @@ std::vector<Layout> every_layout() {
   return out;
 }
 
+// The LLaMA-shaped model: no bias gradients, no positions, no tied-embedding sum.
+std::vector<Layout> llama_layouts() {
+  std::vector<Layout> out;
+  auto add = [&](auto edit) {
+    Layout l;
+    l.model = "llama";
+    edit(l);
+    out.push_back(l);
+  };
+  add([](Layout& l) { l.dp = 2, l.zero = 3; });
+  add([](Layout& l) { l.pp = 2, l.dp = 2, l.schedule = "interleaved", l.virtual_stages = 2; });
+  add([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.pp = 2, l.zero = 1, l.dp = 2; });
+  add([](Layout& l) { l.sp = 2, l.tp = 2, l.pp = 2, l.recompute = "full"; });
+  add([](Layout& l) { l.sp = 4, l.recompute = "selective"; });
+  add([](Layout& l) { l.kernels = "fused", l.sp = 2, l.dp = 2, l.recompute = "selective"; });
+  add([](Layout& l) { l.tp = 2, l.pp = 2, l.precision = "bf16"; });
+  add([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.pp = 2, l.recompute = "full"; });
+  add([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4; });
+  add([](Layout& l) { l.kernels = "fused", l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4, l.recompute = "selective"; });
+  return out;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   Communicator& world = mpi_world();
   const std::string text = synthetic_corpus(1 << 14, 9);
   int failures = 0;
-  for (const Layout& layout : every_layout()) {
+  const bool llama = argc > 1 && std::string(argv[1]) == "llama";
+  for (const Layout& layout : llama ? llama_layouts() : every_layout()) {
     const Plan plan = checks::make_plan(layout);
     const int ranks = plan.parallel.world_size();
     std::unique_ptr<Communicator> sub = world.split(world.rank() < ranks ? 0 : 1, world.rank());

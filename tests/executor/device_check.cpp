@@ -59,6 +59,26 @@ std::vector<Layout> layouts() {
   };
 }
 
+// The LLaMA-shaped model (`device_check llama`): RoPE, grouped-query attention, SwiGLU,
+// RMSNorm whole and split, the untied head.
+std::vector<Layout> llama_layouts() {
+  auto with = [](auto edit) {
+    Layout l;
+    l.model = "llama";
+    edit(l);
+    return l;
+  };
+  return {
+      with([](Layout&) {}),
+      with([](Layout& l) { l.recompute = "full", l.kernels = "fused"; }),
+      with([](Layout& l) { l.precision = "bf16", l.recompute = "selective"; }),
+      with([](Layout& l) { l.sp = 2; }),
+      with([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.recompute = "selective"; }),
+      with([](Layout& l) { l.tp = 4, l.tp_mode = "2d"; }),
+      with([](Layout& l) { l.dp = 2, l.pp = 2, l.optimizer = "lamb", l.zero = 2; }),
+  };
+}
+
 struct Run {
   std::vector<float> losses;
   std::vector<float> weights;    // whole model after the last step
@@ -129,12 +149,13 @@ bool check_checkpoint(const Layout& layout, Communicator& world, kernels::Backen
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   Communicator& world = mpi_world();
   const std::string text = synthetic_corpus(1 << 14, 9);
   kernels::ProtectedMemoryBackend device;
   int failures = 0;
-  for (const Layout& layout : layouts()) {
+  const bool llama = argc > 1 && std::string(argv[1]) == "llama";
+  for (const Layout& layout : llama ? llama_layouts() : layouts()) {
     const Plan plan = make_plan(layout);
     if (plan.parallel.world_size() != world.size()) continue;
     const Run want = train(layout, world, kernels::cpu_backend(), text);

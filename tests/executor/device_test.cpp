@@ -13,9 +13,9 @@
 #include "protected_memory_backend.hpp"
 
 namespace {
-std::string run_check(int ranks, int& status) {
+std::string run_check(int ranks, int& status, const std::string& suite = "") {
   return tessel::run_command("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " '" +
-                                 std::string(TESSEL_DEVICE_CHECK_BINARY) + "' 2>&1",
+                                 std::string(TESSEL_DEVICE_CHECK_BINARY) + "' " + suite + " 2>&1",
                              status);
 }
 int count(const std::string& output, const std::string& word) {
@@ -89,4 +89,19 @@ TEST(DeviceMemory, EightRanksOnAFakeDeviceEqualTheCpuBackend) {
   EXPECT_EQ(status, 0) << output;
   EXPECT_EQ(count(output, "bit-identical"), 2 * 8) << output;
   EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}
+
+// The LLaMA-shaped model: one rank plain, with full recompute and fused kernels, with
+// bf16 and selective recompute (and a checkpoint); two ranks with ring self-attention
+// and Megatron sequence parallel; four with 2D and with LAMB, ZeRO 2 over dp x pp (and
+// its checkpoint).
+TEST(DeviceMemory, LlamaShapedModelOnAFakeDeviceEqualsTheCpuBackend) {
+  const int bit_identical[] = {0, 3 + 1, 2 * 2, 0, (2 + 1) * 4};
+  for (int ranks : {1, 2, 4}) {
+    int status = -1;
+    const std::string output = run_check(ranks, status, "llama");
+    EXPECT_EQ(status, 0) << output;
+    EXPECT_EQ(count(output, "bit-identical"), bit_identical[ranks]) << ranks << " ranks\n" << output;
+    EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+  }
 }

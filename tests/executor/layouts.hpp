@@ -1,5 +1,7 @@
 // The layouts the executor's MPI checks train: a small GPT (4 layers, hidden 32, 4 heads,
-// vocabulary 256, sequence 16, global batch 8) under any parallel layout, as a plan.
+// vocabulary 256, sequence 16, global batch 8) under any parallel layout, as a plan; or,
+// with model "llama", a LLaMA-shaped one of the same size (RMSNorm, RoPE, 4 heads on 2 kv
+// heads, SwiGLU with ffn 84, untied LM head, no biases).
 #pragma once
 
 #include <string>
@@ -18,8 +20,10 @@ struct Layout {
   bool sequence_parallel = false;
   std::string tp_mode = "1d";
   int tp_depth = 1, micro_batch = 2;
+  std::string model = "gpt";  // or "llama"
   std::string name() const {
-    return fmt::format("dp{} pp{} tp{}{}{} zero{} recompute {} {}{}{} {}{}{}", dp, pp, tp,
+    return fmt::format("{}dp{} pp{} tp{}{}{} zero{} recompute {} {}{}{} {}{}{}", model == "gpt" ? "" : model + " ", dp,
+                       pp, tp,
                        tp_mode == "1d" ? "" : " " + tp_mode,
                        sp > 1 ? fmt::format(" sp{}", sp) : "", zero, recompute, schedule,
                        virtual_stages > 1 ? fmt::format(" v{}", virtual_stages) : "", sequence_parallel ? " +sp" : "",
@@ -28,19 +32,25 @@ struct Layout {
   // Layouts with the same reference run (one process, same seed and batches). With bf16
   // storage what recompute keeps changes the numbers, so it joins the key.
   std::string reference_key() const {
-    return optimizer + " " + precision + " " + kernels + (precision == "bf16" ? " " + recompute : "");
+    return model + " " + optimizer + " " + precision + " " + kernels + (precision == "bf16" ? " " + recompute : "");
   }
 };
 
 inline Plan make_plan(const Layout& l) {
+  const std::string model =
+      l.model == "llama"
+          ? R"({"name": "small-llama", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn_hidden": 84,
+               "vocab": 256, "seq_len": 16, "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope",
+               "tied_embeddings": false, "bias": false})"
+          : R"({"name": "small", "layers": 4, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16})";
   const Json json = Json::parse(fmt::format(
-      R"({{"model": {{"name": "small", "layers": 4, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16}},
+      R"({{"model": {},
           "cluster": "local-cpu", "train": {{"global_batch": 8, "precision": "{}", "optimizer": "{}",
                                             "kernels": "{}"}},
           "parallel": {{"dp": {}, "pp": {}, "tp": {}, "tp_mode": "{}", "tp_depth": {}, "sp": {}, "zero": {},
                        "recompute": "{}", "schedule": "{}", "virtual_stages": {}, "tp_sequence_parallel": {},
                        "micro_batch": {}}}}})",
-      l.precision, l.optimizer, l.kernels, l.dp, l.pp, l.tp, l.tp_mode, l.tp_depth, l.sp, l.zero, l.recompute, l.schedule,
+      model, l.precision, l.optimizer, l.kernels, l.dp, l.pp, l.tp, l.tp_mode, l.tp_depth, l.sp, l.zero, l.recompute, l.schedule,
       l.virtual_stages, l.sequence_parallel, l.micro_batch));
   return Plan::from_json(json, "");
 }

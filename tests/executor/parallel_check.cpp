@@ -13,6 +13,12 @@
 //   parallel_check checkpoint    stop after step 2, resume: steps 3..5 bit-identical per rank;
 //                                the checkpoint gathered from its files = the trainer's whole view
 //   parallel_check traffic       bytes and messages one step sends per rank, against the planner
+//   parallel_check llama         a LLaMA-shaped model: dp{1,2} x pp{1,2} x tp{1,2} x zero{0..3} x
+//                                recompute{none,full}, then schedules, selective recompute, Megatron
+//                                sequence parallel, ring self-attention, fused kernels, bf16, LAMB,
+//                                2D, 2.5D, 3D
+//   parallel_check llama_traffic the traffic suite's layouts with the LLaMA-shaped model
+//   parallel_check llama16       (under 16 ranks) the LLaMA-shaped model in 2.5D with dp 2, 3D with pp 2
 #include <unistd.h>
 
 #include <cmath>
@@ -85,6 +91,51 @@ double worst_tensor_error(const std::vector<float>& got, const std::vector<float
     if (std::sqrt(error / norm) > worst) worst = std::sqrt(error / norm), where = t.name;
   }
   return worst;
+}
+
+// The LLaMA-shaped model (layouts.hpp) in every 1D layout: the matrix the GPT runs, then
+// what the other suites add.
+std::vector<Layout> llama_layouts() {
+  std::vector<Layout> out;
+  for (int dp : {1, 2})
+    for (int pp : {1, 2})
+      for (int tp : {1, 2})
+        for (int zero : {0, 1, 2, 3})
+          for (const char* recompute : {"none", "full"}) {
+            Layout l;
+            l.model = "llama", l.dp = dp, l.pp = pp, l.tp = tp, l.zero = zero, l.recompute = recompute;
+            out.push_back(l);
+          }
+  auto llama = [](auto edit) {
+    Layout l;
+    l.model = "llama";
+    edit(l);
+    return l;
+  };
+  const std::vector<Layout> more = {
+      llama([](Layout& l) { l.pp = 2, l.tp = 2, l.schedule = "gpipe"; }),
+      llama([](Layout& l) { l.pp = 2, l.dp = 2, l.schedule = "interleaved", l.virtual_stages = 2; }),
+      llama([](Layout& l) { l.dp = 2, l.tp = 2, l.recompute = "selective", l.zero = 3; }),
+      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.zero = 3; }),
+      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.pp = 2, l.dp = 2, l.zero = 1; }),
+      llama([](Layout& l) { l.sp = 2; }),
+      llama([](Layout& l) { l.sp = 4, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.dp = 2, l.zero = 1, l.recompute = "full"; }),
+      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.sequence_parallel = true, l.pp = 2; }),
+      llama([](Layout& l) { l.kernels = "fused", l.sp = 2, l.tp = 2, l.dp = 2; }),
+      llama([](Layout& l) { l.kernels = "fused", l.pp = 2, l.dp = 2, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.precision = "bf16", l.tp = 2, l.pp = 2, l.dp = 2; }),
+      llama([](Layout& l) { l.optimizer = "lamb", l.tp = 2, l.pp = 2, l.dp = 2, l.zero = 3; }),
+      // 2D, 2.5D and 3D with q = 2: 2 query heads and 1 kv head per grid column.
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d"; }),
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.dp = 2, l.zero = 3, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.pp = 2, l.recompute = "full", l.kernels = "fused"; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4, l.recompute = "full"; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4, l.recompute = "selective"; })};
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
 }
 
 std::vector<Layout> layouts(const std::string& suite) {
@@ -194,6 +245,18 @@ std::vector<Layout> layouts(const std::string& suite) {
         l.pp = 3 - dp, l.zero = dp == 2 ? 1 : 0;
         out.push_back(l);
       }
+    }
+  } else if (suite == "llama") {
+    out = llama_layouts();
+  } else if (suite == "llama16") {
+    // 2.5D with dp 2 and ZeRO 1, 3D with pp 2: 16 ranks.
+    for (const char* mode : {"2.5d", "3d"}) {
+      Layout l;
+      l.model = "llama", l.tp = 8, l.tp_mode = mode, l.micro_batch = 4;
+      l.tp_depth = l.tp_mode == "2.5d" ? 2 : 1;
+      if (l.tp_mode == "2.5d") l.dp = 2, l.zero = 1;
+      else l.pp = 2;
+      out.push_back(l);
     }
   } else if (suite == "optimizers") {
     for (const char* optimizer : {"lamb", "lars"}) {
@@ -335,7 +398,7 @@ int check_grid_gathers(Communicator& world, const std::string& text) {
 // model's CommVolume for the same plan: bytes and messages of the ring, the tensor
 // group, the gradient group and the pipeline (rank 0's first stage sends what the
 // busiest stage does here) must agree exactly.
-int check_traffic(Communicator& world, const std::string& text) {
+int check_traffic(Communicator& world, const std::string& text, const std::string& model) {
   int failures = 0;
   std::vector<Layout> layouts;
   for (int sp : {2, 4}) {
@@ -369,6 +432,7 @@ int check_traffic(Communicator& world, const std::string& text) {
     cube.tp = 8, cube.tp_mode = "3d", cube.micro_batch = 4, cube.recompute = recompute;
     layouts.push_back(cube);
   }
+  for (Layout& layout : layouts) layout.model = model;
   for (const Layout& layout : layouts) {
     const Plan plan = make_plan(layout);
     const int ranks = plan.parallel.world_size();
@@ -395,6 +459,13 @@ int check_traffic(Communicator& world, const std::string& text) {
       CommCounters dp = grid.gradients().counters();
       dp.bytes_sent += grid.embedding().counters().bytes_sent;
       dp.messages += grid.embedding().counters().messages;
+      if (model == "llama") {
+        // Untied, the last stage (lm_head and the final norm) syncs more than the first
+        // (the token table alone): the planner's busiest stage is the largest of any rank.
+        float most[2] = {float(dp.bytes_sent), float(dp.messages)};
+        sub->all_reduce(most, 2, ReduceOp::max);
+        dp.bytes_sent = most[0], dp.messages = most[1];
+      }
       auto same = [](const CommCounters& got, double bytes, double messages) {
         return std::abs(got.bytes_sent - bytes) <= 1e-9 * bytes && got.messages == messages;
       };
@@ -430,9 +501,9 @@ int main(int argc, char** argv) {
   const std::string suite = argc > 1 ? argv[1] : "matrix";
   Communicator& world = mpi_world();
   const std::string text = synthetic_corpus(1 << 14, 9);
-  if (suite == "checkpoint" || suite == "traffic") {
+  if (suite == "checkpoint" || suite == "traffic" || suite == "llama_traffic") {
     float bad = float(suite == "checkpoint" ? check_checkpoints(world, text) + check_grid_gathers(world, text)
-                                            : check_traffic(world, text));
+                                            : check_traffic(world, text, suite == "traffic" ? "gpt" : "llama"));
     world.all_reduce(&bad, 1);
     if (bad > 0) return 1;
     std::printf("ok rank %d\n", world.rank());
@@ -454,6 +525,7 @@ int main(int argc, char** argv) {
     if (world.rank() != 0) continue;
     if (!references.count(layout.reference_key())) {
       Layout single;
+      single.model = layout.model;
       single.optimizer = layout.optimizer;
       single.precision = layout.precision;
       single.kernels = layout.kernels;

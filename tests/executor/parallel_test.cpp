@@ -138,3 +138,62 @@ TEST(Parallel, FusedKernelsInEveryLayoutEqualOneProcess) {
   EXPECT_EQ(count(output, "  ok\n"), 9) << output;
   EXPECT_EQ(count(output, "ok rank"), 8) << output;
 }
+
+// A LLaMA-shaped model (RMSNorm, RoPE, 4 heads on 2 kv heads, SwiGLU, untied LM head, no
+// biases) equals one process in the GPT's 64-layout matrix (dp x pp x tp x ZeRO 0-3 x
+// recompute none / full), under GPipe and interleaved schedules, selective recompute,
+// Megatron sequence parallel, ring self-attention (sp 2 and 4, with tp, dp, pp), fused
+// kernels, bf16 storage, sharded LAMB, and 2D (alone, with dp 2 and ZeRO 3, with pp 2),
+// 2.5D and 3D with q = 2.
+TEST(Parallel, LlamaShapedModelInEveryLayoutEqualsOneProcess) {
+  int status = -1;
+  const std::string output = run_suite("llama", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 64 + 13 + 7) << output;
+  EXPECT_EQ(count(output, "llama dp"), 64 + 13 + 7) << output;
+  EXPECT_EQ(count(output, " 2d "), 3) << output;
+  EXPECT_EQ(count(output, " 2.5d "), 2) << output;
+  EXPECT_EQ(count(output, " 3d "), 2) << output;
+  EXPECT_EQ(count(output, " sp4 "), 1) << output;
+  EXPECT_EQ(count(output, "+sp"), 3) << output;
+  EXPECT_EQ(count(output, " fused"), 3) << output;
+  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+}
+
+// The LLaMA-shaped model in 2.5D (q = 2, depth 2) with dp 2 and ZeRO 1, and in 3D (q = 2)
+// with pp 2, on 16 ranks.
+TEST(Parallel, LlamaShapedGridModesWithDataOrPipelineParallelEqualOneProcess) {
+  int status = -1;
+  const std::string output = run_suite("llama16", status, 16);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 2) << output;
+  EXPECT_EQ(count(output, "llama dp"), 2) << output;
+  EXPECT_EQ(count(output, "ok rank"), 16) << output;
+}
+
+// The LLaMA-shaped model measures exactly its Program's op ids in each kind of layout:
+// data with ZeRO 3, interleaved pipeline, Megatron sequence parallel, ring
+// self-attention with tp and pp, selective recompute, fused kernels, bf16 storage, 2D,
+// 2.5D, 3D.
+TEST(Parallel, LlamaLayoutsMeasureExactlyTheProgramsOps) {
+  int status = -1;
+  const std::string output = tessel::run_command(
+      "mpirun --allow-run-as-root --oversubscribe -np 8 '" + std::string(TESSEL_COVERAGE_CHECK_BINARY) + "' llama 2>&1",
+      status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 10) << output;
+  EXPECT_EQ(count(output, "llama dp"), 10) << output;
+  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+}
+
+// The LLaMA-shaped model sends what the planner counts in the traffic suite's layouts:
+// the ring carries k and v on the kv heads, RMSNorm over split rows sums one statistic
+// each way, and there is no tied-embedding sum.
+TEST(Parallel, LlamaTrafficEqualsThePlannersPrediction) {
+  int status = -1;
+  const std::string output = run_suite("llama_traffic", status);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(count(output, "  exact\n"), 16) << output;
+  EXPECT_EQ(count(output, "traffic llama "), 16) << output;
+  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+}

@@ -319,6 +319,18 @@ void ProtectedMemoryBackend::swiglu_backward(Stream s, CRef x, CRef dy, Ref dx, 
   cpu_.swiglu_backward(s, x, dy, dx, rows, f);
 }
 
+void ProtectedMemoryBackend::rope_forward(Stream s, CRef x, Ref y, int batch, int seq, int head_dim, int first_position,
+                                          float theta) {
+  const Unprotected open(*this);
+  cpu_.rope_forward(s, x, y, batch, seq, head_dim, first_position, theta);
+}
+
+void ProtectedMemoryBackend::rope_backward(Stream s, CRef dy, Ref dx, int batch, int seq, int head_dim,
+                                           int first_position, float theta) {
+  const Unprotected open(*this);
+  cpu_.rope_backward(s, dy, dx, batch, seq, head_dim, first_position, theta);
+}
+
 void ProtectedMemoryBackend::causal_softmax_forward(Stream s, CRef scores, Ref probs, int batch, int rows, int cols, int first_row, float scale) {
   const Unprotected open(*this);
   cpu_.causal_softmax_forward(s, scores, probs, batch, rows, cols, first_row, scale);

@@ -83,6 +83,8 @@ class ProtectedMemoryBackend final : public Backend {
   void gelu_backward(Stream s, CRef x, CRef dy, Ref dx, std::int64_t n) override;
   void swiglu_forward(Stream s, CRef x, Ref y, int rows, int f) override;
   void swiglu_backward(Stream s, CRef x, CRef dy, Ref dx, int rows, int f) override;
+  void rope_forward(Stream s, CRef x, Ref y, int batch, int seq, int head_dim, int first_position, float theta) override;
+  void rope_backward(Stream s, CRef dy, Ref dx, int batch, int seq, int head_dim, int first_position, float theta) override;
   void causal_softmax_forward(Stream s, CRef scores, Ref probs, int batch, int rows, int cols, int first_row, float scale) override;
   void causal_softmax_backward(Stream s, CRef probs, CRef dprobs, Ref dscores, std::int64_t rows, int cols, float scale) override;
   void attention_forward(Stream s, const Attention& a) override;

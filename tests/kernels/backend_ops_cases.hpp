@@ -27,6 +27,8 @@ void run_gelu_forward(OpRun& r);
 void run_gelu_backward(OpRun& r);
 void run_swiglu_forward(OpRun& r);
 void run_swiglu_backward(OpRun& r);
+void run_rope_forward(OpRun& r);
+void run_rope_backward(OpRun& r);
 
 // matrix products, norms, attention (backend_ops_linear.cpp)
 void run_gemm(OpRun& r);

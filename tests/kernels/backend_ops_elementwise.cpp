@@ -117,4 +117,20 @@ void run_swiglu_backward(OpRun& r) {
   r.backend().swiglu_backward(r.stream(), x, dy, r.out("dx", std::int64_t(kRows) * 2 * kCols), kRows, kCols);
 }
 
+// Positions that start past 0 (a ring block) and an odd row count; the second call turns
+// in place.
+void run_rope_forward(OpRun& r) {
+  constexpr int batch = 3, seq = 5, head_dim = 8;
+  constexpr std::int64_t n = std::int64_t(batch) * seq * head_dim;
+  r.backend().rope_forward(r.stream(), r.in(n), r.out("y", n), batch, seq, head_dim, 7, 10000.0f);
+  const Ref in_place = r.inout("in_place", n);
+  r.backend().rope_forward(r.stream(), in_place, in_place, batch, seq, head_dim, 0, 500.0f);
+}
+
+void run_rope_backward(OpRun& r) {
+  constexpr int batch = 2, seq = 7, head_dim = 6;
+  constexpr std::int64_t n = std::int64_t(batch) * seq * head_dim;
+  r.backend().rope_backward(r.stream(), r.in(n), r.out("dx", n), batch, seq, head_dim, 3, 10000.0f);
+}
+
 }  // namespace tessel::kernels::ops_test

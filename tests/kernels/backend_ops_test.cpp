@@ -78,6 +78,8 @@ const OpCase kOps[] = {
     {"gelu_backward", kF32, kBf16, run_gelu_backward},
     {"swiglu_forward", kF32, kBf16, run_swiglu_forward},
     {"swiglu_backward", kF32, kBf16, run_swiglu_backward},
+    {"rope_forward", kF32, kBf16, run_rope_forward},
+    {"rope_backward", kF32, kBf16, run_rope_backward},
     // attention
     {"causal_softmax_forward", kF32, kBf16, run_causal_softmax_forward},
     {"causal_softmax_backward", kF32, kBf16, run_causal_softmax_backward},

@@ -229,6 +229,38 @@ TEST(CpuKernels, SwigluForwardAndBackward) {
   EXPECT_LT(max_relative_error(dx, numeric_gradient(swiglu_ref, to_double(x), to_double(w))), 1e-5);
 }
 
+// RoPE against the rotation written out in double: pair (j, j + d/2) of the row at
+// position p turns by p theta^(-2j/d); the backward (the transposed rotation) is the
+// gradient of the forward and undoes it.
+TEST(CpuKernels, RopeTurnsEachPairByItsPositionsAngle) {
+  std::mt19937 rng(17);
+  const int batch = 2, seq = 5, d = 6, first = 3;
+  const double theta = 10000.0;
+  const auto x = random_vector(std::size_t(batch) * seq * d, rng), w = random_vector(x.size(), rng);
+  const auto rope_ref = [&](const std::vector<double>& in) {
+    std::vector<double> y(in.size());
+    for (int row = 0; row < batch * seq; ++row)
+      for (int j = 0; j < d / 2; ++j) {
+        const double angle = double(first + row % seq) * std::pow(theta, -2.0 * j / d);
+        const double a = in[std::size_t(row) * d + j], b = in[std::size_t(row) * d + j + d / 2];
+        y[std::size_t(row) * d + j] = a * std::cos(angle) - b * std::sin(angle);
+        y[std::size_t(row) * d + j + d / 2] = b * std::cos(angle) + a * std::sin(angle);
+      }
+    return y;
+  };
+  std::vector<float> y(x.size(), kNaN), back(x.size(), kNaN), dx(x.size(), kNaN);
+  K.rope_forward(x.data(), y.data(), batch, seq, d, first, float(theta));
+  EXPECT_LT(max_relative_error(y, rope_ref(to_double(x))), 1e-5);
+  // Position 0 is the identity.
+  std::vector<float> at_zero(std::size_t(d), kNaN);
+  K.rope_forward(x.data(), at_zero.data(), 1, 1, d, 0, float(theta));
+  EXPECT_TRUE(std::equal(at_zero.begin(), at_zero.end(), x.begin()));
+  K.rope_backward(y.data(), back.data(), batch, seq, d, first, float(theta));
+  EXPECT_LT(max_relative_error(back, to_double(x)), 1e-5);
+  K.rope_backward(w.data(), dx.data(), batch, seq, d, first, float(theta));
+  EXPECT_LT(max_relative_error(dx, numeric_gradient(rope_ref, to_double(x), to_double(w))), 1e-5);
+}
+
 TEST(CpuKernels, Bf16RoundsToNearestEvenAndBack) {
   // 1 + 2^-8 is halfway between two bf16 values (1 and 1 + 2^-7): ties go to even (1);
   // 1 + 3 x 2^-8 goes up to 1 + 2^-6; NaN stays NaN; bf16 values round-trip exactly.

@@ -64,6 +64,13 @@ struct HostFloats {
   void swiglu_backward(const float* x, const float* dy, float* dx, int rows, int f) const {
     b.swiglu_backward(s, f32(x), f32(dy), f32(dx), rows, f);
   }
+  void rope_forward(const float* x, float* y, int batch, int seq, int head_dim, int first_position, float theta) const {
+    b.rope_forward(s, f32(x), f32(y), batch, seq, head_dim, first_position, theta);
+  }
+  void rope_backward(const float* dy, float* dx, int batch, int seq, int head_dim, int first_position,
+                     float theta) const {
+    b.rope_backward(s, f32(dy), f32(dx), batch, seq, head_dim, first_position, theta);
+  }
   void causal_softmax_forward(const float* scores, float* probs, int batch, int rows, int cols, int first_row,
                               float scale) const {
     b.causal_softmax_forward(s, f32(scores), f32(probs), batch, rows, cols, first_row, scale);

@@ -111,6 +111,8 @@ class FakeTimedBackend final : public Backend {
   void gelu_backward(Stream, CRef, CRef, Ref, std::int64_t) override {}
   void swiglu_forward(Stream, CRef, Ref, int, int) override {}
   void swiglu_backward(Stream, CRef, CRef, Ref, int, int) override {}
+  void rope_forward(Stream, CRef, Ref, int, int, int, int, float) override {}
+  void rope_backward(Stream, CRef, Ref, int, int, int, int, float) override {}
   void causal_softmax_backward(Stream, CRef, CRef, Ref, std::int64_t, int, float) override {}
   void cross_entropy_max(Stream, CRef, float*, int, int) override {}
   void cross_entropy_sums(Stream, CRef, const std::int32_t*, const float*, float*, float*, int, int, int) override {}

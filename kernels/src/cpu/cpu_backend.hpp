@@ -176,6 +176,9 @@ class CpuBackend final : public Backend {
   void gelu_backward(Stream, CRef x, CRef dy, Ref dx, std::int64_t n) override;
   void swiglu_forward(Stream, CRef x, Ref y, int rows, int f) override;
   void swiglu_backward(Stream, CRef x, CRef dy, Ref dx, int rows, int f) override;
+  void rope_forward(Stream, CRef x, Ref y, int batch, int seq, int head_dim, int first_position, float theta) override;
+  void rope_backward(Stream, CRef dy, Ref dx, int batch, int seq, int head_dim, int first_position,
+                     float theta) override;
 
   void causal_softmax_forward(Stream, CRef scores, Ref probs, int batch, int rows, int cols, int first_row,
                               float scale) override;

@@ -274,3 +274,44 @@ void CpuBackend::swiglu_backward(Stream, CRef x, CRef dy, Ref dx, int rows, int 
 }
 
 }  // namespace tessel::kernels::cpu
+
+namespace tessel::kernels::cpu {
+
+namespace {
+// Turns every pair of x [batch x seq x head_dim] by `direction` x its angle into y.
+void rope_turn(CRef x, Ref y, int batch, int seq, int head_dim, int first_position, float theta, float direction) {
+  const std::int64_t n = std::int64_t(batch) * seq * head_dim;
+  FloatIn in(x, n);
+  FloatOut out(y, n, false);
+  const int half = head_dim / 2;
+  const float log_theta = std::log(theta);
+  std::vector<float> cos_angle(std::size_t(seq) * half), sin_angle(cos_angle.size());
+  for (int i = 0; i < seq; ++i)
+    for (int j = 0; j < half; ++j) {
+      const float angle = direction * numeric::rope_angle(first_position + i, j, head_dim, log_theta);
+      cos_angle[std::size_t(i) * half + j] = std::cos(angle);
+      sin_angle[std::size_t(i) * half + j] = std::sin(angle);
+    }
+  for (std::int64_t row = 0; row < std::int64_t(batch) * seq; ++row) {
+    const float* a = in.get() + row * head_dim;
+    float* b = out.get() + row * head_dim;
+    const std::size_t at = std::size_t(row % seq) * half;
+    for (int j = 0; j < half; ++j) {
+      const float first = a[j], second = a[j + half];  // read both before an aliased write
+      numeric::rope_rotate(first, second, cos_angle[at + j], sin_angle[at + j], b[j], b[j + half]);
+    }
+  }
+}
+}  // namespace
+
+void CpuBackend::rope_forward(Stream, CRef x, Ref y, int batch, int seq, int head_dim, int first_position,
+                              float theta) {
+  rope_turn(x, y, batch, seq, head_dim, first_position, theta, 1.0f);
+}
+
+void CpuBackend::rope_backward(Stream, CRef dy, Ref dx, int batch, int seq, int head_dim, int first_position,
+                               float theta) {
+  rope_turn(dy, dx, batch, seq, head_dim, first_position, theta, -1.0f);
+}
+
+}  // namespace tessel::kernels::cpu

@@ -3,7 +3,7 @@
 // returns without synchronising. The ops are split by concept over the .cu files:
 //   cuda_backend.cu     memory (caching allocator), streams, timing marks, the factory
 //   cuda_elementwise.cu fill, convert, copy_2d, transpose, add, scale, residual, biases,
-//                       row tables, head reshapes, GELU, SwiGLU
+//                       row tables, head reshapes, GELU, SwiGLU, RoPE
 //   cuda_norms.cu       layer norm and RMSNorm (whole-row and column-block phases), each
 //                       fused with the residual add before it
 //   cuda_gemm.cu        cuBLASLt GEMMs with epilogues, the algorithm chosen once per shape
@@ -113,6 +113,10 @@ class CudaBackend final : public Backend {
   void gelu_backward(Stream s, CRef x, CRef dy, Ref dx, std::int64_t n) override;
   void swiglu_forward(Stream s, CRef x, Ref y, int rows, int f) override;
   void swiglu_backward(Stream s, CRef x, CRef dy, Ref dx, int rows, int f) override;
+  void rope_forward(Stream s, CRef x, Ref y, int batch, int seq, int head_dim, int first_position,
+                    float theta) override;
+  void rope_backward(Stream s, CRef dy, Ref dx, int batch, int seq, int head_dim, int first_position,
+                     float theta) override;
 
   // cuda_gemm.cu
   void gemm(Stream s, const Gemm& g) override;

@@ -6,6 +6,7 @@
 // the CPU (built with -ffp-contract=off): the kernels are bound by memory, not by FLOPs.
 // Sums over rows (bias gradients, table gradients) add rows in a fixed order: no atomics.
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "column_sums.cuh"
@@ -180,6 +181,26 @@ __global__ void swiglu_backward_kernel(AnyIn x, AnyIn dy, T* dx, std::int64_t n,
     numeric::swiglu_derivative(x[gate], x[gate + f], dy[i], dgate, dup);
     store(dx, gate, dgate);
     store(dx, gate + f, dup);
+  }
+}
+
+// One thread per pair (j, j + head_dim / 2) of a row: both are read before either is
+// written, so y may alias x.
+template <typename T>
+__global__ void rope_kernel(AnyIn x, T* y, std::int64_t pairs, int seq, int head_dim, int first_position,
+                            float log_theta, float direction) {
+  const int half = head_dim / 2;
+  for (std::int64_t i = first_index(); i < pairs; i += grid_stride()) {
+    const std::int64_t row = i / half;
+    const int j = int(i % half);
+    const int position = first_position + int(row % seq);
+    const float angle = direction * numeric::rope_angle(position, j, head_dim, log_theta);
+    const std::int64_t at = row * head_dim + j;
+    const float first = x[at], second = x[at + half];
+    float out_first = 0.0f, out_second = 0.0f;
+    numeric::rope_rotate(first, second, ::cosf(angle), ::sinf(angle), out_first, out_second);
+    store(y, at, out_first);
+    store(y, at + half, out_second);
   }
 }
 
@@ -390,6 +411,29 @@ void CudaBackend::swiglu_backward(Stream s, CRef x, CRef dy, Ref dx, int rows, i
     launch_elements(native(s), n, "swiglu_backward", swiglu_backward_kernel<T>, AnyIn(x), AnyIn(dy),
                     static_cast<T*>(dx.data), n, f);
   });
+}
+
+namespace {
+void launch_rope(cudaStream_t stream, const char* op, CRef x, Ref y, int batch, int seq, int head_dim,
+                 int first_position, float theta, float direction) {
+  require_float_type(x.type, op);
+  const std::int64_t pairs = std::int64_t(batch) * seq * (head_dim / 2);
+  with_float_type(y.type, op, [&](auto tag) {
+    using T = decltype(tag);
+    launch_elements(stream, pairs, op, rope_kernel<T>, AnyIn(x), static_cast<T*>(y.data), pairs, seq, head_dim,
+                    first_position, std::log(theta), direction);
+  });
+}
+}  // namespace
+
+void CudaBackend::rope_forward(Stream s, CRef x, Ref y, int batch, int seq, int head_dim, int first_position,
+                               float theta) {
+  launch_rope(native(s), "rope_forward", x, y, batch, seq, head_dim, first_position, theta, 1.0f);
+}
+
+void CudaBackend::rope_backward(Stream s, CRef dy, Ref dx, int batch, int seq, int head_dim, int first_position,
+                                float theta) {
+  launch_rope(native(s), "rope_backward", dy, dx, batch, seq, head_dim, first_position, theta, -1.0f);
 }
 
 }  // namespace tessel::kernels::cuda

@@ -17,6 +17,12 @@
 // value blocks travel together and each arriving block is merged into the output by its
 // log-sum-exp; the backward sends both with both accumulators: the same messages and
 // bytes. Blocks after a rank's own are masked by causality and skipped, but passed on.
+// LLaMA shapes: q and k turn by their positions (RoPE, the backend's rope_forward) as
+// they are cut into heads, so kept q and k, recomputed probabilities and ring blocks are
+// all rotated already. Grouped-query attention keeps k and v (and sends them around the
+// ring, with their gradients) on the kv_heads heads, as the planner counts them: each
+// use shares a block out to the heads / kv_heads query heads that read it, and the
+// backward sums those heads' gradient parts back in head order (deterministic).
 #pragma once
 
 #include "tessel/executor/buffer.hpp"
@@ -51,12 +57,12 @@ class AttentionCore {
  public:
   AttentionCore(const TensorLayout& layout, AttentionForm form, Communicator& ring, bool keep_all_keys);
 
-  // a.q, a.k, a.v and a.att from a.qkv [rows x 3 hidden_local]; `probs` receives the
+  // a.q, a.k, a.v and a.att from a.qkv [rows x (hidden_local + 2 kv_local)]; `probs` receives the
   // probabilities (materialised form; kept or a scratch buffer with selective recompute).
   void forward(const IdScope& ids, LayerActivations& a, Buffer& probs);
   // Rebuilds the probabilities from the kept q and k (selective recompute, materialised).
   void probabilities(const IdScope& ids, const LayerActivations& a, Buffer& probs);
-  // dqkv [rows x 3 hidden_local] from datt [rows x hidden_local].
+  // dqkv [rows x (hidden_local + 2 kv_local)] from datt [rows x hidden_local].
   void backward(const IdScope& ids, const LayerActivations& a, const Buffer& probs, const Buffer& datt, Buffer& dqkv);
   AttentionForm form() const { return form_; }
 
@@ -69,6 +75,17 @@ class AttentionCore {
   // [rows x rows] buffer per head.
   void extract_block(const Buffer& whole, Buffer& block, int j);
   void place_block(const Buffer& block, Buffer& whole, int j);
+  // k or v (the `offset` columns of qkv) into the kv heads' layout, RoPE'd when `turn`.
+  void split_kv(const Buffer& qkv, std::int64_t offset, bool turn, Buffer& kv);
+  // Its gradient back to qkv's `offset` columns of dqkv (RoPE undone when `turn`; `kv`
+  // is spent).
+  void merge_kv(Buffer& kv, bool turn, Buffer& dqkv, std::int64_t offset);
+  // A kv block as the query heads read it: `kv` itself without grouped-query attention,
+  // else each kv head copied to the heads that share it, in `heads`.
+  const Buffer& shared(const Buffer& kv, Buffer& heads);
+  // kv += the sum of `heads` (per query head) over the heads that share each kv head.
+  void add_shared_gradient(const Buffer& heads, Buffer& kv);
+  std::size_t kv_size() const { return std::size_t(sequences_) * kv_heads_ * seq_ * head_dim_; }
   // Sends `block` to the next rank of the ring and receives the previous rank's into it.
   void ring_shift(const IdScope& ids, Buffer& block, int tag);
   // `count` blocks a backward ring keeps alive until its sends are done (the pass waits
@@ -83,9 +100,13 @@ class AttentionCore {
   AttentionForm form_;
   DType compute_;
   int sequences_, seq_, heads_, head_dim_, hidden_local_, sp_, sp_rank_;
-  bool keep_keys_;
+  int kv_heads_, kv_local_, qkv_ld_;
+  bool keep_keys_, rope_;
   Buffer scores_, block_, scratch_block_, ring_block_, ring_values_, ring_in_, d_heads_, out_heads_, dq_, dk_, dv_,
       dprobs_, dscores_;
+  // Grouped-query attention: blocks shared out to the query heads, their gradients, a part
+  // of a sum.
+  Buffer shared_keys_, shared_values_, shared_gradient_, shared_value_gradient_, kv_sum_part_;
   Buffer delta_;  // fp32
   std::vector<Buffer> in_flight_;
 };

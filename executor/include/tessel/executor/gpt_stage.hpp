@@ -6,6 +6,9 @@
 // projection, residual; norm, fc1, GELU, fc2, residual.
 // GPT-2 shape: learned positions, pre-LN blocks with causal multi-head attention and a
 // GELU MLP, final layer norm, LM head tied to the token embedding, biases everywhere.
+// LLaMA shape, the same block: RMSNorm, rotary positions (in the attention core),
+// grouped-query attention, a SwiGLU MLP (fc1 holds gate and up), an untied LM head, no
+// biases (their tensors are absent and their ops skipped).
 // Every op is timed under its Program op id.
 #pragma once
 
@@ -73,7 +76,8 @@ class GptStage {
 
   std::unique_ptr<TensorLayout> layout_;
   AttentionCore attention_;
-  std::array<std::size_t, kLayerTensorCount> offsets_{};  // of each tensor in a layer bucket
+  static constexpr std::size_t kAbsent = ~std::size_t(0);  // a tensor the model does not have
+  std::array<std::size_t, kLayerTensorCount> offsets_{};  // of each tensor in a layer bucket, or kAbsent
   Buffer reduced_, dgelu_, dfc1_, dnorm_, datt_, dqkv_;  // work buffers, kept across calls
 };
 

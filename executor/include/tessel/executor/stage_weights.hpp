@@ -22,7 +22,9 @@ namespace tessel::executor {
 
 // One tensor's shard on this rank: the whole tensor's rows cut in row_split blocks (this
 // rank holds block row_part) and its columns in col_split blocks (within each of
-// column_groups groups: attn.qkv cuts q, k and v each on its own). Tensors several ranks
+// column_groups groups: attn.qkv cuts q, k and v each on its own, SwiGLU's fc1 its gate
+// and up halves). Groups are equal unless group_cols gives their whole widths (attn.qkv
+// with grouped-query attention: q is wider than k and v). Tensors several ranks
 // of the tensor group hold whole or in the same shard are copies: `copy` numbers them,
 // and sums over the model (norms, exports) count copy 0 only.
 struct TensorSlot {
@@ -30,6 +32,7 @@ struct TensorSlot {
   int rows = 0, cols = 0;  // whole tensor
   int row_split = 1, row_part = 0, col_split = 1, col_part = 0;
   int column_groups = 1;
+  std::vector<int> group_cols;  // whole width of each column group; empty: equal groups
   int copy = 0;
   int local_rows = 0, local_cols = 0;
   std::size_t offset = 0;  // in its bucket
@@ -60,6 +63,7 @@ struct Bucket {
   // Building a bucket: a tensor `name` of whole shape rows x cols cut by `cut`, placed
   // after the last one; then the padding to a multiple of `pad_to`.
   void place(std::string name, int rows, int cols, const Cut& cut, int column_groups = 1);
+  void place(std::string name, int rows, const Cut& cut, std::vector<int> group_cols);
   void pad(std::size_t pad_to) { padded_size = (size + pad_to - 1) / pad_to * pad_to; }
 };
 
@@ -73,7 +77,9 @@ struct LayerCuts {
 // Places layer `layer`'s tensors in the order every layout keeps: the late vectors, the
 // early biases, the weights (qkv with its q, k, v column groups). Returns the bucket
 // offsets after the late vectors and after the biases, where layouts put their
-// partial-sum boundaries.
+// partial-sum boundaries. A LLaMA-shaped model has fewer of them: no biases
+// (model.bias false), RMSNorm gains only, qkv [hidden x (hidden + 2 kv_dim)] and, with
+// SwiGLU, fc1 [hidden x 2 ffn] (gate, up).
 std::pair<std::size_t, std::size_t> place_layer(Bucket& bucket, const ModelSpec& model, int layer,
                                                 const LayerCuts& cuts);
 
@@ -84,9 +90,16 @@ enum LayerTensor : std::size_t {
 };
 // "ln1.gain", ... as in whole tensor names after "L{l}."
 std::string_view layer_tensor_name(LayerTensor tensor);
+// Whether `model` has the tensor (LLaMA shapes have no biases and no norm biases).
+bool has_layer_tensor(const ModelSpec& model, LayerTensor tensor);
+// The columns of attn.qkv (hidden + 2 kv_dim) and of mlp.fc1 (2 ffn with SwiGLU).
+int qkv_columns(const ModelSpec& model);
+int fc1_columns(const ModelSpec& model);
+// The LM head's table: "wte" when tied to the embedding, else "lm_head" [vocab x hidden].
+std::string_view head_table_name(const ModelSpec& model);
 
-// The whole model's tensors in one flat order (wte, wpe, per layer, final norm): the
-// layout single-process references and exports use.
+// The whole model's tensors in one flat order (wte, wpe, per layer, final norm, then
+// lm_head when untied): the layout single-process references and exports use.
 std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model);
 // The whole tensor `name` of shape rows x cols as initialised from `seed`.
 std::vector<float> initial_tensor(const ModelSpec& model, std::uint64_t seed, const std::string& name, int rows,

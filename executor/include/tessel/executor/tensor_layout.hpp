@@ -109,7 +109,12 @@ class TensorLayout {
   int attention_sequences() const { return sequences_; }
   int attention_rows() const { return sequences_ * context_.seq; }
   int heads_local() const { return heads_; }
-  int hidden_local() const { return hidden_local_; }  // one of q, k, v's columns here (a head group)
+  int hidden_local() const { return hidden_local_; }  // q's columns here (a head group)
+  // Grouped-query attention: k and v have kv_heads_local() heads here, each shared by
+  // heads_local() / kv_heads_local() query heads; qkv rows hold q, k, v side by side.
+  int kv_heads_local() const { return kv_heads_; }
+  int kv_local() const { return kv_local_; }
+  int qkv_local() const { return hidden_local_ + 2 * kv_local_; }
   int ffn_local() const { return ffn_local_; }
   // Whether this rank's token losses are the ones counted (each token once over the group).
   virtual bool reports_loss() const = 0;
@@ -189,13 +194,25 @@ class TensorLayout {
   void split_norm_backward(const std::string& compute_id, const std::string& comm_id, Communicator& row_group,
                            const Buffer& dy, const Buffer& x, CRef gamma, const Buffer& mean, const Buffer& rstd,
                            float* dgamma, float* dbeta, Buffer& dx, bool accumulate);
+  // The final norm's beta and its gradient in the stage bucket: none with RMSNorm.
+  CRef final_norm_beta(const Bucket& rest, CRef params) const;
+  float* final_norm_beta_gradient(const Bucket& rest, float* grads) const;
+  // The norm of whole rows [local rows x hidden]: layer norm, or RMSNorm (LLaMA: no beta,
+  // no mean; `mean` unused). Backward: dx = or += (accumulate); dgamma, dbeta +=.
+  void whole_norm_forward(const Buffer& x, CRef gamma, CRef beta, Buffer& y, Buffer& mean, Buffer& rstd);
+  void whole_norm_backward(const Buffer& dy, const Buffer& x, CRef gamma, const Buffer& mean, const Buffer& rstd,
+                           Buffer& dx, float* dgamma, float* dbeta, bool accumulate);
+  // The RMSNorm form of split_norm_forward (mean 0, one sum over the row group).
+  void split_rms_norm_forward(const std::string& compute_id, const std::string& comm_id, Communicator& row_group,
+                              const Buffer& x, CRef gamma, Buffer& y, Buffer& mean, Buffer& rstd);
   // Sets every LayoutContext-derived size; layouts call it from their constructors.
   void set_shape(int local_rows, int residual_cols, int sequences, int feature_split);
 
   LayoutContext context_;
   int rows_ = 0, local_rows_ = 0, residual_cols_ = 0, sequences_ = 1;
-  int heads_ = 0, hidden_local_ = 0, ffn_local_ = 0, vocab_local_ = 0;
+  int heads_ = 0, hidden_local_ = 0, ffn_local_ = 0, vocab_local_ = 0, kv_heads_ = 0, kv_local_ = 0;
   Buffer stats_, stats2_;  // fp32 row statistics of the split norms' backward
+  Buffer zero_beta_, beta_gradient_sink_;  // RMSNorm through the split layer-norm kernels
 };
 
 std::unique_ptr<TensorLayout> make_tensor_layout(LayoutContext context);

@@ -94,6 +94,8 @@ class Trainer {
   void load(const std::string& dir, int max_step = std::numeric_limits<int>::max());
 
  private:
+  // The model shapes (GPT-2, LLaMA) and the layouts each runs in; part of check().
+  static void check_model_shape(const Plan& plan);
   struct BucketState {
     Bucket layout;
     std::string name;        // "L3" or "stage", as in the Program's ids

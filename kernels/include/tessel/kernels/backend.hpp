@@ -247,6 +247,15 @@ class Backend {
   // projection side by side; y [rows x f] = silu(gate) * up.
   virtual void swiglu_forward(Stream s, CRef x, Ref y, int rows, int f) = 0;
   virtual void swiglu_backward(Stream s, CRef x, CRef dy, Ref dx, int rows, int f) = 0;
+  // Rotary position embedding (Su et al. 2021), the rotate-half form LLaMA uses, on
+  // x [batch x seq x head_dim] (the attention's heads layout): row i of each block of seq
+  // rows is position first_position + i, and the pair (j, j + head_dim / 2) turns by
+  // position x theta^(-2j / head_dim). y may alias x. The backward turns dy back by the
+  // same angle (a rotation's transpose is its inverse), which is dx.
+  virtual void rope_forward(Stream s, CRef x, Ref y, int batch, int seq, int head_dim, int first_position,
+                            float theta) = 0;
+  virtual void rope_backward(Stream s, CRef dy, Ref dx, int batch, int seq, int head_dim, int first_position,
+                             float theta) = 0;
 
   // ---- attention ----
   // Materialised: scores and probabilities [batch][rows][cols]; row i is the query at

@@ -169,6 +169,17 @@ TESSEL_HOST_DEVICE void swiglu_derivative(float gate, float up, float dy, float&
   dup = dy * gate * s;
 }
 
+// RoPE: the angle of pair j at `position` is position x theta^(-2j / head_dim), written
+// as exp(-2j/head_dim x log theta) with log theta from the caller (host and device agree
+// on exp); the pair (a, b) turns by +angle (forward) or -angle (backward).
+TESSEL_HOST_DEVICE float rope_angle(int position, int pair, int head_dim, float log_theta) {
+  return float(position) * exp_f(-2.0f * float(pair) / float(head_dim) * log_theta);
+}
+TESSEL_HOST_DEVICE void rope_rotate(float a, float b, float cos_angle, float sin_angle, float& out_a, float& out_b) {
+  out_a = a * cos_angle - b * sin_angle;
+  out_b = b * cos_angle + a * sin_angle;
+}
+
 // AdamW (Loshchilov & Hutter 2019) for one element: decoupled weight decay, bias-corrected
 // moments; `correction1/2` = 1 - beta^step, computed once per step by the caller.
 TESSEL_HOST_DEVICE void adamw_element(float& param, float grad, float& m, float& v, float lr, float beta1, float beta2,
