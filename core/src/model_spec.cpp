@@ -1,5 +1,7 @@
 #include "tessel/core/model_spec.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
@@ -61,6 +63,27 @@ void check_shape(const ModelSpec& m, const std::string& path) {
 }
 }  // namespace
 
+namespace {
+MoeSpec moe_from_json(const Json& json, const std::string& path, int layers) {
+  JsonFields f(json, path);
+  MoeSpec moe;
+  moe.experts = int(f.positive_int("experts", limits::kMaxExperts));
+  moe.top_k = int(f.positive_int("top_k", moe.experts));
+  moe.expert_ffn_hidden = int(f.positive_int("expert_ffn_hidden", limits::kMaxFfnHidden));
+  moe.shared_experts = int(f.int_in_range("shared_experts", 0, limits::kMaxExperts, 0));
+  moe.capacity_factor = f.number_in_range_or("capacity_factor", 0.0, double(limits::kMaxExperts), 0.0);
+  moe.every = int(f.positive_int_or("every", 1, std::max(layers, 1)));
+  f.finish();
+  return moe;
+}
+
+Json moe_to_json(const MoeSpec& moe) {
+  return Json{{"experts", moe.experts},           {"top_k", moe.top_k},
+              {"expert_ffn_hidden", moe.expert_ffn_hidden}, {"shared_experts", moe.shared_experts},
+              {"capacity_factor", moe.capacity_factor}, {"every", moe.every}};
+}
+}  // namespace
+
 ModelSpec ModelSpec::from_json(const Json& json, const std::string& path) {
   JsonFields f(json, path);
   ModelSpec m;
@@ -78,6 +101,7 @@ ModelSpec ModelSpec::from_json(const Json& json, const std::string& path) {
   m.position_embedding = *enum_from_string<PositionEmbedding>(
       f.choice_or("position_embedding", {"learned", "rope"}, "learned"));
   m.bias = f.boolean_or("bias", true);
+  if (const Json* moe = f.get("moe")) m.moe = moe_from_json(*moe, f.field_path("moe"), m.layers);
   m.source = f.string_or("source", "");
   f.finish();
   check_shape(m, path);
@@ -175,6 +199,7 @@ Json ModelSpec::to_json() const {
             {"tied_embeddings", tied_embeddings},
             {"position_embedding", to_string(position_embedding)},
             {"bias", bias}};
+  if (moe.enabled()) json["moe"] = moe_to_json(moe);
   // A model written inline in a plan has no source; an empty one would not load back.
   if (!source.empty()) json["source"] = source;
   return json;

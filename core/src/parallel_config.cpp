@@ -38,6 +38,7 @@ ParallelConfig ParallelConfig::from_json(const Json& json, const std::string& pa
   p.tp_depth = int(f.positive_int_or("tp_depth", 1, limits::kMaxGpus));
   p.tp_sequence_parallel = f.boolean_or("tp_sequence_parallel", false);
   p.sp = int(f.positive_int_or("sp", 1, limits::kMaxGpus));
+  p.ep = int(f.positive_int_or("ep", 1, limits::kMaxGpus));
   // Each axis fits; their product (the world size, an int) must too.
   if (const std::int64_t world = std::int64_t(p.dp) * p.pp * p.tp * p.sp; world > limits::kMaxGpus) {
     f.fail("dp", fmt::format("dp*pp*tp*sp = {} is more than the {} GPUs tessel models", world, limits::kMaxGpus));
@@ -73,7 +74,7 @@ ParallelConfig ParallelConfig::from_json(const Json& json, const std::string& pa
 Json ParallelConfig::to_json() const {
   Json offload_json{{"mode", to_string(offload)}};
   if (offload == OffloadMode::chunked) offload_json["device_fraction"] = offload_device_fraction;
-  return Json{{"dp", dp},
+  Json json{{"dp", dp},
               {"pp", pp},
               {"tp", tp},
               {"tp_mode", to_string(tp_mode)},
@@ -86,6 +87,9 @@ Json ParallelConfig::to_json() const {
               {"micro_batch", micro_batch},
               {"schedule", to_string(schedule)},
               {"virtual_stages", virtual_stages}};
+  // Only an MoE plan names ep: dense plans keep the JSON they always had.
+  if (ep != 1) json["ep"] = ep;
+  return json;
 }
 
 std::string ParallelConfig::summary() const {

@@ -18,6 +18,7 @@ inline constexpr std::int64_t kMaxSeqLen = std::int64_t(1) << 24;
 inline constexpr std::int64_t kMaxHidden = std::int64_t(1) << 20;     // hidden, heads, kv_heads
 inline constexpr std::int64_t kMaxFfnHidden = std::int64_t(1) << 22;
 inline constexpr std::int64_t kMaxVocab = std::int64_t(1) << 24;
+inline constexpr std::int64_t kMaxExperts = std::int64_t(1) << 16;  // moe.experts, top_k, shared_experts
 inline constexpr double kMaxParameters = 1e15;
 // Sequences per optimizer step, and so micro-batches per step.
 inline constexpr std::int64_t kMaxGlobalBatch = std::int64_t(1) << 24;

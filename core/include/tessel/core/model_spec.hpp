@@ -11,6 +11,26 @@
 
 namespace tessel {
 
+// Mixture-of-Experts MLPs: every `every`-th block (counting from 1: blocks every-1,
+// 2*every-1, ...) replaces its dense MLP by `experts` expert MLPs of width
+// `expert_ffn_hidden`, of which a softmax router sends each token to `top_k`, plus
+// `shared_experts` MLPs every token passes through. An expert takes at most
+// capacity_factor * tokens * top_k / experts tokens of a batch; 0 = no limit (no token
+// dropped). experts == 0: a dense model (every other field unused).
+struct MoeSpec {
+  int experts = 0;
+  int top_k = 0;
+  int expert_ffn_hidden = 0;
+  int shared_experts = 0;
+  double capacity_factor = 0;
+  int every = 1;
+
+  bool enabled() const { return experts > 0; }
+  // Whether block `layer` (0-based) has an MoE MLP.
+  bool is_moe_layer(int layer) const { return enabled() && (layer + 1) % every == 0; }
+  bool operator==(const MoeSpec&) const = default;
+};
+
 struct ModelSpec {
   std::string name;
   int layers = 0;
@@ -25,6 +45,7 @@ struct ModelSpec {
   bool tied_embeddings = true;
   PositionEmbedding position_embedding = PositionEmbedding::learned;
   bool bias = true;
+  MoeSpec moe;  // dense unless moe.enabled()
   std::string source;  // where the shape comes from (paper, config file)
 
   int head_dim() const { return hidden / heads; }

@@ -16,6 +16,10 @@ struct ParallelConfig {
   int tp_depth = 1;  // d of 2.5D (tp = q*q*d); 1 otherwise
   bool tp_sequence_parallel = false;  // Megatron-style, 1D only
   int sp = 1;        // ring self-attention degree
+  // Expert-parallel degree: the experts of an MoE MLP are sharded over ep ranks taken
+  // from the data-parallel group (ep divides dp and the expert count), as Megatron-Core
+  // and DeepSpeed do; not a factor of the world size.
+  int ep = 1;
   int zero = 0;      // 0..3
   OffloadMode offload = OffloadMode::none;
   double offload_device_fraction = 1.0;  // chunked: share of chunks kept on the device
