@@ -73,6 +73,28 @@ run_id=$(sed -nE 's/^wrote run ([0-9]+) to .*/\1/p' "$last" | tail -1)
 explain "Four ranks, 2 pipeline stages x 2 tensor-parallel ways, with ZeRO 1 and selective recompute: every op was timed under the same op id the simulator uses, so the two timelines can be laid side by side."
 run simulate --plan examples/local-cpu-gpt-pp-tp.json --db "$db" --trace "$out/predicted-pp-tp-trace.json"
 explain "The prediction for that same plan from this machine's profile; it assumes every rank owns its device."
+run run --plan examples/local-cpu-llama-tiny.json --steps 5 --db "$db"
+explain "A LLaMA-shaped model (RMSNorm, rotary positions, grouped-query attention with 2 kv heads for 4 query heads, SwiGLU, untied output embedding, no biases) on 4 ranks: pipeline, tensor and sequence parallel with ZeRO 1; every layout the executor runs equals one process for it, as for GPT-2 (ctest -R Llama)."
+
+section "Other engines: their launch configs, token files and weights"
+run estimate --import tests/interop/fixtures/megatron_gpt3_175b.sh --cluster dgx-a100 --nodes 128
+explain "Megatron-LM's own GPT-3 175B example script, read as it is: each option is mapped into a plan, listed as ignored (paths, logging, learning-rate schedule) or, had it changed the cost in a way tessel does not model (FP8, experts), refused by name; the cluster and node count come from tessel."
+run plan --near tests/interop/fixtures/nemo_gpt3_175b.yaml --cluster dgx-a100 --nodes 128 --top 3 --emit megatron --emit-out "$out/best-gpt3-175b.sh"
+explain "NeMo's GPT-3 175B recipe, searched around: the last lines set the recipe's own prediction beside the best plans, and the best plan was written as a Megatron-LM launch script ($out/best-gpt3-175b.sh) with a comment line for anything Megatron cannot express. NeMo YAML, DeepSpeed JSON (with the model's config.json) and torchtitan TOML read and write the same way (tessel export --plan F --to ENGINE)."
+python3 - "$out/tokens.bin" <<'PYTHON'
+import array, random, struct, sys
+ids = array.array("H", (random.Random(0).randrange(256) for _ in range(200_000)))
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(ids), *[0] * 253) + ids.tobytes())
+PYTHON
+rm -rf "$out/checkpoint" "$out/runs-interop.db"
+run run --plan examples/local-cpu-gpt-small.json --data "$out/tokens.bin" --steps 3 --checkpoint "$out/checkpoint" --db "$out/runs-interop.db"
+explain "Training on a pre-tokenised file ($out/tokens.bin, an llm.c shard of 200,000 random ids written just now); Megatron's .bin/.idx datasets and nanoGPT's flat files read the same way, each checked before any rank starts (ids inside the vocabulary, at least one global batch)."
+mkdir -p "$out/gpt-small"
+run export-weights --checkpoint "$out/checkpoint" --out "$out/gpt-small/model.safetensors"
+run run --plan examples/local-cpu-gpt-small.json --init "$out/gpt-small/model.safetensors" --steps 2 --db "$out/runs-interop.db"
+explain "The checkpoint's weights, gathered from the ranks' shards, written as safetensors with Hugging Face's GPT-2 names and a config.json (transformers' GPT2LMHeadModel loads $out/gpt-small), then read back to start a new run; scripts/check-hf-interop.py scores such an export in transformers and in tessel on the same tokens where PyTorch is installed."
+rm -rf "$out/checkpoint" "$out/runs-interop.db"
 
 section "Measured against predicted, op kind by op kind"
 run compare --run "${run_id:-2}" --db "$db" --top 8
@@ -99,6 +121,8 @@ Files written by this demo (in $out/):
   gpt3-13b-trace.json          the simulated GPT-3 13B step (open in Perfetto or chrome://tracing)
   measured-pp-tp-trace.json    the measured 4-rank step, and predicted-pp-tp-trace.json its prediction
   gui-plans.png, gui-timeline.png, gui-compare.png   the GUI's tabs, rendered offscreen
+  best-gpt3-175b.sh            the best GPT-3 175B plan as a Megatron-LM launch script
+  tokens.bin, gpt-small/       an llm.c token shard, and trained weights as safetensors + config.json
 
 Try next:
   a model of your own (a preset, a tessel model JSON, or a Hugging Face config.json):
@@ -107,6 +131,8 @@ Try next:
     $tessel sweep --plan examples/gpt3-13b-dgx-h100.json --vary nodes=1,2,4,8
   the plan explorer, on a display:
     $tessel gui
+  install it (docs/INSTALL.md), or build a Debian package:
+    cmake --install $build_dir --prefix ~/.local    or    make package
   every test, and what each promise rests on (docs/RELIABILITY.md):
     make test
 Every subcommand has --help; README.md walks through each of them.

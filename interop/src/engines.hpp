@@ -6,6 +6,13 @@
 
 namespace tessel::interop::detail {
 
+// `text` without leading and trailing blanks and tabs (shell words, YAML scalars).
+inline std::string trim(const std::string& text) {
+  const std::size_t first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
 ImportedRun import_megatron(const std::string& text, const ImportContext& context);
 ExportedConfig export_megatron(const Plan& plan);
 

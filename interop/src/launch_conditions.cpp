@@ -2,19 +2,13 @@
 // left to right by || and && (bash gives the two the same precedence).
 #include "launch_conditions.hpp"
 
+#include "engines.hpp"
+
 #include <fmt/format.h>
 
 namespace tessel::interop::detail {
 
 namespace {
-
-bool starts_with(const std::string& text, const std::string& head) { return text.rfind(head, 0) == 0; }
-
-std::string trim(const std::string& text) {
-  const std::size_t first = text.find_first_not_of(" \t");
-  if (first == std::string::npos) return "";
-  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
-}
 
 // One test's words, e.g. {"!", "-f", "x"} or {"a", "==", "b"} (an empty expansion is gone).
 bool test(std::vector<std::string> w, const ShellConditionals::Fail& fail, std::vector<std::string>& notes,
@@ -95,7 +89,7 @@ bool ShellConditionals::handle(const std::string& line, const Expand& words, con
     if (rest.empty() || rest.back() != ';') fail("write '; then' on the if line");
     return trim(rest.substr(0, rest.size() - 1));
   };
-  if (starts_with(text, "if ")) {
+  if (text.starts_with("if ")) {
     Frame frame;
     frame.outer_active = active();
     const std::string condition = condition_of(3);
@@ -104,7 +98,7 @@ bool ShellConditionals::handle(const std::string& line, const Expand& words, con
     frames_.push_back(frame);
     return true;
   }
-  if (starts_with(text, "elif ")) {
+  if (text.starts_with("elif ")) {
     if (frames_.empty()) fail("elif without if");
     Frame& frame = frames_.back();
     const std::string condition = condition_of(5);

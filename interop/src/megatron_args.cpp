@@ -30,8 +30,6 @@ namespace tessel::interop::detail {
 
 namespace {
 
-bool starts_with(const std::string& text, const std::string& head) { return text.rfind(head, 0) == 0; }
-
 struct Reader {
   MegatronOptions& options;
   const ImportContext& context;
@@ -328,7 +326,7 @@ void sort_leftovers(Reader& r, const LaunchCommand& command) {
   for (const auto& left : r.options.leftovers()) {
     const IgnoredFamily* family = nullptr;
     for (const auto& candidate : kIgnored)
-      if (starts_with(left.name, candidate.prefix)) family = &candidate;
+      if (left.name.starts_with(candidate.prefix)) family = &candidate;
     if (family != nullptr) {
       r.run.ignored.push_back(fmt::format("{}: {}", left.spelled, family->why));
     } else if (looks_cost_relevant(left.name)) {

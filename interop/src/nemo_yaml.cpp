@@ -25,14 +25,6 @@ namespace tessel::interop::detail {
 
 namespace {
 
-bool starts_with(const std::string& text, const std::string& head) { return text.rfind(head, 0) == 0; }
-
-std::string trim(const std::string& text) {
-  const std::size_t first = text.find_first_not_of(" \t");
-  if (first == std::string::npos) return "";
-  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
-}
-
 class NemoReader {
  public:
   NemoReader(YAML::Node config, const ImportContext& context, ImportedRun& run)
@@ -113,10 +105,10 @@ class NemoReader {
 
   // OmegaConf interpolation of `text`, the value of `key`.
   std::string resolve(const std::string& text, const std::string& key, int depth) const {
-    if (!starts_with(text, "${") || text.back() != '}') return text;
+    if (!text.starts_with("${") || text.back() != '}') return text;
     if (depth > 8) refuse_key(key, "interpolations nest too deep");
     const std::string inner = text.substr(2, text.size() - 3);
-    if (starts_with(inner, "multiply:")) {
+    if (inner.starts_with("multiply:")) {
       long long product = 1;
       int nesting = 0;
       std::string argument;
@@ -137,7 +129,7 @@ class NemoReader {
       return std::to_string(product);
     }
     std::string path = inner;
-    if (starts_with(path, ".")) {
+    if (path.starts_with(".")) {
       std::string section = key.substr(0, key.rfind('.'));
       std::size_t dots = 1;
       while (dots < path.size() && path[dots] == '.') {
@@ -145,7 +137,7 @@ class NemoReader {
         ++dots;
       }
       path = (section.empty() ? "" : section + ".") + path.substr(dots);
-    } else if (starts_with(path, "training.")) {
+    } else if (path.starts_with("training.")) {
       path = path.substr(9);
     }
     const YAML::Node target = node(path);
@@ -341,7 +333,7 @@ void sort_leftovers(NemoReader& r, const YAML::Node& config, const ImportContext
         const std::string p = pattern;
         const bool suffix = p[0] == '*';
         if (suffix ? key.size() >= p.size() - 1 && key.compare(key.size() - p.size() + 1, p.size() - 1, p.substr(1)) == 0
-                   : starts_with(key, p))
+                   : key.starts_with(p))
           why = reason;
       }
       if (why != nullptr) {
