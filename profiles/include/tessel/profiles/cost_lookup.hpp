@@ -30,6 +30,7 @@
 
 #include "tessel/core/cluster_spec.hpp"
 #include "tessel/core/device_spec.hpp"
+#include "tessel/profiles/calibration.hpp"
 #include "tessel/profiles/collectives.hpp"
 #include "tessel/profiles/link_fit.hpp"
 #include "tessel/profiles/profile.hpp"
@@ -61,6 +62,11 @@ class CostLookup {
   const DeviceSpec& device() const { return device_; }
   const ClusterSpec& cluster() const { return cluster_; }
   int gpus_per_node() const { return gpus_per_node_; }
+
+  // The profile's calibration (defaults when it has none). A fit replaces it to price
+  // the same runs under new parameters without rebuilding the lookup.
+  const Calibration& calibration() const { return calibration_; }
+  void set_calibration(const Calibration& calibration) { calibration_ = calibration; }
 
   // Seconds of one GEMM of `gemm_flops` (2mnk) in `precision`.
   double gemm_seconds(double gemm_flops, Precision precision) const;
@@ -98,11 +104,13 @@ class CostLookup {
   const Curve& curve(Precision precision) const;
   using OpFits = std::array<std::optional<LinkFit>, 7>;  // by Collective
   double level_time_s(Collective op, int ranks, double size_bytes, double bandwidth, double latency_s,
-                      const OpFits& fits, double latency_scale, CollectiveAlgorithm algorithm) const;
+                      const OpFits& fits, double latency_scale, double bus_efficiency,
+                      CollectiveAlgorithm algorithm) const;
 
   DeviceSpec device_;
   ClusterSpec cluster_;
   int gpus_per_node_;
+  Calibration calibration_;
   Curve curves_[3];  // by Precision
   double memory_bw_;
   bool intra_measured_ = false, inter_measured_ = false;
