@@ -25,5 +25,6 @@ Command add_simulate_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_gui_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
+Command add_calibrate_command(CLI::App& app);
 
 }  // namespace tessel::cli

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   add(add_run_command);
   add(add_compare_command);
   add(add_gui_command);
+  add(add_calibrate_command);
 
   try {
     app.parse(argc, argv);
