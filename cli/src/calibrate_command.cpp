@@ -30,7 +30,6 @@ struct CalibrateArgs {
   std::string out_file;
   std::string db;
   std::vector<std::string> fit;
-  int threads = 0;
 };
 
 // The device's profile before calibration: the database's (less any calibration it
@@ -88,7 +87,6 @@ void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c
 
 int run_calibrate(const CalibrateArgs& args) {
   const auto started = std::chrono::steady_clock::now();
-  if (args.threads < 0) throw Error(fmt::format("--threads: must be 0 (all cores) or more, got {}", args.threads));
   const std::vector<planner::PublishedRun> runs = planner::load_published_runs(args.published);
   std::map<std::string, std::vector<planner::PublishedRun>> priceable;
   std::map<std::string, std::vector<const planner::PublishedRun*>> skipped;
@@ -113,7 +111,6 @@ int run_calibrate(const CalibrateArgs& args) {
   }
   planner::CalibrationOptions options;
   options.parameters = args.fit;
-  options.threads = args.threads;
 
   std::vector<profiles::Profile> written;
   for (const std::string& device : devices) {
@@ -169,7 +166,6 @@ Command add_calibrate_command(CLI::App& app) {
   cmd->add_option("--fit", args->fit, "Parameters to fit (default all): gemm_efficiency_scale, memory_efficiency_scale, "
                                       "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s")
       ->delimiter(',');
-  cmd->add_option("--threads", args->threads, "Threads pricing runs (0 = all cores)");
   return [args] { return run_calibrate(*args); };
 }
 

@@ -2,18 +2,15 @@
 // and derivative-free, over parameters normalised to [0, 1] so that one tolerance and
 // one initial step suit a scale of about 1 and an overhead of microseconds alike. It is
 // deterministic: the same runs give the same fit, bit for bit. Runs are re-priced in
-// parallel (each run's own cost model, so no shared state), and every error sum runs
-// in row order.
+// each run's own cost model through a cached layout-cost basis, and every error sum
+// runs in row order.
 #include "tessel/planner/calibrate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include <nlopt.hpp>
-#include <tbb/blocked_range.h>
-#include <tbb/info.h>
-#include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include <fmt/format.h>
 
@@ -22,6 +19,74 @@
 namespace tessel::planner {
 
 using profiles::Calibration;
+
+namespace {
+// Applies f(a_time, b_time) to every time a LayoutCost holds; bytes, counts and
+// placements do not depend on the calibration and stay as they are.
+template <class F>
+void zip_times(LayoutCost& a, const LayoutCost& b, F f) {
+  for (std::size_t k = 0; k < a.forward_s.size(); ++k) {
+    f(a.forward_s[k], b.forward_s[k]);
+    f(a.backward_s[k], b.backward_s[k]);
+  }
+  f(a.p2p_intra_s, b.p2p_intra_s);
+  f(a.p2p_inter_s, b.p2p_inter_s);
+  f(a.partial_layer_sync.time_s, b.partial_layer_sync.time_s);
+  f(a.partial_rest_sync.time_s, b.partial_rest_sync.time_s);
+  f(a.tied_embedding_sync.time_s, b.tied_embedding_sync.time_s);
+  f(a.forward_compute_s, b.forward_compute_s);
+  f(a.backward_compute_s, b.backward_compute_s);
+}
+
+// The basis coordinates of a calibration: 1/gemm, 1/memory, 1/intra, 1/inter, overhead_s.
+std::array<double, 5> coordinates(const Calibration& c) {
+  return {1.0 / c.gemm_efficiency_scale, 1.0 / c.memory_efficiency_scale, 1.0 / c.intra_bus_efficiency,
+          1.0 / c.inter_bus_efficiency, c.layer_overhead_s};
+}
+
+LayoutCost layout_at(const LayoutCost& base, const std::array<LayoutCost, 5>& slope, const Calibration& c) {
+  const std::array<double, 5> x = coordinates(c), x0 = coordinates(Calibration{});
+  LayoutCost out = base;
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    const double dx = x[j] - x0[j];
+    if (dx != 0) zip_times(out, slope[j], [dx](double& a, double b) { a += dx * b; });
+  }
+  return out;
+}
+
+RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& parallel) {
+  RunSet::LayoutBasis basis;
+  model.set_calibration(Calibration{});
+  basis.at_defaults = model.layout_cost(parallel);
+  if (basis.at_defaults.reject != Reject::none) return basis;
+  // One step along each coordinate: 1/scale from 1 to 2, overhead from 0 to 1 ms.
+  std::array<Calibration, 5> steps;
+  steps[0].gemm_efficiency_scale = 0.5;
+  steps[1].memory_efficiency_scale = 0.5;
+  steps[2].intra_bus_efficiency = 0.5;
+  steps[3].inter_bus_efficiency = 0.5;
+  steps[4].layer_overhead_s = 1e-3;
+  const std::array<double, 5> step_size{1.0, 1.0, 1.0, 1.0, 1e-3};
+  for (std::size_t j = 0; j < steps.size(); ++j) {
+    model.set_calibration(steps[j]);
+    basis.slope[j] = model.layout_cost(parallel);
+    zip_times(basis.slope[j], basis.at_defaults, [&](double& a, double b) { a = (a - b) / step_size[j]; });
+  }
+  // Affine indeed? Compare one point off every axis with the model itself.
+  Calibration probe;
+  probe.gemm_efficiency_scale = 0.8, probe.memory_efficiency_scale = 1.3, probe.intra_bus_efficiency = 0.7;
+  probe.inter_bus_efficiency = 1.2, probe.layer_overhead_s = 2e-4;
+  model.set_calibration(probe);
+  const LayoutCost direct = model.layout_cost(parallel);
+  LayoutCost combined = layout_at(basis.at_defaults, basis.slope, probe);
+  basis.affine = true;
+  zip_times(combined, direct, [&](double& a, double b) {
+    if (std::abs(a - b) > 1e-9 * std::max(std::abs(b), 1e-12)) basis.affine = false;
+  });
+  model.set_calibration(Calibration{});
+  return basis;
+}
+}  // namespace
 
 RunSet::RunSet(std::vector<PublishedRun> runs, const profiles::Profile& base) : runs_(std::move(runs)) {
   models_.reserve(runs_.size());
@@ -33,7 +98,11 @@ RunSet::RunSet(std::vector<PublishedRun> runs, const profiles::Profile& base) : 
     const Plan& plan = *run.plan;
     models_.emplace_back(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), base);
     measured_s_.push_back(measured_step_time_s(run, models_.back()));
+    bases_.push_back(layout_basis(models_.back(), plan.parallel));
   }
+  // The runs are priced under the profile's own calibration until a fit says otherwise.
+  const Calibration own = profiles::calibration_of(base);
+  for (CostModel& model : models_) model.set_calibration(own);
 }
 
 std::vector<std::size_t> RunSet::all_rows() const {
@@ -42,25 +111,32 @@ std::vector<std::size_t> RunSet::all_rows() const {
   return rows;
 }
 
-std::vector<double> RunSet::predict(const Calibration& calibration, const std::vector<std::size_t>& rows) {
+// Serial on purpose: one run prices in microseconds, less than a thread pool's hand-off
+// costs on a busy machine, and the order of every sum stays fixed.
+template <class Price>
+std::vector<double> RunSet::price_rows(const std::vector<std::size_t>& rows, Price price) {
   std::vector<double> out(runs_.size(), std::numeric_limits<double>::quiet_NaN());
-  auto price = [&](std::size_t i) {
-    const std::size_t row = rows[i];
-    models_[row].set_calibration(calibration);
-    out[row] = models_[row].estimate(runs_[row].plan->parallel).step_time_s;
-  };
-  const int threads = threads_ > 0 ? threads_ : tbb::info::default_concurrency();
-  if (threads <= 1 || rows.size() < 8) {
-    for (std::size_t i = 0; i < rows.size(); ++i) price(i);
-    return out;
-  }
-  tbb::task_arena arena(threads);
-  arena.execute([&] {
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows.size(), 4), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t i = r.begin(); i < r.end(); ++i) price(i);
-    });
-  });
+  for (std::size_t row : rows) out[row] = price(row);
   return out;
+}
+
+std::vector<double> RunSet::predict(const Calibration& calibration, const std::vector<std::size_t>& rows) {
+  return price_rows(rows, [&](std::size_t row) {
+    models_[row].set_calibration(calibration);
+    return models_[row].estimate(runs_[row].plan->parallel).step_time_s;
+  });
+}
+
+std::vector<double> RunSet::predict_fast(const Calibration& calibration, const std::vector<std::size_t>& rows) {
+  return price_rows(rows, [&](std::size_t row) {
+    CostModel& model = models_[row];
+    model.set_calibration(calibration);
+    const LayoutBasis& basis = bases_[row];
+    if (!basis.affine) return model.estimate(runs_[row].plan->parallel).step_time_s;
+    Estimate estimate;
+    model.finish(runs_[row].plan->parallel, layout_at(basis.at_defaults, basis.slope, calibration), estimate);
+    return estimate.step_time_s;
+  });
 }
 
 double mean_absolute_percentage_error(const std::vector<double>& predicted, const RunSet& runs,
@@ -91,7 +167,7 @@ struct Objective {
   }
   double operator()(const std::vector<double>& unit) {
     const Calibration c = at(unit);
-    const double mape = mean_absolute_percentage_error(runs->predict(c, *rows), *runs, *rows);
+    const double mape = mean_absolute_percentage_error(runs->predict_fast(c, *rows), *runs, *rows);
     ++evaluations;
     if (mape < best_mape) best_mape = mape, best = c;
     return mape;

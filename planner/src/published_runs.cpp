@@ -69,7 +69,12 @@ PublishedRun read_run(const Json& row, const std::string& file, bool held_out, s
     run.skipped = "fp8 precision is not modelled yet";
   }
   try {
-    Plan plan = Plan::from_json(plan_json_of(row), where);
+    Json plan_json = plan_json_of(row);
+    // Read an fp8 row's plan without the precision tessel does not model, to know its device.
+    if (plan_json.contains("train") && plan_json["train"].is_object() && plan_json["train"].value("precision", "") == "fp8") {
+      plan_json["train"].erase("precision");
+    }
+    Plan plan = Plan::from_json(plan_json, where);
     run.device = plan.cluster.device;
     if (run.skipped.empty()) {
       plan.validate();

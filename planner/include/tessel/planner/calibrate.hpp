@@ -6,6 +6,7 @@
 // see it (leave-one-out). Held-out runs are priced, never passed to a fit.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -22,7 +23,6 @@ struct CalibrationOptions {
   std::vector<std::string> parameters;
   int max_evaluations = 400;
   double relative_tolerance = 1e-4;  // on the normalised parameters
-  int threads = 0;                   // 0 = all cores
 };
 
 // Priceable runs of one device, each with its cost model.
@@ -33,15 +33,33 @@ class RunSet {
   std::size_t size() const { return runs_.size(); }
   const PublishedRun& run(std::size_t i) const { return runs_[i]; }
   double measured_s(std::size_t i) const { return measured_s_[i]; }
-  // Predicted step time of each run in `rows` under `calibration` (others NaN).
+  // Predicted step time of each run in `rows` under `calibration` (others NaN), by
+  // CostModel::estimate().
   std::vector<double> predict(const profiles::Calibration& calibration, const std::vector<std::size_t>& rows);
+  // The same through each run's cached layout-cost basis (see below): equal to
+  // predict() up to rounding, several times faster; the fit's inner loop.
+  std::vector<double> predict_fast(const profiles::Calibration& calibration, const std::vector<std::size_t>& rows);
   std::vector<std::size_t> all_rows() const;
 
+  // A layout's cost is affine in the inverses of the four efficiency scales and in the
+  // layer overhead (every time in it is a GEMM, streaming or collective time divided by
+  // exactly one of them, a latency, or a count of overheads), so it is cached per run
+  // at the defaults and along each of those five directions; finish() then adds ZeRO,
+  // overlap and the schedule under the calibration itself. A run whose layout is not
+  // affine (a min() of two fabrics' rates: 2D broadcasts) is priced by estimate().
+  struct LayoutBasis {
+    LayoutCost at_defaults;
+    std::array<LayoutCost, 5> slope;  // per unit of 1/gemm, 1/memory, 1/intra, 1/inter, overhead_s
+    bool affine = false;
+  };
+
  private:
+  template <class Price>
+  std::vector<double> price_rows(const std::vector<std::size_t>& rows, Price price);
   std::vector<PublishedRun> runs_;
   std::vector<CostModel> models_;
+  std::vector<LayoutBasis> bases_;
   std::vector<double> measured_s_;
-  int threads_ = 0;
 };
 
 // Mean of |predicted / measured - 1| over `rows`, summed in row order.
