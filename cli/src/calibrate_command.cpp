@@ -30,6 +30,7 @@ struct CalibrateArgs {
   std::string out_file;
   std::string db;
   std::vector<std::string> fit;
+  std::string unstated_kernels = "unfused";
 };
 
 // The device's profile before calibration: the database's (less any calibration it
@@ -87,7 +88,11 @@ void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c
 
 int run_calibrate(const CalibrateArgs& args) {
   const auto started = std::chrono::steady_clock::now();
-  const std::vector<planner::PublishedRun> runs = planner::load_published_runs(args.published);
+  std::vector<planner::PublishedRun> runs = planner::load_published_runs(args.published);
+  if (args.unstated_kernels != "unfused") {
+    planner::assume_unstated_kernels(runs, args.unstated_kernels == "fused" ? Kernels::fused : Kernels::unfused);
+    std::cout << fmt::format("assumed: rows that do not name train.kernels run {} attention\n", args.unstated_kernels);
+  }
   std::map<std::string, std::vector<planner::PublishedRun>> priceable;
   std::map<std::string, std::vector<const planner::PublishedRun*>> skipped;
   for (const planner::PublishedRun& run : runs) {
@@ -166,6 +171,9 @@ Command add_calibrate_command(CLI::App& app) {
   cmd->add_option("--fit", args->fit, "Parameters to fit (default all): gemm_efficiency_scale, memory_efficiency_scale, "
                                       "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s")
       ->delimiter(',');
+  cmd->add_option("--unstated-kernels", args->unstated_kernels,
+                  "Attention kernels of rows that do not name train.kernels: unfused (tessel's default) or fused")
+      ->check(CLI::IsMember({"unfused", "fused"}));
   return [args] { return run_calibrate(*args); };
 }
 

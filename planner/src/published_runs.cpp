@@ -63,6 +63,7 @@ PublishedRun read_run(const Json& row, const std::string& file, bool held_out, s
                             where, run.id));
   }
   const Json train = row.value("train", Json::object());
+  run.kernels_stated = train.is_object() && train.contains("kernels");
   if (row.contains("tessel_rejects")) {
     run.skipped = "tessel refuses the layout: " + row["tessel_rejects"].get<std::string>();
   } else if (train.is_object() && train.value("precision", std::string()) == "fp8") {
@@ -114,6 +115,12 @@ std::vector<PublishedRun> load_published_runs(const std::string& directory) {
     for (std::size_t i = 0; i < json["runs"].size(); ++i) runs.push_back(read_run(json["runs"][i], file, held_out, i));
   }
   return runs;
+}
+
+void assume_unstated_kernels(std::vector<PublishedRun>& runs, Kernels kernels) {
+  for (PublishedRun& run : runs) {
+    if (run.plan && !run.kernels_stated) run.plan->train.kernels = kernels;
+  }
 }
 
 double measured_step_time_s(const PublishedRun& run, const CostModel& model) {

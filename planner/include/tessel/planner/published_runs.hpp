@@ -27,7 +27,8 @@ struct PublishedRun {
   // when `plan` holds the row's plan.
   std::string skipped;
   std::optional<Plan> plan;
-  std::string measured_key;  // which measurement the step time comes from
+  bool kernels_stated = false;  // the row names train.kernels (else tessel's default, unfused)
+  std::string measured_key;    // which measurement the step time comes from
   double measured_value = 0;
 
   bool priceable() const { return skipped.empty(); }
@@ -41,5 +42,9 @@ std::vector<PublishedRun> load_published_runs(const std::string& directory);
 // Seconds per step implied by the run's measurement, counting FLOPs as `model` does
 // for that run's plan.
 double measured_step_time_s(const PublishedRun& run, const CostModel& model);
+
+// Prices the rows that do not name their attention kernels with `kernels` instead of
+// tessel's default (an explicit assumption of the caller, printed with the results).
+void assume_unstated_kernels(std::vector<PublishedRun>& runs, Kernels kernels);
 
 }  // namespace tessel::planner
