@@ -65,10 +65,15 @@ Calibration calibration_of(const Profile& profile) {
   return Calibration::from_json(calibration["parameters"], path + ".parameters");
 }
 
+bool is_calibrated(const Profile& profile) {
+  return profile.meta.is_object() && profile.meta.value("source", std::string()) == "calibrated" &&
+         profile.meta.contains("calibration");
+}
+
 std::string describe_profile(const Profile& profile) {
   const std::string source =
       profile.meta.is_object() ? profile.meta.value("source", std::string("measured")) : std::string("measured");
-  if (source == "calibrated" && profile.meta.contains("calibration")) {
+  if (is_calibrated(profile)) {
     const Json& calibration = profile.meta["calibration"];
     const Json runs = calibration.value("fitted_on", Json::array());
     const std::string corpus = calibration.value("inputs", std::string("published"));

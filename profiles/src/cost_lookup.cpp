@@ -44,7 +44,8 @@ CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, i
     : device_(profile.device),
       cluster_(std::move(cluster)),
       gpus_per_node_(gpus_per_node),
-      calibration_(calibration_of(profile)) {
+      calibration_(calibration_of(profile)),
+      calibration_note_(is_calibrated(profile) ? describe_profile(profile) : std::string()) {
   // GEMM curves: group samples by precision and size, median per size, sorted.
   const bool cpu = device_.kind == "cpu";
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
@@ -132,6 +133,7 @@ CostLookup::CostLookup(const CostLookup& other)
       cluster_(other.cluster_),
       gpus_per_node_(other.gpus_per_node_),
       calibration_(other.calibration_),
+      calibration_note_(other.calibration_note_),
       memory_bw_(other.memory_bw_),
       intra_measured_(other.intra_measured_),
       inter_measured_(other.inter_measured_),

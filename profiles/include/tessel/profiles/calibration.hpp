@@ -54,6 +54,9 @@ struct Calibration {
 // The profile's calibration (meta "calibration" -> "parameters"), or the defaults.
 Calibration calibration_of(const Profile& profile);
 
+// Whether the profile was written by calibration (meta source "calibrated").
+bool is_calibrated(const Profile& profile);
+
 // One line saying which profile a prediction uses, e.g. "profile: H100-SXM calibrated on
 // 83 published runs" or "profile: H100-SXM (datasheet)".
 std::string describe_profile(const Profile& profile);

@@ -67,6 +67,9 @@ class CostLookup {
   // the same runs under new parameters without rebuilding the lookup.
   const Calibration& calibration() const { return calibration_; }
   void set_calibration(const Calibration& calibration) { calibration_ = calibration; }
+  // "profile: H100-SXM calibrated on 83 published runs" when the profile is a calibrated
+  // one, else empty: the line predictions print so that a reader knows.
+  const std::string& calibration_note() const { return calibration_note_; }
 
   // Seconds of one GEMM of `gemm_flops` (2mnk) in `precision`.
   double gemm_seconds(double gemm_flops, Precision precision) const;
@@ -111,6 +114,7 @@ class CostLookup {
   ClusterSpec cluster_;
   int gpus_per_node_;
   Calibration calibration_;
+  std::string calibration_note_;
   Curve curves_[3];  // by Precision
   double memory_bw_;
   bool intra_measured_ = false, inter_measured_ = false;
