@@ -35,7 +35,7 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
         out.gemm_s += op.count * costs_.gemm_time_s(op.m, op.n, op.k, precision);
         break;
       case OpKind::attention:
-        out.attention_s += costs_.gemm_time_s(op.flops, op.gemm_flops, precision);
+        out.attention_s += costs_.attention_time_s(op.flops, op.gemm_flops, precision);
         break;
       case OpKind::memory: {
         const double seconds = costs_.memory_time_s(op.bytes);

@@ -17,6 +17,7 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
   static const std::array<Parameter, kParameterCount> table{{
       {"gemm_efficiency_scale", 0.5, 1.5, &Calibration::gemm_efficiency_scale},
       {"memory_efficiency_scale", 0.1, 2.0, &Calibration::memory_efficiency_scale},
+      {"attention_efficiency_scale", 0.1, 2.0, &Calibration::attention_efficiency_scale},
       {"intra_bus_efficiency", 0.1, 2.0, &Calibration::intra_bus_efficiency},
       {"inter_bus_efficiency", 0.1, 2.0, &Calibration::inter_bus_efficiency},
       {"overlap_efficiency", 0.0, 1.0, &Calibration::overlap_efficiency},
@@ -35,7 +36,7 @@ Calibration Calibration::from_json(const Json& json, const std::string& path) {
     }
     if (!found) {
       throw Error(fmt::format("{}.{}: unknown calibration parameter (allowed: gemm_efficiency_scale, "
-                              "memory_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
+                              "memory_efficiency_scale, attention_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
                               "overlap_efficiency, layer_overhead_s)",
                               path, key));
     }

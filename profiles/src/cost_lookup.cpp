@@ -151,12 +151,12 @@ CostLookup::CostLookup(const CostLookup& other)
 
 const CostLookup::Curve& CostLookup::curve(Precision precision) const { return curves_[int(precision)]; }
 
-double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
+double CostLookup::curve_seconds(double gemm_flops, Precision precision) const {
   const Curve& c = curve(precision);
   const double flops = std::max(gemm_flops, 1.0);
   if (c.log_flops.empty()) {
     raise(kGemmRoofline);
-    return flops / c.peak / calibration_.gemm_efficiency_scale;
+    return flops / c.peak;
   }
   const double x = std::log(flops);
   if (c.log_flops.size() == 1 || x <= c.log_flops.front() || x >= c.log_flops.back()) {
@@ -164,12 +164,16 @@ double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
     const bool below = c.log_flops.size() > 1 && x <= c.log_flops.front();
     const std::size_t end = below || c.log_flops.size() == 1 ? 0 : c.log_flops.size() - 1;
     if (x != c.log_flops[end]) raise(kGemmExtrapolated);
-    return std::exp(c.log_seconds[end] + (x - c.log_flops[end])) / calibration_.gemm_efficiency_scale;
+    return std::exp(c.log_seconds[end] + (x - c.log_flops[end]));
   }
   const auto upper = std::size_t(std::upper_bound(c.log_flops.begin(), c.log_flops.end(), x) - c.log_flops.begin());
   const double x0 = c.log_flops[upper - 1], x1 = c.log_flops[upper];
   const double y0 = c.log_seconds[upper - 1], y1 = c.log_seconds[upper];
-  return std::exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0)) / calibration_.gemm_efficiency_scale;
+  return std::exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0));
+}
+
+double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
+  return curve_seconds(gemm_flops, precision) / calibration_.gemm_efficiency_scale;
 }
 
 double CostLookup::gemm_efficiency(double gemm_flops, Precision precision) const {
@@ -183,6 +187,11 @@ double CostLookup::gemm_time_s(double total_flops, double gemm_flops, Precision 
 
 double CostLookup::gemm_time_s(double m, double n, double k, Precision precision) const {
   return gemm_seconds(2.0 * m * n * k, precision);
+}
+
+double CostLookup::attention_time_s(double total_flops, double gemm_flops, Precision precision) const {
+  if (total_flops <= 0) return 0;
+  return total_flops / gemm_flops * curve_seconds(gemm_flops, precision) / calibration_.attention_efficiency_scale;
 }
 
 double CostLookup::memory_time_s(double bytes) const {

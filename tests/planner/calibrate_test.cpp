@@ -67,13 +67,15 @@ Calibration known_truth() {
   Calibration truth;
   truth.gemm_efficiency_scale = 0.85;
   truth.memory_efficiency_scale = 0.7;
+  truth.attention_efficiency_scale = 0.6;
   truth.layer_overhead_s = 2e-4;
   return truth;
 }
 
-CalibrationOptions three_parameters() {
+CalibrationOptions four_parameters() {
   CalibrationOptions options;
-  options.parameters = {"gemm_efficiency_scale", "memory_efficiency_scale", "layer_overhead_s"};
+  options.parameters = {"gemm_efficiency_scale", "memory_efficiency_scale", "attention_efficiency_scale",
+                        "layer_overhead_s"};
   options.max_evaluations = 2000;
   options.relative_tolerance = 1e-9;
   return options;
@@ -119,10 +121,11 @@ TEST(Calibration, FitRecoversTheParametersThatGeneratedTheRuns) {
   RunSet runs(synthetic_runs(truth), profiles::shipped_profile("A100-SXM-80GB"));
   const std::vector<double> before = runs.predict(Calibration{}, runs.all_rows());
   ASSERT_GT(mean_absolute_percentage_error(before, runs, runs.all_rows()), 0.05) << "the truth must differ from the defaults";
-  const CalibrationFit fit = fit_calibration(runs, runs.all_rows(), three_parameters());
+  const CalibrationFit fit = fit_calibration(runs, runs.all_rows(), four_parameters());
   EXPECT_LT(fit.mape, 1e-3);
   EXPECT_NEAR(fit.calibration.gemm_efficiency_scale, truth.gemm_efficiency_scale, 0.01);
   EXPECT_NEAR(fit.calibration.memory_efficiency_scale, truth.memory_efficiency_scale, 0.02);
+  EXPECT_NEAR(fit.calibration.attention_efficiency_scale, truth.attention_efficiency_scale, 0.03);
   EXPECT_NEAR(fit.calibration.layer_overhead_s, truth.layer_overhead_s, 2e-5);
   // Parameters not chosen stay at their defaults.
   EXPECT_EQ(fit.calibration.intra_bus_efficiency, 1.0);
@@ -138,7 +141,7 @@ TEST(Calibration, LeaveOneOutPredictsARunByAFitThatDidNotSeeIt) {
   const double true_step_s = synthetic[poisoned].measured_value;
   synthetic[poisoned].measured_value *= 3.0;
   RunSet runs(synthetic, profiles::shipped_profile("A100-SXM-80GB"));
-  const DeviceCalibration result = calibrate_runs(runs, three_parameters());
+  const DeviceCalibration result = calibrate_runs(runs, four_parameters());
   ASSERT_EQ(result.fitted_rows.size(), runs.size());
   EXPECT_NEAR(result.leave_one_out_s[poisoned], true_step_s, 0.01 * true_step_s);
   for (std::size_t row : result.fitted_rows) EXPECT_TRUE(std::isfinite(result.leave_one_out_s[row]));
@@ -149,7 +152,7 @@ TEST(Calibration, HeldOutRunsNeverChangeTheFit) {
   std::vector<PublishedRun> synthetic = synthetic_runs(truth);
   const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
   RunSet clean(synthetic, profile);
-  const DeviceCalibration without = calibrate_runs(clean, three_parameters());
+  const DeviceCalibration without = calibrate_runs(clean, four_parameters());
   // The same runs plus a held-out one whose measurement is absurd.
   PublishedRun poisoned = synthetic.front();
   poisoned.id = "held-out-poison";
@@ -157,7 +160,7 @@ TEST(Calibration, HeldOutRunsNeverChangeTheFit) {
   poisoned.measured_value *= 10.0;
   synthetic.push_back(poisoned);
   RunSet with_held_out(synthetic, profile);
-  const DeviceCalibration with = calibrate_runs(with_held_out, three_parameters());
+  const DeviceCalibration with = calibrate_runs(with_held_out, four_parameters());
   EXPECT_EQ(with.fit.calibration, without.fit.calibration);
   EXPECT_EQ(with.fit.mape, without.fit.mape);
   ASSERT_EQ(with.held_out_rows, std::vector<std::size_t>{synthetic.size() - 1});
@@ -168,7 +171,7 @@ TEST(Calibration, HeldOutRunsNeverChangeTheFit) {
 TEST(Calibration, TheCalibratedProfileNamesItsRunsAndParameters) {
   const profiles::Profile base = profiles::shipped_profile("A100-SXM-80GB");
   RunSet runs(synthetic_runs(known_truth()), base);
-  const DeviceCalibration result = calibrate_runs(runs, three_parameters());
+  const DeviceCalibration result = calibrate_runs(runs, four_parameters());
   const profiles::Profile calibrated = calibrated_profile(base, runs, result, "published");
   EXPECT_EQ(calibrated.meta["source"], "calibrated");
   EXPECT_EQ(calibrated.meta["calibration"]["fitted_on"].size(), runs.size());

@@ -41,15 +41,15 @@ class RunSet {
   std::vector<double> predict_fast(const profiles::Calibration& calibration, const std::vector<std::size_t>& rows);
   std::vector<std::size_t> all_rows() const;
 
-  // A layout's cost is affine in the inverses of the four efficiency scales and in the
+  // A layout's cost is affine in the inverses of the five efficiency scales and in the
   // layer overhead (every time in it is a GEMM, streaming or collective time divided by
   // exactly one of them, a latency, or a count of overheads), so it is cached per run
-  // at the defaults and along each of those five directions; finish() then adds ZeRO,
+  // at the defaults and along each of those six directions; finish() then adds ZeRO,
   // overlap and the schedule under the calibration itself. A run whose layout is not
   // affine (a min() of two fabrics' rates: 2D broadcasts) is priced by estimate().
   struct LayoutBasis {
     LayoutCost at_defaults;
-    std::array<LayoutCost, 5> slope;  // per unit of 1/gemm, 1/memory, 1/intra, 1/inter, overhead_s
+    std::array<LayoutCost, 6> slope;  // per unit of 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter, overhead_s
     bool affine = false;
   };
 

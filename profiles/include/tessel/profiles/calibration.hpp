@@ -7,6 +7,9 @@
 // published corpus (docs/ARCHITECTURE.md, "Calibration"):
 //  - gemm_efficiency_scale: the datasheet GEMM curve's efficiency times this (GEMM and
 //    attention time divided by it); real per-rank shapes run below the assumed curve.
+//  - attention_efficiency_scale: attention's score and context products (materialised
+//    batched GEMMs or a fused flash-style kernel) are the GEMM curve's time divided by
+//    it, in place of the GEMM scale: fused kernels do not run at GEMM rates.
 //  - memory_efficiency_scale: streaming (memory-bound) time divided by it; the model
 //    omits or undercounts ops such as dropout, bias adds, masks and casts.
 //  - intra_bus_efficiency, inter_bus_efficiency: collective bandwidth inside a node and
@@ -30,6 +33,7 @@ struct Profile;
 struct Calibration {
   double gemm_efficiency_scale = 1.0;
   double memory_efficiency_scale = 1.0;
+  double attention_efficiency_scale = 1.0;
   double intra_bus_efficiency = 1.0;
   double inter_bus_efficiency = 1.0;
   double overlap_efficiency = 1.0;
@@ -41,7 +45,7 @@ struct Calibration {
     double lower, upper;
     double Calibration::*field;
   };
-  static constexpr std::size_t kParameterCount = 6;
+  static constexpr std::size_t kParameterCount = 7;
   static const std::array<Parameter, kParameterCount>& parameters();
 
   bool is_default() const { return *this == Calibration{}; }

@@ -78,6 +78,10 @@ class CostLookup {
   // Time of `total_flops` done as GEMMs of `gemm_flops` each.
   double gemm_time_s(double total_flops, double gemm_flops, Precision precision) const;
   double gemm_time_s(double m, double n, double k, Precision precision) const;
+  // Attention's score and context products, `total_flops` as batched GEMMs of
+  // `gemm_flops` each: the GEMM curve divided by the calibrated attention efficiency
+  // (instead of the GEMM one: fused attention kernels are not GEMMs).
+  double attention_time_s(double total_flops, double gemm_flops, Precision precision) const;
   // Streaming `bytes` through device memory.
   double memory_time_s(double bytes) const;
   // Streaming `bytes` through host memory, with the host shared by the node's devices.
@@ -105,6 +109,8 @@ class CostLookup {
     double peak = 0;
   };
   const Curve& curve(Precision precision) const;
+  // Seconds of one GEMM by the profile's curve, before calibration.
+  double curve_seconds(double gemm_flops, Precision precision) const;
   using OpFits = std::array<std::optional<LinkFit>, 7>;  // by Collective
   double level_time_s(Collective op, int ranks, double size_bytes, double bandwidth, double latency_s,
                       const OpFits& fits, double latency_scale, double bus_efficiency,
