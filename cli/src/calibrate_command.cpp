@@ -30,6 +30,7 @@ struct CalibrateArgs {
   std::string out_file;
   std::string db;
   std::vector<std::string> fit;
+  std::string runs;  // "all" or run ids "1,2,3" from the database
   std::string unstated_kernels = "unfused";
   int max_evaluations = 400;
 };
@@ -47,6 +48,30 @@ profiles::Profile base_profile(const std::string& device, const std::string& db)
     base.meta.erase("calibrated_from");
   }
   return base;
+}
+
+// "all" = every finished run; else positive run ids separated by commas.
+std::vector<std::int64_t> parse_run_ids(const std::string& text) {
+  std::vector<std::int64_t> ids;
+  if (text == "all") return ids;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    std::size_t used = 0;
+    long long id = 0;
+    try {
+      id = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || id <= 0) {
+      throw Error(fmt::format("--runs: expected run ids such as 1,2,3 or all, got '{}'", text));
+    }
+    ids.push_back(id);
+    start = comma + 1;
+  }
+  return ids;
 }
 
 std::string percent(double fraction) { return std::isfinite(fraction) ? fmt::format("{:+.1f}%", 100 * fraction) : "-"; }
@@ -89,7 +114,16 @@ void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c
 
 int run_calibrate(const CalibrateArgs& args) {
   const auto started = std::chrono::steady_clock::now();
-  std::vector<planner::PublishedRun> runs = planner::load_published_runs(args.published);
+  if (args.published.empty() && args.runs.empty()) {
+    throw Error("calibrate: give --published DIR (the corpus of published runs), --runs LIST|all (runs in --db), or both");
+  }
+  std::vector<planner::PublishedRun> runs;
+  if (!args.published.empty()) runs = planner::load_published_runs(args.published);
+  if (!args.runs.empty()) {
+    const std::string db = args.db.empty() ? profiles::ProfileStore::default_path() : args.db;
+    for (planner::PublishedRun& run : planner::load_recorded_runs(db, parse_run_ids(args.runs))) runs.push_back(std::move(run));
+  }
+  const std::string inputs = args.runs.empty() ? "published" : args.published.empty() ? "recorded" : "published and recorded";
   if (args.unstated_kernels != "unfused") {
     planner::assume_unstated_kernels(runs, args.unstated_kernels == "fused" ? Kernels::fused : Kernels::unfused);
     std::cout << fmt::format("assumed: rows that do not name train.kernels run {} attention\n", args.unstated_kernels);
@@ -104,10 +138,10 @@ int run_calibrate(const CalibrateArgs& args) {
   std::string allowed;
   for (const auto& [device, list] : priceable) allowed += device + ", ";
   if (args.device != "all" && !priceable.count(args.device)) {
-    throw Error(fmt::format("--device: must be one of {}or all (devices with priceable runs in {}), got '{}'", allowed,
-                            args.published, args.device));
+    throw Error(fmt::format("--device: must be one of {}or all (devices with priceable {} runs), got '{}'", allowed,
+                            inputs, args.device));
   }
-  if (priceable.empty()) throw Error(fmt::format("--published: {}: no run tessel can price", args.published));
+  if (priceable.empty()) throw Error(fmt::format("calibrate: no {} run that tessel can price", inputs));
   std::vector<std::string> devices;
   for (const auto& [device, list] : priceable) {
     if (args.device == "all" || args.device == device) devices.push_back(device);
@@ -152,7 +186,7 @@ int run_calibrate(const CalibrateArgs& args) {
     for (const planner::PublishedRun* run : skipped[device]) ++reasons[run->skipped];
     for (const auto& [reason, count] : reasons) std::cout << fmt::format("not priced: {} run(s): {}\n", count, reason);
     std::cout << "\n";
-    written.push_back(planner::calibrated_profile(base, set, c, "published"));
+    written.push_back(planner::calibrated_profile(base, set, c, inputs));
   }
   if (!args.out_file.empty()) {
     write_text_file_atomically(args.out_file, written.front().to_json().dump(2) + "\n");
@@ -174,8 +208,8 @@ Command add_calibrate_command(CLI::App& app) {
   auto args = std::make_shared<CalibrateArgs>();
   CLI::App* cmd = app.add_subcommand(
       "calibrate", "Fit a device profile's calibration parameters to published measured runs and write it");
-  cmd->add_option("--published", args->published, "Directory of published-run JSON files (corpus/published)")
-      ->required();
+  cmd->add_option("--published", args->published, "Directory of published-run JSON files (corpus/published)");
+  cmd->add_option("--runs", args->runs, "Runs recorded in --db by `tessel run`: ids 1,2,3 or all (every finished run)");
   cmd->add_option("--device", args->device, "Device to calibrate: a device of the corpus (A100-SXM-80GB, H100-SXM) or all");
   cmd->add_option("--out", args->out_file, "Write the calibrated profile to this JSON file instead of the database");
   cmd->add_option("--db", args->db, "Profile database to read the base profile from and write the calibrated one to");

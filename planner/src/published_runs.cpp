@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
+#include "tessel/profiles/run_store.hpp"
 
 namespace tessel::planner {
 
@@ -113,6 +114,56 @@ std::vector<PublishedRun> load_published_runs(const std::string& directory) {
     }
     const bool held_out = json["source"]["held_out"].get<bool>();
     for (std::size_t i = 0; i < json["runs"].size(); ++i) runs.push_back(read_run(json["runs"][i], file, held_out, i));
+  }
+  return runs;
+}
+
+std::vector<PublishedRun> load_recorded_runs(const std::string& db_path, const std::vector<std::int64_t>& ids) {
+  std::error_code error;
+  if (db_path.empty() || !fs::is_regular_file(db_path, error)) {
+    throw Error(fmt::format("--db: {}: no such database (--runs reads the runs `tessel run` recorded there)", db_path));
+  }
+  profiles::ProfileStore store(db_path, profiles::ProfileStore::Access::read_only);
+  const profiles::RunStore recorded(store);
+  std::vector<profiles::RunRecord> records;
+  if (ids.empty()) {
+    for (profiles::RunRecord& record : recorded.runs()) {
+      if (record.status == "finished") records.push_back(std::move(record));
+    }
+    if (records.empty()) throw Error(fmt::format("--runs all: {} holds no finished run", db_path));
+  }
+  for (std::int64_t id : ids) {
+    auto record = recorded.run(id);
+    if (!record) throw Error(fmt::format("--runs: run {} is not in {}", id, db_path));
+    records.push_back(std::move(*record));
+  }
+  std::vector<PublishedRun> runs;
+  for (const profiles::RunRecord& record : records) {
+    PublishedRun run;
+    run.id = fmt::format("run-{}", record.id);
+    run.source = db_path;
+    run.kernels_stated = true;  // a recorded plan says what the executor ran
+    const std::string where = fmt::format("{}: run {}", db_path, record.id);
+    Plan plan = Plan::from_json(record.plan, where);
+    run.cluster = plan.cluster.name;
+    run.device = plan.cluster.device;
+    std::vector<double> seconds;
+    for (const profiles::StepRecord& step : recorded.steps(record.id)) seconds.push_back(step.seconds);
+    run.measured_key = "step_time_s";
+    if (!seconds.empty()) {
+      std::sort(seconds.begin(), seconds.end());
+      const std::size_t n = seconds.size();
+      run.measured_value = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+    }
+    if (record.status != "finished") {
+      run.skipped = fmt::format("the run {} ({})", record.status, record.message);
+    } else if (seconds.empty()) {
+      run.skipped = "the run recorded no step";
+    } else {
+      plan.validate();
+      run.plan = std::move(plan);
+    }
+    runs.push_back(std::move(run));
   }
   return runs;
 }

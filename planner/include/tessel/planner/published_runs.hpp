@@ -8,6 +8,7 @@
 // use), hardware FLOPs add the recomputed forward of full recompute.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,13 @@ struct PublishedRun {
 // order. Throws tessel::Error naming the directory when it is missing or holds no
 // corpus file, or naming the file and row when one is malformed.
 std::vector<PublishedRun> load_published_runs(const std::string& directory);
+
+// Runs that `tessel run` recorded in the database at `db_path`: the listed ids, or
+// every finished run when `ids` is empty. Each is measured as the median of its steps'
+// seconds (as `tessel compare` reads it); a run that did not finish or recorded no step
+// is kept with the reason. Throws tessel::Error naming --runs for an id the database
+// does not hold, and --db for a missing database.
+std::vector<PublishedRun> load_recorded_runs(const std::string& db_path, const std::vector<std::int64_t>& ids);
 
 // Seconds per step implied by the run's measurement, counting FLOPs as `model` does
 // for that run's plan.
