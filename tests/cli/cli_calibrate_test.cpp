@@ -1,10 +1,12 @@
-// `tessel calibrate` end to end on the repository's corpus: it fits, prints the errors
-// before, after and leave-one-out and the held-out sources' errors, writes a calibrated
-// profile that estimate then uses and names; bad input is one line and exit status 2
-// with nothing written.
+// `tessel calibrate` end to end on the repository's corpus and on runs recorded in a
+// database: it fits, prints the errors before, after and leave-one-out and the held-out
+// sources' errors, writes a calibrated profile that estimate then uses and names; bad
+// input is one line and exit status 2 with nothing written.
 #include <string>
 
 #include "cli_fixture.hpp"
+#include "tessel/core/json_fields.hpp"
+#include "tessel/profiles/run_store.hpp"
 
 using tessel_cli_test::Cli;
 namespace fs = std::filesystem;
@@ -68,4 +70,31 @@ TEST_F(Cli, CalibrateRefusesOneOutFileForEveryDevice) {
   EXPECT_EQ(result.status, 2);
   EXPECT_NE(result.err.find("--out: writes one profile"), std::string::npos) << result.err;
   EXPECT_FALSE(fs::exists(dir_ / "p.json"));
+}
+
+// Runs recorded in the database (as `tessel run` writes them) calibrate too; the
+// measurement is the median step.
+TEST_F(Cli, CalibrateFitsRunsRecordedInTheDatabase) {
+  const std::string db = (dir_ / "runs.db").string();
+  {
+    tessel::profiles::ProfileStore store(db);
+    tessel::profiles::RunStore runs(store);
+    const std::string plan_text = tessel_cli_test::slurp(std::string(TESSEL_SOURCE_DIR) + "/examples/local-cpu-gpt-small.json");
+    const tessel::Json plan = tessel::parse_json_text(plan_text, "plan");
+    for (double seconds : {1.2, 1.5}) {
+      const auto id = runs.begin_run(plan, "cpu", 3);
+      runs.add_steps(id, {{1, 7.0, seconds, 1000}, {2, 6.9, seconds, 1000}, {3, 6.8, 9.0, 1000}});
+      runs.finish(id, "finished");
+    }
+  }
+  const auto result = run("calibrate --runs all --db " + db);
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_NE(result.out.find("== local-cpu: 2 runs fitted"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("run-1  step_time_s    1.20 s"), std::string::npos) << result.out;
+  const auto estimate =
+      run("estimate --plan " + std::string(TESSEL_SOURCE_DIR) + "/examples/local-cpu-gpt-small.json --db " + db);
+  EXPECT_NE(estimate.out.find("profile: local-cpu calibrated on 2 recorded runs"), std::string::npos) << estimate.out;
+  const auto missing = run("calibrate --runs 7 --db " + db);
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("--runs: run 7 is not in"), std::string::npos) << missing.err;
 }
