@@ -4,6 +4,8 @@
 // prints, per device, the fitted parameters, every run's error before and after and
 // its leave-one-out error, then the held-out sources' errors under the fitted profile
 // (predicted, never fitted), and the wall time.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -11,8 +13,6 @@
 #include <map>
 #include <memory>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "commands.hpp"
 #include "format.hpp"
@@ -41,7 +41,7 @@ profiles::Profile base_profile(const std::string& device, const std::string& db)
   const std::string path = db.empty() ? profiles::ProfileStore::default_path() : db;
   std::error_code error;
   profiles::Profile base = std::filesystem::exists(path, error) ? profiles::resolve_profile(device, path)
-                                                                 : profiles::shipped_profile(device);
+                                                                : profiles::shipped_profile(device);
   if (base.meta.is_object() && base.meta.contains("calibration")) {
     base.meta["source"] = base.meta.value("calibrated_from", std::string("measured"));
     base.meta.erase("calibration");
@@ -103,9 +103,10 @@ void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c
   auto add = [&](std::size_t row) {
     const double measured = runs.measured_s(row);
     const double loo = c.leave_one_out_s[row];
-    table.add_row({runs.run(row).id, runs.run(row).measured_key, format_seconds(measured), format_seconds(c.before_s[row]),
-                   percent(c.before_s[row] / measured - 1), format_seconds(c.after_s[row]),
-                   percent(c.after_s[row] / measured - 1), std::isfinite(loo) ? percent(loo / measured - 1) : "held out"});
+    table.add_row({runs.run(row).id, runs.run(row).measured_key, format_seconds(measured),
+                   format_seconds(c.before_s[row]), percent(c.before_s[row] / measured - 1),
+                   format_seconds(c.after_s[row]), percent(c.after_s[row] / measured - 1),
+                   std::isfinite(loo) ? percent(loo / measured - 1) : "held out"});
   };
   for (std::size_t row : c.fitted_rows) add(row);
   for (std::size_t row : c.held_out_rows) add(row);
@@ -115,15 +116,19 @@ void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c
 int run_calibrate(const CalibrateArgs& args) {
   const auto started = std::chrono::steady_clock::now();
   if (args.published.empty() && args.runs.empty()) {
-    throw Error("calibrate: give --published DIR (the corpus of published runs), --runs LIST|all (runs in --db), or both");
+    throw Error(
+        "calibrate: give --published DIR (the corpus of published runs), --runs LIST|all (runs in --db), or both");
   }
   std::vector<planner::PublishedRun> runs;
   if (!args.published.empty()) runs = planner::load_published_runs(args.published);
   if (!args.runs.empty()) {
     const std::string db = args.db.empty() ? profiles::ProfileStore::default_path() : args.db;
-    for (planner::PublishedRun& run : planner::load_recorded_runs(db, parse_run_ids(args.runs))) runs.push_back(std::move(run));
+    for (planner::PublishedRun& run : planner::load_recorded_runs(db, parse_run_ids(args.runs)))
+      runs.push_back(std::move(run));
   }
-  const std::string inputs = args.runs.empty() ? "published" : args.published.empty() ? "recorded" : "published and recorded";
+  const std::string inputs = args.runs.empty()        ? "published"
+                             : args.published.empty() ? "recorded"
+                                                      : "published and recorded";
   if (args.unstated_kernels != "unfused") {
     planner::assume_unstated_kernels(runs, args.unstated_kernels == "fused" ? Kernels::fused : Kernels::unfused);
     std::cout << fmt::format("assumed: rows that do not name train.kernels run {} attention\n", args.unstated_kernels);
@@ -147,7 +152,8 @@ int run_calibrate(const CalibrateArgs& args) {
     if (args.device == "all" || args.device == device) devices.push_back(device);
   }
   if (!args.out_file.empty() && devices.size() != 1) {
-    throw Error("--out: writes one profile; pick one --device (or leave --out out to write every device to the database)");
+    throw Error(
+        "--out: writes one profile; pick one --device (or leave --out out to write every device to the database)");
   }
   planner::CalibrationOptions options;
   // By default only the compute and memory parameters, which the corpus identifies (bus
@@ -156,7 +162,7 @@ int run_calibrate(const CalibrateArgs& args) {
   options.parameters = args.fit.empty() ? std::vector<std::string>{"gemm_efficiency_scale", "memory_efficiency_scale",
                                                                    "attention_efficiency_scale"}
                        : args.fit == std::vector<std::string>{"all"} ? std::vector<std::string>{}
-                                                                      : args.fit;
+                                                                     : args.fit;
   if (args.max_evaluations < 1) {
     throw Error(fmt::format("--max-evaluations: must be a positive integer, got {}", args.max_evaluations));
   }
@@ -210,12 +216,14 @@ Command add_calibrate_command(CLI::App& app) {
       "calibrate", "Fit a device profile's calibration parameters to published measured runs and write it");
   cmd->add_option("--published", args->published, "Directory of published-run JSON files (corpus/published)");
   cmd->add_option("--runs", args->runs, "Runs recorded in --db by `tessel run`: ids 1,2,3 or all (every finished run)");
-  cmd->add_option("--device", args->device, "Device to calibrate: a device of the corpus (A100-SXM-80GB, H100-SXM) or all");
+  cmd->add_option("--device", args->device,
+                  "Device to calibrate: a device of the corpus (A100-SXM-80GB, H100-SXM) or all");
   cmd->add_option("--out", args->out_file, "Write the calibrated profile to this JSON file instead of the database");
   cmd->add_option("--db", args->db, "Profile database to read the base profile from and write the calibrated one to");
-  cmd->add_option("--fit", args->fit, "Parameters to fit, or all (default: the GEMM, memory and attention scales): gemm_efficiency_scale, "
-                                      "memory_efficiency_scale, attention_efficiency_scale, "
-                                      "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s")
+  cmd->add_option("--fit", args->fit,
+                  "Parameters to fit, or all (default: the GEMM, memory and attention scales): gemm_efficiency_scale, "
+                  "memory_efficiency_scale, attention_efficiency_scale, "
+                  "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s")
       ->delimiter(',');
   cmd->add_option("--max-evaluations", args->max_evaluations, "Cost-model evaluations per fit (default 400)");
   cmd->add_option("--unstated-kernels", args->unstated_kernels,

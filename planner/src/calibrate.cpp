@@ -6,13 +6,12 @@
 // runs in row order.
 #include "tessel/planner/calibrate.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
 #include <nlopt.hpp>
-
-#include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
 
@@ -41,7 +40,7 @@ void zip_times(LayoutCost& a, const LayoutCost& b, F f) {
 // The basis coordinates of a calibration: 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter, overhead_s.
 std::array<double, 6> coordinates(const Calibration& c) {
   return {1.0 / c.gemm_efficiency_scale, 1.0 / c.memory_efficiency_scale, 1.0 / c.attention_efficiency_scale,
-          1.0 / c.intra_bus_efficiency, 1.0 / c.inter_bus_efficiency, c.layer_overhead_s};
+          1.0 / c.intra_bus_efficiency,  1.0 / c.inter_bus_efficiency,    c.layer_overhead_s};
 }
 
 LayoutCost layout_at(const LayoutCost& base, const std::array<LayoutCost, 6>& slope, const Calibration& c) {
@@ -191,10 +190,11 @@ std::vector<const Calibration::Parameter*> chosen_parameters(const CalibrationOp
     bool known = false;
     for (const Calibration::Parameter& p : Calibration::parameters()) known = known || name == p.name;
     if (!known) {
-      throw Error(fmt::format("--fit: unknown parameter '{}' (allowed: gemm_efficiency_scale, memory_efficiency_scale, "
-                              "attention_efficiency_scale, "
-                              "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s)",
-                              name));
+      throw Error(
+          fmt::format("--fit: unknown parameter '{}' (allowed: gemm_efficiency_scale, memory_efficiency_scale, "
+                      "attention_efficiency_scale, "
+                      "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s)",
+                      name));
     }
   }
   return out;
@@ -241,7 +241,8 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
 
 DeviceCalibration calibrate_runs(RunSet& runs, const CalibrationOptions& options) {
   DeviceCalibration out;
-  for (std::size_t i = 0; i < runs.size(); ++i) (runs.run(i).held_out ? out.held_out_rows : out.fitted_rows).push_back(i);
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    (runs.run(i).held_out ? out.held_out_rows : out.fitted_rows).push_back(i);
   if (out.fitted_rows.empty()) throw Error("calibrate: no runs to fit on (every priceable run is held out)");
   const std::vector<std::size_t> every = runs.all_rows();
   out.before_s = runs.predict(Calibration{}, every);

@@ -4,11 +4,11 @@
 // time, then token rates, then FLOP rates and utilisations, which need a FLOP count.
 #include "tessel/planner/published_runs.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/run_store.hpp"
@@ -19,9 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Most direct first: a time needs no conversion, a FLOP rate needs a FLOP convention.
-constexpr std::array<const char*, 8> kMeasuredKeys{"step_time_s",    "tokens_per_s",      "tokens_per_s_per_gpu",
-                                                   "tflops_per_gpu", "hw_tflops_per_gpu", "mfu",
-                                                   "hfu",            "peak_fraction"};
+constexpr std::array<const char*, 8> kMeasuredKeys{
+    "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "hw_tflops_per_gpu",
+    "mfu",         "hfu",          "peak_fraction"};
 
 std::string string_field(const Json& object, const char* key, const std::string& where) {
   if (!object.contains(key) || !object[key].is_string() || object[key].get<std::string>().empty()) {
@@ -59,9 +59,10 @@ PublishedRun read_run(const Json& row, const std::string& file, bool held_out, s
     }
   }
   if (run.measured_key.empty()) {
-    throw Error(fmt::format("{} ({}): \"measured\" has none of step_time_s, tokens_per_s, tokens_per_s_per_gpu, "
-                            "tflops_per_gpu, hw_tflops_per_gpu, mfu, hfu, peak_fraction",
-                            where, run.id));
+    throw Error(
+        fmt::format("{} ({}): \"measured\" has none of step_time_s, tokens_per_s, tokens_per_s_per_gpu, "
+                    "tflops_per_gpu, hw_tflops_per_gpu, mfu, hfu, peak_fraction",
+                    where, run.id));
   }
   const Json train = row.value("train", Json::object());
   run.kernels_stated = train.is_object() && train.contains("kernels");
@@ -73,7 +74,8 @@ PublishedRun read_run(const Json& row, const std::string& file, bool held_out, s
   try {
     Json plan_json = plan_json_of(row);
     // Read an fp8 row's plan without the precision tessel does not model, to know its device.
-    if (plan_json.contains("train") && plan_json["train"].is_object() && plan_json["train"].value("precision", "") == "fp8") {
+    if (plan_json.contains("train") && plan_json["train"].is_object() &&
+        plan_json["train"].value("precision", "") == "fp8") {
       plan_json["train"].erase("precision");
     }
     Plan plan = Plan::from_json(plan_json, where);
@@ -183,9 +185,9 @@ double measured_step_time_s(const PublishedRun& run, const CostModel& model) {
   const double layer_forward_flops_per_token = model.forward_gemm_flops_per_token() -
                                                2.0 * plan.model.hidden * plan.model.vocab +
                                                model.forward_attention_flops_per_token();
-  const double hardware_flops = model_flops + (plan.parallel.recompute == Recompute::full
-                                                   ? layer_forward_flops_per_token * tokens_per_step
-                                                   : 0.0);
+  const double hardware_flops =
+      model_flops +
+      (plan.parallel.recompute == Recompute::full ? layer_forward_flops_per_token * tokens_per_step : 0.0);
   const double peak_flops_per_s = model.costs().device().peak_flops_per_s(plan.train.precision);
   const std::string& key = run.measured_key;
   const double value = run.measured_value;

@@ -4,9 +4,9 @@
 // profile file or database row outside them is refused by name.
 #include "tessel/profiles/calibration.hpp"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/profile.hpp"
@@ -35,10 +35,11 @@ Calibration Calibration::from_json(const Json& json, const std::string& path) {
       if (parameter.name == key) found = &parameter;
     }
     if (!found) {
-      throw Error(fmt::format("{}.{}: unknown calibration parameter (allowed: gemm_efficiency_scale, "
-                              "memory_efficiency_scale, attention_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
-                              "overlap_efficiency, layer_overhead_s)",
-                              path, key));
+      throw Error(fmt::format(
+          "{}.{}: unknown calibration parameter (allowed: gemm_efficiency_scale, "
+          "memory_efficiency_scale, attention_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
+          "overlap_efficiency, layer_overhead_s)",
+          path, key));
     }
     const double number = value.is_number() ? value.get<double>() : std::nan("");
     if (!(number >= found->lower && number <= found->upper)) {

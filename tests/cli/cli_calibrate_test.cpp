@@ -50,7 +50,8 @@ TEST_F(Cli, CalibrateRefusesAnUnknownDeviceInOneLine) {
   const auto result = run("calibrate --published " + corpus() + " --device V100 --db " + (dir_ / "x.db").string());
   EXPECT_EQ(result.status, 2);
   EXPECT_EQ(line_count(result.err), 1) << result.err;
-  EXPECT_NE(result.err.find("--device: must be one of A100-SXM-80GB, H100-SXM, or all"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("--device: must be one of A100-SXM-80GB, H100-SXM, or all"), std::string::npos)
+      << result.err;
   EXPECT_FALSE(fs::exists(dir_ / "x.db"));
 }
 
@@ -79,7 +80,8 @@ TEST_F(Cli, CalibrateFitsRunsRecordedInTheDatabase) {
   {
     tessel::profiles::ProfileStore store(db);
     tessel::profiles::RunStore runs(store);
-    const std::string plan_text = tessel_cli_test::slurp(std::string(TESSEL_SOURCE_DIR) + "/examples/local-cpu-gpt-small.json");
+    const std::string plan_text =
+        tessel_cli_test::slurp(std::string(TESSEL_SOURCE_DIR) + "/examples/local-cpu-gpt-small.json");
     const tessel::Json plan = tessel::parse_json_text(plan_text, "plan");
     for (double seconds : {1.2, 1.5}) {
       const auto id = runs.begin_run(plan, "cpu", 3);

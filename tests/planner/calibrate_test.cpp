@@ -3,13 +3,14 @@
 // see it, held-out runs never move the fit, and the calibrated profile names what it
 // was fitted on. Synthetic runs are real tessel plans whose "measured" step time is
 // tessel's own estimate under known parameters, so the true answer is known exactly.
+#include "tessel/planner/calibrate.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 
 #include "tessel/core/error.hpp"
-#include "tessel/planner/calibrate.hpp"
 #include "tessel/planner/published_runs.hpp"
 #include "tessel/profiles/calibration.hpp"
 #include "tessel/profiles/profile.hpp"
@@ -21,13 +22,13 @@ using profiles::Calibration;
 namespace {
 Plan plan_of(const std::string& model, int nodes, int global_batch, int dp, int tp, int pp, int zero,
              const std::string& recompute, int micro_batch) {
-  const Json json{{"model", model},
-                  {"cluster", "dgx-a100"},
-                  {"nodes", nodes},
-                  {"train", {{"global_batch", global_batch}, {"precision", "bf16"}, {"optimizer", "adamw"}}},
-                  {"parallel",
-                   {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"zero", zero}, {"recompute", recompute},
-                    {"micro_batch", micro_batch}}}};
+  const Json json{
+      {"model", model},
+      {"cluster", "dgx-a100"},
+      {"nodes", nodes},
+      {"train", {{"global_batch", global_batch}, {"precision", "bf16"}, {"optimizer", "adamw"}}},
+      {"parallel",
+       {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"zero", zero}, {"recompute", recompute}, {"micro_batch", micro_batch}}}};
   Plan plan = Plan::from_json(json, "test plan");
   plan.validate();
   return plan;
@@ -35,10 +36,10 @@ Plan plan_of(const std::string& model, int nodes, int global_batch, int dp, int 
 
 // Layouts that load GEMMs, streaming ops and collectives in different proportions.
 std::vector<Plan> synthetic_plans() {
-  return {plan_of("gpt2-350m", 1, 64, 8, 1, 1, 0, "none", 8),   plan_of("gpt2-350m", 1, 64, 4, 2, 1, 0, "none", 4),
-          plan_of("gpt3-6.7b", 1, 32, 1, 8, 1, 0, "full", 1),   plan_of("gpt3-6.7b", 2, 64, 2, 8, 1, 1, "full", 2),
+  return {plan_of("gpt2-350m", 1, 64, 8, 1, 1, 0, "none", 8),      plan_of("gpt2-350m", 1, 64, 4, 2, 1, 0, "none", 4),
+          plan_of("gpt3-6.7b", 1, 32, 1, 8, 1, 0, "full", 1),      plan_of("gpt3-6.7b", 2, 64, 2, 8, 1, 1, "full", 2),
           plan_of("gpt3-13b", 4, 128, 4, 8, 1, 0, "selective", 1), plan_of("gpt3-13b", 4, 64, 2, 4, 4, 1, "full", 1),
-          plan_of("gpt2-1.5b", 2, 128, 16, 1, 1, 3, "full", 2), plan_of("gpt2-1.5b", 1, 64, 8, 1, 1, 2, "none", 2),
+          plan_of("gpt2-1.5b", 2, 128, 16, 1, 1, 3, "full", 2),    plan_of("gpt2-1.5b", 1, 64, 8, 1, 1, 2, "none", 2),
           plan_of("llama2-7b", 2, 64, 4, 4, 1, 1, "selective", 1), plan_of("llama2-7b", 4, 128, 8, 2, 2, 0, "full", 1)};
 }
 
@@ -120,7 +121,8 @@ TEST(Calibration, FitRecoversTheParametersThatGeneratedTheRuns) {
   const Calibration truth = known_truth();
   RunSet runs(synthetic_runs(truth), profiles::shipped_profile("A100-SXM-80GB"));
   const std::vector<double> before = runs.predict(Calibration{}, runs.all_rows());
-  ASSERT_GT(mean_absolute_percentage_error(before, runs, runs.all_rows()), 0.05) << "the truth must differ from the defaults";
+  ASSERT_GT(mean_absolute_percentage_error(before, runs, runs.all_rows()), 0.05)
+      << "the truth must differ from the defaults";
   const CalibrationFit fit = fit_calibration(runs, runs.all_rows(), four_parameters());
   EXPECT_LT(fit.mape, 1e-3);
   EXPECT_NEAR(fit.calibration.gemm_efficiency_scale, truth.gemm_efficiency_scale, 0.01);
@@ -188,7 +190,8 @@ TEST(Calibration, OutOfRangeParametersAreRefusedByName) {
     Calibration::from_json(Json{{"gemm_efficiency_scale", 7.0}}, "profile.json meta.calibration.parameters");
     FAIL() << "accepted a GEMM scale of 7";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("gemm_efficiency_scale: must be a number in [0.5, 1.5]"), std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("gemm_efficiency_scale: must be a number in [0.5, 1.5]"),
+              std::string::npos)
         << error.what();
   }
   EXPECT_THROW(Calibration::from_json(Json{{"warp_speed", 1.0}}, "p"), Error);

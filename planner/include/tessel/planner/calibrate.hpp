@@ -78,8 +78,8 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
                                const profiles::Calibration& start = {});
 
 struct DeviceCalibration {
-  CalibrationFit fit;                     // on every fitted row
-  std::vector<std::size_t> fitted_rows;   // not held out
+  CalibrationFit fit;                    // on every fitted row
+  std::vector<std::size_t> fitted_rows;  // not held out
   std::vector<std::size_t> held_out_rows;
   std::vector<double> before_s, after_s;  // every row: defaults, fitted
   std::vector<double> leave_one_out_s;    // fitted rows: by a fit without that row; NaN else

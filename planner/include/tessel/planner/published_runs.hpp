@@ -29,7 +29,7 @@ struct PublishedRun {
   std::string skipped;
   std::optional<Plan> plan;
   bool kernels_stated = false;  // the row names train.kernels (else tessel's default, unfused)
-  std::string measured_key;    // which measurement the step time comes from
+  std::string measured_key;     // which measurement the step time comes from
   double measured_value = 0;
 
   bool priceable() const { return skipped.empty(); }
