@@ -212,6 +212,7 @@ int run_plan(const PlanArgs& args) {
                            plan.nodes, plan.cluster.name, model.gpus(), plan.cluster.device,
                            plan.cluster.ranks_fill_node() ? "ranks" : "GPUs", plan.train.global_batch,
                            model.seq_len(), to_string(plan.train.precision), to_string(plan.train.optimizer));
+  if (!model.costs().calibration_note().empty()) std::cout << model.costs().calibration_note() << "\n";
   if (result.best.empty()) {
     std::cout << "no plan fits.\n";
   } else {
@@ -264,6 +265,7 @@ int run_estimate(const EstimateArgs& args) {
   std::cout << fmt::format("{} on {} x {} ({} {}): {}\n", plan.model.name, plan.nodes, plan.cluster.name, model.gpus(),
                            plan.cluster.ranks_fill_node() ? "ranks" : "GPUs",
                            plan.parallel.summary());
+  if (!model.costs().calibration_note().empty()) std::cout << model.costs().calibration_note() << "\n";
   std::cout << fmt::format("step time      {}  ({} micro-batches)\n", format_seconds(e.step_time_s), e.micro_batches);
   std::cout << fmt::format("tokens/s       {}\n", format_rate(e.tokens_per_s));
   std::cout << fmt::format("MFU            {:.1f}%\n", 100 * e.mfu);

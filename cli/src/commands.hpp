@@ -27,5 +27,6 @@ Command add_gui_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
 Command add_export_weights_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
+Command add_calibrate_command(CLI::App& app);
 
 }  // namespace tessel::cli

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   add(add_gui_command);
   add(add_export_weights_command);
   add(add_export_command);
+  add(add_calibrate_command);
 
   try {
     app.parse(argc, argv);

@@ -93,6 +93,7 @@ int run_simulate(const SimulateArgs& args) {
   if (imported) print_import_summary(args.import, *imported, std::cout);
   std::cout << fmt::format("{} on {} x {} ({} ranks): {}\n", plan.model.name, plan.nodes, plan.cluster.name,
                            program.world_size(), plan.parallel.summary());
+  if (!model.costs().calibration_note().empty()) std::cout << model.costs().calibration_note() << "\n";
   std::cout << fmt::format("simulated step  {}   analytic estimate {}  ({:+.1f}%)\n", format_seconds(sim.step_time_s),
                            format_seconds(analytic_step), 100 * (sim.step_time_s / analytic_step - 1));
   std::cout << fmt::format("replayed {} ops on {} of {} ranks ({} folded) and {} flows in {}\n", program.op_count(),

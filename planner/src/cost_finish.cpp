@@ -144,8 +144,11 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
       layer_partial_calls * c.partial_layer_sync.bytes + c.partial_rest_sync.bytes,
       layer_partial_calls * c.partial_layer_sync.messages + c.partial_rest_sync.messages};
   const double compute_per_micro_batch = c.forward_compute_s + c.backward_compute_s;
-  const double hidden_sync = overlap_ ? c.backward_compute_s : 0.0;
-  const double hidden_zero3 = overlap_ ? compute_per_micro_batch : 0.0;
+  // How much of the compute hides this traffic: all of it by default; a calibrated
+  // profile says what fraction real runs manage.
+  const double overlap_efficiency = costs_.calibration().overlap_efficiency;
+  const double hidden_sync = overlap_ ? overlap_efficiency * c.backward_compute_s : 0.0;
+  const double hidden_zero3 = overlap_ ? overlap_efficiency * compute_per_micro_batch : 0.0;
   // The tied embedding's sum waits for the last backward on both ends of the pipeline and
   // the optimizer waits for it: nothing hides it.
   const double exposed_sync =

@@ -35,7 +35,7 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
         out.gemm_s += op.count * costs_.gemm_time_s(op.m, op.n, op.k, precision);
         break;
       case OpKind::attention:
-        out.attention_s += costs_.gemm_time_s(op.flops, op.gemm_flops, precision);
+        out.attention_s += costs_.attention_time_s(op.flops, op.gemm_flops, precision);
         break;
       case OpKind::memory: {
         const double seconds = costs_.memory_time_s(op.bytes);
@@ -73,13 +73,19 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, La
   };
   set(TimeKind::gemm, layers * block.gemm_s, layers * 2 * block.gemm_s);
   set(TimeKind::attention, layers * block.attention_s, layers * 2 * block.attention_s);
-  set(TimeKind::elementwise, layers * block.memory_s, layers * block.backward_memory_s);
+  // Per-layer framework and launch overhead (a calibrated quantity, 0 by default) is
+  // memory-bound-like fixed work: paid by the forward, twice by the backward.
+  const double overhead_s = costs_.calibration().layer_overhead_s;
+  set(TimeKind::elementwise, layers * block.memory_s + layers * overhead_s,
+      layers * block.backward_memory_s + layers * 2 * overhead_s);
   set(TimeKind::tp_comm, layers * block.tp.time_s,
       layers * (block.tp_backward.time_s + recompute_factor * block.tp.time_s));
   set(TimeKind::sp_comm, layers * block.sp.time_s,
       layers * (block.sp_backward.time_s + recompute_factor * block.sp.time_s));
   double recompute_s = 0;
-  if (p.recompute == Recompute::full) recompute_s = layers * (block.gemm_s + block.attention_s + block.memory_s);
+  if (p.recompute == Recompute::full) {
+    recompute_s = layers * (block.gemm_s + block.attention_s + block.memory_s) + layers * overhead_s;
+  }
   if (p.recompute == Recompute::selective) recompute_s = layers * (block.attention_s + block.selective_s);
   set(TimeKind::recompute, 0, recompute_s);
   // Forward, its replay under full recompute, backward.

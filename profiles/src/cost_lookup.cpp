@@ -41,7 +41,11 @@ std::optional<Precision> training_precision(const std::string& name) {
 }  // namespace
 
 CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, int gpus_per_node)
-    : device_(profile.device), cluster_(std::move(cluster)), gpus_per_node_(gpus_per_node) {
+    : device_(profile.device),
+      cluster_(std::move(cluster)),
+      gpus_per_node_(gpus_per_node),
+      calibration_(calibration_of(profile)),
+      calibration_note_(is_calibrated(profile) ? describe_profile(profile) : std::string()) {
   // GEMM curves: group samples by precision and size, median per size, sorted.
   const bool cpu = device_.kind == "cpu";
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
@@ -128,6 +132,8 @@ CostLookup::CostLookup(const CostLookup& other)
     : device_(other.device_),
       cluster_(other.cluster_),
       gpus_per_node_(other.gpus_per_node_),
+      calibration_(other.calibration_),
+      calibration_note_(other.calibration_note_),
       memory_bw_(other.memory_bw_),
       intra_measured_(other.intra_measured_),
       inter_measured_(other.inter_measured_),
@@ -145,7 +151,7 @@ CostLookup::CostLookup(const CostLookup& other)
 
 const CostLookup::Curve& CostLookup::curve(Precision precision) const { return curves_[int(precision)]; }
 
-double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
+double CostLookup::curve_seconds(double gemm_flops, Precision precision) const {
   const Curve& c = curve(precision);
   const double flops = std::max(gemm_flops, 1.0);
   if (c.log_flops.empty()) {
@@ -166,6 +172,10 @@ double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
   return std::exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0));
 }
 
+double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
+  return curve_seconds(gemm_flops, precision) / calibration_.gemm_efficiency_scale;
+}
+
 double CostLookup::gemm_efficiency(double gemm_flops, Precision precision) const {
   return gemm_flops / (gemm_seconds(gemm_flops, precision) * curve(precision).peak);
 }
@@ -179,7 +189,14 @@ double CostLookup::gemm_time_s(double m, double n, double k, Precision precision
   return gemm_seconds(2.0 * m * n * k, precision);
 }
 
-double CostLookup::memory_time_s(double bytes) const { return bytes / memory_bw_; }
+double CostLookup::attention_time_s(double total_flops, double gemm_flops, Precision precision) const {
+  if (total_flops <= 0) return 0;
+  return total_flops / gemm_flops * curve_seconds(gemm_flops, precision) / calibration_.attention_efficiency_scale;
+}
+
+double CostLookup::memory_time_s(double bytes) const {
+  return bytes / (memory_bw_ * calibration_.memory_efficiency_scale);
+}
 
 double CostLookup::host_memory_time_s(double bytes) const { return bytes / host_bw_per_device_; }
 
@@ -188,7 +205,7 @@ double CostLookup::host_device_time_s(double bytes) const {
 }
 
 double CostLookup::level_time_s(Collective op, int ranks, double size_bytes, double bandwidth,
-                                double latency_s, const OpFits& fits, double latency_scale,
+                                double latency_s, const OpFits& fits, double latency_scale, double bus_efficiency,
                                 CollectiveAlgorithm algorithm) const {
   if (ranks <= 1 && op != Collective::send_recv) return 0;
   if (const auto& fit = fits[std::size_t(op)]; fit && algorithm == CollectiveAlgorithm::ring) {
@@ -196,7 +213,7 @@ double CostLookup::level_time_s(Collective op, int ranks, double size_bytes, dou
     latency_s = fit->alpha_s * latency_scale;
   }
   return collective_steps(op, ranks, algorithm) * latency_s +
-         size_bytes * bus_bandwidth_factor(op, ranks) / bandwidth;
+         size_bytes * bus_bandwidth_factor(op, ranks) / (bandwidth * bus_efficiency);
 }
 
 double CostLookup::collective_time_s(Collective op, GroupPlacement group, double size_bytes,
@@ -205,10 +222,12 @@ double CostLookup::collective_time_s(Collective op, GroupPlacement group, double
   const int k = group.ranks_per_node;
   const int nodes = group.nodes();
   auto intra = [&](Collective level_op, double bytes) {
-    return level_time_s(level_op, k, bytes, intra_bw_, intra_latency_s_, intra_fits_, 1.0, algorithm);
+    return level_time_s(level_op, k, bytes, intra_bw_, intra_latency_s_, intra_fits_, 1.0,
+                        calibration_.intra_bus_efficiency, algorithm);
   };
   auto inter = [&](Collective level_op, double bytes) {
-    return level_time_s(level_op, nodes, bytes, inter_bw_, inter_latency_s_, inter_fits_, inter_hops_, algorithm);
+    return level_time_s(level_op, nodes, bytes, inter_bw_, inter_latency_s_, inter_fits_, inter_hops_,
+                        calibration_.inter_bus_efficiency, algorithm);
   };
   if (nodes <= 1) return intra(op, size_bytes);
   if (k <= 1) return inter(op, size_bytes);
@@ -226,9 +245,11 @@ double CostLookup::collective_time_s(Collective op, GroupPlacement group, double
     case Collective::reduce:
       // Pipelined through both levels: the slower level sets the rate.
       return collective_steps(op, nodes, algorithm) * inter_latency_s_ +
-             collective_steps(op, k, algorithm) * intra_latency_s_ + size_bytes / std::min(intra_bw_, inter_bw_);
+             collective_steps(op, k, algorithm) * intra_latency_s_ +
+             size_bytes / std::min(intra_bw_ * calibration_.intra_bus_efficiency,
+                                   inter_bw_ * calibration_.inter_bus_efficiency);
     case Collective::send_recv:
-      return inter_latency_s_ + size_bytes / inter_bw_;
+      return inter_latency_s_ + size_bytes / (inter_bw_ * calibration_.inter_bus_efficiency);
   }
   return 0;
 }

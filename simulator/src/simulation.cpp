@@ -266,7 +266,7 @@ class Replay {
     const Precision precision = plan_.train.precision;
     switch (work.kind) {
       case OpKind::gemm: return work.count * costs_.gemm_time_s(work.m, work.n, work.k, precision);
-      case OpKind::attention: return costs_.gemm_time_s(work.flops, work.gemm_flops, precision);
+      case OpKind::attention: return costs_.attention_time_s(work.flops, work.gemm_flops, precision);
       case OpKind::memory: return op.on_host ? costs_.host_memory_time_s(work.bytes) : costs_.memory_time_s(work.bytes);
       default: return 0;
     }

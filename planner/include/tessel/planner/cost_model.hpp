@@ -90,6 +90,10 @@ class CostModel {
   void set_overlap(bool overlap) { overlap_ = overlap; }
   bool overlap() const { return overlap_; }
 
+  // Prices later estimates under other calibration parameters (the fit's inner loop);
+  // the profile's own are used until then.
+  void set_calibration(const profiles::Calibration& calibration) { costs_.set_calibration(calibration); }
+
   // Full prediction for one layout (the world size must be gpus()).
   Estimate estimate(const ParallelConfig& parallel) const;
 

@@ -30,6 +30,7 @@
 
 #include "tessel/core/cluster_spec.hpp"
 #include "tessel/core/device_spec.hpp"
+#include "tessel/profiles/calibration.hpp"
 #include "tessel/profiles/collectives.hpp"
 #include "tessel/profiles/link_fit.hpp"
 #include "tessel/profiles/profile.hpp"
@@ -62,6 +63,14 @@ class CostLookup {
   const ClusterSpec& cluster() const { return cluster_; }
   int gpus_per_node() const { return gpus_per_node_; }
 
+  // The profile's calibration (defaults when it has none). A fit replaces it to price
+  // the same runs under new parameters without rebuilding the lookup.
+  const Calibration& calibration() const { return calibration_; }
+  void set_calibration(const Calibration& calibration) { calibration_ = calibration; }
+  // "profile: H100-SXM calibrated on 83 published runs" when the profile is a calibrated
+  // one, else empty: the line predictions print so that a reader knows.
+  const std::string& calibration_note() const { return calibration_note_; }
+
   // Seconds of one GEMM of `gemm_flops` (2mnk) in `precision`.
   double gemm_seconds(double gemm_flops, Precision precision) const;
   // Achievable fraction of peak at that size.
@@ -69,6 +78,10 @@ class CostLookup {
   // Time of `total_flops` done as GEMMs of `gemm_flops` each.
   double gemm_time_s(double total_flops, double gemm_flops, Precision precision) const;
   double gemm_time_s(double m, double n, double k, Precision precision) const;
+  // Attention's score and context products, `total_flops` as batched GEMMs of
+  // `gemm_flops` each: the GEMM curve divided by the calibrated attention efficiency
+  // (instead of the GEMM one: fused attention kernels are not GEMMs).
+  double attention_time_s(double total_flops, double gemm_flops, Precision precision) const;
   // Streaming `bytes` through device memory.
   double memory_time_s(double bytes) const;
   // Streaming `bytes` through host memory, with the host shared by the node's devices.
@@ -96,13 +109,18 @@ class CostLookup {
     double peak = 0;
   };
   const Curve& curve(Precision precision) const;
+  // Seconds of one GEMM by the profile's curve, before calibration.
+  double curve_seconds(double gemm_flops, Precision precision) const;
   using OpFits = std::array<std::optional<LinkFit>, 7>;  // by Collective
   double level_time_s(Collective op, int ranks, double size_bytes, double bandwidth, double latency_s,
-                      const OpFits& fits, double latency_scale, CollectiveAlgorithm algorithm) const;
+                      const OpFits& fits, double latency_scale, double bus_efficiency,
+                      CollectiveAlgorithm algorithm) const;
 
   DeviceSpec device_;
   ClusterSpec cluster_;
   int gpus_per_node_;
+  Calibration calibration_;
+  std::string calibration_note_;
   Curve curves_[3];  // by Precision
   double memory_bw_;
   bool intra_measured_ = false, inter_measured_ = false;

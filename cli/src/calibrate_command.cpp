@@ -1,0 +1,235 @@
+// `tessel calibrate`: fit a device profile's calibration parameters to the published
+// corpus and write the calibrated profile. Everything is computed and printed before
+// anything is written, so a bad input leaves the database and --out untouched. It
+// prints, per device, the fitted parameters, every run's error before and after and
+// its leave-one-out error, then the held-out sources' errors under the fitted profile
+// (predicted, never fitted), and the wall time.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "commands.hpp"
+#include "format.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/planner/calibrate.hpp"
+#include "tessel/planner/published_runs.hpp"
+#include "tessel/profiles/profile_store.hpp"
+
+namespace tessel::cli {
+
+namespace {
+struct CalibrateArgs {
+  std::string published;
+  std::string device = "all";
+  std::string out_file;
+  std::string db;
+  std::vector<std::string> fit;
+  std::string runs;  // "all" or run ids "1,2,3" from the database
+  std::string unstated_kernels = "unfused";
+  int max_evaluations = 400;
+};
+
+// The device's profile before calibration: the database's (less any calibration it
+// already carries) when it holds the device, else the shipped one.
+profiles::Profile base_profile(const std::string& device, const std::string& db) {
+  const std::string path = db.empty() ? profiles::ProfileStore::default_path() : db;
+  std::error_code error;
+  profiles::Profile base = std::filesystem::exists(path, error) ? profiles::resolve_profile(device, path)
+                                                                : profiles::shipped_profile(device);
+  if (base.meta.is_object() && base.meta.contains("calibration")) {
+    base.meta["source"] = base.meta.value("calibrated_from", std::string("measured"));
+    base.meta.erase("calibration");
+    base.meta.erase("calibrated_from");
+  }
+  return base;
+}
+
+// "all" = every finished run; else positive run ids separated by commas.
+std::vector<std::int64_t> parse_run_ids(const std::string& text) {
+  std::vector<std::int64_t> ids;
+  if (text == "all") return ids;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    std::size_t used = 0;
+    long long id = 0;
+    try {
+      id = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || id <= 0) {
+      throw Error(fmt::format("--runs: expected run ids such as 1,2,3 or all, got '{}'", text));
+    }
+    ids.push_back(id);
+    start = comma + 1;
+  }
+  return ids;
+}
+
+std::string percent(double fraction) { return std::isfinite(fraction) ? fmt::format("{:+.1f}%", 100 * fraction) : "-"; }
+
+struct ErrorSummary {
+  double mape = 0, signed_mean = 0, worst = 0;
+  std::size_t rows = 0;
+};
+ErrorSummary summarise(const std::vector<double>& predicted, const planner::RunSet& runs,
+                       const std::vector<std::size_t>& rows) {
+  ErrorSummary s;
+  s.rows = rows.size();
+  for (std::size_t row : rows) {
+    const double error = predicted[row] / runs.measured_s(row) - 1.0;
+    s.mape += std::abs(error);
+    s.signed_mean += error;
+    s.worst = std::max(s.worst, std::abs(error));
+  }
+  if (!rows.empty()) s.mape /= double(rows.size()), s.signed_mean /= double(rows.size());
+  return s;
+}
+std::string describe(const ErrorSummary& s) {
+  return fmt::format("MAPE {:5.1f}%  signed mean {:+6.1f}%  worst {:5.1f}%  ({} runs)", 100 * s.mape,
+                     100 * s.signed_mean, 100 * s.worst, s.rows);
+}
+
+void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c) {
+  Table table({"run", "measured as", "measured", "before", "error", "after", "error", "leave-one-out"});
+  auto add = [&](std::size_t row) {
+    const double measured = runs.measured_s(row);
+    const double loo = c.leave_one_out_s[row];
+    table.add_row({runs.run(row).id, runs.run(row).measured_key, format_seconds(measured),
+                   format_seconds(c.before_s[row]), percent(c.before_s[row] / measured - 1),
+                   format_seconds(c.after_s[row]), percent(c.after_s[row] / measured - 1),
+                   std::isfinite(loo) ? percent(loo / measured - 1) : "held out"});
+  };
+  for (std::size_t row : c.fitted_rows) add(row);
+  for (std::size_t row : c.held_out_rows) add(row);
+  std::cout << table.render();
+}
+
+int run_calibrate(const CalibrateArgs& args) {
+  const auto started = std::chrono::steady_clock::now();
+  if (args.published.empty() && args.runs.empty()) {
+    throw Error(
+        "calibrate: give --published DIR (the corpus of published runs), --runs LIST|all (runs in --db), or both");
+  }
+  std::vector<planner::PublishedRun> runs;
+  if (!args.published.empty()) runs = planner::load_published_runs(args.published);
+  if (!args.runs.empty()) {
+    const std::string db = args.db.empty() ? profiles::ProfileStore::default_path() : args.db;
+    for (planner::PublishedRun& run : planner::load_recorded_runs(db, parse_run_ids(args.runs)))
+      runs.push_back(std::move(run));
+  }
+  const std::string inputs = args.runs.empty()        ? "published"
+                             : args.published.empty() ? "recorded"
+                                                      : "published and recorded";
+  if (args.unstated_kernels != "unfused") {
+    planner::assume_unstated_kernels(runs, args.unstated_kernels == "fused" ? Kernels::fused : Kernels::unfused);
+    std::cout << fmt::format("assumed: rows that do not name train.kernels run {} attention\n", args.unstated_kernels);
+  }
+  std::map<std::string, std::vector<planner::PublishedRun>> priceable;
+  std::map<std::string, std::vector<const planner::PublishedRun*>> skipped;
+  for (const planner::PublishedRun& run : runs) {
+    if (run.device.empty()) continue;
+    if (run.priceable()) priceable[run.device].push_back(run);
+    else skipped[run.device].push_back(&run);
+  }
+  std::string allowed;
+  for (const auto& [device, list] : priceable) allowed += device + ", ";
+  if (args.device != "all" && !priceable.count(args.device)) {
+    throw Error(fmt::format("--device: must be one of {}or all (devices with priceable {} runs), got '{}'", allowed,
+                            inputs, args.device));
+  }
+  if (priceable.empty()) throw Error(fmt::format("calibrate: no {} run that tessel can price", inputs));
+  std::vector<std::string> devices;
+  for (const auto& [device, list] : priceable) {
+    if (args.device == "all" || args.device == device) devices.push_back(device);
+  }
+  if (!args.out_file.empty() && devices.size() != 1) {
+    throw Error(
+        "--out: writes one profile; pick one --device (or leave --out out to write every device to the database)");
+  }
+  planner::CalibrationOptions options;
+  // By default only the compute and memory parameters, which the corpus identifies (bus
+  // and overlap efficiencies and the layer overhead move the fit by a point or two while
+  // swinging held-out Megatron runs by tens: see docs/ARCHITECTURE.md, "Calibration").
+  options.parameters = args.fit.empty() ? std::vector<std::string>{"gemm_efficiency_scale", "memory_efficiency_scale",
+                                                                   "attention_efficiency_scale"}
+                       : args.fit == std::vector<std::string>{"all"} ? std::vector<std::string>{}
+                                                                     : args.fit;
+  if (args.max_evaluations < 1) {
+    throw Error(fmt::format("--max-evaluations: must be a positive integer, got {}", args.max_evaluations));
+  }
+  options.max_evaluations = args.max_evaluations;
+
+  std::vector<profiles::Profile> written;
+  for (const std::string& device : devices) {
+    const profiles::Profile base = base_profile(device, args.db);
+    planner::RunSet set(priceable[device], base);
+    const planner::DeviceCalibration c = planner::calibrate_runs(set, options);
+    std::cout << fmt::format("== {}: {} runs fitted, {} held out (predicted only), {} not priced\n", device,
+                             c.fitted_rows.size(), c.held_out_rows.size(), skipped[device].size());
+    std::cout << "fitted parameters:";
+    for (const profiles::Calibration::Parameter& parameter : profiles::Calibration::parameters()) {
+      std::cout << fmt::format(" {} {:.4g};", parameter.name, c.fit.calibration.*(parameter.field));
+    }
+    std::cout << fmt::format("  ({} evaluations in all)\n", c.evaluations);
+    print_runs(set, c);
+    std::cout << "calibration runs, before: " << describe(summarise(c.before_s, set, c.fitted_rows)) << "\n";
+    std::cout << "calibration runs, after:  " << describe(summarise(c.after_s, set, c.fitted_rows)) << "\n";
+    std::cout << "leave-one-out:            " << describe(summarise(c.leave_one_out_s, set, c.fitted_rows)) << "\n";
+    if (!c.held_out_rows.empty()) {
+      std::cout << "held out, before:         " << describe(summarise(c.before_s, set, c.held_out_rows)) << "\n";
+      std::cout << "held out, after:          " << describe(summarise(c.after_s, set, c.held_out_rows)) << "\n";
+    }
+    std::map<std::string, int> reasons;
+    for (const planner::PublishedRun* run : skipped[device]) ++reasons[run->skipped];
+    for (const auto& [reason, count] : reasons) std::cout << fmt::format("not priced: {} run(s): {}\n", count, reason);
+    std::cout << "\n";
+    written.push_back(planner::calibrated_profile(base, set, c, inputs));
+  }
+  if (!args.out_file.empty()) {
+    write_text_file_atomically(args.out_file, written.front().to_json().dump(2) + "\n");
+    std::cout << fmt::format("wrote {} (source calibrated)\n", args.out_file);
+  } else {
+    profiles::ProfileStore store(args.db.empty() ? profiles::ProfileStore::default_path() : args.db);
+    for (const profiles::Profile& profile : written) {
+      store.replace_profile(profile);
+      std::cout << fmt::format("wrote {} to {} (source calibrated)\n", profile.device.name, store.path());
+    }
+  }
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::cout << fmt::format("wall time {:.2f} s\n", wall_s);
+  return 0;
+}
+}  // namespace
+
+Command add_calibrate_command(CLI::App& app) {
+  auto args = std::make_shared<CalibrateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate", "Fit a device profile's calibration parameters to published measured runs and write it");
+  cmd->add_option("--published", args->published, "Directory of published-run JSON files (corpus/published)");
+  cmd->add_option("--runs", args->runs, "Runs recorded in --db by `tessel run`: ids 1,2,3 or all (every finished run)");
+  cmd->add_option("--device", args->device,
+                  "Device to calibrate: a device of the corpus (A100-SXM-80GB, H100-SXM) or all");
+  cmd->add_option("--out", args->out_file, "Write the calibrated profile to this JSON file instead of the database");
+  cmd->add_option("--db", args->db, "Profile database to read the base profile from and write the calibrated one to");
+  cmd->add_option("--fit", args->fit,
+                  "Parameters to fit, or all (default: the GEMM, memory and attention scales): gemm_efficiency_scale, "
+                  "memory_efficiency_scale, attention_efficiency_scale, "
+                  "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s")
+      ->delimiter(',');
+  cmd->add_option("--max-evaluations", args->max_evaluations, "Cost-model evaluations per fit (default 400)");
+  cmd->add_option("--unstated-kernels", args->unstated_kernels,
+                  "Attention kernels of rows that do not name train.kernels: unfused (tessel's default) or fused")
+      ->check(CLI::IsMember({"unfused", "fused"}));
+  return [args] { return run_calibrate(*args); };
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,58 @@
+// The corpus of published measured runs (corpus/published/*.json, described in
+// corpus/README.md) as tessel plans with the step time each measurement implies.
+// Sources report step time, tokens/s, tokens/s per GPU, model or hardware TFLOP/s per
+// GPU, or MFU; they are all turned into seconds per step so that one error measure
+// (predicted / measured - 1) applies to every row. The conversions use the sources'
+// stated conventions: model FLOPs are tessel's 6N-style count with attention scores
+// (the Megatron-LM formula without recompute, which the sources that print TFLOP/s
+// use), hardware FLOPs add the recomputed forward of full recompute.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessel/core/plan.hpp"
+#include "tessel/planner/cost_model.hpp"
+
+namespace tessel::planner {
+
+struct PublishedRun {
+  std::string id;
+  std::string source;  // the corpus file's name, e.g. "narayanan2021_table1.json"
+  bool held_out = false;
+  std::string cluster;  // dgx-a100 | dgx-h100 | ...
+  std::string device;   // the cluster's device profile name
+  // Why tessel cannot price the row (fp8 precision, a layout tessel refuses); empty
+  // when `plan` holds the row's plan.
+  std::string skipped;
+  std::optional<Plan> plan;
+  bool kernels_stated = false;  // the row names train.kernels (else tessel's default, unfused)
+  std::string measured_key;     // which measurement the step time comes from
+  double measured_value = 0;
+
+  bool priceable() const { return skipped.empty(); }
+};
+
+// Every row of every *.json file in `directory`, files in name order, rows in file
+// order. Throws tessel::Error naming the directory when it is missing or holds no
+// corpus file, or naming the file and row when one is malformed.
+std::vector<PublishedRun> load_published_runs(const std::string& directory);
+
+// Runs that `tessel run` recorded in the database at `db_path`: the listed ids, or
+// every finished run when `ids` is empty. Each is measured as the median of its steps'
+// seconds (as `tessel compare` reads it); a run that did not finish or recorded no step
+// is kept with the reason. Throws tessel::Error naming --runs for an id the database
+// does not hold, and --db for a missing database.
+std::vector<PublishedRun> load_recorded_runs(const std::string& db_path, const std::vector<std::int64_t>& ids);
+
+// Seconds per step implied by the run's measurement, counting FLOPs as `model` does
+// for that run's plan.
+double measured_step_time_s(const PublishedRun& run, const CostModel& model);
+
+// Prices the rows that do not name their attention kernels with `kernels` instead of
+// tessel's default (an explicit assumption of the caller, printed with the results).
+void assume_unstated_kernels(std::vector<PublishedRun>& runs, Kernels kernels);
+
+}  // namespace tessel::planner

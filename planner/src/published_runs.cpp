@@ -1,0 +1,203 @@
+// Reading the published corpus. A row is kept even when tessel cannot price it (fp8,
+// a refused layout): the report lists it with the reason, so nothing drops out of the
+// comparison silently. The measurement used is the most direct one the row has: step
+// time, then token rates, then FLOP rates and utilisations, which need a FLOP count.
+#include "tessel/planner/published_runs.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+
+#include "tessel/core/error.hpp"
+#include "tessel/profiles/run_store.hpp"
+
+namespace tessel::planner {
+
+namespace {
+namespace fs = std::filesystem;
+
+// Most direct first: a time needs no conversion, a FLOP rate needs a FLOP convention.
+constexpr std::array<const char*, 8> kMeasuredKeys{
+    "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "hw_tflops_per_gpu",
+    "mfu",         "hfu",          "peak_fraction"};
+
+std::string string_field(const Json& object, const char* key, const std::string& where) {
+  if (!object.contains(key) || !object[key].is_string() || object[key].get<std::string>().empty()) {
+    throw Error(fmt::format("{}: \"{}\" must be a non-empty string", where, key));
+  }
+  return object[key].get<std::string>();
+}
+
+// The row's plan as tessel reads it (its model, cluster, nodes, train, parallel fields).
+Json plan_json_of(const Json& run) {
+  Json plan = Json::object();
+  for (const char* key : {"model", "cluster", "nodes", "train", "parallel"}) {
+    if (run.contains(key)) plan[key] = run[key];
+  }
+  return plan;
+}
+
+PublishedRun read_run(const Json& row, const std::string& file, bool held_out, std::size_t index) {
+  const std::string where = fmt::format("{}: runs[{}]", file, index);
+  if (!row.is_object()) throw Error(fmt::format("{}: must be an object", where));
+  PublishedRun run;
+  run.id = string_field(row, "id", where);
+  run.source = file;
+  run.held_out = held_out;
+  run.cluster = string_field(row, "cluster", where);
+  if (!row.contains("measured") || !row["measured"].is_object()) {
+    throw Error(fmt::format("{} ({}): \"measured\" must be an object", where, run.id));
+  }
+  const Json& measured = row["measured"];
+  for (const char* key : kMeasuredKeys) {
+    if (measured.contains(key) && measured[key].is_number() && measured[key].get<double>() > 0) {
+      run.measured_key = key;
+      run.measured_value = measured[key].get<double>();
+      break;
+    }
+  }
+  if (run.measured_key.empty()) {
+    throw Error(
+        fmt::format("{} ({}): \"measured\" has none of step_time_s, tokens_per_s, tokens_per_s_per_gpu, "
+                    "tflops_per_gpu, hw_tflops_per_gpu, mfu, hfu, peak_fraction",
+                    where, run.id));
+  }
+  const Json train = row.value("train", Json::object());
+  run.kernels_stated = train.is_object() && train.contains("kernels");
+  if (row.contains("tessel_rejects")) {
+    run.skipped = "tessel refuses the layout: " + row["tessel_rejects"].get<std::string>();
+  } else if (train.is_object() && train.value("precision", std::string()) == "fp8") {
+    run.skipped = "fp8 precision is not modelled yet";
+  }
+  try {
+    Json plan_json = plan_json_of(row);
+    // Read an fp8 row's plan without the precision tessel does not model, to know its device.
+    if (plan_json.contains("train") && plan_json["train"].is_object() &&
+        plan_json["train"].value("precision", "") == "fp8") {
+      plan_json["train"].erase("precision");
+    }
+    Plan plan = Plan::from_json(plan_json, where);
+    run.device = plan.cluster.device;
+    if (run.skipped.empty()) {
+      plan.validate();
+      run.plan = std::move(plan);
+    }
+  } catch (const Error& error) {
+    if (!run.skipped.empty()) return run;  // fp8 and refused rows are reported, not priced
+    throw Error(fmt::format("{} ({}): {}", where, run.id, error.what()));
+  }
+  return run;
+}
+}  // namespace
+
+std::vector<PublishedRun> load_published_runs(const std::string& directory) {
+  std::error_code error;
+  if (!fs::is_directory(directory, error)) {
+    throw Error(fmt::format("--published: {}: no such directory (expected corpus/published)", directory));
+  }
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(directory)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path());
+  }
+  if (files.empty()) throw Error(fmt::format("--published: {}: holds no corpus files (*.json)", directory));
+  std::sort(files.begin(), files.end());
+  std::vector<PublishedRun> runs;
+  for (const fs::path& path : files) {
+    const std::string file = path.filename().string();
+    const Json json = read_json_file(path.string());
+    if (!json.is_object() || !json.contains("source") || !json["source"].is_object() ||
+        !json["source"].contains("held_out") || !json["source"]["held_out"].is_boolean()) {
+      throw Error(fmt::format("{}: \"source.held_out\" must be true or false", path.string()));
+    }
+    if (!json.contains("runs") || !json["runs"].is_array()) {
+      throw Error(fmt::format("{}: \"runs\" must be an array", path.string()));
+    }
+    const bool held_out = json["source"]["held_out"].get<bool>();
+    for (std::size_t i = 0; i < json["runs"].size(); ++i) runs.push_back(read_run(json["runs"][i], file, held_out, i));
+  }
+  return runs;
+}
+
+std::vector<PublishedRun> load_recorded_runs(const std::string& db_path, const std::vector<std::int64_t>& ids) {
+  std::error_code error;
+  if (db_path.empty() || !fs::is_regular_file(db_path, error)) {
+    throw Error(fmt::format("--db: {}: no such database (--runs reads the runs `tessel run` recorded there)", db_path));
+  }
+  profiles::ProfileStore store(db_path, profiles::ProfileStore::Access::read_only);
+  const profiles::RunStore recorded(store);
+  std::vector<profiles::RunRecord> records;
+  if (ids.empty()) {
+    for (profiles::RunRecord& record : recorded.runs()) {
+      if (record.status == "finished") records.push_back(std::move(record));
+    }
+    if (records.empty()) throw Error(fmt::format("--runs all: {} holds no finished run", db_path));
+  }
+  for (std::int64_t id : ids) {
+    auto record = recorded.run(id);
+    if (!record) throw Error(fmt::format("--runs: run {} is not in {}", id, db_path));
+    records.push_back(std::move(*record));
+  }
+  std::vector<PublishedRun> runs;
+  for (const profiles::RunRecord& record : records) {
+    PublishedRun run;
+    run.id = fmt::format("run-{}", record.id);
+    run.source = db_path;
+    run.kernels_stated = true;  // a recorded plan says what the executor ran
+    const std::string where = fmt::format("{}: run {}", db_path, record.id);
+    Plan plan = Plan::from_json(record.plan, where);
+    run.cluster = plan.cluster.name;
+    run.device = plan.cluster.device;
+    std::vector<double> seconds;
+    for (const profiles::StepRecord& step : recorded.steps(record.id)) seconds.push_back(step.seconds);
+    run.measured_key = "step_time_s";
+    if (!seconds.empty()) {
+      std::sort(seconds.begin(), seconds.end());
+      const std::size_t n = seconds.size();
+      run.measured_value = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+    }
+    if (record.status != "finished") {
+      run.skipped = fmt::format("the run {} ({})", record.status, record.message);
+    } else if (seconds.empty()) {
+      run.skipped = "the run recorded no step";
+    } else {
+      plan.validate();
+      run.plan = std::move(plan);
+    }
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+void assume_unstated_kernels(std::vector<PublishedRun>& runs, Kernels kernels) {
+  for (PublishedRun& run : runs) {
+    if (run.plan && !run.kernels_stated) run.plan->train.kernels = kernels;
+  }
+}
+
+double measured_step_time_s(const PublishedRun& run, const CostModel& model) {
+  const Plan& plan = *run.plan;
+  const double tokens_per_step = double(plan.train.global_batch) * model.seq_len();
+  const double gpus = model.gpus();
+  const double model_flops = model.model_flops_per_step();
+  // Hardware FLOPs count the forward that full recompute repeats (the layers, not the LM head).
+  const double layer_forward_flops_per_token = model.forward_gemm_flops_per_token() -
+                                               2.0 * plan.model.hidden * plan.model.vocab +
+                                               model.forward_attention_flops_per_token();
+  const double hardware_flops =
+      model_flops +
+      (plan.parallel.recompute == Recompute::full ? layer_forward_flops_per_token * tokens_per_step : 0.0);
+  const double peak_flops_per_s = model.costs().device().peak_flops_per_s(plan.train.precision);
+  const std::string& key = run.measured_key;
+  const double value = run.measured_value;
+  if (key == "step_time_s") return value;
+  if (key == "tokens_per_s") return tokens_per_step / value;
+  if (key == "tokens_per_s_per_gpu") return tokens_per_step / (value * gpus);
+  if (key == "tflops_per_gpu") return model_flops / (value * 1e12 * gpus);
+  if (key == "hw_tflops_per_gpu") return hardware_flops / (value * 1e12 * gpus);
+  if (key == "mfu") return model_flops / (value * peak_flops_per_s * gpus);
+  return hardware_flops / (value * peak_flops_per_s * gpus);  // hfu, peak_fraction
+}
+
+}  // namespace tessel::planner

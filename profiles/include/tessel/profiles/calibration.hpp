@@ -1,0 +1,68 @@
+// Calibration: the few corrections `tessel calibrate` fits to measured runs, held as a
+// quantity of the profile (meta "calibration") so that planner and simulator read them
+// through the same CostLookup and hold no correction constant of their own. Each
+// parameter's default leaves every prediction bit for bit as it was without it
+// (scales of exactly 1, overheads of exactly 0), so nothing changes until a calibrated
+// profile is used. Which parameters exist was chosen from the residuals of the
+// published corpus (docs/ARCHITECTURE.md, "Calibration"):
+//  - gemm_efficiency_scale: the datasheet GEMM curve's efficiency times this (GEMM and
+//    attention time divided by it); real per-rank shapes run below the assumed curve.
+//  - attention_efficiency_scale: attention's score and context products (materialised
+//    batched GEMMs or a fused flash-style kernel) are the GEMM curve's time divided by
+//    it, in place of the GEMM scale: fused kernels do not run at GEMM rates.
+//  - memory_efficiency_scale: streaming (memory-bound) time divided by it; the model
+//    omits or undercounts ops such as dropout, bias adds, masks and casts.
+//  - intra_bus_efficiency, inter_bus_efficiency: collective bandwidth inside a node and
+//    between nodes times these.
+//  - overlap_efficiency: the fraction of the backward pass that can hide gradient
+//    reduction and ZeRO gathers (1 = all of it).
+//  - layer_overhead_s: fixed seconds per transformer layer per micro-batch forward
+//    (backward pays twice): kernel launches and framework work per layer.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+
+#include "tessel/core/json_fields.hpp"
+
+namespace tessel::profiles {
+
+struct Profile;
+
+struct Calibration {
+  double gemm_efficiency_scale = 1.0;
+  double memory_efficiency_scale = 1.0;
+  double attention_efficiency_scale = 1.0;
+  double intra_bus_efficiency = 1.0;
+  double inter_bus_efficiency = 1.0;
+  double overlap_efficiency = 1.0;
+  double layer_overhead_s = 0.0;
+
+  // One fitted parameter: its name in JSON, the range a fit may search, and where it lives.
+  struct Parameter {
+    std::string_view name;
+    double lower, upper;
+    double Calibration::*field;
+  };
+  static constexpr std::size_t kParameterCount = 7;
+  static const std::array<Parameter, kParameterCount>& parameters();
+
+  bool is_default() const { return *this == Calibration{}; }
+  // {"gemm_efficiency_scale": ..., ...}; every key optional, each within its range.
+  static Calibration from_json(const Json& json, const std::string& path);
+  Json to_json() const;
+  bool operator==(const Calibration&) const = default;
+};
+
+// The profile's calibration (meta "calibration" -> "parameters"), or the defaults.
+Calibration calibration_of(const Profile& profile);
+
+// Whether the profile was written by calibration (meta source "calibrated").
+bool is_calibrated(const Profile& profile);
+
+// One line saying which profile a prediction uses, e.g. "profile: H100-SXM calibrated on
+// 83 published runs" or "profile: H100-SXM (datasheet)".
+std::string describe_profile(const Profile& profile);
+
+}  // namespace tessel::profiles

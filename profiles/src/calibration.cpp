@@ -1,0 +1,87 @@
+// Calibration parameters: their ranges, JSON form and the profile line printed with
+// every prediction. The ranges bound what a fit may claim: a GEMM scale of 0.5..1.5
+// keeps a calibrated curve within half of the datasheet one either way, and so on; a
+// profile file or database row outside them is refused by name.
+#include "tessel/profiles/calibration.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "tessel/core/error.hpp"
+#include "tessel/profiles/profile.hpp"
+
+namespace tessel::profiles {
+
+const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibration::parameters() {
+  static const std::array<Parameter, kParameterCount> table{{
+      {"gemm_efficiency_scale", 0.5, 1.5, &Calibration::gemm_efficiency_scale},
+      {"memory_efficiency_scale", 0.1, 2.0, &Calibration::memory_efficiency_scale},
+      {"attention_efficiency_scale", 0.1, 2.0, &Calibration::attention_efficiency_scale},
+      {"intra_bus_efficiency", 0.1, 2.0, &Calibration::intra_bus_efficiency},
+      {"inter_bus_efficiency", 0.1, 2.0, &Calibration::inter_bus_efficiency},
+      {"overlap_efficiency", 0.0, 1.0, &Calibration::overlap_efficiency},
+      {"layer_overhead_s", 0.0, 0.01, &Calibration::layer_overhead_s},
+  }};
+  return table;
+}
+
+Calibration Calibration::from_json(const Json& json, const std::string& path) {
+  if (!json.is_object()) throw Error(fmt::format("{}: must be an object of calibration parameters", path));
+  Calibration out;
+  for (const auto& [key, value] : json.items()) {
+    const Parameter* found = nullptr;
+    for (const Parameter& parameter : parameters()) {
+      if (parameter.name == key) found = &parameter;
+    }
+    if (!found) {
+      throw Error(fmt::format(
+          "{}.{}: unknown calibration parameter (allowed: gemm_efficiency_scale, "
+          "memory_efficiency_scale, attention_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
+          "overlap_efficiency, layer_overhead_s)",
+          path, key));
+    }
+    const double number = value.is_number() ? value.get<double>() : std::nan("");
+    if (!(number >= found->lower && number <= found->upper)) {
+      throw Error(fmt::format("{}.{}: must be a number in [{}, {}], got {}", path, key, found->lower, found->upper,
+                              value.dump()));
+    }
+    out.*(found->field) = number;
+  }
+  return out;
+}
+
+Json Calibration::to_json() const {
+  Json out = Json::object();
+  for (const Parameter& parameter : parameters()) out[std::string(parameter.name)] = this->*(parameter.field);
+  return out;
+}
+
+Calibration calibration_of(const Profile& profile) {
+  if (!profile.meta.is_object() || !profile.meta.contains("calibration")) return {};
+  const Json& calibration = profile.meta["calibration"];
+  const std::string path = fmt::format("profile {} meta.calibration", profile.device.name);
+  if (!calibration.is_object() || !calibration.contains("parameters")) {
+    throw Error(fmt::format("{}: must be an object with \"parameters\"", path));
+  }
+  return Calibration::from_json(calibration["parameters"], path + ".parameters");
+}
+
+bool is_calibrated(const Profile& profile) {
+  return profile.meta.is_object() && profile.meta.value("source", std::string()) == "calibrated" &&
+         profile.meta.contains("calibration");
+}
+
+std::string describe_profile(const Profile& profile) {
+  const std::string source =
+      profile.meta.is_object() ? profile.meta.value("source", std::string("measured")) : std::string("measured");
+  if (is_calibrated(profile)) {
+    const Json& calibration = profile.meta["calibration"];
+    const Json runs = calibration.value("fitted_on", Json::array());
+    const std::string corpus = calibration.value("inputs", std::string("published"));
+    return fmt::format("profile: {} calibrated on {} {} runs", profile.device.name, runs.size(), corpus);
+  }
+  return fmt::format("profile: {} ({})", profile.device.name, source);
+}
+
+}  // namespace tessel::profiles

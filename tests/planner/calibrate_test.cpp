@@ -1,0 +1,249 @@
+// Calibration: the defaults change nothing (bit for bit), a fit recovers parameters
+// that generated synthetic runs, leave-one-out predicts each run by a fit that did not
+// see it, held-out runs never move the fit, and the calibrated profile names what it
+// was fitted on. Synthetic runs are real tessel plans whose "measured" step time is
+// tessel's own estimate under known parameters, so the true answer is known exactly.
+#include "tessel/planner/calibrate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "tessel/core/error.hpp"
+#include "tessel/planner/published_runs.hpp"
+#include "tessel/profiles/calibration.hpp"
+#include "tessel/profiles/profile.hpp"
+
+using namespace tessel;
+using namespace tessel::planner;
+using profiles::Calibration;
+
+namespace {
+Plan plan_of(const std::string& model, int nodes, int global_batch, int dp, int tp, int pp, int zero,
+             const std::string& recompute, int micro_batch) {
+  const Json json{
+      {"model", model},
+      {"cluster", "dgx-a100"},
+      {"nodes", nodes},
+      {"train", {{"global_batch", global_batch}, {"precision", "bf16"}, {"optimizer", "adamw"}}},
+      {"parallel",
+       {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"zero", zero}, {"recompute", recompute}, {"micro_batch", micro_batch}}}};
+  Plan plan = Plan::from_json(json, "test plan");
+  plan.validate();
+  return plan;
+}
+
+// Layouts that load GEMMs, streaming ops and collectives in different proportions.
+std::vector<Plan> synthetic_plans() {
+  return {plan_of("gpt2-350m", 1, 64, 8, 1, 1, 0, "none", 8),      plan_of("gpt2-350m", 1, 64, 4, 2, 1, 0, "none", 4),
+          plan_of("gpt3-6.7b", 1, 32, 1, 8, 1, 0, "full", 1),      plan_of("gpt3-6.7b", 2, 64, 2, 8, 1, 1, "full", 2),
+          plan_of("gpt3-13b", 4, 128, 4, 8, 1, 0, "selective", 1), plan_of("gpt3-13b", 4, 64, 2, 4, 4, 1, "full", 1),
+          plan_of("gpt2-1.5b", 2, 128, 16, 1, 1, 3, "full", 2),    plan_of("gpt2-1.5b", 1, 64, 8, 1, 1, 2, "none", 2),
+          plan_of("llama2-7b", 2, 64, 4, 4, 1, 1, "selective", 1), plan_of("llama2-7b", 4, 128, 8, 2, 2, 0, "full", 1)};
+}
+
+// Runs "measured" as tessel's estimate under `truth`.
+std::vector<PublishedRun> synthetic_runs(const Calibration& truth) {
+  const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
+  std::vector<PublishedRun> runs;
+  int index = 0;
+  for (const Plan& plan : synthetic_plans()) {
+    CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+    model.set_calibration(truth);
+    PublishedRun run;
+    run.id = "synthetic-" + std::to_string(index++);
+    run.source = "synthetic.json";
+    run.cluster = "dgx-a100";
+    run.device = plan.cluster.device;
+    run.plan = plan;
+    run.measured_key = "step_time_s";
+    run.measured_value = model.estimate(plan.parallel).step_time_s;
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+Calibration known_truth() {
+  Calibration truth;
+  truth.gemm_efficiency_scale = 0.85;
+  truth.memory_efficiency_scale = 0.7;
+  truth.attention_efficiency_scale = 0.6;
+  truth.layer_overhead_s = 2e-4;
+  return truth;
+}
+
+CalibrationOptions four_parameters() {
+  CalibrationOptions options;
+  options.parameters = {"gemm_efficiency_scale", "memory_efficiency_scale", "attention_efficiency_scale",
+                        "layer_overhead_s"};
+  options.max_evaluations = 2000;
+  options.relative_tolerance = 1e-9;
+  return options;
+}
+}  // namespace
+
+TEST(Calibration, DefaultsReproduceTheUncalibratedEstimateBitForBit) {
+  profiles::Profile with_defaults = profiles::shipped_profile("A100-SXM-80GB");
+  const profiles::Profile plain = with_defaults;
+  with_defaults.meta["calibration"] = Json{{"parameters", Calibration{}.to_json()}};
+  for (const Plan& plan : synthetic_plans()) {
+    SCOPED_TRACE(plan.model.name + " " + plan.parallel.summary());
+    const CostModel today(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), plain);
+    const CostModel defaults(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), with_defaults);
+    const Estimate a = today.estimate(plan.parallel), b = defaults.estimate(plan.parallel);
+    EXPECT_EQ(a.step_time_s, b.step_time_s);
+    EXPECT_EQ(a.time_s, b.time_s);
+    EXPECT_EQ(a.memory.device_total_bytes(), b.memory.device_total_bytes());
+  }
+}
+
+TEST(Calibration, AParameterChangesTheEstimate) {
+  const Plan plan = synthetic_plans()[3];
+  CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
+                  profiles::shipped_profile("A100-SXM-80GB"));
+  const double before = model.estimate(plan.parallel).step_time_s;
+  Calibration slower;
+  slower.gemm_efficiency_scale = 0.5;
+  model.set_calibration(slower);
+  EXPECT_GT(model.estimate(plan.parallel).step_time_s, 1.3 * before);
+}
+
+TEST(Calibration, TheCachedBasisMatchesTheEstimate) {
+  RunSet runs(synthetic_runs(Calibration{}), profiles::shipped_profile("A100-SXM-80GB"));
+  const Calibration probe = known_truth();
+  const std::vector<double> direct = runs.predict(probe, runs.all_rows());
+  const std::vector<double> fast = runs.predict_fast(probe, runs.all_rows());
+  for (std::size_t i = 0; i < runs.size(); ++i) EXPECT_NEAR(fast[i], direct[i], 1e-9 * direct[i]) << runs.run(i).id;
+}
+
+TEST(Calibration, FitRecoversTheParametersThatGeneratedTheRuns) {
+  const Calibration truth = known_truth();
+  RunSet runs(synthetic_runs(truth), profiles::shipped_profile("A100-SXM-80GB"));
+  const std::vector<double> before = runs.predict(Calibration{}, runs.all_rows());
+  ASSERT_GT(mean_absolute_percentage_error(before, runs, runs.all_rows()), 0.05)
+      << "the truth must differ from the defaults";
+  const CalibrationFit fit = fit_calibration(runs, runs.all_rows(), four_parameters());
+  EXPECT_LT(fit.mape, 1e-3);
+  EXPECT_NEAR(fit.calibration.gemm_efficiency_scale, truth.gemm_efficiency_scale, 0.01);
+  EXPECT_NEAR(fit.calibration.memory_efficiency_scale, truth.memory_efficiency_scale, 0.02);
+  EXPECT_NEAR(fit.calibration.attention_efficiency_scale, truth.attention_efficiency_scale, 0.03);
+  EXPECT_NEAR(fit.calibration.layer_overhead_s, truth.layer_overhead_s, 2e-5);
+  // Parameters not chosen stay at their defaults.
+  EXPECT_EQ(fit.calibration.intra_bus_efficiency, 1.0);
+  EXPECT_EQ(fit.calibration.overlap_efficiency, 1.0);
+}
+
+TEST(Calibration, LeaveOneOutPredictsARunByAFitThatDidNotSeeIt) {
+  const Calibration truth = known_truth();
+  std::vector<PublishedRun> synthetic = synthetic_runs(truth);
+  // Poison one run: a fit that saw it would be pulled towards it; one that did not
+  // recovers the truth and predicts the run's unpoisoned time.
+  const std::size_t poisoned = 4;
+  const double true_step_s = synthetic[poisoned].measured_value;
+  synthetic[poisoned].measured_value *= 3.0;
+  RunSet runs(synthetic, profiles::shipped_profile("A100-SXM-80GB"));
+  const DeviceCalibration result = calibrate_runs(runs, four_parameters());
+  ASSERT_EQ(result.fitted_rows.size(), runs.size());
+  EXPECT_NEAR(result.leave_one_out_s[poisoned], true_step_s, 0.01 * true_step_s);
+  for (std::size_t row : result.fitted_rows) EXPECT_TRUE(std::isfinite(result.leave_one_out_s[row]));
+}
+
+TEST(Calibration, HeldOutRunsNeverChangeTheFit) {
+  const Calibration truth = known_truth();
+  std::vector<PublishedRun> synthetic = synthetic_runs(truth);
+  const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
+  RunSet clean(synthetic, profile);
+  const DeviceCalibration without = calibrate_runs(clean, four_parameters());
+  // The same runs plus a held-out one whose measurement is absurd.
+  PublishedRun poisoned = synthetic.front();
+  poisoned.id = "held-out-poison";
+  poisoned.held_out = true;
+  poisoned.measured_value *= 10.0;
+  synthetic.push_back(poisoned);
+  RunSet with_held_out(synthetic, profile);
+  const DeviceCalibration with = calibrate_runs(with_held_out, four_parameters());
+  EXPECT_EQ(with.fit.calibration, without.fit.calibration);
+  EXPECT_EQ(with.fit.mape, without.fit.mape);
+  ASSERT_EQ(with.held_out_rows, std::vector<std::size_t>{synthetic.size() - 1});
+  EXPECT_TRUE(std::isnan(with.leave_one_out_s.back()));
+  EXPECT_NEAR(with.after_s.back() / poisoned.measured_value, 0.1, 0.01);  // predicted, not fitted
+}
+
+TEST(Calibration, TheCalibratedProfileNamesItsRunsAndParameters) {
+  const profiles::Profile base = profiles::shipped_profile("A100-SXM-80GB");
+  RunSet runs(synthetic_runs(known_truth()), base);
+  const DeviceCalibration result = calibrate_runs(runs, four_parameters());
+  const profiles::Profile calibrated = calibrated_profile(base, runs, result, "published");
+  EXPECT_EQ(calibrated.meta["source"], "calibrated");
+  EXPECT_EQ(calibrated.meta["calibration"]["fitted_on"].size(), runs.size());
+  EXPECT_EQ(calibrated.meta["calibration"]["fitted_on"][0], "synthetic-0");
+  EXPECT_EQ(profiles::calibration_of(calibrated), result.fit.calibration);
+  EXPECT_EQ(profiles::describe_profile(calibrated), "profile: A100-SXM-80GB calibrated on 10 published runs");
+  EXPECT_EQ(profiles::describe_profile(base), "profile: A100-SXM-80GB (datasheet)");
+  // Through JSON and back, as a --out file is read.
+  EXPECT_EQ(profiles::calibration_of(profiles::Profile::from_json(calibrated.to_json())), result.fit.calibration);
+}
+
+TEST(Calibration, OutOfRangeParametersAreRefusedByName) {
+  try {
+    Calibration::from_json(Json{{"gemm_efficiency_scale", 7.0}}, "profile.json meta.calibration.parameters");
+    FAIL() << "accepted a GEMM scale of 7";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("gemm_efficiency_scale: must be a number in [0.5, 1.5]"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(Calibration::from_json(Json{{"warp_speed", 1.0}}, "p"), Error);
+}
+
+TEST(PublishedRuns, TheCorpusLoadsAndEveryPriceableRowHasAPositiveMeasuredStepTime) {
+  const std::string directory = std::string(TESSEL_SOURCE_DIR) + "/corpus/published";
+  const std::vector<PublishedRun> runs = load_published_runs(directory);
+  int priceable = 0, held_out = 0;
+  for (const PublishedRun& run : runs) {
+    if (!run.priceable()) continue;
+    ++priceable;
+    held_out += run.held_out;
+    const Plan& plan = *run.plan;
+    const CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
+                          profiles::shipped_profile(run.device));
+    const double step_s = measured_step_time_s(run, model);
+    EXPECT_TRUE(step_s > 0 && std::isfinite(step_s)) << run.id;
+  }
+  EXPECT_GE(priceable, 226 + 34);  // README: A100 143 + H100 83 calibration rows, plus held-out ones
+  EXPECT_EQ(held_out, 34);         // Narayanan 10, Korthikanti 8, dgxc 16 bf16
+}
+
+TEST(PublishedRuns, ConversionsFollowTheStatedConventions) {
+  PublishedRun run = synthetic_runs(Calibration{})[2];  // gpt3-6.7b, full recompute, 8 GPUs
+  const Plan& plan = *run.plan;
+  const CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
+                        profiles::shipped_profile("A100-SXM-80GB"));
+  const double tokens = double(plan.train.global_batch) * model.seq_len();
+  run.measured_key = "tokens_per_s";
+  run.measured_value = tokens / 2.0;
+  EXPECT_DOUBLE_EQ(measured_step_time_s(run, model), 2.0);
+  run.measured_key = "tokens_per_s_per_gpu";
+  run.measured_value = tokens / 2.0 / 8.0;
+  EXPECT_DOUBLE_EQ(measured_step_time_s(run, model), 2.0);
+  run.measured_key = "tflops_per_gpu";
+  run.measured_value = model.model_flops_per_step() / 2.0 / 8.0 / 1e12;
+  EXPECT_DOUBLE_EQ(measured_step_time_s(run, model), 2.0);
+  // Hardware FLOPs count the recomputed forward: the same rate means a longer step.
+  run.measured_key = "hw_tflops_per_gpu";
+  EXPECT_GT(measured_step_time_s(run, model), 2.0 * 1.25);
+}
+
+TEST(PublishedRuns, AMissingOrEmptyDirectoryIsOneClearError) {
+  const auto empty = std::filesystem::temp_directory_path() / ("tessel_empty_corpus_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(empty);
+  try {
+    load_published_runs(empty.string());
+    ADD_FAILURE() << "an empty directory was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("holds no corpus files"), std::string::npos) << error.what();
+  }
+  std::filesystem::remove_all(empty);
+  EXPECT_THROW(load_published_runs(empty.string()), Error);
+}
