@@ -50,7 +50,7 @@ void check_gpt2_shaped(const ModelSpec& m, const std::string& option) {
   if (m.activation != Activation::gelu || m.norm != Norm::layernorm ||
       m.position_embedding != PositionEmbedding::learned || !m.tied_embeddings || m.kv_heads != m.heads || !m.bias) {
     throw Error(fmt::format("{}: model {} is not GPT-2-shaped (gelu, layernorm, learned positions, tied embeddings, "
-                            "biases, kv_heads == heads); Hugging Face GPT-2 is the only layout written and read today",
+                            "biases, kv_heads == heads), the layout of GPT2LMHeadModel",
                             option, m.name));
   }
 }
