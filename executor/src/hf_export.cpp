@@ -25,10 +25,11 @@ const char* to_string(HfFamily family) { return family == HfFamily::gpt2 ? "GPT2
 HfFamily hf_family_of(const ModelSpec& m, const std::string& option) {
   if (is_gpt2_shaped(m)) return HfFamily::gpt2;
   if (is_llama_shaped(m)) return HfFamily::llama;
-  throw Error(fmt::format("{}: model {} is neither GPT-2-shaped (gelu, layernorm, learned positions, tied embeddings, "
-                          "biases, kv_heads == heads) nor LLaMA-shaped (swiglu, rmsnorm, rope, untied embeddings, no "
-                          "biases); these are the Hugging Face layouts written and read",
-                          option, m.name));
+  throw Error(
+      fmt::format("{}: model {} is neither GPT-2-shaped (gelu, layernorm, learned positions, tied embeddings, "
+                  "biases, kv_heads == heads) nor LLaMA-shaped (swiglu, rmsnorm, rope, untied embeddings, no "
+                  "biases); these are the Hugging Face layouts written and read",
+                  option, m.name));
 }
 
 std::vector<HfTensor> hf_tensors(const ModelSpec& model) {
@@ -47,7 +48,7 @@ void write_hf_export(const std::string& safetensors_path, const ModelSpec& model
 std::vector<float> whole_model_from_hf(const SafetensorsFile& file, const ModelSpec& model,
                                        const std::set<std::string>* needed) {
   return hf_family_of(model, "--init") == HfFamily::gpt2 ? whole_model_from_gpt2(file, model, needed)
-                                                          : whole_model_from_llama(file, model, needed);
+                                                         : whole_model_from_llama(file, model, needed);
 }
 
 }  // namespace tessel::executor

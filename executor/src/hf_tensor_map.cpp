@@ -3,10 +3,10 @@
 // holds at most one model's worth of such copies, which is fine for a one-off command).
 #include "tessel/executor/hf_tensor_map.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/json_fields.hpp"
@@ -19,12 +19,18 @@ namespace {
 std::pair<int, int> column_range(const ModelSpec& model, HfColumns columns, int cols) {
   const int q = model.hidden, kv = model.kv_dim(), ffn = model.ffn_hidden;
   switch (columns) {
-    case HfColumns::all: return {0, cols};
-    case HfColumns::q: return {0, q};
-    case HfColumns::k: return {q, q + kv};
-    case HfColumns::v: return {q + kv, q + 2 * kv};
-    case HfColumns::gate: return {0, ffn};
-    case HfColumns::up: return {ffn, 2 * ffn};
+    case HfColumns::all:
+      return {0, cols};
+    case HfColumns::q:
+      return {0, q};
+    case HfColumns::k:
+      return {q, q + kv};
+    case HfColumns::v:
+      return {q + kv, q + 2 * kv};
+    case HfColumns::gate:
+      return {0, ffn};
+    case HfColumns::up:
+      return {ffn, 2 * ffn};
   }
   return {0, cols};
 }
@@ -33,7 +39,8 @@ std::pair<int, int> column_range(const ModelSpec& model, HfColumns columns, int 
 std::pair<std::string, int> role_of(const std::string& tessel_name) {
   const std::size_t dot = tessel_name.find('.');
   if (tessel_name.size() < 2 || tessel_name[0] != 'L' || dot == std::string::npos ||
-      !std::all_of(tessel_name.begin() + 1, tessel_name.begin() + long(dot), [](char c) { return c >= '0' && c <= '9'; })) {
+      !std::all_of(tessel_name.begin() + 1, tessel_name.begin() + long(dot),
+                   [](char c) { return c >= '0' && c <= '9'; })) {
     return {tessel_name, -1};
   }
   return {tessel_name.substr(dot + 1), std::stoi(tessel_name.substr(1, dot - 1))};
@@ -86,7 +93,8 @@ std::vector<HfTensor> hf_tensors_by_rules(const ModelSpec& model, const std::vec
       if (slot.rows == 1) {
         t.shape = {width};
       } else {
-        t.shape = rule.transposed ? std::vector<std::int64_t>{width, slot.rows} : std::vector<std::int64_t>{slot.rows, width};
+        t.shape =
+            rule.transposed ? std::vector<std::int64_t>{width, slot.rows} : std::vector<std::int64_t>{slot.rows, width};
       }
       out.push_back(std::move(t));
     }

@@ -4,8 +4,10 @@
 // the values are tessel's weights transposed and q/k/v, gate/up split as the header says,
 // element by element; a model written and read back trains on bit for bit; bad files give
 // one line naming the file and the tensor.
-#include <gtest/gtest.h>
+#include "tessel/executor/hf_llama.hpp"
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -13,15 +15,12 @@
 #include <fstream>
 #include <functional>
 
-#include <fmt/format.h>
-
+#include "safetensors_reader.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/hf_export.hpp"
 #include "tessel/executor/hf_gpt2.hpp"
-#include "tessel/executor/hf_llama.hpp"
 #include "tessel/executor/trainer.hpp"
-#include "safetensors_reader.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
@@ -78,8 +77,8 @@ std::map<std::string, std::vector<std::int64_t>> hf_llama_layout() {
 class HfLlama : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           fmt::format("tessel_hf_llama_{}_{}", ::getpid(), ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / fmt::format("tessel_hf_llama_{}_{}", ::getpid(),
+                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -23,8 +23,11 @@ namespace tessel::executor {
 // Which columns of a tessel tensor a Hugging Face tensor holds.
 enum class HfColumns {
   all,
-  q, k, v,         // attn.qkv: [q (hidden) | k (kv_dim) | v (kv_dim)]
-  gate, up         // SwiGLU's fc1: [gate (ffn) | up (ffn)]
+  q,
+  k,
+  v,  // attn.qkv: [q (hidden) | k (kv_dim) | v (kv_dim)]
+  gate,
+  up  // SwiGLU's fc1: [gate (ffn) | up (ffn)]
 };
 
 struct HfNameRule {
@@ -36,13 +39,13 @@ struct HfNameRule {
 
 // One Hugging Face tensor and where its values sit in the whole model.
 struct HfTensor {
-  std::string hf_name;      // "model.layers.3.self_attn.q_proj.weight"
-  std::string tessel_name;  // "L3.attn.qkv.weight"
+  std::string hf_name;              // "model.layers.3.self_attn.q_proj.weight"
+  std::string tessel_name;          // "L3.attn.qkv.weight"
   std::vector<std::int64_t> shape;  // as Hugging Face stores it (vectors 1-D)
-  std::size_t offset = 0;   // of the whole tessel tensor in the whole model
-  int rows = 0, cols = 0;   // the whole tessel tensor
-  int col_begin = 0, col_end = 0;  // the columns of it this tensor holds
-  bool transposed = false;  // stored [col_end - col_begin, rows]
+  std::size_t offset = 0;           // of the whole tessel tensor in the whole model
+  int rows = 0, cols = 0;           // the whole tessel tensor
+  int col_begin = 0, col_end = 0;   // the columns of it this tensor holds
+  bool transposed = false;          // stored [col_end - col_begin, rows]
   std::size_t size() const { return std::size_t(rows) * std::size_t(col_end - col_begin); }
 };
 
