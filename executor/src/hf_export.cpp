@@ -23,6 +23,12 @@ bool is_gpt2_shaped(const ModelSpec& m) {
 const char* to_string(HfFamily family) { return family == HfFamily::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM"; }
 
 HfFamily hf_family_of(const ModelSpec& m, const std::string& option) {
+  // The name tables know dense layers only; an expert layer would have no name.
+  if (m.moe.enabled()) {
+    throw Error(fmt::format("{}: model {} has mixture-of-experts layers; only dense GPT-2- and LLaMA-shaped models are "
+                            "written and read as Hugging Face files",
+                            option, m.name));
+  }
   if (is_gpt2_shaped(m)) return HfFamily::gpt2;
   if (is_llama_shaped(m)) return HfFamily::llama;
   throw Error(

@@ -226,6 +226,11 @@ TEST_F(HfLlama, BadFilesAreRefusedInOneLineNamingTheTensor) {
   mixed.norm = Norm::layernorm;
   EXPECT_NE(load(good, mixed).find("--init: model tiny-llama is neither GPT-2-shaped"), std::string::npos)
       << load(good, mixed);
+  ModelSpec experts = plan.model;
+  experts.moe.experts = 4;
+  experts.moe.top_k = 1;
+  EXPECT_NE(load(good, experts).find("--init: model tiny-llama has mixture-of-experts layers"), std::string::npos)
+      << load(good, experts);
   for (const std::string& message : {load(good, fewer_kv), load(good, deeper), load(gpt2_file, plan.model)}) {
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     EXPECT_EQ(message.rfind("--init: ", 0), 0u) << message;
