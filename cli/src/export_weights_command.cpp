@@ -1,8 +1,9 @@
 // `tessel export-weights`: trained weights as a file other tools load. The checkpoint is
 // read and verified as --resume does and gathered whole (tensor, pipeline and ZeRO shards
 // of any layout the executor trains: checkpoint_weights.hpp), then written as
-// safetensors under Hugging Face GPT-2's names with a config.json beside it
-// (hf_gpt2.hpp), so `transformers` loads the folder as a GPT2LMHeadModel. With --plan and
+// safetensors under Hugging Face's names with a config.json beside it (hf_export.hpp:
+// GPT-2 or LLaMA by the model's shape), so `transformers` loads the folder as a
+// GPT2LMHeadModel or LlamaForCausalLM. With --plan and
 // --seed instead of --checkpoint it writes the weights a run of that seed starts from
 // (step 0), which `tessel run --init` then reproduces bit for bit.
 #include <filesystem>
@@ -14,7 +15,7 @@
 #include "commands.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
-#include "tessel/executor/hf_gpt2.hpp"
+#include "tessel/executor/hf_export.hpp"
 #include "tessel/executor/stage_weights.hpp"
 #include "tessel/executor/trainer.hpp"
 
@@ -71,11 +72,11 @@ int run_export_weights(const ExportWeightsArgs& args) {
     step = weights.step;
   } else {
     plan = Plan::load(args.plan_file);
-    executor::check_gpt2_shaped(plan.model, "--plan");
+    (void)executor::hf_family_of(plan.model, "--plan");  // refuses other shapes before any work
     executor::Trainer::check(plan);
     whole = initial_whole_model(plan.model, args.seed);
   }
-  executor::check_gpt2_shaped(plan.model, "export-weights");
+  const executor::HfFamily family = executor::hf_family_of(plan.model, "export-weights");
   const executor::SafetensorsDType dtype =
       args.dtype == "bf16" ? executor::SafetensorsDType::bf16 : executor::SafetensorsDType::f32;
   const std::map<std::string, std::string> metadata{
@@ -83,11 +84,11 @@ int run_export_weights(const ExportWeightsArgs& args) {
       {"tessel_step", std::to_string(step)},
       {"tessel_source", args.checkpoint.empty() ? fmt::format("initial weights of seed {}", args.seed)
                                                 : fmt::format("checkpoint {} ({})", args.checkpoint, plan.parallel.summary())}};
-  executor::write_gpt2_export(args.out, plan.model, whole, dtype, metadata);
+  executor::write_hf_export(args.out, plan.model, whole, dtype, metadata);
   const fs::path config = fs::path(args.out).parent_path() / "config.json";
-  std::cout << fmt::format("wrote {} ({} tensors, {} parameters, {}, step {}) and {}\n", args.out,
-                           executor::gpt2_tensors(plan.model).size(), whole.size(), executor::to_string(dtype), step,
-                           config.string());
+  std::cout << fmt::format("wrote {} ({}: {} tensors, {} parameters, {}, step {}) and {}\n", args.out,
+                           executor::to_string(family), executor::hf_tensors(plan.model).size(), whole.size(),
+                           executor::to_string(dtype), step, config.string());
   if (fs::path(args.out).filename() != "model.safetensors") {
     std::cout << "note: transformers' from_pretrained(folder) looks for model.safetensors; rename the file to load "
                  "the folder\n";
@@ -99,7 +100,7 @@ int run_export_weights(const ExportWeightsArgs& args) {
 Command add_export_weights_command(CLI::App& app) {
   auto args = std::make_shared<ExportWeightsArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "export-weights", "Write a checkpoint's weights as safetensors with Hugging Face GPT-2 names, plus config.json");
+      "export-weights", "Write a checkpoint's weights as safetensors with Hugging Face GPT-2 or LLaMA names, plus config.json");
   cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint folder of tessel run (any layout: shards are gathered)");
   cmd->add_option("--plan,-p", args->plan_file, "Instead of --checkpoint: export the initial weights of this plan's run");
   cmd->add_option_function<std::uint64_t>(
@@ -111,7 +112,8 @@ Command add_export_weights_command(CLI::App& app) {
       "With --plan: the run's seed (default 1)");
   cmd->add_option("--out,-o", args->out, "The .safetensors file to write (config.json goes next to it)")->required();
   cmd->add_option("--dtype", args->dtype, "f32|bf16: element type of the written tensors")->capture_default_str();
-  cmd->footer("The folder of --out then loads with transformers' GPT2LMHeadModel.from_pretrained(folder);\n"
+  cmd->footer("The folder of --out then loads with transformers' from_pretrained(folder) as a\n"
+              "GPT2LMHeadModel or LlamaForCausalLM (by the model's shape);\n"
               "tessel run --init FILE starts training from such a file.");
   return [args] { return run_export_weights(*args); };
 }

@@ -174,7 +174,7 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--checkpoint-every", args->checkpoint_every, "Also checkpoint every N steps");
   cmd->add_option("--resume", args->resume, "Resume from this checkpoint folder (--steps counts from step 0)");
   cmd->add_option("--init", args->init_file,
-                  "Start from these weights (safetensors with Hugging Face GPT-2 names, as tessel export-weights "
+                  "Start from these weights (safetensors with Hugging Face GPT-2 or LLaMA names, as tessel export-weights "
                   "writes) instead of the seed's");
   cmd->add_option("--trace", args->trace_file,
                   "Write the measured per-op events as Chrome trace JSON (the simulator's format, same op ids)");

@@ -18,7 +18,7 @@
 #include "tessel/profiles/profile_store.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/executor/token_source.hpp"
-#include "tessel/executor/hf_gpt2.hpp"
+#include "tessel/executor/hf_export.hpp"
 #include "tessel/planner/cost_model.hpp"
 
 namespace tessel::cli {
@@ -81,7 +81,7 @@ void check_init_weights(const executor::RunOptions& args, const Plan& plan) {
   if (!args.resume.empty()) {
     throw Error("--init: a run starts from --init weights or resumes a --resume checkpoint, not both");
   }
-  executor::whole_model_from_gpt2(executor::SafetensorsFile::read(args.init_file, "--init"), plan.model);
+  executor::whole_model_from_hf(executor::SafetensorsFile::read(args.init_file, "--init"), plan.model);
 }
 
 double available_memory_bytes() {

@@ -34,7 +34,7 @@
 #include "tessel/core/program.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
-#include "tessel/executor/hf_gpt2.hpp"
+#include "tessel/executor/hf_export.hpp"
 #include "tessel/executor/rank_device.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/executor/run_options.hpp"
@@ -262,7 +262,7 @@ int train(const RunArgs& args, const Plan& plan) {
         for (const executor::TensorSlot& t : b.tensors) needed.insert(t.name);
       }
       const executor::SafetensorsFile weights = executor::SafetensorsFile::read(args.init_file, "--init");
-      trainer.set_whole_parameters(executor::whole_model_from_gpt2(weights, plan.model, &needed));
+      trainer.set_whole_parameters(executor::whole_model_from_hf(weights, plan.model, &needed));
       if (reporter) std::cout << fmt::format("initial weights from {}\n", args.init_file) << std::flush;
     }
     if (reporter) {

@@ -1,5 +1,6 @@
-// `tessel export-weights` and `tessel run --init` end to end: a tp 2 / pp 2 / dp 2 ZeRO-3
-// checkpoint exports the model the one-rank run of the same seed and data exports;
+// `tessel export-weights` and `tessel run --init` end to end, for GPT-2 and LLaMA shapes:
+// a tp 2 / pp 2 / dp 2 ZeRO-3 checkpoint exports the model the one-rank run of the same
+// seed and data exports;
 // exported initial weights of a seed, loaded by another seed's sharded run, train with
 // that seed's losses bit for bit; bad inputs stop before any rank starts, in one line.
 #include <cmath>
@@ -16,6 +17,15 @@ using namespace tessel_cli_test;
 namespace {
 std::string plan_json(const std::string& parallel) {
   return R"({"model": {"name": "tiny", "layers": 2, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16},
+    "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"}, "parallel": )" +
+         parallel + "}";
+}
+
+// A LLaMA-shaped tiny model (GQA: 4 heads over 2 kv heads, SwiGLU, RMSNorm, RoPE, untied head).
+std::string llama_plan_json(const std::string& parallel) {
+  return R"({"model": {"name": "tiny-llama", "layers": 2, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn_hidden": 48,
+    "vocab": 256, "seq_len": 16, "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope",
+    "tied_embeddings": false, "bias": false},
     "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"}, "parallel": )" +
          parallel + "}";
 }
@@ -158,10 +168,69 @@ TEST_F(ExportWeights, BadInputsStopBeforeAnyRankInOneLine) {
                  "--dtype: must be f32 or bf16");
   expect_refused("export-weights --plan " + one.string() + " --out " + (dir_ / "missing" / "m.safetensors").string(),
                  "does not exist");
-  const fs::path llama = write("llama.json", R"({"model": "llama2-7b", "cluster": "local-cpu",
+  const fs::path mixed = write("mixed.json", R"({"model": {"name": "mixed", "layers": 2, "hidden": 32, "heads": 4,
+      "vocab": 256, "seq_len": 16, "activation": "swiglu"}, "cluster": "local-cpu",
       "train": {"global_batch": 8, "precision": "fp32"}, "parallel": {"micro_batch": 1}})");
-  expect_refused("export-weights --plan " + llama.string() + " --out " + (dir_ / "x.safetensors").string(),
-                 "model llama2-7b is not GPT-2-shaped");
+  expect_refused("export-weights --plan " + mixed.string() + " --out " + (dir_ / "x.safetensors").string(),
+                 "model mixed is neither GPT-2-shaped");
   EXPECT_FALSE(fs::exists(dir_ / "x.safetensors"));
   EXPECT_FALSE(fs::exists(dir_ / "x.safetensors.tmp"));
+}
+
+// The LLaMA layout, as the GPT-2 tests above: 2 + 9 per layer tensors (q, k, v, o, gate,
+// up, down, two norms), the sharded checkpoint's export equal to the one-rank run's.
+TEST_F(ExportWeights, ShardedLlamaCheckpointExportsTheOneRankRunsModel) {
+  const fs::path data = write("text.txt", corpus());
+  const fs::path one = write("one.json", llama_plan_json(R"({"micro_batch": 2})"));
+  const fs::path sharded =
+      write("sharded.json", llama_plan_json(R"({"dp": 2, "pp": 2, "tp": 2, "zero": 3, "micro_batch": 2})"));
+  for (const auto& [plan, name] : {std::pair{one, std::string("one")}, std::pair{sharded, std::string("sharded")}}) {
+    const Outcome ran = run("run --plan " + plan.string() + " --steps 2 --seed 5 --data " + data.string() +
+                            " --checkpoint " + (dir_ / ("ck-" + name)).string());
+    ASSERT_EQ(ran.status, 0) << ran.out << ran.err;
+    fs::create_directories(dir_ / name);
+    const Outcome exported = run("export-weights --checkpoint " + (dir_ / ("ck-" + name)).string() + " --out " +
+                                 (dir_ / name / "model.safetensors").string());
+    ASSERT_EQ(exported.status, 0) << exported.err;
+    EXPECT_NE(exported.out.find("LlamaForCausalLM: 21 tensors"), std::string::npos) << exported.out;
+  }
+  const auto a = read_f32_tensors(dir_ / "one" / "model.safetensors");
+  const auto b = read_f32_tensors(dir_ / "sharded" / "model.safetensors");
+  ASSERT_EQ(a.size(), 21u);
+  ASSERT_EQ(b.size(), a.size());
+  for (const auto& [name, values] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    ASSERT_EQ(b.at(name).size(), values.size()) << name;
+    double worst = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) worst = std::max(worst, double(std::abs(values[i] - b.at(name)[i])));
+    EXPECT_LE(worst, 1e-5) << name;
+  }
+  EXPECT_TRUE(a.count("model.layers.1.self_attn.k_proj.weight"));
+  EXPECT_EQ(slurp(dir_ / "one" / "config.json"), slurp(dir_ / "sharded" / "config.json"));
+  EXPECT_NE(slurp(dir_ / "one" / "config.json").find("\"LlamaForCausalLM\""), std::string::npos);
+}
+
+TEST_F(ExportWeights, LlamaInitFromASeedsExportTrainsAsThatSeedBitForBit) {
+  const fs::path data = write("text.txt", corpus());
+  const fs::path one = write("one.json", llama_plan_json(R"({"micro_batch": 2})"));
+  const fs::path sharded = write("sharded.json", llama_plan_json(R"({"pp": 2, "tp": 2, "micro_batch": 2})"));
+  const fs::path weights = dir_ / "model.safetensors";
+  const Outcome exported = run("export-weights --plan " + one.string() + " --seed 5 --out " + weights.string());
+  ASSERT_EQ(exported.status, 0) << exported.err;
+  const std::string common = "run --plan " + sharded.string() + " --steps 3 --data " + data.string();
+  ASSERT_EQ(run(common + " --seed 5 --db " + (dir_ / "seed5.db").string()).status, 0);
+  const Outcome init = run(common + " --seed 9 --init " + weights.string() + " --db " + (dir_ / "init.db").string());
+  ASSERT_EQ(init.status, 0) << init.err;
+  ASSERT_EQ(run(common + " --seed 9 --db " + (dir_ / "seed9.db").string()).status, 0);
+  const std::vector<double> want = losses_of_only_run(dir_ / "seed5.db");
+  const std::vector<double> got = losses_of_only_run(dir_ / "init.db");
+  ASSERT_EQ(want.size(), 3u);
+  ASSERT_EQ(got.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(std::memcmp(&want[i], &got[i], sizeof(double)), 0) << "step " << i + 1;
+  EXPECT_NE(losses_of_only_run(dir_ / "seed9.db"), want) << "seed 9's own weights should train otherwise";
+  // A GPT-2 plan refuses the LLaMA file before any rank starts, naming the first tensor.
+  const Outcome refused = run("run --plan " + write("gpt2.json", plan_json(R"({"micro_batch": 2})")).string() +
+                              " --steps 1 --init " + weights.string());
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_NE(refused.err.find("tensor transformer.wte.weight: missing"), std::string::npos) << refused.err;
 }

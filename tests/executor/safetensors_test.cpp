@@ -22,9 +22,11 @@
 #include "tessel/executor/hf_gpt2.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/kernels/numeric.hpp"
+#include "safetensors_reader.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
+using namespace tessel_safetensors_test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -48,65 +50,6 @@ struct OneRank {
     return o;
   }
 };
-
-// ---- the independent reader ----
-struct ParsedTensor {
-  std::string dtype;
-  std::vector<std::int64_t> shape;
-  std::uint64_t begin = 0, end = 0;
-};
-struct Parsed {
-  std::map<std::string, ParsedTensor> tensors;
-  Json metadata;
-  std::string data;  // the byte buffer after the header
-  std::uint64_t header_bytes = 0;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-// Parses `bytes` and asserts the format's rules: the data ranges tile the buffer.
-Parsed parse(const std::string& bytes) {
-  Parsed p;
-  EXPECT_GE(bytes.size(), 8u);
-  for (int i = 0; i < 8; ++i) p.header_bytes |= std::uint64_t(std::uint8_t(bytes[std::size_t(i)])) << (8 * i);
-  EXPECT_LE(8 + p.header_bytes, bytes.size());
-  const std::string header = bytes.substr(8, p.header_bytes);
-  EXPECT_EQ(header.front(), '{');
-  const Json json = Json::parse(header);
-  p.data = bytes.substr(8 + p.header_bytes);
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-  for (const auto& [name, entry] : json.items()) {
-    if (name == "__metadata__") {
-      p.metadata = entry;
-      continue;
-    }
-    ParsedTensor t;
-    t.dtype = entry.at("dtype").get<std::string>();
-    t.shape = entry.at("shape").get<std::vector<std::int64_t>>();
-    t.begin = entry.at("data_offsets").at(0).get<std::uint64_t>();
-    t.end = entry.at("data_offsets").at(1).get<std::uint64_t>();
-    std::uint64_t elements = 1;
-    for (std::int64_t d : t.shape) elements *= std::uint64_t(d);
-    const std::uint64_t element_bytes = t.dtype == "F32" ? 4 : t.dtype == "BF16" ? 2 : 0;
-    EXPECT_NE(element_bytes, 0u) << name << " has dtype " << t.dtype;
-    EXPECT_EQ(t.end - t.begin, elements * element_bytes) << name;
-    ranges.emplace_back(t.begin, t.end);
-    p.tensors[name] = t;
-  }
-  std::sort(ranges.begin(), ranges.end());
-  std::uint64_t at = 0;
-  for (const auto& [begin, end] : ranges) {
-    EXPECT_EQ(begin, at) << "a gap or an overlap at byte " << at;
-    at = end;
-  }
-  EXPECT_EQ(at, p.data.size()) << "the ranges do not cover the data section";
-  return p;
-}
 
 // Hugging Face GPT-2 (GPT2LMHeadModel.state_dict() without lm_head, tied): name -> shape.
 std::map<std::string, std::vector<std::int64_t>> hf_gpt2_layout(int layers, int n_embd, int vocab, int positions) {

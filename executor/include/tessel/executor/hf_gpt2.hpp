@@ -9,6 +9,7 @@
 // splits c_attn. So no tensor is transposed or permuted: names change, vectors lose
 // their leading 1. The LM head is tied to wte (tie_word_embeddings), so lm_head.weight is
 // not written; GELU is the tanh approximation ("gelu_new") and layer norms use 1e-5.
+// The name table and the checks shared with other families are in hf_tensor_map.hpp.
 #pragma once
 
 #include <map>
@@ -18,16 +19,12 @@
 
 #include "tessel/core/json_fields.hpp"
 #include "tessel/core/model_spec.hpp"
+#include "tessel/executor/hf_tensor_map.hpp"
 #include "tessel/executor/safetensors.hpp"
 
 namespace tessel::executor {
 
-struct Gpt2Tensor {
-  std::string hf_name;      // "transformer.h.3.attn.c_attn.weight"
-  std::string tessel_name;  // "L3.attn.qkv.weight"
-  std::vector<std::int64_t> shape;
-  std::size_t offset = 0, size = 0;  // in the whole model (whole_model_tensors)
-};
+using Gpt2Tensor = HfTensor;  // "transformer.h.3.attn.c_attn.weight" <- "L3.attn.qkv.weight", whole
 
 // Throws tessel::Error in one line when `model` is not GPT-2-shaped (gelu, layer norm,
 // learned positions, tied embeddings, biases, as many kv heads as heads).

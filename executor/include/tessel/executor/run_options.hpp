@@ -15,7 +15,7 @@ struct RunOptions {
   // type of headerless nanogpt files (empty: uint16). tessel run resolves auto before
   // the ranks start, so they are handed the format it found.
   std::string data_format = "auto", data_dtype;
-  std::string init_file;  // --init: start from these weights (safetensors, Hugging Face GPT-2 names)
+  std::string init_file;  // --init: start from these weights (safetensors, Hugging Face GPT-2 or LLaMA names)
   int steps = 10;
   int checkpoint_every = 0;
   std::uint64_t seed = 1;

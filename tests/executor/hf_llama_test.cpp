@@ -1,0 +1,238 @@
+// The LLaMA export and --init import (hf_llama.hpp, through hf_export.hpp's dispatch)
+// against the independent reader (safetensors_reader.hpp): names and shapes are Hugging
+// Face LlamaForCausalLM's, spelled out below from its state_dict (nn.Linear [out, in]);
+// the values are tessel's weights transposed and q/k/v, gate/up split as the header says,
+// element by element; a model written and read back trains on bit for bit; bad files give
+// one line naming the file and the tensor.
+#include "tessel/executor/hf_llama.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "safetensors_reader.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/executor/comm/single_rank_communicator.hpp"
+#include "tessel/executor/hf_export.hpp"
+#include "tessel/executor/hf_gpt2.hpp"
+#include "tessel/executor/trainer.hpp"
+
+using namespace tessel;
+using namespace tessel::executor;
+using namespace tessel_safetensors_test;
+namespace fs = std::filesystem;
+
+namespace {
+constexpr int kLayers = 2, kHidden = 16, kHeads = 4, kKvHeads = 2, kFfn = 24, kVocab = 256, kSeq = 8;
+
+Plan tiny_llama_plan() {
+  return Plan::from_json(Json::parse(fmt::format(
+                             R"({{"model": {{"name": "tiny-llama", "layers": {}, "hidden": {}, "heads": {},
+      "kv_heads": {}, "ffn_hidden": {}, "vocab": {}, "seq_len": {}, "activation": "swiglu", "norm": "rmsnorm",
+      "position_embedding": "rope", "tied_embeddings": false, "bias": false}}, "cluster": "local-cpu",
+      "train": {{"global_batch": 4, "precision": "fp32"}}, "parallel": {{"micro_batch": 2}}}})",
+                             kLayers, kHidden, kHeads, kKvHeads, kFfn, kVocab, kSeq)),
+                         "");
+}
+
+struct OneRank {
+  SingleRankCommunicator world;
+  ProcessGrid grid;
+  Trainer trainer;
+  OneRank(const Plan& plan, const std::string& text, std::uint64_t seed)
+      : grid(plan.parallel, world),
+        trainer(plan, grid, DataLoader(text, plan.train.global_batch, plan.seq_len()), options(seed)) {}
+  static TrainerOptions options(std::uint64_t seed) {
+    TrainerOptions o;
+    o.seed = seed;
+    return o;
+  }
+};
+
+// Hugging Face LlamaForCausalLM.state_dict(): name -> shape ([out, in] for every Linear).
+std::map<std::string, std::vector<std::int64_t>> hf_llama_layout() {
+  const std::int64_t C = kHidden, KV = kKvHeads * (kHidden / kHeads), F = kFfn;
+  std::map<std::string, std::vector<std::int64_t>> out{
+      {"model.embed_tokens.weight", {kVocab, C}}, {"model.norm.weight", {C}}, {"lm_head.weight", {kVocab, C}}};
+  for (int i = 0; i < kLayers; ++i) {
+    const std::string l = fmt::format("model.layers.{}.", i);
+    out[l + "input_layernorm.weight"] = {C};
+    out[l + "post_attention_layernorm.weight"] = {C};
+    out[l + "self_attn.q_proj.weight"] = {C, C};
+    out[l + "self_attn.k_proj.weight"] = {KV, C};
+    out[l + "self_attn.v_proj.weight"] = {KV, C};
+    out[l + "self_attn.o_proj.weight"] = {C, C};
+    out[l + "mlp.gate_proj.weight"] = {F, C};
+    out[l + "mlp.up_proj.weight"] = {F, C};
+    out[l + "mlp.down_proj.weight"] = {C, F};
+  }
+  return out;
+}
+
+class HfLlama : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / fmt::format("tessel_hf_llama_{}_{}", ::getpid(),
+                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+// Element [r][c] of stored tensor `name` (F32, 2-D).
+float stored_at(const Parsed& p, const std::string& name, std::int64_t r, std::int64_t c) {
+  const ParsedTensor& t = p.tensors.at(name);
+  float value = 0;
+  std::memcpy(&value, p.data.data() + t.begin + std::uint64_t(r * t.shape.at(1) + c) * 4, 4);
+  return value;
+}
+}  // namespace
+
+TEST_F(HfLlama, ExportHasLlamaNamesShapesAndTransposedSplitValues) {
+  const Plan plan = tiny_llama_plan();
+  ASSERT_EQ(hf_family_of(plan.model, "test"), HfFamily::llama);
+  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  const fs::path file = dir_ / "model.safetensors";
+  write_hf_export(file.string(), plan.model, whole, SafetensorsDType::f32, {{"tessel_step", "0"}});
+  const Parsed p = parse(slurp(file));
+  EXPECT_EQ(p.metadata.value("format", ""), "pt");
+  const auto want = hf_llama_layout();
+  ASSERT_EQ(p.tensors.size(), want.size());
+  for (const auto& [name, shape] : want) {
+    ASSERT_TRUE(p.tensors.count(name)) << name << " missing";
+    EXPECT_EQ(p.tensors.at(name).shape, shape) << name;
+  }
+  // Every element: tessel's [in, out] weight at (i, column) is Hugging Face's (out, i).
+  const int C = kHidden, KV = kKvHeads * (kHidden / kHeads), F = kFfn;
+  std::map<std::string, std::size_t> offset;
+  for (const TensorSlot& t : whole_model_tensors(plan.model)) offset[t.name] = t.offset;
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string hf = fmt::format("model.layers.{}.", l), ts = fmt::format("L{}.", l);
+    const float* qkv = whole.data() + offset.at(ts + "attn.qkv.weight");
+    const float* fc1 = whole.data() + offset.at(ts + "mlp.fc1.weight");
+    const float* proj = whole.data() + offset.at(ts + "attn.proj.weight");
+    const float* fc2 = whole.data() + offset.at(ts + "mlp.fc2.weight");
+    const int qkv_cols = C + 2 * KV;
+    for (int i = 0; i < C; ++i) {
+      for (int o = 0; o < C; ++o) {
+        ASSERT_EQ(stored_at(p, hf + "self_attn.q_proj.weight", o, i), qkv[i * qkv_cols + o]);
+        ASSERT_EQ(stored_at(p, hf + "self_attn.o_proj.weight", o, i), proj[i * C + o]);
+      }
+      for (int o = 0; o < KV; ++o) {
+        ASSERT_EQ(stored_at(p, hf + "self_attn.k_proj.weight", o, i), qkv[i * qkv_cols + C + o]);
+        ASSERT_EQ(stored_at(p, hf + "self_attn.v_proj.weight", o, i), qkv[i * qkv_cols + C + KV + o]);
+      }
+      for (int o = 0; o < F; ++o) {
+        ASSERT_EQ(stored_at(p, hf + "mlp.gate_proj.weight", o, i), fc1[i * 2 * F + o]);
+        ASSERT_EQ(stored_at(p, hf + "mlp.up_proj.weight", o, i), fc1[i * 2 * F + F + o]);
+        ASSERT_EQ(stored_at(p, hf + "mlp.down_proj.weight", i, o), fc2[o * C + i]);
+      }
+    }
+  }
+  // The embedding and the untied head are stored as tessel holds them, [vocab, hidden].
+  for (const auto& [hf, ts] : {std::pair{"model.embed_tokens.weight", "wte"}, std::pair{"lm_head.weight", "lm_head"}}) {
+    const ParsedTensor& t = p.tensors.at(hf);
+    EXPECT_EQ(std::memcmp(p.data.data() + t.begin, whole.data() + offset.at(ts), t.end - t.begin), 0) << hf;
+  }
+  const Json config = read_json_file((dir_ / "config.json").string());
+  EXPECT_EQ(config.at("model_type"), "llama");
+  EXPECT_EQ(config.at("architectures"), Json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(config.at("hidden_size"), C);
+  EXPECT_EQ(config.at("intermediate_size"), F);
+  EXPECT_EQ(config.at("num_hidden_layers"), kLayers);
+  EXPECT_EQ(config.at("num_attention_heads"), kHeads);
+  EXPECT_EQ(config.at("num_key_value_heads"), kKvHeads);
+  EXPECT_EQ(config.at("vocab_size"), kVocab);
+  EXPECT_EQ(config.at("max_position_embeddings"), kSeq);
+  EXPECT_EQ(config.at("rms_norm_eps").get<double>(), 1e-5);
+  EXPECT_EQ(config.at("rope_theta").get<double>(), 10000.0);
+  EXPECT_EQ(config.at("hidden_act"), "silu");
+  EXPECT_EQ(config.at("tie_word_embeddings"), false);
+  EXPECT_EQ(config.at("attention_bias"), false);
+  EXPECT_EQ(config.at("mlp_bias"), false);
+}
+
+// Export the initial weights of seed 7, start a run of seed 8 from them: every step's loss
+// equals the seed-7 run's bit for bit, and so do the weights after.
+TEST_F(HfLlama, AModelExportedAndReimportedTrainsOnBitIdentically) {
+  const Plan plan = tiny_llama_plan();
+  const std::string text = synthetic_corpus(8192, 3);
+  OneRank reference(plan, text, 7);
+  const fs::path file = dir_ / "model.safetensors";
+  write_hf_export(file.string(), plan.model, reference.trainer.whole_parameters(), SafetensorsDType::f32, {});
+  OneRank imported(plan, text, 8), other(plan, text, 8);
+  const std::vector<float> back = whole_model_from_hf(SafetensorsFile::read(file.string(), "--init"), plan.model);
+  EXPECT_EQ(back, reference.trainer.whole_parameters());
+  imported.trainer.set_whole_parameters(back);
+  bool any_differs = false;
+  for (int step = 0; step < 4; ++step) {
+    const float want = reference.trainer.step().loss, got = imported.trainer.step().loss;
+    EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << "step " << step + 1 << ": " << want << " vs " << got;
+    any_differs = any_differs || other.trainer.step().loss != want;
+  }
+  EXPECT_TRUE(any_differs) << "another seed's run should not match";
+  EXPECT_EQ(imported.trainer.whole_parameters(), reference.trainer.whole_parameters());
+}
+
+TEST_F(HfLlama, BadFilesAreRefusedInOneLineNamingTheTensor) {
+  const Plan plan = tiny_llama_plan();
+  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  const std::string good = (dir_ / "model.safetensors").string();
+  write_hf_export(good, plan.model, whole, SafetensorsDType::f32, {});
+  auto load = [&](const std::string& path, const ModelSpec& model) {
+    return error_of([&] { whole_model_from_hf(SafetensorsFile::read(path, "--init"), model); });
+  };
+  ModelSpec fewer_kv = plan.model;
+  fewer_kv.kv_heads = 1;
+  EXPECT_NE(load(good, fewer_kv).find("tensor model.layers.0.self_attn.k_proj.weight: shape [8,16] differs"),
+            std::string::npos)
+      << load(good, fewer_kv);
+  ModelSpec deeper = plan.model;
+  deeper.layers = 3;
+  EXPECT_NE(load(good, deeper).find("tensor model.layers.2.input_layernorm.weight: missing"), std::string::npos)
+      << load(good, deeper);
+  ModelSpec shallower = plan.model;
+  shallower.layers = 1;
+  EXPECT_NE(load(good, shallower).find("model.layers.1."), std::string::npos) << load(good, shallower);
+  EXPECT_NE(load(good, shallower).find("not in the plan's model"), std::string::npos);
+  // A GPT-2 file for a LLaMA plan: its first expected tensor is missing, in one line.
+  Plan gpt2 = Plan::from_json(Json::parse(R"({"model": {"name": "tiny", "layers": 2, "hidden": 16, "heads": 2,
+      "vocab": 256, "seq_len": 8}, "cluster": "local-cpu", "train": {"global_batch": 4, "precision": "fp32"},
+      "parallel": {"micro_batch": 2}})"),
+                              "");
+  const std::string gpt2_file = (dir_ / "gpt2" / "model.safetensors").string();
+  fs::create_directories(dir_ / "gpt2");
+  write_hf_export(gpt2_file, gpt2.model, std::vector<float>(whole_model_size(gpt2.model), 0.5f), SafetensorsDType::f32,
+                  {});
+  EXPECT_NE(load(gpt2_file, plan.model).find("tensor model.embed_tokens.weight: missing"), std::string::npos)
+      << load(gpt2_file, plan.model);
+  // A model of neither family is refused by name.
+  ModelSpec mixed = plan.model;
+  mixed.norm = Norm::layernorm;
+  EXPECT_NE(load(good, mixed).find("--init: model tiny-llama is neither GPT-2-shaped"), std::string::npos)
+      << load(good, mixed);
+  ModelSpec experts = plan.model;
+  experts.moe.experts = 4;
+  experts.moe.top_k = 1;
+  EXPECT_NE(load(good, experts).find("--init: model tiny-llama has mixture-of-experts layers"), std::string::npos)
+      << load(good, experts);
+  for (const std::string& message : {load(good, fewer_kv), load(good, deeper), load(gpt2_file, plan.model)}) {
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_EQ(message.rfind("--init: ", 0), 0u) << message;
+  }
+}
