@@ -30,7 +30,7 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
       costs_(profile, cluster_, nodes, gpus_per_node),
       seq_(effective_seq_len(model_, train_)) {
   element_bytes_ = element_bytes(train_.precision);
-  const ModelStateBytes states = model_state_bytes(train_.precision, train_.optimizer);
+  const ModelStateBytes states = model_state_bytes(train_.precision, train_.optimizer, train_.effective_gradient_precision());
   param_bytes_ = states.parameter;
   grad_bytes_ = states.gradient;
   optimizer_bytes_ = states.optimizer;
