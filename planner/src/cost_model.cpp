@@ -29,6 +29,10 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
       gpus_per_node_(gpus_per_node),
       costs_(profile, cluster_, nodes, gpus_per_node),
       seq_(effective_seq_len(model_, train_)) {
+  if (train_.gradient_precision) {
+    const std::string problem = gradient_precision_problem(train_.precision, *train_.gradient_precision);
+    if (!problem.empty()) throw Error("train.gradient_precision: " + problem);
+  }
   element_bytes_ = element_bytes(train_.precision);
   const ModelStateBytes states = model_state_bytes(train_.precision, train_.optimizer, train_.effective_gradient_precision());
   param_bytes_ = states.parameter;

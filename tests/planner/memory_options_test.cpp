@@ -4,6 +4,7 @@
 // unfused kernels, and full recompute's one rematerialised layer.
 #include <gtest/gtest.h>
 
+#include "tessel/core/error.hpp"
 #include "tessel/planner/cost_model.hpp"
 #include "tessel/profiles/profile.hpp"
 
@@ -60,6 +61,21 @@ TEST(GradientPrecision, Fp32AddsTwoBytesPerLocalParameterShardedAsGradients) {
   const double extra_gib = gib(fp32.estimate(p).memory.gradients_bytes - bf16.estimate(p).memory.gradients_bytes);
   EXPECT_GT(extra_gib, 4.9);
   EXPECT_LT(extra_gib, 5.4);
+}
+
+// A cost model built in code refuses what a plan file would: bf16 gradients of fp16 training.
+TEST(GradientPrecision, CostModelRefusesAPrecisionNeitherFp32NorTheTrainings) {
+  TrainSpec train;
+  train.global_batch = 64;
+  train.precision = Precision::fp16;
+  train.gradient_precision = Precision::bf16;
+  const ClusterSpec cluster = resolve_cluster("dgx-a100");
+  try {
+    CostModel(resolve_model("gpt2-124m"), train, cluster, 1, 8, profiles::shipped_profile(cluster.device));
+    FAIL() << "accepted bf16 gradients for fp16 training";
+  } catch (const Error& error) {
+    EXPECT_STREQ(error.what(), "train.gradient_precision: must be fp32 or the training precision (fp16), got bf16");
+  }
 }
 
 // The gradient reduction runs in the buffer's precision: without ZeRO every data-parallel
