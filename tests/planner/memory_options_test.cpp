@@ -6,6 +6,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/planner/cost_model.hpp"
+#include "tessel/planner/search_inputs.hpp"
 #include "tessel/profiles/profile.hpp"
 
 using namespace tessel;
@@ -76,6 +77,26 @@ TEST(GradientPrecision, CostModelRefusesAPrecisionNeitherFp32NorTheTrainings) {
   } catch (const Error& error) {
     EXPECT_STREQ(error.what(), "train.gradient_precision: must be fp32 or the training precision (fp16), got bf16");
   }
+}
+
+// The search's inputs (CLI and GUI) take the same choice; empty keeps the engines' default.
+TEST(GradientPrecision, SearchInputsTakeItOrTheDefault) {
+  SearchInputs inputs;
+  inputs.model = "gpt2-124m";
+  inputs.cluster = "dgx-a100";
+  inputs.global_batch = 64;
+  EXPECT_FALSE(inputs.to_plan().train.gradient_precision.has_value());
+  inputs.gradient_precision = "bf16";
+  EXPECT_EQ(inputs.to_plan().train.gradient_precision, Precision::bf16);
+  inputs.precision = "fp16";
+  try {
+    inputs.to_plan();
+    FAIL() << "accepted bf16 gradients for fp16 training";
+  } catch (const Error& error) {
+    EXPECT_STREQ(error.what(), "--gradient-precision: must be fp32 or the training precision (fp16), got bf16");
+  }
+  inputs.gradient_precision = "fp8";
+  EXPECT_THROW(inputs.to_plan(), Error);
 }
 
 // The gradient reduction runs in the buffer's precision: without ZeRO every data-parallel
