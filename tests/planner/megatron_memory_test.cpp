@@ -45,22 +45,27 @@ double megatron_activation_bytes_per_layer(const Setting& setting) {
 double megatron_first_stage_activation_bytes(const Setting& setting, double micro_batches) {
   const double embedding = 8 * s * b * pp + s * b * h * pp;  // token ids, embedding dropout
   const double in_flight = std::min(1.0, micro_batches / pp);
-  const double total = (megatron_activation_bytes_per_layer(setting) * L + embedding * (setting.sequence_parallel &&
-                        setting.recompute == Recompute::selective ? 1.0 / t : 1.0)) * in_flight;
+  const double total =
+      (megatron_activation_bytes_per_layer(setting) * L +
+       embedding * (setting.sequence_parallel && setting.recompute == Recompute::selective ? 1.0 / t : 1.0)) *
+      in_flight;
   return setting.sequence_parallel && setting.recompute == Recompute::selective ? total : 1.05 * total;
 }
 
 // Korthikanti et al. 2022, bytes per layer for one micro-batch (16-bit activations). The
 // paper predates flash attention: fused kernels store what its selective recompute keeps.
 double korthikanti_bytes_per_layer(const Setting& setting) {
-  const Recompute recompute =
-      setting.kernels == Kernels::fused && setting.recompute == Recompute::none ? Recompute::selective : setting.recompute;
+  const Recompute recompute = setting.kernels == Kernels::fused && setting.recompute == Recompute::none
+                                  ? Recompute::selective
+                                  : setting.recompute;
   switch (recompute) {
     case Recompute::none:
       return setting.sequence_parallel ? s * b * h / t * (34 + 5 * a * s / h)
                                        : s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
-    case Recompute::selective: return setting.sequence_parallel ? s * b * h * 34 / t : s * b * h * (10 + 24 / t);
-    case Recompute::full: return 2 * s * b * h / (setting.sequence_parallel ? t : 1);
+    case Recompute::selective:
+      return setting.sequence_parallel ? s * b * h * 34 / t : s * b * h * (10 + 24 / t);
+    case Recompute::full:
+      return 2 * s * b * h / (setting.sequence_parallel ? t : 1);
   }
   return 0;
 }
@@ -76,14 +81,15 @@ CostModel gpt3_175b(const Setting& setting) {
 }  // namespace
 
 TEST(MegatronMemory, TesselNextToKorthikantiAndMegatronsReport) {
-  const Setting settings[] = {{"sp selective", Recompute::selective, true, 0, Kernels::unfused, {}},
-                              {"sp selective distopt", Recompute::selective, true, 1, Kernels::unfused, {}},
-                              {"no-sp selective", Recompute::selective, false, 0, Kernels::unfused, {}},
-                              {"no-sp none", Recompute::none, false, 0, Kernels::unfused, {}},
-                              {"sp none", Recompute::none, true, 0, Kernels::unfused, {}},
-                              {"sp none fused", Recompute::none, true, 0, Kernels::fused, {}},
-                              {"sp selective bf16grad", Recompute::selective, true, 0, Kernels::unfused, Precision::bf16},
-                              {"sp full", Recompute::full, true, 0, Kernels::unfused, {}}};
+  const Setting settings[] = {
+      {"sp selective", Recompute::selective, true, 0, Kernels::unfused, {}},
+      {"sp selective distopt", Recompute::selective, true, 1, Kernels::unfused, {}},
+      {"no-sp selective", Recompute::selective, false, 0, Kernels::unfused, {}},
+      {"no-sp none", Recompute::none, false, 0, Kernels::unfused, {}},
+      {"sp none", Recompute::none, true, 0, Kernels::unfused, {}},
+      {"sp none fused", Recompute::none, true, 0, Kernels::fused, {}},
+      {"sp selective bf16grad", Recompute::selective, true, 0, Kernels::unfused, Precision::bf16},
+      {"sp full", Recompute::full, true, 0, Kernels::unfused, {}}};
   std::printf("GPT-3 175B, 128 x dgx-a100, global batch 1536, tp8 pp8 dp16 mb1 1f1b; GiB per GPU, first stage\n");
   std::printf("%-22s %-24s %10s %12s %10s\n", "setting", "quantity", "tessel", "Korthikanti", "Megatron");
   std::printf("(position table whole on each tensor rank: %.2f GiB at 18 bytes per parameter)\n", s * h * 18 / kGiB);
@@ -107,10 +113,12 @@ TEST(MegatronMemory, TesselNextToKorthikantiAndMegatronsReport) {
                 megatron_states / kGiB);
     std::printf("%-22s %-24s %10.3f %12.3f %10.3f\n", setting.name, "activations, one layer", per_layer / kGiB,
                 korthikanti_bytes_per_layer(setting) / kGiB, megatron_activation_bytes_per_layer(setting) / kGiB);
-    std::printf("%-22s %-24s %10.2f %12.2f %10.2f\n", setting.name, "activations, stage", e.memory.activations_bytes / kGiB,
-                korthikanti_stage / kGiB, megatron_first_stage_activation_bytes(setting, e.micro_batches) / kGiB);
-    std::printf("%-22s %-24s %10.2f %12s %10s\n", setting.name, e.fits ? "device total (fits)" : "device total (too big)",
-                e.memory.device_total_bytes() / kGiB, "", "");
+    std::printf("%-22s %-24s %10.2f %12.2f %10.2f\n", setting.name, "activations, stage",
+                e.memory.activations_bytes / kGiB, korthikanti_stage / kGiB,
+                megatron_first_stage_activation_bytes(setting, e.micro_batches) / kGiB);
+    std::printf("%-22s %-24s %10.2f %12s %10s\n", setting.name,
+                e.fits ? "device total (fits)" : "device total (too big)", e.memory.device_total_bytes() / kGiB, "",
+                "");
     // tessel's per-layer terms are Korthikanti's formulas; fused attention adds its
     // fp32 log-sum-exp per row and head (none, selective).
     const bool statistics_kept = setting.kernels == Kernels::fused && setting.recompute != Recompute::full;
@@ -126,7 +134,8 @@ TEST(MegatronMemory, TesselNextToKorthikantiAndMegatronsReport) {
     // vocabulary; the position table is nearly all of the difference.
     const double bytes_per_parameter = setting.zero == 0 ? 18.0 : 6.0 + 12.0 / dp;
     const double positions = s * h * bytes_per_parameter;
-    const double bf16_gradients = setting.gradient_precision == Precision::bf16 ? 2.0 * model.layout_cost(p).stage_parameters : 0.0;
+    const double bf16_gradients =
+        setting.gradient_precision == Precision::bf16 ? 2.0 * model.layout_cost(p).stage_parameters : 0.0;
     EXPECT_NEAR(states + bf16_gradients - megatron_states, positions, 0.1 * positions) << setting.name;
     if (setting.sequence_parallel && setting.recompute == Recompute::selective) {
       // The report's SP formula is Korthikanti's plus the first stage's token ids and

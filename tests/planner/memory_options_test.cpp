@@ -13,7 +13,8 @@ using namespace tessel;
 using namespace tessel::planner;
 
 namespace {
-CostModel gpt3_on_a100(std::optional<Precision> gradient_precision, Kernels kernels = Kernels::unfused, int nodes = 16) {
+CostModel gpt3_on_a100(std::optional<Precision> gradient_precision, Kernels kernels = Kernels::unfused,
+                       int nodes = 16) {
   TrainSpec train;
   train.global_batch = 64;
   train.gradient_precision = gradient_precision;
