@@ -2,11 +2,11 @@
 
 namespace tessel {
 
-ModelStateBytes model_state_bytes(Precision precision, Optimizer optimizer) {
+ModelStateBytes model_state_bytes(Precision precision, Optimizer optimizer, Precision gradient_precision) {
   ModelStateBytes b;
   const bool mixed = precision != Precision::fp32;
   b.parameter = element_bytes(precision);
-  b.gradient = element_bytes(precision);
+  b.gradient = element_bytes(gradient_precision);
   const double moments = optimizer == Optimizer::lars ? 4 : 8;
   b.optimizer = moments + (mixed ? 4 : 0);
   // Read the gradient, read and write fp32 weights and moments, write the low-precision

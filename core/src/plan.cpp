@@ -164,6 +164,10 @@ void Plan::validate() const {
     throw Error(fmt::format("train.seq_len: {} exceeds the {} learned positions of model {}", train.seq_len,
                             model.seq_len, model.name));
   }
+  if (train.gradient_precision) {
+    const std::string problem = gradient_precision_problem(train.precision, *train.gradient_precision);
+    if (!problem.empty()) throw Error("train.gradient_precision: " + problem);
+  }
   // A grid shape that cannot exist is the root error; report it before the world size.
   const Reject reason = check_layout(model, train, parallel);
   if (reason == Reject::tp_grid_shape) throw Error(explain_reject(reason, *this));

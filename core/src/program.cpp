@@ -133,7 +133,7 @@ class Lowering {
   explicit Lowering(const Plan& plan)
       : p_(plan.parallel),
         model_(plan.model),
-        states_(model_state_bytes(plan.train.precision, plan.train.optimizer)),
+        states_(model_state_bytes(plan.train.precision, plan.train.optimizer, plan.train.effective_gradient_precision())),
         table_(block_op_table(plan.model, plan.seq_len(), plan.parallel, element_bytes(plan.train.precision),
                               plan.train.kernels)) {
     m_ = plan.train.global_batch / (p_.dp * p_.micro_batch);

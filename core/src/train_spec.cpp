@@ -1,6 +1,26 @@
 #include "tessel/core/train_spec.hpp"
 
+#include <fmt/format.h>
+
 namespace tessel {
+
+Precision default_gradient_precision(Precision precision) {
+  switch (precision) {
+    case Precision::bf16: return Precision::fp32;
+    case Precision::fp16: return Precision::fp16;
+    case Precision::fp32: return Precision::fp32;
+  }
+  return Precision::fp32;
+}
+
+Precision TrainSpec::effective_gradient_precision() const {
+  return gradient_precision.value_or(default_gradient_precision(precision));
+}
+
+std::string gradient_precision_problem(Precision precision, Precision gradient) {
+  if (gradient == Precision::fp32 || gradient == precision) return {};
+  return fmt::format("must be fp32 or the training precision ({}), got {}", to_string(precision), to_string(gradient));
+}
 
 TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   JsonFields f(json, path);
@@ -8,6 +28,11 @@ TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   t.global_batch = int(f.positive_int("global_batch", limits::kMaxGlobalBatch));
   t.seq_len = int(f.positive_int_or("seq_len", 0, limits::kMaxSeqLen));
   t.precision = *enum_from_string<Precision>(f.choice_or("precision", {"fp32", "bf16", "fp16"}, "bf16"));
+  if (f.has("gradient_precision")) {
+    t.gradient_precision = *enum_from_string<Precision>(f.choice("gradient_precision", {"fp32", "bf16", "fp16"}));
+    const std::string problem = gradient_precision_problem(t.precision, *t.gradient_precision);
+    if (!problem.empty()) f.fail("gradient_precision", problem);
+  }
   t.optimizer = *enum_from_string<Optimizer>(f.choice_or("optimizer", {"adamw", "lamb", "lars"}, "adamw"));
   t.kernels = *enum_from_string<Kernels>(f.choice_or("kernels", {"unfused", "fused"}, "unfused"));
   f.finish();
@@ -19,6 +44,7 @@ Json TrainSpec::to_json() const {
            {"precision", to_string(precision)},
            {"optimizer", to_string(optimizer)}};
   if (seq_len > 0) out["seq_len"] = seq_len;
+  if (gradient_precision) out["gradient_precision"] = to_string(*gradient_precision);
   if (kernels != Kernels::unfused) out["kernels"] = to_string(kernels);
   return out;
 }

@@ -82,8 +82,10 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   const double first_stage = c.activation_bytes_per_micro_batch * in_flight;
   const double last_stage_in_flight = p.schedule == Schedule::gpipe ? micro_batches : 1;
   const double last_stage = c.activation_bytes_per_micro_batch * last_stage_in_flight + c.logits_bytes;
+  // Under full recompute one layer at a time is rebuilt during the backward, on every stage.
   memory.activations_bytes =
-      p.pp == 1 ? c.activation_bytes_per_micro_batch + c.logits_bytes : std::max(first_stage, last_stage);
+      (p.pp == 1 ? c.activation_bytes_per_micro_batch + c.logits_bytes : std::max(first_stage, last_stage)) +
+      c.rematerialised_bytes;
   memory.workspace_bytes = costs_.device().workspace_bytes;
   const bool fits_device = memory.device_total_bytes() <= costs_.device().memory_bytes;
   const bool fits_host = memory.host_bytes * gpus_per_node_ <= cluster_.host_memory_bytes;

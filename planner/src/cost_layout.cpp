@@ -139,6 +139,7 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   const double layers = double(model_.layers) / p.pp;
   const double tokens = table.tokens;  // rows of every activation
   c.activation_bytes_per_micro_batch = layers * activation_bytes_per_layer(p);
+  c.rematerialised_bytes = rematerialised_bytes(p);
   if (p.pp == 1) c.activation_bytes_per_micro_batch += tokens * model_.hidden * element_bytes_ / split.activation;
   c.logits_bytes = 4.0 * (tokens * model_.vocab / split.gemm);
   const double last_stage_extra = table.head_parameters + table.tied_copy_parameters;

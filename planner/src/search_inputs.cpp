@@ -30,6 +30,14 @@ Plan SearchInputs::to_plan() const {
   if (!parsed_optimizer) throw Error(fmt::format("--optimizer: must be adamw, lamb or lars, got {}", optimizer));
   plan.train.precision = *parsed_precision;
   plan.train.optimizer = *parsed_optimizer;
+  if (!gradient_precision.empty()) {
+    const auto parsed_gradient = enum_from_string<Precision>(gradient_precision);
+    const std::string problem =
+        parsed_gradient ? gradient_precision_problem(plan.train.precision, *parsed_gradient)
+                        : fmt::format("must be fp32 or the training precision ({}), got {}", precision, gradient_precision);
+    if (!problem.empty()) throw Error(fmt::format("--gradient-precision: {}", problem));
+    plan.train.gradient_precision = *parsed_gradient;
+  }
   check_nodes(plan);
   return plan;
 }

@@ -1,5 +1,6 @@
 // Bytes per parameter of the model states for a precision and optimizer (Rajbhandari
-// et al. 2020, "ZeRO"): weights and gradients in the training precision; fp32 master
+// et al. 2020, "ZeRO"): weights in the training precision, gradients in their own
+// precision (fp32 main gradients are Megatron-LM's default for bf16); fp32 master
 // weights for mixed precision; two fp32 moments for Adam-style optimizers (AdamW,
 // LAMB), one for LARS (momentum). And the bytes the optimizer step streams per
 // parameter. Shared by the planner's memory model and the Program's optimizer ops.
@@ -11,11 +12,11 @@ namespace tessel {
 
 struct ModelStateBytes {
   double parameter = 0;        // per parameter, training precision
-  double gradient = 0;
+  double gradient = 0;          // per parameter, gradient precision (buffer and reduction)
   double optimizer = 0;        // moments (+ fp32 master weights when mixed)
   double optimizer_traffic = 0;  // streamed by one optimizer step
 };
 
-ModelStateBytes model_state_bytes(Precision precision, Optimizer optimizer);
+ModelStateBytes model_state_bytes(Precision precision, Optimizer optimizer, Precision gradient_precision);
 
 }  // namespace tessel

@@ -1,6 +1,12 @@
 // What one training step is: the global batch (in sequences), sequence length,
-// numeric precision, optimizer and whether the kernels are fused.
+// numeric precision, the precision gradients are kept and reduced in, optimizer and
+// whether the kernels are fused. The gradient precision is its own field because it
+// decides "fits" for real runs: Megatron-LM keeps fp32 main gradients for bf16 training
+// (2 bytes per parameter more than bf16 gradients), so the default follows the engine.
 #pragma once
+
+#include <optional>
+#include <string>
 
 #include "tessel/core/enums.hpp"
 #include "tessel/core/json_fields.hpp"
@@ -11,14 +17,28 @@ struct TrainSpec {
   int global_batch = 0;  // sequences per step
   int seq_len = 0;       // 0 = the model's
   Precision precision = Precision::bf16;
+  // Precision of the gradient buffers and of their data-parallel reduction: fp32, or the
+  // training precision. Empty: the engines' default for `precision`, so that code that
+  // sets only the precision gets the default that goes with it.
+  std::optional<Precision> gradient_precision;
   Optimizer optimizer = Optimizer::adamw;
   // Fused kernels: flash-style attention keeps no scores (its memory and its Program
   // ops follow), as the GPU executor runs it.
   Kernels kernels = Kernels::unfused;
 
+  Precision effective_gradient_precision() const;
+
   static TrainSpec from_json(const Json& json, const std::string& path = "train");
   Json to_json() const;
   bool operator==(const TrainSpec&) const = default;
 };
+
+// The engines' default: Megatron-LM accumulates and all-reduces bf16 gradients in fp32
+// (arguments.py sets accumulate_allreduce_grads_in_fp32 for --bf16 unless
+// --grad-reduce-in-bf16) and keeps fp16 gradients in fp16 unless asked; fp32 stays fp32.
+Precision default_gradient_precision(Precision precision);
+// Gradients are kept in fp32 or in the training precision: empty when `gradient` is one
+// of those, else the reason, for an error that names the field.
+std::string gradient_precision_problem(Precision precision, Precision gradient);
 
 }  // namespace tessel

@@ -12,8 +12,11 @@
 //    in Large Transformer Models": s*b*h*(34 + 5*a*s/h) bytes per layer with 16-bit
 //    activations, 10 + 24/t + 5as/(ht) under 1D TP t, /t with sequence parallel,
 //    34/t with selective recompute, 2sbh with full recompute. Scaled by E/2 for fp32.
+//    Fused attention stores no 5as/h scores but 4 bytes of statistics per row and head;
+//    full recompute also holds the one layer being recomputed (docs/MEMORY.md).
 //  - Model states: Rajbhandari et al. 2020 (ZeRO), 16 bytes/param for mixed-precision
-//    Adam, sharded over the data-parallel group by stage.
+//    Adam with 16-bit gradients, 18 with fp32 gradients (Megatron-LM's default for
+//    bf16, train.gradient_precision), sharded over the data-parallel group by stage.
 //  - TP communication per linear: 1D Megatron all-reduces, 2D SUMMA (Optimus, q
 //    broadcasts of activation and weight blocks), 2.5D Tesseract (activation blocks
 //    further split by depth d, weight-gradient all-reduce over depth), 3D
@@ -45,6 +48,7 @@ struct LayoutCost {
   double p2p_intra_s = 0, p2p_inter_s = 0;  // that send inside a node, between nodes
   int stages_per_node = 1;
   double activation_bytes_per_micro_batch = 0;  // stored by the stage for one micro-batch
+  double rematerialised_bytes = 0;   // full recompute: one layer rebuilt in the backward, once
   double logits_bytes = 0;           // last stage, one micro-batch
   double stage_parameters = 0;       // parameters held by one rank before ZeRO
   double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
@@ -106,8 +110,13 @@ class CostModel {
   // Forward FLOPs per token, split into GEMMs (incl. LM head) and attention scores.
   double forward_gemm_flops_per_token() const { return forward_gemm_flops_per_token_; }
   double forward_attention_flops_per_token() const { return forward_attention_flops_per_token_; }
-  // Activation bytes one rank stores per layer for one micro-batch (Korthikanti).
+  // Activation bytes one rank stores per layer for one micro-batch (Korthikanti), under
+  // the layout's recompute mode or another one.
   double activation_bytes_per_layer(const ParallelConfig& parallel) const;
+  double activation_bytes_per_layer(const ParallelConfig& parallel, Recompute recompute) const;
+  // Full recompute: the activations of the one layer being recomputed in the backward,
+  // held on top of the stored block inputs (0 for the other modes).
+  double rematerialised_bytes(const ParallelConfig& parallel) const;
   // Bytes per parameter for weights, gradients and optimizer states.
   double parameter_bytes() const { return param_bytes_; }
   double gradient_bytes() const { return grad_bytes_; }

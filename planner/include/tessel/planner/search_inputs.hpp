@@ -19,6 +19,7 @@ struct SearchInputs {
   int seq = 0;  // 0: the model's
   std::string precision = "bf16";
   std::string optimizer = "adamw";
+  std::string gradient_precision;  // fp32 or the precision; "" = the engines' default for it
   std::string db;  // profiles database ("" = the default location)
 
   // The plan's inputs (parallel left at its default). Throws tessel::Error naming the
