@@ -170,4 +170,16 @@ void HostStagedCommunicator::do_recv(void* data, std::size_t count, DType type, 
   stage_out(staging, data, bytes);
 }
 
+void HostStagedCommunicator::do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                                             std::span<const std::size_t> recv_counts, DType type) {
+  std::size_t send_count = 0, recv_count = 0;
+  for (std::size_t c : send_counts) send_count += c;
+  for (std::size_t c : recv_counts) recv_count += c;
+  auto in = stage_in(send, bytes_of(send_count, type));
+  Staging out(*this, bytes_of(recv_count, type));
+  host_->all_to_all_v(in->data(), send_counts, out.data(), recv_counts, type);
+  if (recv_count > 0) stage_out(out, recv, bytes_of(recv_count, type));
+  sync_counters();
+}
+
 }  // namespace tessel::executor

@@ -34,6 +34,8 @@ class HostStagedCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> do_send_async(const void* data, std::size_t count, DType type, int peer,
                                              int tag) override;
   void do_recv(void* data, std::size_t count, DType type, int peer, int tag) override;
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                       std::span<const std::size_t> recv_counts, DType type) override;
 
  private:
   class Staging;  // pinned host memory of the device backend, from the pool below
