@@ -82,7 +82,9 @@ void MoeLayer::exchange_counts(MoeActivations& a) {
   counts_.upload(mine);
   Buffer received(backend_, DType::i32, mine.size());
   ep_.all_to_all(counts_.data(), received.data(), std::size_t(local), DType::i32);
-  const std::vector<float> got = received.download();
+  std::vector<std::int32_t> got(mine.size());
+  backend_.download(kCompute, got.data(), received.data(), received.bytes());
+  backend_.synchronize(kCompute);
   a.block_rows.assign(got.size(), 0);
   a.send_rows.assign(std::size_t(ranks), 0);
   a.recv_rows.assign(std::size_t(ranks), 0);

@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "tessel/core/error.hpp"
+#include "tessel/core/json_fields.hpp"
+#include "tessel/core/plan.hpp"
 #include "tessel/core/subprocess.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/moe_layer.hpp"
+#include "tessel/executor/trainer.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
@@ -224,5 +227,25 @@ TEST(MoeLayer, ExpertParallelEqualsOneProcessOnTwoAndFourRanks) {
     int ok = 0;
     for (std::size_t at = output.find("ok rank"); at != std::string::npos; at = output.find("ok rank", at + 1)) ++ok;
     EXPECT_EQ(ok, ranks) << output;
+  }
+}
+
+// Until the layouts carry the MoE MLP, `tessel run` refuses an MoE model in one line
+// rather than training it as a dense one.
+TEST(MoeTrainer, AnMoeModelIsRefusedInOneLine) {
+  const Plan plan = Plan::from_json(
+      Json::parse(R"({"model": {"name": "tiny-moe", "layers": 2, "hidden": 32, "heads": 4, "ffn_hidden": 64,
+                       "vocab": 256, "seq_len": 16,
+                       "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 32}},
+                      "cluster": "local-cpu", "train": {"global_batch": 4, "precision": "fp32"},
+                      "parallel": {"micro_batch": 2}})"),
+      "");
+  try {
+    Trainer::check(plan);
+    FAIL() << "an MoE model was accepted";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("Mixture-of-Experts"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
 }
