@@ -91,7 +91,14 @@ void HostStagedCommunicator::stage_out(const Staging& staging, void* device, std
   device_.synchronize(Stream::compute);  // the staging memory is released next
 }
 
-void HostStagedCommunicator::sync_counters() { counters_ = host_->counters(); }
+// Adds what the host communicator counted since the last call, so that reset_counters()
+// on this communicator starts from zero like on every other one.
+void HostStagedCommunicator::sync_counters() {
+  const CommCounters& host = host_->counters();
+  counters_.bytes_sent += host.bytes_sent - host_seen_.bytes_sent;
+  counters_.messages += host.messages - host_seen_.messages;
+  host_seen_ = host;
+}
 
 namespace {
 std::size_t bytes_of(std::size_t count, DType type) { return count * kernels::element_bytes(type); }

@@ -52,6 +52,7 @@ class HostStagedCommunicator final : public Communicator {
   std::unique_ptr<Communicator> host_;
   kernels::Backend& device_;
   std::vector<PinnedBlock> free_blocks_;  // released by finished calls, reused by the next
+  CommCounters host_seen_;                 // host_'s counters at the last sync
 };
 
 }  // namespace tessel::executor
