@@ -75,6 +75,20 @@ void MoeLayer::activation_backward(CRef pre, CRef dact, Ref dpre, int rows, int 
   }
 }
 
+void MoeLayer::upload_routing(MoeActivations& a) {
+  const MoeRouting& r = a.routing;
+  std::vector<float> row_gate(r.row_token.size(), 0.0f);
+  for (std::size_t assignment = 0; assignment < r.slot.size(); ++assignment) {
+    if (r.slot[assignment] >= 0) row_gate[std::size_t(r.slot[assignment])] = r.gate[assignment];
+  }
+  a.row_token.bind(backend_, DType::i32), a.slot.bind(backend_, DType::i32);
+  a.gate.bind(backend_, DType::f32), a.row_gate.bind(backend_, DType::f32);
+  a.row_token.upload(r.row_token);
+  a.slot.upload(r.slot);
+  a.gate.upload(r.gate);
+  a.row_gate.upload(row_gate);
+}
+
 void MoeLayer::exchange_counts(MoeActivations& a) {
   const int ranks = ep_.size(), local = local_experts();
   std::vector<std::int32_t> mine(std::size_t(shape_.experts));

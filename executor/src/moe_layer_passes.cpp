@@ -83,7 +83,6 @@ void MoeLayer::experts_backward(const std::string& prefix, const float* params, 
 double MoeLayer::forward(const std::string& prefix, const float* params, const Buffer& x, int tokens, Buffer& y,
                          MoeActivations& a) {
   const int h = shape_.hidden, experts = shape_.experts;
-  const std::size_t row_bytes = std::size_t(h) * sizeof(float);
   {
     auto timed = timeline_.time(id(prefix, ops::moe_router));
     logits_.resize(std::size_t(tokens) * std::size_t(experts));
@@ -93,13 +92,13 @@ double MoeLayer::forward(const std::string& prefix, const float* params, const B
   }
   const MoeRouting& r = a.routing;
   const std::size_t kept = r.row_token.size();
+  const int k = r.top_k, rows = int(kept);
   {
     auto timed = timeline_.time(id(prefix, ops::moe_dispatch));
+    upload_routing(a);
     token_rows_.resize(kept * std::size_t(h));
-    for (std::size_t i = 0; i < kept; ++i) {
-      backend_.copy(kCompute, token_rows_.at(std::int64_t(i) * h).data, x.at(std::int64_t(r.row_token[i]) * h).data,
-                    row_bytes);
-    }
+    backend_.gather_sum_rows(kCompute, token_rows_.ref(), x.cref(), tokens, a.row_token.i32(), nullptr, rows, 1, h,
+                             false);
     exchange_counts(a);
     a.expert_in.bind(backend_, DType::f32);
     move_to_experts(token_rows_, a, a.expert_in);
@@ -109,17 +108,10 @@ double MoeLayer::forward(const std::string& prefix, const float* params, const B
     auto timed = timeline_.time(id(prefix, ops::moe_combine));
     a.returned.bind(backend_, DType::f32);
     move_to_tokens(expert_out_, a, a.returned);
-    // token_rows_ = returned rows x their gates, then y[t] = sum over t's kept choices.
-    token_rows_.copy_from(a.returned);
-    for (std::size_t assignment = 0; assignment < r.slot.size(); ++assignment) {
-      if (r.slot[assignment] >= 0) backend_.scale(kCompute, token_rows_.at(std::int64_t(r.slot[assignment]) * h), h, r.gate[assignment]);
-    }
-    y.assign(std::size_t(tokens) * std::size_t(h), 0.0f);
-    for (std::size_t assignment = 0; assignment < r.slot.size(); ++assignment) {
-      if (r.slot[assignment] < 0) continue;
-      const std::int64_t t = std::int64_t(assignment) / r.top_k;
-      backend_.add(kCompute, y.at(t * h), y.at(t * h), token_rows_.at(std::int64_t(r.slot[assignment]) * h), h);
-    }
+    // y[t] = the sum over t's kept choices, in choice order, of gate x expert output.
+    y.resize(std::size_t(tokens) * std::size_t(h));
+    backend_.gather_sum_rows(kCompute, y.ref(), a.returned.cref(), rows, a.slot.i32(), a.gate.f32(), tokens, k, h,
+                             false);
   }
   if (shape_.shared_ffn > 0) {
     const int sf = shape_.shared_ffn, sf1 = shared_fc1_width();
@@ -145,9 +137,9 @@ double MoeLayer::forward(const std::string& prefix, const float* params, const B
 void MoeLayer::backward(const std::string& prefix, const float* params, float* grads, const Buffer& x,
                         MoeActivations& a, const Buffer& dy, Buffer& dx, float aux_loss_scale) {
   const int h = shape_.hidden, tokens = a.routing.tokens;
-  const std::size_t row_bytes = std::size_t(h) * sizeof(float);
   const MoeRouting& r = a.routing;
   const std::size_t kept = r.row_token.size();
+  const int k = r.top_k, rows = int(kept);
   dx.resize(std::size_t(tokens) * std::size_t(h));
   if (shape_.shared_ffn > 0) {
     const int sf = shape_.shared_ffn, sf1 = shared_fc1_width();
@@ -172,10 +164,8 @@ void MoeLayer::backward(const std::string& prefix, const float* params, float* g
     auto timed = timeline_.time(id(prefix, ops::moe_combine));
     // Each row's upstream gradient dy[t]; the gate's gradient is dy[t] . expert output.
     token_rows_.resize(kept * std::size_t(h));
-    for (std::size_t i = 0; i < kept; ++i) {
-      backend_.copy(kCompute, token_rows_.at(std::int64_t(i) * h).data, dy.at(std::int64_t(r.row_token[i]) * h).data,
-                    row_bytes);
-    }
+    backend_.gather_sum_rows(kCompute, token_rows_.ref(), dy.cref(), tokens, a.row_token.i32(), nullptr, rows, 1, h,
+                             false);
     if (kept > 0) {
       delta_.resize(kept);
       backend_.attention_delta(kCompute, token_rows_.cref(), a.returned.cref(), delta_.f32(), std::int64_t(kept), h);
@@ -184,20 +174,16 @@ void MoeLayer::backward(const std::string& prefix, const float* params, float* g
         if (r.slot[assignment] >= 0) gate_gradient[assignment] = row_dot[std::size_t(r.slot[assignment])];
       }
     }
-    for (std::size_t assignment = 0; assignment < r.slot.size(); ++assignment) {
-      if (r.slot[assignment] >= 0) backend_.scale(kCompute, token_rows_.at(std::int64_t(r.slot[assignment]) * h), h, r.gate[assignment]);
-    }
+    // The expert outputs' gradient: gate x dy[t].
+    backend_.gather_sum_rows(kCompute, token_rows_.ref(), dy.cref(), tokens, a.row_token.i32(), a.row_gate.f32(), rows,
+                             1, h, false);
     move_to_experts(token_rows_, a, expert_out_);
   }
   experts_backward(prefix, params, grads, a, expert_out_, expert_grad_);
   {
     auto timed = timeline_.time(id(prefix, ops::moe_dispatch));
     move_to_tokens(expert_grad_, a, token_rows_);
-    for (std::size_t assignment = 0; assignment < r.slot.size(); ++assignment) {
-      if (r.slot[assignment] < 0) continue;
-      const std::int64_t t = std::int64_t(assignment) / r.top_k;
-      backend_.add(kCompute, dx.at(t * h), dx.at(t * h), token_rows_.at(std::int64_t(r.slot[assignment]) * h), h);
-    }
+    backend_.gather_sum_rows(kCompute, dx.ref(), token_rows_.cref(), rows, a.slot.i32(), nullptr, tokens, k, h, true);
   }
   auto timed = timeline_.time(id(prefix, ops::moe_router));
   logits_.upload(route_backward(r, gate_gradient, aux_loss_scale));

@@ -19,8 +19,8 @@
 // layer computes in fp32 on the CPU); weights stored [in x out], no biases (Mixtral,
 // Qwen-MoE and Switch have none); gelu experts have fc1 [H x f], swiglu experts fc1
 // [H x 2f] with gate and up side by side, as the dense block. Row moves (gather, combine,
-// scatter) are per-row backend copies and adds in token order, so sums run in the same
-// order as on one process. Every op is timed as `id_prefix` + its Program op name
+// scatter) are the backend's gather_sum_rows, which sums a token's choices in choice
+// order, so sums run in the same order as on one process. Every op is timed as `id_prefix` + its Program op name
 // (moe.router, moe.dispatch, moe.expert_fc1, ...).
 #pragma once
 
@@ -53,6 +53,9 @@ struct MoeActivations {
   Buffer expert_in, expert_pre, expert_act;       // local experts' rows, grouped by expert
   Buffer returned;                                // expert outputs back here, in expert order
   Buffer shared_pre, shared_act;
+  // The routing in backend memory, for the row gathers: row_token, slot (int32), the
+  // assignments' gates and each row's gate (fp32).
+  Buffer row_token, slot, gate, row_gate;
 };
 
 class MoeLayer {
@@ -84,6 +87,8 @@ class MoeLayer {
                 MoeActivations& a, const Buffer& dy, Buffer& dx, float aux_loss_scale);
 
  private:
+  // The routing's row maps and gates into backend memory (MoeActivations).
+  void upload_routing(MoeActivations& a);
   // The per-(rank, local expert) row counts, exchanged once per forward.
   void exchange_counts(MoeActivations& a);
   // Rows in this rank's expert order -> the local experts' rows (grouped by expert, then
