@@ -60,6 +60,11 @@ void Trainer::check_model_shape(const Plan& plan) {
                     m.kv_heads == m.heads && m.bias;
   const bool llama = m.activation == Activation::swiglu && m.norm == Norm::rmsnorm &&
                      m.position_embedding == PositionEmbedding::rope && !m.tied_embeddings && !m.bias;
+  if (m.moe.enabled()) {
+    throw Error(fmt::format("model {}: moe: the executor does not train Mixture-of-Experts models yet (the MoE MLP and "
+                            "expert parallelism run as a unit, executor/src/moe_layer.cpp, not yet inside the layouts)",
+                            m.name));
+  }
   if (!gpt2 && !llama) {
     throw Error(fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "
                             "tied embeddings, biases, kv_heads == heads) or LLaMA-shaped ones (swiglu, rmsnorm, rope, "

@@ -5,6 +5,7 @@
 // dp x pp x tp layout and a 2D tensor grid. Prints "ok" per rank; any failure aborts.
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <vector>
 
@@ -35,6 +36,52 @@ float expected_sum(int world, int rank, Same same, Value value) {
   return sum;
 }
 
+// All-to-all, equal and variable blocks: rank q sends rank r the values 100 q + r + i
+// (i < its block), and the counters hold exactly the bytes that leave the rank.
+template <typename Check>
+void check_all_to_all(Communicator& world, Check check_labelled) {
+  const int n = world.size(), me = world.rank();
+  std::vector<float> blocks(static_cast<std::size_t>(2 * n)), received(std::size_t(2 * n), -1.0f);
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < 2; ++i) blocks[std::size_t(2 * r + i)] = float(100 * me + r + i);
+  }
+  world.reset_counters();
+  world.all_to_all(blocks.data(), received.data(), 2, DType::f32);
+  bool equal_ok = true;
+  for (int q = 0; q < n; ++q) {
+    for (int i = 0; i < 2; ++i) equal_ok = equal_ok && received[std::size_t(2 * q + i)] == float(100 * q + me + i);
+  }
+  check_labelled(equal_ok, "all_to_all equal blocks");
+  check_labelled(world.counters().bytes_sent == 2.0 * 4.0 * (n - 1), "all_to_all bytes = size x (n-1)/n");
+  check_labelled(world.counters().messages == double(n - 1), "all_to_all messages n-1");
+  // Variable: rank q sends (q + r) % 3 elements to rank r (some blocks empty).
+  auto block_size = [](int from, int to) { return std::size_t((from + to) % 3); };
+  std::vector<std::size_t> send_counts(static_cast<std::size_t>(n)), recv_counts(static_cast<std::size_t>(n));
+  std::vector<std::int32_t> outgoing;
+  double leaving = 0;
+  for (int r = 0; r < n; ++r) {
+    send_counts[std::size_t(r)] = block_size(me, r);
+    recv_counts[std::size_t(r)] = block_size(r, me);
+    for (std::size_t i = 0; i < send_counts[std::size_t(r)]; ++i) outgoing.push_back(1000 * me + 10 * r + int(i));
+    if (r != me) leaving += double(send_counts[std::size_t(r)]);
+  }
+  std::vector<std::int32_t> incoming;
+  for (int q = 0; q < n; ++q) {
+    for (std::size_t i = 0; i < recv_counts[std::size_t(q)]; ++i) incoming.push_back(-1);
+  }
+  world.reset_counters();
+  world.all_to_all_v(outgoing.data(), send_counts, incoming.data(), recv_counts, DType::i32);
+  std::size_t at = 0;
+  bool variable_ok = true;
+  for (int q = 0; q < n; ++q) {
+    for (std::size_t i = 0; i < recv_counts[std::size_t(q)]; ++i) {
+      variable_ok = variable_ok && incoming[at++] == 1000 * q + 10 * me + int(i);
+    }
+  }
+  check_labelled(variable_ok, "all_to_all_v variable blocks");
+  check_labelled(world.counters().bytes_sent == leaving * 4.0, "all_to_all_v bytes = what leaves the rank");
+}
+
 // Every collective on `comm` (the world's ranks) against values each rank computes
 // itself, and the traffic counters against the ring definitions; `label` names the
 // implementation in messages.
@@ -54,7 +101,7 @@ void check_collectives(Communicator& world, const char* label) {
   world.all_reduce(&top, 1, ReduceOp::max);
   check_labelled(top == float(n - 1), "all_reduce max");
   const float mine[2] = {float(me), float(10 * me)};
-  std::vector<float> gathered(std::size_t(2 * n));
+  std::vector<float> gathered(static_cast<std::size_t>(2 * n));
   world.all_gather(mine, gathered.data(), 2, DType::f32);
   for (int r = 0; r < n; ++r) {
     check_labelled(gathered[std::size_t(2 * r)] == float(r) && gathered[std::size_t(2 * r + 1)] == float(10 * r),
@@ -99,6 +146,7 @@ void check_collectives(Communicator& world, const char* label) {
   double wide = 0.25 * (me + 1);
   world.all_reduce(&wide, 1, DType::f64);
   check_labelled(wide == 0.25 * n * (n + 1) / 2, "f64 all_reduce sum");
+  check_all_to_all(world, check_labelled);
 }
 }  // namespace
 

@@ -39,6 +39,7 @@ TEST(CommNccl, OneRankGroupOnTheGpu) {
   backend->upload(Stream::compute, data, host.data(), host.size() * sizeof(float));
   comm->all_reduce(data, host.size(), DType::f32);
   comm->all_gather(data, gathered, host.size(), DType::f32);
+  comm->all_to_all(data, gathered, host.size(), DType::f32);  // one rank: a copy
   auto request = comm->all_reduce_async(data, host.size(), DType::f32, ReduceOp::max);
   request->wait();
   std::vector<float> reduced(host.size()), copied(host.size());
@@ -49,4 +50,21 @@ TEST(CommNccl, OneRankGroupOnTheGpu) {
   EXPECT_EQ(copied, host);
   backend->deallocate(data);
   backend->deallocate(gathered);
+}
+
+// A world of one rank: the all-to-all is a copy, its counts checked, nothing counted.
+TEST(CommSingleRank, AllToAllIsACopy) {
+  SingleRankCommunicator alone;
+  const std::vector<float> send{1.0f, 2.0f, 3.0f};
+  std::vector<float> recv(3, 0.0f);
+  alone.all_to_all(send.data(), recv.data(), 3, DType::f32);
+  EXPECT_EQ(recv, send);
+  const std::vector<std::size_t> two{2}, three{3};
+  std::vector<float> part(2, 0.0f);
+  alone.all_to_all_v(send.data(), two, part.data(), two, DType::f32);
+  EXPECT_EQ(part, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_THROW(alone.all_to_all_v(send.data(), two, part.data(), three, DType::f32), Error);
+  const std::vector<std::size_t> wrong_length{1, 1};
+  EXPECT_THROW(alone.all_to_all_v(send.data(), wrong_length, part.data(), wrong_length, DType::f32), Error);
+  EXPECT_EQ(alone.counters().bytes_sent, 0.0);
 }

@@ -211,6 +211,12 @@ void ProtectedMemoryBackend::add_rows_backward(Stream s, CRef dx, float* table_g
   cpu_.add_rows_backward(s, dx, table_gradient, rows, cols, map);
 }
 
+void ProtectedMemoryBackend::gather_sum_rows(Stream s, Ref out, CRef source, int source_rows, const std::int32_t* index,
+                                             const float* scale, int rows, int k, int cols, bool accumulate) {
+  const Unprotected open(*this);
+  cpu_.gather_sum_rows(s, out, source, source_rows, index, scale, rows, k, cols, accumulate);
+}
+
 void ProtectedMemoryBackend::rows_to_heads(Stream s, CRef source, std::int64_t source_ld, Ref heads, int sequences, int seq, int head_count, int head_dim) {
   const Unprotected open(*this);
   cpu_.rows_to_heads(s, source, source_ld, heads, sequences, seq, head_count, head_dim);

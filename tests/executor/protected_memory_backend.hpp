@@ -60,6 +60,8 @@ class ProtectedMemoryBackend final : public Backend {
   void bias_gradient(Stream s, CRef dy, float* bias_gradient, int rows, int cols) override;
   void add_rows(Stream s, Ref x, CRef table, int rows, int cols, RowMap map) override;
   void add_rows_backward(Stream s, CRef dx, float* table_gradient, int rows, int cols, RowMap map) override;
+  void gather_sum_rows(Stream s, Ref out, CRef source, int source_rows, const std::int32_t* index, const float* scale,
+                       int rows, int k, int cols, bool accumulate) override;
   void rows_to_heads(Stream s, CRef source, std::int64_t source_ld, Ref heads, int sequences, int seq, int head_count, int head_dim) override;
   void heads_to_rows(Stream s, CRef heads, Ref destination, std::int64_t destination_ld, int sequences, int seq, int head_count, int head_dim) override;
   void gemm(Stream s, const Gemm& g) override;

@@ -72,6 +72,7 @@ TEST(Torchtitan, Llama3EightBPresetReadsAsFsdpOverSixtyFourGpus) {
   expected.train = TrainSpec{.global_batch = 64,
                              .seq_len = 8192,
                              .precision = Precision::bf16,
+                             .gradient_precision = std::nullopt,
                              .optimizer = Optimizer::adamw,
                              .kernels = Kernels::fused};
   expected.parallel = ParallelConfig{.dp = 64, .zero = 3, .recompute = Recompute::selective, .micro_batch = 1};
@@ -94,6 +95,7 @@ TEST(Torchtitan, Llama3SeventyBPresetReadsAsTensorParallelWithFsdp) {
   expected.train = TrainSpec{.global_batch = 64,
                              .seq_len = 8192,
                              .precision = Precision::bf16,
+                             .gradient_precision = std::nullopt,
                              .optimizer = Optimizer::adamw,
                              .kernels = Kernels::fused};
   expected.parallel = ParallelConfig{

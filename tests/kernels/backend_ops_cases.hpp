@@ -21,6 +21,7 @@ void run_add_bias(OpRun& r);
 void run_bias_gradient(OpRun& r);
 void run_add_rows(OpRun& r);
 void run_add_rows_backward(OpRun& r);
+void run_gather_sum_rows(OpRun& r);
 void run_rows_to_heads(OpRun& r);
 void run_heads_to_rows(OpRun& r);
 void run_gelu_forward(OpRun& r);

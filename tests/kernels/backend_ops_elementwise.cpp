@@ -79,6 +79,21 @@ void run_add_rows_backward(OpRun& r) {
   r.backend().add_rows_backward(r.stream(), dx, table_gradient, kRows, kCols, map);
 }
 
+// Five source rows; each of the kRows output rows sums three of them (index -1 among
+// the draws adds nothing), scaled, onto its old value; then the plain gather (k = 1, no
+// scale, no accumulation; rows may repeat) into a poisoned output.
+void run_gather_sum_rows(OpRun& r) {
+  constexpr int kSourceRows = 5, kChoices = 3;
+  const CRef source = r.in(std::int64_t(kSourceRows) * kCols);
+  const std::int32_t* index = r.tokens(kRows * kChoices, -1, kSourceRows);
+  const float* scale = r.in_f32(kRows * kChoices);
+  const Ref summed = r.inout("summed", std::int64_t(kRows) * kCols);
+  r.backend().gather_sum_rows(r.stream(), summed, source, kSourceRows, index, scale, kRows, kChoices, kCols, true);
+  const std::int32_t* rows = r.tokens(kRows, 0, kSourceRows);
+  const Ref gathered = r.out("gathered", std::int64_t(kRows) * kCols);
+  r.backend().gather_sum_rows(r.stream(), gathered, source, kSourceRows, rows, nullptr, kRows, 1, kCols, false);
+}
+
 namespace {
 constexpr int kSequences = 2, kSeq = 5, kHeads = 3, kHeadDim = 7;
 constexpr std::int64_t kRowsLd = kHeads * kHeadDim + 4;  // a fused QKV row is wider than one part

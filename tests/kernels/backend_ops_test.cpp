@@ -54,6 +54,7 @@ const OpCase kOps[] = {
     {"bias_gradient", kF32, kBf16, run_bias_gradient},
     {"add_rows", kF32, kBf16, run_add_rows},
     {"add_rows_backward", kF32, kBf16, run_add_rows_backward},
+    {"gather_sum_rows", kF32, kBf16, run_gather_sum_rows},
     {"rows_to_heads", 0.0, kBf16, run_rows_to_heads},
     {"heads_to_rows", 0.0, kBf16, run_heads_to_rows},
     // matrix products

@@ -95,6 +95,7 @@ class FakeTimedBackend final : public Backend {
   void bias_gradient(Stream, CRef, float*, int, int) override {}
   void add_rows(Stream, Ref, CRef, int, int, RowMap) override {}
   void add_rows_backward(Stream, CRef, float*, int, int, RowMap) override {}
+  void gather_sum_rows(Stream, Ref, CRef, int, const std::int32_t*, const float*, int, int, int, bool) override {}
   void rows_to_heads(Stream, CRef, std::int64_t, Ref, int, int, int, int) override {}
   void heads_to_rows(Stream, CRef, Ref, std::int64_t, int, int, int, int) override {}
   void gemm_batched(Stream, const BatchedGemm&) override {}

@@ -91,7 +91,14 @@ void HostStagedCommunicator::stage_out(const Staging& staging, void* device, std
   device_.synchronize(Stream::compute);  // the staging memory is released next
 }
 
-void HostStagedCommunicator::sync_counters() { counters_ = host_->counters(); }
+// Adds what the host communicator counted since the last call, so that reset_counters()
+// on this communicator starts from zero like on every other one.
+void HostStagedCommunicator::sync_counters() {
+  const CommCounters& host = host_->counters();
+  counters_.bytes_sent += host.bytes_sent - host_seen_.bytes_sent;
+  counters_.messages += host.messages - host_seen_.messages;
+  host_seen_ = host;
+}
 
 namespace {
 std::size_t bytes_of(std::size_t count, DType type) { return count * kernels::element_bytes(type); }
@@ -168,6 +175,18 @@ void HostStagedCommunicator::do_recv(void* data, std::size_t count, DType type, 
   Staging staging(*this, bytes);
   host_->recv(staging.data(), count, type, peer, tag);
   stage_out(staging, data, bytes);
+}
+
+void HostStagedCommunicator::do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                                             std::span<const std::size_t> recv_counts, DType type) {
+  std::size_t send_count = 0, recv_count = 0;
+  for (std::size_t c : send_counts) send_count += c;
+  for (std::size_t c : recv_counts) recv_count += c;
+  auto in = stage_in(send, bytes_of(send_count, type));
+  Staging out(*this, bytes_of(recv_count, type));
+  host_->all_to_all_v(in->data(), send_counts, out.data(), recv_counts, type);
+  if (recv_count > 0) stage_out(out, recv, bytes_of(recv_count, type));
+  sync_counters();
 }
 
 }  // namespace tessel::executor

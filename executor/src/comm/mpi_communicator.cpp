@@ -138,6 +138,20 @@ class MpiCommunicator final : public Communicator {
   void do_recv(void* data, std::size_t n, DType type, int peer, int tag) override {
     TESSEL_MPI_CHECK(MPI_Recv(data, int(n), mpi_type(type), peer, tag, comm_, MPI_STATUS_IGNORE));
   }
+  // MPI_Alltoallv with displacements from the counts (blocks back to back in rank order).
+  void do_all_to_all_v(const void* send_, std::span<const std::size_t> send_counts, void* recv_,
+                       std::span<const std::size_t> recv_counts, DType type) override {
+    const auto ranks = static_cast<std::size_t>(size_);
+    std::vector<int> send_n(ranks), send_at(ranks), recv_n(ranks), recv_at(ranks);
+    int send_total = 0, recv_total = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      send_n[r] = int(send_counts[r]), send_at[r] = send_total, send_total += send_n[r];
+      recv_n[r] = int(recv_counts[r]), recv_at[r] = recv_total, recv_total += recv_n[r];
+    }
+    TESSEL_MPI_CHECK(MPI_Alltoallv(send_, send_n.data(), send_at.data(), mpi_type(type), recv_, recv_n.data(),
+                                   recv_at.data(), mpi_type(type), comm_));
+    count_all_to_all(send_counts, type);
+  }
 
  private:
   static double bytes(std::size_t n, DType type) { return double(n) * double(kernels::element_bytes(type)); }

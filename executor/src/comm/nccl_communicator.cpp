@@ -125,6 +125,30 @@ class NcclCommunicator final : public Communicator {
     TESSEL_NCCL_CHECK(ncclGroupEnd());
     results_visible();
   }
+  // NCCL has no all-to-all primitive: one group of a send and a receive per peer (this
+  // rank included), which NCCL runs as one operation, so no pairing order can deadlock.
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                       std::span<const std::size_t> recv_counts, DType type) override {
+    inputs_ready();
+    const std::size_t element = kernels::element_bytes(type);
+    std::size_t send_at = 0, recv_at = 0;
+    TESSEL_NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size(); ++peer) {
+      const std::size_t out = send_counts[std::size_t(peer)], in = recv_counts[std::size_t(peer)];
+      if (out > 0) {
+        TESSEL_NCCL_CHECK(ncclSend(static_cast<const char*>(send) + send_at * element, out, nccl_type(type), peer,
+                                   comm_, native()));
+      }
+      if (in > 0) {
+        TESSEL_NCCL_CHECK(
+            ncclRecv(static_cast<char*>(recv) + recv_at * element, in, nccl_type(type), peer, comm_, native()));
+      }
+      send_at += out, recv_at += in;
+    }
+    TESSEL_NCCL_CHECK(ncclGroupEnd());
+    count_all_to_all(send_counts, type);
+    results_visible();
+  }
 
  private:
   struct HeldSend {

@@ -179,6 +179,24 @@ void CpuBackend::add_rows_backward(Stream, CRef dx, float* table_gradient, int r
   }
 }
 
+void CpuBackend::gather_sum_rows(Stream, Ref out, CRef source, int source_rows, const std::int32_t* index,
+                                 const float* scale, int rows, int k, int cols, bool accumulate) {
+  FloatIn from(source, std::int64_t(source_rows) * cols);
+  FloatOut to(out, std::int64_t(rows) * cols, accumulate);
+  for (int r = 0; r < rows; ++r) {
+    float* row = to.get() + std::size_t(r) * std::size_t(cols);
+    if (!accumulate) std::fill(row, row + cols, 0.0f);
+    for (int j = 0; j < k; ++j) {
+      const std::int64_t at = std::int64_t(r) * k + j;
+      if (index[at] < 0) continue;
+      TESSEL_ASSERT(index[at] < source_rows, "gather_sum_rows: an index beyond the source rows");
+      const float factor = scale ? scale[at] : 1.0f;
+      const float* src = from.get() + std::size_t(index[at]) * std::size_t(cols);
+      for (int c = 0; c < cols; ++c) row[c] = row[c] + factor * src[c];
+    }
+  }
+}
+
 void CpuBackend::rows_to_heads(Stream, CRef source, std::int64_t source_ld, Ref heads, int sequences, int seq,
                                int head_count, int head_dim) {
   TESSEL_ASSERT(source.type == heads.type, "rows_to_heads keeps the element type");

@@ -140,6 +140,8 @@ class CpuBackend final : public Backend {
   void bias_gradient(Stream, CRef dy, float* bias_gradient, int rows, int cols) override;
   void add_rows(Stream, Ref x, CRef table, int rows, int cols, RowMap map) override;
   void add_rows_backward(Stream, CRef dx, float* table_gradient, int rows, int cols, RowMap map) override;
+  void gather_sum_rows(Stream s, Ref out, CRef source, int source_rows, const std::int32_t* index, const float* scale,
+                       int rows, int k, int cols, bool accumulate) override;
   void rows_to_heads(Stream, CRef source, std::int64_t source_ld, Ref heads, int sequences, int seq, int head_count,
                      int head_dim) override;
   void heads_to_rows(Stream, CRef heads, Ref destination, std::int64_t destination_ld, int sequences, int seq,

@@ -121,6 +121,24 @@ __global__ void add_rows_kernel(T* x, AnyIn table, std::int64_t n, int cols, Row
   }
 }
 
+// One thread per output element: its k terms added in j order, from 0 or from out.
+template <typename T>
+__global__ void gather_sum_rows_kernel(T* out, AnyIn source, const std::int32_t* index, const float* scale,
+                                       std::int64_t n, int k, int cols, bool accumulate) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+    const std::int64_t r = i / cols, c = i % cols;
+    float total = accumulate ? load(out, i) : 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const std::int64_t at = r * k + j;
+      const std::int32_t from = index[at];
+      if (from < 0) continue;
+      const float factor = scale ? scale[at] : 1.0f;
+      total = total + factor * source[std::int64_t(from) * cols + c];
+    }
+    store(out, i, total);
+  }
+}
+
 // One thread per (table row, column): the rows of x that map to one table row are
 // r0, r0 + period, ... and are added in that order (the CPU's order), with no atomics.
 __global__ void add_rows_backward_kernel(AnyIn dx, float* table_gradient, int rows, int cols, int classes,
@@ -321,6 +339,18 @@ void CudaBackend::add_bias(Stream s, Ref y, CRef bias, int rows, int cols) {
   with_float_type(y.type, "add_bias", [&](auto tag) {
     using T = decltype(tag);
     launch_elements(native(s), n, "add_bias", add_bias_kernel<T>, static_cast<T*>(y.data), AnyIn(bias), n, cols);
+  });
+}
+
+void CudaBackend::gather_sum_rows(Stream s, Ref out, CRef source, int source_rows, const std::int32_t* index,
+                                  const float* scale, int rows, int k, int cols, bool accumulate) {
+  require_float_type(source.type, "gather_sum_rows");
+  (void)source_rows;  // the CPU reference checks the indices; a kernel cannot throw
+  const std::int64_t n = std::int64_t(rows) * cols;
+  with_float_type(out.type, "gather_sum_rows", [&](auto tag) {
+    using T = decltype(tag);
+    launch_elements(native(s), n, "gather_sum_rows", gather_sum_rows_kernel<T>, static_cast<T*>(out.data),
+                    AnyIn(source), index, scale, n, k, cols, accumulate);
   });
 }
 

@@ -50,6 +50,29 @@ inline constexpr std::string_view mlp_tp_reduce_scatter = "mlp.tp_reduce_scatter
 inline constexpr std::string_view mlp_tp_all_reduce = "mlp.tp_all_reduce";
 inline constexpr std::string_view mlp_residual = "mlp.residual";
 
+// ---- a Mixture-of-Experts MLP (blocks where MoeSpec::is_moe_layer) ----
+// It replaces mlp.fc1 / mlp.act / mlp.fc2 of a dense block; the block's other ops
+// (mlp.norm, the 1D tensor-parallel gather/reduce around the half, mlp.residual) stay.
+// Forward order inside the MLP half of an MoE block:
+//   mlp.norm, [mlp.tp_all_gather], moe.router, moe.dispatch, moe.expert_fc1,
+//   moe.expert_act, moe.expert_fc2, moe.combine, [moe.shared_fc1, moe.shared_act,
+//   moe.shared_fc2], [mlp.tp_reduce_scatter | mlp.tp_all_reduce], mlp.residual
+// The backward runs them in reverse order under the same names. moe.router is the
+// router GEMM (tokens x hidden -> experts) with its softmax, top-k and auxiliary loss;
+// moe.dispatch and moe.combine are all-to-alls over the expert-parallel group (the token
+// permutation into expert order belongs to them); the expert GEMMs run over every local
+// expert's tokens; the shared experts (MoeSpec::shared_experts > 0) are one dense MLP of
+// width shared_experts * expert_ffn_hidden that every token passes.
+inline constexpr std::string_view moe_router = "moe.router";
+inline constexpr std::string_view moe_dispatch = "moe.dispatch";
+inline constexpr std::string_view moe_expert_fc1 = "moe.expert_fc1";
+inline constexpr std::string_view moe_expert_act = "moe.expert_act";
+inline constexpr std::string_view moe_expert_fc2 = "moe.expert_fc2";
+inline constexpr std::string_view moe_combine = "moe.combine";
+inline constexpr std::string_view moe_shared_fc1 = "moe.shared_fc1";
+inline constexpr std::string_view moe_shared_act = "moe.shared_act";
+inline constexpr std::string_view moe_shared_fc2 = "moe.shared_fc2";
+
 // ---- the LM head and the loss ----
 inline constexpr std::string_view head_norm_all_reduce = "head.norm_all_reduce";
 inline constexpr std::string_view head_tp_all_gather = "head.tp_all_gather";

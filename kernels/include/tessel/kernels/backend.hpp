@@ -189,6 +189,14 @@ class Backend {
   // x[r] += table[map(r)], and its backward table_gradient[map(r)] += dx[r].
   virtual void add_rows(Stream s, Ref x, CRef table, int rows, int cols, RowMap map) = 0;
   virtual void add_rows_backward(Stream s, CRef dx, float* table_gradient, int rows, int cols, RowMap map) = 0;
+  // Rows gathered and summed (Mixture-of-Experts dispatch and combine): for r < rows,
+  // out[r] = (accumulate ? out[r] : 0) + the sum over j < k, in j order, of
+  // scale[r k + j] x source[index[r k + j]]; index -1 adds nothing, a null scale is 1.
+  // source has source_rows rows of cols; index (int32) and scale (fp32) are in backend
+  // memory. k = 1 without scale is a row gather. Each output row is one thread's sum: no
+  // atomics, the same bits on every run.
+  virtual void gather_sum_rows(Stream s, Ref out, CRef source, int source_rows, const std::int32_t* index,
+                               const float* scale, int rows, int k, int cols, bool accumulate) = 0;
   // [sequences x seq] rows of `source` (row stride source_ld, heads side by side, d each)
   // to [sequences x heads x seq x d], and back.
   virtual void rows_to_heads(Stream s, CRef source, std::int64_t source_ld, Ref heads, int sequences, int seq,

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "tessel/core/collective.hpp"
 #include "tessel/executor/buffer.hpp"
@@ -89,6 +90,17 @@ class Communicator {
   }
   void recv(void* data, std::size_t count, DType type, int peer, int tag) { do_recv(data, count, type, peer, tag); }
 
+  // All-to-all (MoE dispatch and combine): `send` holds size() blocks of count_per_rank
+  // elements, block r for rank r; `recv` gets rank r's block at r x count_per_rank.
+  void all_to_all(const void* send, void* recv, std::size_t count_per_rank, DType type);
+  // Variable sizes: `send` holds send_counts[r] elements for rank r, blocks back to back
+  // in rank order; `recv` gets recv_counts[r] elements from rank r, in rank order. Both
+  // lists have size() entries and agree across ranks (send_counts[r] on rank q equals
+  // recv_counts[q] on rank r): exchange them first with the equal form when unknown.
+  // No arithmetic happens, so the result is the same bits on every implementation.
+  void all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                    std::span<const std::size_t> recv_counts, DType type);
+
   // fp32 host or backend memory, for scalars and tests.
   void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::sum) {
     all_reduce(data, count, DType::f32, op);
@@ -111,11 +123,17 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> do_send_async(const void* data, std::size_t count, DType type, int peer,
                                                      int tag) = 0;
   virtual void do_recv(void* data, std::size_t count, DType type, int peer, int tag) = 0;
+  // Counts are checked (size() entries each) before this is called.
+  virtual void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                               std::span<const std::size_t> recv_counts, DType type) = 0;
 
   // Counted with the planner's and the simulator's formulas (profiles/collectives.hpp):
   // bytes sent = the call's nccl-tests size x bus factor, messages = the algorithm's
   // latency steps (rings for the collectives, trees for broadcast and reduce).
   void count(Collective collective, double size_bytes, CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring);
+  // An all-to-all sends what leaves this rank (the blocks for the other ranks): for equal
+  // blocks that is the planner's size x (n-1)/n; messages are the n-1 pairwise steps.
+  void count_all_to_all(std::span<const std::size_t> send_counts, DType type);
 
   CommCounters counters_;
 

@@ -34,6 +34,8 @@ class HostStagedCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> do_send_async(const void* data, std::size_t count, DType type, int peer,
                                              int tag) override;
   void do_recv(void* data, std::size_t count, DType type, int peer, int tag) override;
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                       std::span<const std::size_t> recv_counts, DType type) override;
 
  private:
   class Staging;  // pinned host memory of the device backend, from the pool below
@@ -50,6 +52,7 @@ class HostStagedCommunicator final : public Communicator {
   std::unique_ptr<Communicator> host_;
   kernels::Backend& device_;
   std::vector<PinnedBlock> free_blocks_;  // released by finished calls, reused by the next
+  CommCounters host_seen_;                 // host_'s counters at the last sync
 };
 
 }  // namespace tessel::executor

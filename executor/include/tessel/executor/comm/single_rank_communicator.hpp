@@ -35,6 +35,8 @@ class SingleRankCommunicator final : public Communicator {
   }
   std::unique_ptr<CommRequest> do_send_async(const void*, std::size_t, DType, int peer, int) override;
   void do_recv(void*, std::size_t, DType, int peer, int) override;
+  void do_all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                       std::span<const std::size_t> recv_counts, DType type) override;
 
  private:
   void copy(const void* from, void* to, std::size_t count, DType type) {

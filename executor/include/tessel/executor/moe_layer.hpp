@@ -1,0 +1,118 @@
+// A Mixture-of-Experts MLP as one unit, the part of an MoE block between its norm and its
+// residual: router GEMM, routing (moe_routing.hpp: softmax, top-k, gates, capacity,
+// auxiliary loss), dispatch, expert MLPs, combine, shared experts, and the backward of
+// all of it. Written apart from the dense block so that it is checked on its own
+// (finite differences, the dropping rule, expert parallelism equal to one process:
+// tests/executor/moe_test.cpp, moe_check.cpp) before a layout wires it in.
+//
+// Expert parallelism: the `ep` communicator is the expert-parallel group (ranks taken
+// from the data-parallel group); rank i holds experts [i E/ep, (i+1) E/ep) and routes its
+// own tokens. Dispatch sends each kept (token, expert) row to the rank of its expert with
+// the communicator's all-to-all (first the per-expert row counts, then the rows); the
+// experts run over every rank's rows, grouped by expert; combine sends the outputs back
+// the same way. The router and shared experts are replicated: their gradients sum over
+// the data-parallel group as dense weights do; the experts' gradients already hold every
+// ep rank's tokens and sum over the dp / ep replicas that hold the same experts only.
+// With ep 1 the same code runs over a one-rank communicator (the all-to-alls are copies).
+//
+// Shapes and conventions: activations, weights and gradients fp32 (a bf16 plan's MoE
+// layer computes in fp32 on the CPU); weights stored [in x out], no biases (Mixtral,
+// Qwen-MoE and Switch have none); gelu experts have fc1 [H x f], swiglu experts fc1
+// [H x 2f] with gate and up side by side, as the dense block. Row moves (gather, combine,
+// scatter) are the backend's gather_sum_rows, which sums a token's choices in choice
+// order, so sums run in the same order as on one process. Every op is timed as `id_prefix` + its Program op name
+// (moe.router, moe.dispatch, moe.expert_fc1, ...).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "tessel/executor/buffer.hpp"
+#include "tessel/executor/comm/communicator.hpp"
+#include "tessel/executor/moe_routing.hpp"
+#include "tessel/executor/op_timeline.hpp"
+
+namespace tessel::executor {
+
+struct MoeShape {
+  int hidden = 0;
+  int experts = 0, top_k = 0;
+  int expert_ffn = 0;       // f of one expert
+  int shared_ffn = 0;       // shared_experts x expert_ffn (0: none)
+  bool swiglu = false;      // else gelu
+  double capacity_factor = 0;
+  float aux_coefficient = 0.01f;
+};
+
+// What the backward needs from the forward of one call.
+struct MoeActivations {
+  MoeRouting routing;
+  std::vector<std::size_t> send_rows, recv_rows;  // rows to / from each ep rank
+  std::vector<int> block_rows;                    // [ep ranks x local experts] rows received
+  Buffer expert_in, expert_pre, expert_act;       // local experts' rows, grouped by expert
+  Buffer returned;                                // expert outputs back here, in expert order
+  Buffer shared_pre, shared_act;
+  // The routing in backend memory, for the row gathers: row_token, slot (int32), the
+  // assignments' gates and each row's gate (fp32).
+  Buffer row_token, slot, gate, row_gate;
+};
+
+class MoeLayer {
+ public:
+  MoeLayer(kernels::Backend& backend, MoeShape shape, Communicator& ep, OpTimeline& timeline);
+
+  const MoeShape& shape() const { return shape_; }
+  int local_experts() const { return shape_.experts / ep_.size(); }
+  int first_expert() const { return ep_.rank() * local_experts(); }
+  int fc1_width() const { return shape_.swiglu ? 2 * shape_.expert_ffn : shape_.expert_ffn; }
+  int shared_fc1_width() const { return shape_.swiglu ? 2 * shape_.shared_ffn : shape_.shared_ffn; }
+
+  // This rank's parameters, one fp32 array: router [H x E], shared fc1, shared fc2, then
+  // each local expert's fc1 and fc2.
+  std::size_t router_size() const { return std::size_t(shape_.hidden) * std::size_t(shape_.experts); }
+  std::size_t shared_size() const;
+  std::size_t expert_size() const;  // one expert's fc1 + fc2
+  std::size_t expert_offset(int local_expert) const {
+    return router_size() + shared_size() + std::size_t(local_expert) * expert_size();
+  }
+  std::size_t parameter_count() const { return expert_offset(local_experts()); }
+
+  // y [tokens x H] = MoE(x [tokens x H]); returns the auxiliary loss (already x coefficient).
+  double forward(const std::string& id_prefix, const float* params, const Buffer& x, int tokens, Buffer& y,
+                 MoeActivations& a);
+  // dx = d(loss)/dx (overwritten); grads += d(loss)/d(params). The auxiliary loss enters
+  // the loss multiplied by aux_loss_scale (the caller's loss scale, e.g. 1 / micro-batches).
+  void backward(const std::string& id_prefix, const float* params, float* grads, const Buffer& x,
+                MoeActivations& a, const Buffer& dy, Buffer& dx, float aux_loss_scale);
+
+ private:
+  // The routing's row maps and gates into backend memory (MoeActivations).
+  void upload_routing(MoeActivations& a);
+  // The per-(rank, local expert) row counts, exchanged once per forward.
+  void exchange_counts(MoeActivations& a);
+  // Rows in this rank's expert order -> the local experts' rows (grouped by expert, then
+  // by source rank), and back.
+  void move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows);
+  void move_to_tokens(const Buffer& expert_rows, const MoeActivations& a, Buffer& token_rows);
+  void reorder_blocks(const Buffer& from, Buffer& to, const MoeActivations& a, bool rank_major_to_expert_major);
+  void experts_forward(const std::string& id_prefix, const float* params, MoeActivations& a, Buffer& out);
+  void experts_backward(const std::string& id_prefix, const float* params, float* grads, MoeActivations& a,
+                        const Buffer& dout, Buffer& din);
+  // out [rows x out_width] = in W (+ beta out); W stored [in_width x out_width].
+  void linear(CRef in, const float* weight, int rows, int in_width, int out_width, Ref out, float beta);
+  // din = dout W^T (+ beta din); dW += in^T dout.
+  void linear_backward(CRef in, const float* weight, float* weight_grad, CRef dout, int rows, int in_width,
+                       int out_width, Ref din, float beta);
+  void activation_forward(CRef pre, Ref act, int rows, int ffn);
+  void activation_backward(CRef pre, CRef dact, Ref dpre, int rows, int ffn);
+
+  kernels::Backend& backend_;
+  MoeShape shape_;
+  Communicator& ep_;
+  OpTimeline& timeline_;
+  // Work buffers, kept across calls.
+  Buffer pack_, unpack_, token_rows_, expert_out_, expert_grad_, dact_, dpre_, delta_, logits_, counts_;
+};
+
+}  // namespace tessel::executor
