@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_plan fuzz_model fuzz_cluster fuzz_hf_config fuzz_checkpoint fuzz_profile_import)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_plan fuzz_model fuzz_cluster fuzz_hf_config fuzz_checkpoint fuzz_profile_import fuzz_launch_config)
 command -v clang++ >/dev/null || { echo "fuzz: no clang++ (scripts/packages.txt lists clang; run scripts/install-deps.sh as root)" >&2; exit 2; }
 
 launcher=()
@@ -43,6 +43,7 @@ seeds_of() {  # the seed files of one target
     fuzz_hf_config) ls tests/fuzz/seeds/hf_config/*.json ;;
     fuzz_checkpoint) ls tests/fuzz/seeds/checkpoint/*.json ;;
     fuzz_profile_import) ls profiles/data/*.json ;;
+    fuzz_launch_config) ls tests/fuzz/seeds/launch_config/* ;;
   esac
 }
 findings="$build_dir/findings"

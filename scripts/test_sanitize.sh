@@ -13,7 +13,8 @@ cd "$root"
 build_dir=build-sanitize
 [ "${1:-}" = "--build-dir" ] && build_dir=$2
 scripts/install-deps.sh
-suites=(core_test profiles_test planner_test simulator_test kernels_test executor_test gpu_profiler_test)
+suites=(core_test profiles_test planner_test simulator_test kernels_test executor_test gpu_profiler_test interop_test
+        token_data_test)
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"

@@ -311,6 +311,8 @@ bool looks_cost_relevant(const std::string& key) {
   return false;
 }
 
+constexpr std::size_t kMaxNestedKeys = 100000;
+
 void sort_leftovers(NemoReader& r, const YAML::Node& config, const ImportContext& context, ImportedRun& run) {
   for (const auto& section : config) {
     const std::string name = section.first.as<std::string>();
@@ -321,9 +323,17 @@ void sort_leftovers(NemoReader& r, const YAML::Node& config, const ImportContext
     std::vector<std::pair<std::string, YAML::Node>> keys;
     for (const auto& entry : section.second) keys.emplace_back(name + "." + entry.first.as<std::string>(), entry.second);
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      const auto& [key, value] = keys[i];
+      // Copies: the nested keys below grow `keys`, which moves its elements.
+      const std::string key = keys[i].first;
+      const YAML::Node value = keys[i].second;
       if (r.used().count(key) > 0) continue;
       if (value.IsMap()) {
+        // Aliases can nest a map in itself many times over (a "billion laughs" file):
+        // a recipe has a few hundred keys, so a bound far above that is no limit to one.
+        if (keys.size() + value.size() > kMaxNestedKeys) {
+          refuse(context, fmt::format("{}: more than {} nested keys (aliases expanding into each other?)", key,
+                                      kMaxNestedKeys));
+        }
         for (const auto& entry : value) keys.emplace_back(key + "." + entry.first.as<std::string>(), entry.second);
         continue;
       }

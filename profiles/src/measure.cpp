@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "tessel/core/input_limits.hpp"
+
 namespace tessel::profiles {
 
 Measurement summarize(std::vector<double> seconds) {
@@ -12,7 +14,7 @@ Measurement summarize(std::vector<double> seconds) {
   const std::size_t n = seconds.size();
   m.median_s = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
   const double p10 = seconds[std::size_t(0.1 * double(n - 1))], p90 = seconds[std::size_t(0.9 * double(n - 1))];
-  m.spread = m.median_s > 0 ? (p90 - p10) / m.median_s : 0;
+  m.spread = m.median_s > 0 ? std::min((p90 - p10) / m.median_s, limits::kMaxSampleSpread) : 0;
   m.repetitions = int(n);
   return m;
 }

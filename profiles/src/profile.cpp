@@ -58,7 +58,7 @@ namespace {
 // where and when measured); one reader and one writer keep the two formats in step.
 template <typename Sample>
 void read_provenance(JsonFields& f, Sample& s) {
-  s.spread = f.number_in_range_or("spread", 0, 100, 0);
+  s.spread = f.number_in_range_or("spread", 0, limits::kMaxSampleSpread, 0);
   s.flagged = f.boolean_or("flagged", false);
   if (const Json* source = f.get("source")) s.source = parse_name<SampleSource>(kSourceNames, *source, f.field_path("source"));
   s.host = f.string_or("host", "");

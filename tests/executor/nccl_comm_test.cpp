@@ -21,7 +21,9 @@ TEST(CommNccl, RefusedOnTheCpuBackendOrWithoutNccl) {
     // Without NCCL the message says so; with it, the CUDA backend's accessors refuse the
     // CPU backend in their own words (one line).
     const std::string message = error.what();
-    if (!nccl_built()) EXPECT_NE(message.find("no NCCL"), std::string::npos) << message;
+    if (!nccl_built()) {
+      EXPECT_NE(message.find("no NCCL"), std::string::npos) << message;
+    }
     EXPECT_FALSE(message.empty());
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }

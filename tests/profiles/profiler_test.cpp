@@ -6,7 +6,9 @@
 #include <map>
 
 #include "tessel/profiles/cpu_profiler.hpp"
+#include "tessel/core/input_limits.hpp"
 #include "tessel/profiles/measure.hpp"
+#include "tessel/profiles/profile.hpp"
 
 using namespace tessel::profiles;
 
@@ -23,6 +25,24 @@ TEST(Measure, MedianAndSpreadOfKnownTimes) {
   EXPECT_DOUBLE_EQ(m.median_s, 2.0);
   EXPECT_DOUBLE_EQ(m.spread, (3.0 - 2.0) / 2.0);  // p90 - p10 over the median: the outlier does not count
   EXPECT_EQ(m.repetitions, 11);
+}
+
+// Under heavy oversubscription the slow tail can be hundreds of medians; the spread is
+// clamped to what a profile file may hold, so the sample still round-trips (it is flagged).
+TEST(Measure, SpreadOfAPathologicalTailIsClampedToWhatProfilesHold) {
+  std::vector<double> seconds(20, 1e-6);
+  for (int i = 0; i < 6; ++i) seconds[std::size_t(i)] = 1e-3;  // p90 is 1000 medians
+  const Measurement m = summarize(seconds);
+  EXPECT_DOUBLE_EQ(m.spread, tessel::limits::kMaxSampleSpread);
+  LinkSample sample;
+  sample.fabric = "local-cpu/intra";
+  sample.collective = tessel::Collective::all_reduce;
+  sample.ranks = 2;
+  sample.bytes = 1024;
+  sample.seconds = m.median_s;
+  sample.spread = m.spread;
+  sample.flagged = true;
+  EXPECT_EQ(link_sample_from_json(to_json(sample), "test").spread, tessel::limits::kMaxSampleSpread);
 }
 
 TEST(CpuProfiler, QuickProfileIsPlausible) {

@@ -37,6 +37,10 @@ inline constexpr double kMaxBytesPerS = 1e16;
 // Imported measurements: one kernel or collective timing, and one collective's size.
 inline constexpr double kMinMeasuredSeconds = 1e-9;
 inline constexpr double kMaxMeasuredSeconds = 3600;
+// A sample's spread, (p90 - p10) / median: beyond 100 it says only "noise" (the sample is
+// flagged long before, at 0.2), so measurements clamp to it and readers accept up to it.
+// Under heavy oversubscription an MPI collective's p90 can be hundreds of medians.
+inline constexpr double kMaxSampleSpread = 100;
 inline constexpr double kMaxMeasuredBytes = 1e15;
 inline constexpr std::int64_t kMaxKernelElements = std::int64_t(1) << 40;
 
