@@ -9,6 +9,7 @@
 //   mb{i}/V{v}/{fwd|bwd}/pp.{send|recv}         pipeline transfers at virtual stage v
 //   {L{l}|stage}/{dp|step}/{op}                 per-bucket gradient syncs and ZeRO gathers
 //   stage/embed/grad.all_reduce, step/{op}      once per step
+//   E{l}/{dp|step}/{op}                         an MoE block's expert weights (own bucket)
 #pragma once
 
 #include <array>
@@ -49,6 +50,29 @@ inline constexpr LinearOps mlp_fc2{"mlp.fc2",          "mlp.fc2.bcast_row",     
 inline constexpr std::string_view mlp_tp_reduce_scatter = "mlp.tp_reduce_scatter";
 inline constexpr std::string_view mlp_tp_all_reduce = "mlp.tp_all_reduce";
 inline constexpr std::string_view mlp_residual = "mlp.residual";
+
+// ---- a Mixture-of-Experts MLP (blocks where MoeSpec::is_moe_layer) ----
+// It replaces mlp.fc1 / mlp.act / mlp.fc2 of a dense block; the block's other ops
+// (mlp.norm, the 1D tensor-parallel gather/reduce around the half, mlp.residual) stay.
+// Forward order inside the MLP half of an MoE block:
+//   mlp.norm, [mlp.tp_all_gather], moe.router, moe.dispatch, moe.expert_fc1,
+//   moe.expert_act, moe.expert_fc2, moe.combine, [moe.shared_fc1, moe.shared_act,
+//   moe.shared_fc2], [mlp.tp_reduce_scatter | mlp.tp_all_reduce], mlp.residual
+// The backward runs them in reverse order under the same names. moe.router is the
+// router GEMM (tokens x hidden -> experts) with its softmax, top-k and auxiliary loss;
+// moe.dispatch and moe.combine are all-to-alls over the expert-parallel group (the token
+// permutation into expert order belongs to them); the expert GEMMs run over every local
+// expert's tokens; the shared experts (MoeSpec::shared_experts > 0) are one dense MLP of
+// width shared_experts * expert_ffn_hidden that every token passes.
+inline constexpr std::string_view moe_router = "moe.router";
+inline constexpr std::string_view moe_dispatch = "moe.dispatch";
+inline constexpr std::string_view moe_expert_fc1 = "moe.expert_fc1";
+inline constexpr std::string_view moe_expert_act = "moe.expert_act";
+inline constexpr std::string_view moe_expert_fc2 = "moe.expert_fc2";
+inline constexpr std::string_view moe_combine = "moe.combine";
+inline constexpr std::string_view moe_shared_fc1 = "moe.shared_fc1";
+inline constexpr std::string_view moe_shared_act = "moe.shared_act";
+inline constexpr std::string_view moe_shared_fc2 = "moe.shared_fc2";
 
 // ---- the LM head and the loss ----
 inline constexpr std::string_view head_norm_all_reduce = "head.norm_all_reduce";
@@ -102,6 +126,11 @@ std::string transfer_op_id(int micro_batch, int virtual_stage, Phase phase, std:
 std::string bucket_sync_id(std::string_view bucket, std::string_view op);
 std::string bucket_gather_id(std::string_view bucket);
 std::string layer_bucket_name(int layer);  // "L12"
+// The expert weights of MoE block `layer` ("E12"): one bucket of their own, synced over
+// the expert-data-parallel group (the gradient group's ranks that hold the same experts,
+// gradient_group / ep of them): E12/dp/grad.all_reduce, E12/step/zero.all_gather,
+// mb3/E12/{fwd|bwd}/zero.{all_gather|reduce_scatter} under ZeRO-3.
+std::string expert_bucket_name(int layer);
 inline constexpr std::string_view kStageBucket = "stage";
 inline constexpr std::string_view kTiedEmbeddingSync = "stage/embed/grad.all_reduce";
 std::string step_op_id(std::string_view op);  // step/optimizer
