@@ -64,6 +64,10 @@ std::string layer_bucket_name(int layer) { return fmt::format("L{}", layer); }
 
 std::string expert_bucket_name(int layer) { return fmt::format("E{}", layer); }
 
+std::string expert_op_id(int micro_batch, int layer, Phase phase, std::string_view op) {
+  return fmt::format("mb{}/E{}/{}/{}", micro_batch, layer, to_string(phase), op);
+}
+
 std::string step_op_id(std::string_view op) { return fmt::format("step/{}", op); }
 
 }  // namespace tessel::ops

@@ -131,6 +131,7 @@ std::string layer_bucket_name(int layer);  // "L12"
 // gradient_group / ep of them): E12/dp/grad.all_reduce, E12/step/zero.all_gather,
 // mb3/E12/{fwd|bwd}/zero.{all_gather|reduce_scatter} under ZeRO-3.
 std::string expert_bucket_name(int layer);
+std::string expert_op_id(int micro_batch, int layer, Phase phase, std::string_view op);  // mb3/E12/fwd/zero.all_gather
 inline constexpr std::string_view kStageBucket = "stage";
 inline constexpr std::string_view kTiedEmbeddingSync = "stage/embed/grad.all_reduce";
 std::string step_op_id(std::string_view op);  // step/optimizer

@@ -49,6 +49,10 @@ struct LayoutCost {
   double stage_parameters = 0;       // parameters held by one rank before ZeRO
   double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
   double layers_on_stage = 0;
+  // MoE blocks on the busiest stage, and per such block the parameters every
+  // data-parallel rank holds and the routed experts' (synced and sharded over the
+  // gradient group / ep ranks that hold the same experts).
+  double moe_layers_on_stage = 0, moe_layer_parameters = 0, expert_parameters = 0;
   // 2.5D: gradient elements all-reduced over the depth once per step, per layer bucket
   // and for the stage's other weights.
   double depth_sync_layer_elements = 0, depth_sync_rest_elements = 0;
@@ -103,7 +107,8 @@ class CostModel {
   double forward_gemm_flops_per_token() const { return forward_gemm_flops_per_token_; }
   double forward_attention_flops_per_token() const { return forward_attention_flops_per_token_; }
   // Activation bytes one rank stores per layer for one micro-batch (Korthikanti).
-  double activation_bytes_per_layer(const ParallelConfig& parallel) const;
+  // `moe_block`: an MoE block's (model.moe), with its dispatched tokens.
+  double activation_bytes_per_layer(const ParallelConfig& parallel, bool moe_block = false) const;
   // Bytes per parameter for weights, gradients and optimizer states.
   double parameter_bytes() const { return param_bytes_; }
   double gradient_bytes() const { return grad_bytes_; }
@@ -116,7 +121,9 @@ class CostModel {
   struct Prices;
   Groups group_placements(const ParallelConfig& parallel) const;
   Prices price(const std::vector<BlockOp>& ops, const Groups& groups) const;
-  void add_block_times(const ParallelConfig& parallel, const Prices& block, LayoutCost& c) const;
+  void add_block_times(const ParallelConfig& parallel, const Prices& block, const Prices& moe_block,
+                       double moe_layers, LayoutCost& c) const;
+  double moe_layers_on_busiest_stage(const ParallelConfig& parallel) const;
   void add_head_times(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
                       LayoutCost& c) const;
   void add_stage_states(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
