@@ -124,8 +124,7 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
       std::max(0.0, c.stage_parameters - layer_buckets * c.layer_parameters - moe_buckets * c.moe_layer_parameters);
   const double expert_group_ranks = expert_group_of(p);
   // Expert-data-parallel ranks: every ep-th dp coordinate (with sp, the ranks of each).
-  const GroupPlacement expert_group = place_group(
-      int(expert_group_ranks), p.sp > 1 ? layout.stride(Axis::sp) : layout.stride(Axis::dp) * p.ep, gpus_per_node_);
+  const GroupPlacement expert_group{int(expert_group_ranks), std::max(1, c.expert_group_ranks_per_node)};
   auto layer_calls = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket) {
     tally.add(op, gradient_group, c.layer_parameters * bytes_per_param, layer_buckets * count_per_bucket);
     if (moe_buckets > 0) {

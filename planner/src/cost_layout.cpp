@@ -223,6 +223,12 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   const Groups groups = group_placements(p);
   const BlockOpTable table = block_op_table(model_, seq_, p, element_bytes_, train_.kernels);
   c.moe_layers_on_stage = moe_layers_on_busiest_stage(p);
+  if (c.moe_layers_on_stage > 0) {
+    // The expert_dp group is no uniform stride with sp > 1: count its members on a node.
+    const std::vector<int> members = RankLayout(p).members(0, CommGroup::expert_dp);
+    c.expert_group_ranks_per_node =
+        int(std::count_if(members.begin(), members.end(), [&](int rank) { return rank < gpus_per_node_; }));
+  }
   const Prices dense = price(table.block, groups);
   add_block_times(p, dense, c.moe_layers_on_stage > 0 ? price(table.moe_block, groups) : dense, c.moe_layers_on_stage,
                   c);

@@ -53,6 +53,7 @@ struct LayoutCost {
   // data-parallel rank holds and the routed experts' (synced and sharded over the
   // gradient group / ep ranks that hold the same experts).
   double moe_layers_on_stage = 0, moe_layer_parameters = 0, expert_parameters = 0;
+  int expert_group_ranks_per_node = 1;  // of the expert_dp group, counted from RankLayout
   // 2.5D: gradient elements all-reduced over the depth once per step, per layer bucket
   // and for the stage's other weights.
   double depth_sync_layer_elements = 0, depth_sync_rest_elements = 0;
