@@ -52,15 +52,17 @@ TEST(MoeCost, ExpertStatesShrinkWithEpAndZeroOverWhatRemainsOfDp) {
   const Plan plan = mixtral_plan(16, 1, 1, 0);
   const CostModel model = CostModel::for_plan(plan);
   ParallelConfig p = plan.parallel;
-  const double ep1 = model.estimate(p).memory.optimizer_bytes;
+  const ModelSpec& m = plan.model;
+  const double experts = 4.0 * m.moe.experts * double(m.expert_parameters());
+  const double others = double(m.parameter_count()) - experts;
+  const double per_parameter = model.optimizer_bytes_per_parameter();
+  EXPECT_DOUBLE_EQ(model.estimate(p).memory.optimizer_bytes, per_parameter * (others + experts));
+  // ep 8: one expert of each block per rank.
   p.ep = 8;
-  const double ep8 = model.estimate(p).memory.optimizer_bytes;
-  // Experts are ~97% of Mixtral's block: about 8x less optimizer state at ep 8.
-  EXPECT_LT(ep8, ep1 / 6);
-  // ZeRO 1 shards the experts over dp / ep = 2 ranks, the rest over 16.
+  EXPECT_DOUBLE_EQ(model.estimate(p).memory.optimizer_bytes, per_parameter * (others + experts / 8));
+  // ZeRO 1 shards the experts over dp / ep = 2 ranks, the rest over all 16.
   p.zero = 1;
-  const double sharded = model.estimate(p).memory.optimizer_bytes;
-  EXPECT_NEAR(sharded / ep8, 0.5, 0.03);
+  EXPECT_DOUBLE_EQ(model.estimate(p).memory.optimizer_bytes, per_parameter * (others / 16 + experts / 8 / 2));
 }
 
 TEST(MoeCost, TheProfilesLoadImbalanceSlowsTheExpertsAndTheCapacityCapsIt) {
