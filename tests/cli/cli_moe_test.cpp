@@ -1,6 +1,8 @@
 // `tessel plan` on Mixture-of-Experts models: a Mixtral preset file and a Hugging Face
 // Mixtral config.json rank plans with ep > 1; a DeepSeek-V3 config is refused in one
 // line naming what tessel does not model.
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "cli_fixture.hpp"
@@ -37,4 +39,12 @@ TEST_F(Cli, HuggingFaceMixtralConfigPlansAndDeepSeekIsRefusedByName) {
   EXPECT_NE(refused.err.find("multi-head latent attention (kv_lora_rank, q_lora_rank)"), std::string::npos)
       << refused.err;
   EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+}
+
+TEST_F(Cli, MoePlansAreNotWrittenAsDenseLaunchConfigs) {
+  const Outcome o = run("plan --model mixtral-8x7b --cluster dgx-h100 --nodes 8 --global-batch 256 --emit megatron "
+                        "--emit-out " + (dir_ / "launch.sh").string());
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("is a Mixture-of-Experts model (model.moe)"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(dir_ / "launch.sh"));
 }
