@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
   std::printf("\nFull searches (median of 7; target: >= 1e6 plans/s/core, 175B search < 1 s on 2 cores)\n");
   report("gpt3-175b, 128 x dgx-a100, global batch 1536", make_model("gpt3-175b", "dgx-a100", 128, 1536));
   report("gpt2-1.5b, 4 x dgx-h100, global batch 512", make_model("gpt2-1.5b", "dgx-h100", 4, 512));
+  // An MoE model: ep in the grid (every divisor of dp and the 8 experts).
+  report("mixtral-8x7b, 8 x dgx-h100, global batch 256", make_model("mixtral-8x7b", "dgx-h100", 8, 256));
   report("llama2-70b, 64 x dgx-h100, global batch 1024", make_model("llama2-70b", "dgx-h100", 64, 1024));
   return 0;
 }

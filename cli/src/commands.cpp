@@ -1,5 +1,6 @@
 #include "commands.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -114,6 +115,10 @@ std::string schedule_cell(const ParallelConfig& p) {
 std::string plans_table(const std::vector<Estimate>& plans, const std::vector<double>& simulated = {}) {
   std::vector<std::string> headers{"rank", "dp", "pp", "tp", "sp", "zero", "offload", "recompute", "mb", "schedule",
                                    "step"};
+  // MoE plans: the expert-parallel degree and the all-to-alls' share of the step.
+  const bool expert_parallel =
+      std::any_of(plans.begin(), plans.end(), [](const Estimate& e) { return e.parallel.ep > 1; });
+  if (expert_parallel) headers.insert(headers.begin() + 5, "ep"), headers.push_back("a2a");
   if (!simulated.empty()) headers.push_back("simulated");
   for (const char* header : {"tokens/s", "MFU", "mem/GPU"}) headers.emplace_back(header);
   Table table(headers);
@@ -125,6 +130,10 @@ std::string plans_table(const std::vector<Estimate>& plans, const std::vector<do
                                  std::to_string(p.sp), std::to_string(p.zero), offload_cell(p),
                                  std::string(to_string(p.recompute)), std::to_string(p.micro_batch), schedule_cell(p),
                                  format_seconds(e.step_time_s)};
+    if (expert_parallel) {
+      row.insert(row.begin() + 5, std::to_string(p.ep));
+      row.push_back(fmt::format("{:.1f}%", 100 * e.time(TimeKind::ep_comm) / e.step_time_s));
+    }
     if (!simulated.empty()) row.push_back(format_seconds(simulated[i]));
     row.push_back(format_rate(e.tokens_per_s));
     row.push_back(fmt::format("{:.1f}%", 100 * e.mfu));
@@ -289,6 +298,7 @@ int run_estimate(const EstimateArgs& args) {
   Table comm({"group", "bytes/rank/step", "messages"});
   comm.add_row({"tp", format_bytes(e.comm.tp_bytes), format_count(e.comm.tp_messages)});
   comm.add_row({"sp", format_bytes(e.comm.sp_bytes), format_count(e.comm.sp_messages)});
+  if (e.comm.ep_bytes > 0) comm.add_row({"ep (all-to-all)", format_bytes(e.comm.ep_bytes), format_count(e.comm.ep_messages)});
   comm.add_row({"pp", format_bytes(e.comm.pp_bytes), format_count(e.comm.pp_messages)});
   comm.add_row({"dp", format_bytes(e.comm.dp_bytes), format_count(e.comm.dp_messages)});
   if (e.comm.offload_bytes > 0) comm.add_row({"host<->device", format_bytes(e.comm.offload_bytes), "-"});

@@ -89,7 +89,15 @@ class TableBuilder {
     if (three_d_) t_.stage_boundary_bytes = T_ * h_ * E_ / (double(q_) * q_ * q_);
     parameters();
     attention_half();
+    const std::size_t attention_ops = t_.block.size();
     mlp_half();
+    if (model_.moe.enabled()) {
+      std::vector<BlockOp> dense = std::move(t_.block);
+      t_.block.assign(dense.begin(), dense.begin() + std::ptrdiff_t(attention_ops));
+      moe_half();
+      t_.moe_block = std::move(t_.block);
+      t_.block = std::move(dense);
+    }
     if (three_d_) head_and_embedding_3d();
     else if (two_d_) head_and_embedding_2d();
     else head_and_embedding_1d();
@@ -119,6 +127,15 @@ class TableBuilder {
       t_.layer_parameters = (double(model_.layer_parameters()) - layer_vectors) / weight_split + layer_vectors / q;
     } else {
       t_.layer_parameters = (double(model_.layer_parameters()) - whole_in_layer) / split_.parameters + whole_in_layer;
+    }
+    if (model_.moe.enabled()) {
+      // 1D only (check_layout): the router stays whole on every tensor rank; the
+      // attention, shared experts and the routed experts split by tp.
+      const double routed = double(model_.moe.experts) * double(model_.expert_parameters());
+      const double router = double(model_.router_parameters());
+      const double dense_part = double(model_.moe_layer_parameters()) - routed;
+      t_.moe_layer_parameters = (dense_part - whole_in_layer - router) / split_.parameters + whole_in_layer + router;
+      t_.expert_parameters = routed / p_.ep / split_.parameters;
     }
     const double vector_split = one_d_ ? 1.0 : (two_d_ || three_d_) ? q : split_.parameters;
     t_.embedding_parameters = vocab_table + positions / vector_split;
@@ -269,6 +286,48 @@ class TableBuilder {
     t_.block.push_back(memory_op(
         ops::mlp_act, (model_.activation == Activation::swiglu ? 3.0 : 2.0) * E * T_ * f_ / split_.intermediate));
     linear(ops::mlp_fc2, f_, h_, false);
+    reduce_after_half(ops::mlp_tp_reduce_scatter, ops::mlp_tp_all_reduce);
+    t_.block.push_back(memory_op(ops::mlp_residual, kResidualActivationPasses * E * A));
+  }
+
+  // An MoE block's MLP half (tensor parallelism 1D only: check_layout refuses the grid
+  // modes). Every tensor rank routes the whole micro-batch's tokens (gathered first
+  // under sequence parallel), sends top_k copies of each token (hidden wide) to their
+  // experts' ranks in the ep group and gets them back: each all-to-all has the
+  // nccl-tests size T k h E, of which (ep-1)/ep leaves the rank; one each way forward,
+  // and one each way in the backward. A rank's experts / ep experts see T k tokens in
+  // all on average (the ep group's T ep k copies over ep ranks), run as experts / ep
+  // GEMMs column-split by tp as the dense fc1/fc2 are; their load imbalance is the
+  // profile's and priced there. Shared experts are one dense MLP every token passes.
+  void moe_half() {
+    const double E = E_, A = A_, h = h_, T = T_;
+    const MoeSpec& moe = model_.moe;
+    const double k = moe.top_k, fe = moe.expert_ffn_hidden, ep = p_.ep, local_experts = double(moe.experts) / p_.ep;
+    const double gated = model_.activation == Activation::swiglu ? 2.0 : 1.0;
+    const double tp = p_.tp;
+    t_.block.push_back(memory_op(ops::mlp_norm, kNormActivationPasses * E * A));
+    gather_before_half(ops::mlp_tp_all_gather);
+    t_.block.push_back(gemm_op(ops::moe_router, T, moe.experts, h));
+    const double routed_bytes = T * k * h * E;
+    t_.block.push_back(
+        comm_op(ops::moe_dispatch, Collective::all_to_all, CommGroup::ep, routed_bytes, 1, CollectiveAlgorithm::ring, 1));
+    const double rows_per_expert = T * k * ep / moe.experts;
+    auto expert = [&](BlockOp op) {
+      op.expert_load = true;
+      op.capacity_factor = moe.capacity_factor;
+      return op;
+    };
+    t_.block.push_back(expert(gemm_op(ops::moe_expert_fc1, rows_per_expert, gated * fe / tp, h, local_experts)));
+    t_.block.push_back(expert(memory_op(ops::moe_expert_act, (gated + 1) * E * T * k * fe / tp)));
+    t_.block.push_back(expert(gemm_op(ops::moe_expert_fc2, rows_per_expert, h, fe / tp, local_experts)));
+    t_.block.push_back(
+        comm_op(ops::moe_combine, Collective::all_to_all, CommGroup::ep, routed_bytes, 1, CollectiveAlgorithm::ring, 1));
+    if (moe.shared_experts > 0) {
+      const double fs = double(moe.shared_experts) * fe;
+      t_.block.push_back(gemm_op(ops::moe_shared_fc1, T, gated * fs / tp, h));
+      t_.block.push_back(memory_op(ops::moe_shared_act, (gated + 1) * E * T * fs / tp));
+      t_.block.push_back(gemm_op(ops::moe_shared_fc2, T, h, fs / tp));
+    }
     reduce_after_half(ops::mlp_tp_reduce_scatter, ops::mlp_tp_all_reduce);
     t_.block.push_back(memory_op(ops::mlp_residual, kResidualActivationPasses * E * A));
   }

@@ -35,6 +35,7 @@ DeviceSpec DeviceSpec::from_json(const Json& json, const std::string& path) {
   d.memory_bandwidth_bytes_per_s = f.number_in_range("memory_bandwidth_bytes_per_s", 1, limits::kMaxBytesPerS);
   d.memory_efficiency = f.fraction_or("memory_efficiency", 1.0);
   d.workspace_bytes = f.has("workspace_bytes") ? f.positive_number("workspace_bytes") : 0.0;
+  d.moe_load_imbalance = f.number_in_range_or("moe_load_imbalance", 1.0, 1024.0, 1.0);
   if (const Json* sources = f.get("sources")) d.sources = *sources;
   f.finish();
   return d;
@@ -52,6 +53,7 @@ Json DeviceSpec::to_json() const {
            {"memory_bandwidth_bytes_per_s", memory_bandwidth_bytes_per_s},
            {"memory_efficiency", memory_efficiency},
            {"workspace_bytes", workspace_bytes}};
+  if (moe_load_imbalance != 1.0) out["moe_load_imbalance"] = moe_load_imbalance;
   if (!sources.is_null()) out["sources"] = sources;
   return out;
 }

@@ -6,19 +6,48 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
+#include "model_shape.hpp"
 
 namespace tessel {
 
+namespace {
+// An MLP of width `f`: fc1 (2f columns for SwiGLU's gate and up), fc2, their biases.
+std::int64_t mlp_of_width(const ModelSpec& m, std::int64_t f) {
+  const std::int64_t h = m.hidden;
+  std::int64_t mlp = (m.activation == Activation::swiglu ? 3 : 2) * h * f;
+  if (m.bias) mlp += (m.activation == Activation::swiglu ? 2 * f : f) + h;
+  return mlp;
+}
+}  // namespace
+
 std::int64_t ModelSpec::layer_parameters() const {
-  const std::int64_t h = hidden, kv = kv_dim(), f = ffn_hidden;
+  const std::int64_t h = hidden, kv = kv_dim();
   std::int64_t attention = h * h /*q*/ + 2 * h * kv /*k,v*/ + h * h /*out*/;
-  std::int64_t mlp = (activation == Activation::swiglu ? 3 : 2) * h * f;
-  if (bias) {
-    attention += h + 2 * kv + h;
-    mlp += (activation == Activation::swiglu ? 2 * f : f) + h;
-  }
+  if (bias) attention += h + 2 * kv + h;
   const std::int64_t norms = 2 * (norm == Norm::layernorm ? 2 * h : h);
-  return attention + mlp + norms;
+  return attention + mlp_parameters() + norms;
+}
+
+std::int64_t ModelSpec::mlp_parameters() const { return mlp_of_width(*this, ffn_hidden); }
+
+std::int64_t ModelSpec::expert_parameters() const { return mlp_of_width(*this, moe.expert_ffn_hidden); }
+
+std::int64_t ModelSpec::router_parameters() const { return std::int64_t(hidden) * moe.experts; }
+
+std::int64_t ModelSpec::moe_layer_parameters() const {
+  return layer_parameters() - mlp_parameters() + router_parameters() +
+         std::int64_t(moe.experts + moe.shared_experts) * expert_parameters();
+}
+
+int ModelSpec::moe_layers() const { return moe.enabled() ? layers / moe.every : 0; }
+
+std::int64_t ModelSpec::layer_parameters(int layer) const {
+  return moe.is_moe_layer(layer) ? moe_layer_parameters() : layer_parameters();
+}
+
+std::int64_t ModelSpec::active_parameter_count() const {
+  const std::int64_t idle_experts = std::int64_t(moe.experts - moe.top_k) * expert_parameters();
+  return parameter_count() - std::int64_t(moe_layers()) * idle_experts;
 }
 
 std::int64_t ModelSpec::embedding_parameters() const {
@@ -33,35 +62,45 @@ std::int64_t ModelSpec::head_parameters() const {
 }
 
 std::int64_t ModelSpec::parameter_count() const {
-  return std::int64_t(layers) * layer_parameters() + embedding_parameters() + head_parameters();
+  const std::int64_t moe_blocks = moe_layers();
+  return (layers - moe_blocks) * layer_parameters() + moe_blocks * moe_layer_parameters() + embedding_parameters() +
+         head_parameters();
 }
 
-namespace {
-// The bound of a Hugging Face config field: that of the tessel field it fills.
-std::int64_t hf_field_max(std::string_view key) {
-  if (key == "n_layer" || key == "num_hidden_layers") return limits::kMaxLayers;
-  if (key == "n_positions" || key == "max_position_embeddings") return limits::kMaxSeqLen;
-  if (key == "vocab_size") return limits::kMaxVocab;
-  if (key == "n_inner" || key == "intermediate_size") return limits::kMaxFfnHidden;
-  return limits::kMaxHidden;
-}
-
-void check_shape(const ModelSpec& m, const std::string& path) {
+void check_model_shape(const ModelSpec& m, const std::string& path) {
   if (m.hidden % m.heads != 0) {
     throw Error(fmt::format("{}.heads: hidden {} is not divisible by heads {}", path, m.hidden, m.heads));
   }
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0) {
     throw Error(fmt::format("{}.kv_heads: must divide heads {}, got {}", path, m.heads, m.kv_heads));
   }
+  if (m.moe.enabled()) {
+    if (m.moe.top_k < 1 || m.moe.top_k > m.moe.experts) {
+      throw Error(fmt::format("{}.moe.top_k: must be 1..experts ({}), got {}", path, m.moe.experts, m.moe.top_k));
+    }
+    if (m.moe.expert_ffn_hidden < 1) {
+      throw Error(fmt::format("{}.moe.expert_ffn_hidden: must be a positive integer, got {}", path,
+                              m.moe.expert_ffn_hidden));
+    }
+    if (m.moe.every < 1 || m.moe.every > m.layers) {
+      throw Error(fmt::format("{}.moe.every: must be 1..layers ({}) so that some block is an MoE block, got {}", path,
+                              m.layers, m.moe.every));
+    }
+    if (m.moe.shared_experts < 0 || m.moe.capacity_factor < 0) {
+      throw Error(fmt::format("{}.moe: shared_experts and capacity_factor must be >= 0", path));
+    }
+  }
   // Counted in double first: the int64 count of a model past the bound could overflow.
-  const double parameters = double(m.layers) * double(m.layer_parameters()) + double(m.embedding_parameters()) +
-                            double(m.head_parameters());
+  const double moe_blocks = m.moe_layers();
+  const double moe_layer = double(m.layer_parameters()) - double(m.mlp_parameters()) + double(m.router_parameters()) +
+                           double(m.moe.experts + m.moe.shared_experts) * double(m.expert_parameters());
+  const double parameters = (double(m.layers) - moe_blocks) * double(m.layer_parameters()) + moe_blocks * moe_layer +
+                            double(m.embedding_parameters()) + double(m.head_parameters());
   if (parameters > limits::kMaxParameters) {
     throw Error(fmt::format("{}: {:.3g} parameters, more than the {:.0e} tessel models", path, parameters,
                             limits::kMaxParameters));
   }
 }
-}  // namespace
 
 namespace {
 MoeSpec moe_from_json(const Json& json, const std::string& path, int layers) {
@@ -104,84 +143,7 @@ ModelSpec ModelSpec::from_json(const Json& json, const std::string& path) {
   if (const Json* moe = f.get("moe")) m.moe = moe_from_json(*moe, f.field_path("moe"), m.layers);
   m.source = f.string_or("source", "");
   f.finish();
-  check_shape(m, path);
-  return m;
-}
-
-ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name,
-                                    const std::string& path) {
-  // Read only what shapes the model; HF configs carry many training-time fields that
-  // tessel does not need, so unknown fields are not refused here.
-  if (!json.is_object()) throw Error(fmt::format("{}: a Hugging Face config must be a JSON object", path));
-  // Optional fields of the wrong type are refused by name (make fuzz found that
-  // json.value() lets nlohmann's type_error escape instead).
-  auto optional_string = [&](const char* key, const char* fallback) -> std::string {
-    auto it = json.find(key);
-    if (it == json.end()) return fallback;
-    if (!it->is_string()) throw Error(fmt::format("{}.{}: must be a string, got {}", path, key, it->dump()));
-    return it->get<std::string>();
-  };
-  auto optional_bool = [&](const char* key, bool fallback) -> bool {
-    auto it = json.find(key);
-    if (it == json.end()) return fallback;
-    if (!it->is_boolean()) throw Error(fmt::format("{}.{}: must be true or false, got {}", path, key, it->dump()));
-    return it->get<bool>();
-  };
-  const std::string type = optional_string("model_type", "");
-  auto need_int = [&](const char* key) -> int {
-    auto it = json.find(key);
-    if (it == json.end() || !it->is_number_integer() || it->get<std::int64_t>() <= 0) {
-      throw Error(fmt::format("{}.{}: must be a positive integer in a {} config.json", path, key, type));
-    }
-    const std::int64_t max = hf_field_max(key);
-    if (it->is_number_unsigned() ? it->get<std::uint64_t>() > std::uint64_t(max) : it->get<std::int64_t>() > max) {
-      throw Error(fmt::format("{}.{}: must be a positive integer up to {}, got {}", path, key, max, it->dump()));
-    }
-    return int(it->get<std::int64_t>());
-  };
-  ModelSpec m;
-  m.name = name;
-  m.source = fmt::format("Hugging Face config.json (model_type {})", type);
-  if (type == "gpt2") {
-    m.layers = need_int("n_layer");
-    m.hidden = need_int("n_embd");
-    m.heads = need_int("n_head");
-    m.kv_heads = m.heads;
-    auto inner = json.find("n_inner");
-    m.ffn_hidden = (inner == json.end() || inner->is_null()) ? 4 * m.hidden : need_int("n_inner");
-    m.vocab = need_int("vocab_size");
-    m.seq_len = need_int("n_positions");
-    const std::string act = optional_string("activation_function", "gelu_new");
-    if (act.rfind("gelu", 0) != 0) {
-      throw Error(fmt::format("{}.activation_function: tessel models gelu variants for gpt2, got '{}'", path, act));
-    }
-    m.activation = Activation::gelu;
-    m.norm = Norm::layernorm;
-    m.tied_embeddings = optional_bool("tie_word_embeddings", true);
-    m.position_embedding = PositionEmbedding::learned;
-    m.bias = true;
-  } else if (type == "llama") {
-    m.layers = need_int("num_hidden_layers");
-    m.hidden = need_int("hidden_size");
-    m.heads = need_int("num_attention_heads");
-    m.kv_heads = json.contains("num_key_value_heads") ? need_int("num_key_value_heads") : m.heads;
-    m.ffn_hidden = need_int("intermediate_size");
-    m.vocab = need_int("vocab_size");
-    m.seq_len = need_int("max_position_embeddings");
-    const std::string act = optional_string("hidden_act", "silu");
-    if (act != "silu") {
-      throw Error(fmt::format("{}.hidden_act: tessel models silu (SwiGLU) for llama, got '{}'", path, act));
-    }
-    m.activation = Activation::swiglu;
-    m.norm = Norm::rmsnorm;
-    m.tied_embeddings = optional_bool("tie_word_embeddings", false);
-    m.position_embedding = PositionEmbedding::rope;
-    m.bias = optional_bool("attention_bias", false);
-  } else {
-    throw Error(fmt::format("{}.model_type: Hugging Face configs of type gpt2|llama are supported, got '{}'",
-                            path, type));
-  }
-  check_shape(m, path);
+  check_model_shape(m, path);
   return m;
 }
 

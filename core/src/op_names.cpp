@@ -16,7 +16,9 @@ std::vector<std::string_view> all_op_names() {
       head_loss,          head_loss_all_reduce, embed_lookup,         embed_tp_all_reduce,  embed_tp_all_gather,
       embed_tp_reduce_scatter, embed_gather_weight_col, embed_gather_weight_row, pp_send,   pp_recv,
       zero_all_gather,    zero_reduce_scatter,  offload_fetch,        grad_all_reduce,      grad_reduce_scatter,
-      optimizer,          optimizer_host,       offload_grads_d2h,    offload_params_h2d};
+      optimizer,          optimizer_host,       offload_grads_d2h,    offload_params_h2d,
+      moe_router,         moe_dispatch,         moe_expert_fc1,       moe_expert_act,       moe_expert_fc2,
+      moe_combine,        moe_shared_fc1,       moe_shared_act,       moe_shared_fc2};
   for (const LinearOps& linear : {attn_qkv, attn_proj, mlp_fc1, mlp_fc2, head_logits}) {
     for (std::string_view name : {linear.gemm, linear.bcast_row, linear.bcast_col, linear.gather_input,
                                   linear.gather_weight, linear.reduce_scatter}) {
@@ -59,6 +61,12 @@ std::string bucket_sync_id(std::string_view bucket, std::string_view op) { retur
 std::string bucket_gather_id(std::string_view bucket) { return fmt::format("{}/step/{}", bucket, zero_all_gather); }
 
 std::string layer_bucket_name(int layer) { return fmt::format("L{}", layer); }
+
+std::string expert_bucket_name(int layer) { return fmt::format("E{}", layer); }
+
+std::string expert_op_id(int micro_batch, int layer, Phase phase, std::string_view op) {
+  return fmt::format("mb{}/E{}/{}/{}", micro_batch, layer, to_string(phase), op);
+}
 
 std::string step_op_id(std::string_view op) { return fmt::format("step/{}", op); }
 

@@ -104,8 +104,10 @@ std::string ParallelConfig::summary() const {
   if (offload == OffloadMode::chunked) offload_text += fmt::format("{:.2f}", offload_device_fraction);
   std::string schedule_text(to_string(schedule));
   if (schedule == Schedule::interleaved) schedule_text += fmt::format("x{}", virtual_stages);
-  return fmt::format("dp{} pp{} {} sp{} z{} off:{} rc:{} mb{} {}", dp, pp, tp_text, sp, zero,
-                     offload_text, to_string(recompute), micro_batch, schedule_text);
+  // ep only where it is not 1: dense plans keep the summary they always had.
+  const std::string sp_text = ep != 1 ? fmt::format("sp{} ep{}", sp, ep) : fmt::format("sp{}", sp);
+  return fmt::format("dp{} pp{} {} {} z{} off:{} rc:{} mb{} {}", dp, pp, tp_text, sp_text, zero, offload_text,
+                     to_string(recompute), micro_batch, schedule_text);
 }
 
 }  // namespace tessel

@@ -23,6 +23,10 @@ const char* reject_reason(Reject reason) {
       "micro-batches not divisible by pp (interleaved)",
       "schedule options do not match pp",
       "global batch not divisible by dp*micro_batch",
+      "ep does not divide dp and experts",
+      "ep > 1 on a dense model",
+      "MoE with a 2d/2.5d/3d tensor grid",
+      "expert_ffn_hidden not divisible by tp",
       "dp*pp*tp*sp differs from the GPU count",
       "out of device memory",
       "out of host memory",
@@ -66,6 +70,13 @@ Reject check_layout(const ModelSpec& model, const TrainSpec& train, const Parall
   if ((std::int64_t(p.micro_batch) * (seq / p.sp)) % split.tokens != 0) return Reject::tokens_split;
   if (model.layers % p.pp != 0) return Reject::layers_per_stage;
   if (train.global_batch % (std::int64_t(p.dp) * p.micro_batch) != 0) return Reject::batch_split;
+  if (!model.moe.enabled()) {
+    if (p.ep != 1) return Reject::ep_dense;
+  } else {
+    if (p.ep < 1 || p.dp % p.ep != 0 || model.moe.experts % p.ep != 0) return Reject::ep_split;
+    if (p.tp_mode != TpMode::d1 && p.tp > 1) return Reject::moe_tensor_mode;
+    if (model.moe.expert_ffn_hidden % p.tp != 0) return Reject::expert_ffn_split;
+  }
   // Schedule rules come last: the search checks everything above once per layout
   // and only these per schedule.
   const bool interleaved = p.schedule == Schedule::interleaved;
@@ -138,6 +149,17 @@ std::string explain_reject(Reject reason, const Plan& plan) {
     case Reject::interleaved_microbatches:
       return fmt::format("parallel.schedule: interleaved needs the micro-batch count ({}) divisible by pp {}",
                          plan.train.global_batch / (p.dp * p.micro_batch), p.pp);
+    case Reject::ep_split:
+      return fmt::format("parallel.ep: {} must divide dp {} and the model's {} experts", p.ep, p.dp, m.moe.experts);
+    case Reject::ep_dense:
+      return fmt::format("parallel.ep: {} needs a Mixture-of-Experts model (model.moe); model {} is dense, so ep must be 1",
+                         p.ep, m.name);
+    case Reject::moe_tensor_mode:
+      return fmt::format("parallel.tp_mode: MoE blocks are modelled with 1d tensor parallelism only, got {} with tp {}",
+                         mode, p.tp);
+    case Reject::expert_ffn_split:
+      return fmt::format("parallel.tp: model moe.expert_ffn_hidden {} is not divisible by tp {}",
+                         m.moe.expert_ffn_hidden, p.tp);
     case Reject::world_size:
       return fmt::format("parallel: dp*pp*tp*sp = {} but the cluster has {} GPUs ({} node(s) x {} per node)",
                          p.world_size(), plan.gpus(), plan.nodes, plan.gpus_per_node());

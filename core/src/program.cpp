@@ -64,7 +64,9 @@ BlockOp transfer(OpKind kind, CommGroup group, double bytes, Collective collecti
 Stream stream_of(const BlockOp& op) {
   switch (op.kind) {
     case OpKind::collective:
-      return op.group == CommGroup::dp || op.group == CommGroup::embedding ? Stream::dp_comm : Stream::tp_comm;
+      return op.group == CommGroup::dp || op.group == CommGroup::embedding || op.group == CommGroup::expert_dp
+                 ? Stream::dp_comm
+                 : Stream::tp_comm;
     case OpKind::send:
     case OpKind::recv: return Stream::pp_comm;
     case OpKind::copy: return Stream::copy;
@@ -141,12 +143,9 @@ class Lowering {
     virtual_stages_ = p_.pp * v_;
     layers_per_chunk_ = model_.layers / virtual_stages_;
     gradient_group_ = p_.gradient_group();
-    layer_params_ = table_.layer_parameters;
+    expert_group_ = gradient_group_ / std::max(p_.ep, 1);
     chunked_ = p_.offload == OffloadMode::chunked;
     host_share_ = chunked_ ? 1.0 - p_.offload_device_fraction : 0.0;
-    // The part of a layer's weights one rank keeps (its ZeRO-3 shard), which chunked
-    // offload moves between host and device.
-    layer_shard_ = table_.layer_parameters / (p_.zero == 3 ? gradient_group_ : 1);
   }
 
   int micro_batches() const { return m_; }
@@ -155,7 +154,7 @@ class Lowering {
   // per micro-batch and layer the forward, recompute and backward block ops and the
   // weight fetches and syncs; per micro-batch the head, embedding and transfers; the tail.
   double planned_ops_per_stage() const {
-    const double per_layer = 3.0 * double(table_.block.size()) + 4;
+    const double per_layer = 3.0 * double(std::max(table_.block.size(), table_.moe_block.size())) + 8;
     const double per_micro_batch = 2.0 * double(table_.head.size() + table_.embedding.size()) + 4.0 * v_;
     const double layers_per_stage = double(layers_per_chunk_) * v_;
     return double(m_) * (layers_per_stage * per_layer + per_micro_batch) + 2 * layers_per_stage + 16;
@@ -184,14 +183,22 @@ class Lowering {
   // A layer's weights that are not resident (its ZeRO-3 shards, its host-resident part
   // under chunked offload) are fetched before the layer runs, in either direction.
   void fetch_layer_weights(StageBuilder& b, int mb, int l, ops::Phase phase) {
+    const bool moe = model_.moe.is_moe_layer(l);
     if (chunked_ && host_share_ > 0) {
+      const double shard = table_.layer_parameters_of(model_, l) / (p_.zero == 3 ? gradient_group_ : 1) +
+                           (moe ? table_.expert_parameters / (p_.zero == 3 ? expert_group_ : 1) : 0.0);
       b.before_next(ops::block_op_id(mb, l, phase, ops::offload_fetch),
-                    transfer(OpKind::copy, CommGroup::dp, host_share_ * layer_shard_ * states_.parameter));
+                    transfer(OpKind::copy, CommGroup::dp, host_share_ * shard * states_.parameter));
     }
     if (p_.zero == 3 && gradient_group_ > 1) {
-      b.before_next(
-          ops::block_op_id(mb, l, phase, ops::zero_all_gather),
-          transfer(OpKind::collective, CommGroup::dp, layer_params_ * states_.parameter, Collective::all_gather));
+      b.before_next(ops::block_op_id(mb, l, phase, ops::zero_all_gather),
+                    transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * states_.parameter,
+                             Collective::all_gather));
+    }
+    if (moe && p_.zero == 3 && expert_group_ > 1) {
+      b.before_next(ops::expert_op_id(mb, l, phase, ops::zero_all_gather),
+                    transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * states_.parameter,
+                             Collective::all_gather));
     }
   }
 
@@ -211,7 +218,7 @@ class Lowering {
     for (int l = first_layer; l < first_layer + layers_per_chunk_; ++l) {
       if (step.micro_batch == 0) stage_layers.push_back(l);
       fetch_layer_weights(b, mb, l, ops::Phase::fwd);
-      for (const BlockOp& op : table_.block) {
+      for (const BlockOp& op : table_.ops_of_layer(model_, l)) {
         if (op.forward) b.chain(ops::block_op_id(mb, l, ops::Phase::fwd, op.name), op);
       }
     }
@@ -245,29 +252,19 @@ class Lowering {
     // previous layer's gradient sync, so that they arrive while that layer computes.
     fetch_layer_weights(b, mb, first_layer + layers_per_chunk_ - 1, ops::Phase::bwd);
     for (int l = first_layer + layers_per_chunk_ - 1; l >= first_layer; --l) {
+      const std::vector<BlockOp>& block = table_.ops_of_layer(model_, l);
       if (p_.recompute != Recompute::none) {
-        for (const BlockOp& op : table_.block) {
+        for (const BlockOp& op : block) {
           if (op.forward && (p_.recompute == Recompute::full || op.selective_recompute)) {
             b.chain(ops::block_op_id(mb, l, ops::Phase::recompute, op.name), op);
           }
         }
       }
-      for (auto it = table_.block.rbegin(); it != table_.block.rend(); ++it) {
+      for (auto it = block.rbegin(); it != block.rend(); ++it) {
         b.chain(ops::block_op_id(mb, l, ops::Phase::bwd, it->name), scaled(*it, it->backward));
       }
       if (l > first_layer) fetch_layer_weights(b, mb, l - 1, ops::Phase::bwd);
-      if (gradient_group_ > 1 && p_.zero == 3) {
-        step_waits.push_back(b.after_last(ops::block_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter),
-                                          transfer(OpKind::collective, CommGroup::dp, layer_params_ * states_.gradient,
-                                                   Collective::reduce_scatter)));
-      } else if (gradient_group_ > 1 && last_backward_of_chunk) {
-        // Bucketed gradient sync: a layer's bucket starts as soon as its last backward ends.
-        const bool sharded = p_.zero >= 1;
-        step_waits.push_back(b.after_last(
-            ops::bucket_sync_id(ops::layer_bucket_name(l), sharded ? ops::grad_reduce_scatter : ops::grad_all_reduce),
-            transfer(OpKind::collective, CommGroup::dp, layer_params_ * states_.gradient,
-                     sharded ? Collective::reduce_scatter : Collective::all_reduce)));
-      }
+      sync_layer_gradients(b, mb, l, last_backward_of_chunk, step_waits);
     }
     if (vs == 0) {
       for (auto it = table_.embedding.rbegin(); it != table_.embedding.rend(); ++it) {
@@ -281,10 +278,52 @@ class Lowering {
     }
   }
 
+  // A layer's gradients leave once its backward is done: ZeRO-3 reduce-scatters them
+  // every micro-batch, else the bucket syncs after the layer's last backward. An MoE
+  // block's routed experts are a bucket of their own over the expert_dp group.
+  void sync_layer_gradients(StageBuilder& b, int mb, int l, bool last_backward_of_chunk,
+                            std::vector<std::uint32_t>& step_waits) {
+    const bool moe = model_.moe.is_moe_layer(l);
+    const double params = table_.layer_parameters_of(model_, l);
+    if (p_.zero == 3) {
+      if (gradient_group_ > 1) {
+        step_waits.push_back(b.after_last(ops::block_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter),
+                                          transfer(OpKind::collective, CommGroup::dp, params * states_.gradient,
+                                                   Collective::reduce_scatter)));
+      }
+      if (moe && expert_group_ > 1) {
+        step_waits.push_back(b.after_last(ops::expert_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter),
+                                          transfer(OpKind::collective, CommGroup::expert_dp,
+                                                   table_.expert_parameters * states_.gradient,
+                                                   Collective::reduce_scatter)));
+      }
+      return;
+    }
+    if (!last_backward_of_chunk) return;
+    // Bucketed gradient sync: a layer's bucket starts as soon as its last backward ends.
+    const bool sharded = p_.zero >= 1;
+    const std::string_view op = sharded ? ops::grad_reduce_scatter : ops::grad_all_reduce;
+    const Collective collective = sharded ? Collective::reduce_scatter : Collective::all_reduce;
+    if (gradient_group_ > 1) {
+      step_waits.push_back(b.after_last(ops::bucket_sync_id(ops::layer_bucket_name(l), op),
+                                        transfer(OpKind::collective, CommGroup::dp, params * states_.gradient, collective)));
+    }
+    if (moe && expert_group_ > 1) {
+      step_waits.push_back(b.after_last(
+          ops::bucket_sync_id(ops::expert_bucket_name(l), op),
+          transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * states_.gradient, collective)));
+    }
+  }
+
   // The step's tail: the tied embedding's sum, the rest of the stage's weights' sync,
   // offload copies, the optimizer, ZeRO 1/2 parameter gathers.
   void tail(StageBuilder& b, int s, const std::vector<int>& stage_layers, std::vector<std::uint32_t>& step_waits) {
-    double stage_params = double(stage_layers.size()) * layer_params_;
+    double layer_params = 0, expert_params = 0;
+    for (int l : stage_layers) {
+      layer_params += table_.layer_parameters_of(model_, l);
+      if (model_.moe.is_moe_layer(l)) expert_params += table_.expert_parameters;
+    }
+    double stage_params = layer_params;
     if (s == 0) stage_params += table_.embedding_parameters;
     if (s == p_.pp - 1) stage_params += table_.head_parameters + table_.tied_copy_parameters;
     // With a pipeline the first and last stage each hold the tied token embedding (the
@@ -297,7 +336,7 @@ class Lowering {
     }
     // The rest of the stage's weights (embedding, final norm, LM head) sync in one bucket
     // when the backward is done; ZeRO-3 treats them as ZeRO-2 does.
-    const double rest_params = stage_params - double(stage_layers.size()) * layer_params_;
+    const double rest_params = stage_params - layer_params;
     if (gradient_group_ > 1 && rest_params > 0) {
       const bool sharded = p_.zero >= 1;
       step_waits.push_back(b.after_last(
@@ -306,15 +345,22 @@ class Lowering {
                    sharded ? Collective::reduce_scatter : Collective::all_reduce)));
     }
     if (b.last() >= 0) step_waits.push_back(std::uint32_t(b.last()));
-    optimizer(b, stage_params, step_waits);
-    if (gradient_group_ > 1 && p_.zero >= 1) {
-      if (p_.zero <= 2) {
-        for (int l : stage_layers) {
-          b.after_last(
-              ops::bucket_gather_id(ops::layer_bucket_name(l)),
-              transfer(OpKind::collective, CommGroup::dp, layer_params_ * states_.parameter, Collective::all_gather));
+    optimizer(b, stage_params, expert_params, step_waits);
+    if (p_.zero >= 1 && p_.zero <= 2) {
+      for (int l : stage_layers) {
+        if (gradient_group_ > 1) {
+          b.after_last(ops::bucket_gather_id(ops::layer_bucket_name(l)),
+                       transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * states_.parameter,
+                                Collective::all_gather));
+        }
+        if (model_.moe.is_moe_layer(l) && expert_group_ > 1) {
+          b.after_last(ops::bucket_gather_id(ops::expert_bucket_name(l)),
+                       transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * states_.parameter,
+                                Collective::all_gather));
         }
       }
+    }
+    if (gradient_group_ > 1 && p_.zero >= 1) {
       if (rest_params > 0) {
         b.after_last(ops::bucket_gather_id(ops::kStageBucket),
                      transfer(OpKind::collective, CommGroup::dp, rest_params * states_.parameter, Collective::all_gather));
@@ -323,9 +369,13 @@ class Lowering {
   }
 
   // The optimizer step, on the device or, with offload, in host memory between copies.
-  void optimizer(StageBuilder& b, double stage_params, const std::vector<std::uint32_t>& step_waits) {
+  // `stage_params` excludes the routed experts (`expert_params`), which ZeRO shards over
+  // the expert_dp group.
+  void optimizer(StageBuilder& b, double stage_params, double expert_params,
+                 const std::vector<std::uint32_t>& step_waits) {
     const double optimizer_shard = p_.zero >= 1 ? gradient_group_ : 1;
-    const double optimizer_params = stage_params / optimizer_shard;
+    const double expert_shard = p_.zero >= 1 ? expert_group_ : 1;
+    const double optimizer_params = stage_params / optimizer_shard + expert_params / expert_shard;
     BlockOp update;
     update.name = ops::optimizer;
     update.kind = OpKind::memory;
@@ -344,10 +394,11 @@ class Lowering {
       device_part.bytes *= 1 - host_share_;
       host_part.bytes *= host_share_;
       const double gradient_shard = p_.zero >= 2 ? gradient_group_ : 1;
-      const std::uint32_t down = b.with_deps(
-          ops::step_op_id(ops::offload_grads_d2h),
-          transfer(OpKind::copy, CommGroup::dp, host_share_ * stage_params / gradient_shard * states_.gradient),
-          step_waits);
+      const double expert_gradient_shard = p_.zero >= 2 ? expert_group_ : 1;
+      const double gradients = stage_params / gradient_shard + expert_params / expert_gradient_shard;
+      const std::uint32_t down =
+          b.with_deps(ops::step_op_id(ops::offload_grads_d2h),
+                      transfer(OpKind::copy, CommGroup::dp, host_share_ * gradients * states_.gradient), step_waits);
       const std::uint32_t on_device = b.with_deps(ops::step_op_id(ops::optimizer), device_part, {down});
       const std::uint32_t on_host = b.with_deps(ops::step_op_id(ops::optimizer_host), host_part, {on_device});
       b.op(on_host).on_host = true;
@@ -361,8 +412,8 @@ class Lowering {
   const ModelSpec& model_;
   const ModelStateBytes states_;
   const BlockOpTable table_;
-  int m_ = 0, v_ = 1, virtual_stages_ = 1, layers_per_chunk_ = 0, gradient_group_ = 1;
-  double layer_params_ = 0, host_share_ = 0, layer_shard_ = 0;
+  int m_ = 0, v_ = 1, virtual_stages_ = 1, layers_per_chunk_ = 0, gradient_group_ = 1, expert_group_ = 1;
+  double host_share_ = 0;
   bool chunked_ = false;
 };
 

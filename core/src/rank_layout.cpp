@@ -1,5 +1,7 @@
 #include "tessel/core/rank_layout.hpp"
 
+#include <algorithm>
+
 #include "tessel/core/error.hpp"
 
 namespace tessel {
@@ -16,6 +18,8 @@ RankLayout::RankLayout(const ParallelConfig& p) {
     stride_[std::size_t(a)] = stride;
     stride *= size_[std::size_t(a)];
   }
+  // An ep that does not divide dp is refused by check_layout; the layout stays usable.
+  ep_ = p.ep >= 1 && p.dp % p.ep == 0 ? p.ep : 1;
 }
 
 RankCoordinates RankLayout::coordinates(int rank) const {
@@ -109,14 +113,37 @@ AxisSet RankLayout::axes_of(CommGroup group) {
     case CommGroup::sp_ring: return axes(Axis::sp);
     case CommGroup::dp: return kGradientAxes;
     case CommGroup::pp: return axes(Axis::pp);
-    case CommGroup::embedding: break;
+    case CommGroup::embedding:
+    case CommGroup::ep:
+    case CommGroup::expert_dp: break;
   }
-  TESSEL_ASSERT(false, "rank layout: the embedding group is no set of axes; use embedding_group()");
+  TESSEL_ASSERT(false, "rank layout: the embedding and expert groups are no set of axes; use members()");
   return 0;
+}
+
+std::vector<int> RankLayout::expert_group(int rank) const {
+  const int d = coordinate(rank, Axis::dp), first = d - d % ep_;
+  std::vector<int> out;
+  for (int i = 0; i < ep_; ++i) out.push_back(with(rank, Axis::dp, first + i));
+  return out;
+}
+
+std::vector<int> RankLayout::expert_data_group(int rank) const {
+  // The gradient group's ranks whose dp coordinate has the same place in its ep group,
+  // ascending (sp is faster than dp).
+  std::vector<int> out;
+  const int d0 = coordinate(rank, Axis::dp) % ep_;
+  for (int d = d0; d < size(Axis::dp); d += ep_) {
+    for (int sp = 0; sp < size(Axis::sp); ++sp) out.push_back(with(with(rank, Axis::dp, d), Axis::sp, sp));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::vector<int> RankLayout::members(int rank, CommGroup group) const {
   if (group == CommGroup::embedding) return embedding_group(rank);
+  if (group == CommGroup::ep) return expert_group(rank);
+  if (group == CommGroup::expert_dp) return expert_data_group(rank);
   return this->group(rank, axes_of(group));
 }
 

@@ -4,6 +4,8 @@
 #include <array>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "engines.hpp"
 #include "tessel/core/error.hpp"
 
@@ -61,6 +63,13 @@ ImportedRun import_run(Engine engine, const std::string& text, const ImportConte
 }
 
 ExportedConfig export_plan(Engine engine, const Plan& plan) {
+  // The writers know dense models only: an MoE plan written without its experts would
+  // train a different model.
+  if (plan.model.moe.enabled()) {
+    throw Error(fmt::format("export: model {} is a Mixture-of-Experts model (model.moe); tessel does not write MoE "
+                            "launch configs for other engines yet",
+                            plan.model.name));
+  }
   switch (engine) {
     case Engine::megatron: return detail::export_megatron(plan);
     case Engine::nemo: return detail::export_nemo(plan);

@@ -39,17 +39,24 @@ double CostModel::pipeline_sends_s(const ParallelConfig& p, const LayoutCost& c,
   return std::max({first, last, middle});
 }
 
+namespace {
+// Routed experts: held by gradient_group / ep ranks each, over which ZeRO shards them.
+double expert_group_of(const ParallelConfig& p) { return double(p.gradient_group()) / std::max(p.ep, 1); }
+}  // namespace
+
 void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int micro_batches, Estimate& out) const {
-  // ---- model states ----
+  // ---- model states (routed experts sharded by ZeRO over their own group) ----
   const int group = p.gradient_group();
-  const double params = c.stage_parameters;
+  const double params = c.stage_parameters, experts = c.moe_layers_on_stage * c.expert_parameters;
+  const double expert_group = expert_group_of(p);
   const double optimizer_shard = p.zero >= 1 ? group : 1;
   const double gradient_shard = p.zero >= 2 ? group : 1;
   const double parameter_shard = p.zero >= 3 ? group : 1;
   MemoryBreakdown& memory = out.memory;
-  memory.parameters_bytes = params * param_bytes_ / parameter_shard;
-  memory.gradients_bytes = params * grad_bytes_ / gradient_shard;
-  memory.optimizer_bytes = params * optimizer_bytes_ / optimizer_shard;
+  memory.parameters_bytes = params * param_bytes_ / parameter_shard + experts * param_bytes_ / (p.zero >= 3 ? expert_group : 1);
+  memory.gradients_bytes = params * grad_bytes_ / gradient_shard + experts * grad_bytes_ / (p.zero >= 2 ? expert_group : 1);
+  memory.optimizer_bytes =
+      params * optimizer_bytes_ / optimizer_shard + experts * optimizer_bytes_ / (p.zero >= 1 ? expert_group : 1);
   memory.host_bytes = 0;
   if (p.offload == OffloadMode::optimizer) {
     memory.host_bytes = memory.optimizer_bytes;
@@ -65,7 +72,12 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   if (p.zero == 3 || p.offload == OffloadMode::chunked) {
     // Sharded or host-resident weights are gathered layer by layer before use: the
     // layer in use and the one being prefetched are whole on the device.
-    memory.parameters_bytes += 2.0 * c.layer_parameters * param_bytes_;
+    double gathered = c.layer_parameters;
+    if (c.moe_layers_on_stage > 0) {
+      const double moe_block = c.moe_layer_parameters + c.expert_parameters;
+      gathered = c.moe_layers_on_stage < c.layers_on_stage ? std::max(gathered, moe_block) : moe_block;
+    }
+    memory.parameters_bytes += 2.0 * gathered * param_bytes_;
   }
   // ---- activations: in-flight micro-batches per schedule ----
   const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
@@ -106,10 +118,26 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   // and one for the rest of the stage (embedding, final norm, LM head).
   CommTally sync{costs_};
   CommTally zero3{costs_};
-  const double layer_buckets = c.layers_on_stage;
-  const double rest_params = std::max(0.0, c.stage_parameters - layer_buckets * c.layer_parameters);
-  auto buckets = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket) {
+  // An MoE block has two buckets: its non-expert weights over the gradient group and its
+  // routed experts over the ranks holding the same experts.
+  const double moe_buckets = c.moe_layers_on_stage;
+  const double layer_buckets = c.layers_on_stage - moe_buckets;
+  const double rest_params =
+      std::max(0.0, c.stage_parameters - layer_buckets * c.layer_parameters - moe_buckets * c.moe_layer_parameters);
+  const double expert_group_ranks = expert_group_of(p);
+  // Expert-data-parallel ranks: every ep-th dp coordinate (with sp, the ranks of each).
+  const GroupPlacement expert_group{int(expert_group_ranks), std::max(1, c.expert_group_ranks_per_node)};
+  auto layer_calls = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket) {
     tally.add(op, gradient_group, c.layer_parameters * bytes_per_param, layer_buckets * count_per_bucket);
+    if (moe_buckets > 0) {
+      tally.add(op, gradient_group, c.moe_layer_parameters * bytes_per_param, moe_buckets * count_per_bucket);
+      if (expert_group_ranks > 1) {
+        tally.add(op, expert_group, c.expert_parameters * bytes_per_param, moe_buckets * count_per_bucket);
+      }
+    }
+  };
+  auto buckets = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket) {
+    layer_calls(tally, op, bytes_per_param, count_per_bucket);
     if (rest_params > 0) tally.add(op, gradient_group, rest_params * bytes_per_param, count_per_bucket);
   };
   if (group > 1) {
@@ -122,8 +150,8 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
       // ZeRO-3 gathers each layer's weights for its forward and its backward and
       // reduce-scatters its gradients, every micro-batch, overlapped with that
       // micro-batch's compute; the rest of the stage is synced once, as in ZeRO-2.
-      zero3.add(Collective::all_gather, gradient_group, c.layer_parameters * param_bytes_, 2 * layer_buckets);
-      zero3.add(Collective::reduce_scatter, gradient_group, c.layer_parameters * grad_bytes_, layer_buckets);
+      layer_calls(zero3, Collective::all_gather, param_bytes_, 2);
+      layer_calls(zero3, Collective::reduce_scatter, grad_bytes_, 1);
       if (rest_params > 0) {
         sync.add(Collective::reduce_scatter, gradient_group, rest_params * grad_bytes_);
         sync.add(Collective::all_gather, gradient_group, rest_params * param_bytes_);
@@ -169,8 +197,9 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
 void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
                                           Estimate& out) const {
   const int group = p.gradient_group();
-  const double params = c.stage_parameters;
-  const double optimizer_params = params / (p.zero >= 1 ? group : 1);
+  const double params = c.stage_parameters, experts = c.moe_layers_on_stage * c.expert_parameters;
+  const double expert_group = expert_group_of(p);
+  const double optimizer_params = params / (p.zero >= 1 ? group : 1) + experts / (p.zero >= 1 ? expert_group : 1);
   const double device_fraction = p.offload == OffloadMode::chunked ? p.offload_device_fraction : 1.0;
   const double host_fraction = p.offload == OffloadMode::optimizer ? 1.0 : 1.0 - device_fraction;
   out.time_s[K(TimeKind::optimizer)] =
@@ -181,8 +210,12 @@ void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutC
     copy_bytes = optimizer_params * (grad_bytes_ + param_bytes_);  // gradients down, weights up
   } else if (p.offload == OffloadMode::chunked) {
     const double parameter_shard = p.zero >= 3 ? group : 1, gradient_shard = p.zero >= 2 ? group : 1;
+    const double expert_parameter_shard = p.zero >= 3 ? expert_group : 1;
+    const double expert_gradient_shard = p.zero >= 2 ? expert_group : 1;
     copy_bytes = (1 - device_fraction) *
-                 (2.0 * micro_batches * params / parameter_shard * param_bytes_ + params / gradient_shard * grad_bytes_);
+                 (2.0 * micro_batches * params / parameter_shard * param_bytes_ + params / gradient_shard * grad_bytes_ +
+                  2.0 * micro_batches * experts / expert_parameter_shard * param_bytes_ +
+                  experts / expert_gradient_shard * grad_bytes_);
   }
   out.time_s[K(TimeKind::offload)] = costs_.host_device_time_s(copy_bytes);
   out.comm.offload_bytes = copy_bytes;
@@ -222,6 +255,8 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   CommVolume& comm = out.comm;
   comm.sp_bytes = micro_batches * c.comm_per_micro_batch.sp_bytes;
   comm.sp_messages = micro_batches * c.comm_per_micro_batch.sp_messages;
+  comm.ep_bytes = micro_batches * c.comm_per_micro_batch.ep_bytes;
+  comm.ep_messages = micro_batches * c.comm_per_micro_batch.ep_messages;
   comm.pp_bytes = micro_batches * p2p_sends * c.p2p_bytes;
   comm.pp_messages = micro_batches * p2p_sends;
 }

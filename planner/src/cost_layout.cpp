@@ -23,28 +23,44 @@ CostModel::Groups CostModel::group_placements(const ParallelConfig& p) const {
   g.grid_depth = place(RankLayout::axes_of(CommGroup::tp_depth));
   const GroupPlacement sp_group = place(RankLayout::axes_of(CommGroup::sp_ring));
   g.sp_neighbour = GroupPlacement{2, sp_group.ranks_per_node >= 2 ? 2 : 1};
+  // The ep group: ep consecutive dp coordinates.
+  g.ep = place_group(p.ep, layout.stride(Axis::dp), gpus_per_node_);
   return g;
 }
 
 CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups) const {
   const Precision precision = train_.precision;
-  Prices out{0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, CommTally{costs_}};
+  Prices out{0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
+             CommTally{costs_}, CommTally{costs_}, CommTally{costs_}};
   for (const BlockOp& op : ops) {
     switch (op.kind) {
       case OpKind::gemm:
+        if (op.expert_load) {
+          // The busiest rank's experts: more rows per GEMM, priced at that size.
+          const double load = costs_.moe_load_factor(op.capacity_factor);
+          out.gemm_s += op.count * costs_.gemm_time_s(load * op.m, op.n, op.k, precision);
+          break;
+        }
         out.gemm_s += op.count * costs_.gemm_time_s(op.m, op.n, op.k, precision);
         break;
       case OpKind::attention:
         out.attention_s += costs_.attention_time_s(op.flops, op.gemm_flops, precision);
         break;
       case OpKind::memory: {
-        const double seconds = costs_.memory_time_s(op.bytes);
+        const double load = op.expert_load ? costs_.moe_load_factor(op.capacity_factor) : 1.0;
+        const double seconds = costs_.memory_time_s(load * op.bytes);
         out.memory_s += seconds;
         out.backward_memory_s += op.backward * seconds;
         if (op.selective_recompute) out.selective_s += seconds;
         break;
       }
       case OpKind::collective: {
+        if (op.group == CommGroup::ep) {
+          const CommTally::Call call = out.ep.price(op.collective, groups.of(op.group), op.bytes, op.algorithm);
+          if (op.forward) out.ep.add(call, op.count);
+          out.ep_backward.add(call, op.count * op.backward);
+          break;
+        }
         const bool ring = op.group == CommGroup::sp_ring;
         const CommTally::Call call = out.tp.price(op.collective, groups.of(op.group), op.bytes, op.algorithm);
         if (op.forward) (ring ? out.sp : out.tp).add(call, op.count);
@@ -60,40 +76,67 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
   return out;
 }
 
-// The stage's transformer layers: forward, backward, the recompute mode's replay, and
-// their tensor- and sequence-parallel traffic.
-void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, LayoutCost& c) const {
+// MoE blocks on the busiest pipeline stage: stages hold layers / pp consecutive blocks
+// (interleaved chunks are priced as the contiguous split, as the dense layers are).
+double CostModel::moe_layers_on_busiest_stage(const ParallelConfig& p) const {
+  if (!model_.moe.enabled()) return 0;
+  const int per_stage = model_.layers / p.pp;
+  int most = 0;
+  for (int s = 0; s < p.pp; ++s) {
+    int count = 0;
+    for (int l = s * per_stage; l < (s + 1) * per_stage; ++l) count += model_.moe.is_moe_layer(l) ? 1 : 0;
+    most = std::max(most, count);
+  }
+  return most;
+}
+
+// The stage's transformer layers (dense and MoE blocks): forward, backward, the
+// recompute mode's replay, and their tensor-, sequence- and expert-parallel traffic.
+void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, const Prices& moe, double moe_layers,
+                                LayoutCost& c) const {
   c.block_tp_forward_bytes = block.tp.bytes;
   c.block_tp_forward_messages = block.tp.messages;
-  const double layers = double(model_.layers) / p.pp;
+  const double layers = double(model_.layers) / p.pp - moe_layers;
   const double recompute_factor = p.recompute == Recompute::full ? 1.0 : 0.0;
+  // Dense blocks, then MoE blocks (none for a dense model: the sums are the dense ones).
+  auto both = [&](auto part) { return layers * part(block) + moe_layers * part(moe); };
   auto set = [&](TimeKind kind, double forward, double backward) {
     c.forward_s[K(kind)] = forward;
     c.backward_s[K(kind)] = backward;
   };
-  set(TimeKind::gemm, layers * block.gemm_s, layers * 2 * block.gemm_s);
-  set(TimeKind::attention, layers * block.attention_s, layers * 2 * block.attention_s);
+  const double gemm_s = both([](const Prices& x) { return x.gemm_s; });
+  const double attention_s = both([](const Prices& x) { return x.attention_s; });
+  const double memory_s = both([](const Prices& x) { return x.memory_s; });
   // Per-layer framework and launch overhead (a calibrated quantity, 0 by default) is
   // memory-bound-like fixed work: paid by the forward, twice by the backward.
-  const double overhead_s = costs_.calibration().layer_overhead_s;
-  set(TimeKind::elementwise, layers * block.memory_s + layers * overhead_s,
-      layers * block.backward_memory_s + layers * 2 * overhead_s);
-  set(TimeKind::tp_comm, layers * block.tp.time_s,
-      layers * (block.tp_backward.time_s + recompute_factor * block.tp.time_s));
-  set(TimeKind::sp_comm, layers * block.sp.time_s,
-      layers * (block.sp_backward.time_s + recompute_factor * block.sp.time_s));
+  const double overhead_s = costs_.calibration().layer_overhead_s * (layers + moe_layers);
+  set(TimeKind::gemm, gemm_s, both([](const Prices& x) { return 2 * x.gemm_s; }));
+  set(TimeKind::attention, attention_s, both([](const Prices& x) { return 2 * x.attention_s; }));
+  set(TimeKind::elementwise, memory_s + overhead_s,
+      both([](const Prices& x) { return x.backward_memory_s; }) + 2 * overhead_s);
+  set(TimeKind::tp_comm, both([](const Prices& x) { return x.tp.time_s; }),
+      both([&](const Prices& x) { return x.tp_backward.time_s + recompute_factor * x.tp.time_s; }));
+  set(TimeKind::sp_comm, both([](const Prices& x) { return x.sp.time_s; }),
+      both([&](const Prices& x) { return x.sp_backward.time_s + recompute_factor * x.sp.time_s; }));
+  set(TimeKind::ep_comm, moe_layers * moe.ep.time_s,
+      moe_layers * (moe.ep_backward.time_s + recompute_factor * moe.ep.time_s));
   double recompute_s = 0;
   if (p.recompute == Recompute::full) {
-    recompute_s = layers * (block.gemm_s + block.attention_s + block.memory_s) + layers * overhead_s;
+    recompute_s = both([](const Prices& x) { return x.gemm_s + x.attention_s + x.memory_s; }) + overhead_s;
   }
-  if (p.recompute == Recompute::selective) recompute_s = layers * (block.attention_s + block.selective_s);
+  if (p.recompute == Recompute::selective) {
+    recompute_s = both([](const Prices& x) { return x.attention_s + x.selective_s; });
+  }
   set(TimeKind::recompute, 0, recompute_s);
   // Forward, its replay under full recompute, backward.
   const double forwards = 1.0 + recompute_factor;
-  c.comm_per_micro_batch.tp_bytes = layers * (forwards * block.tp.bytes + block.tp_backward.bytes);
-  c.comm_per_micro_batch.tp_messages = layers * (forwards * block.tp.messages + block.tp_backward.messages);
-  c.comm_per_micro_batch.sp_bytes = layers * (forwards * block.sp.bytes + block.sp_backward.bytes);
-  c.comm_per_micro_batch.sp_messages = layers * (forwards * block.sp.messages + block.sp_backward.messages);
+  CommVolume& comm = c.comm_per_micro_batch;
+  comm.tp_bytes = both([&](const Prices& x) { return forwards * x.tp.bytes + x.tp_backward.bytes; });
+  comm.tp_messages = both([&](const Prices& x) { return forwards * x.tp.messages + x.tp_backward.messages; });
+  comm.sp_bytes = both([&](const Prices& x) { return forwards * x.sp.bytes + x.sp_backward.bytes; });
+  comm.sp_messages = both([&](const Prices& x) { return forwards * x.sp.messages + x.sp_backward.messages; });
+  comm.ep_bytes = moe_layers * (forwards * moe.ep.bytes + moe.ep_backward.bytes);
+  comm.ep_messages = moe_layers * (forwards * moe.ep.messages + moe.ep_backward.messages);
 }
 
 // The LM head and loss on the last stage (the embedding too when pp == 1), and the
@@ -137,15 +180,20 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
                                  LayoutCost& c) const {
   const TensorSplits split = tensor_splits(p);
   const double layers = double(model_.layers) / p.pp;
+  const double moe_layers = c.moe_layers_on_stage;
   const double tokens = table.tokens;  // rows of every activation
-  c.activation_bytes_per_micro_batch = layers * activation_bytes_per_layer(p);
-  c.rematerialised_bytes = rematerialised_bytes(p);
+  c.activation_bytes_per_micro_batch = (layers - moe_layers) * activation_bytes_per_layer(p);
+  if (moe_layers > 0) c.activation_bytes_per_micro_batch += moe_layers * activation_bytes_per_layer(p, true);
+  c.rematerialised_bytes = rematerialised_bytes(p, moe_layers > 0);
   if (p.pp == 1) c.activation_bytes_per_micro_batch += tokens * model_.hidden * element_bytes_ / split.activation;
   c.logits_bytes = 4.0 * (tokens * model_.vocab / split.gemm);
   const double last_stage_extra = table.head_parameters + table.tied_copy_parameters;
   const double stage_extra = p.pp == 1 ? table.embedding_parameters + table.head_parameters
                                        : std::max(table.embedding_parameters, last_stage_extra);
-  c.stage_parameters = layers * table.layer_parameters + stage_extra;
+  c.stage_parameters = (layers - moe_layers) * table.layer_parameters + moe_layers * table.moe_layer_parameters +
+                       stage_extra;
+  c.moe_layer_parameters = table.moe_layer_parameters;
+  c.expert_parameters = table.expert_parameters;
   c.layer_parameters = table.layer_parameters;
   c.layers_on_stage = layers;
   if (p.pp > 1 && model_.tied_embeddings && table.tied_copy_parameters > 0) {
@@ -179,7 +227,16 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   if (c.reject != Reject::none) return c;
   const Groups groups = group_placements(p);
   const BlockOpTable table = block_op_table(model_, seq_, p, element_bytes_, train_.kernels);
-  add_block_times(p, price(table.block, groups), c);
+  c.moe_layers_on_stage = moe_layers_on_busiest_stage(p);
+  if (c.moe_layers_on_stage > 0) {
+    // The expert_dp group is no uniform stride with sp > 1: count its members on a node.
+    const std::vector<int> members = RankLayout(p).members(0, CommGroup::expert_dp);
+    c.expert_group_ranks_per_node =
+        int(std::count_if(members.begin(), members.end(), [&](int rank) { return rank < gpus_per_node_; }));
+  }
+  const Prices dense = price(table.block, groups);
+  add_block_times(p, dense, c.moe_layers_on_stage > 0 ? price(table.moe_block, groups) : dense, c.moe_layers_on_stage,
+                  c);
   add_head_times(p, table, groups, c);
   c.forward_compute_s = c.forward_s[K(TimeKind::gemm)] + c.forward_s[K(TimeKind::attention)] +
                         c.forward_s[K(TimeKind::elementwise)];

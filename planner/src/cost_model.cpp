@@ -15,7 +15,7 @@ namespace tessel::planner {
 
 std::string_view to_string(TimeKind kind) {
   static constexpr std::array<std::string_view, K(TimeKind::count)> kNames{
-      "gemm", "attention", "elementwise", "recompute", "tp_comm", "sp_comm",
+      "gemm", "attention", "elementwise", "recompute", "tp_comm", "sp_comm", "ep_comm",
       "pp_p2p", "pp_bubble", "dp_comm", "optimizer", "offload"};
   return kNames[K(kind)];
 }
@@ -45,7 +45,16 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
   linears_ = {{{h, h + 2 * kv}, {h, h}, {h, mlp_out}, {f, h}}};
   double per_layer = 0;
   for (auto [in, out] : linears_) per_layer += 2 * in * out;
-  forward_gemm_flops_per_token_ = model_.layers * per_layer + 2 * h * model_.vocab;
+  double layer_gemm_flops = model_.layers * per_layer;
+  if (model_.moe.enabled()) {
+    // An MoE block's MLP per token: the router, top_k routed experts and the shared ones.
+    const MoeSpec& moe = model_.moe;
+    const double fe = moe.expert_ffn_hidden, gated = model_.activation == Activation::swiglu ? 2.0 : 1.0;
+    const double dense_mlp = 2 * h * mlp_out + 2 * f * h;
+    const double moe_mlp = 2 * h * moe.experts + double(moe.top_k + moe.shared_experts) * (2 * h * gated * fe + 2 * fe * h);
+    layer_gemm_flops += model_.moe_layers() * (moe_mlp - dense_mlp);
+  }
+  forward_gemm_flops_per_token_ = layer_gemm_flops + 2 * h * model_.vocab;
   forward_attention_flops_per_token_ = model_.layers * 4.0 * seq_ * h;
   model_flops_per_step_ = 3.0 * (forward_gemm_flops_per_token_ + forward_attention_flops_per_token_) *
                           double(train_.global_batch) * seq_;
@@ -56,11 +65,11 @@ CostModel CostModel::for_plan(const Plan& plan, const std::string& db_path) {
                    profiles::resolve_profile(plan.cluster.device, db_path));
 }
 
-double CostModel::activation_bytes_per_layer(const ParallelConfig& p) const {
-  return activation_bytes_per_layer(p, p.recompute);
+double CostModel::activation_bytes_per_layer(const ParallelConfig& p, bool moe_block) const {
+  return activation_bytes_per_layer(p, p.recompute, moe_block);
 }
 
-double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute recompute) const {
+double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute recompute, bool moe_block) const {
   const TensorSplits split = tensor_splits(p);
   const double h = model_.hidden;
   const double tokens = double(p.micro_batch) * seq_ / p.sp;
@@ -71,7 +80,19 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
   // attention never stores: it keeps one fp32 log-sum-exp per row and head instead.
   const bool fused = train_.kernels == Kernels::fused;
   const double replicated = 10.0;
-  const double mlp = (model_.activation == Activation::swiglu ? 8.0 : 4.0) * model_.ffn_hidden / h;
+  const double gated_widths = model_.activation == Activation::swiglu ? 8.0 : 4.0;
+  double mlp = gated_widths * model_.ffn_hidden / h;
+  // An MoE block keeps, instead of the dense MLP's intermediate, its top_k routed copies
+  // of every token (dispatched input and combined output, 2 + 2, whole on every 1D tensor
+  // rank: counted once per tensor rank, so multiplied back by the split below), the
+  // experts' intermediates at the busiest rank's load, and the shared experts'.
+  double moe_whole = 0;
+  if (moe_block) {
+    const MoeSpec& moe = model_.moe;
+    const double load = costs_.moe_load_factor(moe.capacity_factor);
+    mlp = gated_widths * moe.expert_ffn_hidden / h * (moe.top_k * load + moe.shared_experts);
+    moe_whole = 4.0 * moe.top_k * load;
+  }
   const double split_part = 2.0 + 4.0 * model_.kv_dim() / h + 2.0 + mlp;
   const double scores = fused ? 0.0 : 5.0 * model_.heads * seq_ / h;
   double replicated_split = split.activation, partitioned_split = split.activation;
@@ -80,10 +101,10 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
   double per_sbh = 0;
   switch (recompute) {
     case Recompute::none:
-      per_sbh = replicated / replicated_split + (split_part + scores) / partitioned_split;
+      per_sbh = replicated / replicated_split + (split_part + scores) / partitioned_split + moe_whole;
       break;
     case Recompute::selective:
-      per_sbh = replicated / replicated_split + split_part / partitioned_split;
+      per_sbh = replicated / replicated_split + split_part / partitioned_split + moe_whole;
       break;
     case Recompute::full:
       return (element_bytes_ / 2.0) * tokens * h * 2.0 / replicated_split;  // only the block input is kept
@@ -91,11 +112,12 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
   return (element_bytes_ / 2.0) * tokens * h * per_sbh + statistics_bytes;
 }
 
-double CostModel::rematerialised_bytes(const ParallelConfig& p) const {
+double CostModel::rematerialised_bytes(const ParallelConfig& p, bool moe_block) const {
   if (p.recompute != Recompute::full) return 0;
   // The layer being recomputed rebuilds everything its backward reads, as without
   // recompute; its input is already counted among the stored block inputs.
-  return activation_bytes_per_layer(p, Recompute::none) - activation_bytes_per_layer(p, Recompute::full);
+  return activation_bytes_per_layer(p, Recompute::none, moe_block) -
+         activation_bytes_per_layer(p, Recompute::full, moe_block);
 }
 
 Estimate CostModel::estimate(const ParallelConfig& parallel) const {

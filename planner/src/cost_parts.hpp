@@ -42,7 +42,7 @@ struct CommTally {
 
 // Where a layout's tensor and sequence groups sit on nodes.
 struct CostModel::Groups {
-  GroupPlacement tp, grid_row, grid_column, grid_depth, sp_neighbour;
+  GroupPlacement tp, grid_row, grid_column, grid_depth, sp_neighbour, ep;
   GroupPlacement of(CommGroup group) const {
     switch (group) {
       case CommGroup::tp: return tp;
@@ -50,6 +50,8 @@ struct CostModel::Groups {
       case CommGroup::tp_col: return grid_column;
       case CommGroup::tp_depth: return grid_depth;
       case CommGroup::sp_ring: return sp_neighbour;
+      case CommGroup::ep: return ep;
+      case CommGroup::expert_dp:
       case CommGroup::dp:
       case CommGroup::pp:
       case CommGroup::embedding: break;  // block tables hold no data- or pipeline-parallel ops
@@ -62,7 +64,7 @@ struct CostModel::Groups {
 // the forward and (count x backward calls) for the backward.
 struct CostModel::Prices {
   double gemm_s = 0, attention_s = 0, memory_s = 0, backward_memory_s = 0, selective_s = 0;
-  CommTally tp, sp, tp_backward, sp_backward;
+  CommTally tp, sp, tp_backward, sp_backward, ep, ep_backward;
 };
 
 }  // namespace tessel::planner

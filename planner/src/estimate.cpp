@@ -28,6 +28,8 @@ Json Estimate::to_json() const {
              {"tp_messages", comm.tp_messages},
              {"sp_bytes", comm.sp_bytes},
              {"sp_messages", comm.sp_messages},
+             {"ep_bytes", comm.ep_bytes},
+             {"ep_messages", comm.ep_messages},
              {"pp_bytes", comm.pp_bytes},
              {"pp_messages", comm.pp_messages},
              {"dp_bytes", comm.dp_bytes},

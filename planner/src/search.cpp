@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include <tbb/blocked_range.h>
@@ -32,14 +33,20 @@ struct OuterItem {
   TpMode mode;
   int depth;
   bool sequence_parallel;
+  int ep = 1;
 };
 
-std::vector<OuterItem> outer_items(int world) {
+// `experts` > 0 (an MoE model): every expert-parallel degree that divides dp and the
+// expert count, each its own item; MoE blocks are modelled with 1D tensor parallelism,
+// so the grid modes are left to check_layout to count as rejected.
+std::vector<OuterItem> outer_items(int world, int experts) {
   std::vector<OuterItem> items;
   for (auto [dp, pp, tp, sp] : factorisations(world)) {
     auto add = [&](TpMode mode, int depth) {
-      items.push_back({dp, pp, tp, sp, mode, depth, false});
-      if (mode == TpMode::d1 && tp > 1) items.push_back({dp, pp, tp, sp, mode, depth, true});
+      for (int ep : experts > 0 ? divisors(std::gcd(dp, experts)) : std::vector<int>{1}) {
+        items.push_back({dp, pp, tp, sp, mode, depth, false, ep});
+        if (mode == TpMode::d1 && tp > 1) items.push_back({dp, pp, tp, sp, mode, depth, true, ep});
+      }
     };
     add(TpMode::d1, 1);
     if (tp == 1) continue;
@@ -140,6 +147,7 @@ class ItemSearch {
     p.tp_mode = item.mode;
     p.tp_depth = item.depth;
     p.tp_sequence_parallel = item.sequence_parallel;
+    p.ep = item.ep;
     const int global_batch = model_.train().global_batch;
     const std::int64_t inner = std::int64_t(zero_max(item) + 1) * std::int64_t(offloads_.size()) * schedules(item);
     for (int micro_batch : batch_divisors_) {
@@ -255,7 +263,7 @@ class ProgressMonitor {
 SearchResult search(const CostModel& model, const SearchOptions& options) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const std::vector<OuterItem> items = outer_items(model.gpus());
+  const std::vector<OuterItem> items = outer_items(model.gpus(), model.model().moe.experts);
   const std::vector<int> batch_divisors = divisors(model.train().global_batch);
   std::vector<std::pair<OffloadMode, double>> offloads{{OffloadMode::none, 1.0}, {OffloadMode::optimizer, 1.0}};
   for (double fraction : options.chunked_device_fractions) offloads.emplace_back(OffloadMode::chunked, fraction);

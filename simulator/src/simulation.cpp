@@ -200,6 +200,18 @@ class Replay {
         case Collective::send_recv:
           run_flows(ring_pairs(group), work.bytes, 0);
           break;
+        case Collective::all_to_all: {
+          // Every member sends 1/n of its buffer to every other member at once, so an ep
+          // group that spans nodes loads the nodes' uplinks; n-1 latency steps.
+          std::vector<std::pair<int, int>> pairs;
+          for (int from : group) {
+            for (int to : group) {
+              if (from != to) pairs.emplace_back(from, to);
+            }
+          }
+          run_flows(pairs, work.bytes / n, (collective_steps(work.collective, n, work.algorithm) - 1) * alpha);
+          break;
+        }
         default: {
           if (nodes == 1 || k == 1) {
             ring_level(work.collective, {group}, work.bytes, work.algorithm, alpha);
@@ -265,9 +277,17 @@ class Replay {
     const BlockOp& work = op.work;
     const Precision precision = plan_.train.precision;
     switch (work.kind) {
-      case OpKind::gemm: return work.count * costs_.gemm_time_s(work.m, work.n, work.k, precision);
+      case OpKind::gemm: {
+        // Routed experts run at the busiest rank's load, as the planner prices them.
+        const double load = work.expert_load ? costs_.moe_load_factor(work.capacity_factor) : 1.0;
+        return work.count * costs_.gemm_time_s(load * work.m, work.n, work.k, precision);
+      }
       case OpKind::attention: return costs_.attention_time_s(work.flops, work.gemm_flops, precision);
-      case OpKind::memory: return op.on_host ? costs_.host_memory_time_s(work.bytes) : costs_.memory_time_s(work.bytes);
+      case OpKind::memory: {
+        if (op.on_host) return costs_.host_memory_time_s(work.bytes);
+        const double load = work.expert_load ? costs_.moe_load_factor(work.capacity_factor) : 1.0;
+        return costs_.memory_time_s(load * work.bytes);
+      }
       default: return 0;
     }
   }
@@ -440,7 +460,8 @@ class Replay {
     // Exact by symmetry on the star-of-nodes fat-tree; torus and dragonfly routes are not
     // symmetric between replicas, so they are simulated in full.
     const bool symmetric = !plan_.cluster.inter_node || plan_.cluster.inter_node->topology == Topology::fat_tree;
-    if (options_.fold && options_.platform_file.empty() && symmetric) {
+    // Expert-parallel all-to-alls couple data-parallel replicas: simulated in full.
+    if (options_.fold && options_.platform_file.empty() && symmetric && p.ep == 1) {
       kept = std::clamp(plan_.gpus_per_node() / per_replica, 1, p.dp);
       if (per_replica * kept % plan_.gpus_per_node() != 0 && per_replica < plan_.gpus_per_node()) kept = p.dp;
     }

@@ -22,7 +22,7 @@ std::string error_of(const std::function<void()>& action) {
 }  // namespace
 
 TEST(Presets, EveryShippedPresetLoads) {
-  EXPECT_EQ(preset_names("models").size(), 10u);
+  EXPECT_EQ(preset_names("models").size(), 14u);
   for (const auto& name : preset_names("models")) EXPECT_EQ(resolve_model(name).name, name);
   for (const auto& name : preset_names("clusters")) {
     const ClusterSpec cluster = resolve_cluster(name);
@@ -31,7 +31,8 @@ TEST(Presets, EveryShippedPresetLoads) {
   }
   for (const auto& name : preset_names("profiles")) EXPECT_EQ(resolve_device(name).name, name);
   for (const char* name : {"gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
-                           "llama2-7b", "llama2-13b", "llama2-70b"}) {
+                           "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b",
+                           "mixtral-8x7b", "qwen1.5-moe-a2.7b"}) {
     EXPECT_TRUE(find_preset("models", name).has_value()) << name;
   }
   for (const char* name : {"dgx-a100", "dgx-h100", "hgx-h200", "local-cpu"}) {
@@ -70,7 +71,7 @@ TEST(ModelSpec, HuggingFaceConfigsLoadToThePresetShapes) {
   EXPECT_EQ(llama_hf, llama_preset);
 
   EXPECT_EQ(error_of([] { ModelSpec::from_hf_config(Json::parse(R"({"model_type": "bert"})"), "x"); }),
-            "model.model_type: Hugging Face configs of type gpt2|llama are supported, got 'bert'");
+            "model.model_type: Hugging Face configs of type gpt2|llama|mixtral|qwen2_moe are supported, got 'bert'");
   EXPECT_EQ(error_of([] { ModelSpec::from_hf_config(Json::parse(R"({"model_type": "gpt2", "n_layer": 0})"), "x"); }),
             "model.n_layer: must be a positive integer in a gpt2 config.json");
 }

@@ -29,7 +29,11 @@ enum class OpKind { gemm, attention, memory, collective, send, recv, copy };
 // dp: the gradient group (dp x sp ranks holding the same weights); pp: stage neighbours;
 // embedding: the first and last pipeline stage's ranks of the same coordinates, which hold
 // the two copies of the tied token embedding and sum their gradients once per step.
-enum class CommGroup { tp, tp_row, tp_col, tp_depth, sp_ring, dp, pp, embedding };
+// ep: the expert-parallel group (ep consecutive ranks of the data-parallel group), over
+// which an MoE block's dispatch and combine all-to-alls run; expert_dp: the ranks of the
+// gradient group that hold the same experts (gradient_group / ep of them), over which
+// expert gradients are synced and ZeRO shards expert states.
+enum class CommGroup { tp, tp_row, tp_col, tp_depth, sp_ring, dp, pp, embedding, ep, expert_dp };
 
 struct BlockOp {
   std::string_view name;  // "attn.qkv", stable: part of op ids
@@ -51,6 +55,10 @@ struct BlockOp {
   // False for an op only the backward has (the LM head's input-gradient reduction under
   // 1D tensor parallelism): `count` x `backward` calls in the backward, none forward.
   bool forward = true;
+  // Routed-expert work (moe.expert_*): priced at the profile's MoE load imbalance (the
+  // busiest rank's share of tokens over the mean), capped by `capacity_factor` when > 0.
+  bool expert_load = false;
+  double capacity_factor = 0;
 
   double gemm_total_flops() const { return 2.0 * m * n * k * count; }
 };
@@ -69,6 +77,20 @@ struct BlockOpTable {
   std::vector<BlockOp> block;       // one transformer block, forward order
   std::vector<BlockOp> head;        // LM head and loss (last stage)
   std::vector<BlockOp> embedding;   // token (+ position) embedding (first stage)
+  // An MoE block (model.moe.is_moe_layer): the attention half as `block`, the MLP half
+  // with router, dispatch, expert MLPs, combine and shared experts. Empty for dense
+  // models. `ops_of_layer` picks the list of a layer.
+  std::vector<BlockOp> moe_block;
+  const std::vector<BlockOp>& ops_of_layer(const ModelSpec& model, int layer) const {
+    return model.moe.is_moe_layer(layer) ? moe_block : block;
+  }
+  // One MoE block's parameters on one rank: those every data-parallel rank holds
+  // (attention, norms, router, shared experts) and its routed experts (experts / ep of
+  // them, split by tp), whose gradients sync over the expert_dp group.
+  double moe_layer_parameters = 0, expert_parameters = 0;
+  double layer_parameters_of(const ModelSpec& model, int layer) const {
+    return model.moe.is_moe_layer(layer) ? moe_layer_parameters : layer_parameters;
+  }
   // 2.5D: gradient elements one rank all-reduces over the depth once per step, per layer
   // bucket and for the last and first stage's other weights.
   double depth_sync_layer_elements = 0, depth_sync_head_elements = 0, depth_sync_embedding_elements = 0;

@@ -26,6 +26,10 @@ struct DeviceSpec {
   double memory_bandwidth_bytes_per_s = 0;
   double memory_efficiency = 0;  // achievable fraction of memory bandwidth
   double workspace_bytes = 0;    // runtime, library workspace and allocator slack
+  // Mixture-of-Experts: tokens the busiest expert-parallel rank receives over the mean
+  // (1 = perfectly balanced routing). Its source goes in `sources` like every number;
+  // absent from a profile it is 1.0 and not written back.
+  double moe_load_imbalance = 1.0;
   Json sources;
 
   double peak_flops_per_s(Precision precision) const;

@@ -51,16 +51,34 @@ struct ModelSpec {
   int head_dim() const { return hidden / heads; }
   int kv_dim() const { return kv_heads * head_dim(); }
 
-  // Parameters of one transformer block (attention, MLP, its two norms).
+  // Parameters of one dense transformer block (attention, MLP, its two norms).
   std::int64_t layer_parameters() const;
+  // Parameters of block `layer` (0-based): layer_parameters() for a dense block, the
+  // MoE block's (router, every expert, shared experts) where moe.is_moe_layer(layer).
+  std::int64_t layer_parameters(int layer) const;
+  // The dense MLP of one block (fc1, fc2 and their biases).
+  std::int64_t mlp_parameters() const;
+  // One expert MLP of width moe.expert_ffn_hidden (a shared expert has the same shape):
+  // GELU 2 matrices (+ biases), SwiGLU 3 (gate, up, down).
+  std::int64_t expert_parameters() const;
+  // The router of one MoE block: hidden x experts, no bias (Mixtral, Qwen-MoE).
+  std::int64_t router_parameters() const;
+  // One MoE block: the dense block with its MLP replaced by router, experts and shared
+  // experts. Only the routed experts are sharded by expert parallelism.
+  std::int64_t moe_layer_parameters() const;
+  // Blocks with an MoE MLP (0 for a dense model).
+  int moe_layers() const;
   // Token (and learned position) embedding parameters.
   std::int64_t embedding_parameters() const;
   // LM head parameters that are not shared with the embedding, plus the final norm.
   std::int64_t head_parameters() const;
   std::int64_t parameter_count() const;
+  // Parameters one token passes through: top_k routed experts instead of all of them.
+  std::int64_t active_parameter_count() const;
 
   static ModelSpec from_json(const Json& json, const std::string& path = "model");
-  // Hugging Face config.json (model_type gpt2 or llama).
+  // Hugging Face config.json (model_type gpt2, llama, mixtral or qwen2_moe;
+  // model_hf_config.cpp says what each maps and what is refused by name).
   static ModelSpec from_hf_config(const Json& json, const std::string& name,
                                   const std::string& path = "model");
   Json to_json() const;

@@ -9,6 +9,7 @@
 //   mb{i}/V{v}/{fwd|bwd}/pp.{send|recv}         pipeline transfers at virtual stage v
 //   {L{l}|stage}/{dp|step}/{op}                 per-bucket gradient syncs and ZeRO gathers
 //   stage/embed/grad.all_reduce, step/{op}      once per step
+//   E{l}/{dp|step}/{op}                         an MoE block's expert weights (own bucket)
 #pragma once
 
 #include <array>
@@ -125,6 +126,12 @@ std::string transfer_op_id(int micro_batch, int virtual_stage, Phase phase, std:
 std::string bucket_sync_id(std::string_view bucket, std::string_view op);
 std::string bucket_gather_id(std::string_view bucket);
 std::string layer_bucket_name(int layer);  // "L12"
+// The expert weights of MoE block `layer` ("E12"): one bucket of their own, synced over
+// the expert-data-parallel group (the gradient group's ranks that hold the same experts,
+// gradient_group / ep of them): E12/dp/grad.all_reduce, E12/step/zero.all_gather,
+// mb3/E12/{fwd|bwd}/zero.{all_gather|reduce_scatter} under ZeRO-3.
+std::string expert_bucket_name(int layer);
+std::string expert_op_id(int micro_batch, int layer, Phase phase, std::string_view op);  // mb3/E12/fwd/zero.all_gather
 inline constexpr std::string_view kStageBucket = "stage";
 inline constexpr std::string_view kTiedEmbeddingSync = "stage/embed/grad.all_reduce";
 std::string step_op_id(std::string_view op);  // step/optimizer

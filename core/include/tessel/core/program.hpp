@@ -16,6 +16,9 @@
 //      L{l}/dp/grad.{all_reduce|reduce_scatter}, L{l}/step/zero.all_gather
 //      stage/dp/grad.{all_reduce|reduce_scatter}, stage/step/zero.all_gather (the non-layer weights)
 //      stage/embed/grad.all_reduce             tied embedding copies, first and last stage
+//      E{l}/dp/grad.{all_reduce|reduce_scatter}, E{l}/step/zero.all_gather,
+//      mb{i}/E{l}/{fwd|bwd}/zero.{all_gather|reduce_scatter}   an MoE block's routed experts
+//      (op_names.hpp lists an MoE block's mb{i}/L{l}/... ops and their order)
 //      step/optimizer, step/optimizer.host, step/offload.{grads_d2h|params_h2d}
 #pragma once
 

@@ -6,7 +6,8 @@
 //   tp_col, tp_row, tp_depth   the tensor-parallel group; 1D uses tp_col alone (size tp),
 //                              2D a q x q grid, 2.5D q x q x d, 3D q x q x q
 //   sp                         ring self-attention
-//   dp                         data parallel (expert parallelism will be carved from it)
+//   dp                         data parallel; the expert-parallel group is ep consecutive
+//                              dp coordinates (Megatron-Core and DeepSpeed carve it so)
 //   pp                         pipeline stage
 // A group over a set of axes holds the ranks that differ only in those axes, ordered by
 // rank; its id is its first rank. Every communicator a layout needs is such a group,
@@ -80,9 +81,16 @@ class RankLayout {
   // The tied embedding's two copies: `rank` and its counterpart on the other end stage
   // (first and last); `rank` alone on the middle stages and with one stage.
   std::vector<int> embedding_group(int rank) const;
+  // MoE: the ep group of `rank` (the ranks whose dp coordinates share d / ep, others
+  // equal), and its expert-data-parallel group (dp coordinates with the same d % ep, any
+  // sp): the ranks holding the same experts.
+  std::vector<int> expert_group(int rank) const;
+  std::vector<int> expert_data_group(int rank) const;
+  int ep() const { return ep_; }
 
  private:
   std::array<int, kAxisCount> size_{}, stride_{};
+  int ep_ = 1;
 };
 
 }  // namespace tessel

@@ -53,6 +53,11 @@ struct LayoutCost {
   double stage_parameters = 0;       // parameters held by one rank before ZeRO
   double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
   double layers_on_stage = 0;
+  // MoE blocks on the busiest stage, and per such block the parameters every
+  // data-parallel rank holds and the routed experts' (synced and sharded over the
+  // gradient group / ep ranks that hold the same experts).
+  double moe_layers_on_stage = 0, moe_layer_parameters = 0, expert_parameters = 0;
+  int expert_group_ranks_per_node = 1;  // of the expert_dp group, counted from RankLayout
   // 2.5D: gradient elements all-reduced over the depth once per step, per layer bucket
   // and for the stage's other weights.
   double depth_sync_layer_elements = 0, depth_sync_rest_elements = 0;
@@ -111,12 +116,14 @@ class CostModel {
   double forward_gemm_flops_per_token() const { return forward_gemm_flops_per_token_; }
   double forward_attention_flops_per_token() const { return forward_attention_flops_per_token_; }
   // Activation bytes one rank stores per layer for one micro-batch (Korthikanti), under
-  // the layout's recompute mode or another one.
-  double activation_bytes_per_layer(const ParallelConfig& parallel) const;
-  double activation_bytes_per_layer(const ParallelConfig& parallel, Recompute recompute) const;
+  // the layout's recompute mode or another one. `moe_block`: an MoE block's (model.moe),
+  // with its dispatched tokens.
+  double activation_bytes_per_layer(const ParallelConfig& parallel, bool moe_block = false) const;
+  double activation_bytes_per_layer(const ParallelConfig& parallel, Recompute recompute, bool moe_block = false) const;
   // Full recompute: the activations of the one layer being recomputed in the backward,
-  // held on top of the stored block inputs (0 for the other modes).
-  double rematerialised_bytes(const ParallelConfig& parallel) const;
+  // held on top of the stored block inputs (0 for the other modes); an MoE block's when
+  // the stage has one (the larger of the two).
+  double rematerialised_bytes(const ParallelConfig& parallel, bool moe_block = false) const;
   // Bytes per parameter for weights, gradients and optimizer states.
   double parameter_bytes() const { return param_bytes_; }
   double gradient_bytes() const { return grad_bytes_; }
@@ -129,7 +136,9 @@ class CostModel {
   struct Prices;
   Groups group_placements(const ParallelConfig& parallel) const;
   Prices price(const std::vector<BlockOp>& ops, const Groups& groups) const;
-  void add_block_times(const ParallelConfig& parallel, const Prices& block, LayoutCost& c) const;
+  void add_block_times(const ParallelConfig& parallel, const Prices& block, const Prices& moe_block,
+                       double moe_layers, LayoutCost& c) const;
+  double moe_layers_on_busiest_stage(const ParallelConfig& parallel) const;
   void add_head_times(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
                       LayoutCost& c) const;
   void add_stage_states(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,

@@ -20,6 +20,7 @@ enum class TimeKind {
   recompute,     // forward work redone in backward
   tp_comm,       // tensor-parallel collectives (1D all-reduce, SUMMA broadcasts, 3D gathers)
   sp_comm,       // ring self-attention key/value passes
+  ep_comm,       // MoE dispatch and combine all-to-alls over the expert-parallel group
   pp_p2p,        // pipeline activations and gradients between stages
   pp_bubble,     // pipeline fill and drain
   dp_comm,       // exposed gradient sync, ZeRO gathers, 2.5D depth sync
@@ -46,6 +47,7 @@ struct MemoryBreakdown {
 struct CommVolume {
   double tp_bytes = 0, tp_messages = 0;
   double sp_bytes = 0, sp_messages = 0;
+  double ep_bytes = 0, ep_messages = 0;  // MoE all-to-alls
   double pp_bytes = 0, pp_messages = 0;
   double dp_bytes = 0, dp_messages = 0;  // incl. the tied embedding's sum between the pipeline's ends
   double offload_bytes = 0;

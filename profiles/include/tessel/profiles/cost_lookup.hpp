@@ -22,6 +22,8 @@
 // oversubscription).
 #pragma once
 
+#include <algorithm>
+
 #include <array>
 #include <atomic>
 #include <optional>
@@ -84,6 +86,11 @@ class CostLookup {
   double attention_time_s(double total_flops, double gemm_flops, Precision precision) const;
   // Streaming `bytes` through device memory.
   double memory_time_s(double bytes) const;
+  // What routed-expert work on the busiest rank costs over the mean: the device's MoE
+  // load imbalance, capped by the capacity factor (tokens past it are dropped) when > 0.
+  double moe_load_factor(double capacity_factor) const {
+    return capacity_factor > 0 ? std::min(device_.moe_load_imbalance, capacity_factor) : device_.moe_load_imbalance;
+  }
   // Streaming `bytes` through host memory, with the host shared by the node's devices.
   double host_memory_time_s(double bytes) const;
   // Host<->device copies of `bytes` on one device's link.

@@ -1,0 +1,227 @@
+// Hugging Face config.json read into a ModelSpec. Each model_type maps its own keys;
+// what tessel does not model is refused by name rather than read as something else:
+// a config with Mixture-of-Experts keys is never read as a dense model, and DeepSeek's
+// multi-head latent attention has no tessel shape. Unknown keys are otherwise ignored,
+// since configs carry many training-time fields that do not change the shape.
+//
+// MoE families:
+//   mixtral    num_local_experts, num_experts_per_tok, intermediate_size (the expert
+//              width and the dense width: every block is an MoE block); the router's
+//              auxiliary-loss coefficient does not change the cost and is ignored.
+//   qwen2_moe  num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step
+//              (-> moe.every), intermediate_size (the dense blocks' width). The shared
+//              expert of width shared_expert_intermediate_size is represented as
+//              shared_experts = shared_expert_intermediate_size / moe_intermediate_size
+//              experts of the routed width, which has the same parameters and FLOPs; a
+//              width that does not divide is refused by name. Qwen2's q/k/v biases
+//              (3 x hidden per block) and the shared expert's 1-column gate are not
+//              counted: tessel's bias flag covers every linear layer.
+#include <algorithm>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "model_shape.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/core/input_limits.hpp"
+#include "tessel/core/model_spec.hpp"
+
+namespace tessel {
+
+namespace {
+// The bound of a Hugging Face config field: that of the tessel field it fills.
+std::int64_t hf_field_max(std::string_view key) {
+  if (key == "n_layer" || key == "num_hidden_layers" || key == "decoder_sparse_step") return limits::kMaxLayers;
+  if (key == "n_positions" || key == "max_position_embeddings") return limits::kMaxSeqLen;
+  if (key == "vocab_size") return limits::kMaxVocab;
+  if (key == "n_inner" || key == "intermediate_size" || key == "moe_intermediate_size" ||
+      key == "shared_expert_intermediate_size") {
+    return limits::kMaxFfnHidden;
+  }
+  if (key == "num_local_experts" || key == "num_experts" || key == "num_experts_per_tok") return limits::kMaxExperts;
+  return limits::kMaxHidden;
+}
+
+// Keys by which the MoE configs of the families Hugging Face ships name their experts.
+constexpr std::string_view kMoeKeys[] = {"num_local_experts", "num_experts",         "n_routed_experts",
+                                         "moe_intermediate_size", "num_experts_per_tok", "n_shared_experts",
+                                         "shared_expert_intermediate_size", "moe_num_experts"};
+
+std::string first_moe_key(const Json& json) {
+  for (std::string_view key : kMoeKeys) {
+    auto it = json.find(std::string(key));
+    if (it != json.end() && !it->is_null()) return std::string(key);
+  }
+  return "";
+}
+
+// Reads typed fields of one config, each error naming the field.
+class HfFields {
+ public:
+  HfFields(const Json& json, const std::string& path) : json_(json), path_(path) {}
+
+  std::string optional_string(const char* key, const char* fallback) const {
+    auto it = json_.find(key);
+    if (it == json_.end()) return fallback;
+    if (!it->is_string()) throw Error(fmt::format("{}.{}: must be a string, got {}", path_, key, it->dump()));
+    return it->get<std::string>();
+  }
+  bool optional_bool(const char* key, bool fallback) const {
+    auto it = json_.find(key);
+    if (it == json_.end()) return fallback;
+    if (!it->is_boolean()) throw Error(fmt::format("{}.{}: must be true or false, got {}", path_, key, it->dump()));
+    return it->get<bool>();
+  }
+  int need_int(const char* key) const {
+    auto it = json_.find(key);
+    if (it == json_.end() || !it->is_number_integer() || it->get<std::int64_t>() <= 0) {
+      throw Error(fmt::format("{}.{}: must be a positive integer in a {} config.json", path_, key, type()));
+    }
+    const std::int64_t max = hf_field_max(key);
+    if (it->is_number_unsigned() ? it->get<std::uint64_t>() > std::uint64_t(max) : it->get<std::int64_t>() > max) {
+      throw Error(fmt::format("{}.{}: must be a positive integer up to {}, got {}", path_, key, max, it->dump()));
+    }
+    return int(it->get<std::int64_t>());
+  }
+  // A non-negative integer that may be absent or null (0 then).
+  int optional_int(const char* key) const {
+    auto it = json_.find(key);
+    if (it == json_.end() || it->is_null()) return 0;
+    if (it->is_number_integer() && it->get<std::int64_t>() == 0) return 0;
+    return need_int(key);
+  }
+  bool has(const char* key) const { return json_.contains(key) && !json_.at(key).is_null(); }
+  std::string type() const { return optional_string("model_type", ""); }
+  const Json& json() const { return json_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const Json& json_;
+  const std::string& path_;
+};
+
+void read_gpt2(const HfFields& hf, ModelSpec& m) {
+  const Json& json = hf.json();
+  const std::string& path = hf.path();
+  m.layers = hf.need_int("n_layer");
+  m.hidden = hf.need_int("n_embd");
+  m.heads = hf.need_int("n_head");
+  m.kv_heads = m.heads;
+  auto inner = json.find("n_inner");
+  m.ffn_hidden = (inner == json.end() || inner->is_null()) ? 4 * m.hidden : hf.need_int("n_inner");
+  m.vocab = hf.need_int("vocab_size");
+  m.seq_len = hf.need_int("n_positions");
+  const std::string act = hf.optional_string("activation_function", "gelu_new");
+  if (act.rfind("gelu", 0) != 0) {
+    throw Error(fmt::format("{}.activation_function: tessel models gelu variants for gpt2, got '{}'", path, act));
+  }
+  m.activation = Activation::gelu;
+  m.norm = Norm::layernorm;
+  m.tied_embeddings = hf.optional_bool("tie_word_embeddings", true);
+  m.position_embedding = PositionEmbedding::learned;
+  m.bias = true;
+}
+
+// The LLaMA-shaped part every llama, mixtral and qwen2_moe config shares.
+void read_llama_shape(const HfFields& hf, ModelSpec& m, bool attention_bias_default) {
+  m.layers = hf.need_int("num_hidden_layers");
+  m.hidden = hf.need_int("hidden_size");
+  m.heads = hf.need_int("num_attention_heads");
+  m.kv_heads = hf.has("num_key_value_heads") ? hf.need_int("num_key_value_heads") : m.heads;
+  m.ffn_hidden = hf.need_int("intermediate_size");
+  m.vocab = hf.need_int("vocab_size");
+  m.seq_len = hf.need_int("max_position_embeddings");
+  const std::string act = hf.optional_string("hidden_act", "silu");
+  if (act != "silu") {
+    throw Error(fmt::format("{}.hidden_act: tessel models silu (SwiGLU) for {}, got '{}'", hf.path(), hf.type(), act));
+  }
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.tied_embeddings = hf.optional_bool("tie_word_embeddings", false);
+  m.position_embedding = PositionEmbedding::rope;
+  m.bias = hf.optional_bool("attention_bias", attention_bias_default);
+}
+
+// Sliding-window attention changes the attention cost: refused unless the window
+// covers the whole sequence (Mixtral 8x7B's config has it null).
+void refuse_sliding_window(const HfFields& hf, const ModelSpec& m) {
+  if (hf.has("use_sliding_window") && !hf.optional_bool("use_sliding_window", false)) return;
+  if (hf.has("sliding_window") && hf.optional_int("sliding_window") > 0 &&
+      hf.optional_int("sliding_window") < m.seq_len) {
+    throw Error(fmt::format("{}.sliding_window: sliding-window attention is not modelled by tessel (window {} < "
+                            "max_position_embeddings {}); set it to null",
+                            hf.path(), hf.optional_int("sliding_window"), m.seq_len));
+  }
+}
+
+void read_mixtral(const HfFields& hf, ModelSpec& m) {
+  read_llama_shape(hf, m, false);
+  refuse_sliding_window(hf, m);
+  m.moe.experts = hf.need_int("num_local_experts");
+  m.moe.top_k = hf.need_int("num_experts_per_tok");
+  m.moe.expert_ffn_hidden = m.ffn_hidden;
+  m.moe.every = 1;
+}
+
+void read_qwen2_moe(const HfFields& hf, ModelSpec& m) {
+  read_llama_shape(hf, m, false);
+  refuse_sliding_window(hf, m);
+  const std::string& path = hf.path();
+  m.moe.experts = hf.need_int("num_experts");
+  m.moe.top_k = hf.need_int("num_experts_per_tok");
+  m.moe.expert_ffn_hidden = hf.need_int("moe_intermediate_size");
+  m.moe.every = hf.has("decoder_sparse_step") ? hf.need_int("decoder_sparse_step") : 1;
+  const int shared_width = hf.optional_int("shared_expert_intermediate_size");
+  if (shared_width % m.moe.expert_ffn_hidden != 0) {
+    throw Error(fmt::format("{}.shared_expert_intermediate_size: {} is not a multiple of moe_intermediate_size {}; "
+                            "tessel represents a shared expert as whole experts of the routed width",
+                            path, shared_width, m.moe.expert_ffn_hidden));
+  }
+  m.moe.shared_experts = shared_width / m.moe.expert_ffn_hidden;
+  auto only = hf.json().find("mlp_only_layers");
+  if (only != hf.json().end() && !only->is_null() && !(only->is_array() && only->empty())) {
+    throw Error(fmt::format("{}.mlp_only_layers: dense blocks at listed positions are not modelled by tessel (MoE "
+                            "blocks come every decoder_sparse_step blocks); got {}",
+                            path, only->dump()));
+  }
+}
+}  // namespace
+
+ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name, const std::string& path) {
+  if (!json.is_object()) throw Error(fmt::format("{}: a Hugging Face config must be a JSON object", path));
+  const HfFields hf(json, path);
+  const std::string type = hf.type();
+  ModelSpec m;
+  m.name = name;
+  m.source = fmt::format("Hugging Face config.json (model_type {})", type);
+  if (type == "deepseek_v2" || type == "deepseek_v3") {
+    throw Error(fmt::format("{}.model_type: {} uses multi-head latent attention (kv_lora_rank, q_lora_rank), which "
+                            "tessel does not model; MoE configs of type mixtral|qwen2_moe are read",
+                            path, type));
+  }
+  const std::string moe_key = first_moe_key(json);
+  if (type == "gpt2" || type == "llama") {
+    if (!moe_key.empty()) {
+      throw Error(fmt::format("{}.{}: a {} config with Mixture-of-Experts keys is not read as a dense model; MoE "
+                              "configs of type mixtral|qwen2_moe are read",
+                              path, moe_key, type));
+    }
+    if (type == "gpt2") read_gpt2(hf, m);
+    else read_llama_shape(hf, m, false);
+  } else if (type == "mixtral") {
+    read_mixtral(hf, m);
+  } else if (type == "qwen2_moe") {
+    read_qwen2_moe(hf, m);
+  } else if (!moe_key.empty()) {
+    throw Error(fmt::format("{}.model_type: '{}' has Mixture-of-Experts keys ({}) that tessel does not know how to "
+                            "read; MoE configs of type mixtral|qwen2_moe are read, never as a dense model",
+                            path, type, moe_key));
+  } else {
+    throw Error(fmt::format("{}.model_type: Hugging Face configs of type gpt2|llama|mixtral|qwen2_moe are supported, "
+                            "got '{}'", path, type));
+  }
+  check_model_shape(m, path);
+  return m;
+}
+
+}  // namespace tessel

@@ -1,0 +1,50 @@
+// `tessel plan` on Mixture-of-Experts models: a Mixtral preset file and a Hugging Face
+// Mixtral config.json rank plans with ep > 1; a DeepSeek-V3 config is refused in one
+// line naming what tessel does not model.
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_fixture.hpp"
+
+using namespace tessel_cli_test;
+
+TEST_F(Cli, MixtralPlansRankExpertParallelLayouts) {
+  const Outcome o = run("plan --model " + std::string(TESSEL_SOURCE_DIR) +
+                        "/configs/models/mixtral-8x7b.json --cluster dgx-h100 --nodes 8 --global-batch 256 --json " +
+                        (dir_ / "plans.json").string());
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find(" ep "), std::string::npos) << o.out;
+  const nlohmann::json plans = nlohmann::json::parse(slurp(dir_ / "plans.json"));
+  int expert_parallel = 0;
+  for (const auto& plan : plans["plans"]) expert_parallel += plan["parallel"].value("ep", 1) > 1 ? 1 : 0;
+  EXPECT_GT(expert_parallel, 0);
+  EXPECT_GT(plans["plans"][0]["comm_per_rank_per_step"]["ep_bytes"].get<double>(), 0);
+}
+
+TEST_F(Cli, HuggingFaceMixtralConfigPlansAndDeepSeekIsRefusedByName) {
+  const fs::path mixtral = dir_ / "config.json";
+  std::ofstream(mixtral) << R"({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+      "max_position_embeddings": 32768, "num_attention_heads": 32, "num_experts_per_tok": 2,
+      "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "vocab_size": 32000,
+      "hidden_act": "silu", "tie_word_embeddings": false, "sliding_window": null})";
+  const Outcome o = run("plan --model " + mixtral.string() + " --cluster dgx-h100 --nodes 8 --global-batch 256 --seq 4096");
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.out.find(" ep "), std::string::npos) << o.out;
+  const fs::path deepseek = dir_ / "deepseek.json";
+  std::ofstream(deepseek) << R"({"model_type": "deepseek_v3", "hidden_size": 7168, "n_routed_experts": 256,
+      "kv_lora_rank": 512, "q_lora_rank": 1536})";
+  const Outcome refused = run("plan --model " + deepseek.string() + " --cluster dgx-h100 --global-batch 8");
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_NE(refused.err.find("multi-head latent attention (kv_lora_rank, q_lora_rank)"), std::string::npos)
+      << refused.err;
+  EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+}
+
+TEST_F(Cli, MoePlansAreNotWrittenAsDenseLaunchConfigs) {
+  const Outcome o = run("plan --model mixtral-8x7b --cluster dgx-h100 --nodes 8 --global-batch 256 --emit megatron "
+                        "--emit-out " + (dir_ / "launch.sh").string());
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("is a Mixture-of-Experts model (model.moe)"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(dir_ / "launch.sh"));
+}
