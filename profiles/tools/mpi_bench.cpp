@@ -39,7 +39,7 @@ Stats stats(std::vector<double> t) {
   s.median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
   // (p90 - p10) / median: robust to the odd preempted repetition.
   s.spread = s.median > 0 ? std::min((t[std::size_t(0.9 * double(n - 1))] - t[std::size_t(0.1 * double(n - 1))]) / s.median,
-                                     limits::kMaxSampleSpread)
+                                     tessel::limits::kMaxSampleSpread)
                            : 0;
   return s;
 }

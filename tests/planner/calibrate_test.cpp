@@ -145,7 +145,10 @@ TEST(Calibration, LeaveOneOutPredictsARunByAFitThatDidNotSeeIt) {
   RunSet runs(synthetic, profiles::shipped_profile("A100-SXM-80GB"));
   const DeviceCalibration result = calibrate_runs(runs, four_parameters());
   ASSERT_EQ(result.fitted_rows.size(), runs.size());
-  EXPECT_NEAR(result.leave_one_out_s[poisoned], true_step_s, 0.01 * true_step_s);
+  // The fit recovers each parameter to 1-3% (FitRecoversTheParametersThatGeneratedTheRuns),
+  // so the left-out run is predicted to about 2%; a fit pulled by the poisoned run (3x)
+  // would miss by tens of percent.
+  EXPECT_NEAR(result.leave_one_out_s[poisoned], true_step_s, 0.02 * true_step_s);
   for (std::size_t row : result.fitted_rows) EXPECT_TRUE(std::isfinite(result.leave_one_out_s[row]));
 }
 
