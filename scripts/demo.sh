@@ -39,7 +39,9 @@ section "Plan: which layout is fastest, and does it fit"
 run plan --model gpt2-1.5b --cluster dgx-h100 --nodes 4 --global-batch 512 --top 5
 explain "Each row is one way to split GPT-2 1.5B over 32 H100s (dp/pp/tp: data, pipeline and tensor parallel ways; zero: how much optimizer state is sharded), fastest predicted step first; the rejected counts say why the other layouts cannot work (a head count that does not divide, memory that does not fit)."
 run plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536 --top 5
-explain "A 175B model does not fit by data parallelism alone: the best plans shard it 4 ways by tensor parallelism and keep activations small with selective recompute; the 'searched' line says how many layouts were priced, and in how little time."
+explain "A 175B model does not fit by data parallelism alone: the best plans cut it into 8 pipeline stages (interleaved, 4 chunks each), shard it 2 or 4 ways by tensor parallelism with sequence parallelism, and shard optimizer state and gradients by ZeRO; the 'searched' line says how many layouts were priced, and in how little time."
+run plan --model mixtral-8x7b --cluster dgx-h100 --nodes 8 --global-batch 256 --top 5
+explain "A Mixture-of-Experts model (Mixtral 8x7B: 8 experts, 2 per token): ep shards the experts over ranks of the data-parallel group, and a2a is the share of the step the dispatch and combine all-to-alls take; layouts that shard experts over 8 ranks keep the most memory free."
 
 section "Measure this machine"
 db="$out/profiles.db"
@@ -81,19 +83,19 @@ run estimate --import tests/interop/fixtures/megatron_gpt3_175b.sh --cluster dgx
 explain "Megatron-LM's own GPT-3 175B example script, read as it is: each option is mapped into a plan, listed as ignored (paths, logging, learning-rate schedule) or, had it changed the cost in a way tessel does not model (FP8, experts), refused by name; the cluster and node count come from tessel."
 run plan --near tests/interop/fixtures/nemo_gpt3_175b.yaml --cluster dgx-a100 --nodes 128 --top 3 --emit megatron --emit-out "$out/best-gpt3-175b.sh"
 explain "NeMo's GPT-3 175B recipe, searched around: the last lines set the recipe's own prediction beside the best plans, and the best plan was written as a Megatron-LM launch script ($out/best-gpt3-175b.sh) with a comment line for anything Megatron cannot express. NeMo YAML, DeepSpeed JSON (with the model's config.json) and torchtitan TOML read and write the same way (tessel export --plan F --to ENGINE)."
-python3 - "$out/tokens.bin" <<'PYTHON'
-import array, random, struct, sys
-ids = array.array("H", (random.Random(0).randrange(256) for _ in range(200_000)))
-with open(sys.argv[1], "wb") as f:
+python3 - README.md "$out/tokens.bin" <<'PYTHON'
+import array, struct, sys
+ids = array.array("H", list(open(sys.argv[1], "rb").read()))  # one id per byte: a stand-in for a tokenizer
+with open(sys.argv[2], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, len(ids), *[0] * 253) + ids.tobytes())
 PYTHON
 rm -rf "$out/checkpoint" "$out/runs-interop.db"
 run run --plan examples/local-cpu-gpt-small.json --data "$out/tokens.bin" --steps 3 --checkpoint "$out/checkpoint" --db "$out/runs-interop.db"
-explain "Training on a pre-tokenised file ($out/tokens.bin, an llm.c shard of 200,000 random ids written just now); Megatron's .bin/.idx datasets and nanoGPT's flat files read the same way, each checked before any rank starts (ids inside the vocabulary, at least one global batch)."
+explain "Training on a pre-tokenised file ($out/tokens.bin: README.md byte by byte, written just now as an llm.c shard of uint16 ids); Megatron's .bin/.idx datasets and nanoGPT's flat files read the same way, each checked before any rank starts (ids inside the vocabulary, at least one global batch)."
 mkdir -p "$out/gpt-small"
 run export-weights --checkpoint "$out/checkpoint" --out "$out/gpt-small/model.safetensors"
-run run --plan examples/local-cpu-gpt-small.json --init "$out/gpt-small/model.safetensors" --steps 2 --db "$out/runs-interop.db"
-explain "The checkpoint's weights, gathered from the ranks' shards, written as safetensors with Hugging Face's GPT-2 names and a config.json (transformers' GPT2LMHeadModel loads $out/gpt-small), then read back to start a new run; scripts/check-hf-interop.py scores such an export in transformers and in tessel on the same tokens where PyTorch is installed."
+run run --plan examples/local-cpu-gpt-small.json --init "$out/gpt-small/model.safetensors" --data "$out/tokens.bin" --steps 2 --db "$out/runs-interop.db"
+explain "The checkpoint's weights, gathered from the ranks' shards, written as safetensors with Hugging Face's GPT-2 names and a config.json (transformers' GPT2LMHeadModel loads $out/gpt-small), then read back to start a new run (its first loss continues from where the first run ended, not from an untrained model's); scripts/check-hf-interop.py scores such an export in transformers and in tessel on the same tokens where PyTorch is installed."
 rm -rf "$out/checkpoint" "$out/runs-interop.db"
 
 section "Measured against predicted, op kind by op kind"
