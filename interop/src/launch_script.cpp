@@ -212,7 +212,9 @@ class Shell {
     if (rest.empty()) return value_of(name);
     const bool colon = rest[0] == ':';
     const std::string op = rest.substr(colon ? 1 : 0, 1);
-    const std::string word = rest.substr(colon ? 2 : 1);
+    // `${X:}` has an operator position but no operator: substr must not run past it.
+    const std::size_t word_at = colon ? 2 : 1;
+    const std::string word = rest.size() > word_at ? rest.substr(word_at) : "";
     const bool set = colon ? is_set(name) : vars_.count(name) > 0;
     if (op == "-") return set ? value_of(name) : join_words(word);
     if (op == "=") {

@@ -228,6 +228,8 @@ TEST(Megatron, MalformedScriptsAreOneLineErrorsNamingTheLine) {
       {"ARGS=(--num-layers 2\n--hidden-size 64\n", "line 1: the array ARGS=( is not closed"},
       {"X=$((4 / 0))\n", "line 1: $((...)): division by zero"},
       {"X=${NAME\n", "line 1: '{' is not closed"},
+      // Found by make fuzz: `${X:}` (no operator after the colon) ran substr past the end.
+      {"X=${NAME:}\ntorchrun pretrain_gpt.py --num-layers 2\n", "--hidden-size is missing"},
       {"echo hello\n", "no training command"},
       {"--num-layers " + std::string(200000, '9'), "--num-layers"},
       {"X=" + std::string(300000, 'a') + "\n--num-layers 2\n", "--hidden-size is missing"},
