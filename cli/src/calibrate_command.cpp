@@ -156,13 +156,10 @@ int run_calibrate(const CalibrateArgs& args) {
         "--out: writes one profile; pick one --device (or leave --out out to write every device to the database)");
   }
   planner::CalibrationOptions options;
-  // By default only the compute and memory parameters, which the corpus identifies (bus
-  // and overlap efficiencies and the layer overhead move the fit by a point or two while
-  // swinging held-out Megatron runs by tens: see docs/ARCHITECTURE.md, "Calibration").
-  options.parameters = args.fit.empty() ? std::vector<std::string>{"gemm_efficiency_scale", "memory_efficiency_scale",
-                                                                   "attention_efficiency_scale"}
-                       : args.fit == std::vector<std::string>{"all"} ? std::vector<std::string>{}
-                                                                     : args.fit;
+  // By default every parameter: which to leave at their defaults must not be chosen by how
+  // the held-out runs come out afterwards (that would tune on them).
+  options.parameters = args.fit.empty() || args.fit == std::vector<std::string>{"all"} ? std::vector<std::string>{}
+                                                                                       : args.fit;
   if (args.max_evaluations < 1) {
     throw Error(fmt::format("--max-evaluations: must be a positive integer, got {}", args.max_evaluations));
   }
@@ -221,7 +218,7 @@ Command add_calibrate_command(CLI::App& app) {
   cmd->add_option("--out", args->out_file, "Write the calibrated profile to this JSON file instead of the database");
   cmd->add_option("--db", args->db, "Profile database to read the base profile from and write the calibrated one to");
   cmd->add_option("--fit", args->fit,
-                  "Parameters to fit, or all (default: the GEMM, memory and attention scales): gemm_efficiency_scale, "
+                  "Parameters to fit, or all (the default): gemm_efficiency_scale, "
                   "memory_efficiency_scale, attention_efficiency_scale, "
                   "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s")
       ->delimiter(',');

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,17 @@ inline std::string slurp(const fs::path& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+// A refusal as tessel's inputs promise it: status 2, one line on stderr naming
+// `expected_part`, nothing on stdout.
+inline ::testing::AssertionResult is_one_line_refusal(const Outcome& o, const std::string& expected_part) {
+  if (o.status != 2) return ::testing::AssertionFailure() << "status " << o.status << "\n" << o.out << o.err;
+  if (o.err.find(expected_part) == std::string::npos)
+    return ::testing::AssertionFailure() << "stderr lacks '" << expected_part << "': " << o.err;
+  if (std::count(o.err.begin(), o.err.end(), '\n') != 1) return ::testing::AssertionFailure() << "not one line: " << o.err;
+  if (!o.out.empty()) return ::testing::AssertionFailure() << "stdout not empty: " << o.out;
+  return ::testing::AssertionSuccess();
 }
 
 class Cli : public ::testing::Test {

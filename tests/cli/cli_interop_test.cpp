@@ -22,12 +22,6 @@ const std::string kSmallRun =
     "--seq-length 512 --max-position-embeddings 512 --vocab-size 1024 --micro-batch-size 2 --global-batch-size 64 "
     "--bf16 --tensor-model-parallel-size 2 --use-distributed-optimizer --log-interval 10 --my-colour teal\n";
 
-void expect_one_line_refusal(const Outcome& o, const std::string& part) {
-  EXPECT_EQ(o.status, 2) << o.out << o.err;
-  EXPECT_NE(o.err.find(part), std::string::npos) << o.err;
-  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
-}
-
 }  // namespace
 
 TEST_F(Cli, EstimateImportsAMegatronScriptAndSaysWhatItMappedAndIgnored) {
@@ -61,13 +55,13 @@ TEST_F(Cli, SimulateImportsAndWarnsOfOptionsItDoesNotUnderstand) {
 
 TEST_F(Cli, ImportNeedsOneSourceAClusterAndAKnownEngine) {
   const fs::path script = write("run.sh", kSmallRun);
-  expect_one_line_refusal(run("estimate --import " + script.string()), "--cluster: required with --import");
-  expect_one_line_refusal(run("estimate --import " + script.string() + " --cluster dgx-a100 --engine colossal"),
-                          "--engine: unknown engine 'colossal'");
-  expect_one_line_refusal(run("estimate --cluster dgx-a100"), "--plan: give a plan file or --import FILE");
+  EXPECT_TRUE(is_one_line_refusal(run("estimate --import " + script.string()), "--cluster: required with --import"));
+  EXPECT_TRUE(is_one_line_refusal(run("estimate --import " + script.string() + " --cluster dgx-a100 --engine colossal"),
+                          "--engine: unknown engine 'colossal'"));
+  EXPECT_TRUE(is_one_line_refusal(run("estimate --cluster dgx-a100"), "--plan: give a plan file or --import FILE"));
   const fs::path fp8 = write("fp8.sh", kSmallRun.substr(0, kSmallRun.size() - 1) + " --fp8-format hybrid\n");
-  expect_one_line_refusal(run("estimate --import " + fp8.string() + " --cluster dgx-a100"),
-                          fp8.string() + ": --fp8-format hybrid: FP8/FP4 training is not modelled");
+  EXPECT_TRUE(is_one_line_refusal(run("estimate --import " + fp8.string() + " --cluster dgx-a100"),
+                          fp8.string() + ": --fp8-format hybrid: FP8/FP4 training is not modelled"));
 }
 
 TEST_F(Cli, PlanNearAnImportedRunRanksItAndEmitsTheBestPlan) {
@@ -83,11 +77,11 @@ TEST_F(Cli, PlanNearAnImportedRunRanksItAndEmitsTheBestPlan) {
   EXPECT_NE(text.find("pretrain_gpt.py"), std::string::npos) << text;
   EXPECT_NE(text.find("--num-layers 4"), std::string::npos) << text;
 
-  expect_one_line_refusal(run("plan --near " + script.string() + " --cluster dgx-a100 --model gpt2-124m"),
-                          "--near: takes the model");
-  expect_one_line_refusal(run("plan --model gpt2-124m --cluster dgx-a100 --global-batch 8 --emit colossal"),
-                          "--emit: unknown engine 'colossal'");
-  expect_one_line_refusal(run("plan --cluster dgx-a100 --global-batch 8"), "--model: required");
+  EXPECT_TRUE(is_one_line_refusal(run("plan --near " + script.string() + " --cluster dgx-a100 --model gpt2-124m"),
+                          "--near: takes the model"));
+  EXPECT_TRUE(is_one_line_refusal(run("plan --model gpt2-124m --cluster dgx-a100 --global-batch 8 --emit colossal"),
+                          "--emit: unknown engine 'colossal'"));
+  EXPECT_TRUE(is_one_line_refusal(run("plan --cluster dgx-a100 --global-batch 8"), "--model: required"));
 }
 
 TEST_F(Cli, ExportWritesAPlanForAnEngineAndEstimateReadsItBack) {
@@ -105,7 +99,7 @@ TEST_F(Cli, ExportWritesAPlanForAnEngineAndEstimateReadsItBack) {
   const Outcome stdout_only = run("export --plan " + plan + " --to megatron");
   EXPECT_EQ(stdout_only.status, 0);
   EXPECT_EQ(stdout_only.out.rfind("#!/bin/bash\n", 0), 0u) << stdout_only.out;
-  expect_one_line_refusal(run("export --plan " + plan + " --to colossal"), "--to: unknown engine 'colossal'");
+  EXPECT_TRUE(is_one_line_refusal(run("export --plan " + plan + " --to colossal"), "--to: unknown engine 'colossal'"));
 }
 
 TEST_F(Cli, EstimateImportsNemoRecipesAndTakesAVocabularyFromHfConfig) {
@@ -118,7 +112,7 @@ TEST_F(Cli, EstimateImportsNemoRecipesAndTakesAVocabularyFromHfConfig) {
       "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80, "vocab_size": 32000,
       "max_position_embeddings": 4096, "tie_word_embeddings": false})");
   const std::string llama = "estimate --import " + kFixtures + "nemo_llama2_70b.yaml --cluster dgx-a100 --nodes 128";
-  expect_one_line_refusal(run(llama), "model.tokenizer: the vocabulary size is unknown");
+  EXPECT_TRUE(is_one_line_refusal(run(llama), "model.tokenizer: the vocabulary size is unknown"));
   const Outcome with_hf = run(llama + " --hf-config " + hf.string());
   ASSERT_EQ(with_hf.status, 0) << with_hf.err;
   EXPECT_NE(with_hf.out.find("model.vocab 32000 (--hf-config)"), std::string::npos) << with_hf.out;

@@ -115,20 +115,32 @@ std::vector<Output> run_op(const OpCase& op, Backend& backend, DType compute, bo
 
 // Compares every output of `op` on `other` (in `other_type`) with the CPU in `reference_type`.
 // fp8 variants run where `other` has fp8 GEMMs (`fp8`), on both sides alike.
-void expect_matches(const OpCase& op, Backend& other, DType other_type, DType reference_type, double tolerance,
-                    bool fp8 = true) {
+// `op` on `other` in `other_type` against the CPU in `reference_type`, every output within
+// `tolerance` (or the output's own floor); the failure names each output that is not.
+::testing::AssertionResult matches(const OpCase& op, Backend& other, DType other_type, DType reference_type,
+                                   double tolerance, bool fp8 = true) {
   const std::vector<Output> reference = run_op(op, cpu_backend(), reference_type, fp8);
   const std::vector<Output> result = run_op(op, other, other_type, fp8);
-  ASSERT_FALSE(reference.empty()) << op.name << " collects no output";
-  ASSERT_EQ(reference.size(), result.size());
+  if (reference.empty()) return ::testing::AssertionFailure() << op.name << " collects no output";
+  if (reference.size() != result.size()) return ::testing::AssertionFailure() << op.name << ": output counts differ";
+  ::testing::AssertionResult verdict = ::testing::AssertionSuccess();
+  bool failed = false;
   for (std::size_t i = 0; i < reference.size(); ++i) {
     for (double v : reference[i].values)
-      ASSERT_FALSE(std::isnan(v)) << op.name << "." << reference[i].label
-                                  << ": the reference left an element unwritten";
+      if (std::isnan(v))
+        return ::testing::AssertionFailure() << op.name << "." << reference[i].label
+                                             << ": the reference left an element unwritten";
     const double difference = relative_difference(reference[i].values, result[i].values);
-    EXPECT_LE(difference, std::max(tolerance, reference[i].tolerance_floor)) << op.name << "." << reference[i].label << " on " << other.name() << " in "
-                                     << to_string(other_type) << " against cpu in " << to_string(reference_type);
+    const double allowed = std::max(tolerance, reference[i].tolerance_floor);
+    if (!(difference <= allowed)) {
+      if (!failed) verdict = ::testing::AssertionFailure();
+      failed = true;
+      verdict << op.name << "." << reference[i].label << " on " << other.name() << " in " << to_string(other_type)
+              << " against cpu in " << to_string(reference_type) << ": relative difference " << difference << " > "
+              << allowed << "; ";
+    }
   }
+  return verdict;
 }
 
 class BackendOps : public ::testing::TestWithParam<std::size_t> {
@@ -137,7 +149,7 @@ class BackendOps : public ::testing::TestWithParam<std::size_t> {
 };
 
 TEST_P(BackendOps, CpuBf16StorageMatchesCpuFp32) {
-  expect_matches(op(), cpu_backend(), DType::bf16, DType::f32, op().bf16_tolerance);
+  EXPECT_TRUE(matches(op(), cpu_backend(), DType::bf16, DType::f32, op().bf16_tolerance));
 }
 
 TEST_P(BackendOps, CpuIsRepeatableBitForBit) {
@@ -153,8 +165,8 @@ TEST_P(BackendOps, CudaMatchesCpu) {
   ASSERT_TRUE(cuda);
   const bool fp8 = cuda_device_has_fp8(0);
   if (!fp8) std::cout << "device 0 has no fp8 tensor cores: the fp8 GEMM variants are not checked\n";
-  expect_matches(op(), *cuda, DType::f32, DType::f32, op().f32_tolerance, fp8);
-  expect_matches(op(), *cuda, DType::bf16, DType::bf16, op().bf16_tolerance, fp8);
+  EXPECT_TRUE(matches(op(), *cuda, DType::f32, DType::f32, op().f32_tolerance, fp8));
+  EXPECT_TRUE(matches(op(), *cuda, DType::bf16, DType::bf16, op().bf16_tolerance, fp8));
   // Deterministic on the device too: two runs give the same bits.
   const std::vector<Output> first = run_op(op(), *cuda, DType::f32, fp8),
                             second = run_op(op(), *cuda, DType::f32, fp8);
