@@ -146,3 +146,26 @@ TEST(Nemo, WriterFallsBackFromOffloadAndSaysSo) {
 
 }  // namespace
 }  // namespace tessel::interop
+
+namespace tessel::interop {
+namespace {
+
+// Found by make fuzz: a key that is not a scalar (here a sequence) escaped as yaml-cpp's
+// bad-conversion exception; it is one line naming where.
+TEST(Nemo, AKeyThatIsNotAScalarIsOneLine) {
+  std::string text = fixture("nemo_gpt3_175b.yaml");
+  const std::size_t model = text.find("\nmodel:\n");
+  ASSERT_NE(model, std::string::npos);
+  text.insert(model + 8, "  ? [odd, key]\n  : 1\n");
+  try {
+    import_run(Engine::nemo, text, context_on("dgx-a100", 128));
+    FAIL() << "a sequence as a key was accepted";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("unexpected YAML type"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace tessel::interop
