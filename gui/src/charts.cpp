@@ -6,6 +6,7 @@
 #include <QScatterSeries>
 #include <QToolTip>
 #include <QBarCategoryAxis>
+#include <QBarSeries>
 #include <QBarSet>
 #include <QBoxPlotSeries>
 #include <QBoxSet>
@@ -213,5 +214,107 @@ void BoxChart::set(const QString& title, const QString& value_title, const std::
 }
 
 int BoxChart::box_count() const { return impl_->boxes; }
+
+struct GroupedBars::Impl {
+  QChart* chart = nullptr;
+  int groups = 0, sets = 0;
+};
+
+GroupedBars::GroupedBars(QWidget* parent) : QWidget(parent), impl_(new Impl) { impl_->chart = chart_in(this); }
+
+GroupedBars::~GroupedBars() { delete impl_; }
+
+void GroupedBars::set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
+                      const std::vector<QString>& sets, const std::vector<std::vector<double>>& values,
+                      const std::vector<QColor>& colours) {
+  auto* series = new QBarSeries;
+  double high = 0;
+  for (std::size_t s = 0; s < sets.size() && s < values.size(); ++s) {
+    auto* set = new QBarSet(sets[s]);
+    if (s < colours.size()) set->setColor(colours[s]);
+    for (double v : values[s]) {
+      *set << v;
+      high = std::max(high, v);
+    }
+    series->append(set);
+  }
+  // Category names (op classes) are short; keep them whole rather than elided.
+  show_over_categories(impl_->chart, title, value_title, categories, series)->setRange(0, high > 0 ? high * 1.1 : 1);
+  for (QAbstractAxis* axis : impl_->chart->axes(Qt::Horizontal)) {
+    if (auto* x = qobject_cast<QBarCategoryAxis*>(axis)) x->setTruncateLabels(false);
+  }
+  impl_->groups = int(categories.size());
+  impl_->sets = int(series->count());
+}
+
+int GroupedBars::group_count() const { return impl_->groups; }
+int GroupedBars::set_count() const { return impl_->sets; }
+
+struct TwoAxisLines::Impl {
+  QChart* chart = nullptr;
+  int points = 0;
+};
+
+TwoAxisLines::TwoAxisLines(QWidget* parent) : QWidget(parent), impl_(new Impl) { impl_->chart = chart_in(this); }
+
+TwoAxisLines::~TwoAxisLines() { delete impl_; }
+
+namespace {
+// A value axis spanning `values` with a margin, never below zero (times and MFU are not).
+QValueAxis* axis_over(const std::vector<double>& values, const QString& title, const QColor& colour) {
+  auto* axis = new QValueAxis;
+  axis->setTitleText(title);
+  if (colour.isValid()) {
+    axis->setTitleBrush(colour);
+    axis->setLabelsColor(colour);
+  }
+  double low = 0, high = 1;
+  if (!values.empty()) {
+    low = *std::min_element(values.begin(), values.end());
+    high = *std::max_element(values.begin(), values.end());
+  }
+  const double margin = std::max(1e-9, std::max(high - low, std::abs(high) * 0.1)) * 0.1;
+  axis->setRange(std::max(0.0, low - margin), high + margin);
+  axis->applyNiceNumbers();
+  return axis;
+}
+}  // namespace
+
+void TwoAxisLines::set(const QString& title, const QString& x_title, const Line& left, const Line& right) {
+  QChart* chart = impl_->chart;
+  chart->removeAllSeries();
+  for (QAbstractAxis* axis : chart->axes()) {
+    chart->removeAxis(axis);
+    delete axis;
+  }
+  chart->setTitle(title);
+  std::vector<double> xs;
+  for (const Line* line : {&left, &right}) {
+    for (const QPointF& p : line->points) xs.push_back(p.x());
+  }
+  QValueAxis* x = axis_over(xs, x_title, QColor());
+  x->setLabelFormat("%g");
+  chart->addAxis(x, Qt::AlignBottom);
+  impl_->points = 0;
+  for (const auto& [line, side] : {std::pair{&left, Qt::AlignLeft}, std::pair{&right, Qt::AlignRight}}) {
+    auto* series = new QLineSeries;
+    series->setName(line->name);
+    QPen pen(line->colour);
+    pen.setWidth(2);
+    series->setPen(pen);
+    series->setPointsVisible(true);
+    series->setMarkerSize(8);
+    std::vector<double> ys;
+    for (const QPointF& p : line->points) series->append(p), ys.push_back(p.y());
+    chart->addSeries(series);
+    QValueAxis* y = axis_over(ys, line->axis_title, line->colour);
+    chart->addAxis(y, side);
+    series->attachAxis(x);
+    series->attachAxis(y);
+    impl_->points += int(line->points.size());
+  }
+}
+
+int TwoAxisLines::point_count() const { return impl_->points; }
 
 }  // namespace tessel::gui

@@ -36,7 +36,7 @@
 #include "tessel/gui/child_simulation.hpp"
 #include "tessel/gui/compare_view.hpp"
 #include "tessel/gui/timeline_view.hpp"
-#include "tessel/planner/what_if.hpp"
+#include "tessel/gui/what_if_view.hpp"
 #include "tessel/profiles/profile_store.hpp"
 
 namespace tessel::gui {
@@ -78,9 +78,7 @@ QStandardItem* text(const std::string& value) {
 
 PlanExplorer::~PlanExplorer() {
   cancel_.store(true);
-  what_if_cancel_.store(true);
   if (worker_.joinable()) worker_.join();
-  if (what_if_worker_.joinable()) what_if_worker_.join();
 }
 
 void PlanExplorer::set_inputs(const planner::SearchInputs& in) {
@@ -93,16 +91,7 @@ void PlanExplorer::set_inputs(const planner::SearchInputs& in) {
   ranks_->setValue(in.ranks);
   precision_->setCurrentText(QString::fromStdString(in.precision));
   validate();
-  // The what-if sliders start at the inputs (no re-plan until one moves).
-  const QSignalBlocker a(what_if_nodes_), b(what_if_bw_), c(what_if_batch_);
-  what_if_nodes_->setMaximum(std::max(64, 4 * in.nodes));
-  what_if_nodes_->setValue(std::max(1, in.nodes));
-  what_if_batch_->setValue(std::max(1, in.global_batch / 8));
-  try {
-    const Plan plan = in.to_plan();
-    if (plan.cluster.inter_node) what_if_bw_->setValue(int(plan.cluster.inter_node->bandwidth_per_nic_bytes_per_s / 5e9));
-  } catch (const Error&) {
-  }
+  what_if_->reset_to(in);  // the what-if sliders start at the inputs
 }
 
 planner::SearchInputs PlanExplorer::inputs() const {
@@ -372,89 +361,14 @@ void PlanExplorer::show_simulation(const QByteArray& json_text, const QString& t
 }
 
 void PlanExplorer::set_what_if(int nodes, double inter_bw_gbps, int global_batch) {
-  const QSignalBlocker a(what_if_nodes_), b(what_if_bw_), c(what_if_batch_);
-  what_if_nodes_->setValue(nodes);
-  what_if_bw_->setValue(int(std::lround(inter_bw_gbps / 5)));
-  what_if_batch_->setValue(std::max(1, global_batch / 8));
-  run_what_if();
+  what_if_->set_values(nodes, inter_bw_gbps, global_batch);
 }
 
-void PlanExplorer::what_if_changed() {
-  what_if_label_->setText(QString("nodes %1, %2 GB/s per NIC, global batch %3: re-planning...")
-                              .arg(what_if_nodes_->value())
-                              .arg(what_if_bw_->value() * 5)
-                              .arg(what_if_batch_->value() * 8));
-  what_if_timer_->start();
-}
+bool PlanExplorer::wait_for_what_if(int timeout_ms) { return what_if_->wait(timeout_ms); }
 
-void PlanExplorer::run_what_if() {
-  what_if_cancel_.store(true);
-  if (what_if_worker_.joinable()) what_if_worker_.join();
-  what_if_cancel_.store(false);
-  const int nodes = what_if_nodes_->value(), batch = what_if_batch_->value() * 8;
-  const double bw = what_if_bw_->value() * 5.0;
-  planner::SearchInputs in = inputs();
-  Plan base;
-  try {
-    base = in.to_plan();
-    base = planner::apply_sweep_value(base, planner::SweepVariable::nodes, nodes);
-    if (base.cluster.inter_node) base = planner::apply_sweep_value(base, planner::SweepVariable::inter_bw, bw);
-    base = planner::apply_sweep_value(base, planner::SweepVariable::global_batch, batch);
-  } catch (const Error& error) {
-    what_if_label_->setText(QString::fromUtf8(error.what()));
-    return;
-  }
-  what_if_worker_ = std::thread([this, in, base, nodes, bw, batch] {
-    QString line, plan_text;
-    double step = 0, tokens = 0, mfu = 0;
-    try {
-      const planner::CostModel model = in.cost_model(base);
-      planner::SearchOptions options;
-      options.top_k = 1;
-      options.cancel = &what_if_cancel_;
-      const planner::SearchResult result = planner::search(model, options);
-      if (result.cancelled) return;
-      if (result.best.empty()) {
-        line = "no plan fits";
-      } else {
-        const planner::Estimate& best = result.best.front();
-        plan_text = QString::fromStdString(best.parallel.summary());
-        step = best.step_time_s, tokens = best.tokens_per_s, mfu = 100 * best.mfu;
-        line = QString("best: %1, step %2 s").arg(plan_text).arg(step, 0, 'f', 3);
-      }
-    } catch (const Error& error) {
-      line = QString::fromUtf8(error.what());
-    }
-    QMetaObject::invokeMethod(
-        this,
-        [this, line, plan_text, step, tokens, mfu, nodes, bw, batch] {
-          what_if_label_->setText(QString("nodes %1, %2 GB/s per NIC, global batch %3: %4")
-                                      .arg(nodes).arg(bw).arg(batch).arg(line));
-          if (step > 0) {
-            what_if_model_->insertRow(0, {number(nodes), number(bw, 1), number(batch), text(plan_text.toStdString()),
-                                          number(step, 4), number(tokens), number(mfu, 1)});
-            what_if_steps_.insert(what_if_steps_.begin(), step);
-          }
-          if (what_if_worker_.joinable()) what_if_worker_.join();
-          emit whatIfFinished();
-        },
-        Qt::QueuedConnection);
-  });
-}
-
-bool PlanExplorer::wait_for_what_if(int timeout_ms) {
-  QElapsedTimer timer;
-  timer.start();
-  while ((what_if_worker_.joinable() || what_if_timer_->isActive()) && timer.elapsed() < timeout_ms) {
-    QApplication::processEvents(QEventLoop::AllEvents, 50);
-  }
-  QApplication::processEvents();
-  return !what_if_worker_.joinable();
-}
-
-int PlanExplorer::what_if_rows() const { return what_if_model_->rowCount(); }
+int PlanExplorer::what_if_rows() const { return what_if_->rows(); }
 double PlanExplorer::what_if_step_s(int row) const {
-  return row >= 0 && std::size_t(row) < what_if_steps_.size() ? what_if_steps_[std::size_t(row)] : 0.0;
+  return row >= 0 && row < what_if_->rows() ? what_if_->row(row).step_s : 0.0;
 }
 
 bool PlanExplorer::wait_for_simulation(int timeout_ms) { return simulation_->wait(timeout_ms); }

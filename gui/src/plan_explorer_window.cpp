@@ -27,6 +27,7 @@
 #include "tessel/gui/compare_view.hpp"
 #include "tessel/gui/plan_explorer.hpp"
 #include "tessel/gui/timeline_view.hpp"
+#include "tessel/gui/what_if_view.hpp"
 
 namespace tessel::gui {
 
@@ -158,38 +159,9 @@ void PlanExplorer::build_memory_tab() {
 }
 
 void PlanExplorer::build_what_if_tab() {
-  auto* what_if = new QWidget(tabs_);
-  auto* what_if_layout = new QVBoxLayout(what_if);
-  auto* sliders = new QFormLayout;
-  auto slider = [&](int low, int high) {
-    auto* s = new QSlider(Qt::Horizontal, what_if);
-    s->setRange(low, high);
-    return s;
-  };
-  what_if_nodes_ = slider(1, 64);
-  what_if_bw_ = slider(1, 100);     // x 5 GB/s per NIC
-  what_if_batch_ = slider(1, 256);  // x 8 sequences
-  sliders->addRow("nodes", what_if_nodes_);
-  sliders->addRow("inter-node GB/s per NIC", what_if_bw_);
-  sliders->addRow("global batch", what_if_batch_);
-  what_if_layout->addLayout(sliders);
-  what_if_label_ = new QLabel(what_if);
-  what_if_layout->addWidget(what_if_label_);
-  what_if_model_ = new QStandardItemModel(this);
-  what_if_model_->setHorizontalHeaderLabels({"nodes", "GB/s per NIC", "global batch", "best plan", "step (s)",
-                                             "tokens/s", "MFU %"});
-  auto* what_if_table = new QTableView(what_if);
-  what_if_table->setModel(what_if_model_);
-  what_if_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  what_if_layout->addWidget(what_if_table, 1);
-  tabs_->addTab(what_if, "whatif");
-  what_if_timer_ = new QTimer(this);
-  what_if_timer_->setSingleShot(true);
-  what_if_timer_->setInterval(300);  // re-plan once the slider rests
-  connect(what_if_timer_, &QTimer::timeout, this, [this] { run_what_if(); });
-  for (QSlider* s : {what_if_nodes_, what_if_bw_, what_if_batch_}) {
-    connect(s, &QSlider::valueChanged, this, [this] { what_if_changed(); });
-  }
+  what_if_ = new WhatIfView([this] { return inputs(); }, tabs_);
+  tabs_->addTab(what_if_, "whatif");
+  connect(what_if_, &WhatIfView::finished, this, &PlanExplorer::whatIfFinished);
 }
 
 // Exports, in a menu; errors land in the status line.

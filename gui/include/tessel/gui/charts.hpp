@@ -1,6 +1,7 @@
 // The charts of the plan explorer: a scatter plot with named point series and a polyline,
-// and stacked bars. The one place tessel touches Qt Charts (deprecated upstream for Qt
-// Graphs): swapping the chart library means rewriting these two files only.
+// stacked and grouped bars, box plots, and two lines on two y axes. The one place tessel
+// touches Qt Charts (deprecated upstream for Qt Graphs): swapping the chart library means
+// rewriting these two files only.
 #pragma once
 
 #include <QColor>
@@ -47,6 +48,44 @@ class StackedBars : public QWidget {
   void set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
            const std::vector<QString>& parts, const std::vector<std::vector<double>>& values);  // values[part][category]
   int bar_count() const;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+// Grouped bars: one group per category, one bar in each group per named set (side by
+// side, not stacked: the sets are alternatives to compare, such as predicted and measured).
+class GroupedBars : public QWidget {
+  Q_OBJECT
+ public:
+  explicit GroupedBars(QWidget* parent = nullptr);
+  ~GroupedBars() override;
+  void set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
+           const std::vector<QString>& sets, const std::vector<std::vector<double>>& values,  // values[set][category]
+           const std::vector<QColor>& colours = {});
+  int group_count() const;
+  int set_count() const;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+// Two quantities against one x: a line with markers on the left axis and another on the
+// right axis (step time and MFU against a varied input, for instance).
+class TwoAxisLines : public QWidget {
+  Q_OBJECT
+ public:
+  struct Line {
+    QString name, axis_title;
+    QColor colour;
+    std::vector<QPointF> points;
+  };
+  explicit TwoAxisLines(QWidget* parent = nullptr);
+  ~TwoAxisLines() override;
+  void set(const QString& title, const QString& x_title, const Line& left, const Line& right);
+  int point_count() const;  // both lines together
 
  private:
   struct Impl;

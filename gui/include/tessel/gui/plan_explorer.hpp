@@ -22,10 +22,8 @@ class QComboBox;
 class QLabel;
 class QProgressBar;
 class QPushButton;
-class QSlider;
 class QSortFilterProxyModel;
 class QSpinBox;
-class QTimer;
 class QStandardItemModel;
 class QTableView;
 class QTabWidget;
@@ -37,6 +35,7 @@ class CompareView;
 class ScatterChart;
 class StackedBars;
 class TimelineView;
+class WhatIfView;
 
 // One priced candidate as the scatter shows it.
 struct PlanPoint {
@@ -89,6 +88,7 @@ class PlanExplorer : public QMainWindow {
   bool wait_for_what_if(int timeout_ms);
   int what_if_rows() const;
   double what_if_step_s(int row) const;  // row 0 is the newest
+  WhatIfView* what_if_view() const { return what_if_; }
   // The predicted-vs-measured tab (runs database picker, parity, ratios, ghost timeline).
   CompareView* compare_view() const { return compare_; }
   int timeline_rows() const;
@@ -116,8 +116,6 @@ class PlanExplorer : public QMainWindow {
   void fill_results();
   void simulate_selected();
   void show_simulation(const QByteArray& json, const QString& trace_file);
-  void what_if_changed();
-  void run_what_if();
 
   QComboBox *model_, *cluster_, *precision_;
   QSpinBox *nodes_, *batch_, *seq_, *ranks_;
@@ -133,13 +131,7 @@ class PlanExplorer : public QMainWindow {
   ScatterChart* memory_time_;
   CompareView* compare_;
   ChildSimulation* simulation_ = nullptr;
-  QSlider *what_if_nodes_, *what_if_bw_, *what_if_batch_;
-  QLabel* what_if_label_;
-  QStandardItemModel* what_if_model_;
-  QTimer* what_if_timer_;
-  std::thread what_if_worker_;
-  std::atomic<bool> what_if_cancel_{false};
-  std::vector<double> what_if_steps_;
+  WhatIfView* what_if_;
   QString simulation_error_;
   QStandardItemModel* table_model_;
   QString error_;

@@ -1,0 +1,68 @@
+// The what-if tab: three sliders (nodes, inter-node bandwidth per NIC, global batch) over
+// the plan explorer's inputs; when a slider rests, the search re-plans on a worker thread
+// and the best plan joins a table (newest first) and a chart of step time and MFU against
+// the input that was varied (what_if_series.hpp decides which rows form the curve). The
+// window's inputs come through a callback, read at each re-plan, so the tab always
+// answers for what the window shows.
+#pragma once
+
+#include <QWidget>
+#include <atomic>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "tessel/gui/what_if_series.hpp"
+#include "tessel/planner/search_inputs.hpp"
+
+class QComboBox;
+class QLabel;
+class QSlider;
+class QStandardItemModel;
+class QTimer;
+
+namespace tessel::gui {
+
+class TwoAxisLines;
+
+class WhatIfView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit WhatIfView(std::function<planner::SearchInputs()> inputs, QWidget* parent = nullptr);
+  ~WhatIfView() override;
+
+  // The sliders start at the window's inputs (no re-plan until one moves).
+  void reset_to(const planner::SearchInputs& inputs);
+  // Sets the three inputs and re-plans now (tests, scripted screenshots).
+  void set_values(int nodes, double inter_bw_gbps, int global_batch);
+  // Runs the event loop until the re-plan ends or `timeout_ms` passes; true if it ended.
+  bool wait(int timeout_ms);
+
+  int rows() const { return int(rows_.size()); }
+  const WhatIfRow& row(int newest_first) const { return rows_[rows_.size() - 1 - std::size_t(newest_first)]; }
+  const WhatIfCurve& curve() const { return curve_; }
+  int chart_points() const;
+
+ signals:
+  void finished();
+
+ private:
+  void slider_moved(planner::SweepVariable input);
+  void replan();
+  void add_row(const WhatIfRow& row);
+  void redraw();
+
+  std::function<planner::SearchInputs()> inputs_;
+  QSlider *nodes_, *bw_, *batch_;
+  QComboBox* axis_;
+  QLabel* label_;
+  QStandardItemModel* table_;
+  TwoAxisLines* chart_;
+  QTimer* timer_;
+  std::thread worker_;
+  std::atomic<bool> cancel_{false};
+  std::vector<WhatIfRow> rows_;  // oldest first
+  WhatIfCurve curve_;
+};
+
+}  // namespace tessel::gui
