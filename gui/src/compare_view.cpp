@@ -1,6 +1,12 @@
+// The compare tab's life cycle: the runs picker, and the children a comparison needs (the
+// plan simulated on the run's database, on its profile without calibration when that is
+// calibrated, and `tessel compare --json` for memory), started together and drawn once
+// all have ended. Drawing lives in compare_view_charts.cpp.
 #include "tessel/gui/compare_view.hpp"
 
+#include <QApplication>
 #include <QComboBox>
+#include <QElapsedTimer>
 #include <QFileDialog>
 #include <QHeaderView>
 #include <QSortFilterProxyModel>
@@ -9,6 +15,7 @@
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QProcess>
 #include <QPushButton>
 #include <QSplitter>
 #include <QVBoxLayout>
@@ -20,6 +27,7 @@
 #include "tessel/gui/charts.hpp"
 #include "tessel/gui/child_simulation.hpp"
 #include "tessel/gui/timeline_view.hpp"
+#include "tessel/profiles/calibration.hpp"
 #include "tessel/profiles/profile_store.hpp"
 
 namespace tessel::gui {
@@ -56,6 +64,17 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   layout->addWidget(summary_);
   layout->addWidget(error_label_);
   auto* vertical = new QSplitter(Qt::Vertical, this);
+  auto* calibration_and_memory = new QSplitter(Qt::Horizontal, vertical);
+  classes_ = new GroupedBars(calibration_and_memory);
+  auto* memory = new QWidget(calibration_and_memory);
+  auto* memory_layout = new QVBoxLayout(memory);
+  memory_layout->setContentsMargins(0, 0, 0, 0);
+  memory_label_ = new QLabel(memory);
+  memory_label_->setWordWrap(true);
+  memory_label_->setStyleSheet("color: #555555");
+  memory_chart_ = new GroupedBars(memory);
+  memory_layout->addWidget(memory_label_);
+  memory_layout->addWidget(memory_chart_, 1);
   auto* charts = new QSplitter(Qt::Horizontal, vertical);
   parity_ = new ScatterChart(charts, true, true);
   parity_->set_axes("predicted per rank per step (ms)", "measured (ms)");
@@ -72,9 +91,13 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   table_->verticalHeader()->setDefaultSectionSize(20);
   table_->horizontalHeader()->setStretchLastSection(true);
   timeline_ = new TimelineView(vertical);
-  vertical->setSizes({420, 160, 300});
+  vertical->setSizes({330, 300, 120, 240});
   layout->addWidget(vertical, 1);
   simulation_ = new ChildSimulation(this);
+  uncalibrated_simulation_ = new ChildSimulation(this);
+  if (QFileInfo(QCoreApplication::applicationFilePath()).fileName() == "tessel") {
+    binary_ = QCoreApplication::applicationFilePath();
+  }
 
   connect(open, &QPushButton::clicked, this, [this] {
     const QString file = QFileDialog::getOpenFileName(this, "Runs database", database_, "SQLite (*.db);;All files (*)");
@@ -84,15 +107,32 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     if (index >= 0 && index < int(run_ids_.size())) show_run(run_ids_[std::size_t(index)]);
   });
   connect(simulation_, &ChildSimulation::finished, this, [this](bool ok, const QByteArray& json) {
+    if (children_pending_ <= 0) return;
     if (!ok) return fail("the run's plan did not simulate: " + simulation_->error());
-    draw(json);
+    simulate_json_ = json;
+    child_done();
+  });
+  connect(uncalibrated_simulation_, &ChildSimulation::finished, this, [this](bool ok, const QByteArray&) {
+    if (children_pending_ <= 0 || !calibrated_) return;  // a child of an earlier, calibrated run
+    if (!ok) return fail("the run's plan did not simulate without calibration: " + uncalibrated_simulation_->error());
+    QFile file(uncalibrated_simulation_->trace_file());
+    uncalibrated_trace_ = file.open(QIODevice::ReadOnly) ? Json::parse(file.readAll().toStdString(), nullptr, false) : Json();
+    if (uncalibrated_trace_.is_discarded() || uncalibrated_trace_.is_null()) {
+      return fail("the simulation without calibration wrote no trace");
+    }
+    child_done();
   });
   set_database({});
 }
 
-void CompareView::set_tessel_binary(const QString& path) { simulation_->set_binary(path); }
+void CompareView::set_tessel_binary(const QString& path) {
+  simulation_->set_binary(path);
+  uncalibrated_simulation_->set_binary(path);
+  binary_ = path;
+}
 
 void CompareView::fail(const QString& message) {
+  children_pending_ = 0;  // the other children's answers are not wanted now
   error_ = message;
   error_label_->setText(message);
   emit comparisonFinished(false);
@@ -154,10 +194,7 @@ bool CompareView::show_run(std::int64_t run_id) {
     if (index != run_ids_.end()) runs_->setCurrentIndex(int(index - run_ids_.begin()));
     shown_run_ = run_id;
     summary_->setText(QString("run %1: simulating its plan...").arg(run_id));
-    if (!simulation_->start(Plan::from_json(run->plan), database_.toStdString())) {
-      fail(simulation_->error());
-      return false;
-    }
+    if (!start_children(Plan::from_json(run->plan))) return false;
   } catch (const Error& e) {
     fail(QString::fromUtf8(e.what()));
     return false;
@@ -165,86 +202,84 @@ bool CompareView::show_run(std::int64_t run_id) {
   return true;
 }
 
-bool CompareView::wait(int timeout_ms) { return simulation_->wait(timeout_ms); }
+bool CompareView::start_children(const Plan& plan) {
+  children_pending_ = 0;
+  memory_ = {};
+  uncalibrated_trace_ = Json();
+  device_ = QString::fromStdString(plan.cluster.device);
+  const profiles::Profile profile = profiles::resolve_profile(plan.cluster.device, database_.toStdString());
+  calibrated_ = profiles::is_calibrated(profile);
+  profile_note_ = QString::fromStdString(profiles::describe_profile(profile));
+  if (!simulation_->start(plan, database_.toStdString())) {
+    fail(simulation_->error());
+    return false;
+  }
+  ++children_pending_;
+  if (calibrated_) {
+    // The "before": the same profile, its calibration at the defaults, in a database of its own.
+    if (!scratch_.isValid()) {
+      fail("compare: cannot create a scratch folder: " + scratch_.errorString());
+      return false;
+    }
+    const QString before_db = scratch_.filePath("uncalibrated.db");
+    QFile::remove(before_db);
+    QFile::remove(before_db + "-wal");
+    QFile::remove(before_db + "-shm");
+    profiles::ProfileStore(before_db.toStdString()).put_profile(without_calibration(profile));
+    if (!uncalibrated_simulation_->start(plan, before_db.toStdString())) {
+      fail(uncalibrated_simulation_->error());
+      return false;
+    }
+    ++children_pending_;
+  }
+  start_memory_compare();
+  return true;
+}
 
-void CompareView::draw(const QByteArray& simulate_json) {
-  const Json result = Json::parse(simulate_json.toStdString(), nullptr, false);
-  QFile file(simulation_->trace_file());
-  const Json trace = file.open(QIODevice::ReadOnly) ? Json::parse(file.readAll().toStdString(), nullptr, false) : Json();
-  if (result.is_discarded() || trace.is_discarded() || trace.is_null()) return fail("the simulation's output is not JSON");
-  comparison_ = compare_run(measured_, trace);
+// `tessel compare --json` for the memory object; its failure is drawn as the reason
+// memory is missing, never as a failed comparison (the op kinds stand on their own).
+void CompareView::start_memory_compare() {
+  if (memory_compare_ != nullptr) {
+    memory_compare_->disconnect(this);
+    memory_compare_->kill();
+    memory_compare_->waitForFinished(5000);
+    delete memory_compare_;
+    memory_compare_ = nullptr;
+  }
+  const QString json_file = scratch_.filePath("compare.json");
+  QFile::remove(json_file);
+  memory_compare_ = new QProcess(this);
+  connect(memory_compare_, &QProcess::finished, this, [this, json_file](int code, QProcess::ExitStatus status) {
+    if (children_pending_ <= 0) return;
+    QFile file(json_file);
+    if (code != 0 || status != QProcess::NormalExit || !file.open(QIODevice::ReadOnly)) {
+      const QString why = QString::fromUtf8(memory_compare_->readAllStandardError()).trimmed();
+      memory_.missing = ("no memory: tessel compare failed" + (why.isEmpty() ? QString() : ": " + why)).toStdString();
+    } else {
+      memory_ = memory_by_rank_from_compare_json(Json::parse(file.readAll().toStdString(), nullptr, false));
+    }
+    child_done();
+  });
+  connect(memory_compare_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
+    if (e != QProcess::FailedToStart || children_pending_ <= 0) return;
+    memory_.missing = ("no memory: cannot start " + binary_ + ": " + memory_compare_->errorString()).toStdString();
+    child_done();
+  });
+  ++children_pending_;
+  memory_compare_->start(binary_, {"compare", "--run", QString::number(shown_run_), "--db", database_, "--json",
+                                   json_file, "--top", "1"});
+}
 
-  // Parity: a point per op kind with both sides, grouped in series by colour class.
-  static const char* kClassNames[] = {"GEMM", "attention", "memory-bound", "tensor comm", "data comm", "pipeline", "copy"};
-  std::map<int, std::vector<QPointF>> points;
-  std::map<int, std::vector<QString>> tips;
-  double low = 1e300, high = 0;
-  for (const OpKindComparison& c : comparison_.kinds) {
-    if (c.predicted_s <= 0 || c.measured_s <= 0) continue;
-    const double x = c.predicted_s * 1e3, y = c.measured_s * 1e3;
-    const int colour = int(kind_of(int(c.stream), c.op));
-    points[colour].emplace_back(x, y);
-    tips[colour].push_back(QString("%1\npredicted %2 ms, measured %3 ms (x%4)")
-                                      .arg(QString::fromStdString(c.kind))
-                                      .arg(x, 0, 'g', 3)
-                                      .arg(y, 0, 'g', 3)
-                                      .arg(y / x, 0, 'f', 2));
-    low = std::min({low, x, y}), high = std::max({high, x, y});
-  }
-  parity_->clear();
-  for (const auto& [colour, pts] : points) {
-    parity_->add_points(kClassNames[colour], colour_of(OpKindColour(colour)), 0, pts, std::vector<int>(pts.size(), 0),
-                        tips[colour]);
-  }
-  if (high > 0) parity_->add_line("measured = predicted", QColor(120, 120, 120), {{low, low}, {high, high}});
+void CompareView::child_done() {
+  if (--children_pending_ == 0) draw();
+}
 
-  // Spread of measured / predicted over the steps, the 12 largest predicted kinds.
-  std::vector<OpKindComparison> largest = comparison_.kinds;
-  std::sort(largest.begin(), largest.end(),
-            [](const OpKindComparison& a, const OpKindComparison& b) { return a.predicted_s > b.predicted_s; });
-  std::vector<QString> names;
-  std::vector<Spread> boxes;
-  for (const OpKindComparison& c : largest) {
-    if (c.predicted_s <= 0 || names.size() >= 12) continue;
-    names.push_back(QString::fromStdString(c.kind));
-    boxes.push_back(c.ratio);
-  }
-  ratios_->set("measured / predicted over the steps (1 = exact), largest predicted ops", "ratio", names, boxes);
-  kinds_->clear();
-  kinds_->setHorizontalHeaderLabels({"op kind", "stream", "predicted ms", "measured ms", "excess ms",
-                                     "measured / predicted: median [min, max]"});
-  for (const OpKindComparison& c : comparison_.kinds) {
-    auto cell = [](const QString& text, const QVariant& key) {
-      auto* item = new QStandardItem(text);
-      item->setData(key, Qt::UserRole);
-      item->setEditable(false);
-      return item;
-    };
-    const double excess_ms = (c.measured_s - c.predicted_s) * 1e3;
-    const QString kind = QString::fromStdString(c.kind), stream = QString::fromUtf8(to_string(c.stream).data());
-    kinds_->appendRow({cell(kind, kind), cell(stream, stream),
-                       cell(QString::number(c.predicted_s * 1e3, 'f', 3), c.predicted_s),
-                       cell(QString::number(c.measured_s * 1e3, 'f', 3), c.measured_s),
-                       cell(QString::number(excess_ms, 'f', 3), excess_ms),
-                       cell(c.predicted_s > 0 ? QString("%1 [%2, %3]")
-                                                    .arg(c.ratio.median, 0, 'f', 2)
-                                                    .arg(c.ratio.minimum, 0, 'f', 2)
-                                                    .arg(c.ratio.maximum, 0, 'f', 2)
-                                              : QString("not predicted"),
-                            c.ratio.median)});
-  }
-  table_->sortByColumn(4, Qt::DescendingOrder);  // the largest excess first
-  table_->resizeColumnsToContents();
-  timeline_->set_rows(comparison_.rows);
-  const double predicted_step_s = result.value("step_time_s", 0.0);
-  summary_->setText(QString("run %1: measured step %2 s (median), predicted %3 s (x%4); timeline: step %5, each rank's "
-                            "prediction faint beneath it")
-                        .arg(shown_run_)
-                        .arg(measured_step_s_, 0, 'f', 4)
-                        .arg(predicted_step_s, 0, 'f', 4)
-                        .arg(predicted_step_s > 0 ? measured_step_s_ / predicted_step_s : 0.0, 0, 'f', 2)
-                        .arg(comparison_.shown_step));
-  emit comparisonFinished(true);
+bool CompareView::wait(int timeout_ms) {
+  QElapsedTimer timer;
+  timer.start();
+  while (children_pending_ > 0 && timer.elapsed() < timeout_ms) QApplication::processEvents(QEventLoop::AllEvents, 50);
+  QApplication::processEvents();
+  return children_pending_ <= 0;
 }
 
 int CompareView::parity_points() const { return parity_->point_count(); }

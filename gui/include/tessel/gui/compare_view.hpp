@@ -1,19 +1,31 @@
 // The predicted-vs-measured tab: pick a run stored by `tessel run` in the runs database;
 // its plan is simulated (a child tessel simulate on the same database, so both sides see
-// the same profiles) and set against what the ranks measured: a parity scatter per op
-// kind with the y = x line, the spread of measured / predicted over the steps per op kind
-// (box and whiskers), a sortable table of every op kind, and the measured timeline of the last step with the prediction as a
-// faint ghost row beneath each rank's row.
+// the same profiles) and set against what the ranks measured: bars per op class (GEMM,
+// attention, memory-bound, each collective group) predicted before calibration, after
+// it, and measured; peak memory per rank and category, predicted against measured; a
+// parity scatter per op kind with the y = x line, the spread of measured / predicted over
+// the steps per op kind (box and whiskers), a sortable table of every op kind, and the
+// measured timeline of the last step with the prediction as a faint ghost row beneath
+// each rank's row.
+// When the database's profile for the run's device is calibrated, a second child
+// simulates the plan on a scratch database holding that profile without its calibration
+// (the "before"); when it is not, the tab says "not calibrated" rather than drawing the
+// same prediction twice. Memory comes from a child `tessel compare --json` (its "memory"
+// object, memory_by_rank.hpp), so the tab reads the same numbers the command prints.
 #pragma once
 
 #include <QWidget>
 #include <cstdint>
 #include <vector>
 
+#include <QTemporaryDir>
+
+#include "tessel/gui/memory_by_rank.hpp"
 #include "tessel/gui/run_comparison.hpp"
 
 class QComboBox;
 class QLabel;
+class QProcess;
 class QStandardItemModel;
 class QTableView;
 
@@ -21,6 +33,7 @@ namespace tessel::gui {
 
 class BoxChart;
 class ChildSimulation;
+class GroupedBars;
 class ScatterChart;
 class TimelineView;
 
@@ -44,6 +57,13 @@ class CompareView : public QWidget {
   int run_count() const { return int(run_ids_.size()); }
   std::int64_t shown_run() const { return shown_run_; }
   const RunComparison& comparison() const { return comparison_; }
+  // Whether the database's profile for the shown run's device is calibrated.
+  bool calibrated() const { return calibrated_; }
+  int class_groups() const;
+  int class_bar_sets() const;
+  const MemoryByRank& memory() const { return memory_; }
+  int memory_groups() const;
+  QString memory_note() const;
   int parity_points() const;
   int ratio_boxes() const;
   int table_rows() const;
@@ -55,17 +75,34 @@ class CompareView : public QWidget {
 
  private:
   void fail(const QString& message);
-  void draw(const QByteArray& simulate_json);
+  bool start_children(const Plan& plan);
+  void start_memory_compare();
+  void child_done();
+  void draw();
+  void draw_classes();
+  void draw_memory();
+  void draw_op_kinds();
 
   QLabel *database_label_, *summary_, *error_label_;
   QComboBox* runs_;
+  GroupedBars *classes_, *memory_chart_;
+  QLabel* memory_label_;
   ScatterChart* parity_;
   BoxChart* ratios_;
   QStandardItemModel* kinds_;
   QTableView* table_;
   TimelineView* timeline_;
-  ChildSimulation* simulation_;
-  QString database_, error_;
+  ChildSimulation* simulation_;              // the plan on the run's database
+  ChildSimulation* uncalibrated_simulation_;  // on the scratch database, when calibrated
+  QProcess* memory_compare_ = nullptr;        // tessel compare --json, for memory
+  QTemporaryDir scratch_;
+  int children_pending_ = 0;
+  bool calibrated_ = false;
+  QString profile_note_, device_;
+  QByteArray simulate_json_;
+  Json uncalibrated_trace_;
+  MemoryByRank memory_;
+  QString database_, error_, binary_;
   std::vector<std::int64_t> run_ids_;
   std::int64_t shown_run_ = 0;
   std::vector<profiles::EventRecord> measured_;
