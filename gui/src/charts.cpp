@@ -8,11 +8,13 @@
 #include <QBarCategoryAxis>
 #include <QBarSeries>
 #include <QBarSet>
+#include <QLabel>
 #include <QBoxPlotSeries>
 #include <QBoxSet>
 #include <QLogValueAxis>
 #include <QStackedBarSeries>
 #include <QValueAxis>
+#include <QRegularExpression>
 #include <QVBoxLayout>
 #include <algorithm>
 
@@ -215,12 +217,46 @@ void BoxChart::set(const QString& title, const QString& value_title, const std::
 
 int BoxChart::box_count() const { return impl_->boxes; }
 
+namespace {
+// A legend Qt Charts cannot elide: Qt's own shortens names to fit its row ("pr..."), so
+// these charts hide it and put a wrapping label of coloured squares under the chart.
+QLabel* legend_under(QWidget* owner, QChart* chart) {
+  chart->legend()->hide();
+  auto* label = new QLabel(owner);
+  label->setWordWrap(true);
+  label->setAlignment(Qt::AlignHCenter);
+  label->setTextFormat(Qt::RichText);
+  static_cast<QVBoxLayout*>(owner->layout())->addWidget(label);
+  return label;
+}
+
+// Each entry unbroken (non-breaking spaces inside), breaks allowed between entries.
+void set_legend(QLabel* label, const std::vector<std::pair<QString, QColor>>& entries) {
+  QStringList parts;
+  for (const auto& [name, colour] : entries) {
+    parts << QString("<span style=\"color:%1\">&#9632;</span>&nbsp;%2")
+                 .arg(colour.name(), name.toHtmlEscaped().replace(" ", "&nbsp;"));
+  }
+  label->setText(parts.join("&nbsp;&nbsp; "));
+  label->setToolTip(QString());
+}
+
+QString plain_legend(const QLabel* label) {
+  QString text = label->text();
+  return text.replace("&nbsp;", " ").remove(QRegularExpression("<[^>]*>")).remove("&#9632;");
+}
+}  // namespace
+
 struct GroupedBars::Impl {
   QChart* chart = nullptr;
+  QLabel* legend = nullptr;
   int groups = 0, sets = 0;
 };
 
-GroupedBars::GroupedBars(QWidget* parent) : QWidget(parent), impl_(new Impl) { impl_->chart = chart_in(this); }
+GroupedBars::GroupedBars(QWidget* parent) : QWidget(parent), impl_(new Impl) {
+  impl_->chart = chart_in(this);
+  impl_->legend = legend_under(this, impl_->chart);
+}
 
 GroupedBars::~GroupedBars() { delete impl_; }
 
@@ -238,30 +274,44 @@ void GroupedBars::set(const QString& title, const QString& value_title, const st
     }
     series->append(set);
   }
+  QValueAxis* y = show_over_categories(impl_->chart, title, value_title, categories, series);
+  y->setRange(0, high > 0 ? high * 1.1 : 1);
+  y->applyNiceNumbers();
+  y->setLabelFormat("%.4g");
   // Category names (op classes) are short; keep them whole rather than elided.
-  show_over_categories(impl_->chart, title, value_title, categories, series)->setRange(0, high > 0 ? high * 1.1 : 1);
   for (QAbstractAxis* axis : impl_->chart->axes(Qt::Horizontal)) {
     if (auto* x = qobject_cast<QBarCategoryAxis*>(axis)) x->setTruncateLabels(false);
   }
+  std::vector<std::pair<QString, QColor>> legend;
+  for (QBarSet* set : series->barSets()) legend.emplace_back(set->label(), set->color());  // colours as the theme gave them
+  set_legend(impl_->legend, legend);
   impl_->groups = int(categories.size());
   impl_->sets = int(series->count());
 }
+
+QString GroupedBars::legend() const { return plain_legend(impl_->legend); }
 
 int GroupedBars::group_count() const { return impl_->groups; }
 int GroupedBars::set_count() const { return impl_->sets; }
 
 struct TwoAxisLines::Impl {
   QChart* chart = nullptr;
+  QLabel* legend = nullptr;
   int points = 0;
 };
 
-TwoAxisLines::TwoAxisLines(QWidget* parent) : QWidget(parent), impl_(new Impl) { impl_->chart = chart_in(this); }
+TwoAxisLines::TwoAxisLines(QWidget* parent) : QWidget(parent), impl_(new Impl) {
+  impl_->chart = chart_in(this);
+  impl_->legend = legend_under(this, impl_->chart);
+}
 
 TwoAxisLines::~TwoAxisLines() { delete impl_; }
 
 namespace {
-// A value axis spanning `values` with a margin, never below zero (times and MFU are not).
-QValueAxis* axis_over(const std::vector<double>& values, const QString& title, const QColor& colour) {
+// A value axis spanning `values` with a margin, never below zero (times and MFU are not);
+// `from_zero` for quantities read as proportions, where a cropped axis would magnify a
+// small change into a steep line.
+QValueAxis* axis_over(const std::vector<double>& values, const QString& title, const QColor& colour, bool from_zero) {
   auto* axis = new QValueAxis;
   axis->setTitleText(title);
   if (colour.isValid()) {
@@ -274,8 +324,9 @@ QValueAxis* axis_over(const std::vector<double>& values, const QString& title, c
     high = *std::max_element(values.begin(), values.end());
   }
   const double margin = std::max(1e-9, std::max(high - low, std::abs(high) * 0.1)) * 0.1;
-  axis->setRange(std::max(0.0, low - margin), high + margin);
+  axis->setRange(from_zero ? 0.0 : std::max(0.0, low - margin), high + margin);
   axis->applyNiceNumbers();
+  axis->setLabelFormat("%.4g");
   return axis;
 }
 }  // namespace
@@ -292,7 +343,7 @@ void TwoAxisLines::set(const QString& title, const QString& x_title, const Line&
   for (const Line* line : {&left, &right}) {
     for (const QPointF& p : line->points) xs.push_back(p.x());
   }
-  QValueAxis* x = axis_over(xs, x_title, QColor());
+  QValueAxis* x = axis_over(xs, x_title, QColor(), false);
   x->setLabelFormat("%g");
   chart->addAxis(x, Qt::AlignBottom);
   impl_->points = 0;
@@ -307,13 +358,16 @@ void TwoAxisLines::set(const QString& title, const QString& x_title, const Line&
     std::vector<double> ys;
     for (const QPointF& p : line->points) series->append(p), ys.push_back(p.y());
     chart->addSeries(series);
-    QValueAxis* y = axis_over(ys, line->axis_title, line->colour);
+    QValueAxis* y = axis_over(ys, line->axis_title, line->colour, true);
     chart->addAxis(y, side);
     series->attachAxis(x);
     series->attachAxis(y);
     impl_->points += int(line->points.size());
   }
+  set_legend(impl_->legend, {{left.name + " (left axis)", left.colour}, {right.name + " (right axis)", right.colour}});
 }
+
+QString TwoAxisLines::legend() const { return plain_legend(impl_->legend); }
 
 int TwoAxisLines::point_count() const { return impl_->points; }
 

@@ -18,6 +18,7 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <fmt/format.h>
@@ -63,8 +64,11 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   error_label_->setStyleSheet("color: #b00020");
   layout->addWidget(summary_);
   layout->addWidget(error_label_);
+  // The charts share one area in tabs, so each gets the full width; the op kinds' table
+  // and the timeline stay in view beneath.
   auto* vertical = new QSplitter(Qt::Vertical, this);
-  auto* calibration_and_memory = new QSplitter(Qt::Horizontal, vertical);
+  auto* chart_tabs = new QTabWidget(vertical);
+  auto* calibration_and_memory = new QSplitter(Qt::Horizontal, chart_tabs);
   classes_ = new GroupedBars(calibration_and_memory);
   auto* memory = new QWidget(calibration_and_memory);
   auto* memory_layout = new QVBoxLayout(memory);
@@ -75,10 +79,13 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   memory_chart_ = new GroupedBars(memory);
   memory_layout->addWidget(memory_label_);
   memory_layout->addWidget(memory_chart_, 1);
-  auto* charts = new QSplitter(Qt::Horizontal, vertical);
+  calibration_and_memory->setSizes({500, 500});
+  chart_tabs->addTab(calibration_and_memory, "op classes and memory");
+  auto* charts = new QSplitter(Qt::Horizontal, chart_tabs);
   parity_ = new ScatterChart(charts, true, true);
   parity_->set_axes("predicted per rank per step (ms)", "measured (ms)");
   ratios_ = new BoxChart(charts);
+  chart_tabs->addTab(charts, "op kinds: parity and spread");
   // Every op kind with its numbers, sortable (by excess at first, as tessel compare).
   kinds_ = new QStandardItemModel(this);
   table_ = new QTableView(vertical);
@@ -91,7 +98,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   table_->verticalHeader()->setDefaultSectionSize(20);
   table_->horizontalHeader()->setStretchLastSection(true);
   timeline_ = new TimelineView(vertical);
-  vertical->setSizes({330, 300, 120, 240});
+  vertical->setSizes({440, 130, 260});
   layout->addWidget(vertical, 1);
   simulation_ = new ChildSimulation(this);
   uncalibrated_simulation_ = new ChildSimulation(this);

@@ -82,6 +82,7 @@ void CompareView::draw_memory() {
     memory_label_->setText(QString::fromStdString(memory_.missing));
     memory_label_->setVisible(true);
     memory_chart_->set("peak memory per rank: nothing measured", "bytes", {}, {}, {});
+    memory_chart_->hide();
     return;
   }
   double largest = 0;
@@ -115,6 +116,7 @@ void CompareView::draw_memory() {
                              ? QString("the %1 of %2 ranks with the largest peaks").arg(ranks.size()).arg(memory_.ranks.size())
                              : QString());
   memory_label_->setVisible(!memory_label_->text().isEmpty());
+  memory_chart_->show();
   memory_chart_->set("peak memory per rank: predicted against measured", gib ? "GiB" : "MiB", categories, sets, values,
                      colours);
 }

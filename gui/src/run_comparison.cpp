@@ -73,9 +73,9 @@ const char* op_class_name(OpKindColour op_class) {
     case OpKindColour::gemm: return "GEMM";
     case OpKindColour::attention: return "attention";
     case OpKindColour::memory: return "memory-bound";
-    case OpKindColour::tensor_comm: return "tensor-parallel comm";
-    case OpKindColour::data_comm: return "data-parallel comm";
-    case OpKindColour::pipeline: return "pipeline send/recv";
+    case OpKindColour::tensor_comm: return "TP collectives";
+    case OpKindColour::data_comm: return "DP collectives";
+    case OpKindColour::pipeline: return "PP send/recv";
     case OpKindColour::copy: return "copies";
   }
   return "?";

@@ -7,6 +7,7 @@
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QFormLayout>
+#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QSlider>
@@ -69,9 +70,22 @@ WhatIfView::WhatIfView(std::function<planner::SearchInputs()> inputs, QWidget* p
   nodes_ = slider(1, 64);
   bw_ = slider(1, 100);
   batch_ = slider(1, 256);
-  sliders->addRow("nodes", nodes_);
-  sliders->addRow("inter-node GB/s per NIC", bw_);
-  sliders->addRow("global batch", batch_);
+  // Each slider with its value beside it, in the units the table uses.
+  auto with_value = [this, sliders](const QString& name, QSlider* s, int step) {
+    auto* row = new QHBoxLayout;
+    auto* value = new QLabel(this);
+    value->setMinimumWidth(60);
+    auto show = [value, s, step] { value->setText(QString::number(s->value() * step)); };
+    show();
+    connect(s, &QSlider::valueChanged, value, show);
+    value_labels_.push_back(show);  // for moves made with the signals blocked
+    row->addWidget(s, 1);
+    row->addWidget(value);
+    sliders->addRow(name, row);
+  };
+  with_value("nodes", nodes_, 1);
+  with_value("inter-node GB/s per NIC", bw_, int(kBandwidthStepGbps));
+  with_value("global batch", batch_, kBatchStep);
   axis_ = new QComboBox(this);
   for (auto input : {planner::SweepVariable::nodes, planner::SweepVariable::inter_bw, planner::SweepVariable::global_batch}) {
     axis_->addItem(what_if_input_title(input), int(input));
@@ -90,8 +104,7 @@ WhatIfView::WhatIfView(std::function<planner::SearchInputs()> inputs, QWidget* p
   table->setModel(table_);
   table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   table->verticalHeader()->hide();
-  split->setStretchFactor(0, 3);
-  split->setStretchFactor(1, 2);
+  split->setSizes({480, 220});
   layout->addWidget(split, 1);
   timer_ = new QTimer(this);
   timer_->setSingleShot(true);
@@ -122,6 +135,7 @@ void WhatIfView::reset_to(const planner::SearchInputs& in) {
   } catch (const Error&) {
     // Invalid inputs: the window says why; the sliders keep their place.
   }
+  for (const auto& show : value_labels_) show();
 }
 
 void WhatIfView::set_values(int nodes, double inter_bw_gbps, int global_batch) {
@@ -129,6 +143,7 @@ void WhatIfView::set_values(int nodes, double inter_bw_gbps, int global_batch) {
   nodes_->setValue(nodes);
   bw_->setValue(int(std::lround(inter_bw_gbps / kBandwidthStepGbps)));
   batch_->setValue(std::max(1, global_batch / kBatchStep));
+  for (const auto& show : value_labels_) show();
   replan();
 }
 

@@ -66,6 +66,7 @@ class GroupedBars : public QWidget {
            const std::vector<QColor>& colours = {});
   int group_count() const;
   int set_count() const;
+  QString legend() const;  // the legend's text, every name whole
 
  private:
   struct Impl;
@@ -86,6 +87,7 @@ class TwoAxisLines : public QWidget {
   ~TwoAxisLines() override;
   void set(const QString& title, const QString& x_title, const Line& left, const Line& right);
   int point_count() const;  // both lines together
+  QString legend() const;   // the legend's text, every name whole
 
  private:
   struct Impl;

@@ -54,6 +54,7 @@ class WhatIfView : public QWidget {
 
   std::function<planner::SearchInputs()> inputs_;
   QSlider *nodes_, *bw_, *batch_;
+  std::vector<std::function<void()>> value_labels_;  // each shows its slider's value
   QComboBox* axis_;
   QLabel* label_;
   QStandardItemModel* table_;
