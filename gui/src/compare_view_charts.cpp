@@ -181,6 +181,7 @@ void CompareView::draw_op_kinds() {
 
 int CompareView::class_groups() const { return classes_->group_count(); }
 int CompareView::class_bar_sets() const { return classes_->set_count(); }
+QString CompareView::class_legend() const { return classes_->legend(); }
 int CompareView::memory_groups() const { return memory_chart_->group_count(); }
 QString CompareView::memory_note() const { return memory_label_->text(); }
 

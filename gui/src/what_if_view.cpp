@@ -244,5 +244,6 @@ bool WhatIfView::wait(int timeout_ms) {
 }
 
 int WhatIfView::chart_points() const { return chart_->point_count(); }
+QString WhatIfView::chart_legend() const { return chart_->legend(); }
 
 }  // namespace tessel::gui

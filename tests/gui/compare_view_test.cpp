@@ -1,11 +1,13 @@
 // The predicted-vs-measured tab against a real run: tessel run stores a 2-rank training
-// run, the tab simulates its plan and lines the two up op kind by op kind. Bad databases
+// run, the tab simulates its plan and lines the two up op kind by op kind, then by op
+// class before and after `tessel calibrate` fits the profile to that run. Bad databases
 // and run ids show their message in the window. (The QApplication comes from
 // plan_explorer_test.cpp's environment: one per test binary.)
 #include <gtest/gtest.h>
 
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <cmath>
 #include <set>
 
 #include "tessel/core/subprocess.hpp"
@@ -63,6 +65,35 @@ TEST(CompareView, AStoredRunIsSetAgainstItsPrediction) {
     }
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+
+  // The database holds no calibrated profile: the op classes say so, predicted and
+  // measured only; memory is either drawn or said missing, never both.
+  EXPECT_FALSE(view.calibrated());
+  EXPECT_EQ(view.class_bar_sets(), 2);
+  EXPECT_GE(view.class_groups(), 3);  // GEMM, attention, memory-bound, DP collectives
+  EXPECT_NE(view.class_legend().indexOf("predicted (not calibrated)"), -1) << view.class_legend().toStdString();
+  for (const auto& c : view.comparison().classes) EXPECT_FALSE(c.calibrated_s.has_value());
+  EXPECT_NE(view.memory().ranks.empty(), view.memory().missing.empty()) << view.memory().missing;
+
+  // Calibrated on this run, the tab sets the prediction before calibration (simulated on
+  // the profile without it) beside the one after.
+  const std::string calibrated =
+      tessel::run_command(std::string(TESSEL_BINARY) + " calibrate --runs 1 --db '" + db + "' 2>&1", status);
+  ASSERT_EQ(status, 0) << calibrated;
+  ASSERT_TRUE(view.show_run(1)) << view.error().toStdString();
+  ASSERT_TRUE(view.wait(120000));
+  ASSERT_TRUE(view.error().isEmpty()) << view.error().toStdString();
+  EXPECT_TRUE(view.calibrated());
+  EXPECT_EQ(view.class_bar_sets(), 3);
+  EXPECT_NE(view.class_legend().indexOf("predicted, calibrated"), -1) << view.class_legend().toStdString();
+  double uncalibrated_s = 0, calibrated_s = 0, measured_s = 0;
+  for (const auto& c : view.comparison().classes) {
+    ASSERT_TRUE(c.calibrated_s.has_value());
+    uncalibrated_s += c.uncalibrated_s, calibrated_s += *c.calibrated_s, measured_s += c.measured_s;
+  }
+  // The fit moved the prediction towards the measurement.
+  EXPECT_GT(std::abs(calibrated_s - uncalibrated_s), 0.01 * uncalibrated_s);
+  EXPECT_LT(std::abs(calibrated_s - measured_s), std::abs(uncalibrated_s - measured_s));
 }
 
 TEST(CompareView, BadDatabasesAndRunsShowTheirMessage) {

@@ -61,6 +61,7 @@ class CompareView : public QWidget {
   bool calibrated() const { return calibrated_; }
   int class_groups() const;
   int class_bar_sets() const;
+  QString class_legend() const;
   const MemoryByRank& memory() const { return memory_; }
   int memory_groups() const;
   QString memory_note() const;

@@ -42,6 +42,7 @@ class WhatIfView : public QWidget {
   const WhatIfRow& row(int newest_first) const { return rows_[rows_.size() - 1 - std::size_t(newest_first)]; }
   const WhatIfCurve& curve() const { return curve_; }
   int chart_points() const;
+  QString chart_legend() const;
 
  signals:
   void finished();
