@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 
 namespace tessel::gui {
@@ -39,6 +40,23 @@ planner::SweepVariable varied_input(const WhatIfRow& previous, const WhatIfRow& 
     if (what_if_input(previous, input) != what_if_input(current, input)) ++differing, found = input;
   }
   return differing == 1 ? found : unchanged;
+}
+
+std::vector<double> sweep_values(planner::SweepVariable input, double current, double most, int batch_step) {
+  std::vector<double> values;
+  if (input == planner::SweepVariable::nodes) {
+    for (double nodes = 1; nodes <= most; nodes *= 2) values.push_back(nodes);
+  } else {
+    for (double factor : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+      double value = current * factor;
+      if (input == planner::SweepVariable::global_batch) value = std::round(value / batch_step) * batch_step;
+      if (value >= 1 && value <= most) values.push_back(value);
+    }
+  }
+  if (current >= 1 && current <= most) values.push_back(current);  // the current value is always a point
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
 }
 
 WhatIfCurve what_if_curve(const std::vector<WhatIfRow>& rows, planner::SweepVariable varied) {

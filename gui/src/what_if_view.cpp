@@ -10,12 +10,14 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QPushButton>
 #include <QSlider>
 #include <QSplitter>
 #include <QStandardItemModel>
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 
 #include "tessel/core/error.hpp"
@@ -91,7 +93,12 @@ WhatIfView::WhatIfView(std::function<planner::SearchInputs()> inputs, QWidget* p
     axis_->addItem(what_if_input_title(input), int(input));
   }
   axis_->setToolTip("The chart draws the re-plans that differ from the newest only in this input");
-  sliders->addRow("draw against", axis_);
+  sweep_button_ = new QPushButton("Sweep", this);
+  sweep_button_->setToolTip("Re-plan at several values of this input, the others as the sliders say");
+  auto* axis_row = new QHBoxLayout;
+  axis_row->addWidget(axis_, 1);
+  axis_row->addWidget(sweep_button_);
+  sliders->addRow("draw against", axis_row);
   layout->addLayout(sliders);
   label_ = new QLabel(this);
   label_->setWordWrap(true);
@@ -114,6 +121,7 @@ WhatIfView::WhatIfView(std::function<planner::SearchInputs()> inputs, QWidget* p
   connect(bw_, &QSlider::valueChanged, this, [this] { slider_moved(planner::SweepVariable::inter_bw); });
   connect(batch_, &QSlider::valueChanged, this, [this] { slider_moved(planner::SweepVariable::global_batch); });
   connect(axis_, &QComboBox::activated, this, [this] { redraw(); });
+  connect(sweep_button_, &QPushButton::clicked, this, [this] { sweep(); });
   redraw();
 }
 
@@ -148,6 +156,7 @@ void WhatIfView::set_values(int nodes, double inter_bw_gbps, int global_batch) {
 }
 
 void WhatIfView::slider_moved(planner::SweepVariable input) {
+  sweep_queue_.clear();  // the user took over
   axis_->setCurrentIndex(axis_->findData(int(input)));
   label_->setText(QString("nodes %1, %2 GB/s per NIC, global batch %3: re-planning...")
                       .arg(nodes_->value())
@@ -172,6 +181,7 @@ void WhatIfView::replan() {
     base = planner::apply_sweep_value(base, planner::SweepVariable::global_batch, asked.global_batch);
   } catch (const Error& error) {
     label_->setText(QString::fromUtf8(error.what()));
+    sweep_queue_.clear();  // every later value would fail the same way
     return;
   }
   worker_ = std::thread([this, in, base, asked] {
@@ -199,6 +209,7 @@ void WhatIfView::replan() {
                               .arg(row.nodes).arg(row.inter_bw_gbps).arg(row.global_batch).arg(outcome));
           if (failure.isEmpty() && row.step_s > 0) add_row(row);
           emit finished();
+          next_in_sweep();
         },
         Qt::QueuedConnection);
   });
@@ -233,14 +244,46 @@ void WhatIfView::redraw() {
   chart_->set(title, what_if_input_title(varied), step, mfu);
 }
 
+void WhatIfView::set_slider(planner::SweepVariable input, double value) {
+  const QSignalBlocker a(nodes_), b(bw_), c(batch_);
+  switch (input) {
+    case planner::SweepVariable::nodes: nodes_->setValue(int(value)); break;
+    case planner::SweepVariable::inter_bw: bw_->setValue(int(std::lround(value / kBandwidthStepGbps))); break;
+    case planner::SweepVariable::global_batch: batch_->setValue(int(std::lround(value / kBatchStep))); break;
+  }
+  for (const auto& show : value_labels_) show();
+}
+
+void WhatIfView::sweep() {
+  sweeping_ = planner::SweepVariable(axis_->currentData().toInt());
+  QSlider* slider = sweeping_ == planner::SweepVariable::nodes      ? nodes_
+                    : sweeping_ == planner::SweepVariable::inter_bw ? bw_
+                                                                    : batch_;
+  const double step = sweeping_ == planner::SweepVariable::nodes      ? 1.0
+                      : sweeping_ == planner::SweepVariable::inter_bw ? kBandwidthStepGbps
+                                                                      : double(kBatchStep);
+  sweep_queue_ = sweep_values(sweeping_, slider->value() * step, slider->maximum() * step, kBatchStep);
+  std::reverse(sweep_queue_.begin(), sweep_queue_.end());  // the smallest first
+  timer_->stop();
+  if (!worker_.joinable()) next_in_sweep();  // else the running re-plan starts it when it ends
+}
+
+void WhatIfView::next_in_sweep() {
+  if (sweep_queue_.empty()) return;
+  const double value = sweep_queue_.back();
+  sweep_queue_.pop_back();
+  set_slider(sweeping_, value);
+  replan();
+}
+
 bool WhatIfView::wait(int timeout_ms) {
   QElapsedTimer timer;
   timer.start();
-  while ((worker_.joinable() || timer_->isActive()) && timer.elapsed() < timeout_ms) {
+  while ((worker_.joinable() || timer_->isActive() || !sweep_queue_.empty()) && timer.elapsed() < timeout_ms) {
     QApplication::processEvents(QEventLoop::AllEvents, 50);
   }
   QApplication::processEvents();
-  return !worker_.joinable();
+  return !worker_.joinable() && sweep_queue_.empty();
 }
 
 int WhatIfView::chart_points() const { return chart_->point_count(); }

@@ -77,3 +77,30 @@ TEST(WhatIfView, ReplansDrawStepTimeAndMfuAgainstTheInputThatMoved) {
   EXPECT_NE(view.chart_legend().indexOf("step time (s) (left axis)"), -1) << view.chart_legend().toStdString();
   EXPECT_NE(view.chart_legend().indexOf("MFU (%) (right axis)"), -1) << view.chart_legend().toStdString();
 }
+
+TEST(WhatIfSeries, SweepValuesSpanTheInputAroundItsValue) {
+  EXPECT_EQ(tessel::gui::sweep_values(SweepVariable::nodes, 3, 20, 8), (std::vector<double>{1, 2, 3, 4, 8, 16}));
+  EXPECT_EQ(tessel::gui::sweep_values(SweepVariable::inter_bw, 50, 500, 8),
+            (std::vector<double>{12.5, 25, 50, 100, 200}));
+  // Batch in whole steps of 8 sequences, never past the slider's end.
+  EXPECT_EQ(tessel::gui::sweep_values(SweepVariable::global_batch, 64, 128, 8), (std::vector<double>{16, 32, 64, 128}));
+  EXPECT_EQ(tessel::gui::sweep_values(SweepVariable::global_batch, 8, 2048, 8), (std::vector<double>{8, 16, 32}));
+}
+
+TEST(WhatIfView, ASweepReplansAlongTheAxisInput) {
+  tessel::planner::SearchInputs inputs;
+  inputs.model = "gpt2-350m";
+  inputs.cluster = "dgx-h100";
+  inputs.nodes = 2;
+  inputs.global_batch = 64;
+  tessel::gui::WhatIfView view([inputs] { return inputs; });
+  view.reset_to(inputs);  // nodes up to 64
+  view.sweep();
+  ASSERT_TRUE(view.wait(300000));
+  EXPECT_EQ(view.rows(), 7);  // 1, 2, 4, ..., 64 nodes
+  EXPECT_EQ(view.curve().varied, SweepVariable::nodes);
+  ASSERT_EQ(view.curve().x, (std::vector<double>{1, 2, 4, 8, 16, 32, 64}));
+  // More nodes, shorter steps.
+  EXPECT_LT(view.curve().step_s.back(), view.curve().step_s.front());
+  EXPECT_EQ(view.chart_points(), 14);
+}

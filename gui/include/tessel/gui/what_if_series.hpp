@@ -30,6 +30,11 @@ const char* what_if_input_title(planner::SweepVariable input);
 planner::SweepVariable varied_input(const WhatIfRow& previous, const WhatIfRow& current,
                                     planner::SweepVariable unchanged);
 
+// The values a sweep re-plans at, ascending, around `current` (a row's value of
+// `input`) and within [1, `most`]: nodes in powers of two, bandwidth and batch from a
+// quarter to four times the current value (batch in whole multiples of `batch_step`).
+std::vector<double> sweep_values(planner::SweepVariable input, double current, double most, int batch_step);
+
 struct WhatIfCurve {
   planner::SweepVariable varied = planner::SweepVariable::nodes;
   std::vector<double> x;  // ascending, each value once

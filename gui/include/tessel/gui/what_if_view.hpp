@@ -17,6 +17,7 @@
 
 class QComboBox;
 class QLabel;
+class QPushButton;
 class QSlider;
 class QStandardItemModel;
 class QTimer;
@@ -35,7 +36,11 @@ class WhatIfView : public QWidget {
   void reset_to(const planner::SearchInputs& inputs);
   // Sets the three inputs and re-plans now (tests, scripted screenshots).
   void set_values(int nodes, double inter_bw_gbps, int global_batch);
-  // Runs the event loop until the re-plan ends or `timeout_ms` passes; true if it ended.
+  // Re-plans at several values of the input on the chart's axis (what_if_series.hpp's
+  // sweep_values), one after another; moving a slider stops the sweep.
+  void sweep();
+  // Runs the event loop until the re-plan (or the sweep) ends or `timeout_ms` passes;
+  // true if it ended.
   bool wait(int timeout_ms);
 
   int rows() const { return int(rows_.size()); }
@@ -51,12 +56,17 @@ class WhatIfView : public QWidget {
   void slider_moved(planner::SweepVariable input);
   void replan();
   void add_row(const WhatIfRow& row);
+  void set_slider(planner::SweepVariable input, double value);
+  void next_in_sweep();
   void redraw();
 
   std::function<planner::SearchInputs()> inputs_;
   QSlider *nodes_, *bw_, *batch_;
   std::vector<std::function<void()>> value_labels_;  // each shows its slider's value
   QComboBox* axis_;
+  QPushButton* sweep_button_;
+  std::vector<double> sweep_queue_;  // the sweep's values still to re-plan, next last
+  planner::SweepVariable sweeping_ = planner::SweepVariable::nodes;
   QLabel* label_;
   QStandardItemModel* table_;
   TwoAxisLines* chart_;
