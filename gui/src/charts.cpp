@@ -343,8 +343,21 @@ void TwoAxisLines::set(const QString& title, const QString& x_title, const Line&
   for (const Line* line : {&left, &right}) {
     for (const QPointF& p : line->points) xs.push_back(p.x());
   }
-  QValueAxis* x = axis_over(xs, x_title, QColor(), false);
-  x->setLabelFormat("%g");
+  // Inputs swept in doublings (nodes 1, 2, 4, ... 64) read evenly on a log axis.
+  QAbstractAxis* x = nullptr;
+  const auto [x_low, x_high] = std::minmax_element(xs.begin(), xs.end());
+  if (!xs.empty() && *x_low > 0 && *x_high / *x_low >= 16) {
+    auto* log = new QLogValueAxis;
+    log->setBase(2);
+    log->setLabelFormat("%g");
+    log->setTitleText(x_title);
+    log->setRange(*x_low / 1.25, *x_high * 1.25);
+    x = log;
+  } else {
+    auto* linear = axis_over(xs, x_title, QColor(), false);
+    linear->setLabelFormat("%g");
+    x = linear;
+  }
   chart->addAxis(x, Qt::AlignBottom);
   impl_->points = 0;
   for (const auto& [line, side] : {std::pair{&left, Qt::AlignLeft}, std::pair{&right, Qt::AlignRight}}) {

@@ -92,7 +92,12 @@ void CompareView::draw_memory() {
   const bool gib = largest >= kGiB;
   const double unit = gib ? kGiB : kMiB;
   std::vector<QString> categories;
-  for (const CategoryBytes& c : ranks.front().categories) categories.push_back(QString::fromStdString(c.category));
+  // Short names: a category's slot is narrow, and Qt drops a label wider than its slot.
+  static const std::map<std::string, QString> kShort = {{"parameters", "params"}, {"gradients", "grads"}};
+  for (const CategoryBytes& c : ranks.front().categories) {
+    const auto shorter = kShort.find(c.category);
+    categories.push_back(shorter != kShort.end() ? shorter->second : QString::fromStdString(c.category));
+  }
   std::vector<QString> sets;
   std::vector<std::vector<double>> values;
   std::vector<QColor> colours;
