@@ -7,6 +7,7 @@
 #include <QApplication>
 #include <QComboBox>
 #include <QElapsedTimer>
+#include <QFile>
 #include <QFileDialog>
 #include <QHeaderView>
 #include <QSortFilterProxyModel>
@@ -132,6 +133,20 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   set_database({});
 }
 
+// The compare child is stopped before the members its handlers read are destroyed.
+CompareView::~CompareView() { stop_memory_compare(); }
+
+void CompareView::stop_memory_compare() {
+  if (memory_compare_ == nullptr) return;
+  memory_compare_->disconnect(this);
+  if (memory_compare_->state() != QProcess::NotRunning) {
+    memory_compare_->kill();
+    memory_compare_->waitForFinished(5000);
+  }
+  delete memory_compare_;
+  memory_compare_ = nullptr;
+}
+
 void CompareView::set_tessel_binary(const QString& path) {
   simulation_->set_binary(path);
   uncalibrated_simulation_->set_binary(path);
@@ -246,13 +261,7 @@ bool CompareView::start_children(const Plan& plan) {
 // `tessel compare --json` for the memory object; its failure is drawn as the reason
 // memory is missing, never as a failed comparison (the op kinds stand on their own).
 void CompareView::start_memory_compare() {
-  if (memory_compare_ != nullptr) {
-    memory_compare_->disconnect(this);
-    memory_compare_->kill();
-    memory_compare_->waitForFinished(5000);
-    delete memory_compare_;
-    memory_compare_ = nullptr;
-  }
+  stop_memory_compare();
   const QString json_file = scratch_.filePath("compare.json");
   QFile::remove(json_file);
   memory_compare_ = new QProcess(this);

@@ -19,6 +19,7 @@
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "tessel/core/error.hpp"
 #include "tessel/gui/charts.hpp"

@@ -41,6 +41,7 @@ class CompareView : public QWidget {
   Q_OBJECT
  public:
   explicit CompareView(QWidget* parent = nullptr);
+  ~CompareView() override;
 
   // Lists the database's runs in the picker, newest first; a missing database or one
   // without runs shows its message (error()). Empty: the default profiles database.
@@ -78,6 +79,7 @@ class CompareView : public QWidget {
   void fail(const QString& message);
   bool start_children(const Plan& plan);
   void start_memory_compare();
+  void stop_memory_compare();
   void child_done();
   void draw();
   void draw_classes();
