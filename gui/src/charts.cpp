@@ -272,6 +272,14 @@ void GroupedBars::set(const QString& title, const QString& value_title, const st
       *set << v;
       high = std::max(high, v);
     }
+    // Hover for the number the bar's height only approximates.
+    connect(set, &QBarSet::hovered, this, [set, categories, value_title](bool over, int index) {
+      if (!over || index < 0 || std::size_t(index) >= categories.size()) return QToolTip::hideText();
+      QToolTip::showText(QCursor::pos(), QString("%1, %2: %3 %4")
+                                             .arg(set->label(), categories[std::size_t(index)])
+                                             .arg(set->at(index), 0, 'g', 4)
+                                             .arg(value_title));
+    });
     series->append(set);
   }
   QValueAxis* y = show_over_categories(impl_->chart, title, value_title, categories, series);
