@@ -63,6 +63,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   error_label_ = new QLabel(this);
   error_label_->setWordWrap(true);
   error_label_->setStyleSheet("color: #b00020");
+  summary_->setWordWrap(true);
   layout->addWidget(summary_);
   layout->addWidget(error_label_);
   // The charts share one area in tabs, so each gets the full width; the op kinds' table
