@@ -13,9 +13,7 @@
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
-#include <QSlider>
 #include <QSortFilterProxyModel>
-#include <QTimer>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStandardItemModel>
