@@ -233,6 +233,18 @@ bool CompareView::start_children(const Plan& plan) {
   const profiles::Profile profile = profiles::resolve_profile(plan.cluster.device, database_.toStdString());
   calibrated_ = profiles::is_calibrated(profile);
   profile_note_ = QString::fromStdString(profiles::describe_profile(profile));
+  // What the fit changed, on hover over the class bars: the parameters away from their defaults.
+  QStringList fitted;
+  const profiles::Calibration calibration = profiles::calibration_of(profile);
+  for (const profiles::Calibration::Parameter& p : profiles::Calibration::parameters()) {
+    if (calibration.*p.field != profiles::Calibration{}.*p.field) {
+      fitted << QString("%1 %2").arg(QString::fromUtf8(p.name.data(), qsizetype(p.name.size()))).arg(calibration.*p.field, 0, 'g', 4);
+    }
+  }
+  classes_->setToolTip(calibrated_ ? profile_note_ + "\nfitted: " + fitted.join(", ")
+                                   : QString("no calibrated profile for %1 in this database; tessel calibrate --runs ID "
+                                             "--db DB fits one")
+                                         .arg(device_));
   if (!simulation_->start(plan, database_.toStdString())) {
     fail(simulation_->error());
     return false;
