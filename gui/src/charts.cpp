@@ -291,7 +291,8 @@ void GroupedBars::set(const QString& title, const QString& value_title, const st
     if (auto* x = qobject_cast<QBarCategoryAxis*>(axis)) x->setTruncateLabels(false);
   }
   std::vector<std::pair<QString, QColor>> legend;
-  for (QBarSet* set : series->barSets()) legend.emplace_back(set->label(), set->color());  // colours as the theme gave them
+  // The colours as the theme gave them, where the caller gave none.
+  for (QBarSet* set : series->barSets()) legend.emplace_back(set->label(), set->color());
   set_legend(impl_->legend, legend);
   impl_->groups = int(categories.size());
   impl_->sets = int(series->count());

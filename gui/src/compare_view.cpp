@@ -125,7 +125,8 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     if (children_pending_ <= 0 || !calibrated_) return;  // a child of an earlier, calibrated run
     if (!ok) return fail("the run's plan did not simulate without calibration: " + uncalibrated_simulation_->error());
     QFile file(uncalibrated_simulation_->trace_file());
-    uncalibrated_trace_ = file.open(QIODevice::ReadOnly) ? Json::parse(file.readAll().toStdString(), nullptr, false) : Json();
+    uncalibrated_trace_ =
+        file.open(QIODevice::ReadOnly) ? Json::parse(file.readAll().toStdString(), nullptr, false) : Json();
     if (uncalibrated_trace_.is_discarded() || uncalibrated_trace_.is_null()) {
       return fail("the simulation without calibration wrote no trace");
     }
@@ -238,13 +239,16 @@ bool CompareView::start_children(const Plan& plan) {
   const profiles::Calibration calibration = profiles::calibration_of(profile);
   for (const profiles::Calibration::Parameter& p : profiles::Calibration::parameters()) {
     if (calibration.*p.field != profiles::Calibration{}.*p.field) {
-      fitted << QString("%1 %2").arg(QString::fromUtf8(p.name.data(), qsizetype(p.name.size()))).arg(calibration.*p.field, 0, 'g', 4);
+      fitted << QString("%1 %2")
+                    .arg(QString::fromUtf8(p.name.data(), qsizetype(p.name.size())))
+                    .arg(calibration.*p.field, 0, 'g', 4);
     }
   }
-  classes_->setToolTip(calibrated_ ? profile_note_ + "\nfitted: " + fitted.join(", ")
-                                   : QString("no calibrated profile for %1 in this database; tessel calibrate --runs ID "
-                                             "--db DB fits one")
-                                         .arg(device_));
+  classes_->setToolTip(calibrated_
+                           ? profile_note_ + "\nfitted: " + fitted.join(", ")
+                           : QString("no calibrated profile for %1 in this database; tessel calibrate --runs ID "
+                                     "--db DB fits one")
+                                 .arg(device_));
   if (!simulation_->start(plan, database_.toStdString())) {
     fail(simulation_->error());
     return false;
@@ -295,8 +299,8 @@ void CompareView::start_memory_compare() {
     child_done();
   });
   ++children_pending_;
-  memory_compare_->start(binary_, {"compare", "--run", QString::number(shown_run_), "--db", database_, "--json",
-                                   json_file, "--top", "1"});
+  memory_compare_->start(
+      binary_, {"compare", "--run", QString::number(shown_run_), "--db", database_, "--json", json_file, "--top", "1"});
 }
 
 void CompareView::child_done() {

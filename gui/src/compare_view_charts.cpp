@@ -34,8 +34,10 @@ QStandardItem* cell(const QString& text, const QVariant& sort_key) {
 void CompareView::draw() {
   const Json result = Json::parse(simulate_json_.toStdString(), nullptr, false);
   QFile file(simulation_->trace_file());
-  const Json trace = file.open(QIODevice::ReadOnly) ? Json::parse(file.readAll().toStdString(), nullptr, false) : Json();
-  if (result.is_discarded() || trace.is_discarded() || trace.is_null()) return fail("the simulation's output is not JSON");
+  const Json trace =
+      file.open(QIODevice::ReadOnly) ? Json::parse(file.readAll().toStdString(), nullptr, false) : Json();
+  if (result.is_discarded() || trace.is_discarded() || trace.is_null())
+    return fail("the simulation's output is not JSON");
   comparison_ = compare_run(measured_, trace, calibrated_ ? &uncalibrated_trace_ : nullptr);
   draw_classes();
   draw_memory();
@@ -87,7 +89,8 @@ void CompareView::draw_memory() {
   }
   double largest = 0;
   for (const RankMemory& r : ranks) {
-    for (const CategoryBytes& c : r.categories) largest = std::max({largest, c.predicted_bytes, c.measured_bytes.value_or(0)});
+    for (const CategoryBytes& c : r.categories)
+      largest = std::max({largest, c.predicted_bytes, c.measured_bytes.value_or(0)});
   }
   const bool gib = largest >= kGiB;
   const double unit = gib ? kGiB : kMiB;
@@ -117,9 +120,10 @@ void CompareView::draw_memory() {
     values.push_back(measured);
     colours.push_back(colour);
   }
-  memory_label_->setText(memory_.ranks.size() > ranks.size()
-                             ? QString("the %1 of %2 ranks with the largest peaks").arg(ranks.size()).arg(memory_.ranks.size())
-                             : QString());
+  memory_label_->setText(
+      memory_.ranks.size() > ranks.size()
+          ? QString("the %1 of %2 ranks with the largest peaks").arg(ranks.size()).arg(memory_.ranks.size())
+          : QString());
   memory_label_->setVisible(!memory_label_->text().isEmpty());
   memory_chart_->show();
   memory_chart_->set("peak memory per rank: predicted against measured", gib ? "GiB" : "MiB", categories, sets, values,
@@ -163,8 +167,8 @@ void CompareView::draw_op_kinds() {
   }
   ratios_->set("measured / predicted over the steps (1 = exact), largest predicted ops", "ratio", names, boxes);
   kinds_->clear();
-  kinds_->setHorizontalHeaderLabels({"op kind", "stream", "predicted ms", "measured ms", "excess ms",
-                                     "measured / predicted: median [min, max]"});
+  kinds_->setHorizontalHeaderLabels(
+      {"op kind", "stream", "predicted ms", "measured ms", "excess ms", "measured / predicted: median [min, max]"});
   for (const OpKindComparison& c : comparison_.kinds) {
     const double excess_ms = (c.measured_s - c.predicted_s) * 1e3;
     const QString kind = QString::fromStdString(c.kind), stream = QString::fromUtf8(to_string(c.stream).data());

@@ -3,9 +3,9 @@
 // not crash the window); the first bad field is named in `missing`.
 #include "tessel/gui/memory_by_rank.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace tessel::gui {
 
@@ -82,7 +82,8 @@ MemoryByRank memory_by_rank_from_compare_json(const Json& compare) {
     if (!rank) return nothing_because(bad + ": missing or not a number");
     out.ranks.push_back(std::move(*rank));
   }
-  std::sort(out.ranks.begin(), out.ranks.end(), [](const RankMemory& a, const RankMemory& b) { return a.rank < b.rank; });
+  std::sort(out.ranks.begin(), out.ranks.end(),
+            [](const RankMemory& a, const RankMemory& b) { return a.rank < b.rank; });
   if (out.ranks.empty()) out.missing = "memory.ranks: empty (no rank recorded its memory)";
   return out;
 }
@@ -93,7 +94,8 @@ std::vector<RankMemory> ranks_to_draw(const MemoryByRank& memory, std::size_t mo
   auto size_of = [](const RankMemory& r) {
     return r.measured_total_bytes() > 0 ? r.measured_total_bytes() : r.categories.back().predicted_bytes;
   };
-  std::stable_sort(ranks.begin(), ranks.end(), [&](const RankMemory& a, const RankMemory& b) { return size_of(a) > size_of(b); });
+  std::stable_sort(ranks.begin(), ranks.end(),
+                   [&](const RankMemory& a, const RankMemory& b) { return size_of(a) > size_of(b); });
   ranks.resize(most);
   std::sort(ranks.begin(), ranks.end(), [](const RankMemory& a, const RankMemory& b) { return a.rank < b.rank; });
   return ranks;

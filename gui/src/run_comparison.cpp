@@ -70,13 +70,20 @@ std::vector<TimelineRow> timeline_with_ghosts(const std::vector<profiles::EventR
 
 const char* op_class_name(OpKindColour op_class) {
   switch (op_class) {
-    case OpKindColour::gemm: return "GEMM";
-    case OpKindColour::attention: return "attention";
-    case OpKindColour::memory: return "memory-bound";
-    case OpKindColour::tensor_comm: return "TP collectives";
-    case OpKindColour::data_comm: return "DP collectives";
-    case OpKindColour::pipeline: return "PP send/recv";
-    case OpKindColour::copy: return "copies";
+    case OpKindColour::gemm:
+      return "GEMM";
+    case OpKindColour::attention:
+      return "attention";
+    case OpKindColour::memory:
+      return "memory-bound";
+    case OpKindColour::tensor_comm:
+      return "TP collectives";
+    case OpKindColour::data_comm:
+      return "DP collectives";
+    case OpKindColour::pipeline:
+      return "PP send/recv";
+    case OpKindColour::copy:
+      return "copies";
   }
   return "?";
 }

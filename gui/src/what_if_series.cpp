@@ -16,18 +16,24 @@ constexpr std::array kInputs = {planner::SweepVariable::nodes, planner::SweepVar
 
 double what_if_input(const WhatIfRow& row, planner::SweepVariable input) {
   switch (input) {
-    case planner::SweepVariable::nodes: return row.nodes;
-    case planner::SweepVariable::inter_bw: return row.inter_bw_gbps;
-    case planner::SweepVariable::global_batch: return row.global_batch;
+    case planner::SweepVariable::nodes:
+      return row.nodes;
+    case planner::SweepVariable::inter_bw:
+      return row.inter_bw_gbps;
+    case planner::SweepVariable::global_batch:
+      return row.global_batch;
   }
   return 0;
 }
 
 const char* what_if_input_title(planner::SweepVariable input) {
   switch (input) {
-    case planner::SweepVariable::nodes: return "nodes";
-    case planner::SweepVariable::inter_bw: return "inter-node GB/s per NIC";
-    case planner::SweepVariable::global_batch: return "global batch (sequences)";
+    case planner::SweepVariable::nodes:
+      return "nodes";
+    case planner::SweepVariable::inter_bw:
+      return "inter-node GB/s per NIC";
+    case planner::SweepVariable::global_batch:
+      return "global batch (sequences)";
   }
   return "";
 }

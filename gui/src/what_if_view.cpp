@@ -90,7 +90,8 @@ WhatIfView::WhatIfView(std::function<planner::SearchInputs()> inputs, QWidget* p
   with_value("inter-node GB/s per NIC", bw_, int(kBandwidthStepGbps));
   with_value("global batch", batch_, kBatchStep);
   axis_ = new QComboBox(this);
-  for (auto input : {planner::SweepVariable::nodes, planner::SweepVariable::inter_bw, planner::SweepVariable::global_batch}) {
+  for (auto input :
+       {planner::SweepVariable::nodes, planner::SweepVariable::inter_bw, planner::SweepVariable::global_batch}) {
     axis_->addItem(what_if_input_title(input), int(input));
   }
   axis_->setToolTip("The chart draws the re-plans that differ from the newest only in this input");
@@ -107,7 +108,8 @@ WhatIfView::WhatIfView(std::function<planner::SearchInputs()> inputs, QWidget* p
   auto* split = new QSplitter(Qt::Vertical, this);
   chart_ = new TwoAxisLines(split);
   table_ = new QStandardItemModel(this);
-  table_->setHorizontalHeaderLabels({"nodes", "GB/s per NIC", "global batch", "best plan", "step (s)", "tokens/s", "MFU %"});
+  table_->setHorizontalHeaderLabels(
+      {"nodes", "GB/s per NIC", "global batch", "best plan", "step (s)", "tokens/s", "MFU %"});
   auto* table = new QTableView(split);
   table->setModel(table_);
   table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
@@ -178,7 +180,8 @@ void WhatIfView::replan() {
   try {
     base = in.to_plan();
     base = planner::apply_sweep_value(base, planner::SweepVariable::nodes, asked.nodes);
-    if (base.cluster.inter_node) base = planner::apply_sweep_value(base, planner::SweepVariable::inter_bw, asked.inter_bw_gbps);
+    if (base.cluster.inter_node)
+      base = planner::apply_sweep_value(base, planner::SweepVariable::inter_bw, asked.inter_bw_gbps);
     base = planner::apply_sweep_value(base, planner::SweepVariable::global_batch, asked.global_batch);
   } catch (const Error& error) {
     label_->setText(QString::fromUtf8(error.what()));
@@ -200,14 +203,17 @@ void WhatIfView::replan() {
           if (worker_.joinable()) worker_.join();
           WhatIfRow row = found.value_or(WhatIfRow{});
           row.nodes = asked.nodes, row.inter_bw_gbps = asked.inter_bw_gbps, row.global_batch = asked.global_batch;
-          const QString outcome = !failure.isEmpty()        ? failure
+          const QString outcome = !failure.isEmpty()      ? failure
                                   : row.best_plan.empty() ? QString("no plan fits")
                                                           : QString("best: %1, step %2 s, MFU %3%")
                                                                 .arg(QString::fromStdString(row.best_plan))
                                                                 .arg(row.step_s, 0, 'f', 3)
                                                                 .arg(row.mfu_percent, 0, 'f', 1);
           label_->setText(QString("nodes %1, %2 GB/s per NIC, global batch %3: %4")
-                              .arg(row.nodes).arg(row.inter_bw_gbps).arg(row.global_batch).arg(outcome));
+                              .arg(row.nodes)
+                              .arg(row.inter_bw_gbps)
+                              .arg(row.global_batch)
+                              .arg(outcome));
           if (failure.isEmpty() && row.step_s > 0) add_row(row);
           emit finished();
           next_in_sweep();
@@ -239,18 +245,25 @@ void WhatIfView::redraw() {
     step.points.emplace_back(curve_.x[i], curve_.step_s[i]);
     mfu.points.emplace_back(curve_.x[i], curve_.mfu_percent[i]);
   }
-  const QString title = rows_.empty() ? QString("move a slider: each re-plan adds a point")
-                                      : QString("best plan against %1 (the other inputs as in the newest row)")
-                                            .arg(what_if_input_title(varied));
+  const QString title =
+      rows_.empty()
+          ? QString("move a slider: each re-plan adds a point")
+          : QString("best plan against %1 (the other inputs as in the newest row)").arg(what_if_input_title(varied));
   chart_->set(title, what_if_input_title(varied), step, mfu);
 }
 
 void WhatIfView::set_slider(planner::SweepVariable input, double value) {
   const QSignalBlocker a(nodes_), b(bw_), c(batch_);
   switch (input) {
-    case planner::SweepVariable::nodes: nodes_->setValue(int(value)); break;
-    case planner::SweepVariable::inter_bw: bw_->setValue(int(std::lround(value / kBandwidthStepGbps))); break;
-    case planner::SweepVariable::global_batch: batch_->setValue(int(std::lround(value / kBatchStep))); break;
+    case planner::SweepVariable::nodes:
+      nodes_->setValue(int(value));
+      break;
+    case planner::SweepVariable::inter_bw:
+      bw_->setValue(int(std::lround(value / kBandwidthStepGbps)));
+      break;
+    case planner::SweepVariable::global_batch:
+      batch_->setValue(int(std::lround(value / kBatchStep)));
+      break;
   }
   for (const auto& show : value_labels_) show();
 }

@@ -3,6 +3,8 @@
 // class before and after `tessel calibrate` fits the profile to that run. Bad databases
 // and run ids show their message in the window. (The QApplication comes from
 // plan_explorer_test.cpp's environment: one per test binary.)
+#include "tessel/gui/compare_view.hpp"
+
 #include <gtest/gtest.h>
 
 #include <QSignalSpy>
@@ -11,7 +13,6 @@
 #include <set>
 
 #include "tessel/core/subprocess.hpp"
-#include "tessel/gui/compare_view.hpp"
 #include "tessel/gui/run_comparison.hpp"
 #include "tessel/profiles/profile_store.hpp"
 

@@ -2,9 +2,9 @@
 // the total per rank, measured absent rather than zero when a rank recorded nothing, a
 // compare without memory or with a malformed field named in `missing`, and the ranks a
 // chart has room for.
-#include <gtest/gtest.h>
-
 #include "tessel/gui/memory_by_rank.hpp"
+
+#include <gtest/gtest.h>
 
 using tessel::Json;
 
@@ -36,8 +36,8 @@ Json compare_with(const Json& ranks) {
 }  // namespace
 
 TEST(MemoryByRank, EveryCategoryAndTheTotalPerRankPredictedAgainstMeasured) {
-  const tessel::gui::MemoryByRank m =
-      tessel::gui::memory_by_rank_from_compare_json(compare_with(Json::array({rank_entry(1, 2e6, 3e6), rank_entry(0, 1e6, 1.5e6)})));
+  const tessel::gui::MemoryByRank m = tessel::gui::memory_by_rank_from_compare_json(
+      compare_with(Json::array({rank_entry(1, 2e6, 3e6), rank_entry(0, 1e6, 1.5e6)})));
   EXPECT_TRUE(m.missing.empty()) << m.missing;
   ASSERT_EQ(m.ranks.size(), 2u);
   EXPECT_EQ(m.ranks[0].rank, 0);  // by rank
@@ -51,7 +51,8 @@ TEST(MemoryByRank, EveryCategoryAndTheTotalPerRankPredictedAgainstMeasured) {
 }
 
 TEST(MemoryByRank, ARankThatRecordedNothingHasNoMeasurementRatherThanZero) {
-  const tessel::gui::MemoryByRank m = tessel::gui::memory_by_rank_from_compare_json(compare_with(Json::array({rank_entry(0, 1e6, 0)})));
+  const tessel::gui::MemoryByRank m =
+      tessel::gui::memory_by_rank_from_compare_json(compare_with(Json::array({rank_entry(0, 1e6, 0)})));
   ASSERT_EQ(m.ranks.size(), 1u);
   for (const tessel::gui::CategoryBytes& c : m.ranks[0].categories) EXPECT_FALSE(c.measured_bytes) << c.category;
   EXPECT_DOUBLE_EQ(m.ranks[0].categories[0].predicted_bytes, 1e6);
@@ -63,7 +64,8 @@ TEST(MemoryByRank, NoMemoryOrABadFieldIsSaidNotDrawn) {
   EXPECT_NE(none.missing.find("no memory measured"), std::string::npos) << none.missing;
   Json bad = rank_entry(0, 1e6, 1e6);
   bad["predicted_bytes"]["optimizer"] = "lots";
-  const tessel::gui::MemoryByRank malformed = tessel::gui::memory_by_rank_from_compare_json(compare_with(Json::array({bad})));
+  const tessel::gui::MemoryByRank malformed =
+      tessel::gui::memory_by_rank_from_compare_json(compare_with(Json::array({bad})));
   EXPECT_TRUE(malformed.ranks.empty());
   EXPECT_EQ(malformed.missing, "memory.ranks[rank 0].predicted_bytes.optimizer: missing or not a number");
   const tessel::gui::MemoryByRank empty = tessel::gui::memory_by_rank_from_compare_json(compare_with(Json::array()));

@@ -1,11 +1,12 @@
 // The compare tab's numbers without a display: op kinds summed into op classes, before
 // and after calibration, measured beside them; "not calibrated" carried as no calibrated
 // number rather than a copy; and the profile a "before" is simulated on.
+#include "tessel/gui/run_comparison.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "tessel/gui/run_comparison.hpp"
 #include "tessel/profiles/calibration.hpp"
 
 using tessel::Json;

@@ -34,11 +34,9 @@ TEST(WhatIfSeries, TheVariedInputIsTheOneThatAloneChanged) {
 
 TEST(WhatIfSeries, TheCurveHoldsTheRowsThatAgreeWithTheNewestElsewhereSortedOnePerValue) {
   const std::vector<WhatIfRow> rows = {
-      row(4, 50, 64, 0.4, 31),   // replaced by the later row at 4 nodes
-      row(1, 50, 64, 1.0, 33),
-      row(2, 25, 64, 0.7, 20),   // other bandwidth: not on the nodes curve
-      row(2, 50, 64, 0.5, 32),
-      row(8, 50, 64, 0.0, 0),    // nothing fitted: no point
+      row(4, 50, 64, 0.4, 31),                           // replaced by the later row at 4 nodes
+      row(1, 50, 64, 1.0, 33), row(2, 25, 64, 0.7, 20),  // other bandwidth: not on the nodes curve
+      row(2, 50, 64, 0.5, 32), row(8, 50, 64, 0.0, 0),   // nothing fitted: no point
       row(4, 50, 64, 0.3, 30),
   };
   const tessel::gui::WhatIfCurve curve = tessel::gui::what_if_curve(rows, SweepVariable::nodes);

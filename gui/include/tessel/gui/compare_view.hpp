@@ -14,11 +14,10 @@
 // object, memory_by_rank.hpp), so the tab reads the same numbers the command prints.
 #pragma once
 
+#include <QTemporaryDir>
 #include <QWidget>
 #include <cstdint>
 #include <vector>
-
-#include <QTemporaryDir>
 
 #include "tessel/gui/memory_by_rank.hpp"
 #include "tessel/gui/run_comparison.hpp"
@@ -95,7 +94,7 @@ class CompareView : public QWidget {
   QStandardItemModel* kinds_;
   QTableView* table_;
   TimelineView* timeline_;
-  ChildSimulation* simulation_;              // the plan on the run's database
+  ChildSimulation* simulation_;               // the plan on the run's database
   ChildSimulation* uncalibrated_simulation_;  // on the scratch database, when calibrated
   QProcess* memory_compare_ = nullptr;        // tessel compare --json, for memory
   QTemporaryDir scratch_;

@@ -37,7 +37,7 @@ std::vector<double> sweep_values(planner::SweepVariable input, double current, d
 
 struct WhatIfCurve {
   planner::SweepVariable varied = planner::SweepVariable::nodes;
-  std::vector<double> x;  // ascending, each value once
+  std::vector<double> x;                    // ascending, each value once
   std::vector<double> step_s, mfu_percent;  // one per x
 };
 
