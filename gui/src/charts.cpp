@@ -2,6 +2,7 @@
 
 #include <QChart>
 #include <QChartView>
+#include <QLegendMarker>
 #include <QLineSeries>
 #include <QScatterSeries>
 #include <QToolTip>
@@ -22,6 +23,7 @@ namespace {
 QChart* chart_in(QWidget* owner) {
   auto* chart = new QChart;
   chart->legend()->setAlignment(Qt::AlignBottom);
+  chart->legend()->setShowToolTips(true);  // the whole name on hover wherever Qt has to elide one
   auto* view = new QChartView(chart, owner);
   view->setRenderHint(QPainter::Antialiasing);
   auto* layout = new QVBoxLayout(owner);
@@ -62,6 +64,7 @@ struct ScatterChart::Impl {
   QChart* chart = nullptr;
   QAbstractAxis *x = nullptr, *y = nullptr;
   int points = 0;
+  int error_bars = 0;
   double x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   bool any = false;
 
@@ -94,6 +97,8 @@ struct ScatterChart::Impl {
 
 ScatterChart::ScatterChart(QWidget* parent, bool log_y, bool log_x) : QWidget(parent), impl_(new Impl) {
   impl_->chart = chart_in(this);
+  // At the right the legend stacks its entries and takes the width the longest needs.
+  impl_->chart->legend()->setAlignment(Qt::AlignRight);
   impl_->x = Impl::make_axis(log_x);
   impl_->y = Impl::make_axis(log_y);
   impl_->chart->addAxis(impl_->x, Qt::AlignBottom);
@@ -110,6 +115,7 @@ void ScatterChart::set_axes(const QString& x_title, const QString& y_title) {
 void ScatterChart::clear() {
   impl_->chart->removeAllSeries();
   impl_->points = 0;
+  impl_->error_bars = 0;
   impl_->any = false;
 }
 
@@ -157,6 +163,60 @@ void ScatterChart::add_line(const QString& name, const QColor& color, const std:
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);
+}
+
+void ScatterChart::add_error_bars(const QString& name, const QColor& color, const std::vector<double>& x,
+                                  const std::vector<double>& low_y, const std::vector<double>& high_y) {
+  // One polyline per bar (Qt Charts lines have no gaps); only the first keeps a legend
+  // entry. Caps are a fixed fraction of the x range so that they read at any zoom.
+  const std::size_t count = std::min({x.size(), low_y.size(), high_y.size()});
+  double x_low = 0, x_high = 1;
+  for (std::size_t i = 0; i < count; ++i) {
+    x_low = i == 0 ? x[i] : std::min(x_low, x[i]);
+    x_high = i == 0 ? x[i] : std::max(x_high, x[i]);
+  }
+  const double cap = std::max(1e-9, (x_high - x_low) * 0.006);
+  QPen pen(color);
+  pen.setWidthF(1.5);
+  std::vector<QPointF> ends;
+  for (std::size_t i = 0; i < count; ++i) {
+    auto* series = new QLineSeries;
+    series->setName(name);
+    series->setPen(pen);
+    *series << QPointF(x[i] - cap, low_y[i]) << QPointF(x[i] + cap, low_y[i]) << QPointF(x[i], low_y[i])
+            << QPointF(x[i], high_y[i]) << QPointF(x[i] - cap, high_y[i]) << QPointF(x[i] + cap, high_y[i]);
+    impl_->attach(series);
+    if (i > 0) {
+      for (QLegendMarker* marker : impl_->chart->legend()->markers(series)) marker->setVisible(false);
+    }
+    ends.emplace_back(x[i], low_y[i]);
+    ends.emplace_back(x[i], high_y[i]);
+  }
+  impl_->extend(ends);
+  impl_->error_bars += int(count);
+}
+
+void ScatterChart::add_rings(const QString& name, const QColor& color, const std::vector<QPointF>& points) {
+  auto* series = new QScatterSeries;
+  series->setName(name);
+  series->setColor(Qt::transparent);
+  QPen pen(color);
+  pen.setWidthF(2);
+  series->setPen(pen);
+  series->setMarkerSize(16);
+  for (const QPointF& p : points) series->append(p);
+  impl_->extend(points);
+  impl_->attach(series);
+}
+
+int ScatterChart::error_bar_count() const { return impl_->error_bars; }
+
+std::vector<QString> ScatterChart::legend_labels() const {
+  std::vector<QString> labels;
+  for (QLegendMarker* marker : impl_->chart->legend()->markers()) {
+    if (marker->isVisible()) labels.push_back(marker->label());
+  }
+  return labels;
 }
 
 int ScatterChart::series_count() const { return int(impl_->chart->series().size()); }

@@ -1,5 +1,6 @@
-// The charts of the plan explorer: a scatter plot with named point series and a polyline,
-// and stacked bars. The one place tessel touches Qt Charts (deprecated upstream for Qt
+// The charts of the plan explorer: a scatter plot with named point series, a polyline,
+// error bars and flag rings, and stacked bars. The scatter's legend stands at the right,
+// one entry per line, so that long series names are not cut short. The one place tessel touches Qt Charts (deprecated upstream for Qt
 // Graphs): swapping the chart library means rewriting these two files only.
 #pragma once
 
@@ -27,8 +28,16 @@ class ScatterChart : public QWidget {
   void add_points(const QString& name, const QColor& color, int marker, const std::vector<QPointF>& points,
                   const std::vector<int>& ids, const std::vector<QString>& tooltips);
   void add_line(const QString& name, const QColor& color, const std::vector<QPointF>& points);
+  // Vertical error bars at x from low_y to high_y (with short caps), one legend entry.
+  void add_error_bars(const QString& name, const QColor& color, const std::vector<double>& x,
+                      const std::vector<double>& low_y, const std::vector<double>& high_y);
+  // Hollow rings around points (a flag on them), one legend entry; not clickable.
+  void add_rings(const QString& name, const QColor& color, const std::vector<QPointF>& points);
   int series_count() const;
   int point_count() const;
+  int error_bar_count() const;
+  // The legend's labels as the chart holds them (drawn whole, tool tips on).
+  std::vector<QString> legend_labels() const;
 
  signals:
   void pointClicked(int id);
