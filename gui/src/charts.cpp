@@ -65,6 +65,7 @@ struct ScatterChart::Impl {
   QAbstractAxis *x = nullptr, *y = nullptr;
   int points = 0;
   int error_bars = 0;
+  std::vector<QAbstractSeries*> unlabelled;  // series whose legend entry is hidden
   double x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   bool any = false;
 
@@ -116,6 +117,7 @@ void ScatterChart::clear() {
   impl_->chart->removeAllSeries();
   impl_->points = 0;
   impl_->error_bars = 0;
+  impl_->unlabelled.clear();
   impl_->any = false;
 }
 
@@ -188,6 +190,7 @@ void ScatterChart::add_error_bars(const QString& name, const QColor& color, cons
     impl_->attach(series);
     if (i > 0) {
       for (QLegendMarker* marker : impl_->chart->legend()->markers(series)) marker->setVisible(false);
+      impl_->unlabelled.push_back(series);
     }
     ends.emplace_back(x[i], low_y[i]);
     ends.emplace_back(x[i], high_y[i]);
@@ -214,7 +217,8 @@ int ScatterChart::error_bar_count() const { return impl_->error_bars; }
 std::vector<QString> ScatterChart::legend_labels() const {
   std::vector<QString> labels;
   for (QLegendMarker* marker : impl_->chart->legend()->markers()) {
-    if (marker->isVisible()) labels.push_back(marker->label());
+    const auto& hidden = impl_->unlabelled;
+    if (std::find(hidden.begin(), hidden.end(), marker->series()) == hidden.end()) labels.push_back(marker->label());
   }
   return labels;
 }
