@@ -2,7 +2,6 @@
 
 #include <QChart>
 #include <QChartView>
-#include <QLegendMarker>
 #include <QLineSeries>
 #include <QScatterSeries>
 #include <QToolTip>
@@ -13,6 +12,7 @@
 #include <QLogValueAxis>
 #include <QStackedBarSeries>
 #include <QValueAxis>
+#include <QLabel>
 #include <QVBoxLayout>
 #include <algorithm>
 
@@ -58,14 +58,30 @@ QValueAxis* show_over_categories(QChart* chart, const QString& title, const QStr
   series->attachAxis(y);
   return y;
 }
+
+// One legend entry as HTML: a coloured symbol and the name, held together by no-break
+// spaces so that a line only ever breaks between entries, never inside a name.
+QString legend_entry_html(const QString& symbol, const QColor& color, const QString& name) {
+  QString glued = name.toHtmlEscaped();
+  glued.replace(' ', "&nbsp;");
+  return QString("<span style=\"color:%1\">%2</span>&nbsp;%3").arg(color.name(), symbol, glued);
+}
 }  // namespace
 
 struct ScatterChart::Impl {
   QChart* chart = nullptr;
+  QLabel* legend = nullptr;  // below the chart, wrapping: Qt's own legend elides or drops entries
+  std::vector<QString> legend_names, legend_html;
+  void add_legend(const QString& symbol, const QColor& color, const QString& name) {
+    legend_names.push_back(name);
+    legend_html.push_back(legend_entry_html(symbol, color, name));
+    QString text;
+    for (const QString& entry : legend_html) text += (text.isEmpty() ? "" : " &nbsp;&nbsp; ") + entry;
+    legend->setText(text);
+  }
   QAbstractAxis *x = nullptr, *y = nullptr;
   int points = 0;
   int error_bars = 0;
-  std::vector<QAbstractSeries*> unlabelled;  // series whose legend entry is hidden
   double x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   bool any = false;
 
@@ -98,8 +114,12 @@ struct ScatterChart::Impl {
 
 ScatterChart::ScatterChart(QWidget* parent, bool log_y, bool log_x) : QWidget(parent), impl_(new Impl) {
   impl_->chart = chart_in(this);
-  // At the right the legend stacks its entries and takes the width the longest needs.
-  impl_->chart->legend()->setAlignment(Qt::AlignRight);
+  impl_->chart->legend()->hide();
+  impl_->legend = new QLabel(this);
+  impl_->legend->setTextFormat(Qt::RichText);
+  impl_->legend->setWordWrap(true);
+  impl_->legend->setContentsMargins(8, 0, 8, 4);
+  layout()->addWidget(impl_->legend);
   impl_->x = Impl::make_axis(log_x);
   impl_->y = Impl::make_axis(log_y);
   impl_->chart->addAxis(impl_->x, Qt::AlignBottom);
@@ -115,9 +135,11 @@ void ScatterChart::set_axes(const QString& x_title, const QString& y_title) {
 
 void ScatterChart::clear() {
   impl_->chart->removeAllSeries();
+  impl_->legend_names.clear();
+  impl_->legend_html.clear();
+  impl_->legend->clear();
   impl_->points = 0;
   impl_->error_bars = 0;
-  impl_->unlabelled.clear();
   impl_->any = false;
 }
 
@@ -134,6 +156,7 @@ void ScatterChart::add_points(const QString& name, const QColor& color, int mark
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);
+  impl_->add_legend(marker == 1 ? "&#9632;" : marker == 2 ? "&#9650;" : "&#9679;", color, name);
   impl_->points += int(points.size());
   connect(series, &QScatterSeries::clicked, this, [this, points, ids](const QPointF& at) {
     // The nearest point of this series (Qt reports the click position).
@@ -165,12 +188,12 @@ void ScatterChart::add_line(const QString& name, const QColor& color, const std:
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);
+  impl_->add_legend("&#8212;", color, name);
 }
 
 void ScatterChart::add_error_bars(const QString& name, const QColor& color, const std::vector<double>& x,
                                   const std::vector<double>& low_y, const std::vector<double>& high_y) {
-  // One polyline per bar (Qt Charts lines have no gaps); only the first keeps a legend
-  // entry. Caps are a fixed fraction of the x range so that they read at any zoom.
+  // One polyline per bar (Qt Charts lines have no gaps), one legend entry for all. Caps are a fixed fraction of the x range so that they read at any zoom.
   const std::size_t count = std::min({x.size(), low_y.size(), high_y.size()});
   double x_low = 0, x_high = 1;
   for (std::size_t i = 0; i < count; ++i) {
@@ -188,14 +211,11 @@ void ScatterChart::add_error_bars(const QString& name, const QColor& color, cons
     *series << QPointF(x[i] - cap, low_y[i]) << QPointF(x[i] + cap, low_y[i]) << QPointF(x[i], low_y[i])
             << QPointF(x[i], high_y[i]) << QPointF(x[i] - cap, high_y[i]) << QPointF(x[i] + cap, high_y[i]);
     impl_->attach(series);
-    if (i > 0) {
-      for (QLegendMarker* marker : impl_->chart->legend()->markers(series)) marker->setVisible(false);
-      impl_->unlabelled.push_back(series);
-    }
     ends.emplace_back(x[i], low_y[i]);
     ends.emplace_back(x[i], high_y[i]);
   }
   impl_->extend(ends);
+  if (count > 0) impl_->add_legend("I", color, name);
   impl_->error_bars += int(count);
 }
 
@@ -210,17 +230,13 @@ void ScatterChart::add_rings(const QString& name, const QColor& color, const std
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);
+  impl_->add_legend("&#9711;", color, name);
 }
 
 int ScatterChart::error_bar_count() const { return impl_->error_bars; }
 
 std::vector<QString> ScatterChart::legend_labels() const {
-  std::vector<QString> labels;
-  for (QLegendMarker* marker : impl_->chart->legend()->markers()) {
-    const auto& hidden = impl_->unlabelled;
-    if (std::find(hidden.begin(), hidden.end(), marker->series()) == hidden.end()) labels.push_back(marker->label());
-  }
-  return labels;
+  return impl_->legend_names;
 }
 
 int ScatterChart::series_count() const { return int(impl_->chart->series().size()); }

@@ -1,6 +1,7 @@
 // The charts of the plan explorer: a scatter plot with named point series, a polyline,
-// error bars and flag rings, and stacked bars. The scatter's legend stands at the right,
-// one entry per line, so that long series names are not cut short. The one place tessel touches Qt Charts (deprecated upstream for Qt
+// error bars and flag rings, and stacked bars. The scatter's legend is a wrapping label
+// under the chart (Qt Charts' own elides names or drops entries when many series share
+// the space), so that every name is shown whole. The one place tessel touches Qt Charts (deprecated upstream for Qt
 // Graphs): swapping the chart library means rewriting these two files only.
 #pragma once
 
@@ -36,7 +37,7 @@ class ScatterChart : public QWidget {
   int series_count() const;
   int point_count() const;
   int error_bar_count() const;
-  // The legend's labels as the chart holds them (drawn whole, tool tips on).
+  // The legend's names in order, as drawn (whole).
   std::vector<QString> legend_labels() const;
 
  signals:
