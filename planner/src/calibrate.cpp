@@ -270,6 +270,18 @@ DeviceCalibration calibrate_runs(RunSet& runs, const CalibrationOptions& options
   return out;
 }
 
+std::vector<profiles::MeasuredExperience> measured_experience_of(const RunSet& runs) {
+  std::vector<std::string> ids;
+  std::vector<double> parameters, measured_mfu;
+  for (std::size_t row = 0; row < runs.size(); ++row) {
+    if (runs.run(row).held_out) continue;
+    ids.push_back(runs.run(row).id);
+    parameters.push_back(runs.parameters(row));
+    measured_mfu.push_back(runs.measured_mfu(row));
+  }
+  return profiles::measured_experience(ids, parameters, measured_mfu);
+}
+
 profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet& runs,
                                      const DeviceCalibration& calibration, const std::string& inputs) {
   profiles::Profile out = base;
@@ -279,12 +291,10 @@ profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet
   double loo_sum = 0;
   for (std::size_t row : calibration.fitted_rows) loo_sum += std::abs(leave_one_out[row] / runs.measured_s(row) - 1.0);
   std::vector<std::string> ids;
-  std::vector<double> residuals, parameters, measured_mfu;
+  std::vector<double> residuals;
   for (std::size_t row : calibration.fitted_rows) {
     ids.push_back(runs.run(row).id);
     residuals.push_back(leave_one_out[row] / runs.measured_s(row) - 1.0);
-    parameters.push_back(runs.parameters(row));
-    measured_mfu.push_back(runs.measured_mfu(row));
   }
   out.meta = base.meta.is_object() ? base.meta : Json::object();
   out.meta["calibrated_from"] = out.meta.value("source", std::string("measured"));
@@ -295,8 +305,7 @@ profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet
                                  {"mape", calibration.fit.mape},
                                  {"leave_one_out_mape", loo_sum / double(calibration.fitted_rows.size())},
                                  {"leave_one_out_residuals", profiles::residuals_to_json(ids, residuals)},
-                                 {"measured_experience", profiles::experience_to_json(profiles::measured_experience(
-                                                             ids, parameters, measured_mfu))},
+                                 {"measured_experience", profiles::experience_to_json(measured_experience_of(runs))},
                                  {"date", profiles::today_utc()},
                                  {"tool_version", profiles::tool_version()}};
   return out;

@@ -113,8 +113,18 @@ std::vector<MeasuredExperience> read_experience(const Json& list, const std::str
 PredictionBounds prediction_bounds_of(const Profile& profile) {
   PredictionBounds out;
   out.device = profile.device.name;
+  // The corpus's experience shipped with a datasheet profile (meta "measured_experience",
+  // scripts/make_datasheet_profiles.py): it is a fact of the measurements, not of a fit,
+  // so an uncalibrated profile can carry it; a calibration's own takes its place.
+  const bool shipped = profile.meta.is_object() && profile.meta.contains("measured_experience");
+  if (shipped) {
+    out.experience = read_experience(profile.meta["measured_experience"],
+                                     fmt::format("profile {} meta.measured_experience", profile.device.name));
+    out.has_experience = true;
+  }
   if (!is_calibrated(profile)) {
-    out.no_band_reason = out.no_experience_reason = kNotCalibrated;
+    out.no_band_reason = kNotCalibrated;
+    if (!shipped) out.no_experience_reason = kNotCalibrated;
     return out;
   }
   const Json& calibration = profile.meta["calibration"];
@@ -133,7 +143,7 @@ PredictionBounds prediction_bounds_of(const Profile& profile) {
   if (calibration.contains("measured_experience")) {
     out.experience = read_experience(calibration["measured_experience"], path + ".measured_experience");
     out.has_experience = true;
-  } else {
+  } else if (!shipped) {
     out.no_experience_reason = kPredatesBounds;
   }
   return out;
@@ -180,7 +190,7 @@ Json PredictionJudgement::to_json() const {
   } else {
     experience["best_mfu"] = nullptr;
     if (!outside_measured_experience) experience["reason"] = "profile not calibrated";
-    else experience["reason"] = fmt::format("no fitted run of {} on {}", bucket, device);
+    else experience["reason"] = fmt::format("no calibration run of the corpus at {} on {}", bucket, device);
   }
   out["measured_experience"] = experience;
   return out;
@@ -189,11 +199,12 @@ Json PredictionJudgement::to_json() const {
 std::string PredictionJudgement::experience_line() const {
   if (!outside_measured_experience) return "measured experience: unknown, profile not calibrated";
   if (!bound) {
-    return fmt::format("OUTSIDE MEASURED EXPERIENCE: no fitted corpus run of {} parameters on {}", bucket, device);
+    return fmt::format("OUTSIDE MEASURED EXPERIENCE: no calibration run of the corpus at {} parameters on {}", bucket,
+                       device);
   }
   if (*outside_measured_experience) {
     return fmt::format("OUTSIDE MEASURED EXPERIENCE: MFU {:.1f}% above the best measured on {} at {} parameters "
-                       "({:.1f}%, {}, best of {} fitted runs)",
+                       "({:.1f}%, {}, best of {} calibration runs of the corpus)",
                        100 * mfu, device, bucket, 100 * bound->best_mfu, bound->run, bound->runs);
   }
   return fmt::format("inside measured experience: MFU {:.1f}% <= best measured on {} at {} parameters ({:.1f}%, {})",

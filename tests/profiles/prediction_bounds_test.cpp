@@ -95,13 +95,15 @@ TEST(PredictionBounds, ASizeWithNoFittedRunIsOutsideMeasuredExperience) {
   const PredictionJudgement big = judge_prediction(bounds, 20.0, 0.10, 175e9);
   EXPECT_TRUE(big.flagged());
   EXPECT_FALSE(big.bound);
-  EXPECT_EQ(big.to_json()["measured_experience"]["reason"], "no fitted run of 100B and over on H100-SXM");
+  EXPECT_EQ(big.to_json()["measured_experience"]["reason"], "no calibration run of the corpus at 100B and over on H100-SXM");
 }
 
 TEST(PredictionBounds, ADatasheetProfileGetsNoBandAndNoFlagWithTheReason) {
-  const PredictionBounds bounds = prediction_bounds_of(shipped_profile("H100-SXM"));
+  // H200 ships without the corpus's experience (the corpus has no H200 run).
+  const PredictionBounds bounds = prediction_bounds_of(shipped_profile("H200"));
   EXPECT_FALSE(bounds.band);
   EXPECT_NE(bounds.no_band_reason.find("profile not calibrated"), std::string::npos);
+  EXPECT_FALSE(bounds.has_experience);
   const PredictionJudgement j = judge_prediction(bounds, 3.0, 0.9, 13e9);
   EXPECT_FALSE(j.band_s);
   EXPECT_FALSE(j.outside_measured_experience);
@@ -109,6 +111,18 @@ TEST(PredictionBounds, ADatasheetProfileGetsNoBandAndNoFlagWithTheReason) {
   EXPECT_TRUE(json["step_time_band_s"].is_null());
   EXPECT_TRUE(json["outside_measured_experience"].is_null());
   EXPECT_NE(json["step_time_band"]["reason"].get<std::string>().find("profile not calibrated"), std::string::npos);
+}
+
+// The shipped H100 datasheet profile carries the corpus's experience: no band, but a
+// prediction above the best measured MFU is flagged all the same.
+TEST(PredictionBounds, AShippedDatasheetProfileFlagsWithoutABand) {
+  const PredictionBounds bounds = prediction_bounds_of(shipped_profile("H100-SXM"));
+  EXPECT_FALSE(bounds.band);
+  ASSERT_TRUE(bounds.has_experience);
+  const PredictionJudgement j = judge_prediction(bounds, 3.0, 0.9, 13e9);
+  EXPECT_FALSE(j.band_s);
+  EXPECT_TRUE(j.flagged());
+  EXPECT_FALSE(judge_prediction(bounds, 3.0, 0.01, 13e9).flagged());
 }
 
 TEST(PredictionBounds, TheJudgementJsonCarriesTheBandAndTheBound) {

@@ -95,6 +95,10 @@ struct DeviceCalibration {
 // row priced before and after.
 DeviceCalibration calibrate_runs(RunSet& runs, const CalibrationOptions& options);
 
+// The best measured MFU per model size of the runs that are not held out (the corpus's
+// measured experience on the runs' device, profiles/prediction_bounds.hpp).
+std::vector<profiles::MeasuredExperience> measured_experience_of(const RunSet& runs);
+
 // The profile a calibration writes: `base` with source "calibrated" and meta naming
 // the parameters, the runs fitted on and the errors measured, with each fitted run's
 // leave-one-out residual and the best measured MFU per model size of the fitted runs

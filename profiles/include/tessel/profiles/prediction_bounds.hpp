@@ -12,8 +12,10 @@
 //    the device (held-out runs are not used, so that nothing of them feeds a prediction
 //    or its label). A prediction above it, or of a size with no fitted run, is outside
 //    measured experience: nobody is known to have reached it on this device.
-// A profile that was not calibrated gets no band and no bound, with the reason; none is
-// invented from datasheet numbers.
+// A profile that was not calibrated gets no band, with the reason; none is invented from
+// datasheet numbers. The shipped datasheet profiles carry the corpus's measured
+// experience (meta "measured_experience", the same numbers a calibration writes; a test
+// recomputes them from corpus/published), so that their predictions are flagged too.
 #pragma once
 
 #include <array>
