@@ -82,7 +82,8 @@ std::vector<double> read_residuals(const Json& list, const std::string& path) {
 }
 
 std::vector<MeasuredExperience> read_experience(const Json& list, const std::string& path) {
-  if (!list.is_array()) throw Error(fmt::format("{}: must be an array of {{\"bucket\", \"best_mfu\", \"run\", \"runs\"}}", path));
+  if (!list.is_array())
+    throw Error(fmt::format("{}: must be an array of {{\"bucket\", \"best_mfu\", \"run\", \"runs\"}}", path));
   std::vector<MeasuredExperience> out;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const Json& item = list[i];
@@ -134,8 +135,8 @@ PredictionBounds prediction_bounds_of(const Profile& profile) {
         read_residuals(calibration["leave_one_out_residuals"], path + ".leave_one_out_residuals");
     out.band = band_from_residuals(residuals);
     if (!out.band) {
-      out.no_band_reason = fmt::format("calibrated on {} run(s); a band needs at least {}", residuals.size(),
-                                       kBandMinimumRuns);
+      out.no_band_reason =
+          fmt::format("calibrated on {} run(s); a band needs at least {}", residuals.size(), kBandMinimumRuns);
     }
   } else {
     out.no_band_reason = kPredatesBounds;
@@ -203,9 +204,10 @@ std::string PredictionJudgement::experience_line() const {
                        device);
   }
   if (*outside_measured_experience) {
-    return fmt::format("OUTSIDE MEASURED EXPERIENCE: MFU {:.1f}% above the best measured on {} at {} parameters "
-                       "({:.1f}%, {}, best of {} calibration runs of the corpus)",
-                       100 * mfu, device, bucket, 100 * bound->best_mfu, bound->run, bound->runs);
+    return fmt::format(
+        "OUTSIDE MEASURED EXPERIENCE: MFU {:.1f}% above the best measured on {} at {} parameters "
+        "({:.1f}%, {}, best of {} calibration runs of the corpus)",
+        100 * mfu, device, bucket, 100 * bound->best_mfu, bound->run, bound->runs);
   }
   return fmt::format("inside measured experience: MFU {:.1f}% <= best measured on {} at {} parameters ({:.1f}%, {})",
                      100 * mfu, device, bucket, 100 * bound->best_mfu, bound->run);

@@ -32,10 +32,10 @@ std::vector<TimelineRow> two_second_step() {
 // Calibrates a device's profile into `db` with the tessel binary.
 ::testing::AssertionResult calibrate_into(const std::string& db, const std::string& device = "H100-SXM") {
   int status = -1;
-  const std::string out = tessel::run_command(std::string(TESSEL_BINARY) + " calibrate --published " +
-                                                  TESSEL_SOURCE_DIR + "/corpus/published --device " + device +
-                                                  " --db '" + db + "' 2>&1",
-                                              status);
+  const std::string out =
+      tessel::run_command(std::string(TESSEL_BINARY) + " calibrate --published " + TESSEL_SOURCE_DIR +
+                              "/corpus/published --device " + device + " --db '" + db + "' 2>&1",
+                          status);
   if (status != 0) return ::testing::AssertionFailure() << out;
   return ::testing::AssertionSuccess();
 }
@@ -52,8 +52,7 @@ TEST(TimelineAxis, TicksAreRoundStepsInSecondsAcrossTheStep) {
   const double step = ticks[1] - ticks[0];
   // 1, 2 or 5 times a power of ten.
   const double mantissa = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
-  EXPECT_TRUE(std::abs(mantissa - 1) < 1e-6 || std::abs(mantissa - 2) < 1e-6 || std::abs(mantissa - 5) < 1e-6)
-      << step;
+  EXPECT_TRUE(std::abs(mantissa - 1) < 1e-6 || std::abs(mantissa - 2) < 1e-6 || std::abs(mantissa - 5) < 1e-6) << step;
   EXPECT_GE(ticks.front(), 0.0);
   EXPECT_LE(ticks.back(), 2.0 + 1e-9);
   EXPECT_EQ(TimelineView::tick_label(0.25, 0.05).toStdString(), "0.25");

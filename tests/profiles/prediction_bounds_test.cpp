@@ -74,7 +74,8 @@ TEST(PredictionBounds, ModelSizeBucketsSplitAtTheirEdges) {
 }
 
 TEST(PredictionBounds, APredictionAboveTheBestMeasuredMfuIsFlaggedAndOneAtOrBelowIsNot) {
-  const PredictionBounds bounds = prediction_bounds_of(calibrated_h100(eleven_residuals(), one_bucket("3B to 20B", 0.49)));
+  const PredictionBounds bounds =
+      prediction_bounds_of(calibrated_h100(eleven_residuals(), one_bucket("3B to 20B", 0.49)));
   const PredictionJudgement above = judge_prediction(bounds, 3.0, 0.55, 13e9);
   ASSERT_TRUE(above.outside_measured_experience);
   EXPECT_TRUE(*above.outside_measured_experience);
@@ -91,11 +92,13 @@ TEST(PredictionBounds, APredictionAboveTheBestMeasuredMfuIsFlaggedAndOneAtOrBelo
 }
 
 TEST(PredictionBounds, ASizeWithNoFittedRunIsOutsideMeasuredExperience) {
-  const PredictionBounds bounds = prediction_bounds_of(calibrated_h100(eleven_residuals(), one_bucket("3B to 20B", 0.49)));
+  const PredictionBounds bounds =
+      prediction_bounds_of(calibrated_h100(eleven_residuals(), one_bucket("3B to 20B", 0.49)));
   const PredictionJudgement big = judge_prediction(bounds, 20.0, 0.10, 175e9);
   EXPECT_TRUE(big.flagged());
   EXPECT_FALSE(big.bound);
-  EXPECT_EQ(big.to_json()["measured_experience"]["reason"], "no calibration run of the corpus at 100B and over on H100-SXM");
+  EXPECT_EQ(big.to_json()["measured_experience"]["reason"],
+            "no calibration run of the corpus at 100B and over on H100-SXM");
 }
 
 TEST(PredictionBounds, ADatasheetProfileGetsNoBandAndNoFlagWithTheReason) {
@@ -126,7 +129,8 @@ TEST(PredictionBounds, AShippedDatasheetProfileFlagsWithoutABand) {
 }
 
 TEST(PredictionBounds, TheJudgementJsonCarriesTheBandAndTheBound) {
-  const PredictionBounds bounds = prediction_bounds_of(calibrated_h100(eleven_residuals(), one_bucket("3B to 20B", 0.49)));
+  const PredictionBounds bounds =
+      prediction_bounds_of(calibrated_h100(eleven_residuals(), one_bucket("3B to 20B", 0.49)));
   const Json json = judge_prediction(bounds, 2.0, 0.4, 13e9).to_json();
   ASSERT_EQ(json["step_time_band_s"].size(), 2u);
   EXPECT_DOUBLE_EQ(json["step_time_band_s"][0].get<double>(), 2.0 / 1.7);

@@ -65,8 +65,8 @@ const ModelSizeBucket& model_size_bucket(double parameters);
 struct MeasuredExperience {
   std::string bucket;
   double best_mfu = 0;
-  std::string run;        // its id
-  std::size_t runs = 0;   // fitted runs in the bucket
+  std::string run;       // its id
+  std::size_t runs = 0;  // fitted runs in the bucket
   Json to_json() const;
 };
 
@@ -76,7 +76,7 @@ struct PredictionBounds {
   std::optional<ResidualBand> band;
   std::string no_band_reason;  // set when band is empty
   bool has_experience = false;
-  std::string no_experience_reason;  // set when has_experience is false
+  std::string no_experience_reason;            // set when has_experience is false
   std::vector<MeasuredExperience> experience;  // buckets with a fitted run
 };
 
@@ -106,8 +106,7 @@ struct PredictionJudgement {
   bool flagged() const { return outside_measured_experience.value_or(false); }
 };
 
-PredictionJudgement judge_prediction(const PredictionBounds& bounds, double step_time_s, double mfu,
-                                     double parameters);
+PredictionJudgement judge_prediction(const PredictionBounds& bounds, double step_time_s, double mfu, double parameters);
 
 // The two lists a calibration writes into meta "calibration": residuals in fitted order,
 // the experience per bucket.
