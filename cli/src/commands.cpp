@@ -17,7 +17,6 @@
 #include "refine.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
-#include "tessel/planner/prediction_judgement.hpp"
 #include "tessel/planner/search.hpp"
 #include "tessel/planner/search_inputs.hpp"
 #include "tessel/planner/what_if.hpp"
@@ -113,8 +112,7 @@ std::string schedule_cell(const ParallelConfig& p) {
   return std::string(to_string(p.schedule));
 }
 
-// `simulated`: step times from --refine, shown next to the analytic ones. Each step
-// time has its error band beside it; an MFU outside measured experience ends in "!".
+// `simulated`: --refine's step times. Step times have their band; a flagged MFU ends in "!".
 std::string plans_table(const std::vector<Estimate>& plans, const CostModel& model,
                         const std::vector<double>& simulated = {}) {
   std::vector<std::string> headers{"rank", "dp", "pp", "tp", "sp", "zero", "offload", "recompute", "mb", "schedule",
@@ -146,20 +144,6 @@ std::string plans_table(const std::vector<Estimate>& plans, const CostModel& mod
     table.add_row(row);
   }
   return table.render();
-}
-
-// Under the plans table: what the band is (or why there is none), and the best plan's
-// standing against measured experience with a count of the flagged plans shown.
-void print_plans_judgement(const std::vector<Estimate>& plans, const CostModel& model) {
-  const auto best = planner::judge_prediction(model, plans.front());
-  std::cout << band_line(best) << "\n";
-  std::size_t flagged = 0;
-  for (const Estimate& e : plans) flagged += planner::judge_prediction(model, e).flagged() ? 1 : 0;
-  std::cout << "rank 1: " << best.experience_line() << "\n";
-  if (flagged > 0) {
-    std::cout << fmt::format("{} of the {} plans shown are outside measured experience (MFU marked !)\n", flagged,
-                             plans.size());
-  }
 }
 
 std::string search_summary(const SearchResult& result) {
@@ -245,7 +229,7 @@ int run_plan(const PlanArgs& args) {
     std::cout << "no plan fits.\n";
   } else {
     std::cout << plans_table(result.best, model, simulated);
-    print_plans_judgement(result.best, model);
+    std::cout << plans_judgement_text(result.best, model);
   }
   if (!simulated.empty()) std::cout << fmt::format("re-ranked the analytic top {} by simulation\n", simulated.size());
   std::cout << search_summary(result);
@@ -259,14 +243,7 @@ int run_plan(const PlanArgs& args) {
   }
   if (!args.json_file.empty()) {
     Json out = result.to_json();
-    for (std::size_t i = 0; i < result.best.size(); ++i) {
-      add_judgement(out["plans"][i], planner::judge_prediction(model, result.best[i]));
-    }
-    for (std::size_t i = 0; i < simulated.size(); ++i) {
-      out["plans"][i]["simulated_step_time_s"] = simulated[i];
-      const auto band = planner::judge_prediction(model, simulated[i], result.best[i].mfu).band_s;
-      out["plans"][i]["simulated_step_time_band_s"] = band ? Json::array({band->first, band->second}) : Json();
-    }
+    add_plans_judgement(out["plans"], result.best, model, simulated);
     out["inputs"] = inputs_json(plan);
     if (near) out["imported"] = Json{{"mapped", near->mapped}, {"ignored", near->ignored}, {"plan", near->plan.to_json()}};
     write_text_file_atomically(args.json_file, out.dump(2) + "\n");
@@ -304,11 +281,10 @@ int run_estimate(const EstimateArgs& args) {
                            plan.cluster.ranks_fill_node() ? "ranks" : "GPUs",
                            plan.parallel.summary());
   if (!model.costs().calibration_note().empty()) std::cout << model.costs().calibration_note() << "\n";
-  std::cout << fmt::format("step time      {}  ({} micro-batches)\n", format_seconds(e.step_time_s), e.micro_batches);
-  std::cout << fmt::format("               {}\n", band_line(judgement));
+  std::cout << fmt::format("step time      {}  ({} micro-batches)\n               {}\n", format_seconds(e.step_time_s),
+                           e.micro_batches, band_line(judgement));
   std::cout << fmt::format("tokens/s       {}\n", format_rate(e.tokens_per_s));
-  std::cout << fmt::format("MFU            {}\n", mfu_cell(judgement));
-  std::cout << fmt::format("               {}\n", judgement.experience_line());
+  std::cout << fmt::format("MFU            {}\n               {}\n", mfu_cell(judgement), judgement.experience_line());
   std::cout << fmt::format("memory/GPU     {} of {}  ({})\n", format_bytes(e.memory.device_total_bytes()),
                            format_bytes(limit), e.fits ? "fits" : reject_reason(e.reject));
   Table memory({"memory part", "bytes"});

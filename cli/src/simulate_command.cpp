@@ -11,7 +11,6 @@
 #include "prediction_text.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/planner/cost_model.hpp"
-#include "tessel/planner/prediction_judgement.hpp"
 #include "tessel/profiles/profile_store.hpp"
 #include "tessel/simulator/simulation.hpp"
 
@@ -68,7 +67,8 @@ int run_simulate(const SimulateArgs& args) {
 
   const double analytic_step = estimate.step_time_s;
   // The simulated step carries the band and the flag, at the MFU it implies.
-  const auto judgement = planner::judge_prediction(model, sim.step_time_s, estimate.mfu * analytic_step / sim.step_time_s);
+  const auto judgement =
+      planner::judge_prediction(model, sim.step_time_s, estimate.mfu * analytic_step / sim.step_time_s);
   if (args.json) {
     estimate.step_time_s = sim.step_time_s;
     estimate.tokens_per_s = double(plan.train.global_batch) * plan.seq_len() / sim.step_time_s;

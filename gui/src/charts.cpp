@@ -193,7 +193,8 @@ void ScatterChart::add_line(const QString& name, const QColor& color, const std:
 
 void ScatterChart::add_error_bars(const QString& name, const QColor& color, const std::vector<double>& x,
                                   const std::vector<double>& low_y, const std::vector<double>& high_y) {
-  // One polyline per bar (Qt Charts lines have no gaps), one legend entry for all. Caps are a fixed fraction of the x range so that they read at any zoom.
+  // One polyline per bar (Qt Charts lines have no gaps), one legend entry for all. Caps
+  // are a fixed fraction of the x range so that they read at any zoom.
   const std::size_t count = std::min({x.size(), low_y.size(), high_y.size()});
   double x_low = 0, x_high = 1;
   for (std::size_t i = 0; i < count; ++i) {
