@@ -97,6 +97,34 @@ DEVICES = [
 ]
 
 
+# The corpus's measured experience per device (profiles/prediction_bounds.hpp): per model
+# size, the best MFU measured on a calibration run of corpus/published (held-out sources
+# never), counted as tessel counts FLOPs. Not a datasheet number: it travels here so that
+# predictions with an uncalibrated profile are flagged above it too. Copied from what
+# tests/planner/measured_experience_test.cpp computes; that test fails (printing the new
+# table) when the corpus or tessel's FLOP count changes it.
+MEASURED_EXPERIENCE = {
+    "A100-SXM-80GB": [
+        {"bucket": "under 3B", "best_mfu": 0.63654971904,
+         "run": "llm-foundry-a100-80gb-28-mpt-3b-seq512-gpus8", "runs": 96},
+        {"bucket": "3B to 20B", "best_mfu": 0.6413519509661539,
+         "run": "llm-foundry-a100-80gb-19-mpt-7b-seq2048-gpus8", "runs": 32},
+        {"bucket": "20B to 100B", "best_mfu": 0.5638376512590769,
+         "run": "llm-foundry-a100-80gb-07-mpt-30b-seq512-gpus8", "runs": 11},
+    ],
+    "H100-SXM": [
+        {"bucket": "under 3B", "best_mfu": 0.4628763340613705,
+         "run": "llm-foundry-h100-bf16-32-mpt-3b-seq512-gpus8", "runs": 37},
+        {"bucket": "3B to 20B", "best_mfu": 0.4943400040428543,
+         "run": "megatron-lm-readme-h100-r3-gpt-16b", "runs": 26},
+        {"bucket": "20B to 100B", "best_mfu": 0.4645239539114615,
+         "run": "megatron-lm-readme-h100-r4-gpt-32b", "runs": 16},
+        {"bucket": "100B and over", "best_mfu": 0.4794825146553467,
+         "run": "megatron-lm-readme-h100-r8-gpt-314b", "runs": 4},
+    ],
+}
+
+
 def efficiency(curve, flops):
     points = CURVES[curve]
     x = math.log10(flops)
@@ -131,6 +159,8 @@ def main():
             "link_samples": [],
             "meta": {"origin": "scripts/make_datasheet_profiles.py", "source": "datasheet"},
         }
+        if device["name"] in MEASURED_EXPERIENCE:
+            profile["meta"]["measured_experience"] = MEASURED_EXPERIENCE[device["name"]]
         (out_dir / f"{device['name']}.json").write_text(json.dumps(profile, indent=1) + "\n")
 
 

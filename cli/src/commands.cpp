@@ -13,6 +13,7 @@
 
 #include "format.hpp"
 #include "interop_flags.hpp"
+#include "prediction_text.hpp"
 #include "refine.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
@@ -111,10 +112,11 @@ std::string schedule_cell(const ParallelConfig& p) {
   return std::string(to_string(p.schedule));
 }
 
-// `simulated`: step times from --refine, shown next to the analytic ones.
-std::string plans_table(const std::vector<Estimate>& plans, const std::vector<double>& simulated = {}) {
+// `simulated`: --refine's step times. Step times have their band; a flagged MFU ends in "!".
+std::string plans_table(const std::vector<Estimate>& plans, const CostModel& model,
+                        const std::vector<double>& simulated = {}) {
   std::vector<std::string> headers{"rank", "dp", "pp", "tp", "sp", "zero", "offload", "recompute", "mb", "schedule",
-                                   "step"};
+                                   "step", "band"};
   // MoE plans: the expert-parallel degree and the all-to-alls' share of the step.
   const bool expert_parallel =
       std::any_of(plans.begin(), plans.end(), [](const Estimate& e) { return e.parallel.ep > 1; });
@@ -126,17 +128,18 @@ std::string plans_table(const std::vector<Estimate>& plans, const std::vector<do
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const Estimate& e = plans[i];
     const ParallelConfig& p = e.parallel;
+    const auto judgement = planner::judge_prediction(model, e);
     std::vector<std::string> row{std::to_string(rank++), std::to_string(p.dp), std::to_string(p.pp), tp_cell(p),
                                  std::to_string(p.sp), std::to_string(p.zero), offload_cell(p),
                                  std::string(to_string(p.recompute)), std::to_string(p.micro_batch), schedule_cell(p),
-                                 format_seconds(e.step_time_s)};
+                                 format_seconds(e.step_time_s), band_cell(judgement)};
     if (expert_parallel) {
       row.insert(row.begin() + 5, std::to_string(p.ep));
       row.push_back(fmt::format("{:.1f}%", 100 * e.time(TimeKind::ep_comm) / e.step_time_s));
     }
     if (!simulated.empty()) row.push_back(format_seconds(simulated[i]));
     row.push_back(format_rate(e.tokens_per_s));
-    row.push_back(fmt::format("{:.1f}%", 100 * e.mfu));
+    row.push_back(mfu_cell(judgement));
     row.push_back(format_bytes(e.memory.device_total_bytes()));
     table.add_row(row);
   }
@@ -225,7 +228,8 @@ int run_plan(const PlanArgs& args) {
   if (result.best.empty()) {
     std::cout << "no plan fits.\n";
   } else {
-    std::cout << plans_table(result.best, simulated);
+    std::cout << plans_table(result.best, model, simulated);
+    std::cout << plans_judgement_text(result.best, model);
   }
   if (!simulated.empty()) std::cout << fmt::format("re-ranked the analytic top {} by simulation\n", simulated.size());
   std::cout << search_summary(result);
@@ -239,7 +243,7 @@ int run_plan(const PlanArgs& args) {
   }
   if (!args.json_file.empty()) {
     Json out = result.to_json();
-    for (std::size_t i = 0; i < simulated.size(); ++i) out["plans"][i]["simulated_step_time_s"] = simulated[i];
+    add_plans_judgement(out["plans"], result.best, model, simulated);
     out["inputs"] = inputs_json(plan);
     if (near) out["imported"] = Json{{"mapped", near->mapped}, {"ignored", near->ignored}, {"plan", near->plan.to_json()}};
     write_text_file_atomically(args.json_file, out.dump(2) + "\n");
@@ -263,8 +267,10 @@ int run_estimate(const EstimateArgs& args) {
   const Plan plan = imported ? imported->plan : Plan::load(args.plan_file);
   const CostModel model = CostModel::for_plan(plan, args.db);
   const Estimate e = model.estimate(plan.parallel);
+  const auto judgement = planner::judge_prediction(model, e);
   if (args.json) {
     Json out = e.to_json();
+    add_judgement(out, judgement);
     if (imported) out["imported"] = import_summary_json(args.import, *imported);
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -275,9 +281,10 @@ int run_estimate(const EstimateArgs& args) {
                            plan.cluster.ranks_fill_node() ? "ranks" : "GPUs",
                            plan.parallel.summary());
   if (!model.costs().calibration_note().empty()) std::cout << model.costs().calibration_note() << "\n";
-  std::cout << fmt::format("step time      {}  ({} micro-batches)\n", format_seconds(e.step_time_s), e.micro_batches);
+  std::cout << fmt::format("step time      {}  ({} micro-batches)\n               {}\n", format_seconds(e.step_time_s),
+                           e.micro_batches, band_line(judgement));
   std::cout << fmt::format("tokens/s       {}\n", format_rate(e.tokens_per_s));
-  std::cout << fmt::format("MFU            {:.1f}%\n", 100 * e.mfu);
+  std::cout << fmt::format("MFU            {}\n               {}\n", mfu_cell(judgement), judgement.experience_line());
   std::cout << fmt::format("memory/GPU     {} of {}  ({})\n", format_bytes(e.memory.device_total_bytes()),
                            format_bytes(limit), e.fits ? "fits" : reject_reason(e.reject));
   Table memory({"memory part", "bytes"});

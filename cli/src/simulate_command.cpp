@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "format.hpp"
 #include "interop_flags.hpp"
+#include "prediction_text.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/planner/cost_model.hpp"
 #include "tessel/profiles/profile_store.hpp"
@@ -65,12 +66,16 @@ int run_simulate(const SimulateArgs& args) {
   if (!args.trace_file.empty()) write_text_file_atomically(args.trace_file, simulator::chrome_trace(program, sim, memory));
 
   const double analytic_step = estimate.step_time_s;
+  // The simulated step carries the band and the flag, at the MFU it implies.
+  const auto judgement =
+      planner::judge_prediction(model, sim.step_time_s, estimate.mfu * analytic_step / sim.step_time_s);
   if (args.json) {
     estimate.step_time_s = sim.step_time_s;
     estimate.tokens_per_s = double(plan.train.global_batch) * plan.seq_len() / sim.step_time_s;
     estimate.mfu *= analytic_step / sim.step_time_s;
     Json out = estimate.to_json();
     out["analytic_step_time_s"] = analytic_step;
+    add_judgement(out, judgement);
     Json ranks = Json::array();
     for (const auto& r : sim.ranks) {
       ranks.push_back({{"compute_s", r.compute_s}, {"exposed_comm_s", r.exposed_comm_s}, {"bubble_s", r.bubble_s},
@@ -96,6 +101,7 @@ int run_simulate(const SimulateArgs& args) {
   if (!model.costs().calibration_note().empty()) std::cout << model.costs().calibration_note() << "\n";
   std::cout << fmt::format("simulated step  {}   analytic estimate {}  ({:+.1f}%)\n", format_seconds(sim.step_time_s),
                            format_seconds(analytic_step), 100 * (sim.step_time_s / analytic_step - 1));
+  std::cout << fmt::format("simulated {}\n{}\n", band_line(judgement), judgement.experience_line());
   std::cout << fmt::format("replayed {} ops on {} of {} ranks ({} folded) and {} flows in {}\n", program.op_count(),
                            sim.simulated_ranks, program.world_size(), program.world_size() - sim.simulated_ranks,
                            sim.flows, format_seconds(sim.wall_s));

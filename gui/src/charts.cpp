@@ -14,6 +14,7 @@
 #include <QLogValueAxis>
 #include <QStackedBarSeries>
 #include <QValueAxis>
+#include <QLabel>
 #include <QRegularExpression>
 #include <QVBoxLayout>
 #include <algorithm>
@@ -25,6 +26,7 @@ namespace {
 QChart* chart_in(QWidget* owner) {
   auto* chart = new QChart;
   chart->legend()->setAlignment(Qt::AlignBottom);
+  chart->legend()->setShowToolTips(true);  // the whole name on hover wherever Qt has to elide one
   auto* view = new QChartView(chart, owner);
   view->setRenderHint(QPainter::Antialiasing);
   auto* layout = new QVBoxLayout(owner);
@@ -59,12 +61,30 @@ QValueAxis* show_over_categories(QChart* chart, const QString& title, const QStr
   series->attachAxis(y);
   return y;
 }
+
+// One legend entry as HTML: a coloured symbol and the name, held together by no-break
+// spaces so that a line only ever breaks between entries, never inside a name.
+QString legend_entry_html(const QString& symbol, const QColor& color, const QString& name) {
+  QString glued = name.toHtmlEscaped();
+  glued.replace(' ', "&nbsp;");
+  return QString("<span style=\"color:%1\">%2</span>&nbsp;%3").arg(color.name(), symbol, glued);
+}
 }  // namespace
 
 struct ScatterChart::Impl {
   QChart* chart = nullptr;
+  QLabel* legend = nullptr;  // below the chart, wrapping: Qt's own legend elides or drops entries
+  std::vector<QString> legend_names, legend_html;
+  void add_legend(const QString& symbol, const QColor& color, const QString& name) {
+    legend_names.push_back(name);
+    legend_html.push_back(legend_entry_html(symbol, color, name));
+    QString text;
+    for (const QString& entry : legend_html) text += (text.isEmpty() ? "" : " &nbsp;&nbsp; ") + entry;
+    legend->setText(text);
+  }
   QAbstractAxis *x = nullptr, *y = nullptr;
   int points = 0;
+  int error_bars = 0;
   double x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   bool any = false;
 
@@ -97,6 +117,12 @@ struct ScatterChart::Impl {
 
 ScatterChart::ScatterChart(QWidget* parent, bool log_y, bool log_x) : QWidget(parent), impl_(new Impl) {
   impl_->chart = chart_in(this);
+  impl_->chart->legend()->hide();
+  impl_->legend = new QLabel(this);
+  impl_->legend->setTextFormat(Qt::RichText);
+  impl_->legend->setWordWrap(true);
+  impl_->legend->setContentsMargins(8, 0, 8, 4);
+  layout()->addWidget(impl_->legend);
   impl_->x = Impl::make_axis(log_x);
   impl_->y = Impl::make_axis(log_y);
   impl_->chart->addAxis(impl_->x, Qt::AlignBottom);
@@ -112,7 +138,11 @@ void ScatterChart::set_axes(const QString& x_title, const QString& y_title) {
 
 void ScatterChart::clear() {
   impl_->chart->removeAllSeries();
+  impl_->legend_names.clear();
+  impl_->legend_html.clear();
+  impl_->legend->clear();
   impl_->points = 0;
+  impl_->error_bars = 0;
   impl_->any = false;
 }
 
@@ -129,6 +159,7 @@ void ScatterChart::add_points(const QString& name, const QColor& color, int mark
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);
+  impl_->add_legend(marker == 1 ? "&#9632;" : marker == 2 ? "&#9650;" : "&#9679;", color, name);
   impl_->points += int(points.size());
   connect(series, &QScatterSeries::clicked, this, [this, points, ids](const QPointF& at) {
     // The nearest point of this series (Qt reports the click position).
@@ -160,6 +191,56 @@ void ScatterChart::add_line(const QString& name, const QColor& color, const std:
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);
+  impl_->add_legend("&#8212;", color, name);
+}
+
+void ScatterChart::add_error_bars(const QString& name, const QColor& color, const std::vector<double>& x,
+                                  const std::vector<double>& low_y, const std::vector<double>& high_y) {
+  // One polyline per bar (Qt Charts lines have no gaps), one legend entry for all. Caps
+  // are a fixed fraction of the x range so that they read at any zoom.
+  const std::size_t count = std::min({x.size(), low_y.size(), high_y.size()});
+  double x_low = 0, x_high = 1;
+  for (std::size_t i = 0; i < count; ++i) {
+    x_low = i == 0 ? x[i] : std::min(x_low, x[i]);
+    x_high = i == 0 ? x[i] : std::max(x_high, x[i]);
+  }
+  const double cap = std::max(1e-9, (x_high - x_low) * 0.006);
+  QPen pen(color);
+  pen.setWidthF(1.5);
+  std::vector<QPointF> ends;
+  for (std::size_t i = 0; i < count; ++i) {
+    auto* series = new QLineSeries;
+    series->setName(name);
+    series->setPen(pen);
+    *series << QPointF(x[i] - cap, low_y[i]) << QPointF(x[i] + cap, low_y[i]) << QPointF(x[i], low_y[i])
+            << QPointF(x[i], high_y[i]) << QPointF(x[i] - cap, high_y[i]) << QPointF(x[i] + cap, high_y[i]);
+    impl_->attach(series);
+    ends.emplace_back(x[i], low_y[i]);
+    ends.emplace_back(x[i], high_y[i]);
+  }
+  impl_->extend(ends);
+  if (count > 0) impl_->add_legend("I", color, name);
+  impl_->error_bars += int(count);
+}
+
+void ScatterChart::add_rings(const QString& name, const QColor& color, const std::vector<QPointF>& points) {
+  auto* series = new QScatterSeries;
+  series->setName(name);
+  series->setColor(Qt::transparent);
+  QPen pen(color);
+  pen.setWidthF(2);
+  series->setPen(pen);
+  series->setMarkerSize(16);
+  for (const QPointF& p : points) series->append(p);
+  impl_->extend(points);
+  impl_->attach(series);
+  impl_->add_legend("&#9711;", color, name);
+}
+
+int ScatterChart::error_bar_count() const { return impl_->error_bars; }
+
+std::vector<QString> ScatterChart::legend_labels() const {
+  return impl_->legend_names;
 }
 
 int ScatterChart::series_count() const { return int(impl_->chart->series().size()); }

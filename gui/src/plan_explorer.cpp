@@ -35,6 +35,7 @@
 #include "tessel/gui/compare_view.hpp"
 #include "tessel/gui/timeline_view.hpp"
 #include "tessel/gui/what_if_view.hpp"
+#include "tessel/planner/prediction_judgement.hpp"
 #include "tessel/profiles/profile_store.hpp"
 
 namespace tessel::gui {
@@ -148,7 +149,7 @@ bool PlanExplorer::start_search() {
   options.on_plan = [this](const planner::Estimate& e) {
     std::lock_guard lock(points_mutex_);
     if (points_.size() >= kMaxPoints) return;
-    points_.push_back({e.step_time_s, e.memory.device_total_bytes(), e.fits, e.parallel,
+    points_.push_back({e.step_time_s, e.memory.device_total_bytes(), e.mfu, e.fits, e.parallel,
                        e.fits ? std::string() : std::string(reject_reason(e.reject))});
   };
   worker_ = std::thread([this, options] {
@@ -172,7 +173,8 @@ void PlanExplorer::finish_search(std::shared_ptr<planner::SearchResult> result) 
   status_->setText(QString::fromStdString(
       cancelled_ ? fmt::format("cancelled after {} candidates", result_->searched)
                  : fmt::format("searched {} plans in {:.2f} s: {} fit", result_->searched, result_->wall_s,
-                               result_->valid)));
+                               result_->valid)) +
+                   (cancelled_ || band_note_.isEmpty() ? QString() : "\n" + band_note_));
   emit searchFinished(cancelled_);
 }
 
@@ -183,12 +185,19 @@ void PlanExplorer::fill_results() {
   for (std::size_t i = 0; i < result_->best.size(); ++i) {
     const planner::Estimate& e = result_->best[i];
     const ParallelConfig& p = e.parallel;
+    const auto judgement = planner::judge_prediction(*model_for_search_, e);
+    const std::string band = judgement.band_s ? fmt::format("{:.4g}-{:.4g}", judgement.band_s->first,
+                                                            judgement.band_s->second)
+                                              : "-";
+    const std::string experience = !judgement.outside_measured_experience ? "unknown"
+                                   : judgement.flagged()                  ? "OUTSIDE"
+                                                                          : "inside";
     table_model_->appendRow({number(double(i + 1)), number(p.dp), number(p.pp), number(p.tp),
                              text(std::string(to_string(p.tp_mode))), number(p.sp), number(p.zero),
                              text(std::string(to_string(p.offload))), text(std::string(to_string(p.recompute))),
                              number(p.micro_batch), text(std::string(to_string(p.schedule))),
                              number(e.step_time_s, 4), number(e.tokens_per_s), number(100 * e.mfu, 1),
-                             number(e.memory.device_total_bytes() / kGiB, 1)});
+                             number(e.memory.device_total_bytes() / kGiB, 1), text(band), text(experience)});
   }
   // Scatter: one series per tensor mode and schedule family, the plans that do not fit
   // in grey, and the frontier (the fastest plan at or under each memory).
@@ -202,6 +211,7 @@ void PlanExplorer::fill_results() {
   };
   std::map<QString, Series> series;
   std::vector<std::pair<double, double>> fitting;
+  std::vector<std::size_t> fitting_index;
   for (std::size_t i = 0; i < points_.size(); ++i) {
     const PlanPoint& pt = points_[i];
     // Shape by pipeline schedule: circles 1f1b (and one stage), squares interleaved,
@@ -217,15 +227,52 @@ void PlanExplorer::fill_results() {
     s.points.push_back(at);
     s.ids.push_back(int(i));
     s.tips.push_back(QString::fromStdString(pt.parallel.summary() + (pt.fits ? "" : ": " + pt.reason)));
-    if (pt.fits) fitting.emplace_back(at.x(), at.y());
+    if (pt.fits) fitting.emplace_back(at.x(), at.y()), fitting_index.push_back(i);
   }
   for (auto& [name, s] : series) scatter_->add_points(name, s.color, s.marker, s.points, s.ids, s.tips);
-  std::sort(fitting.begin(), fitting.end());
+  std::vector<std::size_t> order(fitting.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return fitting[a] < fitting[b]; });
   std::vector<QPointF> frontier;
-  for (const auto& [memory, step] : fitting) {
-    if (frontier.empty() || step < frontier.back().y()) frontier.emplace_back(memory, step);
+  std::vector<std::size_t> frontier_plans;  // into points_
+  for (std::size_t i : order) {
+    const auto& [memory, step] = fitting[i];
+    if (frontier.empty() || step < frontier.back().y()) {
+      frontier.emplace_back(memory, step);
+      frontier_plans.push_back(fitting_index[i]);
+    }
   }
   if (!frontier.empty()) scatter_->add_line("Pareto frontier", Qt::black, frontier);
+  add_frontier_bands(frontier, frontier_plans);
+}
+
+void PlanExplorer::add_frontier_bands(const std::vector<QPointF>& frontier, const std::vector<std::size_t>& plans) {
+  // Error bars on the frontier plans (the ones worth choosing between), rings on those
+  // outside measured experience, and the best plan's standing in the status line.
+  std::vector<double> x, low, high;
+  std::vector<QPointF> flagged;
+  for (std::size_t k = 0; k < frontier.size(); ++k) {
+    const PlanPoint& pt = points_[plans[k]];
+    const auto judgement = planner::judge_prediction(*model_for_search_, pt.step_s, pt.mfu);
+    if (judgement.band_s) {
+      x.push_back(frontier[k].x());
+      low.push_back(judgement.band_s->first);
+      high.push_back(judgement.band_s->second);
+    }
+    if (judgement.flagged()) flagged.push_back(frontier[k]);
+  }
+  if (!x.empty()) {
+    scatter_->add_error_bars(QString("%1% band (leave-one-out)")
+                                 .arg(std::lround(100 * (profiles::kBandUpperQuantile - profiles::kBandLowerQuantile))),
+                             QColor(120, 120, 120), x, low, high);
+  }
+  if (!flagged.empty()) scatter_->add_rings("outside measured experience", QColor(200, 0, 0), flagged);
+  band_note_.clear();
+  if (!result_->best.empty()) {
+    const auto best = planner::judge_prediction(*model_for_search_, result_->best.front());
+    band_note_ = QString::fromStdString((best.band_s ? "" : "no band: " + best.no_band_reason + "\n") +
+                                        "best plan: " + best.experience_line());
+  }
 }
 
 bool PlanExplorer::wait_for_search(int timeout_ms) {
@@ -238,6 +285,9 @@ bool PlanExplorer::wait_for_search(int timeout_ms) {
 
 int PlanExplorer::plan_rows() const { return table_model_->rowCount(); }
 int PlanExplorer::scatter_points() const { return scatter_->point_count(); }
+int PlanExplorer::scatter_error_bars() const { return scatter_->error_bar_count(); }
+std::vector<QString> PlanExplorer::scatter_legend() const { return scatter_->legend_labels(); }
+std::pair<double, double> PlanExplorer::timeline_band_s() const { return timeline_->step_band_s(); }
 
 void PlanExplorer::select_plan(int index) {
   if (!result_ || index < 0 || std::size_t(index) >= result_->best.size()) return;
@@ -311,6 +361,13 @@ void PlanExplorer::show_simulation(const QByteArray& json_text, const QString& t
     }
   }
   timeline_->set_rows(timeline_rows_from_trace(trace));
+  // The simulated step's band (tessel simulate --json), shaded at the step's end.
+  const Json& band = result.value("step_time_band_s", Json());
+  if (band.is_array() && band.size() == 2 && band[0].is_number() && band[1].is_number()) {
+    timeline_->set_step_band(band[0].get<double>(), band[1].get<double>());
+  } else {
+    timeline_->set_step_band(0, 0);
+  }
 
   // Breakdown: the first rank of each pipeline stage.
   const ParallelConfig& p = result_->best[std::size_t(selected_)].parallel;

@@ -128,7 +128,8 @@ QSortFilterProxyModel* PlanExplorer::build_plans_tab() {
   scatter_->set_axes("memory per GPU (GiB)", "step time (s)");
   table_model_ = new QStandardItemModel(this);
   table_model_->setHorizontalHeaderLabels({"rank", "dp", "pp", "tp", "mode", "sp", "zero", "offload", "recompute", "mb",
-                                           "schedule", "step (s)", "tokens/s", "MFU %", "mem/GPU (GiB)"});
+                                           "schedule", "step (s)", "tokens/s", "MFU %", "mem/GPU (GiB)",
+                                           "80% band (s)", "measured experience"});
   auto* sorted = new QSortFilterProxyModel(this);
   sorted->setSourceModel(table_model_);
   table_ = new QTableView(plans);

@@ -106,6 +106,14 @@ RunSet::RunSet(std::vector<PublishedRun> runs, const profiles::Profile& base) : 
   for (CostModel& model : models_) model.set_calibration(own);
 }
 
+double RunSet::measured_mfu(std::size_t i) const {
+  const CostModel& model = models_[i];
+  const double peak_flops_per_s = model.costs().device().peak_flops_per_s(model.train().precision);
+  return model.model_flops_per_step() / (measured_s_[i] * model.gpus() * peak_flops_per_s);
+}
+
+double RunSet::parameters(std::size_t i) const { return double(models_[i].model().parameter_count()); }
+
 std::vector<std::size_t> RunSet::all_rows() const {
   std::vector<std::size_t> rows(runs_.size());
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = i;
@@ -262,6 +270,18 @@ DeviceCalibration calibrate_runs(RunSet& runs, const CalibrationOptions& options
   return out;
 }
 
+std::vector<profiles::MeasuredExperience> measured_experience_of(const RunSet& runs) {
+  std::vector<std::string> ids;
+  std::vector<double> parameters, measured_mfu;
+  for (std::size_t row = 0; row < runs.size(); ++row) {
+    if (runs.run(row).held_out) continue;
+    ids.push_back(runs.run(row).id);
+    parameters.push_back(runs.parameters(row));
+    measured_mfu.push_back(runs.measured_mfu(row));
+  }
+  return profiles::measured_experience(ids, parameters, measured_mfu);
+}
+
 profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet& runs,
                                      const DeviceCalibration& calibration, const std::string& inputs) {
   profiles::Profile out = base;
@@ -270,6 +290,12 @@ profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet
   std::vector<double> leave_one_out = calibration.leave_one_out_s;
   double loo_sum = 0;
   for (std::size_t row : calibration.fitted_rows) loo_sum += std::abs(leave_one_out[row] / runs.measured_s(row) - 1.0);
+  std::vector<std::string> ids;
+  std::vector<double> residuals;
+  for (std::size_t row : calibration.fitted_rows) {
+    ids.push_back(runs.run(row).id);
+    residuals.push_back(leave_one_out[row] / runs.measured_s(row) - 1.0);
+  }
   out.meta = base.meta.is_object() ? base.meta : Json::object();
   out.meta["calibrated_from"] = out.meta.value("source", std::string("measured"));
   out.meta["source"] = "calibrated";
@@ -278,6 +304,8 @@ profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet
                                  {"fitted_on", fitted_on},
                                  {"mape", calibration.fit.mape},
                                  {"leave_one_out_mape", loo_sum / double(calibration.fitted_rows.size())},
+                                 {"leave_one_out_residuals", profiles::residuals_to_json(ids, residuals)},
+                                 {"measured_experience", profiles::experience_to_json(measured_experience_of(runs))},
                                  {"date", profiles::today_utc()},
                                  {"tool_version", profiles::tool_version()}};
   return out;

@@ -45,7 +45,8 @@ CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, i
       cluster_(std::move(cluster)),
       gpus_per_node_(gpus_per_node),
       calibration_(calibration_of(profile)),
-      calibration_note_(is_calibrated(profile) ? describe_profile(profile) : std::string()) {
+      calibration_note_(is_calibrated(profile) ? describe_profile(profile) : std::string()),
+      prediction_bounds_(std::make_shared<const PredictionBounds>(prediction_bounds_of(profile))) {
   // GEMM curves: group samples by precision and size, median per size, sorted.
   const bool cpu = device_.kind == "cpu";
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
@@ -134,6 +135,7 @@ CostLookup::CostLookup(const CostLookup& other)
       gpus_per_node_(other.gpus_per_node_),
       calibration_(other.calibration_),
       calibration_note_(other.calibration_note_),
+      prediction_bounds_(other.prediction_bounds_),
       memory_bw_(other.memory_bw_),
       intra_measured_(other.intra_measured_),
       inter_measured_(other.inter_measured_),

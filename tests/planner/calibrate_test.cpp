@@ -7,12 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "tessel/core/error.hpp"
 #include "tessel/planner/published_runs.hpp"
 #include "tessel/profiles/calibration.hpp"
+#include "tessel/profiles/prediction_bounds.hpp"
 #include "tessel/profiles/profile.hpp"
 
 using namespace tessel;
@@ -186,6 +188,45 @@ TEST(Calibration, TheCalibratedProfileNamesItsRunsAndParameters) {
   EXPECT_EQ(profiles::describe_profile(base), "profile: A100-SXM-80GB (datasheet)");
   // Through JSON and back, as a --out file is read.
   EXPECT_EQ(profiles::calibration_of(profiles::Profile::from_json(calibrated.to_json())), result.fit.calibration);
+}
+
+// The error band and measured experience travel in the calibrated profile: one residual
+// per fitted run (its leave-one-out prediction over its measurement, less 1) and the
+// best measured MFU of each model size among the fitted runs.
+TEST(Calibration, TheCalibratedProfileCarriesLeaveOneOutResidualsAndMeasuredExperience) {
+  const profiles::Profile base = profiles::shipped_profile("A100-SXM-80GB");
+  RunSet runs(synthetic_runs(known_truth()), base);
+  const DeviceCalibration result = calibrate_runs(runs, four_parameters());
+  const profiles::Profile calibrated =
+      profiles::Profile::from_json(calibrated_profile(base, runs, result, "published").to_json());
+  const Json& residuals = calibrated.meta["calibration"]["leave_one_out_residuals"];
+  ASSERT_EQ(residuals.size(), runs.size());
+  std::vector<double> expected;
+  for (std::size_t row : result.fitted_rows) {
+    expected.push_back(result.leave_one_out_s[row] / runs.measured_s(row) - 1.0);
+    EXPECT_EQ(residuals[row]["run"], runs.run(row).id);
+    EXPECT_DOUBLE_EQ(residuals[row]["residual"].get<double>(), expected.back());
+  }
+  const profiles::PredictionBounds bounds = profiles::prediction_bounds_of(calibrated);
+  ASSERT_TRUE(bounds.band);
+  EXPECT_DOUBLE_EQ(bounds.band->low_residual, profiles::quantile(expected, 0.1));
+  EXPECT_DOUBLE_EQ(bounds.band->high_residual, profiles::quantile(expected, 0.9));
+  // Experience: the synthetic runs span under 3B (gpt2) and 3B to 20B (gpt3, llama2).
+  ASSERT_TRUE(bounds.has_experience);
+  ASSERT_EQ(bounds.experience.size(), 2u);
+  double best_small = 0;
+  for (std::size_t row : result.fitted_rows) {
+    if (runs.parameters(row) < 3e9) best_small = std::max(best_small, runs.measured_mfu(row));
+  }
+  EXPECT_EQ(bounds.experience[0].bucket, "under 3B");
+  EXPECT_DOUBLE_EQ(bounds.experience[0].best_mfu, best_small);
+  EXPECT_EQ(bounds.experience[0].runs, 4u);
+  // A measured MFU is the cost model's own at the measured time: the synthetic runs were
+  // "measured" at the estimate under the truth, so that estimate's MFU comes back.
+  CostModel model(runs.run(0).plan->model, runs.run(0).plan->train, runs.run(0).plan->cluster, runs.run(0).plan->nodes,
+                  runs.run(0).plan->gpus_per_node(), base);
+  model.set_calibration(known_truth());
+  EXPECT_NEAR(runs.measured_mfu(0), model.estimate(runs.run(0).plan->parallel).mfu, 1e-12);
 }
 
 TEST(Calibration, OutOfRangeParametersAreRefusedByName) {

@@ -1,7 +1,9 @@
-// The charts of the plan explorer: a scatter plot with named point series and a polyline,
-// stacked and grouped bars, box plots, and two lines on two y axes. The one place tessel
-// touches Qt Charts (deprecated upstream for Qt Graphs): swapping the chart library means
-// rewriting these two files only.
+// The charts of the plan explorer: a scatter plot with named point series, a polyline,
+// error bars and flag rings, stacked and grouped bars, box plots, and two lines on two y
+// axes. Legends are wrapping labels under the chart (Qt Charts' own elides names or drops
+// entries when many series share the space), so that every name is shown whole. The one
+// place tessel touches Qt Charts (deprecated upstream for Qt Graphs): swapping the chart
+// library means rewriting these two files only.
 #pragma once
 
 #include <QColor>
@@ -28,8 +30,16 @@ class ScatterChart : public QWidget {
   void add_points(const QString& name, const QColor& color, int marker, const std::vector<QPointF>& points,
                   const std::vector<int>& ids, const std::vector<QString>& tooltips);
   void add_line(const QString& name, const QColor& color, const std::vector<QPointF>& points);
+  // Vertical error bars at x from low_y to high_y (with short caps), one legend entry.
+  void add_error_bars(const QString& name, const QColor& color, const std::vector<double>& x,
+                      const std::vector<double>& low_y, const std::vector<double>& high_y);
+  // Hollow rings around points (a flag on them), one legend entry; not clickable.
+  void add_rings(const QString& name, const QColor& color, const std::vector<QPointF>& points);
   int series_count() const;
   int point_count() const;
+  int error_bar_count() const;
+  // The legend's names in order, as drawn (whole).
+  std::vector<QString> legend_labels() const;
 
  signals:
   void pointClicked(int id);

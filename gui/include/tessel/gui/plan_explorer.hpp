@@ -2,13 +2,17 @@
 // line's messages), a plan search off the UI thread with progress and Cancel, and the
 // results as a Pareto scatter (step time against memory per GPU, colour by tensor mode,
 // shape by pipeline schedule, plans that do not fit greyed with their reason, the
-// frontier drawn) and a sortable table; clicking either selects a plan. The selected plan
+// frontier drawn, with each frontier plan's error band as a bar and a red ring on those
+// outside measured experience) and a sortable table with the band and the flag; clicking
+// either selects a plan. The selected plan
 // is simulated in a child `tessel simulate` (SimGrid runs one engine per process) and
 // shown in the timeline, breakdown and memory tabs; the compare tab sets a stored run
 // against its prediction, and the what-if tab re-plans as its sliders move.
 #pragma once
 
 #include <QMainWindow>
+#include <QPointF>
+#include <QString>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -40,6 +44,7 @@ class WhatIfView;
 // One priced candidate as the scatter shows it.
 struct PlanPoint {
   double step_s = 0, memory_bytes = 0;
+  double mfu = 0;
   bool fits = true;
   ParallelConfig parallel;
   std::string reason;  // why it does not fit
@@ -66,6 +71,10 @@ class PlanExplorer : public QMainWindow {
 
   int plan_rows() const;
   int scatter_points() const;
+  int scatter_error_bars() const;
+  std::vector<QString> scatter_legend() const;
+  // The selected plan's simulated step band as the timeline shades it ({0, 0}: none).
+  std::pair<double, double> timeline_band_s() const;
   int selected_plan() const { return selected_; }  // index into the table's plans, -1 none
   void select_plan(int index);
   bool save_screenshot(const QString& file);
@@ -114,6 +123,7 @@ class PlanExplorer : public QMainWindow {
   void validate();
   void finish_search(std::shared_ptr<planner::SearchResult> result);
   void fill_results();
+  void add_frontier_bands(const std::vector<QPointF>& frontier, const std::vector<std::size_t>& plans);
   void simulate_selected();
   void show_simulation(const QByteArray& json, const QString& trace_file);
 
@@ -133,6 +143,7 @@ class PlanExplorer : public QMainWindow {
   ChildSimulation* simulation_ = nullptr;
   WhatIfView* what_if_;
   QString simulation_error_;
+  QString band_note_;  // the best plan's band reason and measured-experience line
   QStandardItemModel* table_model_;
   QString error_;
 

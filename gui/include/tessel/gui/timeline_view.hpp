@@ -2,11 +2,16 @@
 // with QGraphicsView (zoom with the wheel, pan by dragging, hover for the op id, start and
 // duration). One item paints every row at the current scale and merges bars narrower
 // than a pixel into one (level of detail), so traces of many thousands of ops stay smooth.
+// A time axis in seconds stays at the top while rows scroll (ticks at 1, 2 or 5 times a
+// power of ten, re-chosen at every zoom), the op kinds' colour legend sits in the axis
+// strip's corner, each label drawn whole, and a step's error band (the calibration's
+// leave-one-out interval) is shaded across every row at the step's end.
 #pragma once
 
 #include <QGraphicsView>
 #include <QString>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessel/core/json_fields.hpp"
@@ -33,6 +38,16 @@ class TimelineView : public QGraphicsView {
  public:
   explicit TimelineView(QWidget* parent = nullptr);
   void set_rows(std::vector<TimelineRow> rows);
+  // Shades [low_s, high_s] across the rows: where the measured step is expected to end.
+  // A band with low_s >= high_s (or none) clears it.
+  void set_step_band(double low_s, double high_s);
+  bool has_step_band() const { return band_high_s_ > band_low_s_; }
+  std::pair<double, double> step_band_s() const { return {band_low_s_, band_high_s_}; }
+  // The axis ticks (seconds) at the current zoom, and the text drawn at each.
+  std::vector<double> axis_ticks_s() const;
+  static QString tick_label(double seconds, double tick_step_s);
+  // The legend's entries (op kinds, then the band when one is shown), each drawn whole.
+  std::vector<std::pair<QString, QColor>> legend_entries() const;
   int row_count() const { return int(rows_.size()); }
   int bar_count() const;
   // The bar under a point of the view, for hovering (nullptr: none).
@@ -44,16 +59,24 @@ class TimelineView : public QGraphicsView {
   void showEvent(QShowEvent* event) override;
   void drawForeground(QPainter* painter, const QRectF& rect) override;
   void mouseMoveEvent(QMouseEvent* event) override;
+  void scrollContentsBy(int dx, int dy) override;
 
  private:
   void fit_width();
+  void rebuild_scene();
+  void draw_axis(QPainter* painter);
+  void draw_legend(QPainter* painter);
+  double label_width_ = 150;
   std::vector<TimelineRow> rows_;
-  double end_s_ = 0;
+  double end_s_ = 0;  // the scene's right edge in seconds: the last bar's end or the band's
+  double band_low_s_ = 0, band_high_s_ = 0;
   bool fitted_ = true;  // until the user zooms, the step spans the width
 };
 
-// The colours of the op kinds (for legends).
+// The colours of the op kinds (for legends), their names, and the error band's shade.
 QColor colour_of(OpKindColour kind);
+const char* kind_name(OpKindColour kind);
+QColor band_colour();
 // The colour class of a Program op on a stream (Stream's order: compute, tp_comm, dp_comm,
 // pp_comm, copy).
 OpKindColour kind_of(int stream, const std::string& op_id);

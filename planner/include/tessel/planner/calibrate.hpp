@@ -33,6 +33,11 @@ class RunSet {
   std::size_t size() const { return runs_.size(); }
   const PublishedRun& run(std::size_t i) const { return runs_[i]; }
   double measured_s(std::size_t i) const { return measured_s_[i]; }
+  // The MFU the measurement implies, counting model FLOPs and peak as the cost model
+  // does for predictions, so that the two compare like with like.
+  double measured_mfu(std::size_t i) const;
+  // The run's model's parameters (MoE experts included).
+  double parameters(std::size_t i) const;
   // Predicted step time of each run in `rows` under `calibration` (others NaN), by
   // CostModel::estimate().
   std::vector<double> predict(const profiles::Calibration& calibration, const std::vector<std::size_t>& rows);
@@ -90,8 +95,14 @@ struct DeviceCalibration {
 // row priced before and after.
 DeviceCalibration calibrate_runs(RunSet& runs, const CalibrationOptions& options);
 
+// The best measured MFU per model size of the runs that are not held out (the corpus's
+// measured experience on the runs' device, profiles/prediction_bounds.hpp).
+std::vector<profiles::MeasuredExperience> measured_experience_of(const RunSet& runs);
+
 // The profile a calibration writes: `base` with source "calibrated" and meta naming
-// the parameters, the runs fitted on and the errors measured.
+// the parameters, the runs fitted on and the errors measured, with each fitted run's
+// leave-one-out residual and the best measured MFU per model size of the fitted runs
+// (profiles/prediction_bounds.hpp: the error band and measured experience).
 profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet& runs,
                                      const DeviceCalibration& calibration, const std::string& inputs);
 

@@ -26,6 +26,7 @@
 
 #include <array>
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@
 #include "tessel/profiles/calibration.hpp"
 #include "tessel/profiles/collectives.hpp"
 #include "tessel/profiles/link_fit.hpp"
+#include "tessel/profiles/prediction_bounds.hpp"
 #include "tessel/profiles/profile.hpp"
 
 namespace tessel::profiles {
@@ -72,6 +74,8 @@ class CostLookup {
   // "profile: H100-SXM calibrated on 83 published runs" when the profile is a calibrated
   // one, else empty: the line predictions print so that a reader knows.
   const std::string& calibration_note() const { return calibration_note_; }
+  // The profile's error band and measured experience (prediction_bounds.hpp).
+  const PredictionBounds& prediction_bounds() const { return *prediction_bounds_; }
 
   // Seconds of one GEMM of `gemm_flops` (2mnk) in `precision`.
   double gemm_seconds(double gemm_flops, Precision precision) const;
@@ -128,6 +132,7 @@ class CostLookup {
   int gpus_per_node_;
   Calibration calibration_;
   std::string calibration_note_;
+  std::shared_ptr<const PredictionBounds> prediction_bounds_;  // shared: lookups are copied per search thread
   Curve curves_[3];  // by Precision
   double memory_bw_;
   bool intra_measured_ = false, inter_measured_ = false;

@@ -1,0 +1,120 @@
+// Error bars and measured experience: what a calibrated profile says about how far to
+// trust a prediction made with it. Both come from the calibration (tessel calibrate)
+// and travel in the profile's meta "calibration", so that plan time reads no corpus:
+//  - leave_one_out_residuals: predicted / measured - 1 of every fitted run, each
+//    predicted by a fit that did not see it. The band is their 10th to 90th percentile
+//    (linear between order statistics, so reproducible bit for bit), turned into a
+//    step-time interval: a run predicted at t was measured at t / (1 + r), so the
+//    interval is [t / (1 + r_90), t / (1 + r_10)]. That is an 80% interval of where the
+//    measurement lands, as the fit's own out-of-sample errors spread; it says nothing
+//    beyond the kinds of runs the fit saw, which is what the second half is for.
+//  - measured_experience: per model-size bucket, the best MFU measured on a fitted run of
+//    the device (held-out runs are not used, so that nothing of them feeds a prediction
+//    or its label). A prediction above it, or of a size with no fitted run, is outside
+//    measured experience: nobody is known to have reached it on this device.
+// A profile that was not calibrated gets no band, with the reason; none is invented from
+// datasheet numbers. The shipped datasheet profiles carry the corpus's measured
+// experience (meta "measured_experience", the same numbers a calibration writes; a test
+// recomputes them from corpus/published), so that their predictions are flagged too.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tessel/core/json_fields.hpp"
+
+namespace tessel::profiles {
+
+struct Profile;
+
+// The band's quantiles of the leave-one-out residuals, and the fewest residuals that make one.
+inline constexpr double kBandLowerQuantile = 0.1;
+inline constexpr double kBandUpperQuantile = 0.9;
+inline constexpr std::size_t kBandMinimumRuns = 3;
+
+// Quantile `q` in [0, 1] of `values` (at least one): linear interpolation between the
+// sorted values at position q * (n - 1).
+double quantile(std::vector<double> values, double q);
+
+struct ResidualBand {
+  double low_residual = 0, high_residual = 0;  // the quantiles of predicted / measured - 1
+  std::size_t runs = 0;
+};
+
+// The band of `residuals`; nullopt when there are fewer than kBandMinimumRuns.
+std::optional<ResidualBand> band_from_residuals(const std::vector<double>& residuals);
+
+// [t / (1 + high), t / (1 + low)]: where a run predicted at `predicted_s` was measured.
+std::pair<double, double> step_time_band_s(double predicted_s, const ResidualBand& band);
+
+// Model sizes whose MFU is compared with one another (total parameters, MoE experts
+// included): [min, max).
+struct ModelSizeBucket {
+  std::string_view name;
+  double min_parameters, max_parameters;
+};
+const std::array<ModelSizeBucket, 4>& model_size_buckets();
+const ModelSizeBucket& model_size_bucket(double parameters);
+
+// The best fitted run of one bucket on the profile's device.
+struct MeasuredExperience {
+  std::string bucket;
+  double best_mfu = 0;
+  std::string run;       // its id
+  std::size_t runs = 0;  // fitted runs in the bucket
+  Json to_json() const;
+};
+
+// What a profile carries for judging predictions.
+struct PredictionBounds {
+  std::string device;
+  std::optional<ResidualBand> band;
+  std::string no_band_reason;  // set when band is empty
+  bool has_experience = false;
+  std::string no_experience_reason;            // set when has_experience is false
+  std::vector<MeasuredExperience> experience;  // buckets with a fitted run
+};
+
+// Reads meta "calibration" of `profile`. Throws tessel::Error naming the field when the
+// residuals or experience there are malformed.
+PredictionBounds prediction_bounds_of(const Profile& profile);
+
+// One prediction judged against the bounds.
+struct PredictionJudgement {
+  double step_time_s = 0, mfu = 0;
+  std::optional<std::pair<double, double>> band_s;
+  std::optional<ResidualBand> band;
+  std::string no_band_reason;
+  // nullopt: the profile knows no experience (not calibrated); true also when no fitted
+  // run of the model's size exists on the device.
+  std::optional<bool> outside_measured_experience;
+  std::string bucket;
+  std::optional<MeasuredExperience> bound;  // the bucket's best run, when there is one
+  std::string device;
+
+  // "step_time_band_s": [lo, hi] | null, "step_time_band": {...} | {"reason"},
+  // "outside_measured_experience": bool | null, "measured_experience": {...}.
+  Json to_json() const;
+  // One line on where the prediction stands: inside, OUTSIDE (above the bound, or no
+  // fitted run of its size) or unknown (with the reason).
+  std::string experience_line() const;
+  bool flagged() const { return outside_measured_experience.value_or(false); }
+};
+
+PredictionJudgement judge_prediction(const PredictionBounds& bounds, double step_time_s, double mfu, double parameters);
+
+// The two lists a calibration writes into meta "calibration": residuals in fitted order,
+// the experience per bucket.
+Json residuals_to_json(const std::vector<std::string>& runs, const std::vector<double>& residuals);
+// Best MFU per bucket of the runs given (id, parameters, measured MFU), buckets in order.
+std::vector<MeasuredExperience> measured_experience(const std::vector<std::string>& runs,
+                                                    const std::vector<double>& parameters,
+                                                    const std::vector<double>& measured_mfu);
+Json experience_to_json(const std::vector<MeasuredExperience>& experience);
+
+}  // namespace tessel::profiles

@@ -1,0 +1,248 @@
+// Error bars and measured experience (prediction_bounds.hpp). The residuals and the
+// per-bucket maxima are read from the profile's meta each time a lookup is built: they
+// are a few hundred numbers, and keeping only the residuals (not a band computed from
+// them) means a change of quantiles needs no re-calibration.
+#include "tessel/profiles/prediction_bounds.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tessel/core/error.hpp"
+#include "tessel/profiles/calibration.hpp"
+#include "tessel/profiles/profile.hpp"
+
+namespace tessel::profiles {
+
+double quantile(std::vector<double> values, double q) {
+  if (values.empty()) throw Error("quantile: no values");
+  std::sort(values.begin(), values.end());
+  const double position = std::clamp(q, 0.0, 1.0) * double(values.size() - 1);
+  const std::size_t below = std::size_t(std::floor(position));
+  const std::size_t above = std::min(below + 1, values.size() - 1);
+  const double fraction = position - double(below);
+  return values[below] + fraction * (values[above] - values[below]);
+}
+
+std::optional<ResidualBand> band_from_residuals(const std::vector<double>& residuals) {
+  if (residuals.size() < kBandMinimumRuns) return std::nullopt;
+  ResidualBand band;
+  band.low_residual = quantile(residuals, kBandLowerQuantile);
+  band.high_residual = quantile(residuals, kBandUpperQuantile);
+  band.runs = residuals.size();
+  return band;
+}
+
+std::pair<double, double> step_time_band_s(double predicted_s, const ResidualBand& band) {
+  return {predicted_s / (1.0 + band.high_residual), predicted_s / (1.0 + band.low_residual)};
+}
+
+const std::array<ModelSizeBucket, 4>& model_size_buckets() {
+  // Edges where MFU changes character: small models are launch- and memory-bound, 3B to
+  // 20B fit a node with little model parallelism, 20B to 100B need tensor or pipeline
+  // splits, 100B and over span many nodes with both.
+  static const std::array<ModelSizeBucket, 4> buckets{{
+      {"under 3B", 0.0, 3e9},
+      {"3B to 20B", 3e9, 2e10},
+      {"20B to 100B", 2e10, 1e11},
+      {"100B and over", 1e11, INFINITY},
+  }};
+  return buckets;
+}
+
+const ModelSizeBucket& model_size_bucket(double parameters) {
+  for (const ModelSizeBucket& bucket : model_size_buckets()) {
+    if (parameters < bucket.max_parameters) return bucket;
+  }
+  return model_size_buckets().back();
+}
+
+Json MeasuredExperience::to_json() const {
+  return Json{{"bucket", bucket}, {"best_mfu", best_mfu}, {"run", run}, {"runs", runs}};
+}
+
+namespace {
+const char* kNotCalibrated = "profile not calibrated (tessel calibrate writes one)";
+const char* kPredatesBounds = "calibrated profile predates error bars (re-run tessel calibrate)";
+
+std::vector<double> read_residuals(const Json& list, const std::string& path) {
+  if (!list.is_array()) throw Error(fmt::format("{}: must be an array of {{\"run\", \"residual\"}}", path));
+  std::vector<double> residuals;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Json& item = list[i];
+    const Json residual = item.is_object() ? item.value("residual", Json()) : Json();
+    // predicted / measured - 1 is above -1 for any positive prediction.
+    if (!residual.is_number() || !(residual.get<double>() > -1.0) || !std::isfinite(residual.get<double>())) {
+      throw Error(fmt::format("{}[{}].residual: must be a number above -1 (predicted / measured - 1)", path, i));
+    }
+    residuals.push_back(residual.get<double>());
+  }
+  return residuals;
+}
+
+std::vector<MeasuredExperience> read_experience(const Json& list, const std::string& path) {
+  if (!list.is_array())
+    throw Error(fmt::format("{}: must be an array of {{\"bucket\", \"best_mfu\", \"run\", \"runs\"}}", path));
+  std::vector<MeasuredExperience> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Json& item = list[i];
+    const std::string where = fmt::format("{}[{}]", path, i);
+    if (!item.is_object()) throw Error(fmt::format("{}: must be an object", where));
+    MeasuredExperience e;
+    e.bucket = item.value("bucket", std::string());
+    const bool known = std::any_of(model_size_buckets().begin(), model_size_buckets().end(),
+                                   [&](const ModelSizeBucket& b) { return b.name == e.bucket; });
+    if (!known) {
+      throw Error(fmt::format("{}.bucket: must be one of under 3B, 3B to 20B, 20B to 100B, 100B and over, got '{}'",
+                              where, e.bucket));
+    }
+    const Json mfu = item.value("best_mfu", Json());
+    // Above 1 is possible where a profile's peak is below what the device reached (CPUs).
+    if (!mfu.is_number() || !(mfu.get<double>() > 0) || !std::isfinite(mfu.get<double>())) {
+      throw Error(fmt::format("{}.best_mfu: must be a positive fraction of peak", where));
+    }
+    e.best_mfu = mfu.get<double>();
+    e.run = item.value("run", std::string());
+    e.runs = item.value("runs", std::size_t(0));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+}  // namespace
+
+PredictionBounds prediction_bounds_of(const Profile& profile) {
+  PredictionBounds out;
+  out.device = profile.device.name;
+  // The corpus's experience shipped with a datasheet profile (meta "measured_experience",
+  // scripts/make_datasheet_profiles.py): it is a fact of the measurements, not of a fit,
+  // so an uncalibrated profile can carry it; a calibration's own takes its place.
+  const bool shipped = profile.meta.is_object() && profile.meta.contains("measured_experience");
+  if (shipped) {
+    out.experience = read_experience(profile.meta["measured_experience"],
+                                     fmt::format("profile {} meta.measured_experience", profile.device.name));
+    out.has_experience = true;
+  }
+  if (!is_calibrated(profile)) {
+    out.no_band_reason = kNotCalibrated;
+    if (!shipped) out.no_experience_reason = kNotCalibrated;
+    return out;
+  }
+  const Json& calibration = profile.meta["calibration"];
+  const std::string path = fmt::format("profile {} meta.calibration", profile.device.name);
+  if (calibration.contains("leave_one_out_residuals")) {
+    const std::vector<double> residuals =
+        read_residuals(calibration["leave_one_out_residuals"], path + ".leave_one_out_residuals");
+    out.band = band_from_residuals(residuals);
+    if (!out.band) {
+      out.no_band_reason =
+          fmt::format("calibrated on {} run(s); a band needs at least {}", residuals.size(), kBandMinimumRuns);
+    }
+  } else {
+    out.no_band_reason = kPredatesBounds;
+  }
+  if (calibration.contains("measured_experience")) {
+    out.experience = read_experience(calibration["measured_experience"], path + ".measured_experience");
+    out.has_experience = true;
+  } else if (!shipped) {
+    out.no_experience_reason = kPredatesBounds;
+  }
+  return out;
+}
+
+PredictionJudgement judge_prediction(const PredictionBounds& bounds, double step_time_s, double mfu,
+                                     double parameters) {
+  PredictionJudgement out;
+  out.step_time_s = step_time_s;
+  out.mfu = mfu;
+  out.device = bounds.device;
+  out.bucket = std::string(model_size_bucket(parameters).name);
+  out.band = bounds.band;
+  if (bounds.band && step_time_s > 0 && std::isfinite(step_time_s)) {
+    out.band_s = step_time_band_s(step_time_s, *bounds.band);
+  } else {
+    out.no_band_reason = bounds.band ? "no step time" : bounds.no_band_reason;
+  }
+  if (!bounds.has_experience) return out;
+  for (const MeasuredExperience& e : bounds.experience) {
+    if (e.bucket == out.bucket) out.bound = e;
+  }
+  out.outside_measured_experience = !out.bound || mfu > out.bound->best_mfu;
+  return out;
+}
+
+Json PredictionJudgement::to_json() const {
+  Json out = Json::object();
+  if (band_s) {
+    out["step_time_band_s"] = Json::array({band_s->first, band_s->second});
+    out["step_time_band"] = Json{{"quantiles", Json::array({kBandLowerQuantile, kBandUpperQuantile})},
+                                 {"residuals", Json::array({band->low_residual, band->high_residual})},
+                                 {"leave_one_out_runs", band->runs}};
+  } else {
+    out["step_time_band_s"] = nullptr;
+    out["step_time_band"] = Json{{"reason", no_band_reason}};
+  }
+  out["outside_measured_experience"] = outside_measured_experience ? Json(*outside_measured_experience) : Json();
+  Json experience{{"device", device}, {"bucket", bucket}, {"predicted_mfu", mfu}};
+  if (bound) {
+    experience["best_mfu"] = bound->best_mfu;
+    experience["run"] = bound->run;
+    experience["runs"] = bound->runs;
+  } else {
+    experience["best_mfu"] = nullptr;
+    if (!outside_measured_experience) experience["reason"] = "profile not calibrated";
+    else experience["reason"] = fmt::format("no calibration run of the corpus at {} on {}", bucket, device);
+  }
+  out["measured_experience"] = experience;
+  return out;
+}
+
+std::string PredictionJudgement::experience_line() const {
+  if (!outside_measured_experience) return "measured experience: unknown, profile not calibrated";
+  if (!bound) {
+    return fmt::format("OUTSIDE MEASURED EXPERIENCE: no calibration run of the corpus at {} parameters on {}", bucket,
+                       device);
+  }
+  if (*outside_measured_experience) {
+    return fmt::format(
+        "OUTSIDE MEASURED EXPERIENCE: MFU {:.1f}% above the best measured on {} at {} parameters "
+        "({:.1f}%, {}, best of {} calibration runs of the corpus)",
+        100 * mfu, device, bucket, 100 * bound->best_mfu, bound->run, bound->runs);
+  }
+  return fmt::format("inside measured experience: MFU {:.1f}% <= best measured on {} at {} parameters ({:.1f}%, {})",
+                     100 * mfu, device, bucket, 100 * bound->best_mfu, bound->run);
+}
+
+Json residuals_to_json(const std::vector<std::string>& runs, const std::vector<double>& residuals) {
+  Json out = Json::array();
+  for (std::size_t i = 0; i < runs.size() && i < residuals.size(); ++i) {
+    out.push_back(Json{{"run", runs[i]}, {"residual", residuals[i]}});
+  }
+  return out;
+}
+
+std::vector<MeasuredExperience> measured_experience(const std::vector<std::string>& runs,
+                                                    const std::vector<double>& parameters,
+                                                    const std::vector<double>& measured_mfu) {
+  std::vector<MeasuredExperience> out;
+  for (const ModelSizeBucket& bucket : model_size_buckets()) {
+    MeasuredExperience e;
+    e.bucket = std::string(bucket.name);
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (model_size_bucket(parameters[i]).name != bucket.name || !std::isfinite(measured_mfu[i])) continue;
+      ++e.runs;
+      // Strictly greater: the first of equal runs (in corpus order) is named.
+      if (measured_mfu[i] > e.best_mfu) e.best_mfu = measured_mfu[i], e.run = runs[i];
+    }
+    if (e.runs > 0 && e.best_mfu > 0) out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Json experience_to_json(const std::vector<MeasuredExperience>& experience) {
+  Json out = Json::array();
+  for (const MeasuredExperience& e : experience) out.push_back(e.to_json());
+  return out;
+}
+
+}  // namespace tessel::profiles
