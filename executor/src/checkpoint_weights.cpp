@@ -34,6 +34,9 @@ StageShape stage_shape_of(const Plan& plan, const RankCoordinates& c) {
   shape.sp_rank = c.sp;
   shape.keep_all_keys = p.recompute == Recompute::selective;
   shape.pad_to = std::size_t(p.dp) * std::size_t(p.sp);  // the gradient group
+  shape.ep = std::max(p.ep, 1);
+  shape.ep_rank = c.dp % shape.ep;
+  shape.expert_pad_to = shape.pad_to / std::size_t(shape.ep);  // the expert-data-parallel group
   const int stages = p.pp, chunks = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
   const int layers_per_chunk = plan.model.layers / (stages * chunks);
   for (int chunk = 0; chunk < chunks; ++chunk) {
@@ -109,6 +112,11 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   CheckpointWeights out{Plan::from_json(meta.plan, meta_file + ": plan"), meta.step, {}};
   const Plan& plan = out.plan;
   Trainer::check(plan);
+  if (plan.model.moe.enabled()) {
+    throw Error(fmt::format("--checkpoint: {}: model {} is a Mixture-of-Experts model; gathering its experts from the "
+                            "rank files is not supported yet (tessel run --resume reads it)",
+                            meta_file, plan.model.name));
+  }
   if (meta.ranks != plan.parallel.world_size()) {
     throw Error(fmt::format("--checkpoint: {}: {} rank files for a plan of {} ranks", meta_file, meta.ranks,
                             plan.parallel.world_size()));
