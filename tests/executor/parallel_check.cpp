@@ -19,6 +19,12 @@
 //                                2D, 2.5D, 3D
 //   parallel_check llama_traffic the traffic suite's layouts with the LLaMA-shaped model
 //   parallel_check llama16       (under 16 ranks) the LLaMA-shaped model in 2.5D with dp 2, 3D with pp 2
+//   parallel_check moe           Mixture-of-Experts models (GELU; SwiGLU with a shared expert):
+//                                dp 2 ep 2, dp 4 ep 2 ZeRO 1, pp 2 ep 2, tp 2 ep 2 (with and without
+//                                sequence parallel), ZeRO 2/3, recompute; and with capacity 0.5, where
+//                                tokens are dropped, against the single process under the same rule
+//   parallel_check moe_extras    MoE: all-to-all bytes per rank = the Program's moe.dispatch and
+//                                moe.combine ops; checkpoints resume bit-identically
 #include <unistd.h>
 
 #include <cmath>
@@ -66,7 +72,7 @@ History train(const Plan& plan, Communicator& world, const std::string& text, co
   for (int step = 0; step < 5; ++step) {
     h.weights.push_back(trainer.whole_parameters());
     const StepStats stats = trainer.step();
-    h.losses.push_back(stats.loss);
+    h.losses.push_back(stats.loss + stats.aux_loss);  // the loss trained on
     h.gradient_norms.push_back(stats.gradient_norm);
     h.gradients.push_back(trainer.whole_gradients());
     // Trust ratios of the tensors this rank updates, gathered on rank 0 through the world.
@@ -138,8 +144,34 @@ std::vector<Layout> llama_layouts() {
   return out;
 }
 
+// The MoE models (layouts.hpp) with expert parallelism; capacity 0: no token dropped.
+std::vector<Layout> moe_layouts() {
+  auto moe = [](const char* model, auto edit) {
+    Layout l;
+    l.model = model;
+    edit(l);
+    return l;
+  };
+  return {moe("moe", [](Layout& l) { l.dp = 2, l.ep = 2; }),
+          moe("moe", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1; }),
+          moe("moe", [](Layout& l) { l.pp = 2, l.dp = 2, l.ep = 2; }),
+          moe("moe", [](Layout& l) { l.tp = 2, l.dp = 2, l.ep = 2; }),
+          moe("moe", [](Layout& l) { l.dp = 2, l.ep = 1, l.zero = 2; }),
+          moe("moe", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 3, l.recompute = "full"; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 2, l.ep = 2; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1; }),
+          moe("moe_llama", [](Layout& l) { l.pp = 2, l.dp = 2, l.ep = 2, l.zero = 2; }),
+          moe("moe_llama", [](Layout& l) { l.tp = 2, l.dp = 2, l.ep = 2; }),
+          moe("moe_llama", [](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.ep = 2, l.zero = 3; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 4, l.recompute = "full"; }),
+          // Capacity 0.5: tokens are dropped, each micro-batch routed under its own capacity.
+          moe("moe", [](Layout& l) { l.dp = 2, l.ep = 2, l.capacity = 0.5; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1, l.capacity = 0.5; })};
+}
+
 std::vector<Layout> layouts(const std::string& suite) {
   std::vector<Layout> out;
+  if (suite == "moe") return moe_layouts();
   if (suite == "matrix") {
     for (int dp : {1, 2})
       for (int pp : {1, 2})
@@ -529,8 +561,19 @@ int main(int argc, char** argv) {
       single.optimizer = layout.optimizer;
       single.precision = layout.precision;
       single.kernels = layout.kernels;
+      single.capacity = layout.capacity;
       if (layout.precision == "bf16") single.recompute = layout.recompute;
       references[layout.reference_key()] = train(make_plan(single), mpi_self(), text, layout.optimizer);
+      if (layout.capacity > 0) {
+        // The dropping run must really drop: its reference differs from the unlimited one.
+        single.capacity = 0;
+        const History unlimited = train(make_plan(single), mpi_self(), text, layout.optimizer);
+        const bool differs = unlimited.losses != references[layout.reference_key()].losses;
+        std::printf("%s: capacity %.2f changes the single process's losses (%.6f vs %.6f unlimited): %s\n",
+                    layout.model.c_str(), layout.capacity, references[layout.reference_key()].losses.back(),
+                    unlimited.losses.back(), differs ? "tokens dropped" : "NOTHING DROPPED");
+        if (!differs) ++failures;
+      }
     }
     const History& want = references[layout.reference_key()];
     double loss_error = 0, gradient_error = 0;

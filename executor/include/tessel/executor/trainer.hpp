@@ -89,6 +89,9 @@ class Trainer {
   // Bytes of layer activations this rank holds for backwards (all micro-batches in
   // flight), counted from the buffers after a step: what recompute and bf16 storage save.
   std::size_t kept_activation_bytes() const;
+  // MoE: the payload this rank's dispatch and combine all-to-alls sent so far (every
+  // MoE block, forward and backward); zeros for a dense model.
+  MoeTraffic moe_traffic() const { return stage_->moe() ? stage_->moe()->traffic() : MoeTraffic{}; }
 
   // Checkpoints (checkpoint_files.hpp): every rank writes its weights and optimizer
   // state to dir/step-<N>/rank<r>.bin, fsynced; then rank 0 points dir/checkpoint.json at
