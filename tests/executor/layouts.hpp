@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -66,6 +67,76 @@ inline Plan make_plan(const Layout& l) {
       model, l.precision, l.optimizer, l.kernels, l.dp, l.pp, l.tp, l.tp_mode, l.tp_depth, l.sp, l.zero, l.recompute, l.schedule,
       l.virtual_stages, l.sequence_parallel, l.micro_batch, l.ep));
   return Plan::from_json(json, "");
+}
+
+// The LLaMA-shaped model (layouts.hpp) in every 1D layout: the matrix the GPT runs, then
+// what the other suites add.
+inline std::vector<Layout> llama_layouts() {
+  std::vector<Layout> out;
+  for (int dp : {1, 2})
+    for (int pp : {1, 2})
+      for (int tp : {1, 2})
+        for (int zero : {0, 1, 2, 3})
+          for (const char* recompute : {"none", "full"}) {
+            Layout l;
+            l.model = "llama", l.dp = dp, l.pp = pp, l.tp = tp, l.zero = zero, l.recompute = recompute;
+            out.push_back(l);
+          }
+  auto llama = [](auto edit) {
+    Layout l;
+    l.model = "llama";
+    edit(l);
+    return l;
+  };
+  const std::vector<Layout> more = {
+      llama([](Layout& l) { l.pp = 2, l.tp = 2, l.schedule = "gpipe"; }),
+      llama([](Layout& l) { l.pp = 2, l.dp = 2, l.schedule = "interleaved", l.virtual_stages = 2; }),
+      llama([](Layout& l) { l.dp = 2, l.tp = 2, l.recompute = "selective", l.zero = 3; }),
+      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.zero = 3; }),
+      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.pp = 2, l.dp = 2, l.zero = 1; }),
+      llama([](Layout& l) { l.sp = 2; }),
+      llama([](Layout& l) { l.sp = 4, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.dp = 2, l.zero = 1, l.recompute = "full"; }),
+      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.sequence_parallel = true, l.pp = 2; }),
+      llama([](Layout& l) { l.kernels = "fused", l.sp = 2, l.tp = 2, l.dp = 2; }),
+      llama([](Layout& l) { l.kernels = "fused", l.pp = 2, l.dp = 2, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.precision = "bf16", l.tp = 2, l.pp = 2, l.dp = 2; }),
+      llama([](Layout& l) { l.optimizer = "lamb", l.tp = 2, l.pp = 2, l.dp = 2, l.zero = 3; }),
+      // 2D, 2.5D and 3D with q = 2: 2 query heads and 1 kv head per grid column.
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d"; }),
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.dp = 2, l.zero = 3, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.pp = 2, l.recompute = "full", l.kernels = "fused"; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4, l.recompute = "full"; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4, l.recompute = "selective"; })};
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+// The MoE models (layouts.hpp) with expert parallelism; capacity 0: no token dropped.
+inline std::vector<Layout> moe_layouts() {
+  auto moe = [](const char* model, auto edit) {
+    Layout l;
+    l.model = model;
+    edit(l);
+    return l;
+  };
+  return {moe("moe", [](Layout& l) { l.dp = 2, l.ep = 2; }),
+          moe("moe", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1; }),
+          moe("moe", [](Layout& l) { l.pp = 2, l.dp = 2, l.ep = 2; }),
+          moe("moe", [](Layout& l) { l.tp = 2, l.dp = 2, l.ep = 2; }),
+          moe("moe", [](Layout& l) { l.dp = 2, l.ep = 1, l.zero = 2; }),
+          moe("moe", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 3, l.recompute = "full"; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 2, l.ep = 2; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1; }),
+          moe("moe_llama", [](Layout& l) { l.pp = 2, l.dp = 2, l.ep = 2, l.zero = 2; }),
+          moe("moe_llama", [](Layout& l) { l.tp = 2, l.dp = 2, l.ep = 2; }),
+          moe("moe_llama", [](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.ep = 2, l.zero = 3; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 4, l.recompute = "full"; }),
+          // Capacity 0.5: tokens are dropped, each micro-batch routed under its own capacity.
+          moe("moe", [](Layout& l) { l.dp = 2, l.ep = 2, l.capacity = 0.5; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1, l.capacity = 0.5; })};
 }
 
 inline TrainerOptions options_for(const std::string& optimizer) {
