@@ -139,20 +139,20 @@ void MoeLayer::reorder_blocks(const Buffer& from, Buffer& to, const MoeActivatio
   }
 }
 
-void MoeLayer::move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows, bool dispatch) {
+void MoeLayer::move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows) {
   const std::size_t h = std::size_t(shape_.hidden);
   std::vector<std::size_t> send(a.send_rows.size()), recv(a.recv_rows.size());
   std::size_t incoming = 0, outgoing = 0;
   for (std::size_t q = 0; q < send.size(); ++q) {
     send[q] = a.send_rows[q] * h, recv[q] = a.recv_rows[q] * h, incoming += recv[q], outgoing += send[q];
   }
-  (dispatch ? traffic_.dispatch_bytes : traffic_.combine_bytes) += double(outgoing) * sizeof(float);
+  traffic_.token_side_bytes += double(outgoing) * sizeof(float);
   unpack_.resize(incoming);
   ep_.all_to_all_v(token_rows.data(), send, unpack_.data(), recv, DType::f32);
   reorder_blocks(unpack_, expert_rows, a, true);
 }
 
-void MoeLayer::move_to_tokens(const Buffer& expert_rows, const MoeActivations& a, Buffer& token_rows, bool dispatch) {
+void MoeLayer::move_to_tokens(const Buffer& expert_rows, const MoeActivations& a, Buffer& token_rows) {
   const std::size_t h = std::size_t(shape_.hidden);
   reorder_blocks(expert_rows, pack_, a, false);
   std::vector<std::size_t> send(a.recv_rows.size()), recv(a.send_rows.size());
@@ -160,7 +160,7 @@ void MoeLayer::move_to_tokens(const Buffer& expert_rows, const MoeActivations& a
   for (std::size_t q = 0; q < send.size(); ++q) {
     send[q] = a.recv_rows[q] * h, recv[q] = a.send_rows[q] * h, incoming += recv[q], outgoing += send[q];
   }
-  (dispatch ? traffic_.dispatch_bytes : traffic_.combine_bytes) += double(outgoing) * sizeof(float);
+  traffic_.expert_side_bytes += double(outgoing) * sizeof(float);
   token_rows.resize(incoming);
   ep_.all_to_all_v(pack_.data(), send, token_rows.data(), recv, DType::f32);
 }

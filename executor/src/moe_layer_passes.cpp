@@ -102,13 +102,13 @@ double MoeLayer::forward(const std::string& prefix, const MoeWeights& weights, c
                              false);
     exchange_counts(a);
     a.expert_in.bind(backend_, DType::f32);
-    move_to_experts(token_rows_, a, a.expert_in, true);
+    move_to_experts(token_rows_, a, a.expert_in);
   }
   experts_forward(prefix, weights.experts, a, expert_out_);
   {
     auto timed = timeline_.time(id(prefix, ops::moe_combine));
     a.returned.bind(backend_, DType::f32);
-    move_to_tokens(expert_out_, a, a.returned, false);
+    move_to_tokens(expert_out_, a, a.returned);
     // y[t] = the sum over t's kept choices, in choice order, of gate x expert output.
     y.resize(std::size_t(tokens) * std::size_t(h));
     backend_.gather_sum_rows(kCompute, y.ref(), a.returned.cref(), rows, a.slot.i32(), a.gate.f32(), tokens, k, h,
@@ -182,12 +182,12 @@ void MoeLayer::backward(const std::string& prefix, const MoeWeights& weights, co
     // The expert outputs' gradient: gate x dy[t].
     backend_.gather_sum_rows(kCompute, token_rows_.ref(), dy.cref(), tokens, a.row_token.i32(), a.row_gate.f32(), rows,
                              1, h, false);
-    move_to_experts(token_rows_, a, expert_out_, false);
+    move_to_experts(token_rows_, a, expert_out_);
   }
   experts_backward(prefix, weights.experts, gradients.experts, a, expert_out_, expert_grad_);
   {
     auto timed = timeline_.time(id(prefix, ops::moe_dispatch));
-    move_to_tokens(expert_grad_, a, token_rows_, true);
+    move_to_tokens(expert_grad_, a, token_rows_);
     backend_.gather_sum_rows(kCompute, dx.ref(), token_rows_.cref(), rows, a.slot.i32(), nullptr, tokens, k, h, true);
   }
   auto timed = timeline_.time(id(prefix, ops::moe_router));

@@ -65,10 +65,14 @@ struct MoeGradients {
 };
 
 // The payload the all-to-alls of the calls so far sent from this rank (the nccl-tests
-// size of each call: every row this rank sends, its own included), in bytes: what the
-// Program's moe.dispatch and moe.combine ops count.
+// size of each call: every row this rank sends, its own block included), in bytes, by
+// side. The token side (forward dispatch, backward combine) sends each of the rank's
+// top_k x tokens kept rows: without dropping exactly the Program's moe.dispatch (forward)
+// and moe.combine (backward) bytes. The expert side (forward combine, backward dispatch)
+// returns the rows the rank's experts received, which depends on the routing: over the
+// ep group it sums to ep x the Program's bytes, per rank only on average.
 struct MoeTraffic {
-  double dispatch_bytes = 0, combine_bytes = 0;
+  double token_side_bytes = 0, expert_side_bytes = 0;
 };
 
 // What the backward needs from the forward of one call.
@@ -132,9 +136,9 @@ class MoeLayer {
   void exchange_counts(MoeActivations& a);
   // Rows in this rank's expert order -> the local experts' rows (grouped by expert, then
   // by source rank), and back.
-  // `dispatch`: counted as moe.dispatch's payload (else moe.combine's).
-  void move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows, bool dispatch);
-  void move_to_tokens(const Buffer& expert_rows, const MoeActivations& a, Buffer& token_rows, bool dispatch);
+  // From the token side to the experts' ranks (forward dispatch, backward combine), and back.
+  void move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows);
+  void move_to_tokens(const Buffer& expert_rows, const MoeActivations& a, Buffer& token_rows);
   // Local expert `le`'s fc1 in MoeWeights::experts (its fc2 follows).
   std::size_t local_expert_offset(int le) const { return std::size_t(le) * expert_size(); }
   void reorder_blocks(const Buffer& from, Buffer& to, const MoeActivations& a, bool rank_major_to_expert_major);

@@ -90,7 +90,7 @@ class Trainer {
   // flight), counted from the buffers after a step: what recompute and bf16 storage save.
   std::size_t kept_activation_bytes() const;
   // MoE: the payload this rank's dispatch and combine all-to-alls sent so far (every
-  // MoE block, forward and backward); zeros for a dense model.
+  // MoE block, forward and backward; moe_layer.hpp); zeros for a dense model.
   MoeTraffic moe_traffic() const { return stage_->moe() ? stage_->moe()->traffic() : MoeTraffic{}; }
 
   // Checkpoints (checkpoint_files.hpp): every rank writes its weights and optimizer
