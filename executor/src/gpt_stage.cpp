@@ -22,7 +22,7 @@ std::array<std::size_t, kLayerTensorCount> layer_offsets(const TensorLayout& lay
 }
 }  // namespace
 
-GptStage::GptStage(LayoutContext context, AttentionForm attention)
+GptStage::GptStage(LayoutContext context, AttentionForm attention, float moe_aux_coefficient)
     : layout_(make_tensor_layout(std::move(context))),
       attention_(*layout_, attention, layout_->context().comms.sp, layout_->context().shape.keep_all_keys) {
   const ModelSpec& model = layout_->context().model;
@@ -49,6 +49,7 @@ GptStage::GptStage(LayoutContext context, AttentionForm attention)
   moe.shared_ffn = model.moe.shared_experts * model.moe.expert_ffn_hidden / shape.tp;
   moe.swiglu = model.activation == Activation::swiglu;
   moe.capacity_factor = model.moe.capacity_factor;
+  moe.aux_coefficient = moe_aux_coefficient;
   Communicator* ep = layout_->context().comms.ep;
   if (!ep) ep_alone_ = std::make_unique<SingleRankCommunicator>(), ep = ep_alone_.get();
   moe_ = std::make_unique<MoeLayer>(backend(), moe, *ep, timeline(), &layout_->context().comms.tp);

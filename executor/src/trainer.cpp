@@ -162,9 +162,9 @@ void Trainer::build_stage(const ProcessGrid& grid) {
                         backend_,
                         timeline_,
                         compute_};
-  stage_ = std::make_unique<GptStage>(std::move(context), plan_.train.kernels == Kernels::fused
-                                                              ? AttentionForm::fused
-                                                              : AttentionForm::materialized);
+  stage_ = std::make_unique<GptStage>(
+      std::move(context), plan_.train.kernels == Kernels::fused ? AttentionForm::fused : AttentionForm::materialized,
+      options_.moe_aux_coefficient);
 }
 
 void Trainer::initialise_weights() {

@@ -41,7 +41,8 @@ enum class PassKind { forward, recompute };
 
 class GptStage {
  public:
-  GptStage(LayoutContext context, AttentionForm attention);
+  // `moe_aux_coefficient`: the MoE auxiliary loss's (MoE models only).
+  GptStage(LayoutContext context, AttentionForm attention, float moe_aux_coefficient = 0.01f);
 
   TensorLayout& layout() { return *layout_; }
   const TensorLayout& layout() const { return *layout_; }
