@@ -304,8 +304,8 @@ StepStats Trainer::step() {
   float loss = shape_.head && stage_->reports_loss() ? float(loss_sum / tokens_here) : 0.0f;
   // MoE: each micro-batch's auxiliary losses, counted on tensor rank 0 (every tensor rank
   // routes the same tokens), averaged over the global batch's micro-batches.
-  const double aux_here = shape_.tp_rank == 0 ? stage_->take_aux_loss_sum() / micro_batches_ : 0.0;
-  stage_->take_aux_loss_sum();
+  const double aux_sum = stage_->take_aux_loss_sum();
+  const double aux_here = shape_.tp_rank == 0 ? aux_sum / micro_batches_ : 0.0;
   float scalars[2] = {loss, float(aux_here)};
   grid_.world().all_reduce(scalars, 2);
   stats.loss = scalars[0] / float(plan_.parallel.dp * plan_.parallel.sp);

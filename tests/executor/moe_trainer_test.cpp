@@ -1,7 +1,8 @@
 // Mixture-of-Experts models inside the trainer, under mpirun: every MoE layout equals one
 // process (parallel_check moe), measures exactly its Program's op ids (coverage_check
 // moe), sends the all-to-all bytes the Program counts and resumes from checkpoints
-// bit-identically (moe_trainer_check). Apart from parallel_test.cpp so that the MoE
+// bit-identically (moe_trainer_check) and never touches device memory from the host
+// (device_check moe). Apart from parallel_test.cpp so that the MoE
 // suites run (and fail) on their own.
 #include <gtest/gtest.h>
 
@@ -55,4 +56,17 @@ TEST(MoeTrainer, AllToAllBytesEqualTheProgramsAndCheckpointsResumeBitIdentically
   EXPECT_EQ(count(output, "DIFFER"), 0) << output;
   EXPECT_EQ(count(output, "bit-identical"), 2 * 4 + 4) << output;  // ranks of the three layouts
   EXPECT_EQ(count(output, "ok rank"), 4) << output;
+}
+
+// The trainer never touches backend memory from the host with MoE blocks either: dp 2 ep 2
+// and tp 2 (sequence parallel) dp 2 ep 2 ZeRO 3 on the fake device of device_check equal
+// the CPU backend bit for bit.
+TEST(MoeTrainer, MoeModelsOnAFakeDeviceEqualTheCpuBackend) {
+  for (int ranks : {2, 4}) {
+    int status = -1;
+    const std::string output = run_ranks(ranks, TESSEL_DEVICE_CHECK_BINARY, "moe", status);
+    EXPECT_EQ(status, 0) << output;
+    EXPECT_EQ(count(output, "bit-identical"), ranks) << ranks << " ranks\n" << output;
+    EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+  }
 }
