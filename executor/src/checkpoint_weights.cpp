@@ -59,12 +59,17 @@ std::vector<Bucket> rank_buckets(const Plan& plan, int rank) {
   return make_tensor_layout(std::move(context))->buckets(shape.layers, shape.embedding, shape.head, shape.pad_to);
 }
 
+std::size_t bucket_group_size(const Plan& plan, const Bucket& bucket) {
+  const std::size_t gradient_group = std::size_t(plan.parallel.dp) * std::size_t(plan.parallel.sp);
+  return bucket.experts ? gradient_group / std::size_t(std::max(plan.parallel.ep, 1)) : gradient_group;
+}
+
 std::vector<BucketFileParts> bucket_file_parts(const Plan& plan, const std::vector<Bucket>& buckets) {
-  const std::size_t group = std::size_t(plan.parallel.dp) * std::size_t(plan.parallel.sp);
-  const bool shards_optimizer = plan.parallel.zero >= 1 && group > 1;
   const bool second_moment = plan.train.optimizer == Optimizer::adamw || plan.train.optimizer == Optimizer::lamb;
   std::vector<BucketFileParts> out;
   for (const Bucket& b : buckets) {
+    const std::size_t group = bucket_group_size(plan, b);
+    const bool shards_optimizer = plan.parallel.zero >= 1 && group > 1;
     BucketFileParts parts;
     const std::size_t shard = b.padded_size / group;
     const bool shards_weights = plan.parallel.zero == 3 && group > 1 && b.layer >= 0;
@@ -112,11 +117,6 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   CheckpointWeights out{Plan::from_json(meta.plan, meta_file + ": plan"), meta.step, {}};
   const Plan& plan = out.plan;
   Trainer::check(plan);
-  if (plan.model.moe.enabled()) {
-    throw Error(fmt::format("--checkpoint: {}: model {} is a Mixture-of-Experts model; gathering its experts from the "
-                            "rank files is not supported yet (tessel run --resume reads it)",
-                            meta_file, plan.model.name));
-  }
   if (meta.ranks != plan.parallel.world_size()) {
     throw Error(fmt::format("--checkpoint: {}: {} rank files for a plan of {} ranks", meta_file, meta.ranks,
                             plan.parallel.world_size()));
@@ -130,8 +130,7 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   out.whole.assign(whole_size, 0.0f);
   std::vector<bool> written(whole_size, false);
   const RankLayout layout(plan.parallel);
-  const std::size_t group = std::size_t(plan.parallel.dp) * std::size_t(plan.parallel.sp);
-  // ZeRO-3 parts of a bucket, per (gradient group, bucket): the bucket is whole when every
+  // ZeRO-3 parts of a bucket, per (its group, bucket): the bucket is whole when every
   // position of the group has brought its part.
   struct Assembling {
     std::vector<float> values;
@@ -147,13 +146,17 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
     const std::string file = (fs::path(dir) / meta.directory / rank_file_name(rank)).string();
     const std::vector<float> values =
         as_checkpoint_option([&] { return read_rank_file(file, meta.files[std::size_t(rank)], header); });
-    // Replicas over the gradient group hold the same weights: position 0 speaks for them,
-    // except for ZeRO-3 parts, which every position holds its own of.
-    const int position = layout.position_in_group(rank, kGradientAxes);
-    const int group_id = layout.group_id(rank, kGradientAxes);
+    // Replicas over the gradient group (an MoE block's experts: over the expert-data-
+    // parallel group) hold the same weights: position 0 speaks for them, except for
+    // ZeRO-3 parts, which every position holds its own of.
+    const std::vector<int> expert_data = layout.expert_data_group(rank);
     std::size_t at = 0;
     for (std::size_t i = 0; i < buckets.size(); ++i) {
       const Bucket& b = buckets[i];
+      const std::size_t group = bucket_group_size(plan, b);
+      const int position = b.experts ? int(std::find(expert_data.begin(), expert_data.end(), rank) - expert_data.begin())
+                                     : layout.position_in_group(rank, kGradientAxes);
+      const int group_id = b.experts ? expert_data.front() : layout.group_id(rank, kGradientAxes);
       if (parts[i].params > 0 && position == 0) {
         place_bucket(b, std::vector<float>(values.begin() + long(at), values.begin() + long(at + parts[i].params)),
                      c.pp == 0, whole_offsets, out.whole, written);

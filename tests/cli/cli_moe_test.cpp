@@ -52,7 +52,7 @@ TEST_F(Cli, MoePlansAreNotWrittenAsDenseLaunchConfigs) {
 // `tessel run` trains the MoE example (dp 2, ep 2) and prints the auxiliary loss next to
 // the cross-entropy; `tessel compare` on the run lines up the moe.* ops predicted and
 // measured; the checkpoint resumes, and export-weights refuses it in one line (its
-// experts have no Hugging Face names here).
+// experts have no Hugging Face names here) once it has gathered it.
 TEST_F(Cli, MoeExampleTrainsComparesAndItsCheckpointIsNotExported) {
   const std::string plan = std::string(TESSEL_SOURCE_DIR) + "/examples/local-cpu-moe-tiny.json";
   const fs::path checkpoint = dir_ / "ck";
@@ -71,7 +71,7 @@ TEST_F(Cli, MoeExampleTrainsComparesAndItsCheckpointIsNotExported) {
   EXPECT_NE(resumed.out.find("step 3 loss"), std::string::npos) << resumed.out;
   EXPECT_TRUE(is_one_line_refusal(
       run("export-weights --checkpoint " + checkpoint.string() + " --out " + (dir_ / "m.safetensors").string()),
-      "Mixture-of-Experts"));
+      "mixture-of-experts layers"));
 }
 
 // What the executor does not run with MoE (here ring self-attention; the tensor grids the

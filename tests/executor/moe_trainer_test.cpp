@@ -53,6 +53,7 @@ TEST(MoeTrainer, AllToAllBytesEqualTheProgramsAndCheckpointsResumeBitIdentically
   const std::string output = run_ranks(4, TESSEL_MOE_TRAINER_CHECK_BINARY, "", status);
   EXPECT_EQ(status, 0) << output;
   EXPECT_EQ(count(output, "  exact\n"), 5) << output;
+  EXPECT_EQ(count(output, "gathered from the files exact"), 3) << output;
   EXPECT_EQ(count(output, "DIFFER"), 0) << output;
   EXPECT_EQ(count(output, "bit-identical"), 2 * 4 + 4) << output;  // ranks of the three layouts
   EXPECT_EQ(count(output, "ok rank"), 4) << output;
