@@ -81,6 +81,7 @@ std::vector<Layout> moe_layouts() {
     out.push_back(l);
   };
   add("moe", [](Layout& l) { l.dp = 2, l.ep = 2; });
+  add("moe", [](Layout& l) { l.dp = 2, l.ep = 1, l.zero = 1; });  // the all-to-alls over one rank
   for (int zero : {1, 2, 3}) add("moe", [&](Layout& l) { l.dp = 4, l.ep = 2, l.zero = zero; });
   add("moe", [](Layout& l) { l.pp = 2, l.dp = 2, l.ep = 2, l.recompute = "full"; });
   add("moe_llama", [](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.ep = 2, l.zero = 3; });

@@ -44,7 +44,7 @@ TEST(MoeTrainer, MoeLayoutsMeasureExactlyTheProgramsOps) {
   int status = -1;
   const std::string output = run_ranks(8, TESSEL_COVERAGE_CHECK_BINARY, "moe", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 7) << output;
+  EXPECT_EQ(count(output, "  ok\n"), 8) << output;
   EXPECT_EQ(count(output, "ok rank"), 8) << output;
 }
 
