@@ -134,6 +134,10 @@ inline std::vector<Layout> moe_layouts() {
           moe("moe_llama", [](Layout& l) { l.tp = 2, l.dp = 2, l.ep = 2; }),
           moe("moe_llama", [](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.ep = 2, l.zero = 3; }),
           moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 4, l.recompute = "full"; }),
+          moe("moe_llama", [](Layout& l) {
+            l.pp = 2, l.dp = 2, l.ep = 2, l.schedule = "interleaved", l.virtual_stages = 2;
+          }),
+          moe("moe", [](Layout& l) { l.tp = 2, l.dp = 2, l.ep = 2, l.recompute = "selective", l.kernels = "fused"; }),
           // Capacity 0.5: tokens are dropped, each micro-batch routed under its own capacity.
           moe("moe", [](Layout& l) { l.dp = 2, l.ep = 2, l.capacity = 0.5; }),
           moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1, l.capacity = 0.5; })};
