@@ -13,6 +13,10 @@
 // keeps only that part of each layer's weights and gathers the layer before each use
 // (trainer_buckets.cpp). LAMB and LARS trust ratios and gradient clipping use norms
 // reduced over every rank that holds part of a tensor (trainer_optimizer.cpp).
+// Mixture-of-Experts blocks (gpt_stage.hpp): their routed experts are a bucket of their
+// own ("E{l}") whose gradients sum, and whose ZeRO states shard, over the expert-data-
+// parallel group (ProcessGrid::expert_data); the auxiliary loss joins the trained
+// objective and StepStats::aux_loss.
 // Checkpoints and whole-model views are in trainer_state.cpp.
 //
 // Precision: weights, gradients and optimizer state are fp32 (master weights); the
