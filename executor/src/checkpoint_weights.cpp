@@ -34,6 +34,9 @@ StageShape stage_shape_of(const Plan& plan, const RankCoordinates& c) {
   shape.sp_rank = c.sp;
   shape.keep_all_keys = p.recompute == Recompute::selective;
   shape.pad_to = std::size_t(p.dp) * std::size_t(p.sp);  // the gradient group
+  shape.ep = std::max(p.ep, 1);
+  shape.ep_rank = c.dp % shape.ep;
+  shape.expert_pad_to = shape.pad_to / std::size_t(shape.ep);  // the expert-data-parallel group
   const int stages = p.pp, chunks = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
   const int layers_per_chunk = plan.model.layers / (stages * chunks);
   for (int chunk = 0; chunk < chunks; ++chunk) {
@@ -56,12 +59,17 @@ std::vector<Bucket> rank_buckets(const Plan& plan, int rank) {
   return make_tensor_layout(std::move(context))->buckets(shape.layers, shape.embedding, shape.head, shape.pad_to);
 }
 
+std::size_t bucket_group_size(const Plan& plan, const Bucket& bucket) {
+  const std::size_t gradient_group = std::size_t(plan.parallel.dp) * std::size_t(plan.parallel.sp);
+  return bucket.experts ? gradient_group / std::size_t(std::max(plan.parallel.ep, 1)) : gradient_group;
+}
+
 std::vector<BucketFileParts> bucket_file_parts(const Plan& plan, const std::vector<Bucket>& buckets) {
-  const std::size_t group = std::size_t(plan.parallel.dp) * std::size_t(plan.parallel.sp);
-  const bool shards_optimizer = plan.parallel.zero >= 1 && group > 1;
   const bool second_moment = plan.train.optimizer == Optimizer::adamw || plan.train.optimizer == Optimizer::lamb;
   std::vector<BucketFileParts> out;
   for (const Bucket& b : buckets) {
+    const std::size_t group = bucket_group_size(plan, b);
+    const bool shards_optimizer = plan.parallel.zero >= 1 && group > 1;
     BucketFileParts parts;
     const std::size_t shard = b.padded_size / group;
     const bool shards_weights = plan.parallel.zero == 3 && group > 1 && b.layer >= 0;
@@ -122,8 +130,7 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   out.whole.assign(whole_size, 0.0f);
   std::vector<bool> written(whole_size, false);
   const RankLayout layout(plan.parallel);
-  const std::size_t group = std::size_t(plan.parallel.dp) * std::size_t(plan.parallel.sp);
-  // ZeRO-3 parts of a bucket, per (gradient group, bucket): the bucket is whole when every
+  // ZeRO-3 parts of a bucket, per (its group, bucket): the bucket is whole when every
   // position of the group has brought its part.
   struct Assembling {
     std::vector<float> values;
@@ -139,13 +146,17 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
     const std::string file = (fs::path(dir) / meta.directory / rank_file_name(rank)).string();
     const std::vector<float> values =
         as_checkpoint_option([&] { return read_rank_file(file, meta.files[std::size_t(rank)], header); });
-    // Replicas over the gradient group hold the same weights: position 0 speaks for them,
-    // except for ZeRO-3 parts, which every position holds its own of.
-    const int position = layout.position_in_group(rank, kGradientAxes);
-    const int group_id = layout.group_id(rank, kGradientAxes);
+    // Replicas over the gradient group (an MoE block's experts: over the expert-data-
+    // parallel group) hold the same weights: position 0 speaks for them, except for
+    // ZeRO-3 parts, which every position holds its own of.
+    const std::vector<int> expert_data = layout.expert_data_group(rank);
     std::size_t at = 0;
     for (std::size_t i = 0; i < buckets.size(); ++i) {
       const Bucket& b = buckets[i];
+      const std::size_t group = bucket_group_size(plan, b);
+      const int position = b.experts ? int(std::find(expert_data.begin(), expert_data.end(), rank) - expert_data.begin())
+                                     : layout.position_in_group(rank, kGradientAxes);
+      const int group_id = b.experts ? expert_data.front() : layout.group_id(rank, kGradientAxes);
       if (parts[i].params > 0 && position == 0) {
         place_bucket(b, std::vector<float>(values.begin() + long(at), values.begin() + long(at + parts[i].params)),
                      c.pp == 0, whole_offsets, out.whole, written);

@@ -17,7 +17,7 @@ namespace tessel::executor {
 namespace {
 // [begin, end) of `columns` in a tessel tensor `cols` wide.
 std::pair<int, int> column_range(const ModelSpec& model, HfColumns columns, int cols) {
-  const int q = model.hidden, kv = model.kv_dim(), ffn = model.ffn_hidden;
+  const int q = model.hidden, kv = model.kv_dim();
   switch (columns) {
     case HfColumns::all:
       return {0, cols};
@@ -27,10 +27,10 @@ std::pair<int, int> column_range(const ModelSpec& model, HfColumns columns, int 
       return {q, q + kv};
     case HfColumns::v:
       return {q + kv, q + 2 * kv};
-    case HfColumns::gate:
-      return {0, ffn};
+    case HfColumns::gate:  // SwiGLU's fc1 halves (an expert's of its own width)
+      return {0, cols / 2};
     case HfColumns::up:
-      return {ffn, 2 * ffn};
+      return {cols / 2, cols};
   }
   return {0, cols};
 }

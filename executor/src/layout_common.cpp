@@ -5,6 +5,7 @@
 // a zero beta and, backward, the sum of dxhat at 0 (RMSNorm has no mean term): the split
 // kernels serve both norms.
 #include "layout_impl.hpp"
+#include "tessel/core/error.hpp"
 
 namespace tessel::executor {
 
@@ -97,6 +98,21 @@ void TensorLayout::residual_norm_forward(const IdScope& ids, std::string_view re
     backend().residual(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, local_rows_, residual_cols_);
   }
   norm_forward(ids, half, out, gamma, beta, y, mean, rstd);
+}
+
+namespace {
+[[noreturn]] void moe_refused(TpMode mode) {
+  throw Error(fmt::format("parallel.tp_mode: the executor runs Mixture-of-Experts blocks in 1d tensor parallelism only, "
+                          "got {}",
+                          to_string(mode)));
+}
+}  // namespace
+
+const Buffer& TensorLayout::moe_input(const IdScope&, const HalfOps&, const Buffer&, Buffer&) { moe_refused(shape().mode); }
+void TensorLayout::moe_input_gradient(const IdScope&, const HalfOps&, Buffer&, Buffer&) { moe_refused(shape().mode); }
+void TensorLayout::moe_output(const IdScope&, const HalfOps&, Buffer&, Buffer&) { moe_refused(shape().mode); }
+const Buffer& TensorLayout::moe_output_gradient(const IdScope&, const HalfOps&, const Buffer&, Buffer&) {
+  moe_refused(shape().mode);
 }
 
 CRef TensorLayout::final_norm_beta(const Bucket& rest, CRef params) const {

@@ -45,6 +45,14 @@ class MegatronLayout final : public TensorLayout {
       const auto [after_late, after_biases] = place_layer(b, model(), l, {whole, by_columns, by_columns, by_rows});
       b.partial_prefix = sequence_parallel_ ? after_late : 0;
       b.pad(pad_to);
+      if (model().moe.is_moe_layer(l)) {
+        // The routed experts this rank's ep position holds, each split over tp like fc1 and fc2.
+        Bucket& experts = out.emplace_back();
+        experts.layer = l, experts.experts = true;
+        const int local = model().moe.experts / shape().ep;
+        place_experts(experts, model(), l, shape().ep_rank * local, local, {whole, by_columns, by_columns, by_rows});
+        experts.pad(shape().expert_pad_to);
+      }
     }
     if (embedding || head) {
       Bucket& b = out.emplace_back();
@@ -160,6 +168,22 @@ class MegatronLayout final : public TensorLayout {
     bound(dx, context_.compute).resize(std::size_t(rows_) * in_local);
     backend().gemm(Stream::compute, gemm(false, true, rows_, in_local, out, whole.cref(), w, 0.0f, dx.ref()));
     backend().gemm(Stream::compute, gemm(true, false, in_local, out, rows_, x.cref(), whole.cref(), 1.0f, kernels::f32(dw)));
+  }
+
+  const Buffer& moe_input(const IdScope& ids, const HalfOps& half, const Buffer& x, Buffer& kept) override {
+    return sequence_parallel_ ? gather_rows(ids(half.tp_all_gather), x, bound(kept, context_.compute)) : x;
+  }
+
+  void moe_input_gradient(const IdScope& ids, const HalfOps& half, Buffer& partial, Buffer& dx) override {
+    reduce_partial(ids(sequence_parallel_ ? half.tp_all_gather : half.tp_all_reduce), partial, dx);
+  }
+
+  void moe_output(const IdScope& ids, const HalfOps& half, Buffer& partial, Buffer& y) override {
+    reduce_partial(ids(sequence_parallel_ ? half.tp_reduce_scatter : half.tp_all_reduce), partial, y);
+  }
+
+  const Buffer& moe_output_gradient(const IdScope& ids, const HalfOps& half, const Buffer& dy, Buffer& whole) override {
+    return sequence_parallel_ ? gather_rows(ids(half.tp_reduce_scatter), dy, whole) : dy;
   }
 
   void embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, CRef params, Buffer& x) override {

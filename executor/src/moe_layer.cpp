@@ -17,8 +17,9 @@ CRef f32_cref(const float* p) { return {p, DType::f32}; }
 Ref f32_ref(float* p) { return {p, DType::f32}; }
 }  // namespace
 
-MoeLayer::MoeLayer(kernels::Backend& backend, MoeShape shape, Communicator& ep, OpTimeline& timeline)
-    : backend_(backend), shape_(shape), ep_(ep), timeline_(timeline) {
+MoeLayer::MoeLayer(kernels::Backend& backend, MoeShape shape, Communicator& ep, OpTimeline& timeline,
+                   Communicator* tensor)
+    : backend_(backend), shape_(shape), ep_(ep), timeline_(timeline), tensor_(tensor && tensor->size() > 1 ? tensor : nullptr) {
   if (shape_.experts <= 0 || shape_.experts % ep_.size() != 0) {
     throw Error(fmt::format("moe: {} experts cannot be sharded over ep {} (ep must divide experts)", shape_.experts,
                             ep_.size()));
@@ -45,12 +46,14 @@ void MoeLayer::linear(CRef in, const float* weight, int rows, int in_width, int 
 }
 
 void MoeLayer::linear_backward(CRef in, const float* weight, float* weight_grad, CRef dout, int rows, int in_width,
-                               int out_width, Ref din, float beta) {
+                               int out_width, Ref din, float beta, bool input_gradient) {
   if (rows == 0) return;
-  kernels::Gemm input;
-  input.transpose_b = true, input.m = rows, input.n = in_width, input.k = out_width;
-  input.a = dout, input.b = f32_cref(weight), input.c = din, input.beta = beta;
-  backend_.gemm(kCompute, input);
+  if (input_gradient) {
+    kernels::Gemm input;
+    input.transpose_b = true, input.m = rows, input.n = in_width, input.k = out_width;
+    input.a = dout, input.b = f32_cref(weight), input.c = din, input.beta = beta;
+    backend_.gemm(kCompute, input);
+  }
   kernels::Gemm weights;
   weights.transpose_a = true, weights.m = in_width, weights.n = out_width, weights.k = rows;
   weights.a = in, weights.b = dout, weights.c = f32_ref(weight_grad), weights.beta = 1.0f;
@@ -139,8 +142,11 @@ void MoeLayer::reorder_blocks(const Buffer& from, Buffer& to, const MoeActivatio
 void MoeLayer::move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows) {
   const std::size_t h = std::size_t(shape_.hidden);
   std::vector<std::size_t> send(a.send_rows.size()), recv(a.recv_rows.size());
-  std::size_t incoming = 0;
-  for (std::size_t q = 0; q < send.size(); ++q) send[q] = a.send_rows[q] * h, recv[q] = a.recv_rows[q] * h, incoming += recv[q];
+  std::size_t incoming = 0, outgoing = 0;
+  for (std::size_t q = 0; q < send.size(); ++q) {
+    send[q] = a.send_rows[q] * h, recv[q] = a.recv_rows[q] * h, incoming += recv[q], outgoing += send[q];
+  }
+  traffic_.token_side_bytes += double(outgoing) * sizeof(float);
   unpack_.resize(incoming);
   ep_.all_to_all_v(token_rows.data(), send, unpack_.data(), recv, DType::f32);
   reorder_blocks(unpack_, expert_rows, a, true);
@@ -150,8 +156,11 @@ void MoeLayer::move_to_tokens(const Buffer& expert_rows, const MoeActivations& a
   const std::size_t h = std::size_t(shape_.hidden);
   reorder_blocks(expert_rows, pack_, a, false);
   std::vector<std::size_t> send(a.recv_rows.size()), recv(a.send_rows.size());
-  std::size_t incoming = 0;
-  for (std::size_t q = 0; q < send.size(); ++q) send[q] = a.recv_rows[q] * h, recv[q] = a.send_rows[q] * h, incoming += recv[q];
+  std::size_t incoming = 0, outgoing = 0;
+  for (std::size_t q = 0; q < send.size(); ++q) {
+    send[q] = a.recv_rows[q] * h, recv[q] = a.send_rows[q] * h, incoming += recv[q], outgoing += send[q];
+  }
+  traffic_.expert_side_bytes += double(outgoing) * sizeof(float);
   token_rows.resize(incoming);
   ep_.all_to_all_v(pack_.data(), send, token_rows.data(), recv, DType::f32);
 }

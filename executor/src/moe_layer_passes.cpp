@@ -29,7 +29,7 @@ void MoeLayer::experts_forward(const std::string& prefix, const float* params, M
   {
     auto timed = timeline_.time(id(prefix, ops::moe_expert_fc1));
     for (int le = 0; le < local; ++le) {
-      const float* fc1 = params + expert_offset(le);
+      const float* fc1 = params + local_expert_offset(le);
       linear(a.expert_in.at(std::int64_t(first[std::size_t(le)]) * h), fc1, rows[std::size_t(le)], h, f1,
              a.expert_pre.at(std::int64_t(first[std::size_t(le)]) * f1), 0.0f);
     }
@@ -40,7 +40,7 @@ void MoeLayer::experts_forward(const std::string& prefix, const float* params, M
   }
   auto timed = timeline_.time(id(prefix, ops::moe_expert_fc2));
   for (int le = 0; le < local; ++le) {
-    const float* fc2 = params + expert_offset(le) + std::size_t(h) * std::size_t(f1);
+    const float* fc2 = params + local_expert_offset(le) + std::size_t(h) * std::size_t(f1);
     linear(a.expert_act.at(std::int64_t(first[std::size_t(le)]) * f), fc2, rows[std::size_t(le)], f, h,
            out.at(std::int64_t(first[std::size_t(le)]) * h), 0.0f);
   }
@@ -61,7 +61,7 @@ void MoeLayer::experts_backward(const std::string& prefix, const float* params, 
   {
     auto timed = timeline_.time(id(prefix, ops::moe_expert_fc2));
     for (int le = 0; le < local; ++le) {
-      const std::size_t fc2 = expert_offset(le) + std::size_t(h) * std::size_t(f1);
+      const std::size_t fc2 = local_expert_offset(le) + std::size_t(h) * std::size_t(f1);
       const std::int64_t r0 = first[std::size_t(le)];
       linear_backward(a.expert_act.at(r0 * f), params + fc2, grads + fc2, dout.at(r0 * h), rows[std::size_t(le)], f, h,
                       dact_.at(r0 * f), 0.0f);
@@ -73,15 +73,16 @@ void MoeLayer::experts_backward(const std::string& prefix, const float* params, 
   }
   auto timed = timeline_.time(id(prefix, ops::moe_expert_fc1));
   for (int le = 0; le < local; ++le) {
-    const std::size_t fc1 = expert_offset(le);
+    const std::size_t fc1 = local_expert_offset(le);
     const std::int64_t r0 = first[std::size_t(le)];
     linear_backward(a.expert_in.at(r0 * h), params + fc1, grads + fc1, dpre_.at(r0 * f1), rows[std::size_t(le)], h, f1,
                     din.at(r0 * h), 0.0f);
   }
 }
 
-double MoeLayer::forward(const std::string& prefix, const float* params, const Buffer& x, int tokens, Buffer& y,
+double MoeLayer::forward(const std::string& prefix, const MoeWeights& weights, const Buffer& x, int tokens, Buffer& y,
                          MoeActivations& a) {
+  const float* params = weights.dense;
   const int h = shape_.hidden, experts = shape_.experts;
   {
     auto timed = timeline_.time(id(prefix, ops::moe_router));
@@ -103,7 +104,7 @@ double MoeLayer::forward(const std::string& prefix, const float* params, const B
     a.expert_in.bind(backend_, DType::f32);
     move_to_experts(token_rows_, a, a.expert_in);
   }
-  experts_forward(prefix, params, a, expert_out_);
+  experts_forward(prefix, weights.experts, a, expert_out_);
   {
     auto timed = timeline_.time(id(prefix, ops::moe_combine));
     a.returned.bind(backend_, DType::f32);
@@ -134,8 +135,10 @@ double MoeLayer::forward(const std::string& prefix, const float* params, const B
   return r.aux_loss;
 }
 
-void MoeLayer::backward(const std::string& prefix, const float* params, float* grads, const Buffer& x,
-                        MoeActivations& a, const Buffer& dy, Buffer& dx, float aux_loss_scale) {
+void MoeLayer::backward(const std::string& prefix, const MoeWeights& weights, const MoeGradients& gradients,
+                        const Buffer& x, MoeActivations& a, const Buffer& dy, Buffer& dx, float aux_loss_scale) {
+  const float* params = weights.dense;
+  float* grads = gradients.dense;
   const int h = shape_.hidden, tokens = a.routing.tokens;
   const MoeRouting& r = a.routing;
   const std::size_t kept = r.row_token.size();
@@ -169,6 +172,8 @@ void MoeLayer::backward(const std::string& prefix, const float* params, float* g
     if (kept > 0) {
       delta_.resize(kept);
       backend_.attention_delta(kCompute, token_rows_.cref(), a.returned.cref(), delta_.f32(), std::int64_t(kept), h);
+      // Under tensor parallelism the expert outputs are partial sums: so are their dots.
+      if (tensor_) tensor_->all_reduce(delta_);
       const std::vector<float> row_dot = delta_.download();
       for (std::size_t assignment = 0; assignment < r.slot.size(); ++assignment) {
         if (r.slot[assignment] >= 0) gate_gradient[assignment] = row_dot[std::size_t(r.slot[assignment])];
@@ -179,7 +184,7 @@ void MoeLayer::backward(const std::string& prefix, const float* params, float* g
                              1, h, false);
     move_to_experts(token_rows_, a, expert_out_);
   }
-  experts_backward(prefix, params, grads, a, expert_out_, expert_grad_);
+  experts_backward(prefix, weights.experts, gradients.experts, a, expert_out_, expert_grad_);
   {
     auto timed = timeline_.time(id(prefix, ops::moe_dispatch));
     move_to_tokens(expert_grad_, a, token_rows_);
@@ -187,7 +192,10 @@ void MoeLayer::backward(const std::string& prefix, const float* params, float* g
   }
   auto timed = timeline_.time(id(prefix, ops::moe_router));
   logits_.upload(route_backward(r, gate_gradient, aux_loss_scale));
-  linear_backward(x.cref(), params, grads, logits_.cref(), tokens, h, shape_.experts, dx.ref(), 1.0f);
+  // Every tensor rank holds the router's whole input gradient: rank 0 adds it to the
+  // partial sums the caller reduces.
+  linear_backward(x.cref(), params, grads, logits_.cref(), tokens, h, shape_.experts, dx.ref(), 1.0f,
+                  !tensor_ || tensor_->rank() == 0);
 }
 
 }  // namespace tessel::executor

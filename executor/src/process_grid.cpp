@@ -36,6 +36,14 @@ ProcessGrid::ProcessGrid(const ParallelConfig& p, Communicator& world, Communica
   const std::vector<int> ends = layout_.embedding_group(rank);
   embedding_ = devices.split(ends.front(), int(std::find(ends.begin(), ends.end(), rank) - ends.begin()));
   embedding_->set_stream(Stream::dp_comm);
+  auto split_members = [&](CommGroup group, Stream stream) {
+    const std::vector<int> members = layout_.members(rank, group);
+    auto out = devices.split(members.front(), int(std::find(members.begin(), members.end(), rank) - members.begin()));
+    out->set_stream(stream);
+    return out;
+  };
+  expert_parallel_ = split_members(CommGroup::ep, Stream::tp_comm);
+  expert_data_ = split_members(CommGroup::expert_dp, Stream::dp_comm);
 }
 
 }  // namespace tessel::executor

@@ -36,6 +36,16 @@ bool has_layer_tensor(const ModelSpec& model, LayerTensor tensor) {
   }
 }
 
+bool has_layer_tensor(const ModelSpec& model, int layer, LayerTensor tensor) {
+  if (model.moe.is_moe_layer(layer) &&
+      (tensor == kFc1Weight || tensor == kFc2Weight || tensor == kFc1Bias || tensor == kFc2Bias)) {
+    return false;
+  }
+  return has_layer_tensor(model, tensor);
+}
+
+int mlp_in_columns(const ModelSpec& model, int ffn) { return model.activation == Activation::swiglu ? 2 * ffn : ffn; }
+
 int qkv_columns(const ModelSpec& model) { return model.hidden + 2 * model.kv_dim(); }
 int fc1_columns(const ModelSpec& model) {
   return model.activation == Activation::swiglu ? 2 * model.ffn_hidden : model.ffn_hidden;
@@ -81,8 +91,9 @@ void Bucket::place(std::string name, int rows, const Cut& cut, std::vector<int> 
 std::pair<std::size_t, std::size_t> place_layer(Bucket& b, const ModelSpec& model, int layer, const LayerCuts& cuts) {
   const int C = model.hidden, F = model.ffn_hidden;
   const std::string L = fmt::format("L{}.", layer);
+  const bool moe = model.moe.is_moe_layer(layer);
   for (LayerTensor t : {kLn1Gain, kLn1Bias, kProjBias, kLn2Gain, kLn2Bias, kFc2Bias}) {
-    if (has_layer_tensor(model, t)) b.place(L + std::string(layer_tensor_name(t)), 1, C, cuts.late_vectors);
+    if (has_layer_tensor(model, layer, t)) b.place(L + std::string(layer_tensor_name(t)), 1, C, cuts.late_vectors);
   }
   const std::size_t after_late = b.size;
   const int fc1_groups = model.activation == Activation::swiglu ? 2 : 1;
@@ -92,14 +103,33 @@ std::pair<std::size_t, std::size_t> place_layer(Bucket& b, const ModelSpec& mode
   };
   if (model.bias) {
     place_qkv(L + "attn.qkv.bias", 1, cuts.early_biases);
-    b.place(L + "mlp.fc1.bias", 1, fc1_columns(model), cuts.early_biases, fc1_groups);
+    if (!moe) b.place(L + "mlp.fc1.bias", 1, fc1_columns(model), cuts.early_biases, fc1_groups);
   }
   const std::size_t after_biases = b.size;
   place_qkv(L + "attn.qkv.weight", C, cuts.in_weights);
   b.place(L + "attn.proj.weight", C, C, cuts.out_weights);
-  b.place(L + "mlp.fc1.weight", C, fc1_columns(model), cuts.in_weights, fc1_groups);
-  b.place(L + "mlp.fc2.weight", F, C, cuts.out_weights);
+  if (!moe) {
+    b.place(L + "mlp.fc1.weight", C, fc1_columns(model), cuts.in_weights, fc1_groups);
+    b.place(L + "mlp.fc2.weight", F, C, cuts.out_weights);
+    return {after_late, after_biases};
+  }
+  b.place(L + "moe.router.weight", C, model.moe.experts, cuts.late_vectors);
+  const int shared = model.moe.shared_experts * model.moe.expert_ffn_hidden;
+  if (shared > 0) {
+    b.place(L + "moe.shared.fc1.weight", C, mlp_in_columns(model, shared), cuts.in_weights, fc1_groups);
+    b.place(L + "moe.shared.fc2.weight", shared, C, cuts.out_weights);
+  }
   return {after_late, after_biases};
+}
+
+void place_experts(Bucket& b, const ModelSpec& model, int layer, int first_expert, int count, const LayerCuts& cuts) {
+  const int C = model.hidden, f = model.moe.expert_ffn_hidden;
+  const int fc1_groups = model.activation == Activation::swiglu ? 2 : 1;
+  for (int e = first_expert; e < first_expert + count; ++e) {
+    const std::string E = fmt::format("L{}.moe.expert{}.", layer, e);
+    b.place(E + "fc1.weight", C, mlp_in_columns(model, f), cuts.in_weights, fc1_groups);
+    b.place(E + "fc2.weight", f, C, cuts.out_weights);
+  }
 }
 
 std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model) {
@@ -119,6 +149,19 @@ std::vector<TensorSlot> whole_model_tensors(const ModelSpec& model) {
     if (model.bias) add(L + "attn.proj.bias", 1, C);
     add(L + "ln2.gain", 1, C);
     if (layer_norm) add(L + "ln2.bias", 1, C);
+    if (model.moe.is_moe_layer(l)) {
+      const int f = model.moe.expert_ffn_hidden, shared = model.moe.shared_experts * f;
+      add(L + "moe.router.weight", C, model.moe.experts);
+      if (shared > 0) {
+        add(L + "moe.shared.fc1.weight", C, mlp_in_columns(model, shared));
+        add(L + "moe.shared.fc2.weight", shared, C);
+      }
+      for (int e = 0; e < model.moe.experts; ++e) {
+        add(fmt::format("{}moe.expert{}.fc1.weight", L, e), C, mlp_in_columns(model, f));
+        add(fmt::format("{}moe.expert{}.fc2.weight", L, e), f, C);
+      }
+      continue;
+    }
     add(L + "mlp.fc1.weight", C, fc1_columns(model));
     if (model.bias) add(L + "mlp.fc1.bias", 1, fc1_columns(model));
     add(L + "mlp.fc2.weight", F, C);

@@ -60,11 +60,7 @@ void Trainer::check_model_shape(const Plan& plan) {
                     m.kv_heads == m.heads && m.bias;
   const bool llama = m.activation == Activation::swiglu && m.norm == Norm::rmsnorm &&
                      m.position_embedding == PositionEmbedding::rope && !m.tied_embeddings && !m.bias;
-  if (m.moe.enabled()) {
-    throw Error(fmt::format("model {}: moe: the executor does not train Mixture-of-Experts models yet (the MoE MLP and "
-                            "expert parallelism run as a unit, executor/src/moe_layer.cpp, not yet inside the layouts)",
-                            m.name));
-  }
+  if (m.moe.enabled()) check_moe(plan);
   if (!gpt2 && !llama) {
     throw Error(fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "
                             "tied embeddings, biases, kv_heads == heads) or LLaMA-shaped ones (swiglu, rmsnorm, rope, "
@@ -80,6 +76,39 @@ void Trainer::check_model_shape(const Plan& plan) {
     throw Error(fmt::format("model.kv_heads: {} is not divisible by parallel.tp {} (1d tensor parallelism splits the "
                             "key and value heads)",
                             m.kv_heads, p.tp));
+  }
+}
+
+// Mixture-of-Experts models train in 1D tensor parallelism (with or without sequence
+// parallel), data, pipeline and expert parallelism, ZeRO 0-3, recompute, fp32, AdamW:
+// the planner refuses the tensor grids with MoE too; the rest is refused by name.
+void Trainer::check_moe(const Plan& plan) {
+  const ParallelConfig& p = plan.parallel;
+  const ModelSpec& m = plan.model;
+  if (p.tp > 1 && p.tp_mode != TpMode::d1) {
+    throw Error(fmt::format("parallel.tp_mode: the executor runs Mixture-of-Experts models in 1d tensor parallelism "
+                            "only (the planner refuses the grids with MoE too), got {}",
+                            to_string(p.tp_mode)));
+  }
+  if (p.sp != 1) {
+    throw Error(fmt::format("parallel.sp: the executor does not run ring self-attention with Mixture-of-Experts "
+                            "models (each rank would route a block of every sequence), got sp {}",
+                            p.sp));
+  }
+  if (plan.train.precision != Precision::fp32) {
+    throw Error(fmt::format("train.precision: the executor trains Mixture-of-Experts models in fp32, got {}",
+                            to_string(plan.train.precision)));
+  }
+  if (plan.train.optimizer != Optimizer::adamw) {
+    throw Error(fmt::format("train.optimizer: the executor trains Mixture-of-Experts models with adamw, got {}",
+                            to_string(plan.train.optimizer)));
+  }
+  if (p.ep < 1 || p.dp % p.ep != 0 || m.moe.experts % p.ep != 0) {
+    throw Error(fmt::format("parallel.ep: {} must divide dp {} and the model's {} experts", p.ep, p.dp, m.moe.experts));
+  }
+  if (m.moe.expert_ffn_hidden % p.tp != 0) {
+    throw Error(fmt::format("parallel.tp: model moe.expert_ffn_hidden {} is not divisible by tp {}",
+                            m.moe.expert_ffn_hidden, p.tp));
   }
 }
 
@@ -110,7 +139,8 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   allocate_activations();
   for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32);
   for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(backend_, DType::f64);
-  for (Buffer* b : {&gathered_weights_, &layer_grads_, &shard_scratch_, &clip_factor_, &piece_norms_}) {
+  for (Buffer* b : {&gathered_weights_, &layer_grads_, &shard_scratch_, &clip_factor_, &piece_norms_,
+                    &gathered_experts_, &expert_grads_}) {
     b->bind(backend_, DType::f32);
   }
   gathered_compute_.bind(backend_, compute_);
@@ -127,23 +157,33 @@ void Trainer::build_stage(const ProcessGrid& grid) {
                         shape_,
                         p.micro_batch,
                         plan_.seq_len() / p.sp,
-                        StageComms{grid_.tp(), grid_.sp(), grid_.tp_row(), grid_.tp_col(), grid_.tp_depth()},
+                        StageComms{grid_.tp(), grid_.sp(), grid_.tp_row(), grid_.tp_col(), grid_.tp_depth(),
+                                   &grid_.expert_parallel()},
                         backend_,
                         timeline_,
                         compute_};
-  stage_ = std::make_unique<GptStage>(std::move(context), plan_.train.kernels == Kernels::fused
-                                                              ? AttentionForm::fused
-                                                              : AttentionForm::materialized);
+  stage_ = std::make_unique<GptStage>(
+      std::move(context), plan_.train.kernels == Kernels::fused ? AttentionForm::fused : AttentionForm::materialized,
+      options_.moe_aux_coefficient);
 }
 
 void Trainer::initialise_weights() {
   const ModelSpec& model = plan_.model;
   bucket_of_layer_.assign(std::size_t(model.layers), -1);
+  expert_bucket_of_layer_.assign(std::size_t(model.layers), -1);
   for (Bucket& layout : stage_->layout().buckets(shape_.layers, shape_.embedding, shape_.head, shape_.pad_to)) {
     BucketState& b = buckets_.emplace_back();
-    b.name = layout.layer >= 0 ? ops::layer_bucket_name(layout.layer) : std::string(ops::kStageBucket);
-    if (layout.layer >= 0) bucket_of_layer_[std::size_t(layout.layer)] = int(buckets_.size() - 1);
-    else rest_bucket_ = int(buckets_.size() - 1);
+    b.group = layout.experts ? &grid_.expert_data() : &grid_.gradients();
+    if (layout.experts) {
+      b.name = ops::expert_bucket_name(layout.layer);
+      expert_bucket_of_layer_[std::size_t(layout.layer)] = int(buckets_.size() - 1);
+    } else if (layout.layer >= 0) {
+      b.name = ops::layer_bucket_name(layout.layer);
+      bucket_of_layer_[std::size_t(layout.layer)] = int(buckets_.size() - 1);
+    } else {
+      b.name = std::string(ops::kStageBucket);
+      rest_bucket_ = int(buckets_.size() - 1);
+    }
     b.layout = std::move(layout);
     for (Buffer* buffer : {&b.params, &b.grads, &b.param_shard, &b.grad_shard, &b.moment1, &b.moment2, &b.update}) {
       buffer->bind(backend_, DType::f32);
@@ -162,8 +202,8 @@ void Trainer::initialise_weights() {
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { whole_bucket[t.offset + l] = whole[w]; });
     }
     if (shards_weights(b)) {
-      b.param_shard.upload(std::vector<float>(whole_bucket.begin() + long(group_rank_ * shard_size(b)),
-                                              whole_bucket.begin() + long((group_rank_ + 1) * shard_size(b))));
+      b.param_shard.upload(std::vector<float>(whole_bucket.begin() + long(group_rank(b) * shard_size(b)),
+                                              whole_bucket.begin() + long((group_rank(b) + 1) * shard_size(b))));
     } else {
       b.params.upload(whole_bucket);
       refresh_compute_weights(b);
@@ -171,7 +211,7 @@ void Trainer::initialise_weights() {
     b.moment1.assign(owned_size(b), 0.0f);
     const bool second_moment = plan_.train.optimizer == Optimizer::adamw || plan_.train.optimizer == Optimizer::lamb;
     b.moment2.assign(second_moment ? owned_size(b) : 0, 0.0f);
-    if (shards_optimizer()) b.grad_shard.assign(shard_size(b), 0.0f);
+    if (shards_optimizer(b)) b.grad_shard.assign(shard_size(b), 0.0f);
   }
 }
 
@@ -262,8 +302,14 @@ StepStats Trainer::step() {
   // replica's share of the sequences (a block of each with sequence parallel).
   const int tokens_here = loader_.sequences_per_rank() * plan_.seq_len() / plan_.parallel.sp;
   float loss = shape_.head && stage_->reports_loss() ? float(loss_sum / tokens_here) : 0.0f;
-  grid_.world().all_reduce(&loss, 1);
-  stats.loss = loss / float(plan_.parallel.dp * plan_.parallel.sp);
+  // MoE: each micro-batch's auxiliary losses, counted on tensor rank 0 (every tensor rank
+  // routes the same tokens), averaged over the global batch's micro-batches.
+  const double aux_sum = stage_->take_aux_loss_sum();
+  const double aux_here = shape_.tp_rank == 0 ? aux_sum / micro_batches_ : 0.0;
+  float scalars[2] = {loss, float(aux_here)};
+  grid_.world().all_reduce(scalars, 2);
+  stats.loss = scalars[0] / float(plan_.parallel.dp * plan_.parallel.sp);
+  stats.aux_loss = scalars[1] / float(plan_.parallel.dp);
   stats.gradient_norm = float(std::sqrt(norm_sq));
   timeline_.resolve();
   ++step_;
@@ -297,6 +343,8 @@ void Trainer::forward_backward() {
   // the global batch, which the data-parallel sum completes.
   grad_scale_ = 1.0f / float(std::size_t(loader_.sequences_per_rank()) * std::size_t(plan_.seq_len()) *
                              std::size_t(plan_.parallel.dp));
+  // The auxiliary loss is a mean over the global batch's micro-batches.
+  stage_->set_aux_loss_scale(1.0f / float(micro_batches_ * plan_.parallel.dp));
   for (const PipelineStep& step : schedule_) {
     if (step.pass == Pass::forward) run_forward(step, tokens_.i32(), targets_.i32());
     else run_backward(step, tokens_.i32(), targets_.i32());

@@ -16,13 +16,20 @@ void Trainer::refresh_compute_weights(BucketState& b) {
   backend_.convert(Stream::compute, b.params_compute.ref(), b.params.cref(), std::int64_t(b.params.size()));
 }
 
+std::string Trainer::zero_op_id(const BucketState& b, int mb, ops::Phase phase, std::string_view op) const {
+  return b.layout.experts ? ops::expert_op_id(mb, b.layout.layer, phase, op)
+                          : ops::block_op_id(mb, b.layout.layer, phase, op);
+}
+
 CRef Trainer::layer_weights(BucketState& b, int mb, ops::Phase phase) {
   if (!shards_weights(b)) return compute_weights(b);
-  Communicator& group = grid_.gradients();
-  auto timed = timeline_.time(ops::block_op_id(mb, b.layout.layer, phase, ops::zero_all_gather), group.stream());
-  gathered_weights_.resize(b.layout.padded_size);
-  group.all_gather(b.param_shard.data(), gathered_weights_.data(), shard_size(b), DType::f32);
-  if (compute_ == DType::f32) return gathered_weights_.cref();
+  Communicator& group = *b.group;
+  auto timed = timeline_.time(zero_op_id(b, mb, phase, ops::zero_all_gather), group.stream());
+  // An MoE block's experts have a buffer of their own (MoE computes in fp32).
+  Buffer& gathered = b.layout.experts ? gathered_experts_ : gathered_weights_;
+  gathered.resize(b.layout.padded_size);
+  group.all_gather(b.param_shard.data(), gathered.data(), shard_size(b), DType::f32);
+  if (compute_ == DType::f32 || b.layout.experts) return gathered.cref();
   gathered_compute_.resize(gathered_weights_.size());
   backend_.convert(Stream::compute, gathered_compute_.ref(), gathered_weights_.cref(), std::int64_t(gathered_weights_.size()));
   return gathered_compute_.cref();
@@ -32,11 +39,11 @@ void Trainer::bucket_gradients_done(BucketState& b) {
   TensorLayout& layout = stage_->layout();
   layout.sum_partial_gradients(b.layout, b.grads.f32());
   layout.sum_depth_gradients(b.grads.f32(), b.layout.size);
-  if (group_ == 1) return;
-  Communicator& group = grid_.gradients();
+  if (group_size(b) == 1) return;
+  Communicator& group = *b.group;
   backend_.wait_for(group.stream(), Stream::compute);  // the sync starts when the bucket's gradients are ready
   b.sync_start = timeline_.mark(group.stream());
-  if (shards_optimizer()) {
+  if (shards_optimizer(b)) {
     b.sync_op = ops::bucket_sync_id(b.name, ops::grad_reduce_scatter);
     b.sync = group.reduce_scatter_async(b.grads.data(), b.grad_shard.data(), shard_size(b), DType::f32);
   } else {
@@ -59,10 +66,10 @@ void Trainer::wait_for_syncs() {
 }
 
 void Trainer::gather_updated_weights() {
-  if (shards_optimizer()) {
-    Communicator& group = grid_.gradients();
+  if (plan_.parallel.zero >= 1) {
     for (BucketState& b : buckets_) {
-      if (shards_weights(b)) continue;  // ZeRO 3 gathers layers when they run
+      if (!shards_optimizer(b) || shards_weights(b)) continue;  // ZeRO 3 gathers layers when they run
+      Communicator& group = *b.group;
       auto timed = timeline_.time(ops::bucket_gather_id(b.name), group.stream());
       shard_scratch_.resize(shard_size(b));
       backend_.copy(Stream::compute, shard_scratch_.data(), owned_params(b), shard_scratch_.bytes());

@@ -13,7 +13,7 @@ std::vector<kernels::Segment> Trainer::counted_segments(BucketState& b) const {
   // data-parallel replica otherwise, replicated tensors on tensor rank 0, the tied
   // embedding on its first stage.
   std::vector<kernels::Segment> segments;
-  if (!shards_optimizer() && group_rank_ != 0) return segments;
+  if (!shards_optimizer(b) && group_rank(b) != 0) return segments;
   const std::size_t first = owned_offset(b), size = owned_size(b);
   for (const TensorSlot& t : b.layout.tensors) {
     const std::size_t lo = std::max(first, t.offset), hi = std::min(first + size, t.offset + t.size());

@@ -40,6 +40,9 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
     BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
     const CRef weights = layer_weights(b, mb, ops::Phase::fwd);
+    const int expert_bucket = expert_bucket_of_layer_[std::size_t(l)];
+    const CRef experts =
+        expert_bucket >= 0 ? layer_weights(buckets_[std::size_t(expert_bucket)], mb, ops::Phase::fwd) : CRef{};
     // What the backward will need: everything (none), all but the probabilities
     // (selective), the input only (full); packed into the storage type when it differs.
     LayerActivations& kept = kept_[slot][here];
@@ -53,14 +56,14 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
       } else {
         kept.x.copy_from(x);
       }
-      stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x);
+      stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x, experts);
     } else if (packs_activations_) {
-      stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x);
+      stage_->layer_forward(mb, l, PassKind::forward, weights, recompute_scratch_, probs_scratch_, x, experts);
       pack(recompute_scratch_, recompute == Recompute::none && materialized ? &probs_scratch_ : nullptr,
            packed_[slot][here]);
     } else {
       Buffer& probs = recompute == Recompute::none && materialized ? kept_probs_[slot][here] : probs_scratch_;
-      stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs, x);
+      stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs, x, experts);
     }
   }
   if (vs == virtual_stages - 1) {
@@ -102,6 +105,15 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       layer_grads_.assign(b.layout.padded_size, 0.0f);
       grads = layer_grads_.f32();
     }
+    // An MoE block's experts: their own bucket, weights and gradients.
+    const int expert_index = expert_bucket_of_layer_[std::size_t(l)];
+    BucketState* eb = expert_index >= 0 ? &buckets_[std::size_t(expert_index)] : nullptr;
+    const CRef experts = eb ? layer_weights(*eb, mb, ops::Phase::bwd) : CRef{};
+    float* expert_grads = eb ? eb->grads.f32() : nullptr;
+    if (eb && shards_weights(*eb)) {
+      expert_grads_.assign(eb->layout.padded_size, 0.0f);
+      expert_grads = expert_grads_.f32();
+    }
     LayerActivations& kept = kept_[slot][here];
     if (recompute == Recompute::full) {
       if (packs_activations_) {
@@ -111,8 +123,9 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       } else {
         recompute_out_.copy_from(kept.x);
       }
-      stage_->layer_forward(mb, l, PassKind::recompute, weights, recompute_scratch_, probs_scratch_, recompute_out_);
-      stage_->layer_backward(mb, l, weights, grads, recompute_scratch_, probs_scratch_, dx);
+      stage_->layer_forward(mb, l, PassKind::recompute, weights, recompute_scratch_, probs_scratch_, recompute_out_,
+                            experts);
+      stage_->layer_backward(mb, l, weights, grads, recompute_scratch_, probs_scratch_, dx, experts, expert_grads);
     } else {
       // Packed: unpacked into the scratch set, the one place this backward reads from.
       LayerActivations& a = packs_activations_ ? recompute_scratch_ : kept;
@@ -121,20 +134,11 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       }
       if (recompute == Recompute::selective && materialized) stage_->recompute_probabilities(mb, l, a, probs_scratch_);
       const bool kept_probs = recompute == Recompute::none && materialized && !packs_activations_;
-      stage_->layer_backward(mb, l, weights, grads, a, kept_probs ? kept_probs_[slot][here] : probs_scratch_, dx);
+      stage_->layer_backward(mb, l, weights, grads, a, kept_probs ? kept_probs_[slot][here] : probs_scratch_, dx,
+                             experts, expert_grads);
     }
-    if (shards_weights(b)) {
-      // ZeRO 3: this micro-batch's layer gradient goes to its owners at once.
-      stage_->layout().sum_partial_gradients(b.layout, grads);
-      Communicator& group = grid_.gradients();
-      auto timed = timeline_.time(ops::block_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter), group.stream());
-      shard_scratch_.resize(shard_size(b));
-      group.reduce_scatter(grads, shard_scratch_.data(), shard_size(b), DType::f32);
-      backend_.add(Stream::compute, b.grad_shard.ref(), b.grad_shard.cref(), shard_scratch_.cref(),
-             std::int64_t(shard_scratch_.size()));
-    } else if (last_backward_of_chunk) {
-      bucket_gradients_done(b);
-    }
+    layer_gradients_done(b, grads, mb, last_backward_of_chunk);
+    if (eb) layer_gradients_done(*eb, expert_grads, mb, last_backward_of_chunk);
   }
   free_slots_.push_back(int(slot));
   if (vs == 0) {
@@ -144,6 +148,21 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_send), pp.stream());
     sends_.push_back(pp.send_async(dx.data(), dx.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
                                    message_tag(mb, vs - 1, virtual_stages, Pass::backward)));
+  }
+}
+
+void Trainer::layer_gradients_done(BucketState& b, float* grads, int mb, bool last_backward_of_chunk) {
+  if (shards_weights(b)) {
+    // ZeRO 3: this micro-batch's layer gradient goes to its owners at once.
+    stage_->layout().sum_partial_gradients(b.layout, grads);
+    Communicator& group = *b.group;
+    auto timed = timeline_.time(zero_op_id(b, mb, ops::Phase::bwd, ops::zero_reduce_scatter), group.stream());
+    shard_scratch_.resize(shard_size(b));
+    group.reduce_scatter(grads, shard_scratch_.data(), shard_size(b), DType::f32);
+    backend_.add(Stream::compute, b.grad_shard.ref(), b.grad_shard.cref(), shard_scratch_.cref(),
+                 std::int64_t(shard_scratch_.size()));
+  } else if (last_backward_of_chunk) {
+    bucket_gradients_done(b);
   }
 }
 

@@ -15,20 +15,23 @@ namespace tessel::executor {
 
 std::vector<float> Trainer::whole_from_buckets(bool gradients) {
   std::vector<float> whole(whole_size_, 0.0f);
+  // One replica speaks for the data-parallel copies; for an MoE block's experts, the
+  // first ep group's ranks (between them they hold every expert once).
   const bool contributes = grid_.coordinates().dp == 0 && grid_.coordinates().sp == 0;
+  const bool contributes_experts = grid_.coordinates().dp < plan_.parallel.ep && grid_.coordinates().sp == 0;
   Buffer bucket_values(backend_, DType::f32);
   for (BucketState& b : buckets_) {
     // The bucket whole on this rank: gather the parts where ZeRO split it.
-    const bool split = gradients ? shards_optimizer() : shards_weights(b);
+    const bool split = gradients ? shards_optimizer(b) : shards_weights(b);
     if (split) {
       bucket_values.resize(b.layout.padded_size);
       const Buffer& part = gradients ? b.grad_shard : b.param_shard;
       shard_scratch_.copy_from(part);
-      grid_.gradients().all_gather(shard_scratch_.data(), bucket_values.data(), shard_size(b), DType::f32);
+      b.group->all_gather(shard_scratch_.data(), bucket_values.data(), shard_size(b), DType::f32);
     } else {
       bucket_values.copy_from(gradients ? b.grads : b.params);
     }
-    if (!contributes) continue;
+    if (!(b.layout.experts ? contributes_experts : contributes)) continue;
     const std::vector<float> values = bucket_values.download();
     for (const TensorSlot& t : b.layout.tensors) {
       if (!counts_tensor(t)) continue;
@@ -59,8 +62,8 @@ void Trainer::set_whole_parameters(const std::vector<float>& whole) {
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { values[t.offset + l] = whole[base + w]; });
     }
     if (shards_weights(b)) {
-      b.param_shard.upload(std::vector<float>(values.begin() + long(group_rank_ * shard_size(b)),
-                                              values.begin() + long((group_rank_ + 1) * shard_size(b))));
+      b.param_shard.upload(std::vector<float>(values.begin() + long(group_rank(b) * shard_size(b)),
+                                              values.begin() + long((group_rank(b) + 1) * shard_size(b))));
     } else {
       b.params.upload(values);
       refresh_compute_weights(b);

@@ -176,7 +176,10 @@ struct RunRecorder {
 void print_step(const RunArgs& args, const executor::StepStats& stats) {
   // The bar shares stdout with the step lines, so mpirun forwards them in order.
   if (args.progress) std::cout << fmt::format("\r{:80}\r", "");  // the bar gives way to the step line
-  std::cout << fmt::format("step {} loss {:.6f}  {:.0f} tokens/s  step {:.3f} s\n", stats.step, stats.loss,
+  // MoE: `loss` is the cross-entropy (as for a dense model, and as the runs database
+  // records it); the step trained on it plus the auxiliary load-balancing loss, shown apart.
+  const std::string aux = stats.aux_loss > 0 ? fmt::format(" + moe aux {:.6f}", stats.aux_loss) : "";
+  std::cout << fmt::format("step {} loss {:.6f}{}  {:.0f} tokens/s  step {:.3f} s\n", stats.step, stats.loss, aux,
                            stats.tokens_per_s, stats.seconds)
             << std::flush;
   if (args.progress && stats.step < args.steps) {

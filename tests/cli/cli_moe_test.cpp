@@ -48,3 +48,38 @@ TEST_F(Cli, MoePlansAreNotWrittenAsDenseLaunchConfigs) {
   EXPECT_NE(o.err.find("is a Mixture-of-Experts model (model.moe)"), std::string::npos) << o.err;
   EXPECT_FALSE(fs::exists(dir_ / "launch.sh"));
 }
+
+// `tessel run` trains the MoE example (dp 2, ep 2) and prints the auxiliary loss next to
+// the cross-entropy; `tessel compare` on the run lines up the moe.* ops predicted and
+// measured; the checkpoint resumes, and export-weights refuses it in one line (its
+// experts have no Hugging Face names here) once it has gathered it.
+TEST_F(Cli, MoeExampleTrainsComparesAndItsCheckpointIsNotExported) {
+  const std::string plan = std::string(TESSEL_SOURCE_DIR) + "/examples/local-cpu-moe-tiny.json";
+  const fs::path checkpoint = dir_ / "ck";
+  const Outcome ran = run("run --plan " + plan + " --steps 2 --checkpoint " + checkpoint.string());
+  ASSERT_EQ(ran.status, 0) << ran.out << ran.err;
+  EXPECT_NE(ran.out.find("ep2"), std::string::npos) << ran.out;
+  EXPECT_EQ(std::count(ran.out.begin(), ran.out.end(), '+'), 2) << ran.out;  // "+ moe aux" on each step line
+  EXPECT_NE(ran.out.find("step 2 loss"), std::string::npos) << ran.out;
+  const Outcome compared = run("compare --run 1 --top 0 --db " + (dir_ / "default.db").string());
+  ASSERT_EQ(compared.status, 0) << compared.err;
+  for (const char* op : {"fwd moe.router", "fwd moe.dispatch", "fwd moe.expert_fc1", "bwd moe.combine"}) {
+    EXPECT_NE(compared.out.find(op), std::string::npos) << op << "\n" << compared.out;
+  }
+  const Outcome resumed = run("run --plan " + plan + " --steps 3 --resume " + checkpoint.string());
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("step 3 loss"), std::string::npos) << resumed.out;
+  EXPECT_TRUE(is_one_line_refusal(
+      run("export-weights --checkpoint " + checkpoint.string() + " --out " + (dir_ / "m.safetensors").string()),
+      "mixture-of-experts layers"));
+}
+
+// What the executor does not run with MoE (here ring self-attention; the tensor grids the
+// plan itself refuses) is refused before any rank starts, in one line.
+TEST_F(Cli, MoeRunRefusesRingSelfAttentionInOneLine) {
+  const fs::path plan = write("grid.json", R"({"model": {"name": "m", "layers": 2, "hidden": 32, "heads": 4,
+      "vocab": 256, "seq_len": 16, "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 32}},
+      "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
+      "parallel": {"micro_batch": 4, "sp": 2}})");
+  EXPECT_TRUE(is_one_line_refusal(run("run --plan " + plan.string() + " --steps 1"), "Mixture-of-Experts"));
+}

@@ -3,7 +3,8 @@
 // measured equals the set of op ids of its stage's Program, id for id: what the planner
 // and the simulator predict is what the executor times, and nothing else. Prints one line
 // per layout and "ok rank N" when all pass. `coverage_check llama` runs the LLaMA-shaped
-// model (layouts.hpp) in the layouts it trains in instead.
+// model (layouts.hpp) in the layouts it trains in instead, `coverage_check moe` the MoE
+// models (moe.* ops, the experts' E{l} buckets) in theirs.
 #include <cstdio>
 #include <set>
 #include <string>
@@ -69,14 +70,33 @@ std::vector<Layout> llama_layouts() {
   return out;
 }
 
+// The MoE models: expert buckets synced (dp 4 ep 2) or not (dp 2 ep 2), ZeRO 1-3 over the
+// expert-data-parallel group, pipeline, 1D tensor parallel with sequence parallel, recompute.
+std::vector<Layout> moe_layouts() {
+  std::vector<Layout> out;
+  auto add = [&](const char* model, auto edit) {
+    Layout l;
+    l.model = model;
+    edit(l);
+    out.push_back(l);
+  };
+  add("moe", [](Layout& l) { l.dp = 2, l.ep = 2; });
+  add("moe", [](Layout& l) { l.dp = 2, l.ep = 1, l.zero = 1; });  // the all-to-alls over one rank
+  for (int zero : {1, 2, 3}) add("moe", [&](Layout& l) { l.dp = 4, l.ep = 2, l.zero = zero; });
+  add("moe", [](Layout& l) { l.pp = 2, l.dp = 2, l.ep = 2, l.recompute = "full"; });
+  add("moe_llama", [](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.ep = 2, l.zero = 3; });
+  add("moe_llama", [](Layout& l) { l.tp = 2, l.dp = 4, l.ep = 4, l.schedule = "gpipe", l.pp = 1; });
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Communicator& world = mpi_world();
   const std::string text = synthetic_corpus(1 << 14, 9);
   int failures = 0;
-  const bool llama = argc > 1 && std::string(argv[1]) == "llama";
-  for (const Layout& layout : llama ? llama_layouts() : every_layout()) {
+  const std::string which = argc > 1 ? argv[1] : "";
+  for (const Layout& layout : which == "llama" ? llama_layouts() : which == "moe" ? moe_layouts() : every_layout()) {
     const Plan plan = checks::make_plan(layout);
     const int ranks = plan.parallel.world_size();
     std::unique_ptr<Communicator> sub = world.split(world.rank() < ranks ? 0 : 1, world.rank());

@@ -7,6 +7,7 @@
 // Prints one line per layout and "ok rank N" when all pass.
 //   device_check            the layouts of world-size ranks, and a checkpoint resumed
 //                           on the fake device (1 and 4 ranks)
+//   device_check llama|moe  the LLaMA-shaped or the MoE models (layouts.hpp) instead
 #include <unistd.h>
 
 #include <cstdio>
@@ -77,6 +78,19 @@ std::vector<Layout> llama_layouts() {
       with([](Layout& l) { l.tp = 4, l.tp_mode = "2d"; }),
       with([](Layout& l) { l.dp = 2, l.pp = 2, l.optimizer = "lamb", l.zero = 2; }),
   };
+}
+
+// The MoE models (`device_check moe`): routing on the host from downloaded logits, the
+// all-to-alls staged through host memory, the expert buckets (ZeRO 3 over expert_data).
+std::vector<Layout> moe_layouts() {
+  auto with = [](const char* model, auto edit) {
+    Layout l;
+    l.model = model;
+    edit(l);
+    return l;
+  };
+  return {with("moe", [](Layout& l) { l.dp = 2, l.ep = 2; }),
+          with("moe_llama", [](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.ep = 2, l.zero = 3; })};
 }
 
 struct Run {
@@ -154,8 +168,8 @@ int main(int argc, char** argv) {
   const std::string text = synthetic_corpus(1 << 14, 9);
   kernels::ProtectedMemoryBackend device;
   int failures = 0;
-  const bool llama = argc > 1 && std::string(argv[1]) == "llama";
-  for (const Layout& layout : llama ? llama_layouts() : layouts()) {
+  const std::string suite = argc > 1 ? argv[1] : "";
+  for (const Layout& layout : suite == "llama" ? llama_layouts() : suite == "moe" ? moe_layouts() : layouts()) {
     const Plan plan = make_plan(layout);
     if (plan.parallel.world_size() != world.size()) continue;
     const Run want = train(layout, world, kernels::cpu_backend(), text);

@@ -226,9 +226,10 @@ TEST_F(HfLlama, BadFilesAreRefusedInOneLineNamingTheTensor) {
   mixed.norm = Norm::layernorm;
   EXPECT_NE(load(good, mixed).find("--init: model tiny-llama is neither GPT-2-shaped"), std::string::npos)
       << load(good, mixed);
-  ModelSpec experts = plan.model;
+  ModelSpec experts = plan.model;  // MoE every 2nd block: not Mixtral-shaped (hf_mixtral_test.cpp)
   experts.moe.experts = 4;
   experts.moe.top_k = 1;
+  experts.moe.every = 2;
   EXPECT_NE(load(good, experts).find("--init: model tiny-llama has mixture-of-experts layers"), std::string::npos)
       << load(good, experts);
   for (const std::string& message : {load(good, fewer_kv), load(good, deeper), load(gpt2_file, plan.model)}) {

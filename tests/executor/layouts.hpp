@@ -1,10 +1,14 @@
 // The layouts the executor's MPI checks train: a small GPT (4 layers, hidden 32, 4 heads,
 // vocabulary 256, sequence 16, global batch 8) under any parallel layout, as a plan; or,
 // with model "llama", a LLaMA-shaped one of the same size (RMSNorm, RoPE, 4 heads on 2 kv
-// heads, SwiGLU with ffn 84, untied LM head, no biases).
+// heads, SwiGLU with ffn 84, untied LM head, no biases). Model "moe" is the GPT with an MoE
+// MLP in every 2nd block (4 experts of width 32, top 2, no shared expert, GELU), "moe_llama"
+// the LLaMA-shaped one with the same MoE blocks in SwiGLU plus one shared expert; `ep` and
+// `capacity` (moe.capacity_factor, 0: no limit) go with them.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -20,39 +24,123 @@ struct Layout {
   bool sequence_parallel = false;
   std::string tp_mode = "1d";
   int tp_depth = 1, micro_batch = 2;
-  std::string model = "gpt";  // or "llama"
+  std::string model = "gpt";  // or "llama", "moe", "moe_llama"
+  int ep = 1;
+  double capacity = 0;
   std::string name() const {
     return fmt::format("{}dp{} pp{} tp{}{}{} zero{} recompute {} {}{}{} {}{}{}", model == "gpt" ? "" : model + " ", dp,
                        pp, tp,
                        tp_mode == "1d" ? "" : " " + tp_mode,
                        sp > 1 ? fmt::format(" sp{}", sp) : "", zero, recompute, schedule,
                        virtual_stages > 1 ? fmt::format(" v{}", virtual_stages) : "", sequence_parallel ? " +sp" : "",
-                       optimizer, precision == "fp32" ? "" : " " + precision, kernels == "fused" ? " fused" : "");
+                       optimizer, precision == "fp32" ? "" : " " + precision, kernels == "fused" ? " fused" : "") +
+           (ep > 1 ? fmt::format(" ep{}", ep) : "") + (capacity > 0 ? fmt::format(" capacity {}", capacity) : "");
   }
   // Layouts with the same reference run (one process, same seed and batches). With bf16
   // storage what recompute keeps changes the numbers, so it joins the key.
   std::string reference_key() const {
-    return model + " " + optimizer + " " + precision + " " + kernels + (precision == "bf16" ? " " + recompute : "");
+    return model + " " + optimizer + " " + precision + " " + kernels + (precision == "bf16" ? " " + recompute : "") +
+           fmt::format(" capacity {}", capacity);
   }
 };
 
 inline Plan make_plan(const Layout& l) {
-  const std::string model =
-      l.model == "llama"
-          ? R"({"name": "small-llama", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn_hidden": 84,
+  const bool llama = l.model == "llama" || l.model == "moe_llama";
+  std::string model =
+      llama ? R"({"name": "small-llama", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn_hidden": 84,
                "vocab": 256, "seq_len": 16, "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope",
-               "tied_embeddings": false, "bias": false})"
-          : R"({"name": "small", "layers": 4, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16})";
+               "tied_embeddings": false, "bias": false)"
+            : R"({"name": "small", "layers": 4, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16)";
+  if (l.model == "moe" || l.model == "moe_llama") {
+    model += fmt::format(R"(, "moe": {{"experts": 4, "top_k": 2, "expert_ffn_hidden": 32, "every": 2,
+                                      "shared_experts": {}, "capacity_factor": {}}})",
+                         l.model == "moe_llama" ? 1 : 0, l.capacity);
+  }
+  model += "}";
   const Json json = Json::parse(fmt::format(
       R"({{"model": {},
           "cluster": "local-cpu", "train": {{"global_batch": 8, "precision": "{}", "optimizer": "{}",
                                             "kernels": "{}"}},
           "parallel": {{"dp": {}, "pp": {}, "tp": {}, "tp_mode": "{}", "tp_depth": {}, "sp": {}, "zero": {},
                        "recompute": "{}", "schedule": "{}", "virtual_stages": {}, "tp_sequence_parallel": {},
-                       "micro_batch": {}}}}})",
+                       "micro_batch": {}, "ep": {}}}}})",
       model, l.precision, l.optimizer, l.kernels, l.dp, l.pp, l.tp, l.tp_mode, l.tp_depth, l.sp, l.zero, l.recompute, l.schedule,
-      l.virtual_stages, l.sequence_parallel, l.micro_batch));
+      l.virtual_stages, l.sequence_parallel, l.micro_batch, l.ep));
   return Plan::from_json(json, "");
+}
+
+// The LLaMA-shaped model (layouts.hpp) in every 1D layout: the matrix the GPT runs, then
+// what the other suites add.
+inline std::vector<Layout> llama_layouts() {
+  std::vector<Layout> out;
+  for (int dp : {1, 2})
+    for (int pp : {1, 2})
+      for (int tp : {1, 2})
+        for (int zero : {0, 1, 2, 3})
+          for (const char* recompute : {"none", "full"}) {
+            Layout l;
+            l.model = "llama", l.dp = dp, l.pp = pp, l.tp = tp, l.zero = zero, l.recompute = recompute;
+            out.push_back(l);
+          }
+  auto llama = [](auto edit) {
+    Layout l;
+    l.model = "llama";
+    edit(l);
+    return l;
+  };
+  const std::vector<Layout> more = {
+      llama([](Layout& l) { l.pp = 2, l.tp = 2, l.schedule = "gpipe"; }),
+      llama([](Layout& l) { l.pp = 2, l.dp = 2, l.schedule = "interleaved", l.virtual_stages = 2; }),
+      llama([](Layout& l) { l.dp = 2, l.tp = 2, l.recompute = "selective", l.zero = 3; }),
+      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.zero = 3; }),
+      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.pp = 2, l.dp = 2, l.zero = 1; }),
+      llama([](Layout& l) { l.sp = 2; }),
+      llama([](Layout& l) { l.sp = 4, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.dp = 2, l.zero = 1, l.recompute = "full"; }),
+      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.sequence_parallel = true, l.pp = 2; }),
+      llama([](Layout& l) { l.kernels = "fused", l.sp = 2, l.tp = 2, l.dp = 2; }),
+      llama([](Layout& l) { l.kernels = "fused", l.pp = 2, l.dp = 2, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.precision = "bf16", l.tp = 2, l.pp = 2, l.dp = 2; }),
+      llama([](Layout& l) { l.optimizer = "lamb", l.tp = 2, l.pp = 2, l.dp = 2, l.zero = 3; }),
+      // 2D, 2.5D and 3D with q = 2: 2 query heads and 1 kv head per grid column.
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d"; }),
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.dp = 2, l.zero = 3, l.recompute = "selective"; }),
+      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.pp = 2, l.recompute = "full", l.kernels = "fused"; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4, l.recompute = "full"; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4; }),
+      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4, l.recompute = "selective"; })};
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+// The MoE models (layouts.hpp) with expert parallelism; capacity 0: no token dropped.
+inline std::vector<Layout> moe_layouts() {
+  auto moe = [](const char* model, auto edit) {
+    Layout l;
+    l.model = model;
+    edit(l);
+    return l;
+  };
+  return {moe("moe", [](Layout& l) { l.dp = 2, l.ep = 2; }),
+          moe("moe", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1; }),
+          moe("moe", [](Layout& l) { l.pp = 2, l.dp = 2, l.ep = 2; }),
+          moe("moe", [](Layout& l) { l.tp = 2, l.dp = 2, l.ep = 2; }),
+          moe("moe", [](Layout& l) { l.dp = 2, l.ep = 1, l.zero = 2; }),
+          moe("moe", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 3, l.recompute = "full"; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 2, l.ep = 2; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1; }),
+          moe("moe_llama", [](Layout& l) { l.pp = 2, l.dp = 2, l.ep = 2, l.zero = 2; }),
+          moe("moe_llama", [](Layout& l) { l.tp = 2, l.dp = 2, l.ep = 2; }),
+          moe("moe_llama", [](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.ep = 2, l.zero = 3; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 4, l.recompute = "full"; }),
+          moe("moe_llama", [](Layout& l) {
+            l.pp = 2, l.dp = 2, l.ep = 2, l.schedule = "interleaved", l.virtual_stages = 2;
+          }),
+          moe("moe", [](Layout& l) { l.tp = 2, l.dp = 2, l.ep = 2, l.recompute = "selective", l.kernels = "fused"; }),
+          // Capacity 0.5: tokens are dropped, each micro-batch routed under its own capacity.
+          moe("moe", [](Layout& l) { l.dp = 2, l.ep = 2, l.capacity = 0.5; }),
+          moe("moe_llama", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1, l.capacity = 0.5; })};
 }
 
 inline TrainerOptions options_for(const std::string& optimizer) {

@@ -240,22 +240,31 @@ TEST(MoeLayer, ExpertParallelEqualsOneProcessOnTwoAndFourRanks) {
   }
 }
 
-// Until the layouts carry the MoE MLP, `tessel run` refuses an MoE model in one line
-// rather than training it as a dense one.
-TEST(MoeTrainer, AnMoeModelIsRefusedInOneLine) {
-  const Plan plan = Plan::from_json(
-      Json::parse(R"({"model": {"name": "tiny-moe", "layers": 2, "hidden": 32, "heads": 4, "ffn_hidden": 64,
-                       "vocab": 256, "seq_len": 16,
-                       "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 32}},
-                      "cluster": "local-cpu", "train": {"global_batch": 4, "precision": "fp32"},
-                      "parallel": {"micro_batch": 2}})"),
-      "");
-  try {
-    Trainer::check(plan);
-    FAIL() << "an MoE model was accepted";
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("Mixture-of-Experts"), std::string::npos) << message;
+// `tessel run` trains MoE models in the layouts that equal one process (parallel_check
+// moe) and refuses the others in one line that names the field.
+TEST(MoeTrainer, SupportedLayoutsAreAcceptedAndTheOthersRefusedInOneLine) {
+  auto plan_with = [](const std::string& parallel, const std::string& train) {
+    return Plan::from_json(
+        Json::parse(R"({"model": {"name": "tiny-moe", "layers": 2, "hidden": 32, "heads": 4, "ffn_hidden": 64,
+                         "vocab": 256, "seq_len": 16,
+                         "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 32}},
+                        "cluster": "local-cpu", "train": {"global_batch": 8)" +
+                    train + R"(}, "parallel": {"micro_batch": 2)" + parallel + "}}"),
+        "");
+  };
+  const std::string fp32 = R"(, "precision": "fp32")";
+  EXPECT_NO_THROW(Trainer::check(plan_with(R"(, "dp": 2, "ep": 2, "zero": 3)", fp32)));
+  EXPECT_NO_THROW(Trainer::check(plan_with(R"(, "tp": 2, "tp_sequence_parallel": true, "pp": 2)", fp32)));
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"(, "sp": 2)", fp32}, {"", fp32 + R"(, "optimizer": "lamb")"}, {"", R"(, "precision": "bf16")"}};
+  for (const auto& [parallel, train] : refused) {
+    std::string message;
+    try {
+      Trainer::check(plan_with(parallel, train));
+    } catch (const Error& error) {
+      message = error.what();
+    }
+    EXPECT_NE(message.find("Mixture-of-Experts"), std::string::npos) << parallel << train << ": " << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
 }

@@ -19,6 +19,8 @@
 //                                2D, 2.5D, 3D
 //   parallel_check llama_traffic the traffic suite's layouts with the LLaMA-shaped model
 //   parallel_check llama16       (under 16 ranks) the LLaMA-shaped model in 2.5D with dp 2, 3D with pp 2
+//   parallel_check moe           Mixture-of-Experts models with ep (layouts.hpp moe_layouts()), also
+//                                with dropped tokens (capacity 0.5), which must change the reference
 #include <unistd.h>
 
 #include <cmath>
@@ -41,6 +43,8 @@
 
 using tessel::executor::checks::Layout;
 using tessel::executor::checks::make_plan;
+using tessel::executor::checks::llama_layouts;
+using tessel::executor::checks::moe_layouts;
 using tessel::executor::checks::options_for;
 
 using namespace tessel;
@@ -66,7 +70,7 @@ History train(const Plan& plan, Communicator& world, const std::string& text, co
   for (int step = 0; step < 5; ++step) {
     h.weights.push_back(trainer.whole_parameters());
     const StepStats stats = trainer.step();
-    h.losses.push_back(stats.loss);
+    h.losses.push_back(stats.loss + stats.aux_loss);  // the loss trained on
     h.gradient_norms.push_back(stats.gradient_norm);
     h.gradients.push_back(trainer.whole_gradients());
     // Trust ratios of the tensors this rank updates, gathered on rank 0 through the world.
@@ -93,53 +97,9 @@ double worst_tensor_error(const std::vector<float>& got, const std::vector<float
   return worst;
 }
 
-// The LLaMA-shaped model (layouts.hpp) in every 1D layout: the matrix the GPT runs, then
-// what the other suites add.
-std::vector<Layout> llama_layouts() {
-  std::vector<Layout> out;
-  for (int dp : {1, 2})
-    for (int pp : {1, 2})
-      for (int tp : {1, 2})
-        for (int zero : {0, 1, 2, 3})
-          for (const char* recompute : {"none", "full"}) {
-            Layout l;
-            l.model = "llama", l.dp = dp, l.pp = pp, l.tp = tp, l.zero = zero, l.recompute = recompute;
-            out.push_back(l);
-          }
-  auto llama = [](auto edit) {
-    Layout l;
-    l.model = "llama";
-    edit(l);
-    return l;
-  };
-  const std::vector<Layout> more = {
-      llama([](Layout& l) { l.pp = 2, l.tp = 2, l.schedule = "gpipe"; }),
-      llama([](Layout& l) { l.pp = 2, l.dp = 2, l.schedule = "interleaved", l.virtual_stages = 2; }),
-      llama([](Layout& l) { l.dp = 2, l.tp = 2, l.recompute = "selective", l.zero = 3; }),
-      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.zero = 3; }),
-      llama([](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.pp = 2, l.dp = 2, l.zero = 1; }),
-      llama([](Layout& l) { l.sp = 2; }),
-      llama([](Layout& l) { l.sp = 4, l.recompute = "selective"; }),
-      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.dp = 2, l.zero = 1, l.recompute = "full"; }),
-      llama([](Layout& l) { l.sp = 2, l.tp = 2, l.sequence_parallel = true, l.pp = 2; }),
-      llama([](Layout& l) { l.kernels = "fused", l.sp = 2, l.tp = 2, l.dp = 2; }),
-      llama([](Layout& l) { l.kernels = "fused", l.pp = 2, l.dp = 2, l.recompute = "selective"; }),
-      llama([](Layout& l) { l.precision = "bf16", l.tp = 2, l.pp = 2, l.dp = 2; }),
-      llama([](Layout& l) { l.optimizer = "lamb", l.tp = 2, l.pp = 2, l.dp = 2, l.zero = 3; }),
-      // 2D, 2.5D and 3D with q = 2: 2 query heads and 1 kv head per grid column.
-      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d"; }),
-      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.dp = 2, l.zero = 3, l.recompute = "selective"; }),
-      llama([](Layout& l) { l.tp = 4, l.tp_mode = "2d", l.pp = 2, l.recompute = "full", l.kernels = "fused"; }),
-      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4; }),
-      llama([](Layout& l) { l.tp = 8, l.tp_mode = "2.5d", l.tp_depth = 2, l.micro_batch = 4, l.recompute = "full"; }),
-      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4; }),
-      llama([](Layout& l) { l.tp = 8, l.tp_mode = "3d", l.micro_batch = 4, l.recompute = "selective"; })};
-  out.insert(out.end(), more.begin(), more.end());
-  return out;
-}
-
 std::vector<Layout> layouts(const std::string& suite) {
   std::vector<Layout> out;
+  if (suite == "moe") return moe_layouts();
   if (suite == "matrix") {
     for (int dp : {1, 2})
       for (int pp : {1, 2})
@@ -529,8 +489,17 @@ int main(int argc, char** argv) {
       single.optimizer = layout.optimizer;
       single.precision = layout.precision;
       single.kernels = layout.kernels;
+      single.capacity = layout.capacity;
       if (layout.precision == "bf16") single.recompute = layout.recompute;
       references[layout.reference_key()] = train(make_plan(single), mpi_self(), text, layout.optimizer);
+      if (layout.capacity > 0) {  // the dropping run must really drop: its reference differs
+        single.capacity = 0;
+        const bool differs = train(make_plan(single), mpi_self(), text, layout.optimizer).losses !=
+                             references[layout.reference_key()].losses;
+        std::printf("%s capacity %.2f: %s\n", layout.model.c_str(), layout.capacity,
+                    differs ? "tokens dropped" : "NOTHING DROPPED");
+        failures += differs ? 0 : 1;
+      }
     }
     const History& want = references[layout.reference_key()];
     double loss_error = 0, gradient_error = 0;

@@ -27,6 +27,7 @@
 
 #include "tessel/executor/buffer.hpp"
 #include "tessel/executor/comm/communicator.hpp"
+#include "tessel/executor/moe_layer.hpp"
 #include "tessel/executor/op_timeline.hpp"
 #include "tessel/executor/tensor_layout.hpp"
 
@@ -40,6 +41,7 @@ enum class AttentionForm { materialized, fused };
 struct LayerActivations {
   Buffer x, ln1, ln1_full, qkv, q, k, v, att_heads, att, x1, ln2, ln2_full, fc1, gelu, k_all, proj_in, fc2_in;
   Buffer ln1_mean, ln1_rstd, ln2_mean, ln2_rstd, lse;  // fp32
+  MoeActivations moe;  // an MoE block's routing and expert rows (fp32, kept whole)
   // The tensors the backward reads, and the fp32 per-row statistics among them, which
   // bf16 storage keeps in fp32.
   static constexpr Buffer LayerActivations::*kSaved[] = {

@@ -3,7 +3,8 @@
 // TensorSlot cuts the trainer used, from the plan and the rank's coordinates alone), the
 // floats of its rank file split into each bucket's parts (master weights, ZeRO-3 part,
 // optimizer moments; the order Trainer::save writes), and the gathers that undo every
-// cut: ZeRO parts over the gradient group in group order, tensor-parallel shards by
+// cut: ZeRO parts over the gradient group in group order (an MoE block's experts over the
+// expert-data-parallel group, each ep position its own experts), tensor-parallel shards by
 // their slots (1D, 2D, 2.5D and 3D alike: each slot says which whole elements it holds),
 // pipeline stages by their layers. Copies (copy != 0, the last stage's tied wte) are
 // skipped; every element of every whole tensor must be written exactly by some rank, or
@@ -35,6 +36,9 @@ struct BucketFileParts {
   std::size_t total() const { return params + param_shard + moment1 + moment2; }
 };
 std::vector<BucketFileParts> bucket_file_parts(const Plan& plan, const std::vector<Bucket>& buckets);
+// The ranks a bucket's ZeRO parts are cut over: the gradient group, or for an MoE block's
+// experts the expert-data-parallel group (gradient group / ep).
+std::size_t bucket_group_size(const Plan& plan, const Bucket& bucket);
 
 struct CheckpointWeights {
   Plan plan;

@@ -9,12 +9,18 @@
 // LLaMA shape, the same block: RMSNorm, rotary positions (in the attention core),
 // grouped-query attention, a SwiGLU MLP (fc1 holds gate and up), an untied LM head, no
 // biases (their tensors are absent and their ops skipped).
+// Mixture-of-Experts blocks (model.moe.is_moe_layer): the MLP half's fc1 / act / fc2 are
+// the MoE layer (moe_layer.hpp) on the norm's output of every token of the micro-batch
+// (gathered under sequence parallel), its partial sums reduced like fc2's; its experts'
+// weights come from their own bucket. The auxiliary loss of each forward (not of a
+// recompute) adds up in aux_loss_sum().
 // Every op is timed under its Program op id.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tessel/executor/attention_core.hpp"
@@ -35,7 +41,8 @@ enum class PassKind { forward, recompute };
 
 class GptStage {
  public:
-  GptStage(LayoutContext context, AttentionForm attention);
+  // `moe_aux_coefficient`: the MoE auxiliary loss's (MoE models only).
+  GptStage(LayoutContext context, AttentionForm attention, float moe_aux_coefficient = 0.01f);
 
   TensorLayout& layout() { return *layout_; }
   const TensorLayout& layout() const { return *layout_; }
@@ -54,12 +61,21 @@ class GptStage {
   // One transformer layer on x in place. `probs` receives the attention probabilities
   // (materialised attention: kept per micro-batch without recompute, a scratch buffer
   // with selective).
-  void layer_forward(int mb, int layer, PassKind pass, CRef params, LayerActivations& a, Buffer& probs, Buffer& x);
+  // `experts`: the layer's expert bucket (MoE blocks only).
+  void layer_forward(int mb, int layer, PassKind pass, CRef params, LayerActivations& a, Buffer& probs, Buffer& x,
+                     CRef experts = {});
   // Rebuilds the probabilities from the kept q and k (selective recompute).
   void recompute_probabilities(int mb, int layer, LayerActivations& a, Buffer& probs);
   // dx in place: d(loss)/d(layer output) -> d(loss)/d(layer input); adds to grads.
   void layer_backward(int mb, int layer, CRef params, float* grads, LayerActivations& a, const Buffer& probs,
-                      Buffer& dx);
+                      Buffer& dx, CRef experts = {}, float* expert_grads = nullptr);
+
+  // MoE: the auxiliary losses of the forwards since the last take (each already x its
+  // coefficient), and the factor the backward applies to their gradient (the loss's
+  // 1 / (micro-batches x dp)).
+  double take_aux_loss_sum() { return std::exchange(aux_loss_sum_, 0.0); }
+  void set_aux_loss_scale(float scale) { aux_loss_scale_ = scale; }
+  const MoeLayer* moe() const { return moe_.get(); }
 
   void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
                     HeadActivations& h, double* loss_sum) {
@@ -79,6 +95,18 @@ class GptStage {
   static constexpr std::size_t kAbsent = ~std::size_t(0);  // a tensor the model does not have
   std::array<std::size_t, kLayerTensorCount> offsets_{};  // of each tensor in a layer bucket, or kAbsent
   Buffer reduced_, dgelu_, dfc1_, dnorm_, datt_, dqkv_;  // work buffers, kept across calls
+  // MoE blocks: the layer (one for all of them: activations are per call), the offsets in
+  // their layer bucket, work buffers and the auxiliary loss.
+  void moe_forward(const IdScope& ids, CRef params, CRef experts, LayerActivations& a, Buffer& x, PassKind pass);
+  void moe_backward(const IdScope& ids, CRef params, float* grads, CRef experts, float* expert_grads,
+                    LayerActivations& a, Buffer& dx);
+  std::unique_ptr<Communicator> ep_alone_;
+  std::unique_ptr<MoeLayer> moe_;
+  std::array<std::size_t, kLayerTensorCount> moe_offsets_{};
+  std::size_t router_offset_ = 0;
+  Buffer moe_out_, moe_whole_, dmoe_;
+  double aux_loss_sum_ = 0;
+  float aux_loss_scale_ = 1;
 };
 
 }  // namespace tessel::executor

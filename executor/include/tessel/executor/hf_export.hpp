@@ -1,6 +1,7 @@
 // Which Hugging Face family a tessel model is written as and read from, chosen by its
 // shape: GPT-2 (hf_gpt2.hpp: gelu, layer norm, learned positions, tied embeddings,
-// biases) or LLaMA (hf_llama.hpp: SwiGLU, RMSNorm, RoPE, untied head, no biases). The
+// biases), LLaMA (hf_llama.hpp: SwiGLU, RMSNorm, RoPE, untied head, no biases) or
+// Mixtral (hf_mixtral.hpp: LLaMA with an MoE MLP in every block, no shared expert). The
 // commands (export-weights, run --init) call these and never name a family, so a new
 // family is one more file and one more case here.
 #pragma once
@@ -16,8 +17,8 @@
 
 namespace tessel::executor {
 
-enum class HfFamily { gpt2, llama };
-const char* to_string(HfFamily family);  // "GPT2LMHeadModel", "LlamaForCausalLM"
+enum class HfFamily { gpt2, llama, mixtral };
+const char* to_string(HfFamily family);  // "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM"
 
 // The family of `model`; throws "<option>: model M is neither GPT-2- nor LLaMA-shaped ..."
 // in one line otherwise.

@@ -15,6 +15,13 @@
 // ep rank's tokens and sum over the dp / ep replicas that hold the same experts only.
 // With ep 1 the same code runs over a one-rank communicator (the all-to-alls are copies).
 //
+// Tensor parallelism (1D, as the Program's moe_half): every tensor rank routes the same
+// tokens with the same replicated router; each expert's fc1 is column-split and fc2
+// row-split over the `tensor` group (the shape's expert_ffn and shared_ffn are then this
+// rank's widths), so the outputs are partial sums the caller reduces with the block's
+// tensor-parallel reduce. The gates' gradient (dy . expert output) sums over the group,
+// and the router's share of dx is added on tensor rank 0 alone (the caller sums dx).
+//
 // Shapes and conventions: activations, weights and gradients fp32 (a bf16 plan's MoE
 // layer computes in fp32 on the CPU); weights stored [in x out], no biases (Mixtral,
 // Qwen-MoE and Switch have none); gelu experts have fc1 [H x f], swiglu experts fc1
@@ -45,6 +52,29 @@ struct MoeShape {
   float aux_coefficient = 0.01f;
 };
 
+// The weights of one call: `dense` holds the router [H x E] then the shared experts' fc1
+// and fc2; `experts` this rank's local experts, each fc1 then fc2 (a layout keeps the two
+// in different buckets: the experts sync over the expert-data-parallel group).
+struct MoeWeights {
+  const float* dense = nullptr;
+  const float* experts = nullptr;
+};
+struct MoeGradients {
+  float* dense = nullptr;
+  float* experts = nullptr;
+};
+
+// The payload the all-to-alls of the calls so far sent from this rank (the nccl-tests
+// size of each call: every row this rank sends, its own block included), in bytes, by
+// side. The token side (forward dispatch, backward combine) sends each of the rank's
+// top_k x tokens kept rows: without dropping exactly the Program's moe.dispatch (forward)
+// and moe.combine (backward) bytes. The expert side (forward combine, backward dispatch)
+// returns the rows the rank's experts received, which depends on the routing: over the
+// ep group it sums to ep x the Program's bytes, per rank only on average.
+struct MoeTraffic {
+  double token_side_bytes = 0, expert_side_bytes = 0;
+};
+
 // What the backward needs from the forward of one call.
 struct MoeActivations {
   MoeRouting routing;
@@ -60,7 +90,8 @@ struct MoeActivations {
 
 class MoeLayer {
  public:
-  MoeLayer(kernels::Backend& backend, MoeShape shape, Communicator& ep, OpTimeline& timeline);
+  MoeLayer(kernels::Backend& backend, MoeShape shape, Communicator& ep, OpTimeline& timeline,
+           Communicator* tensor = nullptr);
 
   const MoeShape& shape() const { return shape_; }
   int local_experts() const { return shape_.experts / ep_.size(); }
@@ -77,14 +108,26 @@ class MoeLayer {
     return router_size() + shared_size() + std::size_t(local_expert) * expert_size();
   }
   std::size_t parameter_count() const { return expert_offset(local_experts()); }
+  std::size_t dense_size() const { return router_size() + shared_size(); }  // MoeWeights::dense
 
   // y [tokens x H] = MoE(x [tokens x H]); returns the auxiliary loss (already x coefficient).
-  double forward(const std::string& id_prefix, const float* params, const Buffer& x, int tokens, Buffer& y,
+  // The one-array forms take the weights as parameter_count() lays them out.
+  double forward(const std::string& id_prefix, const MoeWeights& weights, const Buffer& x, int tokens, Buffer& y,
                  MoeActivations& a);
+  double forward(const std::string& id_prefix, const float* params, const Buffer& x, int tokens, Buffer& y,
+                 MoeActivations& a) {
+    return forward(id_prefix, MoeWeights{params, params + dense_size()}, x, tokens, y, a);
+  }
   // dx = d(loss)/dx (overwritten); grads += d(loss)/d(params). The auxiliary loss enters
   // the loss multiplied by aux_loss_scale (the caller's loss scale, e.g. 1 / micro-batches).
-  void backward(const std::string& id_prefix, const float* params, float* grads, const Buffer& x,
+  void backward(const std::string& id_prefix, const MoeWeights& weights, const MoeGradients& grads, const Buffer& x,
                 MoeActivations& a, const Buffer& dy, Buffer& dx, float aux_loss_scale);
+  void backward(const std::string& id_prefix, const float* params, float* grads, const Buffer& x,
+                MoeActivations& a, const Buffer& dy, Buffer& dx, float aux_loss_scale) {
+    backward(id_prefix, MoeWeights{params, params + dense_size()}, MoeGradients{grads, grads + dense_size()}, x, a,
+             dy, dx, aux_loss_scale);
+  }
+  const MoeTraffic& traffic() const { return traffic_; }
 
  private:
   // The routing's row maps and gates into backend memory (MoeActivations).
@@ -93,17 +136,20 @@ class MoeLayer {
   void exchange_counts(MoeActivations& a);
   // Rows in this rank's expert order -> the local experts' rows (grouped by expert, then
   // by source rank), and back.
+  // From the token side to the experts' ranks (forward dispatch, backward combine), and back.
   void move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows);
   void move_to_tokens(const Buffer& expert_rows, const MoeActivations& a, Buffer& token_rows);
+  // Local expert `le`'s fc1 in MoeWeights::experts (its fc2 follows).
+  std::size_t local_expert_offset(int le) const { return std::size_t(le) * expert_size(); }
   void reorder_blocks(const Buffer& from, Buffer& to, const MoeActivations& a, bool rank_major_to_expert_major);
-  void experts_forward(const std::string& id_prefix, const float* params, MoeActivations& a, Buffer& out);
-  void experts_backward(const std::string& id_prefix, const float* params, float* grads, MoeActivations& a,
+  void experts_forward(const std::string& id_prefix, const float* experts, MoeActivations& a, Buffer& out);
+  void experts_backward(const std::string& id_prefix, const float* experts, float* grads, MoeActivations& a,
                         const Buffer& dout, Buffer& din);
   // out [rows x out_width] = in W (+ beta out); W stored [in_width x out_width].
   void linear(CRef in, const float* weight, int rows, int in_width, int out_width, Ref out, float beta);
-  // din = dout W^T (+ beta din); dW += in^T dout.
+  // din = dout W^T (+ beta din; skipped when !input_gradient); dW += in^T dout.
   void linear_backward(CRef in, const float* weight, float* weight_grad, CRef dout, int rows, int in_width,
-                       int out_width, Ref din, float beta);
+                       int out_width, Ref din, float beta, bool input_gradient = true);
   void activation_forward(CRef pre, Ref act, int rows, int ffn);
   void activation_backward(CRef pre, CRef dact, Ref dpre, int rows, int ffn);
 
@@ -111,6 +157,8 @@ class MoeLayer {
   MoeShape shape_;
   Communicator& ep_;
   OpTimeline& timeline_;
+  Communicator* tensor_;  // the 1D tensor-parallel group; null: none
+  MoeTraffic traffic_;
   // Work buffers, kept across calls.
   Buffer pack_, unpack_, token_rows_, expert_out_, expert_grad_, dact_, dpre_, delta_, logits_, counts_;
 };

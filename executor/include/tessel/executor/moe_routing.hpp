@@ -19,7 +19,7 @@
 //     coefficient * experts * sum_e f_e * P_e, f_e = the share of the tokens x top_k
 //     assignments chosen for expert e (before dropping), P_e = the mean of p[t][e] over the
 //     tokens. f_e is a count and carries no gradient; the coefficient is the caller's
-//     (RunOptions::moe_aux_loss_coefficient, default 0.01).
+//     (TrainerOptions::moe_aux_coefficient, default 0.01).
 #pragma once
 
 #include <cstdint>

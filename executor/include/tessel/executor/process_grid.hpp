@@ -41,12 +41,19 @@ class ProcessGrid {
   // copies sum their gradients (Megatron's embedding group). One rank when pp = 1, and
   // for the middle stages.
   Communicator& embedding() { return *embedding_; }
+  // Mixture-of-Experts (core's RankLayout::expert_group and expert_data_group): the ep
+  // ranks that share one copy of the experts (dispatch and combine, on tp_comm as the
+  // Program puts them), and the ranks holding the same experts (their gradient sync and
+  // ZeRO, on dp_comm). One rank each for a dense plan.
+  Communicator& expert_parallel() { return *expert_parallel_; }
+  Communicator& expert_data() { return *expert_data_; }
 
  private:
   Communicator& world_;
   RankLayout layout_;
   RankCoordinates coords_;
   std::unique_ptr<Communicator> all_, tp_, tp_row_, tp_col_, tp_depth_, sp_, dp_, pp_, gradients_, embedding_;
+  std::unique_ptr<Communicator> expert_parallel_, expert_data_;
 };
 
 }  // namespace tessel::executor

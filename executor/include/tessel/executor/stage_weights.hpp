@@ -48,6 +48,7 @@ struct Cut {
 
 struct Bucket {
   int layer = -1;  // -1: the stage's embedding, final norm and head
+  bool experts = false;  // an MoE block's routed experts (this rank's), a bucket of their own
   std::vector<TensorSlot> tensors;
   std::size_t size = 0, padded_size = 0;
   // 3D: of the partial prefix, the first `partial_first` elements (features on the depth
@@ -80,8 +81,18 @@ struct LayerCuts {
 // partial-sum boundaries. A LLaMA-shaped model has fewer of them: no biases
 // (model.bias false), RMSNorm gains only, qkv [hidden x (hidden + 2 kv_dim)] and, with
 // SwiGLU, fc1 [hidden x 2 ffn] (gate, up).
+// An MoE block (model.moe.is_moe_layer(layer)) has no mlp.* tensors: after the attention
+// weights come its router "L{l}.moe.router.weight" [hidden x experts] (whole on every
+// tensor rank, cut as the late vectors) and the shared experts' "L{l}.moe.shared.fc1.weight"
+// and "...fc2.weight" (width shared_experts x expert_ffn_hidden, cut as fc1 and fc2); no
+// MLP biases (Mixtral, Qwen-MoE and Switch have none).
 std::pair<std::size_t, std::size_t> place_layer(Bucket& bucket, const ModelSpec& model, int layer,
                                                 const LayerCuts& cuts);
+// The routed experts [first_expert, first_expert + count) of MoE block `layer`:
+// "L{l}.moe.expert{e}.fc1.weight" [hidden x (2) expert_ffn] and "...fc2.weight"
+// [expert_ffn x hidden], cut as fc1 and fc2.
+void place_experts(Bucket& bucket, const ModelSpec& model, int layer, int first_expert, int count,
+                   const LayerCuts& cuts);
 
 // A layer's tensors by role, in the order GptStage reads their offsets.
 enum LayerTensor : std::size_t {
@@ -90,8 +101,12 @@ enum LayerTensor : std::size_t {
 };
 // "ln1.gain", ... as in whole tensor names after "L{l}."
 std::string_view layer_tensor_name(LayerTensor tensor);
-// Whether `model` has the tensor (LLaMA shapes have no biases and no norm biases).
+// Whether `model` has the tensor (LLaMA shapes have no biases and no norm biases); the
+// MoE blocks' tensors of layer `layer` when it is one (no mlp.* tensors).
 bool has_layer_tensor(const ModelSpec& model, LayerTensor tensor);
+bool has_layer_tensor(const ModelSpec& model, int layer, LayerTensor tensor);
+// The columns of an MLP of width `ffn` (2 ffn with SwiGLU: gate and up).
+int mlp_in_columns(const ModelSpec& model, int ffn);
 // The columns of attn.qkv (hidden + 2 kv_dim) and of mlp.fc1 (2 ffn with SwiGLU).
 int qkv_columns(const ModelSpec& model);
 int fc1_columns(const ModelSpec& model);

@@ -41,6 +41,11 @@ struct StageShape {
   int sp = 1, sp_rank = 0;         // ring self-attention: each sequence in sp blocks
   bool keep_all_keys = false;      // selective recompute with sp > 1: no second key ring
   std::size_t pad_to = 1;  // bucket sizes are multiples of this (the ZeRO group)
+  // Mixture-of-Experts: this rank's place in its expert-parallel group (it holds experts
+  // [ep_rank E/ep, (ep_rank+1) E/ep)); expert buckets are padded to the expert-data-
+  // parallel group.
+  int ep = 1, ep_rank = 0;
+  std::size_t expert_pad_to = 1;
   bool grid() const { return tp > 1 && (mode == TpMode::d2 || mode == TpMode::d2_5); }
   bool cube() const { return tp > 1 && mode == TpMode::d3; }
 };
@@ -53,6 +58,7 @@ struct StageComms {
   Communicator& row;
   Communicator& col;
   Communicator& depth;
+  Communicator* ep = nullptr;  // MoE: the expert-parallel group (null: one rank)
 };
 
 struct LayoutContext {
@@ -159,6 +165,18 @@ class TensorLayout {
                                   Buffer& y, Buffer& kept) = 0;
   virtual void linear_out_backward(const IdScope& ids, const HalfOps& half, const Buffer& x, const Buffer& kept,
                                    CRef w, const Buffer& dy, int in, int out, Buffer& dx, float* dw) = 0;
+
+  // ---- an MoE block's MLP half (1D layouts; the others refuse MoE models) ----
+  // The norm's output as the MoE layer routes it: every token of the micro-batch (gathered
+  // over the tensor group under sequence parallel, into `kept`, timed as half.tp_all_gather).
+  virtual const Buffer& moe_input(const IdScope& ids, const HalfOps& half, const Buffer& x, Buffer& kept);
+  // The MoE layer's input gradient (partial sums over the tensor group) back onto the
+  // residual layout: all-reduced, or reduce-scattered under sequence parallel.
+  virtual void moe_input_gradient(const IdScope& ids, const HalfOps& half, Buffer& partial, Buffer& dx);
+  // The MoE layer's output (partial sums) reduced onto the residual layout, and the
+  // gradient of that reduction (the whole rows' dy: gathered under sequence parallel).
+  virtual void moe_output(const IdScope& ids, const HalfOps& half, Buffer& partial, Buffer& y);
+  virtual const Buffer& moe_output_gradient(const IdScope& ids, const HalfOps& half, const Buffer& dy, Buffer& whole);
 
   // ---- the embedding and the LM head ----
   // x = embedding(tokens) + positions on the residual layout. `params` is the stage

@@ -13,6 +13,10 @@
 // keeps only that part of each layer's weights and gathers the layer before each use
 // (trainer_buckets.cpp). LAMB and LARS trust ratios and gradient clipping use norms
 // reduced over every rank that holds part of a tensor (trainer_optimizer.cpp).
+// Mixture-of-Experts blocks (gpt_stage.hpp): their routed experts are a bucket of their
+// own ("E{l}") whose gradients sum, and whose ZeRO states shard, over the expert-data-
+// parallel group (ProcessGrid::expert_data); the auxiliary loss joins the trained
+// objective and StepStats::aux_loss.
 // Checkpoints and whole-model views are in trainer_state.cpp.
 //
 // Precision: weights, gradients and optimizer state are fp32 (master weights); the
@@ -44,6 +48,9 @@ struct TrainerOptions {
   float weight_decay = 0.0f;
   float clip_grad_norm = 0.0f;  // 0: no clipping
   float adam_eps = 1e-8f;       // AdamW's epsilon
+  // MoE: the auxiliary load-balancing loss's coefficient (Switch Transformer's 0.01; the
+  // model JSON has no field for it).
+  float moe_aux_coefficient = 0.01f;
   // The element type activations are computed in; unset: the backend's choice for the
   // plan's precision.
   std::optional<DType> compute;
@@ -51,7 +58,10 @@ struct TrainerOptions {
 
 struct StepStats {
   int step = 0;
-  float loss = 0;  // mean over the global batch
+  float loss = 0;  // mean cross-entropy over the global batch (without the MoE auxiliary loss)
+  // MoE: the auxiliary load-balancing loss the step trained on besides `loss` (summed over
+  // the MoE blocks, mean over the micro-batches of the global batch); 0 for dense models.
+  float aux_loss = 0;
   double seconds = 0;
   double tokens_per_s = 0;
   float gradient_norm = 0;  // global, before clipping
@@ -83,6 +93,9 @@ class Trainer {
   // Bytes of layer activations this rank holds for backwards (all micro-batches in
   // flight), counted from the buffers after a step: what recompute and bf16 storage save.
   std::size_t kept_activation_bytes() const;
+  // MoE: the payload this rank's dispatch and combine all-to-alls sent so far (every
+  // MoE block, forward and backward; moe_layer.hpp); zeros for a dense model.
+  MoeTraffic moe_traffic() const { return stage_->moe() ? stage_->moe()->traffic() : MoeTraffic{}; }
 
   // Checkpoints (checkpoint_files.hpp): every rank writes its weights and optimizer
   // state to dir/step-<N>/rank<r>.bin, fsynced; then rank 0 points dir/checkpoint.json at
@@ -98,7 +111,8 @@ class Trainer {
   static void check_model_shape(const Plan& plan);
   struct BucketState {
     Bucket layout;
-    std::string name;        // "L3" or "stage", as in the Program's ids
+    std::string name;        // "L3", "E3" (an MoE block's experts) or "stage", as in the Program's ids
+    Communicator* group = nullptr;  // where its gradients sum: the gradient group, or expert_data for experts
     Buffer params;           // fp32 master weights of the whole bucket (empty for ZeRO-3 layer buckets)
     Buffer params_compute;   // their copy in the compute type, when it is not fp32
     Buffer grads;            // the whole bucket's accumulated gradient
@@ -126,6 +140,9 @@ class Trainer {
   void pack(const LayerActivations& a, const Buffer* probs, PackedActivations& packed);
   void unpack(const PackedActivations& packed, LayerActivations& a, Buffer* probs);
   void bucket_gradients_done(BucketState& bucket);
+  // After a layer's backward of micro-batch `mb`: its ZeRO-3 reduce-scatter, or the
+  // bucket's sync when it was the last micro-batch.
+  void layer_gradients_done(BucketState& bucket, float* grads, int mb, bool last_backward_of_chunk);
   void wait_for_syncs();
   CRef layer_weights(BucketState& bucket, int mb, ops::Phase phase);
   CRef compute_weights(BucketState& bucket);
@@ -136,15 +153,25 @@ class Trainer {
   void gather_updated_weights();
   std::vector<float> whole_from_buckets(bool gradients);
 
+  // ZeRO over each bucket's group (the gradient group; expert_data for an MoE block's experts).
   bool shards_optimizer() const { return plan_.parallel.zero >= 1 && group_ > 1; }
-  bool shards_weights(const BucketState& b) const { return plan_.parallel.zero == 3 && group_ > 1 && b.layout.layer >= 0; }
-  std::size_t shard_size(const BucketState& b) const { return b.layout.padded_size / std::size_t(group_); }
-  std::size_t owned_offset(const BucketState& b) const { return shards_optimizer() ? group_rank_ * shard_size(b) : 0; }
-  std::size_t owned_size(const BucketState& b) const { return shards_optimizer() ? shard_size(b) : b.layout.padded_size; }
+  static int group_size(const BucketState& b) { return b.group->size(); }
+  static std::size_t group_rank(const BucketState& b) { return std::size_t(b.group->rank()); }
+  bool shards_optimizer(const BucketState& b) const { return plan_.parallel.zero >= 1 && group_size(b) > 1; }
+  bool shards_weights(const BucketState& b) const {
+    return plan_.parallel.zero == 3 && group_size(b) > 1 && b.layout.layer >= 0;
+  }
+  std::size_t shard_size(const BucketState& b) const { return b.layout.padded_size / std::size_t(group_size(b)); }
+  std::size_t owned_offset(const BucketState& b) const { return shards_optimizer(b) ? group_rank(b) * shard_size(b) : 0; }
+  std::size_t owned_size(const BucketState& b) const { return shards_optimizer(b) ? shard_size(b) : b.layout.padded_size; }
   float* owned_params(BucketState& b) {
     return shards_weights(b) ? b.param_shard.f32() : b.params.f32() + owned_offset(b);
   }
-  float* owned_grads(BucketState& b) { return shards_optimizer() ? b.grad_shard.f32() : b.grads.f32(); }
+  float* owned_grads(BucketState& b) { return shards_optimizer(b) ? b.grad_shard.f32() : b.grads.f32(); }
+  // The id a ZeRO-3 gather or reduce-scatter of bucket `b` runs under for micro-batch `mb`.
+  std::string zero_op_id(const BucketState& b, int mb, ops::Phase phase, std::string_view op) const;
+  // MoE checks of check(): what the executor trains Mixture-of-Experts models in.
+  static void check_moe(const Plan& plan);
   // Whether this rank counts `t` in sums over the whole model (each element once).
   bool counts_tensor(const TensorSlot& t) const;
   // The pieces of owned ranges, and the norm segments that count each whole tensor once.
@@ -162,6 +189,7 @@ class Trainer {
   std::unique_ptr<GptStage> stage_;
   std::vector<BucketState> buckets_;
   std::vector<int> bucket_of_layer_;  // -1 where another stage holds the layer
+  std::vector<int> expert_bucket_of_layer_;  // an MoE block's experts; -1 elsewhere
   int rest_bucket_ = -1;
   int stage_index_ = 0, stages_ = 1, chunks_ = 1, layers_per_chunk_ = 0, micro_batches_ = 1;
   int group_ = 1;  // the gradient group (dp x sp)
@@ -184,6 +212,7 @@ class Trainer {
   std::vector<std::unique_ptr<CommRequest>> sends_;
   Buffer tokens_, targets_;                       // this step's, in backend memory
   Buffer gathered_weights_, gathered_compute_, layer_grads_, shard_scratch_;
+  Buffer gathered_experts_, expert_grads_;  // ZeRO 3: an MoE block's experts, gathered per use
   Buffer loss_sum_, norm_sq_, clip_factor_;       // scalars in backend memory
   Buffer piece_norms_;                            // LAMB/LARS: [weight, update] squared norms per piece
   std::vector<Piece> pieces_;
