@@ -24,6 +24,7 @@ DevicePool::~DevicePool() {
 }
 
 void DevicePool::charge(std::size_t model_bytes) {
+  if (!enforcing_) return;
   const std::size_t total = model_bytes + non_model_bytes_;
   if (total > budget_bytes_) throw DeviceBudgetExceeded(op_, total, budget_bytes_);
   peak_bytes_ = std::max(peak_bytes_, total);

@@ -45,6 +45,8 @@ class DevicePool final : public BufferMemory {
 
   // An op starts with `non_model_bytes` of other memory live: checked against the budget.
   void enter_op(std::string_view op, std::size_t non_model_bytes);
+  // Outside steps (checkpoints, whole-model views) the budget is not enforced.
+  void set_enforcing(bool enforcing) { enforcing_ = enforcing; }
   void* allocate(std::size_t bytes) override;
   void deallocate(void* pointer) override;
 
@@ -59,6 +61,7 @@ class DevicePool final : public BufferMemory {
 
   kernels::Backend& backend_;
   std::size_t budget_bytes_;
+  bool enforcing_ = true;
   std::size_t model_bytes_ = 0, non_model_bytes_ = 0, peak_bytes_ = 0, peak_model_bytes_ = 0;
   std::string op_ = "start";
   std::unordered_map<void*, std::size_t> sizes_;
