@@ -15,9 +15,6 @@
 // given back (dematerialise): checkpoints have the layout of runs without offload.
 #include <algorithm>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include "offload_state.hpp"
 #include "tessel/executor/host_optimizer.hpp"
 #include "tessel/executor/trainer.hpp"
@@ -29,12 +26,6 @@ std::pair<std::size_t, std::size_t> owned_part(const ChunkPiece& piece, std::siz
   const std::size_t from = std::max(piece.bucket_offset, first), to = std::min(piece.bucket_offset + piece.size, first + count);
   return {from, to > from ? to : from};
 }
-
-struct HostSpan {
-  float *param, *m, *v;
-  const float* grad;
-  std::int64_t n;
-};
 }  // namespace
 
 void Trainer::offload_update() {
@@ -64,54 +55,42 @@ void Trainer::offload_update() {
     }
     backend_.synchronize(Stream::copy);
   }
-  const float* device_scale = clipped ? clip_factor_.f32() : nullptr;
-  {
+  // Buckets with any device-optimized chunk step whole on the device, as without
+  // offload (a call over part of a bucket would place elements differently, see
+  // host_optimizer.hpp); their host-optimized elements' device copies are overwritten
+  // before they are read again (fetched, or sent up below).
+  bool any_on_device = false;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) any_on_device = any_on_device || o.device_optimized[i];
+  if (any_on_device) {
     auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
+    const float* device_scale = clipped ? clip_factor_.f32() : nullptr;
     for (std::size_t i = 0; i < buckets_.size(); ++i) {
       BucketState& b = buckets_[i];
-      if (o.device_optimized[i] && !o.host_optimized[i]) {
-        backend_.adamw_step(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(),
-                            std::int64_t(owned_size(b)), p, device_scale);
-      }
-    }
-    for (std::size_t c = 0; c < o.chunks.size(); ++c) {  // device parts of buckets shared with host chunks
-      if (o.plan.chunks[c].optimizer_on_host) continue;
-      for (const ChunkPiece& piece : o.chunks[c].pieces) {
-        BucketState& b = buckets_[std::size_t(piece.bucket)];
-        if (!o.host_optimized[std::size_t(piece.bucket)]) continue;
-        const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
-        const std::size_t at = from - owned_offset(b);
-        if (from < to) {
-          backend_.adamw_step(Stream::compute, owned_params(b) + at, owned_grads(b) + at, b.moment1.f32() + at,
-                              b.moment2.f32() + at, std::int64_t(to - from), p, device_scale);
-        }
-      }
+      if (!o.device_optimized[i]) continue;
+      backend_.adamw_step(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(),
+                          std::int64_t(owned_size(b)), p, device_scale);
     }
   }
-  std::vector<HostSpan> spans;
+  std::vector<HostAdamWPiece> pieces;
   for (std::size_t c = 0; c < o.chunks.size(); ++c) {
     if (!o.plan.chunks[c].optimizer_on_host) continue;
     HostChunk& h = o.chunks[c];
     for (const ChunkPiece& piece : h.pieces) {
       BucketState& b = buckets_[std::size_t(piece.bucket)];
       const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
-      for (std::size_t lo = from; lo < to; lo += std::size_t(kHostOptimizerBlockElements)) {
-        const std::size_t at = piece.chunk_offset + (lo - piece.bucket_offset);
-        spans.push_back({h.weights.data() + at, h.moment1.data() + at, h.moment2.data() + at, h.grads.data() + at,
-                         std::int64_t(std::min(to - lo, std::size_t(kHostOptimizerBlockElements)))});
-      }
+      if (from == to) continue;
+      const std::size_t at = piece.chunk_offset + (from - piece.bucket_offset);
+      // The reference call: the bucket's owned range, from a 64-byte aligned allocation.
+      const std::uintptr_t address = shards_weights(b) ? 0 : owned_offset(b) * sizeof(float);
+      pieces.push_back({h.weights.data() + at, h.grads.data() + at, h.moment1.data() + at, h.moment2.data() + at,
+                        std::int64_t(to - from),
+                        {address, std::int64_t(owned_size(b)), std::int64_t(from - owned_offset(b))}});
     }
   }
-  {
+  if (!pieces.empty()) {
     const bool chunked = plan_.parallel.offload == OffloadMode::chunked;
     auto timed = timeline_.time(ops::step_op_id(chunked ? ops::optimizer_host : ops::optimizer));
-    const float* scale = clipped ? &host_scale : nullptr;
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, spans.size(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t i = r.begin(); i != r.end(); ++i) {
-        const HostSpan& s = spans[i];
-        kernels::cpu_backend().adamw_step(Stream::compute, s.param, s.grad, s.m, s.v, s.n, p, scale);
-      }
-    });
+    host_adamw_step(pieces, p, clipped ? &host_scale : nullptr);
   }
   for (const ChunkCopy& copy : o.plan.copies) {
     if (copy.op != ops::offload_params_h2d) continue;
