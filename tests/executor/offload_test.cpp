@@ -18,6 +18,7 @@
 
 #include "tessel/core/chunk_plan.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/subprocess.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/device_pool.hpp"
 #include "tessel/executor/host_optimizer.hpp"
@@ -281,4 +282,22 @@ TEST(Offload, OptimizersOtherThanAdamWAreRefusedInOneLine) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("adamw"), std::string::npos) << e.what();
   }
+}
+
+// dp 2 with ZeRO 2 and 3 and pp 2, each with offload optimizer and chunked at 0.25, 0.5
+// and 1.0, equal the layout without offload bit for bit on 2 ranks, move the chunk
+// plan's bytes, and resume from a checkpoint with chunks on the host bit-exactly
+// (offload_check.cpp under mpirun).
+TEST(Offload, LayoutsAcrossRanksEqualTheRunWithoutOffload) {
+  int status = -1;
+  const std::string output = run_command("mpirun --allow-run-as-root --oversubscribe -np 2 '" +
+                                             std::string(TESSEL_OFFLOAD_CHECK_BINARY) + "' 2>&1",
+                                         status);
+  EXPECT_EQ(status, 0) << output;
+  std::size_t ok = 0;
+  for (std::size_t at = output.find("  ok\n"); at != std::string::npos; at = output.find("  ok\n", at + 1)) ++ok;
+  EXPECT_EQ(ok, 3u * 4u * 2u) << output;
+  EXPECT_NE(output.find("rank 0: steps 3..5 and weights bit-identical"), std::string::npos) << output;
+  EXPECT_NE(output.find("rank 1: steps 3..5 and weights bit-identical"), std::string::npos) << output;
+  EXPECT_EQ(output.find("FAILED"), std::string::npos) << output;
 }
