@@ -6,19 +6,21 @@
 // rank, and the bytes each rank moves each way per step: with no ZeRO sharding (pp 2)
 // the chunk plan's copies (their used elements); under ZeRO the owned parts of the
 // executor's buckets, which differ per rank from the plan's (it shards per chunk), and
-// sum over the group to the plan's total. Then a
+// sum over the group to the plan's total; the op ids measured are the Program's. Then a
 // checkpoint with chunks on the host (dp 2, ZeRO 3, chunked 0.25) resumes bit-exactly.
 // Prints one line per run and "ok rank N"; exits 1 on a failure.
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "tessel/core/chunk_plan.hpp"
+#include "tessel/core/program.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "layouts.hpp"
@@ -34,6 +36,7 @@ struct Result {
   double up_bytes = 0, down_bytes = 0;  // the last step's, this rank's
   bool same_bytes_every_step = true;
   OffloadStats offload;
+  std::set<std::string> measured_ops;
 };
 
 TrainerOptions options() {
@@ -62,6 +65,7 @@ Result train(const Plan& plan, Communicator& world, const std::string& text, int
   if (!save_dir.empty()) trainer.save(save_dir);
   r.weights = trainer.whole_parameters();
   r.offload = trainer.offload_stats();
+  for (const OpEvent& e : trainer.timeline().take()) r.measured_ops.insert(e.op);
   return r;
 }
 
@@ -130,6 +134,16 @@ int main() {
       const double ranks = sharded ? double(plan.parallel.gradient_group()) : 1.0;
       ok = ok && totals[0] == float(up * ranks) && totals[1] == float(down * ranks);
       if (fraction < 1.0) ok = ok && with.up_bytes > 0;
+      // Every op the Program predicts is measured (copies, host optimizer), and nothing else.
+      std::set<std::string> predicted;
+      const Program program = Program::lower(plan);
+      for (const ProgramOp& op : program.rank_program(world.rank()).ops) predicted.insert(op.id);
+      for (const std::string& id : predicted) {
+        if (!with.measured_ops.count(id)) ok = false, std::fprintf(stderr, "predicted, not measured: %s\n", id.c_str());
+      }
+      for (const std::string& id : with.measured_ops) {
+        if (!predicted.count(id)) ok = false, std::fprintf(stderr, "measured, not predicted: %s\n", id.c_str());
+      }
       std::printf("%s offload %s rank %d: losses %.6f..%.6f, bytes/step up %.0f down %.0f (chunk plan %.0f %.0f), "
                   "peak %zu of %zu  %s\n",
                   layout.name().c_str(), plan.parallel.summary().c_str(), world.rank(), with.losses.front(),
