@@ -109,6 +109,7 @@ int run_run(const RunArgs& args) {
   if (!ranks_here || launcher == executor::Launcher::srun) machine.cuda_devices = std::max(machine.cuda_devices, 1);
   const executor::BackendChoice backend = executor::resolve_backend(executor::parse_backend(args.backend), plan, machine);
   executor::Trainer::check(plan);
+  executor::Trainer::check_device_budget(plan, std::size_t(args.device_memory_bytes));
   if (!args.resume.empty()) executor::read_checkpoint_meta(args.resume, args.steps);
   check_init_weights(args, plan);
   if (args.checkpoint_every < 0) throw Error(fmt::format("--checkpoint-every: must be 0 or more, got {}", args.checkpoint_every));
@@ -181,6 +182,8 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--clip-grad-norm", args->clip_grad_norm,
                   "Clip the global gradient norm to this value (0: no clipping)")
       ->capture_default_str();
+  cmd->add_option("--device-memory-bytes", args->device_memory_bytes,
+                  "Offload plans: the device memory budget of the chunk manager (default: the plan's device memory)");
   cmd->add_option("--backend", args->backend,
                   "auto|cpu|cuda: auto runs GPU clusters on CUDA and local-cpu on the CPU; cpu runs a GPU plan's "
                   "layout on CPU ranks (to test it on a machine without GPUs)")

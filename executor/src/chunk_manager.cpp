@@ -49,6 +49,20 @@ OffloadStats Trainer::offload_stats() const {
   return stats;
 }
 
+void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes) {
+  if (plan.parallel.offload == OffloadMode::none) return;
+  const double budget = device_memory_bytes > 0 ? double(device_memory_bytes)
+                                                : resolve_device(plan.cluster.device).memory_bytes;
+  for (int stage = 0; stage < plan.parallel.pp; ++stage) {
+    const double smallest = smallest_device_budget_bytes(plan.model, plan.train, plan.parallel, stage, 0.0);
+    if (budget < smallest) {
+      throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states; "
+                              "the smallest budget that works is {:.0f} bytes plus the activations",
+                              budget, stage, smallest));
+    }
+  }
+}
+
 // Before the weights exist: the chunk plan, the budget (refused before the run when no
 // placement of the model states fits it) and the pool the buckets will draw from.
 void Trainer::offload_setup() {
@@ -56,15 +70,10 @@ void Trainer::offload_setup() {
   offload_ = std::make_unique<OffloadState>();
   OffloadState& o = *offload_;
   o.plan = chunk_plan(plan_.model, plan_.train, plan_.parallel, stage_index_);
-  std::size_t budget = options_.device_memory_bytes;
-  if (budget == 0) budget = std::size_t(resolve_device(plan_.cluster.device).memory_bytes);
-  const double smallest =
-      smallest_device_budget_bytes(plan_.model, plan_.train, plan_.parallel, stage_index_, 0.0);
-  if (double(budget) < smallest) {
-    throw Error(fmt::format("device memory: {} bytes is too small for any placement of stage {}'s model states; the "
-                            "smallest budget that works is {:.0f} bytes plus the activations",
-                            budget, stage_index_, smallest));
-  }
+  check_device_budget(plan_, options_.device_memory_bytes);
+  const std::size_t budget = options_.device_memory_bytes > 0
+                                 ? options_.device_memory_bytes
+                                 : std::size_t(resolve_device(plan_.cluster.device).memory_bytes);
   o.pool = std::make_unique<DevicePool>(backend_, budget);
   o.layer_segment.assign(std::size_t(plan_.model.layers), -1);
   for (std::size_t i = 0; i < o.plan.segments.size(); ++i) {

@@ -77,6 +77,11 @@ class Trainer {
   Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const TrainerOptions& options,
           kernels::Backend& backend = kernels::cpu_backend());
   static void check(const Plan& plan);
+  // Offload plans: refuses (tessel::Error, one line with the smallest budget that works)
+  // a device memory budget too small for any placement of some stage's model states
+  // (0: the plan's device memory). What the trainer checks before its first step;
+  // tessel run checks it before the ranks start.
+  static void check_device_budget(const Plan& plan, std::size_t device_memory_bytes);
 
   StepStats step();
   int steps_done() const { return step_; }
