@@ -9,6 +9,8 @@
 //    copy is current); a bucket whose tensors are all host-resident gives its weights
 //    back to the pool once no fetched chunk holds them. A bucket shared with a resident
 //    chunk keeps its weight buffer (its resident part must stay).
+// Weights move as the fp32 master (bf16 plans too: a bucket's compute copy is converted on
+// the device after its fetch), so a bf16 plan moves twice the chunk plan's weight bytes.
 // Lookahead: none beyond the plan's. A chunk is fetched right before the segment that
 // first uses it, so at most the chunks of the running segment are fetched at once, fewer
 // than the plan's prefetch window of two neighbouring segments; on a CPU rank the copies
@@ -149,6 +151,7 @@ void Trainer::acquire_weights(int bucket) {
 void Trainer::release_weights(int bucket) {
   BucketState& b = buckets_[std::size_t(bucket)];
   (shards_weights(b) ? b.param_shard : b.params).release();
+  b.params_compute.release();
 }
 
 namespace {
@@ -209,6 +212,7 @@ void Trainer::offload_fetch(int chunk, int mb, ops::Phase phase) {
   }
   ++h.fetched;
   o.host_to_device_bytes += upload_chunk_weights(chunk, false);
+  for (int b : buckets) refresh_compute_weights(buckets_[std::size_t(b)]);  // bf16 GEMMs on a GPU
 }
 
 void Trainer::offload_before_segment(int segment, int mb, ops::Phase phase) {

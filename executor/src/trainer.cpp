@@ -37,11 +37,6 @@ void Trainer::check(const Plan& plan) {
     throw Error(fmt::format("train.optimizer: with parallel.offload {} the host optimizer runs adamw only, got {}",
                             to_string(p.offload), to_string(plan.train.optimizer)));
   }
-  if (p.offload != OffloadMode::none && plan.train.precision != Precision::fp32) {
-    throw Error(fmt::format("train.precision: with parallel.offload {} the chunk manager moves fp32 weights; precision "
-                            "must be fp32, got {}",
-                            to_string(p.offload), to_string(plan.train.precision)));
-  }
   check_model_shape(plan);
   if (plan.train.precision == Precision::fp16) {
     throw Error("train.precision: the executor trains in fp32 or bf16 (fp32 master weights); got fp16");
