@@ -130,9 +130,9 @@ void Trainer::offload_start() {
     const Chunk& chunk = o.plan.chunks[c];
     HostChunk& h = o.chunks[c];
     const std::size_t capacity = std::size_t(chunk.capacity_elements);
-    if (chunk.host_resident || chunk.optimizer_on_host) h.weights.assign(capacity, 0.0f);
+    if (chunk.host_resident || chunk.optimizer_on_host) h.weights.assign(backend_, capacity);
     if (chunk.optimizer_on_host) {
-      h.grads.assign(capacity, 0.0f), h.moment1.assign(capacity, 0.0f), h.moment2.assign(capacity, 0.0f);
+      h.grads.assign(backend_, capacity), h.moment1.assign(backend_, capacity), h.moment2.assign(backend_, capacity);
     }
     if (!h.weights.empty()) download_chunk_weights(int(c), false);
   }

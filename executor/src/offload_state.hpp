@@ -7,6 +7,7 @@
 // copy is one backend upload / download per tensor (or per owned part of one).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -17,17 +18,53 @@
 
 namespace tessel::executor {
 
+// Host memory from the backend (pinned on a GPU, so copies need no staging), zeroed.
+class HostArray {
+ public:
+  HostArray() = default;
+  ~HostArray() { reset(); }
+  HostArray(HostArray&& other) noexcept { swap(other); }
+  HostArray& operator=(HostArray&& other) noexcept {
+    if (this != &other) reset(), swap(other);
+    return *this;
+  }
+  HostArray(const HostArray&) = delete;
+  HostArray& operator=(const HostArray&) = delete;
+  void assign(kernels::Backend& backend, std::size_t count) {
+    reset();
+    backend_ = &backend;
+    data_ = static_cast<float*>(backend.allocate_host(std::max<std::size_t>(count, 1) * sizeof(float)));
+    std::fill_n(data_, count, 0.0f);
+    size_ = count;
+  }
+  float* data() { return data_; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  void reset() {
+    if (data_) backend_->deallocate_host(data_);
+    data_ = nullptr, size_ = 0;
+  }
+  void swap(HostArray& other) noexcept {
+    std::swap(backend_, other.backend_), std::swap(data_, other.data_), std::swap(size_, other.size_);
+  }
+  kernels::Backend* backend_ = nullptr;
+  float* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 // One tensor of a chunk: where it lies in its bucket and in the chunk.
 struct ChunkPiece {
   int bucket = 0;
   std::size_t bucket_offset = 0, chunk_offset = 0, size = 0;
 };
 
-// Host memory of one chunk (capacity elements each; on a GPU these would be pinned).
+// Host memory of one chunk (capacity elements each).
 struct HostChunk {
   std::vector<ChunkPiece> pieces;
-  std::vector<float> weights;  // host-resident or host-optimized: the fp32 master weights
-  std::vector<float> grads, moment1, moment2;  // host-optimized: owned parts only are used
+  HostArray weights;  // host-resident or host-optimized: the fp32 master weights
+  HostArray grads, moment1, moment2;  // host-optimized: owned parts only are used
   int fetched = 0;  // passes holding its weights on the device now
 };
 

@@ -30,6 +30,10 @@ std::pair<std::size_t, std::size_t> owned_part(const ChunkPiece& piece, std::siz
 
 void Trainer::offload_update() {
   OffloadState& o = *offload_;
+  // The host writes the master weights below: earlier fetches must have read them; the
+  // gradients come from the syncs on the gradient group's stream.
+  backend_.synchronize(Stream::copy);
+  backend_.wait_for(Stream::copy, grid_.gradients().stream());
   const bool clipped = options_.clip_grad_norm > 0;
   float host_scale = 1.0f;
   if (clipped) {
@@ -99,6 +103,7 @@ void Trainer::offload_update() {
     o.host_to_device_bytes += upload_chunk_weights(copy.chunk, true);
   }
   gather_updated_weights();
+  backend_.wait_for(Stream::copy, grid_.gradients().stream());  // the gathers rebuilt what goes down
   for (const ChunkCopy& copy : o.plan.copies) {
     if (copy.op != ops::offload_params_d2h) continue;
     auto timed = timeline_.time(copy.op_id, Stream::copy);
