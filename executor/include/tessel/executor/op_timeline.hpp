@@ -64,7 +64,8 @@ class OpTimeline {
   class Scope {
    public:
     Scope(OpTimeline& timeline, std::string op, Stream stream);
-    ~Scope() { timeline_.record(std::move(op_), start_, timeline_.backend_.mark(stream_)); }
+    // The observer saw the op when the scope opened (and must not throw from here).
+    ~Scope() { timeline_.pending_.push_back({timeline_.step_, std::move(op_), start_, timeline_.backend_.mark(stream_), 0.0, 1.0}); }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
