@@ -11,10 +11,11 @@
 //    chunk keeps its weight buffer (its resident part must stay).
 // Weights move as the fp32 master (bf16 plans too: a bucket's compute copy is converted on
 // the device after its fetch), so a bf16 plan moves twice the chunk plan's weight bytes.
-// Lookahead: none beyond the plan's. A chunk is fetched right before the segment that
-// first uses it, so at most the chunks of the running segment are fetched at once, fewer
-// than the plan's prefetch window of two neighbouring segments; on a CPU rank the copies
-// are synchronous, so prefetching earlier would only raise the peak.
+// Lookahead: one segment (the chunk plan's window). From the second step on, before a
+// segment the chunks the next segment of the pass first uses are fetched too when the
+// pool's model states, their weight buffers and the warm-up's peak non-model memory fit
+// the budget; otherwise they are fetched on demand before their segment. (On a CPU rank
+// copies are synchronous: the lookahead moves them earlier, it cannot hide them.)
 // Every op (the timeline's observer) reports the non-model bytes live to the pool, which
 // checks model states + that memory against the budget; the first step traces them.
 #include <algorithm>
@@ -48,6 +49,7 @@ OffloadStats Trainer::offload_stats() const {
   stats.budget_bytes = offload_->pool->budget_bytes();
   stats.peak_bytes = offload_->pool->peak_bytes();
   stats.peak_non_model_bytes = offload_->tracer.peak_non_model_bytes();
+  stats.prefetched_chunks = offload_->last_prefetches;
   return stats;
 }
 
@@ -215,10 +217,46 @@ void Trainer::offload_fetch(int chunk, int mb, ops::Phase phase) {
   for (int b : buckets) refresh_compute_weights(buckets_[std::size_t(b)]);  // bf16 GEMMs on a GPU
 }
 
+// Room for a prefetch: the pool's model states now, the weight buffers the chunk would
+// add and the warm-up's most non-model memory, within the budget.
+bool Trainer::room_to_prefetch(int chunk) const {
+  const OffloadState& o = *offload_;
+  std::size_t adds = 0;
+  std::vector<int> seen;
+  for (const ChunkPiece& piece : o.chunks[std::size_t(chunk)].pieces) {
+    const BucketState& b = buckets_[std::size_t(piece.bucket)];
+    if (std::find(seen.begin(), seen.end(), piece.bucket) != seen.end()) continue;
+    seen.push_back(piece.bucket);
+    const bool allocated = shards_weights(b) ? !b.param_shard.empty() : !b.params.empty();
+    if (!allocated) adds += (shards_weights(b) ? shard_size(b) : b.layout.padded_size) * sizeof(float);
+  }
+  return o.pool->model_bytes() + adds + o.tracer.peak_non_model_bytes() <= o.pool->budget_bytes();
+}
+
 void Trainer::offload_before_segment(int segment, int mb, ops::Phase phase) {
   if (!offload_) return;
-  for (int chunk : offload_->plan.fetches_before(segment, phase == ops::Phase::bwd ? ops::Phase::bwd : ops::Phase::fwd)) {
+  OffloadState& o = *offload_;
+  const ops::Phase pass = phase == ops::Phase::bwd ? ops::Phase::bwd : ops::Phase::fwd;
+  const std::int64_t key = (std::int64_t(step_) * 1'000'000 + mb) * 2 + (pass == ops::Phase::bwd ? 1 : 0);
+  auto fetch = [&](int chunk) {
+    o.chunks[std::size_t(chunk)].fetched_for = key;
     offload_fetch(chunk, mb, phase);
+  };
+  for (int chunk : o.plan.fetches_before(segment, pass)) {
+    if (o.chunks[std::size_t(chunk)].fetched_for != key) fetch(chunk);
+  }
+  // Lookahead: one segment, the next in this pass on the same pipeline chunk (the chunk
+  // plan's prefetch window), once the warm-up has traced the non-model memory, and only
+  // where the room the trace leaves holds the chunk.
+  const int next = segment + (pass == ops::Phase::fwd ? 1 : -1);
+  if (o.tracer.tracing() || next < 0 || next >= int(o.plan.segments.size()) ||
+      o.plan.segments[std::size_t(next)].virtual_chunk != o.plan.segments[std::size_t(segment)].virtual_chunk) {
+    return;
+  }
+  for (int chunk : o.plan.fetches_before(next, pass)) {
+    if (o.chunks[std::size_t(chunk)].fetched_for == key || !room_to_prefetch(chunk)) continue;
+    fetch(chunk);
+    ++o.prefetches;
   }
 }
 
@@ -247,13 +285,17 @@ void Trainer::offload_step_boundary(bool starting) {
   OffloadState& o = *offload_;
   if (starting) {
     o.host_to_device_bytes = o.device_to_host_bytes = 0;
+    o.prefetches = 0;
     o.in_step = true;
     return;
   }
   o.in_step = false;
+  // What the update allocated after the last op (the step's scalars) stays live.
+  o.tracer.record("step/end", Buffer::backend_bytes_live());
   o.tracer.finish();  // the first step was the warm-up
   o.last_host_to_device_bytes = o.host_to_device_bytes;
   o.last_device_to_host_bytes = o.device_to_host_bytes;
+  o.last_prefetches = o.prefetches;
 }
 
 }  // namespace tessel::executor

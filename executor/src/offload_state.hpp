@@ -66,6 +66,7 @@ struct HostChunk {
   HostArray weights;  // host-resident or host-optimized: the fp32 master weights
   HostArray grads, moment1, moment2;  // host-optimized: owned parts only are used
   int fetched = 0;  // passes holding its weights on the device now
+  std::int64_t fetched_for = -1;  // the pass (step, micro-batch, phase) of its last fetch
 };
 
 struct OffloadState {
@@ -81,6 +82,7 @@ struct OffloadState {
   std::vector<bool> evictable, host_optimized, device_optimized;
   std::vector<int> held;
   bool in_step = false;
+  int prefetches = 0, last_prefetches = 0;  // this step's fetches issued a segment ahead
   double host_to_device_bytes = 0, device_to_host_bytes = 0;  // this step's, so far
   double last_host_to_device_bytes = 0, last_device_to_host_bytes = 0;
 };

@@ -206,33 +206,51 @@ TEST(Offload, RunsEqualTheRunWithoutOffloadAndMoveThePlannedBytes) {
     }
     if (plan.parallel.offload_device_fraction < 1.0) {
       EXPECT_GT(up, 0.0);
+      EXPECT_GT(run.offload.prefetched_chunks, 0);
     }
     EXPECT_GT(run.offload.peak_non_model_bytes, 0u);
     EXPECT_LE(run.offload.peak_bytes, run.offload.budget_bytes);
   }
 }
 
-// The budget holds at every op: a run with its own peak as the budget passes, one byte
-// less is refused at an op it names; and the less stays on the device, the lower the peak.
+// The budget holds at every op: a run given its own peak as the budget passes, and the
+// warm-up step (no prefetch) given one byte less than its peak is refused at an op it
+// names; the less stays on the device, the lower the peak.
 TEST(Offload, TheBudgetHoldsAtEveryOpAndLessOnTheDeviceNeedsLess) {
   std::size_t previous_peak = 0;
   for (const double fraction : {1.0, 0.5, 0.25}) {
     SCOPED_TRACE(fraction);
     const Plan plan = offload_plan(fmt::format(R"({{"mode": "chunked", "device_fraction": {}}})", fraction));
-    const std::size_t peak = train(plan, kRoomyBudget, 2).offload.peak_bytes;
-    EXPECT_EQ(train(plan, peak, 2).offload.peak_bytes, peak);
+    const std::size_t peak = train(plan, kRoomyBudget, 3).offload.peak_bytes;
+    EXPECT_LE(train(plan, peak, 3).offload.peak_bytes, peak);
+    const std::size_t warm_up_peak = train(plan, kRoomyBudget, 1).offload.peak_bytes;
     try {
-      train(plan, peak - 1, 2);
+      train(plan, warm_up_peak - 1, 1);
       FAIL() << "a budget below the peak was accepted";
     } catch (const DeviceBudgetExceeded& e) {
       EXPECT_FALSE(e.op().empty());
-      EXPECT_EQ(e.budget_bytes(), peak - 1);
+      EXPECT_EQ(e.budget_bytes(), warm_up_peak - 1);
     }
     if (previous_peak > 0) {
-      EXPECT_LT(peak, previous_peak);
+      EXPECT_LT(warm_up_peak, previous_peak);
     }
-    previous_peak = peak;
+    previous_peak = warm_up_peak;
   }
+}
+
+// With room, chunks are fetched a segment ahead from the second step on; a budget just
+// above what fetching on demand needs still holds at every op (a prefetch waits for
+// room), with the same losses and the same copies.
+TEST(Offload, ChunksArePrefetchedOneSegmentAheadWhereTheTraceLeavesRoom) {
+  const Plan plan = offload_plan(R"({"mode": "chunked", "device_fraction": 0.25})");
+  const RunResult roomy = train(plan, kRoomyBudget, 3);
+  EXPECT_GT(roomy.offload.prefetched_chunks, 0);
+  const std::size_t budget = train(plan, kRoomyBudget, 1).offload.peak_bytes + 64;  // the update's scalars
+  const RunResult tight = train(plan, budget, 3);
+  EXPECT_LE(tight.offload.peak_bytes, budget);
+  EXPECT_LE(tight.offload.prefetched_chunks, roomy.offload.prefetched_chunks);
+  EXPECT_EQ(tight.losses, roomy.losses);
+  EXPECT_EQ(tight.up_bytes, roomy.up_bytes);
 }
 
 TEST(Offload, ABudgetTooSmallForAnyPlacementIsRefusedWithTheSmallestThatWorks) {

@@ -58,6 +58,7 @@ struct OffloadStats {
   std::size_t budget_bytes = 0;
   std::size_t peak_bytes = 0;             // model states + non-model memory, the most any op saw
   std::size_t peak_non_model_bytes = 0;   // traced in the warm-up (first) step
+  int prefetched_chunks = 0;              // the last step's fetches issued a segment ahead
 };
 
 struct OffloadState;  // the chunk manager's state (executor/src/offload_state.hpp)
@@ -170,6 +171,7 @@ class Trainer {
   void offload_step_boundary(bool starting);
   void offload_update();
   void offload_fetch(int chunk, int mb, ops::Phase phase);
+  bool room_to_prefetch(int chunk) const;
   void acquire_weights(int bucket);
   void release_weights(int bucket);
   // Copies a chunk's weights between its host array and the buckets (owned parts only
