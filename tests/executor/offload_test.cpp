@@ -24,6 +24,7 @@
 #include "tessel/executor/host_optimizer.hpp"
 #include "tessel/executor/memory_tracer.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "protected_memory_backend.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
@@ -54,10 +55,11 @@ struct RunResult {
   std::vector<double> up_bytes, down_bytes;  // per step
 };
 
-RunResult train(const Plan& plan, std::size_t budget_bytes, int steps = 5) {
-  SingleRankCommunicator world;
+RunResult train(const Plan& plan, std::size_t budget_bytes, int steps = 5,
+                kernels::Backend& backend = kernels::cpu_backend()) {
+  SingleRankCommunicator world(backend);
   ProcessGrid grid(plan.parallel, world);
-  Trainer trainer(plan, grid, DataLoader(synthetic_corpus(1 << 14, 3), 8, 16), test_options(budget_bytes));
+  Trainer trainer(plan, grid, DataLoader(synthetic_corpus(1 << 14, 3), 8, 16), test_options(budget_bytes), backend);
   RunResult run;
   for (int s = 0; s < steps; ++s) {
     run.losses.push_back(trainer.step().loss);
@@ -289,6 +291,23 @@ TEST(Offload, ResumeFromACheckpointWithChunksOnTheHostIsBitExact) {
   EXPECT_EQ(losses, uninterrupted.losses);
   EXPECT_EQ(resumed.whole_parameters(), uninterrupted.weights);
   fs::remove_all(dir);
+}
+
+// On a fake device whose memory the host may not touch (a host read or write of device
+// memory dies with SIGSEGV), the manager's copies go through the backend and the host
+// optimizer reads host memory only: the same bits as the CPU backend.
+TEST(Offload, OnAFakeDeviceEqualsTheCpuBackend) {
+  for (const std::string offload : {R"("optimizer")", R"({"mode": "chunked", "device_fraction": 0.25})"}) {
+    SCOPED_TRACE(offload);
+    const Plan plan = offload_plan(offload);
+    kernels::ProtectedMemoryBackend device;
+    const RunResult want = train(plan, kRoomyBudget, 3);
+    const RunResult got = train(plan, kRoomyBudget, 3, device);
+    EXPECT_EQ(got.losses, want.losses);
+    EXPECT_EQ(got.weights, want.weights);
+    EXPECT_EQ(got.up_bytes, want.up_bytes);
+    EXPECT_GT(device.ops(), 1000u);
+  }
 }
 
 TEST(Offload, OptimizersOtherThanAdamWAreRefusedInOneLine) {
