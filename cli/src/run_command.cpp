@@ -109,6 +109,9 @@ int run_run(const RunArgs& args) {
   if (!ranks_here || launcher == executor::Launcher::srun) machine.cuda_devices = std::max(machine.cuda_devices, 1);
   const executor::BackendChoice backend = executor::resolve_backend(executor::parse_backend(args.backend), plan, machine);
   executor::Trainer::check(plan);
+  if (args.device_memory_bytes > 0 && plan.parallel.offload == OffloadMode::none) {
+    throw Error("--device-memory-bytes: the budget of the offload chunk manager; this plan's parallel.offload is none");
+  }
   executor::Trainer::check_device_budget(plan, std::size_t(args.device_memory_bytes));
   if (!args.resume.empty()) executor::read_checkpoint_meta(args.resume, args.steps);
   check_init_weights(args, plan);

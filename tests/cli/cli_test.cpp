@@ -399,6 +399,11 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   EXPECT_TRUE(is_one_line_refusal(offload, "device memory: 1000 bytes is too small for any placement of stage 0's model "
                                            "states; the smallest budget that works is "))
       << offload.err;
+  const fs::path plain = write("plain.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
+      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
+      "parallel": {"dp": 2, "micro_batch": 2}})");
+  EXPECT_TRUE(is_one_line_refusal(run("run --plan " + plain.string() + " --steps 2 --device-memory-bytes 1000"),
+                                  "--device-memory-bytes: the budget of the offload chunk manager"));
   const fs::path odd_batch = write("grid.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
       "parallel": {"tp": 4, "tp_mode": "2d", "micro_batch": 1}})");
