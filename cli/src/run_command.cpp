@@ -199,7 +199,8 @@ Command add_run_command(CLI::App& app) {
                   "mpirun hostfile for many nodes (one line per node: HOST slots=GPUS_PER_NODE)");
   cmd->footer("Runs data, pipeline (gpipe, 1f1b, interleaved), tensor (tp_mode 1d with tp_sequence_parallel,\n"
               "2d, 2.5d, 3d) and ring self-attention sequence parallelism (sp), ZeRO 0-3 and recompute\n"
-              "none|selective|full. Offload is refused by name before any rank starts. Per-op events go to the\n"
+              "none|selective|full, and offload (optimizer, or chunked by device_fraction: the chunk manager keeps\n"
+              "host-resident chunks in host memory within --device-memory-bytes; AdamW only). Per-op events go to the\n"
               "runs database. GPU ranks use device = local rank modulo the devices seen, NCCL between them; ranks\n"
               "that share a GPU (more ranks per node than devices) talk over MPI with host staging.");
   return [args] { return run_run(*args); };
