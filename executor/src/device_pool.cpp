@@ -21,6 +21,7 @@ DevicePool::DevicePool(kernels::Backend& backend, std::size_t budget_bytes)
 
 DevicePool::~DevicePool() {
   for (auto& [pointer, bytes] : sizes_) backend_.deallocate(pointer);
+  for (auto& [bytes, pointer] : cached_) backend_.deallocate(pointer);
 }
 
 void DevicePool::charge(std::size_t model_bytes) {
@@ -39,7 +40,21 @@ void DevicePool::enter_op(std::string_view op, std::size_t non_model_bytes) {
 
 void* DevicePool::allocate(std::size_t bytes) {
   charge(model_bytes_ + bytes);
-  void* pointer = backend_.allocate(bytes);
+  void* pointer = nullptr;
+  if (const auto hit = cached_.find(bytes); hit != cached_.end()) {
+    pointer = hit->second;
+    cached_.erase(hit);
+    cached_bytes_ -= bytes;
+  } else {
+    // Cached blocks of other sizes go back to the backend while they would crowd the budget.
+    while (!cached_.empty() && model_bytes_ + cached_bytes_ + bytes + non_model_bytes_ > budget_bytes_) {
+      const auto block = cached_.begin();
+      backend_.deallocate(block->second);
+      cached_bytes_ -= block->first;
+      cached_.erase(block);
+    }
+    pointer = backend_.allocate(bytes);
+  }
   sizes_.emplace(pointer, bytes);
   model_bytes_ += bytes;
   return pointer;
@@ -49,8 +64,9 @@ void DevicePool::deallocate(void* pointer) {
   const auto it = sizes_.find(pointer);
   TESSEL_ASSERT(it != sizes_.end(), "the pool frees only its own blocks");
   model_bytes_ -= it->second;
+  cached_.emplace(it->second, pointer);
+  cached_bytes_ += it->second;
   sizes_.erase(it);
-  backend_.deallocate(pointer);
 }
 
 }  // namespace tessel::executor

@@ -7,8 +7,11 @@
 // allocation made while it runs. So a run that finishes never exceeded its budget, and
 // peak_bytes() is the highest model + non-model total any op saw.
 //
-// The pool is a counter over the backend's allocator, not an arena: chunk sizes repeat,
-// and the backend (the CUDA caching allocator on a GPU) already reuses blocks.
+// The pool is a counter over the backend's allocator with a cache of freed blocks by
+// size (chunk and bucket sizes repeat every pass, and a fresh CPU allocation of
+// megabytes costs page faults): live blocks count as model states; cached ones are
+// given back to the backend when an allocation would otherwise put live + cached +
+// non-model memory over the budget.
 #pragma once
 
 #include <cstddef>
@@ -54,6 +57,7 @@ class DevicePool final : public BufferMemory {
   std::size_t model_bytes() const { return model_bytes_; }  // model states in the pool now
   std::size_t peak_bytes() const { return peak_bytes_; }    // model + non-model, the most any op saw
   std::size_t peak_model_bytes() const { return peak_model_bytes_; }
+  std::size_t cached_bytes() const { return cached_bytes_; }
   const std::string& op() const { return op_; }
 
  private:
@@ -65,6 +69,8 @@ class DevicePool final : public BufferMemory {
   std::size_t model_bytes_ = 0, non_model_bytes_ = 0, peak_bytes_ = 0, peak_model_bytes_ = 0;
   std::string op_ = "start";
   std::unordered_map<void*, std::size_t> sizes_;
+  std::unordered_multimap<std::size_t, void*> cached_;  // freed blocks by size
+  std::size_t cached_bytes_ = 0;
 };
 
 }  // namespace tessel::executor
