@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/device_spec.hpp"
 #include "tessel/core/error.hpp"
 #include "offload_state.hpp"

@@ -17,6 +17,7 @@
 #include <random>
 
 #include "tessel/core/chunk_plan.hpp"
+#include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/subprocess.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
