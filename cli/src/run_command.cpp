@@ -109,6 +109,10 @@ int run_run(const RunArgs& args) {
   if (!ranks_here || launcher == executor::Launcher::srun) machine.cuda_devices = std::max(machine.cuda_devices, 1);
   const executor::BackendChoice backend = executor::resolve_backend(executor::parse_backend(args.backend), plan, machine);
   executor::Trainer::check(plan);
+  if (args.device_memory_bytes > 0 && plan.parallel.offload == OffloadMode::none) {
+    throw Error("--device-memory-bytes: the budget of the offload chunk manager; this plan's parallel.offload is none");
+  }
+  executor::Trainer::check_device_budget(plan, std::size_t(args.device_memory_bytes));
   if (!args.resume.empty()) executor::read_checkpoint_meta(args.resume, args.steps);
   check_init_weights(args, plan);
   if (args.checkpoint_every < 0) throw Error(fmt::format("--checkpoint-every: must be 0 or more, got {}", args.checkpoint_every));
@@ -181,6 +185,8 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--clip-grad-norm", args->clip_grad_norm,
                   "Clip the global gradient norm to this value (0: no clipping)")
       ->capture_default_str();
+  cmd->add_option("--device-memory-bytes", args->device_memory_bytes,
+                  "Offload plans: the device memory budget of the chunk manager (default: the plan's device memory)");
   cmd->add_option("--backend", args->backend,
                   "auto|cpu|cuda: auto runs GPU clusters on CUDA and local-cpu on the CPU; cpu runs a GPU plan's "
                   "layout on CPU ranks (to test it on a machine without GPUs)")
@@ -193,7 +199,8 @@ Command add_run_command(CLI::App& app) {
                   "mpirun hostfile for many nodes (one line per node: HOST slots=GPUS_PER_NODE)");
   cmd->footer("Runs data, pipeline (gpipe, 1f1b, interleaved), tensor (tp_mode 1d with tp_sequence_parallel,\n"
               "2d, 2.5d, 3d) and ring self-attention sequence parallelism (sp), ZeRO 0-3 and recompute\n"
-              "none|selective|full. Offload is refused by name before any rank starts. Per-op events go to the\n"
+              "none|selective|full, and offload (optimizer, or chunked by device_fraction: the chunk manager keeps\n"
+              "host-resident chunks in host memory within --device-memory-bytes; AdamW only). Per-op events go to the\n"
               "runs database. GPU ranks use device = local rank modulo the devices seen, NCCL between them; ranks\n"
               "that share a GPU (more ranks per node than devices) talk over MPI with host staging.");
   return [args] { return run_run(*args); };

@@ -1,10 +1,18 @@
 #include "tessel/executor/buffer.hpp"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
 
 namespace tessel::executor {
+
+namespace {
+std::atomic<std::size_t> backend_bytes{0};
+}  // namespace
+
+std::size_t Buffer::backend_bytes_live() { return backend_bytes.load(); }
 
 Buffer::Buffer(kernels::Backend& backend, DType type, std::size_t count) : backend_(&backend), type_(type) {
   resize(count);
@@ -16,11 +24,19 @@ void Buffer::bind(kernels::Backend& backend, DType type) {
   type_ = type;
 }
 
+void Buffer::bind(kernels::Backend& backend, DType type, BufferMemory* memory) {
+  TESSEL_ASSERT(data_ == nullptr || memory_ == memory, "a buffer with memory keeps its source");
+  bind(backend, type);
+  memory_ = memory;
+}
+
 void Buffer::resize(std::size_t count) {
   TESSEL_ASSERT(backend_ != nullptr, "a buffer must be bound to a backend before it holds data");
   if (count > capacity_) {
-    if (data_) backend_->deallocate(data_);
-    data_ = backend_->allocate(count * kernels::element_bytes(type_));
+    release();
+    const std::size_t bytes = count * kernels::element_bytes(type_);
+    data_ = memory_ ? memory_->allocate(bytes) : backend_->allocate(bytes);
+    if (!memory_) backend_bytes += bytes;
     capacity_ = count;
   }
   count_ = count;
@@ -32,13 +48,19 @@ void Buffer::assign(std::size_t count, float value, Stream stream) {
 }
 
 void Buffer::release() {
-  if (data_) backend_->deallocate(data_);
+  if (data_ && memory_) {
+    memory_->deallocate(data_);
+  } else if (data_) {
+    backend_->deallocate(data_);
+    backend_bytes -= capacity_ * kernels::element_bytes(type_);
+  }
   data_ = nullptr;
   count_ = capacity_ = 0;
 }
 
 void Buffer::swap(Buffer& other) noexcept {
   std::swap(backend_, other.backend_);
+  std::swap(memory_, other.memory_);
   std::swap(type_, other.type_);
   std::swap(data_, other.data_);
   std::swap(count_, other.count_);

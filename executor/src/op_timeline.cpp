@@ -4,6 +4,7 @@ namespace tessel::executor {
 
 OpTimeline::Scope::Scope(OpTimeline& timeline, std::string op, Stream stream)
     : timeline_(timeline), op_(std::move(op)), stream_(stream) {
+  if (timeline.observer_) timeline.observer_(op_);
   if (stream != Stream::compute) timeline.backend_.wait_for(stream, Stream::compute);
   start_ = timeline.backend_.mark(stream);
 }

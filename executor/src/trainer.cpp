@@ -10,6 +10,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
+#include "offload_state.hpp"
 
 namespace tessel::executor {
 
@@ -32,10 +33,14 @@ void Trainer::check(const Plan& plan) {
       throw Error(fmt::format("model.vocab: {} is not divisible by the 2d grid side {}", m.vocab, q));
     }
   }
-  if (p.offload != OffloadMode::none) {
-    throw Error(fmt::format("parallel.offload: the executor keeps everything in device memory; offload must be none, "
-                            "got {}",
-                            to_string(p.offload)));
+  if (p.offload != OffloadMode::none && plan.model.moe.enabled()) {
+    throw Error(fmt::format("parallel.offload: the chunk manager does not hold Mixture-of-Experts experts' buckets; "
+                            "offload must be none for model {} (moe)",
+                            plan.model.name));
+  }
+  if (p.offload != OffloadMode::none && plan.train.optimizer != Optimizer::adamw) {
+    throw Error(fmt::format("train.optimizer: with parallel.offload {} the host optimizer runs adamw only, got {}",
+                            to_string(p.offload), to_string(plan.train.optimizer)));
   }
   check_model_shape(plan);
   if (plan.train.precision == Precision::fp16) {
@@ -135,7 +140,9 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   group_rank_ = std::size_t(grid.gradients().rank());
   schedule_ = pipeline_schedule(p.schedule, stage_index_, stages_, micro_batches_, chunks_);
   build_stage(grid);
+  offload_setup();
   initialise_weights();
+  offload_start();
   allocate_activations();
   for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32);
   for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(backend_, DType::f64);
@@ -186,9 +193,9 @@ void Trainer::initialise_weights() {
     }
     b.layout = std::move(layout);
     for (Buffer* buffer : {&b.params, &b.grads, &b.param_shard, &b.grad_shard, &b.moment1, &b.moment2, &b.update}) {
-      buffer->bind(backend_, DType::f32);
+      buffer->bind(backend_, DType::f32, model_memory());  // offload: from the budgeted pool
     }
-    b.params_compute.bind(backend_, compute_);
+    b.params_compute.bind(backend_, compute_, model_memory());
   }
   for (const TensorSlot& t : whole_model_tensors(model)) {
     whole_offsets_[t.name] = t.offset;
@@ -289,6 +296,7 @@ bool Trainer::counts_tensor(const TensorSlot& t) const {
 StepStats Trainer::step() {
   const auto start = std::chrono::steady_clock::now();
   timeline_.set_step(step_ + 1);
+  offload_step_boundary(true);
   loss_sum_.assign(1, 0.0f);
   forward_backward();
   StepStats stats;
@@ -311,6 +319,7 @@ StepStats Trainer::step() {
   stats.loss = scalars[0] / float(plan_.parallel.dp * plan_.parallel.sp);
   stats.aux_loss = scalars[1] / float(plan_.parallel.dp);
   stats.gradient_norm = float(std::sqrt(norm_sq));
+  offload_step_boundary(false);
   timeline_.resolve();
   ++step_;
   stats.step = step_;

@@ -37,6 +37,10 @@ void Trainer::update(StepStats&) {
     clip_factor_.resize(1);
     backend_.clip_factor(Stream::compute, norm_sq_.f64(), options_.clip_grad_norm, clip_factor_.f32());
   }
+  if (offload_) {
+    offload_update();  // offload_step.cpp
+    return;
+  }
   {
     auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
     optimizer_step();

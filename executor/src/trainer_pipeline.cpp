@@ -25,7 +25,9 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   Communicator& pp = grid_.pp();
   if (vs == 0) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    offload_before_segment(embedding_segment(), mb, ops::Phase::fwd);
     stage_->embed_forward(mb, tokens + at, rest.layout, compute_weights(rest), x);
+    offload_after_segment(embedding_segment(), ops::Phase::fwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_recv), pp.stream());
     pp.recv(x.data(), x.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
@@ -39,6 +41,7 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   for (int l = vs * layers_per_chunk_; l < (vs + 1) * layers_per_chunk_; ++l) {
     BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
+    offload_before_segment(segment_of_layer(l), mb, ops::Phase::fwd);
     const CRef weights = layer_weights(b, mb, ops::Phase::fwd);
     const int expert_bucket = expert_bucket_of_layer_[std::size_t(l)];
     const CRef experts =
@@ -65,10 +68,13 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
       Buffer& probs = recompute == Recompute::none && materialized ? kept_probs_[slot][here] : probs_scratch_;
       stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs, x, experts);
     }
+    offload_after_segment(segment_of_layer(l), ops::Phase::fwd);
   }
   if (vs == virtual_stages - 1) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    offload_before_segment(head_segment(), mb, ops::Phase::fwd);
     stage_->head_forward(mb, targets + at, rest.layout, compute_weights(rest), x, heads_[slot], loss_sum_.f64());
+    offload_after_segment(head_segment(), ops::Phase::fwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_send), pp.stream());
     sends_.push_back(pp.send_async(x.data(), x.size(), compute_, (stage_index_ + 1) % stages_,
@@ -87,8 +93,10 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   Communicator& pp = grid_.pp();
   if (vs == virtual_stages - 1) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    offload_before_segment(head_segment(), mb, ops::Phase::bwd);
     stage_->head_backward(mb, targets + at, rest.layout, compute_weights(rest), rest.grads.f32(), heads_[slot],
                           grad_scale_, dx);
+    offload_after_segment(head_segment(), ops::Phase::bwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_recv), pp.stream());
     pp.recv(dx.data(), dx.size(), compute_, (stage_index_ + 1) % stages_,
@@ -99,6 +107,7 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   for (int l = (vs + 1) * layers_per_chunk_ - 1; l >= vs * layers_per_chunk_; --l) {
     BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
+    offload_before_segment(segment_of_layer(l), mb, ops::Phase::bwd);
     const CRef weights = layer_weights(b, mb, ops::Phase::bwd);
     float* grads = b.grads.f32();
     if (shards_weights(b)) {
@@ -139,11 +148,14 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
     }
     layer_gradients_done(b, grads, mb, last_backward_of_chunk);
     if (eb) layer_gradients_done(*eb, expert_grads, mb, last_backward_of_chunk);
+    offload_after_segment(segment_of_layer(l), ops::Phase::bwd);
   }
   free_slots_.push_back(int(slot));
   if (vs == 0) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    offload_before_segment(embedding_segment(), mb, ops::Phase::bwd);
     stage_->embed_backward(mb, tokens + at, rest.layout, rest.grads.f32(), dx);
+    offload_after_segment(embedding_segment(), ops::Phase::bwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_send), pp.stream());
     sends_.push_back(pp.send_async(dx.data(), dx.size(), compute_, (stage_index_ + stages_ - 1) % stages_,

@@ -14,6 +14,7 @@
 namespace tessel::executor {
 
 std::vector<float> Trainer::whole_from_buckets(bool gradients) {
+  offload_materialise();
   std::vector<float> whole(whole_size_, 0.0f);
   // One replica speaks for the data-parallel copies; for an MoE block's experts, the
   // first ep group's ranks (between them they hold every expert once).
@@ -39,6 +40,7 @@ std::vector<float> Trainer::whole_from_buckets(bool gradients) {
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { whole[base + w] = values[t.offset + l]; });
     }
   }
+  offload_dematerialise();
   grid_.world().all_reduce(whole.data(), whole.size());
   return whole;
 }
@@ -55,6 +57,7 @@ std::vector<float> Trainer::whole_gradients() {
 }
 
 void Trainer::set_whole_parameters(const std::vector<float>& whole) {
+  offload_materialise();
   for (BucketState& b : buckets_) {
     std::vector<float> values(b.layout.padded_size, 0.0f);
     for (const TensorSlot& t : b.layout.tensors) {
@@ -69,6 +72,8 @@ void Trainer::set_whole_parameters(const std::vector<float>& whole) {
       refresh_compute_weights(b);
     }
   }
+  offload_reload();
+  offload_dematerialise();
 }
 
 // ---- checkpoints (the files and their checks: checkpoint_files.hpp) ----
@@ -82,12 +87,14 @@ void Trainer::save(const std::string& dir) {
   if (error) throw Error(fmt::format("--checkpoint: {}: cannot create ({})", (fs::path(dir) / step_dir).string(), error.message()));
   std::vector<std::vector<float>> parts;
   RankFileHeader header{std::uint64_t(step_), std::uint64_t(world.rank()), 0};
+  offload_materialise();  // chunks on the host: the file is that of a run without offload
   for (BucketState& b : buckets_) {
     for (const Buffer* values : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) {
       parts.push_back(values->download());
       header.elements += parts.back().size();
     }
   }
+  offload_dematerialise();
   const RankFileDigest mine =
       write_rank_file((fs::path(dir) / step_dir / rank_file_name(world.rank())).string(), header, parts);
   // Every rank's size and checksum to rank 0, as 32-bit words (the communicator's types).
@@ -134,6 +141,7 @@ void Trainer::load(const std::string& dir, int max_step) {
                             meta.loader_position, meta.step, plan_.train.global_batch, position));
   }
   RankFileHeader header{std::uint64_t(meta.step), std::uint64_t(grid_.world().rank()), 0};
+  offload_materialise();
   for (BucketState& b : buckets_) {
     for (Buffer* values : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) header.elements += values->size();
   }
@@ -147,6 +155,8 @@ void Trainer::load(const std::string& dir, int max_step) {
     }
     refresh_compute_weights(b);
   }
+  offload_reload();
+  offload_dematerialise();
   step_ = meta.step;
   loader_.seek(meta.loader_position);
 }

@@ -252,6 +252,7 @@ int train(const RunArgs& args, const Plan& plan) {
     options.seed = args.seed;
     options.lr = args.lr;
     options.clip_grad_norm = args.clip_grad_norm;
+    options.device_memory_bytes = std::size_t(args.device_memory_bytes);
     executor::Trainer trainer(plan, grid, std::move(loader), options, *device.backend);
     if (!args.resume.empty()) {
       trainer.load(args.resume, args.steps);
@@ -285,6 +286,14 @@ int train(const RunArgs& args, const Plan& plan) {
       // Asked by tessel run, which reports the signal it got; a signal of its own the
       // rank reports in its exit status.
       return stopped_by == SIGUSR1 ? 0 : 128 + stopped_by;
+    }
+    if (plan.parallel.offload != OffloadMode::none && reporter) {
+      const executor::OffloadStats o = trainer.offload_stats();
+      std::cout << fmt::format("offload (rank 0): {:.0f} bytes host to device and {:.0f} device to host per step; device "
+                               "pool peak {} of {} bytes (non-model {})\n",
+                               o.host_to_device_bytes, o.device_to_host_bytes, o.peak_bytes, o.budget_bytes,
+                               o.peak_non_model_bytes)
+                << std::flush;
     }
     const std::vector<std::string> events_per_rank = gather_events_text(world, events_text(trainer.timeline().take()));
     rusage usage{};

@@ -393,11 +393,17 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   const fs::path plan = write("tp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
       "parallel": {"dp": 2, "offload": "optimizer", "micro_batch": 2}})");
-  const Outcome offload = run("run --plan " + plan.string() + " --steps 2");
-  EXPECT_EQ(offload.status, 2);
-  EXPECT_EQ(offload.err,
-            "tessel: error: parallel.offload: the executor keeps everything in device memory; offload must be none, got "
-            "optimizer\n");
+  // An offload plan runs; a device memory budget no placement of its chunks fits is
+  // refused with the smallest that works.
+  const Outcome offload = run("run --plan " + plan.string() + " --steps 2 --device-memory-bytes 1000");
+  EXPECT_TRUE(is_one_line_refusal(offload, "device memory: 1000 bytes is too small for any placement of stage 0's model "
+                                           "states; the smallest budget that works is "))
+      << offload.err;
+  const fs::path plain = write("plain.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
+      "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
+      "parallel": {"dp": 2, "micro_batch": 2}})");
+  EXPECT_TRUE(is_one_line_refusal(run("run --plan " + plain.string() + " --steps 2 --device-memory-bytes 1000"),
+                                  "--device-memory-bytes: the budget of the offload chunk manager"));
   const fs::path odd_batch = write("grid.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
       "parallel": {"tp": 4, "tp_mode": "2d", "micro_batch": 1}})");

@@ -2,7 +2,10 @@
 // capacity. The executor holds every activation, weight and gradient in Buffers and
 // hands their views (Ref / CRef) to the backend's ops; it never reads or writes tensor
 // data itself. Growing a buffer allocates through the backend (the CUDA backend caches
-// blocks, so steady-state steps allocate nothing); its contents are not kept.
+// blocks, so steady-state steps allocate nothing); its contents are not kept. A buffer
+// bound to a BufferMemory (the offload manager's budgeted device pool) takes its memory
+// there instead; the bytes buffers hold through the backend directly are counted
+// (backend_bytes_live), which is what the memory tracer reads as non-model memory.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +20,14 @@ namespace tessel::executor {
 using kernels::CRef;
 using kernels::DType;
 using kernels::Ref;
+
+// Where a buffer's memory comes from when not straight from its backend.
+class BufferMemory {
+ public:
+  virtual ~BufferMemory() = default;
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* pointer) = 0;
+};
 
 class Buffer {
  public:
@@ -36,6 +47,11 @@ class Buffer {
 
   // Binds an empty buffer to a backend and type (buffers in structs start unbound).
   void bind(kernels::Backend& backend, DType type);
+  // Binds to a backend whose memory comes from `memory` (null: from the backend).
+  void bind(kernels::Backend& backend, DType type, BufferMemory* memory);
+  // Bytes all buffers of this process hold from their backends directly (not from a
+  // BufferMemory): their capacity, counted at allocation and release.
+  static std::size_t backend_bytes_live();
   bool bound() const { return backend_ != nullptr; }
   // The length in elements; growing reallocates without keeping the contents.
   void resize(std::size_t count);
@@ -72,6 +88,7 @@ class Buffer {
 
  private:
   kernels::Backend* backend_ = nullptr;
+  BufferMemory* memory_ = nullptr;
   DType type_ = DType::f32;
   void* data_ = nullptr;
   std::size_t count_ = 0, capacity_ = 0;

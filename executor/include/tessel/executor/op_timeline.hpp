@@ -12,7 +12,9 @@
 // barrier's skew.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,14 +34,19 @@ class OpTimeline {
 
   void reset_origin() { backend_.reset_origin(); }
   void set_step(int step) { step_ = step; }
+  // Called with each op's id as it starts (a timed scope opens) or, for ops recorded from
+  // marks, as it is recorded: the offload manager's per-op memory checks hang here.
+  void set_op_observer(std::function<void(std::string_view)> observer) { observer_ = std::move(observer); }
   // A mark on `stream` now (for spans that start and end in different places).
   kernels::TimeMark mark(Stream stream) { return backend_.mark(stream); }
   void record(std::string op, kernels::TimeMark start, kernels::TimeMark end) {
+    if (observer_) observer_(op);
     pending_.push_back({step_, std::move(op), start, end, 0.0, 1.0});
   }
   // A share of one kernel that does the work of several Program ops (a fused kernel): the
   // event spans [from, to] of the kernel's [start, end] as fractions of its length.
   void record_share(std::string op, kernels::TimeMark start, kernels::TimeMark end, double from, double to) {
+    if (observer_) observer_(op);
     pending_.push_back({step_, std::move(op), start, end, from, to});
   }
   // Turns the marks recorded so far into seconds since the origin (waits for the streams
@@ -57,7 +64,8 @@ class OpTimeline {
   class Scope {
    public:
     Scope(OpTimeline& timeline, std::string op, Stream stream);
-    ~Scope() { timeline_.record(std::move(op_), start_, timeline_.backend_.mark(stream_)); }
+    // The observer saw the op when the scope opened (and must not throw from here).
+    ~Scope() { timeline_.pending_.push_back({timeline_.step_, std::move(op_), start_, timeline_.backend_.mark(stream_), 0.0, 1.0}); }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
@@ -79,6 +87,7 @@ class OpTimeline {
     double from, to;  // the share of [start, end] the event spans
   };
   kernels::Backend& backend_;
+  std::function<void(std::string_view)> observer_;
   int step_ = 0;
   std::vector<Pending> pending_;
   std::vector<OpEvent> resolved_;

@@ -21,6 +21,8 @@ struct RunOptions {
   std::uint64_t seed = 1;
   float lr = 1e-3f;
   float clip_grad_norm = 0.0f;
+  // Offload plans: the device memory budget of the chunk manager (0: the plan's device's).
+  std::uint64_t device_memory_bytes = 0;
   bool progress = false;  // draw a progress bar (tessel run asks when its stderr is a terminal)
   std::string backend = "auto";   // auto|cpu|cuda (rank_placement.hpp)
   std::string launcher = "auto";  // auto|mpirun|srun|none (launch.hpp); tessel run only

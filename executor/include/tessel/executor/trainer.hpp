@@ -54,7 +54,21 @@ struct TrainerOptions {
   // The element type activations are computed in; unset: the backend's choice for the
   // plan's precision.
   std::optional<DType> compute;
+  // Offload plans: the device memory budget of the chunk manager's pool; 0: the plan's
+  // device memory (its cluster's device preset).
+  std::size_t device_memory_bytes = 0;
 };
+
+// What the chunk manager of an offload plan did (zeros without offload).
+struct OffloadStats {
+  double host_to_device_bytes = 0, device_to_host_bytes = 0;  // the last step's
+  std::size_t budget_bytes = 0;
+  std::size_t peak_bytes = 0;             // model states + non-model memory, the most any op saw
+  std::size_t peak_non_model_bytes = 0;   // traced in the warm-up (first) step
+  int prefetched_chunks = 0;              // the last step's fetches issued a segment ahead
+};
+
+struct OffloadState;  // the chunk manager's state (executor/src/offload_state.hpp)
 
 struct StepStats {
   int step = 0;
@@ -74,11 +88,18 @@ class Trainer {
   Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const TrainerOptions& options,
           kernels::Backend& backend = kernels::cpu_backend());
   static void check(const Plan& plan);
+  // Offload plans: refuses (tessel::Error, one line with the smallest budget that works)
+  // a device memory budget too small for any placement of some stage's model states
+  // (0: the plan's device memory). What the trainer checks before its first step;
+  // tessel run checks it before the ranks start.
+  static void check_device_budget(const Plan& plan, std::size_t device_memory_bytes);
 
   StepStats step();
   int steps_done() const { return step_; }
   DataLoader& loader() { return loader_; }
   OpTimeline& timeline() { return timeline_; }
+  OffloadStats offload_stats() const;
+  ~Trainer();
 
   // Collective over the world. The whole model in the single-process layout
   // (whole_model_tensors order), identical on every rank: the weights now, and the
@@ -153,6 +174,30 @@ class Trainer {
   void gather_updated_weights();
   std::vector<float> whole_from_buckets(bool gradients);
 
+  // The chunk manager of offload plans (chunk_manager.cpp, offload_step.cpp): model
+  // states in the budgeted pool and in host memory, fetched and evicted around each
+  // segment (the embedding, a layer, the head) as the chunk plan says.
+  BufferMemory* model_memory();
+  void offload_setup();
+  void offload_start();
+  void offload_before_segment(int segment, int mb, ops::Phase phase);
+  void offload_after_segment(int segment, ops::Phase phase);
+  int segment_of_layer(int layer) const;
+  int embedding_segment() const;
+  int head_segment() const;
+  void offload_step_boundary(bool starting);
+  void offload_update();
+  void offload_fetch(int chunk, int mb, ops::Phase phase);
+  bool room_to_prefetch(int chunk) const;
+  void acquire_weights(int bucket);
+  void release_weights(int bucket);
+  // Copies a chunk's weights between its host array and the buckets (owned parts only
+  // where ZeRO-3 shards the weights, or `owned_only`); returns the bytes.
+  double upload_chunk_weights(int chunk, bool owned_only);
+  double download_chunk_weights(int chunk, bool owned_only);
+  void offload_materialise();
+  void offload_reload();
+  void offload_dematerialise();
   // ZeRO over each bucket's group (the gradient group; expert_data for an MoE block's experts).
   bool shards_optimizer() const { return plan_.parallel.zero >= 1 && group_ > 1; }
   static int group_size(const BucketState& b) { return b.group->size(); }
@@ -219,6 +264,7 @@ class Trainer {
   float grad_scale_ = 1;
   std::map<std::string, std::size_t, std::less<>> whole_offsets_;
   std::size_t whole_size_ = 0;
+  std::unique_ptr<OffloadState> offload_;  // offload plans only
 };
 
 }  // namespace tessel::executor

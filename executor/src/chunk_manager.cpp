@@ -1,0 +1,302 @@
+// The chunk manager's placement and movement during a step (offload_state.hpp holds its
+// state; offload_step.cpp the update and checkpoints). It follows the core chunk plan
+// (chunk_plan.hpp) to the letter, so the bytes it moves are the copies the Program
+// predicts, timed under the same ids:
+//  - before a segment (the embedding, a layer, the head) of a micro-batch's pass, the
+//    host-resident chunks whose first use in the pass it is are fetched
+//    (mb{i}/C{c}/{fwd|bwd}/offload.fetch) into their buckets' weights;
+//  - after the pass's last use of a chunk it is evicted: nothing is copied back (the host
+//    copy is current); a bucket whose tensors are all host-resident gives its weights
+//    back to the pool once no fetched chunk holds them. A bucket shared with a resident
+//    chunk keeps its weight buffer (its resident part must stay).
+// Weights move as the fp32 master (bf16 plans too: a bucket's compute copy is converted on
+// the device after its fetch), so a bf16 plan moves twice the chunk plan's weight bytes.
+// Lookahead: one segment (the chunk plan's window). From the second step on, before a
+// segment the chunks the next segment of the pass first uses are fetched too when the
+// pool's model states, their weight buffers and the warm-up's peak non-model memory fit
+// the budget; otherwise they are fetched on demand before their segment. (On a CPU rank
+// copies are synchronous: the lookahead moves them earlier, it cannot hide them.)
+// Every op (the timeline's observer) reports the non-model bytes live to the pool, which
+// checks model states + that memory against the budget; the first step traces them.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "tessel/core/chunk_totals.hpp"
+#include "tessel/core/device_spec.hpp"
+#include "tessel/core/error.hpp"
+#include "offload_state.hpp"
+#include "tessel/executor/trainer.hpp"
+
+namespace tessel::executor {
+
+Trainer::~Trainer() {
+  buckets_.clear();  // their memory goes back to the pool before it goes
+}
+
+BufferMemory* Trainer::model_memory() { return offload_ ? offload_->pool.get() : nullptr; }
+
+int Trainer::segment_of_layer(int layer) const {
+  return offload_ ? offload_->layer_segment[std::size_t(layer)] : -1;
+}
+int Trainer::embedding_segment() const { return offload_ ? offload_->embedding_segment : -1; }
+int Trainer::head_segment() const { return offload_ ? offload_->head_segment : -1; }
+
+OffloadStats Trainer::offload_stats() const {
+  OffloadStats stats;
+  if (!offload_) return stats;
+  stats.host_to_device_bytes = offload_->last_host_to_device_bytes;
+  stats.device_to_host_bytes = offload_->last_device_to_host_bytes;
+  stats.budget_bytes = offload_->pool->budget_bytes();
+  stats.peak_bytes = offload_->pool->peak_bytes();
+  stats.peak_non_model_bytes = offload_->tracer.peak_non_model_bytes();
+  stats.prefetched_chunks = offload_->last_prefetches;
+  return stats;
+}
+
+void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes) {
+  if (plan.parallel.offload == OffloadMode::none) return;
+  const double budget = device_memory_bytes > 0 ? double(device_memory_bytes)
+                                                : resolve_device(plan.cluster.device).memory_bytes;
+  for (int stage = 0; stage < plan.parallel.pp; ++stage) {
+    const double smallest = smallest_device_budget_bytes(plan.model, plan.train, plan.parallel, stage, 0.0);
+    if (budget < smallest) {
+      throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states; "
+                              "the smallest budget that works is {:.0f} bytes plus the activations",
+                              budget, stage, smallest));
+    }
+  }
+}
+
+// Before the weights exist: the chunk plan, the budget (refused before the run when no
+// placement of the model states fits it) and the pool the buckets will draw from.
+void Trainer::offload_setup() {
+  if (plan_.parallel.offload == OffloadMode::none) return;
+  offload_ = std::make_unique<OffloadState>();
+  OffloadState& o = *offload_;
+  o.plan = chunk_plan(plan_.model, plan_.train, plan_.parallel, stage_index_);
+  check_device_budget(plan_, options_.device_memory_bytes);
+  const std::size_t budget = options_.device_memory_bytes > 0
+                                 ? options_.device_memory_bytes
+                                 : std::size_t(resolve_device(plan_.cluster.device).memory_bytes);
+  o.pool = std::make_unique<DevicePool>(backend_, budget);
+  o.layer_segment.assign(std::size_t(plan_.model.layers), -1);
+  for (std::size_t i = 0; i < o.plan.segments.size(); ++i) {
+    const ChunkSegment& segment = o.plan.segments[i];
+    if (segment.kind == ChunkSegment::Kind::embedding) o.embedding_segment = int(i);
+    else if (segment.kind == ChunkSegment::Kind::head) o.head_segment = int(i);
+    else o.layer_segment[std::size_t(segment.layer)] = int(i);
+  }
+  timeline_.set_op_observer([&o](std::string_view op) {
+    if (!o.in_step) return;
+    const std::size_t non_model = Buffer::backend_bytes_live();
+    o.tracer.record(op, non_model);
+    o.pool->enter_op(op, non_model);
+  });
+}
+
+// After the weights are drawn: each chunk's tensors found in the buckets, the host copies
+// made, and what lives on the host given back to the pool.
+void Trainer::offload_start() {
+  if (!offload_) return;
+  OffloadState& o = *offload_;
+  std::map<std::string, std::pair<int, const TensorSlot*>, std::less<>> slots;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    for (const TensorSlot& t : buckets_[b].layout.tensors) slots[t.name] = {int(b), &t};
+  }
+  o.chunks.resize(o.plan.chunks.size());
+  o.evictable.assign(buckets_.size(), true);
+  o.host_optimized.assign(buckets_.size(), false);
+  o.device_optimized.assign(buckets_.size(), false);
+  o.held.assign(buckets_.size(), 0);
+  std::size_t placed = 0;
+  for (const ChunkTensor& tensor : o.plan.tensors) {
+    const auto it = slots.find(tensor.name);
+    if (it == slots.end() || std::int64_t(it->second.second->size()) != tensor.elements) {
+      throw Error(fmt::format("internal: the chunk plan's tensor {} ({} elements) is not a tensor of this rank's buckets",
+                              tensor.name, tensor.elements));
+    }
+    const Chunk& chunk = o.plan.chunks[std::size_t(tensor.chunk)];
+    const int b = it->second.first;
+    o.chunks[std::size_t(tensor.chunk)].pieces.push_back(
+        {b, it->second.second->offset, std::size_t(tensor.offset), std::size_t(tensor.elements)});
+    if (!chunk.host_resident) o.evictable[std::size_t(b)] = false;
+    (chunk.optimizer_on_host ? o.host_optimized : o.device_optimized)[std::size_t(b)] = true;
+    ++placed;
+  }
+  std::size_t tensors = 0;
+  for (const BucketState& b : buckets_) tensors += b.layout.tensors.size();
+  if (placed != tensors) {
+    throw Error(fmt::format("internal: the chunk plan places {} tensors, this rank's buckets hold {}", placed, tensors));
+  }
+  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+    const Chunk& chunk = o.plan.chunks[c];
+    HostChunk& h = o.chunks[c];
+    const std::size_t capacity = std::size_t(chunk.capacity_elements);
+    if (chunk.host_resident || chunk.optimizer_on_host) h.weights.assign(backend_, capacity);
+    if (chunk.optimizer_on_host) {
+      h.grads.assign(backend_, capacity), h.moment1.assign(backend_, capacity), h.moment2.assign(backend_, capacity);
+    }
+    if (!h.weights.empty()) download_chunk_weights(int(c), false);
+  }
+  offload_dematerialise();
+}
+
+void Trainer::acquire_weights(int bucket) {
+  BucketState& b = buckets_[std::size_t(bucket)];
+  if (shards_weights(b)) {
+    if (b.param_shard.empty()) b.param_shard.assign(shard_size(b), 0.0f);
+  } else if (b.params.empty()) {
+    b.params.assign(b.layout.padded_size, 0.0f);
+  }
+}
+
+void Trainer::release_weights(int bucket) {
+  BucketState& b = buckets_[std::size_t(bucket)];
+  (shards_weights(b) ? b.param_shard : b.params).release();
+  b.params_compute.release();
+}
+
+namespace {
+// The part of [lo, lo + size) of a bucket that lies in [first, first + count).
+std::pair<std::size_t, std::size_t> overlap(std::size_t lo, std::size_t size, std::size_t first, std::size_t count) {
+  const std::size_t from = std::max(lo, first), to = std::min(lo + size, first + count);
+  return {from, to > from ? to : from};
+}
+}  // namespace
+
+double Trainer::upload_chunk_weights(int chunk, bool owned_only) {
+  double bytes = 0;
+  HostChunk& h = offload_->chunks[std::size_t(chunk)];
+  for (const ChunkPiece& piece : h.pieces) {
+    BucketState& b = buckets_[std::size_t(piece.bucket)];
+    const bool owned = owned_only || shards_weights(b);
+    const auto [from, to] = owned ? overlap(piece.bucket_offset, piece.size, owned_offset(b), owned_size(b))
+                                  : std::pair{piece.bucket_offset, piece.bucket_offset + piece.size};
+    if (from == to) continue;
+    float* device = owned ? owned_params(b) + (from - owned_offset(b)) : b.params.f32() + from;
+    const float* host = h.weights.data() + piece.chunk_offset + (from - piece.bucket_offset);
+    backend_.upload(Stream::copy, device, host, (to - from) * sizeof(float));
+    bytes += double(to - from) * sizeof(float);
+  }
+  backend_.wait_for(Stream::compute, Stream::copy);
+  return bytes;
+}
+
+double Trainer::download_chunk_weights(int chunk, bool owned_only) {
+  double bytes = 0;
+  HostChunk& h = offload_->chunks[std::size_t(chunk)];
+  for (const ChunkPiece& piece : h.pieces) {
+    BucketState& b = buckets_[std::size_t(piece.bucket)];
+    const bool owned = owned_only || shards_weights(b);
+    const auto [from, to] = owned ? overlap(piece.bucket_offset, piece.size, owned_offset(b), owned_size(b))
+                                  : std::pair{piece.bucket_offset, piece.bucket_offset + piece.size};
+    if (from == to) continue;
+    const float* device = owned ? owned_params(b) + (from - owned_offset(b)) : b.params.f32() + from;
+    float* host = h.weights.data() + piece.chunk_offset + (from - piece.bucket_offset);
+    backend_.download(Stream::copy, host, device, (to - from) * sizeof(float));
+    bytes += double(to - from) * sizeof(float);
+  }
+  backend_.synchronize(Stream::copy);
+  return bytes;
+}
+
+void Trainer::offload_fetch(int chunk, int mb, ops::Phase phase) {
+  OffloadState& o = *offload_;
+  HostChunk& h = o.chunks[std::size_t(chunk)];
+  auto timed = timeline_.time(ops::chunk_copy_id(mb, chunk, phase, ops::offload_fetch), Stream::copy);
+  std::vector<int> buckets;
+  for (const ChunkPiece& piece : h.pieces) {
+    if (std::find(buckets.begin(), buckets.end(), piece.bucket) == buckets.end()) buckets.push_back(piece.bucket);
+  }
+  for (int b : buckets) {
+    acquire_weights(b);
+    ++o.held[std::size_t(b)];
+  }
+  ++h.fetched;
+  o.host_to_device_bytes += upload_chunk_weights(chunk, false);
+  for (int b : buckets) refresh_compute_weights(buckets_[std::size_t(b)]);  // bf16 GEMMs on a GPU
+}
+
+// Room for a prefetch: the pool's model states now, the weight buffers the chunk would
+// add and the warm-up's most non-model memory, within the budget.
+bool Trainer::room_to_prefetch(int chunk) const {
+  const OffloadState& o = *offload_;
+  std::size_t adds = 0;
+  std::vector<int> seen;
+  for (const ChunkPiece& piece : o.chunks[std::size_t(chunk)].pieces) {
+    const BucketState& b = buckets_[std::size_t(piece.bucket)];
+    if (std::find(seen.begin(), seen.end(), piece.bucket) != seen.end()) continue;
+    seen.push_back(piece.bucket);
+    const bool allocated = shards_weights(b) ? !b.param_shard.empty() : !b.params.empty();
+    if (!allocated) adds += (shards_weights(b) ? shard_size(b) : b.layout.padded_size) * sizeof(float);
+  }
+  return o.pool->model_bytes() + adds + o.tracer.peak_non_model_bytes() <= o.pool->budget_bytes();
+}
+
+void Trainer::offload_before_segment(int segment, int mb, ops::Phase phase) {
+  if (!offload_) return;
+  OffloadState& o = *offload_;
+  const ops::Phase pass = phase == ops::Phase::bwd ? ops::Phase::bwd : ops::Phase::fwd;
+  const std::int64_t key = (std::int64_t(step_) * 1'000'000 + mb) * 2 + (pass == ops::Phase::bwd ? 1 : 0);
+  auto fetch = [&](int chunk) {
+    o.chunks[std::size_t(chunk)].fetched_for = key;
+    offload_fetch(chunk, mb, phase);
+  };
+  for (int chunk : o.plan.fetches_before(segment, pass)) {
+    if (o.chunks[std::size_t(chunk)].fetched_for != key) fetch(chunk);
+  }
+  // Lookahead: one segment, the next in this pass on the same pipeline chunk (the chunk
+  // plan's prefetch window), once the warm-up has traced the non-model memory, and only
+  // where the room the trace leaves holds the chunk.
+  const int next = segment + (pass == ops::Phase::fwd ? 1 : -1);
+  if (o.tracer.tracing() || next < 0 || next >= int(o.plan.segments.size()) ||
+      o.plan.segments[std::size_t(next)].virtual_chunk != o.plan.segments[std::size_t(segment)].virtual_chunk) {
+    return;
+  }
+  for (int chunk : o.plan.fetches_before(next, pass)) {
+    if (o.chunks[std::size_t(chunk)].fetched_for == key || !room_to_prefetch(chunk)) continue;
+    fetch(chunk);
+    ++o.prefetches;
+  }
+}
+
+void Trainer::offload_after_segment(int segment, ops::Phase phase) {
+  if (!offload_) return;
+  OffloadState& o = *offload_;
+  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+    const Chunk& chunk = o.plan.chunks[c];
+    HostChunk& h = o.chunks[c];
+    const int last_use = phase == ops::Phase::bwd ? chunk.first_segment : chunk.last_segment;
+    if (!chunk.host_resident || h.fetched == 0 || last_use != segment) continue;
+    --h.fetched;
+    std::vector<int> buckets;
+    for (const ChunkPiece& piece : h.pieces) {
+      if (std::find(buckets.begin(), buckets.end(), piece.bucket) != buckets.end()) continue;
+      buckets.push_back(piece.bucket);
+      if (--o.held[std::size_t(piece.bucket)] == 0 && o.evictable[std::size_t(piece.bucket)]) {
+        release_weights(piece.bucket);
+      }
+    }
+  }
+}
+
+void Trainer::offload_step_boundary(bool starting) {
+  if (!offload_) return;
+  OffloadState& o = *offload_;
+  if (starting) {
+    o.host_to_device_bytes = o.device_to_host_bytes = 0;
+    o.prefetches = 0;
+    o.in_step = true;
+    return;
+  }
+  o.in_step = false;
+  // What the update allocated after the last op (the step's scalars) stays live.
+  o.tracer.record("step/end", Buffer::backend_bytes_live());
+  o.tracer.finish();  // the first step was the warm-up
+  o.last_host_to_device_bytes = o.host_to_device_bytes;
+  o.last_device_to_host_bytes = o.device_to_host_bytes;
+  o.last_prefetches = o.prefetches;
+}
+
+}  // namespace tessel::executor

@@ -1,0 +1,173 @@
+// The chunk manager's update and its state outside steps. The update follows the chunk
+// plan's step copies in their order: owned gradients of host-optimized chunks go down
+// (C{c}/step/offload.grads_d2h), device-optimized parts step on the device
+// (step/optimizer), host-optimized parts on the host (host_optimizer.hpp; timed as
+// step/optimizer with `offload: optimizer`, step/optimizer.host with chunked, as the
+// Program names them), updated owned weights go up where the plan says
+// (C{c}/step/offload.params_h2d), ZeRO 1-2 gathers the buckets, and round-trip chunks
+// (host-resident, the optimizer sharded, the weights not) come back down whole
+// (C{c}/step/offload.params_d2h). Every op is element-wise, so each element gets the
+// float operations of the run without offload, in the same order: the bits match.
+//
+// Outside steps (checkpoints, whole-model views) the buckets are made whole again
+// (materialise: host weights and moments copied into the bucket Buffers, the budget not
+// enforced), read or written by the trainer's ordinary code, copied back (reload) and
+// given back (dematerialise): checkpoints have the layout of runs without offload.
+#include <algorithm>
+
+#include "offload_state.hpp"
+#include "tessel/executor/host_optimizer.hpp"
+#include "tessel/executor/trainer.hpp"
+
+namespace tessel::executor {
+
+namespace {
+std::pair<std::size_t, std::size_t> owned_part(const ChunkPiece& piece, std::size_t first, std::size_t count) {
+  const std::size_t from = std::max(piece.bucket_offset, first), to = std::min(piece.bucket_offset + piece.size, first + count);
+  return {from, to > from ? to : from};
+}
+}  // namespace
+
+void Trainer::offload_update() {
+  OffloadState& o = *offload_;
+  // The host writes the master weights below: earlier fetches must have read them; the
+  // gradients come from the syncs on the gradient group's stream.
+  backend_.synchronize(Stream::copy);
+  backend_.wait_for(Stream::copy, grid_.gradients().stream());
+  const bool clipped = options_.clip_grad_norm > 0;
+  float host_scale = 1.0f;
+  if (clipped) {
+    backend_.download(Stream::compute, &host_scale, clip_factor_.data(), sizeof host_scale);
+    backend_.synchronize(Stream::compute);
+  }
+  kernels::AdamWParams p;
+  p.lr = options_.lr;
+  p.weight_decay = options_.weight_decay;
+  p.eps = options_.adam_eps;
+  p.step = step_ + 1;
+  for (const ChunkCopy& copy : o.plan.copies) {
+    if (copy.op != ops::offload_grads_d2h) continue;
+    HostChunk& h = o.chunks[std::size_t(copy.chunk)];
+    auto timed = timeline_.time(copy.op_id, Stream::copy);
+    for (const ChunkPiece& piece : h.pieces) {
+      BucketState& b = buckets_[std::size_t(piece.bucket)];
+      const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
+      if (from == to) continue;
+      backend_.download(Stream::copy, h.grads.data() + piece.chunk_offset + (from - piece.bucket_offset),
+                        owned_grads(b) + (from - owned_offset(b)), (to - from) * sizeof(float));
+      o.device_to_host_bytes += double(to - from) * sizeof(float);
+    }
+    backend_.synchronize(Stream::copy);
+  }
+  // Buckets with any device-optimized chunk step whole on the device, as without
+  // offload (a call over part of a bucket would place elements differently, see
+  // host_optimizer.hpp); their host-optimized elements' device copies are overwritten
+  // before they are read again (fetched, or sent up below).
+  bool any_on_device = false;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) any_on_device = any_on_device || o.device_optimized[i];
+  if (any_on_device) {
+    auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
+    const float* device_scale = clipped ? clip_factor_.f32() : nullptr;
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+      BucketState& b = buckets_[i];
+      if (!o.device_optimized[i]) continue;
+      backend_.adamw_step(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(),
+                          std::int64_t(owned_size(b)), p, device_scale);
+    }
+  }
+  std::vector<HostAdamWPiece> pieces;
+  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+    if (!o.plan.chunks[c].optimizer_on_host) continue;
+    HostChunk& h = o.chunks[c];
+    for (const ChunkPiece& piece : h.pieces) {
+      BucketState& b = buckets_[std::size_t(piece.bucket)];
+      const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
+      if (from == to) continue;
+      const std::size_t at = piece.chunk_offset + (from - piece.bucket_offset);
+      // The reference call: the bucket's owned range, from a 64-byte aligned allocation.
+      const std::uintptr_t address = shards_weights(b) ? 0 : owned_offset(b) * sizeof(float);
+      pieces.push_back({h.weights.data() + at, h.grads.data() + at, h.moment1.data() + at, h.moment2.data() + at,
+                        std::int64_t(to - from),
+                        {address, std::int64_t(owned_size(b)), std::int64_t(from - owned_offset(b))}});
+    }
+  }
+  if (!pieces.empty()) {
+    const bool chunked = plan_.parallel.offload == OffloadMode::chunked;
+    auto timed = timeline_.time(ops::step_op_id(chunked ? ops::optimizer_host : ops::optimizer));
+    host_adamw_step(pieces, p, clipped ? &host_scale : nullptr);
+  }
+  for (const ChunkCopy& copy : o.plan.copies) {
+    if (copy.op != ops::offload_params_h2d) continue;
+    for (const ChunkPiece& piece : o.chunks[std::size_t(copy.chunk)].pieces) acquire_weights(piece.bucket);
+    auto timed = timeline_.time(copy.op_id, Stream::copy);
+    o.host_to_device_bytes += upload_chunk_weights(copy.chunk, true);
+  }
+  gather_updated_weights();
+  backend_.wait_for(Stream::copy, grid_.gradients().stream());  // the gathers rebuilt what goes down
+  for (const ChunkCopy& copy : o.plan.copies) {
+    if (copy.op != ops::offload_params_d2h) continue;
+    auto timed = timeline_.time(copy.op_id, Stream::copy);
+    o.device_to_host_bytes += download_chunk_weights(copy.chunk, false);
+  }
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    if (o.evictable[i] && o.held[i] == 0) release_weights(int(i));
+  }
+}
+
+void Trainer::offload_materialise() {
+  if (!offload_) return;
+  OffloadState& o = *offload_;
+  o.pool->set_enforcing(false);
+  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+    const Chunk& chunk = o.plan.chunks[c];
+    HostChunk& h = o.chunks[c];
+    if (chunk.host_resident) {
+      for (const ChunkPiece& piece : h.pieces) acquire_weights(piece.bucket);
+      upload_chunk_weights(int(c), false);
+    }
+    if (!chunk.optimizer_on_host) continue;
+    for (const ChunkPiece& piece : h.pieces) {
+      BucketState& b = buckets_[std::size_t(piece.bucket)];
+      for (Buffer* moment : {&b.moment1, &b.moment2}) {
+        if (moment->empty()) moment->assign(owned_size(b), 0.0f);
+      }
+      const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
+      if (from == to) continue;
+      const std::size_t at = piece.chunk_offset + (from - piece.bucket_offset), bytes = (to - from) * sizeof(float);
+      backend_.upload(Stream::compute, b.moment1.f32() + (from - owned_offset(b)), h.moment1.data() + at, bytes);
+      backend_.upload(Stream::compute, b.moment2.f32() + (from - owned_offset(b)), h.moment2.data() + at, bytes);
+    }
+  }
+  backend_.synchronize();
+}
+
+void Trainer::offload_reload() {
+  if (!offload_) return;
+  OffloadState& o = *offload_;
+  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+    HostChunk& h = o.chunks[c];
+    if (!h.weights.empty()) download_chunk_weights(int(c), false);
+    if (!o.plan.chunks[c].optimizer_on_host) continue;
+    for (const ChunkPiece& piece : h.pieces) {
+      BucketState& b = buckets_[std::size_t(piece.bucket)];
+      const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
+      if (from == to) continue;
+      const std::size_t at = piece.chunk_offset + (from - piece.bucket_offset), bytes = (to - from) * sizeof(float);
+      backend_.download(Stream::compute, h.moment1.data() + at, b.moment1.f32() + (from - owned_offset(b)), bytes);
+      backend_.download(Stream::compute, h.moment2.data() + at, b.moment2.f32() + (from - owned_offset(b)), bytes);
+    }
+  }
+  backend_.synchronize();
+}
+
+void Trainer::offload_dematerialise() {
+  if (!offload_) return;
+  OffloadState& o = *offload_;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    if (o.evictable[i] && o.held[i] == 0) release_weights(int(i));
+    if (!o.device_optimized[i]) buckets_[i].moment1.release(), buckets_[i].moment2.release();
+  }
+  o.pool->set_enforcing(true);
+}
+
+}  // namespace tessel::executor

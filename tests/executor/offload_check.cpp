@@ -1,0 +1,165 @@
+// Runs under mpirun with 2 ranks (tests/executor/offload_test.cpp launches it): offload
+// plans of the executor's layouts across ranks, dp 2 with ZeRO 2 and 3, pp 2, and dp 2
+// ZeRO 1 with bf16, each with
+// `offload: optimizer` and chunked at device_fraction 0.25, 0.5 and 1.0, trained for 5
+// steps against the same layout without offload: losses and the whole model equal bit
+// for bit (the issue asks 1e-5 relative), the pool's peak within the budget on every
+// rank, and the bytes each rank moves each way per step: with no ZeRO sharding (pp 2)
+// the chunk plan's copies (their used elements); under ZeRO the owned parts of the
+// executor's buckets, which differ per rank from the plan's (it shards per chunk), and
+// sum over the group to the plan's total; the op ids measured are the Program's. Then a
+// checkpoint with chunks on the host (dp 2, ZeRO 3, chunked 0.25) resumes bit-exactly.
+// Prints one line per run and "ok rank N"; exits 1 on a failure.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tessel/core/chunk_plan.hpp"
+#include "tessel/core/program.hpp"
+#include "tessel/executor/comm/mpi_communicator.hpp"
+#include "tessel/executor/trainer.hpp"
+#include "layouts.hpp"
+
+using namespace tessel;
+using namespace tessel::executor;
+using tessel::executor::checks::Layout;
+
+namespace {
+
+struct Result {
+  std::vector<float> losses, weights;
+  double up_bytes = 0, down_bytes = 0;  // the last step's, this rank's
+  bool same_bytes_every_step = true;
+  OffloadStats offload;
+  std::set<std::string> measured_ops;
+};
+
+TrainerOptions options() {
+  TrainerOptions o = checks::options_for("adamw");
+  o.clip_grad_norm = 0.5f;  // the host step reads the clipping factor
+  o.device_memory_bytes = std::size_t(1) << 30;
+  return o;
+}
+
+Result train(const Plan& plan, Communicator& world, const std::string& text, int steps = 5,
+             const std::string& save_dir = "", const std::string& load_dir = "") {
+  ProcessGrid grid(plan.parallel, world);
+  Trainer trainer(plan, grid,
+                  DataLoader(text, plan.train.global_batch, plan.seq_len(), grid.coordinates().dp, plan.parallel.dp),
+                  options());
+  if (!load_dir.empty()) trainer.load(load_dir);
+  Result r;
+  for (int s = 0; s < steps; ++s) {
+    r.losses.push_back(trainer.step().loss);
+    const OffloadStats stats = trainer.offload_stats();
+    if (s > 0 && (stats.host_to_device_bytes != r.up_bytes || stats.device_to_host_bytes != r.down_bytes)) {
+      r.same_bytes_every_step = false;
+    }
+    r.up_bytes = stats.host_to_device_bytes, r.down_bytes = stats.device_to_host_bytes;
+  }
+  if (!save_dir.empty()) trainer.save(save_dir);
+  r.weights = trainer.whole_parameters();
+  r.offload = trainer.offload_stats();
+  for (const OpEvent& e : trainer.timeline().take()) r.measured_ops.insert(e.op);
+  return r;
+}
+
+// The chunk plan's bytes of this rank's stage each way per step, counting the used
+// elements of each copied chunk (the executor copies tensors, not a chunk's empty tail),
+// weights as fp32 (the executor moves the master weights, in bf16 plans too).
+std::pair<double, double> planned_bytes(const Plan& plan, int stage) {
+  const ChunkPlan chunks = chunk_plan(plan.model, plan.train, plan.parallel, stage);
+  double up = 0, down = 0;
+  for (const ChunkCopy& copy : chunks.copies) {
+    const Chunk& c = chunks.chunks[std::size_t(copy.chunk)];
+    const double weight_scale = copy.op == ops::offload_grads_d2h ? 1.0 : 4.0 / element_bytes(plan.train.precision);
+    (copy.direction == CopyDirection::host_to_device ? up : down) +=
+        copy.bytes * weight_scale * double(c.used_elements) / double(c.capacity_elements);
+  }
+  return {up, down};
+}
+
+int check_resume(Communicator& world, const std::string& text) {
+  Layout l;
+  l.dp = 2, l.zero = 3;
+  Plan plan = checks::make_plan(l);
+  plan.parallel.offload = OffloadMode::chunked;
+  plan.parallel.offload_device_fraction = 0.25;
+  std::int32_t pid = std::int32_t(getpid());
+  world.broadcast(&pid, 1, kernels::DType::i32, 0);  // rank 0's, so every rank names the same folder
+  const std::string dir = fmt::format("{}/tessel_offload_check_{}", std::filesystem::temp_directory_path().string(), pid);
+  const Result whole = train(plan, world, text);
+  const Result first = train(plan, world, text, 2, dir);
+  const Result rest = train(plan, world, text, 3, "", dir);
+  std::vector<float> losses = first.losses;
+  losses.insert(losses.end(), rest.losses.begin(), rest.losses.end());
+  const bool ok = losses == whole.losses && rest.weights == whole.weights;
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  std::printf("resume dp2 zero3 chunked 0.25 rank %d: steps 3..5 and weights %s\n", world.rank(),
+              ok ? "bit-identical" : "DIFFER");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  Communicator& world = mpi_world();
+  const std::string text = synthetic_corpus(1 << 14, 9);
+  int failures = 0;
+  std::vector<Layout> layouts(4);
+  layouts[0].dp = 2, layouts[0].zero = 2;
+  layouts[1].dp = 2, layouts[1].zero = 3;
+  layouts[2].pp = 2;
+  layouts[3].dp = 2, layouts[3].zero = 1, layouts[3].precision = "bf16";  // bf16 activation storage
+  for (const Layout& layout : layouts) {
+    const Plan base = checks::make_plan(layout);
+    const Result without = train(base, world, text);
+    for (const double fraction : {-1.0, 0.25, 0.5, 1.0}) {
+      Plan plan = base;
+      plan.parallel.offload = fraction < 0 ? OffloadMode::optimizer : OffloadMode::chunked;
+      plan.parallel.offload_device_fraction = fraction < 0 ? 1.0 : fraction;
+      const Result with = train(plan, world, text);
+      const int stage = layout.pp > 1 ? world.rank() : 0;
+      const auto [up, down] = planned_bytes(plan, stage);
+      const bool sharded = plan.parallel.zero >= 1 && plan.parallel.gradient_group() > 1;
+      bool ok = with.losses == without.losses && with.weights == without.weights &&
+                with.offload.peak_bytes <= with.offload.budget_bytes && with.same_bytes_every_step;
+      // Under ZeRO the rank's part differs (bucket shards against chunk shards), the
+      // group's total does not.
+      float totals[2] = {float(with.up_bytes), float(with.down_bytes)};
+      if (sharded) world.all_reduce(totals, 2);
+      const double ranks = sharded ? double(plan.parallel.gradient_group()) : 1.0;
+      ok = ok && totals[0] == float(up * ranks) && totals[1] == float(down * ranks);
+      if (fraction < 1.0) ok = ok && with.up_bytes > 0;
+      // Every op the Program predicts is measured (copies, host optimizer), and nothing else.
+      std::set<std::string> predicted;
+      const Program program = Program::lower(plan);
+      for (const ProgramOp& op : program.rank_program(world.rank()).ops) predicted.insert(op.id);
+      for (const std::string& id : predicted) {
+        if (!with.measured_ops.count(id)) ok = false, std::fprintf(stderr, "predicted, not measured: %s\n", id.c_str());
+      }
+      for (const std::string& id : with.measured_ops) {
+        if (!predicted.count(id)) ok = false, std::fprintf(stderr, "measured, not predicted: %s\n", id.c_str());
+      }
+      std::printf("%s offload %s rank %d: losses %.6f..%.6f, bytes/step up %.0f down %.0f (chunk plan %.0f %.0f), "
+                  "peak %zu of %zu  %s\n",
+                  layout.name().c_str(), plan.parallel.summary().c_str(), world.rank(), with.losses.front(),
+                  with.losses.back(), with.up_bytes, with.down_bytes, up, down, with.offload.peak_bytes,
+                  with.offload.budget_bytes, ok ? "ok" : "FAILED");
+      if (!ok) ++failures;
+    }
+  }
+  failures += check_resume(world, text);
+  float bad = float(failures);
+  world.all_reduce(&bad, 1);
+  if (bad > 0) return 1;
+  std::printf("ok rank %d\n", world.rank());
+  return 0;
+}
