@@ -16,7 +16,7 @@ std::vector<std::string_view> all_op_names() {
       head_loss,          head_loss_all_reduce, embed_lookup,         embed_tp_all_reduce,  embed_tp_all_gather,
       embed_tp_reduce_scatter, embed_gather_weight_col, embed_gather_weight_row, pp_send,   pp_recv,
       zero_all_gather,    zero_reduce_scatter,  offload_fetch,        grad_all_reduce,      grad_reduce_scatter,
-      optimizer,          optimizer_host,       offload_grads_d2h,    offload_params_h2d,
+      optimizer,          optimizer_host,       offload_grads_d2h,    offload_params_h2d,   offload_params_d2h,
       moe_router,         moe_dispatch,         moe_expert_fc1,       moe_expert_act,       moe_expert_fc2,
       moe_combine,        moe_shared_fc1,       moe_shared_act,       moe_shared_fc2};
   for (const LinearOps& linear : {attn_qkv, attn_proj, mlp_fc1, mlp_fc2, head_logits}) {
@@ -69,5 +69,15 @@ std::string expert_op_id(int micro_batch, int layer, Phase phase, std::string_vi
 }
 
 std::string step_op_id(std::string_view op) { return fmt::format("step/{}", op); }
+
+std::string chunk_copy_id(int micro_batch, int chunk, Phase phase, std::string_view op) {
+  return fmt::format("mb{}/C{}/{}/{}", micro_batch, chunk, to_string(phase), op);
+}
+
+std::string chunk_step_copy_id(int chunk, std::string_view op) { return fmt::format("C{}/step/{}", chunk, op); }
+
+bool copies_to_host(std::string_view op_id) {
+  return op_id.ends_with(offload_grads_d2h) || op_id.ends_with(offload_params_d2h);
+}
 
 }  // namespace tessel::ops

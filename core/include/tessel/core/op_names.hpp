@@ -10,6 +10,8 @@
 //   {L{l}|stage}/{dp|step}/{op}                 per-bucket gradient syncs and ZeRO gathers
 //   stage/embed/grad.all_reduce, step/{op}      once per step
 //   E{l}/{dp|step}/{op}                         an MoE block's expert weights (own bucket)
+//   mb{i}/C{c}/{fwd|bwd}/offload.fetch, C{c}/step/offload.{grads_d2h|params_h2d|params_d2h}
+//                                               chunk copies (chunk_plan.hpp)
 #pragma once
 
 #include <array>
@@ -105,6 +107,7 @@ inline constexpr std::string_view optimizer = "optimizer";
 inline constexpr std::string_view optimizer_host = "optimizer.host";
 inline constexpr std::string_view offload_grads_d2h = "offload.grads_d2h";
 inline constexpr std::string_view offload_params_h2d = "offload.params_h2d";
+inline constexpr std::string_view offload_params_d2h = "offload.params_d2h";
 
 // Every kind above (Program.EveryOpIsAKindOfTheVocabulary holds the Program to it).
 std::vector<std::string_view> all_op_names();
@@ -135,5 +138,11 @@ std::string expert_op_id(int micro_batch, int layer, Phase phase, std::string_vi
 inline constexpr std::string_view kStageBucket = "stage";
 inline constexpr std::string_view kTiedEmbeddingSync = "stage/embed/grad.all_reduce";
 std::string step_op_id(std::string_view op);  // step/optimizer
+// Copies of chunk `chunk` (chunk_plan.hpp): its weights fetched before a micro-batch's
+// pass (mb3/C7/fwd/offload.fetch) and its copies once per step (C7/step/offload.grads_d2h).
+std::string chunk_copy_id(int micro_batch, int chunk, Phase phase, std::string_view op);
+std::string chunk_step_copy_id(int chunk, std::string_view op);
+// Whether a copy op of that name moves bytes from the device to the host.
+bool copies_to_host(std::string_view op_id);
 
 }  // namespace tessel::ops

@@ -1,0 +1,234 @@
+// The chunk plan of a stage: packing (chunk_packing.cpp) of the stage's tensors
+// (chunk_tensors.cpp), then the bytes of each chunk's states after ZeRO sharding, the
+// placement the offload mode implies and the copies of one step, with their Program op
+// ids. chunk_plan.hpp states the rules; this file applies them in one pass per concern
+// so that a test can hold each total to its closed form.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "tessel/core/chunk_plan.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/core/model_states.hpp"
+
+namespace tessel {
+
+namespace {
+
+// The packing group of each tensor: the stage's embedding/head tensors one group, each
+// virtual chunk's layers one group. Only the layers' largest tensor bounds the search.
+ChunkPacking pack_stage(const std::vector<ChunkTensor>& tensors, const ModelSpec& model, const ParallelConfig& p,
+                        const ChunkSearch& search) {
+  const int v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  const int per_chunk = model.layers / (p.pp * v);
+  std::vector<std::int64_t> sizes;
+  std::vector<int> group;
+  std::vector<bool> searched;
+  for (const ChunkTensor& t : tensors) {
+    sizes.push_back(t.elements);
+    group.push_back(t.layer < 0 ? -1 : t.layer / per_chunk);
+    searched.push_back(t.layer >= 0);
+  }
+  const std::int64_t alignment = search.alignment_elements * p.gradient_group();
+  return search_chunk_size(sizes, group, searched, alignment, search.candidates);
+}
+
+int segment_of_layer(const std::vector<ChunkSegment>& segments, int layer) {
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    if (segments[s].kind == ChunkSegment::Kind::layer && segments[s].layer == layer) return int(s);
+  }
+  throw Error(fmt::format("internal: layer {} has no segment", layer));
+}
+
+// Forward-order segments that use a stage tensor: the embedding's (positions, the table
+// on the first stage) and the head's (final norm, LM head, the tied table).
+void stage_tensor_segments(const ChunkTensor& t, const std::vector<ChunkSegment>& segments, int& first, int& last) {
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    const ChunkSegment::Kind kind = segments[s].kind;
+    const bool embedding_use = kind == ChunkSegment::Kind::embedding && (t.name == "wpe" || t.name == "wte");
+    const bool head_use = kind == ChunkSegment::Kind::head && t.name != "wpe";
+    if (embedding_use || head_use) {
+      first = std::min(first, int(s));
+      last = std::max(last, int(s));
+    }
+  }
+}
+
+void build_chunks(ChunkPlan& plan, const ChunkPacking& packing) {
+  for (std::size_t c = 0; c < packing.capacity.size(); ++c) {
+    Chunk chunk;
+    chunk.capacity_elements = packing.capacity[c];
+    chunk.used_elements = packing.used[c];
+    chunk.first_tensor = packing.first_item[c];
+    const int end = c + 1 < packing.capacity.size() ? packing.first_item[c + 1] : int(plan.tensors.size());
+    chunk.tensor_count = end - chunk.first_tensor;
+    chunk.first_segment = int(plan.segments.size());
+    chunk.last_segment = -1;
+    std::int64_t offset = 0;
+    for (int i = chunk.first_tensor; i < end; ++i) {
+      ChunkTensor& t = plan.tensors[std::size_t(i)];
+      t.chunk = int(c);
+      t.offset = offset;
+      offset += t.elements;
+      chunk.layer_weights = t.layer >= 0;
+      if (t.layer >= 0) {
+        const int s = segment_of_layer(plan.segments, t.layer);
+        chunk.first_segment = std::min(chunk.first_segment, s);
+        chunk.last_segment = std::max(chunk.last_segment, s);
+      } else {
+        stage_tensor_segments(t, plan.segments, chunk.first_segment, chunk.last_segment);
+      }
+    }
+    chunk.virtual_chunk = plan.segments[std::size_t(chunk.first_segment)].virtual_chunk;
+    plan.chunks.push_back(chunk);
+  }
+}
+
+// States after ZeRO sharding and where they live.
+void size_and_place(ChunkPlan& plan, const TrainSpec& train, const ParallelConfig& p) {
+  const std::int64_t g = p.gradient_group();
+  const bool mixed = train.precision != Precision::fp32;
+  const double param_b = element_bytes(train.precision), grad_b = element_bytes(train.effective_gradient_precision());
+  const double master_b = mixed ? 4 : 0, moment_b = train.optimizer == Optimizer::lars ? 4 : 8;
+  const int n = int(plan.chunks.size());
+  plan.resident_chunks =
+      p.offload == OffloadMode::chunked
+          ? std::clamp(int(std::ceil(p.offload_device_fraction * double(n) - 1e-9)), 1, n)
+          : n;
+  for (int c = 0; c < n; ++c) {
+    Chunk& chunk = plan.chunks[std::size_t(c)];
+    const std::int64_t cap = chunk.capacity_elements;
+    const bool param_sharded = p.zero == 3 && g > 1 && chunk.layer_weights;
+    const bool optimizer_sharded = p.zero >= 1 && g > 1;
+    chunk.param_elements = param_sharded ? cap / g : cap;
+    chunk.grad_elements = p.zero >= 2 && g > 1 ? cap / g : cap;
+    chunk.owned_elements = optimizer_sharded ? cap / g : cap;
+    chunk.param_bytes = double(chunk.param_elements) * param_b;
+    chunk.grad_bytes = double(chunk.grad_elements) * grad_b;
+    chunk.master_bytes = double(chunk.owned_elements) * master_b;
+    chunk.moment_bytes = double(chunk.owned_elements) * moment_b;
+    chunk.host_resident = c >= plan.resident_chunks;
+    chunk.optimizer_on_host = p.offload == OffloadMode::optimizer || chunk.host_resident;
+    chunk.round_trip = chunk.host_resident && optimizer_sharded && !param_sharded;
+    const double optimizer_states = chunk.master_bytes + chunk.moment_bytes;
+    plan.device_state_bytes += chunk.grad_bytes;
+    (chunk.host_resident ? plan.host_state_bytes : plan.device_state_bytes) += chunk.param_bytes;
+    (chunk.optimizer_on_host ? plan.host_state_bytes : plan.device_state_bytes) += optimizer_states;
+    (chunk.optimizer_on_host ? plan.host_optimizer_elements : plan.device_optimizer_elements) +=
+        double(chunk.owned_elements);
+  }
+}
+
+// The most fetched weights on the device at once: a segment's chunks and the next
+// segment's (same pipeline chunk), whose fetch is issued while it runs.
+double peak_fetched(const ChunkPlan& plan) {
+  double peak = 0;
+  const int segments = int(plan.segments.size());
+  for (int j = 0; j < segments; ++j) {
+    const bool next_same = j + 1 < segments &&
+                           plan.segments[std::size_t(j + 1)].virtual_chunk == plan.segments[std::size_t(j)].virtual_chunk;
+    const int window_end = next_same ? j + 1 : j;
+    double live = 0;
+    for (const Chunk& c : plan.chunks) {
+      if (c.host_resident && c.first_segment <= window_end && c.last_segment >= j) live += c.param_bytes;
+    }
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+void add_copy(ChunkPlan& plan, ChunkCopy copy) {
+  (copy.direction == CopyDirection::host_to_device ? plan.host_to_device_bytes : plan.device_to_host_bytes) +=
+      copy.bytes;
+  plan.copies.push_back(std::move(copy));
+}
+
+void schedule_copies(ChunkPlan& plan, const TrainSpec& train, OffloadMode offload) {
+  const double param_b = element_bytes(train.precision), grad_b = element_bytes(train.effective_gradient_precision());
+  const int n = int(plan.chunks.size());
+  if (offload == OffloadMode::chunked) {
+    for (int mb = 0; mb < plan.micro_batches; ++mb) {
+      for (ops::Phase phase : {ops::Phase::fwd, ops::Phase::bwd}) {
+        for (int k = 0; k < n; ++k) {
+          const int c = phase == ops::Phase::fwd ? k : n - 1 - k;
+          const Chunk& chunk = plan.chunks[std::size_t(c)];
+          if (!chunk.host_resident) continue;
+          add_copy(plan, {c, CopyDirection::host_to_device, ops::offload_fetch, mb, phase,
+                          phase == ops::Phase::fwd ? chunk.first_segment : chunk.last_segment,
+                          ops::chunk_copy_id(mb, c, phase, ops::offload_fetch), chunk.param_bytes});
+        }
+      }
+    }
+  }
+  for (int c = 0; c < n; ++c) {
+    const Chunk& chunk = plan.chunks[std::size_t(c)];
+    if (!chunk.optimizer_on_host) continue;
+    add_copy(plan, {c, CopyDirection::device_to_host, ops::offload_grads_d2h, -1, ops::Phase::bwd, -1,
+                    ops::chunk_step_copy_id(c, ops::offload_grads_d2h), double(chunk.owned_elements) * grad_b});
+  }
+  for (int c = 0; c < n; ++c) {
+    const Chunk& chunk = plan.chunks[std::size_t(c)];
+    if (offload == OffloadMode::optimizer || chunk.round_trip) {
+      add_copy(plan, {c, CopyDirection::host_to_device, ops::offload_params_h2d, -1, ops::Phase::fwd, -1,
+                      ops::chunk_step_copy_id(c, ops::offload_params_h2d), double(chunk.owned_elements) * param_b});
+    }
+  }
+  for (int c = 0; c < n; ++c) {
+    const Chunk& chunk = plan.chunks[std::size_t(c)];
+    if (chunk.round_trip) {
+      add_copy(plan, {c, CopyDirection::device_to_host, ops::offload_params_d2h, -1, ops::Phase::fwd, -1,
+                      ops::chunk_step_copy_id(c, ops::offload_params_d2h), chunk.param_bytes});
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int> ChunkPlan::fetches_before(int segment, ops::Phase phase) const {
+  std::vector<int> out;
+  for (int c = 0; c < int(chunks.size()); ++c) {
+    const Chunk& chunk = chunks[std::size_t(c)];
+    if (!chunk.host_resident) continue;
+    if ((phase == ops::Phase::bwd ? chunk.last_segment : chunk.first_segment) == segment) out.push_back(c);
+  }
+  return out;
+}
+
+ChunkPlan chunk_plan(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& p, int stage,
+                     const ChunkSearch& search) {
+  if (stage < 0 || stage >= p.pp) throw Error(fmt::format("internal: chunk plan of stage {} of {}", stage, p.pp));
+  ChunkPlan plan;
+  plan.stage = stage;
+  plan.micro_batches = train.global_batch / (p.dp * p.micro_batch);
+  plan.gradient_group = p.gradient_group();
+  plan.tensors = stage_model_tensors(model, p, stage);
+  plan.segments = stage_segments(model, p, stage);
+  const ChunkPacking packing = pack_stage(plan.tensors, model, p, search);
+  plan.chunk_elements = packing.chunk_elements;
+  plan.alignment_elements = packing.alignment_elements;
+  plan.wasted_elements = packing.wasted_elements;
+  build_chunks(plan, packing);
+  size_and_place(plan, train, p);
+  plan.peak_fetched_bytes = p.offload == OffloadMode::chunked ? peak_fetched(plan) : 0.0;
+  schedule_copies(plan, train, p.offload);
+  return plan;
+}
+
+double smallest_device_budget_bytes(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel,
+                                    int stage, double non_model_bytes, const ChunkSearch& search) {
+  ParallelConfig p = parallel;
+  p.offload = OffloadMode::chunked;
+  p.offload_device_fraction = 1.0;
+  const ChunkPlan whole = chunk_plan(model, train, p, stage, search);
+  // Every placement the plan syntax allows: 1..n resident chunks.
+  double best = whole.device_total_bytes();
+  const int n = int(whole.chunks.size());
+  for (int resident = 1; resident < n; ++resident) {
+    p.offload_device_fraction = double(resident) / double(n);
+    best = std::min(best, chunk_plan(model, train, p, stage, search).device_total_bytes());
+  }
+  return best + non_model_bytes;
+}
+
+}  // namespace tessel
