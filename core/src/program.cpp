@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/chunk_plan.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/model_states.hpp"
 #include "tessel/core/op_names.hpp"
@@ -135,6 +136,7 @@ class Lowering {
   explicit Lowering(const Plan& plan)
       : p_(plan.parallel),
         model_(plan.model),
+        train_(plan.train),
         states_(model_state_bytes(plan.train.precision, plan.train.optimizer, plan.train.effective_gradient_precision())),
         table_(block_op_table(plan.model, plan.seq_len(), plan.parallel, element_bytes(plan.train.precision),
                               plan.train.kernels)) {
@@ -146,6 +148,9 @@ class Lowering {
     expert_group_ = gradient_group_ / std::max(p_.ep, 1);
     chunked_ = p_.offload == OffloadMode::chunked;
     host_share_ = chunked_ ? 1.0 - p_.offload_device_fraction : 0.0;
+    // Offload copies come from the chunk plan; MoE models (no chunk plan yet) keep the
+    // fractions of the stage's states.
+    use_chunks_ = p_.offload != OffloadMode::none && !model_.moe.enabled();
   }
 
   int micro_batches() const { return m_; }
@@ -154,7 +159,9 @@ class Lowering {
   // per micro-batch and layer the forward, recompute and backward block ops and the
   // weight fetches and syncs; per micro-batch the head, embedding and transfers; the tail.
   double planned_ops_per_stage() const {
-    const double per_layer = 3.0 * double(std::max(table_.block.size(), table_.moe_block.size())) + 8;
+    // Chunk fetches: at most one chunk per tensor of a layer (12) in each pass.
+    const double per_layer = 3.0 * double(std::max(table_.block.size(), table_.moe_block.size())) + 8 +
+                             (use_chunks_ ? 24 : 0);
     const double per_micro_batch = 2.0 * double(table_.head.size() + table_.embedding.size()) + 4.0 * v_;
     const double layers_per_stage = double(layers_per_chunk_) * v_;
     return double(m_) * (layers_per_stage * per_layer + per_micro_batch) + 2 * layers_per_stage + 16;
@@ -163,6 +170,16 @@ class Lowering {
   StageProgram stage(int s) {
     StageProgram stage;
     stage.stage = s;
+    if (use_chunks_) {
+      chunks_ = chunk_plan(model_, train_, p_, s);
+      segment_of_layer_.assign(std::size_t(model_.layers), -1);
+      embedding_segment_ = head_segment_ = -1;
+      for (int i = 0; i < int(chunks_.segments.size()); ++i) {
+        const ChunkSegment& segment = chunks_.segments[std::size_t(i)];
+        if (segment.kind == ChunkSegment::Kind::layer) segment_of_layer_[std::size_t(segment.layer)] = i;
+        else (segment.kind == ChunkSegment::Kind::embedding ? embedding_segment_ : head_segment_) = i;
+      }
+    }
     StageBuilder b(stage);
     std::vector<int> backwards_done(std::size_t(v_), 0);
     std::vector<std::uint32_t> step_waits;  // what the optimizer waits for
@@ -182,9 +199,11 @@ class Lowering {
  private:
   // A layer's weights that are not resident (its ZeRO-3 shards, its host-resident part
   // under chunked offload) are fetched before the layer runs, in either direction.
-  void fetch_layer_weights(StageBuilder& b, int mb, int l, ops::Phase phase) {
+  void fetch_layer_weights(StageBuilder& b, int mb, int l, ops::Phase phase, std::int64_t prior_first_op) {
     const bool moe = model_.moe.is_moe_layer(l);
-    if (chunked_ && host_share_ > 0) {
+    if (use_chunks_) {
+      fetch_chunks(b, mb, segment_of_layer_[std::size_t(l)], phase, prior_first_op);
+    } else if (chunked_ && host_share_ > 0) {
       const double shard = table_.layer_parameters_of(model_, l) / (p_.zero == 3 ? gradient_group_ : 1) +
                            (moe ? table_.expert_parameters / (p_.zero == 3 ? expert_group_ : 1) : 0.0);
       b.before_next(ops::block_op_id(mb, l, phase, ops::offload_fetch),
@@ -202,6 +221,21 @@ class Lowering {
     }
   }
 
+  // The host-resident chunks whose first use in this pass is `segment`, fetched on the
+  // copy stream (chunk_plan.hpp): issued once the previous segment's first op
+  // (`prior_first_op`, or the last chain op at the start of a pass) is done, waited for
+  // by the segment's first op.
+  void fetch_chunks(StageBuilder& b, int mb, int segment, ops::Phase phase, std::int64_t prior_first_op) {
+    if (!use_chunks_ || segment < 0) return;
+    const std::int64_t after = prior_first_op >= 0 ? prior_first_op : b.last();
+    for (int c : chunks_.fetches_before(segment, phase)) {
+      std::vector<std::uint32_t> deps;
+      if (after >= 0) deps.push_back(std::uint32_t(after));
+      b.before_next(ops::chunk_copy_id(mb, c, phase, ops::offload_fetch),
+                    transfer(OpKind::copy, CommGroup::dp, chunks_.chunks[std::size_t(c)].param_bytes), std::move(deps));
+    }
+  }
+
   void forward(StageBuilder& b, int s, const PipelineStep& step, std::vector<int>& stage_layers) {
     const int vs = virtual_stage(s, step.chunk, p_.pp);
     const int first_layer = vs * layers_per_chunk_;
@@ -210,19 +244,25 @@ class Lowering {
       b.before_next(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_recv),
                     transfer(OpKind::recv, CommGroup::pp, table_.stage_boundary_bytes));
       b.op(std::uint32_t(b.size() - 1)).peer_offset = -1;
-    } else {
+    }
+    std::int64_t prior_first_op = -1;  // the previous segment's first op in this pass
+    if (vs == 0) {
+      fetch_chunks(b, mb, embedding_segment_, ops::Phase::fwd, prior_first_op);
+      prior_first_op = std::int64_t(b.size());
       for (const BlockOp& op : table_.embedding) {
         if (op.forward) b.chain(ops::part_op_id(mb, ops::Part::embed, ops::Phase::fwd, op.name), op);
       }
     }
     for (int l = first_layer; l < first_layer + layers_per_chunk_; ++l) {
       if (step.micro_batch == 0) stage_layers.push_back(l);
-      fetch_layer_weights(b, mb, l, ops::Phase::fwd);
+      fetch_layer_weights(b, mb, l, ops::Phase::fwd, prior_first_op);
+      prior_first_op = std::int64_t(b.size());
       for (const BlockOp& op : table_.ops_of_layer(model_, l)) {
         if (op.forward) b.chain(ops::block_op_id(mb, l, ops::Phase::fwd, op.name), op);
       }
     }
     if (vs == virtual_stages_ - 1) {
+      fetch_chunks(b, mb, head_segment_, ops::Phase::fwd, prior_first_op);
       for (const BlockOp& op : table_.head) {
         if (op.forward) b.chain(ops::part_op_id(mb, ops::Part::head, ops::Phase::fwd, op.name), op);
       }
@@ -241,7 +281,11 @@ class Lowering {
       const std::uint32_t recv = b.before_next(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_recv),
                                                transfer(OpKind::recv, CommGroup::pp, table_.stage_boundary_bytes));
       b.op(recv).peer_offset = +1;
-    } else {
+    }
+    std::int64_t prior_first_op = -1;  // the previous segment's first op in this pass
+    if (vs == virtual_stages_ - 1) {
+      fetch_chunks(b, mb, head_segment_, ops::Phase::bwd, prior_first_op);
+      prior_first_op = std::int64_t(b.size());
       for (auto it = table_.head.rbegin(); it != table_.head.rend(); ++it) {
         if (it->backward > 0) {
           b.chain(ops::part_op_id(mb, ops::Part::head, ops::Phase::bwd, it->name), scaled(*it, it->backward));
@@ -250,9 +294,10 @@ class Lowering {
     }
     // Weights a layer's backward needs are requested one layer ahead, before the
     // previous layer's gradient sync, so that they arrive while that layer computes.
-    fetch_layer_weights(b, mb, first_layer + layers_per_chunk_ - 1, ops::Phase::bwd);
+    fetch_layer_weights(b, mb, first_layer + layers_per_chunk_ - 1, ops::Phase::bwd, prior_first_op);
     for (int l = first_layer + layers_per_chunk_ - 1; l >= first_layer; --l) {
       const std::vector<BlockOp>& block = table_.ops_of_layer(model_, l);
+      prior_first_op = std::int64_t(b.size());
       if (p_.recompute != Recompute::none) {
         for (const BlockOp& op : block) {
           if (op.forward && (p_.recompute == Recompute::full || op.selective_recompute)) {
@@ -263,10 +308,11 @@ class Lowering {
       for (auto it = block.rbegin(); it != block.rend(); ++it) {
         b.chain(ops::block_op_id(mb, l, ops::Phase::bwd, it->name), scaled(*it, it->backward));
       }
-      if (l > first_layer) fetch_layer_weights(b, mb, l - 1, ops::Phase::bwd);
+      if (l > first_layer) fetch_layer_weights(b, mb, l - 1, ops::Phase::bwd, prior_first_op);
       sync_layer_gradients(b, mb, l, last_backward_of_chunk, step_waits);
     }
     if (vs == 0) {
+      fetch_chunks(b, mb, embedding_segment_, ops::Phase::bwd, prior_first_op);
       for (auto it = table_.embedding.rbegin(); it != table_.embedding.rend(); ++it) {
         if (it->backward > 0) {
           b.chain(ops::part_op_id(mb, ops::Part::embed, ops::Phase::bwd, it->name), scaled(*it, it->backward));
@@ -345,13 +391,15 @@ class Lowering {
                    sharded ? Collective::reduce_scatter : Collective::all_reduce)));
     }
     if (b.last() >= 0) step_waits.push_back(std::uint32_t(b.last()));
-    optimizer(b, stage_params, expert_params, step_waits);
+    if (use_chunks_) chunk_optimizer(b, step_waits);
+    else optimizer(b, stage_params, expert_params, step_waits);
+    std::vector<std::uint32_t> gathers;
     if (p_.zero >= 1 && p_.zero <= 2) {
       for (int l : stage_layers) {
         if (gradient_group_ > 1) {
-          b.after_last(ops::bucket_gather_id(ops::layer_bucket_name(l)),
+          gathers.push_back(b.after_last(ops::bucket_gather_id(ops::layer_bucket_name(l)),
                        transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * states_.parameter,
-                                Collective::all_gather));
+                                Collective::all_gather)));
         }
         if (model_.moe.is_moe_layer(l) && expert_group_ > 1) {
           b.after_last(ops::bucket_gather_id(ops::expert_bucket_name(l)),
@@ -362,10 +410,55 @@ class Lowering {
     }
     if (gradient_group_ > 1 && p_.zero >= 1) {
       if (rest_params > 0) {
-        b.after_last(ops::bucket_gather_id(ops::kStageBucket),
-                     transfer(OpKind::collective, CommGroup::dp, rest_params * states_.parameter, Collective::all_gather));
+        gathers.push_back(b.after_last(
+            ops::bucket_gather_id(ops::kStageBucket),
+            transfer(OpKind::collective, CommGroup::dp, rest_params * states_.parameter, Collective::all_gather)));
       }
     }
+    // Host-resident chunks whose weights only the optimizer shards go back down whole
+    // once the gathers have rebuilt them (chunk_plan.hpp).
+    for (const ChunkCopy& copy : use_chunks_ ? chunks_.copies : std::vector<ChunkCopy>{}) {
+      if (copy.op == ops::offload_params_d2h) b.with_deps(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), gathers);
+    }
+  }
+
+  // The optimizer of a chunk plan: owned gradients of chunks updated on the host go
+  // down once the syncs are done, the host updates them (device-resident chunks update
+  // on the device), updated weights go back up where the plan says.
+  void chunk_optimizer(StageBuilder& b, const std::vector<std::uint32_t>& step_waits) {
+    BlockOp update;
+    update.name = ops::optimizer;
+    update.kind = OpKind::memory;
+    std::vector<std::uint32_t> downs;
+    for (const ChunkCopy& copy : chunks_.copies) {
+      if (copy.op == ops::offload_grads_d2h) {
+        downs.push_back(b.with_deps(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), step_waits));
+      }
+    }
+    std::int64_t last = -1;
+    if (chunks_.device_optimizer_elements > 0) {
+      BlockOp device_part = update;
+      device_part.bytes = chunks_.device_optimizer_elements * states_.optimizer_traffic;
+      last = b.with_deps(ops::step_op_id(ops::optimizer), device_part, step_waits);
+    }
+    if (chunks_.host_optimizer_elements > 0) {
+      BlockOp host_part = update;
+      host_part.bytes = chunks_.host_optimizer_elements * states_.optimizer_traffic;
+      std::vector<std::uint32_t> deps = downs;
+      if (last >= 0) deps.push_back(std::uint32_t(last));
+      // The whole step's host update is step/optimizer under `offload: optimizer`, its
+      // host part step/optimizer.host under chunked.
+      const std::string_view name = p_.offload == OffloadMode::optimizer ? ops::optimizer : ops::optimizer_host;
+      last = b.with_deps(ops::step_op_id(name), host_part, deps);
+      b.op(std::uint32_t(last)).on_host = true;
+    }
+    const std::uint32_t updated = std::uint32_t(last);
+    for (const ChunkCopy& copy : chunks_.copies) {
+      if (copy.op == ops::offload_params_h2d) {
+        last = b.with_deps(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), {updated});
+      }
+    }
+    b.set_last(std::uint32_t(last));
   }
 
   // The optimizer step, on the device or, with offload, in host memory between copies.
@@ -410,11 +503,16 @@ class Lowering {
 
   const ParallelConfig& p_;
   const ModelSpec& model_;
+  const TrainSpec& train_;
   const ModelStateBytes states_;
   const BlockOpTable table_;
   int m_ = 0, v_ = 1, virtual_stages_ = 1, layers_per_chunk_ = 0, gradient_group_ = 1, expert_group_ = 1;
   double host_share_ = 0;
   bool chunked_ = false;
+  bool use_chunks_ = false;
+  ChunkPlan chunks_;  // of the stage being lowered
+  std::vector<int> segment_of_layer_;
+  int embedding_segment_ = -1, head_segment_ = -1;
 };
 
 // Refuses, before any op is made, a program whose ops would not fit in this machine's

@@ -12,14 +12,16 @@
 //      mb{i}/embed/{fwd|bwd}/{op}, mb{i}/head/{fwd|bwd}/{op}
 //      mb{i}/V{v}/{fwd|bwd}/pp.{send|recv}     pipeline transfers at virtual stage v
 //      mb{i}/L{l}/{fwd|bwd}/zero.{all_gather|reduce_scatter}   ZeRO-3 per micro-batch
-//      mb{i}/L{l}/fwd/offload.fetch            chunked offload
+//      mb{i}/C{c}/{fwd|bwd}/offload.fetch      chunk c's weights fetched (chunked offload; chunk_plan.hpp)
+//      C{c}/step/offload.{grads_d2h|params_h2d|params_d2h}   chunk c's step copies
+//      mb{i}/L{l}/fwd/offload.fetch            chunked offload of MoE models (fractions)
 //      L{l}/dp/grad.{all_reduce|reduce_scatter}, L{l}/step/zero.all_gather
 //      stage/dp/grad.{all_reduce|reduce_scatter}, stage/step/zero.all_gather (the non-layer weights)
 //      stage/embed/grad.all_reduce             tied embedding copies, first and last stage
 //      E{l}/dp/grad.{all_reduce|reduce_scatter}, E{l}/step/zero.all_gather,
 //      mb{i}/E{l}/{fwd|bwd}/zero.{all_gather|reduce_scatter}   an MoE block's routed experts
 //      (op_names.hpp lists an MoE block's mb{i}/L{l}/... ops and their order)
-//      step/optimizer, step/optimizer.host, step/offload.{grads_d2h|params_h2d}
+//      step/optimizer, step/optimizer.host, step/offload.{grads_d2h|params_h2d} (MoE offload)
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,90 @@
+// The Program's offload copies come from the chunk plan: per stage, the copy ops are
+// exactly the plan's (same ids), their bytes add up to the plan's totals each way, and
+// the fetches sit before the segment that needs them, for both offload modes, every
+// ZeRO stage and an interleaved pipeline.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "tessel/core/chunk_plan.hpp"
+#include "tessel/core/op_names.hpp"
+#include "tessel/core/program.hpp"
+
+using namespace tessel;
+
+namespace {
+
+Plan offload_plan(int dp, int pp, int zero, OffloadMode mode, double fraction) {
+  Plan plan;
+  plan.model = resolve_model("gpt2-124m");
+  plan.model.layers = 4;
+  plan.cluster = resolve_cluster("local-cpu");
+  plan.train.global_batch = 8;
+  plan.train.precision = Precision::bf16;
+  plan.parallel.dp = dp;
+  plan.parallel.pp = pp;
+  plan.parallel.zero = zero;
+  plan.parallel.micro_batch = 2;
+  plan.parallel.offload = mode;
+  plan.parallel.offload_device_fraction = fraction;
+  if (pp > 1) {
+    plan.parallel.schedule = Schedule::interleaved;
+    plan.parallel.virtual_stages = 2;
+  }
+  return plan;
+}
+
+void expect_copies_equal_the_chunk_plan(const Plan& plan) {
+  const Program program = Program::lower(plan);
+  for (int s = 0; s < program.stages(); ++s) {
+    const ChunkPlan chunks = chunk_plan(plan.model, plan.train, plan.parallel, s);
+    std::set<std::string> expected, found;
+    for (const ChunkCopy& copy : chunks.copies) expected.insert(copy.op_id);
+    double up = 0, down = 0;
+    const auto& ops = program.stage(s).ops;
+    for (std::uint32_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].stream != Stream::copy) continue;
+      EXPECT_TRUE(found.insert(ops[i].id).second) << ops[i].id;
+      (ops::copies_to_host(ops[i].id) ? down : up) += ops[i].work.bytes;
+      for (std::uint32_t dep : ops[i].deps) EXPECT_LT(dep, i);
+    }
+    EXPECT_EQ(found, expected) << plan.parallel.summary() << " stage " << s;
+    const bool moves = plan.parallel.offload == OffloadMode::optimizer || plan.parallel.offload_device_fraction < 1;
+    EXPECT_EQ(expected.empty(), !moves) << plan.parallel.summary();
+    EXPECT_DOUBLE_EQ(up, chunks.host_to_device_bytes) << plan.parallel.summary();
+    EXPECT_DOUBLE_EQ(down, chunks.device_to_host_bytes) << plan.parallel.summary();
+  }
+}
+
+}  // namespace
+
+TEST(ChunkProgram, OptimizerOffloadCopiesAreThePlans) {
+  for (int zero : {0, 1, 2, 3}) expect_copies_equal_the_chunk_plan(offload_plan(2, 1, zero, OffloadMode::optimizer, 1.0));
+  expect_copies_equal_the_chunk_plan(offload_plan(1, 2, 0, OffloadMode::optimizer, 1.0));
+}
+
+TEST(ChunkProgram, ChunkedCopiesAreThePlans) {
+  for (double fraction : {0.25, 0.5, 1.0}) {
+    for (int zero : {0, 1, 2, 3}) expect_copies_equal_the_chunk_plan(offload_plan(2, 1, zero, OffloadMode::chunked, fraction));
+    expect_copies_equal_the_chunk_plan(offload_plan(1, 2, 0, OffloadMode::chunked, fraction));
+  }
+}
+
+TEST(ChunkProgram, AFetchPrecedesTheFirstOpOfItsSegment) {
+  const Plan plan = offload_plan(1, 1, 0, OffloadMode::chunked, 0.25);
+  const Program program = Program::lower(plan);
+  const auto& ops = program.stage(0).ops;
+  int fetches = 0;
+  for (std::uint32_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].id.find(ops::offload_fetch) == std::string::npos) continue;
+    ++fetches;
+    // Some compute op of the same micro-batch and pass waits for it.
+    bool waited = false;
+    for (std::uint32_t j = i + 1; j < ops.size() && !waited; ++j) {
+      for (std::uint32_t dep : ops[j].deps) waited = waited || (dep == i && ops[j].stream == Stream::compute);
+    }
+    EXPECT_TRUE(waited) << ops[i].id;
+  }
+  EXPECT_GT(fetches, 0);
+}
