@@ -215,20 +215,4 @@ ChunkPlan chunk_plan(const ModelSpec& model, const TrainSpec& train, const Paral
   return plan;
 }
 
-double smallest_device_budget_bytes(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel,
-                                    int stage, double non_model_bytes, const ChunkSearch& search) {
-  ParallelConfig p = parallel;
-  p.offload = OffloadMode::chunked;
-  p.offload_device_fraction = 1.0;
-  const ChunkPlan whole = chunk_plan(model, train, p, stage, search);
-  // Every placement the plan syntax allows: 1..n resident chunks.
-  double best = whole.device_total_bytes();
-  const int n = int(whole.chunks.size());
-  for (int resident = 1; resident < n; ++resident) {
-    p.offload_device_fraction = double(resident) / double(n);
-    best = std::min(best, chunk_plan(model, train, p, stage, search).device_total_bytes());
-  }
-  return best + non_model_bytes;
-}
-
 }  // namespace tessel

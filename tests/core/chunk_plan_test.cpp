@@ -9,7 +9,10 @@
 #include <numeric>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "tessel/core/chunk_plan.hpp"
+#include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
 
@@ -232,4 +235,39 @@ TEST(ChunkPlan, RefusesMixtureOfExperts) {
   model.moe.top_k = 1;
   model.moe.expert_ffn_hidden = 64;
   EXPECT_THROW(chunk_plan(model, train_of(Precision::fp32), ParallelConfig{}, 0), Error);
+}
+
+TEST(ChunkTotals, ClosedFormEqualsThePlansEnumeration) {
+  const ModelSpec model = tiny_model();
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    for (OffloadMode mode : {OffloadMode::none, OffloadMode::optimizer, OffloadMode::chunked}) {
+      for (double fraction : {0.1, 0.25, 0.5, 1.0}) {
+        if (mode != OffloadMode::chunked && fraction != 1.0) continue;
+        for (int zero : {0, 1, 2, 3}) {
+          for (int pp : {1, 2}) {
+            ParallelConfig p;
+            p.dp = 2;
+            p.pp = pp;
+            p.zero = zero;
+            p.offload = mode;
+            p.offload_device_fraction = fraction;
+            const TrainSpec train = train_of(precision);
+            for (int stage = 0; stage < pp; ++stage) {
+              const ChunkPlan plan = chunk_plan(model, train, p, stage);
+              const ChunkTotals totals = chunk_totals(chunk_stage_shape(model, p, stage), train, p, plan.micro_batches);
+              const std::string where = fmt::format("{} stage {}", p.summary(), stage);
+              EXPECT_EQ(totals.resident_chunks, plan.resident_chunks) << where;
+              EXPECT_DOUBLE_EQ(totals.device_total_bytes(), plan.device_total_bytes()) << where;
+              EXPECT_DOUBLE_EQ(totals.peak_fetched_bytes, plan.peak_fetched_bytes) << where;
+              EXPECT_DOUBLE_EQ(totals.host_bytes, plan.host_state_bytes) << where;
+              EXPECT_DOUBLE_EQ(totals.host_to_device_bytes, plan.host_to_device_bytes) << where;
+              EXPECT_DOUBLE_EQ(totals.device_to_host_bytes, plan.device_to_host_bytes) << where;
+              EXPECT_DOUBLE_EQ(totals.host_optimizer_elements, plan.host_optimizer_elements) << where;
+              EXPECT_DOUBLE_EQ(totals.device_optimizer_elements, plan.device_optimizer_elements) << where;
+            }
+          }
+        }
+      }
+    }
+  }
 }

@@ -171,12 +171,4 @@ std::vector<ChunkSegment> stage_segments(const ModelSpec& model, const ParallelC
 ChunkPlan chunk_plan(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel, int stage,
                      const ChunkSearch& search = {});
 
-// The smallest device memory for which some placement of `stage`'s chunks fits: every
-// chunk host-resident (weights, master and moments on the host) but the gradients,
-// which stay on the device, plus the most fetched chunks on the device at once (two
-// neighbouring segments' working set), plus the non-model memory (activations,
-// workspace) the caller gives.
-double smallest_device_budget_bytes(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel,
-                                    int stage, double non_model_bytes, const ChunkSearch& search = {});
-
 }  // namespace tessel

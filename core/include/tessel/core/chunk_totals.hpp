@@ -1,0 +1,56 @@
+// A stage's chunk plan in closed form: the per-step totals of chunk_plan() (memory on
+// each side, bytes each way, optimizer elements on each side) from the packing alone,
+// for any ZeRO stage, offload mode, device_fraction, precision and micro-batch count,
+// in constant time. The planner's search prices millions of plans a second: it packs
+// each stage shape once (ChunkStageShape, cached) and reads the totals of every
+// variant from prefix sums; tests hold them equal to chunk_plan()'s enumeration.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessel/core/chunk_plan.hpp"
+
+namespace tessel {
+
+// What the totals need of a stage's packing: per resident count k (the first k chunks
+// device-resident), the prefix sums of the chunks' capacities (transformer-block chunks
+// and embedding/head chunks apart, as ZeRO-3 shards only the first) and the most
+// elements of host-resident chunks fetched at once (weights whole, and ZeRO-3 sharded).
+struct ChunkStageShape {
+  int chunks = 0;
+  std::int64_t gradient_group = 1;
+  std::vector<double> layer_prefix, stage_prefix;   // size chunks + 1
+  std::vector<double> peak_whole, peak_sharded;     // size chunks + 1: by resident count
+};
+
+ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& parallel, int stage,
+                                  const ChunkSearch& search = {});
+
+struct ChunkTotals {
+  int resident_chunks = 0;
+  double device_param_bytes = 0;      // resident chunks' weights (fetched ones apart)
+  double gradient_bytes = 0;          // every chunk's, on the device
+  double device_optimizer_bytes = 0;  // master weights and moments on the device
+  double host_bytes = 0;              // every state on the host
+  double peak_fetched_bytes = 0;
+  double host_to_device_bytes = 0, device_to_host_bytes = 0;
+  double device_optimizer_elements = 0, host_optimizer_elements = 0;
+  double device_total_bytes() const {
+    return device_param_bytes + gradient_bytes + device_optimizer_bytes + peak_fetched_bytes;
+  }
+};
+
+// The totals of chunk_plan(model, train, parallel, stage) for `micro_batches` per step.
+ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, const ParallelConfig& parallel,
+                         int micro_batches);
+
+// The smallest device memory for which some placement of `stage`'s chunks fits: the
+// least, over every resident count the plan syntax allows (1..chunks), of the device's
+// model states (the gradients stay there; resident chunks' weights, master weights and
+// moments; the most fetched weights at once), plus the non-model memory (activations,
+// workspace) the caller gives. The executor refuses smaller budgets naming this number.
+double smallest_device_budget_bytes(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel,
+                                    int stage, double non_model_bytes, const ChunkSearch& search = {});
+
+}  // namespace tessel

@@ -1,0 +1,113 @@
+// The closed form of chunk_plan()'s totals (chunk_totals.hpp). Every sum is a prefix
+// sum over the execution order, because placement is a prefix rule (the first k chunks
+// stay on the device) and sharding depends only on whether a chunk holds transformer
+// blocks; the peak of fetched weights is tabulated per k once, from the last chunk
+// backwards, as chunk_plan.cpp's peak_fetched computes it for one k.
+#include <algorithm>
+#include <cmath>
+
+#include "tessel/core/chunk_totals.hpp"
+
+namespace tessel {
+
+ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& parallel, int stage,
+                                  const ChunkSearch& search) {
+  ParallelConfig p = parallel;
+  p.offload = OffloadMode::none;
+  p.offload_device_fraction = 1.0;
+  TrainSpec train;
+  train.global_batch = p.dp * p.micro_batch;
+  const ChunkPlan plan = chunk_plan(model, train, p, stage, search);
+  ChunkStageShape shape;
+  shape.chunks = int(plan.chunks.size());
+  shape.gradient_group = p.gradient_group();
+  const double g = double(shape.gradient_group);
+  shape.layer_prefix.assign(std::size_t(shape.chunks) + 1, 0.0);
+  shape.stage_prefix.assign(std::size_t(shape.chunks) + 1, 0.0);
+  for (int c = 0; c < shape.chunks; ++c) {
+    const Chunk& chunk = plan.chunks[std::size_t(c)];
+    const double cap = double(chunk.capacity_elements);
+    shape.layer_prefix[std::size_t(c) + 1] = shape.layer_prefix[std::size_t(c)] + (chunk.layer_weights ? cap : 0.0);
+    shape.stage_prefix[std::size_t(c) + 1] = shape.stage_prefix[std::size_t(c)] + (chunk.layer_weights ? 0.0 : cap);
+  }
+  // Windows of use: a segment and the next of the same pipeline chunk.
+  const int segments = int(plan.segments.size());
+  std::vector<double> whole(std::size_t(segments), 0.0), sharded(std::size_t(segments), 0.0);
+  shape.peak_whole.assign(std::size_t(shape.chunks) + 1, 0.0);
+  shape.peak_sharded.assign(std::size_t(shape.chunks) + 1, 0.0);
+  for (int k = shape.chunks - 1; k >= 0; --k) {  // chunks k.. host-resident
+    const Chunk& chunk = plan.chunks[std::size_t(k)];
+    const double cap = double(chunk.capacity_elements);
+    for (int j = 0; j < segments; ++j) {
+      const bool next_same = j + 1 < segments && plan.segments[std::size_t(j + 1)].virtual_chunk ==
+                                                     plan.segments[std::size_t(j)].virtual_chunk;
+      const int window_end = next_same ? j + 1 : j;
+      if (chunk.first_segment <= window_end && chunk.last_segment >= j) {
+        whole[std::size_t(j)] += cap;
+        sharded[std::size_t(j)] += chunk.layer_weights && g > 1 ? cap / g : cap;
+      }
+    }
+    shape.peak_whole[std::size_t(k)] = *std::max_element(whole.begin(), whole.end());
+    shape.peak_sharded[std::size_t(k)] = *std::max_element(sharded.begin(), sharded.end());
+  }
+  return shape;
+}
+
+ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, const ParallelConfig& p,
+                         int micro_batches) {
+  ChunkTotals t;
+  const int n = shape.chunks;
+  const double g = double(shape.gradient_group);
+  const bool mixed = train.precision != Precision::fp32;
+  const double param_b = element_bytes(train.precision), grad_b = element_bytes(train.effective_gradient_precision());
+  const double optimizer_b = (mixed ? 4 : 0) + (train.optimizer == Optimizer::lars ? 4 : 8);
+  const bool optimizer_sharded = p.zero >= 1 && g > 1, layer_params_sharded = p.zero == 3 && g > 1;
+  const double owned_div = optimizer_sharded ? g : 1, grad_div = p.zero >= 2 && g > 1 ? g : 1;
+  const double layer_param_div = layer_params_sharded ? g : 1;
+  const int k = p.offload == OffloadMode::chunked
+                    ? std::clamp(int(std::ceil(p.offload_device_fraction * double(n) - 1e-9)), 1, n)
+                    : n;
+  t.resident_chunks = k;
+  const double all_layer = shape.layer_prefix[std::size_t(n)], all_stage = shape.stage_prefix[std::size_t(n)];
+  const double res_layer = shape.layer_prefix[std::size_t(k)], res_stage = shape.stage_prefix[std::size_t(k)];
+  const double host_layer = all_layer - res_layer, host_stage = all_stage - res_stage;
+  t.gradient_bytes = (all_layer + all_stage) / grad_div * grad_b;
+  t.device_param_bytes = (res_layer / layer_param_div + res_stage) * param_b;
+  const double host_params = (host_layer / layer_param_div + host_stage) * param_b;
+  const double owned_resident = (res_layer + res_stage) / owned_div, owned_host = (host_layer + host_stage) / owned_div;
+  if (p.offload == OffloadMode::optimizer) {
+    t.host_optimizer_elements = owned_resident + owned_host;
+    t.host_bytes = t.host_optimizer_elements * optimizer_b;
+    t.device_to_host_bytes = t.host_optimizer_elements * grad_b;
+    t.host_to_device_bytes = t.host_optimizer_elements * param_b;
+    t.device_param_bytes += host_params;
+    return t;
+  }
+  t.device_optimizer_elements = owned_resident;
+  t.host_optimizer_elements = owned_host;
+  t.device_optimizer_bytes = owned_resident * optimizer_b;
+  t.host_bytes = host_params + owned_host * optimizer_b;
+  if (p.offload != OffloadMode::chunked) return t;
+  t.peak_fetched_bytes = (layer_params_sharded ? shape.peak_sharded : shape.peak_whole)[std::size_t(k)] * param_b;
+  // Host chunks whose weights only the optimizer shards make the round trip.
+  const double round_trip = optimizer_sharded ? (layer_params_sharded ? host_stage : host_layer + host_stage) : 0.0;
+  t.host_to_device_bytes = 2.0 * micro_batches * host_params + round_trip / g * param_b;
+  t.device_to_host_bytes = owned_host * grad_b + round_trip * param_b;
+  return t;
+}
+
+double smallest_device_budget_bytes(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel,
+                                    int stage, double non_model_bytes, const ChunkSearch& search) {
+  const ChunkStageShape shape = chunk_stage_shape(model, parallel, stage, search);
+  ParallelConfig p = parallel;
+  p.offload = OffloadMode::chunked;
+  double best = -1;
+  for (int resident = 1; resident <= shape.chunks; ++resident) {
+    p.offload_device_fraction = double(resident) / double(shape.chunks);
+    const double device = chunk_totals(shape, train, p, 1).device_total_bytes();
+    if (best < 0 || device < best) best = device;
+  }
+  return best + non_model_bytes;
+}
+
+}  // namespace tessel
