@@ -58,7 +58,10 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   memory.optimizer_bytes =
       params * optimizer_bytes_ / optimizer_shard + experts * optimizer_bytes_ / (p.zero >= 1 ? expert_group : 1);
   memory.host_bytes = 0;
-  if (p.offload == OffloadMode::optimizer) {
+  const bool chunk_plan = p.offload != OffloadMode::none && c.chunks_first;
+  if (chunk_plan) {
+    add_chunked_memory(p, c, micro_batches, out);
+  } else if (p.offload == OffloadMode::optimizer) {
     memory.host_bytes = memory.optimizer_bytes;
     memory.optimizer_bytes = 0;
   } else if (p.offload == OffloadMode::chunked) {
@@ -69,7 +72,7 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
     memory.gradients_bytes *= device_fraction;
     memory.optimizer_bytes *= device_fraction;
   }
-  if (p.zero == 3 || p.offload == OffloadMode::chunked) {
+  if (p.zero == 3 || (p.offload == OffloadMode::chunked && !chunk_plan)) {
     // Sharded or host-resident weights are gathered layer by layer before use: the
     // layer in use and the one being prefetched are whole on the device.
     double gathered = c.layer_parameters;
@@ -196,6 +199,10 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
 // shards; offload copies run at the host-device bandwidth.
 void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
                                           Estimate& out) const {
+  if (p.offload != OffloadMode::none && c.chunks_first) {
+    add_chunked_optimizer(p, c, micro_batches, out);
+    return;
+  }
   const int group = p.gradient_group();
   const double params = c.stage_parameters, experts = c.moe_layers_on_stage * c.expert_parameters;
   const double expert_group = expert_group_of(p);

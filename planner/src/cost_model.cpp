@@ -28,7 +28,8 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
       nodes_(nodes),
       gpus_per_node_(gpus_per_node),
       costs_(profile, cluster_, nodes, gpus_per_node),
-      seq_(effective_seq_len(model_, train_)) {
+      seq_(effective_seq_len(model_, train_)),
+      chunk_shapes_(std::make_shared<ChunkShapeCache>()) {
   if (train_.gradient_precision) {
     const std::string problem = gradient_precision_problem(train_.precision, *train_.gradient_precision);
     if (!problem.empty()) throw Error("train.gradient_precision: " + problem);

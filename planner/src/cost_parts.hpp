@@ -2,6 +2,10 @@
 // parts a layout's cost is built from.
 #pragma once
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "tessel/planner/cost_model.hpp"
 #include "tessel/profiles/collectives.hpp"
 
@@ -65,6 +69,14 @@ struct CostModel::Groups {
 struct CostModel::Prices {
   double gemm_s = 0, attention_s = 0, memory_s = 0, backward_memory_s = 0, selective_s = 0;
   CommTally tp, sp, tp_backward, sp_backward, ep, ep_backward;
+};
+
+// Stage packings by (pp, tp, tp mode, tp depth, gradient group, stage): computed once
+// per search, shared by its threads.
+struct CostModel::ChunkShapeCache {
+  using Key = std::tuple<int, int, int, int, int, int>;
+  std::mutex mutex;
+  std::map<Key, std::shared_ptr<const ChunkStageShape>> shapes;
 };
 
 }  // namespace tessel::planner

@@ -344,7 +344,7 @@ class Replay {
         const auto bytes = std::uint64_t(std::llround(op.work.bytes));
         if (memory == nullptr) {
           sg4::this_actor::sleep_for(costs_.host_device_time_s(op.work.bytes));
-        } else if (op.id.find("d2h") != std::string::npos) {
+        } else if (ops::copies_to_host(op.id)) {
           sg4::Comm::sendto(device, memory, bytes);
         } else {
           sg4::Comm::sendto(memory, device, bytes);

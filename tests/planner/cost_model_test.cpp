@@ -3,6 +3,8 @@
 // scaling per TP mode (MISSION.md complexity table), and the pipeline bubble.
 #include <gtest/gtest.h>
 
+#include "tessel/core/chunk_plan.hpp"
+
 #include <cmath>
 
 #include "tessel/core/block_ops.hpp"
@@ -96,16 +98,29 @@ TEST(Memory, ZeroStagesShardStatesOverTheDataParallelGroup) {
   }
   p.zero = 0;
   p.offload = OffloadMode::optimizer;
+  // Offload: the chunk plan's placement (core's chunk_plan.hpp), its chunks padded by at
+  // most a few percent over the parameters.
   Estimate offloaded = model.estimate(p);
   EXPECT_DOUBLE_EQ(offloaded.memory.optimizer_bytes, 0);
-  EXPECT_DOUBLE_EQ(offloaded.memory.host_bytes, 12 * params);
+  const ChunkPlan optimizer_plan = chunk_plan(model.model(), model.train(), p, 0);
+  EXPECT_DOUBLE_EQ(offloaded.memory.host_bytes, optimizer_plan.host_state_bytes);
+  EXPECT_GE(offloaded.memory.host_bytes, 12 * params);
+  EXPECT_LE(offloaded.memory.host_bytes, 1.05 * 12 * params);
   EXPECT_GT(offloaded.time(TimeKind::offload), 0);
   p.offload = OffloadMode::chunked;
   p.offload_device_fraction = 0.25;
   Estimate chunked = model.estimate(p);
+  const ChunkPlan chunked_plan = chunk_plan(model.model(), model.train(), p, 0);
   EXPECT_DOUBLE_EQ(chunked.memory.parameters_bytes + chunked.memory.gradients_bytes + chunked.memory.optimizer_bytes,
-                   0.25 * 18 * params + gather_buffer);
-  EXPECT_DOUBLE_EQ(chunked.memory.host_bytes, 0.75 * 18 * params);
+                   chunked_plan.device_total_bytes());
+  EXPECT_DOUBLE_EQ(chunked.memory.host_bytes, chunked_plan.host_state_bytes);
+  // The last three quarters of the chunks keep their 14 bytes of weights and optimizer
+  // states per element on the host (the first chunk, the token table, stays).
+  double host_elements = 0;
+  for (const Chunk& c : chunked_plan.chunks) host_elements += c.host_resident ? double(c.capacity_elements) : 0.0;
+  EXPECT_EQ(chunked_plan.resident_chunks, int(std::ceil(0.25 * double(chunked_plan.chunks.size()))));
+  EXPECT_DOUBLE_EQ(chunked.memory.host_bytes, 14 * host_elements);
+  EXPECT_DOUBLE_EQ(chunked.comm.offload_bytes, chunked_plan.host_to_device_bytes + chunked_plan.device_to_host_bytes);
 }
 
 TEST(Memory, ActivationsPerLayerFollowKorthikanti2022) {

@@ -26,8 +26,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "tessel/core/block_ops.hpp"
+#include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/cluster_spec.hpp"
 #include "tessel/core/model_spec.hpp"
 #include "tessel/core/plan.hpp"
@@ -76,6 +78,10 @@ struct LayoutCost {
   double block_tp_forward_messages = 0;
   double forward_compute_s = 0;      // compute-only part of a micro-batch forward
   double backward_compute_s = 0;     // compute-only part of a micro-batch backward
+  // The chunk packing of the first and the last stage (one stage: both the same), from
+  // which offload plans are priced (core's chunk_totals.hpp); null for MoE models, whose
+  // offload is priced from fractions of the stage's states.
+  std::shared_ptr<const ChunkStageShape> chunks_first, chunks_last;
 };
 
 class CostModel {
@@ -150,6 +156,16 @@ class CostModel {
   void add_data_parallel(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out) const;
   void add_optimizer_and_offload(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
                                  Estimate& out) const;
+  // Offload from the chunk plan (cost_offload.cpp): the stage shapes' packings, cached
+  // per (pipeline, tensor grid, gradient group, stage) since every micro-batch size,
+  // recompute mode, ZeRO stage and offload variant shares them; and the totals of the
+  // stage whose device memory is the larger.
+  struct ChunkShapeCache;
+  void add_chunk_shapes(const ParallelConfig& parallel, LayoutCost& c) const;
+  ChunkTotals busiest_chunk_totals(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches) const;
+  void add_chunked_memory(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out) const;
+  void add_chunked_optimizer(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
+                             Estimate& out) const;
 
   ModelSpec model_;
   TrainSpec train_;
@@ -166,6 +182,7 @@ class CostModel {
   double model_flops_per_step_ = 0;
   // The four linears of a block as (in, out) features.
   std::array<std::pair<double, double>, 4> linears_{};
+  std::shared_ptr<ChunkShapeCache> chunk_shapes_;
 };
 
 }  // namespace tessel::planner

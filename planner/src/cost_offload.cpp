@@ -1,0 +1,72 @@
+// Offload priced from the chunk plan (core's chunk_plan.hpp / chunk_totals.hpp), the
+// same plan the Program's copy ops, the simulator's replay and the executor's chunk
+// manager follow. The search prices millions of plans a second, so each stage shape is
+// packed once (cached per pipeline, tensor grid, gradient group and stage: every
+// micro-batch size, recompute mode, ZeRO stage, offload mode and schedule of a layout
+// shares it) and every variant's totals are read from its prefix sums in constant time.
+// The stage layers are those of the non-interleaved schedule; interleaving cuts chunks
+// at more boundaries, which the Program's own plan counts (a few chunks' padding).
+#include <algorithm>
+
+#include "cost_parts.hpp"
+
+namespace tessel::planner {
+
+void CostModel::add_chunk_shapes(const ParallelConfig& p, LayoutCost& c) const {
+  if (model_.moe.enabled() || !chunk_shapes_) return;
+  ParallelConfig plain = p;
+  plain.schedule = Schedule::one_f_one_b;
+  plain.virtual_stages = 1;
+  auto shape_of = [&](int stage) {
+    const ChunkShapeCache::Key key{p.pp, p.tp, int(p.tp_mode), p.tp_depth, p.gradient_group(), stage};
+    {
+      std::lock_guard lock(chunk_shapes_->mutex);
+      if (auto it = chunk_shapes_->shapes.find(key); it != chunk_shapes_->shapes.end()) return it->second;
+    }
+    auto shape = std::make_shared<const ChunkStageShape>(chunk_stage_shape(model_, plain, stage));
+    std::lock_guard lock(chunk_shapes_->mutex);
+    return chunk_shapes_->shapes.emplace(key, std::move(shape)).first->second;
+  };
+  c.chunks_first = shape_of(0);
+  c.chunks_last = p.pp > 1 ? shape_of(p.pp - 1) : c.chunks_first;
+}
+
+ChunkTotals CostModel::busiest_chunk_totals(const ParallelConfig& p, const LayoutCost& c, int micro_batches) const {
+  const ChunkTotals first = chunk_totals(*c.chunks_first, train_, p, micro_batches);
+  if (c.chunks_last == c.chunks_first) return first;
+  const ChunkTotals last = chunk_totals(*c.chunks_last, train_, p, micro_batches);
+  return last.device_total_bytes() > first.device_total_bytes() ? last : first;
+}
+
+// Model states on the device and the host as the chunk plan places them. ZeRO-3's
+// gathered layers are added by add_memory as for every ZeRO-3 plan.
+void CostModel::add_chunked_memory(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
+                                   Estimate& out) const {
+  const ChunkTotals t = busiest_chunk_totals(p, c, micro_batches);
+  MemoryBreakdown& memory = out.memory;
+  memory.parameters_bytes = t.device_param_bytes + t.peak_fetched_bytes;
+  memory.gradients_bytes = t.gradient_bytes;
+  memory.optimizer_bytes = t.device_optimizer_bytes;
+  memory.host_bytes = t.host_bytes;
+}
+
+// The optimizer streams device-resident chunks' states on the device and host-resident
+// ones' in host memory (the cluster's host memory bandwidth per device); copies run at
+// the host-device bandwidth, both directions in sequence.
+void CostModel::add_chunked_optimizer(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
+                                      Estimate& out) const {
+  ChunkTotals t = chunk_totals(*c.chunks_first, train_, p, micro_batches);
+  if (c.chunks_last != c.chunks_first) {
+    const ChunkTotals last = chunk_totals(*c.chunks_last, train_, p, micro_batches);
+    if (last.host_to_device_bytes + last.device_to_host_bytes > t.host_to_device_bytes + t.device_to_host_bytes) {
+      t = last;
+    }
+  }
+  out.time_s[K(TimeKind::optimizer)] = costs_.memory_time_s(t.device_optimizer_elements * optimizer_traffic_bytes_) +
+                                       costs_.host_memory_time_s(t.host_optimizer_elements * optimizer_traffic_bytes_);
+  const double copy_bytes = t.host_to_device_bytes + t.device_to_host_bytes;
+  out.time_s[K(TimeKind::offload)] = costs_.host_device_time_s(copy_bytes);
+  out.comm.offload_bytes = copy_bytes;
+}
+
+}  // namespace tessel::planner
