@@ -52,6 +52,23 @@ void BM_FinishOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_FinishOnly);
 
+// finish() of an offload plan: memory and copies from the layout's cached chunk packing.
+void BM_FinishChunkedOffload(benchmark::State& state) {
+  const CostModel model = make_model("gpt3-175b", "dgx-a100", 128, 1536);
+  ParallelConfig p;
+  p.dp = 16, p.pp = 8, p.tp = 8, p.micro_batch = 2, p.zero = 1, p.recompute = Recompute::selective;
+  p.offload = OffloadMode::chunked;
+  p.offload_device_fraction = 0.5;
+  const LayoutCost layout = model.layout_cost(p);
+  Estimate e;
+  for (auto _ : state) {
+    model.finish(p, layout, e);
+    benchmark::DoNotOptimize(e);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_FinishChunkedOffload);
+
 struct Timing {
   SearchResult result;
   double median_s;

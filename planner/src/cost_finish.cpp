@@ -44,7 +44,8 @@ namespace {
 double expert_group_of(const ParallelConfig& p) { return double(p.gradient_group()) / std::max(p.ep, 1); }
 }  // namespace
 
-void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int micro_batches, Estimate& out) const {
+void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int micro_batches, Estimate& out,
+                           const OffloadTotals* offload) const {
   // ---- model states (routed experts sharded by ZeRO over their own group) ----
   const int group = p.gradient_group();
   const double params = c.stage_parameters, experts = c.moe_layers_on_stage * c.expert_parameters;
@@ -58,9 +59,9 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   memory.optimizer_bytes =
       params * optimizer_bytes_ / optimizer_shard + experts * optimizer_bytes_ / (p.zero >= 1 ? expert_group : 1);
   memory.host_bytes = 0;
-  const bool chunk_plan = p.offload != OffloadMode::none && c.chunks_first;
+  const bool chunk_plan = offload != nullptr;
   if (chunk_plan) {
-    add_chunked_memory(p, c, micro_batches, out);
+    add_chunked_memory(offload->memory, out);
   } else if (p.offload == OffloadMode::optimizer) {
     memory.host_bytes = memory.optimizer_bytes;
     memory.optimizer_bytes = 0;
@@ -198,9 +199,9 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
 // The optimizer streams its states on the device, or in host memory for offloaded
 // shards; offload copies run at the host-device bandwidth.
 void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
-                                          Estimate& out) const {
-  if (p.offload != OffloadMode::none && c.chunks_first) {
-    add_chunked_optimizer(p, c, micro_batches, out);
+                                          Estimate& out, const OffloadTotals* offload) const {
+  if (offload != nullptr) {
+    add_chunked_optimizer(offload->copies, out);
     return;
   }
   const int group = p.gradient_group();
@@ -249,9 +250,13 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   out.time_s[K(TimeKind::pp_p2p)] = micro_batches * p2p_s;
   out.time_s[K(TimeKind::pp_bubble)] = (p.pp - 1) * (forward_s + backward_s) / virtual_stages;
 
-  add_memory(p, c, micro_batches, out);
+  // Offload plans are priced from the chunk plan (MoE models: from fractions).
+  OffloadTotals offload_here;
+  const bool chunked = p.offload != OffloadMode::none && c.chunks_first;
+  if (chunked) offload_here = offload_totals(p, c, micro_batches);
+  add_memory(p, c, micro_batches, out, chunked ? &offload_here : nullptr);
   add_data_parallel(p, c, micro_batches, out);
-  add_optimizer_and_offload(p, c, micro_batches, out);
+  add_optimizer_and_offload(p, c, micro_batches, out, chunked ? &offload_here : nullptr);
 
   double step = 0;
   for (double part : out.time_s) step += part;

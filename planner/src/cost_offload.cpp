@@ -31,18 +31,24 @@ void CostModel::add_chunk_shapes(const ParallelConfig& p, LayoutCost& c) const {
   c.chunks_last = p.pp > 1 ? shape_of(p.pp - 1) : c.chunks_first;
 }
 
-ChunkTotals CostModel::busiest_chunk_totals(const ParallelConfig& p, const LayoutCost& c, int micro_batches) const {
-  const ChunkTotals first = chunk_totals(*c.chunks_first, train_, p, micro_batches);
-  if (c.chunks_last == c.chunks_first) return first;
+CostModel::OffloadTotals CostModel::offload_totals(const ParallelConfig& p, const LayoutCost& c,
+                                                  int micro_batches) const {
+  OffloadTotals out;
+  out.memory = chunk_totals(*c.chunks_first, train_, p, micro_batches);
+  out.copies = out.memory;
+  if (c.chunks_last == c.chunks_first) return out;
   const ChunkTotals last = chunk_totals(*c.chunks_last, train_, p, micro_batches);
-  return last.device_total_bytes() > first.device_total_bytes() ? last : first;
+  if (last.device_total_bytes() > out.memory.device_total_bytes()) out.memory = last;
+  if (last.host_to_device_bytes + last.device_to_host_bytes >
+      out.copies.host_to_device_bytes + out.copies.device_to_host_bytes) {
+    out.copies = last;
+  }
+  return out;
 }
 
 // Model states on the device and the host as the chunk plan places them. ZeRO-3's
 // gathered layers are added by add_memory as for every ZeRO-3 plan.
-void CostModel::add_chunked_memory(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
-                                   Estimate& out) const {
-  const ChunkTotals t = busiest_chunk_totals(p, c, micro_batches);
+void CostModel::add_chunked_memory(const ChunkTotals& t, Estimate& out) {
   MemoryBreakdown& memory = out.memory;
   memory.parameters_bytes = t.device_param_bytes + t.peak_fetched_bytes;
   memory.gradients_bytes = t.gradient_bytes;
@@ -53,15 +59,7 @@ void CostModel::add_chunked_memory(const ParallelConfig& p, const LayoutCost& c,
 // The optimizer streams device-resident chunks' states on the device and host-resident
 // ones' in host memory (the cluster's host memory bandwidth per device); copies run at
 // the host-device bandwidth, both directions in sequence.
-void CostModel::add_chunked_optimizer(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
-                                      Estimate& out) const {
-  ChunkTotals t = chunk_totals(*c.chunks_first, train_, p, micro_batches);
-  if (c.chunks_last != c.chunks_first) {
-    const ChunkTotals last = chunk_totals(*c.chunks_last, train_, p, micro_batches);
-    if (last.host_to_device_bytes + last.device_to_host_bytes > t.host_to_device_bytes + t.device_to_host_bytes) {
-      t = last;
-    }
-  }
+void CostModel::add_chunked_optimizer(const ChunkTotals& t, Estimate& out) const {
   out.time_s[K(TimeKind::optimizer)] = costs_.memory_time_s(t.device_optimizer_elements * optimizer_traffic_bytes_) +
                                        costs_.host_memory_time_s(t.host_optimizer_elements * optimizer_traffic_bytes_);
   const double copy_bytes = t.host_to_device_bytes + t.device_to_host_bytes;

@@ -152,20 +152,25 @@ class CostModel {
   // finish()'s parts (cost_finish.cpp): the busiest stage's pipeline sends per micro-batch
   // (and how many sends that is), memory, the data-parallel traffic and the optimizer.
   double pipeline_sends_s(const ParallelConfig& parallel, const LayoutCost& c, double& sends) const;
-  void add_memory(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out) const;
+  // The chunk plan's totals of an offload plan (null otherwise): the busiest stage's by
+  // device memory and by copies (cost_offload.cpp), computed once per finish().
+  struct OffloadTotals {
+    ChunkTotals memory, copies;
+  };
+  void add_memory(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out,
+                  const OffloadTotals* offload) const;
   void add_data_parallel(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out) const;
   void add_optimizer_and_offload(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
-                                 Estimate& out) const;
+                                 Estimate& out, const OffloadTotals* offload) const;
   // Offload from the chunk plan (cost_offload.cpp): the stage shapes' packings, cached
   // per (pipeline, tensor grid, gradient group, stage) since every micro-batch size,
   // recompute mode, ZeRO stage and offload variant shares them; and the totals of the
   // stage whose device memory is the larger.
   struct ChunkShapeCache;
   void add_chunk_shapes(const ParallelConfig& parallel, LayoutCost& c) const;
-  ChunkTotals busiest_chunk_totals(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches) const;
-  void add_chunked_memory(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out) const;
-  void add_chunked_optimizer(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
-                             Estimate& out) const;
+  OffloadTotals offload_totals(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches) const;
+  static void add_chunked_memory(const ChunkTotals& totals, Estimate& out);
+  void add_chunked_optimizer(const ChunkTotals& totals, Estimate& out) const;
 
   ModelSpec model_;
   TrainSpec train_;
