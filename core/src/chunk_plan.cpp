@@ -141,6 +141,7 @@ double peak_fetched(const ChunkPlan& plan) {
 void add_copy(ChunkPlan& plan, ChunkCopy copy) {
   (copy.direction == CopyDirection::host_to_device ? plan.host_to_device_bytes : plan.device_to_host_bytes) +=
       copy.bytes;
+  if (copy.op == ops::offload_fetch) plan.fetch_bytes += copy.bytes;
   plan.copies.push_back(std::move(copy));
 }
 

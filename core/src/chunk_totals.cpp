@@ -91,7 +91,8 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   t.peak_fetched_bytes = (layer_params_sharded ? shape.peak_sharded : shape.peak_whole)[std::size_t(k)] * param_b;
   // Host chunks whose weights only the optimizer shards make the round trip.
   const double round_trip = optimizer_sharded ? (layer_params_sharded ? host_stage : host_layer + host_stage) : 0.0;
-  t.host_to_device_bytes = 2.0 * micro_batches * host_params + round_trip / g * param_b;
+  t.fetch_bytes = 2.0 * micro_batches * host_params;
+  t.host_to_device_bytes = t.fetch_bytes + round_trip / g * param_b;
   t.device_to_host_bytes = owned_host * grad_b + round_trip * param_b;
   return t;
 }

@@ -262,6 +262,7 @@ TEST(ChunkTotals, ClosedFormEqualsThePlansEnumeration) {
               EXPECT_DOUBLE_EQ(totals.host_bytes, plan.host_state_bytes) << where;
               EXPECT_DOUBLE_EQ(totals.host_to_device_bytes, plan.host_to_device_bytes) << where;
               EXPECT_DOUBLE_EQ(totals.device_to_host_bytes, plan.device_to_host_bytes) << where;
+              EXPECT_DOUBLE_EQ(totals.fetch_bytes, plan.fetch_bytes) << where;
               EXPECT_DOUBLE_EQ(totals.host_optimizer_elements, plan.host_optimizer_elements) << where;
               EXPECT_DOUBLE_EQ(totals.device_optimizer_elements, plan.device_optimizer_elements) << where;
             }

@@ -80,7 +80,14 @@ INSTANTIATE_TEST_SUITE_P(
     AgreementCase{"Zero2", 2, 32, R"({"dp": 16, "zero": 2})"},
     AgreementCase{"Zero3", 2, 32, R"({"dp": 16, "zero": 3})"},
     AgreementCase{"OptimizerOffload", 2, 32, R"({"dp": 16, "offload": {"mode": "optimizer"}})"},
-    AgreementCase{"ChunkedOffload", 2, 32, R"({"dp": 16, "offload": {"mode": "chunked", "device_fraction": 0.5}})"}
+    AgreementCase{"ChunkedOffload", 2, 32, R"({"dp": 16, "offload": {"mode": "chunked", "device_fraction": 0.5}})"},
+    // Offload from the chunk plan: per-chunk copies under every ZeRO stage, a pipeline
+    // (fetches inside the bubble) and tensor parallelism.
+    AgreementCase{"OptimizerOffloadZero1", 2, 32, R"({"dp": 16, "zero": 1, "offload": {"mode": "optimizer"}})"},
+    AgreementCase{"ChunkedOffloadZero2", 2, 32, R"({"dp": 16, "zero": 2, "offload": {"mode": "chunked", "device_fraction": 0.25}})"},
+    AgreementCase{"ChunkedOffloadZero3", 2, 32, R"({"dp": 16, "zero": 3, "offload": {"mode": "chunked", "device_fraction": 0.25}})"},
+    AgreementCase{"ChunkedOffloadPipeline", 2, 32, R"({"dp": 8, "pp": 2, "offload": {"mode": "chunked", "device_fraction": 0.5}})"},
+    AgreementCase{"ChunkedOffloadTensor1D", 2, 32, R"({"dp": 4, "tp": 4, "offload": {"mode": "chunked", "device_fraction": 0.25}})"}
     ),
     [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
 

@@ -149,6 +149,7 @@ struct ChunkPlan {
   std::vector<ChunkCopy> copies;
   // Totals per step and the memory they imply.
   double host_to_device_bytes = 0, device_to_host_bytes = 0;
+  double fetch_bytes = 0;          // of host_to_device_bytes: the fetches before each micro-batch's passes
   double device_state_bytes = 0;   // resident states and every gradient, without fetched chunks
   double peak_fetched_bytes = 0;   // the most fetched weights on the device at once
   double host_state_bytes = 0;

@@ -35,6 +35,7 @@ struct ChunkTotals {
   double host_bytes = 0;              // every state on the host
   double peak_fetched_bytes = 0;
   double host_to_device_bytes = 0, device_to_host_bytes = 0;
+  double fetch_bytes = 0;  // of host_to_device_bytes: the fetches before each micro-batch's passes
   double device_optimizer_elements = 0, host_optimizer_elements = 0;
   double device_total_bytes() const {
     return device_param_bytes + gradient_bytes + device_optimizer_bytes + peak_fetched_bytes;
