@@ -196,6 +196,16 @@ std::vector<int> ChunkPlan::fetches_before(int segment, ops::Phase phase) const 
   return out;
 }
 
+std::vector<int> ChunkPlan::evictions_after(int segment, ops::Phase phase) const {
+  std::vector<int> out;
+  for (int c = 0; c < int(chunks.size()); ++c) {
+    const Chunk& chunk = chunks[std::size_t(c)];
+    if (!chunk.host_resident) continue;
+    if ((phase == ops::Phase::bwd ? chunk.first_segment : chunk.last_segment) == segment) out.push_back(c);
+  }
+  return out;
+}
+
 ChunkPlan chunk_plan(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& p, int stage,
                      const ChunkSearch& search) {
   if (stage < 0 || stage >= p.pp) throw Error(fmt::format("internal: chunk plan of stage {} of {}", stage, p.pp));

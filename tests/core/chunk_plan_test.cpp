@@ -204,11 +204,33 @@ TEST(ChunkPlan, EveryHostChunkIsFetchedBeforeOneSegmentOfEachPass) {
   p.offload_device_fraction = 0.25;
   const ChunkPlan plan = chunk_plan(model, train_of(Precision::fp32), p, 0);
   for (ops::Phase phase : {ops::Phase::fwd, ops::Phase::bwd}) {
-    std::vector<int> times(plan.chunks.size(), 0);
-    for (int s = 0; s < int(plan.segments.size()); ++s) {
-      for (int c : plan.fetches_before(s, phase)) ++times[std::size_t(c)];
+    std::vector<int> times(plan.chunks.size(), 0), evicted(plan.chunks.size(), 0);
+    // Walk the pass: a chunk is on the device from its fetch to its eviction, and every
+    // segment that uses one of its tensors lies in between.
+    std::vector<bool> on_device(plan.chunks.size(), false);
+    const int n = int(plan.segments.size());
+    for (int k = 0; k < n; ++k) {
+      const int s = phase == ops::Phase::fwd ? k : n - 1 - k;
+      for (int c : plan.fetches_before(s, phase)) {
+        ++times[std::size_t(c)];
+        on_device[std::size_t(c)] = true;
+      }
+      for (const ChunkTensor& t : plan.tensors) {
+        const Chunk& c = plan.chunks[std::size_t(t.chunk)];
+        const ChunkSegment& segment = plan.segments[std::size_t(s)];
+        if (c.host_resident && segment.kind == ChunkSegment::Kind::layer && t.layer == segment.layer) {
+          EXPECT_TRUE(on_device[std::size_t(t.chunk)]) << t.name;
+        }
+      }
+      for (int c : plan.evictions_after(s, phase)) {
+        ++evicted[std::size_t(c)];
+        on_device[std::size_t(c)] = false;
+      }
     }
-    for (std::size_t c = 0; c < plan.chunks.size(); ++c) EXPECT_EQ(times[c], plan.chunks[c].host_resident ? 1 : 0);
+    for (std::size_t c = 0; c < plan.chunks.size(); ++c) {
+      EXPECT_EQ(times[c], plan.chunks[c].host_resident ? 1 : 0);
+      EXPECT_EQ(evicted[c], times[c]);
+    }
   }
 }
 

@@ -157,6 +157,9 @@ struct ChunkPlan {
 
   // The host-resident chunks whose fetch precedes `segment` in pass `phase` (fwd or bwd).
   std::vector<int> fetches_before(int segment, ops::Phase phase) const;
+  // The host-resident chunks whose last use in pass `phase` is `segment`: dropped from
+  // the device after it (nothing is copied back; the host copy is current).
+  std::vector<int> evictions_after(int segment, ops::Phase phase) const;
   double device_total_bytes() const { return device_state_bytes + peak_fetched_bytes; }
 };
 
