@@ -59,20 +59,29 @@ void CostModel::add_chunked_memory(const ChunkTotals& t, Estimate& out) {
 // The optimizer streams device-resident chunks' states on the device and host-resident
 // ones' in host memory (the cluster's host memory bandwidth per device); copies run at
 // the host-device bandwidth, both directions in sequence.
-void CostModel::add_chunked_optimizer(const ParallelConfig& p, const ChunkTotals& t, int micro_batches,
-                                      Estimate& out) const {
+void CostModel::add_chunked_optimizer(const ParallelConfig& p, const LayoutCost& c, const ChunkTotals& t,
+                                      int micro_batches, Estimate& out) const {
   out.time_s[K(TimeKind::optimizer)] = costs_.memory_time_s(t.device_optimizer_elements * optimizer_traffic_bytes_) +
                                        costs_.host_memory_time_s(t.host_optimizer_elements * optimizer_traffic_bytes_);
   const double copy_bytes = t.host_to_device_bytes + t.device_to_host_bytes;
-  out.time_s[K(TimeKind::offload)] = costs_.host_device_time_s(copy_bytes);
+  // Fetches run on the copy stream while the previous segment computes (prefetch one
+  // segment ahead): with overlap, each pass's compute hides that pass's fetches (the
+  // same bytes forward and backward) up to the calibrated overlap efficiency; the step's
+  // other copies wait for the syncs and the optimizer.
+  const double pass_fetch_s = costs_.host_device_time_s(t.fetch_bytes) / 2;
+  const double efficiency = overlap_ ? costs_.calibration().overlap_efficiency : 0.0;
+  const double exposed_fetch_s =
+      std::max(0.0, pass_fetch_s - efficiency * micro_batches * c.forward_compute_s) +
+      std::max(0.0, pass_fetch_s - efficiency * micro_batches * c.backward_compute_s);
+  out.time_s[K(TimeKind::offload)] = exposed_fetch_s + costs_.host_device_time_s(copy_bytes - t.fetch_bytes);
   out.comm.offload_bytes = copy_bytes;
   // Fetches run inside every micro-batch's passes, so the pipeline's fill and drain
-  // wait for them too: the bubble grows by (p - 1) micro-batches' fetches (over the
-  // virtual stages), as it grows by their compute.
+  // wait for their exposed part too: the bubble grows by (p - 1) micro-batches' of it
+  // (over the virtual stages), as it grows by their compute.
   if (p.pp > 1 && micro_batches > 0) {
     const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
     out.time_s[K(TimeKind::pp_bubble)] +=
-        (p.pp - 1) * costs_.host_device_time_s(t.fetch_bytes / micro_batches) / virtual_stages;
+        (p.pp - 1) * exposed_fetch_s / micro_batches / virtual_stages;
   }
 }
 

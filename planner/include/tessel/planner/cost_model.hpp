@@ -170,8 +170,8 @@ class CostModel {
   void add_chunk_shapes(const ParallelConfig& parallel, LayoutCost& c) const;
   OffloadTotals offload_totals(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches) const;
   static void add_chunked_memory(const ChunkTotals& totals, Estimate& out);
-  void add_chunked_optimizer(const ParallelConfig& parallel, const ChunkTotals& totals, int micro_batches,
-                             Estimate& out) const;
+  void add_chunked_optimizer(const ParallelConfig& parallel, const LayoutCost& c, const ChunkTotals& totals,
+                             int micro_batches, Estimate& out) const;
 
   ModelSpec model_;
   TrainSpec train_;
