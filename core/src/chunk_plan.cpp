@@ -145,6 +145,15 @@ void add_copy(ChunkPlan& plan, ChunkCopy copy) {
   plan.copies.push_back(std::move(copy));
 }
 
+std::string segment_ops(const ChunkSegment& segment, int mb, ops::Phase phase) {
+  switch (segment.kind) {
+    case ChunkSegment::Kind::layer: return fmt::format("mb{}/L{}/{}", mb, segment.layer, ops::to_string(phase));
+    case ChunkSegment::Kind::embedding: return fmt::format("mb{}/embed/{}", mb, ops::to_string(phase));
+    case ChunkSegment::Kind::head: return fmt::format("mb{}/head/{}", mb, ops::to_string(phase));
+  }
+  return {};
+}
+
 void schedule_copies(ChunkPlan& plan, const TrainSpec& train, OffloadMode offload) {
   const double param_b = element_bytes(train.precision), grad_b = element_bytes(train.effective_gradient_precision());
   const int n = int(plan.chunks.size());
@@ -155,8 +164,9 @@ void schedule_copies(ChunkPlan& plan, const TrainSpec& train, OffloadMode offloa
           const int c = phase == ops::Phase::fwd ? k : n - 1 - k;
           const Chunk& chunk = plan.chunks[std::size_t(c)];
           if (!chunk.host_resident) continue;
-          add_copy(plan, {c, CopyDirection::host_to_device, ops::offload_fetch, mb, phase,
-                          phase == ops::Phase::fwd ? chunk.first_segment : chunk.last_segment,
+          const int segment = phase == ops::Phase::fwd ? chunk.first_segment : chunk.last_segment;
+          add_copy(plan, {c, CopyDirection::host_to_device, ops::offload_fetch, mb, phase, segment,
+                          segment_ops(plan.segments[std::size_t(segment)], mb, phase),
                           ops::chunk_copy_id(mb, c, phase, ops::offload_fetch), chunk.param_bytes});
         }
       }
@@ -165,20 +175,20 @@ void schedule_copies(ChunkPlan& plan, const TrainSpec& train, OffloadMode offloa
   for (int c = 0; c < n; ++c) {
     const Chunk& chunk = plan.chunks[std::size_t(c)];
     if (!chunk.optimizer_on_host) continue;
-    add_copy(plan, {c, CopyDirection::device_to_host, ops::offload_grads_d2h, -1, ops::Phase::bwd, -1,
+    add_copy(plan, {c, CopyDirection::device_to_host, ops::offload_grads_d2h, -1, ops::Phase::bwd, -1, {},
                     ops::chunk_step_copy_id(c, ops::offload_grads_d2h), double(chunk.owned_elements) * grad_b});
   }
   for (int c = 0; c < n; ++c) {
     const Chunk& chunk = plan.chunks[std::size_t(c)];
     if (offload == OffloadMode::optimizer || chunk.round_trip) {
-      add_copy(plan, {c, CopyDirection::host_to_device, ops::offload_params_h2d, -1, ops::Phase::fwd, -1,
+      add_copy(plan, {c, CopyDirection::host_to_device, ops::offload_params_h2d, -1, ops::Phase::fwd, -1, {},
                       ops::chunk_step_copy_id(c, ops::offload_params_h2d), double(chunk.owned_elements) * param_b});
     }
   }
   for (int c = 0; c < n; ++c) {
     const Chunk& chunk = plan.chunks[std::size_t(c)];
     if (chunk.round_trip) {
-      add_copy(plan, {c, CopyDirection::device_to_host, ops::offload_params_d2h, -1, ops::Phase::fwd, -1,
+      add_copy(plan, {c, CopyDirection::device_to_host, ops::offload_params_d2h, -1, ops::Phase::fwd, -1, {},
                       ops::chunk_step_copy_id(c, ops::offload_params_d2h), chunk.param_bytes});
     }
   }

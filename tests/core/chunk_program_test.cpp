@@ -74,17 +74,23 @@ TEST(ChunkProgram, ChunkedCopiesAreThePlans) {
 TEST(ChunkProgram, AFetchPrecedesTheFirstOpOfItsSegment) {
   const Plan plan = offload_plan(1, 1, 0, OffloadMode::chunked, 0.25);
   const Program program = Program::lower(plan);
+  const ChunkPlan chunks = chunk_plan(plan.model, plan.train, plan.parallel, 0);
+  std::map<std::string, std::string> before_ops;
+  for (const ChunkCopy& copy : chunks.copies) before_ops[copy.op_id] = copy.before_ops;
   const auto& ops = program.stage(0).ops;
   int fetches = 0;
   for (std::uint32_t i = 0; i < ops.size(); ++i) {
     if (ops[i].id.find(ops::offload_fetch) == std::string::npos) continue;
     ++fetches;
-    // Some compute op of the same micro-batch and pass waits for it.
-    bool waited = false;
-    for (std::uint32_t j = i + 1; j < ops.size() && !waited; ++j) {
-      for (std::uint32_t dep : ops[j].deps) waited = waited || (dep == i && ops[j].stream == Stream::compute);
+    // The first compute op waiting for it is the first op of the segment the plan names.
+    std::string waiter;
+    for (std::uint32_t j = i + 1; j < ops.size() && waiter.empty(); ++j) {
+      for (std::uint32_t dep : ops[j].deps) {
+        if (dep == i && ops[j].stream == Stream::compute) waiter = ops[j].id;
+      }
     }
-    EXPECT_TRUE(waited) << ops[i].id;
+    ASSERT_FALSE(before_ops[ops[i].id].empty()) << ops[i].id;
+    EXPECT_EQ(waiter.rfind(before_ops[ops[i].id] + "/", 0), 0u) << ops[i].id << " waited for by " << waiter;
   }
   EXPECT_GT(fetches, 0);
 }

@@ -111,6 +111,9 @@ struct ChunkCopy {
   int micro_batch = -1;     // -1: once per step, after the gradient syncs
   ops::Phase phase = ops::Phase::fwd;  // fetches: the pass
   int before_segment = -1;  // fetches: the segment whose first op waits for it
+  // Fetches: the id prefix of that segment's ops in the pass ("mb3/L12/fwd", "mb3/head/bwd";
+  // under recompute a layer's backward starts with its mb3/L12/recompute ops).
+  std::string before_ops;
   std::string op_id;        // the Program's id of the copy
   double bytes = 0;
 };
