@@ -252,6 +252,7 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
 
   // Offload plans are priced from the chunk plan (MoE models: from fractions).
   OffloadTotals offload_here;
+  if (p.offload != OffloadMode::none) add_chunk_shapes(p, c);
   const bool chunked = p.offload != OffloadMode::none && c.chunks_first;
   if (chunked) offload_here = offload_totals(p, c, micro_batches);
   add_memory(p, c, micro_batches, out, chunked ? &offload_here : nullptr);

@@ -12,7 +12,9 @@
 
 namespace tessel::planner {
 
-void CostModel::add_chunk_shapes(const ParallelConfig& p, LayoutCost& c) const {
+void CostModel::add_chunk_shapes(const ParallelConfig& p, const LayoutCost& c) const {
+  if (c.chunks_looked_up) return;
+  c.chunks_looked_up = true;
   if (model_.moe.enabled() || !chunk_shapes_) return;
   ParallelConfig plain = p;
   plain.schedule = Schedule::one_f_one_b;

@@ -79,9 +79,12 @@ struct LayoutCost {
   double forward_compute_s = 0;      // compute-only part of a micro-batch forward
   double backward_compute_s = 0;     // compute-only part of a micro-batch backward
   // The chunk packing of the first and the last stage (one stage: both the same), from
-  // which offload plans are priced (core's chunk_totals.hpp); null for MoE models, whose
-  // offload is priced from fractions of the stage's states.
-  std::shared_ptr<const ChunkStageShape> chunks_first, chunks_last;
+  // which offload plans are priced (core's chunk_totals.hpp): looked up by the first
+  // offload plan finished from this layout (plans without offload never pack); null for
+  // MoE models, whose offload is priced from fractions of the stage's states. A layout
+  // cost is finished by one thread at a time.
+  mutable std::shared_ptr<const ChunkStageShape> chunks_first, chunks_last;
+  mutable bool chunks_looked_up = false;
 };
 
 class CostModel {
@@ -167,7 +170,7 @@ class CostModel {
   // recompute mode, ZeRO stage and offload variant shares them; and the totals of the
   // stage whose device memory is the larger.
   struct ChunkShapeCache;
-  void add_chunk_shapes(const ParallelConfig& parallel, LayoutCost& c) const;
+  void add_chunk_shapes(const ParallelConfig& parallel, const LayoutCost& c) const;
   OffloadTotals offload_totals(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches) const;
   static void add_chunked_memory(const ChunkTotals& totals, Estimate& out);
   void add_chunked_optimizer(const ParallelConfig& parallel, const LayoutCost& c, const ChunkTotals& totals,
