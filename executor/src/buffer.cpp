@@ -16,12 +16,19 @@ void Buffer::bind(kernels::Backend& backend, DType type) {
   type_ = type;
 }
 
+void Buffer::set_category(MemoryCategory category) {
+  if (data_ && ledger_) ledger_->moved(category_, category, capacity_ * kernels::element_bytes(type_));
+  category_ = category;
+}
+
 void Buffer::resize(std::size_t count) {
   TESSEL_ASSERT(backend_ != nullptr, "a buffer must be bound to a backend before it holds data");
   if (count > capacity_) {
-    if (data_) backend_->deallocate(data_);
+    release();
     data_ = backend_->allocate(count * kernels::element_bytes(type_));
     capacity_ = count;
+    ledger_ = MemoryLedger::current();
+    if (ledger_) ledger_->allocated(category_, count * kernels::element_bytes(type_));
   }
   count_ = count;
 }
@@ -33,6 +40,8 @@ void Buffer::assign(std::size_t count, float value, Stream stream) {
 
 void Buffer::release() {
   if (data_) backend_->deallocate(data_);
+  if (data_ && ledger_) ledger_->freed(category_, capacity_ * kernels::element_bytes(type_));
+  ledger_ = nullptr;
   data_ = nullptr;
   count_ = capacity_ = 0;
 }
@@ -43,6 +52,8 @@ void Buffer::swap(Buffer& other) noexcept {
   std::swap(data_, other.data_);
   std::swap(count_, other.count_);
   std::swap(capacity_, other.capacity_);
+  std::swap(ledger_, other.ledger_);
+  std::swap(category_, other.category_);
 }
 
 float* Buffer::f32() {

@@ -87,6 +87,7 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
                  kernels::Backend& backend)
     : plan_(plan), grid_(grid), loader_(std::move(loader)), options_(options), backend_(backend), timeline_(backend) {
   check(plan);
+  const MemoryLedger::Scope counted(ledger_);
   const ParallelConfig& p = plan.parallel;
   if (loader_.sequences_per_rank() % p.micro_batch != 0) {
     throw Error(fmt::format("parallel.micro_batch: {} does not divide the {} sequences of each rank", p.micro_batch,
@@ -108,12 +109,15 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   build_stage(grid);
   initialise_weights();
   allocate_activations();
-  for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32);
+  for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
   for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(backend_, DType::f64);
   for (Buffer* b : {&gathered_weights_, &layer_grads_, &shard_scratch_, &clip_factor_, &piece_norms_}) {
     b->bind(backend_, DType::f32);
   }
   gathered_compute_.bind(backend_, compute_);
+  // ZeRO 3's gathered layer is weights on the device; its whole-layer gradient, gradients.
+  for (Buffer* b : {&gathered_weights_, &gathered_compute_}) b->set_category(MemoryCategory::parameters);
+  layer_grads_.set_category(MemoryCategory::gradients);
   // Every rank's timeline starts together.
   backend_.synchronize();
   grid.world().barrier();
@@ -145,10 +149,11 @@ void Trainer::initialise_weights() {
     if (layout.layer >= 0) bucket_of_layer_[std::size_t(layout.layer)] = int(buckets_.size() - 1);
     else rest_bucket_ = int(buckets_.size() - 1);
     b.layout = std::move(layout);
-    for (Buffer* buffer : {&b.params, &b.grads, &b.param_shard, &b.grad_shard, &b.moment1, &b.moment2, &b.update}) {
-      buffer->bind(backend_, DType::f32);
-    }
-    b.params_compute.bind(backend_, compute_);
+    for (Buffer* buffer : {&b.params, &b.param_shard}) buffer->bind(backend_, DType::f32, MemoryCategory::parameters);
+    for (Buffer* buffer : {&b.grads, &b.grad_shard}) buffer->bind(backend_, DType::f32, MemoryCategory::gradients);
+    for (Buffer* buffer : {&b.moment1, &b.moment2}) buffer->bind(backend_, DType::f32, MemoryCategory::optimizer);
+    b.update.bind(backend_, DType::f32);  // LAMB/LARS: one step's update, workspace
+    b.params_compute.bind(backend_, compute_, MemoryCategory::parameters);
   }
   for (const TensorSlot& t : whole_model_tensors(model)) {
     whole_offsets_[t.name] = t.offset;
@@ -193,8 +198,14 @@ void Trainer::allocate_activations() {
     per_layer.resize(layers_here);
     for (LayerActivations& a : per_layer) a.bind(backend_, compute_);
   }
+  // The layer full recompute rebuilds (or bf16 storage unpacks) and its input: the
+  // activations of the one layer in its backward. The probabilities selective recompute
+  // rebuilds live within one layer's backward: workspace.
   recompute_scratch_.bind(backend_, compute_);
-  for (Buffer* b : {&probs_scratch_, &recompute_out_}) b->bind(backend_, compute_);
+  recompute_out_.bind(backend_, compute_, MemoryCategory::activations);
+  // Full recompute rebuilds them with the layer's other activations.
+  probs_scratch_.bind(backend_, compute_, plan_.parallel.recompute == Recompute::full ? MemoryCategory::activations
+                                                                                      : MemoryCategory::workspace);
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
   if (packs_activations_) {
     packed_.resize(slots);
@@ -202,7 +213,9 @@ void Trainer::allocate_activations() {
   } else if (plan_.parallel.recompute == Recompute::none && materialized) {
     kept_probs_.resize(slots);
     for (auto& per_layer : kept_probs_) {
-      for (std::size_t i = 0; i < layers_here; ++i) per_layer.emplace_back(backend_, compute_);
+      for (std::size_t i = 0; i < layers_here; ++i) {
+        per_layer.emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
+      }
     }
   }
   heads_.resize(shape_.head ? slots : 0);
@@ -211,7 +224,8 @@ void Trainer::allocate_activations() {
   dx_.resize(std::size_t(chunks_));
   for (int chunk = 0; chunk < chunks_; ++chunk) {
     for (int mb = 0; mb < micro_batches_; ++mb) {
-      x_[std::size_t(chunk)].emplace_back(backend_, compute_);
+      // The stage's running activation and its gradient per micro-batch.
+      x_[std::size_t(chunk)].emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
       dx_[std::size_t(chunk)].emplace_back(backend_, compute_);
     }
   }
@@ -248,6 +262,7 @@ bool Trainer::counts_tensor(const TensorSlot& t) const {
 
 StepStats Trainer::step() {
   const auto start = std::chrono::steady_clock::now();
+  const MemoryLedger::Scope counted(ledger_);
   timeline_.set_step(step_ + 1);
   loss_sum_.assign(1, 0.0f);
   forward_backward();

@@ -47,7 +47,7 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
       if (packs_activations_) {
         PackedActivations& packed = packed_[slot][here];
         packed.saved.resize(1);
-        packed.saved[0].bind(backend_, storage_);  // kept between steps: resize reuses its memory
+        packed.saved[0].bind(backend_, storage_, MemoryCategory::activations);  // kept between steps: resize reuses its memory
         packed.saved[0].resize(x.size());
         backend_.convert(Stream::compute, packed.saved[0].ref(), x.cref(), std::int64_t(x.size()));
       } else {
@@ -151,12 +151,15 @@ void Trainer::pack(const LayerActivations& a, const Buffer* probs, PackedActivat
   constexpr std::size_t saved = std::size(LayerActivations::kSaved);
   if (packed.saved.size() != saved) {
     packed.saved.clear();
-    for (std::size_t i = 0; i < saved; ++i) packed.saved.emplace_back(backend_, storage_);
+    for (std::size_t i = 0; i < saved; ++i) {
+      packed.saved.emplace_back(backend_, storage_).set_category(MemoryCategory::activations);
+    }
     packed.row_statistics.clear();
     for (std::size_t i = 0; i < std::size(LayerActivations::kRowStatistics); ++i) {
-      packed.row_statistics.emplace_back(backend_, DType::f32);
+      packed.row_statistics.emplace_back(backend_, DType::f32).set_category(MemoryCategory::activations);
     }
     packed.probs = Buffer(backend_, storage_);
+    packed.probs.set_category(MemoryCategory::activations);
   }
   for (std::size_t i = 0; i < saved; ++i) {
     const Buffer& from = a.*LayerActivations::kSaved[i];

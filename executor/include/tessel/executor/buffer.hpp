@@ -3,6 +3,8 @@
 // hands their views (Ref / CRef) to the backend's ops; it never reads or writes tensor
 // data itself. Growing a buffer allocates through the backend (the CUDA backend caches
 // blocks, so steady-state steps allocate nothing); its contents are not kept.
+// A buffer that allocates while a MemoryLedger is current charges it under its category
+// (memory_ledger.hpp); the category travels with the memory when buffers move or swap.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessel/executor/memory_ledger.hpp"
 #include "tessel/kernels/backend.hpp"
 
 namespace tessel::executor {
@@ -36,6 +39,14 @@ class Buffer {
 
   // Binds an empty buffer to a backend and type (buffers in structs start unbound).
   void bind(kernels::Backend& backend, DType type);
+  // bind + the category its memory counts under.
+  void bind(kernels::Backend& backend, DType type, MemoryCategory category) {
+    bind(backend, type);
+    set_category(category);
+  }
+  // What this buffer's memory is (memory_ledger.hpp); memory it holds already moves too.
+  void set_category(MemoryCategory category);
+  MemoryCategory category() const { return category_; }
   bool bound() const { return backend_ != nullptr; }
   // The length in elements; growing reallocates without keeping the contents.
   void resize(std::size_t count);
@@ -75,6 +86,8 @@ class Buffer {
   DType type_ = DType::f32;
   void* data_ = nullptr;
   std::size_t count_ = 0, capacity_ = 0;
+  MemoryLedger* ledger_ = nullptr;  // charged for data_, when a ledger was current
+  MemoryCategory category_ = MemoryCategory::workspace;
 };
 
 inline void swap(Buffer& a, Buffer& b) noexcept { a.swap(b); }

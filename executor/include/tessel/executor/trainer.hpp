@@ -34,6 +34,7 @@
 #include "tessel/core/schedule.hpp"
 #include "tessel/executor/data_loader.hpp"
 #include "tessel/executor/gpt_stage.hpp"
+#include "tessel/executor/memory_ledger.hpp"
 #include "tessel/executor/process_grid.hpp"
 
 namespace tessel::executor {
@@ -83,6 +84,11 @@ class Trainer {
   // Bytes of layer activations this rank holds for backwards (all micro-batches in
   // flight), counted from the buffers after a step: what recompute and bf16 storage save.
   std::size_t kept_activation_bytes() const;
+  // Every byte of backend memory this trainer's buffers hold, by category, with the
+  // peaks since construction (memory_ledger.hpp; core/memory_comparison.hpp says what
+  // each category holds).
+  const MemoryLedger& memory() const { return ledger_; }
+  MemoryLedger& memory() { return ledger_; }
 
   // Checkpoints (checkpoint_files.hpp): every rank writes its weights and optimizer
   // state to dir/step-<N>/rank<r>.bin, fsynced; then rank 0 points dir/checkpoint.json at
@@ -150,6 +156,8 @@ class Trainer {
   // The pieces of owned ranges, and the norm segments that count each whole tensor once.
   std::vector<kernels::Segment> counted_segments(BucketState& b) const;
 
+  // First: every buffer below charges it and debits it when destroyed.
+  MemoryLedger ledger_;
   Plan plan_;
   ProcessGrid& grid_;
   DataLoader loader_;
