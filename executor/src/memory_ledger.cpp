@@ -46,6 +46,18 @@ void MemoryLedger::reset_peaks() {
   total_peak_ = total_live_;
 }
 
+RankMemoryMeasured measured_memory(const MemoryLedger& ledger, int rank) {
+  RankMemoryMeasured out;
+  out.rank = rank;
+  out.by_category = true;
+  for (std::size_t c = 0; c < kMemoryCategories; ++c) {
+    out.peak_bytes[c] = double(ledger.peaks().bytes[c]);
+    out.at_total_peak_bytes[c] = double(ledger.at_total_peak().bytes[c]);
+  }
+  out.total_peak_bytes = double(ledger.total_peak_bytes());
+  return out;
+}
+
 MemoryLedger* MemoryLedger::current() { return current_ledger; }
 
 MemoryLedger::Scope::Scope(MemoryLedger& ledger) : previous_(current_ledger) { current_ledger = &ledger; }

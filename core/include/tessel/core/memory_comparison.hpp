@@ -67,6 +67,7 @@ struct RankMemoryMeasured {
   double total_peak_bytes = 0;        // the peak of the sum
   double device_peak_bytes = 0;       // 0: not a GPU rank
   double process_peak_bytes = 0;      // 0: unknown
+  bool by_category = false;           // false: recorded before the ledger (process peak only)
 };
 
 struct RankMemoryComparison {

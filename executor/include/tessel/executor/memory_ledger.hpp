@@ -66,4 +66,8 @@ class MemoryLedger {
   std::int64_t total_live_ = 0, total_peak_ = 0;
 };
 
+// The ledger's peaks as one rank's measurement (device and process peaks left to the
+// caller, who knows the backend and the process).
+RankMemoryMeasured measured_memory(const MemoryLedger& ledger, int rank);
+
 }  // namespace tessel::executor
