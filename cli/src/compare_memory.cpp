@@ -52,18 +52,22 @@ std::string memory_table(const std::vector<RankMemoryComparison>& ranks) {
     for (const RankMemoryComparison& r : ranks) out += fmt::format(" {}", format_bytes(r.measured.process_peak_bytes));
     return out + "\n";
   }
-  out += "peak memory per rank, MiB: predicted/measured measured÷predicted (measured: each category's own peak, "
-         "total: the peak of the sum)\n";
+  out += "peak memory per rank, MiB: predicted/measured measured÷predicted (measured: each category's own peak; "
+         "workspace: temporaries + the runtime beyond the trainer's tensors; total: the peak of the sum, the "
+         "process's peak on the CPU, the device's on a GPU)\n";
   std::vector<std::string> headers{"rank", "stage"};
   for (std::size_t c = 0; c < kMemoryCategories; ++c) headers.emplace_back(to_string(MemoryCategory(c)));
-  headers.insert(headers.end(), {"total peak", "process peak"});
+  headers.insert(headers.end(), {"total peak", "tensors", "process peak"});
   const bool device = std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.measured.device_peak_bytes > 0; });
   if (device) headers.emplace_back("device peak");
   Table table(headers);
   for (const RankMemoryComparison& r : ranks) {
     std::vector<std::string> row{std::to_string(r.rank), std::to_string(r.stage)};
-    for (std::size_t c = 0; c < kMemoryCategories; ++c) row.push_back(cell(r.predicted_bytes[c], r.measured.peak_bytes[c]));
-    row.push_back(cell(r.predicted_total_bytes(), r.measured.total_peak_bytes));
+    for (std::size_t c = 0; c < kMemoryCategories; ++c) {
+      row.push_back(cell(r.predicted_bytes[c], r.measured_bytes(MemoryCategory(c))));
+    }
+    row.push_back(cell(r.predicted_total_bytes(), r.measured_total_bytes()));
+    row.push_back(mib(r.measured.total_peak_bytes));
     row.push_back(mib(r.measured.process_peak_bytes));
     if (device) row.push_back(mib(r.measured.device_peak_bytes));
     table.add_row(row);

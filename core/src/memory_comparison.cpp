@@ -32,13 +32,22 @@ std::optional<MemoryCategory> memory_category_from_string(std::string_view name)
   return std::nullopt;
 }
 
+double RankMemoryComparison::runtime_overhead_bytes() const {
+  const double outside = measured.device_peak_bytes > 0 ? measured.device_peak_bytes : measured.process_peak_bytes;
+  return std::max(0.0, outside - measured.total_peak_bytes);
+}
+
+double RankMemoryComparison::measured_bytes(MemoryCategory category) const {
+  const double ledger = measured.peak_bytes[std::size_t(category)];
+  return category == MemoryCategory::workspace ? ledger + runtime_overhead_bytes() : ledger;
+}
+
 std::optional<double> RankMemoryComparison::ratio(MemoryCategory category) const {
-  const std::size_t c = std::size_t(category);
-  return ratio_of(measured.peak_bytes[c], predicted_bytes[c]);
+  return ratio_of(measured_bytes(category), predicted_bytes[std::size_t(category)]);
 }
 
 std::optional<double> RankMemoryComparison::total_ratio() const {
-  return ratio_of(measured.total_peak_bytes, predicted_total_bytes());
+  return ratio_of(measured_total_bytes(), predicted_total_bytes());
 }
 
 Json memory_comparison_json(const std::vector<RankMemoryComparison>& ranks) {
@@ -46,6 +55,8 @@ Json memory_comparison_json(const std::vector<RankMemoryComparison>& ranks) {
   for (std::string_view name : kNames) out["categories"].push_back(name);
   double predicted_peak = 0, measured_peak = 0;
   for (const RankMemoryComparison& r : ranks) {
+    MemoryBytes compared{};
+    for (std::size_t c = 0; c < kMemoryCategories; ++c) compared[c] = r.measured_bytes(MemoryCategory(c));
     Json ratio = Json::object();
     for (std::size_t c = 0; c < kMemoryCategories; ++c) ratio[std::string(kNames[c])] = optional_json(r.ratio(MemoryCategory(c)));
     ratio["total"] = optional_json(r.total_ratio());
@@ -53,14 +64,16 @@ Json memory_comparison_json(const std::vector<RankMemoryComparison>& ranks) {
                             {"stage", r.stage},
                             {"predicted_bytes", by_category(r.predicted_bytes)},
                             {"predicted_total_bytes", r.predicted_total_bytes()},
-                            {"measured_peak_bytes", by_category(r.measured.peak_bytes)},
+                            {"measured_peak_bytes", by_category(compared)},
                             {"measured_at_total_peak_bytes", by_category(r.measured.at_total_peak_bytes)},
-                            {"measured_total_peak_bytes", r.measured.total_peak_bytes},
+                            {"measured_tensor_peak_bytes", r.measured.total_peak_bytes},
+                            {"runtime_overhead_bytes", r.runtime_overhead_bytes()},
+                            {"measured_total_peak_bytes", r.measured_total_bytes()},
                             {"ratio", ratio},
                             {"device_peak_bytes", known_json(r.measured.device_peak_bytes)},
                             {"process_peak_bytes", known_json(r.measured.process_peak_bytes)}});
     predicted_peak = std::max(predicted_peak, r.predicted_total_bytes());
-    measured_peak = std::max(measured_peak, r.measured.total_peak_bytes);
+    measured_peak = std::max(measured_peak, r.measured_total_bytes());
   }
   out["predicted_peak_bytes"] = predicted_peak;
   out["measured_peak_bytes"] = measured_peak;

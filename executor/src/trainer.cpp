@@ -204,6 +204,7 @@ void Trainer::allocate_activations() {
   recompute_scratch_.bind(backend_, compute_);
   recompute_out_.bind(backend_, compute_, MemoryCategory::activations);
   // Full recompute rebuilds them with the layer's other activations.
+  for (Buffer* b : {&forward_qkv_, &forward_att_heads_}) b->bind(backend_, compute_);
   probs_scratch_.bind(backend_, compute_, plan_.parallel.recompute == Recompute::full ? MemoryCategory::activations
                                                                                       : MemoryCategory::workspace);
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
@@ -222,9 +223,12 @@ void Trainer::allocate_activations() {
   for (HeadActivations& h : heads_) h.bind(backend_, compute_);
   x_.resize(std::size_t(chunks_));
   dx_.resize(std::size_t(chunks_));
+  // The stage's running activation and its gradient: one per micro-batch where sends to
+  // pipeline neighbours may still read them, one for all when there are none (each
+  // micro-batch's ends up in its kept activations and head).
+  const int boundary_buffers = stages_ > 1 ? micro_batches_ : 1;
   for (int chunk = 0; chunk < chunks_; ++chunk) {
-    for (int mb = 0; mb < micro_batches_; ++mb) {
-      // The stage's running activation and its gradient per micro-batch.
+    for (int mb = 0; mb < boundary_buffers; ++mb) {
       x_[std::size_t(chunk)].emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
       dx_[std::size_t(chunk)].emplace_back(backend_, compute_);
     }

@@ -20,7 +20,7 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   const int mb = step.micro_batch, vs = virtual_stage(stage_index_, step.chunk, stages_);
   const int virtual_stages = stages_ * chunks_;
   const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
-  Buffer& x = x_[std::size_t(step.chunk)][std::size_t(mb)];
+  Buffer& x = x_[std::size_t(step.chunk)][stages_ > 1 ? std::size_t(mb) : 0];
   x.resize(stage_->activation_size());
   Communicator& pp = grid_.pp();
   if (vs == 0) {
@@ -60,7 +60,11 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
            packed_[slot][here]);
     } else {
       Buffer& probs = recompute == Recompute::none && materialized ? kept_probs_[slot][here] : probs_scratch_;
+      // qkv and att_heads are forward-only work: the layer borrows the trainer's one pair
+      // rather than every slot and layer keeping its own (memory nothing reads again).
+      swap(kept.qkv, forward_qkv_), swap(kept.att_heads, forward_att_heads_);
       stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs, x);
+      swap(kept.qkv, forward_qkv_), swap(kept.att_heads, forward_att_heads_);
     }
   }
   if (vs == virtual_stages - 1) {
@@ -78,7 +82,7 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   const int virtual_stages = stages_ * chunks_;
   const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
   const bool last_backward_of_chunk = ++backwards_done_[std::size_t(step.chunk)] == micro_batches_;
-  Buffer& dx = dx_[std::size_t(step.chunk)][std::size_t(mb)];
+  Buffer& dx = dx_[std::size_t(step.chunk)][stages_ > 1 ? std::size_t(mb) : 0];
   dx.resize(stage_->activation_size());
   const std::size_t slot = std::size_t(slot_of_[std::size_t(step.chunk * micro_batches_ + mb)]);
   Communicator& pp = grid_.pp();

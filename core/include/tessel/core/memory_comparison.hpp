@@ -15,19 +15,27 @@
 //    backwards (Korthikanti et al.; docs/MEMORY.md), the last stage's logits, the one
 //    layer full recompute rebuilds / the kept layer activations, the stage inputs and
 //    outputs in flight, the head's logits and statistics, recompute's scratch.
-//  - workspace: the profile's workspace_bytes / temporary buffers that live within one
-//    op or one layer (gradients of activations, attention scratch, staging, optimizer
-//    temporaries).
-// "total" is the peak of the sum over time (not the sum of the categories' peaks).
+//  - workspace: the profile's workspace_bytes (everything besides model states and
+//    activations: temporaries, the runtime, allocator slack) / the trainer's temporary
+//    buffers (gradients of activations, attention scratch, staging, optimizer
+//    temporaries) plus the runtime's memory outside them: the process's peak resident
+//    set (CPU) or the device's peak (GPU) less the trainer's own peak.
+// "total" is the peak of the sum over time (not the sum of the categories' peaks): the
+// trainer's tensors at their peak plus the runtime's memory, i.e. the process's (CPU) or
+// the device's (GPU) peak, what decides whether a plan fits.
 //
 // `tessel compare --json` writes memory_comparison_json() under the key "memory":
 //   {"categories": ["parameters", "gradients", "optimizer", "activations", "workspace"],
 //    "ranks": [{"rank": 0, "stage": 0,
 //               "predicted_bytes": {"parameters": .., ..., "workspace": ..},
 //               "predicted_total_bytes": ..,
-//               "measured_peak_bytes": {category: that category's own peak},
-//               "measured_at_total_peak_bytes": {category: its bytes when the total peaked},
-//               "measured_total_peak_bytes": ..,
+//               "measured_peak_bytes": {category: that category's own peak; workspace
+//                                       with the runtime overhead},
+//               "measured_at_total_peak_bytes": {category: the trainer's bytes when its
+//                                                tensors peaked},
+//               "measured_tensor_peak_bytes": .. (the trainer's tensors, peak of the sum),
+//               "runtime_overhead_bytes": .. (process or device peak less that; 0 unknown),
+//               "measured_total_peak_bytes": .. (tensor peak + runtime overhead),
 //               "ratio": {category: measured_peak / predicted (null when nothing predicted),
 //                         "total": measured_total_peak / predicted_total},
 //               "device_peak_bytes": .. (GPU ranks; null on the CPU),
@@ -76,6 +84,12 @@ struct RankMemoryComparison {
   RankMemoryMeasured measured;
   double predicted_total_bytes() const { return total_of(predicted_bytes); }
   // measured / predicted; nullopt when nothing was predicted.
+  // The runtime's memory outside the trainer's tensors: the device's (GPU) or the
+  // process's (CPU) peak less the tensors' peak; 0 when neither is known.
+  double runtime_overhead_bytes() const;
+  // Measured as compared: the ledger's peak per category, workspace with the overhead.
+  double measured_bytes(MemoryCategory category) const;
+  double measured_total_bytes() const { return measured.total_peak_bytes + runtime_overhead_bytes(); }
   std::optional<double> ratio(MemoryCategory category) const;
   std::optional<double> total_ratio() const;
 };

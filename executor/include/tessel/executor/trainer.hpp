@@ -186,6 +186,7 @@ class Trainer {
   std::vector<std::vector<PackedActivations>> packed_;  // [slot][layer here], when packing
   LayerActivations recompute_scratch_;
   Buffer probs_scratch_, recompute_out_;
+  Buffer forward_qkv_, forward_att_heads_;  // lent to each kept layer's forward (workspace)
   std::vector<HeadActivations> heads_;
   std::vector<std::vector<Buffer>> x_, dx_;  // [chunk][micro-batch]
   std::vector<int> backwards_done_;          // per chunk
