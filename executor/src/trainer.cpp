@@ -221,18 +221,17 @@ void Trainer::allocate_activations() {
   }
   heads_.resize(shape_.head ? slots : 0);
   for (HeadActivations& h : heads_) h.bind(backend_, compute_);
-  x_.resize(std::size_t(chunks_));
-  dx_.resize(std::size_t(chunks_));
-  // The stage's running activation and its gradient: one per micro-batch where sends to
-  // pipeline neighbours may still read them, one for all when there are none (each
-  // micro-batch's ends up in its kept activations and head).
-  const int boundary_buffers = stages_ > 1 ? micro_batches_ : 1;
-  for (int chunk = 0; chunk < chunks_; ++chunk) {
-    for (int mb = 0; mb < boundary_buffers; ++mb) {
-      x_[std::size_t(chunk)].emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
-      dx_[std::size_t(chunk)].emplace_back(backend_, compute_);
-    }
+  // The stage's running activation and its gradient: one per slot where a send to a
+  // pipeline neighbour may still read them (the slot's next user waits for it), one for
+  // all when there is no neighbour (each micro-batch's input stays in its kept
+  // activations and head).
+  const std::size_t boundary_buffers = stages_ > 1 ? slots : 1;
+  for (std::size_t i = 0; i < boundary_buffers; ++i) {
+    x_.emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
+    dx_.emplace_back(backend_, compute_);
   }
+  x_sends_.resize(boundary_buffers);
+  dx_sends_.resize(boundary_buffers);
 }
 
 std::size_t Trainer::kept_activation_bytes() const {
@@ -337,8 +336,12 @@ void Trainer::forward_backward() {
     if (shards_weights(b)) stage_->layout().sum_depth_gradients(b.grad_shard.f32(), b.grad_shard.size());
   }
   wait_for_syncs();
-  for (auto& request : sends_) request->wait();
-  sends_.clear();
+  for (auto* sends : {&x_sends_, &dx_sends_}) {
+    for (auto& request : *sends) {
+      if (request) request->wait();
+      request.reset();
+    }
+  }
 }
 
 }  // namespace tessel::executor

@@ -20,7 +20,12 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   const int mb = step.micro_batch, vs = virtual_stage(stage_index_, step.chunk, stages_);
   const int virtual_stages = stages_ * chunks_;
   const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
-  Buffer& x = x_[std::size_t(step.chunk)][stages_ > 1 ? std::size_t(mb) : 0];
+  const std::size_t slot = std::size_t(free_slots_.back());
+  free_slots_.pop_back();
+  slot_of_[std::size_t(step.chunk * micro_batches_ + mb)] = int(slot);
+  const std::size_t boundary = stages_ > 1 ? slot : 0;
+  Buffer& x = x_[boundary];
+  if (x_sends_[boundary]) x_sends_[boundary]->wait(), x_sends_[boundary].reset();
   x.resize(stage_->activation_size());
   Communicator& pp = grid_.pp();
   if (vs == 0) {
@@ -33,9 +38,6 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   }
   const Recompute recompute = plan_.parallel.recompute;
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
-  const std::size_t slot = std::size_t(free_slots_.back());
-  free_slots_.pop_back();
-  slot_of_[std::size_t(step.chunk * micro_batches_ + mb)] = int(slot);
   for (int l = vs * layers_per_chunk_; l < (vs + 1) * layers_per_chunk_; ++l) {
     BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
@@ -72,8 +74,8 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
     stage_->head_forward(mb, targets + at, rest.layout, compute_weights(rest), x, heads_[slot], loss_sum_.f64());
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_send), pp.stream());
-    sends_.push_back(pp.send_async(x.data(), x.size(), compute_, (stage_index_ + 1) % stages_,
-                                   message_tag(mb, vs + 1, virtual_stages, Pass::forward)));
+    x_sends_[boundary] = pp.send_async(x.data(), x.size(), compute_, (stage_index_ + 1) % stages_,
+                                       message_tag(mb, vs + 1, virtual_stages, Pass::forward));
   }
 }
 
@@ -82,9 +84,11 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   const int virtual_stages = stages_ * chunks_;
   const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
   const bool last_backward_of_chunk = ++backwards_done_[std::size_t(step.chunk)] == micro_batches_;
-  Buffer& dx = dx_[std::size_t(step.chunk)][stages_ > 1 ? std::size_t(mb) : 0];
-  dx.resize(stage_->activation_size());
   const std::size_t slot = std::size_t(slot_of_[std::size_t(step.chunk * micro_batches_ + mb)]);
+  const std::size_t boundary = stages_ > 1 ? slot : 0;
+  Buffer& dx = dx_[boundary];
+  if (dx_sends_[boundary]) dx_sends_[boundary]->wait(), dx_sends_[boundary].reset();
+  dx.resize(stage_->activation_size());
   Communicator& pp = grid_.pp();
   if (vs == virtual_stages - 1) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
@@ -146,8 +150,8 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
     stage_->embed_backward(mb, tokens + at, rest.layout, rest.grads.f32(), dx);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_send), pp.stream());
-    sends_.push_back(pp.send_async(dx.data(), dx.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
-                                   message_tag(mb, vs - 1, virtual_stages, Pass::backward)));
+    dx_sends_[boundary] = pp.send_async(dx.data(), dx.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
+                                        message_tag(mb, vs - 1, virtual_stages, Pass::backward));
   }
 }
 

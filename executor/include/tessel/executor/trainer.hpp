@@ -188,9 +188,10 @@ class Trainer {
   Buffer probs_scratch_, recompute_out_;
   Buffer forward_qkv_, forward_att_heads_;  // lent to each kept layer's forward (workspace)
   std::vector<HeadActivations> heads_;
-  std::vector<std::vector<Buffer>> x_, dx_;  // [chunk][micro-batch]
+  std::vector<Buffer> x_, dx_;  // [slot], or one when there are no pipeline neighbours
+  // The send still reading x_ / dx_ of a slot, waited for before the buffer is reused.
+  std::vector<std::unique_ptr<CommRequest>> x_sends_, dx_sends_;
   std::vector<int> backwards_done_;          // per chunk
-  std::vector<std::unique_ptr<CommRequest>> sends_;
   Buffer tokens_, targets_;                       // this step's, in backend memory
   Buffer gathered_weights_, gathered_compute_, layer_grads_, shard_scratch_;
   Buffer loss_sum_, norm_sq_, clip_factor_;       // scalars in backend memory
