@@ -388,7 +388,7 @@ TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {
     EXPECT_EQ(rank["process_peak_bytes"], rank["measured_total_peak_bytes"]);
     EXPECT_GT(rank["measured_total_peak_bytes"].get<double>(), rank["measured_tensor_peak_bytes"].get<double>());
     for (const char* exact : {"parameters", "gradients", "optimizer"}) {
-      EXPECT_DOUBLE_EQ(rank["ratio"][exact].get<double>(), 1.0) << exact;
+      EXPECT_NEAR(rank["ratio"][exact].get<double>(), 1.0, 1e-3) << exact;  // buckets pad to the dp group
     }
   }
   EXPECT_NEAR(memory["peak_ratio"].get<double>(), 1.0, 0.2) << memory.dump(1);
