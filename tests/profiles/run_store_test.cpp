@@ -40,7 +40,8 @@ TEST(RunStore, VersionOneFilesMigrateAndKeepTheirProfiles) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
-                         "DROP TABLE run_events; DROP TABLE run_steps; DROP TABLE run_memory; DROP TABLE runs; "
+                         "DROP TABLE run_memory_parts; DROP TABLE run_events; DROP TABLE run_steps; DROP TABLE run_memory; "
+                         "DROP TABLE runs; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
@@ -94,7 +95,8 @@ TEST(RunStore, VersionTwoFilesMigrateAndRecordInterruptedRuns) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
-                         "PRAGMA foreign_keys=OFF; CREATE TABLE runs_v2 AS SELECT * FROM runs; DROP TABLE runs; "
+                         "PRAGMA foreign_keys=OFF; DROP TABLE run_memory_parts; "
+                         "CREATE TABLE runs_v2 AS SELECT * FROM runs; DROP TABLE runs; "
                          "CREATE TABLE runs(id INTEGER PRIMARY KEY, created TEXT NOT NULL, host TEXT NOT NULL, "
                          "tool_version TEXT NOT NULL, plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL, "
                          "status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed')), message TEXT NOT NULL); "
