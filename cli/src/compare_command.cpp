@@ -1,6 +1,7 @@
 // `tessel compare --run ID`: a run that `tessel run` stored, set against its plan simulated
 // now on the same database (so both sides see the same profile), op kind by op kind.
-// The GUI's compare tab draws the same numbers (core's compare_op_kinds).
+// The GUI's compare tab draws the same numbers (core's compare_op_kinds). Then each
+// rank's peak memory by category against the planner's (compare_memory.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "compare_memory.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/json_fields.hpp"
 #include "tessel/core/op_comparison.hpp"
@@ -79,11 +81,14 @@ int run_compare(const CompareArgs& args) {
     if (c.predicted_s > 0) std::printf("%.2f [%.2f, %.2f]\n", c.ratio.median, c.ratio.minimum, c.ratio.maximum);
     else std::printf("not predicted\n");
   }
+  const std::vector<RankMemoryComparison> memory = compare_rank_memory(plan, db, runs.rank_memory(args.run_id));
+  std::fputs(memory_table(memory).c_str(), stdout);
   if (!args.json_file.empty()) {
     Json out{{"run", run->id},
              {"measured_step_s", measured_step_s},
              {"simulated_step_s", sim.step_time_s},
-             {"kinds", Json::array()}};
+             {"kinds", Json::array()},
+             {"memory", memory_comparison_json(memory)}};
     for (const OpKindComparison& c : kinds) {
       out["kinds"].push_back({{"kind", c.kind},
                               {"stream", to_string(c.stream)},
@@ -107,7 +112,9 @@ Command add_compare_command(CLI::App& app) {
   cmd->add_option("--json", args->json_file, "Write every op kind's numbers as JSON");
   cmd->footer("An op kind is the op id's phase and op (\"fwd mlp.fc1\"), summed over micro-batches and layers.\n"
               "A measured collective spans from its start to its completion, waiting for peers included; a\n"
-              "non-blocking one also spans the compute it overlaps. `tessel gui --run ID` draws the same comparison.");
+              "non-blocking one also spans the compute it overlaps. `tessel gui --run ID` draws the same comparison.\n"
+              "Memory: per rank, the planner's prediction for its pipeline stage against the trainer's buffers\n"
+              "(parameters, gradients, optimizer, activations, workspace; the total is the peak of the sum).");
   return [args] { return run_compare(*args); };
 }
 

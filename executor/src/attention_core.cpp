@@ -53,10 +53,10 @@ class RingMail {
 };
 }  // namespace
 
-void LayerActivations::bind(kernels::Backend& backend, DType compute) {
-  for (auto member : kSaved) (this->*member).bind(backend, compute);
-  for (Buffer* b : {&qkv, &att_heads}) b->bind(backend, compute);
-  for (auto member : kRowStatistics) (this->*member).bind(backend, DType::f32);
+void LayerActivations::bind(kernels::Backend& backend, DType compute, MemoryCategory category) {
+  for (auto member : kSaved) (this->*member).bind(backend, compute, category);
+  for (Buffer* b : {&qkv, &att_heads}) b->bind(backend, compute, MemoryCategory::workspace);
+  for (auto member : kRowStatistics) (this->*member).bind(backend, DType::f32, category);
 }
 
 AttentionCore::AttentionCore(const TensorLayout& layout, AttentionForm form, Communicator& ring, bool keep_all_keys)

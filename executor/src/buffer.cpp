@@ -30,6 +30,11 @@ void Buffer::bind(kernels::Backend& backend, DType type, BufferMemory* memory) {
   memory_ = memory;
 }
 
+void Buffer::set_category(MemoryCategory category) {
+  if (data_ && ledger_) ledger_->moved(category_, category, capacity_ * kernels::element_bytes(type_));
+  category_ = category;
+}
+
 void Buffer::resize(std::size_t count) {
   TESSEL_ASSERT(backend_ != nullptr, "a buffer must be bound to a backend before it holds data");
   if (count > capacity_) {
@@ -38,6 +43,8 @@ void Buffer::resize(std::size_t count) {
     data_ = memory_ ? memory_->allocate(bytes) : backend_->allocate(bytes);
     if (!memory_) backend_bytes += bytes;
     capacity_ = count;
+    ledger_ = MemoryLedger::current();
+    if (ledger_) ledger_->allocated(category_, count * kernels::element_bytes(type_));
   }
   count_ = count;
 }
@@ -54,6 +61,8 @@ void Buffer::release() {
     backend_->deallocate(data_);
     backend_bytes -= capacity_ * kernels::element_bytes(type_);
   }
+  if (data_ && ledger_) ledger_->freed(category_, capacity_ * kernels::element_bytes(type_));
+  ledger_ = nullptr;
   data_ = nullptr;
   count_ = capacity_ = 0;
 }
@@ -65,6 +74,8 @@ void Buffer::swap(Buffer& other) noexcept {
   std::swap(data_, other.data_);
   std::swap(count_, other.count_);
   std::swap(capacity_, other.capacity_);
+  std::swap(ledger_, other.ledger_);
+  std::swap(category_, other.category_);
 }
 
 float* Buffer::f32() {

@@ -17,8 +17,8 @@ const HalfOps kMlpHalf{ops::mlp_norm,          ops::mlp_norm_all_reduce,   ops::
                        ops::mlp_fc1,           ops::mlp_fc2};
 
 void HeadActivations::bind(kernels::Backend& backend, DType compute) {
-  for (Buffer* b : {&x, &lnf, &lnf_full, &logits}) b->bind(backend, compute);
-  for (Buffer* b : {&lnf_mean, &lnf_rstd, &row_max, &sums}) b->bind(backend, DType::f32);
+  for (Buffer* b : {&x, &lnf, &lnf_full, &logits}) b->bind(backend, compute, MemoryCategory::activations);
+  for (Buffer* b : {&lnf_mean, &lnf_rstd, &row_max, &sums}) b->bind(backend, DType::f32, MemoryCategory::activations);
 }
 
 TensorLayout::TensorLayout(LayoutContext context) : context_(std::move(context)) {

@@ -121,6 +121,7 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
                  kernels::Backend& backend)
     : plan_(plan), grid_(grid), loader_(std::move(loader)), options_(options), backend_(backend), timeline_(backend) {
   check(plan);
+  const MemoryLedger::Scope counted(ledger_);
   const ParallelConfig& p = plan.parallel;
   if (loader_.sequences_per_rank() % p.micro_batch != 0) {
     throw Error(fmt::format("parallel.micro_batch: {} does not divide the {} sequences of each rank", p.micro_batch,
@@ -144,13 +145,16 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   initialise_weights();
   offload_start();
   allocate_activations();
-  for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32);
+  for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
   for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(backend_, DType::f64);
   for (Buffer* b : {&gathered_weights_, &layer_grads_, &shard_scratch_, &clip_factor_, &piece_norms_,
                     &gathered_experts_, &expert_grads_}) {
     b->bind(backend_, DType::f32);
   }
   gathered_compute_.bind(backend_, compute_);
+  // ZeRO 3's gathered layer is weights on the device; its whole-layer gradient, gradients.
+  for (Buffer* b : {&gathered_weights_, &gathered_compute_}) b->set_category(MemoryCategory::parameters);
+  layer_grads_.set_category(MemoryCategory::gradients);
   // Every rank's timeline starts together.
   backend_.synchronize();
   grid.world().barrier();
@@ -192,10 +196,16 @@ void Trainer::initialise_weights() {
       rest_bucket_ = int(buckets_.size() - 1);
     }
     b.layout = std::move(layout);
-    for (Buffer* buffer : {&b.params, &b.grads, &b.param_shard, &b.grad_shard, &b.moment1, &b.moment2, &b.update}) {
-      buffer->bind(backend_, DType::f32, model_memory());  // offload: from the budgeted pool
-    }
-    b.params_compute.bind(backend_, compute_, model_memory());
+    // Model states: from the budgeted pool under offload, counted by category.
+    auto bind_state = [&](Buffer& buffer, DType type, MemoryCategory category) {
+      buffer.bind(backend_, type, model_memory());
+      buffer.set_category(category);
+    };
+    for (Buffer* buffer : {&b.params, &b.param_shard}) bind_state(*buffer, DType::f32, MemoryCategory::parameters);
+    for (Buffer* buffer : {&b.grads, &b.grad_shard}) bind_state(*buffer, DType::f32, MemoryCategory::gradients);
+    for (Buffer* buffer : {&b.moment1, &b.moment2}) bind_state(*buffer, DType::f32, MemoryCategory::optimizer);
+    bind_state(b.update, DType::f32, MemoryCategory::workspace);  // LAMB/LARS: one step's update
+    bind_state(b.params_compute, compute_, MemoryCategory::parameters);
   }
   for (const TensorSlot& t : whole_model_tensors(model)) {
     whole_offsets_[t.name] = t.offset;
@@ -240,8 +250,15 @@ void Trainer::allocate_activations() {
     per_layer.resize(layers_here);
     for (LayerActivations& a : per_layer) a.bind(backend_, compute_);
   }
+  // The layer full recompute rebuilds (or bf16 storage unpacks) and its input: the
+  // activations of the one layer in its backward. The probabilities selective recompute
+  // rebuilds live within one layer's backward: workspace.
   recompute_scratch_.bind(backend_, compute_);
-  for (Buffer* b : {&probs_scratch_, &recompute_out_}) b->bind(backend_, compute_);
+  recompute_out_.bind(backend_, compute_, MemoryCategory::activations);
+  // Full recompute rebuilds them with the layer's other activations.
+  for (Buffer* b : {&forward_qkv_, &forward_att_heads_}) b->bind(backend_, compute_);
+  probs_scratch_.bind(backend_, compute_, plan_.parallel.recompute == Recompute::full ? MemoryCategory::activations
+                                                                                      : MemoryCategory::workspace);
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
   if (packs_activations_) {
     packed_.resize(slots);
@@ -249,19 +266,24 @@ void Trainer::allocate_activations() {
   } else if (plan_.parallel.recompute == Recompute::none && materialized) {
     kept_probs_.resize(slots);
     for (auto& per_layer : kept_probs_) {
-      for (std::size_t i = 0; i < layers_here; ++i) per_layer.emplace_back(backend_, compute_);
+      for (std::size_t i = 0; i < layers_here; ++i) {
+        per_layer.emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
+      }
     }
   }
   heads_.resize(shape_.head ? slots : 0);
   for (HeadActivations& h : heads_) h.bind(backend_, compute_);
-  x_.resize(std::size_t(chunks_));
-  dx_.resize(std::size_t(chunks_));
-  for (int chunk = 0; chunk < chunks_; ++chunk) {
-    for (int mb = 0; mb < micro_batches_; ++mb) {
-      x_[std::size_t(chunk)].emplace_back(backend_, compute_);
-      dx_[std::size_t(chunk)].emplace_back(backend_, compute_);
-    }
+  // The stage's running activation and its gradient: one per slot where a send to a
+  // pipeline neighbour may still read them (the slot's next user waits for it), one for
+  // all when there is no neighbour (each micro-batch's input stays in its kept
+  // activations and head).
+  const std::size_t boundary_buffers = stages_ > 1 ? slots : 1;
+  for (std::size_t i = 0; i < boundary_buffers; ++i) {
+    x_.emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
+    dx_.emplace_back(backend_, compute_);
   }
+  x_sends_.resize(boundary_buffers);
+  dx_sends_.resize(boundary_buffers);
 }
 
 std::size_t Trainer::kept_activation_bytes() const {
@@ -295,6 +317,7 @@ bool Trainer::counts_tensor(const TensorSlot& t) const {
 
 StepStats Trainer::step() {
   const auto start = std::chrono::steady_clock::now();
+  const MemoryLedger::Scope counted(ledger_);
   timeline_.set_step(step_ + 1);
   offload_step_boundary(true);
   loss_sum_.assign(1, 0.0f);
@@ -375,8 +398,12 @@ void Trainer::forward_backward() {
     if (shards_weights(b)) stage_->layout().sum_depth_gradients(b.grad_shard.f32(), b.grad_shard.size());
   }
   wait_for_syncs();
-  for (auto& request : sends_) request->wait();
-  sends_.clear();
+  for (auto* sends : {&x_sends_, &dx_sends_}) {
+    for (auto& request : *sends) {
+      if (request) request->wait();
+      request.reset();
+    }
+  }
 }
 
 }  // namespace tessel::executor

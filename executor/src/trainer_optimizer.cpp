@@ -132,6 +132,7 @@ void Trainer::layerwise_step() {
 }
 
 std::map<std::string, float> Trainer::trust_ratios() {
+  const MemoryLedger::Scope counted(ledger_);
   std::map<std::string, float> out;
   if (pieces_.empty()) return out;
   const std::vector<float> norms = piece_norms_.download();

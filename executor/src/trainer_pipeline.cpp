@@ -20,7 +20,12 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   const int mb = step.micro_batch, vs = virtual_stage(stage_index_, step.chunk, stages_);
   const int virtual_stages = stages_ * chunks_;
   const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
-  Buffer& x = x_[std::size_t(step.chunk)][std::size_t(mb)];
+  const std::size_t slot = std::size_t(free_slots_.back());
+  free_slots_.pop_back();
+  slot_of_[std::size_t(step.chunk * micro_batches_ + mb)] = int(slot);
+  const std::size_t boundary = stages_ > 1 ? slot : 0;
+  Buffer& x = x_[boundary];
+  if (x_sends_[boundary]) x_sends_[boundary]->wait(), x_sends_[boundary].reset();
   x.resize(stage_->activation_size());
   Communicator& pp = grid_.pp();
   if (vs == 0) {
@@ -35,9 +40,6 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   }
   const Recompute recompute = plan_.parallel.recompute;
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
-  const std::size_t slot = std::size_t(free_slots_.back());
-  free_slots_.pop_back();
-  slot_of_[std::size_t(step.chunk * micro_batches_ + mb)] = int(slot);
   for (int l = vs * layers_per_chunk_; l < (vs + 1) * layers_per_chunk_; ++l) {
     BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
@@ -53,7 +55,7 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
       if (packs_activations_) {
         PackedActivations& packed = packed_[slot][here];
         packed.saved.resize(1);
-        packed.saved[0].bind(backend_, storage_);  // kept between steps: resize reuses its memory
+        packed.saved[0].bind(backend_, storage_, MemoryCategory::activations);  // kept between steps: resize reuses its memory
         packed.saved[0].resize(x.size());
         backend_.convert(Stream::compute, packed.saved[0].ref(), x.cref(), std::int64_t(x.size()));
       } else {
@@ -66,7 +68,11 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
            packed_[slot][here]);
     } else {
       Buffer& probs = recompute == Recompute::none && materialized ? kept_probs_[slot][here] : probs_scratch_;
+      // qkv and att_heads are forward-only work: the layer borrows the trainer's one pair
+      // rather than every slot and layer keeping its own (memory nothing reads again).
+      swap(kept.qkv, forward_qkv_), swap(kept.att_heads, forward_att_heads_);
       stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs, x, experts);
+      swap(kept.qkv, forward_qkv_), swap(kept.att_heads, forward_att_heads_);
     }
     offload_after_segment(segment_of_layer(l), ops::Phase::fwd);
   }
@@ -77,8 +83,8 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
     offload_after_segment(head_segment(), ops::Phase::fwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_send), pp.stream());
-    sends_.push_back(pp.send_async(x.data(), x.size(), compute_, (stage_index_ + 1) % stages_,
-                                   message_tag(mb, vs + 1, virtual_stages, Pass::forward)));
+    x_sends_[boundary] = pp.send_async(x.data(), x.size(), compute_, (stage_index_ + 1) % stages_,
+                                       message_tag(mb, vs + 1, virtual_stages, Pass::forward));
   }
 }
 
@@ -87,9 +93,11 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   const int virtual_stages = stages_ * chunks_;
   const std::size_t at = std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
   const bool last_backward_of_chunk = ++backwards_done_[std::size_t(step.chunk)] == micro_batches_;
-  Buffer& dx = dx_[std::size_t(step.chunk)][std::size_t(mb)];
-  dx.resize(stage_->activation_size());
   const std::size_t slot = std::size_t(slot_of_[std::size_t(step.chunk * micro_batches_ + mb)]);
+  const std::size_t boundary = stages_ > 1 ? slot : 0;
+  Buffer& dx = dx_[boundary];
+  if (dx_sends_[boundary]) dx_sends_[boundary]->wait(), dx_sends_[boundary].reset();
+  dx.resize(stage_->activation_size());
   Communicator& pp = grid_.pp();
   if (vs == virtual_stages - 1) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
@@ -158,8 +166,8 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
     offload_after_segment(embedding_segment(), ops::Phase::bwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_send), pp.stream());
-    sends_.push_back(pp.send_async(dx.data(), dx.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
-                                   message_tag(mb, vs - 1, virtual_stages, Pass::backward)));
+    dx_sends_[boundary] = pp.send_async(dx.data(), dx.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
+                                        message_tag(mb, vs - 1, virtual_stages, Pass::backward));
   }
 }
 
@@ -182,12 +190,15 @@ void Trainer::pack(const LayerActivations& a, const Buffer* probs, PackedActivat
   constexpr std::size_t saved = std::size(LayerActivations::kSaved);
   if (packed.saved.size() != saved) {
     packed.saved.clear();
-    for (std::size_t i = 0; i < saved; ++i) packed.saved.emplace_back(backend_, storage_);
+    for (std::size_t i = 0; i < saved; ++i) {
+      packed.saved.emplace_back(backend_, storage_).set_category(MemoryCategory::activations);
+    }
     packed.row_statistics.clear();
     for (std::size_t i = 0; i < std::size(LayerActivations::kRowStatistics); ++i) {
-      packed.row_statistics.emplace_back(backend_, DType::f32);
+      packed.row_statistics.emplace_back(backend_, DType::f32).set_category(MemoryCategory::activations);
     }
     packed.probs = Buffer(backend_, storage_);
+    packed.probs.set_category(MemoryCategory::activations);
   }
   for (std::size_t i = 0; i < saved; ++i) {
     const Buffer& from = a.*LayerActivations::kSaved[i];

@@ -14,6 +14,7 @@
 namespace tessel::executor {
 
 std::vector<float> Trainer::whole_from_buckets(bool gradients) {
+  const MemoryLedger::Scope counted(ledger_);
   offload_materialise();
   std::vector<float> whole(whole_size_, 0.0f);
   // One replica speaks for the data-parallel copies; for an MoE block's experts, the
@@ -48,6 +49,7 @@ std::vector<float> Trainer::whole_from_buckets(bool gradients) {
 std::vector<float> Trainer::whole_parameters() { return whole_from_buckets(false); }
 
 std::vector<float> Trainer::whole_gradients() {
+  const MemoryLedger::Scope counted(ledger_);
   if (plan_.parallel.zero == 2) {
     for (BucketState& b : buckets_) {
       if (b.grads.empty()) b.grads.assign(b.layout.padded_size, 0.0f);  // released; the parts hold them
@@ -57,6 +59,7 @@ std::vector<float> Trainer::whole_gradients() {
 }
 
 void Trainer::set_whole_parameters(const std::vector<float>& whole) {
+  const MemoryLedger::Scope counted(ledger_);
   offload_materialise();
   for (BucketState& b : buckets_) {
     std::vector<float> values(b.layout.padded_size, 0.0f);
@@ -79,6 +82,7 @@ void Trainer::set_whole_parameters(const std::vector<float>& whole) {
 // ---- checkpoints (the files and their checks: checkpoint_files.hpp) ----
 
 void Trainer::save(const std::string& dir) {
+  const MemoryLedger::Scope counted(ledger_);
   namespace fs = std::filesystem;
   Communicator& world = grid_.world();
   const std::string step_dir = step_directory_name(step_);
@@ -126,6 +130,7 @@ void Trainer::save(const std::string& dir) {
 }
 
 void Trainer::load(const std::string& dir, int max_step) {
+  const MemoryLedger::Scope counted(ledger_);
   namespace fs = std::filesystem;
   const CheckpointMeta meta = read_checkpoint_meta(dir, max_step);
   const std::string meta_file = (fs::path(dir) / "checkpoint.json").string();

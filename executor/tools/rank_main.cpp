@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -173,6 +174,53 @@ struct RunRecorder {
   }
 };
 
+// Every rank's memory on rank 0 (empty elsewhere): the trainer's ledger, the device's
+// peak on a GPU and the process's peak resident set, as doubles (exact to the byte).
+std::vector<RankMemoryMeasured> gather_memory(executor::Communicator& world, const executor::Trainer& trainer,
+                                              kernels::Backend& backend) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  RankMemoryMeasured mine = executor::measured_memory(trainer.memory(), world.rank());
+  mine.device_peak_bytes = double(backend.device_peak_bytes());
+  mine.process_peak_bytes = double(usage.ru_maxrss) * 1024.0;
+  constexpr std::size_t kFields = 2 * kMemoryCategories + 3;
+  std::vector<double> fields(mine.peak_bytes.begin(), mine.peak_bytes.end());
+  fields.insert(fields.end(), mine.at_total_peak_bytes.begin(), mine.at_total_peak_bytes.end());
+  fields.insert(fields.end(), {mine.total_peak_bytes, mine.device_peak_bytes, mine.process_peak_bytes});
+  std::vector<double> all(kFields * std::size_t(world.size()));
+  world.all_gather(fields.data(), all.data(), kFields, kernels::DType::f64);
+  std::vector<RankMemoryMeasured> out;
+  if (world.rank() != 0) return out;
+  for (int r = 0; r < world.size(); ++r) {
+    const double* f = all.data() + kFields * std::size_t(r);
+    RankMemoryMeasured m;
+    m.rank = r;
+    m.by_category = true;
+    std::copy_n(f, kMemoryCategories, m.peak_bytes.begin());
+    std::copy_n(f + kMemoryCategories, kMemoryCategories, m.at_total_peak_bytes.begin());
+    m.total_peak_bytes = f[2 * kMemoryCategories];
+    m.device_peak_bytes = f[2 * kMemoryCategories + 1];
+    m.process_peak_bytes = f[2 * kMemoryCategories + 2];
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::string mebibytes(double bytes) { return fmt::format("{:.1f}", bytes / double(1 << 20)); }
+
+// One line per rank: the peak of the buffers the trainer holds and its mix.
+void print_memory(const std::vector<RankMemoryMeasured>& memory) {
+  std::cout << "peak memory per rank, MiB (the trainer's buffers at their peak: parameters + gradients + optimizer + "
+               "activations + workspace):\n";
+  for (const RankMemoryMeasured& m : memory) {
+    const MemoryBytes& at = m.at_total_peak_bytes;
+    std::cout << fmt::format("  rank {}: {} = {} + {} + {} + {} + {}; process peak {}{}\n", m.rank,
+                             mebibytes(m.total_peak_bytes), mebibytes(at[0]), mebibytes(at[1]), mebibytes(at[2]),
+                             mebibytes(at[3]), mebibytes(at[4]), mebibytes(m.process_peak_bytes),
+                             m.device_peak_bytes > 0 ? "; device peak " + mebibytes(m.device_peak_bytes) : "");
+  }
+}
+
 void print_step(const RunArgs& args, const executor::StepStats& stats) {
   // The bar shares stdout with the step lines, so mpirun forwards them in order.
   if (args.progress) std::cout << fmt::format("\r{:80}\r", "");  // the bar gives way to the step line
@@ -296,11 +344,7 @@ int train(const RunArgs& args, const Plan& plan) {
                 << std::flush;
     }
     const std::vector<std::string> events_per_rank = gather_events_text(world, events_text(trainer.timeline().take()));
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    const float peak_bytes = float(usage.ru_maxrss) * 1024.0f;
-    std::vector<float> peaks(std::size_t(world.size()), 0.0f);
-    world.all_gather(&peak_bytes, peaks.data(), 1, kernels::DType::f32);
+    const std::vector<RankMemoryMeasured> memory = gather_memory(world, trainer, *device.backend);
     if (reporter) {
       const Program program = Program::lower(plan);
       const std::vector<profiles::EventRecord> events = parse_events(events_per_rank, program);
@@ -309,7 +353,8 @@ int train(const RunArgs& args, const Plan& plan) {
         write_text_file_atomically(args.trace_file, chrome_trace_json(program, profiles::timed_ops(events)));
         std::cout << fmt::format("wrote {} measured events to {}\n", events.size(), args.trace_file);
       }
-      for (int r = 0; r < world.size(); ++r) record.runs->set_peak_memory(record.id, r, peaks[std::size_t(r)]);
+      for (const RankMemoryMeasured& m : memory) record.runs->set_rank_memory(record.id, m);
+      print_memory(memory);
       record.end("finished", "");
       std::cout << fmt::format("wrote run {} to {}\n", record.id, record.store->path());
     }

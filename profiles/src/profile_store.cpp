@@ -84,6 +84,15 @@ INSERT INTO runs_v3 SELECT * FROM runs;
 DROP TABLE runs;
 ALTER TABLE runs_v3 RENAME TO runs;
 )sql",
+    // Version 4: each rank's memory by category (the executor's ledger), the peak of the
+    // total with the mix at that moment, and a GPU's device peak. run_memory keeps the
+    // process peak; runs recorded before have no rows here and stay readable.
+    R"sql(
+CREATE TABLE run_memory_parts(
+  run INTEGER NOT NULL REFERENCES runs(id), rank INTEGER NOT NULL,
+  category TEXT NOT NULL CHECK(category IN ('parameters','gradients','optimizer','activations','workspace','total','device')),
+  peak_bytes REAL NOT NULL, at_total_peak_bytes REAL NOT NULL, PRIMARY KEY(run, rank, category));
+)sql",
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == ProfileStore::kSchemaVersion);
@@ -477,6 +486,24 @@ void RunStore::set_peak_memory(std::int64_t run, int rank, double bytes) {
   });
 }
 
+void RunStore::set_rank_memory(std::int64_t run, const RankMemoryMeasured& m) {
+  in_transaction(store_.db_, store_.path_, [&] {
+    Statement process(store_.db_, "INSERT OR REPLACE INTO run_memory VALUES (?1, ?2, ?3)", store_.path_);
+    process.bind(1, run).bind(2, m.rank).bind(3, m.process_peak_bytes);
+    process.run_and_reset();
+    Statement part(store_.db_, "INSERT OR REPLACE INTO run_memory_parts VALUES (?1, ?2, ?3, ?4, ?5)", store_.path_);
+    auto put = [&](std::string_view category, double peak, double at_total_peak) {
+      part.bind(1, run).bind(2, m.rank).bind(3, category).bind(4, peak).bind(5, at_total_peak);
+      part.run_and_reset();
+    };
+    for (std::size_t c = 0; c < kMemoryCategories; ++c) {
+      put(to_string(MemoryCategory(c)), m.peak_bytes[c], m.at_total_peak_bytes[c]);
+    }
+    put("total", m.total_peak_bytes, m.total_peak_bytes);
+    if (m.device_peak_bytes > 0) put("device", m.device_peak_bytes, m.device_peak_bytes);
+  });
+}
+
 void RunStore::finish(std::int64_t run, const std::string& status, const std::string& message) {
   if (status != "finished" && status != "failed" && status != "interrupted") {
     throw Error(fmt::format("run status must be finished|failed|interrupted, got '{}'", status));
@@ -561,6 +588,32 @@ std::vector<std::pair<int, double>> RunStore::peak_memory(std::int64_t run) cons
   Statement query(store_.db_, "SELECT rank, peak_bytes FROM run_memory WHERE run = ?1 ORDER BY rank", store_.path_);
   query.bind(1, run);
   while (query.step()) out.emplace_back(int(query.integer(0)), query.real(1));
+  return out;
+}
+
+std::vector<RankMemoryMeasured> RunStore::rank_memory(std::int64_t run) const {
+  std::map<int, RankMemoryMeasured> by_rank;
+  for (const auto& [rank, bytes] : peak_memory(run)) {
+    by_rank[rank].rank = rank;
+    by_rank[rank].process_peak_bytes = bytes;
+  }
+  Statement query(store_.db_, "SELECT rank, category, peak_bytes, at_total_peak_bytes FROM run_memory_parts WHERE run = ?1",
+                  store_.path_);
+  query.bind(1, run);
+  while (query.step()) {
+    RankMemoryMeasured& m = by_rank[int(query.integer(0))];
+    m.rank = int(query.integer(0));
+    m.by_category = true;
+    const std::string category = query.text(1);
+    if (category == "total") m.total_peak_bytes = query.real(2);
+    else if (category == "device") m.device_peak_bytes = query.real(2);
+    else if (const auto c = memory_category_from_string(category)) {
+      m.peak_bytes[std::size_t(*c)] = query.real(2);
+      m.at_total_peak_bytes[std::size_t(*c)] = query.real(3);
+    }
+  }
+  std::vector<RankMemoryMeasured> out;
+  for (auto& [rank, m] : by_rank) out.push_back(m);
   return out;
 }
 

@@ -332,6 +332,8 @@ TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {
     EXPECT_NE(o.out.find("step " + std::to_string(step) + " loss "), std::string::npos) << o.out;
   }
   EXPECT_NE(o.out.find("wrote run 1 to " + db), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("peak memory per rank, MiB"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("  rank 1: "), std::string::npos) << o.out;
   // Same seed, same batches: a second run repeats the first one's losses exactly.
   const Outcome again = run("run --plan " + plan.string() + " --steps 4 --db " + db);
   ASSERT_EQ(again.status, 0) << again.err;
@@ -363,6 +365,35 @@ TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {
     EXPECT_GT(kind["measured_s"].get<double>(), 0) << kind.dump();
     EXPECT_NE(compared.out.find(kind["kind"].get<std::string>()), std::string::npos) << kind.dump();
   }
+  // Memory: every rank's prediction and measurement by category, the same on both data-
+  // parallel ranks; model states to the byte, the total near the process's peak (the
+  // profile's workspace is measured on such runs: docs/MEMORY.md, "Measured").
+  EXPECT_NE(compared.out.find("peak memory per rank"), std::string::npos) << compared.out;
+  const tessel::Json& memory = comparison["memory"];
+  ASSERT_EQ(memory["categories"].size(), 5u);
+  ASSERT_EQ(memory["ranks"].size(), 2u);
+  for (const tessel::Json& rank : memory["ranks"]) {
+    for (const char* field : {"rank", "stage", "predicted_bytes", "predicted_total_bytes", "measured_peak_bytes",
+                              "measured_at_total_peak_bytes", "measured_total_peak_bytes", "ratio", "device_peak_bytes",
+                              "process_peak_bytes"}) {
+      EXPECT_TRUE(rank.contains(field)) << field;
+    }
+    for (const tessel::Json& category : memory["categories"]) {
+      const std::string name = category.get<std::string>();
+      EXPECT_GT(rank["predicted_bytes"][name].get<double>(), 0) << name;
+      EXPECT_GT(rank["measured_peak_bytes"][name].get<double>(), 0) << name;
+    }
+    // The trainers hold the same tensors (the runtime beyond them differs by rank).
+    EXPECT_EQ(rank["measured_at_total_peak_bytes"], memory["ranks"][0]["measured_at_total_peak_bytes"]);
+    EXPECT_EQ(rank["measured_tensor_peak_bytes"], memory["ranks"][0]["measured_tensor_peak_bytes"]);
+    EXPECT_TRUE(rank["device_peak_bytes"].is_null());
+    EXPECT_EQ(rank["process_peak_bytes"], rank["measured_total_peak_bytes"]);
+    EXPECT_GT(rank["measured_total_peak_bytes"].get<double>(), rank["measured_tensor_peak_bytes"].get<double>());
+    for (const char* exact : {"parameters", "gradients", "optimizer"}) {
+      EXPECT_NEAR(rank["ratio"][exact].get<double>(), 1.0, 1e-3) << exact;  // buckets pad to the dp group
+    }
+  }
+  EXPECT_NEAR(memory["peak_ratio"].get<double>(), 1.0, 0.2) << memory.dump(1);
   const Outcome missing = run("compare --run 5 --db " + db);
   EXPECT_EQ(missing.status, 2);
   EXPECT_EQ(missing.err, "tessel: error: --run: 5: no such run in " + db + " (2 runs there)\n");

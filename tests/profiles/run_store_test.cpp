@@ -40,7 +40,8 @@ TEST(RunStore, VersionOneFilesMigrateAndKeepTheirProfiles) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
-                         "DROP TABLE run_events; DROP TABLE run_steps; DROP TABLE run_memory; DROP TABLE runs; "
+                         "DROP TABLE run_memory_parts; DROP TABLE run_events; DROP TABLE run_steps; DROP TABLE run_memory; "
+                         "DROP TABLE runs; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
@@ -94,7 +95,8 @@ TEST(RunStore, VersionTwoFilesMigrateAndRecordInterruptedRuns) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
-                         "PRAGMA foreign_keys=OFF; CREATE TABLE runs_v2 AS SELECT * FROM runs; DROP TABLE runs; "
+                         "PRAGMA foreign_keys=OFF; DROP TABLE run_memory_parts; "
+                         "CREATE TABLE runs_v2 AS SELECT * FROM runs; DROP TABLE runs; "
                          "CREATE TABLE runs(id INTEGER PRIMARY KEY, created TEXT NOT NULL, host TEXT NOT NULL, "
                          "tool_version TEXT NOT NULL, plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL, "
                          "status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed')), message TEXT NOT NULL); "
@@ -112,4 +114,54 @@ TEST(RunStore, VersionTwoFilesMigrateAndRecordInterruptedRuns) {
   EXPECT_EQ(record->completed_steps, 1);
   EXPECT_EQ(record->steps, 4);
   EXPECT_EQ(runs.steps(old_run).size(), 1u);
+}
+
+// Version 4 adds each rank's memory by category: a version-3 file's runs keep their
+// process peaks (read back without categories), and new runs record the categories.
+TEST(RunStore, VersionThreeFilesMigrateAndRecordMemoryByCategory) {
+  const std::string path = temp_db("v3.db");
+  std::int64_t old_run = 0;
+  {
+    ProfileStore store(path);
+    RunStore runs(store);
+    old_run = runs.begin_run(Json{{"note", "v3"}}, "cpu", 2);
+    runs.set_peak_memory(old_run, 0, 2.5e8);
+    runs.finish(old_run, "finished");
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE run_memory_parts; PRAGMA user_version=3;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  {
+    // Read only, a version-3 file is refused with the way out (a writing command migrates it).
+    EXPECT_THROW(ProfileStore(path, ProfileStore::Access::read_only), Error);
+  }
+  ProfileStore store(path);
+  EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
+  RunStore runs(store);
+  const std::vector<RankMemoryMeasured> old_memory = runs.rank_memory(old_run);
+  ASSERT_EQ(old_memory.size(), 1u);
+  EXPECT_FALSE(old_memory[0].by_category);
+  EXPECT_EQ(old_memory[0].process_peak_bytes, 2.5e8);
+  EXPECT_EQ(runs.run(old_run)->status, "finished");
+
+  const std::int64_t id = runs.begin_run(Json{{"note", "v4"}}, "cpu", 1);
+  RankMemoryMeasured m;
+  m.rank = 1;
+  m.peak_bytes = {400, 400, 800, 300, 120};
+  m.at_total_peak_bytes = {400, 400, 800, 250, 100};
+  m.total_peak_bytes = 1950;
+  m.device_peak_bytes = 4096;
+  m.process_peak_bytes = 1e8;
+  runs.set_rank_memory(id, m);
+  const std::vector<RankMemoryMeasured> back = runs.rank_memory(id);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_TRUE(back[0].by_category);
+  EXPECT_EQ(back[0].rank, 1);
+  EXPECT_EQ(back[0].peak_bytes, m.peak_bytes);
+  EXPECT_EQ(back[0].at_total_peak_bytes, m.at_total_peak_bytes);
+  EXPECT_EQ(back[0].total_peak_bytes, 1950);
+  EXPECT_EQ(back[0].device_peak_bytes, 4096);
+  EXPECT_EQ(back[0].process_peak_bytes, 1e8);
+  EXPECT_EQ(runs.peak_memory(id), (std::vector<std::pair<int, double>>{{1, 1e8}}));
 }

@@ -8,6 +8,7 @@
 // step boundaries, after synchronising). The constructor makes the backend's device the
 // calling thread's current one and the ops do not switch it again (one device per
 // rank), so a thread that drives two devices calls cudaSetDevice itself.
+#include <algorithm>
 #include <string>
 
 #include "cuda_backend_impl.hpp"
@@ -83,6 +84,7 @@ void* CachingAllocator::allocate(std::size_t bytes) {
   }
   live_.emplace(block, rounded);
   live_bytes_ += rounded;
+  peak_reserved_bytes_ = std::max(peak_reserved_bytes_, live_bytes_ + cached_bytes_);
   return block;
 }
 
@@ -166,6 +168,18 @@ void* CudaBackend::workspace(Stream s, std::size_t bytes) {
 void* CudaBackend::allocate(std::size_t bytes) { return allocator_.allocate(bytes); }
 
 void CudaBackend::deallocate(void* pointer) { allocator_.deallocate(pointer); }
+
+std::size_t CudaBackend::device_peak_bytes() {
+  // What the device has in use now beyond the allocator's blocks (the context, cuBLASLt
+  // and NCCL workspaces) is taken as constant and added to the allocator's peak.
+  // cudaMemGetInfo sees the whole device: other processes on it count too.
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  std::size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const std::size_t used = total_bytes - free_bytes;
+  const std::size_t reserved = allocator_.live_bytes() + allocator_.cached_bytes();
+  return allocator_.peak_reserved_bytes() + (used > reserved ? used - reserved : 0);
+}
 
 void* CudaBackend::allocate_host(std::size_t bytes) {
   void* host = nullptr;

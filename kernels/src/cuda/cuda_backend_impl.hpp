@@ -47,6 +47,8 @@ class CachingAllocator {
   void deallocate(void* pointer);
   std::size_t cached_bytes() const { return cached_bytes_; }
   std::size_t live_bytes() const { return live_bytes_; }
+  // The most ever held from CUDA at once (live + cached): the allocator's high-water mark.
+  std::size_t peak_reserved_bytes() const { return peak_reserved_bytes_; }
   static std::size_t rounded_bytes(std::size_t bytes);
 
  private:
@@ -54,7 +56,7 @@ class CachingAllocator {
   std::mutex mutex_;
   std::multimap<std::size_t, void*> free_;  // rounded size -> block
   std::map<void*, std::size_t> live_;       // block -> rounded size
-  std::size_t cached_bytes_ = 0, live_bytes_ = 0;
+  std::size_t cached_bytes_ = 0, live_bytes_ = 0, peak_reserved_bytes_ = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -79,6 +81,7 @@ class CudaBackend final : public Backend {
   void deallocate(void* pointer) override;
   void* allocate_host(std::size_t bytes) override;
   void deallocate_host(void* pointer) override;
+  std::size_t device_peak_bytes() override;
   void upload(Stream s, void* device, const void* host, std::size_t bytes) override;
   void download(Stream s, void* host, const void* device, std::size_t bytes) override;
   void copy(Stream s, void* destination, const void* source, std::size_t bytes) override;

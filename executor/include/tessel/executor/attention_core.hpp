@@ -52,7 +52,9 @@ struct LayerActivations {
   static constexpr Buffer LayerActivations::*kRowStatistics[] = {&LayerActivations::ln1_mean, &LayerActivations::ln1_rstd,
                                                                  &LayerActivations::ln2_mean, &LayerActivations::ln2_rstd,
                                                                  &LayerActivations::lse};
-  void bind(kernels::Backend& backend, DType compute);
+  // The kept tensors and statistics count as `category` (memory_ledger.hpp); qkv and
+  // att_heads, forward-only work, as workspace.
+  void bind(kernels::Backend& backend, DType compute, MemoryCategory category = MemoryCategory::activations);
 };
 
 class AttentionCore {

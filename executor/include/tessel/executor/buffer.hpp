@@ -6,6 +6,8 @@
 // bound to a BufferMemory (the offload manager's budgeted device pool) takes its memory
 // there instead; the bytes buffers hold through the backend directly are counted
 // (backend_bytes_live), which is what the memory tracer reads as non-model memory.
+// A buffer that allocates while a MemoryLedger is current charges it under its category
+// (memory_ledger.hpp); the category travels with the memory when buffers move or swap.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessel/executor/memory_ledger.hpp"
 #include "tessel/kernels/backend.hpp"
 
 namespace tessel::executor {
@@ -52,6 +55,14 @@ class Buffer {
   // Bytes all buffers of this process hold from their backends directly (not from a
   // BufferMemory): their capacity, counted at allocation and release.
   static std::size_t backend_bytes_live();
+  // bind + the category its memory counts under.
+  void bind(kernels::Backend& backend, DType type, MemoryCategory category) {
+    bind(backend, type);
+    set_category(category);
+  }
+  // What this buffer's memory is (memory_ledger.hpp); memory it holds already moves too.
+  void set_category(MemoryCategory category);
+  MemoryCategory category() const { return category_; }
   bool bound() const { return backend_ != nullptr; }
   // The length in elements; growing reallocates without keeping the contents.
   void resize(std::size_t count);
@@ -92,6 +103,8 @@ class Buffer {
   DType type_ = DType::f32;
   void* data_ = nullptr;
   std::size_t count_ = 0, capacity_ = 0;
+  MemoryLedger* ledger_ = nullptr;  // charged for data_, when a ledger was current
+  MemoryCategory category_ = MemoryCategory::workspace;
 };
 
 inline void swap(Buffer& a, Buffer& b) noexcept { a.swap(b); }

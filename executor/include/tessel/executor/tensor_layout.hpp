@@ -95,6 +95,7 @@ extern const HalfOps kAttentionHalf, kMlpHalf;
 struct HeadActivations {
   Buffer x, lnf, lnf_full, logits;
   Buffer lnf_mean, lnf_rstd, row_max, sums;  // fp32; sums: sum_exp then target logit
+  // All of it counts as activations (memory_ledger.hpp): kept from forward to backward.
   void bind(kernels::Backend& backend, DType compute);
 };
 

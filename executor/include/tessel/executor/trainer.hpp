@@ -38,6 +38,7 @@
 #include "tessel/core/schedule.hpp"
 #include "tessel/executor/data_loader.hpp"
 #include "tessel/executor/gpt_stage.hpp"
+#include "tessel/executor/memory_ledger.hpp"
 #include "tessel/executor/process_grid.hpp"
 
 namespace tessel::executor {
@@ -117,6 +118,11 @@ class Trainer {
   // MoE: the payload this rank's dispatch and combine all-to-alls sent so far (every
   // MoE block, forward and backward; moe_layer.hpp); zeros for a dense model.
   MoeTraffic moe_traffic() const { return stage_->moe() ? stage_->moe()->traffic() : MoeTraffic{}; }
+  // Every byte of backend memory this trainer's buffers hold, by category, with the
+  // peaks since construction (memory_ledger.hpp; core/memory_comparison.hpp says what
+  // each category holds).
+  const MemoryLedger& memory() const { return ledger_; }
+  MemoryLedger& memory() { return ledger_; }
 
   // Checkpoints (checkpoint_files.hpp): every rank writes its weights and optimizer
   // state to dir/step-<N>/rank<r>.bin, fsynced; then rank 0 points dir/checkpoint.json at
@@ -222,6 +228,8 @@ class Trainer {
   // The pieces of owned ranges, and the norm segments that count each whole tensor once.
   std::vector<kernels::Segment> counted_segments(BucketState& b) const;
 
+  // First: every buffer below charges it and debits it when destroyed.
+  MemoryLedger ledger_;
   Plan plan_;
   ProcessGrid& grid_;
   DataLoader loader_;
@@ -251,10 +259,12 @@ class Trainer {
   std::vector<std::vector<PackedActivations>> packed_;  // [slot][layer here], when packing
   LayerActivations recompute_scratch_;
   Buffer probs_scratch_, recompute_out_;
+  Buffer forward_qkv_, forward_att_heads_;  // lent to each kept layer's forward (workspace)
   std::vector<HeadActivations> heads_;
-  std::vector<std::vector<Buffer>> x_, dx_;  // [chunk][micro-batch]
+  std::vector<Buffer> x_, dx_;  // [slot], or one when there are no pipeline neighbours
+  // The send still reading x_ / dx_ of a slot, waited for before the buffer is reused.
+  std::vector<std::unique_ptr<CommRequest>> x_sends_, dx_sends_;
   std::vector<int> backwards_done_;          // per chunk
-  std::vector<std::unique_ptr<CommRequest>> sends_;
   Buffer tokens_, targets_;                       // this step's, in backend memory
   Buffer gathered_weights_, gathered_compute_, layer_grads_, shard_scratch_;
   Buffer gathered_experts_, expert_grads_;  // ZeRO 3: an MoE block's experts, gathered per use

@@ -150,6 +150,10 @@ class Backend {
   // Host memory the device copies from and to without staging (pinned on a GPU).
   virtual void* allocate_host(std::size_t bytes) = 0;
   virtual void deallocate_host(void* pointer) = 0;
+  // The most device memory in use so far: what the allocator reserved at its peak plus
+  // what the runtime holds besides (context, library workspaces). 0 where the backend
+  // cannot tell apart from the process (the CPU).
+  virtual std::size_t device_peak_bytes() { return 0; }
   // Copies in stream order; host memory must stay valid until the stream reaches them.
   virtual void upload(Stream stream, void* device, const void* host, std::size_t bytes) = 0;
   virtual void download(Stream stream, void* host, const void* device, std::size_t bytes) = 0;

@@ -11,6 +11,7 @@
 
 #include "tessel/core/chrome_trace.hpp"
 #include "tessel/core/json_fields.hpp"
+#include "tessel/core/memory_comparison.hpp"
 #include "tessel/profiles/profile_store.hpp"
 
 namespace tessel::profiles {
@@ -52,6 +53,9 @@ class RunStore {
   void add_steps(std::int64_t run, const std::vector<StepRecord>& steps);
   void add_events(std::int64_t run, const std::vector<EventRecord>& events);
   void set_peak_memory(std::int64_t run, int rank, double bytes);
+  // One rank's memory by category and its peaks (process_peak_bytes goes to
+  // set_peak_memory's table).
+  void set_rank_memory(std::int64_t run, const RankMemoryMeasured& memory);
   // status: finished | failed | interrupted (stopped by a signal).
   void finish(std::int64_t run, const std::string& status, const std::string& message = "");
   // Ends the runs still "running" under `launch_key` (ranks killed before they could say)
@@ -63,6 +67,9 @@ class RunStore {
   std::vector<StepRecord> steps(std::int64_t run) const;
   std::vector<EventRecord> events(std::int64_t run) const;
   std::vector<std::pair<int, double>> peak_memory(std::int64_t run) const;
+  // Every rank that recorded memory, in rank order; by_category is false for runs
+  // recorded before version 4 (the process peak only).
+  std::vector<RankMemoryMeasured> rank_memory(std::int64_t run) const;
 
  private:
   ProfileStore& store_;

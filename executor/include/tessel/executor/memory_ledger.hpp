@@ -1,0 +1,73 @@
+// One rank's memory, counted by category (core/memory_comparison.hpp says what each
+// holds): the bytes live now, each category's peak, the peak of the total (the peak of
+// the sum, not the sum of the peaks) and the mix of categories at that moment.
+//
+// Buffers charge the ledger themselves: a Buffer that allocates while a ledger is
+// current on its thread (MemoryLedger::Scope, which the Trainer opens in each of its
+// public calls) charges it, under the Buffer's category, and debits the same ledger
+// when it frees. The owner of a buffer names its category (Buffer::set_category);
+// anything not named is workspace. Allocation is rare (buffers keep their capacity and
+// a step in steady state allocates nothing), and a charge is a few integer adds, so
+// counting costs the hot path nothing. Not thread-safe: one rank's allocations come
+// from one thread.
+//
+// Other allocators (a device pool, pinned host staging) report through the same three
+// calls: allocated(), freed(), and, for memory that changes hands, moved().
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "tessel/core/memory_comparison.hpp"
+
+namespace tessel::executor {
+
+struct MemoryCounts {
+  std::array<std::int64_t, kMemoryCategories> bytes{};
+  std::int64_t operator[](MemoryCategory c) const { return bytes[std::size_t(c)]; }
+  std::int64_t total() const {
+    std::int64_t sum = 0;
+    for (std::int64_t b : bytes) sum += b;
+    return sum;
+  }
+};
+
+class MemoryLedger {
+ public:
+  void allocated(MemoryCategory category, std::size_t bytes);
+  void freed(MemoryCategory category, std::size_t bytes);
+  // Bytes that stay allocated but now count under another category.
+  void moved(MemoryCategory from, MemoryCategory to, std::size_t bytes);
+
+  const MemoryCounts& live() const { return live_; }
+  const MemoryCounts& peaks() const { return peaks_; }             // each category's own peak
+  std::int64_t total_peak_bytes() const { return total_peak_; }    // the peak of the sum
+  const MemoryCounts& at_total_peak() const { return at_total_peak_; }
+  // Peaks restart from what is live now (e.g. after the first step, to see steady state).
+  void reset_peaks();
+
+  // The ledger Buffers charge on this thread while the scope lives (nestable; null: none).
+  static MemoryLedger* current();
+  class Scope {
+   public:
+    explicit Scope(MemoryLedger& ledger);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    MemoryLedger* previous_;
+  };
+
+ private:
+  void note_peaks();
+  MemoryCounts live_, peaks_, at_total_peak_;
+  std::int64_t total_live_ = 0, total_peak_ = 0;
+};
+
+// The ledger's peaks as one rank's measurement (device and process peaks left to the
+// caller, who knows the backend and the process).
+RankMemoryMeasured measured_memory(const MemoryLedger& ledger, int rank);
+
+}  // namespace tessel::executor

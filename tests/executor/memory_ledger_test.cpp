@@ -1,0 +1,123 @@
+// The memory ledger: live bytes and peaks by category, the peak of the total (not the
+// sum of the peaks) with its mix; Buffers charge it under their category only while a
+// ledger is current; and a one-rank run's model states measured to the byte against the
+// exact formula (parameter count x bytes per parameter) and the planner's prediction.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "tessel/executor/buffer.hpp"
+#include "tessel/executor/comm/single_rank_communicator.hpp"
+#include "tessel/executor/memory_ledger.hpp"
+#include "tessel/executor/trainer.hpp"
+#include "tessel/planner/stage_memory.hpp"
+
+using namespace tessel;
+using namespace tessel::executor;
+
+namespace {
+std::int64_t at(const MemoryCounts& counts, MemoryCategory c) { return counts[c]; }
+}  // namespace
+
+TEST(MemoryLedger, PeakOfTheSumIsNotTheSumOfPeaks) {
+  MemoryLedger ledger;
+  ledger.allocated(MemoryCategory::parameters, 100);
+  ledger.allocated(MemoryCategory::activations, 50);
+  ledger.freed(MemoryCategory::activations, 50);
+  ledger.allocated(MemoryCategory::workspace, 120);
+  ledger.freed(MemoryCategory::workspace, 120);
+  EXPECT_EQ(at(ledger.live(), MemoryCategory::parameters), 100);
+  EXPECT_EQ(ledger.live().total(), 100);
+  EXPECT_EQ(at(ledger.peaks(), MemoryCategory::activations), 50);
+  EXPECT_EQ(at(ledger.peaks(), MemoryCategory::workspace), 120);
+  // The peaks' sum is 270; the most ever live at once is 220, with this mix.
+  EXPECT_EQ(ledger.total_peak_bytes(), 220);
+  EXPECT_EQ(at(ledger.at_total_peak(), MemoryCategory::parameters), 100);
+  EXPECT_EQ(at(ledger.at_total_peak(), MemoryCategory::workspace), 120);
+  EXPECT_EQ(at(ledger.at_total_peak(), MemoryCategory::activations), 0);
+  ledger.moved(MemoryCategory::parameters, MemoryCategory::gradients, 40);
+  EXPECT_EQ(at(ledger.live(), MemoryCategory::gradients), 40);
+  EXPECT_EQ(ledger.live().total(), 100);
+  ledger.reset_peaks();
+  EXPECT_EQ(ledger.total_peak_bytes(), 100);
+  EXPECT_EQ(at(ledger.peaks(), MemoryCategory::workspace), 0);
+}
+
+TEST(MemoryLedger, BuffersChargeTheCurrentLedgerUnderTheirCategory) {
+  kernels::Backend& cpu = kernels::cpu_backend();
+  MemoryLedger ledger;
+  Buffer outside(cpu, DType::f32, 16);  // no ledger current: not counted
+  {
+    const MemoryLedger::Scope counted(ledger);
+    Buffer weights(cpu, DType::f32);
+    weights.set_category(MemoryCategory::parameters);
+    weights.resize(10);
+    EXPECT_EQ(at(ledger.live(), MemoryCategory::parameters), 40);
+    weights.resize(5);  // capacity kept: nothing new
+    EXPECT_EQ(at(ledger.live(), MemoryCategory::parameters), 40);
+    weights.resize(20);  // grows: the old block goes, the new one comes
+    EXPECT_EQ(at(ledger.live(), MemoryCategory::parameters), 80);
+    EXPECT_EQ(ledger.total_peak_bytes(), 80);
+    Buffer scratch(cpu, DType::f64, 4);
+    EXPECT_EQ(at(ledger.live(), MemoryCategory::workspace), 32);  // unnamed: workspace
+    swap(weights, scratch);  // the category travels with the memory
+    EXPECT_EQ(scratch.category(), MemoryCategory::parameters);
+    EXPECT_EQ(at(ledger.live(), MemoryCategory::parameters), 80);
+    scratch.set_category(MemoryCategory::gradients);
+    EXPECT_EQ(at(ledger.live(), MemoryCategory::gradients), 80);
+    EXPECT_EQ(at(ledger.live(), MemoryCategory::parameters), 0);
+    outside.release();  // charged nowhere: debits nothing
+  }
+  // Buffers gone: everything debited; the peaks stay.
+  EXPECT_EQ(ledger.live().total(), 0);
+  EXPECT_EQ(ledger.total_peak_bytes(), 112);
+}
+
+TEST(MemoryLedger, OneRankModelStatesAreExactlyParameterCountTimesBytes) {
+  const Plan plan = Plan::from_json(Json::parse(R"({"model": {"name": "tiny", "layers": 2, "hidden": 32, "heads": 2,
+      "vocab": 256, "seq_len": 16}, "cluster": "local-cpu", "train": {"global_batch": 4, "precision": "fp32",
+      "optimizer": "adamw"}, "parallel": {"micro_batch": 2}})"),
+                                    "");
+  SingleRankCommunicator world;
+  ProcessGrid grid(plan.parallel, world);
+  Trainer trainer(plan, grid, DataLoader(synthetic_corpus(4096, 1), plan.train.global_batch, plan.seq_len()),
+                  TrainerOptions{});
+  trainer.step();
+  trainer.step();
+  const std::int64_t count = plan.model.parameter_count();
+  const MemoryLedger& memory = trainer.memory();
+  // fp32 master weights (the compute type is fp32: no copy), fp32 gradients, AdamW's two moments.
+  EXPECT_EQ(at(memory.peaks(), MemoryCategory::parameters), 4 * count);
+  EXPECT_EQ(at(memory.peaks(), MemoryCategory::gradients), 4 * count);
+  EXPECT_EQ(at(memory.peaks(), MemoryCategory::optimizer), 8 * count);
+  EXPECT_GT(at(memory.peaks(), MemoryCategory::activations), 0);
+  EXPECT_GE(memory.total_peak_bytes(), 16 * count + at(memory.at_total_peak(), MemoryCategory::activations));
+  // The planner predicts the same model states to the byte.
+  const planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
+                                 profiles::shipped_profile("local-cpu"));
+  const planner::MemoryBreakdown predicted = planner::stage_memory(model, plan.parallel, 0);
+  EXPECT_DOUBLE_EQ(predicted.parameters_bytes, double(4 * count));
+  EXPECT_DOUBLE_EQ(predicted.gradients_bytes, double(4 * count));
+  EXPECT_DOUBLE_EQ(predicted.optimizer_bytes, double(8 * count));
+}
+
+// A GPU's device peak covers the trainer's tensors (the allocator's blocks are rounded
+// up and the context comes on top); the CPU backend cannot tell its memory apart from
+// the process's and says 0.
+TEST(MemoryLedger, DevicePeakCoversTheTrainersTensorsOnAGpu) {
+  EXPECT_EQ(kernels::cpu_backend().device_peak_bytes(), 0u);
+  if (kernels::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: the device peak is not measured here";
+  const Plan plan = Plan::from_json(Json::parse(R"({"model": {"name": "tiny", "layers": 2, "hidden": 64, "heads": 2,
+      "vocab": 256, "seq_len": 32}, "cluster": "local-cpu", "train": {"global_batch": 4, "precision": "fp32"},
+      "parallel": {"micro_batch": 2}})"),
+                                    "");
+  const std::unique_ptr<kernels::Backend> gpu = kernels::make_cuda_backend(0);
+  SingleRankCommunicator world(*gpu);
+  ProcessGrid grid(plan.parallel, world);
+  Trainer trainer(plan, grid, DataLoader(synthetic_corpus(4096, 1), plan.train.global_batch, plan.seq_len()),
+                  TrainerOptions{}, *gpu);
+  trainer.step();
+  const std::int64_t count = plan.model.parameter_count();
+  EXPECT_EQ(trainer.memory().peaks()[MemoryCategory::parameters], 4 * count);
+  EXPECT_GE(double(gpu->device_peak_bytes()), double(trainer.memory().total_peak_bytes()));
+}
