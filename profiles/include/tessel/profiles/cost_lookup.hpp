@@ -20,6 +20,13 @@
 // intra-node all-gather. Every device of a node is assumed to communicate at once, so
 // each gets 1/gpus_per_node of the node's NIC bandwidth (divided by the fat-tree
 // oversubscription).
+//
+// Ranks sharing cores: a CPU profile states the cores of its machine (device.cores).
+// When a node holds more ranks than cores, the ranks take turns, so every rank gets
+// cores / ranks of a core for everything it does: GEMM, streaming and collective times
+// are multiplied by ranks / cores (the simulator's links by the same factor), and the
+// lookup raises kCoresShared so that every prediction says so. A profile that states
+// no cores (GPUs) prices one device per rank, as before.
 #pragma once
 
 #include <algorithm>
@@ -53,6 +60,7 @@ GroupPlacement place_group(int size, int stride, int gpus_per_node);
 enum CostFlag : unsigned {
   kGemmExtrapolated = 1u << 0,  // a GEMM size outside the sampled range
   kGemmRoofline = 1u << 1,      // no GEMM sample for a precision: roofline at peak
+  kCoresShared = 1u << 2,       // more ranks on a node than the CPU profile's cores
 };
 std::vector<std::string> describe_cost_flags(unsigned flags);
 
@@ -64,6 +72,9 @@ class CostLookup {
   const DeviceSpec& device() const { return device_; }
   const ClusterSpec& cluster() const { return cluster_; }
   int gpus_per_node() const { return gpus_per_node_; }
+  // Ranks per core on a node (>= 1): what every rank's time is multiplied by when the
+  // ranks outnumber a CPU profile's cores; 1 otherwise.
+  double core_sharing() const { return core_sharing_; }
 
   // The profile's calibration (defaults when it has none). A fit replaces it to price
   // the same runs under new parameters without rebuilding the lookup.
@@ -116,6 +127,8 @@ class CostLookup {
     double peak = 0;
   };
   const Curve& curve(Precision precision) const;
+  // Divides every rate by ranks / cores when a CPU node holds more ranks than cores.
+  void share_cores();
   // Seconds of one GEMM by the profile's curve, before calibration.
   double curve_seconds(double gemm_flops, Precision precision) const;
   using OpFits = std::array<std::optional<LinkFit>, 7>;  // by Collective
@@ -126,6 +139,7 @@ class CostLookup {
   DeviceSpec device_;
   ClusterSpec cluster_;
   int gpus_per_node_;
+  double core_sharing_ = 1;
   Calibration calibration_;
   std::string calibration_note_;
   Curve curves_[3];  // by Precision
