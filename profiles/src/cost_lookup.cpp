@@ -25,6 +25,10 @@ std::vector<std::string> describe_cost_flags(unsigned flags) {
   if (flags & kCoresShared) {
     out.emplace_back("more ranks than the profile's cores: ranks take turns, each priced at cores/ranks of a core");
   }
+  if (flags & kCoresUnstated) {
+    out.emplace_back("the CPU profile states no core count: each rank priced as if it had a core of its own "
+                     "(re-run tessel profile --backend cpu)");
+  }
   return out;
 }
 
@@ -133,7 +137,12 @@ CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, i
 }
 
 void CostLookup::share_cores() {
-  if (device_.kind != "cpu" || device_.cores <= 0 || gpus_per_node_ <= device_.cores) return;
+  if (device_.kind != "cpu" || gpus_per_node_ <= 1) return;
+  if (device_.cores <= 0) {
+    flags_.fetch_or(kCoresUnstated, std::memory_order_relaxed);
+    return;
+  }
+  if (gpus_per_node_ <= device_.cores) return;
   core_sharing_ = double(gpus_per_node_) / device_.cores;
   // The per-collective fits are divided in level_time_s; these serve everything else
   // (the cluster-spec fallback and the simulator's links).

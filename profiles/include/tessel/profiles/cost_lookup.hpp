@@ -26,7 +26,8 @@
 // cores / ranks of a core for everything it does: GEMM, streaming and collective times
 // are multiplied by ranks / cores (the simulator's links by the same factor), and the
 // lookup raises kCoresShared so that every prediction says so. A profile that states
-// no cores (GPUs) prices one device per rank, as before.
+// no cores prices one device per rank; for a CPU profile of several ranks (one measured
+// before profiles recorded cores) it raises kCoresUnstated, so that is said too.
 #pragma once
 
 #include <algorithm>
@@ -61,6 +62,7 @@ enum CostFlag : unsigned {
   kGemmExtrapolated = 1u << 0,  // a GEMM size outside the sampled range
   kGemmRoofline = 1u << 1,      // no GEMM sample for a precision: roofline at peak
   kCoresShared = 1u << 2,       // more ranks on a node than the CPU profile's cores
+  kCoresUnstated = 1u << 3,     // a CPU profile without cores, several ranks: one core each assumed
 };
 std::vector<std::string> describe_cost_flags(unsigned flags);
 
