@@ -2,13 +2,11 @@
 #include "tessel/profiles/run_store.hpp"
 
 #include <sqlite3.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-
 #include <fmt/format.h>
 
 #include "database_open.hpp"
@@ -326,8 +324,8 @@ void ProfileStore::put_profile(const Profile& profile) {
       meta.run_and_reset();
     }
     if (profile.device.cores > 0) {
-      meta.bind(1, std::string_view(profile.device.name)).bind(2, std::string_view(kDeviceCoresKey));
-      meta.bind(3, std::string_view(std::to_string(profile.device.cores)));
+      const std::string cores = std::to_string(profile.device.cores);
+      meta.bind(1, std::string_view(profile.device.name)).bind(2, std::string_view(kDeviceCoresKey)).bind(3, cores);
       meta.run_and_reset();
     }
   });
