@@ -90,6 +90,12 @@ trap 'rm -rf "$workdir"' EXIT
 if [ -z "$db" ]; then db="$workdir/loop.db"; fi
 
 started_s=$(date +%s.%N)
+# Other programs on the cores stretch every measured step, and no profile predicts them:
+# the load is printed at the start and the end so that a reader can tell.
+cores=$(nproc)
+load_line() { echo "load average $(cut -d' ' -f1-3 /proc/loadavg) on $cores cores$( \
+  awk -v c="$cores" '$1 > c { printf " (busy: other programs share the cores; measured steps include waiting for them)" }' /proc/loadavg)"; }
+echo "$(load_line) at the start"
 elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$started_s" "$(date +%s.%N)"; }
 
 echo "== 1. this machine's profile"
@@ -131,4 +137,4 @@ cat "$workdir/calibrate.txt"
 echo
 echo "== summary (suite $(basename "$(dirname "$manifest")"), ${#calibrate_ids[@]} plans fitted, ${#predict_ids[@]} predicted)"
 sed -nE 's/^held out, (before|after): +/predict half, \1 calibration: /p' "$workdir/calibrate.txt"
-echo "suite wall time $(elapsed) s"
+echo "suite wall time $(elapsed) s; $(load_line) at the end"
