@@ -247,6 +247,11 @@ double CostLookup::level_time_s(Collective op, int ranks, double size_bytes, dou
 double CostLookup::collective_time_s(Collective op, GroupPlacement group, double size_bytes,
                                      CollectiveAlgorithm algorithm) const {
   if (size_bytes <= 0 || (group.ranks <= 1 && op != Collective::send_recv)) return 0;
+  return alpha_beta_time_s(op, group, size_bytes, algorithm) + calibration_.collective_call_overhead_s;
+}
+
+double CostLookup::alpha_beta_time_s(Collective op, GroupPlacement group, double size_bytes,
+                                     CollectiveAlgorithm algorithm) const {
   const int k = group.ranks_per_node;
   const int nodes = group.nodes();
   auto intra = [&](Collective level_op, double bytes) {

@@ -108,7 +108,8 @@ class CostLookup {
   double host_memory_time_s(double bytes) const;
   // Host<->device copies of `bytes` on one device's link.
   double host_device_time_s(double bytes) const;
-  // A collective of `size_bytes` (nccl-tests size) on `group`.
+  // A collective of `size_bytes` (nccl-tests size) on `group`: its alpha-beta time plus
+  // the calibrated collective call overhead.
   double collective_time_s(Collective op, GroupPlacement group, double size_bytes,
                            CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring) const;
 
@@ -134,6 +135,8 @@ class CostLookup {
   // Seconds of one GEMM by the profile's curve, before calibration.
   double curve_seconds(double gemm_flops, Precision precision) const;
   using OpFits = std::array<std::optional<LinkFit>, 7>;  // by Collective
+  double alpha_beta_time_s(Collective op, GroupPlacement group, double size_bytes,
+                           CollectiveAlgorithm algorithm) const;
   double level_time_s(Collective op, int ranks, double size_bytes, double bandwidth, double latency_s,
                       const OpFits& fits, double latency_scale, double bus_efficiency,
                       CollectiveAlgorithm algorithm) const;
