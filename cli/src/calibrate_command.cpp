@@ -116,15 +116,15 @@ void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c
 
 int run_calibrate(const CalibrateArgs& args) {
   const auto started = std::chrono::steady_clock::now();
+  if (!args.held_out_runs.empty() && args.runs.empty()) {
+    throw Error("--held-out-runs: also give --runs (the runs to fit on)");
+  }
   if (args.published.empty() && args.runs.empty()) {
     throw Error(
         "calibrate: give --published DIR (the corpus of published runs), --runs LIST|all (runs in --db), or both");
   }
   std::vector<planner::PublishedRun> runs;
   if (!args.published.empty()) runs = planner::load_published_runs(args.published);
-  if (!args.held_out_runs.empty() && args.runs.empty()) {
-    throw Error("--held-out-runs: also give --runs (the runs to fit on)");
-  }
   if (!args.runs.empty()) {
     const std::string db = args.db.empty() ? profiles::ProfileStore::default_path() : args.db;
     for (planner::PublishedRun& run : planner::load_recorded_runs(db, parse_run_ids(args.runs)))

@@ -15,6 +15,17 @@ python3 "$(dirname "$0")/suite_manifest_check.py" "$suite/manifest.json" "$build
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tessel-cpu-loop-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# --held-out-runs alone, or a run both fitted and held out, is one line and status 2.
+refused_in_one_line() {
+  local status=0
+  "$build_dir/bin/tessel" calibrate "$@" >"$work/refusal.txt" 2>&1 || status=$?
+  if [ "$status" -ne 2 ] || [ "$(wc -l <"$work/refusal.txt")" -ne 1 ] || ! grep -q -- "--held-out-runs" "$work/refusal.txt"; then
+    echo "FAIL: tessel calibrate $* should refuse in one line naming --held-out-runs (status 2), got $status:" >&2
+    cat "$work/refusal.txt" >&2
+    exit 1
+  fi
+}
+refused_in_one_line --held-out-runs 1 --db "$work/none.db"
 # Small-model plans only, so that the loop takes seconds: strategies 1 and 3 fitted
 # (one rank; a pipeline), 2 and 8 predicted (data parallel; full recompute).
 cat >"$work/manifest.json" <<EOF
