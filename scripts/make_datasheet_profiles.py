@@ -83,8 +83,9 @@ DEVICES = [
             "name": "local-cpu", "kind": "cpu",
             "peak_flops_per_s": {"fp32": 147.2e9, "tf32": 147.2e9, "bf16": 147.2e9, "fp16": 147.2e9},
             "memory_bytes": 25769803776, "memory_bandwidth_bytes_per_s": 10e9,
-            "memory_efficiency": 0.8, "workspace_bytes": 183500800,
+            "memory_efficiency": 0.8, "workspace_bytes": 183500800, "cores": 2,
             "sources": {
+                "cores": "the development and CI machines have 2 cores; more ranks than that take turns on them (replaced by tessel profile --backend cpu)",
                 "peak_flops_per_s": "estimate for one rank (one core) of the development machine: 2.3 GHz x 64 fp32 FLOP/cycle (two 512-bit FMA ports); CPU kernels compute in fp32 whatever the storage precision",
                 "memory_bytes": "the development and CI machines have 24 GiB",
                 "memory_bandwidth_bytes_per_s": "assumed: 10 GB/s",

@@ -31,6 +31,7 @@ struct CalibrateArgs {
   std::string db;
   std::vector<std::string> fit;
   std::string runs;  // "all" or run ids "1,2,3" from the database
+  std::string held_out_runs;  // run ids priced with the fit, never fitted on
   std::string unstated_kernels = "unfused";
   int max_evaluations = 400;
 };
@@ -51,7 +52,7 @@ profiles::Profile base_profile(const std::string& device, const std::string& db)
 }
 
 // "all" = every finished run; else positive run ids separated by commas.
-std::vector<std::int64_t> parse_run_ids(const std::string& text) {
+std::vector<std::int64_t> parse_run_ids(const std::string& text, const char* option = "--runs") {
   std::vector<std::int64_t> ids;
   if (text == "all") return ids;
   std::size_t start = 0;
@@ -66,7 +67,7 @@ std::vector<std::int64_t> parse_run_ids(const std::string& text) {
       used = 0;
     }
     if (used == 0 || used != item.size() || id <= 0) {
-      throw Error(fmt::format("--runs: expected run ids such as 1,2,3 or all, got '{}'", text));
+      throw Error(fmt::format("{}: expected run ids such as 1,2,3 or all, got '{}'", option, text));
     }
     ids.push_back(id);
     start = comma + 1;
@@ -115,6 +116,9 @@ void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c
 
 int run_calibrate(const CalibrateArgs& args) {
   const auto started = std::chrono::steady_clock::now();
+  if (!args.held_out_runs.empty() && args.runs.empty()) {
+    throw Error("--held-out-runs: also give --runs (the runs to fit on)");
+  }
   if (args.published.empty() && args.runs.empty()) {
     throw Error(
         "calibrate: give --published DIR (the corpus of published runs), --runs LIST|all (runs in --db), or both");
@@ -125,6 +129,16 @@ int run_calibrate(const CalibrateArgs& args) {
     const std::string db = args.db.empty() ? profiles::ProfileStore::default_path() : args.db;
     for (planner::PublishedRun& run : planner::load_recorded_runs(db, parse_run_ids(args.runs)))
       runs.push_back(std::move(run));
+    if (!args.held_out_runs.empty()) {
+      if (args.held_out_runs == "all") throw Error("--held-out-runs: expected run ids such as 4,5,6, got 'all'");
+      for (planner::PublishedRun& run : planner::load_recorded_runs(db, parse_run_ids(args.held_out_runs, "--held-out-runs"))) {
+        for (const planner::PublishedRun& fitted : runs) {
+          if (fitted.id == run.id) throw Error(fmt::format("--held-out-runs: {} is also in --runs", run.id));
+        }
+        run.held_out = true;  // priced with the fit, never fitted on
+        runs.push_back(std::move(run));
+      }
+    }
   }
   const std::string inputs = args.runs.empty()        ? "published"
                              : args.published.empty() ? "recorded"
@@ -213,6 +227,8 @@ Command add_calibrate_command(CLI::App& app) {
       "calibrate", "Fit a device profile's calibration parameters to published measured runs and write it");
   cmd->add_option("--published", args->published, "Directory of published-run JSON files (corpus/published)");
   cmd->add_option("--runs", args->runs, "Runs recorded in --db by `tessel run`: ids 1,2,3 or all (every finished run)");
+  cmd->add_option("--held-out-runs", args->held_out_runs,
+                  "Runs in --db (ids 4,5,6) to predict before and after the fit, never fitted on");
   cmd->add_option("--device", args->device,
                   "Device to calibrate: a device of the corpus (A100-SXM-80GB, H100-SXM) or all");
   cmd->add_option("--out", args->out_file, "Write the calibrated profile to this JSON file instead of the database");
@@ -220,7 +236,8 @@ Command add_calibrate_command(CLI::App& app) {
   cmd->add_option("--fit", args->fit,
                   "Parameters to fit, or all (the default): gemm_efficiency_scale, "
                   "memory_efficiency_scale, attention_efficiency_scale, "
-                  "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s")
+                  "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s, "
+                  "collective_call_overhead_s")
       ->delimiter(',');
   cmd->add_option("--max-evaluations", args->max_evaluations, "Cost-model evaluations per fit (default 400)");
   cmd->add_option("--unstated-kernels", args->unstated_kernels,

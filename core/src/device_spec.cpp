@@ -36,6 +36,8 @@ DeviceSpec DeviceSpec::from_json(const Json& json, const std::string& path) {
   d.memory_efficiency = f.fraction_or("memory_efficiency", 1.0);
   d.workspace_bytes = f.has("workspace_bytes") ? f.positive_number("workspace_bytes") : 0.0;
   d.moe_load_imbalance = f.number_in_range_or("moe_load_imbalance", 1.0, 1024.0, 1.0);
+  d.cores = f.has("cores") ? int(f.positive_int_or("cores", 1, limits::kMaxGpus)) : 0;
+  if (d.cores > 0 && d.kind != "cpu") f.fail("cores", "is stated for CPU devices only (kind \"cpu\")");
   if (const Json* sources = f.get("sources")) d.sources = *sources;
   f.finish();
   return d;
@@ -54,6 +56,7 @@ Json DeviceSpec::to_json() const {
            {"memory_efficiency", memory_efficiency},
            {"workspace_bytes", workspace_bytes}};
   if (moe_load_imbalance != 1.0) out["moe_load_imbalance"] = moe_load_imbalance;
+  if (cores > 0) out["cores"] = cores;
   if (!sources.is_null()) out["sources"] = sources;
   return out;
 }

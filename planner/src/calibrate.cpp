@@ -37,14 +37,17 @@ void zip_times(LayoutCost& a, const LayoutCost& b, F f) {
   f(a.backward_compute_s, b.backward_compute_s);
 }
 
-// The basis coordinates of a calibration: 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter, overhead_s.
-std::array<double, 6> coordinates(const Calibration& c) {
+// The basis coordinates of a calibration: 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter,
+// the layer overhead and the collective call overhead.
+std::array<double, kBasisDirections> coordinates(const Calibration& c) {
   return {1.0 / c.gemm_efficiency_scale, 1.0 / c.memory_efficiency_scale, 1.0 / c.attention_efficiency_scale,
-          1.0 / c.intra_bus_efficiency,  1.0 / c.inter_bus_efficiency,    c.layer_overhead_s};
+          1.0 / c.intra_bus_efficiency,  1.0 / c.inter_bus_efficiency,    c.layer_overhead_s,
+          c.collective_call_overhead_s};
 }
 
-LayoutCost layout_at(const LayoutCost& base, const std::array<LayoutCost, 6>& slope, const Calibration& c) {
-  const std::array<double, 6> x = coordinates(c), x0 = coordinates(Calibration{});
+LayoutCost layout_at(const LayoutCost& base, const std::array<LayoutCost, kBasisDirections>& slope,
+                     const Calibration& c) {
+  const std::array<double, kBasisDirections> x = coordinates(c), x0 = coordinates(Calibration{});
   LayoutCost out = base;
   for (std::size_t j = 0; j < x.size(); ++j) {
     const double dx = x[j] - x0[j];
@@ -59,14 +62,15 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
   basis.at_defaults = model.layout_cost(parallel);
   if (basis.at_defaults.reject != Reject::none) return basis;
   // One step along each coordinate: 1/scale from 1 to 2, overhead from 0 to 1 ms.
-  std::array<Calibration, 6> steps;
+  std::array<Calibration, kBasisDirections> steps;
   steps[0].gemm_efficiency_scale = 0.5;
   steps[1].memory_efficiency_scale = 0.5;
   steps[2].attention_efficiency_scale = 0.5;
   steps[3].intra_bus_efficiency = 0.5;
   steps[4].inter_bus_efficiency = 0.5;
   steps[5].layer_overhead_s = 1e-3;
-  const std::array<double, 6> step_size{1.0, 1.0, 1.0, 1.0, 1.0, 1e-3};
+  steps[6].collective_call_overhead_s = 1e-3;
+  const std::array<double, kBasisDirections> step_size{1.0, 1.0, 1.0, 1.0, 1.0, 1e-3, 1e-3};
   for (std::size_t j = 0; j < steps.size(); ++j) {
     model.set_calibration(steps[j]);
     basis.slope[j] = model.layout_cost(parallel);
@@ -76,7 +80,7 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
   Calibration probe;
   probe.gemm_efficiency_scale = 0.8, probe.memory_efficiency_scale = 1.3, probe.intra_bus_efficiency = 0.7;
   probe.attention_efficiency_scale = 0.6;
-  probe.inter_bus_efficiency = 1.2, probe.layer_overhead_s = 2e-4;
+  probe.inter_bus_efficiency = 1.2, probe.layer_overhead_s = 2e-4, probe.collective_call_overhead_s = 3e-5;
   model.set_calibration(probe);
   const LayoutCost direct = model.layout_cost(parallel);
   LayoutCost combined = layout_at(basis.at_defaults, basis.slope, probe);
@@ -201,7 +205,8 @@ std::vector<const Calibration::Parameter*> chosen_parameters(const CalibrationOp
       throw Error(
           fmt::format("--fit: unknown parameter '{}' (allowed: gemm_efficiency_scale, memory_efficiency_scale, "
                       "attention_efficiency_scale, "
-                      "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s)",
+                      "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s, "
+                      "collective_call_overhead_s)",
                       name));
     }
   }

@@ -22,6 +22,7 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
       {"inter_bus_efficiency", 0.1, 2.0, &Calibration::inter_bus_efficiency},
       {"overlap_efficiency", 0.0, 1.0, &Calibration::overlap_efficiency},
       {"layer_overhead_s", 0.0, 0.01, &Calibration::layer_overhead_s},
+      {"collective_call_overhead_s", 0.0, 0.1, &Calibration::collective_call_overhead_s},
   }};
   return table;
 }
@@ -38,7 +39,7 @@ Calibration Calibration::from_json(const Json& json, const std::string& path) {
       throw Error(fmt::format(
           "{}.{}: unknown calibration parameter (allowed: gemm_efficiency_scale, "
           "memory_efficiency_scale, attention_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
-          "overlap_efficiency, layer_overhead_s)",
+          "overlap_efficiency, layer_overhead_s, collective_call_overhead_s)",
           path, key));
     }
     const double number = value.is_number() ? value.get<double>() : std::nan("");

@@ -22,6 +22,13 @@ std::vector<std::string> describe_cost_flags(unsigned flags) {
   std::vector<std::string> out;
   if (flags & kGemmExtrapolated) out.emplace_back("GEMM sizes outside the profile's sampled range were extrapolated");
   if (flags & kGemmRoofline) out.emplace_back("no GEMM samples for the precision: roofline at peak was used");
+  if (flags & kCoresShared) {
+    out.emplace_back("more ranks than the profile's cores: ranks take turns, each priced at cores/ranks of a core");
+  }
+  if (flags & kCoresUnstated) {
+    out.emplace_back("the CPU profile states no core count: each rank priced as if it had a core of its own "
+                     "(re-run tessel profile --backend cpu)");
+  }
   return out;
 }
 
@@ -127,12 +134,32 @@ CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, i
     inter_latency_s_ = intra_latency_s_;
     inter_fits_ = intra_fits_;
   }
+  share_cores();
+}
+
+void CostLookup::share_cores() {
+  if (device_.kind != "cpu" || gpus_per_node_ <= 1) return;
+  if (device_.cores <= 0) {
+    flags_.fetch_or(kCoresUnstated, std::memory_order_relaxed);
+    return;
+  }
+  if (gpus_per_node_ <= device_.cores) return;
+  core_sharing_ = double(gpus_per_node_) / device_.cores;
+  // The per-collective fits are divided in level_time_s; these serve everything else
+  // (the cluster-spec fallback and the simulator's links).
+  memory_bw_ /= core_sharing_;
+  intra_bw_ /= core_sharing_;
+  intra_latency_s_ *= core_sharing_;
+  inter_bw_ /= core_sharing_;
+  inter_latency_s_ *= core_sharing_;
+  flags_.fetch_or(kCoresShared, std::memory_order_relaxed);
 }
 
 CostLookup::CostLookup(const CostLookup& other)
     : device_(other.device_),
       cluster_(other.cluster_),
       gpus_per_node_(other.gpus_per_node_),
+      core_sharing_(other.core_sharing_),
       calibration_(other.calibration_),
       calibration_note_(other.calibration_note_),
       prediction_bounds_(other.prediction_bounds_),
@@ -175,7 +202,7 @@ double CostLookup::curve_seconds(double gemm_flops, Precision precision) const {
 }
 
 double CostLookup::gemm_seconds(double gemm_flops, Precision precision) const {
-  return curve_seconds(gemm_flops, precision) / calibration_.gemm_efficiency_scale;
+  return curve_seconds(gemm_flops, precision) * core_sharing_ / calibration_.gemm_efficiency_scale;
 }
 
 double CostLookup::gemm_efficiency(double gemm_flops, Precision precision) const {
@@ -193,7 +220,8 @@ double CostLookup::gemm_time_s(double m, double n, double k, Precision precision
 
 double CostLookup::attention_time_s(double total_flops, double gemm_flops, Precision precision) const {
   if (total_flops <= 0) return 0;
-  return total_flops / gemm_flops * curve_seconds(gemm_flops, precision) / calibration_.attention_efficiency_scale;
+  return total_flops / gemm_flops * curve_seconds(gemm_flops, precision) * core_sharing_ /
+         calibration_.attention_efficiency_scale;
 }
 
 double CostLookup::memory_time_s(double bytes) const {
@@ -211,8 +239,8 @@ double CostLookup::level_time_s(Collective op, int ranks, double size_bytes, dou
                                 CollectiveAlgorithm algorithm) const {
   if (ranks <= 1 && op != Collective::send_recv) return 0;
   if (const auto& fit = fits[std::size_t(op)]; fit && algorithm == CollectiveAlgorithm::ring) {
-    bandwidth = fit->bus_bandwidth_bytes_per_s;
-    latency_s = fit->alpha_s * latency_scale;
+    bandwidth = fit->bus_bandwidth_bytes_per_s / core_sharing_;
+    latency_s = fit->alpha_s * latency_scale * core_sharing_;
   }
   return collective_steps(op, ranks, algorithm) * latency_s +
          size_bytes * bus_bandwidth_factor(op, ranks) / (bandwidth * bus_efficiency);
@@ -221,6 +249,11 @@ double CostLookup::level_time_s(Collective op, int ranks, double size_bytes, dou
 double CostLookup::collective_time_s(Collective op, GroupPlacement group, double size_bytes,
                                      CollectiveAlgorithm algorithm) const {
   if (size_bytes <= 0 || (group.ranks <= 1 && op != Collective::send_recv)) return 0;
+  return alpha_beta_time_s(op, group, size_bytes, algorithm) + calibration_.collective_call_overhead_s;
+}
+
+double CostLookup::alpha_beta_time_s(Collective op, GroupPlacement group, double size_bytes,
+                                     CollectiveAlgorithm algorithm) const {
   const int k = group.ranks_per_node;
   const int nodes = group.nodes();
   auto intra = [&](Collective level_op, double bytes) {

@@ -1,5 +1,6 @@
 #include "tessel/profiles/cpu_profiler.hpp"
 
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,13 @@ namespace tessel::profiles {
 CpuInfo detect_cpu() {
   CpuInfo info;
   info.cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  // The CPUs this process may run on (a container or taskset may allow fewer than the
+  // machine has): the ranks mpirun starts from here share those.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 0) {
+    info.cores = std::min(info.cores, int(CPU_COUNT(&allowed)));
+  }
   std::ifstream in("/proc/cpuinfo");
   std::string line, flags;
   while (std::getline(in, line)) {
@@ -123,6 +131,9 @@ Profile profile_cpu(const CpuProfileOptions& options) {
                   "CPU kernels compute in fp32 whatever the storage precision",
                   host, cpu.model, cpu.ghz, cpu.fp32_flops_per_cycle, cpu.isa);
   device.sources["gemm"] = fmt::format("measured: Eigen, one thread, on {} {}", host, date);
+  device.cores = cpu.cores;
+  device.sources["cores"] = fmt::format(
+      "measured: the logical CPUs this process may run on, on {} {}; ranks beyond them share cores", host, date);
 
   const MeasureOptions timing = options.quick ? MeasureOptions{1, 3, 0.01, 0.2} : MeasureOptions{1, 5, 0.05, 0.2};
   const std::vector<GemmShape> shapes = gemm_shapes(options.quick);

@@ -2,12 +2,11 @@
 #include "tessel/profiles/run_store.hpp"
 
 #include <sqlite3.h>
-
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-
 #include <fmt/format.h>
 
 #include "database_open.hpp"
@@ -21,6 +20,9 @@ namespace fs = std::filesystem;
 
 // "tssl" in ASCII: marks the file as a tessel database.
 constexpr int kApplicationId = 0x7473736c;
+
+// A CPU device's core count (DeviceSpec::cores) rides in profile_meta: no new column.
+constexpr const char* kDeviceCoresKey = "device.cores";
 
 // Migrations, index i brings the schema from version i to i + 1.
 const char* const kMigrations[] = {
@@ -330,6 +332,11 @@ void ProfileStore::put_profile(const Profile& profile) {
       meta.bind(3, std::string_view(it.value().dump()));
       meta.run_and_reset();
     }
+    if (profile.device.cores > 0) {
+      const std::string cores = std::to_string(profile.device.cores);
+      meta.bind(1, std::string_view(profile.device.name)).bind(2, std::string_view(kDeviceCoresKey)).bind(3, cores);
+      meta.run_and_reset();
+    }
   });
 }
 
@@ -420,7 +427,11 @@ std::optional<Profile> ProfileStore::load(const std::string& device) const {
   }
   Statement meta(db_, "SELECT key, value FROM profile_meta WHERE device = ?1 ORDER BY key", path_);
   meta.bind(1, std::string_view(device));
-  while (meta.step()) p.meta[meta.text(0)] = parse_json_text(meta.text(1), path_);
+  while (meta.step()) {
+    const Json value = parse_json_text(meta.text(1), path_);
+    if (meta.text(0) != kDeviceCoresKey) p.meta[meta.text(0)] = value;
+    else if (value.is_number_integer()) d.cores = int(std::clamp<std::int64_t>(value, 0, limits::kMaxGpus));
+  }
   return p;
 }
 

@@ -244,6 +244,9 @@ class Replay {
           }
         }
       }
+      // The calibrated fixed cost of every call (profiles/calibration.hpp), as the planner adds it.
+      const double call_overhead_s = costs_.calibration().collective_call_overhead_s;
+      if (call_overhead_s > 0) sg4::this_actor::sleep_for(call_overhead_s);
     }
   }
 
@@ -328,6 +331,8 @@ class Replay {
         Meeting& meeting = meeting_for(key);
         if (op.work.kind == OpKind::send) {
           run_flows({{source, destination}}, op.work.bytes, 0);
+          const double call_overhead_s = costs_.calibration().collective_call_overhead_s;
+          if (call_overhead_s > 0) sg4::this_actor::sleep_for(call_overhead_s);
           std::unique_lock lock(*meeting.mutex);
           meeting.finished = true;
           meeting.changed->notify_all();

@@ -14,6 +14,7 @@
 #include "tessel/core/error.hpp"
 #include "tessel/planner/published_runs.hpp"
 #include "tessel/profiles/calibration.hpp"
+#include "tessel/profiles/cost_lookup.hpp"
 #include "tessel/profiles/prediction_bounds.hpp"
 #include "tessel/profiles/profile.hpp"
 
@@ -117,6 +118,32 @@ TEST(Calibration, TheCachedBasisMatchesTheEstimate) {
   const std::vector<double> direct = runs.predict(probe, runs.all_rows());
   const std::vector<double> fast = runs.predict_fast(probe, runs.all_rows());
   for (std::size_t i = 0; i < runs.size(); ++i) EXPECT_NEAR(fast[i], direct[i], 1e-9 * direct[i]) << runs.run(i).id;
+}
+
+TEST(Calibration, TheCollectiveCallOverheadIsPaidOncePerCallAndCachedExactly) {
+  const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
+  profiles::CostLookup costs(profile, resolve_cluster("dgx-a100"), 2, 8);
+  const profiles::GroupPlacement two_nodes{16, 8};
+  const double plain_s = costs.collective_time_s(Collective::all_reduce, two_nodes, 1e8);
+  Calibration waiting;
+  waiting.collective_call_overhead_s = 2e-3;
+  costs.set_calibration(waiting);
+  EXPECT_NEAR(costs.collective_time_s(Collective::all_reduce, two_nodes, 1e8) - plain_s, 2e-3, 1e-12)
+      << "once per call, not once per level of the hierarchy";
+  EXPECT_EQ(costs.collective_time_s(Collective::all_reduce, profiles::GroupPlacement{1, 1}, 1e8), 0.0)
+      << "no call, no overhead";
+  RunSet runs(synthetic_runs(Calibration{}), profile);
+  Calibration probe = known_truth();
+  probe.collective_call_overhead_s = 5e-4;
+  const std::vector<double> direct = runs.predict(probe, runs.all_rows());
+  const std::vector<double> fast = runs.predict_fast(probe, runs.all_rows());
+  const std::vector<double> none = runs.predict(known_truth(), runs.all_rows());
+  bool some_run_communicates = false;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_NEAR(fast[i], direct[i], 1e-9 * direct[i]) << runs.run(i).id;
+    some_run_communicates |= direct[i] > none[i];
+  }
+  EXPECT_TRUE(some_run_communicates);
 }
 
 TEST(Calibration, FitRecoversTheParametersThatGeneratedTheRuns) {

@@ -108,6 +108,7 @@ TEST(Collectives, OversubscriptionAndTopologyComeFromTheClusterSpec) {
 
 TEST(CostLookup, MeasuredLinksReplaceTheSpecFigures) {
   Profile profile = shipped_profile("local-cpu");
+  profile.device.cores = 4;  // a core per rank: no sharing (core_sharing_test.cpp prices that)
   const ClusterSpec cluster = resolve_cluster("local-cpu");
   const CostLookup spec_only(profile, cluster, 1, 4);
   EXPECT_FALSE(spec_only.intra_from_samples());

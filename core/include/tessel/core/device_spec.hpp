@@ -30,6 +30,10 @@ struct DeviceSpec {
   // (1 = perfectly balanced routing). Its source goes in `sources` like every number;
   // absent from a profile it is 1.0 and not written back.
   double moe_load_imbalance = 1.0;
+  // CPU devices: the cores of the machine whose ranks share them (a CPU "device" is one
+  // rank on one core). More ranks on a node than cores take turns, and predictions
+  // say so (profiles/cost_lookup.hpp). 0 = not stated (GPUs): absent from JSON.
+  int cores = 0;
   Json sources;
 
   double peak_flops_per_s(Precision precision) const;

@@ -18,6 +18,9 @@
 
 namespace tessel::planner {
 
+// Directions of a run's cached layout-cost basis (RunSet::LayoutBasis).
+inline constexpr std::size_t kBasisDirections = 7;
+
 struct CalibrationOptions {
   // Names of the parameters to fit (profiles::Calibration::parameters()); empty = all.
   std::vector<std::string> parameters;
@@ -47,14 +50,15 @@ class RunSet {
   std::vector<std::size_t> all_rows() const;
 
   // A layout's cost is affine in the inverses of the five efficiency scales and in the
-  // layer overhead (every time in it is a GEMM, streaming or collective time divided by
+  // two overheads (every time in it is a GEMM, streaming or collective time divided by
   // exactly one of them, a latency, or a count of overheads), so it is cached per run
-  // at the defaults and along each of those six directions; finish() then adds ZeRO,
+  // at the defaults and along each of those seven directions; finish() then adds ZeRO,
   // overlap and the schedule under the calibration itself. A run whose layout is not
   // affine (a min() of two fabrics' rates: 2D broadcasts) is priced by estimate().
   struct LayoutBasis {
     LayoutCost at_defaults;
-    std::array<LayoutCost, 6> slope;  // per unit of 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter, overhead_s
+    // per unit of 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter, layer and collective call overhead_s
+    std::array<LayoutCost, kBasisDirections> slope;
     bool affine = false;
   };
 

@@ -18,6 +18,11 @@
 //    reduction and ZeRO gathers (1 = all of it).
 //  - layer_overhead_s: fixed seconds per transformer layer per micro-batch forward
 //    (backward pays twice): kernel launches and framework work per layer.
+//  - collective_call_overhead_s: fixed seconds every collective call pays beyond its
+//    alpha-beta time: a blocking call ends only when every member is running, so ranks
+//    that share cores (with each other or with other programs) wait for a partner's
+//    turn on a core (the CPU suite's tensor-parallel all-reduces, hundreds of times
+//    their alpha-beta time); on GPUs, the launch and framework work of each call.
 #pragma once
 
 #include <array>
@@ -38,6 +43,7 @@ struct Calibration {
   double inter_bus_efficiency = 1.0;
   double overlap_efficiency = 1.0;
   double layer_overhead_s = 0.0;
+  double collective_call_overhead_s = 0.0;
 
   // One fitted parameter: its name in JSON, the range a fit may search, and where it lives.
   struct Parameter {
@@ -45,7 +51,7 @@ struct Calibration {
     double lower, upper;
     double Calibration::*field;
   };
-  static constexpr std::size_t kParameterCount = 7;
+  static constexpr std::size_t kParameterCount = 8;
   static const std::array<Parameter, kParameterCount>& parameters();
 
   bool is_default() const { return *this == Calibration{}; }

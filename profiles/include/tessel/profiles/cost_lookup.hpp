@@ -20,6 +20,14 @@
 // intra-node all-gather. Every device of a node is assumed to communicate at once, so
 // each gets 1/gpus_per_node of the node's NIC bandwidth (divided by the fat-tree
 // oversubscription).
+//
+// Ranks sharing cores: a CPU profile states the cores of its machine (device.cores).
+// When a node holds more ranks than cores, the ranks take turns, so every rank gets
+// cores / ranks of a core for everything it does: GEMM, streaming and collective times
+// are multiplied by ranks / cores (the simulator's links by the same factor), and the
+// lookup raises kCoresShared so that every prediction says so. A profile that states
+// no cores prices one device per rank; for a CPU profile of several ranks (one measured
+// before profiles recorded cores) it raises kCoresUnstated, so that is said too.
 #pragma once
 
 #include <algorithm>
@@ -55,6 +63,8 @@ GroupPlacement place_group(int size, int stride, int gpus_per_node);
 enum CostFlag : unsigned {
   kGemmExtrapolated = 1u << 0,  // a GEMM size outside the sampled range
   kGemmRoofline = 1u << 1,      // no GEMM sample for a precision: roofline at peak
+  kCoresShared = 1u << 2,       // more ranks on a node than the CPU profile's cores
+  kCoresUnstated = 1u << 3,     // a CPU profile without cores, several ranks: one core each assumed
 };
 std::vector<std::string> describe_cost_flags(unsigned flags);
 
@@ -66,6 +76,9 @@ class CostLookup {
   const DeviceSpec& device() const { return device_; }
   const ClusterSpec& cluster() const { return cluster_; }
   int gpus_per_node() const { return gpus_per_node_; }
+  // Ranks per core on a node (>= 1): what every rank's time is multiplied by when the
+  // ranks outnumber a CPU profile's cores; 1 otherwise.
+  double core_sharing() const { return core_sharing_; }
 
   // The profile's calibration (defaults when it has none). A fit replaces it to price
   // the same runs under new parameters without rebuilding the lookup.
@@ -99,7 +112,8 @@ class CostLookup {
   double host_memory_time_s(double bytes) const;
   // Host<->device copies of `bytes` on one device's link.
   double host_device_time_s(double bytes) const;
-  // A collective of `size_bytes` (nccl-tests size) on `group`.
+  // A collective of `size_bytes` (nccl-tests size) on `group`: its alpha-beta time plus
+  // the calibrated collective call overhead.
   double collective_time_s(Collective op, GroupPlacement group, double size_bytes,
                            CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring) const;
 
@@ -120,9 +134,13 @@ class CostLookup {
     double peak = 0;
   };
   const Curve& curve(Precision precision) const;
+  // Divides every rate by ranks / cores when a CPU node holds more ranks than cores.
+  void share_cores();
   // Seconds of one GEMM by the profile's curve, before calibration.
   double curve_seconds(double gemm_flops, Precision precision) const;
   using OpFits = std::array<std::optional<LinkFit>, 7>;  // by Collective
+  double alpha_beta_time_s(Collective op, GroupPlacement group, double size_bytes,
+                           CollectiveAlgorithm algorithm) const;
   double level_time_s(Collective op, int ranks, double size_bytes, double bandwidth, double latency_s,
                       const OpFits& fits, double latency_scale, double bus_efficiency,
                       CollectiveAlgorithm algorithm) const;
@@ -130,6 +148,7 @@ class CostLookup {
   DeviceSpec device_;
   ClusterSpec cluster_;
   int gpus_per_node_;
+  double core_sharing_ = 1;
   Calibration calibration_;
   std::string calibration_note_;
   std::shared_ptr<const PredictionBounds> prediction_bounds_;  // shared: lookups are copied per search thread
