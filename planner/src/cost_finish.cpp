@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cost_parts.hpp"
+#include "tessel/core/fp8_model.hpp"
 #include "tessel/core/rank_layout.hpp"
 
 namespace tessel::planner {
@@ -79,6 +80,9 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
     }
     memory.parameters_bytes += 2.0 * gathered * param_bytes_;
   }
+  // fp8 training: the cached fp8 copies (and transposes) of the stage's fp8 GEMM weights,
+  // whole on the device whatever ZeRO shards, and their scaling state (fp8_model.hpp).
+  memory.parameters_bytes += c.fp8_weight_elements * fp8::kWeightCopyBytes + c.fp8_linears * fp8::kScalingStateBytesPerLinear;
   // ---- activations: in-flight micro-batches per schedule ----
   const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
   double in_flight = 1;
@@ -204,7 +208,8 @@ void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutC
   const double host_fraction = p.offload == OffloadMode::optimizer ? 1.0 : 1.0 - device_fraction;
   out.time_s[K(TimeKind::optimizer)] =
       costs_.memory_time_s((1 - host_fraction) * optimizer_params * optimizer_traffic_bytes_) +
-      costs_.host_memory_time_s(host_fraction * optimizer_params * optimizer_traffic_bytes_);
+      costs_.host_memory_time_s(host_fraction * optimizer_params * optimizer_traffic_bytes_) +
+      costs_.memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep);  // fp8: the weights' cast, on the device
   double copy_bytes = 0;
   if (p.offload == OffloadMode::optimizer) {
     copy_bytes = optimizer_params * (grad_bytes_ + param_bytes_);  // gradients down, weights up

@@ -84,6 +84,24 @@ INSERT INTO runs_v3 SELECT * FROM runs;
 DROP TABLE runs;
 ALTER TABLE runs_v3 RENAME TO runs;
 )sql",
+    // Version 4: fp8 training. A device's fp8 peak (0: no fp8 tensor cores), and fp8 GEMM
+    // samples, which the GPU profiler measures (the CHECK is widened by a rebuild).
+    R"sql(
+ALTER TABLE devices ADD COLUMN peak_fp8_flops_per_s REAL NOT NULL DEFAULT 0;
+CREATE TABLE kernel_samples_v4(
+  id INTEGER PRIMARY KEY,
+  device TEXT NOT NULL REFERENCES devices(name),
+  op TEXT NOT NULL CHECK(op IN ('gemm','attention','norm','elementwise','softmax','cross_entropy','optimizer','copy')),
+  precision TEXT NOT NULL CHECK(precision IN ('fp32','tf32','bf16','fp16','fp8')),
+  m INTEGER, n INTEGER, k INTEGER, elements INTEGER, b INTEGER, h INTEGER, s INTEGER, d INTEGER,
+  seconds REAL NOT NULL CHECK(seconds > 0), spread REAL NOT NULL, flagged INTEGER NOT NULL,
+  source TEXT NOT NULL CHECK(source IN ('measured','datasheet','calibrated')),
+  host TEXT, date TEXT, tool_version TEXT);
+INSERT INTO kernel_samples_v4 SELECT * FROM kernel_samples;
+DROP TABLE kernel_samples;
+ALTER TABLE kernel_samples_v4 RENAME TO kernel_samples;
+CREATE INDEX kernel_samples_device ON kernel_samples(device, op, precision);
+)sql",
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == ProfileStore::kSchemaVersion);
@@ -267,12 +285,13 @@ void ProfileStore::migrate() {
 
 void ProfileStore::put_device(const DeviceSpec& d, const std::string& source) {
   Statement insert(db_,
-                   "INSERT OR REPLACE INTO devices VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", path_);
+                   "INSERT OR REPLACE INTO devices VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                   path_);
   insert.bind(1, std::string_view(d.name)).bind(2, std::string_view(d.kind)).bind(3, d.peak_fp32_flops_per_s);
   insert.bind(4, d.peak_tf32_flops_per_s).bind(5, d.peak_bf16_flops_per_s).bind(6, d.peak_fp16_flops_per_s);
   insert.bind(7, d.memory_bytes).bind(8, d.memory_bandwidth_bytes_per_s).bind(9, d.memory_efficiency);
   insert.bind(10, d.workspace_bytes).bind(11, std::string_view(d.sources.is_null() ? "{}" : d.sources.dump()));
-  insert.bind(12, std::string_view(source));
+  insert.bind(12, std::string_view(source)).bind(13, d.peak_fp8_flops_per_s);
   insert.run_and_reset();
 }
 
@@ -379,6 +398,7 @@ std::optional<Profile> ProfileStore::load(const std::string& device) const {
   d.memory_efficiency = query.real(8);
   d.workspace_bytes = query.real(9);
   d.sources = parse_json_text(query.text(10), path_);
+  d.peak_fp8_flops_per_s = query.real(12);  // column 11 is the profile's source
   if (d.sources.is_object() && d.sources.empty()) d.sources = Json();
 
   Statement kernels(db_,
