@@ -194,6 +194,14 @@ class Lowering {
       b.before_next(ops::block_op_id(mb, l, phase, ops::zero_all_gather),
                     transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * states_.parameter,
                              Collective::all_gather));
+      // fp8: gathered weights are cast after each gather, not cached for the step.
+      if (const double elements = table_.fp8_weight_elements_of(model_, l); elements > 0) {
+        BlockOp cast;
+        cast.name = ops::fp8_weight_cast;
+        cast.kind = OpKind::memory;
+        cast.bytes = elements * fp8::kWeightCastBytesPerStep;
+        b.chain(ops::block_op_id(mb, l, phase, ops::fp8_weight_cast), cast);
+      }
     }
     if (moe && p_.zero == 3 && expert_group_ > 1) {
       b.before_next(ops::expert_op_id(mb, l, phase, ops::zero_all_gather),
@@ -411,8 +419,10 @@ class Lowering {
 
   // fp8 training: the stage's fp8 GEMM weights, updated by the optimizer, cast once per
   // step on the device (Transformer Engine casts them on the first micro-batch and
-  // reuses the cast; priced here, after the update that makes them).
+  // reuses the cast; priced here, after the update that makes them). Under ZeRO-3 they
+  // are cast after each gather instead (fetch_layer_weights).
   void fp8_weight_cast(StageBuilder& b, const std::vector<int>& stage_layers) {
+    if (p_.zero == 3 && gradient_group_ > 1) return;
     double elements = 0;
     for (int l : stage_layers) elements += table_.fp8_weight_elements_of(model_, l);
     if (elements <= 0) return;

@@ -105,8 +105,11 @@ TEST(Fp8Plan, TheProgramCastsBeforeEachLinearAndTheWeightsOncePerStep) {
   // A bf16 plan has none of them.
   Plan bf16 = plan;
   bf16.train.precision = Precision::bf16;
-  for (const ProgramOp& op : Program::lower(bf16).stage(0).ops) {
+  const Program bf16_program = Program::lower(bf16);
+  for (const ProgramOp& op : bf16_program.stage(0).ops) {
     EXPECT_FALSE(op.work.name.find("fp8") != std::string_view::npos) << op.id;
-    if (op.work.kind == OpKind::gemm) EXPECT_EQ(op.work.precision, Precision::bf16) << op.id;
+    if (op.work.kind == OpKind::gemm) {
+      EXPECT_EQ(op.work.precision, Precision::bf16) << op.id;
+    }
   }
 }

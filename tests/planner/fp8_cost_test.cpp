@@ -72,13 +72,17 @@ TEST(Fp8, LinearGemmsArePricedFromTheFp8CurveAndTheRestFromBf16s) {
       linear_s += op.count * fp8.costs().gemm_time_s(op.m, op.n, op.k, Precision::fp8);
       ++linears;
     }
-    if (op.kind == OpKind::attention) EXPECT_EQ(op.precision, Precision::bf16);
+    if (op.kind == OpKind::attention) {
+      EXPECT_EQ(op.precision, Precision::bf16);
+    }
     casts += op.name.ends_with(".fp8_cast");
   }
   EXPECT_EQ(linears, 4);
   EXPECT_EQ(casts, 4);
   for (const BlockOp& op : table.head) {
-    if (op.kind == OpKind::gemm) EXPECT_EQ(op.precision, Precision::bf16) << "the LM head stays bf16";
+    if (op.kind == OpKind::gemm) {
+      EXPECT_EQ(op.precision, Precision::bf16) << "the LM head stays bf16";
+    }
   }
   // The stage's forward GEMM time: its layers' fp8 linears and the bf16 head.
   const LayoutCost c = fp8.layout_cost(p);
@@ -126,6 +130,29 @@ TEST(Fp8, WeightCopiesAddTwoBytesPerLinearWeightAndTheScalingState) {
     EXPECT_NEAR(a.time(TimeKind::optimizer) - b.time(TimeKind::optimizer),
                 fp8.costs().memory_time_s(layers * per_layer * fp8::kWeightCastBytesPerStep), 1e-12);
   }
+}
+
+TEST(Fp8, UnderZero3OnlyTheGatheredLayersHoldFp8CopiesCastAfterEveryGather) {
+  const CostModel fp8 = model_on("llama3-8b", "dgx-h100", Precision::fp8);
+  const CostModel bf16 = model_on("llama3-8b", "dgx-h100", Precision::bf16);
+  const ModelSpec& m = fp8.model();
+  ParallelConfig p = layout(8, 1, 1);
+  p.zero = 3;
+  const Estimate a = fp8.estimate(p), b = bf16.estimate(p);
+  const double h = m.hidden, kv = m.kv_dim(), f = m.ffn_hidden;
+  const double per_layer = h * (h + 2 * kv) + h * h + h * 2 * f + f * h;
+  EXPECT_DOUBLE_EQ(a.memory.parameters_bytes - b.memory.parameters_bytes,
+                   2 * per_layer * fp8::kWeightCopyBytes + m.layers * 4 * fp8::kScalingStateBytesPerLinear);
+  EXPECT_NEAR(a.time(TimeKind::optimizer), b.time(TimeKind::optimizer), 1e-12) << "no once-per-step cast";
+  // Elementwise: the activation casts, and the weights' cast in every forward and backward.
+  const double weight_casts = a.micro_batches * 2 * fp8.costs().memory_time_s(m.layers * per_layer * 4.0);
+  const double activation_casts = (fp8.layout_cost(p).forward_s[std::size_t(TimeKind::elementwise)] +
+                                   fp8.layout_cost(p).backward_s[std::size_t(TimeKind::elementwise)] -
+                                   bf16.layout_cost(p).forward_s[std::size_t(TimeKind::elementwise)] -
+                                   bf16.layout_cost(p).backward_s[std::size_t(TimeKind::elementwise)]) *
+                                  a.micro_batches;
+  EXPECT_NEAR(a.time(TimeKind::elementwise) - b.time(TimeKind::elementwise), weight_casts + activation_casts,
+              1e-9 * a.time(TimeKind::elementwise));
 }
 
 TEST(Fp8, SavedLinearInputsAreKeptInFp8) {
