@@ -127,7 +127,8 @@ TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
        "the degrees multiply to more than"},
       {"[training]\nenable_cpu_offload = true\n", "training.enable_cpu_offload"},
       {"[training]\ndtype = \"bfloat16\"\n", "training.dtype: full bf16"},
-      {"[float8]\nenable_float8_linear = true\n", "float8.enable_float8_linear"},
+      {"[float8]\nenable_fsdp_float8_all_gather = true\n",
+       "float8.enable_fsdp_float8_all_gather: fp8 parameter all-gathers are not modelled"},
       {"[parallelism]\nfancy_new_degree = 2\n", "parallelism.fancy_new_degree: not an option"},
   };
   for (const auto& [extra, message] : cases) {
