@@ -121,8 +121,10 @@ class TableBuilder {
     if (three_d_) head_and_embedding_3d();
     else if (two_d_) head_and_embedding_2d();
     else head_and_embedding_1d();
-    count_fp8_gemms(t_.block, t_.fp8_weight_elements, t_.fp8_linears);
-    count_fp8_gemms(t_.moe_block, t_.moe_fp8_weight_elements, t_.moe_fp8_linears);
+    if (fp8_) {
+      count_fp8_gemms(t_.block, t_.fp8_weight_elements, t_.fp8_linears);
+      count_fp8_gemms(t_.moe_block, t_.moe_fp8_weight_elements, t_.moe_fp8_linears);
+    }
     return std::move(t_);
   }
 
