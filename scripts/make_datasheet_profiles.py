@@ -13,6 +13,12 @@ the fraction of dense peak that large cuBLAS GEMMs are reported to reach: ~82% o
 (bf16 and tf32 alike), ~72% on H100/H200 SXM, whose higher peak is harder to feed.
 local-cpu: Eigen on one core of the development machine reaches about 60% of its AVX-512
 FMA peak on large shapes.
+
+fp8 (H100, H200: fp8 tensor cores; A100 and CPUs have none and get no fp8 peak, so fp8
+training is refused on them): NVIDIA's H100 SXM datasheet gives 3,958 TFLOP/s fp8 with
+sparsity, 1,979 dense; H200 SXM the same. The fp8 curve is the H100 curve, as a fraction
+of that peak at the same GEMM FLOPs: an assumption until `tessel profile --backend cuda`
+measures fp8 GEMMs (cuBLASLt) on the device.
 """
 import json
 import math
@@ -51,11 +57,12 @@ DEVICES = [
         "curve": "H100",
         "device": {
             "name": "H100-SXM", "kind": "gpu",
-            "peak_flops_per_s": {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12},
+            "peak_flops_per_s": {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12,
+                                 "fp8": 1979e12},
             "memory_bytes": 85899345920, "memory_bandwidth_bytes_per_s": 3.35e12,
             "memory_efficiency": 0.8, "workspace_bytes": 2147483648,
             "sources": {
-                "peak_flops_per_s": "datasheet: NVIDIA H100 Tensor Core GPU datasheet, SXM5 (dense, no sparsity)",
+                "peak_flops_per_s": "datasheet: NVIDIA H100 Tensor Core GPU datasheet, SXM5 (dense, no sparsity; fp8 1,979 TFLOP/s = half the 3,958 with sparsity)",
                 "memory_bytes": "datasheet: 80 GB HBM3",
                 "memory_bandwidth_bytes_per_s": "datasheet: 3.35 TB/s",
                 **GPU_ASSUMPTIONS,
@@ -66,11 +73,12 @@ DEVICES = [
         "curve": "H100",
         "device": {
             "name": "H200", "kind": "gpu",
-            "peak_flops_per_s": {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12},
+            "peak_flops_per_s": {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12,
+                                 "fp8": 1979e12},
             "memory_bytes": 141000000000, "memory_bandwidth_bytes_per_s": 4.8e12,
             "memory_efficiency": 0.8, "workspace_bytes": 2147483648,
             "sources": {
-                "peak_flops_per_s": "datasheet: NVIDIA H200 Tensor Core GPU datasheet, SXM (same compute as H100 SXM)",
+                "peak_flops_per_s": "datasheet: NVIDIA H200 Tensor Core GPU datasheet, SXM (same compute as H100 SXM; fp8 1,979 TFLOP/s dense)",
                 "memory_bytes": "datasheet: 141 GB HBM3e",
                 "memory_bandwidth_bytes_per_s": "datasheet: 4.8 TB/s",
                 **GPU_ASSUMPTIONS,
@@ -145,6 +153,8 @@ def main():
         device = entry["device"]
         samples = []
         precisions = ["fp32"] if device["kind"] == "cpu" else ["fp32", "tf32", "bf16", "fp16"]
+        if "fp8" in device["peak_flops_per_s"]:
+            precisions.append("fp8")
         for precision in precisions:
             peak = device["peak_flops_per_s"][precision]
             for n in [64, 128, 256, 512, 1024, 2048, 4096, 8192]:

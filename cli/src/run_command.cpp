@@ -94,6 +94,13 @@ int run_run(const RunArgs& args) {
     throw Error(fmt::format("--clip-grad-norm: must be 0 (off) or positive, got {}", args.clip_grad_norm));
   }
   const Plan plan = Plan::load(args.plan_file);
+  // fp8 training is planned and simulated only: the executor's kernels train in fp32,
+  // bf16 or fp16 (core/fp8_model.hpp says what an fp8 step would do).
+  if (plan.train.precision == Precision::fp8) {
+    throw Error(fmt::format("{}: train.precision: fp8 is planned and simulated but not run; tessel run trains fp32, "
+                            "bf16 or fp16 (set train.precision bf16)",
+                            args.plan_file));
+  }
   const executor::Environment environment = executor::process_environment();
   const executor::Launcher launcher = executor::resolve_launcher(executor::parse_launcher(args.launcher), environment);
   if (!args.hostfile.empty() && !std::filesystem::is_regular_file(args.hostfile)) {

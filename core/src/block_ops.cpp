@@ -1,5 +1,6 @@
 #include "tessel/core/block_ops.hpp"
 
+#include "tessel/core/fp8_model.hpp"
 #include "tessel/core/op_names.hpp"
 
 namespace tessel {
@@ -52,21 +53,40 @@ BlockOp comm_op(std::string_view name, Collective collective, CommGroup group, d
   return op;
 }
 
-BlockOp gemm_op(std::string_view name, double m, double n, double k, double count = 1) {
+BlockOp gemm_op(std::string_view name, Precision precision, double m, double n, double k, double count = 1) {
   BlockOp op;
   op.name = name;
   op.kind = OpKind::gemm;
   op.m = m, op.n = n, op.k = k;
   op.count = count;
+  op.precision = precision;
   return op;
+}
+
+// Weight elements and linears of the fp8 GEMMs in `ops` (one rank, one block).
+void count_fp8_gemms(const std::vector<BlockOp>& ops, double& weight_elements, double& linears) {
+  weight_elements = linears = 0;
+  for (const BlockOp& op : ops) {
+    if (op.kind != OpKind::gemm || op.precision != Precision::fp8) continue;
+    weight_elements += op.n * op.k * op.count;
+    linears += op.count;
+  }
 }
 
 // Builds the table for one layout: the shared quantities once, then the parameters,
 // the block's two halves, and the head and embedding of the layout's tensor mode.
 class TableBuilder {
  public:
-  TableBuilder(const ModelSpec& model, int seq_len, const ParallelConfig& p, double E, Kernels kernels)
-      : model_(model), p_(p), E_(E), kernels_(kernels), split_(tensor_splits(p)), q_(split_.q) {
+  TableBuilder(const ModelSpec& model, int seq_len, const ParallelConfig& p, Precision precision, Kernels kernels)
+      : model_(model),
+        p_(p),
+        storage_(storage_precision(precision)),
+        linear_precision_(precision),
+        fp8_(precision == Precision::fp8),
+        E_(element_bytes(storage_)),
+        kernels_(kernels),
+        split_(tensor_splits(p)),
+        q_(split_.q) {
     h_ = model.hidden, f_ = model.ffn_hidden, V_ = model.vocab, s_ = seq_len;
     kv_ = model.kv_dim();
     mlp_out_ = model.activation == Activation::swiglu ? 2 * f_ : f_;
@@ -101,6 +121,10 @@ class TableBuilder {
     if (three_d_) head_and_embedding_3d();
     else if (two_d_) head_and_embedding_2d();
     else head_and_embedding_1d();
+    if (fp8_) {
+      count_fp8_gemms(t_.block, t_.fp8_weight_elements, t_.fp8_linears);
+      count_fp8_gemms(t_.moe_block, t_.moe_fp8_weight_elements, t_.moe_fp8_linears);
+    }
     return std::move(t_);
   }
 
@@ -183,6 +207,26 @@ class TableBuilder {
                                               CollectiveAlgorithm::ring, 1));
   }
 
+  // A linear layer's GEMM in the layer precision. Under fp8 training its cast comes first:
+  // the input (m x k) quantised in the forward, the output gradient (m x n) in the
+  // backward (fp8_model.hpp), both at the routed experts' load where the GEMM has it.
+  void linear_gemm(std::string_view gemm, std::string_view cast, double m, double n, double k, double count = 1,
+                   bool expert = false) {
+    if (fp8_) {
+      BlockOp quantise = memory_op(cast, fp8::kCastBytesPerElement * m * k * count, n / k);
+      expert_work(quantise, expert);
+      t_.block.push_back(quantise);
+    }
+    BlockOp op = gemm_op(gemm, linear_precision_, m, n, k, count);
+    expert_work(op, expert);
+    t_.block.push_back(op);
+  }
+  void expert_work(BlockOp& op, bool expert) const {
+    if (!expert) return;
+    op.expert_load = true;
+    op.capacity_factor = model_.moe.capacity_factor;
+  }
+
   // One linear layer in the layout's tensor-parallel form. features_on_depth (3D): the
   // input's feature blocks are on the depth axis (else the column axis).
   void linear(const ops::LinearOps& op, double in, double out, bool features_on_depth = true) {
@@ -190,7 +234,7 @@ class TableBuilder {
     std::vector<BlockOp>& block = t_.block;
     switch (p_.tp_mode) {
       case TpMode::d1:
-        block.push_back(gemm_op(op.gemm, T, out / p_.tp, in));
+        linear_gemm(op.gemm, op.fp8_cast, T, out / p_.tp, in);
         break;
       case TpMode::d2:
         // SUMMA: q steps, each broadcasting an activation block along the row and a
@@ -199,7 +243,7 @@ class TableBuilder {
                                 CollectiveAlgorithm::tree));
         block.push_back(comm_op(op.bcast_col, Collective::broadcast, CommGroup::tp_col, in / q * out / q * E, q,
                                 CollectiveAlgorithm::tree));
-        block.push_back(gemm_op(op.gemm, T / q, out / q, in / q, q));
+        linear_gemm(op.gemm, op.fp8_cast, T / q, out / q, in / q, q);
         break;
       case TpMode::d2_5: {
         // Tesseract: each depth layer runs SUMMA on 1/d of the rows.
@@ -208,7 +252,7 @@ class TableBuilder {
                                 CollectiveAlgorithm::tree));
         block.push_back(comm_op(op.bcast_col, Collective::broadcast, CommGroup::tp_col, in / q * out / q * E, q,
                                 CollectiveAlgorithm::tree));
-        block.push_back(gemm_op(op.gemm, T / (q * d), out / q, in / q, q));
+        linear_gemm(op.gemm, op.fp8_cast, T / (q * d), out / q, in / q, q);
         break;
       }
       case TpMode::d3: {
@@ -225,7 +269,7 @@ class TableBuilder {
                                 CollectiveAlgorithm::ring, 1));
         block.push_back(comm_op(op.gather_weight, Collective::all_gather, CommGroup::tp_col, in / q * out / q * E, 1,
                                 CollectiveAlgorithm::ring, 2));
-        block.push_back(gemm_op(op.gemm, T / q, out / q, in / q));
+        linear_gemm(op.gemm, op.fp8_cast, T / q, out / q, in / q);
         block.push_back(comm_op(op.reduce_scatter, Collective::reduce_scatter, reduce, T / q * out / q * E, 1,
                                 CollectiveAlgorithm::ring, 1));
         break;
@@ -264,6 +308,7 @@ class TableBuilder {
     core.kind = OpKind::attention;
     core.flops = 4.0 * T_ * s * h / split_.gemm;
     core.gemm_flops = 2.0 * (s / p_.sp) * s * model_.head_dim();
+    core.precision = storage_;  // fp8 training keeps the attention core in bf16
     core.selective_recompute = kernels_ == Kernels::unfused;
     t_.block.push_back(core);
     if (kernels_ == Kernels::unfused) {
@@ -307,26 +352,24 @@ class TableBuilder {
     const double tp = p_.tp;
     t_.block.push_back(memory_op(ops::mlp_norm, kNormActivationPasses * E * A));
     gather_before_half(ops::mlp_tp_all_gather);
-    t_.block.push_back(gemm_op(ops::moe_router, T, moe.experts, h));
+    t_.block.push_back(gemm_op(ops::moe_router, storage_, T, moe.experts, h));
     const double routed_bytes = T * k * h * E;
     t_.block.push_back(
         comm_op(ops::moe_dispatch, Collective::all_to_all, CommGroup::ep, routed_bytes, 1, CollectiveAlgorithm::ring, 1));
     const double rows_per_expert = T * k * ep / moe.experts;
-    auto expert = [&](BlockOp op) {
-      op.expert_load = true;
-      op.capacity_factor = moe.capacity_factor;
-      return op;
-    };
-    t_.block.push_back(expert(gemm_op(ops::moe_expert_fc1, rows_per_expert, gated * fe / tp, h, local_experts)));
-    t_.block.push_back(expert(memory_op(ops::moe_expert_act, (gated + 1) * E * T * k * fe / tp)));
-    t_.block.push_back(expert(gemm_op(ops::moe_expert_fc2, rows_per_expert, h, fe / tp, local_experts)));
+    linear_gemm(ops::moe_expert_fc1, ops::moe_expert_fc1_fp8_cast, rows_per_expert, gated * fe / tp, h, local_experts,
+                true);
+    BlockOp activation = memory_op(ops::moe_expert_act, (gated + 1) * E * T * k * fe / tp);
+    expert_work(activation, true);
+    t_.block.push_back(activation);
+    linear_gemm(ops::moe_expert_fc2, ops::moe_expert_fc2_fp8_cast, rows_per_expert, h, fe / tp, local_experts, true);
     t_.block.push_back(
         comm_op(ops::moe_combine, Collective::all_to_all, CommGroup::ep, routed_bytes, 1, CollectiveAlgorithm::ring, 1));
     if (moe.shared_experts > 0) {
       const double fs = double(moe.shared_experts) * fe;
-      t_.block.push_back(gemm_op(ops::moe_shared_fc1, T, gated * fs / tp, h));
+      linear_gemm(ops::moe_shared_fc1, ops::moe_shared_fc1_fp8_cast, T, gated * fs / tp, h);
       t_.block.push_back(memory_op(ops::moe_shared_act, (gated + 1) * E * T * fs / tp));
-      t_.block.push_back(gemm_op(ops::moe_shared_fc2, T, h, fs / tp));
+      linear_gemm(ops::moe_shared_fc2, ops::moe_shared_fc2_fp8_cast, T, h, fs / tp);
     }
     reduce_after_half(ops::mlp_tp_reduce_scatter, ops::mlp_tp_all_reduce);
     t_.block.push_back(memory_op(ops::mlp_residual, kResidualActivationPasses * E * A));
@@ -342,7 +385,7 @@ class TableBuilder {
                               T / q * h / q * E, 1, CollectiveAlgorithm::ring, 1));
     t_.head.push_back(comm_op(ops::head_logits.gather_weight, Collective::all_gather, CommGroup::tp_col,
                               V / q * h / q * E, 1, CollectiveAlgorithm::ring, 2));
-    t_.head.push_back(gemm_op(ops::head_logits.gemm, T / q, V / q, h / q));
+    t_.head.push_back(gemm_op(ops::head_logits.gemm, storage_, T / q, V / q, h / q));
     t_.head.push_back(comm_op(ops::head_logits.reduce_scatter, Collective::reduce_scatter, CommGroup::tp_depth,
                               T / q * V / q * E, 1, CollectiveAlgorithm::ring, 1));
     t_.head.push_back(memory_op(ops::head_loss, 2.0 * 4.0 * T * V / split_.gemm, 1));
@@ -362,7 +405,7 @@ class TableBuilder {
     norm_statistics(ops::head_norm_all_reduce, t_.head);
     t_.head.push_back(comm_op(ops::head_logits.bcast_col, Collective::broadcast, CommGroup::tp_col, Td / q * h / q * E,
                               q, CollectiveAlgorithm::tree));
-    t_.head.push_back(gemm_op(ops::head_logits.gemm, V / q, Td / q, h / q, q));
+    t_.head.push_back(gemm_op(ops::head_logits.gemm, storage_, V / q, Td / q, h / q, q));
     t_.head.push_back(comm_op(ops::head_logits_reduce_row, Collective::reduce, CommGroup::tp_row, V / q * Td / q * E, q,
                               CollectiveAlgorithm::tree, 1));
     t_.head.push_back(memory_op(ops::head_loss, 2.0 * 4.0 * Td * V / (q * q), 1));
@@ -383,7 +426,7 @@ class TableBuilder {
       t_.head.push_back(comm_op(ops::head_tp_all_gather, Collective::all_gather, CommGroup::tp, T * h * E, 1,
                                 CollectiveAlgorithm::ring, 1));
     }
-    t_.head.push_back(gemm_op(ops::head_logits.gemm, T, V / split_.gemm, h));
+    t_.head.push_back(gemm_op(ops::head_logits.gemm, storage_, T, V / split_.gemm, h));
     if (one_d_ && p_.tp > 1 && !megatron_sp_) {
       BlockOp input_gradient = comm_op(ops::head_tp_all_reduce, Collective::all_reduce, CommGroup::tp, T * h * E, 1,
                                        CollectiveAlgorithm::ring, 1);
@@ -414,6 +457,9 @@ class TableBuilder {
 
   const ModelSpec& model_;
   const ParallelConfig& p_;
+  const Precision storage_;           // activations, the attention core, head and router GEMMs
+  const Precision linear_precision_;  // the linear layers' GEMMs
+  const bool fp8_;
   const double E_;
   const Kernels kernels_;
   const TensorSplits split_;
@@ -424,8 +470,9 @@ class TableBuilder {
 };
 }  // namespace
 
-BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelConfig& p, double E, Kernels kernels) {
-  return TableBuilder(model, seq_len, p, E, kernels).build();
+BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelConfig& p, Precision precision,
+                            Kernels kernels) {
+  return TableBuilder(model, seq_len, p, precision, kernels).build();
 }
 
 }  // namespace tessel

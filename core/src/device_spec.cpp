@@ -12,8 +12,17 @@ double DeviceSpec::peak_flops_per_s(Precision precision) const {
     case Precision::fp32: return peak_fp32_flops_per_s;
     case Precision::bf16: return peak_bf16_flops_per_s;
     case Precision::fp16: return peak_fp16_flops_per_s;
+    case Precision::fp8: return peak_fp8_flops_per_s;
   }
   return peak_fp32_flops_per_s;
+}
+
+void DeviceSpec::check_precision(Precision precision) const {
+  if (precision == Precision::fp8 && !has_fp8()) {
+    throw Error(fmt::format("train.precision: fp8 needs fp8 tensor cores, and device {} has none (its profile gives no "
+                            "fp8 peak; H100-SXM and H200 have them); use bf16",
+                            name));
+  }
 }
 
 DeviceSpec DeviceSpec::from_json(const Json& json, const std::string& path) {
@@ -29,6 +38,7 @@ DeviceSpec DeviceSpec::from_json(const Json& json, const std::string& path) {
     d.peak_tf32_flops_per_s = p.number_in_range_or("tf32", 1, limits::kMaxFlopsPerS, d.peak_fp32_flops_per_s);
     d.peak_bf16_flops_per_s = p.number_in_range("bf16", 1, limits::kMaxFlopsPerS);
     d.peak_fp16_flops_per_s = p.number_in_range_or("fp16", 1, limits::kMaxFlopsPerS, d.peak_bf16_flops_per_s);
+    if (p.has("fp8")) d.peak_fp8_flops_per_s = p.number_in_range("fp8", 1, limits::kMaxFlopsPerS);
     p.finish();
   }
   d.memory_bytes = f.number_in_range("memory_bytes", 1, limits::kMaxDeviceBytes);
@@ -55,6 +65,7 @@ Json DeviceSpec::to_json() const {
            {"memory_bandwidth_bytes_per_s", memory_bandwidth_bytes_per_s},
            {"memory_efficiency", memory_efficiency},
            {"workspace_bytes", workspace_bytes}};
+  if (has_fp8()) out["peak_flops_per_s"]["fp8"] = peak_fp8_flops_per_s;
   if (moe_load_imbalance != 1.0) out["moe_load_imbalance"] = moe_load_imbalance;
   if (cores > 0) out["cores"] = cores;
   if (!sources.is_null()) out["sources"] = sources;

@@ -5,7 +5,7 @@ namespace tessel {
 ModelStateBytes model_state_bytes(Precision precision, Optimizer optimizer, Precision gradient_precision) {
   ModelStateBytes b;
   const bool mixed = precision != Precision::fp32;
-  b.parameter = element_bytes(precision);
+  b.parameter = element_bytes(storage_precision(precision));  // fp8 training keeps bf16 weights
   b.gradient = element_bytes(gradient_precision);
   const double moments = optimizer == Optimizer::lars ? 4 : 8;
   b.optimizer = moments + (mixed ? 4 : 0);

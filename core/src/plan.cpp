@@ -27,6 +27,7 @@ const char* reject_reason(Reject reason) {
       "ep > 1 on a dense model",
       "MoE with a 2d/2.5d/3d tensor grid",
       "expert_ffn_hidden not divisible by tp",
+      "fp8 with a 2d/2.5d/3d tensor grid",
       "dp*pp*tp*sp differs from the GPU count",
       "out of device memory",
       "out of host memory",
@@ -77,6 +78,8 @@ Reject check_layout(const ModelSpec& model, const TrainSpec& train, const Parall
     if (p.tp_mode != TpMode::d1 && p.tp > 1) return Reject::moe_tensor_mode;
     if (model.moe.expert_ffn_hidden % p.tp != 0) return Reject::expert_ffn_split;
   }
+  // Transformer Engine runs fp8 linears in Megatron's 1D layout only (fp8_model.hpp).
+  if (train.precision == Precision::fp8 && p.tp_mode != TpMode::d1 && p.tp > 1) return Reject::fp8_tensor_mode;
   // Schedule rules come last: the search checks everything above once per layout
   // and only these per schedule.
   const bool interleaved = p.schedule == Schedule::interleaved;
@@ -156,6 +159,10 @@ std::string explain_reject(Reject reason, const Plan& plan) {
                          p.ep, m.name);
     case Reject::moe_tensor_mode:
       return fmt::format("parallel.tp_mode: MoE blocks are modelled with 1d tensor parallelism only, got {} with tp {}",
+                         mode, p.tp);
+    case Reject::fp8_tensor_mode:
+      return fmt::format("parallel.tp_mode: fp8 training is modelled with 1d tensor parallelism only (as Transformer "
+                         "Engine runs it), got {} with tp {}",
                          mode, p.tp);
     case Reject::expert_ffn_split:
       return fmt::format("parallel.tp: model moe.expert_ffn_hidden {} is not divisible by tp {}",

@@ -10,6 +10,7 @@
 
 #include "tessel/core/chunk_plan.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/fp8_model.hpp"
 #include "tessel/core/model_states.hpp"
 #include "tessel/core/op_names.hpp"
 
@@ -138,8 +139,7 @@ class Lowering {
         model_(plan.model),
         train_(plan.train),
         states_(model_state_bytes(plan.train.precision, plan.train.optimizer, plan.train.effective_gradient_precision())),
-        table_(block_op_table(plan.model, plan.seq_len(), plan.parallel, element_bytes(plan.train.precision),
-                              plan.train.kernels)) {
+        table_(block_op_table(plan.model, plan.seq_len(), plan.parallel, plan.train.precision, plan.train.kernels)) {
     m_ = plan.train.global_batch / (p_.dp * p_.micro_batch);
     v_ = p_.schedule == Schedule::interleaved ? p_.virtual_stages : 1;
     virtual_stages_ = p_.pp * v_;
@@ -213,6 +213,14 @@ class Lowering {
       b.before_next(ops::block_op_id(mb, l, phase, ops::zero_all_gather),
                     transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * states_.parameter,
                              Collective::all_gather));
+      // fp8: gathered weights are cast after each gather, not cached for the step.
+      if (const double elements = table_.fp8_weight_elements_of(model_, l); elements > 0) {
+        BlockOp cast;
+        cast.name = ops::fp8_weight_cast;
+        cast.kind = OpKind::memory;
+        cast.bytes = elements * fp8::kWeightCastBytesPerStep;
+        b.chain(ops::block_op_id(mb, l, phase, ops::fp8_weight_cast), cast);
+      }
     }
     if (moe && p_.zero == 3 && expert_group_ > 1) {
       b.before_next(ops::expert_op_id(mb, l, phase, ops::zero_all_gather),
@@ -393,6 +401,7 @@ class Lowering {
     if (b.last() >= 0) step_waits.push_back(std::uint32_t(b.last()));
     if (use_chunks_) chunk_optimizer(b, step_waits);
     else optimizer(b, stage_params, expert_params, step_waits);
+    fp8_weight_cast(b, stage_layers);
     std::vector<std::uint32_t> gathers;
     if (p_.zero >= 1 && p_.zero <= 2) {
       for (int l : stage_layers) {
@@ -499,6 +508,22 @@ class Lowering {
     } else {
       b.set_last(b.with_deps(ops::step_op_id(ops::optimizer), update, step_waits));
     }
+  }
+
+  // fp8 training: the stage's fp8 GEMM weights, updated by the optimizer, cast once per
+  // step on the device (Transformer Engine casts them on the first micro-batch and
+  // reuses the cast; priced here, after the update that makes them). Under ZeRO-3 they
+  // are cast after each gather instead (fetch_layer_weights).
+  void fp8_weight_cast(StageBuilder& b, const std::vector<int>& stage_layers) {
+    if (p_.zero == 3 && gradient_group_ > 1) return;
+    double elements = 0;
+    for (int l : stage_layers) elements += table_.fp8_weight_elements_of(model_, l);
+    if (elements <= 0) return;
+    BlockOp cast;
+    cast.name = ops::fp8_weight_cast;
+    cast.kind = OpKind::memory;
+    cast.bytes = elements * fp8::kWeightCastBytesPerStep;
+    b.set_last(b.with_deps(ops::step_op_id(ops::fp8_weight_cast), cast, {std::uint32_t(b.last())}));
   }
 
   const ParallelConfig& p_;

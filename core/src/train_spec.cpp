@@ -9,6 +9,7 @@ Precision default_gradient_precision(Precision precision) {
     case Precision::bf16: return Precision::fp32;
     case Precision::fp16: return Precision::fp16;
     case Precision::fp32: return Precision::fp32;
+    case Precision::fp8: return Precision::fp32;  // Megatron-LM --bf16 --fp8-format: fp32 main gradients
   }
   return Precision::fp32;
 }
@@ -18,7 +19,12 @@ Precision TrainSpec::effective_gradient_precision() const {
 }
 
 std::string gradient_precision_problem(Precision precision, Precision gradient) {
-  if (gradient == Precision::fp32 || gradient == precision) return {};
+  const Precision storage = storage_precision(precision);
+  if (gradient == Precision::fp32 || gradient == storage) return {};
+  if (storage != precision) {
+    return fmt::format("must be fp32 or {} ({} training keeps gradients in {}), got {}", to_string(storage),
+                       to_string(precision), to_string(storage), to_string(gradient));
+  }
   return fmt::format("must be fp32 or the training precision ({}), got {}", to_string(precision), to_string(gradient));
 }
 
@@ -27,7 +33,7 @@ TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   TrainSpec t;
   t.global_batch = int(f.positive_int("global_batch", limits::kMaxGlobalBatch));
   t.seq_len = int(f.positive_int_or("seq_len", 0, limits::kMaxSeqLen));
-  t.precision = *enum_from_string<Precision>(f.choice_or("precision", {"fp32", "bf16", "fp16"}, "bf16"));
+  t.precision = *enum_from_string<Precision>(f.choice_or("precision", {"fp32", "bf16", "fp16", "fp8"}, "bf16"));
   if (f.has("gradient_precision")) {
     t.gradient_precision = *enum_from_string<Precision>(f.choice("gradient_precision", {"fp32", "bf16", "fp16"}));
     const std::string problem = gradient_precision_problem(t.precision, *t.gradient_precision);

@@ -460,6 +460,11 @@ ImportedRun DeepSpeedReader::read() {
 Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
   Plan near = plan;
   ParallelConfig& p = near.parallel;
+  if (near.train.precision == Precision::fp8) {
+    notes.push_back("train.precision fp8: DeepSpeed's JSON has no fp8 (the model's code would run Transformer "
+                    "Engine's fp8 linears); written as bf16");
+    near.train.precision = Precision::bf16;
+  }
   if (p.tp > 1 || p.pp > 1 || p.sp > 1) {
     const int world = p.world_size();
     int micro = p.micro_batch;

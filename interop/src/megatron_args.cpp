@@ -3,7 +3,8 @@
 //  - mapped: the model's shape, batch, precision, optimizer, attention kernels and the
 //    parallel layout (tensor, pipeline, virtual stages, context, sequence parallel,
 //    distributed optimizer / Megatron FSDP, optimizer offload, recompute);
-//  - refused by name: what changes a step's cost in ways tessel does not model (FP8/FP4,
+//  - refused by name: what changes a step's cost in ways tessel does not model (FP4, fp8
+//    parameters or block scaling,
 //    mixture of experts, uneven pipeline splits, partial recompute, non-ring context
 //    parallelism, other optimizers), since a price without it would be wrong, not rough;
 //  - ignored: paths, logging, seeds, learning-rate schedules, kernel-fusion switches and
@@ -132,16 +133,56 @@ void read_sequence(Reader& r, Plan& plan) {
   plan.train.seq_len = seq == plan.model.seq_len ? 0 : seq;
 }
 
+// fp8 (core/fp8_model.hpp): --fp8-format hybrid|e4m3 (or the older --fp8-hybrid and
+// --fp8-e4m3 flags) on top of --bf16, with per-tensor scaling. Returns how it was spelled,
+// empty when the run is not fp8.
+std::string read_fp8(Reader& r, bool bf16) {
+  MegatronOptions& o = r.options;
+  for (const std::string name : {"--fp4-format", "--fp4"}) {
+    if (o.has(name)) r.refuse_option(name, "FP4 training is not modelled by tessel (precisions: fp32, bf16, fp16, fp8)");
+  }
+  if (o.has("--fp8")) r.refuse_option("--fp8", "not a Megatron-LM option; fp8 training is --fp8-format hybrid|e4m3");
+  std::string spelled;
+  if (const auto format = o.take("--fp8-format")) {
+    if (*format != "hybrid" && *format != "e4m3") r.refuse_option("--fp8-format", "tessel reads hybrid or e4m3");
+    spelled = o.spelled("--fp8-format");
+  } else {
+    for (const std::string flag : {"--fp8-hybrid", "--fp8-e4m3"}) {
+      if (o.take_flag(flag)) spelled = flag;
+    }
+  }
+  if (spelled.empty()) return spelled;
+  if (!bf16) refuse(r.context, spelled + ": tessel models fp8 training on top of --bf16 (Transformer Engine's fp8 "
+                                         "linears in a bf16 model); add --bf16");
+  if (const auto recipe = o.take("--fp8-recipe")) {
+    if (*recipe == "tensorwise") {
+      r.run.ignored.push_back(o.spelled("--fp8-recipe") + ": current scaling, priced as delayed scaling (its amax "
+                                                          "pass, one more read per cast, is not priced)");
+    } else if (*recipe != "delayed") {
+      r.refuse_option("--fp8-recipe", "block scaling (mxfp8, blockwise) is not modelled; tessel prices per-tensor "
+                                      "scaling (delayed, tensorwise)");
+    }
+  }
+  if (o.has("--fp8-param-gather")) {
+    r.refuse_option("--fp8-param-gather", "fp8 parameters (no bf16 weight copy, fp8 all-gathers) are not modelled; "
+                                          "tessel prices bf16 weights with cached fp8 copies");
+  }
+  for (const std::string name : {"--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
+                                 "--num-layers-at-end-in-bf16"}) {
+    if (o.has(name)) r.refuse_option(name, "layers kept in bf16 under fp8 are not modelled (tessel runs every layer's "
+                                           "linears in fp8)");
+  }
+  return spelled;
+}
+
 void read_train(Reader& r, TrainSpec& train) {
   MegatronOptions& o = r.options;
-  for (const std::string name : {"--fp8-format", "--fp8", "--fp8-e4m3", "--fp8-hybrid", "--fp4-format", "--fp4"}) {
-    if (o.has(name)) r.refuse_option(name, "FP8/FP4 training is not modelled by tessel (precisions: fp32, bf16, fp16)");
-  }
   const bool bf16 = o.take_flag("--bf16");
   const bool fp16 = o.take_flag("--fp16");
   if (bf16 && fp16) refuse(r.context, "--bf16 and --fp16 are both given; choose one");
-  train.precision = bf16 ? Precision::bf16 : fp16 ? Precision::fp16 : Precision::fp32;
-  r.mapped(bf16 ? "--bf16" : fp16 ? "--fp16" : "(neither --bf16 nor --fp16)",
+  const std::string fp8 = read_fp8(r, bf16);
+  train.precision = !fp8.empty() ? Precision::fp8 : bf16 ? Precision::bf16 : fp16 ? Precision::fp16 : Precision::fp32;
+  r.mapped(!fp8.empty() ? "--bf16 " + fp8 : bf16 ? "--bf16" : fp16 ? "--fp16" : "(neither --bf16 nor --fp16)",
            fmt::format("train.precision {}", to_string(train.precision)));
   if (const auto optimizer = o.take("--optimizer"); optimizer && *optimizer != "adam") {
     r.refuse_option("--optimizer", "tessel models Adam(W), LAMB and LARS; Megatron's choice here is neither");
@@ -311,7 +352,8 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--data-parallel-sharding-strategy", "no effect without --use-megatron-fsdp"},
     {"--recompute-method", "no effect without --recompute-granularity full"},
     {"--recompute-num-layers", "no effect without --recompute-granularity full"},
-    {"--fp8-", "no effect without --fp8-format"}, {"--fp4-", "no effect without --fp4-format"},
+    {"--fp8-", "fp8 scaling numerics (amax history, margin), no cost tessel models; no effect without --fp8-format"},
+    {"--fp4-", "no effect without --fp4-format"},
     {"--optimizer-offload-fraction", "no effect without --optimizer-cpu-offload"},
 };
 

@@ -53,7 +53,13 @@ std::vector<std::string> training_options(const Plan& plan) {
   std::vector<std::string> lines;
   add(lines, fmt::format("--micro-batch-size {}", p.micro_batch));
   add(lines, fmt::format("--global-batch-size {}", plan.train.global_batch));
-  if (plan.train.precision == Precision::bf16) add(lines, "--bf16");
+  if (plan.train.precision == Precision::bf16 || plan.train.precision == Precision::fp8) add(lines, "--bf16");
+  if (plan.train.precision == Precision::fp8) {
+    // Transformer Engine's delayed scaling with its own defaults (core/fp8_model.hpp).
+    add(lines, "--fp8-format hybrid");
+    add(lines, "--fp8-amax-history-len 1024");
+    add(lines, "--fp8-amax-compute-algo max");
+  }
   if (plan.train.precision == Precision::fp16) add(lines, "--fp16");
   add(lines, "--optimizer adam");
   add(lines, plan.train.kernels == Kernels::fused ? "--attention-backend flash" : "--attention-backend unfused");

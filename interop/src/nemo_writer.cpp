@@ -19,6 +19,7 @@ const char* nemo_precision(Precision precision) {
     case Precision::bf16: return "bf16";
     case Precision::fp16: return "16";
     case Precision::fp32: return "32";
+    case Precision::fp8: return "bf16";  // with model.fp8: true
   }
   return "32";
 }
@@ -67,7 +68,12 @@ ExportedConfig export_nemo(const Plan& plan) {
   t += fmt::format("  bias: {}\n", yaml_bool(m.bias));
   t += fmt::format("  transformer_engine: {}\n", yaml_bool(nearest.train.kernels == Kernels::fused));
   t += fmt::format("  use_flash_attention: {}\n", yaml_bool(nearest.train.kernels == Kernels::fused));
-  t += "  fp8: false\n";
+  if (nearest.train.precision == Precision::fp8) {
+    // Transformer Engine's delayed scaling with its own defaults (core/fp8_model.hpp).
+    t += "  fp8: true\n  fp8_hybrid: true\n  fp8_amax_history_len: 1024\n  fp8_amax_compute_algo: max\n";
+  } else {
+    t += "  fp8: false\n";
+  }
   if (p.recompute == Recompute::none) t += "  activations_checkpoint_granularity: null\n";
   if (p.recompute == Recompute::selective) t += "  activations_checkpoint_granularity: selective\n";
   if (p.recompute == Recompute::full) {

@@ -202,12 +202,23 @@ ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
 }
 
 void read_train(NemoReader& r, Plan& plan) {
-  if (r.boolean("model.fp8").value_or(false)) r.refuse_key("model.fp8", "FP8 training is not modelled by tessel");
   const std::string precision = r.text("trainer.precision").value_or("32");
   if (precision == "bf16" || precision == "bf16-mixed") plan.train.precision = Precision::bf16;
   else if (precision == "16" || precision == "16-mixed") plan.train.precision = Precision::fp16;
   else if (precision == "32" || precision == "32-true") plan.train.precision = Precision::fp32;
   else r.refuse_key("trainer.precision", "expected bf16, bf16-mixed, 16, 16-mixed or 32");
+  // fp8: Transformer Engine's fp8 linears in a bf16 model, per-tensor delayed scaling
+  // (core/fp8_model.hpp); fp8 parameters are not modelled.
+  if (r.boolean("model.fp8").value_or(false)) {
+    if (plan.train.precision != Precision::bf16) {
+      r.refuse_key("model.fp8", "tessel models fp8 training on top of bf16 (trainer.precision bf16 or bf16-mixed)");
+    }
+    if (r.boolean("model.fp8_params").value_or(false)) {
+      r.refuse_key("model.fp8_params", "fp8 parameters (no bf16 weight copy, fp8 all-gathers) are not modelled");
+    }
+    plan.train.precision = Precision::fp8;
+    r.mapped("model.fp8", "train.precision fp8");
+  }
   r.mapped("trainer.precision", fmt::format("train.precision {}", to_string(plan.train.precision)));
   const std::string optimizer = r.text("model.optim.name").value_or("fused_adam");
   if (optimizer == "distributed_fused_adam" || optimizer == "mcore_distributed_optim") plan.parallel.zero = 1;
@@ -277,7 +288,7 @@ void read_parallel(NemoReader& r, Plan& plan) {
 // Keys tessel knows to leave out, by prefix (or by suffix when written "*suffix").
 constexpr std::pair<const char*, const char*> kIgnoredKeys[] = {
     {"model.optim.", "optimizer hyperparameter"}, {"model.data.", "data paths and loading"},
-    {"model.nsys_profile", "profiling"}, {"model.tokenizer.", "tokenizer file"}, {"model.fp8_", "no effect without fp8"},
+    {"model.nsys_profile", "profiling"}, {"model.tokenizer.", "tokenizer file"}, {"model.fp8_", "fp8 scaling numerics, no cost tessel models (no effect without fp8)"},
     {"*_fusion", "kernel fusion"}, {"model.native_amp", "loss scaling"}, {"model.hysteresis", "loss scaling"},
     {"model.activations_checkpoint", "no effect at this granularity"}, {"model.init_method_std", "initialisation"},
     {"model.use_scaled_init_method", "initialisation"}, {"*dropout", "dropout (elementwise, not priced)"},

@@ -132,6 +132,9 @@ class TorchtitanReader {
   const toml::table& root_;
   const ImportContext& context_;
   ImportedRun run_;
+  // float8 linears (model.converters "float8", or [float8] enable_float8_linear in older
+  // releases): train.precision fp8 on top of bf16 (core/fp8_model.hpp).
+  std::string float8_;
 };
 
 void TorchtitanReader::read_model() {
@@ -140,10 +143,11 @@ void TorchtitanReader::read_model() {
   const std::string flavor = model.string("flavor").value_or("debugmodel");
   if (const toml::node* converters = model.take("converters")) {
     if (!converters->is_array()) model.refuse("converters", "must be an array of strings");
-    if (!converters->as_array()->empty())
-      model.refuse("converters",
-                   "float8 / MX low-precision matmuls are not modelled (tessel prices bf16, fp16 "
-                   "or fp32)");
+    for (const toml::node& converter : *converters->as_array()) {
+      if (converter.value_or(std::string()) != "float8")
+        model.refuse("converters", "MX low-precision matmuls are not modelled (tessel prices float8, bf16, fp16 or fp32)");
+      float8_ = "model.converters";
+    }
   }
   model.ignore({"hf_assets_path", "tokenizer_path", "print_after_conversion"}, run_.ignored);
   model.finish();
@@ -222,6 +226,13 @@ void TorchtitanReader::read_training(Section& training, bool fsdp) {
       "training.mixed_precision_param", param,
       fmt::format("train.precision {}{}", to_string(plan.train.precision),
                   param == "bfloat16" && !fsdp && !autocast ? " (torchtitan applies it only with FSDP or alone)" : ""));
+  if (!float8_.empty()) {
+    if (plan.train.precision != Precision::bf16)
+      training.refuse("mixed_precision_param", "float8 is modelled on top of bf16 training (bfloat16 with FSDP or alone)");
+    plan.train.precision = Precision::fp8;
+    mapped(float8_, "float8", "train.precision fp8 (torchao's dynamic scaling priced as Transformer Engine's delayed "
+                              "scaling with cached weight casts)");
+  }
   const std::int64_t seq_len = training.integer("seq_len").value_or(2048);
   if (seq_len < 1 || seq_len > limits::kMaxSeqLen)
     training.refuse("seq_len", fmt::format("must be 1 to {}, got {}", limits::kMaxSeqLen, seq_len));
@@ -392,13 +403,20 @@ ImportedRun TorchtitanReader::read() {
   for (auto&& [key, node] : root_) {
     const std::string name(key.str());
     if (kIgnoredSections.count(name)) {
+      if (name == "quantize" && root_.at_path("quantize.linear.float8.enable_fsdp_float8_all_gather").value_or(false))
+        throw Error(fmt::format("{}: quantize.linear.float8.enable_fsdp_float8_all_gather: fp8 parameter all-gathers "
+                                "are not modelled (tessel gathers bf16 weights)",
+                                context_.source_name));
       run_.ignored.push_back("[" + name + "]");
-    } else if (name == "float8") {  // older releases: [float8] enable_float8_linear
-      if (node.is_table() && node.as_table()->get("enable_float8_linear") &&
-          node.as_table()->get("enable_float8_linear")->value_or(false))
-        throw Error(
-            fmt::format("{}: float8.enable_float8_linear: float8 matmuls are not modelled", context_.source_name));
-      run_.ignored.push_back("[float8]");
+    } else if (name == "float8") {  // float8 settings; older releases: [float8] enable_float8_linear
+      const toml::table* float8 = node.as_table();
+      auto flag = [&](const char* key) { return float8 && float8->get(key) && float8->get(key)->value_or(false); };
+      if (flag("enable_float8_linear")) float8_ = "float8.enable_float8_linear";
+      if (flag("enable_fsdp_float8_all_gather"))
+        throw Error(fmt::format("{}: float8.enable_fsdp_float8_all_gather: fp8 parameter all-gathers are not modelled "
+                                "(tessel gathers bf16 weights)",
+                                context_.source_name));
+      run_.ignored.push_back("[float8]: scaling settings (priced as per-tensor scaling)");
     } else if (name == "fault_tolerance") {
       if (node.is_table() && node.as_table()->get("enable") && node.as_table()->get("enable")->value_or(false))
         throw Error(

@@ -55,6 +55,12 @@ void nearest_data_parallel(Plan& near, std::vector<std::string>& notes) {
         "trains in fp32; written as fp32");
     near.train.precision = Precision::fp32;
   }
+  if (near.train.precision == Precision::fp8 && !fsdp && (p.tp > 1 || p.pp > 1)) {
+    notes.push_back(
+        "train.precision fp8: torchtitan's float8 runs on bf16 mixed precision, which it applies through FSDP; with "
+        "tp or pp alone it trains in fp32: written as fp32 without float8");
+    near.train.precision = Precision::fp32;
+  }
 }
 
 // The nearest plan torchtitan can run.
@@ -172,6 +178,7 @@ ExportedConfig export_torchtitan(const Plan& plan) {
   text += fmt::format("\n[job]\ndescription = {}\n", quoted("tessel plan for " + near.model.name));
   text += fmt::format("\n[model]\nname = {}\nflavor = {}\n", quoted(flavor ? flavor->model_name : near.model.name),
                       quoted(flavor ? flavor->flavor : "tessel"));
+  if (near.train.precision == Precision::fp8) text += "converters = [\"float8\"]\n";
   text += "\n[optimizer]\nname = \"AdamW\"\n";
   // Without a pipeline the micro-batch is the local batch and accumulation makes up the
   // global one; with a pipeline the local batch is split into micro-batches, once.
@@ -179,7 +186,9 @@ ExportedConfig export_torchtitan(const Plan& plan) {
   text += fmt::format("\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\n", local_batch,
                       near.train.global_batch, near.seq_len());
   text +=
-      fmt::format("mixed_precision_param = \"{}\"\n", near.train.precision == Precision::bf16 ? "bfloat16" : "float32");
+      fmt::format("mixed_precision_param = \"{}\"\n", storage_precision(near.train.precision) == Precision::bf16
+                                                              ? "bfloat16"
+                                                              : "float32");
   text += "\n";  // two appends: GCC 12 warns (-Wrestrict, a false positive) on "\n" + string
   text += parallelism_table(near);
   text += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", to_string(p.recompute));

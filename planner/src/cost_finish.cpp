@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cost_parts.hpp"
+#include "tessel/core/fp8_model.hpp"
 #include "tessel/core/rank_layout.hpp"
 
 namespace tessel::planner {
@@ -40,6 +41,10 @@ double CostModel::pipeline_sends_s(const ParallelConfig& p, const LayoutCost& c,
 }
 
 namespace {
+// fp8 under ZeRO-3: weights are gathered per layer and cast after each gather, so no
+// fp8 copy is kept for the step (elsewhere TE caches the cast for the step).
+bool fp8_weights_gathered(const ParallelConfig& p) { return p.zero == 3 && p.gradient_group() > 1; }
+
 // Routed experts: held by gradient_group / ep ranks each, over which ZeRO shards them.
 double expert_group_of(const ParallelConfig& p) { return double(p.gradient_group()) / std::max(p.ep, 1); }
 }  // namespace
@@ -83,6 +88,11 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
     }
     memory.parameters_bytes += 2.0 * gathered * param_bytes_;
   }
+  // fp8 training: the cached fp8 copies (and transposes) of the stage's fp8 GEMM weights,
+  // and their scaling state (fp8_model.hpp); under ZeRO-3 only the gathered layers' copies.
+  const double fp8_copies = fp8_weights_gathered(p) ? 2.0 * c.fp8_weight_elements / c.layers_on_stage
+                                                    : c.fp8_weight_elements;
+  memory.parameters_bytes += fp8_copies * fp8::kWeightCopyBytes + c.fp8_linears * fp8::kScalingStateBytesPerLinear;
   // ---- activations: in-flight micro-batches per schedule ----
   const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
   double in_flight = 1;
@@ -212,7 +222,8 @@ void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutC
   const double host_fraction = p.offload == OffloadMode::optimizer ? 1.0 : 1.0 - device_fraction;
   out.time_s[K(TimeKind::optimizer)] =
       costs_.memory_time_s((1 - host_fraction) * optimizer_params * optimizer_traffic_bytes_) +
-      costs_.host_memory_time_s(host_fraction * optimizer_params * optimizer_traffic_bytes_);
+      costs_.host_memory_time_s(host_fraction * optimizer_params * optimizer_traffic_bytes_) +
+      (fp8_weights_gathered(p) ? 0.0 : costs_.memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep));
   double copy_bytes = 0;
   if (p.offload == OffloadMode::optimizer) {
     copy_bytes = optimizer_params * (grad_bytes_ + param_bytes_);  // gradients down, weights up
@@ -244,6 +255,13 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
     forward_s += c.forward_s[kind];
     backward_s += c.backward_s[kind];
     out.time_s[kind] = micro_batches * (c.forward_s[kind] + c.backward_s[kind]);
+  }
+  if (fp8_weights_gathered(p)) {
+    // fp8 under ZeRO-3: each layer's gathered weights are cast in its forward and backward.
+    const double cast_s = costs_.memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep);
+    forward_s += cast_s;
+    backward_s += cast_s;
+    out.time_s[K(TimeKind::elementwise)] += micro_batches * 2 * cast_s;
   }
   forward_s += p2p_s / 2;  // half the sends carry activations forward, half gradients back
   backward_s += p2p_s / 2;

@@ -29,7 +29,6 @@ CostModel::Groups CostModel::group_placements(const ParallelConfig& p) const {
 }
 
 CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups) const {
-  const Precision precision = train_.precision;
   Prices out{0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
              CommTally{costs_}, CommTally{costs_}, CommTally{costs_}};
   for (const BlockOp& op : ops) {
@@ -38,13 +37,13 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
         if (op.expert_load) {
           // The busiest rank's experts: more rows per GEMM, priced at that size.
           const double load = costs_.moe_load_factor(op.capacity_factor);
-          out.gemm_s += op.count * costs_.gemm_time_s(load * op.m, op.n, op.k, precision);
+          out.gemm_s += op.count * costs_.gemm_time_s(load * op.m, op.n, op.k, op.precision);
           break;
         }
-        out.gemm_s += op.count * costs_.gemm_time_s(op.m, op.n, op.k, precision);
+        out.gemm_s += op.count * costs_.gemm_time_s(op.m, op.n, op.k, op.precision);
         break;
       case OpKind::attention:
-        out.attention_s += costs_.attention_time_s(op.flops, op.gemm_flops, precision);
+        out.attention_s += costs_.attention_time_s(op.flops, op.gemm_flops, op.precision);
         break;
       case OpKind::memory: {
         const double load = op.expert_load ? costs_.moe_load_factor(op.capacity_factor) : 1.0;
@@ -196,6 +195,8 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   c.expert_parameters = table.expert_parameters;
   c.layer_parameters = table.layer_parameters;
   c.layers_on_stage = layers;
+  c.fp8_weight_elements = (layers - moe_layers) * table.fp8_weight_elements + moe_layers * table.moe_fp8_weight_elements;
+  c.fp8_linears = (layers - moe_layers) * table.fp8_linears + moe_layers * table.moe_fp8_linears;
   if (p.pp > 1 && model_.tied_embeddings && table.tied_copy_parameters > 0) {
     // Two ranks, on one node only when the whole pipeline is.
     CommTally tied{costs_};
@@ -226,7 +227,7 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   c.reject = check_layout(model_, train_, p);
   if (c.reject != Reject::none) return c;
   const Groups groups = group_placements(p);
-  const BlockOpTable table = block_op_table(model_, seq_, p, element_bytes_, train_.kernels);
+  const BlockOpTable table = block_op_table(model_, seq_, p, train_.precision, train_.kernels);
   c.moe_layers_on_stage = moe_layers_on_busiest_stage(p);
   if (c.moe_layers_on_stage > 0) {
     // The expert_dp group is no uniform stride with sp > 1: count its members on a node.

@@ -7,6 +7,7 @@
 
 #include "tessel/core/block_ops.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/fp8_model.hpp"
 #include "tessel/core/model_states.hpp"
 #include "tessel/core/rank_layout.hpp"
 #include "tessel/profiles/profile_store.hpp"
@@ -30,11 +31,12 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
       costs_(profile, cluster_, nodes, gpus_per_node),
       seq_(effective_seq_len(model_, train_)),
       chunk_shapes_(std::make_shared<ChunkShapeCache>()) {
+  costs_.device().check_precision(train_.precision);
   if (train_.gradient_precision) {
     const std::string problem = gradient_precision_problem(train_.precision, *train_.gradient_precision);
     if (!problem.empty()) throw Error("train.gradient_precision: " + problem);
   }
-  element_bytes_ = element_bytes(train_.precision);
+  element_bytes_ = element_bytes(storage_precision(train_.precision));
   const ModelStateBytes states = model_state_bytes(train_.precision, train_.optimizer, train_.effective_gradient_precision());
   param_bytes_ = states.parameter;
   grad_bytes_ = states.gradient;
@@ -80,7 +82,6 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
   // (softmax output 2, dropout mask 1, dropout output 2), which fused (flash-style)
   // attention never stores: it keeps one fp32 log-sum-exp per row and head instead.
   const bool fused = train_.kernels == Kernels::fused;
-  const double replicated = 10.0;
   const double gated_widths = model_.activation == Activation::swiglu ? 8.0 : 4.0;
   double mlp = gated_widths * model_.ffn_hidden / h;
   // An MoE block keeps, instead of the dense MLP's intermediate, its top_k routed copies
@@ -88,13 +89,25 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
   // rank: counted once per tensor rank, so multiplied back by the split below), the
   // experts' intermediates at the busiest rank's load, and the shared experts'.
   double moe_whole = 0;
+  // fp8 training keeps a linear's input saved for its wgrad in fp8 (core/fp8_model.hpp):
+  // 1 byte less per element of the QKV and fc1 inputs (replicated), of the projection
+  // and fc2 inputs (split), and of an MoE block's dispatched expert inputs; the router
+  // reads an MoE block's norm output in bf16, so that one stays.
+  const double saved = train_.precision == Precision::fp8 ? fp8::kSavedInputSavingBytes : 0.0;
+  double fp8_replicated = 2 * saved, fp8_split = saved * (1.0 + model_.ffn_hidden / h), fp8_whole = 0;
   if (moe_block) {
     const MoeSpec& moe = model_.moe;
     const double load = costs_.moe_load_factor(moe.capacity_factor);
-    mlp = gated_widths * moe.expert_ffn_hidden / h * (moe.top_k * load + moe.shared_experts);
+    const double expert_widths = moe.expert_ffn_hidden / h * (moe.top_k * load + moe.shared_experts);
+    mlp = gated_widths * expert_widths;
     moe_whole = 4.0 * moe.top_k * load;
+    fp8_replicated = saved;
+    fp8_split = saved * (1.0 + expert_widths);
+    fp8_whole = saved * moe.top_k * load;
   }
-  const double split_part = 2.0 + 4.0 * model_.kv_dim() / h + 2.0 + mlp;
+  const double replicated = 10.0 - fp8_replicated;
+  moe_whole -= fp8_whole;
+  const double split_part = 2.0 + 4.0 * model_.kv_dim() / h + 2.0 + mlp - fp8_split;
   const double scores = fused ? 0.0 : 5.0 * model_.heads * seq_ / h;
   double replicated_split = split.activation, partitioned_split = split.activation;
   if (p.tp_mode == TpMode::d1 && !p.tp_sequence_parallel) partitioned_split = p.tp;

@@ -1,5 +1,5 @@
-// Reading the published corpus. A row is kept even when tessel cannot price it (fp8,
-// a refused layout): the report lists it with the reason, so nothing drops out of the
+// Reading the published corpus. A row is kept even when tessel cannot price it (a
+// refused layout): the report lists it with the reason, so nothing drops out of the
 // comparison silently. The measurement used is the most direct one the row has: step
 // time, then token rates, then FLOP rates and utilisations, which need a FLOP count.
 #include "tessel/planner/published_runs.hpp"
@@ -68,24 +68,16 @@ PublishedRun read_run(const Json& row, const std::string& file, bool held_out, s
   run.kernels_stated = train.is_object() && train.contains("kernels");
   if (row.contains("tessel_rejects")) {
     run.skipped = "tessel refuses the layout: " + row["tessel_rejects"].get<std::string>();
-  } else if (train.is_object() && train.value("precision", std::string()) == "fp8") {
-    run.skipped = "fp8 precision is not modelled yet";
   }
   try {
-    Json plan_json = plan_json_of(row);
-    // Read an fp8 row's plan without the precision tessel does not model, to know its device.
-    if (plan_json.contains("train") && plan_json["train"].is_object() &&
-        plan_json["train"].value("precision", "") == "fp8") {
-      plan_json["train"].erase("precision");
-    }
-    Plan plan = Plan::from_json(plan_json, where);
+    Plan plan = Plan::from_json(plan_json_of(row), where);
     run.device = plan.cluster.device;
     if (run.skipped.empty()) {
       plan.validate();
       run.plan = std::move(plan);
     }
   } catch (const Error& error) {
-    if (!run.skipped.empty()) return run;  // fp8 and refused rows are reported, not priced
+    if (!run.skipped.empty()) return run;  // refused rows are reported, not priced
     throw Error(fmt::format("{} ({}): {}", where, run.id, error.what()));
   }
   return run;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <optional>
 
 #include <fmt/format.h>
@@ -43,6 +44,7 @@ std::optional<Precision> training_precision(const std::string& name) {
   if (name == "fp32") return Precision::fp32;
   if (name == "bf16") return Precision::bf16;
   if (name == "fp16") return Precision::fp16;
+  if (name == "fp8") return Precision::fp8;
   return std::nullopt;  // tf32 samples serve no training precision yet
 }
 }  // namespace
@@ -56,7 +58,7 @@ CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, i
       prediction_bounds_(std::make_shared<const PredictionBounds>(prediction_bounds_of(profile))) {
   // GEMM curves: group samples by precision and size, median per size, sorted.
   const bool cpu = device_.kind == "cpu";
-  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16, Precision::fp8}) {
     Curve& c = curves_[int(precision)];
     c.peak = device_.peak_flops_per_s(precision);
     std::vector<std::pair<double, double>> points;  // (flops, seconds)
@@ -175,7 +177,7 @@ CostLookup::CostLookup(const CostLookup& other)
       intra_fits_(other.intra_fits_),
       inter_fits_(other.inter_fits_),
       inter_hops_(other.inter_hops_) {
-  for (int i = 0; i < 3; ++i) curves_[i] = other.curves_[i];
+  for (std::size_t i = 0; i < std::size(curves_); ++i) curves_[i] = other.curves_[i];
 }
 
 const CostLookup::Curve& CostLookup::curve(Precision precision) const { return curves_[int(precision)]; }

@@ -396,6 +396,7 @@ void GpuProfiler::describe_device() {
     device.peak_tf32_flops_per_s = best("tf32");
     device.peak_bf16_flops_per_s = best("bf16");
     device.peak_fp16_flops_per_s = best("fp16");
+    device.peak_fp8_flops_per_s = options_.has_fp8 ? best("fp8") : 0.0;  // 0: fp8 training refused
     device.sources["peak_flops_per_s"] =
         "measured: the best GEMM rate per precision (no datasheet profile for this device)";
   }

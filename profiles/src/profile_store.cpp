@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "database_open.hpp"
+#include "store_schema.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/input_file.hpp"
 
@@ -24,78 +25,6 @@ constexpr int kApplicationId = 0x7473736c;
 // A CPU device's core count (DeviceSpec::cores) rides in profile_meta: no new column.
 constexpr const char* kDeviceCoresKey = "device.cores";
 
-// Migrations, index i brings the schema from version i to i + 1.
-const char* const kMigrations[] = {
-    R"sql(
-CREATE TABLE devices(
-  name TEXT PRIMARY KEY,
-  kind TEXT NOT NULL CHECK(kind IN ('cpu', 'gpu')),
-  peak_fp32_flops_per_s REAL NOT NULL, peak_tf32_flops_per_s REAL NOT NULL,
-  peak_bf16_flops_per_s REAL NOT NULL, peak_fp16_flops_per_s REAL NOT NULL,
-  memory_bytes REAL NOT NULL, memory_bandwidth_bytes_per_s REAL NOT NULL,
-  memory_efficiency REAL NOT NULL, workspace_bytes REAL NOT NULL,
-  sources TEXT NOT NULL, source TEXT NOT NULL);
-CREATE TABLE kernel_samples(
-  id INTEGER PRIMARY KEY,
-  device TEXT NOT NULL REFERENCES devices(name),
-  op TEXT NOT NULL CHECK(op IN ('gemm','attention','norm','elementwise','softmax','cross_entropy','optimizer','copy')),
-  precision TEXT NOT NULL CHECK(precision IN ('fp32','tf32','bf16','fp16')),
-  m INTEGER, n INTEGER, k INTEGER, elements INTEGER, b INTEGER, h INTEGER, s INTEGER, d INTEGER,
-  seconds REAL NOT NULL CHECK(seconds > 0), spread REAL NOT NULL, flagged INTEGER NOT NULL,
-  source TEXT NOT NULL CHECK(source IN ('measured','datasheet','calibrated')),
-  host TEXT, date TEXT, tool_version TEXT);
-CREATE INDEX kernel_samples_device ON kernel_samples(device, op, precision);
-CREATE TABLE link_samples(
-  id INTEGER PRIMARY KEY,
-  fabric TEXT NOT NULL,
-  collective TEXT NOT NULL CHECK(collective IN ('all_reduce','all_gather','reduce_scatter','broadcast','reduce','send_recv','all_to_all')),
-  algorithm TEXT NOT NULL CHECK(algorithm IN ('ring','tree')),
-  ranks INTEGER NOT NULL CHECK(ranks > 0), bytes REAL NOT NULL CHECK(bytes > 0), seconds REAL NOT NULL CHECK(seconds > 0),
-  spread REAL NOT NULL, flagged INTEGER NOT NULL,
-  source TEXT NOT NULL CHECK(source IN ('measured','datasheet','calibrated')),
-  host TEXT, date TEXT, tool_version TEXT);
-CREATE INDEX link_samples_fabric ON link_samples(fabric, collective);
-CREATE TABLE profile_meta(device TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY(device, key));
-)sql",
-    // Version 2: training runs, next to the profiles they are compared with.
-    R"sql(
-CREATE TABLE runs(
-  id INTEGER PRIMARY KEY,
-  created TEXT NOT NULL, host TEXT NOT NULL, tool_version TEXT NOT NULL,
-  plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL,
-  status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed')), message TEXT NOT NULL);
-CREATE TABLE run_steps(
-  run INTEGER NOT NULL REFERENCES runs(id), step INTEGER NOT NULL,
-  loss REAL NOT NULL, seconds REAL NOT NULL, tokens_per_s REAL NOT NULL, PRIMARY KEY(run, step));
-CREATE TABLE run_events(
-  run INTEGER NOT NULL REFERENCES runs(id), step INTEGER NOT NULL, rank INTEGER NOT NULL,
-  stream TEXT NOT NULL, op TEXT NOT NULL, start_s REAL NOT NULL, end_s REAL NOT NULL);
-CREATE INDEX run_events_op ON run_events(run, op);
-CREATE TABLE run_memory(
-  run INTEGER NOT NULL REFERENCES runs(id), rank INTEGER NOT NULL, peak_bytes REAL NOT NULL, PRIMARY KEY(run, rank));
-)sql",
-    // Version 3: a run stopped by a signal is 'interrupted' (SQLite cannot widen a CHECK:
-    // the table is rebuilt, with foreign keys off around the migration).
-    R"sql(
-CREATE TABLE runs_v3(
-  id INTEGER PRIMARY KEY,
-  created TEXT NOT NULL, host TEXT NOT NULL, tool_version TEXT NOT NULL,
-  plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL,
-  status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed', 'interrupted')), message TEXT NOT NULL);
-INSERT INTO runs_v3 SELECT * FROM runs;
-DROP TABLE runs;
-ALTER TABLE runs_v3 RENAME TO runs;
-)sql",
-    // Version 4: each rank's memory by category (the executor's ledger), the peak of the
-    // total with the mix at that moment, and a GPU's device peak. run_memory keeps the
-    // process peak; runs recorded before have no rows here and stay readable.
-    R"sql(
-CREATE TABLE run_memory_parts(
-  run INTEGER NOT NULL REFERENCES runs(id), rank INTEGER NOT NULL,
-  category TEXT NOT NULL CHECK(category IN ('parameters','gradients','optimizer','activations','workspace','total','device')),
-  peak_bytes REAL NOT NULL, at_total_peak_bytes REAL NOT NULL, PRIMARY KEY(run, rank, category));
-)sql",
-};
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == ProfileStore::kSchemaVersion);
 
@@ -278,12 +207,13 @@ void ProfileStore::migrate() {
 
 void ProfileStore::put_device(const DeviceSpec& d, const std::string& source) {
   Statement insert(db_,
-                   "INSERT OR REPLACE INTO devices VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", path_);
+                   "INSERT OR REPLACE INTO devices VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                   path_);
   insert.bind(1, std::string_view(d.name)).bind(2, std::string_view(d.kind)).bind(3, d.peak_fp32_flops_per_s);
   insert.bind(4, d.peak_tf32_flops_per_s).bind(5, d.peak_bf16_flops_per_s).bind(6, d.peak_fp16_flops_per_s);
   insert.bind(7, d.memory_bytes).bind(8, d.memory_bandwidth_bytes_per_s).bind(9, d.memory_efficiency);
   insert.bind(10, d.workspace_bytes).bind(11, std::string_view(d.sources.is_null() ? "{}" : d.sources.dump()));
-  insert.bind(12, std::string_view(source));
+  insert.bind(12, std::string_view(source)).bind(13, d.peak_fp8_flops_per_s);
   insert.run_and_reset();
 }
 
@@ -395,6 +325,7 @@ std::optional<Profile> ProfileStore::load(const std::string& device) const {
   d.memory_efficiency = query.real(8);
   d.workspace_bytes = query.real(9);
   d.sources = parse_json_text(query.text(10), path_);
+  d.peak_fp8_flops_per_s = query.real(12);  // column 11 is the profile's source
   if (d.sources.is_object() && d.sources.empty()) d.sources = Json();
 
   Statement kernels(db_,

@@ -40,7 +40,9 @@ class Replay {
       : program_(program),
         plan_(program.plan()),
         options_(options),
-        costs_(profile, plan_.cluster, plan_.nodes, plan_.gpus_per_node()) {}
+        costs_(profile, plan_.cluster, plan_.nodes, plan_.gpus_per_node()) {
+    costs_.device().check_precision(plan_.train.precision);
+  }
 
   SimulationResult run() {
     const auto wall_start = std::chrono::steady_clock::now();
@@ -278,7 +280,7 @@ class Replay {
   // ---------------------------------------------------------------- ops
   double compute_seconds(const ProgramOp& op) const {
     const BlockOp& work = op.work;
-    const Precision precision = plan_.train.precision;
+    const Precision precision = work.precision;  // the op's own: fp8 linears, bf16 attention under fp8
     switch (work.kind) {
       case OpKind::gemm: {
         // Routed experts run at the busiest rank's load, as the planner prices them.

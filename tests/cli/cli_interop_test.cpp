@@ -60,8 +60,10 @@ TEST_F(Cli, ImportNeedsOneSourceAClusterAndAKnownEngine) {
                           "--engine: unknown engine 'colossal'"));
   EXPECT_TRUE(is_one_line_refusal(run("estimate --cluster dgx-a100"), "--plan: give a plan file or --import FILE"));
   const fs::path fp8 = write("fp8.sh", kSmallRun.substr(0, kSmallRun.size() - 1) + " --fp8-format hybrid\n");
+  // An fp8 run is read as precision fp8, which an A100 cannot train in.
   EXPECT_TRUE(is_one_line_refusal(run("estimate --import " + fp8.string() + " --cluster dgx-a100"),
-                          fp8.string() + ": --fp8-format hybrid: FP8/FP4 training is not modelled"));
+                          "train.precision: fp8 needs fp8 tensor cores, and device A100-SXM-80GB has none"));
+  EXPECT_EQ(run("estimate --import " + fp8.string() + " --cluster dgx-h100").status, 0);
 }
 
 TEST_F(Cli, PlanNearAnImportedRunRanksItAndEmitsTheBestPlan) {

@@ -103,6 +103,10 @@ TEST(RoundTrip, VariedLayoutsThroughMegatronAndNemo) {
   full.train.precision = Precision::fp16;
   full.train.seq_len = 1024;
   variants.push_back(full);
+  Plan fp8 = base;  // --bf16 --fp8-format hybrid, NeMo's fp8: true
+  fp8.train.precision = Precision::fp8;
+  fp8.train.kernels = Kernels::fused;
+  variants.push_back(fp8);
   Plan longer = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/llama2-70b-nemo-dgx-a100.json");
   longer.train.seq_len = 8192;  // rope: past the model's 4096
   variants.push_back(longer);

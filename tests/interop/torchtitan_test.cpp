@@ -108,7 +108,8 @@ TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
   // llama3_405b.toml trains with float8 (model.converters) and async tensor parallelism.
   const std::string fp8 =
       error_of([&] { import_run(Engine::torchtitan, fixture("torchtitan_llama3_405b.toml"), context); });
-  EXPECT_NE(fp8.find("job.toml: model.converters: float8"), std::string::npos) << fp8;
+  EXPECT_EQ(fp8.find("job.toml: model.converters"), std::string::npos) << "float8 is read as fp8: " << fp8;
+  EXPECT_NE(fp8.find("job.toml:"), std::string::npos) << "async tensor parallelism is still refused: " << fp8;
   // debug_model.toml checkpoints every 2nd layer (selective_ac_option '2').
   const std::string every_other =
       error_of([&] { import_run(Engine::torchtitan, fixture("torchtitan_debug_model.toml"), context); });
@@ -126,7 +127,8 @@ TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
        "the degrees multiply to more than"},
       {"[training]\nenable_cpu_offload = true\n", "training.enable_cpu_offload"},
       {"[training]\ndtype = \"bfloat16\"\n", "training.dtype: full bf16"},
-      {"[float8]\nenable_float8_linear = true\n", "float8.enable_float8_linear"},
+      {"[float8]\nenable_fsdp_float8_all_gather = true\n",
+       "float8.enable_fsdp_float8_all_gather: fp8 parameter all-gathers are not modelled"},
       {"[parallelism]\nfancy_new_degree = 2\n", "parallelism.fancy_new_degree: not an option"},
   };
   for (const auto& [extra, message] : cases) {
@@ -308,6 +310,25 @@ TEST(Torchtitan, FpSixteenAndOffloadAreWrittenAsTheNearestAndNoted) {
   nearest.parallel.offload = OffloadMode::none;
   nearest.train.precision = Precision::bf16;
   EXPECT_EQ(import_run(Engine::torchtitan, exported.text, context_of(plan)).plan, nearest) << exported.text;
+}
+
+
+// model.converters ["float8"]: fp8 linears on bf16 FSDP training, written and read back.
+TEST(Torchtitan, Float8ConvertersAreFp8BothWays) {
+  const Plan plan = Plan::from_json(Json::parse(R"({"model": "llama3-8b", "cluster": "dgx-h100", "nodes": 1,
+      "train": {"global_batch": 16, "precision": "fp8", "kernels": "fused"},
+      "parallel": {"dp": 8, "zero": 3, "micro_batch": 2}})"), "");
+  const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+  EXPECT_NE(exported.text.find("converters = [\"float8\"]"), std::string::npos) << exported.text;
+  EXPECT_NE(exported.text.find("mixed_precision_param = \"bfloat16\""), std::string::npos) << exported.text;
+  const ImportedRun run = import_run(Engine::torchtitan, exported.text, cluster_context("dgx-h100", 1));
+  EXPECT_EQ(run.plan.train.precision, Precision::fp8) << exported.text;
+  const std::string mx = error_of([&] {
+    std::string text = exported.text;
+    text.replace(text.find("\"float8\"]"), 9, "\"mx\"]");
+    import_run(Engine::torchtitan, text, cluster_context("dgx-h100", 1));
+  });
+  EXPECT_NE(mx.find("model.converters: MX low-precision matmuls are not modelled"), std::string::npos) << mx;
 }
 
 }  // namespace

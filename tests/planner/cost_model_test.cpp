@@ -166,7 +166,8 @@ TEST(Memory, FusedKernelsKeepNoAttentionScores) {
   p.recompute = Recompute::selective;
   EXPECT_DOUBLE_EQ(fused.activation_bytes_per_layer(p), sbh * 34 + statistics);
   int softmax_ops = 0, recomputed = 0;
-  for (const tessel::BlockOp& op : block_op_table(fused.model(), 2048, layout(1, 1, 1, 2), 2.0, Kernels::fused).block) {
+  const tessel::BlockOpTable table = block_op_table(fused.model(), 2048, layout(1, 1, 1, 2), Precision::bf16, Kernels::fused);
+  for (const tessel::BlockOp& op : table.block) {
     softmax_ops += op.name == ops::attn_softmax;
     recomputed += op.selective_recompute;
   }

@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "tessel/core/error.hpp"
@@ -41,8 +42,7 @@ TEST(RunStore, VersionOneFilesMigrateAndKeepTheirProfiles) {
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
                          "DROP TABLE run_memory_parts; DROP TABLE run_events; DROP TABLE run_steps; DROP TABLE run_memory; "
-                         "DROP TABLE runs; "
-                         "PRAGMA user_version=1;",
+                         "DROP TABLE runs; ALTER TABLE devices DROP COLUMN peak_fp8_flops_per_s; PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
@@ -52,6 +52,32 @@ TEST(RunStore, VersionOneFilesMigrateAndKeepTheirProfiles) {
   RunStore runs(store);
   EXPECT_TRUE(runs.runs().empty());
   EXPECT_GT(runs.begin_run(Json{{"note", "after migration"}}, "cpu", 1), 0);
+}
+
+// Version 4 (fp8): a device's fp8 peak and fp8 GEMM samples are kept; older files gain
+// the column, 0 (no fp8) for the devices they hold.
+TEST(RunStore, VersionThreeFilesMigrateAndKeepFp8Profiles) {
+  const std::string path = temp_db("v3.db");
+  {
+    ProfileStore store(path);
+    store.put_profile(shipped_profile("A100-SXM-80GB"));
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE run_memory_parts; ALTER TABLE devices DROP COLUMN peak_fp8_flops_per_s; PRAGMA user_version=3;", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  ProfileStore store(path);
+  EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
+  EXPECT_FALSE(store.load("A100-SXM-80GB")->device.has_fp8());
+  const Profile h100 = shipped_profile("H100-SXM");
+  store.put_profile(h100);
+  const Profile loaded = *store.load("H100-SXM");
+  EXPECT_DOUBLE_EQ(loaded.device.peak_fp8_flops_per_s, 1979e12);
+  EXPECT_EQ(std::count_if(loaded.kernels.begin(), loaded.kernels.end(),
+                          [](const KernelSample& s) { return s.precision == "fp8"; }),
+            8);
 }
 
 TEST(RunStore, RunsRoundTrip) {
@@ -100,7 +126,8 @@ TEST(RunStore, VersionTwoFilesMigrateAndRecordInterruptedRuns) {
                          "CREATE TABLE runs(id INTEGER PRIMARY KEY, created TEXT NOT NULL, host TEXT NOT NULL, "
                          "tool_version TEXT NOT NULL, plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL, "
                          "status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed')), message TEXT NOT NULL); "
-                         "INSERT INTO runs SELECT * FROM runs_v2; DROP TABLE runs_v2; PRAGMA user_version=2;",
+                         "INSERT INTO runs SELECT * FROM runs_v2; DROP TABLE runs_v2; "
+                         "ALTER TABLE devices DROP COLUMN peak_fp8_flops_per_s; PRAGMA user_version=2;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
@@ -116,10 +143,10 @@ TEST(RunStore, VersionTwoFilesMigrateAndRecordInterruptedRuns) {
   EXPECT_EQ(runs.steps(old_run).size(), 1u);
 }
 
-// Version 4 adds each rank's memory by category: a version-3 file's runs keep their
+// Version 5 adds each rank's memory by category: a version-4 file's runs keep their
 // process peaks (read back without categories), and new runs record the categories.
-TEST(RunStore, VersionThreeFilesMigrateAndRecordMemoryByCategory) {
-  const std::string path = temp_db("v3.db");
+TEST(RunStore, VersionFourFilesMigrateAndRecordMemoryByCategory) {
+  const std::string path = temp_db("v4.db");
   std::int64_t old_run = 0;
   {
     ProfileStore store(path);
@@ -130,10 +157,10 @@ TEST(RunStore, VersionThreeFilesMigrateAndRecordMemoryByCategory) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE run_memory_parts; PRAGMA user_version=3;", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE run_memory_parts; PRAGMA user_version=4;", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   {
-    // Read only, a version-3 file is refused with the way out (a writing command migrates it).
+    // Read only, a version-4 file is refused with the way out (a writing command migrates it).
     EXPECT_THROW(ProfileStore(path, ProfileStore::Access::read_only), Error);
   }
   ProfileStore store(path);

@@ -8,6 +8,7 @@
 
 #include <map>
 
+#include "tessel/core/error.hpp"
 #include "tessel/planner/cost_model.hpp"
 #include "tessel/profiles/profile.hpp"
 #include "tessel/simulator/simulation.hpp"
@@ -23,6 +24,14 @@ Plan uniform_plan(int nodes, int global_batch, const std::string& parallel) {
                                      R"(, "train": {"global_batch": )" + std::to_string(global_batch) +
                                      R"(}, "parallel": )" + parallel + "}"),
                          "");
+}
+
+// The same stack trained in fp8 on H100s (core/fp8_model.hpp).
+Plan fp8_plan(int nodes, int global_batch, const std::string& parallel) {
+  Plan plan = uniform_plan(nodes, global_batch, parallel);
+  plan.cluster = resolve_cluster("dgx-h100");
+  plan.train.precision = Precision::fp8;
+  return plan;
 }
 
 struct Comparison {
@@ -90,6 +99,39 @@ INSTANTIATE_TEST_SUITE_P(
     AgreementCase{"ChunkedOffloadTensor1D", 2, 32, R"({"dp": 4, "tp": 4, "offload": {"mode": "chunked", "device_fraction": 0.25}})"}
     ),
     [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
+
+// fp8 plans: the Program's ops carry their precision (fp8 linears, bf16 attention and
+// head), its casts and its weight cast, and the simulator prices them as the planner does.
+class Fp8Agreement : public ::testing::TestWithParam<AgreementCase> {};
+
+TEST_P(Fp8Agreement, SimulatedStepEqualsTheAnalyticEstimateWithin2Percent) {
+  const AgreementCase& c = GetParam();
+  const Comparison a = agree(fp8_plan(c.nodes, c.global_batch, c.parallel));
+  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
+                                    << a.analytic_s << " s";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Fp8Agreement,
+    ::testing::Values(
+    AgreementCase{"DataParallel", 2, 32, R"({"dp": 16})"},
+    AgreementCase{"Pipeline1F1B", 2, 128, R"({"dp": 8, "pp": 2, "schedule": "1f1b"})"},
+    AgreementCase{"Tensor1DSequenceParallel", 2, 32, R"({"dp": 2, "tp": 8, "tp_sequence_parallel": true})"},
+    AgreementCase{"Zero3", 2, 32, R"({"dp": 16, "zero": 3})"},
+    AgreementCase{"OptimizerOffload", 2, 32, R"({"dp": 16, "offload": {"mode": "optimizer"}})"}
+    ),
+    [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
+
+TEST(Fp8Simulation, IsRefusedOnADeviceWithoutFp8TensorCores) {
+  Plan plan = uniform_plan(1, 32, R"({"dp": 8})");
+  plan.train.precision = Precision::fp8;  // on dgx-a100
+  try {
+    simulator::simulate(Program::lower(plan), profiles::shipped_profile(plan.cluster.device), {});
+    ADD_FAILURE() << "an fp8 plan was simulated on A100s";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("device A100-SXM-80GB has none"), std::string::npos) << error.what();
+  }
+}
 
 TEST(Contention, TwoAllReducesShareAnOversubscribedUplink) {
   ClusterSpec cluster = resolve_cluster("dgx-a100");

@@ -59,6 +59,9 @@ struct BlockOp {
   // busiest rank's share of tokens over the mean), capped by `capacity_factor` when > 0.
   bool expert_load = false;
   double capacity_factor = 0;
+  // gemm and attention: the precision the op computes in, whose GEMM curve prices it
+  // (fp8 training: fp8 for the linear layers, bf16 for the rest; fp8_model.hpp).
+  Precision precision = Precision::bf16;
 
   double gemm_total_flops() const { return 2.0 * m * n * k * count; }
 };
@@ -112,12 +115,21 @@ struct BlockOpTable {
     double layer_elements = 0, head_elements = 0, embedding_elements = 0;
   };
   std::vector<PartialSync> partial_syncs;
+  // fp8 training: weight elements of one block's fp8 GEMMs on one rank (dense and MoE
+  // block), whose fp8 copies are held and cast once per step, and the fp8 linears (one
+  // per GEMM, each with its scaling state). 0 for other precisions.
+  double fp8_weight_elements = 0, moe_fp8_weight_elements = 0;
+  double fp8_linears = 0, moe_fp8_linears = 0;
+  double fp8_weight_elements_of(const ModelSpec& model, int layer) const {
+    return model.moe.is_moe_layer(layer) ? moe_fp8_weight_elements : fp8_weight_elements;
+  }
 };
 
-// `element_bytes`: bytes of one activation element in the training precision. With fused
-// kernels the attention core is one flash-style op: no softmax op of its own, nothing for
-// selective recompute to rebuild.
-BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelConfig& parallel,
-                            double element_bytes, Kernels kernels = Kernels::unfused);
+// `precision`: the training precision; activations are stored in its storage precision
+// (bf16 for fp8), and under fp8 the linear layers' GEMMs run in fp8 with their casts
+// (1D tensor parallelism only: check_layout). With fused kernels the attention core is
+// one flash-style op: no softmax op of its own, nothing for selective recompute to rebuild.
+BlockOpTable block_op_table(const ModelSpec& model, int seq_len, const ParallelConfig& parallel, Precision precision,
+                            Kernels kernels = Kernels::unfused);
 
 }  // namespace tessel

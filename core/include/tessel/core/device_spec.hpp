@@ -22,6 +22,9 @@ struct DeviceSpec {
   double peak_tf32_flops_per_s = 0;
   double peak_bf16_flops_per_s = 0;
   double peak_fp16_flops_per_s = 0;
+  // fp8 (e4m3/e5m2) tensor cores; 0 where the device has none (A100, CPUs): such a
+  // device refuses fp8 training (check_precision).
+  double peak_fp8_flops_per_s = 0;
   double memory_bytes = 0;
   double memory_bandwidth_bytes_per_s = 0;
   double memory_efficiency = 0;  // achievable fraction of memory bandwidth
@@ -37,6 +40,10 @@ struct DeviceSpec {
   Json sources;
 
   double peak_flops_per_s(Precision precision) const;
+  bool has_fp8() const { return peak_fp8_flops_per_s > 0; }
+  // Throws tessel::Error, one line naming the device, when it cannot train in
+  // `precision` (fp8 without fp8 tensor cores).
+  void check_precision(Precision precision) const;
 
   static DeviceSpec from_json(const Json& json, const std::string& path = "device");
   Json to_json() const;

@@ -10,7 +10,9 @@
 
 namespace tessel {
 
-enum class Precision { fp32, bf16, fp16 };
+// fp8: Transformer Engine's fp8 training (fp8_model.hpp says which ops run in fp8): the
+// linear layers' GEMMs in fp8, everything else in bf16 (storage_precision).
+enum class Precision { fp32, bf16, fp16, fp8 };
 enum class Optimizer { adamw, lamb, lars };
 enum class Activation { gelu, swiglu };
 enum class Norm { layernorm, rmsnorm };
@@ -34,7 +36,7 @@ struct EnumNames;  // specialised below: static constexpr std::array names
   };
 
 TESSEL_ENUM_NAMES(Precision, std::string_view("fp32"), std::string_view("bf16"),
-                  std::string_view("fp16"))
+                  std::string_view("fp16"), std::string_view("fp8"))
 TESSEL_ENUM_NAMES(Optimizer, std::string_view("adamw"), std::string_view("lamb"),
                   std::string_view("lars"))
 TESSEL_ENUM_NAMES(Activation, std::string_view("gelu"), std::string_view("swiglu"))
@@ -78,9 +80,16 @@ std::string enum_choices() {
   return out;
 }
 
-// Bytes of one element stored in `precision` (fp32 4, bf16/fp16 2).
+// Bytes of one element stored in `precision` (fp32 4, bf16/fp16 2, fp8 1).
 constexpr int element_bytes(Precision precision) {
-  return precision == Precision::fp32 ? 4 : 2;
+  return precision == Precision::fp32 ? 4 : precision == Precision::fp8 ? 1 : 2;
+}
+
+// The precision a training precision keeps its weights, activations and non-GEMM ops
+// in: itself, except fp8 training, which runs in bf16 outside its fp8 GEMMs (Megatron-LM
+// --bf16 --fp8-format, NeMo bf16-mixed with fp8: true, torchtitan bf16 with float8).
+constexpr Precision storage_precision(Precision precision) {
+  return precision == Precision::fp8 ? Precision::bf16 : precision;
 }
 
 }  // namespace tessel

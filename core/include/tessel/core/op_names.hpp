@@ -22,9 +22,10 @@
 namespace tessel::ops {
 
 // A linear layer and the pieces of it each tensor-parallel mode adds: SUMMA's row and
-// column broadcasts (2D, 2.5D), the cube's gathers and reduce-scatter (3D).
+// column broadcasts (2D, 2.5D), the cube's gathers and reduce-scatter (3D); and under
+// fp8 training the cast of its input (forward) and output gradient (backward) to fp8.
 struct LinearOps {
-  std::string_view gemm, bcast_row, bcast_col, gather_input, gather_weight, reduce_scatter;
+  std::string_view gemm, bcast_row, bcast_col, gather_input, gather_weight, reduce_scatter, fp8_cast;
 };
 
 // ---- a transformer block ----
@@ -32,12 +33,14 @@ inline constexpr std::string_view attn_norm = "attn.norm";
 inline constexpr std::string_view attn_norm_all_reduce = "attn.norm_all_reduce";
 inline constexpr std::string_view attn_tp_all_gather = "attn.tp_all_gather";
 inline constexpr LinearOps attn_qkv{"attn.qkv",          "attn.qkv.bcast_row",     "attn.qkv.bcast_col",
-                                    "attn.qkv.gather_input", "attn.qkv.gather_weight", "attn.qkv.reduce_scatter"};
+                                    "attn.qkv.gather_input", "attn.qkv.gather_weight", "attn.qkv.reduce_scatter",
+                                    "attn.qkv.fp8_cast"};
 inline constexpr std::string_view attn_ring_kv = "attn.ring_kv";
 inline constexpr std::string_view attn_core = "attn.core";
 inline constexpr std::string_view attn_softmax = "attn.softmax";
 inline constexpr LinearOps attn_proj{"attn.proj",          "attn.proj.bcast_row",     "attn.proj.bcast_col",
-                                     "attn.proj.gather_input", "attn.proj.gather_weight", "attn.proj.reduce_scatter"};
+                                     "attn.proj.gather_input", "attn.proj.gather_weight", "attn.proj.reduce_scatter",
+                                    "attn.proj.fp8_cast"};
 inline constexpr std::string_view attn_tp_reduce_scatter = "attn.tp_reduce_scatter";
 inline constexpr std::string_view attn_tp_all_reduce = "attn.tp_all_reduce";
 inline constexpr std::string_view attn_residual = "attn.residual";
@@ -45,10 +48,12 @@ inline constexpr std::string_view mlp_norm = "mlp.norm";
 inline constexpr std::string_view mlp_norm_all_reduce = "mlp.norm_all_reduce";
 inline constexpr std::string_view mlp_tp_all_gather = "mlp.tp_all_gather";
 inline constexpr LinearOps mlp_fc1{"mlp.fc1",          "mlp.fc1.bcast_row",     "mlp.fc1.bcast_col",
-                                   "mlp.fc1.gather_input", "mlp.fc1.gather_weight", "mlp.fc1.reduce_scatter"};
+                                   "mlp.fc1.gather_input", "mlp.fc1.gather_weight", "mlp.fc1.reduce_scatter",
+                                    "mlp.fc1.fp8_cast"};
 inline constexpr std::string_view mlp_act = "mlp.act";
 inline constexpr LinearOps mlp_fc2{"mlp.fc2",          "mlp.fc2.bcast_row",     "mlp.fc2.bcast_col",
-                                   "mlp.fc2.gather_input", "mlp.fc2.gather_weight", "mlp.fc2.reduce_scatter"};
+                                   "mlp.fc2.gather_input", "mlp.fc2.gather_weight", "mlp.fc2.reduce_scatter",
+                                    "mlp.fc2.fp8_cast"};
 inline constexpr std::string_view mlp_tp_reduce_scatter = "mlp.tp_reduce_scatter";
 inline constexpr std::string_view mlp_tp_all_reduce = "mlp.tp_all_reduce";
 inline constexpr std::string_view mlp_residual = "mlp.residual";
@@ -75,6 +80,11 @@ inline constexpr std::string_view moe_combine = "moe.combine";
 inline constexpr std::string_view moe_shared_fc1 = "moe.shared_fc1";
 inline constexpr std::string_view moe_shared_act = "moe.shared_act";
 inline constexpr std::string_view moe_shared_fc2 = "moe.shared_fc2";
+// fp8 training: the casts before the experts' GEMMs (fp8_model.hpp).
+inline constexpr std::string_view moe_expert_fc1_fp8_cast = "moe.expert_fc1.fp8_cast";
+inline constexpr std::string_view moe_expert_fc2_fp8_cast = "moe.expert_fc2.fp8_cast";
+inline constexpr std::string_view moe_shared_fc1_fp8_cast = "moe.shared_fc1.fp8_cast";
+inline constexpr std::string_view moe_shared_fc2_fp8_cast = "moe.shared_fc2.fp8_cast";
 
 // ---- the LM head and the loss ----
 inline constexpr std::string_view head_norm_all_reduce = "head.norm_all_reduce";
@@ -82,7 +92,7 @@ inline constexpr std::string_view head_tp_all_gather = "head.tp_all_gather";
 inline constexpr std::string_view head_tp_all_reduce = "head.tp_all_reduce";
 // 2D's head: token blocks broadcast down the columns, logits reduced along the rows.
 inline constexpr LinearOps head_logits{"head.logits",          "",  "head.logits.bcast_col", "head.logits.gather_input",
-                                       "head.logits.gather_weight", "head.logits.reduce_scatter"};
+                                       "head.logits.gather_weight", "head.logits.reduce_scatter", ""};
 inline constexpr std::string_view head_logits_reduce_row = "head.logits.reduce_row";
 inline constexpr std::string_view head_loss = "head.loss";
 inline constexpr std::string_view head_loss_all_reduce = "head.loss_all_reduce";
@@ -105,6 +115,8 @@ inline constexpr std::string_view grad_all_reduce = "grad.all_reduce";
 inline constexpr std::string_view grad_reduce_scatter = "grad.reduce_scatter";
 inline constexpr std::string_view optimizer = "optimizer";
 inline constexpr std::string_view optimizer_host = "optimizer.host";
+// fp8 training: the stage's fp8 GEMM weights cast once per step (step/fp8.weight_cast).
+inline constexpr std::string_view fp8_weight_cast = "fp8.weight_cast";
 inline constexpr std::string_view offload_grads_d2h = "offload.grads_d2h";
 inline constexpr std::string_view offload_params_h2d = "offload.params_h2d";
 inline constexpr std::string_view offload_params_d2h = "offload.params_d2h";

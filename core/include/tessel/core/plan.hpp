@@ -33,6 +33,7 @@ enum class Reject : std::uint8_t {
   ep_dense,
   moe_tensor_mode,
   expert_ffn_split,
+  fp8_tensor_mode,
   world_size,
   out_of_device_memory,
   out_of_host_memory,

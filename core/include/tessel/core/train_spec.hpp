@@ -35,9 +35,10 @@ struct TrainSpec {
 
 // The engines' default: Megatron-LM accumulates and all-reduces bf16 gradients in fp32
 // (arguments.py sets accumulate_allreduce_grads_in_fp32 for --bf16 unless
-// --grad-reduce-in-bf16) and keeps fp16 gradients in fp16 unless asked; fp32 stays fp32.
+// --grad-reduce-in-bf16) and keeps fp16 gradients in fp16 unless asked; fp32 stays fp32;
+// fp8 training is bf16 training with fp8 GEMMs, so its gradients are fp32 too.
 Precision default_gradient_precision(Precision precision);
-// Gradients are kept in fp32 or in the training precision: empty when `gradient` is one
+// Gradients are kept in fp32 or in the training precision (bf16 for fp8): empty when `gradient` is one
 // of those, else the reason, for an error that names the field.
 std::string gradient_precision_problem(Precision precision, Precision gradient);
 

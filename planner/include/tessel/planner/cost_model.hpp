@@ -14,6 +14,7 @@
 //    34/t with selective recompute, 2sbh with full recompute. Scaled by E/2 for fp32.
 //    Fused attention stores no 5as/h scores but 4 bytes of statistics per row and head;
 //    full recompute also holds the one layer being recomputed (docs/MEMORY.md).
+//    fp8 training keeps the linears' saved inputs in fp8 (core/fp8_model.hpp).
 //  - Model states: Rajbhandari et al. 2020 (ZeRO), 16 bytes/param for mixed-precision
 //    Adam with 16-bit gradients, 18 with fp32 gradients (Megatron-LM's default for
 //    bf16, train.gradient_precision), sharded over the data-parallel group by stage.
@@ -63,6 +64,9 @@ struct LayoutCost {
   // 2.5D: gradient elements all-reduced over the depth once per step, per layer bucket
   // and for the stage's other weights.
   double depth_sync_layer_elements = 0, depth_sync_rest_elements = 0;
+  // fp8 training: the stage's fp8 GEMM weight elements on one rank (their fp8 copies are
+  // held, and cast once per step) and its fp8 linears (each with its scaling state).
+  double fp8_weight_elements = 0, fp8_linears = 0;
   struct StepComm {
     double time_s = 0, bytes = 0, messages = 0;
   };

@@ -24,7 +24,7 @@ struct PublishedRun {
   bool held_out = false;
   std::string cluster;  // dgx-a100 | dgx-h100 | ...
   std::string device;   // the cluster's device profile name
-  // Why tessel cannot price the row (fp8 precision, a layout tessel refuses); empty
+  // Why tessel cannot price the row (a layout tessel refuses); empty
   // when `plan` holds the row's plan.
   std::string skipped;
   std::optional<Plan> plan;

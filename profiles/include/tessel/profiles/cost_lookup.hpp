@@ -7,7 +7,9 @@
 //    so exact at the samples and monotone between them. Beyond the sampled sizes the
 //    end rate is kept and the lookup is flagged as extrapolated; with no sample for a
 //    precision it falls back to a roofline at the device's peak and is flagged. CPU
-//    devices compute every precision in fp32, so they read the fp32 samples.
+//    devices compute every precision in fp32, so they read the fp32 samples. fp8 has
+//    its own curve (the profiler's fp8 GEMMs, or the datasheet's), asked for by the fp8
+//    GEMMs of fp8 training only (BlockOp::precision).
 //  - Streaming bandwidth: the median rate of the profile's elementwise samples of at
 //    least 1 MiB when there are any, else datasheet bandwidth x memory_efficiency.
 //  - A fabric with link samples (named "<cluster>/intra" or "<cluster>/inter") uses
@@ -152,7 +154,7 @@ class CostLookup {
   Calibration calibration_;
   std::string calibration_note_;
   std::shared_ptr<const PredictionBounds> prediction_bounds_;  // shared: lookups are copied per search thread
-  Curve curves_[3];  // by Precision
+  Curve curves_[4];  // by Precision (fp8: the linears of fp8 training; none where the device has no fp8)
   double memory_bw_;
   bool intra_measured_ = false, inter_measured_ = false;
   mutable std::atomic<unsigned> flags_{0};
