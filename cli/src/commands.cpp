@@ -73,8 +73,7 @@ struct InputFlags : planner::SearchInputs {
     auto* batch = command->add_option("--global-batch,-b", global_batch, "Sequences per optimizer step");
     if (batch_required) batch->required();
     command->add_option("--seq", seq, "Sequence length (default: the model's)")->check(positive_seq_len());
-    command->add_option("--precision", precision,
-                        "Training precision (fp8: Transformer Engine's fp8 linears, on devices with fp8 tensor cores)")
+    command->add_option("--precision", precision, "Training precision (fp8: Transformer Engine's fp8 linears)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
         ->capture_default_str();
     command->add_option("--optimizer", optimizer, "Optimizer")

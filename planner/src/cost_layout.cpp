@@ -244,7 +244,6 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   c.backward_compute_s = c.backward_s[K(TimeKind::gemm)] + c.backward_s[K(TimeKind::attention)] +
                          c.backward_s[K(TimeKind::elementwise)] + c.backward_s[K(TimeKind::recompute)];
   add_stage_states(p, table, groups, c);
-  add_chunk_shapes(p, c);
   return c;
 }
 

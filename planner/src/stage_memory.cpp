@@ -28,7 +28,7 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
   const TrainSpec& train = model.train();
   const int chunks = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
   const int layers_per_chunk = spec.layers / (p.pp * chunks);
-  const BlockOpTable table = block_op_table(spec, model.seq_len(), p, element_bytes(train.precision), train.kernels);
+  const BlockOpTable table = block_op_table(spec, model.seq_len(), p, train.precision, train.kernels);
   const bool first = stage == 0, last = stage == p.pp - 1;
 
   // ---- model states: this stage's blocks, embedding and head; routed experts apart ----

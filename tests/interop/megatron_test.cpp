@@ -277,7 +277,9 @@ TEST(Megatron, WrittenScriptsParseAsBash) {
   int written = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(TESSEL_SOURCE_DIR) + "/examples")) {
     if (entry.path().extension() != ".json") continue;
-    const ExportedConfig exported = export_plan(Engine::megatron, Plan::load(entry.path().string()));
+    const Plan plan = Plan::load(entry.path().string());
+    if (plan.model.moe.enabled()) continue;  // refused by the writer (RoundTrip.EveryExamplePlanThroughMegatron)
+    const ExportedConfig exported = export_plan(Engine::megatron, plan);
     FILE* bash = ::popen("bash -n", "w");
     ASSERT_NE(bash, nullptr);
     std::fwrite(exported.text.data(), 1, exported.text.size(), bash);

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
 #include "tessel/interop/engine_config.hpp"
 
@@ -42,6 +43,16 @@ std::vector<Plan> example_plans() {
 // export says what it changed exactly when it changed something.
 ::testing::AssertionResult round_trips(const Plan& plan, Engine engine) {
   const std::string what = std::string(engine_name(engine)) + " " + plan.model.name + " " + plan.parallel.summary();
+  if (plan.model.moe.enabled()) {
+    // MoE launch configs are not written yet: every writer refuses them by name.
+    try {
+      export_plan(engine, plan);
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("Mixture-of-Experts") != std::string::npos) return ::testing::AssertionSuccess();
+      return ::testing::AssertionFailure() << what << ": refused, but not as MoE: " << e.what();
+    }
+    return ::testing::AssertionFailure() << what << ": an MoE plan was exported";
+  }
   const ExportedConfig exported = export_plan(engine, plan);
   ImportContext context;
   context.cluster = plan.cluster;
