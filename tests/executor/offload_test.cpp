@@ -167,9 +167,9 @@ TEST(HostOptimizer, PiecesOfACallGiveTheBitsOfTheCall) {
   kernels::AdamWParams p;
   p.lr = 1e-3f, p.weight_decay = 0.01f, p.step = 2;
   for (const std::size_t shift : {0u, 3u, 7u}) {  // the reference's weights `shift` floats past a 64-byte boundary
-    std::vector<float> reference_param(n + 16, 0.0f), reference_m = m, reference_v = v;
+    std::vector<float> reference_param(n + 32, 0.0f), reference_m = m, reference_v = v;
     float* base = reference_param.data();
-    while (reinterpret_cast<std::uintptr_t>(base) % 64 != 0) ++base;
+    while (reinterpret_cast<std::uintptr_t>(base) % 64 != 0) ++base;  // up to 15 floats, + shift: within the 32 spare
     base += shift;
     std::copy(param.begin(), param.end(), base);
     kernels::cpu_backend().adamw_step(Stream::compute, base, grad.data(), reference_m.data(), reference_v.data(),
