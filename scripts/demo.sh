@@ -74,9 +74,14 @@ run run --plan examples/local-cpu-gpt-pp-tp.json --steps 5 --db "$db" --trace "$
 run_id=$(sed -nE 's/^wrote run ([0-9]+) to .*/\1/p' "$last" | tail -1)
 explain "Four ranks, 2 pipeline stages x 2 tensor-parallel ways, with ZeRO 1 and selective recompute: every op was timed under the same op id the simulator uses, so the two timelines can be laid side by side."
 run simulate --plan examples/local-cpu-gpt-pp-tp.json --db "$db" --trace "$out/predicted-pp-tp-trace.json"
-explain "The prediction for that same plan from this machine's profile; it assumes every rank owns its device."
+explain "The prediction for that same plan from this machine's profile; with more ranks than cores it prices the ranks as taking turns on them, and says so."
 run run --plan examples/local-cpu-llama-tiny.json --steps 5 --db "$db"
 explain "A LLaMA-shaped model (RMSNorm, rotary positions, grouped-query attention with 2 kv heads for 4 query heads, SwiGLU, untied output embedding, no biases) on 4 ranks: pipeline, tensor and sequence parallel with ZeRO 1; every layout the executor runs equals one process for it, as for GPT-2 (ctest -R Llama)."
+
+run run --plan examples/local-cpu-moe-tiny.json --steps 5 --db "$db"
+explain "A Mixture-of-Experts model (4 experts, top 2, an MoE MLP every 2nd block) on 2 ranks with expert parallelism 2: each rank holds 2 experts and sends its tokens to the other's through the all-to-all; each step line shows the auxiliary load-balancing loss trained on beside the cross-entropy. Every MoE layout equals one process (ctest -R MoeTrainer)."
+run run --plan examples/local-cpu-gpt-offload.json --steps 3 --db "$db"
+explain "Offload: the chunk manager keeps a quarter of the model-state chunks in the (budgeted) device pool and the rest in host memory, fetching each before its layer and stepping host chunks with a host AdamW; the losses equal the run without offload to the bit, and the bytes moved each way are the Program's (tessel compare shows the copies as ops)."
 
 section "Other engines: their launch configs, token files and weights"
 run estimate --import tests/interop/fixtures/megatron_gpt3_175b.sh --cluster dgx-a100 --nodes 128
@@ -102,12 +107,14 @@ section "Measured against predicted, op kind by op kind"
 run compare --run "${run_id:-2}" --db "$db" --top 8
 ratio=$(sed -nE 's/.*measured \/ simulated ([0-9.]+).*/\1/p' "$last" | head -1)
 if [ "$cores" -lt 4 ]; then
-  explain "Measured is ${ratio:-several}x the prediction because 4 ranks share ${cores} cores: they take turns, so each tensor-parallel all-reduce (the top rows) waits until its partner rank is scheduled again, which no profile of one rank per device predicts; on a machine with a core per rank the ratio comes close to 1."
+  explain "Measured is ${ratio:-several}x the prediction because 4 ranks share ${cores} cores: they take turns, so each tensor-parallel all-reduce (the top rows) waits until its partner rank is scheduled again, which the prediction prices only on average (every time x ranks / cores); on a machine with a core per rank the ratio comes close to 1."
 else
   explain "Measured / simulated is ${ratio:-the ratio above}: with a core per rank what remains is the noise of the quick profile and the ops it extrapolated; the top rows are where the cost model misses most."
 fi
 run gui --screenshot "$out/gui-compare.png" --tab compare --db "$db"
 explain "The same comparison drawn: a parity scatter per op kind (on y = x when the prediction is right) and the measured timeline over the predicted one."
+
+source scripts/demo_cpu_loop_section.sh
 
 section "The plan explorer (GUI), rendered offscreen"
 run gui --screenshot "$out/gui-plans.png"
