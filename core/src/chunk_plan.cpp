@@ -92,10 +92,7 @@ void size_and_place(ChunkPlan& plan, const TrainSpec& train, const ParallelConfi
   const double param_b = element_bytes(train.precision), grad_b = element_bytes(train.effective_gradient_precision());
   const double master_b = mixed ? 4 : 0, moment_b = train.optimizer == Optimizer::lars ? 4 : 8;
   const int n = int(plan.chunks.size());
-  plan.resident_chunks =
-      p.offload == OffloadMode::chunked
-          ? std::clamp(int(std::ceil(p.offload_device_fraction * double(n) - 1e-9)), 1, n)
-          : n;
+  plan.resident_chunks = resident_chunk_count(p, n);
   for (int c = 0; c < n; ++c) {
     Chunk& chunk = plan.chunks[std::size_t(c)];
     const std::int64_t cap = chunk.capacity_elements;
@@ -214,6 +211,11 @@ std::vector<int> ChunkPlan::evictions_after(int segment, ops::Phase phase) const
     if ((phase == ops::Phase::bwd ? chunk.first_segment : chunk.last_segment) == segment) out.push_back(c);
   }
   return out;
+}
+
+int resident_chunk_count(const ParallelConfig& p, int chunks) {
+  if (p.offload != OffloadMode::chunked) return chunks;
+  return std::clamp(int(std::ceil(p.offload_device_fraction * double(chunks) - 1e-9)), 1, chunks);
 }
 
 ChunkPlan chunk_plan(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& p, int stage,

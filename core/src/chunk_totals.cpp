@@ -64,9 +64,7 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   const bool optimizer_sharded = p.zero >= 1 && g > 1, layer_params_sharded = p.zero == 3 && g > 1;
   const double owned_div = optimizer_sharded ? g : 1, grad_div = p.zero >= 2 && g > 1 ? g : 1;
   const double layer_param_div = layer_params_sharded ? g : 1;
-  const int k = p.offload == OffloadMode::chunked
-                    ? std::clamp(int(std::ceil(p.offload_device_fraction * double(n) - 1e-9)), 1, n)
-                    : n;
+  const int k = resident_chunk_count(p, n);
   t.resident_chunks = k;
   const double all_layer = shape.layer_prefix[std::size_t(n)], all_stage = shape.stage_prefix[std::size_t(n)];
   const double res_layer = shape.layer_prefix[std::size_t(k)], res_stage = shape.stage_prefix[std::size_t(k)];

@@ -165,7 +165,11 @@ std::pair<std::size_t, std::size_t> overlap(std::size_t lo, std::size_t size, st
 }
 }  // namespace
 
-double Trainer::upload_chunk_weights(int chunk, bool owned_only) {
+// Each span of a chunk's weights that this rank holds in a bucket (only its owned part
+// where ZeRO-3 shards the weights, or `owned_only`): fn(device floats, host floats,
+// count); returns the bytes. Upload and download walk the same spans.
+template <class Move>
+double Trainer::for_each_chunk_weight_span(int chunk, bool owned_only, Move move) {
   double bytes = 0;
   HostChunk& h = offload_->chunks[std::size_t(chunk)];
   for (const ChunkPiece& piece : h.pieces) {
@@ -175,28 +179,25 @@ double Trainer::upload_chunk_weights(int chunk, bool owned_only) {
                                   : std::pair{piece.bucket_offset, piece.bucket_offset + piece.size};
     if (from == to) continue;
     float* device = owned ? owned_params(b) + (from - owned_offset(b)) : b.params.f32() + from;
-    const float* host = h.weights.data() + piece.chunk_offset + (from - piece.bucket_offset);
-    backend_.upload(Stream::copy, device, host, (to - from) * sizeof(float));
+    float* host = h.weights.data() + piece.chunk_offset + (from - piece.bucket_offset);
+    move(device, host, to - from);
     bytes += double(to - from) * sizeof(float);
   }
+  return bytes;
+}
+
+double Trainer::upload_chunk_weights(int chunk, bool owned_only) {
+  const double bytes = for_each_chunk_weight_span(chunk, owned_only, [&](float* device, float* host, std::size_t n) {
+    backend_.upload(Stream::copy, device, host, n * sizeof(float));
+  });
   backend_.wait_for(Stream::compute, Stream::copy);
   return bytes;
 }
 
 double Trainer::download_chunk_weights(int chunk, bool owned_only) {
-  double bytes = 0;
-  HostChunk& h = offload_->chunks[std::size_t(chunk)];
-  for (const ChunkPiece& piece : h.pieces) {
-    BucketState& b = buckets_[std::size_t(piece.bucket)];
-    const bool owned = owned_only || shards_weights(b);
-    const auto [from, to] = owned ? overlap(piece.bucket_offset, piece.size, owned_offset(b), owned_size(b))
-                                  : std::pair{piece.bucket_offset, piece.bucket_offset + piece.size};
-    if (from == to) continue;
-    const float* device = owned ? owned_params(b) + (from - owned_offset(b)) : b.params.f32() + from;
-    float* host = h.weights.data() + piece.chunk_offset + (from - piece.bucket_offset);
-    backend_.download(Stream::copy, host, device, (to - from) * sizeof(float));
-    bytes += double(to - from) * sizeof(float);
-  }
+  const double bytes = for_each_chunk_weight_span(chunk, owned_only, [&](float* device, float* host, std::size_t n) {
+    backend_.download(Stream::copy, host, device, n * sizeof(float));
+  });
   backend_.synchronize(Stream::copy);
   return bytes;
 }

@@ -35,8 +35,11 @@ Plan offload_plan(int dp, int pp, int zero, OffloadMode mode, double fraction) {
   return plan;
 }
 
-void expect_copies_equal_the_chunk_plan(const Plan& plan) {
+// The Program's copy ops are exactly the chunk plan's copies (ids once each, deps before
+// them) and carry its bytes each way.
+::testing::AssertionResult copies_equal_the_chunk_plan(const Plan& plan) {
   const Program program = Program::lower(plan);
+  const std::string what = plan.parallel.summary();
   for (int s = 0; s < program.stages(); ++s) {
     const ChunkPlan chunks = chunk_plan(plan.model, plan.train, plan.parallel, s);
     std::set<std::string> expected, found;
@@ -45,29 +48,37 @@ void expect_copies_equal_the_chunk_plan(const Plan& plan) {
     const auto& ops = program.stage(s).ops;
     for (std::uint32_t i = 0; i < ops.size(); ++i) {
       if (ops[i].stream != Stream::copy) continue;
-      EXPECT_TRUE(found.insert(ops[i].id).second) << ops[i].id;
+      if (!found.insert(ops[i].id).second) return ::testing::AssertionFailure() << what << ": " << ops[i].id << " twice";
       (ops::copies_to_host(ops[i].id) ? down : up) += ops[i].work.bytes;
-      for (std::uint32_t dep : ops[i].deps) EXPECT_LT(dep, i);
+      for (std::uint32_t dep : ops[i].deps) {
+        if (dep >= i) return ::testing::AssertionFailure() << what << ": " << ops[i].id << " depends on a later op";
+      }
     }
-    EXPECT_EQ(found, expected) << plan.parallel.summary() << " stage " << s;
+    if (found != expected) return ::testing::AssertionFailure() << what << " stage " << s << ": copy ops differ from the plan's";
     const bool moves = plan.parallel.offload == OffloadMode::optimizer || plan.parallel.offload_device_fraction < 1;
-    EXPECT_EQ(expected.empty(), !moves) << plan.parallel.summary();
-    EXPECT_DOUBLE_EQ(up, chunks.host_to_device_bytes) << plan.parallel.summary();
-    EXPECT_DOUBLE_EQ(down, chunks.device_to_host_bytes) << plan.parallel.summary();
+    if (expected.empty() == moves) return ::testing::AssertionFailure() << what << ": copies expected " << moves;
+    if (up != chunks.host_to_device_bytes || down != chunks.device_to_host_bytes) {
+      return ::testing::AssertionFailure() << what << " stage " << s << ": bytes up " << up << " / "
+                                           << chunks.host_to_device_bytes << ", down " << down << " / "
+                                           << chunks.device_to_host_bytes;
+    }
   }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace
 
 TEST(ChunkProgram, OptimizerOffloadCopiesAreThePlans) {
-  for (int zero : {0, 1, 2, 3}) expect_copies_equal_the_chunk_plan(offload_plan(2, 1, zero, OffloadMode::optimizer, 1.0));
-  expect_copies_equal_the_chunk_plan(offload_plan(1, 2, 0, OffloadMode::optimizer, 1.0));
+  for (int zero : {0, 1, 2, 3}) EXPECT_TRUE(copies_equal_the_chunk_plan(offload_plan(2, 1, zero, OffloadMode::optimizer, 1.0)));
+  EXPECT_TRUE(copies_equal_the_chunk_plan(offload_plan(1, 2, 0, OffloadMode::optimizer, 1.0)));
 }
 
 TEST(ChunkProgram, ChunkedCopiesAreThePlans) {
   for (double fraction : {0.25, 0.5, 1.0}) {
-    for (int zero : {0, 1, 2, 3}) expect_copies_equal_the_chunk_plan(offload_plan(2, 1, zero, OffloadMode::chunked, fraction));
-    expect_copies_equal_the_chunk_plan(offload_plan(1, 2, 0, OffloadMode::chunked, fraction));
+    for (int zero : {0, 1, 2, 3}) {
+      EXPECT_TRUE(copies_equal_the_chunk_plan(offload_plan(2, 1, zero, OffloadMode::chunked, fraction)));
+    }
+    EXPECT_TRUE(copies_equal_the_chunk_plan(offload_plan(1, 2, 0, OffloadMode::chunked, fraction)));
   }
 }
 

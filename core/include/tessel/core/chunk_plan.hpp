@@ -175,6 +175,11 @@ std::vector<ChunkTensor> stage_model_tensors(const ModelSpec& model, const Paral
 std::vector<ChunkSegment> stage_segments(const ModelSpec& model, const ParallelConfig& parallel, int stage);
 
 // The whole plan of `stage`. Throws tessel::Error for MoE models.
+// How many of a stage's `chunks` stay on the device: all, or under chunked offload the
+// first ceil(device_fraction x chunks) (at least one). The one placement rule the plan and
+// its closed-form totals share.
+int resident_chunk_count(const ParallelConfig& parallel, int chunks);
+
 ChunkPlan chunk_plan(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel, int stage,
                      const ChunkSearch& search = {});
 

@@ -201,6 +201,8 @@ class Trainer {
   // where ZeRO-3 shards the weights, or `owned_only`); returns the bytes.
   double upload_chunk_weights(int chunk, bool owned_only);
   double download_chunk_weights(int chunk, bool owned_only);
+  template <class Move>
+  double for_each_chunk_weight_span(int chunk, bool owned_only, Move move);
   void offload_materialise();
   void offload_reload();
   void offload_dematerialise();
