@@ -282,8 +282,8 @@ TEST(PublishedRuns, TheCorpusLoadsAndEveryPriceableRowHasAPositiveMeasuredStepTi
     const double step_s = measured_step_time_s(run, model);
     EXPECT_TRUE(step_s > 0 && std::isfinite(step_s)) << run.id;
   }
-  // corpus/README: A100 139 + H100 83 bf16 + H100 15 fp8 calibration rows, plus held-out ones
-  EXPECT_GE(priceable, 222 + 15 + 54);
+  // corpus/README: A100 148 + H100 86 bf16 + H100 15 fp8 calibration rows, plus held-out ones
+  EXPECT_EQ(priceable, 234 + 15 + 54);
   EXPECT_EQ(held_out, 54);  // Narayanan 10, Korthikanti 8, dgxc 16 bf16 + 16 fp8, Megatron README 1, MT-NLG 3
 }
 
@@ -305,6 +305,27 @@ TEST(PublishedRuns, ConversionsFollowTheStatedConventions) {
   // Hardware FLOPs count the recomputed forward: the same rate means a longer step.
   run.measured_key = "hw_tflops_per_gpu";
   EXPECT_GT(measured_step_time_s(run, model), 2.0 * 1.25);
+}
+
+// A source that counts FLOPs its own way (GPT-NeoX-20B's 6N + 60 s h L per token) carries
+// the step time that count gives under "derived"; it is used before the FLOP rate, which
+// tessel's own count would turn into a shorter step.
+TEST(PublishedRuns, ADerivedStepTimeComesBeforeTheFlopRate) {
+  const std::vector<PublishedRun> runs = load_published_runs(std::string(TESSEL_SOURCE_DIR) + "/corpus/published");
+  const auto neox = std::find_if(runs.begin(), runs.end(),
+                                 [](const PublishedRun& run) { return run.id == "gpt-neox-20b-training-117-tflops"; });
+  ASSERT_NE(neox, runs.end());
+  ASSERT_TRUE(neox->priceable());
+  EXPECT_EQ(neox->measured_key, "derived_step_time_s");
+  EXPECT_DOUBLE_EQ(neox->measured_value, 43.85);
+  const Plan& plan = *neox->plan;
+  const CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
+                        profiles::shipped_profile(neox->device));
+  EXPECT_DOUBLE_EQ(measured_step_time_s(*neox, model), 43.85);
+  PublishedRun as_rate = *neox;
+  as_rate.measured_key = "tflops_per_gpu";
+  as_rate.measured_value = 117;
+  EXPECT_LT(measured_step_time_s(as_rate, model), 43.85 * 0.9);
 }
 
 TEST(PublishedRuns, AMissingOrEmptyDirectoryIsOneClearError) {
