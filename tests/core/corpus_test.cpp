@@ -225,10 +225,11 @@ TEST(Corpus, EachDeviceHasEnoughCalibrationRows) {
     EXPECT_GE(coverage.models.size(), 5u);
   }
   // Both devices' calibration rows span tensor-, pipeline- and data-parallel layouts: on
-  // A100, FSDP (llm-foundry) beside tp 8 x pp 8 (MegaScale's Megatron-LM baseline) and
-  // tp 2 x pp 4 (GPT-NeoX-20B), so the fit sees tensor and pipeline costs there too.
+  // A100, FSDP (llm-foundry) beside tp 8 x pp 8 and tp 8 x pp 35 (MegaScale's Megatron-LM
+  // baseline) and tp 2 x pp 4 (GPT-NeoX-20B), so the fit sees tensor and pipeline costs
+  // there too.
   EXPECT_GE(by_cluster["dgx-h100"].layouts.size(), 2u);
-  EXPECT_EQ(by_cluster["dgx-a100"].layouts, (std::set<std::string>{"1x1,z3", "8x8,z1", "2x4,z1"}));
+  EXPECT_EQ(by_cluster["dgx-a100"].layouts, (std::set<std::string>{"1x1,z3", "8x8,z1", "8x35,z1", "2x4,z1"}));
 }
 
 // The check above can fail: a recorded reason that tessel no longer gives is caught, and
