@@ -159,6 +159,24 @@ TEST(Corpus, EveryRunHasAUniqueIdACiteAndAMeasurement) {
   }
 }
 
+// Anything computed here is "derived", never "measured", and says how: a derived step time
+// (which the loader prices before the measured rate) carries its formula.
+TEST(Corpus, ADerivedStepTimeStatesItsFormula) {
+  int derived_step_times = 0;
+  for (const CorpusFile& file : corpus()) {
+    for (const Json& run : file.json["runs"]) {
+      if (!run.contains("derived")) continue;
+      SCOPED_TRACE(run_label(file, run));
+      ASSERT_TRUE(run["derived"].is_object());
+      if (!run["derived"].contains("step_time_s")) continue;
+      ++derived_step_times;
+      EXPECT_TRUE(run["derived"]["step_time_s"].is_number() && run["derived"]["step_time_s"].get<double>() > 0);
+      EXPECT_TRUE(is_nonempty_string(run["derived"], "formula"));
+    }
+  }
+  EXPECT_EQ(derived_step_times, 1);  // GPT-NeoX-20B (black2022_gpt_neox_20b.json)
+}
+
 // A run tessel refuses records tessel's reason word for word; when tessel's rules change,
 // this test names the rows to revisit.
 TEST(Corpus, EveryRunLoadsAsATesselPlanOrRecordsWhyNot) {
