@@ -154,11 +154,14 @@ class TableBuilder {
     }
     if (model_.moe.enabled()) {
       // 1D only (check_layout): the router stays whole on every tensor rank; the
-      // attention, shared experts and the routed experts split by tp.
+      // attention, shared experts and the routed experts split by tp. An MoE block has
+      // no mlp.fc2 bias, so of the late biases only attn.proj's stays whole.
       const double routed = double(model_.moe.experts) * double(model_.expert_parameters());
       const double router = double(model_.router_parameters());
       const double dense_part = double(model_.moe_layer_parameters()) - routed;
-      t_.moe_layer_parameters = (dense_part - whole_in_layer - router) / split_.parameters + whole_in_layer + router;
+      const double whole_in_moe_layer = one_d_ && model_.bias ? whole_in_layer - h : whole_in_layer;
+      t_.moe_layer_parameters =
+          (dense_part - whole_in_moe_layer - router) / split_.parameters + whole_in_moe_layer + router;
       t_.expert_parameters = routed / p_.ep / split_.parameters;
     }
     const double vector_split = one_d_ ? 1.0 : (two_d_ || three_d_) ? q : split_.parameters;
