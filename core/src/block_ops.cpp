@@ -152,13 +152,16 @@ class TableBuilder {
     } else {
       t_.layer_parameters = (double(model_.layer_parameters()) - whole_in_layer) / split_.parameters + whole_in_layer;
     }
+    // An MoE block has no mlp.fc2 bias: of the late biases only attn.proj's stays whole.
+    const double whole_in_moe_layer = one_d_ && model_.bias ? whole_in_layer - h : whole_in_layer;
     if (model_.moe.enabled()) {
       // 1D only (check_layout): the router stays whole on every tensor rank; the
       // attention, shared experts and the routed experts split by tp.
       const double routed = double(model_.moe.experts) * double(model_.expert_parameters());
       const double router = double(model_.router_parameters());
       const double dense_part = double(model_.moe_layer_parameters()) - routed;
-      t_.moe_layer_parameters = (dense_part - whole_in_layer - router) / split_.parameters + whole_in_layer + router;
+      t_.moe_layer_parameters =
+          (dense_part - whole_in_moe_layer - router) / split_.parameters + whole_in_moe_layer + router;
       t_.expert_parameters = routed / p_.ep / split_.parameters;
     }
     const double vector_split = one_d_ ? 1.0 : (two_d_ || three_d_) ? q : split_.parameters;
@@ -166,7 +169,7 @@ class TableBuilder {
     t_.head_parameters = norm_parameters / vector_split + (model_.tied_embeddings ? 0.0 : vocab_table);
     t_.tied_copy_parameters = model_.tied_embeddings && p_.pp > 1 ? vocab_table : 0.0;
     if (megatron_sp_) {
-      t_.partial_syncs.push_back({CommGroup::tp, whole_in_layer, norm_parameters, 0});
+      t_.partial_syncs.push_back({CommGroup::tp, whole_in_layer, norm_parameters, 0, whole_in_moe_layer});
     } else if (two_d_) {
       t_.partial_syncs.push_back({CommGroup::tp_col, layer_vectors / q, norm_parameters / q, positions / q});
     } else if (three_d_) {

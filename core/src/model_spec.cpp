@@ -11,12 +11,10 @@
 namespace tessel {
 
 namespace {
-// An MLP of width `f`: fc1 (2f columns for SwiGLU's gate and up), fc2, their biases.
-std::int64_t mlp_of_width(const ModelSpec& m, std::int64_t f) {
-  const std::int64_t h = m.hidden;
-  std::int64_t mlp = (m.activation == Activation::swiglu ? 3 : 2) * h * f;
-  if (m.bias) mlp += (m.activation == Activation::swiglu ? 2 * f : f) + h;
-  return mlp;
+// The weight matrices of an MLP of width `f`: fc1 (2f columns for SwiGLU's gate and
+// up) and fc2.
+std::int64_t mlp_weights_of_width(const ModelSpec& m, std::int64_t f) {
+  return (m.activation == Activation::swiglu ? 3 : 2) * std::int64_t(m.hidden) * f;
 }
 }  // namespace
 
@@ -28,9 +26,14 @@ std::int64_t ModelSpec::layer_parameters() const {
   return attention + mlp_parameters() + norms;
 }
 
-std::int64_t ModelSpec::mlp_parameters() const { return mlp_of_width(*this, ffn_hidden); }
+std::int64_t ModelSpec::mlp_parameters() const {
+  const std::int64_t biases = bias ? (activation == Activation::swiglu ? 2 * ffn_hidden : ffn_hidden) + hidden : 0;
+  return mlp_weights_of_width(*this, ffn_hidden) + biases;
+}
 
-std::int64_t ModelSpec::expert_parameters() const { return mlp_of_width(*this, moe.expert_ffn_hidden); }
+// No biases whatever `bias` says: the executor's experts (stage_weights.cpp's
+// place_experts) carry none, as Mixtral's and Qwen-MoE's do not.
+std::int64_t ModelSpec::expert_parameters() const { return mlp_weights_of_width(*this, moe.expert_ffn_hidden); }
 
 std::int64_t ModelSpec::router_parameters() const { return std::int64_t(hidden) * moe.experts; }
 

@@ -1,3 +1,7 @@
+// The charts the GUI draws (scatter, stacked and grouped bars, boxes, two-axis lines) over
+// Qt Charts. Each class keeps its Qt objects behind a pimpl so that views include no Qt
+// Charts header; the legend is one WrappingLegend shared by every chart, because Qt's own
+// elides long names.
 #include "tessel/gui/charts.hpp"
 
 #include <QChart>
@@ -14,19 +18,15 @@
 #include <QLogValueAxis>
 #include <QStackedBarSeries>
 #include <QValueAxis>
-#include <QLabel>
-#include <QRegularExpression>
 #include <QVBoxLayout>
 #include <algorithm>
 
 namespace tessel::gui {
 
 namespace {
-// A chart filling `owner`, antialiased, legend at the bottom.
+// A chart filling `owner`, antialiased; charts with series to name add a WrappingLegend.
 QChart* chart_in(QWidget* owner) {
   auto* chart = new QChart;
-  chart->legend()->setAlignment(Qt::AlignBottom);
-  chart->legend()->setShowToolTips(true);  // the whole name on hover wherever Qt has to elide one
   auto* view = new QChartView(chart, owner);
   view->setRenderHint(QPainter::Antialiasing);
   auto* layout = new QVBoxLayout(owner);
@@ -62,26 +62,53 @@ QValueAxis* show_over_categories(QChart* chart, const QString& title, const QStr
   return y;
 }
 
-// One legend entry as HTML: a coloured symbol and the name, held together by no-break
-// spaces so that a line only ever breaks between entries, never inside a name.
-QString legend_entry_html(const QString& symbol, const QColor& color, const QString& name) {
-  QString glued = name.toHtmlEscaped();
-  glued.replace(' ', "&nbsp;");
-  return QString("<span style=\"color:%1\">%2</span>&nbsp;%3").arg(color.name(), symbol, glued);
-}
+// The one legend every chart here draws: Qt Charts' own legend shortens names to fit its
+// row ("pr...") or drops entries, so charts hide it and put a wrapping label under the
+// plot. Each entry is a coloured symbol and the name held together by no-break spaces,
+// so a line only ever breaks between entries, never inside a name.
+class WrappingLegend {
+ public:
+  // Hides `chart`'s own legend and adds the label under it in `owner`'s layout.
+  void place_under(QWidget* owner, QChart* chart) {
+    chart->legend()->hide();
+    label_ = new QLabel(owner);
+    label_->setTextFormat(Qt::RichText);
+    label_->setWordWrap(true);
+    label_->setAlignment(Qt::AlignHCenter);
+    label_->setContentsMargins(8, 0, 8, 4);
+    static_cast<QVBoxLayout*>(owner->layout())->addWidget(label_);
+  }
+  void clear() {
+    names_.clear();
+    entries_html_.clear();
+    label_->clear();
+  }
+  void add(const QString& symbol, const QColor& colour, const QString& name) {
+    QString glued = name.toHtmlEscaped();
+    glued.replace(' ', "&nbsp;");
+    names_.push_back(name);
+    entries_html_ << QString("<span style=\"color:%1\">%2</span>&nbsp;%3").arg(colour.name(), symbol, glued);
+    label_->setText(entries_html_.join(" &nbsp;&nbsp; "));
+  }
+  // A coloured square per entry, for charts whose series are filled areas (bars).
+  void set_squares(const std::vector<std::pair<QString, QColor>>& entries) {
+    clear();
+    for (const auto& [name, colour] : entries) add(kSquare, colour, name);
+  }
+  const std::vector<QString>& names() const { return names_; }  // in order, whole
+  QString plain_text() const { return QStringList(names_.begin(), names_.end()).join("   "); }  // the names
+  static constexpr const char* kSquare = "&#9632;";
+
+ private:
+  QLabel* label_ = nullptr;
+  std::vector<QString> names_;
+  QStringList entries_html_;
+};
 }  // namespace
 
 struct ScatterChart::Impl {
   QChart* chart = nullptr;
-  QLabel* legend = nullptr;  // below the chart, wrapping: Qt's own legend elides or drops entries
-  std::vector<QString> legend_names, legend_html;
-  void add_legend(const QString& symbol, const QColor& color, const QString& name) {
-    legend_names.push_back(name);
-    legend_html.push_back(legend_entry_html(symbol, color, name));
-    QString text;
-    for (const QString& entry : legend_html) text += (text.isEmpty() ? "" : " &nbsp;&nbsp; ") + entry;
-    legend->setText(text);
-  }
+  WrappingLegend legend;
   QAbstractAxis *x = nullptr, *y = nullptr;
   int points = 0;
   int error_bars = 0;
@@ -117,12 +144,7 @@ struct ScatterChart::Impl {
 
 ScatterChart::ScatterChart(QWidget* parent, bool log_y, bool log_x) : QWidget(parent), impl_(new Impl) {
   impl_->chart = chart_in(this);
-  impl_->chart->legend()->hide();
-  impl_->legend = new QLabel(this);
-  impl_->legend->setTextFormat(Qt::RichText);
-  impl_->legend->setWordWrap(true);
-  impl_->legend->setContentsMargins(8, 0, 8, 4);
-  layout()->addWidget(impl_->legend);
+  impl_->legend.place_under(this, impl_->chart);
   impl_->x = Impl::make_axis(log_x);
   impl_->y = Impl::make_axis(log_y);
   impl_->chart->addAxis(impl_->x, Qt::AlignBottom);
@@ -138,9 +160,7 @@ void ScatterChart::set_axes(const QString& x_title, const QString& y_title) {
 
 void ScatterChart::clear() {
   impl_->chart->removeAllSeries();
-  impl_->legend_names.clear();
-  impl_->legend_html.clear();
-  impl_->legend->clear();
+  impl_->legend.clear();
   impl_->points = 0;
   impl_->error_bars = 0;
   impl_->any = false;
@@ -159,7 +179,7 @@ void ScatterChart::add_points(const QString& name, const QColor& color, int mark
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);
-  impl_->add_legend(marker == 1 ? "&#9632;" : marker == 2 ? "&#9650;" : "&#9679;", color, name);
+  impl_->legend.add(marker == 1 ? WrappingLegend::kSquare : marker == 2 ? "&#9650;" : "&#9679;", color, name);
   impl_->points += int(points.size());
   connect(series, &QScatterSeries::clicked, this, [this, points, ids](const QPointF& at) {
     // The nearest point of this series (Qt reports the click position).
@@ -191,7 +211,7 @@ void ScatterChart::add_line(const QString& name, const QColor& color, const std:
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);
-  impl_->add_legend("&#8212;", color, name);
+  impl_->legend.add("&#8212;", color, name);
 }
 
 void ScatterChart::add_error_bars(const QString& name, const QColor& color, const std::vector<double>& x,
@@ -219,7 +239,7 @@ void ScatterChart::add_error_bars(const QString& name, const QColor& color, cons
     ends.emplace_back(x[i], high_y[i]);
   }
   impl_->extend(ends);
-  if (count > 0) impl_->add_legend("I", color, name);
+  if (count > 0) impl_->legend.add("I", color, name);
   impl_->error_bars += int(count);
 }
 
@@ -234,13 +254,13 @@ void ScatterChart::add_rings(const QString& name, const QColor& color, const std
   for (const QPointF& p : points) series->append(p);
   impl_->extend(points);
   impl_->attach(series);
-  impl_->add_legend("&#9711;", color, name);
+  impl_->legend.add("&#9711;", color, name);
 }
 
 int ScatterChart::error_bar_count() const { return impl_->error_bars; }
 
 std::vector<QString> ScatterChart::legend_labels() const {
-  return impl_->legend_names;
+  return impl_->legend.names();
 }
 
 int ScatterChart::series_count() const { return int(impl_->chart->series().size()); }
@@ -249,10 +269,14 @@ int ScatterChart::point_count() const { return impl_->points; }
 
 struct StackedBars::Impl {
   QChart* chart = nullptr;
+  WrappingLegend legend;
   int bars = 0;
 };
 
-StackedBars::StackedBars(QWidget* parent) : QWidget(parent), impl_(new Impl) { impl_->chart = chart_in(this); }
+StackedBars::StackedBars(QWidget* parent) : QWidget(parent), impl_(new Impl) {
+  impl_->chart = chart_in(this);
+  impl_->legend.place_under(this, impl_->chart);
+}
 
 StackedBars::~StackedBars() { delete impl_; }
 
@@ -265,10 +289,14 @@ void StackedBars::set(const QString& title, const QString& value_title, const st
     series->append(set);
   }
   show_over_categories(impl_->chart, title, value_title, categories, series);
+  std::vector<std::pair<QString, QColor>> legend;
+  for (QBarSet* set : series->barSets()) legend.emplace_back(set->label(), set->color());  // theme colours
+  impl_->legend.set_squares(legend);
   impl_->bars = int(categories.size());
 }
 
 int StackedBars::bar_count() const { return impl_->bars; }
+QString StackedBars::legend() const { return impl_->legend.plain_text(); }
 
 struct BoxChart::Impl {
   QChart* chart = nullptr;
@@ -298,45 +326,15 @@ void BoxChart::set(const QString& title, const QString& value_title, const std::
 
 int BoxChart::box_count() const { return impl_->boxes; }
 
-namespace {
-// A legend Qt Charts cannot elide: Qt's own shortens names to fit its row ("pr..."), so
-// these charts hide it and put a wrapping label of coloured squares under the chart.
-QLabel* legend_under(QWidget* owner, QChart* chart) {
-  chart->legend()->hide();
-  auto* label = new QLabel(owner);
-  label->setWordWrap(true);
-  label->setAlignment(Qt::AlignHCenter);
-  label->setTextFormat(Qt::RichText);
-  static_cast<QVBoxLayout*>(owner->layout())->addWidget(label);
-  return label;
-}
-
-// Each entry unbroken (non-breaking spaces inside), breaks allowed between entries.
-void set_legend(QLabel* label, const std::vector<std::pair<QString, QColor>>& entries) {
-  QStringList parts;
-  for (const auto& [name, colour] : entries) {
-    parts << QString("<span style=\"color:%1\">&#9632;</span>&nbsp;%2")
-                 .arg(colour.name(), name.toHtmlEscaped().replace(" ", "&nbsp;"));
-  }
-  label->setText(parts.join("&nbsp;&nbsp; "));
-  label->setToolTip(QString());
-}
-
-QString plain_legend(const QLabel* label) {
-  QString text = label->text();
-  return text.replace("&nbsp;", " ").remove(QRegularExpression("<[^>]*>")).remove("&#9632;");
-}
-}  // namespace
-
 struct GroupedBars::Impl {
   QChart* chart = nullptr;
-  QLabel* legend = nullptr;
+  WrappingLegend legend;
   int groups = 0, sets = 0;
 };
 
 GroupedBars::GroupedBars(QWidget* parent) : QWidget(parent), impl_(new Impl) {
   impl_->chart = chart_in(this);
-  impl_->legend = legend_under(this, impl_->chart);
+  impl_->legend.place_under(this, impl_->chart);
 }
 
 GroupedBars::~GroupedBars() { delete impl_; }
@@ -374,25 +372,25 @@ void GroupedBars::set(const QString& title, const QString& value_title, const st
   std::vector<std::pair<QString, QColor>> legend;
   // The colours as the theme gave them, where the caller gave none.
   for (QBarSet* set : series->barSets()) legend.emplace_back(set->label(), set->color());
-  set_legend(impl_->legend, legend);
+  impl_->legend.set_squares(legend);
   impl_->groups = int(categories.size());
   impl_->sets = int(series->count());
 }
 
-QString GroupedBars::legend() const { return plain_legend(impl_->legend); }
+QString GroupedBars::legend() const { return impl_->legend.plain_text(); }
 
 int GroupedBars::group_count() const { return impl_->groups; }
 int GroupedBars::set_count() const { return impl_->sets; }
 
 struct TwoAxisLines::Impl {
   QChart* chart = nullptr;
-  QLabel* legend = nullptr;
+  WrappingLegend legend;
   int points = 0;
 };
 
 TwoAxisLines::TwoAxisLines(QWidget* parent) : QWidget(parent), impl_(new Impl) {
   impl_->chart = chart_in(this);
-  impl_->legend = legend_under(this, impl_->chart);
+  impl_->legend.place_under(this, impl_->chart);
 }
 
 TwoAxisLines::~TwoAxisLines() { delete impl_; }
@@ -467,10 +465,10 @@ void TwoAxisLines::set(const QString& title, const QString& x_title, const Line&
     series->attachAxis(y);
     impl_->points += int(line->points.size());
   }
-  set_legend(impl_->legend, {{left.name + " (left axis)", left.colour}, {right.name + " (right axis)", right.colour}});
+  impl_->legend.set_squares({{left.name + " (left axis)", left.colour}, {right.name + " (right axis)", right.colour}});
 }
 
-QString TwoAxisLines::legend() const { return plain_legend(impl_->legend); }
+QString TwoAxisLines::legend() const { return impl_->legend.plain_text(); }
 
 int TwoAxisLines::point_count() const { return impl_->points; }
 

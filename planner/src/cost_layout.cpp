@@ -213,7 +213,12 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   CommTally layer_partial{costs_}, rest_partial{costs_};
   for (const BlockOpTable::PartialSync& sync : table.partial_syncs) {
     const GroupPlacement group = groups.of(sync.group);
-    if (sync.layer_elements > 0) layer_partial.add(Collective::all_reduce, group, sync.layer_elements * grad_bytes_, layers);
+    if (sync.layer_elements > 0) {
+      layer_partial.add(Collective::all_reduce, group, sync.layer_elements * grad_bytes_, layers - moe_layers);
+    }
+    if (sync.moe_layer_elements > 0) {
+      layer_partial.add(Collective::all_reduce, group, sync.moe_layer_elements * grad_bytes_, moe_layers);
+    }
     const double rest = p.pp == 1 ? sync.head_elements + sync.embedding_elements
                                   : std::max(sync.head_elements, sync.embedding_elements);
     if (rest > 0) rest_partial.add(Collective::all_reduce, group, rest * grad_bytes_);

@@ -62,10 +62,13 @@ TEST(MoeModel, DenseBlocksEveryNthBlockKeepTheDenseCount) {
   EXPECT_EQ(model.layer_parameters(0), model.layer_parameters());
   EXPECT_EQ(model.parameter_count(), 24 * model.layer_parameters() + 8 * model.moe_layer_parameters() +
                                          model.embedding_parameters() + model.head_parameters());
-  // A GELU expert with biases: 2 matrices, fc1 and fc2 biases.
+  // A GELU expert in a model with biases: 2 matrices and no biases, as the executor's
+  // experts have none; the MoE block drops the dense MLP's biases with it.
   model.activation = Activation::gelu;
   model.bias = true;
-  EXPECT_EQ(model.expert_parameters(), 2LL * 4096 * 14336 + 14336 + 4096);
+  EXPECT_EQ(model.expert_parameters(), 2LL * 4096 * 14336);
+  EXPECT_EQ(model.moe_layer_parameters(), model.layer_parameters() - (2LL * 4096 * 14336 + 14336 + 4096) +
+                                              model.router_parameters() + 8 * model.expert_parameters());
   // Dense models are unchanged: active = total.
   const ModelSpec dense = resolve_model("llama3-8b");
   EXPECT_EQ(dense.moe_layers(), 0);

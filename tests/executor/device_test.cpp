@@ -7,21 +7,16 @@
 #include <string>
 #include <vector>
 
-#include "tessel/core/subprocess.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
+#include "fixtures.hpp"
 #include "layouts.hpp"
 #include "protected_memory_backend.hpp"
 
 namespace {
+using tessel_executor_test::count_of;
+// device_check's `suite` on `ranks` processes.
 std::string run_check(int ranks, int& status, const std::string& suite = "") {
-  return tessel::run_command("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " '" +
-                                 std::string(TESSEL_DEVICE_CHECK_BINARY) + "' " + suite + " 2>&1",
-                             status);
-}
-int count(const std::string& output, const std::string& word) {
-  int n = 0;
-  for (std::size_t at = output.find(word); at != std::string::npos; at = output.find(word, at + 1)) ++n;
-  return n;
+  return tessel_executor_test::run_under_mpirun(ranks, TESSEL_DEVICE_CHECK_BINARY, suite, status);
 }
 
 // Three steps of one process whose world is a SingleRankCommunicator on `backend`
@@ -58,8 +53,8 @@ TEST(DeviceMemory, OneRankOnAFakeDeviceEqualsTheCpuBackend) {
   int status = -1;
   const std::string output = run_check(1, status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "bit-identical"), 3 + 1) << output;
-  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+  EXPECT_EQ(count_of(output, "bit-identical"), 3 + 1) << output;
+  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
 }
 
 // Two ranks: data parallel, 1F1B pipeline, ring self-attention (sp 2), Megatron 1D with
@@ -68,8 +63,8 @@ TEST(DeviceMemory, TwoRanksOnAFakeDeviceEqualTheCpuBackend) {
   int status = -1;
   const std::string output = run_check(2, status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "bit-identical"), 4 * 2) << output;
-  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+  EXPECT_EQ(count_of(output, "bit-identical"), 4 * 2) << output;
+  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
 }
 
 // Four ranks: ZeRO 3 with full recompute, bf16 pipeline x tensor, fused ring attention
@@ -78,8 +73,8 @@ TEST(DeviceMemory, FourRanksOnAFakeDeviceEqualTheCpuBackend) {
   int status = -1;
   const std::string output = run_check(4, status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "bit-identical"), (5 + 1) * 4) << output;
-  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+  EXPECT_EQ(count_of(output, "bit-identical"), (5 + 1) * 4) << output;
+  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
 }
 
 // Eight ranks: 3D (q = 2) and 2.5D (q = 2, depth 2) with full recompute.
@@ -87,8 +82,8 @@ TEST(DeviceMemory, EightRanksOnAFakeDeviceEqualTheCpuBackend) {
   int status = -1;
   const std::string output = run_check(8, status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "bit-identical"), 2 * 8) << output;
-  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+  EXPECT_EQ(count_of(output, "bit-identical"), 2 * 8) << output;
+  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
 }
 
 // The LLaMA-shaped model: one rank plain, with full recompute and fused kernels, with
@@ -101,7 +96,7 @@ TEST(DeviceMemory, LlamaShapedModelOnAFakeDeviceEqualsTheCpuBackend) {
     int status = -1;
     const std::string output = run_check(ranks, status, "llama");
     EXPECT_EQ(status, 0) << output;
-    EXPECT_EQ(count(output, "bit-identical"), bit_identical[ranks]) << ranks << " ranks\n" << output;
-    EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+    EXPECT_EQ(count_of(output, "bit-identical"), bit_identical[ranks]) << ranks << " ranks\n" << output;
+    EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
   }
 }

@@ -8,22 +8,20 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 
+#include "fixtures.hpp"
 #include "safetensors_reader.hpp"
-#include "tessel/core/error.hpp"
-#include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/hf_export.hpp"
 #include "tessel/executor/hf_gpt2.hpp"
 #include "tessel/executor/trainer.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
+using namespace tessel_executor_test;
 using namespace tessel_safetensors_test;
 namespace fs = std::filesystem;
 
@@ -39,20 +37,6 @@ Plan tiny_llama_plan() {
                              kLayers, kHidden, kHeads, kKvHeads, kFfn, kVocab, kSeq)),
                          "");
 }
-
-struct OneRank {
-  SingleRankCommunicator world;
-  ProcessGrid grid;
-  Trainer trainer;
-  OneRank(const Plan& plan, const std::string& text, std::uint64_t seed)
-      : grid(plan.parallel, world),
-        trainer(plan, grid, DataLoader(text, plan.train.global_batch, plan.seq_len()), options(seed)) {}
-  static TrainerOptions options(std::uint64_t seed) {
-    TrainerOptions o;
-    o.seed = seed;
-    return o;
-  }
-};
 
 // Hugging Face LlamaForCausalLM.state_dict(): name -> shape ([out, in] for every Linear).
 std::map<std::string, std::vector<std::int64_t>> hf_llama_layout() {
@@ -74,33 +58,7 @@ std::map<std::string, std::vector<std::int64_t>> hf_llama_layout() {
   return out;
 }
 
-class HfLlama : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / fmt::format("tessel_hf_llama_{}_{}", ::getpid(),
-                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "no error";
-}
-
-// Element [r][c] of stored tensor `name` (F32, 2-D).
-float stored_at(const Parsed& p, const std::string& name, std::int64_t r, std::int64_t c) {
-  const ParsedTensor& t = p.tensors.at(name);
-  float value = 0;
-  std::memcpy(&value, p.data.data() + t.begin + std::uint64_t(r * t.shape.at(1) + c) * 4, 4);
-  return value;
-}
+class HfLlama : public ScratchFolderTest {};
 }  // namespace
 
 TEST_F(HfLlama, ExportHasLlamaNamesShapesAndTransposedSplitValues) {

@@ -8,19 +8,18 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 
+#include "fixtures.hpp"
 #include "safetensors_reader.hpp"
-#include "tessel/core/error.hpp"
-#include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/hf_export.hpp"
 #include "tessel/executor/trainer.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
+using namespace tessel_executor_test;
 using namespace tessel_safetensors_test;
 namespace fs = std::filesystem;
 
@@ -38,36 +37,7 @@ Plan tiny_mixtral_plan(const std::string& moe_extra = "") {
                          "");
 }
 
-struct OneRank {
-  SingleRankCommunicator world;
-  ProcessGrid grid;
-  Trainer trainer;
-  OneRank(const Plan& plan, const std::string& text, std::uint64_t seed)
-      : grid(plan.parallel, world), trainer(plan, grid, DataLoader(text, plan.train.global_batch, plan.seq_len()), options(seed)) {}
-  static TrainerOptions options(std::uint64_t seed) {
-    TrainerOptions o;
-    o.seed = seed;
-    return o;
-  }
-};
-
-class HfMixtral : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / fmt::format("tessel_hf_mixtral_{}_{}", ::getpid(),
-                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
-
-float stored_at(const Parsed& p, const std::string& name, std::int64_t r, std::int64_t c) {
-  const ParsedTensor& t = p.tensors.at(name);
-  float value = 0;
-  std::memcpy(&value, p.data.data() + t.begin + std::uint64_t(r * t.shape.at(1) + c) * 4, 4);
-  return value;
-}
+class HfMixtral : public ScratchFolderTest {};
 }  // namespace
 
 TEST_F(HfMixtral, ExportHasMixtralNamesShapesAndTransposedSplitValues) {
@@ -133,12 +103,7 @@ TEST_F(HfMixtral, AModelExportedAndReimportedTrainsOnBitIdentically) {
 // MoE every 2nd block, or with a shared expert: no Mixtral names, one line.
 TEST_F(HfMixtral, OtherMoeShapesAreRefusedInOneLine) {
   for (const char* extra : {R"(, "every": 2)", R"(, "shared_experts": 1)"}) {
-    std::string message;
-    try {
-      hf_family_of(tiny_mixtral_plan(extra).model, "export-weights");
-    } catch (const Error& error) {
-      message = error.what();
-    }
+    const std::string message = error_of([&] { hf_family_of(tiny_mixtral_plan(extra).model, "export-weights"); });
     EXPECT_NE(message.find("export-weights: model tiny-mixtral has mixture-of-experts layers that are not Mixtral"),
               std::string::npos)
         << extra << ": " << message;

@@ -8,20 +8,9 @@
 
 #include <string>
 
-#include "tessel/core/subprocess.hpp"
+#include "fixtures.hpp"
 
-namespace {
-std::string run_ranks(int ranks, const std::string& binary, const std::string& arguments, int& status) {
-  return tessel::run_command("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " '" + binary +
-                                 "' " + arguments + " 2>&1",
-                             status);
-}
-int count(const std::string& output, const std::string& word) {
-  int n = 0;
-  for (std::size_t at = output.find(word); at != std::string::npos; at = output.find(word, at + 1)) ++n;
-  return n;
-}
-}  // namespace
+using namespace tessel_executor_test;
 
 // GELU and SwiGLU (with a shared expert) MoE models: dp 2 ep 2, dp 4 ep 2 ZeRO 1, pp 2 ep 2,
 // tp 2 ep 2 (dp 2; with sequence parallel and ZeRO 3), ep 1 with ZeRO 2, ep 4, full and
@@ -31,32 +20,32 @@ int count(const std::string& output, const std::string& word) {
 // experts) per expert, as the single process does for the same micro-batches.
 TEST(MoeTrainer, EveryMoeLayoutEqualsOneProcessAlsoWhenTokensAreDropped) {
   int status = -1;
-  const std::string output = run_ranks(4, TESSEL_PARALLEL_CHECK_BINARY, "moe", status);
+  const std::string output = run_under_mpirun(4, TESSEL_PARALLEL_CHECK_BINARY, "moe", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 16) << output;
-  EXPECT_EQ(count(output, " ep2"), 14) << output;
-  EXPECT_EQ(count(output, "capacity 0.5 losses"), 2) << output;
-  EXPECT_EQ(count(output, "tokens dropped"), 2) << output;
-  EXPECT_EQ(count(output, "ok rank"), 4) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 16) << output;
+  EXPECT_EQ(count_of(output, " ep2"), 14) << output;
+  EXPECT_EQ(count_of(output, "capacity 0.5 losses"), 2) << output;
+  EXPECT_EQ(count_of(output, "tokens dropped"), 2) << output;
+  EXPECT_EQ(count_of(output, "ok rank"), 4) << output;
 }
 
 TEST(MoeTrainer, MoeLayoutsMeasureExactlyTheProgramsOps) {
   int status = -1;
-  const std::string output = run_ranks(8, TESSEL_COVERAGE_CHECK_BINARY, "moe", status);
+  const std::string output = run_under_mpirun(8, TESSEL_COVERAGE_CHECK_BINARY, "moe", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 8) << output;
-  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 8) << output;
+  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
 }
 
 TEST(MoeTrainer, AllToAllBytesEqualTheProgramsAndCheckpointsResumeBitIdentically) {
   int status = -1;
-  const std::string output = run_ranks(4, TESSEL_MOE_TRAINER_CHECK_BINARY, "", status);
+  const std::string output = run_under_mpirun(4, TESSEL_MOE_TRAINER_CHECK_BINARY, "", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  exact\n"), 5) << output;
-  EXPECT_EQ(count(output, "gathered from the files exact"), 3) << output;
-  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
-  EXPECT_EQ(count(output, "bit-identical"), 2 * 4 + 4) << output;  // ranks of the three layouts
-  EXPECT_EQ(count(output, "ok rank"), 4) << output;
+  EXPECT_EQ(count_of(output, "  exact\n"), 5) << output;
+  EXPECT_EQ(count_of(output, "gathered from the files exact"), 3) << output;
+  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+  EXPECT_EQ(count_of(output, "bit-identical"), 2 * 4 + 4) << output;  // ranks of the three layouts
+  EXPECT_EQ(count_of(output, "ok rank"), 4) << output;
 }
 
 // The trainer never touches backend memory from the host with MoE blocks either: dp 2 ep 2
@@ -65,9 +54,9 @@ TEST(MoeTrainer, AllToAllBytesEqualTheProgramsAndCheckpointsResumeBitIdentically
 TEST(MoeTrainer, MoeModelsOnAFakeDeviceEqualTheCpuBackend) {
   for (int ranks : {2, 4}) {
     int status = -1;
-    const std::string output = run_ranks(ranks, TESSEL_DEVICE_CHECK_BINARY, "moe", status);
+    const std::string output = run_under_mpirun(ranks, TESSEL_DEVICE_CHECK_BINARY, "moe", status);
     EXPECT_EQ(status, 0) << output;
-    EXPECT_EQ(count(output, "bit-identical"), ranks) << ranks << " ranks\n" << output;
-    EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+    EXPECT_EQ(count_of(output, "bit-identical"), ranks) << ranks << " ranks\n" << output;
+    EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
   }
 }

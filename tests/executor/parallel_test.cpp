@@ -4,18 +4,13 @@
 
 #include <string>
 
-#include "tessel/core/subprocess.hpp"
+#include "fixtures.hpp"
 
 namespace {
+using tessel_executor_test::count_of;
+// One suite of parallel_check on `ranks` processes.
 std::string run_suite(const std::string& suite, int& status, int ranks = 8) {
-  return tessel::run_command("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " '" +
-                                 std::string(TESSEL_PARALLEL_CHECK_BINARY) + "' " + suite + " 2>&1",
-                             status);
-}
-int count(const std::string& output, const std::string& word) {
-  int n = 0;
-  for (std::size_t at = output.find(word); at != std::string::npos; at = output.find(word, at + 1)) ++n;
-  return n;
+  return tessel_executor_test::run_under_mpirun(ranks, TESSEL_PARALLEL_CHECK_BINARY, suite, status);
 }
 }  // namespace
 
@@ -24,8 +19,8 @@ TEST(Parallel, EveryLayoutOfTheMatrixEqualsOneProcess) {
   int status = -1;
   const std::string output = run_suite("matrix", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 64) << output;
-  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 64) << output;
+  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
 }
 
 // GPipe, 1F1B and interleaved with tensor or data parallelism; selective recompute;
@@ -35,11 +30,11 @@ TEST(Parallel, EverySchedulePlusSelectiveRecomputeAndSequenceParallelEqualOnePro
   int status = -1;
   const std::string output = run_suite("schedules", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 12) << output;
-  EXPECT_EQ(count(output, " bf16 "), 3) << output;
-  EXPECT_EQ(count(output, " gpipe "), 2) << output;
-  EXPECT_EQ(count(output, " interleaved "), 2) << output;
-  EXPECT_EQ(count(output, "+sp"), 2) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 12) << output;
+  EXPECT_EQ(count_of(output, " bf16 "), 3) << output;
+  EXPECT_EQ(count_of(output, " gpipe "), 2) << output;
+  EXPECT_EQ(count_of(output, " interleaved "), 2) << output;
+  EXPECT_EQ(count_of(output, "+sp"), 2) << output;
 }
 
 // LAMB and LARS with gradient clipping under ZeRO 1 and 3 with tp = pp = dp = 2 equal
@@ -48,8 +43,8 @@ TEST(Parallel, ShardedLambAndLarsEqualUnshardedWithTrustRatiosOfWholeTensors) {
   int status = -1;
   const std::string output = run_suite("optimizers", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 4) << output;
-  EXPECT_EQ(count(output, "trust ratio"), 16) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 4) << output;
+  EXPECT_EQ(count_of(output, "trust ratio"), 16) << output;
 }
 
 // Stop after step 2 and resume: steps 3..5 and the weights are bit-identical to an
@@ -60,9 +55,9 @@ TEST(Parallel, ResumedStepsAreBitIdenticalPerRank) {
   int status = -1;
   const std::string output = run_suite("checkpoint", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "bit-identical"), 4 + 8 + 5) << output;
-  EXPECT_EQ(count(output, "gathered from the files bit-identical"), 5) << output;
-  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+  EXPECT_EQ(count_of(output, "bit-identical"), 4 + 8 + 5) << output;
+  EXPECT_EQ(count_of(output, "gathered from the files bit-identical"), 5) << output;
+  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
 }
 
 // Ring self-attention: sp 2 and 4, alone and with 1d tp 2, and with dp, pp, ZeRO 1 and
@@ -71,8 +66,8 @@ TEST(Parallel, RingSelfAttentionLayoutsEqualOneProcess) {
   int status = -1;
   const std::string output = run_suite("sequence", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 8) << output;
-  EXPECT_EQ(count(output, " sp4 "), 2) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 8) << output;
+  EXPECT_EQ(count_of(output, " sp4 "), 2) << output;
 }
 
 // The bytes and messages a rank sends per step through the ring, the tensor group, the
@@ -85,8 +80,8 @@ TEST(Parallel, TrafficEqualsThePlannersPrediction) {
   int status = -1;
   const std::string output = run_suite("traffic", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  exact\n"), 16) << output;
-  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+  EXPECT_EQ(count_of(output, "  exact\n"), 16) << output;
+  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
 }
 
 // 2D (SUMMA) tensor parallelism with q = 2, alone, with dp 2 and ZeRO 1 or 3, with pp 2
@@ -98,11 +93,11 @@ TEST(Parallel, GridTensorParallelModesEqualOneProcess) {
   int status = -1;
   const std::string output = run_suite("grid", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 10) << output;
-  EXPECT_EQ(count(output, " 2d "), 5) << output;
-  EXPECT_EQ(count(output, " 2.5d "), 2) << output;
-  EXPECT_EQ(count(output, " 3d "), 2) << output;
-  EXPECT_EQ(count(output, "kept activations"), 5) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 10) << output;
+  EXPECT_EQ(count_of(output, " 2d "), 5) << output;
+  EXPECT_EQ(count_of(output, " 2.5d "), 2) << output;
+  EXPECT_EQ(count_of(output, " 3d "), 2) << output;
+  EXPECT_EQ(count_of(output, "kept activations"), 5) << output;
 }
 
 // 2.5D (q = 2, depth 2) and 3D (q = 2) with dp 2 and ZeRO 1, and with pp 2, on 16 ranks.
@@ -110,9 +105,9 @@ TEST(Parallel, GridModesWithDataOrPipelineParallelEqualOneProcess) {
   int status = -1;
   const std::string output = run_suite("grid16", status, 16);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 4) << output;
-  EXPECT_EQ(count(output, " 3d "), 2) << output;
-  EXPECT_EQ(count(output, "ok rank"), 16) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 4) << output;
+  EXPECT_EQ(count_of(output, " 3d "), 2) << output;
+  EXPECT_EQ(count_of(output, "ok rank"), 16) << output;
 }
 
 // For every layout the executor runs (data, the three schedules, 1D with and without
@@ -120,12 +115,10 @@ TEST(Parallel, GridModesWithDataOrPipelineParallelEqualOneProcess) {
 // bf16 storage, fused kernels), one step measures exactly the op ids of its Program.
 TEST(Parallel, EveryLayoutMeasuresExactlyTheProgramsOps) {
   int status = -1;
-  const std::string output = tessel::run_command(
-      "mpirun --allow-run-as-root --oversubscribe -np 8 '" + std::string(TESSEL_COVERAGE_CHECK_BINARY) + "' 2>&1",
-      status);
+  const std::string output = tessel_executor_test::run_under_mpirun(8, TESSEL_COVERAGE_CHECK_BINARY, "", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 20) << output;
-  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 20) << output;
+  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
 }
 
 // Fused (flash-style) attention in every layout that touches attention: ring
@@ -135,8 +128,8 @@ TEST(Parallel, FusedKernelsInEveryLayoutEqualOneProcess) {
   int status = -1;
   const std::string output = run_suite("fused", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 9) << output;
-  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 9) << output;
+  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
 }
 
 // A LLaMA-shaped model (RMSNorm, RoPE, 4 heads on 2 kv heads, SwiGLU, untied LM head, no
@@ -149,15 +142,15 @@ TEST(Parallel, LlamaShapedModelInEveryLayoutEqualsOneProcess) {
   int status = -1;
   const std::string output = run_suite("llama", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 64 + 13 + 7) << output;
-  EXPECT_EQ(count(output, "llama dp"), 64 + 13 + 7) << output;
-  EXPECT_EQ(count(output, " 2d "), 3) << output;
-  EXPECT_EQ(count(output, " 2.5d "), 2) << output;
-  EXPECT_EQ(count(output, " 3d "), 2) << output;
-  EXPECT_EQ(count(output, " sp4 "), 1) << output;
-  EXPECT_EQ(count(output, "+sp"), 3) << output;
-  EXPECT_EQ(count(output, " fused"), 3) << output;
-  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 64 + 13 + 7) << output;
+  EXPECT_EQ(count_of(output, "llama dp"), 64 + 13 + 7) << output;
+  EXPECT_EQ(count_of(output, " 2d "), 3) << output;
+  EXPECT_EQ(count_of(output, " 2.5d "), 2) << output;
+  EXPECT_EQ(count_of(output, " 3d "), 2) << output;
+  EXPECT_EQ(count_of(output, " sp4 "), 1) << output;
+  EXPECT_EQ(count_of(output, "+sp"), 3) << output;
+  EXPECT_EQ(count_of(output, " fused"), 3) << output;
+  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
 }
 
 // The LLaMA-shaped model in 2.5D (q = 2, depth 2) with dp 2 and ZeRO 1, and in 3D (q = 2)
@@ -166,9 +159,9 @@ TEST(Parallel, LlamaShapedGridModesWithDataOrPipelineParallelEqualOneProcess) {
   int status = -1;
   const std::string output = run_suite("llama16", status, 16);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 2) << output;
-  EXPECT_EQ(count(output, "llama dp"), 2) << output;
-  EXPECT_EQ(count(output, "ok rank"), 16) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 2) << output;
+  EXPECT_EQ(count_of(output, "llama dp"), 2) << output;
+  EXPECT_EQ(count_of(output, "ok rank"), 16) << output;
 }
 
 // The LLaMA-shaped model measures exactly its Program's op ids in each kind of layout:
@@ -177,13 +170,11 @@ TEST(Parallel, LlamaShapedGridModesWithDataOrPipelineParallelEqualOneProcess) {
 // 2.5D, 3D.
 TEST(Parallel, LlamaLayoutsMeasureExactlyTheProgramsOps) {
   int status = -1;
-  const std::string output = tessel::run_command(
-      "mpirun --allow-run-as-root --oversubscribe -np 8 '" + std::string(TESSEL_COVERAGE_CHECK_BINARY) + "' llama 2>&1",
-      status);
+  const std::string output = tessel_executor_test::run_under_mpirun(8, TESSEL_COVERAGE_CHECK_BINARY, "llama", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  ok\n"), 10) << output;
-  EXPECT_EQ(count(output, "llama dp"), 10) << output;
-  EXPECT_EQ(count(output, "ok rank"), 8) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 10) << output;
+  EXPECT_EQ(count_of(output, "llama dp"), 10) << output;
+  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
 }
 
 // The LLaMA-shaped model sends what the planner counts in the traffic suite's layouts:
@@ -193,7 +184,7 @@ TEST(Parallel, LlamaTrafficEqualsThePlannersPrediction) {
   int status = -1;
   const std::string output = run_suite("llama_traffic", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count(output, "  exact\n"), 16) << output;
-  EXPECT_EQ(count(output, "traffic llama "), 16) << output;
-  EXPECT_EQ(count(output, "DIFFER"), 0) << output;
+  EXPECT_EQ(count_of(output, "  exact\n"), 16) << output;
+  EXPECT_EQ(count_of(output, "traffic llama "), 16) << output;
+  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -76,6 +77,14 @@ inline Parsed parse(const std::string& bytes) {
   }
   EXPECT_EQ(at, p.data.size()) << "the ranges do not cover the data section";
   return p;
+}
+
+// Element [r][c] of stored tensor `name` (F32, 2-D).
+inline float stored_at(const Parsed& p, const std::string& name, std::int64_t r, std::int64_t c) {
+  const ParsedTensor& t = p.tensors.at(name);
+  float value = 0;
+  std::memcpy(&value, p.data.data() + t.begin + std::uint64_t(r * t.shape.at(1) + c) * 4, 4);
+  return value;
 }
 
 }  // namespace tessel_safetensors_test

@@ -6,26 +6,24 @@
 // bit; bad files give one line naming the file and the tensor.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <random>
 #include <sstream>
 
 #include <fmt/format.h>
 
-#include "tessel/core/error.hpp"
-#include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/hf_gpt2.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/kernels/numeric.hpp"
+#include "fixtures.hpp"
 #include "safetensors_reader.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
+using namespace tessel_executor_test;
 using namespace tessel_safetensors_test;
 namespace fs = std::filesystem;
 
@@ -36,20 +34,6 @@ Plan tiny_plan() {
       "parallel": {"micro_batch": 2}})"),
                          "");
 }
-
-struct OneRank {
-  SingleRankCommunicator world;
-  ProcessGrid grid;
-  Trainer trainer;
-  OneRank(const Plan& plan, const std::string& text, std::uint64_t seed)
-      : grid(plan.parallel, world),
-        trainer(plan, grid, DataLoader(text, plan.train.global_batch, plan.seq_len()), options(seed)) {}
-  static TrainerOptions options(std::uint64_t seed) {
-    TrainerOptions o;
-    o.seed = seed;
-    return o;
-  }
-};
 
 // Hugging Face GPT-2 (GPT2LMHeadModel.state_dict() without lm_head, tied): name -> shape.
 std::map<std::string, std::vector<std::int64_t>> hf_gpt2_layout(int layers, int n_embd, int vocab, int positions) {
@@ -73,25 +57,7 @@ std::map<std::string, std::vector<std::int64_t>> hf_gpt2_layout(int layers, int 
   return out;
 }
 
-class Safetensors : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           fmt::format("tessel_safetensors_{}_{}", ::getpid(), ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "no error";
-}
+class Safetensors : public ScratchFolderTest {};
 }  // namespace
 
 TEST_F(Safetensors, ExportHasGpt2NamesShapesAndTilesTheDataSection) {

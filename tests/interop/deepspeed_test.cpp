@@ -9,36 +9,21 @@
 #include "tessel/core/error.hpp"
 #include "tessel/core/input_file.hpp"
 #include "tessel/interop/engine_config.hpp"
+#include "import_fixtures.hpp"
 
 namespace tessel::interop {
 namespace {
 
-const std::string kFixtures = TESSEL_SOURCE_DIR "/tests/interop/fixtures/";
-
-std::string fixture(const std::string& name) { return read_input_file(kFixtures + name); }
+using test::context_of;
+using test::error_of;
+using test::fixture;
 
 ModelSpec gpt2_small() {
   return ModelSpec::from_hf_config(parse_json_text(fixture("deepspeed_hf_gpt2_config.json"), "config.json"), "gpt2");
 }
 
 ImportContext dgx_h100(int nodes, std::optional<ModelSpec> model = gpt2_small()) {
-  ImportContext context;
-  context.cluster = resolve_cluster("dgx-h100");
-  context.nodes = nodes;
-  context.model = std::move(model);
-  context.source_name = "ds_config.json";
-  return context;
-}
-
-// The message of the tessel::Error `action` throws ("" when it throws none).
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
+  return test::context_on("dgx-h100", nodes, "ds_config.json", std::move(model));
 }
 
 Plan expected_plan(const ImportContext& context) {
@@ -202,14 +187,6 @@ TEST(DeepSpeed, DetectsItsFixtures) {
   for (const char* name : {"deepspeed_getting_started.json", "deepspeed_zero2_offload.json",
                            "deepspeed_zero3_infinity.json", "deepspeed_hf_trainer_zero2_auto.json"})
     EXPECT_EQ(detect_engine(name, fixture(name)), Engine::deepspeed) << name;
-}
-
-ImportContext context_of(const Plan& plan) {
-  ImportContext context;
-  context.cluster = plan.cluster;
-  context.nodes = plan.nodes;
-  context.model = plan.model;
-  return context;
 }
 
 // A data-parallel plan DeepSpeed expresses whole comes back unchanged.

@@ -12,32 +12,15 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/interop/engine_config.hpp"
+#include "import_fixtures.hpp"
 
 namespace tessel::interop {
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  EXPECT_FALSE(buffer.str().empty()) << path;
-  return buffer.str();
-}
-
-std::string fixture(const std::string& name) {
-  return read_text(std::string(TESSEL_SOURCE_DIR) + "/tests/interop/fixtures/" + name);
-}
+using test::fixture;
 
 ImportContext context_on(const std::string& cluster, int nodes, const std::string& source = "run.sh") {
-  ImportContext context;
-  context.cluster = resolve_cluster(cluster);
-  context.nodes = nodes;
-  context.source_name = source;
-  return context;
-}
-
-bool contains(const std::vector<std::string>& lines, const std::string& part) {
-  return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) { return line.find(part) != std::string::npos; });
+  return test::context_on(cluster, nodes, source);
 }
 
 // A small run as a plain command line, with `extra` options added.
@@ -46,12 +29,7 @@ const char* kSmallRun =
     "--vocab-size 1024 --micro-batch-size 2 --global-batch-size 64 --bf16 --tensor-model-parallel-size 2 ";
 
 std::string refusal(const std::string& extra) {
-  try {
-    import_run(Engine::megatron, kSmallRun + extra, context_on("dgx-a100", 1));
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(accepted)";
+  return test::error_of([&] { import_run(Engine::megatron, kSmallRun + extra, context_on("dgx-a100", 1)); }, "(accepted)");
 }
 
 TEST(Megatron, Gpt3_175bExampleGivesTheHandWrittenPlan) {
@@ -59,13 +37,13 @@ TEST(Megatron, Gpt3_175bExampleGivesTheHandWrittenPlan) {
       import_run(Engine::megatron, fixture("megatron_gpt3_175b.sh"), context_on("dgx-a100", 128, "gpt3.sh"));
   const Plan expected = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-175b-megatron-dgx-a100.json");
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump(1) << "\n" << expected.to_json().dump(1);
-  EXPECT_TRUE(contains(run.mapped, "--fp16 -> train.precision fp16"));
-  EXPECT_TRUE(contains(run.mapped, "--attention-backend auto -> train.kernels fused"));
-  EXPECT_TRUE(contains(run.mapped, "(--ffn-hidden-size default 49152) -> model.ffn_hidden"));
-  EXPECT_TRUE(contains(run.ignored, "--rampup-batch-size 16 16 5859375: batch ramp-up"));
-  EXPECT_TRUE(contains(run.ignored, "--lr-decay-iters 430000: learning-rate schedule"));
-  EXPECT_TRUE(contains(run.ignored, "--split 949,50,1: data paths"));
-  EXPECT_TRUE(contains(run.ignored, "torchrun --nproc_per_node 8 --nnodes 1"));
+  EXPECT_TRUE(test::any_line_contains(run.mapped, "--fp16 -> train.precision fp16"));
+  EXPECT_TRUE(test::any_line_contains(run.mapped, "--attention-backend auto -> train.kernels fused"));
+  EXPECT_TRUE(test::any_line_contains(run.mapped, "(--ffn-hidden-size default 49152) -> model.ffn_hidden"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "--rampup-batch-size 16 16 5859375: batch ramp-up"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "--lr-decay-iters 430000: learning-rate schedule"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "--split 949,50,1: data paths"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "torchrun --nproc_per_node 8 --nnodes 1"));
 }
 
 TEST(Megatron, Llama3_8bExampleReadsItsShapeAndLayout) {
@@ -91,8 +69,8 @@ TEST(Megatron, Llama3_8bExampleReadsItsShapeAndLayout) {
   EXPECT_EQ(run.plan.train.global_batch, 128);
   EXPECT_EQ(run.plan.train.precision, Precision::bf16);
   EXPECT_EQ(run.plan.train.kernels, Kernels::fused);
-  EXPECT_TRUE(contains(run.ignored, "--overlap-grad-reduce: overlap"));
-  EXPECT_TRUE(contains(run.ignored, "--save checkpoints/llama3_8b_fp8: checkpointing"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "--overlap-grad-reduce: overlap"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "--save checkpoints/llama3_8b_fp8: checkpointing"));
 }
 
 TEST(Megatron, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
@@ -124,7 +102,7 @@ TEST(Megatron, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
 TEST(Megatron, UnknownCostNeutralOptionsAreListedAsNotUnderstood) {
   const ImportedRun run = import_run(Engine::megatron, std::string(kSmallRun) + "--my-dashboard-colour teal",
                                      context_on("dgx-a100", 1));
-  EXPECT_TRUE(contains(run.ignored, "--my-dashboard-colour teal: not understood by tessel (assumed cost-neutral)"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "--my-dashboard-colour teal: not understood by tessel (assumed cost-neutral)"));
   EXPECT_EQ(run.plan.parallel.dp, 4);
   EXPECT_EQ(run.plan.train.global_batch, 64);
   // Without --global-batch-size Megatron runs one micro-batch per data-parallel replica.
@@ -177,9 +155,9 @@ python -m torch.distributed.run --nproc-per-node=8 --nnodes=1 \
   EXPECT_EQ(run.plan.model.seq_len, 512);
   EXPECT_EQ(run.plan.train.global_batch, 64);
   EXPECT_EQ(run.plan.parallel.tp, 2);
-  EXPECT_TRUE(contains(run.ignored, "$(hostname) is not run"));
-  EXPECT_TRUE(contains(run.ignored, "--seed 7: seed"));
-  EXPECT_FALSE(contains(run.ignored, "log.txt"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "$(hostname) is not run"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "--seed 7: seed"));
+  EXPECT_FALSE(test::any_line_contains(run.ignored, "log.txt"));
 }
 
 TEST(Megatron, LoopsAreRefusedByLine) {
@@ -208,7 +186,7 @@ TEST(Megatron, IfBlocksOnTheScriptsOwnVariablesAreEvaluated) {
   const ImportedRun run = import_run(Engine::megatron, bf16, context_on("dgx-h100", 1));
   const ImportedRun flattened = import_run(Engine::megatron, fixture("megatron_llama3_8b.sh"), context_on("dgx-h100", 1));
   EXPECT_EQ(run.plan, flattened.plan);
-  EXPECT_TRUE(contains(run.ignored, "the file test -f pretrain_gpt.py is taken as true"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "the file test -f pretrain_gpt.py is taken as true"));
   for (const auto& [script, expected] : std::vector<std::pair<std::string, std::string>>{
            {"if [ -z \"$X\" ] && [[ 3 -gt 2 ]]; then\nL=2\nelif [ 1 = 1 ]; then\nL=3\nelse\nL=4\nfi\n", "2"},
            {"X=a\nif [[ $X != a ]] || [ -n \"\" ]; then\nL=2\nelif [ \"$X\" == a ]; then\nL=3\nelse\nL=4\nfi\n", "3"},

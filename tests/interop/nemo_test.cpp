@@ -9,28 +9,14 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/interop/engine_config.hpp"
+#include "import_fixtures.hpp"
 
 namespace tessel::interop {
 namespace {
 
-std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(TESSEL_SOURCE_DIR) + "/tests/interop/fixtures/" + name);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using test::fixture;
 
-ImportContext context_on(const std::string& cluster, int nodes) {
-  ImportContext context;
-  context.cluster = resolve_cluster(cluster);
-  context.nodes = nodes;
-  context.source_name = "gpt.yaml";
-  return context;
-}
-
-bool contains(const std::vector<std::string>& lines, const std::string& part) {
-  return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) { return line.find(part) != std::string::npos; });
-}
+ImportContext context_on(const std::string& cluster, int nodes) { return test::context_on(cluster, nodes, "gpt.yaml"); }
 
 const char* kSmall = R"(trainer:
   num_nodes: 1
@@ -50,24 +36,19 @@ model:
 )";
 
 std::string refusal(const std::string& extra) {
-  try {
-    import_run(Engine::nemo, kSmall + extra, context_on("dgx-a100", 1));
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(accepted)";
+  return test::error_of([&] { import_run(Engine::nemo, kSmall + extra, context_on("dgx-a100", 1)); }, "(accepted)");
 }
 
 TEST(Nemo, Gpt3_175bRecipeGivesTheHandWrittenPlan) {
   const ImportedRun run = import_run(Engine::nemo, fixture("nemo_gpt3_175b.yaml"), context_on("dgx-a100", 128));
   const Plan expected = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-175b-nemo-dgx-a100.json");
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump(1);
-  EXPECT_TRUE(contains(run.mapped, "model.ffn_hidden_size: 49152 -> model.ffn_hidden"));
-  EXPECT_TRUE(contains(run.mapped, "model.optim.name: distributed_fused_adam -> train.optimizer adamw, parallel.zero 1"));
-  EXPECT_TRUE(contains(run.ignored, "exp_manager: section outside trainer and model"));
-  EXPECT_TRUE(contains(run.ignored, "model.optim.sched.warmup_steps: 115: optimizer hyperparameter"));
-  EXPECT_TRUE(contains(run.ignored, "model.ub_tp_comm_overlap: True: overlap of tensor-parallel communication"));
-  EXPECT_FALSE(contains(run.ignored, "not understood")) << ::testing::PrintToString(run.ignored);
+  EXPECT_TRUE(test::any_line_contains(run.mapped, "model.ffn_hidden_size: 49152 -> model.ffn_hidden"));
+  EXPECT_TRUE(test::any_line_contains(run.mapped, "model.optim.name: distributed_fused_adam -> train.optimizer adamw, parallel.zero 1"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "exp_manager: section outside trainer and model"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "model.optim.sched.warmup_steps: 115: optimizer hyperparameter"));
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "model.ub_tp_comm_overlap: True: overlap of tensor-parallel communication"));
+  EXPECT_FALSE(test::any_line_contains(run.ignored, "not understood")) << ::testing::PrintToString(run.ignored);
 }
 
 TEST(Nemo, Llama2_70bRecipeGivesTheHandWrittenPlanWithTheVocabularyFromConfigJson) {
@@ -83,7 +64,7 @@ TEST(Nemo, Llama2_70bRecipeGivesTheHandWrittenPlanWithTheVocabularyFromConfigJso
   const ImportedRun run = import_run(Engine::nemo, fixture("nemo_llama2_70b.yaml"), context);
   const Plan expected = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/llama2-70b-nemo-dgx-a100.json");
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump(1);
-  EXPECT_FALSE(contains(run.ignored, "not understood")) << ::testing::PrintToString(run.ignored);
+  EXPECT_FALSE(test::any_line_contains(run.ignored, "not understood")) << ::testing::PrintToString(run.ignored);
 }
 
 TEST(Nemo, TheLauncherLayoutNestedUnderTrainingReadsTheSame) {

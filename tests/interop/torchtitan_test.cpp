@@ -9,35 +9,16 @@
 #include "tessel/core/error.hpp"
 #include "tessel/core/input_file.hpp"
 #include "tessel/interop/engine_config.hpp"
+#include "import_fixtures.hpp"
 
 namespace tessel::interop {
 namespace {
 
-const std::string kFixtures = TESSEL_SOURCE_DIR "/tests/interop/fixtures/";
-
-std::string fixture(const std::string& name) { return read_input_file(kFixtures + name); }
+using test::error_of;
+using test::fixture;
 
 ImportContext cluster_context(const std::string& cluster, int nodes, std::optional<ModelSpec> model = std::nullopt) {
-  ImportContext context;
-  context.cluster = resolve_cluster(cluster);
-  context.nodes = nodes;
-  context.model = std::move(model);
-  context.source_name = "job.toml";
-  return context;
-}
-
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
-
-bool contains(const std::vector<std::string>& lines, const std::string& line) {
-  return std::find(lines.begin(), lines.end(), line) != lines.end();
+  return test::context_on(cluster, nodes, "job.toml", std::move(model));
 }
 
 TEST(TorchtitanFlavors, ShapesFollowTorchtitansFeedForwardRule) {
@@ -80,7 +61,7 @@ TEST(Torchtitan, Llama3EightBPresetReadsAsFsdpOverSixtyFourGpus) {
   for (const char* line :
        {"[job]", "[profiling]", "[metrics]", "[checkpoint]", "[compile]", "[quantize]", "[validation]",
         "[lr_scheduler]", "optimizer.lr", "training.max_norm", "model.hf_assets_path"})
-    EXPECT_TRUE(contains(run.ignored, line)) << line;
+    EXPECT_TRUE(test::has_line(run.ignored, line)) << line;
 }
 
 // torchtitan/models/llama3/train_configs/llama3_70b.toml: 8-way tensor parallelism with
@@ -208,13 +189,8 @@ TEST(Torchtitan, DetectsItsFixtures) {
     EXPECT_EQ(detect_engine(name, fixture(name)), Engine::torchtitan) << name;
 }
 
-ImportContext context_of(const Plan& plan) {
-  ImportContext context;
-  context.cluster = plan.cluster;
-  context.nodes = plan.nodes;
-  context.model = plan.model;  // the examples' models are not torchtitan flavors
-  return context;
-}
+// The examples' models are not torchtitan flavors: the plan's own model comes along.
+using test::context_of;
 
 // Every example plan comes back as the nearest plan torchtitan runs; not_expressible
 // names each change (hand-written here, field by field).

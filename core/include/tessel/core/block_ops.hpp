@@ -110,9 +110,11 @@ struct BlockOpTable {
   // down the grid column).
   // 3D has two kinds of copied vectors (features on the depth axis, on the columns),
   // summed over two axes each: one entry per (group, elements) sum.
+  // An MoE block's own count (1D: it has no mlp.fc2 bias) stands beside the dense one's.
   struct PartialSync {
     CommGroup group = CommGroup::tp;
     double layer_elements = 0, head_elements = 0, embedding_elements = 0;
+    double moe_layer_elements = 0;
   };
   std::vector<PartialSync> partial_syncs;
   // fp8 training: weight elements of one block's fp8 GEMMs on one rank (dense and MoE

@@ -59,12 +59,14 @@ struct ModelSpec {
   // The dense MLP of one block (fc1, fc2 and their biases).
   std::int64_t mlp_parameters() const;
   // One expert MLP of width moe.expert_ffn_hidden (a shared expert has the same shape):
-  // GELU 2 matrices (+ biases), SwiGLU 3 (gate, up, down).
+  // GELU 2 matrices, SwiGLU 3 (gate, up, down); no biases, even where `bias` is true
+  // (the executor's experts have none).
   std::int64_t expert_parameters() const;
   // The router of one MoE block: hidden x experts, no bias (Mixtral, Qwen-MoE).
   std::int64_t router_parameters() const;
-  // One MoE block: the dense block with its MLP replaced by router, experts and shared
-  // experts. Only the routed experts are sharded by expert parallelism.
+  // One MoE block: the dense block with its MLP (and the MLP's biases) replaced by
+  // router, experts and shared experts. Only the routed experts are sharded by expert
+  // parallelism.
   std::int64_t moe_layer_parameters() const;
   // Blocks with an MoE MLP (0 for a dense model).
   int moe_layers() const;

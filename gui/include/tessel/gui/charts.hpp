@@ -58,6 +58,7 @@ class StackedBars : public QWidget {
   void set(const QString& title, const QString& value_title, const std::vector<QString>& categories,
            const std::vector<QString>& parts, const std::vector<std::vector<double>>& values);  // values[part][category]
   int bar_count() const;
+  QString legend() const;  // the legend's text, every name whole
 
  private:
   struct Impl;
