@@ -23,6 +23,14 @@
 //    that share cores (with each other or with other programs) wait for a partner's
 //    turn on a core (the CPU suite's tensor-parallel all-reduces, hundreds of times
 //    their alpha-beta time); on GPUs, the launch and framework work of each call.
+//    On GPUs it is bounded by a physical figure (Parameter::gpu_upper, cited in
+//    gpu_upper_source): a GPU's collective call costs its alpha-beta time plus NCCL's
+//    fixed per-call latency and a kernel launch, tens of microseconds, never
+//    milliseconds; the GPU rows of the corpus are mostly FSDP, which issues a fixed
+//    number of calls per layer, so there the call overhead is collinear with
+//    layer_overhead_s and the rows cannot identify it. A bound was chosen over refusing
+//    to fit it: runs with tensor or pipeline parallelism (many calls per layer) can
+//    identify it, and a bound keeps what they say within what the hardware allows.
 #pragma once
 
 #include <array>
@@ -46,10 +54,16 @@ struct Calibration {
   double collective_call_overhead_s = 0.0;
 
   // One fitted parameter: its name in JSON, the range a fit may search, and where it lives.
+  // gpu_upper bounds it on GPU devices, where a physical limit is known and cited in
+  // gpu_upper_source (the same as upper where none is needed).
   struct Parameter {
     std::string_view name;
     double lower, upper;
     double Calibration::*field;
+    double gpu_upper;
+    std::string_view gpu_upper_source;
+    // The largest value a fit may give it on a device of this kind ("gpu", "cpu").
+    double upper_for(std::string_view device_kind) const { return device_kind == "gpu" ? gpu_upper : upper; }
   };
   static constexpr std::size_t kParameterCount = 8;
   static const std::array<Parameter, kParameterCount>& parameters();
