@@ -307,7 +307,12 @@ class TableBuilder {
     core.name = ops::attn_core;
     core.kind = OpKind::attention;
     core.flops = 4.0 * T_ * s * h / split_.gemm;
-    core.gemm_flops = 2.0 * (s / p_.sp) * s * model_.head_dim();
+    // The size the efficiency curve is read at: materialised attention runs one batched
+    // GEMM per score and context product, each head's (s/sp x hd) by (hd x s), whose
+    // efficiency is that of one head's product; a fused (flash-style) kernel is one
+    // launch over every head and sequence of the micro-batch, tiled so that each block
+    // of queries streams all keys, so its efficiency is that of its whole work.
+    core.gemm_flops = kernels_ == Kernels::fused ? core.flops : 2.0 * (s / p_.sp) * s * model_.head_dim();
     core.precision = storage_;  // fp8 training keeps the attention core in bf16
     core.selective_recompute = kernels_ == Kernels::unfused;
     t_.block.push_back(core);
