@@ -239,18 +239,33 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
     const Calibration::Parameter& p = *objective.parameters[i];
     unit[i] = (objective.base.*(p.field) - p.lower) / (objective.upper[i] - p.lower);
   }
-  nlopt::opt optimiser(nlopt::LN_SBPLX, unsigned(n));
-  optimiser.set_lower_bounds(lower);
-  optimiser.set_upper_bounds(upper);
-  optimiser.set_initial_step(step);
-  optimiser.set_xtol_rel(options.relative_tolerance);
-  optimiser.set_maxeval(options.max_evaluations);
-  optimiser.set_min_objective(objective_trampoline, &objective);
-  double minimum = 0;
-  try {
-    optimiser.optimize(unit, minimum);
-  } catch (const nlopt::roundoff_limited&) {
-    // The best point so far is kept below; round-off only stops the search early.
+  // Subplex stops where its simplex has shrunk, often short of the minimum of a MAPE
+  // with kinks; a fresh start from the best point found (a new initial step) goes on
+  // from there. Restarts end when one improves the MAPE by less than
+  // options.restart_gain (absolute).
+  double previous_best = std::numeric_limits<double>::quiet_NaN();
+  for (int attempt = 0;
+       attempt <= options.restarts && !(objective.best_mape > previous_best - options.restart_gain); ++attempt) {
+    previous_best = objective.best_mape;
+    if (attempt > 0) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const Calibration::Parameter& p = *objective.parameters[i];
+        unit[i] = (objective.best.*(p.field) - p.lower) / (objective.upper[i] - p.lower);
+      }
+    }
+    nlopt::opt optimiser(nlopt::LN_SBPLX, unsigned(n));
+    optimiser.set_lower_bounds(lower);
+    optimiser.set_upper_bounds(upper);
+    optimiser.set_initial_step(step);
+    optimiser.set_xtol_rel(options.relative_tolerance);
+    optimiser.set_maxeval(options.max_evaluations);
+    optimiser.set_min_objective(objective_trampoline, &objective);
+    double minimum = 0;
+    try {
+      optimiser.optimize(unit, minimum);
+    } catch (const nlopt::roundoff_limited&) {
+      // The best point so far is kept below; round-off only stops the search early.
+    }
   }
   out.calibration = objective.best;
   out.mape = objective.best_mape;
