@@ -208,7 +208,7 @@ std::vector<const Calibration::Parameter*> chosen_parameters(const CalibrationOp
           fmt::format("--fit: unknown parameter '{}' (allowed: gemm_efficiency_scale, memory_efficiency_scale, "
                       "attention_efficiency_scale, "
                       "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s, "
-                      "collective_call_overhead_s)",
+                      "collective_call_overhead_s, collective_contention)",
                       name));
     }
   }

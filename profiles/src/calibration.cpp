@@ -35,6 +35,7 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
       {"layer_overhead_s", 0.0, 0.01, &Calibration::layer_overhead_s, 0.01, ""},
       {"collective_call_overhead_s", 0.0, 0.1, &Calibration::collective_call_overhead_s, kGpuCallOverheadBound_s,
        kGpuCallOverheadSource},
+      {"collective_contention", 0.0, 1.0, &Calibration::collective_contention, 1.0, ""},
   }};
   return table;
 }
@@ -51,7 +52,7 @@ Calibration Calibration::from_json(const Json& json, const std::string& path) {
       throw Error(fmt::format(
           "{}.{}: unknown calibration parameter (allowed: gemm_efficiency_scale, "
           "memory_efficiency_scale, attention_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
-          "overlap_efficiency, layer_overhead_s, collective_call_overhead_s)",
+          "overlap_efficiency, layer_overhead_s, collective_call_overhead_s, collective_contention)",
           path, key));
     }
     const double number = value.is_number() ? value.get<double>() : std::nan("");

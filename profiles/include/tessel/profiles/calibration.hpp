@@ -16,6 +16,11 @@
 //    between nodes times these.
 //  - overlap_efficiency: the fraction of the backward pass that can hide gradient
 //    reduction and ZeRO gathers (1 = all of it).
+//  - collective_contention: the fraction of compute speed lost while a data-parallel
+//    collective (gradient sync, ZeRO gathers) runs hidden beside it: NCCL's kernels
+//    take SMs and memory bandwidth from the GEMMs they overlap, so hidden traffic is not
+//    free; each hidden second costs this many seconds of compute (0 = free, as before).
+//    Host-device copies (offload) run on copy engines and pay none.
 //  - layer_overhead_s: fixed seconds per transformer layer per micro-batch forward
 //    (backward pays twice): kernel launches and framework work per layer.
 //  - collective_call_overhead_s: fixed seconds every collective call pays beyond its
@@ -52,6 +57,7 @@ struct Calibration {
   double overlap_efficiency = 1.0;
   double layer_overhead_s = 0.0;
   double collective_call_overhead_s = 0.0;
+  double collective_contention = 0.0;
 
   // One fitted parameter: its name in JSON, the range a fit may search, and where it lives.
   // gpu_upper bounds it on GPU devices, where a physical limit is known and cited in
@@ -65,7 +71,7 @@ struct Calibration {
     // The largest value a fit may give it on a device of this kind ("gpu", "cpu").
     double upper_for(std::string_view device_kind) const { return device_kind == "gpu" ? gpu_upper : upper; }
   };
-  static constexpr std::size_t kParameterCount = 8;
+  static constexpr std::size_t kParameterCount = 9;
   static const std::array<Parameter, kParameterCount>& parameters();
 
   bool is_default() const { return *this == Calibration{}; }
