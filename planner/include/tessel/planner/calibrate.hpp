@@ -25,7 +25,7 @@ struct CalibrationOptions {
   // Names of the parameters to fit (profiles::Calibration::parameters()); empty = all.
   std::vector<std::string> parameters;
   int max_evaluations = 400;          // per start of the optimiser
-  int restarts = 2;                   // fresh starts from the best point, while they improve
+  int restarts = 1;                   // fresh starts from the best point, while they improve
   double restart_gain = 1e-4;         // the least MAPE gain (absolute) worth another start
   double relative_tolerance = 1e-4;  // on the normalised parameters
 };
