@@ -386,3 +386,26 @@ TEST(Calibration, AGpuFitKeepsTheCollectiveCallOverheadWithinItsPhysicalBound) {
   const CalibrationFit refit = fit_calibration(runs, runs.all_rows(), options, beyond);
   EXPECT_LE(refit.calibration.collective_call_overhead_s, ceiling_s);
 }
+
+// Hidden data-parallel traffic slows the compute beside it by collective_contention of
+// its length: 0 (the default) hides it for free, 1 leaves no gain from overlap at all,
+// so the step equals the one priced with overlap off; in between, in proportion.
+TEST(Calibration, CollectiveContentionChargesHiddenTrafficInProportion) {
+  const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
+  for (const Plan& plan : {synthetic_plans()[6], synthetic_plans()[3]}) {  // ZeRO-3 FSDP; tp8 with ZeRO-1
+    SCOPED_TRACE(plan.model.name + " " + plan.parallel.summary());
+    CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+    const double free_s = model.estimate(plan.parallel).step_time_s;
+    model.set_overlap(false);
+    const double serial_s = model.estimate(plan.parallel).step_time_s;
+    model.set_overlap(true);
+    ASSERT_GT(serial_s, free_s * 1.001) << "the plan must hide some traffic";
+    Calibration full, half;
+    full.collective_contention = 1.0;
+    half.collective_contention = 0.5;
+    model.set_calibration(full);
+    EXPECT_NEAR(model.estimate(plan.parallel).step_time_s, serial_s, 1e-9 * serial_s);
+    model.set_calibration(half);
+    EXPECT_NEAR(model.estimate(plan.parallel).step_time_s, 0.5 * (free_s + serial_s), 1e-9 * serial_s);
+  }
+}
