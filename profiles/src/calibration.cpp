@@ -25,20 +25,12 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
   static constexpr std::string_view kGpuCallOverheadSource =
       "NCCL src/graph/tuning.cc default base latency, at most 14.0 us per call (LL128), plus a host launch of "
       "5-20 us (HolisticTraceAnalysis docs, CUDA kernel launch stats): 34 us";
-  // A collective's bus bandwidth cannot beat the link's datasheet rate: the shipped GPU
-  // clusters assume 80% of it inside a node and 90% between nodes (configs/clusters/
-  // dgx-a100.json, dgx-h100.json, hgx-h200.json: intra_node.efficiency 0.8,
-  // inter_node.efficiency 0.9), so a calibrated scale stops at 1/0.8 and 1/0.9.
-  static constexpr std::string_view kGpuIntraBusSource =
-      "the NVLink datasheet rate: 1 / 0.8, the shipped GPU clusters' intra_node.efficiency";
-  static constexpr std::string_view kGpuInterBusSource =
-      "the NIC datasheet rate: 1 / 0.9 (rounded down), the shipped GPU clusters' inter_node.efficiency";
   static const std::array<Parameter, kParameterCount> table{{
       {"gemm_efficiency_scale", 0.5, 1.5, &Calibration::gemm_efficiency_scale, 1.5, ""},
       {"memory_efficiency_scale", 0.1, 2.0, &Calibration::memory_efficiency_scale, 2.0, ""},
       {"attention_efficiency_scale", 0.1, 2.0, &Calibration::attention_efficiency_scale, 2.0, ""},
-      {"intra_bus_efficiency", 0.1, 2.0, &Calibration::intra_bus_efficiency, 1.25, kGpuIntraBusSource},
-      {"inter_bus_efficiency", 0.1, 2.0, &Calibration::inter_bus_efficiency, 1.11, kGpuInterBusSource},
+      {"intra_bus_efficiency", 0.1, 2.0, &Calibration::intra_bus_efficiency, 2.0, ""},
+      {"inter_bus_efficiency", 0.1, 2.0, &Calibration::inter_bus_efficiency, 2.0, ""},
       {"overlap_efficiency", 0.0, 1.0, &Calibration::overlap_efficiency, 1.0, ""},
       {"layer_overhead_s", 0.0, 0.01, &Calibration::layer_overhead_s, 0.01, ""},
       {"collective_call_overhead_s", 0.0, 0.1, &Calibration::collective_call_overhead_s, kGpuCallOverheadBound_s,
