@@ -20,7 +20,8 @@
 //    collective (gradient sync, ZeRO gathers) runs hidden beside it: NCCL's kernels
 //    take SMs and memory bandwidth from the GEMMs they overlap, so hidden traffic is not
 //    free; each hidden second costs this many seconds of compute (0 = free, as before).
-//    Host-device copies (offload) run on copy engines and pay none.
+//    Host-device copies (offload) run on copy engines and pay none. A planner term, as
+//    overlap_efficiency and layer_overhead_s are: the simulator does not read it.
 //  - layer_overhead_s: fixed seconds per transformer layer per micro-batch forward
 //    (backward pays twice): kernel launches and framework work per layer.
 //  - collective_call_overhead_s: fixed seconds every collective call pays beyond its
