@@ -207,6 +207,25 @@ TEST(Time, FusedAttentionIsOneKernelWhoseBackwardRecomputesTheScores) {
   EXPECT_LT(f.forward_s[attention], u.forward_s[attention]) << "one large kernel runs nearer the curve's top";
 }
 
+// ZeRO-3 gathers run one layer ahead of the compute: however long the compute, the first
+// layer's forward gather and the last reduce-scatter of each micro-batch have nothing to
+// hide behind (2/3 of one layer's traffic: one of its two gathers and its reduce-scatter).
+TEST(Time, Zero3LeavesThePipelinesEndsOfItsGathersExposed) {
+  CostModel model = model_on("gpt3-6.7b", "dgx-a100", 1, 64);
+  ParallelConfig p = layout(8, 1, 1, 1);
+  p.zero = 3;
+  model.set_overlap(false);
+  const Estimate serial = model.estimate(p);
+  model.set_overlap(true);
+  const Estimate overlapped = model.estimate(p);
+  const double layers = model.model().layers;
+  // The rest of the stage (embedding, head) syncs once per step in both; the layers' part
+  // is what the overlap hides.
+  ASSERT_GT(serial.time(TimeKind::dp_comm), 0);
+  EXPECT_GT(overlapped.time(TimeKind::dp_comm), 0.5 * serial.time(TimeKind::dp_comm) / layers);
+  EXPECT_LT(overlapped.time(TimeKind::dp_comm), 2.0 * serial.time(TimeKind::dp_comm) / layers);
+}
+
 TEST(Memory, GridModesSplitActivationsAsTheComplexityTableSays) {
   const CostModel model = grid_friendly_model();
   auto activations = [&](TpMode mode, int tp, int depth = 1) {
