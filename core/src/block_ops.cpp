@@ -310,8 +310,18 @@ class TableBuilder {
     core.name = ops::attn_core;
     core.kind = OpKind::attention;
     core.flops = 4.0 * T_ * s * h / split_.gemm;
-    core.gemm_flops = 2.0 * (s / p_.sp) * s * model_.head_dim();
+    // The size the efficiency curve is read at: materialised attention runs one batched
+    // GEMM per score and context product, each head's (s/sp x hd) by (hd x s), whose
+    // efficiency is that of one head's product; a fused (flash-style) kernel is one
+    // launch over every head and sequence of the micro-batch, tiled so that each block
+    // of queries streams all keys, so its efficiency is that of its whole work.
+    core.gemm_flops = kernels_ == Kernels::fused ? core.flops : 2.0 * (s / p_.sp) * s * model_.head_dim();
     core.precision = storage_;  // fp8 training keeps the attention core in bf16
+    // A fused kernel's backward recomputes the scores it never stored (FlashAttention,
+    // Dao et al. 2022, Algorithm 4): Q K^T again, then the gradients of P V and of Q K^T,
+    // five products against the forward's two; materialised attention reads its stored
+    // scores and runs four, twice the forward.
+    core.backward = kernels_ == Kernels::fused ? 2.5 : 2.0;
     core.selective_recompute = kernels_ == Kernels::unfused;
     t_.block.push_back(core);
     if (kernels_ == Kernels::unfused) {

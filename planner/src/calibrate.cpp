@@ -93,7 +93,8 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
 }
 }  // namespace
 
-RunSet::RunSet(std::vector<PublishedRun> runs, const profiles::Profile& base) : runs_(std::move(runs)) {
+RunSet::RunSet(std::vector<PublishedRun> runs, const profiles::Profile& base)
+    : runs_(std::move(runs)), device_kind_(base.device.kind) {
   models_.reserve(runs_.size());
   for (const PublishedRun& run : runs_) {
     if (!run.priceable()) throw Error(fmt::format("run {}: cannot be priced ({})", run.id, run.skipped));
@@ -165,6 +166,7 @@ struct Objective {
   RunSet* runs = nullptr;
   const std::vector<std::size_t>* rows = nullptr;
   std::vector<const Calibration::Parameter*> parameters;
+  std::vector<double> upper;  // each parameter's bound on the runs' device kind
   Calibration base;
   int evaluations = 0;
   double best_mape = std::numeric_limits<double>::infinity();
@@ -174,7 +176,7 @@ struct Objective {
     Calibration c = base;
     for (std::size_t i = 0; i < parameters.size(); ++i) {
       const Calibration::Parameter& p = *parameters[i];
-      c.*(p.field) = p.lower + std::clamp(unit[i], 0.0, 1.0) * (p.upper - p.lower);
+      c.*(p.field) = p.lower + std::clamp(unit[i], 0.0, 1.0) * (upper[i] - p.lower);
     }
     return c;
   }
@@ -206,7 +208,7 @@ std::vector<const Calibration::Parameter*> chosen_parameters(const CalibrationOp
           fmt::format("--fit: unknown parameter '{}' (allowed: gemm_efficiency_scale, memory_efficiency_scale, "
                       "attention_efficiency_scale, "
                       "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s, "
-                      "collective_call_overhead_s)",
+                      "collective_call_overhead_s, collective_contention)",
                       name));
     }
   }
@@ -221,30 +223,49 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
   objective.rows = &rows;
   objective.parameters = chosen_parameters(options);
   objective.base = start;
+  for (const Calibration::Parameter* p : objective.parameters) {
+    objective.upper.push_back(p->upper_for(runs.device_kind()));
+    objective.base.*(p->field) = std::min(objective.base.*(p->field), objective.upper.back());
+  }
   CalibrationFit out;
   if (rows.empty() || objective.parameters.empty()) {
-    out.calibration = start;
-    out.mape = mean_absolute_percentage_error(runs.predict(start, rows), runs, rows);
+    out.calibration = objective.base;
+    out.mape = mean_absolute_percentage_error(runs.predict(objective.base, rows), runs, rows);
     return out;
   }
   const std::size_t n = objective.parameters.size();
   std::vector<double> unit(n), lower(n, 0.0), upper(n, 1.0), step(n, 0.1);
   for (std::size_t i = 0; i < n; ++i) {
     const Calibration::Parameter& p = *objective.parameters[i];
-    unit[i] = (start.*(p.field) - p.lower) / (p.upper - p.lower);
+    unit[i] = (objective.base.*(p.field) - p.lower) / (objective.upper[i] - p.lower);
   }
-  nlopt::opt optimiser(nlopt::LN_SBPLX, unsigned(n));
-  optimiser.set_lower_bounds(lower);
-  optimiser.set_upper_bounds(upper);
-  optimiser.set_initial_step(step);
-  optimiser.set_xtol_rel(options.relative_tolerance);
-  optimiser.set_maxeval(options.max_evaluations);
-  optimiser.set_min_objective(objective_trampoline, &objective);
-  double minimum = 0;
-  try {
-    optimiser.optimize(unit, minimum);
-  } catch (const nlopt::roundoff_limited&) {
-    // The best point so far is kept below; round-off only stops the search early.
+  // Subplex stops where its simplex has shrunk, often short of the minimum of a MAPE
+  // with kinks; a fresh start from the best point found (a new initial step) goes on
+  // from there. Restarts end when one improves the MAPE by less than
+  // options.restart_gain (absolute).
+  double previous_best = std::numeric_limits<double>::quiet_NaN();
+  for (int attempt = 0;
+       attempt <= options.restarts && !(objective.best_mape > previous_best - options.restart_gain); ++attempt) {
+    previous_best = objective.best_mape;
+    if (attempt > 0) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const Calibration::Parameter& p = *objective.parameters[i];
+        unit[i] = (objective.best.*(p.field) - p.lower) / (objective.upper[i] - p.lower);
+      }
+    }
+    nlopt::opt optimiser(nlopt::LN_SBPLX, unsigned(n));
+    optimiser.set_lower_bounds(lower);
+    optimiser.set_upper_bounds(upper);
+    optimiser.set_initial_step(step);
+    optimiser.set_xtol_rel(options.relative_tolerance);
+    optimiser.set_maxeval(options.max_evaluations);
+    optimiser.set_min_objective(objective_trampoline, &objective);
+    double minimum = 0;
+    try {
+      optimiser.optimize(unit, minimum);
+    } catch (const nlopt::roundoff_limited&) {
+      // The best point so far is kept below; round-off only stops the search early.
+    }
   }
   out.calibration = objective.best;
   out.mape = objective.best_mape;

@@ -195,10 +195,21 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   const double hidden_zero3 = overlap_ ? overlap_efficiency * compute_per_micro_batch : 0.0;
   // The tied embedding's sum waits for the last backward on both ends of the pipeline and
   // the optimizer waits for it: nothing hides it.
-  const double exposed_sync =
-      std::max(0.0, sync.time_s + depth.time_s + partial.time_s - hidden_sync) + c.tied_embedding_sync.time_s;
-  const double exposed_zero3 = micro_batches * std::max(0.0, zero3.time_s - hidden_zero3);
-  out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3;
+  const double step_sync_s = sync.time_s + depth.time_s + partial.time_s;
+  const double exposed_sync = std::max(0.0, step_sync_s - hidden_sync) + c.tied_embedding_sync.time_s;
+  // The gathers run one layer ahead of the compute: the first layer's forward gather has
+  // nothing before it to hide behind, nor the last reduce-scatter anything after it.
+  const double layers = std::max(1.0, c.layers_on_stage);
+  const double pipeline_ends_s = zero3.time_s * (2.0 / 3.0) / layers;
+  const double hideable_zero3 = std::max(0.0, zero3.time_s - pipeline_ends_s);
+  const double exposed_zero3 =
+      micro_batches * (pipeline_ends_s + std::max(0.0, hideable_zero3 - hidden_zero3));
+  // Hidden traffic still slows the compute it runs beside (NCCL's kernels take SMs and
+  // memory bandwidth): a calibrated fraction of each hidden second (0 by default).
+  const double contention = costs_.calibration().collective_contention;
+  const double slowed_s = contention * (std::min(step_sync_s, hidden_sync) +
+                                        micro_batches * std::min(hideable_zero3, hidden_zero3));
+  out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3 + slowed_s;
   CommVolume& comm = out.comm;
   comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes + partial.bytes;
   comm.tp_messages = micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages + partial.messages;

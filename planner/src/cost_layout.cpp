@@ -29,7 +29,7 @@ CostModel::Groups CostModel::group_placements(const ParallelConfig& p) const {
 }
 
 CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups) const {
-  Prices out{0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
+  Prices out{0, 0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
              CommTally{costs_}, CommTally{costs_}, CommTally{costs_}};
   for (const BlockOp& op : ops) {
     switch (op.kind) {
@@ -42,9 +42,12 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
         }
         out.gemm_s += op.count * costs_.gemm_time_s(op.m, op.n, op.k, op.precision);
         break;
-      case OpKind::attention:
-        out.attention_s += costs_.attention_time_s(op.flops, op.gemm_flops, op.precision);
+      case OpKind::attention: {
+        const double seconds = costs_.attention_time_s(op.flops, op.gemm_flops, op.precision);
+        out.attention_s += seconds;
+        out.backward_attention_s += op.backward * seconds;
         break;
+      }
       case OpKind::memory: {
         const double load = op.expert_load ? costs_.moe_load_factor(op.capacity_factor) : 1.0;
         const double seconds = costs_.memory_time_s(load * op.bytes);
@@ -110,7 +113,7 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   // memory-bound-like fixed work: paid by the forward, twice by the backward.
   const double overhead_s = costs_.calibration().layer_overhead_s * (layers + moe_layers);
   set(TimeKind::gemm, gemm_s, both([](const Prices& x) { return 2 * x.gemm_s; }));
-  set(TimeKind::attention, attention_s, both([](const Prices& x) { return 2 * x.attention_s; }));
+  set(TimeKind::attention, attention_s, both([](const Prices& x) { return x.backward_attention_s; }));
   set(TimeKind::elementwise, memory_s + overhead_s,
       both([](const Prices& x) { return x.backward_memory_s; }) + 2 * overhead_s);
   set(TimeKind::tp_comm, both([](const Prices& x) { return x.tp.time_s; }),

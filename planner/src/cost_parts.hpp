@@ -67,7 +67,7 @@ struct CostModel::Groups {
 // Forward seconds of a list of ops, by kind; collectives tallied by group family, for
 // the forward and (count x backward calls) for the backward.
 struct CostModel::Prices {
-  double gemm_s = 0, attention_s = 0, memory_s = 0, backward_memory_s = 0, selective_s = 0;
+  double gemm_s = 0, attention_s = 0, backward_attention_s = 0, memory_s = 0, backward_memory_s = 0, selective_s = 0;
   CommTally tp, sp, tp_backward, sp_backward, ep, ep_backward;
 };
 

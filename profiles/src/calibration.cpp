@@ -1,7 +1,9 @@
 // Calibration parameters: their ranges, JSON form and the profile line printed with
 // every prediction. The ranges bound what a fit may claim: a GEMM scale of 0.5..1.5
 // keeps a calibrated curve within half of the datasheet one either way, and so on; a
-// profile file or database row outside them is refused by name.
+// profile file or database row outside them is refused by name. A parameter with a
+// physical limit on GPUs carries it (gpu_upper) with its source beside it, so a GPU fit
+// cannot claim what the hardware does not allow (calibration.hpp).
 #include "tessel/profiles/calibration.hpp"
 
 #include <fmt/format.h>
@@ -14,15 +16,26 @@
 namespace tessel::profiles {
 
 const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibration::parameters() {
+  // NCCL's largest default per-call base latency (src/graph/tuning.cc,
+  // ncclTunerConstantsDefaults.baseLatencies: 14.0 us for LL128; Simple 8.4 us) plus the
+  // host's launch of the call (5-20 us: HolisticTraceAnalysis docs, "CUDA kernel launch
+  // stats"): a GPU collective call's fixed cost beyond its alpha-beta time is at most
+  // 14 + 20 = 34 us.
+  static constexpr double kGpuCallOverheadBound_s = 34e-6;
+  static constexpr std::string_view kGpuCallOverheadSource =
+      "NCCL src/graph/tuning.cc default base latency, at most 14.0 us per call (LL128), plus a host launch of "
+      "5-20 us (HolisticTraceAnalysis docs, CUDA kernel launch stats): 34 us";
   static const std::array<Parameter, kParameterCount> table{{
-      {"gemm_efficiency_scale", 0.5, 1.5, &Calibration::gemm_efficiency_scale},
-      {"memory_efficiency_scale", 0.1, 2.0, &Calibration::memory_efficiency_scale},
-      {"attention_efficiency_scale", 0.1, 2.0, &Calibration::attention_efficiency_scale},
-      {"intra_bus_efficiency", 0.1, 2.0, &Calibration::intra_bus_efficiency},
-      {"inter_bus_efficiency", 0.1, 2.0, &Calibration::inter_bus_efficiency},
-      {"overlap_efficiency", 0.0, 1.0, &Calibration::overlap_efficiency},
-      {"layer_overhead_s", 0.0, 0.01, &Calibration::layer_overhead_s},
-      {"collective_call_overhead_s", 0.0, 0.1, &Calibration::collective_call_overhead_s},
+      {"gemm_efficiency_scale", 0.5, 1.5, &Calibration::gemm_efficiency_scale, 1.5, ""},
+      {"memory_efficiency_scale", 0.1, 2.0, &Calibration::memory_efficiency_scale, 2.0, ""},
+      {"attention_efficiency_scale", 0.1, 2.0, &Calibration::attention_efficiency_scale, 2.0, ""},
+      {"intra_bus_efficiency", 0.1, 2.0, &Calibration::intra_bus_efficiency, 2.0, ""},
+      {"inter_bus_efficiency", 0.1, 2.0, &Calibration::inter_bus_efficiency, 2.0, ""},
+      {"overlap_efficiency", 0.0, 1.0, &Calibration::overlap_efficiency, 1.0, ""},
+      {"layer_overhead_s", 0.0, 0.01, &Calibration::layer_overhead_s, 0.01, ""},
+      {"collective_call_overhead_s", 0.0, 0.1, &Calibration::collective_call_overhead_s, kGpuCallOverheadBound_s,
+       kGpuCallOverheadSource},
+      {"collective_contention", 0.0, 1.0, &Calibration::collective_contention, 1.0, ""},
   }};
   return table;
 }
@@ -39,7 +52,7 @@ Calibration Calibration::from_json(const Json& json, const std::string& path) {
       throw Error(fmt::format(
           "{}.{}: unknown calibration parameter (allowed: gemm_efficiency_scale, "
           "memory_efficiency_scale, attention_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
-          "overlap_efficiency, layer_overhead_s, collective_call_overhead_s)",
+          "overlap_efficiency, layer_overhead_s, collective_call_overhead_s, collective_contention)",
           path, key));
     }
     const double number = value.is_number() ? value.get<double>() : std::nan("");

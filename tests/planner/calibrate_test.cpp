@@ -340,3 +340,106 @@ TEST(PublishedRuns, AMissingOrEmptyDirectoryIsOneClearError) {
   std::filesystem::remove_all(empty);
   EXPECT_THROW(load_published_runs(empty.string()), Error);
 }
+
+// A GPU collective call costs its alpha-beta time plus NCCL's per-call latency and a
+// launch, never milliseconds: on data-parallel-only (FSDP) runs the call count is fixed
+// per layer, so the call overhead is collinear with layer_overhead_s and a fit free to
+// move it would trade one for the other. Runs "measured" with a large per-layer overhead
+// must not come back as milliseconds per call: the fit keeps to the GPU bound.
+TEST(Calibration, AGpuFitKeepsTheCollectiveCallOverheadWithinItsPhysicalBound) {
+  const Calibration::Parameter* call = nullptr;
+  for (const Calibration::Parameter& p : Calibration::parameters()) {
+    if (p.name == "collective_call_overhead_s") call = &p;
+  }
+  ASSERT_NE(call, nullptr);
+  const double ceiling_s = 1e-4;  // tens of microseconds, never milliseconds
+  EXPECT_LE(call->upper_for("gpu"), ceiling_s);
+  EXPECT_GT(call->upper_for("gpu"), 0.0);
+  EXPECT_FALSE(call->gpu_upper_source.empty()) << "the bound names its source";
+  EXPECT_EQ(call->upper_for("cpu"), call->upper) << "ranks sharing cores wait far longer";
+
+  const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
+  ASSERT_EQ(profile.device.kind, "gpu");
+  Calibration truth;
+  truth.layer_overhead_s = 2e-3;
+  std::vector<PublishedRun> runs_fsdp;
+  int index = 0;
+  for (const Plan& plan : {plan_of("gpt2-1.5b", 2, 128, 16, 1, 1, 3, "full", 2), plan_of("gpt2-1.5b", 1, 64, 8, 1, 1, 3, "none", 2),
+                           plan_of("gpt2-350m", 1, 64, 8, 1, 1, 3, "none", 8), plan_of("gpt3-6.7b", 2, 64, 16, 1, 1, 3, "full", 1),
+                           plan_of("llama2-7b", 4, 128, 32, 1, 1, 3, "full", 2), plan_of("gpt2-774m", 1, 64, 8, 1, 1, 2, "none", 4)}) {
+    CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+    model.set_calibration(truth);
+    PublishedRun run;
+    run.id = "fsdp-" + std::to_string(index++);
+    run.source = "synthetic.json";
+    run.cluster = "dgx-a100";
+    run.device = plan.cluster.device;
+    run.plan = plan;
+    run.measured_key = "step_time_s";
+    // 30% slower than the cost model can say with its layer overhead alone: a fit free
+    // to move the call overhead would buy the rest with milliseconds per call.
+    run.measured_value = 1.3 * model.estimate(plan.parallel).step_time_s;
+    runs_fsdp.push_back(std::move(run));
+  }
+  RunSet runs(runs_fsdp, profile);
+  ASSERT_EQ(runs.device_kind(), "gpu");
+  CalibrationOptions options;
+  options.parameters = {"layer_overhead_s", "collective_call_overhead_s"};
+  options.max_evaluations = 400;
+  const CalibrationFit fit = fit_calibration(runs, runs.all_rows(), options);
+  EXPECT_LE(fit.calibration.collective_call_overhead_s, ceiling_s);
+  EXPECT_GT(fit.calibration.layer_overhead_s, 1e-3) << "the per-layer cost is still found";
+  // A start beyond the bound (a profile calibrated before the bound) is brought back to it.
+  Calibration beyond;
+  beyond.collective_call_overhead_s = 3e-3;
+  const CalibrationFit refit = fit_calibration(runs, runs.all_rows(), options, beyond);
+  EXPECT_LE(refit.calibration.collective_call_overhead_s, ceiling_s);
+}
+
+// Hidden data-parallel traffic slows the compute beside it by collective_contention of
+// its length: 0 (the default) hides it for free, 1 leaves no gain from overlap at all,
+// so the step equals the one priced with overlap off; in between, in proportion.
+TEST(Calibration, CollectiveContentionChargesHiddenTrafficInProportion) {
+  const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
+  for (const Plan& plan : {synthetic_plans()[6], synthetic_plans()[3]}) {  // ZeRO-3 FSDP; tp8 with ZeRO-1
+    SCOPED_TRACE(plan.model.name + " " + plan.parallel.summary());
+    CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+    const double free_s = model.estimate(plan.parallel).step_time_s;
+    model.set_overlap(false);
+    const double serial_s = model.estimate(plan.parallel).step_time_s;
+    model.set_overlap(true);
+    ASSERT_GT(serial_s, free_s * 1.001) << "the plan must hide some traffic";
+    Calibration full, half;
+    full.collective_contention = 1.0;
+    half.collective_contention = 0.5;
+    model.set_calibration(full);
+    EXPECT_NEAR(model.estimate(plan.parallel).step_time_s, serial_s, 1e-9 * serial_s);
+    model.set_calibration(half);
+    EXPECT_NEAR(model.estimate(plan.parallel).step_time_s, 0.5 * (free_s + serial_s), 1e-9 * serial_s);
+  }
+}
+
+// The published corpus, fitted as `tessel calibrate --published corpus/published` fits it:
+// every device's leave-one-out error stays within what it measures today (A100 4.2%,
+// H100 5.2%: issue 16's target is 5% on each) and the errors have no common sign.
+TEST(PublishedRuns, TheCorpusLeaveOneOutErrorStaysWhereItIs) {
+  const std::vector<PublishedRun> runs = load_published_runs(std::string(TESSEL_SOURCE_DIR) + "/corpus/published");
+  for (const auto& [device, ceiling] : {std::pair<std::string, double>{"A100-SXM-80GB", 0.05}, {"H100-SXM", 0.06}}) {
+    SCOPED_TRACE(device);
+    std::vector<PublishedRun> of_device;
+    for (const PublishedRun& run : runs) {
+      if (run.device == device && run.priceable()) of_device.push_back(run);
+    }
+    RunSet set(of_device, profiles::shipped_profile(device));
+    const DeviceCalibration result = calibrate_runs(set, CalibrationOptions{});
+    ASSERT_GT(result.fitted_rows.size(), 50u);
+    int over = 0, under = 0;
+    for (std::size_t row : result.fitted_rows) {
+      const double error = result.leave_one_out_s[row] / set.measured_s(row) - 1.0;
+      over += error > 0;
+      under += error < 0;
+    }
+    EXPECT_LE(mean_absolute_percentage_error(result.leave_one_out_s, set, result.fitted_rows), ceiling);
+    EXPECT_GT(std::min(over, under), int(result.fitted_rows.size()) / 3) << over << " over, " << under << " under";
+  }
+}

@@ -175,6 +175,57 @@ TEST(Memory, FusedKernelsKeepNoAttentionScores) {
   EXPECT_EQ(recomputed, 0);
 }
 
+// Fused attention's time as the kernel runs: one launch over every head and sequence
+// of the micro-batch, read on the GEMM curve at its whole work (materialised attention at
+// one head's product), and a backward that recomputes the scores: 2.5x the forward
+// (five products against two) where materialised attention's is 2x.
+TEST(Time, FusedAttentionIsOneKernelWhoseBackwardRecomputesTheScores) {
+  TrainSpec train;
+  train.global_batch = 64;
+  train.kernels = Kernels::fused;
+  const ClusterSpec spec = resolve_cluster("dgx-a100");
+  const CostModel fused(resolve_model("gpt3-6.7b"), train, spec, 1, 8, profiles::shipped_profile(spec.device));
+  const CostModel unfused = model_on("gpt3-6.7b", "dgx-a100", 1, 64);
+  const ParallelConfig p = layout(8, 1, 1, 2);
+  auto core_of = [&](Kernels kernels) {
+    const tessel::BlockOpTable table = block_op_table(fused.model(), 2048, p, Precision::bf16, kernels);
+    for (const tessel::BlockOp& op : table.block) {
+      if (op.kind == OpKind::attention) return op;
+    }
+    return tessel::BlockOp{};
+  };
+  const tessel::BlockOp fused_core = core_of(Kernels::fused), unfused_core = core_of(Kernels::unfused);
+  EXPECT_EQ(fused_core.flops, unfused_core.flops) << "the same products, counted the same way";
+  EXPECT_EQ(fused_core.gemm_flops, fused_core.flops);
+  EXPECT_EQ(unfused_core.gemm_flops, 2.0 * 2048 * 2048 * fused.model().head_dim());
+  EXPECT_EQ(fused_core.backward, 2.5);
+  EXPECT_EQ(unfused_core.backward, 2.0);
+  const LayoutCost f = fused.layout_cost(p), u = unfused.layout_cost(p);
+  const std::size_t attention = std::size_t(TimeKind::attention);
+  EXPECT_NEAR(f.backward_s[attention], 2.5 * f.forward_s[attention], 1e-12 * f.forward_s[attention]);
+  EXPECT_NEAR(u.backward_s[attention], 2.0 * u.forward_s[attention], 1e-12 * u.forward_s[attention]);
+  EXPECT_LT(f.forward_s[attention], u.forward_s[attention]) << "one large kernel runs nearer the curve's top";
+}
+
+// ZeRO-3 gathers run one layer ahead of the compute: however long the compute, the first
+// layer's forward gather and the last reduce-scatter of each micro-batch have nothing to
+// hide behind (2/3 of one layer's traffic: one of its two gathers and its reduce-scatter).
+TEST(Time, Zero3LeavesThePipelinesEndsOfItsGathersExposed) {
+  CostModel model = model_on("gpt3-6.7b", "dgx-a100", 1, 64);
+  ParallelConfig p = layout(8, 1, 1, 1);
+  p.zero = 3;
+  model.set_overlap(false);
+  const Estimate serial = model.estimate(p);
+  model.set_overlap(true);
+  const Estimate overlapped = model.estimate(p);
+  const double layers = model.model().layers;
+  // The rest of the stage (embedding, head) syncs once per step in both; the layers' part
+  // is what the overlap hides.
+  ASSERT_GT(serial.time(TimeKind::dp_comm), 0);
+  EXPECT_GT(overlapped.time(TimeKind::dp_comm), 0.5 * serial.time(TimeKind::dp_comm) / layers);
+  EXPECT_LT(overlapped.time(TimeKind::dp_comm), 2.0 * serial.time(TimeKind::dp_comm) / layers);
+}
+
 TEST(Memory, GridModesSplitActivationsAsTheComplexityTableSays) {
   const CostModel model = grid_friendly_model();
   auto activations = [&](TpMode mode, int tp, int depth = 1) {

@@ -100,6 +100,26 @@ INSTANTIATE_TEST_SUITE_P(
     ),
     [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
 
+// Fused (flash-style) attention: one kernel over every head, read on the GEMM curve at
+// its whole work, and a backward 2.5 times its forward (it recomputes the scores); the
+// Program carries both in its attention ops, so the simulator prices them as the planner.
+class FusedAttentionAgreement : public ::testing::TestWithParam<AgreementCase> {};
+
+TEST_P(FusedAttentionAgreement, SimulatedStepEqualsTheAnalyticEstimateWithin2Percent) {
+  Plan plan = uniform_plan(GetParam().nodes, GetParam().global_batch, GetParam().parallel);
+  plan.train.kernels = Kernels::fused;
+  const Comparison a = agree(plan);
+  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic "
+                                    << a.analytic_s << " s";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, FusedAttentionAgreement,
+    ::testing::Values(AgreementCase{"DataParallelFullRecompute", 2, 32, R"({"dp": 16, "recompute": "full"})"},
+                      AgreementCase{"Tensor1DSequenceParallel", 2, 32, R"({"dp": 2, "tp": 8, "tp_sequence_parallel": true})"},
+                      AgreementCase{"Zero3SelectiveRecompute", 2, 32, R"({"dp": 16, "zero": 3, "recompute": "selective"})"}),
+    [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
+
 // fp8 plans: the Program's ops carry their precision (fp8 linears, bf16 attention and
 // head), its casts and its weight cast, and the simulator prices them as the planner does.
 class Fp8Agreement : public ::testing::TestWithParam<AgreementCase> {};

@@ -24,7 +24,9 @@ inline constexpr std::size_t kBasisDirections = 7;
 struct CalibrationOptions {
   // Names of the parameters to fit (profiles::Calibration::parameters()); empty = all.
   std::vector<std::string> parameters;
-  int max_evaluations = 400;
+  int max_evaluations = 400;          // per start of the optimiser
+  int restarts = 1;                   // fresh starts from the best point, while they improve
+  double restart_gain = 1e-4;         // the least MAPE gain (absolute) worth another start
   double relative_tolerance = 1e-4;  // on the normalised parameters
 };
 
@@ -48,6 +50,9 @@ class RunSet {
   // predict() up to rounding, several times faster; the fit's inner loop.
   std::vector<double> predict_fast(const profiles::Calibration& calibration, const std::vector<std::size_t>& rows);
   std::vector<std::size_t> all_rows() const;
+  // The runs' device kind ("gpu", "cpu"): which bound each parameter's fit keeps to
+  // (profiles::Calibration::Parameter::upper_for).
+  const std::string& device_kind() const { return device_kind_; }
 
   // A layout's cost is affine in the inverses of the five efficiency scales and in the
   // two overheads (every time in it is a GEMM, streaming or collective time divided by
@@ -69,6 +74,7 @@ class RunSet {
   std::vector<CostModel> models_;
   std::vector<LayoutBasis> bases_;
   std::vector<double> measured_s_;
+  std::string device_kind_;
 };
 
 // Mean of |predicted / measured - 1| over `rows`, summed in row order.
@@ -82,7 +88,8 @@ struct CalibrationFit {
 };
 
 // Minimises the MAPE of `rows` from `start` (the defaults unless given); only the
-// parameters named in options move.
+// parameters named in options move, each within its range for the runs' device kind
+// (a start beyond that bound is brought back to it).
 CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& rows, const CalibrationOptions& options,
                                const profiles::Calibration& start = {});
 
