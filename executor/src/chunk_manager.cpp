@@ -19,6 +19,7 @@
 // Every op (the timeline's observer) reports the non-model bytes live to the pool, which
 // checks model states + that memory against the budget; the first step traces them.
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -54,17 +55,26 @@ OffloadStats Trainer::offload_stats() const {
   return stats;
 }
 
-void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes) {
+void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
+                                  const std::vector<double>& non_model_bytes_by_stage) {
   if (plan.parallel.offload == OffloadMode::none) return;
   const double budget = device_memory_bytes > 0 ? double(device_memory_bytes)
                                                 : resolve_device(plan.cluster.device).memory_bytes;
   for (int stage = 0; stage < plan.parallel.pp; ++stage) {
-    const double smallest = smallest_device_budget_bytes(plan.model, plan.train, plan.parallel, stage, 0.0);
-    if (budget < smallest) {
-      throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states; "
-                              "the smallest budget that works is {:.0f} bytes plus the activations",
-                              budget, stage, smallest));
+    const double non_model = std::size_t(stage) < non_model_bytes_by_stage.size()
+                                 ? std::ceil(non_model_bytes_by_stage[std::size_t(stage)])
+                                 : 0.0;
+    const double smallest = smallest_device_budget_bytes(plan.model, plan.train, plan.parallel, stage, non_model);
+    if (budget >= smallest) continue;
+    if (non_model > 0) {
+      throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states "
+                              "with its {:.0f} bytes of activations and workspace; the smallest budget that works is "
+                              "{:.0f} bytes",
+                              budget, stage, non_model, smallest));
     }
+    throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states; "
+                            "the smallest budget that works is {:.0f} bytes plus the activations",
+                            budget, stage, smallest));
   }
 }
 

@@ -19,6 +19,7 @@
 #include "tessel/core/chunk_plan.hpp"
 #include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/program.hpp"
 #include "tessel/core/subprocess.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/device_pool.hpp"
@@ -74,15 +75,15 @@ RunResult train(const Plan& plan, std::size_t budget_bytes, int steps = 5,
 
 constexpr std::size_t kRoomyBudget = std::size_t(1) << 30;
 
-// The chunk plan's bytes each way per step, counting the elements a copy carries (the
-// used part of a chunk: the executor moves tensors, never a chunk's empty tail).
+// The Program's copies of one step on rank 0, each way: the sum of its copy ops' bytes
+// (the used elements of each chunk copied; the executor moves tensors, never a chunk's
+// empty tail).
 std::pair<double, double> planned_bytes(const Plan& plan) {
-  const ChunkPlan chunks = chunk_plan(plan.model, plan.train, plan.parallel, 0);
+  const Program program = Program::lower(plan);
   double up = 0, down = 0;
-  for (const ChunkCopy& copy : chunks.copies) {
-    const Chunk& c = chunks.chunks[std::size_t(copy.chunk)];
-    const double bytes = copy.bytes * double(c.used_elements) / double(c.capacity_elements);
-    (copy.direction == CopyDirection::host_to_device ? up : down) += bytes;
+  for (const ProgramOp& op : program.rank_program(0).ops) {
+    if (op.stream != Stream::copy) continue;
+    (op.id.ends_with("d2h") ? down : up) += program.op_bytes_of_rank(0, op);
   }
   return {up, down};
 }

@@ -100,6 +100,11 @@ struct Chunk {
   bool host_resident = false;      // chunked: weights, master and moments on the host
   bool optimizer_on_host = false;  // offload optimizer, or host-resident
   bool round_trip = false;         // host-resident with the weights sharded by the optimizer only
+  // What a copy of the chunk carries: its used elements (the empty tail never moves), and
+  // per position in the gradient group the used elements inside that rank's ZeRO shards,
+  // which are cut per executor bucket (each bucket padded to a multiple of the group and
+  // cut in equal parts), as the trainer's reduce-scatters and gathers cut them.
+  std::vector<std::int64_t> owned_used_elements;  // size gradient_group
 };
 
 enum class CopyDirection { host_to_device, device_to_host };
@@ -115,7 +120,9 @@ struct ChunkCopy {
   // under recompute a layer's backward starts with its mb3/L12/recompute ops).
   std::string before_ops;
   std::string op_id;        // the Program's id of the copy
-  double bytes = 0;
+  double bytes = 0;         // the most any rank of the gradient group moves
+  // Per position in the gradient group, where ranks differ (ZeRO shards); empty: all move `bytes`.
+  std::vector<double> rank_bytes;
 };
 
 // The packing alone: what the chunk-size search and the planner's cache need.

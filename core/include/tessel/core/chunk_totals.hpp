@@ -21,6 +21,9 @@ struct ChunkStageShape {
   int chunks = 0;
   std::int64_t gradient_group = 1;
   std::vector<double> layer_prefix, stage_prefix;   // size chunks + 1
+  // What copies carry (Chunk::owned_used_elements): the used elements, and the most any
+  // rank holds of them in its ZeRO shards; layer and stage chunks apart, size chunks + 1.
+  std::vector<double> used_layer_prefix, used_stage_prefix, owned_layer_prefix, owned_stage_prefix;
   std::vector<double> peak_whole, peak_sharded;     // size chunks + 1: by resident count
 };
 
