@@ -4,10 +4,10 @@
 // `offload: optimizer` and chunked at device_fraction 0.25, 0.5 and 1.0, trained for 5
 // steps against the same layout without offload: losses and the whole model equal bit
 // for bit (the issue asks 1e-5 relative), the pool's peak within the budget on every
-// rank, and the bytes each rank moves each way per step: with no ZeRO sharding (pp 2)
-// the chunk plan's copies (their used elements); under ZeRO the owned parts of the
-// executor's buckets, which differ per rank from the plan's (it shards per chunk), and
-// sum over the group to the plan's total; the op ids measured are the Program's. Then a
+// rank, and the bytes each rank moves each way per step: the sum of the Program's copy
+// ops for that rank (Program::op_bytes_of_rank: under ZeRO the used elements in this
+// rank's own bucket shards), weights at fp32 in the bf16 layout (see planned_bytes); the
+// op ids measured are the Program's. Then a
 // checkpoint with chunks on the host (dp 2, ZeRO 3, chunked 0.25) resumes bit-exactly.
 // Prints one line per run and "ok rank N"; exits 1 on a failure.
 #include <unistd.h>

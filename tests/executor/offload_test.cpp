@@ -26,6 +26,8 @@
 #include "tessel/executor/host_optimizer.hpp"
 #include "tessel/executor/memory_tracer.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "tessel/planner/cost_model.hpp"
+#include "tessel/planner/stage_memory.hpp"
 #include "protected_memory_backend.hpp"
 
 using namespace tessel;
@@ -270,6 +272,42 @@ TEST(Offload, ABudgetTooSmallForAnyPlacementIsRefusedWithTheSmallestThatWorks) {
     EXPECT_NE(message.find(fmt::format("{:.0f} bytes", smallest)), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
+}
+
+// Before the run (what tessel run checks before the ranks start): the model states'
+// smallest placement plus the planner's activations and workspace for the stage. The
+// named budget passes the check and trains at the placement that attains it (the pool
+// checks every op), one byte less is refused naming it.
+TEST(Offload, TheRefusalBeforeTheRunCountsThePlannedActivationsAndTheNamedBudgetRuns) {
+  const Plan base = offload_plan(R"({"mode": "chunked", "device_fraction": 0.25})");
+  const planner::MemoryBreakdown memory = planner::stage_memory(planner::CostModel::for_plan(base), base.parallel, 0);
+  const double non_model = std::ceil(memory.activations_bytes + memory.workspace_bytes);
+  ASSERT_GT(non_model, 0.0);
+  const double named = smallest_device_budget_bytes(base.model, base.train, base.parallel, 0, non_model);
+  // The placement that attains it.
+  const ChunkStageShape shape = chunk_stage_shape(base.model, base.parallel, 0);
+  Plan best = base;
+  double least = -1;
+  for (int resident = 1; resident <= shape.chunks; ++resident) {
+    Plan candidate = base;
+    candidate.parallel.offload_device_fraction = double(resident) / double(shape.chunks);
+    const double device = chunk_totals(shape, candidate.train, candidate.parallel, 1).device_total_bytes();
+    if (least < 0 || device < least) least = device, best = candidate;
+  }
+  EXPECT_EQ(least + non_model, named);
+  EXPECT_NO_THROW(Trainer::check_device_budget(best, std::size_t(named), {non_model}));
+  try {
+    Trainer::check_device_budget(best, std::size_t(named) - 1, {non_model});
+    FAIL() << "one byte below the named budget was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(fmt::format("smallest budget that works is {:.0f} bytes", named)), std::string::npos)
+        << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  const RunResult run = train(best, std::size_t(named), 3);
+  EXPECT_LE(run.offload.peak_bytes, std::size_t(named));
+  EXPECT_LE(double(run.offload.peak_non_model_bytes), non_model) << "the planner's activations fall short";
 }
 
 TEST(Offload, ResumeFromACheckpointWithChunksOnTheHostIsBitExact) {

@@ -48,6 +48,17 @@
 //    rank updated only its shard of weights the host holds whole: the owned shard goes
 //    up (offload.params_h2d), the Program's all-gather rebuilds the chunk on the device
 //    and the whole chunk goes back down (C{c}/step/offload.params_d2h).
+// What a copy carries: a chunk's used elements, never its empty tail (the tensors are
+// packed from the chunk's start, so the used part is one contiguous range: on a real
+// device one DMA of the used bytes; moving the tail would spend link time on nothing;
+// the chunk's memory is still its capacity). Under ZeRO each rank moves the used elements
+// inside its own shards, which are cut per executor bucket (a layer's tensors, the
+// stage's embedding/head tensors: padded to a multiple of the gradient group, rank r
+// owning the r-th equal part), the way the trainer's reduce-scatters and gathers cut
+// them, so ranks of a group move different bytes: ChunkCopy::rank_bytes per position in
+// the group, `bytes` their most (what the simulator and planner time). Weights move at
+// the plan's precision (2 bytes in bf16 plans: what ZeRO-Offload and Gemini send to a
+// GPU computing in 16 bits); gradients at the gradient precision.
 // Segments are the units of use in execution order: the embedding, each layer, the head.
 // MoE models are refused (the executor does not train them; the planner and Program
 // price their offload from fractions).
