@@ -45,6 +45,8 @@ ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& 
   std::vector<double> whole(std::size_t(segments), 0.0), sharded(std::size_t(segments), 0.0);
   shape.peak_whole.assign(std::size_t(shape.chunks) + 1, 0.0);
   shape.peak_sharded.assign(std::size_t(shape.chunks) + 1, 0.0);
+  shape.host_segment_share.assign(std::size_t(shape.chunks) + 1, 0.0);
+  std::vector<bool> host_used(std::size_t(segments), false);
   for (int k = shape.chunks - 1; k >= 0; --k) {  // chunks k.. host-resident
     const Chunk& chunk = plan.chunks[std::size_t(k)];
     const double cap = double(chunk.capacity_elements);
@@ -57,6 +59,9 @@ ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& 
         sharded[std::size_t(j)] += chunk.layer_weights && g > 1 ? cap / g : cap;
       }
     }
+    for (int j = chunk.first_segment; j <= chunk.last_segment; ++j) host_used[std::size_t(j)] = true;
+    shape.host_segment_share[std::size_t(k)] =
+        double(std::count(host_used.begin(), host_used.end(), true)) / double(std::max(segments, 1));
     shape.peak_whole[std::size_t(k)] = *std::max_element(whole.begin(), whole.end());
     shape.peak_sharded[std::size_t(k)] = *std::max_element(sharded.begin(), sharded.end());
   }
@@ -113,6 +118,7 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
     round_trip_up = layer_params_sharded ? stage_up : moved(k, n, true, true);
     round_trip_down = layer_params_sharded ? stage_down : moved(k, n, false, false);
   }
+  t.host_segment_share = shape.host_segment_share[std::size_t(k)];
   t.fetch_bytes = 2.0 * micro_batches * moved(k, n, layer_params_sharded, false) * param_b;
   t.host_to_device_bytes = t.fetch_bytes + round_trip_up * param_b;
   t.device_to_host_bytes = moved(k, n, optimizer_sharded, optimizer_sharded) * grad_b + round_trip_down * param_b;

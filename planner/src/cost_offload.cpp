@@ -72,9 +72,10 @@ void CostModel::add_chunked_optimizer(const ParallelConfig& p, const LayoutCost&
   // other copies wait for the syncs and the optimizer.
   const double pass_fetch_s = costs_.host_device_time_s(t.fetch_bytes) / 2;
   const double efficiency = overlap_ ? costs_.calibration().overlap_efficiency : 0.0;
-  const double exposed_fetch_s =
-      std::max(0.0, pass_fetch_s - efficiency * micro_batches * c.forward_compute_s) +
-      std::max(0.0, pass_fetch_s - efficiency * micro_batches * c.backward_compute_s);
+  // Only the segments that use host-resident chunks hide fetches (one segment ahead).
+  const double hiding = efficiency * micro_batches * t.host_segment_share;
+  const double exposed_fetch_s = std::max(0.0, pass_fetch_s - hiding * c.forward_compute_s) +
+                                 std::max(0.0, pass_fetch_s - hiding * c.backward_compute_s);
   out.time_s[K(TimeKind::offload)] = exposed_fetch_s + costs_.host_device_time_s(copy_bytes - t.fetch_bytes);
   out.comm.offload_bytes = copy_bytes;
   // Fetches run inside every micro-batch's passes, so the pipeline's fill and drain
