@@ -68,7 +68,7 @@ void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_by
     if (budget >= smallest) continue;
     if (non_model > 0) {
       throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states "
-                              "with its {:.0f} bytes of activations and workspace; the smallest budget that works is "
+                              "with its {:.0f} bytes of activations; the smallest budget that works is "
                               "{:.0f} bytes",
                               budget, stage, non_model, smallest));
     }
