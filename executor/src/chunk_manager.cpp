@@ -10,7 +10,10 @@
 //    back to the pool once no fetched chunk holds them. A bucket shared with a resident
 //    chunk keeps its weight buffer (its resident part must stay).
 // Weights move as the fp32 master (bf16 plans too: a bucket's compute copy is converted on
-// the device after its fetch), so a bf16 plan moves twice the chunk plan's weight bytes.
+// the device after its fetch), so a bf16 plan moves twice the chunk plan's weight bytes
+// (the plan counts the 16-bit weights ZeRO-Offload and Gemini send; on CPU ranks the
+// device computes in fp32, so the fp32 copy is the one it reads; moving the bf16 compute
+// copy instead is for the GPU path, issue 14).
 // Lookahead: one segment (the chunk plan's window). From the second step on, before a
 // segment the chunks the next segment of the pass first uses are fetched too when the
 // pool's model states, their weight buffers and the warm-up's peak non-model memory fit
