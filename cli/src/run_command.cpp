@@ -29,11 +29,24 @@
 #include "tessel/executor/rank_placement.hpp"
 #include "tessel/executor/run_options.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "tessel/planner/stage_memory.hpp"
 #include "tessel/profiles/run_store.hpp"
 
 namespace tessel::cli {
 
 namespace {
+
+// Offload plans: each stage's activations as the planner predicts them
+// (planner::stage_memory), known before any rank starts, for the budget's refusal. The
+// device's workspace is left out: it is the math library's reserve outside the budgeted
+// pool (on CPU ranks the datasheet's 175 MiB would refuse budgets that run).
+std::vector<double> predicted_non_model_bytes(const Plan& plan) {
+  std::vector<double> out;
+  if (plan.parallel.offload == OffloadMode::none) return out;
+  const planner::CostModel model = planner::CostModel::for_plan(plan);
+  for (int s = 0; s < plan.parallel.pp; ++s) out.push_back(planner::stage_memory(model, plan.parallel, s).activations_bytes);
+  return out;
+}
 using RunArgs = executor::RunOptions;
 
 std::string worker_path() {
@@ -119,7 +132,7 @@ int run_run(const RunArgs& args) {
   if (args.device_memory_bytes > 0 && plan.parallel.offload == OffloadMode::none) {
     throw Error("--device-memory-bytes: the budget of the offload chunk manager; this plan's parallel.offload is none");
   }
-  executor::Trainer::check_device_budget(plan, std::size_t(args.device_memory_bytes));
+  executor::Trainer::check_device_budget(plan, std::size_t(args.device_memory_bytes), predicted_non_model_bytes(plan));
   if (!args.resume.empty()) executor::read_checkpoint_meta(args.resume, args.steps);
   check_init_weights(args, plan);
   if (args.checkpoint_every < 0) throw Error(fmt::format("--checkpoint-every: must be 0 or more, got {}", args.checkpoint_every));

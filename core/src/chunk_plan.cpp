@@ -85,6 +85,36 @@ void build_chunks(ChunkPlan& plan, const ChunkPacking& packing) {
   }
 }
 
+// Per chunk and position r in the gradient group, the used elements inside rank r's
+// ZeRO shards. The executor keeps each layer's tensors (and the stage's embedding/head
+// tensors) in one bucket, in this order, padded to a multiple of the group and cut in
+// equal shards: rank r owns [r x shard, (r + 1) x shard) of each bucket.
+void shard_used(ChunkPlan& plan, std::int64_t g) {
+  std::vector<std::int64_t> bucket_offset(plan.tensors.size()), bucket_shard(plan.tensors.size());
+  for (std::size_t first = 0; first < plan.tensors.size();) {
+    std::size_t end = first;
+    std::int64_t size = 0;
+    for (; end < plan.tensors.size() && plan.tensors[end].layer == plan.tensors[first].layer; ++end) {
+      bucket_offset[end] = size;
+      size += plan.tensors[end].elements;
+    }
+    const std::int64_t shard = (size + g - 1) / g;  // padded / g
+    for (std::size_t i = first; i < end; ++i) bucket_shard[i] = shard;
+    first = end;
+  }
+  for (Chunk& chunk : plan.chunks) {
+    chunk.owned_used_elements.assign(std::size_t(g), 0);
+    for (int i = chunk.first_tensor; i < chunk.first_tensor + chunk.tensor_count; ++i) {
+      const std::int64_t lo = bucket_offset[std::size_t(i)], hi = lo + plan.tensors[std::size_t(i)].elements;
+      const std::int64_t shard = bucket_shard[std::size_t(i)];
+      for (std::int64_t r = 0; r < g; ++r) {
+        const std::int64_t from = std::max(lo, r * shard), to = std::min(hi, (r + 1) * shard);
+        if (to > from) chunk.owned_used_elements[std::size_t(r)] += to - from;
+      }
+    }
+  }
+}
+
 // States after ZeRO sharding and where they live.
 void size_and_place(ChunkPlan& plan, const TrainSpec& train, const ParallelConfig& p) {
   const std::int64_t g = p.gradient_group();
@@ -151,10 +181,31 @@ std::string segment_ops(const ChunkSegment& segment, int mb, ops::Phase phase) {
   return {};
 }
 
-void schedule_copies(ChunkPlan& plan, const TrainSpec& train, OffloadMode offload) {
+// A copy of `chunk` carrying `element_bytes` per element: the used elements, within
+// each rank's shards where `sharded`; `bytes` the most of any rank.
+ChunkCopy make_copy(const Chunk& chunk, int c, CopyDirection direction, std::string_view op, bool sharded,
+                    double element_bytes) {
+  ChunkCopy copy;
+  copy.chunk = c;
+  copy.direction = direction;
+  copy.op = op;
+  if (!sharded) {
+    copy.bytes = double(chunk.used_elements) * element_bytes;
+    return copy;
+  }
+  for (const std::int64_t elements : chunk.owned_used_elements) {
+    copy.rank_bytes.push_back(double(elements) * element_bytes);
+    copy.bytes = std::max(copy.bytes, copy.rank_bytes.back());
+  }
+  return copy;
+}
+
+void schedule_copies(ChunkPlan& plan, const TrainSpec& train, const ParallelConfig& p) {
   const double param_b = element_bytes(train.precision), grad_b = element_bytes(train.effective_gradient_precision());
+  const std::int64_t g = p.gradient_group();
+  const bool optimizer_sharded = p.zero >= 1 && g > 1;
   const int n = int(plan.chunks.size());
-  if (offload == OffloadMode::chunked) {
+  if (p.offload == OffloadMode::chunked) {
     for (int mb = 0; mb < plan.micro_batches; ++mb) {
       for (ops::Phase phase : {ops::Phase::fwd, ops::Phase::bwd}) {
         for (int k = 0; k < n; ++k) {
@@ -162,31 +213,36 @@ void schedule_copies(ChunkPlan& plan, const TrainSpec& train, OffloadMode offloa
           const Chunk& chunk = plan.chunks[std::size_t(c)];
           if (!chunk.host_resident) continue;
           const int segment = phase == ops::Phase::fwd ? chunk.first_segment : chunk.last_segment;
-          add_copy(plan, {c, CopyDirection::host_to_device, ops::offload_fetch, mb, phase, segment,
-                          segment_ops(plan.segments[std::size_t(segment)], mb, phase),
-                          ops::chunk_copy_id(mb, c, phase, ops::offload_fetch), chunk.param_bytes});
+          const bool weights_sharded = p.zero == 3 && g > 1 && chunk.layer_weights;
+          ChunkCopy copy = make_copy(chunk, c, CopyDirection::host_to_device, ops::offload_fetch, weights_sharded, param_b);
+          copy.micro_batch = mb, copy.phase = phase, copy.before_segment = segment;
+          copy.before_ops = segment_ops(plan.segments[std::size_t(segment)], mb, phase);
+          copy.op_id = ops::chunk_copy_id(mb, c, phase, ops::offload_fetch);
+          add_copy(plan, std::move(copy));
         }
       }
     }
   }
+  auto step_copy = [&](int c, CopyDirection direction, std::string_view op, bool sharded, double element_bytes,
+                       ops::Phase phase) {
+    ChunkCopy copy = make_copy(plan.chunks[std::size_t(c)], c, direction, op, sharded, element_bytes);
+    copy.phase = phase;
+    copy.op_id = ops::chunk_step_copy_id(c, op);
+    add_copy(plan, std::move(copy));
+  };
   for (int c = 0; c < n; ++c) {
-    const Chunk& chunk = plan.chunks[std::size_t(c)];
-    if (!chunk.optimizer_on_host) continue;
-    add_copy(plan, {c, CopyDirection::device_to_host, ops::offload_grads_d2h, -1, ops::Phase::bwd, -1, {},
-                    ops::chunk_step_copy_id(c, ops::offload_grads_d2h), double(chunk.owned_elements) * grad_b});
-  }
-  for (int c = 0; c < n; ++c) {
-    const Chunk& chunk = plan.chunks[std::size_t(c)];
-    if (offload == OffloadMode::optimizer || chunk.round_trip) {
-      add_copy(plan, {c, CopyDirection::host_to_device, ops::offload_params_h2d, -1, ops::Phase::fwd, -1, {},
-                      ops::chunk_step_copy_id(c, ops::offload_params_h2d), double(chunk.owned_elements) * param_b});
+    if (plan.chunks[std::size_t(c)].optimizer_on_host) {
+      step_copy(c, CopyDirection::device_to_host, ops::offload_grads_d2h, optimizer_sharded, grad_b, ops::Phase::bwd);
     }
   }
   for (int c = 0; c < n; ++c) {
-    const Chunk& chunk = plan.chunks[std::size_t(c)];
-    if (chunk.round_trip) {
-      add_copy(plan, {c, CopyDirection::device_to_host, ops::offload_params_d2h, -1, ops::Phase::fwd, -1, {},
-                      ops::chunk_step_copy_id(c, ops::offload_params_d2h), chunk.param_bytes});
+    if (p.offload == OffloadMode::optimizer || plan.chunks[std::size_t(c)].round_trip) {
+      step_copy(c, CopyDirection::host_to_device, ops::offload_params_h2d, optimizer_sharded, param_b, ops::Phase::fwd);
+    }
+  }
+  for (int c = 0; c < n; ++c) {
+    if (plan.chunks[std::size_t(c)].round_trip) {
+      step_copy(c, CopyDirection::device_to_host, ops::offload_params_d2h, false, param_b, ops::Phase::fwd);
     }
   }
 }
@@ -232,9 +288,10 @@ ChunkPlan chunk_plan(const ModelSpec& model, const TrainSpec& train, const Paral
   plan.alignment_elements = packing.alignment_elements;
   plan.wasted_elements = packing.wasted_elements;
   build_chunks(plan, packing);
+  shard_used(plan, p.gradient_group());
   size_and_place(plan, train, p);
   plan.peak_fetched_bytes = p.offload == OffloadMode::chunked ? peak_fetched(plan) : 0.0;
-  schedule_copies(plan, train, p.offload);
+  schedule_copies(plan, train, p);
   return plan;
 }
 

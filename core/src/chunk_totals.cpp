@@ -24,17 +24,29 @@ ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& 
   const double g = double(shape.gradient_group);
   shape.layer_prefix.assign(std::size_t(shape.chunks) + 1, 0.0);
   shape.stage_prefix.assign(std::size_t(shape.chunks) + 1, 0.0);
+  for (auto* prefix : {&shape.used_layer_prefix, &shape.used_stage_prefix, &shape.owned_layer_prefix,
+                       &shape.owned_stage_prefix}) {
+    prefix->assign(std::size_t(shape.chunks) + 1, 0.0);
+  }
+  auto add = [](std::vector<double>& prefix, int c, double value) {
+    prefix[std::size_t(c) + 1] = prefix[std::size_t(c)] + value;
+  };
   for (int c = 0; c < shape.chunks; ++c) {
     const Chunk& chunk = plan.chunks[std::size_t(c)];
-    const double cap = double(chunk.capacity_elements);
-    shape.layer_prefix[std::size_t(c) + 1] = shape.layer_prefix[std::size_t(c)] + (chunk.layer_weights ? cap : 0.0);
-    shape.stage_prefix[std::size_t(c) + 1] = shape.stage_prefix[std::size_t(c)] + (chunk.layer_weights ? 0.0 : cap);
+    const double cap = double(chunk.capacity_elements), used = double(chunk.used_elements);
+    const double owned = double(*std::max_element(chunk.owned_used_elements.begin(), chunk.owned_used_elements.end()));
+    const bool layer = chunk.layer_weights;
+    add(shape.layer_prefix, c, layer ? cap : 0.0), add(shape.stage_prefix, c, layer ? 0.0 : cap);
+    add(shape.used_layer_prefix, c, layer ? used : 0.0), add(shape.used_stage_prefix, c, layer ? 0.0 : used);
+    add(shape.owned_layer_prefix, c, layer ? owned : 0.0), add(shape.owned_stage_prefix, c, layer ? 0.0 : owned);
   }
   // Windows of use: a segment and the next of the same pipeline chunk.
   const int segments = int(plan.segments.size());
   std::vector<double> whole(std::size_t(segments), 0.0), sharded(std::size_t(segments), 0.0);
   shape.peak_whole.assign(std::size_t(shape.chunks) + 1, 0.0);
   shape.peak_sharded.assign(std::size_t(shape.chunks) + 1, 0.0);
+  shape.host_segment_share.assign(std::size_t(shape.chunks) + 1, 0.0);
+  std::vector<bool> host_used(std::size_t(segments), false);
   for (int k = shape.chunks - 1; k >= 0; --k) {  // chunks k.. host-resident
     const Chunk& chunk = plan.chunks[std::size_t(k)];
     const double cap = double(chunk.capacity_elements);
@@ -47,6 +59,9 @@ ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& 
         sharded[std::size_t(j)] += chunk.layer_weights && g > 1 ? cap / g : cap;
       }
     }
+    for (int j = chunk.first_segment; j <= chunk.last_segment; ++j) host_used[std::size_t(j)] = true;
+    shape.host_segment_share[std::size_t(k)] =
+        double(std::count(host_used.begin(), host_used.end(), true)) / double(std::max(segments, 1));
     shape.peak_whole[std::size_t(k)] = *std::max_element(whole.begin(), whole.end());
     shape.peak_sharded[std::size_t(k)] = *std::max_element(sharded.begin(), sharded.end());
   }
@@ -73,11 +88,19 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   t.device_param_bytes = (res_layer / layer_param_div + res_stage) * param_b;
   const double host_params = (host_layer / layer_param_div + host_stage) * param_b;
   const double owned_resident = (res_layer + res_stage) / owned_div, owned_host = (host_layer + host_stage) / owned_div;
+  // What copies carry of chunks [from, to): their used elements, within the most loaded
+  // rank's shards where `sharded`, layer and stage chunks apart.
+  auto moved = [&](int from, int to, bool sharded_layers, bool sharded_stage) {
+    const auto& layer = sharded_layers ? shape.owned_layer_prefix : shape.used_layer_prefix;
+    const auto& stage = sharded_stage ? shape.owned_stage_prefix : shape.used_stage_prefix;
+    return layer[std::size_t(to)] - layer[std::size_t(from)] + stage[std::size_t(to)] - stage[std::size_t(from)];
+  };
   if (p.offload == OffloadMode::optimizer) {
     t.host_optimizer_elements = owned_resident + owned_host;
     t.host_bytes = t.host_optimizer_elements * optimizer_b;
-    t.device_to_host_bytes = t.host_optimizer_elements * grad_b;
-    t.host_to_device_bytes = t.host_optimizer_elements * param_b;
+    const double owned_moved = moved(0, n, optimizer_sharded, optimizer_sharded);
+    t.device_to_host_bytes = owned_moved * grad_b;
+    t.host_to_device_bytes = owned_moved * param_b;
     t.device_param_bytes += host_params;
     return t;
   }
@@ -88,10 +111,17 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   if (p.offload != OffloadMode::chunked) return t;
   t.peak_fetched_bytes = (layer_params_sharded ? shape.peak_sharded : shape.peak_whole)[std::size_t(k)] * param_b;
   // Host chunks whose weights only the optimizer shards make the round trip.
-  const double round_trip = optimizer_sharded ? (layer_params_sharded ? host_stage : host_layer + host_stage) : 0.0;
-  t.fetch_bytes = 2.0 * micro_batches * host_params;
-  t.host_to_device_bytes = t.fetch_bytes + round_trip / g * param_b;
-  t.device_to_host_bytes = owned_host * grad_b + round_trip * param_b;
+  double round_trip_up = 0, round_trip_down = 0;
+  if (optimizer_sharded) {
+    const double stage_up = shape.owned_stage_prefix[std::size_t(n)] - shape.owned_stage_prefix[std::size_t(k)];
+    const double stage_down = shape.used_stage_prefix[std::size_t(n)] - shape.used_stage_prefix[std::size_t(k)];
+    round_trip_up = layer_params_sharded ? stage_up : moved(k, n, true, true);
+    round_trip_down = layer_params_sharded ? stage_down : moved(k, n, false, false);
+  }
+  t.host_segment_share = shape.host_segment_share[std::size_t(k)];
+  t.fetch_bytes = 2.0 * micro_batches * moved(k, n, layer_params_sharded, false) * param_b;
+  t.host_to_device_bytes = t.fetch_bytes + round_trip_up * param_b;
+  t.device_to_host_bytes = moved(k, n, optimizer_sharded, optimizer_sharded) * grad_b + round_trip_down * param_b;
   return t;
 }
 

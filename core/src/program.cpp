@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -38,6 +39,11 @@ std::size_t Program::op_count() const {
   std::size_t count = 0;
   for (const auto& stage : stages_) count += stage.ops.size();
   return count;
+}
+
+double Program::op_bytes_of_rank(int rank, const ProgramOp& op) const {
+  if (op.rank_bytes.empty()) return op.work.bytes;
+  return op.rank_bytes.at(std::size_t(layout_.position_in_group(rank, kGradientAxes)));
 }
 
 namespace {
@@ -172,6 +178,10 @@ class Lowering {
     stage.stage = s;
     if (use_chunks_) {
       chunks_ = chunk_plan(model_, train_, p_, s);
+      fetch_copy_.clear();
+      for (std::size_t i = 0; i < chunks_.copies.size(); ++i) {
+        if (chunks_.copies[i].op == ops::offload_fetch) fetch_copy_[chunks_.copies[i].op_id] = i;
+      }
       segment_of_layer_.assign(std::size_t(model_.layers), -1);
       embedding_segment_ = head_segment_ = -1;
       for (int i = 0; i < int(chunks_.segments.size()); ++i) {
@@ -239,8 +249,8 @@ class Lowering {
     for (int c : chunks_.fetches_before(segment, phase)) {
       std::vector<std::uint32_t> deps;
       if (after >= 0) deps.push_back(std::uint32_t(after));
-      b.before_next(ops::chunk_copy_id(mb, c, phase, ops::offload_fetch),
-                    transfer(OpKind::copy, CommGroup::dp, chunks_.chunks[std::size_t(c)].param_bytes), std::move(deps));
+      const ChunkCopy& copy = chunks_.copies[fetch_copy_.at(ops::chunk_copy_id(mb, c, phase, ops::offload_fetch))];
+      copy_op(b, copy, b.before_next(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), std::move(deps)));
     }
   }
 
@@ -427,7 +437,9 @@ class Lowering {
     // Host-resident chunks whose weights only the optimizer shards go back down whole
     // once the gathers have rebuilt them (chunk_plan.hpp).
     for (const ChunkCopy& copy : use_chunks_ ? chunks_.copies : std::vector<ChunkCopy>{}) {
-      if (copy.op == ops::offload_params_d2h) b.with_deps(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), gathers);
+      if (copy.op == ops::offload_params_d2h) {
+        copy_op(b, copy, b.with_deps(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), gathers));
+      }
     }
   }
 
@@ -441,7 +453,8 @@ class Lowering {
     std::vector<std::uint32_t> downs;
     for (const ChunkCopy& copy : chunks_.copies) {
       if (copy.op == ops::offload_grads_d2h) {
-        downs.push_back(b.with_deps(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), step_waits));
+        downs.push_back(
+            copy_op(b, copy, b.with_deps(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), step_waits)));
       }
     }
     std::int64_t last = -1;
@@ -464,7 +477,7 @@ class Lowering {
     const std::uint32_t updated = std::uint32_t(last);
     for (const ChunkCopy& copy : chunks_.copies) {
       if (copy.op == ops::offload_params_h2d) {
-        last = b.with_deps(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), {updated});
+        last = copy_op(b, copy, b.with_deps(copy.op_id, transfer(OpKind::copy, CommGroup::dp, copy.bytes), {updated}));
       }
     }
     b.set_last(std::uint32_t(last));
@@ -534,8 +547,15 @@ class Lowering {
   int m_ = 0, v_ = 1, virtual_stages_ = 1, layers_per_chunk_ = 0, gradient_group_ = 1, expert_group_ = 1;
   double host_share_ = 0;
   bool chunked_ = false;
+  // A chunk copy's op: the bytes each rank of the gradient group moves go with it.
+  static std::uint32_t copy_op(StageBuilder& b, const ChunkCopy& copy, std::uint32_t index) {
+    b.op(index).rank_bytes = copy.rank_bytes;
+    return index;
+  }
+
   bool use_chunks_ = false;
   ChunkPlan chunks_;  // of the stage being lowered
+  std::unordered_map<std::string, std::size_t> fetch_copy_;  // fetch op id -> its index in chunks_.copies
   std::vector<int> segment_of_layer_;
   int embedding_segment_ = -1, head_segment_ = -1;
 };

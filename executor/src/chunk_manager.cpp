@@ -10,7 +10,10 @@
 //    back to the pool once no fetched chunk holds them. A bucket shared with a resident
 //    chunk keeps its weight buffer (its resident part must stay).
 // Weights move as the fp32 master (bf16 plans too: a bucket's compute copy is converted on
-// the device after its fetch), so a bf16 plan moves twice the chunk plan's weight bytes.
+// the device after its fetch), so a bf16 plan moves twice the chunk plan's weight bytes
+// (the plan counts the 16-bit weights ZeRO-Offload and Gemini send; on CPU ranks the
+// device computes in fp32, so the fp32 copy is the one it reads; moving the bf16 compute
+// copy instead is for the GPU path, issue 14).
 // Lookahead: one segment (the chunk plan's window). From the second step on, before a
 // segment the chunks the next segment of the pass first uses are fetched too when the
 // pool's model states, their weight buffers and the warm-up's peak non-model memory fit
@@ -19,6 +22,7 @@
 // Every op (the timeline's observer) reports the non-model bytes live to the pool, which
 // checks model states + that memory against the budget; the first step traces them.
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -54,17 +58,26 @@ OffloadStats Trainer::offload_stats() const {
   return stats;
 }
 
-void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes) {
+void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
+                                  const std::vector<double>& non_model_bytes_by_stage) {
   if (plan.parallel.offload == OffloadMode::none) return;
   const double budget = device_memory_bytes > 0 ? double(device_memory_bytes)
                                                 : resolve_device(plan.cluster.device).memory_bytes;
   for (int stage = 0; stage < plan.parallel.pp; ++stage) {
-    const double smallest = smallest_device_budget_bytes(plan.model, plan.train, plan.parallel, stage, 0.0);
-    if (budget < smallest) {
-      throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states; "
-                              "the smallest budget that works is {:.0f} bytes plus the activations",
-                              budget, stage, smallest));
+    const double non_model = std::size_t(stage) < non_model_bytes_by_stage.size()
+                                 ? std::ceil(non_model_bytes_by_stage[std::size_t(stage)])
+                                 : 0.0;
+    const double smallest = smallest_device_budget_bytes(plan.model, plan.train, plan.parallel, stage, non_model);
+    if (budget >= smallest) continue;
+    if (non_model > 0) {
+      throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states "
+                              "with its {:.0f} bytes of activations; the smallest budget that works is "
+                              "{:.0f} bytes",
+                              budget, stage, non_model, smallest));
     }
+    throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states; "
+                            "the smallest budget that works is {:.0f} bytes plus the activations",
+                            budget, stage, smallest));
   }
 }
 

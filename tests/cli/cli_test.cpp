@@ -424,11 +424,13 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   const fs::path plan = write("tp.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},
       "parallel": {"dp": 2, "offload": "optimizer", "micro_batch": 2}})");
-  // An offload plan runs; a device memory budget no placement of its chunks fits is
-  // refused with the smallest that works.
+  // An offload plan runs; a device memory budget no placement of its chunks fits, with
+  // the planner's activations for the stage, is refused with the smallest that works.
   const Outcome offload = run("run --plan " + plan.string() + " --steps 2 --device-memory-bytes 1000");
   EXPECT_TRUE(is_one_line_refusal(offload, "device memory: 1000 bytes is too small for any placement of stage 0's model "
-                                           "states; the smallest budget that works is "))
+                                           "states with its "))
+      << offload.err;
+  EXPECT_NE(offload.err.find(" bytes of activations; the smallest budget that works is "), std::string::npos)
       << offload.err;
   const fs::path plain = write("plain.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},

@@ -96,7 +96,10 @@ INSTANTIATE_TEST_SUITE_P(
     AgreementCase{"ChunkedOffloadZero2", 2, 32, R"({"dp": 16, "zero": 2, "offload": {"mode": "chunked", "device_fraction": 0.25}})"},
     AgreementCase{"ChunkedOffloadZero3", 2, 32, R"({"dp": 16, "zero": 3, "offload": {"mode": "chunked", "device_fraction": 0.25}})"},
     AgreementCase{"ChunkedOffloadPipeline", 2, 32, R"({"dp": 8, "pp": 2, "offload": {"mode": "chunked", "device_fraction": 0.5}})"},
-    AgreementCase{"ChunkedOffloadTensor1D", 2, 32, R"({"dp": 4, "tp": 4, "offload": {"mode": "chunked", "device_fraction": 0.25}})"}
+    AgreementCase{"ChunkedOffloadTensor1D", 2, 32, R"({"dp": 4, "tp": 4, "offload": {"mode": "chunked", "device_fraction": 0.25}})"},
+    // Interleaved pipelines cut chunks at each virtual stage; fetches hide only behind
+    // the segments of host-resident chunks (one segment ahead), in any schedule.
+    AgreementCase{"ChunkedOffloadInterleaved", 2, 128, R"({"dp": 8, "pp": 2, "schedule": "interleaved", "virtual_stages": 2, "offload": {"mode": "chunked", "device_fraction": 0.25}})"}
     ),
     [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
 

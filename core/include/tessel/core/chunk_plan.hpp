@@ -48,6 +48,17 @@
 //    rank updated only its shard of weights the host holds whole: the owned shard goes
 //    up (offload.params_h2d), the Program's all-gather rebuilds the chunk on the device
 //    and the whole chunk goes back down (C{c}/step/offload.params_d2h).
+// What a copy carries: a chunk's used elements, never its empty tail (the tensors are
+// packed from the chunk's start, so the used part is one contiguous range: on a real
+// device one DMA of the used bytes; moving the tail would spend link time on nothing;
+// the chunk's memory is still its capacity). Under ZeRO each rank moves the used elements
+// inside its own shards, which are cut per executor bucket (a layer's tensors, the
+// stage's embedding/head tensors: padded to a multiple of the gradient group, rank r
+// owning the r-th equal part), the way the trainer's reduce-scatters and gathers cut
+// them, so ranks of a group move different bytes: ChunkCopy::rank_bytes per position in
+// the group, `bytes` their most (what the simulator and planner time). Weights move at
+// the plan's precision (2 bytes in bf16 plans: what ZeRO-Offload and Gemini send to a
+// GPU computing in 16 bits); gradients at the gradient precision.
 // Segments are the units of use in execution order: the embedding, each layer, the head.
 // MoE models are refused (the executor does not train them; the planner and Program
 // price their offload from fractions).
@@ -100,6 +111,11 @@ struct Chunk {
   bool host_resident = false;      // chunked: weights, master and moments on the host
   bool optimizer_on_host = false;  // offload optimizer, or host-resident
   bool round_trip = false;         // host-resident with the weights sharded by the optimizer only
+  // What a copy of the chunk carries: its used elements (the empty tail never moves), and
+  // per position in the gradient group the used elements inside that rank's ZeRO shards,
+  // which are cut per executor bucket (each bucket padded to a multiple of the group and
+  // cut in equal parts), as the trainer's reduce-scatters and gathers cut them.
+  std::vector<std::int64_t> owned_used_elements;  // size gradient_group
 };
 
 enum class CopyDirection { host_to_device, device_to_host };
@@ -115,7 +131,9 @@ struct ChunkCopy {
   // under recompute a layer's backward starts with its mb3/L12/recompute ops).
   std::string before_ops;
   std::string op_id;        // the Program's id of the copy
-  double bytes = 0;
+  double bytes = 0;         // the most any rank of the gradient group moves
+  // Per position in the gradient group, where ranks differ (ZeRO shards); empty: all move `bytes`.
+  std::vector<double> rank_bytes;
 };
 
 // The packing alone: what the chunk-size search and the planner's cache need.

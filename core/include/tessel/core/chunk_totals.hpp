@@ -21,7 +21,14 @@ struct ChunkStageShape {
   int chunks = 0;
   std::int64_t gradient_group = 1;
   std::vector<double> layer_prefix, stage_prefix;   // size chunks + 1
+  // What copies carry (Chunk::owned_used_elements): the used elements, and the most any
+  // rank holds of them in its ZeRO shards; layer and stage chunks apart, size chunks + 1.
+  std::vector<double> used_layer_prefix, used_stage_prefix, owned_layer_prefix, owned_stage_prefix;
   std::vector<double> peak_whole, peak_sharded;     // size chunks + 1: by resident count
+  // By resident count: the share of the stage's segments that use a host-resident chunk.
+  // A fetch is issued one segment ahead, so only that many segments' compute can hide a
+  // pass's fetches, not the whole pass's (the resident layers run before any is needed).
+  std::vector<double> host_segment_share;           // size chunks + 1
 };
 
 ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& parallel, int stage,
@@ -36,6 +43,7 @@ struct ChunkTotals {
   double peak_fetched_bytes = 0;
   double host_to_device_bytes = 0, device_to_host_bytes = 0;
   double fetch_bytes = 0;  // of host_to_device_bytes: the fetches before each micro-batch's passes
+  double host_segment_share = 0;  // ChunkStageShape::host_segment_share of this placement
   double device_optimizer_elements = 0, host_optimizer_elements = 0;
   double device_total_bytes() const {
     return device_param_bytes + gradient_bytes + device_optimizer_bytes + peak_fetched_bytes;

@@ -45,6 +45,9 @@ struct ProgramOp {
   BlockOp work;
   int peer_offset = 0;  // send/recv: +1 to the next virtual stage, -1 to the previous
   bool on_host = false;  // runs in host memory (offloaded optimizer shards)
+  // Offload copies under ZeRO: the bytes each position of the gradient group moves (its
+  // shards differ); work.bytes is the most of them. Empty: every rank moves work.bytes.
+  std::vector<double> rank_bytes;
   // Ops of the same program that must finish before this one starts; always earlier
   // in the list. Ops on one stream also run in list order.
   std::vector<std::uint32_t> deps;
@@ -69,6 +72,8 @@ class Program {
   int stage_of_rank(int rank) const { return layout_.stage_of(rank); }
   const StageProgram& rank_program(int rank) const { return stage(stage_of_rank(rank)); }
   std::size_t op_count() const;  // over the distinct stage programs
+  // The bytes `op` of rank_program(rank) moves on that rank (ProgramOp::rank_bytes).
+  double op_bytes_of_rank(int rank, const ProgramOp& op) const;
 
  private:
   Plan plan_;

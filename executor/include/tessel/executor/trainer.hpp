@@ -90,10 +90,13 @@ class Trainer {
           kernels::Backend& backend = kernels::cpu_backend());
   static void check(const Plan& plan);
   // Offload plans: refuses (tessel::Error, one line with the smallest budget that works)
-  // a device memory budget too small for any placement of some stage's model states
-  // (0: the plan's device memory). What the trainer checks before its first step;
-  // tessel run checks it before the ranks start.
-  static void check_device_budget(const Plan& plan, std::size_t device_memory_bytes);
+  // a device memory budget too small for any placement of some stage's model states plus
+  // that stage's non-model memory (activations, workspace: `non_model_bytes_by_stage`,
+  // the planner's prediction, planner::stage_memory; empty: none) (0: the plan's device
+  // memory). The trainer checks the model states before its first step; tessel run
+  // checks both before the ranks start.
+  static void check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
+                                  const std::vector<double>& non_model_bytes_by_stage = {});
 
   StepStats step();
   int steps_done() const { return step_; }
