@@ -4,7 +4,8 @@
 # `tessel run` and set against the planner with `tessel compare --json`; the table
 # (total and each category, measured/predicted) is printed from compare's "memory"
 # object, so the script computes nothing the tool does not already say.
-# Works in a temporary database that it removes. Exit status 1 when a run failed, 0
+# Works in a temporary database that it removes (KEEP_JSON=DIR keeps each plan's compare
+# JSON there; STEPS=N trains N steps, default 2). Exit status 1 when a run failed, 0
 # otherwise (whatever the ratios: the test tests/cli's memory fidelity test asserts them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +23,7 @@ for plan in "${plans[@]}"; do
   fi
   id=$(sed -nE 's/^wrote run ([0-9]+) to .*/\1/p' "$workdir/run.txt" | tail -1)
   "$tessel" compare --run "$id" --db "$workdir/m.db" --json "$workdir/c.json" >/dev/null
+  if [ -n "${KEEP_JSON:-}" ]; then cp "$workdir/c.json" "$KEEP_JSON/$(basename "$plan")"; fi
   python3 - "$workdir/c.json" "$(basename "$plan")" <<'PYTHON'
 import json, sys
 memory = json.load(open(sys.argv[1]))["memory"]

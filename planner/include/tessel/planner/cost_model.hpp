@@ -137,6 +137,9 @@ class CostModel {
   // held on top of the stored block inputs (0 for the other modes); an MoE block's when
   // the stage has one (the larger of the two).
   double rematerialised_bytes(const ParallelConfig& parallel, bool moe_block = false) const;
+  // The trainer's temporaries of one layer's forward and backward (and the logits'
+  // gradient on the last stage): workspace beside the profile's (trainer_temporaries.cpp).
+  double trainer_temporaries_bytes(const ParallelConfig& parallel, bool last_stage) const;
   // Bytes per parameter for weights, gradients and optimizer states.
   double parameter_bytes() const { return param_bytes_; }
   double gradient_bytes() const { return grad_bytes_; }
