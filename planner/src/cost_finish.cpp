@@ -113,7 +113,8 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
       (p.pp == 1 ? c.activation_bytes_per_micro_batch + c.logits_bytes : std::max(first_stage, last_stage)) +
       c.rematerialised_bytes;
   // The last stage's temporaries hold the logits' gradient too: the most of any stage.
-  memory.workspace_bytes = costs_.device().workspace_bytes + trainer_temporaries_bytes(p, true);
+  memory.workspace_bytes = costs_.device().workspace_bytes + trainer_temporaries_bytes(p, true) +
+                           reduction_scratch_bytes(p, (params + experts) * grad_bytes_);
   const bool fits_device = memory.device_total_bytes() <= costs_.device().memory_bytes;
   const bool fits_host = memory.host_bytes * gpus_per_node_ <= cluster_.host_memory_bytes;
   out.fits = fits_device && fits_host;

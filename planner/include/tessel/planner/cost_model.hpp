@@ -140,6 +140,9 @@ class CostModel {
   // The trainer's temporaries of one layer's forward and backward (and the logits'
   // gradient on the last stage): workspace beside the profile's (trainer_temporaries.cpp).
   double trainer_temporaries_bytes(const ParallelConfig& parallel, bool last_stage) const;
+  // CPU ranks: MPI's temporaries of the in-flight gradient all-reduces, the stage's
+  // gradient bytes (0 on GPUs, on one rank, under ZeRO 2/3).
+  double reduction_scratch_bytes(const ParallelConfig& parallel, double stage_gradient_bytes) const;
   // Bytes per parameter for weights, gradients and optimizer states.
   double parameter_bytes() const { return param_bytes_; }
   double gradient_bytes() const { return grad_bytes_; }
