@@ -63,7 +63,7 @@ double CostModel::reduction_scratch_bytes(const ParallelConfig& p, double stage_
   // reduce-scatter into a separate shard instead. Measured only with data parallelism:
   // a gradient group of ring self-attention ranks alone (dp 1, sp 2) holds no more than
   // one rank does, so the term follows dp, not the whole gradient group.
-  if (costs_.device().kind != "cpu" || p.dp <= 1 || p.zero >= 2) return 0;
+  if (p.dp <= 1 || p.zero >= 2 || costs_.device().kind != "cpu") return 0;
   return stage_gradient_bytes;
 }
 
