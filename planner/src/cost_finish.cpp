@@ -115,8 +115,9 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   // The temporaries of the stage whose activations are counted: the last one's hold the
   // logits' gradient too.
   const bool last_stage_counted = p.pp == 1 || last_stage >= first_stage;
-  memory.workspace_bytes = costs_.device().workspace_bytes + trainer_temporaries_bytes(p, last_stage_counted) +
-                           reduction_scratch_bytes(p, (params + experts) * grad_bytes_);
+  const double temporaries = last_stage_counted ? c.last_stage_temporaries_bytes : c.temporaries_bytes;
+  memory.workspace_bytes =
+      costs_.device().workspace_bytes + temporaries + reduction_scratch_bytes(p, (params + experts) * grad_bytes_);
   const bool fits_device = memory.device_total_bytes() <= costs_.device().memory_bytes;
   const bool fits_host = memory.host_bytes * gpus_per_node_ <= cluster_.host_memory_bytes;
   out.fits = fits_device && fits_host;

@@ -37,6 +37,7 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
     if (!problem.empty()) throw Error("train.gradient_precision: " + problem);
   }
   element_bytes_ = element_bytes(storage_precision(train_.precision));
+  cpu_ranks_ = costs_.device().kind == "cpu";
   const ModelStateBytes states = model_state_bytes(train_.precision, train_.optimizer, train_.effective_gradient_precision());
   param_bytes_ = states.parameter;
   grad_bytes_ = states.gradient;

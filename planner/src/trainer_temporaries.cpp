@@ -27,7 +27,6 @@
 // miscellaneous temporaries" in one of its two formulas); they are a few per cent of
 // a large model's activations, and a constant share of a small one's.
 #include <algorithm>
-#include <string>
 
 #include "tessel/core/block_ops.hpp"
 #include "tessel/planner/cost_model.hpp"
@@ -63,7 +62,7 @@ double CostModel::reduction_scratch_bytes(const ParallelConfig& p, double stage_
   // reduce-scatter into a separate shard instead. Measured only with data parallelism:
   // a gradient group of ring self-attention ranks alone (dp 1, sp 2) holds no more than
   // one rank does, so the term follows dp, not the whole gradient group.
-  if (p.dp <= 1 || p.zero >= 2 || costs_.device().kind != "cpu") return 0;
+  if (!cpu_ranks_ || p.dp <= 1 || p.zero >= 2) return 0;
   return stage_gradient_bytes;
 }
 
