@@ -4,10 +4,12 @@
 // once, whatever its number of layers or micro-batches in flight. Counted as workspace,
 // beside the profile's workspace_bytes (the runtime outside the trainer's tensors),
 // because they grow with the shapes and a constant cannot follow them: on the CPU suite
-// they are 6-31 MiB per rank against a runtime of about 170 MiB.
+// they are 1.7-27 MiB per rank against a runtime of about 170 MiB.
 //
 // The counts are those of tessel's executor (executor/src/gpt_stage.cpp,
-// attention_core.cpp, layout_megatron.cpp), per rank and element of the compute type:
+// attention_core.cpp, layout_megatron.cpp), per rank, in elements of the training
+// precision (the CPU backend computes bf16 plans in fp32, twice these bytes; the CPU
+// suite trains in fp32):
 //   3 x scores     b a s s / (sp split_heads): the materialised scores, the gradient of
 //                  the probabilities and of the scores (+2/sp with ring self-attention:
 //                  one key block's scores and their gradient; +1 under selective
