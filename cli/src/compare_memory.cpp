@@ -15,6 +15,27 @@ MemoryBytes by_category(const planner::MemoryBreakdown& m) {
   return {m.parameters_bytes, m.gradients_bytes, m.optimizer_bytes, m.activations_bytes, m.workspace_bytes};
 }
 
+// On CPU ranks the states offload keeps in host memory are in the same process as the
+// rest, so the measured peak holds them: they go back to their categories (the chunked
+// split scales every state by the device fraction f, so a state's host share is its
+// device bytes x (1 - f) / f; the weights take what remains, as their device bytes hold
+// the gathered layers too).
+MemoryBytes with_host_states(const planner::MemoryBreakdown& m, const ParallelConfig& p) {
+  MemoryBytes bytes = by_category(m);
+  if (m.host_bytes <= 0) return bytes;
+  auto at = [&](MemoryCategory c) -> double& { return bytes[std::size_t(c)]; };
+  if (p.offload == OffloadMode::optimizer) {
+    at(MemoryCategory::optimizer) += m.host_bytes;
+    return bytes;
+  }
+  const double f = p.offload_device_fraction, host_per_device = (1 - f) / f;
+  const double gradients = m.gradients_bytes * host_per_device, optimizer = m.optimizer_bytes * host_per_device;
+  at(MemoryCategory::gradients) += gradients;
+  at(MemoryCategory::optimizer) += optimizer;
+  at(MemoryCategory::parameters) += std::max(0.0, m.host_bytes - gradients - optimizer);
+  return bytes;
+}
+
 std::string mib(double bytes) { return fmt::format("{:.2f}", bytes / double(1 << 20)); }
 
 std::string cell(double predicted, double measured) {
@@ -26,8 +47,13 @@ std::string cell(double predicted, double measured) {
 
 std::vector<RankMemoryComparison> compare_rank_memory(const Plan& plan, const std::string& db,
                                                       const std::vector<RankMemoryMeasured>& measured) {
-  const planner::CostModel model = planner::CostModel::for_plan(plan, db);
+  // Predicted as the run ran: tessel's executor trains without dropout, so neither its
+  // masks nor the dropped scores were held, whatever the plan asks of a Megatron run.
+  Plan as_run = plan;
+  as_run.train.dropout = false;
+  const planner::CostModel model = planner::CostModel::for_plan(as_run, db);
   const RankLayout layout(plan.parallel);
+  const bool cpu_ranks = model.costs().device().kind == "cpu";
   std::vector<planner::MemoryBreakdown> stages;
   for (int s = 0; s < plan.parallel.pp; ++s) stages.push_back(planner::stage_memory(model, plan.parallel, s));
   std::vector<RankMemoryComparison> out;
@@ -36,7 +62,8 @@ std::vector<RankMemoryComparison> compare_rank_memory(const Plan& plan, const st
     RankMemoryComparison c;
     c.rank = m.rank;
     c.stage = layout.coordinates(m.rank).pp;
-    c.predicted_bytes = by_category(stages[std::size_t(c.stage)]);
+    c.predicted_bytes = cpu_ranks ? with_host_states(stages[std::size_t(c.stage)], plan.parallel)
+                                  : by_category(stages[std::size_t(c.stage)]);
     c.measured = m;
     out.push_back(c);
   }

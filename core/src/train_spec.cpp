@@ -41,6 +41,7 @@ TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   }
   t.optimizer = *enum_from_string<Optimizer>(f.choice_or("optimizer", {"adamw", "lamb", "lars"}, "adamw"));
   t.kernels = *enum_from_string<Kernels>(f.choice_or("kernels", {"unfused", "fused"}, "unfused"));
+  t.dropout = f.boolean_or("dropout", true);
   f.finish();
   return t;
 }
@@ -52,6 +53,7 @@ Json TrainSpec::to_json() const {
   if (seq_len > 0) out["seq_len"] = seq_len;
   if (gradient_precision) out["gradient_precision"] = to_string(*gradient_precision);
   if (kernels != Kernels::unfused) out["kernels"] = to_string(kernels);
+  if (!dropout) out["dropout"] = false;
   return out;
 }
 

@@ -159,7 +159,8 @@ void AttentionCore::materialized_forward(const IdScope& ids, LayerActivations& a
     }
     if (j <= r) {
       auto timed = timeline_.time(ids(ops::attn_core));
-      block_.resize(heads * row_block);
+      // Without a ring the scores are written in place: no block buffer is held.
+      if (sp > 1) block_.resize(heads * row_block);
       Buffer& out = sp == 1 ? scores_ : block_;
       const Buffer& keys = shared(ring_block_, shared_keys_);
       backend_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, a.q.cref(), head_block, keys.cref(),
@@ -233,7 +234,7 @@ void AttentionCore::probabilities(const IdScope& ids, const LayerActivations& a,
   {
     auto timed = timeline_.time(ids(ops::attn_core));
     scores_.resize(heads * row);
-    block_.resize(heads * row_block);
+    if (sp > 1) block_.resize(heads * row_block);
     const bool grouped = heads_ != kv_heads_;
     for (int j = 0; j <= r; ++j) {
       Buffer& out = sp == 1 ? scores_ : block_;
@@ -347,7 +348,7 @@ void AttentionCore::materialized_backward(const IdScope& ids, const LayerActivat
       const float part_beta = grouped ? 0.0f : 1.0f;
       if (grouped) part.resize(nq);
       if (values) {
-        scratch_block_.resize(heads * row_block);
+        if (sp > 1) scratch_block_.resize(heads * row_block);
         Buffer& dp = sp == 1 ? dprobs_ : scratch_block_;
         backend_.gemm_batched(Stream::compute, per_head(false, true, S, S, D, d_heads_.cref(), head_block, block.cref(),
                                                   head_block, 0.0f, dp.ref(), row_block));

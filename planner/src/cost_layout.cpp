@@ -189,6 +189,8 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   c.rematerialised_bytes = rematerialised_bytes(p, moe_layers > 0);
   if (p.pp == 1) c.activation_bytes_per_micro_batch += tokens * model_.hidden * element_bytes_ / split.activation;
   c.logits_bytes = 4.0 * (tokens * model_.vocab / split.gemm);
+  c.temporaries_bytes = trainer_temporaries_bytes(p, false);
+  c.last_stage_temporaries_bytes = trainer_temporaries_bytes(p, true);
   const double last_stage_extra = table.head_parameters + table.tied_copy_parameters;
   const double stage_extra = p.pp == 1 ? table.embedding_parameters + table.head_parameters
                                        : std::max(table.embedding_parameters, last_stage_extra);

@@ -37,6 +37,7 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
     if (!problem.empty()) throw Error("train.gradient_precision: " + problem);
   }
   element_bytes_ = element_bytes(storage_precision(train_.precision));
+  cpu_ranks_ = costs_.device().kind == "cpu";
   const ModelStateBytes states = model_state_bytes(train_.precision, train_.optimizer, train_.effective_gradient_precision());
   param_bytes_ = states.parameter;
   grad_bytes_ = states.gradient;
@@ -105,10 +106,15 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
     fp8_split = saved * (1.0 + expert_widths);
     fp8_whole = saved * moe.top_k * load;
   }
-  const double replicated = 10.0 - fp8_replicated;
+  // Without dropout (train.dropout false) its two masks (1 byte per s*b*h each) and, of
+  // the scores, the mask (1) and the dropped copy the value GEMM reads (2) are not kept:
+  // that GEMM reads the softmax output itself.
+  const double dropout_masks = train_.dropout ? 2.0 : 0.0;
+  const double replicated = 8.0 + dropout_masks - fp8_replicated;
   moe_whole -= fp8_whole;
   const double split_part = 2.0 + 4.0 * model_.kv_dim() / h + 2.0 + mlp - fp8_split;
-  const double scores = fused ? 0.0 : 5.0 * model_.heads * seq_ / h;
+  const double score_bytes_per_element = train_.dropout ? 5.0 : 2.0;
+  const double scores = fused ? 0.0 : score_bytes_per_element * model_.heads * seq_ / h;
   double replicated_split = split.activation, partitioned_split = split.activation;
   if (p.tp_mode == TpMode::d1 && !p.tp_sequence_parallel) partitioned_split = p.tp;
   const double statistics_bytes = fused ? 4.0 * model_.heads * tokens / partitioned_split : 0.0;

@@ -25,6 +25,11 @@ struct TrainSpec {
   // Fused kernels: flash-style attention keeps no scores (its memory and its Program
   // ops follow), as the GPU executor runs it.
   Kernels kernels = Kernels::unfused;
+  // Dropout (attention scores, after the projection and the MLP): Megatron-LM trains
+  // with it, and Korthikanti et al.'s activation formulas count its masks (1 byte per
+  // element) and the dropped scores. tessel's executor trains without dropout, so its
+  // runs are predicted with false (docs/MEMORY.md).
+  bool dropout = true;
 
   Precision effective_gradient_precision() const;
 

@@ -53,6 +53,9 @@ struct LayoutCost {
   double activation_bytes_per_micro_batch = 0;  // stored by the stage for one micro-batch
   double rematerialised_bytes = 0;   // full recompute: one layer rebuilt in the backward, once
   double logits_bytes = 0;           // last stage, one micro-batch
+  // The trainer's temporaries (trainer_temporaries.cpp) of a stage without and with the
+  // head: computed with the layout, read per priced plan.
+  double temporaries_bytes = 0, last_stage_temporaries_bytes = 0;
   double stage_parameters = 0;       // parameters held by one rank before ZeRO
   double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
   double layers_on_stage = 0;
@@ -137,6 +140,12 @@ class CostModel {
   // held on top of the stored block inputs (0 for the other modes); an MoE block's when
   // the stage has one (the larger of the two).
   double rematerialised_bytes(const ParallelConfig& parallel, bool moe_block = false) const;
+  // The trainer's temporaries of one layer's forward and backward (and the logits'
+  // gradient on the last stage): workspace beside the profile's (trainer_temporaries.cpp).
+  double trainer_temporaries_bytes(const ParallelConfig& parallel, bool last_stage) const;
+  // CPU ranks: MPI's temporaries of the in-flight gradient all-reduces, the stage's
+  // gradient bytes (0 on GPUs, on one rank, under ZeRO 2/3).
+  double reduction_scratch_bytes(const ParallelConfig& parallel, double stage_gradient_bytes) const;
   // Bytes per parameter for weights, gradients and optimizer states.
   double parameter_bytes() const { return param_bytes_; }
   double gradient_bytes() const { return grad_bytes_; }
@@ -189,6 +198,7 @@ class CostModel {
   int seq_;
   bool overlap_ = true;
   double element_bytes_;
+  bool cpu_ranks_ = false;  // the device is a CPU: MPI's reduction temporaries are in its memory
   double param_bytes_, grad_bytes_, optimizer_bytes_, optimizer_traffic_bytes_;
   double forward_gemm_flops_per_token_ = 0;
   double forward_attention_flops_per_token_ = 0;

@@ -1,0 +1,84 @@
+// Peak memory per rank, predicted against measured, on every plan of the CPU suite
+// (examples/cpu-suite): each plan trains one step with `tessel run` and `tessel compare
+// --json` sets each rank's measured peak (the trainer's tensors plus the runtime, the
+// process's peak resident set) against planner::stage_memory(). A prediction more than
+// 5% off fails, on any rank. scripts/memory-table.sh prints the same table for reading.
+// ZeRO 2 is the one known gap, tested as such below: the executor accumulates whole
+// gradients over the micro-batches and reduce-scatters once per step, where the
+// prediction (ZeRO's) holds only the shard.
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_fixture.hpp"
+
+using namespace tessel_cli_test;
+
+namespace {
+
+class MemoryFidelity : public Cli, public ::testing::WithParamInterface<std::string> {
+ protected:
+  // Trains `plan_file` (in examples/cpu-suite) one step and returns compare's "memory".
+  nlohmann::json measured_against_predicted(const std::string& plan_file) {
+    const std::string db = (dir_ / "runs.db").string();
+    const Outcome ran = run("run --plan " + std::string(TESSEL_SOURCE_DIR) + "/examples/cpu-suite/" + plan_file +
+                            " --steps 1 --db " + db);
+    EXPECT_EQ(ran.status, 0) << ran.out << ran.err;
+    std::smatch id;
+    const std::regex wrote("wrote run ([0-9]+) to ");
+    if (!std::regex_search(ran.out, id, wrote)) {
+      ADD_FAILURE() << "no run recorded: " << ran.out;
+      return {};
+    }
+    const Outcome compared = run("compare --run " + id[1].str() + " --db " + db + " --json " + (dir_ / "c.json").string());
+    EXPECT_EQ(compared.status, 0) << compared.err;
+    return nlohmann::json::parse(slurp(dir_ / "c.json"))["memory"];
+  }
+};
+
+TEST_P(MemoryFidelity, PeakPerRankIsWithinFivePercentOfThePrediction) {
+  const nlohmann::json memory = measured_against_predicted(GetParam());
+  ASSERT_TRUE(memory.contains("ranks")) << memory.dump();
+  ASSERT_FALSE(memory["ranks"].empty());
+  for (const auto& rank : memory["ranks"]) {
+    const double predicted = rank["predicted_total_bytes"].get<double>();
+    const double measured = rank["measured_total_peak_bytes"].get<double>();
+    ASSERT_GT(predicted, 0);
+    EXPECT_NEAR(measured / predicted, 1.0, 0.05)
+        << GetParam() << " rank " << rank["rank"] << ": predicted " << predicted / (1 << 20) << " MiB, measured "
+        << measured / (1 << 20) << " MiB; by category " << rank["ratio"].dump();
+  }
+}
+
+// Every plan of examples/cpu-suite but ZeRO 2's (below).
+INSTANTIATE_TEST_SUITE_P(CpuSuite, MemoryFidelity,
+                         ::testing::Values("01-single-small.json", "01-single-medium.json", "02-dp2-small.json",
+                                           "02-dp2-medium.json", "03-pp2-small.json", "03-pp2-medium.json",
+                                           "04-tp2-1d-small.json", "04-tp2-1d-medium.json", "05-tp4-2d-small.json",
+                                           "05-tp4-2d-medium.json", "06-sp2-ring-small.json",
+                                           "06-sp2-ring-medium.json", "07-dp2-zero3-small.json",
+                                           "08-recompute-full-small.json",
+                                           "08-tp2-sp-recompute-selective-medium.json"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param.substr(0, info.param.size() - 5);
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
+
+// The known gap: under ZeRO 2 the executor holds each bucket's whole gradients (summed
+// over the micro-batches) and the shard they are reduce-scattered into: (1 + 1/dp) x the
+// whole gradients, where ZeRO's prediction is the shard alone (3 x at dp 2). Everything
+// else stays within 5%. When the executor reduce-scatters as it goes, this test fails
+// and the plan joins the list above.
+TEST_F(MemoryFidelity, ZeroTwoHoldsWholeGradientsBesideTheShard) {
+  const nlohmann::json memory = measured_against_predicted("07-dp2-zero2-medium.json");
+  ASSERT_TRUE(memory.contains("ranks")) << memory.dump();
+  for (const auto& rank : memory["ranks"]) {
+    EXPECT_NEAR(rank["ratio"]["gradients"].get<double>(), 3.0, 1e-9) << rank.dump();
+    for (const char* category : {"parameters", "optimizer", "activations"}) {
+      EXPECT_NEAR(rank["ratio"][category].get<double>(), 1.0, 0.05) << category << ": " << rank.dump();
+    }
+  }
+}
+
+}  // namespace
