@@ -177,6 +177,7 @@ void MoeLayer::backward(const std::string& prefix, const MoeWeights& weights, co
       if (tensor_) {
         auto reduce_timed = timeline_.time(id(prefix, ops::moe_gate_grad), tensor_->stream());
         tensor_->all_reduce(delta_);
+        traffic_.gate_grad_bytes += double(kept) * sizeof(float);
       }
       const std::vector<float> row_dot = delta_.download();
       for (std::size_t assignment = 0; assignment < r.slot.size(); ++assignment) {
