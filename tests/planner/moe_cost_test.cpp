@@ -65,7 +65,10 @@ TEST(MoeCost, TheGateGradientAllReduceIsTensorTrafficTheProgramCarriesToo) {
     // all-reduced over tp 2 (bus factor 2 (tp-1)/tp = 1).
     EXPECT_DOUBLE_EQ(gate_bytes, 2.0 * 4 * 4096 * 2 * 4) << sequence_parallel;
     const Estimate estimate = CostModel::for_plan(plan).estimate(plan.parallel);
-    EXPECT_DOUBLE_EQ(estimate.comm.tp_bytes, program_tp_bytes) << sequence_parallel;
+    // Under sequence parallel the planner adds the norms' partial-gradient sums once per
+    // step, which the Program does not lower: only the per-micro-batch traffic compares.
+    if (!sequence_parallel) EXPECT_DOUBLE_EQ(estimate.comm.tp_bytes, program_tp_bytes);
+    EXPECT_GE(estimate.comm.tp_bytes, program_tp_bytes);
   }
 }
 
