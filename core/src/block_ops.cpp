@@ -357,7 +357,9 @@ class TableBuilder {
   // all on average (the ep group's T ep k copies over ep ranks), run as experts / ep
   // GEMMs column-split by tp as the dense fc1/fc2 are; their load imbalance is the
   // profile's and priced there. Shared experts are one dense MLP every token passes.
+  // With tp > 1 the backward all-reduces the gate gradients (moe.gate_grad).
   void moe_half() {
+    constexpr double kGateBytes = 4.0;  // the router's gates and their gradients are f32
     const double E = E_, A = A_, h = h_, T = T_;
     const MoeSpec& moe = model_.moe;
     const double k = moe.top_k, fe = moe.expert_ffn_hidden, ep = p_.ep, local_experts = double(moe.experts) / p_.ep;
@@ -376,6 +378,15 @@ class TableBuilder {
     expert_work(activation, true);
     t_.block.push_back(activation);
     linear_gemm(ops::moe_expert_fc2, ops::moe_expert_fc2_fp8_cast, rows_per_expert, h, fe / tp, local_experts, true);
+    if (p_.tp > 1) {
+      // The backward's gate-value gradients are dots with column-split expert outputs:
+      // partial sums, one f32 per routed row, all-reduced over the tensor group (the
+      // executor's count is the kept rows: T k when the capacity drops none).
+      BlockOp gate_grad = comm_op(ops::moe_gate_grad, Collective::all_reduce, CommGroup::tp, T * k * kGateBytes, 1,
+                                  CollectiveAlgorithm::ring, 1);
+      gate_grad.forward = false;
+      t_.block.push_back(gate_grad);
+    }
     t_.block.push_back(
         comm_op(ops::moe_combine, Collective::all_to_all, CommGroup::ep, routed_bytes, 1, CollectiveAlgorithm::ring, 1));
     if (moe.shared_experts > 0) {

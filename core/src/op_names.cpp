@@ -18,7 +18,7 @@ std::vector<std::string_view> all_op_names() {
       zero_all_gather,    zero_reduce_scatter,  offload_fetch,        grad_all_reduce,      grad_reduce_scatter,
       optimizer,          optimizer_host,       offload_grads_d2h,    offload_params_h2d,   offload_params_d2h,
       moe_router,         moe_dispatch,         moe_expert_fc1,       moe_expert_act,       moe_expert_fc2,
-      moe_combine,        moe_shared_fc1,       moe_shared_act,       moe_shared_fc2,
+      moe_combine,        moe_gate_grad,        moe_shared_fc1,       moe_shared_act,       moe_shared_fc2,
       moe_expert_fc1_fp8_cast, moe_expert_fc2_fp8_cast, moe_shared_fc1_fp8_cast, moe_shared_fc2_fp8_cast,
       fp8_weight_cast};
   for (const LinearOps& linear : {attn_qkv, attn_proj, mlp_fc1, mlp_fc2, head_logits}) {

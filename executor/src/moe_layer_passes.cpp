@@ -172,8 +172,19 @@ void MoeLayer::backward(const std::string& prefix, const MoeWeights& weights, co
     if (kept > 0) {
       delta_.resize(kept);
       backend_.attention_delta(kCompute, token_rows_.cref(), a.returned.cref(), delta_.f32(), std::int64_t(kept), h);
-      // Under tensor parallelism the expert outputs are partial sums: so are their dots.
-      if (tensor_) tensor_->all_reduce(delta_);
+    }
+  }
+  if (tensor_ && kept > 0) {
+    // Under tensor parallelism the expert outputs are partial sums: so are their dots,
+    // one f32 per kept row, summed over the group as the Program's moe.gate_grad (its
+    // own span, outside moe.combine's).
+    auto timed = timeline_.time(id(prefix, ops::moe_gate_grad), tensor_->stream());
+    tensor_->all_reduce(delta_);
+    traffic_.gate_grad_bytes += double(kept) * sizeof(float);
+  }
+  {
+    auto timed = timeline_.time(id(prefix, ops::moe_combine));
+    if (kept > 0) {
       const std::vector<float> row_dot = delta_.download();
       for (std::size_t assignment = 0; assignment < r.slot.size(); ++assignment) {
         if (r.slot[assignment] >= 0) gate_gradient[assignment] = row_dot[std::size_t(r.slot[assignment])];

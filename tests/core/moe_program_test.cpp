@@ -1,6 +1,7 @@
 // Mixture-of-Experts in plans and Programs: parallel.ep validated with one-line errors,
 // the ep and expert-data-parallel groups from RankLayout, and an MoE block lowered with
-// its router, all-to-alls on the ep group and the experts' own gradient bucket.
+// its router, all-to-alls on the ep group, the backward's gate-gradient all-reduce over
+// the tensor group and the experts' own gradient bucket.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -145,4 +146,36 @@ TEST(MoePlan, ExpertStatesShardOverTheRanksHoldingTheSameExperts) {
   // ep == dp: every rank holds its own experts, nothing to sync or gather for them.
   const Program whole = Program::lower(moe_plan(4, 4, 1, 3));
   for (const ProgramOp& op : whole.stage(0).ops) EXPECT_EQ(op.id.find("/E1/"), std::string::npos) << op.id;
+}
+
+TEST(MoePlan, GateGradientsAllReduceOverTheTensorGroupInTheBackwardOnly) {
+  for (const bool sequence_parallel : {false, true}) {
+    Plan plan = moe_plan(2, 2, 2, 0);
+    plan.parallel.tp_sequence_parallel = sequence_parallel;
+    const Program program = Program::lower(plan);
+    std::map<std::string, const ProgramOp*> by_id;
+    std::vector<std::string> backward;
+    for (const ProgramOp& op : program.stage(0).ops) {
+      by_id[op.id] = &op;
+      if (op.id.rfind("mb0/L1/bwd/moe.", 0) == 0) backward.push_back(op.id.substr(11));
+    }
+    EXPECT_FALSE(by_id.count("mb0/L1/fwd/moe.gate_grad"));
+    ASSERT_TRUE(by_id.count("mb0/L1/bwd/moe.gate_grad")) << sequence_parallel;
+    EXPECT_FALSE(by_id.count("mb0/L0/bwd/moe.gate_grad"));  // a dense block
+    const ProgramOp& gate = *by_id.at("mb0/L1/bwd/moe.gate_grad");
+    EXPECT_EQ(gate.work.collective, Collective::all_reduce);
+    EXPECT_EQ(gate.work.group, CommGroup::tp);
+    // Every tensor rank routes the micro-batch's 32 tokens (gathered under sequence
+    // parallel): 32 x top_k 2 rows, one f32 gate gradient each, in one call.
+    EXPECT_DOUBLE_EQ(gate.work.bytes * gate.work.count, 32.0 * 2 * 4);
+    // The executor reduces them inside the combine's backward, before the experts'.
+    EXPECT_EQ(backward, (std::vector<std::string>{"moe.shared_fc2", "moe.shared_act", "moe.shared_fc1", "moe.combine",
+                                                  "moe.gate_grad", "moe.expert_fc2", "moe.expert_act",
+                                                  "moe.expert_fc1", "moe.dispatch", "moe.router"}));
+  }
+  // One tensor rank has whole expert outputs: nothing to reduce.
+  const Program untensored = Program::lower(moe_plan(4, 2, 1, 0));
+  for (const ProgramOp& op : untensored.stage(0).ops) {
+    EXPECT_EQ(op.id.find("moe.gate_grad"), std::string::npos) << op.id;
+  }
 }

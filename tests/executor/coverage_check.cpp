@@ -4,7 +4,8 @@
 // and the simulator predict is what the executor times, and nothing else. Prints one line
 // per layout and "ok rank N" when all pass. `coverage_check llama` runs the LLaMA-shaped
 // model (layouts.hpp) in the layouts it trains in instead, `coverage_check moe` the MoE
-// models (moe.* ops, the experts' E{l} buckets) in theirs.
+// models (moe.* ops, the experts' E{l} buckets, tp 2's moe.gate_grad) in theirs.
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -116,6 +117,15 @@ int main(int argc, char** argv) {
           ++bad;
         }
       };
+      // tp 2 MoE blocks reduce their gate gradients as their own op, measured under its id.
+      const bool gate_grad = std::any_of(predicted.begin(), predicted.end(), [](const std::string& id) {
+        return id.find("/bwd/moe.gate_grad") != std::string::npos;
+      });
+      if (plan.model.moe.enabled() && gate_grad != (plan.parallel.tp > 1)) {
+        std::fprintf(stderr, "%s rank %d: moe.gate_grad %s\n", layout.name().c_str(), sub->rank(),
+                     gate_grad ? "without tensor parallelism" : "missing under tensor parallelism");
+        ++bad;
+      }
       report(predicted, measured, "predicted, not measured");
       report(measured, predicted, "measured, not predicted");
       if (sub->rank() == 0) std::printf("%-60s %zu op ids on rank 0", layout.name().c_str(), predicted.size());

@@ -6,7 +6,8 @@
 //               dispatch, backward combine) equals its Program's forward moe.dispatch and
 //               backward moe.combine bytes exactly; what the expert side sends back
 //               (forward combine, backward dispatch) depends on the routing, and summed
-//               over the ep group equals ep x the Program's bytes of those ops
+//               over the ep group equals ep x the Program's bytes of those ops; under
+//               tp the gate gradients' all-reduce equals the Program's moe.gate_grad
 //   checkpoint  5 uninterrupted steps against 2 steps, a checkpoint, and 3 resumed steps in
 //               fresh trainers: every loss (with the auxiliary loss) and the final weights
 //               bit-identical, with expert buckets under ZeRO 1, 2 and 3; the whole model
@@ -71,24 +72,28 @@ int check_traffic(Communicator& world, const std::string& text) {
                       checks::options_for(layout.optimizer));
       trainer.step();
       // The Program's bytes of this rank's token-side and expert-side all-to-alls.
-      double token_side = 0, expert_side = 0;
+      double token_side = 0, expert_side = 0, gate_grad = 0;
       const Program program = Program::lower(plan);
       for (const ProgramOp& op : program.rank_program(sub.rank()).ops) {
         const bool forward = op.id.find("/fwd/") != std::string::npos;
         const double bytes = op.work.bytes * op.work.count;
         if (ends_with(op.id, ops::moe_dispatch)) (forward ? token_side : expert_side) += bytes;
         if (ends_with(op.id, ops::moe_combine)) (forward ? expert_side : token_side) += bytes;
+        if (ends_with(op.id, ops::moe_gate_grad) && !forward) gate_grad += bytes;
       }
       const MoeTraffic got = trainer.moe_traffic();
       float expert_side_sum = float(got.expert_side_bytes);
       grid.expert_parallel().all_reduce(&expert_side_sum, 1);
       const double want_sum = expert_side * grid.expert_parallel().size();
-      const bool exact = got.token_side_bytes == token_side && double(expert_side_sum) == want_sum && token_side > 0;
+      // The gate gradients' all-reduce: the executor's reduced f32 count x 4, only under tp.
+      const bool gate_exact = got.gate_grad_bytes == gate_grad && (gate_grad > 0) == (layout.tp > 1);
+      const bool exact = got.token_side_bytes == token_side && double(expert_side_sum) == want_sum && token_side > 0 &&
+                         gate_exact;
       if (sub.rank() == 0 || !exact) {
         std::printf("traffic %s rank %d: token side %.0f bytes (Program %.0f), expert side %.0f bytes, over the ep "
-                    "group %.0f (Program %.0f)  %s\n",
+                    "group %.0f (Program %.0f), gate gradients %.0f bytes (Program %.0f)  %s\n",
                     layout.name().c_str(), sub.rank(), got.token_side_bytes, token_side, got.expert_side_bytes,
-                    double(expert_side_sum), want_sum, exact ? "exact" : "DIFFER");
+                    double(expert_side_sum), want_sum, got.gate_grad_bytes, gate_grad, exact ? "exact" : "DIFFER");
       }
       return exact ? 0 : 1;
     });

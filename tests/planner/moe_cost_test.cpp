@@ -1,5 +1,6 @@
 // The cost model of Mixture-of-Experts plans: the all-to-all bytes the Program carries
-// equal the planner's count, expert states shrink with ep, the profile's load imbalance
+// equal the planner's count, so do the tensor-parallel bytes with the backward's gate-
+// gradient all-reduce, expert states shrink with ep, the profile's load imbalance
 // slows the expert GEMMs, and the search ranks plans with ep > 1 for Mixtral.
 #include <gtest/gtest.h>
 
@@ -45,6 +46,29 @@ TEST(MoeCost, AllToAllBytesOfTheProgramEqualThePlannersCount) {
     EXPECT_DOUBLE_EQ(program_bytes, expected) << dp << " " << ep << " " << tp;
     EXPECT_DOUBLE_EQ(estimate.comm.ep_bytes, expected) << dp << " " << ep << " " << tp;
     EXPECT_GT(estimate.time(TimeKind::ep_comm), 0);
+  }
+}
+
+TEST(MoeCost, TheGateGradientAllReduceIsTensorTrafficTheProgramCarriesToo) {
+  for (bool sequence_parallel : {false, true}) {
+    Plan plan = mixtral_plan(16, 8, 2, 1);
+    plan.parallel.tp_sequence_parallel = sequence_parallel;
+    const Program program = Program::lower(plan);
+    double program_tp_bytes = 0, gate_bytes = 0;
+    for (const ProgramOp& op : program.stage(0).ops) {
+      if (op.work.kind != OpKind::collective || op.work.group != CommGroup::tp) continue;
+      const double bytes = op.work.count * op.work.bytes * profiles::bus_bandwidth_factor(op.work.collective, 2);
+      program_tp_bytes += bytes;
+      if (op.id.find("/bwd/moe.gate_grad") != std::string::npos) gate_bytes += bytes;
+    }
+    // 2 micro-batches x 4 MoE blocks, each 4096 tokens x top_k 2 f32 gate gradients,
+    // all-reduced over tp 2 (bus factor 2 (tp-1)/tp = 1).
+    EXPECT_DOUBLE_EQ(gate_bytes, 2.0 * 4 * 4096 * 2 * 4) << sequence_parallel;
+    const Estimate estimate = CostModel::for_plan(plan).estimate(plan.parallel);
+    // Under sequence parallel the planner adds the norms' partial-gradient sums once per
+    // step, which the Program does not lower: only the per-micro-batch traffic compares.
+    if (!sequence_parallel) EXPECT_DOUBLE_EQ(estimate.comm.tp_bytes, program_tp_bytes);
+    EXPECT_GE(estimate.comm.tp_bytes, program_tp_bytes);
   }
 }
 

@@ -65,7 +65,8 @@ inline constexpr std::string_view mlp_residual = "mlp.residual";
 //   mlp.norm, [mlp.tp_all_gather], moe.router, moe.dispatch, moe.expert_fc1,
 //   moe.expert_act, moe.expert_fc2, moe.combine, [moe.shared_fc1, moe.shared_act,
 //   moe.shared_fc2], [mlp.tp_reduce_scatter | mlp.tp_all_reduce], mlp.residual
-// The backward runs them in reverse order under the same names. moe.router is the
+// The backward runs them in reverse order under the same names, with moe.gate_grad
+// (tp > 1) between moe.combine and moe.expert_fc2. moe.router is the
 // router GEMM (tokens x hidden -> experts) with its softmax, top-k and auxiliary loss;
 // moe.dispatch and moe.combine are all-to-alls over the expert-parallel group (the token
 // permutation into expert order belongs to them); the expert GEMMs run over every local
@@ -77,6 +78,9 @@ inline constexpr std::string_view moe_expert_fc1 = "moe.expert_fc1";
 inline constexpr std::string_view moe_expert_act = "moe.expert_act";
 inline constexpr std::string_view moe_expert_fc2 = "moe.expert_fc2";
 inline constexpr std::string_view moe_combine = "moe.combine";
+// Backward only, 1D tensor parallelism > 1: the all-reduce over the tensor group of the
+// gate-value gradients (one f32 per routed row), partial sums of the column-split experts.
+inline constexpr std::string_view moe_gate_grad = "moe.gate_grad";
 inline constexpr std::string_view moe_shared_fc1 = "moe.shared_fc1";
 inline constexpr std::string_view moe_shared_act = "moe.shared_act";
 inline constexpr std::string_view moe_shared_fc2 = "moe.shared_fc2";

@@ -71,8 +71,10 @@ struct MoeGradients {
 // and moe.combine (backward) bytes. The expert side (forward combine, backward dispatch)
 // returns the rows the rank's experts received, which depends on the routing: over the
 // ep group it sums to ep x the Program's bytes, per rank only on average.
+// gate_grad_bytes: the backward's tensor-group all-reduces of the gate gradients (one
+// f32 per kept row; without dropping exactly the Program's moe.gate_grad bytes).
 struct MoeTraffic {
-  double token_side_bytes = 0, expert_side_bytes = 0;
+  double token_side_bytes = 0, expert_side_bytes = 0, gate_grad_bytes = 0;
 };
 
 // What the backward needs from the forward of one call.
