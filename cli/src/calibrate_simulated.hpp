@@ -1,0 +1,61 @@
+// `tessel calibrate --simulated`: the simulator's side of a calibration. After the
+// analytic fit, calibration rows are simulated (SimGrid, each row's whole cluster) with
+// the profile before calibration, with the full fit, and with the fit that left the row
+// out; held-out rows before and after. The simulated leave-one-out residuals become the
+// simulator's own error band, stored in the profile apart from the analytic one
+// (meta.calibration.simulated_leave_one_out_residuals, profiles/prediction_bounds.hpp).
+// A row of a 2048-GPU cluster takes seconds to tens of seconds to simulate, so by default
+// a stated, evenly spaced subset of rows is simulated (--simulated-rows); the choice
+// depends only on the rows' order, never on their errors.
+#pragma once
+
+#include <cstddef>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "tessel/planner/calibrate.hpp"
+#include "tessel/profiles/profile.hpp"
+
+namespace tessel::cli {
+
+// How many rows of each device to simulate: "all", or N calibration rows (and up to N/2
+// held-out rows), evenly spaced in corpus order.
+struct SimulatedRows {
+  bool all = false;
+  std::size_t calibration_rows = 0;
+  // Parses --simulated-rows: "all" or a positive integer; tessel::Error otherwise.
+  static SimulatedRows parse(const std::string& text);
+};
+
+struct SimulatedCalibration {
+  std::vector<std::size_t> fitted_rows, held_out_rows;  // the simulated ones
+  std::size_t fitted_total = 0, held_out_total = 0;     // of the device
+  // Per RunSet row, NaN where not simulated: step times before, after, leave-one-out
+  // (fitted rows only), and the seconds the row's simulations took.
+  std::vector<double> before_s, after_s, leave_one_out_s, wall_s;
+  std::size_t simulations = 0;
+  double wall_s_total = 0;
+};
+
+// `rows` of a subset: `count` of `rows` at positions floor(k * n / count), or all of them.
+std::vector<std::size_t> evenly_spaced(const std::vector<std::size_t>& rows, std::size_t count);
+
+// Simulates the chosen rows (at most `jobs` at once, progress on stderr). `base` is the
+// profile before calibration, `calibration` the analytic result for `runs`, `options`
+// the fit's options (the leave-one-out fits are re-run with them for the simulated rows;
+// each must reproduce calibration.leave_one_out_s, else tessel::Error).
+SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::DeviceCalibration& calibration,
+                                          const profiles::Profile& base, const planner::CalibrationOptions& options,
+                                          const SimulatedRows& choice, int jobs);
+
+// The per-row table and the summary lines (MAPE, signed mean, worst).
+void print_simulated_calibration(const planner::RunSet& runs, const planner::DeviceCalibration& calibration,
+                                 const SimulatedCalibration& simulated, std::ostream& out);
+
+// Writes the simulated leave-one-out residuals and their MAPE into the calibrated
+// profile's meta.calibration, beside the analytic ones.
+void add_simulated_band(profiles::Profile& calibrated, const planner::RunSet& runs,
+                        const SimulatedCalibration& simulated);
+
+}  // namespace tessel::cli
