@@ -30,7 +30,7 @@ namespace {
 // Calibration rows per device that --simulated simulates unless --simulated-rows says
 // otherwise (docs/ARCHITECTURE.md, "Calibration": the corpus's whole clusters take
 // minutes to simulate on two cores).
-constexpr const char* kDefaultSimulatedRows = "8";
+constexpr const char* kDefaultSimulatedRows = "12";
 
 struct CalibrateArgs {
   std::string published;

@@ -109,7 +109,7 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
   out.before_s.assign(runs.size(), kNaN);
   out.after_s.assign(runs.size(), kNaN);
   out.leave_one_out_s.assign(runs.size(), kNaN);
-  out.wall_s.assign(runs.size(), kNaN);
+  out.cpu_s.assign(runs.size(), kNaN);
 
   const profiles::Profile before = with_calibration(base, profiles::Calibration{});
   const profiles::Profile after = with_calibration(base, calibration.fit.calibration);
@@ -142,8 +142,8 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
   }
   const std::string device = base.device.name;
   auto progress = [&](std::size_t job, std::size_t done, const SimulatedStep& step) {
-    std::cerr << fmt::format("simulating {}: {}/{} done ({}, {:.1f} s)\n", device, done, jobs_list.size(),
-                             runs.run(planned[job].row).id, step.wall_s);
+    std::cerr << fmt::format("simulating {}: {}/{} done ({}, {:.1f} s processor time)\n", device, done,
+                             jobs_list.size(), runs.run(planned[job].row).id, step.cpu_s);
   };
   const std::vector<SimulatedStep> steps = simulate_forked(jobs_list, jobs, progress);
   for (std::size_t j = 0; j < steps.size(); ++j) {
@@ -152,7 +152,8 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
                                   : p.purpose == Purpose::after ? out.after_s
                                                                 : out.leave_one_out_s;
     target[p.row] = steps[j].step_time_s;
-    out.wall_s[p.row] = (std::isfinite(out.wall_s[p.row]) ? out.wall_s[p.row] : 0.0) + steps[j].wall_s;
+    out.cpu_s[p.row] = (std::isfinite(out.cpu_s[p.row]) ? out.cpu_s[p.row] : 0.0) + steps[j].cpu_s;
+    out.cpu_s_total += steps[j].cpu_s;
   }
   out.simulations = steps.size();
   out.wall_s_total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -168,7 +169,7 @@ void print_simulated_calibration(const planner::RunSet& runs, const planner::Dev
                      simulated.held_out_total,
                      every ? "" : ", evenly spaced in corpus order (--simulated-rows all simulates every run)");
   Table table({"run", "measured", "sim before", "error", "sim after", "error", "sim leave-one-out",
-               "analytic l-o-o", "sim wall"});
+               "analytic l-o-o", "sim cpu"});
   auto add = [&](std::size_t row) {
     const double measured = runs.measured_s(row);
     const double loo = simulated.leave_one_out_s[row];
@@ -177,7 +178,7 @@ void print_simulated_calibration(const planner::RunSet& runs, const planner::Dev
                    percent(simulated.after_s[row] / measured - 1),
                    std::isfinite(loo) ? percent(loo / measured - 1) : "held out",
                    std::isfinite(loo) ? percent(calibration.leave_one_out_s[row] / measured - 1) : "held out",
-                   format_seconds(simulated.wall_s[row])});
+                   format_seconds(simulated.cpu_s[row])});
   };
   for (std::size_t row : simulated.fitted_rows) add(row);
   for (std::size_t row : simulated.held_out_rows) add(row);
@@ -195,7 +196,8 @@ void print_simulated_calibration(const planner::RunSet& runs, const planner::Dev
     out << "simulated held out, after:          " << describe(summarise(simulated.after_s, runs, simulated.held_out_rows))
         << "\n";
   }
-  out << fmt::format("simulated: {} simulations in {:.1f} s\n", simulated.simulations, simulated.wall_s_total);
+  out << fmt::format("simulated: {} simulations in {:.1f} s wall, {:.1f} s processor time\n", simulated.simulations,
+                     simulated.wall_s_total, simulated.cpu_s_total);
 }
 
 void add_simulated_band(profiles::Profile& calibrated, const planner::RunSet& runs,

@@ -32,10 +32,10 @@ struct SimulatedCalibration {
   std::vector<std::size_t> fitted_rows, held_out_rows;  // the simulated ones
   std::size_t fitted_total = 0, held_out_total = 0;     // of the device
   // Per RunSet row, NaN where not simulated: step times before, after, leave-one-out
-  // (fitted rows only), and the seconds the row's simulations took.
-  std::vector<double> before_s, after_s, leave_one_out_s, wall_s;
+  // (fitted rows only), and the processor seconds the row's simulations took.
+  std::vector<double> before_s, after_s, leave_one_out_s, cpu_s;
   std::size_t simulations = 0;
-  double wall_s_total = 0;
+  double wall_s_total = 0, cpu_s_total = 0;
 };
 
 // `rows` of a subset: `count` of `rows` at positions floor(k * n / count), or all of them.

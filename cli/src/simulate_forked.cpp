@@ -1,10 +1,11 @@
 // Forked simulations (simulate_forked.hpp). Each child writes one line into its pipe:
-// "ok <step_time_s> <wall_s>" in hexadecimal floating point (exact, so the parent sees
+// "ok <step_time_s> <wall_s> <cpu_s>" in hexadecimal floating point (exact, so the parent sees
 // the child's bits), or "error <message>". Children leave through _exit so that they
 // flush nothing of the parent's buffers and run none of its exit handlers. The parent
 // polls its own children by pid, never waitpid(-1), so it reaps no one else's.
 #include "simulate_forked.hpp"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,7 +35,11 @@ struct Child {
   try {
     const Program program = Program::lower(*job.plan);
     const simulator::SimulationResult result = simulator::simulate(program, job.profile, {});
-    line = fmt::format("ok {:a} {:a}\n", result.step_time_s, result.wall_s);
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    const double cpu_s = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                         1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    line = fmt::format("ok {:a} {:a} {:a}\n", result.step_time_s, result.wall_s, cpu_s);
   } catch (const std::exception& e) {
     line = fmt::format("error {}\n", e.what());
   }
@@ -87,7 +92,8 @@ SimulatedStep parse_child_line(const std::string& text, int status, std::string&
   if (text.rfind("ok ", 0) == 0) {
     char* end = nullptr;
     step.step_time_s = std::strtod(text.c_str() + 3, &end);
-    step.wall_s = std::strtod(end, nullptr);
+    step.wall_s = std::strtod(end, &end);
+    step.cpu_s = std::strtod(end, nullptr);
     if (step.step_time_s > 0) return step;
   }
   if (text.rfind("error ", 0) == 0) {

@@ -24,6 +24,7 @@ struct SimulationJob {
 struct SimulatedStep {
   double step_time_s = 0;
   double wall_s = 0;  // the child's simulation time
+  double cpu_s = 0;   // the child's processor time, lowering included: steadier than wall on a busy machine
 };
 
 // Called in the parent after each job ends: (job index, jobs done so far, its result).
