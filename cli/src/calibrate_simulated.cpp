@@ -103,9 +103,19 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
   SimulatedCalibration out;
   out.fitted_total = calibration.fitted_rows.size();
   out.held_out_total = calibration.held_out_rows.size();
-  out.fitted_rows = choice.all ? calibration.fitted_rows : evenly_spaced(calibration.fitted_rows, choice.calibration_rows);
+  out.max_gpus = choice.all ? 0 : SimulatedRows::kSubsetMaxGpus;
+  auto small_enough = [&](const std::vector<std::size_t>& rows) {
+    std::vector<std::size_t> kept;
+    for (std::size_t row : rows) {
+      if (out.max_gpus == 0 || runs.run(row).plan->gpus() <= out.max_gpus) kept.push_back(row);
+    }
+    return kept;
+  };
+  out.fitted_rows = choice.all ? calibration.fitted_rows
+                               : evenly_spaced(small_enough(calibration.fitted_rows), choice.calibration_rows);
   out.held_out_rows = choice.all ? calibration.held_out_rows
-                                 : evenly_spaced(calibration.held_out_rows, (choice.calibration_rows + 1) / 2);
+                                 : evenly_spaced(small_enough(calibration.held_out_rows),
+                                                 (choice.calibration_rows + 1) / 2);
   out.before_s.assign(runs.size(), kNaN);
   out.after_s.assign(runs.size(), kNaN);
   out.leave_one_out_s.assign(runs.size(), kNaN);
@@ -167,7 +177,10 @@ void print_simulated_calibration(const planner::RunSet& runs, const planner::Dev
   out << fmt::format("simulated (SimGrid, each row's whole cluster): {} of {} calibration runs and {} of {} held out{}\n",
                      simulated.fitted_rows.size(), simulated.fitted_total, simulated.held_out_rows.size(),
                      simulated.held_out_total,
-                     every ? "" : ", evenly spaced in corpus order (--simulated-rows all simulates every run)");
+                     every ? ""
+                           : fmt::format(", evenly spaced in corpus order among runs of at most {} GPUs "
+                                         "(--simulated-rows all simulates every run)",
+                                         simulated.max_gpus));
   Table table({"run", "measured", "sim before", "error", "sim after", "error", "sim leave-one-out",
                "analytic l-o-o", "sim cpu"});
   auto add = [&](std::size_t row) {
