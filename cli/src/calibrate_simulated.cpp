@@ -89,6 +89,11 @@ SimulatedRows SimulatedRows::parse(const std::string& text) {
   return out;
 }
 
+long long simulation_layer_passes(const Plan& plan) {
+  const ParallelConfig& p = plan.parallel;
+  return (long long)plan.model.layers * (plan.train.global_batch / (p.dp * p.micro_batch));
+}
+
 std::vector<std::size_t> evenly_spaced(const std::vector<std::size_t>& rows, std::size_t count) {
   if (count >= rows.size()) return rows;
   std::vector<std::size_t> out;
@@ -103,11 +108,12 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
   SimulatedCalibration out;
   out.fitted_total = calibration.fitted_rows.size();
   out.held_out_total = calibration.held_out_rows.size();
-  out.max_gpus = choice.all ? 0 : SimulatedRows::kSubsetMaxGpus;
+  out.max_layer_passes = choice.all ? 0 : SimulatedRows::kSubsetMaxLayerPasses;
   auto small_enough = [&](const std::vector<std::size_t>& rows) {
     std::vector<std::size_t> kept;
     for (std::size_t row : rows) {
-      if (out.max_gpus == 0 || runs.run(row).plan->gpus() <= out.max_gpus) kept.push_back(row);
+      if (out.max_layer_passes == 0 || simulation_layer_passes(*runs.run(row).plan) <= out.max_layer_passes)
+        kept.push_back(row);
     }
     return kept;
   };
@@ -178,9 +184,10 @@ void print_simulated_calibration(const planner::RunSet& runs, const planner::Dev
                      simulated.fitted_rows.size(), simulated.fitted_total, simulated.held_out_rows.size(),
                      simulated.held_out_total,
                      every ? ""
-                           : fmt::format(", evenly spaced in corpus order among runs of at most {} GPUs "
-                                         "(--simulated-rows all simulates every run)",
-                                         simulated.max_gpus));
+                           : fmt::format(", evenly spaced in corpus order among runs of at most {} layer "
+                                         "passes (layers x micro-batches per replica; --simulated-rows all "
+                                         "simulates every run)",
+                                         simulated.max_layer_passes));
   Table table({"run", "measured", "sim before", "error", "sim after", "error", "sim leave-one-out",
                "analytic l-o-o", "sim cpu"});
   auto add = [&](std::size_t row) {

@@ -4,10 +4,11 @@
 // out; held-out rows before and after. The simulated leave-one-out residuals become the
 // simulator's own error band, stored in the profile apart from the analytic one
 // (meta.calibration.simulated_leave_one_out_residuals, profiles/prediction_bounds.hpp).
-// Most corpus rows simulate in under a second, but the held-out rows of 2,000 to 3,400
-// GPUs take minutes each on a busy two-core machine, so by default a stated subset is
-// simulated (--simulated-rows): evenly spaced in corpus order among rows of at most 1024
-// GPUs. The choice depends only on the rows' order and size, never on their errors.
+// Most corpus rows simulate in under a second, but held-out Megatron rows with hundreds
+// of micro-batches through 100+ layers take minutes each on a busy two-core machine, so
+// by default a stated subset is simulated (--simulated-rows): evenly spaced in corpus
+// order among rows of at most 20,000 layer passes per replica. The choice depends only on
+// the rows' order and plan, never on their errors.
 #pragma once
 
 #include <cstddef>
@@ -22,9 +23,10 @@ namespace tessel::cli {
 
 // How many rows of each device to simulate: "all", or N calibration rows (and up to N/2
 // held-out rows), evenly spaced in corpus order among the rows of at most
-// kSubsetMaxGpus GPUs (larger clusters take minutes of processor time each).
+// kSubsetMaxLayerPasses layer passes per replica (simulation_layer_passes()).
 struct SimulatedRows {
-  static constexpr int kSubsetMaxGpus = 1024;
+  // About 20 s of processor time on this project's two-core machine when idle.
+  static constexpr long long kSubsetMaxLayerPasses = 20000;
   bool all = false;
   std::size_t calibration_rows = 0;
   // Parses --simulated-rows: "all" or a positive integer; tessel::Error otherwise.
@@ -34,13 +36,19 @@ struct SimulatedRows {
 struct SimulatedCalibration {
   std::vector<std::size_t> fitted_rows, held_out_rows;  // the simulated ones
   std::size_t fitted_total = 0, held_out_total = 0;     // of the device
-  int max_gpus = 0;                                     // of a simulated row; 0 = any
+  long long max_layer_passes = 0;                       // of a simulated row; 0 = any
   // Per RunSet row, NaN where not simulated: step times before, after, leave-one-out
   // (fitted rows only), and the processor seconds the row's simulations took.
   std::vector<double> before_s, after_s, leave_one_out_s, cpu_s;
   std::size_t simulations = 0;
   double wall_s_total = 0, cpu_s_total = 0;
 };
+
+// What a simulation's cost grows with, from the plan alone: layers x micro-batches per
+// data-parallel replica. Folding simulates about one node's worth of ranks per pipeline
+// stage, each running its stage's layers once per micro-batch, so the ops simulated are
+// about this times the ops of one layer pass times the node's devices.
+long long simulation_layer_passes(const Plan& plan);
 
 // `rows` of a subset: `count` of `rows` at positions floor(k * n / count), or all of them.
 std::vector<std::size_t> evenly_spaced(const std::vector<std::size_t>& rows, std::size_t count);

@@ -98,7 +98,7 @@ TEST_F(CalibrateSimulated, TheProfileHoldsBothBandsAndNamesNoHeldOutRun) {
   const std::string out = (dir_ / "a100.json").string();
   const auto calibrated = run(calibrate("--simulated --simulated-rows 2 --out " + out));
   ASSERT_EQ(calibrated.status, 0) << calibrated.err;
-  EXPECT_NE(calibrated.out.find("2 of 3 calibration runs and 1 of 1 held out, evenly spaced in corpus order among runs of at most 1024 GPUs"),
+  EXPECT_NE(calibrated.out.find("2 of 3 calibration runs and 1 of 1 held out, evenly spaced in corpus order among runs of at most 20000 layer passes"),
             std::string::npos)
       << calibrated.out;
   const Json profile = Json::parse(tessel_cli_test::slurp(out));
