@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -115,7 +116,18 @@ std::vector<SimulatedStep> simulate_forked(const std::vector<SimulationJob>& job
   std::size_t next = 0, done = 0;
   const std::size_t most = std::size_t(std::max(1, parallel));
   while (done < jobs.size()) {
-    while (running.size() < most && next < jobs.size()) running.push_back(start_child(jobs, next++));
+    try {
+      while (running.size() < most && next < jobs.size()) running.push_back(start_child(jobs, next++));
+    } catch (const Error&) {
+      // No half-finished batch left behind: the children already started are stopped and reaped.
+      for (const Child& child : running) {
+        ::kill(child.pid, SIGKILL);
+        int status = 0;
+        ::waitpid(child.pid, &status, 0);
+        ::close(child.read_fd);
+      }
+      throw;
+    }
     bool reaped = false;
     for (std::size_t i = 0; i < running.size(); ++i) {
       int status = 0;
