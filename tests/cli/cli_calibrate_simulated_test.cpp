@@ -1,10 +1,10 @@
 // `tessel calibrate --simulated` on a small synthetic corpus (three calibration rows and
 // one held-out row, gpt2-124m on one DGX A100 node, so every simulation takes well under
 // a second): the simulated before, after and leave-one-out errors are printed per row
-// and summarised, the simulator's band is stored in the profile apart from the analytic
-// one, and `tessel simulate` then carries it (text and --json), where a profile
-// calibrated without --simulated gives the analytic band and says so. Bad flag
-// combinations are one line and exit status 2.
+// and summarised (a forked simulation giving `tessel simulate`'s step), the simulator's
+// band is stored in the profile apart from the analytic one, and `tessel simulate` then
+// carries it (text and --json), where a profile calibrated without --simulated gives the
+// analytic band and says so. Bad flag combinations are one line and exit status 2.
 #include <fstream>
 #include <string>
 
@@ -88,6 +88,22 @@ TEST_F(CalibrateSimulated, PrintsSimulatedErrorsAndStoresTheSimulatorsBand) {
   // The band's ends are the step over 1 + each stored residual quantile.
   EXPECT_NEAR(low_s, step_s / (1 + s["step_time_band"]["residuals"][1].get<double>()), 1e-12 * step_s);
   EXPECT_TRUE(s["analytic_step_time_band_s"].is_array()) << s.dump();
+
+  // A forked simulation is `tessel simulate`'s: the dp8 row's "sim after" cell is the
+  // step `simulate` prints for that plan under the calibrated profile.
+  const std::string dp8_plan = (dir_ / "dp8.json").string();
+  std::ofstream(dp8_plan) << plan_json(8, 1, 1).dump();
+  const auto dp8 = run("simulate --plan " + dp8_plan + " --db " + db);
+  ASSERT_EQ(dp8.status, 0) << dp8.err;
+  const std::string step_label = "simulated step  ";
+  const std::size_t step_at = dp8.out.find(step_label);
+  ASSERT_NE(step_at, std::string::npos) << dp8.out;
+  const std::size_t cell_at = step_at + step_label.size();
+  const std::string step_cell = dp8.out.substr(cell_at, dp8.out.find("   ", cell_at) - cell_at);
+  const std::size_t row_at = calibrated.out.find("\ndp8 ", calibrated.out.find("simulated (SimGrid"));
+  ASSERT_NE(row_at, std::string::npos) << calibrated.out;
+  const std::string row_line = calibrated.out.substr(row_at + 1, calibrated.out.find('\n', row_at + 1) - row_at - 1);
+  EXPECT_NE(row_line.find(step_cell), std::string::npos) << "'" << step_cell << "' not in: " << row_line;
 
   const auto text = run("simulate --plan " + plan_ + " --db " + db);
   ASSERT_EQ(text.status, 0) << text.err;
