@@ -3,7 +3,8 @@
 // anything is written, so a bad input leaves the database and --out untouched. It
 // prints, per device, the fitted parameters, every run's error before and after and
 // its leave-one-out error, then the held-out sources' errors under the fitted profile
-// (predicted, never fitted), and the wall time.
+// (predicted, never fitted), and the wall time; with --simulated, the same rows simulated
+// (calibrate_simulated.hpp) and the simulator's own band stored beside the analytic one.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -13,7 +14,9 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
+#include "calibrate_simulated.hpp"
 #include "commands.hpp"
 #include "format.hpp"
 #include "tessel/core/error.hpp"
@@ -24,6 +27,11 @@
 namespace tessel::cli {
 
 namespace {
+// Calibration rows per device that --simulated simulates unless --simulated-rows says
+// otherwise (docs/ARCHITECTURE.md, "Calibration": the corpus's whole clusters take
+// minutes to simulate on two cores).
+constexpr const char* kDefaultSimulatedRows = "12";
+
 struct CalibrateArgs {
   std::string published;
   std::string device = "all";
@@ -34,6 +42,8 @@ struct CalibrateArgs {
   std::string held_out_runs;  // run ids priced with the fit, never fitted on
   std::string unstated_kernels = "unfused";
   int max_evaluations = 400;
+  bool simulated = false;            // also simulate the rows (calibrate_simulated.hpp)
+  std::string simulated_rows;        // "all" or calibration rows per device; empty = the default
 };
 
 // The device's profile before calibration: the database's (less any calibration it
@@ -123,6 +133,9 @@ int run_calibrate(const CalibrateArgs& args) {
     throw Error(
         "calibrate: give --published DIR (the corpus of published runs), --runs LIST|all (runs in --db), or both");
   }
+  if (!args.simulated_rows.empty() && !args.simulated) throw Error("--simulated-rows: also give --simulated");
+  const SimulatedRows simulated_rows =
+      SimulatedRows::parse(args.simulated_rows.empty() ? kDefaultSimulatedRows : args.simulated_rows);
   std::vector<planner::PublishedRun> runs;
   if (!args.published.empty()) runs = planner::load_published_runs(args.published);
   if (!args.runs.empty()) {
@@ -199,11 +212,18 @@ int run_calibrate(const CalibrateArgs& args) {
       std::cout << "held out, before:         " << describe(summarise(c.before_s, set, c.held_out_rows)) << "\n";
       std::cout << "held out, after:          " << describe(summarise(c.after_s, set, c.held_out_rows)) << "\n";
     }
+    profiles::Profile profile = planner::calibrated_profile(base, set, c, inputs);
+    if (args.simulated) {
+      const SimulatedCalibration simulated = simulate_calibration(set, c, base, options, simulated_rows,
+                                                                  int(std::max(1u, std::thread::hardware_concurrency())));
+      print_simulated_calibration(set, c, simulated, std::cout);
+      add_simulated_band(profile, set, simulated);
+    }
     std::map<std::string, int> reasons;
     for (const planner::PublishedRun* run : skipped[device]) ++reasons[run->skipped];
     for (const auto& [reason, count] : reasons) std::cout << fmt::format("not priced: {} run(s): {}\n", count, reason);
     std::cout << "\n";
-    written.push_back(planner::calibrated_profile(base, set, c, inputs));
+    written.push_back(std::move(profile));
   }
   if (!args.out_file.empty()) {
     write_text_file_atomically(args.out_file, written.front().to_json().dump(2) + "\n");
@@ -240,6 +260,13 @@ Command add_calibrate_command(CLI::App& app) {
                   "collective_call_overhead_s, collective_contention")
       ->delimiter(',');
   cmd->add_option("--max-evaluations", args->max_evaluations, "Cost-model evaluations per fit (default 400)");
+  cmd->add_flag("--simulated", args->simulated,
+                "Also simulate the runs (SimGrid, whole clusters) before, after and leave-one-out, and store the "
+                "simulator's own error band in the profile");
+  cmd->add_option("--simulated-rows", args->simulated_rows,
+                  fmt::format("With --simulated: calibration runs per device to simulate, evenly spaced in corpus "
+                              "order (and half as many held out), or all (default {})",
+                              kDefaultSimulatedRows));
   cmd->add_option("--unstated-kernels", args->unstated_kernels,
                   "Attention kernels of rows that do not name train.kernels: unfused (tessel's default) or fused")
       ->check(CLI::IsMember({"unfused", "fused"}));

@@ -17,10 +17,11 @@ std::string band_line(const profiles::PredictionJudgement& judgement) {
   if (!judgement.band_s) return "no band: " + judgement.no_band_reason;
   return fmt::format(
       "{:.0f}% band {}: measured/predicted {:.2f}-{:.2f} ({:.0f}th-{:.0f}th percentile of {} "
-      "leave-one-out errors)",
+      "{}leave-one-out errors)",
       100 * (profiles::kBandUpperQuantile - profiles::kBandLowerQuantile), band_cell(judgement),
       1 / (1 + judgement.band->high_residual), 1 / (1 + judgement.band->low_residual),
-      100 * profiles::kBandLowerQuantile, 100 * profiles::kBandUpperQuantile, judgement.band->runs);
+      100 * profiles::kBandLowerQuantile, 100 * profiles::kBandUpperQuantile, judgement.band->runs,
+      judgement.band_source == "simulated" ? "simulated " : "");
 }
 
 std::string mfu_cell(const profiles::PredictionJudgement& judgement) {
@@ -50,7 +51,7 @@ void add_plans_judgement(Json& plans_json, const std::vector<planner::Estimate>&
     add_judgement(plans_json[i], planner::judge_prediction(model, plans[i]));
   for (std::size_t i = 0; i < simulated.size() && i < plans.size(); ++i) {
     plans_json[i]["simulated_step_time_s"] = simulated[i];
-    const auto band = planner::judge_prediction(model, simulated[i], plans[i].mfu).band_s;
+    const auto band = planner::judge_simulated_prediction(model, simulated[i], plans[i].mfu).band_s;
     plans_json[i]["simulated_step_time_band_s"] = band ? Json::array({band->first, band->second}) : Json();
   }
 }

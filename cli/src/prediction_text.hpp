@@ -17,7 +17,8 @@ namespace tessel::cli {
 
 // "2.41 s..2.70 s", or "-" without a band.
 std::string band_cell(const profiles::PredictionJudgement& judgement);
-// "80% band: 2.41 s..2.70 s (10th-90th percentile of 83 leave-one-out errors)" or
+// "80% band: 2.41 s..2.70 s (10th-90th percentile of 83 leave-one-out errors)" ("83
+// simulated leave-one-out errors" when the band is the simulator's) or
 // "no band: profile not calibrated (...)".
 std::string band_line(const profiles::PredictionJudgement& judgement);
 // The MFU cell with "!" appended when the prediction is outside measured experience.
@@ -29,7 +30,8 @@ void add_judgement(Json& out, const profiles::PredictionJudgement& judgement);
 // standing against measured experience, and how many plans shown are flagged.
 std::string plans_judgement_text(const std::vector<planner::Estimate>& plans, const planner::CostModel& model);
 // `tessel plan --json`: each plan's judgement, and the band of its simulated step time
-// (--refine) as "simulated_step_time_band_s" with "simulated_step_time_s".
+// (--refine) as "simulated_step_time_band_s" with "simulated_step_time_s": the
+// simulator's own band when the profile has one, else the analytic band.
 void add_plans_judgement(Json& plans_json, const std::vector<planner::Estimate>& plans, const planner::CostModel& model,
                          const std::vector<double>& simulated);
 

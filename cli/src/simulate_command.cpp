@@ -1,5 +1,6 @@
 // `tessel simulate`: replay a plan on the SimGrid model of its cluster and compare with
-// the analytic estimate.
+// the analytic estimate. The simulated step carries the simulator's own error band when
+// the profile has one (tessel calibrate --simulated), else the analytic band, saying so.
 #include <iostream>
 #include <optional>
 
@@ -66,9 +67,12 @@ int run_simulate(const SimulateArgs& args) {
   if (!args.trace_file.empty()) write_text_file_atomically(args.trace_file, simulator::chrome_trace(program, sim, memory));
 
   const double analytic_step = estimate.step_time_s;
-  // The simulated step carries the band and the flag, at the MFU it implies.
+  // The simulated step carries the simulator's band (or the analytic band, said so) and
+  // the flag, at the MFU it implies; the analytic estimate its own band.
   const auto judgement =
-      planner::judge_prediction(model, sim.step_time_s, estimate.mfu * analytic_step / sim.step_time_s);
+      planner::judge_simulated_prediction(model, sim.step_time_s, estimate.mfu * analytic_step / sim.step_time_s);
+  const auto analytic_judgement = planner::judge_prediction(model, estimate);
+  const profiles::PredictionBounds& bounds = model.costs().prediction_bounds();
   if (args.json) {
     estimate.step_time_s = sim.step_time_s;
     estimate.tokens_per_s = double(plan.train.global_batch) * plan.seq_len() / sim.step_time_s;
@@ -76,6 +80,9 @@ int run_simulate(const SimulateArgs& args) {
     Json out = estimate.to_json();
     out["analytic_step_time_s"] = analytic_step;
     add_judgement(out, judgement);
+    out["analytic_step_time_band_s"] = analytic_judgement.band_s
+                                           ? Json::array({analytic_judgement.band_s->first, analytic_judgement.band_s->second})
+                                           : Json();
     Json ranks = Json::array();
     for (const auto& r : sim.ranks) {
       ranks.push_back({{"compute_s", r.compute_s}, {"exposed_comm_s", r.exposed_comm_s}, {"bubble_s", r.bubble_s},
@@ -101,7 +108,11 @@ int run_simulate(const SimulateArgs& args) {
   if (!model.costs().calibration_note().empty()) std::cout << model.costs().calibration_note() << "\n";
   std::cout << fmt::format("simulated step  {}   analytic estimate {}  ({:+.1f}%)\n", format_seconds(sim.step_time_s),
                            format_seconds(analytic_step), 100 * (sim.step_time_s / analytic_step - 1));
-  std::cout << fmt::format("simulated {}\n{}\n", band_line(judgement), judgement.experience_line());
+  std::cout << fmt::format("simulated {}\n", band_line(judgement));
+  if (judgement.band_s && judgement.band_source != "simulated") {
+    std::cout << fmt::format("  (the analytic model's band: no simulator's band, {})\n", bounds.no_simulated_band_reason);
+  }
+  std::cout << judgement.experience_line() << "\n";
   std::cout << fmt::format("replayed {} ops on {} of {} ranks ({} folded) and {} flows in {}\n", program.op_count(),
                            sim.simulated_ranks, program.world_size(), program.world_size() - sim.simulated_ranks,
                            sim.flows, format_seconds(sim.wall_s));

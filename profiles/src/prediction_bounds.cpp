@@ -65,6 +65,7 @@ Json MeasuredExperience::to_json() const {
 namespace {
 const char* kNotCalibrated = "profile not calibrated (tessel calibrate writes one)";
 const char* kPredatesBounds = "calibrated profile predates error bars (re-run tessel calibrate)";
+const char* kNoSimulatedBand = "calibration simulated no runs (tessel calibrate --simulated does)";
 
 std::vector<double> read_residuals(const Json& list, const std::string& path) {
   if (!list.is_array()) throw Error(fmt::format("{}: must be an array of {{\"run\", \"residual\"}}", path));
@@ -125,6 +126,7 @@ PredictionBounds prediction_bounds_of(const Profile& profile) {
   }
   if (!is_calibrated(profile)) {
     out.no_band_reason = kNotCalibrated;
+    out.no_simulated_band_reason = kNotCalibrated;
     if (!shipped) out.no_experience_reason = kNotCalibrated;
     return out;
   }
@@ -141,6 +143,17 @@ PredictionBounds prediction_bounds_of(const Profile& profile) {
   } else {
     out.no_band_reason = kPredatesBounds;
   }
+  if (calibration.contains("simulated_leave_one_out_residuals")) {
+    const std::vector<double> residuals =
+        read_residuals(calibration["simulated_leave_one_out_residuals"], path + ".simulated_leave_one_out_residuals");
+    out.simulated_band = band_from_residuals(residuals);
+    if (!out.simulated_band) {
+      out.no_simulated_band_reason =
+          fmt::format("{} run(s) simulated in calibration; a band needs at least {}", residuals.size(), kBandMinimumRuns);
+    }
+  } else {
+    out.no_simulated_band_reason = kNoSimulatedBand;
+  }
   if (calibration.contains("measured_experience")) {
     out.experience = read_experience(calibration["measured_experience"], path + ".measured_experience");
     out.has_experience = true;
@@ -148,6 +161,15 @@ PredictionBounds prediction_bounds_of(const Profile& profile) {
     out.no_experience_reason = kPredatesBounds;
   }
   return out;
+}
+
+PredictionBounds for_simulated_steps(PredictionBounds bounds) {
+  if (bounds.simulated_band) {
+    bounds.band = bounds.simulated_band;
+    bounds.no_band_reason.clear();
+    bounds.band_source = "simulated";
+  }
+  return bounds;
 }
 
 PredictionJudgement judge_prediction(const PredictionBounds& bounds, double step_time_s, double mfu,
@@ -158,6 +180,7 @@ PredictionJudgement judge_prediction(const PredictionBounds& bounds, double step
   out.device = bounds.device;
   out.bucket = std::string(model_size_bucket(parameters).name);
   out.band = bounds.band;
+  out.band_source = bounds.band_source;
   if (bounds.band && step_time_s > 0 && std::isfinite(step_time_s)) {
     out.band_s = step_time_band_s(step_time_s, *bounds.band);
   } else {
@@ -177,7 +200,8 @@ Json PredictionJudgement::to_json() const {
     out["step_time_band_s"] = Json::array({band_s->first, band_s->second});
     out["step_time_band"] = Json{{"quantiles", Json::array({kBandLowerQuantile, kBandUpperQuantile})},
                                  {"residuals", Json::array({band->low_residual, band->high_residual})},
-                                 {"leave_one_out_runs", band->runs}};
+                                 {"leave_one_out_runs", band->runs},
+                                 {"source", band_source}};
   } else {
     out["step_time_band_s"] = nullptr;
     out["step_time_band"] = Json{{"reason", no_band_reason}};

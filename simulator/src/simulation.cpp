@@ -6,6 +6,7 @@
 // plans fast. Groups of ranks come from core's RankLayout.
 #include "tessel/simulator/simulation.hpp"
 
+#include "layer_overhead.hpp"
 #include "platform.hpp"
 
 #include <algorithm>
@@ -42,6 +43,10 @@ class Replay {
         options_(options),
         costs_(profile, plan_.cluster, plan_.nodes, plan_.gpus_per_node()) {
     costs_.device().check_precision(plan_.train.precision);
+    for (int s = 0; s < program_.stages(); ++s) {
+      layer_overhead_s_.push_back(layer_overheads_s(program_.stage(s), costs_.calibration().layer_overhead_s,
+                                                    plan_.parallel.recompute == Recompute::full));
+    }
   }
 
   SimulationResult run() {
@@ -70,6 +75,7 @@ class Replay {
   }
 
  private:
+  std::vector<std::vector<double>> layer_overhead_s_;  // per stage, per op: layer_overheads_s()
   struct RankState {
     int rank = 0;
     const StageProgram* program = nullptr;
@@ -359,7 +365,8 @@ class Replay {
         return;
       }
       default:
-        sg4::this_actor::sleep_for(compute_seconds(op));
+        sg4::this_actor::sleep_for(compute_seconds(op) +
+                                   layer_overhead_s_[std::size_t(rank.program->stage)][index]);
         return;
     }
   }

@@ -175,3 +175,43 @@ TEST(PredictionBounds, EveryCostLookupCarriesItsProfilesBounds) {
   const CostLookup copy(lookup);
   EXPECT_EQ(copy.prediction_bounds().experience.size(), 1u);
 }
+
+// The simulator's band (tessel calibrate --simulated) is read apart from the analytic
+// one; a simulated step takes it, an analytic prediction keeps the analytic band, and a
+// profile without it lends the analytic band to simulated steps, saying so.
+TEST(PredictionBounds, TheSimulatorsBandIsReadApartAndUsedForSimulatedSteps) {
+  Profile profile = calibrated_h100(eleven_residuals(), one_bucket("3B to 20B", 0.5));
+  const PredictionBounds analytic_only = prediction_bounds_of(profile);
+  EXPECT_FALSE(analytic_only.simulated_band);
+  EXPECT_NE(analytic_only.no_simulated_band_reason.find("tessel calibrate --simulated"), std::string::npos);
+  const PredictionBounds lent = for_simulated_steps(analytic_only);
+  ASSERT_TRUE(lent.band);
+  EXPECT_EQ(lent.band_source, "analytic");
+  EXPECT_DOUBLE_EQ(lent.band->high_residual, 0.7);
+
+  profile.meta["calibration"]["simulated_leave_one_out_residuals"] =
+      residuals_to_json({"a", "b", "c", "d"}, {-0.3, 0.0, 0.1, 0.2});
+  const PredictionBounds both = prediction_bounds_of(profile);
+  ASSERT_TRUE(both.simulated_band);
+  EXPECT_EQ(both.simulated_band->runs, 4u);
+  EXPECT_DOUBLE_EQ(both.band->high_residual, 0.7);  // the analytic band is untouched
+  const PredictionJudgement simulated = judge_prediction(for_simulated_steps(both), 2.0, 0.3, 1e10);
+  EXPECT_EQ(simulated.band_source, "simulated");
+  // 10th percentile of {-0.3, 0, 0.1, 0.2}: position 0.3, -0.3 + 0.3 * 0.3 = -0.21.
+  EXPECT_DOUBLE_EQ(simulated.band->low_residual, -0.21);
+  EXPECT_DOUBLE_EQ(simulated.band_s->second, 2.0 / 0.79);
+  EXPECT_EQ(simulated.to_json()["step_time_band"]["source"], "simulated");
+  EXPECT_EQ(judge_prediction(both, 2.0, 0.3, 1e10).to_json()["step_time_band"]["source"], "analytic");
+
+  profile.meta["calibration"]["simulated_leave_one_out_residuals"] = residuals_to_json({"a"}, {0.1});
+  EXPECT_NE(prediction_bounds_of(profile).no_simulated_band_reason.find("a band needs at least 3"), std::string::npos);
+  profile.meta["calibration"]["simulated_leave_one_out_residuals"] = Json::array({Json{{"run", "a"}, {"residual", -2}}});
+  try {
+    prediction_bounds_of(profile);
+    FAIL() << "a residual below -1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("meta.calibration.simulated_leave_one_out_residuals[0].residual"),
+              std::string::npos)
+        << e.what();
+  }
+}

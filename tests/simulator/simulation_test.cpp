@@ -121,6 +121,36 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(AgreementCase{"DataParallelFullRecompute", 2, 32, R"({"dp": 16, "recompute": "full"})"},
                       AgreementCase{"Tensor1DSequenceParallel", 2, 32, R"({"dp": 2, "tp": 8, "tp_sequence_parallel": true})"},
                       AgreementCase{"Zero3SelectiveRecompute", 2, 32, R"({"dp": 16, "zero": 3, "recompute": "selective"})"}),
+
+// A calibrated per-layer overhead (profiles/calibration.hpp) reaches the simulator as the
+// planner prices it: once per layer forward, twice per backward, once per full-recompute
+// replay. At 2 ms per layer pass it is most of these steps, so a wrong count would show.
+class CalibratedAgreement : public ::testing::TestWithParam<AgreementCase> {};
+
+TEST_P(CalibratedAgreement, TheLayerOverheadIsPricedAsThePlannerPricesIt) {
+  const AgreementCase& c = GetParam();
+  const Plan plan = uniform_plan(c.nodes, c.global_batch, c.parallel);
+  profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
+  profile.meta["calibration"] = Json{{"parameters", {{"layer_overhead_s", 2e-3}}}};
+  planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+  model.set_overlap(false);
+  const double analytic_s = model.estimate(plan.parallel).step_time_s;
+  model.set_calibration(profiles::Calibration{});
+  const double uncalibrated_s = model.estimate(plan.parallel).step_time_s;
+  ASSERT_GT(analytic_s, 1.5 * uncalibrated_s) << "the overhead is too small a share to test";
+  simulator::SimulationOptions options;
+  options.overlap = false;
+  options.contention_free = true;
+  const double simulated_s = simulator::simulate(Program::lower(plan), profile, options).step_time_s;
+  EXPECT_NEAR(simulated_s / analytic_s, 1.0, 0.02) << plan.parallel.summary() << ": simulated " << simulated_s
+                                                   << " s, analytic " << analytic_s << " s";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, CalibratedAgreement,
+    ::testing::Values(AgreementCase{"DataParallel", 1, 16, R"({"dp": 8})"},
+                      AgreementCase{"PipelineFullRecompute", 1, 32, R"({"dp": 2, "pp": 2, "tp": 2, "recompute": "full"})"},
+                      AgreementCase{"SelectiveRecompute", 1, 16, R"({"dp": 4, "tp": 2, "recompute": "selective"})"}),
     [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
 
 // fp8 plans: the Program's ops carry their precision (fp8 linears, bf16 attention and

@@ -1,9 +1,9 @@
 // The one call every command and the GUI make to put an error band and the measured-
 // experience flag on a prediction: the cost model's profile supplies the bounds
 // (profiles/prediction_bounds.hpp), the model its parameter count. A simulated step time
-// is judged the same way, with the MFU it implies: the band is relative, taken from the
-// analytic model's leave-one-out residuals, and is applied to the simulator's time as an
-// approximation (the simulator is not fitted separately).
+// is judged with the MFU it implies and the simulator's own band (the leave-one-out
+// residuals of simulated calibration runs, tessel calibrate --simulated) when the
+// profile has one; else the analytic band stands in, and band_source says which.
 #pragma once
 
 #include "tessel/planner/cost_model.hpp"
@@ -14,6 +14,12 @@ namespace tessel::planner {
 
 inline profiles::PredictionJudgement judge_prediction(const CostModel& model, double step_time_s, double mfu) {
   return profiles::judge_prediction(model.costs().prediction_bounds(), step_time_s, mfu,
+                                    double(model.model().parameter_count()));
+}
+
+inline profiles::PredictionJudgement judge_simulated_prediction(const CostModel& model, double step_time_s,
+                                                               double mfu) {
+  return profiles::judge_prediction(profiles::for_simulated_steps(model.costs().prediction_bounds()), step_time_s, mfu,
                                     double(model.model().parameter_count()));
 }
 

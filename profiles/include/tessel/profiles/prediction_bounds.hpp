@@ -12,6 +12,10 @@
 //    the device (held-out runs are not used, so that nothing of them feeds a prediction
 //    or its label). A prediction above it, or of a size with no fitted run, is outside
 //    measured experience: nobody is known to have reached it on this device.
+//  - simulated_leave_one_out_residuals (tessel calibrate --simulated): the same list for
+//    the simulator's step times, each row simulated with the fit that did not see it. It
+//    is the simulator's own band, read apart from the analytic one: a simulated step
+//    takes it when the profile has one, else the analytic band, saying so.
 // A profile that was not calibrated gets no band, with the reason; none is invented from
 // datasheet numbers. The shipped datasheet profiles carry the corpus's measured
 // experience (meta "measured_experience", the same numbers a calibration writes; a test
@@ -75,10 +79,21 @@ struct PredictionBounds {
   std::string device;
   std::optional<ResidualBand> band;
   std::string no_band_reason;  // set when band is empty
+  // The simulator's band (meta.calibration.simulated_leave_one_out_residuals), when the
+  // calibration simulated its runs; else the reason.
+  std::optional<ResidualBand> simulated_band;
+  std::string no_simulated_band_reason;
+  // Which residuals `band` holds: "analytic", or "simulated" after for_simulated_steps().
+  std::string band_source = "analytic";
   bool has_experience = false;
   std::string no_experience_reason;            // set when has_experience is false
   std::vector<MeasuredExperience> experience;  // buckets with a fitted run
 };
+
+// The bounds a simulated step time is judged by: the simulator's band in place of the
+// analytic one when there is one (band_source "simulated"); else unchanged, the analytic
+// band standing in (band_source "analytic").
+PredictionBounds for_simulated_steps(PredictionBounds bounds);
 
 // Reads meta "calibration" of `profile`. Throws tessel::Error naming the field when the
 // residuals or experience there are malformed.
@@ -90,6 +105,7 @@ struct PredictionJudgement {
   std::optional<std::pair<double, double>> band_s;
   std::optional<ResidualBand> band;
   std::string no_band_reason;
+  std::string band_source = "analytic";  // whose leave-one-out residuals: analytic | simulated
   // nullopt: the profile knows no experience (not calibrated); true also when no fitted
   // run of the model's size exists on the device.
   std::optional<bool> outside_measured_experience;
@@ -97,7 +113,7 @@ struct PredictionJudgement {
   std::optional<MeasuredExperience> bound;  // the bucket's best run, when there is one
   std::string device;
 
-  // "step_time_band_s": [lo, hi] | null, "step_time_band": {...} | {"reason"},
+  // "step_time_band_s": [lo, hi] | null, "step_time_band": {..., "source"} | {"reason"},
   // "outside_measured_experience": bool | null, "measured_experience": {...}.
   Json to_json() const;
   // One line on where the prediction stands: inside, OUTSIDE (above the bound, or no

@@ -11,7 +11,8 @@
 //
 // Replay: each rank runs its stage program with one actor per stream; an op starts
 // when its stream reaches it and its dependencies are done. Compute ops take the
-// lookup's time. A collective waits for every member of its group, then runs as flows:
+// lookup's time (the first of each layer pass also the calibrated per-layer overhead, as
+// the planner counts it). A collective waits for every member of its group, then runs as flows:
 // ring collectives as concurrent neighbour flows carrying the ring's traffic (per
 // level for groups that span nodes: intra-node reduce-scatter, inter-node all-reduce
 // on each rail, intra-node all-gather), broadcasts as a pipelined chain; the latency

@@ -1,0 +1,73 @@
+// `tessel calibrate --simulated`: the simulator's side of a calibration. After the
+// analytic fit, calibration rows are simulated (SimGrid, each row's whole cluster) with
+// the profile before calibration, with the full fit, and with the fit that left the row
+// out; held-out rows before and after. The simulated leave-one-out residuals become the
+// simulator's own error band, stored in the profile apart from the analytic one
+// (meta.calibration.simulated_leave_one_out_residuals, profiles/prediction_bounds.hpp).
+// Most corpus rows simulate in under a second, but held-out Megatron rows with hundreds
+// of micro-batches through 100+ layers take minutes each on a busy two-core machine, so
+// by default a stated subset is simulated (--simulated-rows): evenly spaced in corpus
+// order among rows of at most 20,000 layer passes per replica. The choice depends only on
+// the rows' order and plan, never on their errors.
+#pragma once
+
+#include <cstddef>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "tessel/planner/calibrate.hpp"
+#include "tessel/profiles/profile.hpp"
+
+namespace tessel::cli {
+
+// How many rows of each device to simulate: "all", or N calibration rows (and up to N/2
+// held-out rows), evenly spaced in corpus order among the rows of at most
+// kSubsetMaxLayerPasses layer passes per replica (simulation_layer_passes()).
+struct SimulatedRows {
+  // About 20 s of processor time on this project's two-core machine when idle.
+  static constexpr long long kSubsetMaxLayerPasses = 20000;
+  bool all = false;
+  std::size_t calibration_rows = 0;
+  // Parses --simulated-rows: "all" or a positive integer; tessel::Error otherwise.
+  static SimulatedRows parse(const std::string& text);
+};
+
+struct SimulatedCalibration {
+  std::vector<std::size_t> fitted_rows, held_out_rows;  // the simulated ones
+  std::size_t fitted_total = 0, held_out_total = 0;     // of the device
+  long long max_layer_passes = 0;                       // of a simulated row; 0 = any
+  // Per RunSet row, NaN where not simulated: step times before, after, leave-one-out
+  // (fitted rows only), and the processor seconds the row's simulations took.
+  std::vector<double> before_s, after_s, leave_one_out_s, cpu_s;
+  std::size_t simulations = 0;
+  double wall_s_total = 0, cpu_s_total = 0;
+};
+
+// What a simulation's cost grows with, from the plan alone: layers x micro-batches per
+// data-parallel replica. Folding simulates about one node's worth of ranks per pipeline
+// stage, each running its stage's layers once per micro-batch, so the ops simulated are
+// about this times the ops of one layer pass times the node's devices.
+long long simulation_layer_passes(const Plan& plan);
+
+// `rows` of a subset: `count` of `rows` at positions floor(k * n / count), or all of them.
+std::vector<std::size_t> evenly_spaced(const std::vector<std::size_t>& rows, std::size_t count);
+
+// Simulates the chosen rows (at most `jobs` at once, progress on stderr). `base` is the
+// profile before calibration, `calibration` the analytic result for `runs`, `options`
+// the fit's options (the leave-one-out fits are re-run with them for the simulated rows;
+// each must reproduce calibration.leave_one_out_s, else tessel::Error).
+SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::DeviceCalibration& calibration,
+                                          const profiles::Profile& base, const planner::CalibrationOptions& options,
+                                          const SimulatedRows& choice, int jobs);
+
+// The per-row table and the summary lines (MAPE, signed mean, worst).
+void print_simulated_calibration(const planner::RunSet& runs, const planner::DeviceCalibration& calibration,
+                                 const SimulatedCalibration& simulated, std::ostream& out);
+
+// Writes the simulated leave-one-out residuals and their MAPE into the calibrated
+// profile's meta.calibration, beside the analytic ones.
+void add_simulated_band(profiles::Profile& calibrated, const planner::RunSet& runs,
+                        const SimulatedCalibration& simulated);
+
+}  // namespace tessel::cli
