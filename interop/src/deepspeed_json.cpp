@@ -524,6 +524,12 @@ Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
         "not ds_config's; read back as unfused");
     near.train.kernels = Kernels::unfused;
   }
+  if (!near.train.dropout) {
+    notes.push_back(
+        "train.dropout false: dropout is the model code's choice (the Hugging Face config's dropout "
+        "probabilities), not ds_config's; read back as on");
+    near.train.dropout = true;
+  }
   if (near.train.optimizer == Optimizer::lars) {
     notes.push_back(
         "train.optimizer lars: DeepSpeed has no LARS (pass your own to deepspeed.initialize); written "

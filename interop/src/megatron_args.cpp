@@ -198,6 +198,15 @@ void read_train(Reader& r, TrainSpec& train) {
   }
   if (o.take_flag("--use-flash-attn")) train.kernels = Kernels::fused, kernels_from = "--use-flash-attn";
   r.mapped(kernels_from, fmt::format("train.kernels {}", to_string(train.kernels)));
+  {
+    const bool named = o.has("--hidden-dropout") || o.has("--attention-dropout");
+    const std::string from = named ? "--hidden-dropout/--attention-dropout" : "(--hidden-dropout, --attention-dropout default 0.1)";
+    const auto hidden = o.take("--hidden-dropout");
+    const auto attention = o.take("--attention-dropout");
+    train.dropout =
+        detail::dropout_from_probabilities(hidden, attention, "--hidden-dropout", "--attention-dropout", r.context);
+    r.mapped(from, fmt::format("train.dropout {}", train.dropout));
+  }
 }
 
 // ZeRO stage, offload and recompute: how the memory of a step is bought.
@@ -317,8 +326,7 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--override-opt_param-scheduler", "learning-rate schedule"}, {"--weight-decay", "optimizer hyperparameter"},
     {"--start-weight-decay", "optimizer hyperparameter"}, {"--end-weight-decay", "optimizer hyperparameter"},
     {"--adam-", "optimizer hyperparameter"}, {"--sgd-", "optimizer hyperparameter"}, {"--clip-grad", "optimizer hyperparameter"},
-    {"--init-method-", "initialisation"}, {"--hidden-dropout", "dropout (elementwise, not priced)"},
-    {"--attention-dropout", "dropout (elementwise, not priced)"}, {"--loss-scale", "loss scaling"},
+    {"--init-method-", "initialisation"}, {"--loss-scale", "loss scaling"},
     {"--initial-loss-scale", "loss scaling"}, {"--min-loss-scale", "loss scaling"}, {"--hysteresis", "loss scaling"},
     {"--rotary-", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
     {"--norm-epsilon", "numerics"}, {"--layernorm-epsilon", "numerics"}, {"--apply-layernorm-1p", "numerics"},

@@ -111,4 +111,23 @@ Plan place_imported_plan(Plan plan, int launcher_world, const ImportContext& con
   return plan;
 }
 
+namespace {
+double probability_of(const std::optional<std::string>& text, const std::string& name, const ImportContext& context) {
+  if (!text) return 0.1;
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(*text, &used);
+    if (used == text->size() && value >= 0.0 && value <= 1.0) return value;
+  } catch (const std::exception&) {
+  }
+  refuse(context, fmt::format("{}: expected a dropout probability in [0, 1], got '{}'", name, *text));
+}
+}  // namespace
+
+bool dropout_from_probabilities(const std::optional<std::string>& hidden, const std::optional<std::string>& attention,
+                                const std::string& hidden_name, const std::string& attention_name,
+                                const ImportContext& context) {
+  return probability_of(hidden, hidden_name, context) > 0.0 || probability_of(attention, attention_name, context) > 0.0;
+}
+
 }  // namespace tessel::interop::detail

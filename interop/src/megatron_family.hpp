@@ -5,6 +5,7 @@
 // layout on tessel's cluster are written once here.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,14 @@ Plan nearest_megatron_plan(const Plan& plan, bool fsdp_zero, const std::string& 
 // follows the plan, else tp*pp*sp), a global batch of
 // micro_batch x dp when it is 0, then validates. Errors name the source file.
 Plan place_imported_plan(Plan plan, int launcher_world, const ImportContext& context);
+
+// train.dropout from Megatron-Core's two dropout probabilities (hidden and attention,
+// each 0.1 when the file does not set it, as Megatron-LM and NeMo default): dropout runs
+// unless both are zero. `name` is the option or key for messages; a value that is not a
+// probability is refused naming it.
+bool dropout_from_probabilities(const std::optional<std::string>& hidden, const std::optional<std::string>& attention,
+                                const std::string& hidden_name, const std::string& attention_name,
+                                const ImportContext& context);
 
 // "<source>: <what>" as a tessel::Error.
 [[noreturn]] void refuse(const ImportContext& context, const std::string& what);

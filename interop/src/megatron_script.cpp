@@ -63,6 +63,10 @@ std::vector<std::string> training_options(const Plan& plan) {
   if (plan.train.precision == Precision::fp16) add(lines, "--fp16");
   add(lines, "--optimizer adam");
   add(lines, plan.train.kernels == Kernels::fused ? "--attention-backend flash" : "--attention-backend unfused");
+  if (!plan.train.dropout) {
+    add(lines, "--hidden-dropout 0.0");
+    add(lines, "--attention-dropout 0.0");
+  }
   if (p.recompute == Recompute::selective) add(lines, "--recompute-granularity selective");
   if (p.recompute == Recompute::full) {
     add(lines, "--recompute-granularity full");

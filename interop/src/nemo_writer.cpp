@@ -68,6 +68,8 @@ ExportedConfig export_nemo(const Plan& plan) {
   t += fmt::format("  bias: {}\n", yaml_bool(m.bias));
   t += fmt::format("  transformer_engine: {}\n", yaml_bool(nearest.train.kernels == Kernels::fused));
   t += fmt::format("  use_flash_attention: {}\n", yaml_bool(nearest.train.kernels == Kernels::fused));
+  t += fmt::format("  hidden_dropout: {}\n  attention_dropout: {}\n", nearest.train.dropout ? "0.1" : "0.0",
+                   nearest.train.dropout ? "0.1" : "0.0");
   if (nearest.train.precision == Precision::fp8) {
     // Transformer Engine's delayed scaling with its own defaults (core/fp8_model.hpp).
     t += "  fp8: true\n  fp8_hybrid: true\n  fp8_amax_history_len: 1024\n  fp8_amax_compute_algo: max\n";

@@ -29,6 +29,7 @@ class NemoReader {
  public:
   NemoReader(YAML::Node config, const ImportContext& context, ImportedRun& run)
       : config_(std::move(config)), context_(context), run_(run) {}
+  const ImportContext& context() const { return context_; }
 
   [[noreturn]] void refuse_key(const std::string& key, const std::string& why) const {
     refuse(context_, fmt::format("{}: {}", key, why));
@@ -232,6 +233,9 @@ void read_train(NemoReader& r, Plan& plan) {
   plan.train.kernels = flash || transformer_engine ? Kernels::fused : Kernels::unfused;
   r.mapped(flash ? "model.use_flash_attention" : "model.transformer_engine",
            fmt::format("train.kernels {}", to_string(plan.train.kernels)));
+  plan.train.dropout = detail::dropout_from_probabilities(r.text("model.hidden_dropout"), r.text("model.attention_dropout"),
+                                                          "model.hidden_dropout", "model.attention_dropout", r.context());
+  r.mapped("model.hidden_dropout", fmt::format("train.dropout {}", plan.train.dropout));
   if (const auto accumulate = r.integer("trainer.accumulate_grad_batches"); accumulate && *accumulate != 1)
     r.refuse_key("trainer.accumulate_grad_batches", "NeMo accumulates through global_batch_size; must be 1");
 }

@@ -22,6 +22,7 @@
 // - mixed_precision_param applies through FSDP, or through autocast when nothing but
 //   replication is parallel; otherwise torchtitan trains in fp32, and so does the plan.
 // - Attention is scaled_dot_product_attention (flash): train.kernels fused.
+// - Its models have no dropout layers: train.dropout false.
 // Options that do not change the cost of a step (logging, checkpoint files, the learning
 // rate) are listed as ignored; options tessel does not know are refused by name.
 // The writer writes the nearest plan torchtitan can run; what changed is a # comment at
@@ -436,6 +437,8 @@ ImportedRun TorchtitanReader::read() {
   read_activation_checkpoint();
   plan.train.kernels = Kernels::fused;
   mapped("(torchtitan attention)", "scaled_dot_product_attention", "train.kernels fused");
+  plan.train.dropout = false;
+  mapped("(torchtitan models)", "no dropout layers", "train.dropout false");
   try {
     plan.validate();
   } catch (const Error& error) {

@@ -103,6 +103,10 @@ Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) 
         "back as fused");
     near.train.kernels = Kernels::fused;
   }
+  if (near.train.dropout) {
+    notes.push_back("train.dropout true: torchtitan's models train without dropout; read back as false");
+    near.train.dropout = false;
+  }
   if (const TorchtitanFlavor* flavor = torchtitan_flavor_of(near.model)) {
     const int seq_len = near.seq_len();
     near.model = flavor->spec;

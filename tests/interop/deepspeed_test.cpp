@@ -191,7 +191,8 @@ TEST(DeepSpeed, DetectsItsFixtures) {
 
 // A data-parallel plan DeepSpeed expresses whole comes back unchanged.
 TEST(DeepSpeed, RoundTripOfADataParallelPlanIsExact) {
-  const Plan plan = Plan::load(TESSEL_SOURCE_DIR "/examples/local-cpu-gpt-small.json");
+  Plan plan = Plan::load(TESSEL_SOURCE_DIR "/examples/local-cpu-gpt-small.json");
+  plan.train.dropout = true;  // ds_config does not say; the model code's dropout is read as on
   const ExportedConfig exported = export_plan(Engine::deepspeed, plan);
   EXPECT_TRUE(exported.not_expressible.empty());
   EXPECT_EQ(detect_engine("ds_config.json", exported.text), Engine::deepspeed);
@@ -217,8 +218,12 @@ TEST(DeepSpeed, RoundTripOfModelParallelExamplesGivesTheNearestDataParallelPlan)
                                       .zero = plan.parallel.zero,
                                       .recompute = Recompute::full,
                                       .micro_batch = plan.parallel.micro_batch};
+    nearest.train.dropout = true;
     EXPECT_EQ(import_run(Engine::deepspeed, exported.text, context_of(plan)).plan, nearest) << name << exported.text;
-    ASSERT_EQ(exported.not_expressible.size(), 2u) << name;
+    ASSERT_EQ(exported.not_expressible.size(), plan.train.dropout ? 2u : 3u) << name;
+    if (!plan.train.dropout) {
+      EXPECT_EQ(exported.not_expressible[2].rfind("train.dropout false", 0), 0u);
+    }
     EXPECT_NE(exported.not_expressible[0].find("parallel.tp"), std::string::npos);
     EXPECT_NE(exported.not_expressible[1].find("parallel.recompute selective"), std::string::npos);
     EXPECT_NE(exported.text.find("\"tessel_note\""), std::string::npos);
@@ -234,10 +239,12 @@ TEST(DeepSpeed, ChunkedOffloadAndFusedKernelsAreWrittenAsTheNearestAndNoted) {
   plan.train.kernels = Kernels::fused;
   plan.validate();
   const ExportedConfig exported = export_plan(Engine::deepspeed, plan);
-  ASSERT_EQ(exported.not_expressible.size(), 2u) << exported.text;
+  ASSERT_EQ(exported.not_expressible.size(), 3u) << exported.text;
   EXPECT_EQ(exported.not_expressible[0].rfind("parallel.offload chunked 0.50", 0), 0u);
   EXPECT_EQ(exported.not_expressible[1].rfind("train.kernels fused", 0), 0u);
+  EXPECT_EQ(exported.not_expressible[2].rfind("train.dropout false", 0), 0u);
   Plan nearest = plan;
+  nearest.train.dropout = true;
   nearest.parallel.offload = OffloadMode::optimizer;
   nearest.parallel.offload_device_fraction = 1.0;
   nearest.train.kernels = Kernels::unfused;

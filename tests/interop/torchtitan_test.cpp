@@ -55,7 +55,8 @@ TEST(Torchtitan, Llama3EightBPresetReadsAsFsdpOverSixtyFourGpus) {
                              .precision = Precision::bf16,
                              .gradient_precision = std::nullopt,
                              .optimizer = Optimizer::adamw,
-                             .kernels = Kernels::fused};
+                             .kernels = Kernels::fused,
+                             .dropout = false};
   expected.parallel = ParallelConfig{.dp = 64, .zero = 3, .recompute = Recompute::selective, .micro_batch = 1};
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
   for (const char* line :
@@ -78,7 +79,8 @@ TEST(Torchtitan, Llama3SeventyBPresetReadsAsTensorParallelWithFsdp) {
                              .precision = Precision::bf16,
                              .gradient_precision = std::nullopt,
                              .optimizer = Optimizer::adamw,
-                             .kernels = Kernels::fused};
+                             .kernels = Kernels::fused,
+                             .dropout = false};
   expected.parallel = ParallelConfig{
       .dp = 8, .tp = 8, .tp_sequence_parallel = true, .zero = 3, .recompute = Recompute::full, .micro_batch = 8};
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
@@ -203,7 +205,8 @@ TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
   const Case cases[] = {
       {"gpt3-13b-dgx-h100.json",
        [](Plan& p) { p.parallel.zero = 2; },
-       {"parallel.zero 1: FSDP has no optimizer-only sharding", "train.kernels unfused", "model gpt3-13b"}},
+       {"parallel.zero 1: FSDP has no optimizer-only sharding", "train.kernels unfused", "train.dropout true",
+        "model gpt3-13b"}},
       {"local-cpu-gpt-pp-tp.json",
        [](Plan& p) {
          p.parallel.zero = 0;
@@ -218,6 +221,7 @@ TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
     const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
     Plan nearest = plan;
     nearest.train.kernels = Kernels::fused;
+    nearest.train.dropout = false;
     c.nearest(nearest);
     EXPECT_EQ(import_run(Engine::torchtitan, exported.text, context_of(plan)).plan, nearest) << c.file << "\n"
                                                                                              << exported.text;
