@@ -121,6 +121,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(AgreementCase{"DataParallelFullRecompute", 2, 32, R"({"dp": 16, "recompute": "full"})"},
                       AgreementCase{"Tensor1DSequenceParallel", 2, 32, R"({"dp": 2, "tp": 8, "tp_sequence_parallel": true})"},
                       AgreementCase{"Zero3SelectiveRecompute", 2, 32, R"({"dp": 16, "zero": 3, "recompute": "selective"})"}),
+    [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
 
 // A calibrated per-layer overhead (profiles/calibration.hpp) reaches the simulator as the
 // planner prices it: once per layer forward, twice per backward, once per full-recompute
