@@ -91,14 +91,14 @@ DEVICES = [
             "name": "local-cpu", "kind": "cpu",
             "peak_flops_per_s": {"fp32": 147.2e9, "tf32": 147.2e9, "bf16": 147.2e9, "fp16": 147.2e9},
             "memory_bytes": 25769803776, "memory_bandwidth_bytes_per_s": 10e9,
-            "memory_efficiency": 0.8, "workspace_bytes": 183500800, "cores": 2,
+            "memory_efficiency": 0.8, "workspace_bytes": 177209344, "cores": 2,
             "sources": {
                 "cores": "the development and CI machines have 2 cores; more ranks than that take turns on them (replaced by tessel profile --backend cpu)",
                 "peak_flops_per_s": "estimate for one rank (one core) of the development machine: 2.3 GHz x 64 fp32 FLOP/cycle (two 512-bit FMA ports); CPU kernels compute in fp32 whatever the storage precision",
                 "memory_bytes": "the development and CI machines have 24 GiB",
                 "memory_bandwidth_bytes_per_s": "assumed: 10 GB/s",
                 "memory_efficiency": "assumed",
-                "workspace_bytes": ("measured: the process's peak resident set less the trainer's model states and activations, per rank, of tessel run --steps 3 on examples/local-cpu-gpt-small, -gpt-pp-tp and -llama-tiny (tessel compare): 174-211 MiB, median 175 MiB; the runtime (MPI, libraries, data loader) is 168-180 MiB of it, the trainer's temporary buffers 6-31 MiB"),
+                "workspace_bytes": ("measured: the runtime beyond the trainer's tensors (MPI, libraries, data loader): the process's peak resident set less the trainer's peak tensor bytes, per rank, of tessel run --steps 2 on the 16 plans of examples/cpu-suite and examples/local-cpu-* (scripts/memory-table.sh, tessel compare): 166-190 MiB, median 169 MiB (the offload plan's pinned host state, 266, apart); the trainer's temporaries are predicted apart (planner/src/trainer_temporaries.cpp)"),
                 "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py; replaced by tessel profile --backend cpu",
             },
         },
@@ -131,7 +131,7 @@ MEASURED_EXPERIENCE = {
         {"bucket": "20B to 100B", "best_mfu": 0.4645239539114615,
          "run": "megatron-lm-readme-h100-r4-gpt-32b", "runs": 18},
         {"bucket": "100B and over", "best_mfu": 0.4794825146553467,
-         "run": "megatron-lm-readme-h100-r8-gpt-314b", "runs": 7},
+         "run": "megatron-lm-readme-h100-r8-gpt-314b", "runs": 4},
     ],
 }
 
