@@ -12,7 +12,12 @@ namespace {
 constexpr double kRmsNormEpsilon = 1e-5;  // tessel's (layout_impl.hpp's kNormEps)
 constexpr double kRopeTheta = 10000.0;    // tessel's (attention_core.cpp's kRopeTheta)
 
-const std::vector<HfNameRule>& llama_rules() {
+bool ends_with(const std::string& name, const std::string& tail) {
+  return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
+}  // namespace
+
+const std::vector<HfNameRule>& llama_name_rules() {
   static const std::vector<HfNameRule> kRules{
       {"wte", "model.embed_tokens.weight"},
       {"ln1.gain", "model.layers.{}.input_layernorm.weight"},
@@ -29,17 +34,12 @@ const std::vector<HfNameRule>& llama_rules() {
   return kRules;
 }
 
-bool ends_with(const std::string& name, const std::string& tail) {
-  return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-}
-}  // namespace
-
 bool is_llama_shaped(const ModelSpec& m) {
   return m.activation == Activation::swiglu && m.norm == Norm::rmsnorm &&
          m.position_embedding == PositionEmbedding::rope && !m.tied_embeddings && !m.bias;
 }
 
-std::vector<HfTensor> llama_tensors(const ModelSpec& model) { return hf_tensors_by_rules(model, llama_rules()); }
+std::vector<HfTensor> llama_tensors(const ModelSpec& model) { return hf_tensors_by_rules(model, llama_name_rules()); }
 
 Json llama_config(const ModelSpec& m) {
   // tessel trains without dropout; attention_dropout 0 keeps transformers' train mode equal.

@@ -11,17 +11,16 @@ namespace tessel::executor {
 
 namespace {
 std::vector<HfNameRule> mixtral_rules(const ModelSpec& model) {
-  std::vector<HfNameRule> rules{
-      {"wte", "model.embed_tokens.weight"},
-      {"ln1.gain", "model.layers.{}.input_layernorm.weight"},
-      {"attn.qkv.weight", "model.layers.{}.self_attn.q_proj.weight", HfColumns::q, true},
-      {"attn.qkv.weight", "model.layers.{}.self_attn.k_proj.weight", HfColumns::k, true},
-      {"attn.qkv.weight", "model.layers.{}.self_attn.v_proj.weight", HfColumns::v, true},
-      {"attn.proj.weight", "model.layers.{}.self_attn.o_proj.weight", HfColumns::all, true},
-      {"ln2.gain", "model.layers.{}.post_attention_layernorm.weight"},
-      {"moe.router.weight", "model.layers.{}.block_sparse_moe.gate.weight", HfColumns::all, true},
-      {"lnf.gain", "model.norm.weight"},
-      {"lm_head", "lm_head.weight"}};
+  // LLaMA's table less the dense MLP, the router after the second norm (so the rules keep
+  // whole_model_tensors order), then one rule per expert tensor.
+  std::vector<HfNameRule> rules;
+  for (const HfNameRule& rule : llama_name_rules()) {
+    if (rule.tessel_role.starts_with("mlp.")) continue;
+    rules.push_back(rule);
+    if (rule.tessel_role == "ln2.gain") {
+      rules.push_back({"moe.router.weight", "model.layers.{}.block_sparse_moe.gate.weight", HfColumns::all, true});
+    }
+  }
   for (int e = 0; e < model.moe.experts; ++e) {
     // "{{}}" keeps the layer's placeholder for hf_tensors_by_rules.
     const std::string expert = fmt::format("model.layers.{{}}.block_sparse_moe.experts.{}.", e);

@@ -30,6 +30,10 @@ bool is_llama_shaped(const ModelSpec& model);
 // Every Hugging Face tensor of `model`, in whole_model_tensors order (q, k, v and gate,
 // up as consecutive parts).
 std::vector<HfTensor> llama_tensors(const ModelSpec& model);
+
+// LLaMA's name rules (hf_tensor_map.hpp): embedding, attention, norms, dense SwiGLU MLP
+// ("mlp.*" roles) and head. Mixtral's table is this one less the MLP plus its experts.
+const std::vector<HfNameRule>& llama_name_rules();
 // The config.json of LlamaForCausalLM for `model`.
 Json llama_config(const ModelSpec& model);
 
