@@ -214,7 +214,7 @@ int run_calibrate(const CalibrateArgs& args) {
     }
     profiles::Profile profile = planner::calibrated_profile(base, set, c, inputs);
     if (args.simulated) {
-      const SimulatedCalibration simulated = simulate_calibration(set, c, base, options, simulated_rows,
+      const SimulatedCalibration simulated = simulate_calibration(set, c, base, simulated_rows,
                                                                   int(std::max(1u, std::thread::hardware_concurrency())));
       print_simulated_calibration(set, c, simulated, std::cout);
       add_simulated_band(profile, set, simulated);

@@ -1,9 +1,7 @@
-// The simulator's side of a calibration (calibrate_simulated.hpp). The leave-one-out
-// fits are re-run here for the simulated rows rather than kept by the planner's
-// calibrate_runs(): that keeps the planner's fit untouched and costs one analytic fit per
-// simulated row (milliseconds to a tenth of a second), nothing beside a simulation; a
-// check that each refit predicts its row exactly as calibrate_runs() did keeps the two
-// from drifting apart. Every simulation of a device runs in one batch of forked
+// The simulator's side of a calibration (calibrate_simulated.hpp). Each simulated row's
+// leave-one-out step is simulated with the parameters calibrate_runs() fitted without
+// that row (DeviceCalibration::leave_one_out_calibration), so the analytic and the
+// simulated leave-one-out come from the same fits and nothing is fitted twice. Every simulation of a device runs in one batch of forked
 // children (simulate_forked.hpp), so the rows' order, not the children's, fixes every sum.
 #include "calibrate_simulated.hpp"
 
@@ -102,8 +100,7 @@ std::vector<std::size_t> evenly_spaced(const std::vector<std::size_t>& rows, std
 }
 
 SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::DeviceCalibration& calibration,
-                                          const profiles::Profile& base, const planner::CalibrationOptions& options,
-                                          const SimulatedRows& choice, int jobs) {
+                                          const profiles::Profile& base, const SimulatedRows& choice, int jobs) {
   const auto started = std::chrono::steady_clock::now();
   SimulatedCalibration out;
   out.fitted_total = calibration.fitted_rows.size();
@@ -136,21 +133,9 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
     planned.push_back(Planned{row, purpose});
   };
   for (std::size_t row : out.fitted_rows) {
-    std::vector<std::size_t> others;
-    for (std::size_t other : calibration.fitted_rows) {
-      if (other != row) others.push_back(other);
-    }
-    const planner::CalibrationFit fit = planner::fit_calibration(runs, others, options);
-    const double analytic_s = runs.predict(fit.calibration, {row})[row];
-    if (analytic_s != calibration.leave_one_out_s[row]) {
-      throw Error(fmt::format(
-          "calibrate --simulated: the leave-one-out refit of run {} predicts {} s, calibrate_runs() {} s "
-          "(cli/src/calibrate_simulated.cpp must fit as planner/src/calibrate.cpp does)",
-          runs.run(row).id, analytic_s, calibration.leave_one_out_s[row]));
-    }
     add(row, Purpose::before, before);
     add(row, Purpose::after, after);
-    add(row, Purpose::leave_one_out, with_calibration(base, fit.calibration));
+    add(row, Purpose::leave_one_out, with_calibration(base, calibration.leave_one_out_calibration[row]));
   }
   for (std::size_t row : out.held_out_rows) {
     add(row, Purpose::before, before);

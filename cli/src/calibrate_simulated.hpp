@@ -54,12 +54,10 @@ long long simulation_layer_passes(const Plan& plan);
 std::vector<std::size_t> evenly_spaced(const std::vector<std::size_t>& rows, std::size_t count);
 
 // Simulates the chosen rows (at most `jobs` at once, progress on stderr). `base` is the
-// profile before calibration, `calibration` the analytic result for `runs`, `options`
-// the fit's options (the leave-one-out fits are re-run with them for the simulated rows;
-// each must reproduce calibration.leave_one_out_s, else tessel::Error).
+// profile before calibration, `calibration` the analytic result for `runs` (its
+// leave-one-out parameters price each simulated row's leave-one-out step).
 SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::DeviceCalibration& calibration,
-                                          const profiles::Profile& base, const planner::CalibrationOptions& options,
-                                          const SimulatedRows& choice, int jobs);
+                                          const profiles::Profile& base, const SimulatedRows& choice, int jobs);
 
 // The per-row table and the summary lines (MAPE, signed mean, worst).
 void print_simulated_calibration(const planner::RunSet& runs, const planner::DeviceCalibration& calibration,

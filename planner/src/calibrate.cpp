@@ -284,6 +284,7 @@ DeviceCalibration calibrate_runs(RunSet& runs, const CalibrationOptions& options
   out.evaluations = out.fit.evaluations;
   out.after_s = runs.predict(out.fit.calibration, every);
   out.leave_one_out_s.assign(runs.size(), std::numeric_limits<double>::quiet_NaN());
+  out.leave_one_out_calibration.assign(runs.size(), Calibration{});
   for (std::size_t left_out : out.fitted_rows) {
     std::vector<std::size_t> rows;
     for (std::size_t row : out.fitted_rows) {
@@ -292,6 +293,7 @@ DeviceCalibration calibrate_runs(RunSet& runs, const CalibrationOptions& options
     const CalibrationFit fit = fit_calibration(runs, rows, options);
     out.evaluations += fit.evaluations;
     out.leave_one_out_s[left_out] = runs.predict(fit.calibration, {left_out})[left_out];
+    out.leave_one_out_calibration[left_out] = fit.calibration;
   }
   return out;
 }

@@ -99,6 +99,9 @@ struct DeviceCalibration {
   std::vector<std::size_t> held_out_rows;
   std::vector<double> before_s, after_s;  // every row: defaults, fitted
   std::vector<double> leave_one_out_s;    // fitted rows: by a fit without that row; NaN else
+  // Fitted rows: the parameters of the fit without that row (what leave_one_out_s priced
+  // with; the simulator's leave-one-out replays them); defaults for the other rows.
+  std::vector<profiles::Calibration> leave_one_out_calibration;
   int evaluations = 0;                    // all fits together
 };
 
