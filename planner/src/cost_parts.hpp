@@ -69,6 +69,14 @@ struct CostModel::Groups {
 struct CostModel::Prices {
   double gemm_s = 0, attention_s = 0, backward_attention_s = 0, memory_s = 0, backward_memory_s = 0, selective_s = 0;
   CommTally tp, sp, tp_backward, sp_backward, ep, ep_backward;
+  // tp_comm_overlap: the collectives pipelined with a GEMM (BlockOp::tp_overlap_gemm),
+  // whose time stays out of the tallies above (their bytes and messages stay in) and is
+  // priced with their GEMM's in finish() (cost_tp_overlap.cpp).
+  struct OverlapPair {
+    double comm_forward_s = 0, comm_backward_s = 0, gemm_forward_s = 0, gemm_backward_s = 0;
+    std::string_view gemm;
+  };
+  std::vector<OverlapPair> overlap;
 };
 
 // Stage packings by (pp, tp, tp mode, tp depth, gradient group, stage): computed once
