@@ -31,7 +31,7 @@ CostModel::Groups CostModel::group_placements(const ParallelConfig& p) const {
 
 CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups) const {
   Prices out{0, 0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
-             CommTally{costs_}, CommTally{costs_}, CommTally{costs_}};
+             CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, {}};
   for (const BlockOp& op : ops) {
     switch (op.kind) {
       case OpKind::gemm:
