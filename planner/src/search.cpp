@@ -34,6 +34,7 @@ struct OuterItem {
   int depth;
   bool sequence_parallel;
   int ep = 1;
+  bool tp_comm_overlap = false;
 };
 
 // `experts` > 0 (an MoE model): every expert-parallel degree that divides dp and the
@@ -45,7 +46,13 @@ std::vector<OuterItem> outer_items(int world, int experts) {
     auto add = [&](TpMode mode, int depth) {
       for (int ep : experts > 0 ? divisors(std::gcd(dp, experts)) : std::vector<int>{1}) {
         items.push_back({dp, pp, tp, sp, mode, depth, false, ep});
-        if (mode == TpMode::d1 && tp > 1) items.push_back({dp, pp, tp, sp, mode, depth, true, ep});
+        if (mode == TpMode::d1 && tp > 1) {
+          // Sequence parallel, and with it Megatron's overlap of its collectives: a choice,
+          // since the overlapped GEMMs run slower (profiles/tp_overlap.hpp) and small
+          // transfers do not repay that.
+          items.push_back({dp, pp, tp, sp, mode, depth, true, ep});
+          items.push_back({dp, pp, tp, sp, mode, depth, true, ep, true});
+        }
       }
     };
     add(TpMode::d1, 1);
@@ -147,6 +154,7 @@ class ItemSearch {
     p.tp_mode = item.mode;
     p.tp_depth = item.depth;
     p.tp_sequence_parallel = item.sequence_parallel;
+    p.tp_comm_overlap = item.tp_comm_overlap;
     p.ep = item.ep;
     const int global_batch = model_.train().global_batch;
     const std::int64_t inner = std::int64_t(zero_max(item) + 1) * std::int64_t(offloads_.size()) * schedules(item);
