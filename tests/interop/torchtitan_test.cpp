@@ -101,8 +101,6 @@ TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
   const std::pair<std::string, std::string> cases[] = {
       {"[parallelism]\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 32\n",
        "parallelism.data_parallel_replicate_degree: replicating and sharding together (HSDP)"},
-      {"[parallelism]\ntensor_parallel_degree = 8\nenable_async_tensor_parallel = true\n",
-       "parallelism.enable_async_tensor_parallel"},
       {"[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"ZBVZeroBubble\"\n",
        "parallelism.pipeline_parallel_schedule: 'ZBVZeroBubble' is not modelled"},
       {"[parallelism]\nexpert_parallel_degree = 8\n", "parallelism.expert_parallel_degree: mixture of experts"},
