@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/error.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/trainer.hpp"
 
