@@ -31,7 +31,7 @@ CostModel::Groups CostModel::group_placements(const ParallelConfig& p) const {
 
 CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups) const {
   Prices out{0, 0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
-             CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, {}};
+             CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, {}, 0};
   for (const BlockOp& op : ops) {
     switch (op.kind) {
       case OpKind::gemm:
@@ -67,8 +67,10 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
         const bool ring = op.group == CommGroup::sp_ring;
         CommTally::Call call = out.tp.price(op.collective, groups.of(op.group), op.bytes, op.algorithm);
         if (!op.tp_overlap_gemm.empty()) {
-          out.overlap.push_back({op.forward ? op.count * call.time_s : 0.0, op.count * op.backward * call.time_s, 0.0,
-                                 0.0, op.tp_overlap_gemm});
+          if (std::size_t(out.overlap_pairs) == out.overlap.size()) throw Error("cost model: too many overlapped pairs");
+          out.overlap[std::size_t(out.overlap_pairs++)] = {op.forward ? op.count * call.time_s : 0.0,
+                                                           op.count * op.backward * call.time_s, 0.0, 0.0,
+                                                           op.tp_overlap_gemm};
           call.time_s = 0;  // priced beside its GEMM in finish()
         }
         if (op.forward) (ring ? out.sp : out.tp).add(call, op.count);
@@ -83,7 +85,8 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
   }
   // Each overlapped collective's GEMM, forward and backward (dense linears only: the
   // partners tp_comm_overlap names carry no expert load).
-  for (Prices::OverlapPair& pair : out.overlap) {
+  for (int i = 0; i < out.overlap_pairs; ++i) {
+    Prices::OverlapPair& pair = out.overlap[std::size_t(i)];
     for (const BlockOp& op : ops) {
       if (op.kind != OpKind::gemm || op.name != pair.gemm) continue;
       pair.gemm_forward_s = op.count * costs_.gemm_time_s(op.m, op.n, op.k, op.precision);
@@ -157,7 +160,8 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   // tp_comm_overlap: each overlapped pair, with the blocks of the stage that run it.
   auto keep_pairs = [&](const Prices& x, double occurrences) {
     if (occurrences <= 0) return;
-    for (const Prices::OverlapPair& pair : x.overlap) {
+    for (int i = 0; i < x.overlap_pairs; ++i) {
+      const Prices::OverlapPair& pair = x.overlap[std::size_t(i)];
       if (std::size_t(c.tp_overlap_pairs) == c.tp_overlap.size()) throw Error("cost model: too many overlapped pairs");
       c.tp_overlap[std::size_t(c.tp_overlap_pairs++)] = {pair.comm_forward_s, pair.comm_backward_s,
                                                          pair.gemm_forward_s, pair.gemm_backward_s, occurrences};

@@ -2,6 +2,7 @@
 // parts a layout's cost is built from.
 #pragma once
 
+#include <array>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -76,7 +77,10 @@ struct CostModel::Prices {
     double comm_forward_s = 0, comm_backward_s = 0, gemm_forward_s = 0, gemm_backward_s = 0;
     std::string_view gemm;
   };
-  std::vector<OverlapPair> overlap;
+  // At most 4 per block (before qkv and fc1, after proj and fc2): fixed, so that pricing
+  // a layout allocates nothing for them.
+  std::array<OverlapPair, 4> overlap{};
+  int overlap_pairs = 0;
 };
 
 // Stage packings by (pp, tp, tp mode, tp depth, gradient group, stage): computed once
