@@ -40,7 +40,9 @@ struct OuterItem {
 // `experts` > 0 (an MoE model): every expert-parallel degree that divides dp and the
 // expert count, each its own item; MoE blocks are modelled with 1D tensor parallelism,
 // so the grid modes are left to check_layout to count as rejected.
-std::vector<OuterItem> outer_items(int world, int experts) {
+// `tp_overlap_ranks`: the largest tensor-parallel group whose collectives the search may
+// overlap with its GEMMs (one node's GPUs).
+std::vector<OuterItem> outer_items(int world, int experts, int tp_overlap_ranks) {
   std::vector<OuterItem> items;
   for (auto [dp, pp, tp, sp] : factorisations(world)) {
     auto add = [&](TpMode mode, int depth) {
@@ -49,9 +51,11 @@ std::vector<OuterItem> outer_items(int world, int experts) {
         if (mode == TpMode::d1 && tp > 1) {
           // Sequence parallel, and with it Megatron's overlap of its collectives: a choice,
           // since the overlapped GEMMs run slower (profiles/tp_overlap.hpp) and small
-          // transfers do not repay that.
+          // transfers do not repay that. Offered for tensor groups inside one node only:
+          // every overlapped run the corpus measured is, and the search does not
+          // recommend what nobody measured (a plan file may still state it).
           items.push_back({dp, pp, tp, sp, mode, depth, true, ep});
-          items.push_back({dp, pp, tp, sp, mode, depth, true, ep, true});
+          if (tp <= tp_overlap_ranks) items.push_back({dp, pp, tp, sp, mode, depth, true, ep, true});
         }
       }
     };
@@ -271,7 +275,7 @@ class ProgressMonitor {
 SearchResult search(const CostModel& model, const SearchOptions& options) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const std::vector<OuterItem> items = outer_items(model.gpus(), model.model().moe.experts);
+  const std::vector<OuterItem> items = outer_items(model.gpus(), model.model().moe.experts, model.gpus() / model.nodes());
   const std::vector<int> batch_divisors = divisors(model.train().global_batch);
   std::vector<std::pair<OffloadMode, double>> offloads{{OffloadMode::none, 1.0}, {OffloadMode::optimizer, 1.0}};
   for (double fraction : options.chunked_device_fractions) offloads.emplace_back(OffloadMode::chunked, fraction);

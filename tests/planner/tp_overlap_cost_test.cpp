@@ -112,7 +112,8 @@ TEST(TpOverlapCost, TheCorpusReaderReadsItAndTheCachedBasisPricesItExactly) {
   for (std::size_t i = 0; i < runs.size(); ++i) EXPECT_NEAR(fast[i], direct[i], 1e-9 * direct[i]) << runs.run(i).id;
 }
 
-// Every sequence-parallel layout is priced once each way, and the choice goes both ways:
+// Every sequence-parallel layout whose tensor group fits in one node is priced once each
+// way (wider ones without overlap only), and the choice goes both ways:
 // overlap wins where the transfers are large beside the GEMMs, loses where the GEMMs'
 // slowdown costs more than the transfers it hides.
 TEST(TpOverlapCost, TheSearchPricesOverlapAsAChoiceOfItsOwn) {
@@ -125,8 +126,11 @@ TEST(TpOverlapCost, TheSearchPricesOverlapAsAChoiceOfItsOwn) {
   std::map<std::string, std::pair<double, double>> by_layout;  // without overlap: (with, without)
   options.on_plan = [&](const Estimate& e) {
     const ParallelConfig& p = e.parallel;
-    if (p.tp_comm_overlap && !(p.tp > 1 && p.tp_mode == TpMode::d1 && p.tp_sequence_parallel)) ++elsewhere;
-    if (!p.tp_sequence_parallel) return;
+    const bool in_one_node = p.tp <= plan.cluster.gpus_per_node;
+    if (p.tp_comm_overlap && !(p.tp > 1 && p.tp_mode == TpMode::d1 && p.tp_sequence_parallel && in_one_node)) {
+      ++elsewhere;
+    }
+    if (!p.tp_sequence_parallel || !in_one_node) return;
     ParallelConfig key = p;
     key.tp_comm_overlap = false;
     auto& times = by_layout.try_emplace(key.summary(), -1.0, -1.0).first->second;
