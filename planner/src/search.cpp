@@ -41,7 +41,8 @@ struct OuterItem {
 // expert count, each its own item; MoE blocks are modelled with 1D tensor parallelism,
 // so the grid modes are left to check_layout to count as rejected.
 // `tp_overlap_ranks`: the largest tensor-parallel group whose collectives the search may
-// overlap with its GEMMs (one node's GPUs).
+// overlap with its GEMMs (one node's GPUs; 1 on CPU ranks, whose MPI collectives have no
+// userbuffers and whose executor refuses the option).
 std::vector<OuterItem> outer_items(int world, int experts, int tp_overlap_ranks) {
   std::vector<OuterItem> items;
   for (auto [dp, pp, tp, sp] : factorisations(world)) {
@@ -275,7 +276,8 @@ class ProgressMonitor {
 SearchResult search(const CostModel& model, const SearchOptions& options) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const std::vector<OuterItem> items = outer_items(model.gpus(), model.model().moe.experts, model.gpus() / model.nodes());
+  const std::vector<OuterItem> items = outer_items(model.gpus(), model.model().moe.experts,
+                                                   model.costs().device().kind == "gpu" ? model.gpus() / model.nodes() : 1);
   const std::vector<int> batch_divisors = divisors(model.train().global_batch);
   std::vector<std::pair<OffloadMode, double>> offloads{{OffloadMode::none, 1.0}, {OffloadMode::optimizer, 1.0}};
   for (double fraction : options.chunked_device_fractions) offloads.emplace_back(OffloadMode::chunked, fraction);

@@ -49,7 +49,8 @@ BruteForce enumerate_by_hand(const CostModel& model) {
               // 0: no sequence parallel; 1: sequence parallel; 2: and tp_comm_overlap.
               const bool sequence_parallel = overlap_choice >= 1, tp_comm_overlap = overlap_choice == 2;
               if (sequence_parallel && (mode != TpMode::d1 || tp == 1)) continue;
-              if (tp_comm_overlap && tp > world / model.nodes()) continue;  // one node's tensor groups only
+              // One node's tensor groups only, on GPUs only.
+              if (tp_comm_overlap && (tp > world / model.nodes() || model.costs().device().kind != "gpu")) continue;
               for (int mb = 1; mb * dp <= batch; ++mb) {
                 if (batch % mb != 0) continue;
                 for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})

@@ -149,3 +149,21 @@ TEST(TpOverlapCost, TheSearchPricesOverlapAsAChoiceOfItsOwn) {
   EXPECT_GT(wins, 0);
   EXPECT_GT(losses, 0);
 }
+
+// CPU ranks have no userbuffers (and the executor refuses the option): the search never
+// offers the overlap there, though it offers sequence parallelism.
+TEST(TpOverlapCost, TheSearchOffersNoOverlapOnCpuRanks) {
+  const Plan plan = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/local-cpu-gpt-pp-tp.json");
+  const CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
+                        profiles::shipped_profile(plan.cluster.device));
+  SearchOptions options;
+  options.threads = 1;
+  std::int64_t overlapped = 0, sequence_parallel = 0;
+  options.on_plan = [&](const Estimate& e) {
+    overlapped += e.parallel.tp_comm_overlap ? 1 : 0;
+    sequence_parallel += e.parallel.tp_sequence_parallel ? 1 : 0;
+  };
+  search(model, options);
+  EXPECT_GT(sequence_parallel, 0);
+  EXPECT_EQ(overlapped, 0);
+}
