@@ -17,11 +17,13 @@ struct OverlapCase {
   const char* name;
   const char* parallel;
   double efficiency, slowdown;  // calibration; < 0: the datasheet defaults
+  const char* precision = "bf16";  // fp8: a cast sits between each gather and its GEMM
 };
 
-Plan overlap_plan(const std::string& parallel) {
+Plan overlap_plan(const std::string& parallel, const std::string& precision) {
   Plan plan = Plan::from_json(Json::parse(R"({"model": {"name": "uniform", "layers": 8, "hidden": 2048, "heads": 16,
-      "vocab": 512, "seq_len": 2048}, "cluster": "dgx-h100", "nodes": 2, "train": {"global_batch": 32},
+      "vocab": 512, "seq_len": 2048}, "cluster": "dgx-h100", "nodes": 2, "train": {"global_batch": 32,
+      "precision": ")" + precision + R"("},
       "parallel": )" + parallel + "}"),
                               "");
   plan.validate();
@@ -33,7 +35,7 @@ class TpOverlapAgreement : public ::testing::TestWithParam<OverlapCase> {};
 
 TEST_P(TpOverlapAgreement, SimulatedStepEqualsTheAnalyticEstimateWithin2Percent) {
   const OverlapCase& c = GetParam();
-  const Plan plan = overlap_plan(c.parallel);
+  const Plan plan = overlap_plan(c.parallel, c.precision);
   ASSERT_TRUE(plan.parallel.tp_comm_overlap);
   profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
   if (c.efficiency >= 0) {
@@ -65,5 +67,7 @@ INSTANTIATE_TEST_SUITE_P(
                     R"({"dp": 2, "pp": 2, "tp": 4, "tp_sequence_parallel": true, "tp_comm_overlap": true, "recompute": "full"})",
                     -1, -1},
         OverlapCase{"Tensor8Calibrated", R"({"dp": 2, "tp": 8, "tp_sequence_parallel": true, "tp_comm_overlap": true})",
-                    0.5, 0.3}),
+                    0.5, 0.3},
+        OverlapCase{"Tensor8Fp8", R"({"dp": 2, "tp": 8, "tp_sequence_parallel": true, "tp_comm_overlap": true})", -1, -1,
+                    "fp8"}),
     [](const ::testing::TestParamInfo<OverlapCase>& info) { return std::string(info.param.name); });
