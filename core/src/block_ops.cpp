@@ -101,6 +101,12 @@ class TableBuilder {
   }
 
   BlockOpTable build() {
+    // Room for the longest lists (a 3D or fp8 block, an MoE block) up front: the search
+    // builds a table per layout, and growing the lists op by op reallocated them several
+    // times (tessel_bench_planner's BM_EstimateOnePlan: 0.75 us without, 0.60 us with).
+    t_.block.reserve(40);
+    t_.head.reserve(8);
+    t_.embedding.reserve(4);
     t_.tokens = T_;
     // 1D without sequence parallel holds the whole activation on every tensor rank and
     // sends it whole; every other layout sends its own partition (3D: a rank's pieces).
