@@ -257,7 +257,7 @@ Command add_calibrate_command(CLI::App& app) {
                   "Parameters to fit, or all (the default): gemm_efficiency_scale, "
                   "memory_efficiency_scale, attention_efficiency_scale, "
                   "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s, "
-                  "collective_call_overhead_s, collective_contention")
+                  "collective_call_overhead_s, collective_contention, tp_overlap_efficiency, tp_overlap_gemm_slowdown")
       ->delimiter(',');
   cmd->add_option("--max-evaluations", args->max_evaluations, "Cost-model evaluations per fit (default 400)");
   cmd->add_flag("--simulated", args->simulated,

@@ -97,7 +97,7 @@ std::string tp_cell(const ParallelConfig& p) {
   if (p.tp == 1) return "1";
   std::string cell = fmt::format("{} {}", p.tp, to_string(p.tp_mode));
   if (p.tp_mode == TpMode::d2_5) cell += fmt::format(" d{}", p.tp_depth);
-  if (p.tp_sequence_parallel) cell += "+sp";
+  cell += std::string(p.tp_sequence_parallel ? "+sp" : "") + (p.tp_comm_overlap ? "+ov" : "");
   return cell;
 }
 

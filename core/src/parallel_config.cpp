@@ -37,6 +37,7 @@ ParallelConfig ParallelConfig::from_json(const Json& json, const std::string& pa
   p.tp_mode = *enum_from_string<TpMode>(f.choice_or("tp_mode", {"1d", "2d", "2.5d", "3d"}, "1d"));
   p.tp_depth = int(f.positive_int_or("tp_depth", 1, limits::kMaxGpus));
   p.tp_sequence_parallel = f.boolean_or("tp_sequence_parallel", false);
+  p.tp_comm_overlap = f.boolean_or("tp_comm_overlap", false);
   p.sp = int(f.positive_int_or("sp", 1, limits::kMaxGpus));
   p.ep = int(f.positive_int_or("ep", 1, limits::kMaxGpus));
   // Each axis fits; their product (the world size, an int) must too.
@@ -87,8 +88,10 @@ Json ParallelConfig::to_json() const {
               {"micro_batch", micro_batch},
               {"schedule", to_string(schedule)},
               {"virtual_stages", virtual_stages}};
-  // Only an MoE plan names ep: dense plans keep the JSON they always had.
+  // Only an MoE plan names ep, only an overlapped one tp_comm_overlap: other plans keep
+  // the JSON they always had.
   if (ep != 1) json["ep"] = ep;
+  if (tp_comm_overlap) json["tp_comm_overlap"] = true;
   return json;
 }
 
@@ -98,6 +101,7 @@ std::string ParallelConfig::summary() const {
     tp_text += fmt::format("({}", to_string(tp_mode));
     if (tp_mode == TpMode::d2_5) tp_text += fmt::format(" d{}", tp_depth);
     if (tp_sequence_parallel) tp_text += "+sp";
+    if (tp_comm_overlap) tp_text += "+ov";
     tp_text += ")";
   }
   std::string offload_text(to_string(offload));

@@ -51,12 +51,17 @@ TensorSplit tensor_split(const ParallelConfig& p, int q) {
   }
   return {1, 1};
 }
+// Megatron's --tp-comm-overlap runs on the sequence-parallel 1D layout only.
+bool tp_comm_overlap_applies(const ParallelConfig& p) {
+  return p.tp > 1 && p.tp_mode == TpMode::d1 && p.tp_sequence_parallel;
+}
 }  // namespace
 
 Reject check_layout(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& p) {
   const int q = p.tp_grid_side();
   if (q == 0 || (p.tp_mode != TpMode::d2_5 && p.tp_depth != 1) ||
-      (p.tp_sequence_parallel && (p.tp_mode != TpMode::d1 || p.tp == 1))) {
+      (p.tp_sequence_parallel && (p.tp_mode != TpMode::d1 || p.tp == 1)) ||
+      (p.tp_comm_overlap && !tp_comm_overlap_applies(p))) {
     return Reject::tp_grid_shape;
   }
   const TensorSplit split = tensor_split(p, q);
@@ -105,6 +110,12 @@ std::string explain_reject(Reject reason, const Plan& plan) {
   switch (reason) {
     case Reject::none: return "valid";
     case Reject::tp_grid_shape:
+      if (p.tp_comm_overlap && !tp_comm_overlap_applies(p)) {
+        return fmt::format("parallel.tp_comm_overlap: overlaps the sequence-parallel gathers and scatters, so it needs "
+                           "tp > 1, tp_mode 1d and tp_sequence_parallel true, got tp {} tp_mode {} "
+                           "tp_sequence_parallel {}",
+                           p.tp, mode, p.tp_sequence_parallel);
+      }
       if (p.tp_sequence_parallel && (p.tp_mode != TpMode::d1 || p.tp == 1)) {
         return fmt::format("parallel.tp_sequence_parallel: applies to tp_mode 1d with tp > 1, got tp {} tp_mode {}",
                            p.tp, mode);

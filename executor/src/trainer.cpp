@@ -17,6 +17,15 @@ namespace tessel::executor {
 void Trainer::check(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   const ModelSpec& m = plan.model;
+  // Refused rather than run exposed: the executor's tensor-parallel collectives (MPI on
+  // CPU ranks, NCCL on GPUs) run between its GEMMs, never pipelined with them, so a run
+  // would measure another plan than the one it names, and `tessel compare` and
+  // calibration would set that measurement against the overlapped prediction. The same
+  // plan with tp_comm_overlap false computes the same math and is measured as predicted.
+  if (p.tp_comm_overlap) {
+    throw Error("parallel.tp_comm_overlap: the executor runs its tensor-parallel collectives between its GEMMs, "
+                "not pipelined with them; run the plan with tp_comm_overlap false (the same math)");
+  }
   if (p.tp > 1 && p.tp_mode != TpMode::d1) {
     const int q = p.tp_grid_side();
     const int blocks = p.tp_mode == TpMode::d3 ? q * q : q * (p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1);

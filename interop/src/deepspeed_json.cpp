@@ -485,6 +485,10 @@ Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
                        .offload_device_fraction = p.offload_device_fraction,
                        .recompute = p.recompute,
                        .micro_batch = micro};
+    if (plan.parallel.tp_comm_overlap) {
+      notes.push_back("parallel.tp_comm_overlap true: no tensor parallelism in a plain ds_config, so no overlap of "
+                      "its collectives to say; written without it");
+    }
   }
   if (p.schedule != Schedule::one_f_one_b || p.virtual_stages != 1) {
     notes.push_back(

@@ -1,8 +1,9 @@
 // Reads a Megatron-LM run (a launch script or a command line of pretrain_gpt.py) into a
 // plan. Every option lands in one bin:
 //  - mapped: the model's shape, batch, precision, optimizer, attention kernels and the
-//    parallel layout (tensor, pipeline, virtual stages, context, sequence parallel,
-//    distributed optimizer / Megatron FSDP, optimizer offload, recompute);
+//    parallel layout (tensor, pipeline, virtual stages, context, sequence parallel and
+//    its --tp-comm-overlap, distributed optimizer / Megatron FSDP, optimizer offload,
+//    recompute);
 //  - refused by name: what changes a step's cost in ways tessel does not model (FP4, fp8
 //    parameters or block scaling,
 //    mixture of experts, uneven pipeline splits, partial recompute, non-ring context
@@ -283,6 +284,17 @@ void read_parallel(Reader& r, Plan& plan) {
     r.mapped("--sequence-parallel", p.tp > 1 ? "parallel.tp_sequence_parallel true"
                                              : "nothing (Megatron turns it off at tensor-parallel size 1)");
   }
+  // Transformer Engine's userbuffer overlap of the sequence-parallel collectives with the
+  // linears' GEMMs; Megatron asserts sequence parallelism with it. Its tuning options
+  // (--tp-comm-overlap-cfg, --tp-comm-overlap-ag, ...) stay ignored below.
+  if (o.take_flag("--tp-comm-overlap")) {
+    if (p.tp > 1 && !p.tp_sequence_parallel) {
+      r.refuse_option("--tp-comm-overlap", "Megatron runs it with --sequence-parallel only");
+    }
+    p.tp_comm_overlap = p.tp > 1;
+    r.mapped("--tp-comm-overlap", p.tp > 1 ? "parallel.tp_comm_overlap true"
+                                           : "nothing (no tensor-parallel communication at tensor-parallel size 1)");
+  }
   p.micro_batch = o.take_int("--micro-batch-size").value_or(1);
   r.mapped(o.has("--micro-batch-size") ? o.spelled("--micro-batch-size") : "(--micro-batch-size default 1)",
            "parallel.micro_batch");
@@ -342,7 +354,7 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--overlap-grad-reduce", "overlap (tessel overlaps gradient reduction with backward)"},
     {"--overlap-param-gather", "overlap (tessel overlaps parameter gathers)"}, {"--align-grad-reduce", "overlap"},
     {"--align-param-gather", "overlap"}, {"--ddp-", "bucket tuning"},
-    {"--tp-comm-overlap", "overlap of tensor-parallel communication (tessel prices it unoverlapped)"},
+    {"--tp-comm-overlap-", "tuning of the tensor-parallel overlap (parallel.tp_comm_overlap prices it)"},
     {"--overlap-p2p-communication", "overlap"}, {"--no-overlap-p2p-communication", "overlap"}, {"--batch-p2p-comm", "overlap"},
     {"--defer-embedding-wgrad-compute", "overlap"}, {"--wgrad-deferral-limit", "overlap"},
     {"--accumulate-allreduce-grads-in-fp32", "gradient reduction dtype (tessel reduces in the training precision)"},

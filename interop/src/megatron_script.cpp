@@ -87,6 +87,7 @@ std::vector<std::string> parallel_options(const Plan& plan) {
   add(lines, fmt::format("--pipeline-model-parallel-size {}", p.pp));
   if (p.sp > 1) add(lines, fmt::format("--context-parallel-size {}", p.sp));
   if (p.tp_sequence_parallel) add(lines, "--sequence-parallel");
+  if (p.tp_comm_overlap) add(lines, "--tp-comm-overlap");
   if (p.schedule == Schedule::interleaved)
     add(lines, fmt::format("--num-layers-per-virtual-pipeline-stage {}", plan.model.layers / (p.pp * p.virtual_stages)));
   if (p.zero == 1) add(lines, "--use-distributed-optimizer");

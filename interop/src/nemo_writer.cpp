@@ -56,6 +56,7 @@ ExportedConfig export_nemo(const Plan& plan) {
                                            : "  virtual_pipeline_model_parallel_size: null\n";
   t += fmt::format("  context_parallel_size: {}\n", p.sp);
   t += fmt::format("  sequence_parallel: {}\n", yaml_bool(p.tp_sequence_parallel));
+  t += fmt::format("  ub_tp_comm_overlap: {}\n", yaml_bool(p.tp_comm_overlap));
   t += fmt::format("  encoder_seq_length: {}\n", nearest.seq_len());
   t += fmt::format("  max_position_embeddings: {}\n", m.seq_len);
   t += fmt::format("  num_layers: {}\n  hidden_size: {}\n  ffn_hidden_size: {}\n", m.layers, m.hidden, m.ffn_hidden);

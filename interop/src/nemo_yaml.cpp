@@ -262,6 +262,19 @@ void read_parallel(NemoReader& r, Plan& plan) {
   if (p.virtual_stages > 1) r.mapped("model.virtual_pipeline_model_parallel_size", "parallel.virtual_stages, interleaved");
   p.tp_sequence_parallel = r.boolean("model.sequence_parallel").value_or(false) && p.tp > 1;
   r.mapped("model.sequence_parallel", fmt::format("parallel.tp_sequence_parallel {}", p.tp_sequence_parallel));
+  // Transformer Engine's userbuffer overlap of the sequence-parallel collectives with the
+  // linears' GEMMs (its tuning, model.tp_comm_*, stays ignored); NeMo runs it with
+  // sequence parallelism only.
+  if (r.boolean("model.ub_tp_comm_overlap").value_or(false)) {
+    if (p.tp > 1 && !p.tp_sequence_parallel) {
+      r.refuse_key("model.ub_tp_comm_overlap", "NeMo overlaps the tensor-parallel communication of sequence "
+                                               "parallelism only (model.sequence_parallel true)");
+    }
+    p.tp_comm_overlap = p.tp > 1;
+    r.mapped("model.ub_tp_comm_overlap", p.tp > 1 ? "parallel.tp_comm_overlap true" : "nothing (tensor_model_parallel_size 1)");
+  } else if (r.boolean("model.ub_tp_comm_overlap")) {
+    r.mapped("model.ub_tp_comm_overlap", "parallel.tp_comm_overlap false");
+  }
   p.micro_batch = r.required("model.micro_batch_size", "parallel.micro_batch");
   plan.train.global_batch = r.required("model.global_batch_size", "train.global_batch");
   if (r.boolean("model.fsdp").value_or(false)) {
@@ -304,7 +317,6 @@ constexpr std::pair<const char*, const char*> kIgnoredKeys[] = {
     {"model.fp32_residual_connection", "numerics"}, {"model.fp16_lm_cross_entropy", "numerics"},
     {"model.megatron_amp_O2", "master weights (tessel's optimizer always keeps them)"},
     {"model.grad_allreduce_chunk_size_mb", "bucket tuning"}, {"model.use_emha", "kernel choice"},
-    {"model.ub_tp_comm_overlap", "overlap of tensor-parallel communication (tessel prices it unoverlapped)"},
     {"model.seed", "seed"}, {"model.sync_batch_comm", "communication detail"}, {"model.use_cpu_initialization", "initialisation"},
     {"model.onnx_safe", "numerics"}, {"model.apex_transformer_log_level", "logging"}, {"model.overlap_p2p_comm", "overlap"},
     {"model.batch_p2p_comm", "overlap"}, {"model.resume_from_checkpoint", "checkpointing"}, {"model.mcore_gpt", "implementation"},

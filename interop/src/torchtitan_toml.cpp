@@ -360,10 +360,13 @@ void TorchtitanReader::read_layout() {
                        "ring of KV shards)");
   for (const char* key : {"expert_parallel_degree", "expert_tensor_parallel_degree"})
     if (parallelism.degree(key) != 1) parallelism.refuse(key, "mixture of experts is not modelled");
-  if (parallelism.boolean("enable_async_tensor_parallel"))
-    parallelism.refuse("enable_async_tensor_parallel",
-                       "async tensor parallelism (overlapped TP collectives) is "
-                       "not modelled");
+  // Async TP decomposes the sequence-parallel all-gather and reduce-scatter and pipelines
+  // them with the matmuls beside them: the overlap parallel.tp_comm_overlap prices.
+  if (parallelism.boolean("enable_async_tensor_parallel")) {
+    p.tp_comm_overlap = p.tp > 1;
+    mapped("parallelism.enable_async_tensor_parallel", "true",
+           p.tp > 1 ? "parallel.tp_comm_overlap true" : "nothing (no tensor parallelism)");
+  }
   if (parallelism.boolean("disable_loss_parallel") && p.tp > 1)
     parallelism.refuse("disable_loss_parallel", "gathering the logits before the loss is not modelled");
   if (parallelism.string("pipeline_parallel_schedule_csv").value_or("") != "")

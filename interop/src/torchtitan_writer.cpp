@@ -86,6 +86,13 @@ Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) 
         "sequence; written as true");
     p.tp_sequence_parallel = true;
   }
+  if (p.tp_comm_overlap) {
+    notes.push_back(
+        "parallel.tp_comm_overlap true: torchtitan's overlap of the tensor-parallel collectives "
+        "(enable_async_tensor_parallel) needs torch.compile, which this file does not set up; written without "
+        "it, read back as false");
+    p.tp_comm_overlap = false;
+  }
   nearest_data_parallel(near, notes);
   if (p.pp == 1 && (p.schedule != Schedule::one_f_one_b || p.virtual_stages != 1)) {
     notes.push_back(fmt::format("parallel.schedule {}: no pipeline; written as 1f1b", to_string(p.schedule)));

@@ -35,6 +35,14 @@ void zip_times(LayoutCost& a, const LayoutCost& b, F f) {
   f(a.tied_embedding_sync.time_s, b.tied_embedding_sync.time_s);
   f(a.forward_compute_s, b.forward_compute_s);
   f(a.backward_compute_s, b.backward_compute_s);
+  for (int i = 0; i < a.tp_overlap_pairs; ++i) {
+    LayoutCost::TpOverlapPair& x = a.tp_overlap[std::size_t(i)];
+    const LayoutCost::TpOverlapPair& y = b.tp_overlap[std::size_t(i)];
+    f(x.comm_forward_s, y.comm_forward_s);
+    f(x.comm_backward_s, y.comm_backward_s);
+    f(x.gemm_forward_s, y.gemm_forward_s);
+    f(x.gemm_backward_s, y.gemm_backward_s);
+  }
 }
 
 // The basis coordinates of a calibration: 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter,
@@ -208,7 +216,8 @@ std::vector<const Calibration::Parameter*> chosen_parameters(const CalibrationOp
           fmt::format("--fit: unknown parameter '{}' (allowed: gemm_efficiency_scale, memory_efficiency_scale, "
                       "attention_efficiency_scale, "
                       "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s, "
-                      "collective_call_overhead_s, collective_contention)",
+                      "collective_call_overhead_s, collective_contention, tp_overlap_efficiency, "
+                      "tp_overlap_gemm_slowdown)",
                       name));
     }
   }
@@ -222,6 +231,16 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
   objective.runs = &runs;
   objective.rows = &rows;
   objective.parameters = chosen_parameters(options);
+  // The tp_comm_overlap parameters move no prediction of a plan without the option: fitted
+  // only where a row has it, so that flat directions do not take the optimiser's budget.
+  const bool any_overlap = std::any_of(rows.begin(), rows.end(), [&](std::size_t row) {
+    return runs.run(row).plan->parallel.tp_comm_overlap;
+  });
+  if (!any_overlap) {
+    std::erase_if(objective.parameters, [](const Calibration::Parameter* p) {
+      return p->field == &Calibration::tp_overlap_efficiency || p->field == &Calibration::tp_overlap_gemm_slowdown;
+    });
+  }
   objective.base = start;
   for (const Calibration::Parameter* p : objective.parameters) {
     objective.upper.push_back(p->upper_for(runs.device_kind()));

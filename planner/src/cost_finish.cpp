@@ -272,6 +272,7 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
     backward_s += c.backward_s[kind];
     out.time_s[kind] = micro_batches * (c.forward_s[kind] + c.backward_s[kind]);
   }
+  if (c.tp_overlap_pairs > 0) add_tp_overlap(p, c, micro_batches, forward_s, backward_s, out);
   if (fp8_weights_gathered(p)) {
     // fp8 under ZeRO-3: each layer's gathered weights are cast in its forward and backward.
     const double cast_s = costs_.memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep);

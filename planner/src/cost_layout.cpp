@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "cost_parts.hpp"
+#include "tessel/core/error.hpp"
 #include "tessel/core/rank_layout.hpp"
 
 namespace tessel::planner {
@@ -30,7 +31,7 @@ CostModel::Groups CostModel::group_placements(const ParallelConfig& p) const {
 
 CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups) const {
   Prices out{0, 0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
-             CommTally{costs_}, CommTally{costs_}, CommTally{costs_}};
+             CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, {}, 0};
   for (const BlockOp& op : ops) {
     switch (op.kind) {
       case OpKind::gemm:
@@ -64,7 +65,14 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
           break;
         }
         const bool ring = op.group == CommGroup::sp_ring;
-        const CommTally::Call call = out.tp.price(op.collective, groups.of(op.group), op.bytes, op.algorithm);
+        CommTally::Call call = out.tp.price(op.collective, groups.of(op.group), op.bytes, op.algorithm);
+        if (!op.tp_overlap_gemm.empty()) {
+          if (std::size_t(out.overlap_pairs) == out.overlap.size()) throw Error("cost model: too many overlapped pairs");
+          out.overlap[std::size_t(out.overlap_pairs++)] = {op.forward ? op.count * call.time_s : 0.0,
+                                                           op.count * op.backward * call.time_s, 0.0, 0.0,
+                                                           op.tp_overlap_gemm};
+          call.time_s = 0;  // priced beside its GEMM in finish()
+        }
         if (op.forward) (ring ? out.sp : out.tp).add(call, op.count);
         (ring ? out.sp_backward : out.tp_backward).add(call, op.count * op.backward);
         break;
@@ -73,6 +81,16 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
       case OpKind::recv:
       case OpKind::copy:
         break;  // not in block tables: pipeline and offload traffic are priced per step
+    }
+  }
+  // Each overlapped collective's GEMM, forward and backward (dense linears only: the
+  // partners tp_comm_overlap names carry no expert load).
+  for (int i = 0; i < out.overlap_pairs; ++i) {
+    Prices::OverlapPair& pair = out.overlap[std::size_t(i)];
+    for (const BlockOp& op : ops) {
+      if (op.kind != OpKind::gemm || op.name != pair.gemm) continue;
+      pair.gemm_forward_s = op.count * costs_.gemm_time_s(op.m, op.n, op.k, op.precision);
+      pair.gemm_backward_s = op.backward * pair.gemm_forward_s;
     }
   }
   return out;
@@ -139,6 +157,18 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   comm.sp_messages = both([&](const Prices& x) { return forwards * x.sp.messages + x.sp_backward.messages; });
   comm.ep_bytes = moe_layers * (forwards * moe.ep.bytes + moe.ep_backward.bytes);
   comm.ep_messages = moe_layers * (forwards * moe.ep.messages + moe.ep_backward.messages);
+  // tp_comm_overlap: each overlapped pair, with the blocks of the stage that run it.
+  auto keep_pairs = [&](const Prices& x, double occurrences) {
+    if (occurrences <= 0) return;
+    for (int i = 0; i < x.overlap_pairs; ++i) {
+      const Prices::OverlapPair& pair = x.overlap[std::size_t(i)];
+      if (std::size_t(c.tp_overlap_pairs) == c.tp_overlap.size()) throw Error("cost model: too many overlapped pairs");
+      c.tp_overlap[std::size_t(c.tp_overlap_pairs++)] = {pair.comm_forward_s, pair.comm_backward_s,
+                                                         pair.gemm_forward_s, pair.gemm_backward_s, occurrences};
+    }
+  };
+  keep_pairs(block, layers);
+  if (moe_layers > 0) keep_pairs(moe, moe_layers);
 }
 
 // The LM head and loss on the last stage (the embedding too when pp == 1), and the

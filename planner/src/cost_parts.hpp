@@ -2,6 +2,7 @@
 // parts a layout's cost is built from.
 #pragma once
 
+#include <array>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -69,6 +70,17 @@ struct CostModel::Groups {
 struct CostModel::Prices {
   double gemm_s = 0, attention_s = 0, backward_attention_s = 0, memory_s = 0, backward_memory_s = 0, selective_s = 0;
   CommTally tp, sp, tp_backward, sp_backward, ep, ep_backward;
+  // tp_comm_overlap: the collectives pipelined with a GEMM (BlockOp::tp_overlap_gemm),
+  // whose time stays out of the tallies above (their bytes and messages stay in) and is
+  // priced with their GEMM's in finish() (cost_tp_overlap.cpp).
+  struct OverlapPair {
+    double comm_forward_s = 0, comm_backward_s = 0, gemm_forward_s = 0, gemm_backward_s = 0;
+    std::string_view gemm;
+  };
+  // At most 4 per block (before qkv and fc1, after proj and fc2): fixed, so that pricing
+  // a layout allocates nothing for them.
+  std::array<OverlapPair, 4> overlap{};
+  int overlap_pairs = 0;
 };
 
 // Stage packings by (pp, tp, tp mode, tp depth, gradient group, stage): computed once

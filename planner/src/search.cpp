@@ -34,18 +34,30 @@ struct OuterItem {
   int depth;
   bool sequence_parallel;
   int ep = 1;
+  bool tp_comm_overlap = false;
 };
 
 // `experts` > 0 (an MoE model): every expert-parallel degree that divides dp and the
 // expert count, each its own item; MoE blocks are modelled with 1D tensor parallelism,
 // so the grid modes are left to check_layout to count as rejected.
-std::vector<OuterItem> outer_items(int world, int experts) {
+// `tp_overlap_ranks`: the largest tensor-parallel group whose collectives the search may
+// overlap with its GEMMs (one node's GPUs; 1 on CPU ranks, whose MPI collectives have no
+// userbuffers and whose executor refuses the option).
+std::vector<OuterItem> outer_items(int world, int experts, int tp_overlap_ranks) {
   std::vector<OuterItem> items;
   for (auto [dp, pp, tp, sp] : factorisations(world)) {
     auto add = [&](TpMode mode, int depth) {
       for (int ep : experts > 0 ? divisors(std::gcd(dp, experts)) : std::vector<int>{1}) {
         items.push_back({dp, pp, tp, sp, mode, depth, false, ep});
-        if (mode == TpMode::d1 && tp > 1) items.push_back({dp, pp, tp, sp, mode, depth, true, ep});
+        if (mode == TpMode::d1 && tp > 1) {
+          // Sequence parallel, and with it Megatron's overlap of its collectives: a choice,
+          // since the overlapped GEMMs run slower (profiles/tp_overlap.hpp) and small
+          // transfers do not repay that. Offered for tensor groups inside one node only:
+          // every overlapped run the corpus measured is, and the search does not
+          // recommend what nobody measured (a plan file may still state it).
+          items.push_back({dp, pp, tp, sp, mode, depth, true, ep});
+          if (tp <= tp_overlap_ranks) items.push_back({dp, pp, tp, sp, mode, depth, true, ep, true});
+        }
       }
     };
     add(TpMode::d1, 1);
@@ -147,6 +159,7 @@ class ItemSearch {
     p.tp_mode = item.mode;
     p.tp_depth = item.depth;
     p.tp_sequence_parallel = item.sequence_parallel;
+    p.tp_comm_overlap = item.tp_comm_overlap;
     p.ep = item.ep;
     const int global_batch = model_.train().global_batch;
     const std::int64_t inner = std::int64_t(zero_max(item) + 1) * std::int64_t(offloads_.size()) * schedules(item);
@@ -263,7 +276,8 @@ class ProgressMonitor {
 SearchResult search(const CostModel& model, const SearchOptions& options) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const std::vector<OuterItem> items = outer_items(model.gpus(), model.model().moe.experts);
+  const std::vector<OuterItem> items = outer_items(model.gpus(), model.model().moe.experts,
+                                                   model.costs().device().kind == "gpu" ? model.gpus() / model.nodes() : 1);
   const std::vector<int> batch_divisors = divisors(model.train().global_batch);
   std::vector<std::pair<OffloadMode, double>> offloads{{OffloadMode::none, 1.0}, {OffloadMode::optimizer, 1.0}};
   for (double fraction : options.chunked_device_fractions) offloads.emplace_back(OffloadMode::chunked, fraction);

@@ -25,6 +25,16 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
   static constexpr std::string_view kGpuCallOverheadSource =
       "NCCL src/graph/tuning.cc default base latency, at most 14.0 us per call (LL128), plus a host launch of "
       "5-20 us (HolisticTraceAnalysis docs, CUDA kernel launch stats): 34 us";
+  // tp_comm_overlap's datasheet view (tp_overlap.hpp). Efficiency 1: the ring-exchange
+  // pipeline hides every chunk but the first under its GEMM when the GEMM is the longer,
+  // as its design intends (Transformer Engine's userbuffers, "Overlapping Communication
+  // with GEMM" in TE's docs); the fit says what real runs lose beyond that. GEMM slowdown
+  // 0.09: the userbuffers configurations Megatron-LM and NeMo ship give the reduce-scatter
+  // overlaps (method "pipeline") 16-24 of an H100's 132 SMs, about 1/6 of the GEMM's SMs
+  // (GEMM time x 132/112 = +18% on those), and the all-gather overlaps (method
+  // "ring_exchange") one SM (+1%): half the overlapped GEMMs each way, about +9%.
+  // Bounds: an overlap cannot hide more than all of it (1) nor cost a GEMM more than
+  // half its time again (0.5, four times the SM share the configurations reserve).
   static const std::array<Parameter, kParameterCount> table{{
       {"gemm_efficiency_scale", 0.5, 1.5, &Calibration::gemm_efficiency_scale, 1.5, ""},
       {"memory_efficiency_scale", 0.1, 2.0, &Calibration::memory_efficiency_scale, 2.0, ""},
@@ -36,6 +46,8 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
       {"collective_call_overhead_s", 0.0, 0.1, &Calibration::collective_call_overhead_s, kGpuCallOverheadBound_s,
        kGpuCallOverheadSource},
       {"collective_contention", 0.0, 1.0, &Calibration::collective_contention, 1.0, ""},
+      {"tp_overlap_efficiency", 0.0, 1.0, &Calibration::tp_overlap_efficiency, 1.0, ""},
+      {"tp_overlap_gemm_slowdown", 0.0, 0.5, &Calibration::tp_overlap_gemm_slowdown, 0.5, ""},
   }};
   return table;
 }
@@ -52,7 +64,8 @@ Calibration Calibration::from_json(const Json& json, const std::string& path) {
       throw Error(fmt::format(
           "{}.{}: unknown calibration parameter (allowed: gemm_efficiency_scale, "
           "memory_efficiency_scale, attention_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
-          "overlap_efficiency, layer_overhead_s, collective_call_overhead_s, collective_contention)",
+          "overlap_efficiency, layer_overhead_s, collective_call_overhead_s, collective_contention, "
+          "tp_overlap_efficiency, tp_overlap_gemm_slowdown)",
           path, key));
     }
     const double number = value.is_number() ? value.get<double>() : std::nan("");

@@ -8,6 +8,7 @@
 
 #include "layer_overhead.hpp"
 #include "platform.hpp"
+#include "tp_overlap.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -46,6 +47,7 @@ class Replay {
     for (int s = 0; s < program_.stages(); ++s) {
       layer_overhead_s_.push_back(layer_overheads_s(program_.stage(s), costs_.calibration().layer_overhead_s,
                                                     plan_.parallel.recompute == Recompute::full));
+      tp_overlap_s_.push_back(tp_overlap_adjustments_s(program_, program_.stage(s), costs_));
     }
   }
 
@@ -76,6 +78,7 @@ class Replay {
 
  private:
   std::vector<std::vector<double>> layer_overhead_s_;  // per stage, per op: layer_overheads_s()
+  std::vector<std::vector<double>> tp_overlap_s_;      // per stage, per op: tp_overlap_adjustments_s()
   struct RankState {
     int rank = 0;
     const StageProgram* program = nullptr;
@@ -365,8 +368,8 @@ class Replay {
         return;
       }
       default:
-        sg4::this_actor::sleep_for(compute_seconds(op) +
-                                   layer_overhead_s_[std::size_t(rank.program->stage)][index]);
+        sg4::this_actor::sleep_for(compute_seconds(op) + layer_overhead_s_[std::size_t(rank.program->stage)][index] +
+                                   tp_overlap_s_[std::size_t(rank.program->stage)][index]);
         return;
     }
   }

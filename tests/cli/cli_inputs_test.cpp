@@ -140,3 +140,13 @@ TEST_F(Cli, ReadOnlyDatabaseIsReadWithoutWritingIt) {
   EXPECT_EQ(slurp(db), before);
   EXPECT_EQ(entries.size(), 1u) << "a reader left side files next to the database";
 }
+
+// parallel.tp_comm_overlap outside tp > 1 with 1D sequence parallelism: status 2, one
+// line naming the field, from estimate and simulate alike.
+TEST_F(Cli, TpCommOverlapWithoutSequenceParallelIsRefusedByName) {
+  const fs::path plan = write("plan.json", R"({"model": "gpt2-124m", "cluster": "dgx-a100",
+      "train": {"global_batch": 16}, "parallel": {"dp": 2, "tp": 4, "tp_comm_overlap": true}})");
+  const std::string expected = "parallel.tp_comm_overlap: overlaps the sequence-parallel gathers and scatters";
+  EXPECT_TRUE(is_one_line_refusal(run("estimate --plan " + plan.string()), expected));
+  EXPECT_TRUE(is_one_line_refusal(run("simulate --plan " + plan.string()), expected));
+}

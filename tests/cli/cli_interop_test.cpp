@@ -108,7 +108,7 @@ TEST_F(Cli, EstimateImportsNemoRecipesAndTakesAVocabularyFromHfConfig) {
   const Outcome gpt = run("estimate --import " + kFixtures + "nemo_gpt3_175b.yaml --cluster dgx-a100 --nodes 128");
   ASSERT_EQ(gpt.status, 0) << gpt.err;
   EXPECT_NE(gpt.out.find("(nemo)"), std::string::npos) << gpt.out;
-  EXPECT_NE(gpt.out.find("dp32 pp8 tp4(1d+sp)"), std::string::npos) << gpt.out;
+  EXPECT_NE(gpt.out.find("dp32 pp8 tp4(1d+sp+ov)"), std::string::npos) << gpt.out;  // ub_tp_comm_overlap: True
 
   const fs::path hf = write("config.json", R"({"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
       "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80, "vocab_size": 32000,

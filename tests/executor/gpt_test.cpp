@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/error.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/trainer.hpp"
 
@@ -175,5 +176,24 @@ TEST(Gpt, OneRankFusesTheAttentionResidualIntoTheMlpNorm) {
     const double kernel_s = norm.end_s - residual.start_s;
     ASSERT_GT(kernel_s, 0.0) << scope;
     EXPECT_NEAR((residual.end_s - residual.start_s) / kernel_s, 0.6, 1e-9) << scope;
+  }
+}
+
+// tp_comm_overlap is refused by the executor in one line that names the field (its
+// collectives run between its GEMMs; trainer.cpp says why); the same plan without the
+// option is accepted.
+TEST(Gpt, TpCommOverlapIsRefusedInOneLineAndTheSamePlanWithoutItRuns) {
+  Plan plan = one_rank_plan(2, 32, 4, 16, 4, 2);
+  plan.parallel.tp = 2;
+  plan.parallel.tp_sequence_parallel = true;
+  EXPECT_NO_THROW(Trainer::check(plan));
+  plan.parallel.tp_comm_overlap = true;
+  try {
+    Trainer::check(plan);
+    FAIL() << "tp_comm_overlap was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("parallel.tp_comm_overlap:", 0), 0u) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
 }

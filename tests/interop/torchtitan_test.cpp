@@ -88,11 +88,13 @@ TEST(Torchtitan, Llama3SeventyBPresetReadsAsTensorParallelWithFsdp) {
 
 TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
   const ImportContext context = cluster_context("dgx-h100", 8);
-  // llama3_405b.toml trains with float8 (model.converters) and async tensor parallelism.
+  // llama3_405b.toml trains with float8 (model.converters), async tensor parallelism (read as
+  // parallel.tp_comm_overlap) and fp8 parameter all-gathers (refused).
   const std::string fp8 =
       error_of([&] { import_run(Engine::torchtitan, fixture("torchtitan_llama3_405b.toml"), context); });
   EXPECT_EQ(fp8.find("job.toml: model.converters"), std::string::npos) << "float8 is read as fp8: " << fp8;
-  EXPECT_NE(fp8.find("job.toml:"), std::string::npos) << "async tensor parallelism is still refused: " << fp8;
+  EXPECT_NE(fp8.find("job.toml:"), std::string::npos) << "fp8 all-gathers are still refused: " << fp8;
+  EXPECT_EQ(fp8.find("enable_async_tensor_parallel"), std::string::npos) << fp8;
   // debug_model.toml checkpoints every 2nd layer (selective_ac_option '2').
   const std::string every_other =
       error_of([&] { import_run(Engine::torchtitan, fixture("torchtitan_debug_model.toml"), context); });
@@ -101,8 +103,6 @@ TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
   const std::pair<std::string, std::string> cases[] = {
       {"[parallelism]\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 32\n",
        "parallelism.data_parallel_replicate_degree: replicating and sharding together (HSDP)"},
-      {"[parallelism]\ntensor_parallel_degree = 8\nenable_async_tensor_parallel = true\n",
-       "parallelism.enable_async_tensor_parallel"},
       {"[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"ZBVZeroBubble\"\n",
        "parallelism.pipeline_parallel_schedule: 'ZBVZeroBubble' is not modelled"},
       {"[parallelism]\nexpert_parallel_degree = 8\n", "parallelism.expert_parallel_degree: mixture of experts"},

@@ -422,10 +422,11 @@ TEST(Calibration, CollectiveContentionChargesHiddenTrafficInProportion) {
 
 // The published corpus, fitted as `tessel calibrate --published corpus/published` fits it:
 // every device's leave-one-out error stays within what it measures today (A100 4.2%,
-// H100 5.2%: issue 16's target is 5% on each) and the errors have no common sign.
+// H100 4.9% since the Megatron-LM H100 rows price --tp-comm-overlap: issue 16's target is
+// 5% on each) and the errors have no common sign.
 TEST(PublishedRuns, TheCorpusLeaveOneOutErrorStaysWhereItIs) {
   const std::vector<PublishedRun> runs = load_published_runs(std::string(TESSEL_SOURCE_DIR) + "/corpus/published");
-  for (const auto& [device, ceiling] : {std::pair<std::string, double>{"A100-SXM-80GB", 0.05}, {"H100-SXM", 0.06}}) {
+  for (const auto& [device, ceiling] : {std::pair<std::string, double>{"A100-SXM-80GB", 0.05}, {"H100-SXM", 0.05}}) {
     SCOPED_TRACE(device);
     std::vector<PublishedRun> of_device;
     for (const PublishedRun& run : runs) {

@@ -45,8 +45,12 @@ BruteForce enumerate_by_hand(const CostModel& model) {
             if (q * q * q == tp) modes.push_back({TpMode::d3, 1});
           }
           for (auto [mode, depth] : modes)
-            for (bool sequence_parallel : {false, true}) {
+            for (int overlap_choice = 0; overlap_choice < 3; ++overlap_choice) {
+              // 0: no sequence parallel; 1: sequence parallel; 2: and tp_comm_overlap.
+              const bool sequence_parallel = overlap_choice >= 1, tp_comm_overlap = overlap_choice == 2;
               if (sequence_parallel && (mode != TpMode::d1 || tp == 1)) continue;
+              // One node's tensor groups only, on GPUs only.
+              if (tp_comm_overlap && (tp > world / model.nodes() || model.costs().device().kind != "gpu")) continue;
               for (int mb = 1; mb * dp <= batch; ++mb) {
                 if (batch % mb != 0) continue;
                 for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
@@ -56,6 +60,7 @@ BruteForce enumerate_by_hand(const CostModel& model) {
                         ParallelConfig p;
                         p.dp = dp, p.pp = pp, p.tp = tp, p.sp = sp;
                         p.tp_mode = mode, p.tp_depth = depth, p.tp_sequence_parallel = sequence_parallel;
+                        p.tp_comm_overlap = tp_comm_overlap;
                         p.micro_batch = mb, p.recompute = recompute, p.zero = zero;
                         p.offload = offload == 0 ? OffloadMode::none
                                     : offload == 1 ? OffloadMode::optimizer

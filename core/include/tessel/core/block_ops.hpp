@@ -62,6 +62,12 @@ struct BlockOp {
   // gemm and attention: the precision the op computes in, whose GEMM curve prices it
   // (fp8 training: fp8 for the linear layers, bf16 for the rest; fp8_model.hpp).
   Precision precision = Precision::bf16;
+  // parallel.tp_comm_overlap: this sequence-parallel all-gather (before its GEMM) or
+  // reduce-scatter (after it) runs in chunks pipelined with the GEMM op named here, in
+  // the forward and (as its swapped collective) beside that GEMM's backward; empty: the
+  // collective runs exposed. How much hides is priced from the profile's calibration
+  // (tp_overlap_efficiency, tp_overlap_gemm_slowdown), by planner and simulator alike.
+  std::string_view tp_overlap_gemm;
 
   double gemm_total_flops() const { return 2.0 * m * n * k * count; }
 };

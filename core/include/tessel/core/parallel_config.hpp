@@ -15,6 +15,11 @@ struct ParallelConfig {
   TpMode tp_mode = TpMode::d1;
   int tp_depth = 1;  // d of 2.5D (tp = q*q*d); 1 otherwise
   bool tp_sequence_parallel = false;  // Megatron-style, 1D only
+  // Megatron's --tp-comm-overlap (Transformer Engine userbuffers): the sequence-parallel
+  // all-gathers and reduce-scatters of each linear are split into chunks and pipelined
+  // with the GEMM beside them. Needs tp > 1, tp_sequence_parallel and tp_mode 1d
+  // (check_layout), as Megatron does; off by default, as in the engines.
+  bool tp_comm_overlap = false;
   int sp = 1;        // ring self-attention degree
   // Expert-parallel degree: the experts of an MoE MLP are sharded over ep ranks taken
   // from the data-parallel group (ep divides dp and the expert count), as Megatron-Core

@@ -41,7 +41,10 @@ namespace tessel {
 struct ProgramOp {
   std::string id;
   Stream stream = Stream::compute;
-  // The work, backward multipliers already applied (a backward GEMM has count 2x).
+  // The work, backward multipliers already applied (a backward GEMM has count 2x). Under
+  // tp_comm_overlap, work.tp_overlap_gemm names the GEMM of the same pass (fwd, bwd,
+  // recompute) a sequence-parallel collective is pipelined with; the simulator prices
+  // the pair as the planner does (simulator/src/tp_overlap.cpp).
   BlockOp work;
   int peer_offset = 0;  // send/recv: +1 to the next virtual stage, -1 to the previous
   bool on_host = false;  // runs in host memory (offloaded optimizer shards)

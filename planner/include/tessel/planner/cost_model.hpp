@@ -80,6 +80,17 @@ struct LayoutCost {
   // pp > 1 with tied embeddings: the first and last stage sum the gradients of their
   // copies of the token table once per step (Megatron's embedding group).
   StepComm tied_embedding_sync;
+  // parallel.tp_comm_overlap: each sequence-parallel gather or scatter pipelined with a
+  // GEMM, its time and its GEMM's per block (forward, backward) and how many blocks of
+  // the stage run it; their time is in no forward_s/backward_s kind above until finish()
+  // prices what the GEMM does not hide (cost_tp_overlap.cpp). 4 per dense block, 2 per
+  // MoE block (its attention half).
+  struct TpOverlapPair {
+    double comm_forward_s = 0, comm_backward_s = 0, gemm_forward_s = 0, gemm_backward_s = 0;
+    double blocks = 0;
+  };
+  std::array<TpOverlapPair, 6> tp_overlap{};
+  int tp_overlap_pairs = 0;
   CommVolume comm_per_micro_batch;   // tp, sp, pp per micro-batch (fwd + bwd, incl. recompute)
   double block_tp_forward_bytes = 0;  // one transformer block's TP bytes per rank, forward
   double block_tp_forward_messages = 0;
@@ -178,6 +189,10 @@ class CostModel {
   void add_data_parallel(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out) const;
   void add_optimizer_and_offload(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
                                  Estimate& out, const OffloadTotals* offload) const;
+  // tp_comm_overlap (cost_tp_overlap.cpp): the exposed part of each overlapped collective
+  // and its GEMM's slowdown, added to the micro-batch's forward and backward and the step.
+  void add_tp_overlap(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, double& forward_s,
+                      double& backward_s, Estimate& out) const;
   // Offload from the chunk plan (cost_offload.cpp): the stage shapes' packings, cached
   // per (pipeline, tensor grid, gradient group, stage) since every micro-batch size,
   // recompute mode, ZeRO stage and offload variant shares them; and the totals of the

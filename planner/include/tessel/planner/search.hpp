@@ -5,6 +5,9 @@
 //   tp_mode, tp_depth      1d; 2d if tp is a square; 2.5d for each d >= 2 with
 //                          tp = q*q*d, q >= 2; 3d if tp is a cube (all need tp > 1)
 //   tp_sequence_parallel   off, and on for 1d with tp > 1
+//   tp_comm_overlap        off, and on GPUs on where tp_sequence_parallel is and the
+//                          tensor group fits in one node (a choice: the overlapped GEMMs
+//                          run slower, which small transfers do not repay)
 //   micro_batch            divisors of the global batch up to global_batch / dp
 //   recompute              none, selective, full
 //   zero                   0, and 1..3 when dp * sp > 1

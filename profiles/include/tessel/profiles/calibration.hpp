@@ -22,6 +22,12 @@
 //    free; each hidden second costs this many seconds of compute (0 = free, as before).
 //    Host-device copies (offload) run on copy engines and pay none. A planner term, as
 //    overlap_efficiency and layer_overhead_s are: the simulator does not read it.
+//  - tp_overlap_efficiency, tp_overlap_gemm_slowdown: plans with parallel.tp_comm_overlap
+//    (Megatron's --tp-comm-overlap) pipeline each sequence-parallel gather and scatter
+//    with the GEMM beside it (tp_overlap.hpp): the fraction of the pipelinable transfer
+//    the GEMM hides, and the fraction by which that GEMM runs longer while the transfer
+//    takes SMs from it. Their defaults are not "no correction" but the datasheet's view
+//    (calibration.cpp says why); plans without the option never read them.
 //  - layer_overhead_s: fixed seconds per transformer layer per micro-batch forward
 //    (backward pays twice): kernel launches and framework work per layer.
 //  - collective_call_overhead_s: fixed seconds every collective call pays beyond its
@@ -59,6 +65,8 @@ struct Calibration {
   double layer_overhead_s = 0.0;
   double collective_call_overhead_s = 0.0;
   double collective_contention = 0.0;
+  double tp_overlap_efficiency = 1.0;
+  double tp_overlap_gemm_slowdown = 0.09;
 
   // One fitted parameter: its name in JSON, the range a fit may search, and where it lives.
   // gpu_upper bounds it on GPU devices, where a physical limit is known and cited in
@@ -72,7 +80,7 @@ struct Calibration {
     // The largest value a fit may give it on a device of this kind ("gpu", "cpu").
     double upper_for(std::string_view device_kind) const { return device_kind == "gpu" ? gpu_upper : upper; }
   };
-  static constexpr std::size_t kParameterCount = 9;
+  static constexpr std::size_t kParameterCount = 11;
   static const std::array<Parameter, kParameterCount>& parameters();
 
   bool is_default() const { return *this == Calibration{}; }
