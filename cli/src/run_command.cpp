@@ -36,15 +36,19 @@ namespace tessel::cli {
 
 namespace {
 
-// Offload plans: each stage's activations as the planner predicts them
-// (planner::stage_memory), known before any rank starts, for the budget's refusal. The
-// device's workspace is left out: it is the math library's reserve outside the budgeted
-// pool (on CPU ranks the datasheet's 175 MiB would refuse budgets that run).
+// Offload plans: each stage's activations and trainer workspace (temporaries, reduction
+// scratch) as the planner predicts them (planner::stage_memory), known before any rank
+// starts, for the budget's refusal. The device's own workspace is left out: it is the
+// math library's reserve outside the budgeted pool (on CPU ranks the datasheet's 169 MiB
+// would refuse budgets that run).
 std::vector<double> predicted_non_model_bytes(const Plan& plan) {
   std::vector<double> out;
   if (plan.parallel.offload == OffloadMode::none) return out;
   const planner::CostModel model = planner::CostModel::for_plan(plan);
-  for (int s = 0; s < plan.parallel.pp; ++s) out.push_back(planner::stage_memory(model, plan.parallel, s).activations_bytes);
+  for (int s = 0; s < plan.parallel.pp; ++s) {
+    const planner::MemoryBreakdown memory = planner::stage_memory(model, plan.parallel, s);
+    out.push_back(memory.activations_bytes + memory.trainer_workspace_bytes);
+  }
   return out;
 }
 using RunArgs = executor::RunOptions;

@@ -125,18 +125,28 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   return t;
 }
 
-double smallest_device_budget_bytes(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel,
-                                    int stage, double non_model_bytes, const ChunkSearch& search) {
+SmallestDeviceBudget smallest_device_budget(const ModelSpec& model, const TrainSpec& train,
+                                            const ParallelConfig& parallel, int stage, double non_model_bytes,
+                                            const ChunkSearch& search) {
   const ChunkStageShape shape = chunk_stage_shape(model, parallel, stage, search);
   ParallelConfig p = parallel;
   p.offload = OffloadMode::chunked;
-  double best = -1;
+  SmallestDeviceBudget best{-1, 1};
   for (int resident = 1; resident <= shape.chunks; ++resident) {
     p.offload_device_fraction = double(resident) / double(shape.chunks);
     const double device = chunk_totals(shape, train, p, 1).device_total_bytes();
-    if (best < 0 || device < best) best = device;
+    if (best.bytes < 0 || device < best.bytes) best = {device, p.offload_device_fraction};
   }
-  return best + non_model_bytes;
+  best.bytes += non_model_bytes;
+  // Rounded down to 6 decimals, so that the number, written back into a plan, gives the
+  // same resident count (resident_chunk_count rounds up).
+  best.device_fraction = std::floor(best.device_fraction * 1e6) / 1e6;
+  return best;
+}
+
+double smallest_device_budget_bytes(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel,
+                                    int stage, double non_model_bytes, const ChunkSearch& search) {
+  return smallest_device_budget(model, train, parallel, stage, non_model_bytes, search).bytes;
 }
 
 }  // namespace tessel

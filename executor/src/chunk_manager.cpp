@@ -23,6 +23,7 @@
 // checks model states + that memory against the budget; the first step traces them.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -54,30 +55,43 @@ OffloadStats Trainer::offload_stats() const {
   stats.budget_bytes = offload_->pool->budget_bytes();
   stats.peak_bytes = offload_->pool->peak_bytes();
   stats.peak_non_model_bytes = offload_->tracer.peak_non_model_bytes();
+  stats.warm_up_peak_bytes = offload_->warm_up_peak_bytes;
   stats.prefetched_chunks = offload_->last_prefetches;
   return stats;
 }
 
+// Two refusals, both before the run: a budget below every placement's need names the
+// smallest budget that works and the device_fraction that attains it; a budget that some
+// placement fits but this plan's does not names what this plan needs and that smallest.
+// Either way the number named is a budget the run completes in (offload tests run at it):
+// model states as the chunk plan places them plus the non-model memory the caller gives.
 void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
                                   const std::vector<double>& non_model_bytes_by_stage) {
   if (plan.parallel.offload == OffloadMode::none) return;
   const double budget = device_memory_bytes > 0 ? double(device_memory_bytes)
                                                 : resolve_device(plan.cluster.device).memory_bytes;
+  const bool with_non_model = !non_model_bytes_by_stage.empty();
+  const std::string plus = with_non_model ? "" : " plus the activations";
   for (int stage = 0; stage < plan.parallel.pp; ++stage) {
     const double non_model = std::size_t(stage) < non_model_bytes_by_stage.size()
                                  ? std::ceil(non_model_bytes_by_stage[std::size_t(stage)])
                                  : 0.0;
-    const double smallest = smallest_device_budget_bytes(plan.model, plan.train, plan.parallel, stage, non_model);
-    if (budget >= smallest) continue;
-    if (non_model > 0) {
-      throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states "
-                              "with its {:.0f} bytes of activations; the smallest budget that works is "
-                              "{:.0f} bytes",
-                              budget, stage, non_model, smallest));
+    const SmallestDeviceBudget smallest =
+        smallest_device_budget(plan.model, plan.train, plan.parallel, stage, non_model);
+    const ChunkStageShape shape = chunk_stage_shape(plan.model, plan.parallel, stage);
+    const double needed = chunk_totals(shape, plan.train, plan.parallel, 1).device_total_bytes() + non_model;
+    const std::string with = non_model > 0 ? fmt::format(" with its {:.0f} bytes of activations and workspace", non_model) : "";
+    if (budget < smallest.bytes) {
+      throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states{}; "
+                              "the smallest budget that works is {:.0f} bytes{}, at offload device_fraction {:.6g}",
+                              budget, stage, with, smallest.bytes, plus, smallest.device_fraction));
     }
-    throw Error(fmt::format("device memory: {:.0f} bytes is too small for any placement of stage {}'s model states; "
-                            "the smallest budget that works is {:.0f} bytes plus the activations",
-                            budget, stage, smallest));
+    if (budget < needed) {
+      throw Error(fmt::format("device memory: {:.0f} bytes is too small for this plan's placement of stage {}'s model "
+                              "states{} ({:.0f} bytes{}); the smallest budget that works is {:.0f} bytes, at offload "
+                              "device_fraction {:.6g}",
+                              budget, stage, with, needed, plus, smallest.bytes, smallest.device_fraction));
+    }
   }
 }
 
@@ -232,9 +246,10 @@ void Trainer::offload_fetch(int chunk, int mb, ops::Phase phase) {
   for (int b : buckets) refresh_compute_weights(buckets_[std::size_t(b)]);  // bf16 GEMMs on a GPU
 }
 
-// Room for a prefetch: the pool's model states now, the weight buffers the chunk would
-// add and the warm-up's most non-model memory, within the budget.
-bool Trainer::room_to_prefetch(int chunk) const {
+// The bytes of weight buffers a prefetch of `chunk` would add to the pool, when the
+// warm-up's peak plus those already prefetched for the same segment leave room for
+// them; nullopt where they do not fit.
+std::optional<std::size_t> Trainer::room_to_prefetch(int chunk) const {
   const OffloadState& o = *offload_;
   std::size_t adds = 0;
   std::vector<int> seen;
@@ -245,7 +260,8 @@ bool Trainer::room_to_prefetch(int chunk) const {
     const bool allocated = shards_weights(b) ? !b.param_shard.empty() : !b.params.empty();
     if (!allocated) adds += (shards_weights(b) ? shard_size(b) : b.layout.padded_size) * sizeof(float);
   }
-  return o.pool->model_bytes() + adds + o.tracer.peak_non_model_bytes() <= o.pool->budget_bytes();
+  if (o.warm_up_peak_bytes + o.prefetched_bytes + adds > o.pool->budget_bytes()) return std::nullopt;
+  return adds;
 }
 
 void Trainer::offload_before_segment(int segment, int mb, ops::Phase phase) {
@@ -263,14 +279,18 @@ void Trainer::offload_before_segment(int segment, int mb, ops::Phase phase) {
   // Lookahead: one segment, the next in this pass on the same pipeline chunk (the chunk
   // plan's prefetch window), once the warm-up has traced the non-model memory, and only
   // where the room the trace leaves holds the chunk.
+  o.prefetched_bytes = 0;  // what was issued ahead for this segment is now its own
   const int next = segment + (pass == ops::Phase::fwd ? 1 : -1);
-  if (o.tracer.tracing() || next < 0 || next >= int(o.plan.segments.size()) ||
+  if (o.warm_up_steps_left > 0 || next < 0 || next >= int(o.plan.segments.size()) ||
       o.plan.segments[std::size_t(next)].virtual_chunk != o.plan.segments[std::size_t(segment)].virtual_chunk) {
     return;
   }
   for (int chunk : o.plan.fetches_before(next, pass)) {
-    if (o.chunks[std::size_t(chunk)].fetched_for == key || !room_to_prefetch(chunk)) continue;
+    if (o.chunks[std::size_t(chunk)].fetched_for == key) continue;
+    const std::optional<std::size_t> adds = room_to_prefetch(chunk);
+    if (!adds) continue;
     fetch(chunk);
+    o.prefetched_bytes += *adds;
     ++o.prefetches;
   }
 }
@@ -307,7 +327,13 @@ void Trainer::offload_step_boundary(bool starting) {
   o.in_step = false;
   // What the update allocated after the last op (the step's scalars) stays live.
   o.tracer.record("step/end", Buffer::backend_bytes_live());
-  o.tracer.finish();  // the first step was the warm-up
+  // Two warm-up steps: the first allocates the optimizer's states at its update, so the
+  // second is the steady state later steps repeat.
+  if (o.warm_up_steps_left > 0) {
+    o.warm_up_peak_bytes = std::max(o.warm_up_peak_bytes, o.pool->peak_bytes());
+    --o.warm_up_steps_left;
+  }
+  o.tracer.finish();  // the first step traced the non-model memory
   o.last_host_to_device_bytes = o.host_to_device_bytes;
   o.last_device_to_host_bytes = o.device_to_host_bytes;
   o.last_prefetches = o.prefetches;

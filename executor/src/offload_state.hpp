@@ -83,6 +83,12 @@ struct OffloadState {
   std::vector<int> held;
   bool in_step = false;
   int prefetches = 0, last_prefetches = 0;  // this step's fetches issued a segment ahead
+  // The pool's most (model + non-model) over the warm-up steps, where nothing is
+  // prefetched: a later step without prefetches repeats it, so a prefetch fits while its
+  // buffers, and those of the others issued for the same segment, fit on top of it.
+  std::size_t warm_up_peak_bytes = 0;
+  std::size_t prefetched_bytes = 0;  // issued ahead for the next segment, not yet its own
+  int warm_up_steps_left = 2;
   double host_to_device_bytes = 0, device_to_host_bytes = 0;  // this step's, so far
   double last_host_to_device_bytes = 0, last_device_to_host_bytes = 0;
 };

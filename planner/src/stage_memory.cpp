@@ -85,8 +85,9 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
   if (last) activations += 4.0 * (table.tokens * spec.vocab / split.gemm);
   activations += model.rematerialised_bytes(p, moe_layers > 0);
   memory.activations_bytes = activations;
-  memory.workspace_bytes = model.costs().device().workspace_bytes + model.trainer_temporaries_bytes(p, last) +
-                           model.reduction_scratch_bytes(p, (params + experts) * grad_bytes);
+  memory.trainer_workspace_bytes =
+      model.trainer_temporaries_bytes(p, last) + model.reduction_scratch_bytes(p, (params + experts) * grad_bytes);
+  memory.workspace_bytes = model.costs().device().workspace_bytes + memory.trainer_workspace_bytes;
   return memory;
 }
 

@@ -430,7 +430,7 @@ TEST_F(Cli, RunRefusesWhatItCannotRunBeforeAnyRankStarts) {
   EXPECT_TRUE(is_one_line_refusal(offload, "device memory: 1000 bytes is too small for any placement of stage 0's model "
                                            "states with its "))
       << offload.err;
-  EXPECT_NE(offload.err.find(" bytes of activations; the smallest budget that works is "), std::string::npos)
+  EXPECT_NE(offload.err.find(" bytes of activations and workspace; the smallest budget that works is "), std::string::npos)
       << offload.err;
   const fs::path plain = write("plain.json", R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
       "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8},

@@ -274,45 +274,60 @@ TEST(Offload, ABudgetTooSmallForAnyPlacementIsRefusedWithTheSmallestThatWorks) {
   }
 }
 
-// Before the run (what tessel run checks before the ranks start): the model states'
-// smallest placement plus the planner's activations for the stage. The named budget
-// passes the check, one byte less is refused naming it. (Training at exactly that budget
-// is not yet guaranteed: the executor's pool holds whole bucket buffers, about 1% more
-// here than the chunk plan's states plus the planned activations; the pool then refuses
-// at the op, naming it.)
-TEST(Offload, TheRefusalBeforeTheRunCountsThePlannedActivationsAndTheNamedBudgetRuns) {
-  const Plan base = offload_plan(R"({"mode": "chunked", "device_fraction": 0.25})");
+// Before the run (what tessel run checks before the ranks start): model states as the
+// chunk plan places them plus the planner's activations and trainer workspace for the
+// stage. The named budget, at the named device_fraction, trains; one byte less is refused
+// naming it; a budget the named placement fits but the plan's own placement does not is
+// refused naming both, and the plan's own named need trains too.
+static void expect_named_budgets_train(const Plan& base) {
   const planner::MemoryBreakdown memory = planner::stage_memory(planner::CostModel::for_plan(base), base.parallel, 0);
-  const double non_model = std::ceil(memory.activations_bytes);  // what tessel run passes (run_command.cpp)
-  ASSERT_GT(non_model, 0.0);
-  const double named = smallest_device_budget_bytes(base.model, base.train, base.parallel, 0, non_model);
-  // The placement that attains it.
-  const ChunkStageShape shape = chunk_stage_shape(base.model, base.parallel, 0);
+  const double non_model = std::ceil(memory.activations_bytes + memory.trainer_workspace_bytes);  // run_command.cpp
+  ASSERT_GT(memory.trainer_workspace_bytes, 0.0);
+  const SmallestDeviceBudget smallest = smallest_device_budget(base.model, base.train, base.parallel, 0, non_model);
+  EXPECT_EQ(smallest.bytes, smallest_device_budget_bytes(base.model, base.train, base.parallel, 0, non_model));
   Plan best = base;
-  double least = -1;
-  for (int resident = 1; resident <= shape.chunks; ++resident) {
-    Plan candidate = base;
-    candidate.parallel.offload_device_fraction = double(resident) / double(shape.chunks);
-    const double device = chunk_totals(shape, candidate.train, candidate.parallel, 1).device_total_bytes();
-    if (least < 0 || device < least) least = device, best = candidate;
-  }
-  EXPECT_EQ(least + non_model, named);
-  EXPECT_NO_THROW(Trainer::check_device_budget(best, std::size_t(named), {non_model}));
+  best.parallel.offload = OffloadMode::chunked;
+  best.parallel.offload_device_fraction = smallest.device_fraction;
+  const ChunkStageShape shape = chunk_stage_shape(base.model, base.parallel, 0);
+  EXPECT_EQ(chunk_totals(shape, best.train, best.parallel, 1).device_total_bytes() + non_model, smallest.bytes);
+  const auto named = std::size_t(smallest.bytes);
+  EXPECT_NO_THROW(Trainer::check_device_budget(best, named, {non_model}));
+  const RunResult at_named = train(best, named, 3);  // throws DeviceBudgetExceeded if the pool passes the budget
+  EXPECT_LE(at_named.offload.peak_bytes, named);
+  EXPECT_EQ(at_named.losses, train(base, kRoomyBudget, 3).losses);
   try {
-    Trainer::check_device_budget(best, std::size_t(named) - 1, {non_model});
+    Trainer::check_device_budget(best, named - 1, {non_model});
     FAIL() << "one byte below the named budget was accepted";
   } catch (const Error& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find(fmt::format("smallest budget that works is {:.0f} bytes", named)), std::string::npos)
+    EXPECT_NE(message.find(fmt::format("smallest budget that works is {} bytes", named)), std::string::npos) << message;
+    EXPECT_NE(message.find(fmt::format("device_fraction {:.6g}", smallest.device_fraction)), std::string::npos)
         << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
-  const double states_only = smallest_device_budget_bytes(base.model, base.train, base.parallel, 0, 0.0);
-  EXPECT_EQ(named - states_only, non_model);
-  try {
-    Trainer::check_device_budget(best, std::size_t(states_only), {non_model});
-    FAIL() << "the model states' smallest budget was accepted without the activations";
-  } catch (const Error&) {
+  const double own = chunk_totals(shape, base.train, base.parallel, 1).device_total_bytes() + non_model;
+  if (own > smallest.bytes) {
+    try {
+      Trainer::check_device_budget(base, named, {non_model});
+      FAIL() << "the plan's own placement was accepted below its need";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("this plan's placement of stage 0's model states with its {:.0f} "
+                                                       "bytes of activations and workspace ({:.0f} bytes)",
+                                                       non_model, own)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  const RunResult at_own = train(base, std::size_t(std::ceil(own)), 3);
+  EXPECT_LE(at_own.offload.peak_bytes, std::size_t(std::ceil(own)));
+}
+
+TEST(Offload, TheNamedBudgetsTrainAndOneByteLessIsRefusedBeforeTheRun) {
+  for (const std::string offload : {R"({"mode": "chunked", "device_fraction": 0.25})",
+                                    R"({"mode": "chunked", "device_fraction": 0.5})", R"("optimizer")"}) {
+    SCOPED_TRACE(offload);
+    expect_named_budgets_train(offload_plan(offload));
+    expect_named_budgets_train(offload_plan(offload, 8));
   }
 }
 

@@ -62,4 +62,13 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
 double smallest_device_budget_bytes(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel,
                                     int stage, double non_model_bytes, const ChunkSearch& search = {});
 
+// The same, with the chunked device_fraction (resident chunks / chunks) that attains it.
+struct SmallestDeviceBudget {
+  double bytes = 0;
+  double device_fraction = 1;
+};
+SmallestDeviceBudget smallest_device_budget(const ModelSpec& model, const TrainSpec& train,
+                                            const ParallelConfig& parallel, int stage, double non_model_bytes,
+                                            const ChunkSearch& search = {});
+
 }  // namespace tessel

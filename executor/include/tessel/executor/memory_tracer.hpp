@@ -3,8 +3,9 @@
 // every byte Buffers hold from the backend outside the device pool), so that the
 // offload manager knows how much room model states have at each op. The warm-up is the
 // run's first training step, an ordinary step (its loss and update are those of a run
-// without offload): the manager fetches on demand there and prefetches only from the
-// second step on, when the trace is complete.
+// without offload): the manager fetches on demand there and in the second step (whose
+// pool peak, with the optimizer's states allocated, is the steady state a prefetch must
+// fit on top of), and prefetches from the third step on.
 #pragma once
 
 #include <cstddef>

@@ -66,6 +66,7 @@ struct OffloadStats {
   std::size_t budget_bytes = 0;
   std::size_t peak_bytes = 0;             // model states + non-model memory, the most any op saw
   std::size_t peak_non_model_bytes = 0;   // traced in the warm-up (first) step
+  std::size_t warm_up_peak_bytes = 0;     // peak_bytes over the warm-up steps, before any prefetch
   int prefetched_chunks = 0;              // the last step's fetches issued a segment ahead
 };
 
@@ -89,12 +90,12 @@ class Trainer {
   Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const TrainerOptions& options,
           kernels::Backend& backend = kernels::cpu_backend());
   static void check(const Plan& plan);
-  // Offload plans: refuses (tessel::Error, one line with the smallest budget that works)
-  // a device memory budget too small for any placement of some stage's model states plus
-  // that stage's non-model memory (activations, workspace: `non_model_bytes_by_stage`,
-  // the planner's prediction, planner::stage_memory; empty: none) (0: the plan's device
-  // memory). The trainer checks the model states before its first step; tessel run
-  // checks both before the ranks start.
+  // Offload plans: refuses (tessel::Error, one line naming the smallest budget that works
+  // and the device_fraction that attains it) a device memory budget too small for this
+  // plan's placement of some stage's model states plus that stage's non-model memory
+  // (activations, trainer workspace: `non_model_bytes_by_stage`, the planner's prediction,
+  // planner::stage_memory; empty: none) (0: the plan's device memory). The trainer checks
+  // the model states before its first step; tessel run checks both before the ranks start.
   static void check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
                                   const std::vector<double>& non_model_bytes_by_stage = {});
 
@@ -197,7 +198,7 @@ class Trainer {
   void offload_step_boundary(bool starting);
   void offload_update();
   void offload_fetch(int chunk, int mb, ops::Phase phase);
-  bool room_to_prefetch(int chunk) const;
+  std::optional<std::size_t> room_to_prefetch(int chunk) const;
   void acquire_weights(int bucket);
   void release_weights(int bucket);
   // Copies a chunk's weights between its host array and the buckets (owned parts only

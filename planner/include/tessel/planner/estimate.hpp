@@ -36,6 +36,10 @@ struct MemoryBreakdown {
   double optimizer_bytes = 0;
   double activations_bytes = 0;
   double workspace_bytes = 0;
+  // Of workspace_bytes: the trainer's own temporaries and scratch (the rest is the
+  // runtime's reserve, outside the tensors a rank allocates); on offload plans these
+  // draw from the budgeted pool beside the activations.
+  double trainer_workspace_bytes = 0;
   double host_bytes = 0;  // per device, held in host memory by offload
   double device_total_bytes() const {
     return parameters_bytes + gradients_bytes + optimizer_bytes + activations_bytes + workspace_bytes;
