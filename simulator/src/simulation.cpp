@@ -6,6 +6,7 @@
 // plans fast. Groups of ranks come from core's RankLayout.
 #include "tessel/simulator/simulation.hpp"
 
+#include "compute_contention.hpp"
 #include "layer_overhead.hpp"
 #include "platform.hpp"
 #include "tp_overlap.hpp"
@@ -87,6 +88,7 @@ class Replay {
     sg4::ConditionVariablePtr changed;
     RankBreakdown breakdown;
     double last_end_s = 0;
+    ComputeContention contention;  // compute_contention.hpp
   };
   struct Meeting {
     int arrived = 0;
@@ -369,7 +371,8 @@ class Replay {
       }
       default:
         sg4::this_actor::sleep_for(compute_seconds(op) + layer_overhead_s_[std::size_t(rank.program->stage)][index] +
-                                   tp_overlap_s_[std::size_t(rank.program->stage)][index]);
+                                   tp_overlap_s_[std::size_t(rank.program->stage)][index] +
+                                   rank.contention.take_debt_s());
         return;
     }
   }
@@ -396,7 +399,18 @@ class Replay {
         if (waited_on == Stream::pp_comm) rank.breakdown.bubble_s += waited;
         else if (waited_on != Stream::compute) rank.breakdown.exposed_comm_s += waited;
       }
+      const bool computes = op.stream == Stream::compute && !is_communication(op);
+      const bool data_parallel = op.stream != Stream::compute && op.work.kind == OpKind::collective &&
+                                 (op.work.group == CommGroup::dp || op.work.group == CommGroup::expert_dp) &&
+                                 rank.contention.active();
+      const double busy_at_start = rank.contention.busy_at(start);
+      if (computes) rank.contention.compute_started(start);
       execute(rank, index);
+      if (computes) rank.contention.compute_ended(sg4::Engine::get_clock());
+      if (data_parallel) {
+        const double unmoved_s = rank.contention.collective_ended(busy_at_start, sg4::Engine::get_clock());
+        if (unmoved_s > 0) sg4::this_actor::sleep_for(unmoved_s);
+      }
       const double end = sg4::Engine::get_clock();
       if (op.stream == Stream::compute && !is_communication(op)) {
         rank.breakdown.compute_s += end - start;
@@ -503,6 +517,8 @@ class Replay {
       rank.done_s.assign(rank.program->ops.size(), kNotDone);
       rank.mutex = sg4::Mutex::create();
       rank.changed = sg4::ConditionVariable::create();
+      rank.contention =
+          ComputeContention(costs_.calibration().collective_contention, costs_.calibration().overlap_efficiency);
       if (!options_.overlap) {
         streams_.push_back(sequential_order(*rank.program));
         const std::size_t slot = streams_.size() - 1;

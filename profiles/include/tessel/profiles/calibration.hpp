@@ -20,8 +20,8 @@
 //    collective (gradient sync, ZeRO gathers) runs hidden beside it: NCCL's kernels
 //    take SMs and memory bandwidth from the GEMMs they overlap, so hidden traffic is not
 //    free; each hidden second costs this many seconds of compute (0 = free, as before).
-//    Host-device copies (offload) run on copy engines and pay none. A planner term, as
-//    overlap_efficiency and layer_overhead_s are: the simulator does not read it.
+//    Host-device copies (offload) run on copy engines and pay none. The simulator pays
+//    it and overlap_efficiency on the same overlap (simulator/src/compute_contention.hpp).
 //  - tp_overlap_efficiency, tp_overlap_gemm_slowdown: plans with parallel.tp_comm_overlap
 //    (Megatron's --tp-comm-overlap) pipeline each sequence-parallel gather and scatter
 //    with the GEMM beside it (tp_overlap.hpp): the fraction of the pipelinable transfer

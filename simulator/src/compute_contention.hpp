@@ -1,0 +1,49 @@
+// Hidden data-parallel traffic in the simulator, as the planner prices it
+// (planner/src/cost_finish.cpp, profiles/calibration.hpp):
+//  - collective_contention: each second a data-parallel collective runs beside a compute
+//    op costs the compute that many seconds more. The simulator cannot slow a kernel
+//    already sleeping, so the seconds are owed and paid by the rank's next compute op.
+//  - overlap_efficiency: a collective progresses at this fraction of its rate while
+//    compute runs beside it (the planner hides at most efficiency x compute seconds of
+//    traffic), so after it the comm stream waits for the rest: hidden in turn where more
+//    compute follows, exposed at the end of the step.
+// Both read the overlap off the rank's compute-busy clock: the compute seconds run
+// between the collective's start and end. With the defaults (0 and 1) nothing changes.
+// A ledger per rank, in its own header so that simulation.cpp keeps to the replay.
+#pragma once
+
+#include <algorithm>
+#include <utility>
+
+namespace tessel::simulator {
+
+class ComputeContention {
+ public:
+  explicit ComputeContention(double contention = 0, double overlap_efficiency = 1)
+      : contention_(contention), efficiency_(std::clamp(overlap_efficiency, 1e-3, 1.0)) {}
+
+  bool active() const { return contention_ > 0 || efficiency_ < 1.0; }
+  // The compute seconds run up to `now_s` (a running op counts its part so far).
+  double busy_at(double now_s) const { return busy_s_ + (started_s_ >= 0 ? now_s - started_s_ : 0.0); }
+  void compute_started(double now_s) { started_s_ = now_s; }
+  void compute_ended(double now_s) {
+    if (started_s_ >= 0) busy_s_ += now_s - started_s_;
+    started_s_ = -1;
+  }
+  // A data-parallel collective ended at `now_s`; `busy_at_start` was busy_at() when it
+  // began. Owes the compute its contention and returns the seconds the comm stream still
+  // takes for what overlap did not move.
+  double collective_ended(double busy_at_start, double now_s) {
+    const double overlapped_s = std::max(0.0, busy_at(now_s) - busy_at_start);
+    debt_s_ += contention_ * overlapped_s;
+    return overlapped_s * (1.0 - efficiency_) / efficiency_;
+  }
+  // The contention seconds the next compute op pays.
+  double take_debt_s() { return std::exchange(debt_s_, 0.0); }
+
+ private:
+  double contention_, efficiency_;
+  double busy_s_ = 0, started_s_ = -1, debt_s_ = 0;
+};
+
+}  // namespace tessel::simulator

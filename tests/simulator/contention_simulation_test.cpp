@@ -1,0 +1,72 @@
+// collective_contention and overlap_efficiency in the simulator
+// (simulator/src/compute_contention.hpp): hidden data-parallel traffic slows the compute
+// beside it and hides less than all of itself, as the planner prices it
+// (planner/src/cost_finish.cpp). With stream overlap on (the only way traffic hides) the
+// planner's and the simulator's overlap differ in form by about 3% at the datasheet
+// profile, so a calibrated step agrees within 4%, while the calibration moves the
+// analytic step by over 7.5%: a simulator that left the two parameters out would be
+// more than 4% off in every case. SimGrid allows one engine per process: each case simulates once.
+#include <gtest/gtest.h>
+
+#include "tessel/planner/cost_model.hpp"
+#include "tessel/profiles/profile.hpp"
+#include "tessel/simulator/simulation.hpp"
+
+using namespace tessel;
+
+namespace {
+struct ContentionCase {
+  const char* name;
+  const char* parallel;
+  double contention, efficiency;
+};
+
+Plan contention_plan(const std::string& parallel) {
+  Plan plan = Plan::from_json(Json::parse(R"({"model": {"name": "uniform", "layers": 8, "hidden": 2048, "heads": 16,
+      "vocab": 512, "seq_len": 1024}, "cluster": "dgx-a100", "nodes": 2, "train": {"global_batch": 32},
+      "parallel": )" + parallel + "}"),
+                              "");
+  plan.validate();
+  return plan;
+}
+
+profiles::Profile calibrated(const Plan& plan, double contention, double efficiency) {
+  profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
+  profile.meta["calibration"] =
+      Json{{"parameters", {{"collective_contention", contention}, {"overlap_efficiency", efficiency}}}};
+  return profile;
+}
+}  // namespace
+
+class ContentionAgreement : public ::testing::TestWithParam<ContentionCase> {};
+
+TEST_P(ContentionAgreement, ACalibratedStepEqualsTheAnalyticEstimateWithin4Percent) {
+  const ContentionCase& c = GetParam();
+  const Plan plan = contention_plan(c.parallel);
+  const profiles::Profile plain = profiles::shipped_profile(plan.cluster.device);
+  const profiles::Profile cal = calibrated(plan, c.contention, c.efficiency);
+  const double analytic_plain_s =
+      planner::CostModel(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), plain)
+          .estimate(plan.parallel)
+          .step_time_s;
+  const double analytic_s = planner::CostModel(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), cal)
+                                .estimate(plan.parallel)
+                                .step_time_s;
+  // The simulator without the two parameters stays about 3% above the datasheet's
+  // analytic step, so it fails the 4% below once calibration adds over 7.5%.
+  EXPECT_GT(analytic_s, 1.075 * analytic_plain_s) << "the calibration moves the step too little to test";
+  simulator::SimulationOptions options;
+  options.contention_free = true;
+  const double simulated_s = simulator::simulate(Program::lower(plan), cal, options).step_time_s;
+  EXPECT_NEAR(simulated_s / analytic_s, 1.0, 0.04) << plan.parallel.summary() << ": simulated " << simulated_s
+                                                   << " s, analytic " << analytic_s << " s (datasheet "
+                                                   << analytic_plain_s << " s)";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ContentionAgreement,
+    ::testing::Values(ContentionCase{"DataParallelZero1", R"({"dp": 16, "zero": 1})", 0.5, 0.6},
+                      ContentionCase{"Zero3", R"({"dp": 16, "zero": 3})", 0.5, 0.6},
+                      ContentionCase{"Zero3ContentionOnly", R"({"dp": 16, "zero": 3})", 0.8, 1.0},
+                      ContentionCase{"Pipeline", R"({"dp": 8, "pp": 2})", 0.5, 0.6}),
+    [](const ::testing::TestParamInfo<ContentionCase>& info) { return std::string(info.param.name); });
