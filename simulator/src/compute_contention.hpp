@@ -15,10 +15,18 @@
 #include <algorithm>
 #include <utility>
 
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+
+#include "tessel/core/program.hpp"
+#include "tessel/profiles/calibration.hpp"
+
 namespace tessel::simulator {
 
 class ComputeContention {
  public:
+  explicit ComputeContention(const profiles::Calibration& calibration)
+      : ComputeContention(calibration.collective_contention, calibration.overlap_efficiency) {}
   explicit ComputeContention(double contention = 0, double overlap_efficiency = 1)
       : contention_(contention), efficiency_(std::clamp(overlap_efficiency, 1e-3, 1.0)) {}
 
@@ -37,6 +45,25 @@ class ComputeContention {
     const double overlapped_s = std::max(0.0, busy_at(now_s) - busy_at_start);
     debt_s_ += contention_ * overlapped_s;
     return overlapped_s * (1.0 - efficiency_) / efficiency_;
+  }
+  // Around each op of the rank's streams (each stream its own actor, so the op keeps its
+  // mark): a compute op runs the busy clock; a data-parallel collective off the compute
+  // stream is measured against it, and op_ended waits what it did not move.
+  struct OpMark {
+    bool computes = false, measured = false;
+    double busy_at_start = 0;
+  };
+  OpMark op_started(const ProgramOp& op, bool computes, double now_s) {
+    const bool measured = active() && op.stream != Stream::compute && op.work.kind == OpKind::collective &&
+                          (op.work.group == CommGroup::dp || op.work.group == CommGroup::expert_dp);
+    if (computes) compute_started(now_s);
+    return {computes, measured, busy_at(now_s)};
+  }
+  void op_ended(const OpMark& mark) {
+    const double now_s = simgrid::s4u::Engine::get_clock();
+    if (mark.computes) compute_ended(now_s);
+    const double wait_s = mark.measured ? collective_ended(mark.busy_at_start, now_s) : 0.0;
+    if (wait_s > 0) simgrid::s4u::this_actor::sleep_for(wait_s);
   }
   // The contention seconds the next compute op pays.
   double take_debt_s() { return std::exchange(debt_s_, 0.0); }

@@ -6,9 +6,9 @@
 // plans fast. Groups of ranks come from core's RankLayout.
 #include "tessel/simulator/simulation.hpp"
 
-#include "compute_contention.hpp"
 #include "layer_overhead.hpp"
 #include "platform.hpp"
+#include "replay_state.hpp"
 #include "tp_overlap.hpp"
 
 #include <algorithm>
@@ -80,22 +80,6 @@ class Replay {
  private:
   std::vector<std::vector<double>> layer_overhead_s_;  // per stage, per op: layer_overheads_s()
   std::vector<std::vector<double>> tp_overlap_s_;      // per stage, per op: tp_overlap_adjustments_s()
-  struct RankState {
-    int rank = 0;
-    const StageProgram* program = nullptr;
-    std::vector<double> done_s;
-    sg4::MutexPtr mutex;
-    sg4::ConditionVariablePtr changed;
-    RankBreakdown breakdown;
-    double last_end_s = 0;
-    ComputeContention contention;  // compute_contention.hpp
-  };
-  struct Meeting {
-    int arrived = 0;
-    bool finished = false;
-    sg4::MutexPtr mutex;
-    sg4::ConditionVariablePtr changed;
-  };
 
   // ---------------------------------------------------------------- platform
   void build_platform(sg4::Engine& engine) {
@@ -399,18 +383,9 @@ class Replay {
         if (waited_on == Stream::pp_comm) rank.breakdown.bubble_s += waited;
         else if (waited_on != Stream::compute) rank.breakdown.exposed_comm_s += waited;
       }
-      const bool computes = op.stream == Stream::compute && !is_communication(op);
-      const bool data_parallel = op.stream != Stream::compute && op.work.kind == OpKind::collective &&
-                                 (op.work.group == CommGroup::dp || op.work.group == CommGroup::expert_dp) &&
-                                 rank.contention.active();
-      const double busy_at_start = rank.contention.busy_at(start);
-      if (computes) rank.contention.compute_started(start);
+      const auto mark = rank.contention.op_started(op, op.stream == Stream::compute && !is_communication(op), start);
       execute(rank, index);
-      if (computes) rank.contention.compute_ended(sg4::Engine::get_clock());
-      if (data_parallel) {
-        const double unmoved_s = rank.contention.collective_ended(busy_at_start, sg4::Engine::get_clock());
-        if (unmoved_s > 0) sg4::this_actor::sleep_for(unmoved_s);
-      }
+      rank.contention.op_ended(mark);
       const double end = sg4::Engine::get_clock();
       if (op.stream == Stream::compute && !is_communication(op)) {
         rank.breakdown.compute_s += end - start;
@@ -517,8 +492,7 @@ class Replay {
       rank.done_s.assign(rank.program->ops.size(), kNotDone);
       rank.mutex = sg4::Mutex::create();
       rank.changed = sg4::ConditionVariable::create();
-      rank.contention =
-          ComputeContention(costs_.calibration().collective_contention, costs_.calibration().overlap_efficiency);
+      rank.contention = ComputeContention(costs_.calibration());
       if (!options_.overlap) {
         streams_.push_back(sequential_order(*rank.program));
         const std::size_t slot = streams_.size() - 1;
