@@ -2,7 +2,15 @@
 // (planner/src/cost_finish.cpp, profiles/calibration.hpp):
 //  - collective_contention: each second a data-parallel collective runs beside a compute
 //    op costs the compute that many seconds more. The simulator cannot slow a kernel
-//    already sleeping, so the seconds are owed and paid by the rank's next compute op.
+//    already sleeping, so the seconds are owed. A micro-batch's collectives (ZeRO-3's
+//    gathers and reduce-scatters) owe them to the rank's next compute op, inside the
+//    micro-batch they slow. The step's gradient syncs owe them to the rank's last compute
+//    op (its optimizer, which waits for every sync): paid by the next compute op, a
+//    pipeline's debt chains, as each stage's slowed last backward delays the stage before
+//    it through the cooldown, pp times over. The profile's contention is fitted on the
+//    planner's once-per-step form (calibrate.cpp), and the chained form priced the fitted
+//    value 27% slow on a pp16 run (Megatron-LM 462B on H100), so the simulator pays it
+//    once, where the planner does.
 //  - overlap_efficiency: a collective progresses at this fraction of its rate while
 //    compute runs beside it (the planner hides at most efficiency x compute seconds of
 //    traffic), so after it the comm stream waits for the rest: hidden in turn where more
@@ -13,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include <simgrid/s4u/Actor.hpp>
@@ -41,36 +50,41 @@ class ComputeContention {
   // A data-parallel collective ended at `now_s`; `busy_at_start` was busy_at() when it
   // began. Owes the compute its contention and returns the seconds the comm stream still
   // takes for what overlap did not move.
-  double collective_ended(double busy_at_start, double now_s) {
+  double collective_ended(double busy_at_start, double now_s, bool in_micro_batch) {
     const double overlapped_s = std::max(0.0, busy_at(now_s) - busy_at_start);
-    debt_s_ += contention_ * overlapped_s;
+    (in_micro_batch ? next_op_debt_s_ : step_debt_s_) += contention_ * overlapped_s;
     return overlapped_s * (1.0 - efficiency_) / efficiency_;
   }
   // Around each op of the rank's streams (each stream its own actor, so the op keeps its
   // mark): a compute op runs the busy clock; a data-parallel collective off the compute
   // stream is measured against it, and op_ended waits what it did not move.
   struct OpMark {
-    bool computes = false, measured = false;
+    bool computes = false, measured = false, in_micro_batch = false;
     double busy_at_start = 0;
   };
   OpMark op_started(const ProgramOp& op, bool computes, double now_s) {
     const bool measured = active() && op.stream != Stream::compute && op.work.kind == OpKind::collective &&
                           (op.work.group == CommGroup::dp || op.work.group == CommGroup::expert_dp);
     if (computes) compute_started(now_s);
-    return {computes, measured, busy_at(now_s)};
+    return {computes, measured, op.id.starts_with("mb"), busy_at(now_s)};
   }
   void op_ended(const OpMark& mark) {
     const double now_s = simgrid::s4u::Engine::get_clock();
     if (mark.computes) compute_ended(now_s);
-    const double wait_s = mark.measured ? collective_ended(mark.busy_at_start, now_s) : 0.0;
+    const double wait_s = mark.measured ? collective_ended(mark.busy_at_start, now_s, mark.in_micro_batch) : 0.0;
     if (wait_s > 0) simgrid::s4u::this_actor::sleep_for(wait_s);
   }
-  // The contention seconds the next compute op pays.
-  double take_debt_s() { return std::exchange(debt_s_, 0.0); }
+  // The contention seconds compute op `op_index` pays: what the micro-batch owes, and
+  // the step's debt if it is the op `set_step_payer` named (its program index).
+  void set_step_payer(std::uint32_t op_index) { step_payer_ = op_index; }
+  double debt_paid_by_s(std::uint32_t op_index) {
+    return std::exchange(next_op_debt_s_, 0.0) + (op_index == step_payer_ ? std::exchange(step_debt_s_, 0.0) : 0.0);
+  }
 
  private:
   double contention_, efficiency_;
-  double busy_s_ = 0, started_s_ = -1, debt_s_ = 0;
+  double busy_s_ = 0, started_s_ = -1, next_op_debt_s_ = 0, step_debt_s_ = 0;
+  std::uint32_t step_payer_ = ~0u;
 };
 
 }  // namespace tessel::simulator

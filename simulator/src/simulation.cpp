@@ -356,7 +356,7 @@ class Replay {
       default:
         sg4::this_actor::sleep_for(compute_seconds(op) + layer_overhead_s_[std::size_t(rank.program->stage)][index] +
                                    tp_overlap_s_[std::size_t(rank.program->stage)][index] +
-                                   rank.contention.take_debt_s());
+                                   rank.contention.debt_paid_by_s(index));
         return;
     }
   }
@@ -493,6 +493,11 @@ class Replay {
       rank.mutex = sg4::Mutex::create();
       rank.changed = sg4::ConditionVariable::create();
       rank.contention = ComputeContention(costs_.calibration());
+      for (std::uint32_t i = 0; i < rank.program->ops.size(); ++i) {
+        const ProgramOp& op = rank.program->ops[i];
+        const bool computes = op.stream == Stream::compute && !is_communication(op) && op.work.kind != OpKind::copy;
+        if (computes) rank.contention.set_step_payer(i);  // the last one pays the step's contention
+      }
       if (!options_.overlap) {
         streams_.push_back(sequential_order(*rank.program));
         const std::size_t slot = streams_.size() - 1;
