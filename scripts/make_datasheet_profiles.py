@@ -54,6 +54,23 @@ DEVICES = [
         },
     },
     {
+        # The 40 GB part: the same SMs and clocks as the 80 GB one (same peaks, same GEMM
+        # curve), with HBM2 instead of HBM2e.
+        "curve": "A100",
+        "device": {
+            "name": "A100-SXM-40GB", "kind": "gpu",
+            "peak_flops_per_s": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
+            "memory_bytes": 42949672960, "memory_bandwidth_bytes_per_s": 1.555e12,
+            "memory_efficiency": 0.8, "workspace_bytes": 2147483648,
+            "sources": {
+                "peak_flops_per_s": "datasheet: NVIDIA A100 Tensor Core GPU datasheet (dense, no sparsity; the same for the 40 GB and 80 GB SXM parts)",
+                "memory_bytes": "datasheet: 40 GB HBM2 (40960 MiB as the driver reports)",
+                "memory_bandwidth_bytes_per_s": "datasheet: 1,555 GB/s",
+                **GPU_ASSUMPTIONS,
+            },
+        },
+    },
+    {
         "curve": "H100",
         "device": {
             "name": "H100-SXM", "kind": "gpu",
@@ -113,13 +130,21 @@ DEVICES = [
 # tests/planner/measured_experience_test.cpp computes; that test fails (printing the new
 # table) when the corpus or tessel's FLOP count changes it.
 MEASURED_EXPERIENCE = {
+    "A100-SXM-40GB": [
+        {"bucket": "under 3B", "best_mfu": 0.5944078824369231,
+         "run": "llm-foundry-a100-40gb-34-mpt-3b-seq512-gpus8", "runs": 55},
+        {"bucket": "3B to 20B", "best_mfu": 0.5256967211323077,
+         "run": "llm-foundry-a100-40gb-09-mpt-13b-seq2048-gpus32", "runs": 19},
+        {"bucket": "20B to 100B", "best_mfu": 0.5221413749267693,
+         "run": "llm-foundry-a100-40gb-03-mpt-30b-seq2048-gpus128", "runs": 5},
+    ],
     "A100-SXM-80GB": [
         {"bucket": "under 3B", "best_mfu": 0.63654971904,
-         "run": "llm-foundry-a100-80gb-28-mpt-3b-seq512-gpus8", "runs": 96},
+         "run": "llm-foundry-a100-80gb-28-mpt-3b-seq512-gpus8", "runs": 41},
         {"bucket": "3B to 20B", "best_mfu": 0.6413519509661539,
-         "run": "llm-foundry-a100-80gb-19-mpt-7b-seq2048-gpus8", "runs": 32},
+         "run": "llm-foundry-a100-80gb-19-mpt-7b-seq2048-gpus8", "runs": 13},
         {"bucket": "20B to 100B", "best_mfu": 0.5638376512590769,
-         "run": "llm-foundry-a100-80gb-07-mpt-30b-seq512-gpus8", "runs": 12},
+         "run": "llm-foundry-a100-80gb-07-mpt-30b-seq512-gpus8", "runs": 7},
         {"bucket": "100B and over", "best_mfu": 0.5304057472866461,
          "run": "megascale-t2-megatron-lm-175b-gpus256-batch768", "runs": 12},
     ],

@@ -250,7 +250,7 @@ Command add_calibrate_command(CLI::App& app) {
   cmd->add_option("--held-out-runs", args->held_out_runs,
                   "Runs in --db (ids 4,5,6) to predict before and after the fit, never fitted on");
   cmd->add_option("--device", args->device,
-                  "Device to calibrate: a device of the corpus (A100-SXM-80GB, H100-SXM) or all");
+                  "Device to calibrate: a device of the corpus (A100-SXM-80GB, A100-SXM-40GB, H100-SXM) or all");
   cmd->add_option("--out", args->out_file, "Write the calibrated profile to this JSON file instead of the database");
   cmd->add_option("--db", args->db, "Profile database to read the base profile from and write the calibrated one to");
   cmd->add_option("--fit", args->fit,

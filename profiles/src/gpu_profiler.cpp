@@ -56,7 +56,10 @@ std::string shipped_device_for(const std::string& cuda_device_name) {
   if (has("H200")) return "H200";
   // H100 SXM reports "NVIDIA H100 80GB HBM3"; PCIe and NVL parts differ in clocks and bandwidth.
   if (has("H100") && (has("HBM3") || has("SXM")) && !has("PCIe") && !has("NVL")) return "H100-SXM";
-  if (has("A100") && has("80GB") && !has("PCIe")) return "A100-SXM-80GB";
+  // A100 SXM parts report "NVIDIA A100-SXM4-80GB" / "-40GB"; PCIe parts "A100-PCIE-...".
+  const bool pcie = has("PCIe") || has("PCIE");
+  if (has("A100") && has("80GB") && !pcie) return "A100-SXM-80GB";
+  if (has("A100") && has("40GB") && !pcie) return "A100-SXM-40GB";
   return "";
 }
 

@@ -51,7 +51,7 @@ TEST_F(Cli, CalibrateRefusesAnUnknownDeviceInOneLine) {
   const auto result = run("calibrate --published " + corpus() + " --device V100 --db " + (dir_ / "x.db").string());
   EXPECT_EQ(result.status, 2);
   EXPECT_EQ(line_count(result.err), 1) << result.err;
-  EXPECT_NE(result.err.find("--device: must be one of A100-SXM-80GB, H100-SXM, or all"), std::string::npos)
+  EXPECT_NE(result.err.find("--device: must be one of A100-SXM-40GB, A100-SXM-80GB, H100-SXM, or all"), std::string::npos)
       << result.err;
   EXPECT_FALSE(fs::exists(dir_ / "x.db"));
 }

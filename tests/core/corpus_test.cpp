@@ -154,7 +154,8 @@ TEST(Corpus, EveryRunHasAUniqueIdACiteAndAMeasurement) {
       }
       // The published machine is one of tessel's GPU cluster presets; cluster_note says how it differs.
       const std::string cluster = run.value("cluster", std::string());
-      EXPECT_TRUE(cluster == "dgx-a100" || cluster == "dgx-h100" || cluster == "hgx-h200") << cluster;
+      EXPECT_TRUE(cluster == "dgx-a100" || cluster == "dgx-a100-40gb" || cluster == "dgx-h100" || cluster == "hgx-h200")
+          << cluster;
     }
   }
 }
@@ -237,18 +238,19 @@ TEST(Corpus, EachDeviceHasEnoughCalibrationRows) {
                               std::to_string(p.value("zero", 0)));
     }
   }
-  for (const char* cluster : {"dgx-a100", "dgx-h100"}) {
+  for (const char* cluster : {"dgx-a100", "dgx-a100-40gb", "dgx-h100"}) {
     SCOPED_TRACE(cluster);
     const Coverage& coverage = by_cluster[cluster];
     EXPECT_GE(coverage.rows, 15);
     EXPECT_GE(coverage.models.size(), 5u);
   }
-  // Both devices' calibration rows span tensor-, pipeline- and data-parallel layouts: on
-  // A100, FSDP (llm-foundry) beside tp 8 x pp 8 and tp 8 x pp 35 (MegaScale's Megatron-LM
-  // baseline) and tp 2 x pp 4 (GPT-NeoX-20B), so the fit sees tensor and pipeline costs
-  // there too.
+  // Every device's calibration rows span more than one layout: on A100 80GB, FSDP
+  // (llm-foundry) beside tp 8 x pp 8 and tp 8 x pp 35 (MegaScale's Megatron-LM baseline);
+  // on A100 40GB, FSDP beside tp 2 x pp 4 (GPT-NeoX-20B), so each fit sees tensor and
+  // pipeline costs too.
   EXPECT_GE(by_cluster["dgx-h100"].layouts.size(), 2u);
-  EXPECT_EQ(by_cluster["dgx-a100"].layouts, (std::set<std::string>{"1x1,z3", "8x8,z1", "8x35,z1", "2x4,z1"}));
+  EXPECT_EQ(by_cluster["dgx-a100"].layouts, (std::set<std::string>{"1x1,z3", "8x8,z1", "8x35,z1"}));
+  EXPECT_EQ(by_cluster["dgx-a100-40gb"].layouts, (std::set<std::string>{"1x1,z3", "2x4,z1"}));
 }
 
 // The check above can fail: a recorded reason that tessel no longer gives is caught, and

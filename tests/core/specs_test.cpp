@@ -35,7 +35,7 @@ TEST(Presets, EveryShippedPresetLoads) {
                            "mixtral-8x7b", "qwen1.5-moe-a2.7b"}) {
     EXPECT_TRUE(find_preset("models", name).has_value()) << name;
   }
-  for (const char* name : {"dgx-a100", "dgx-h100", "hgx-h200", "local-cpu"}) {
+  for (const char* name : {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "hgx-h200", "local-cpu"}) {
     EXPECT_TRUE(find_preset("clusters", name).has_value()) << name;
   }
 }

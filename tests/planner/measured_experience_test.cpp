@@ -20,7 +20,7 @@ TEST(MeasuredExperience, TheShippedProfilesCarryWhatTheCorpusGivesToday) {
   for (PublishedRun& run : load_published_runs(std::string(TESSEL_SOURCE_DIR) + "/corpus/published")) {
     if (run.priceable() && !run.device.empty()) by_device[run.device].push_back(std::move(run));
   }
-  ASSERT_EQ(by_device.size(), 2u);  // A100-SXM-80GB and H100-SXM
+  ASSERT_EQ(by_device.size(), 3u);  // A100-SXM-40GB, A100-SXM-80GB and H100-SXM
   for (auto& [device, runs] : by_device) {
     const profiles::Profile shipped = profiles::shipped_profile(device);
     RunSet set(runs, shipped);

@@ -60,6 +60,8 @@ TEST(GpuProfilerShapes, CudaNamesMapToShippedProfiles) {
   EXPECT_EQ(shipped_device_for("NVIDIA H200"), "H200");
   EXPECT_EQ(shipped_device_for("NVIDIA A100-SXM4-80GB"), "A100-SXM-80GB");
   EXPECT_EQ(shipped_device_for("NVIDIA A100-PCIE-40GB"), "");
+  EXPECT_EQ(shipped_device_for("NVIDIA A100-PCIE-80GB"), "");
+  EXPECT_EQ(shipped_device_for("NVIDIA A100-SXM4-40GB"), "A100-SXM-40GB");
   EXPECT_EQ(store_device_name("NVIDIA RTX A6000"), "NVIDIA-RTX-A6000");
   EXPECT_EQ(store_device_name(" a / b "), "a-b");
 }

@@ -50,7 +50,7 @@ struct DeviceSpec {
   bool operator==(const DeviceSpec&) const = default;
 };
 
-// The device of a shipped profile (A100-SXM-80GB, H100-SXM, H200, local-cpu), or of a
+// The device of a shipped profile (A100-SXM-80GB, A100-SXM-40GB, H100-SXM, H200, local-cpu), or of a
 // profile JSON file.
 DeviceSpec resolve_device(const std::string& preset_or_file);
 

@@ -46,7 +46,7 @@ std::vector<std::int64_t> gpu_copy_sizes_bytes(bool quick);
 std::vector<std::string> gpu_gemm_precisions(bool has_fp8);
 
 // The shipped datasheet profile a CUDA device name (e.g. "NVIDIA H100 80GB HBM3")
-// corresponds to (A100-SXM-80GB, H100-SXM, H200), or "" when none does.
+// corresponds to (A100-SXM-80GB, A100-SXM-40GB, H100-SXM, H200), or "" when none does.
 std::string shipped_device_for(const std::string& cuda_device_name);
 // A device name for the store from a CUDA device name when no shipped one matches:
 // spaces and slashes become '-' ("NVIDIA-RTX-A6000").
