@@ -113,7 +113,7 @@ TEST(ClusterSpec, RoundTripsAndChecksFabric) {
 }
 
 TEST(DeviceSpec, EveryNumberHasASource) {
-  EXPECT_EQ(preset_names("profiles").size(), 4u);
+  EXPECT_EQ(preset_names("profiles").size(), 5u);
   for (const auto& name : preset_names("profiles")) {
     const DeviceSpec device = resolve_device(name);
     for (const char* field : {"peak_flops_per_s", "memory_bytes", "memory_bandwidth_bytes_per_s", "gemm"}) {
