@@ -15,27 +15,6 @@ MemoryBytes by_category(const planner::MemoryBreakdown& m) {
   return {m.parameters_bytes, m.gradients_bytes, m.optimizer_bytes, m.activations_bytes, m.workspace_bytes};
 }
 
-// On CPU ranks the states offload keeps in host memory are in the same process as the
-// rest, so the measured peak holds them: they go back to their categories (the chunked
-// split scales every state by the device fraction f, so a state's host share is its
-// device bytes x (1 - f) / f; the weights take what remains, as their device bytes hold
-// the gathered layers too).
-MemoryBytes with_host_states(const planner::MemoryBreakdown& m, const ParallelConfig& p) {
-  MemoryBytes bytes = by_category(m);
-  if (m.host_bytes <= 0) return bytes;
-  auto at = [&](MemoryCategory c) -> double& { return bytes[std::size_t(c)]; };
-  if (p.offload == OffloadMode::optimizer) {
-    at(MemoryCategory::optimizer) += m.host_bytes;
-    return bytes;
-  }
-  const double f = p.offload_device_fraction, host_per_device = (1 - f) / f;
-  const double gradients = m.gradients_bytes * host_per_device, optimizer = m.optimizer_bytes * host_per_device;
-  at(MemoryCategory::gradients) += gradients;
-  at(MemoryCategory::optimizer) += optimizer;
-  at(MemoryCategory::parameters) += std::max(0.0, m.host_bytes - gradients - optimizer);
-  return bytes;
-}
-
 std::string mib(double bytes) { return fmt::format("{:.2f}", bytes / double(1 << 20)); }
 
 std::string cell(double predicted, double measured) {
@@ -53,7 +32,6 @@ std::vector<RankMemoryComparison> compare_rank_memory(const Plan& plan, const st
   as_run.train.dropout = false;
   const planner::CostModel model = planner::CostModel::for_plan(as_run, db);
   const RankLayout layout(plan.parallel);
-  const bool cpu_ranks = model.costs().device().kind == "cpu";
   std::vector<planner::MemoryBreakdown> stages;
   for (int s = 0; s < plan.parallel.pp; ++s) stages.push_back(planner::stage_memory(model, plan.parallel, s));
   std::vector<RankMemoryComparison> out;
@@ -62,8 +40,9 @@ std::vector<RankMemoryComparison> compare_rank_memory(const Plan& plan, const st
     RankMemoryComparison c;
     c.rank = m.rank;
     c.stage = layout.coordinates(m.rank).pp;
-    c.predicted_bytes = cpu_ranks ? with_host_states(stages[std::size_t(c.stage)], plan.parallel)
-                                  : by_category(stages[std::size_t(c.stage)]);
+    // Device memory against device memory; offload's host states apart (host_bytes).
+    c.predicted_bytes = by_category(stages[std::size_t(c.stage)]);
+    c.predicted_host_bytes = stages[std::size_t(c.stage)].host_bytes;
     c.measured = m;
     out.push_back(c);
   }
@@ -81,12 +60,17 @@ std::string memory_table(const std::vector<RankMemoryComparison>& ranks) {
   }
   out += "peak memory per rank, MiB: predicted/measured measured÷predicted (measured: each category's own peak; "
          "workspace: temporaries + the runtime beyond the trainer's tensors; total: the peak of the sum, the "
-         "process's peak on the CPU, the device's on a GPU)\n";
+         "process's peak less offload's host states on the CPU, the device's on a GPU; host: offload's model states "
+         "in host memory)\n";
   std::vector<std::string> headers{"rank", "stage"};
   for (std::size_t c = 0; c < kMemoryCategories; ++c) headers.emplace_back(to_string(MemoryCategory(c)));
   headers.insert(headers.end(), {"total peak", "tensors", "process peak"});
   const bool device = std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.measured.device_peak_bytes > 0; });
   if (device) headers.emplace_back("device peak");
+  const bool host = std::any_of(ranks.begin(), ranks.end(), [](const auto& r) {
+    return r.predicted_host_bytes > 0 || r.measured.host_state_bytes > 0;
+  });
+  if (host) headers.emplace_back("host");
   Table table(headers);
   for (const RankMemoryComparison& r : ranks) {
     std::vector<std::string> row{std::to_string(r.rank), std::to_string(r.stage)};
@@ -97,6 +81,7 @@ std::string memory_table(const std::vector<RankMemoryComparison>& ranks) {
     row.push_back(mib(r.measured.total_peak_bytes));
     row.push_back(mib(r.measured.process_peak_bytes));
     if (device) row.push_back(mib(r.measured.device_peak_bytes));
+    if (host) row.push_back(cell(r.predicted_host_bytes, r.measured.host_state_bytes));
     table.add_row(row);
   }
   return out + table.render();

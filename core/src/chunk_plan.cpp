@@ -142,6 +142,9 @@ void size_and_place(ChunkPlan& plan, const TrainSpec& train, const ParallelConfi
     plan.device_state_bytes += chunk.grad_bytes;
     (chunk.host_resident ? plan.host_state_bytes : plan.device_state_bytes) += chunk.param_bytes;
     (chunk.optimizer_on_host ? plan.host_state_bytes : plan.device_state_bytes) += optimizer_states;
+    // The host optimizer reads an fp32 gradient in host memory (ZeRO-Offload's pinned
+    // gradient partition; the executor's HostChunk::grads).
+    if (chunk.optimizer_on_host) plan.host_state_bytes += double(chunk.owned_elements) * kHostGradientBytes;
     (chunk.optimizer_on_host ? plan.host_optimizer_elements : plan.device_optimizer_elements) +=
         double(chunk.owned_elements);
   }

@@ -97,7 +97,7 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   };
   if (p.offload == OffloadMode::optimizer) {
     t.host_optimizer_elements = owned_resident + owned_host;
-    t.host_bytes = t.host_optimizer_elements * optimizer_b;
+    t.host_bytes = t.host_optimizer_elements * (optimizer_b + kHostGradientBytes);
     const double owned_moved = moved(0, n, optimizer_sharded, optimizer_sharded);
     t.device_to_host_bytes = owned_moved * grad_b;
     t.host_to_device_bytes = owned_moved * param_b;
@@ -107,7 +107,7 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   t.device_optimizer_elements = owned_resident;
   t.host_optimizer_elements = owned_host;
   t.device_optimizer_bytes = owned_resident * optimizer_b;
-  t.host_bytes = host_params + owned_host * optimizer_b;
+  t.host_bytes = host_params + owned_host * (optimizer_b + kHostGradientBytes);
   if (p.offload != OffloadMode::chunked) return t;
   t.peak_fetched_bytes = (layer_params_sharded ? shape.peak_sharded : shape.peak_whole)[std::size_t(k)] * param_b;
   // Host chunks whose weights only the optimizer shards make the round trip.

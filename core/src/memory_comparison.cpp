@@ -33,7 +33,8 @@ std::optional<MemoryCategory> memory_category_from_string(std::string_view name)
 }
 
 double RankMemoryComparison::runtime_overhead_bytes() const {
-  const double outside = measured.device_peak_bytes > 0 ? measured.device_peak_bytes : measured.process_peak_bytes;
+  const double outside = measured.device_peak_bytes > 0 ? measured.device_peak_bytes
+                                                        : measured.process_peak_bytes - measured.host_state_bytes;
   return std::max(0.0, outside - measured.total_peak_bytes);
 }
 
@@ -70,6 +71,9 @@ Json memory_comparison_json(const std::vector<RankMemoryComparison>& ranks) {
                             {"runtime_overhead_bytes", r.runtime_overhead_bytes()},
                             {"measured_total_peak_bytes", r.measured_total_bytes()},
                             {"ratio", ratio},
+                            {"predicted_host_bytes", known_json(r.predicted_host_bytes)},
+                            {"measured_host_bytes", known_json(r.measured.host_state_bytes)},
+                            {"host_ratio", optional_json(ratio_of(r.measured.host_state_bytes, r.predicted_host_bytes))},
                             {"device_peak_bytes", known_json(r.measured.device_peak_bytes)},
                             {"process_peak_bytes", known_json(r.measured.process_peak_bytes)}});
     predicted_peak = std::max(predicted_peak, r.predicted_total_bytes());

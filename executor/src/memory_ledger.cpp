@@ -32,6 +32,16 @@ void MemoryLedger::moved(MemoryCategory from, MemoryCategory to, std::size_t byt
   note_peaks();
 }
 
+void MemoryLedger::host_allocated(std::size_t bytes) {
+  host_live_ += std::int64_t(bytes);
+  host_peak_ = std::max(host_peak_, host_live_);
+}
+
+void MemoryLedger::host_freed(std::size_t bytes) {
+  TESSEL_ASSERT(host_live_ >= std::int64_t(bytes), "a ledger frees no more host memory than it holds");
+  host_live_ -= std::int64_t(bytes);
+}
+
 void MemoryLedger::note_peaks() {
   for (std::size_t c = 0; c < kMemoryCategories; ++c) peaks_.bytes[c] = std::max(peaks_.bytes[c], live_.bytes[c]);
   if (total_live_ > total_peak_) {
@@ -55,6 +65,7 @@ RankMemoryMeasured measured_memory(const MemoryLedger& ledger, int rank) {
     out.at_total_peak_bytes[c] = double(ledger.at_total_peak().bytes[c]);
   }
   out.total_peak_bytes = double(ledger.total_peak_bytes());
+  out.host_state_bytes = double(ledger.host_peak_bytes());
   return out;
 }
 

@@ -14,11 +14,13 @@
 
 #include "tessel/core/chunk_plan.hpp"
 #include "tessel/executor/device_pool.hpp"
+#include "tessel/executor/memory_ledger.hpp"
 #include "tessel/executor/memory_tracer.hpp"
 
 namespace tessel::executor {
 
-// Host memory from the backend (pinned on a GPU, so copies need no staging), zeroed.
+// Host memory from the backend (pinned on a GPU, so copies need no staging), zeroed, and
+// counted as host memory by the ledger current when it was allocated.
 class HostArray {
  public:
   HostArray() = default;
@@ -36,6 +38,8 @@ class HostArray {
     data_ = static_cast<float*>(backend.allocate_host(std::max<std::size_t>(count, 1) * sizeof(float)));
     std::fill_n(data_, count, 0.0f);
     size_ = count;
+    ledger_ = MemoryLedger::current();
+    if (ledger_) ledger_->host_allocated(count * sizeof(float));
   }
   float* data() { return data_; }
   std::size_t size() const { return size_; }
@@ -44,12 +48,15 @@ class HostArray {
  private:
   void reset() {
     if (data_) backend_->deallocate_host(data_);
-    data_ = nullptr, size_ = 0;
+    if (data_ && ledger_) ledger_->host_freed(size_ * sizeof(float));
+    data_ = nullptr, size_ = 0, ledger_ = nullptr;
   }
   void swap(HostArray& other) noexcept {
     std::swap(backend_, other.backend_), std::swap(data_, other.data_), std::swap(size_, other.size_);
+    std::swap(ledger_, other.ledger_);
   }
   kernels::Backend* backend_ = nullptr;
+  MemoryLedger* ledger_ = nullptr;
   float* data_ = nullptr;
   std::size_t size_ = 0;
 };

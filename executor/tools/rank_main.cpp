@@ -183,10 +183,11 @@ std::vector<RankMemoryMeasured> gather_memory(executor::Communicator& world, con
   RankMemoryMeasured mine = executor::measured_memory(trainer.memory(), world.rank());
   mine.device_peak_bytes = double(backend.device_peak_bytes());
   mine.process_peak_bytes = double(usage.ru_maxrss) * 1024.0;
-  constexpr std::size_t kFields = 2 * kMemoryCategories + 3;
+  constexpr std::size_t kFields = 2 * kMemoryCategories + 4;
   std::vector<double> fields(mine.peak_bytes.begin(), mine.peak_bytes.end());
   fields.insert(fields.end(), mine.at_total_peak_bytes.begin(), mine.at_total_peak_bytes.end());
-  fields.insert(fields.end(), {mine.total_peak_bytes, mine.device_peak_bytes, mine.process_peak_bytes});
+  fields.insert(fields.end(),
+                {mine.total_peak_bytes, mine.device_peak_bytes, mine.process_peak_bytes, mine.host_state_bytes});
   std::vector<double> all(kFields * std::size_t(world.size()));
   world.all_gather(fields.data(), all.data(), kFields, kernels::DType::f64);
   std::vector<RankMemoryMeasured> out;
@@ -201,6 +202,7 @@ std::vector<RankMemoryMeasured> gather_memory(executor::Communicator& world, con
     m.total_peak_bytes = f[2 * kMemoryCategories];
     m.device_peak_bytes = f[2 * kMemoryCategories + 1];
     m.process_peak_bytes = f[2 * kMemoryCategories + 2];
+    m.host_state_bytes = f[2 * kMemoryCategories + 3];
     out.push_back(m);
   }
   return out;

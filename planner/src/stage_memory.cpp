@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/block_ops.hpp"
+#include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/schedule.hpp"
 
@@ -58,7 +59,20 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
                            experts * grad_bytes / (p.zero >= 2 ? expert_group : 1);
   memory.optimizer_bytes = params * optimizer_bytes / (p.zero >= 1 ? group : 1) +
                            experts * optimizer_bytes / (p.zero >= 1 ? expert_group : 1);
-  if (p.offload == OffloadMode::optimizer) {
+  // Offload plans of dense models place their states by the chunk plan, as the estimate
+  // (cost_offload.cpp) and the executor's chunk manager do; MoE models by fractions.
+  const int micro_batches = train.global_batch / (p.dp * p.micro_batch);
+  const bool chunk_plan = p.offload != OffloadMode::none && !spec.moe.enabled();
+  if (chunk_plan) {
+    ParallelConfig plain = p;
+    plain.schedule = Schedule::one_f_one_b;
+    plain.virtual_stages = 1;
+    const ChunkTotals t = chunk_totals(chunk_stage_shape(spec, plain, stage), train, p, micro_batches);
+    memory.parameters_bytes = t.device_param_bytes + t.peak_fetched_bytes;
+    memory.gradients_bytes = t.gradient_bytes;
+    memory.optimizer_bytes = t.device_optimizer_bytes;
+    memory.host_bytes = t.host_bytes;
+  } else if (p.offload == OffloadMode::optimizer) {
     memory.host_bytes = memory.optimizer_bytes;
     memory.optimizer_bytes = 0;
   } else if (p.offload == OffloadMode::chunked) {
@@ -68,7 +82,7 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
     memory.gradients_bytes *= p.offload_device_fraction;
     memory.optimizer_bytes *= p.offload_device_fraction;
   }
-  if (p.zero == 3 || p.offload == OffloadMode::chunked) {
+  if (p.zero == 3 || (p.offload == OffloadMode::chunked && !chunk_plan)) {
     double gathered = table.layer_parameters;  // the layer in use and the one prefetched
     if (moe_layers > 0) {
       const double moe_block = table.moe_layer_parameters + table.expert_parameters;
@@ -78,7 +92,6 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
   }
 
   // ---- activations: the chunks in flight on this stage, the logits, recompute's layer ----
-  const int micro_batches = train.global_batch / (p.dp * p.micro_batch);
   double activations = chunk_activation_bytes * in_flight_micro_batches(p, stage, micro_batches);
   const TensorSplits split = tensor_splits(p);
   if (p.pp == 1) activations += table.tokens * spec.hidden * element_bytes(train.precision) / split.activation;

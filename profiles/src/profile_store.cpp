@@ -443,6 +443,7 @@ void RunStore::set_rank_memory(std::int64_t run, const RankMemoryMeasured& m) {
     }
     put("total", m.total_peak_bytes, m.total_peak_bytes);
     if (m.device_peak_bytes > 0) put("device", m.device_peak_bytes, m.device_peak_bytes);
+    if (m.host_state_bytes > 0) put("host", m.host_state_bytes, m.host_state_bytes);
   });
 }
 
@@ -549,6 +550,7 @@ std::vector<RankMemoryMeasured> RunStore::rank_memory(std::int64_t run) const {
     const std::string category = query.text(1);
     if (category == "total") m.total_peak_bytes = query.real(2);
     else if (category == "device") m.device_peak_bytes = query.real(2);
+    else if (category == "host") m.host_state_bytes = query.real(2);
     else if (const auto c = memory_category_from_string(category)) {
       m.peak_bytes[std::size_t(*c)] = query.real(2);
       m.at_total_peak_bytes[std::size_t(*c)] = query.real(3);

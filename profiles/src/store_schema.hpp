@@ -94,6 +94,18 @@ CREATE TABLE run_memory_parts(
   category TEXT NOT NULL CHECK(category IN ('parameters','gradients','optimizer','activations','workspace','total','device')),
   peak_bytes REAL NOT NULL, at_total_peak_bytes REAL NOT NULL, PRIMARY KEY(run, rank, category));
 )sql",
+    // Version 6: offload's model states in host memory, a rank's 'host' row (the CHECK is
+    // widened by a rebuild).
+    R"sql(
+CREATE TABLE run_memory_parts_v6(
+  run INTEGER NOT NULL REFERENCES runs(id), rank INTEGER NOT NULL,
+  category TEXT NOT NULL
+    CHECK(category IN ('parameters','gradients','optimizer','activations','workspace','total','device','host')),
+  peak_bytes REAL NOT NULL, at_total_peak_bytes REAL NOT NULL, PRIMARY KEY(run, rank, category));
+INSERT INTO run_memory_parts_v6 SELECT * FROM run_memory_parts;
+DROP TABLE run_memory_parts;
+ALTER TABLE run_memory_parts_v6 RENAME TO run_memory_parts;
+)sql",
 };
 
 }  // namespace tessel::profiles

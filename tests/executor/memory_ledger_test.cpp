@@ -43,6 +43,20 @@ TEST(MemoryLedger, PeakOfTheSumIsNotTheSumOfPeaks) {
   EXPECT_EQ(at(ledger.peaks(), MemoryCategory::workspace), 0);
 }
 
+// Offload's host states are counted apart from the device's categories and total.
+TEST(MemoryLedger, HostStatesAreCountedApartFromTheDevicesTotal) {
+  MemoryLedger ledger;
+  ledger.allocated(MemoryCategory::parameters, 100);
+  ledger.host_allocated(300);
+  ledger.host_allocated(50);
+  ledger.host_freed(300);
+  EXPECT_EQ(ledger.total_peak_bytes(), 100);
+  EXPECT_EQ(ledger.host_peak_bytes(), 350);
+  const RankMemoryMeasured measured = measured_memory(ledger, 0);
+  EXPECT_DOUBLE_EQ(measured.host_state_bytes, 350);
+  EXPECT_DOUBLE_EQ(measured.total_peak_bytes, 100);
+}
+
 TEST(MemoryLedger, BuffersChargeTheCurrentLedgerUnderTheirCategory) {
   kernels::Backend& cpu = kernels::cpu_backend();
   MemoryLedger ledger;

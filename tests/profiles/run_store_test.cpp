@@ -180,6 +180,7 @@ TEST(RunStore, VersionFourFilesMigrateAndRecordMemoryByCategory) {
   m.total_peak_bytes = 1950;
   m.device_peak_bytes = 4096;
   m.process_peak_bytes = 1e8;
+  m.host_state_bytes = 7e6;
   runs.set_rank_memory(id, m);
   const std::vector<RankMemoryMeasured> back = runs.rank_memory(id);
   ASSERT_EQ(back.size(), 1u);
@@ -190,5 +191,6 @@ TEST(RunStore, VersionFourFilesMigrateAndRecordMemoryByCategory) {
   EXPECT_EQ(back[0].total_peak_bytes, 1950);
   EXPECT_EQ(back[0].device_peak_bytes, 4096);
   EXPECT_EQ(back[0].process_peak_bytes, 1e8);
+  EXPECT_EQ(back[0].host_state_bytes, 7e6);
   EXPECT_EQ(runs.peak_memory(id), (std::vector<std::pair<int, double>>{{1, 1e8}}));
 }

@@ -75,6 +75,11 @@
 
 namespace tessel {
 
+// Bytes per owned element of a host-optimized chunk's gradient in host memory: the host
+// optimizer reads fp32 gradients (ZeRO-Offload keeps its gradient partition in pinned
+// host memory in fp32; the executor's HostChunk::grads).
+inline constexpr double kHostGradientBytes = 4;
+
 struct ChunkSearch {
   std::int64_t alignment_elements = 256;  // per shard: a chunk is a multiple of this x the gradient group
   int candidates = 256;                   // sizes tried between the lower bound and twice it
@@ -173,7 +178,7 @@ struct ChunkPlan {
   double fetch_bytes = 0;          // of host_to_device_bytes: the fetches before each micro-batch's passes
   double device_state_bytes = 0;   // resident states and every gradient, without fetched chunks
   double peak_fetched_bytes = 0;   // the most fetched weights on the device at once
-  double host_state_bytes = 0;
+  double host_state_bytes = 0;     // weights, optimizer states and the fp32 gradients the host optimizer reads
   double device_optimizer_elements = 0, host_optimizer_elements = 0;  // owned, per step
 
   // The host-resident chunks whose fetch precedes `segment` in pass `phase` (fwd or bwd).

@@ -21,8 +21,11 @@
 //    temporaries) plus the runtime's memory outside them: the process's peak resident
 //    set (CPU) or the device's peak (GPU) less the trainer's own peak.
 // "total" is the peak of the sum over time (not the sum of the categories' peaks): the
-// trainer's tensors at their peak plus the runtime's memory, i.e. the process's (CPU) or
-// the device's (GPU) peak, what decides whether a plan fits.
+// trainer's tensors at their peak plus the runtime's memory, i.e. the device's (GPU) peak
+// or, on the CPU, the process's peak less the model states offload keeps in host memory:
+// device memory against device memory, what decides whether a plan fits. Those host
+// states (offload plans) are compared apart, as "host": the chunk plan's host bytes
+// against what the chunk manager allocated in host memory.
 //
 // `tessel compare --json` writes memory_comparison_json() under the key "memory":
 //   {"categories": ["parameters", "gradients", "optimizer", "activations", "workspace"],
@@ -38,6 +41,9 @@
 //               "measured_total_peak_bytes": .. (tensor peak + runtime overhead),
 //               "ratio": {category: measured_peak / predicted (null when nothing predicted),
 //                         "total": measured_total_peak / predicted_total},
+//               "predicted_host_bytes": .., "measured_host_bytes": .. (offload's model
+//                                       states in host memory; null without offload),
+//               "host_ratio": measured_host / predicted_host (null without offload),
 //               "device_peak_bytes": .. (GPU ranks; null on the CPU),
 //               "process_peak_bytes": .. (the rank's peak resident set; null when unknown)}],
 //    "predicted_peak_bytes": .., "measured_peak_bytes": .., "peak_ratio": ..}
@@ -75,17 +81,20 @@ struct RankMemoryMeasured {
   double total_peak_bytes = 0;        // the peak of the sum
   double device_peak_bytes = 0;       // 0: not a GPU rank
   double process_peak_bytes = 0;      // 0: unknown
+  double host_state_bytes = 0;        // offload's model states in host memory, at their peak (0: none)
   bool by_category = false;           // false: recorded before the ledger (process peak only)
 };
 
 struct RankMemoryComparison {
   int rank = 0, stage = 0;
   MemoryBytes predicted_bytes{};
+  double predicted_host_bytes = 0;  // offload's model states in host memory
   RankMemoryMeasured measured;
   double predicted_total_bytes() const { return total_of(predicted_bytes); }
   // measured / predicted; nullopt when nothing was predicted.
-  // The runtime's memory outside the trainer's tensors: the device's (GPU) or the
-  // process's (CPU) peak less the tensors' peak; 0 when neither is known.
+  // The runtime's memory outside the trainer's tensors: the device's (GPU) peak, or the
+  // process's (CPU) less offload's host states, less the tensors' peak; 0 when neither
+  // is known.
   double runtime_overhead_bytes() const;
   // Measured as compared: the ledger's peak per category, workspace with the overhead.
   double measured_bytes(MemoryCategory category) const;

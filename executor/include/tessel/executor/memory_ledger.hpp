@@ -12,7 +12,10 @@
 // from one thread.
 //
 // Other allocators (a device pool, pinned host staging) report through the same three
-// calls: allocated(), freed(), and, for memory that changes hands, moved().
+// calls: allocated(), freed(), and, for memory that changes hands, moved(). Offload's
+// model states in host memory are not the device's: they are counted apart
+// (host_allocated / host_freed), so that a CPU rank's device-side peak can be told from
+// its process's.
 #pragma once
 
 #include <array>
@@ -39,6 +42,10 @@ class MemoryLedger {
   void freed(MemoryCategory category, std::size_t bytes);
   // Bytes that stay allocated but now count under another category.
   void moved(MemoryCategory from, MemoryCategory to, std::size_t bytes);
+  // Offload's model states in host memory.
+  void host_allocated(std::size_t bytes);
+  void host_freed(std::size_t bytes);
+  std::int64_t host_peak_bytes() const { return host_peak_; }
 
   const MemoryCounts& live() const { return live_; }
   const MemoryCounts& peaks() const { return peaks_; }             // each category's own peak
@@ -63,7 +70,7 @@ class MemoryLedger {
  private:
   void note_peaks();
   MemoryCounts live_, peaks_, at_total_peak_;
-  std::int64_t total_live_ = 0, total_peak_ = 0;
+  std::int64_t total_live_ = 0, total_peak_ = 0, host_live_ = 0, host_peak_ = 0;
 };
 
 // The ledger's peaks as one rank's measurement (device and process peaks left to the

@@ -19,7 +19,7 @@ namespace tessel::profiles {
 
 class ProfileStore {
  public:
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   // read_write: opens, creating the file and its folder, and migrates. read_only: opens
   // an existing file without writing anything (a read-only file or mount works); its
