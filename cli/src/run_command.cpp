@@ -36,8 +36,9 @@ namespace tessel::cli {
 
 namespace {
 
-// Offload plans: each stage's activations and trainer workspace (temporaries, reduction
-// scratch) as the planner predicts them (planner::stage_memory), known before any rank
+// Offload plans: each stage's activations, trainer workspace (temporaries, reduction
+// scratch) and ZeRO's whole-layer buffers as the planner predicts them
+// (planner::stage_memory, MemoryBreakdown::non_model_bytes), known before any rank
 // starts, for the budget's refusal. The device's own workspace is left out: it is the
 // math library's reserve outside the budgeted pool (on CPU ranks the datasheet's 169 MiB
 // would refuse budgets that run).
@@ -47,7 +48,7 @@ std::vector<double> predicted_non_model_bytes(const Plan& plan) {
   const planner::CostModel model = planner::CostModel::for_plan(plan);
   for (int s = 0; s < plan.parallel.pp; ++s) {
     const planner::MemoryBreakdown memory = planner::stage_memory(model, plan.parallel, s);
-    out.push_back(memory.activations_bytes + memory.trainer_workspace_bytes);
+    out.push_back(memory.non_model_bytes());
   }
   return out;
 }

@@ -129,7 +129,7 @@ void size_and_place(ChunkPlan& plan, const TrainSpec& train, const ParallelConfi
     const bool param_sharded = p.zero == 3 && g > 1 && chunk.layer_weights;
     const bool optimizer_sharded = p.zero >= 1 && g > 1;
     chunk.param_elements = param_sharded ? cap / g : cap;
-    chunk.grad_elements = p.zero >= 2 && g > 1 ? cap / g : cap;
+    chunk.grad_elements = device_gradient_elements(cap, g, p.zero, chunk.layer_weights);
     chunk.owned_elements = optimizer_sharded ? cap / g : cap;
     chunk.param_bytes = double(chunk.param_elements) * param_b;
     chunk.grad_bytes = double(chunk.grad_elements) * grad_b;

@@ -84,7 +84,10 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   const double all_layer = shape.layer_prefix[std::size_t(n)], all_stage = shape.stage_prefix[std::size_t(n)];
   const double res_layer = shape.layer_prefix[std::size_t(k)], res_stage = shape.stage_prefix[std::size_t(k)];
   const double host_layer = all_layer - res_layer, host_stage = all_stage - res_stage;
-  t.gradient_bytes = (all_layer + all_stage) / grad_div * grad_b;
+  // As device_gradient_elements (chunk_plan.hpp) for the stage's layer and stage chunks.
+  const double beside_shard = p.zero >= 1 && g > 1 ? 1.0 + 1.0 / g : 1.0;
+  t.gradient_bytes = (grad_div > 1 ? all_layer / grad_div : all_layer * beside_shard) + all_stage * beside_shard;
+  t.gradient_bytes *= grad_b;
   t.device_param_bytes = (res_layer / layer_param_div + res_stage) * param_b;
   const double host_params = (host_layer / layer_param_div + host_stage) * param_b;
   const double owned_resident = (res_layer + res_stage) / owned_div, owned_host = (host_layer + host_stage) / owned_div;

@@ -342,14 +342,17 @@ class Lowering {
     }
   }
 
-  // A layer's gradients leave once its backward is done: ZeRO-3 reduce-scatters them
-  // every micro-batch, else the bucket syncs after the layer's last backward. An MoE
-  // block's routed experts are a bucket of their own over the expert_dp group.
+  // A layer's gradients leave once its backward is done: ZeRO-2 and 3 reduce-scatter
+  // them every micro-batch (DeepSpeed's ZeRO-2 and FSDP keep only their shard, summed
+  // over the micro-batches), else the bucket syncs after the layer's last backward (ZeRO-1
+  // is Megatron's distributed optimizer: whole gradient buffers, one reduce-scatter per
+  // step). An MoE block's routed experts are a bucket of their own over the expert_dp
+  // group.
   void sync_layer_gradients(StageBuilder& b, int mb, int l, bool last_backward_of_chunk,
                             std::vector<std::uint32_t>& step_waits) {
     const bool moe = model_.moe.is_moe_layer(l);
     const double params = table_.layer_parameters_of(model_, l);
-    if (p_.zero == 3) {
+    if (p_.zero >= 2) {
       if (gradient_group_ > 1) {
         step_waits.push_back(b.after_last(ops::block_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter),
                                           transfer(OpKind::collective, CommGroup::dp, params * states_.gradient,

@@ -376,7 +376,7 @@ void Trainer::forward_backward() {
   tokens_.upload(tokens);
   targets_.upload(targets);
   for (BucketState& b : buckets_) {
-    if (shards_weights(b)) b.grad_shard.assign(b.grad_shard.size(), 0.0f);
+    if (reduces_every_micro_batch(b)) b.grad_shard.assign(b.grad_shard.size(), 0.0f);
     else b.grads.assign(b.layout.padded_size, 0.0f);  // reallocated after ZeRO 2 released it
   }
   backwards_done_.assign(std::size_t(chunks_), 0);
@@ -402,9 +402,9 @@ void Trainer::forward_backward() {
     bucket_gradients_done(rest);
   }
   for (BucketState& b : buckets_) {
-    // ZeRO 3 layer gradients were reduce-scattered per micro-batch: their parts are
+    // ZeRO 2 and 3 layer gradients were reduce-scattered per micro-batch: their parts are
     // summed over the depth here, once.
-    if (shards_weights(b)) stage_->layout().sum_depth_gradients(b.grad_shard.f32(), b.grad_shard.size());
+    if (reduces_every_micro_batch(b)) stage_->layout().sum_depth_gradients(b.grad_shard.f32(), b.grad_shard.size());
   }
   wait_for_syncs();
   for (auto* sends : {&x_sends_, &dx_sends_}) {

@@ -118,7 +118,7 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
     offload_before_segment(segment_of_layer(l), mb, ops::Phase::bwd);
     const CRef weights = layer_weights(b, mb, ops::Phase::bwd);
     float* grads = b.grads.f32();
-    if (shards_weights(b)) {
+    if (reduces_every_micro_batch(b)) {
       layer_grads_.assign(b.layout.padded_size, 0.0f);
       grads = layer_grads_.f32();
     }
@@ -127,7 +127,7 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
     BucketState* eb = expert_index >= 0 ? &buckets_[std::size_t(expert_index)] : nullptr;
     const CRef experts = eb ? layer_weights(*eb, mb, ops::Phase::bwd) : CRef{};
     float* expert_grads = eb ? eb->grads.f32() : nullptr;
-    if (eb && shards_weights(*eb)) {
+    if (eb && reduces_every_micro_batch(*eb)) {
       expert_grads_.assign(eb->layout.padded_size, 0.0f);
       expert_grads = expert_grads_.f32();
     }
@@ -172,8 +172,8 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
 }
 
 void Trainer::layer_gradients_done(BucketState& b, float* grads, int mb, bool last_backward_of_chunk) {
-  if (shards_weights(b)) {
-    // ZeRO 3: this micro-batch's layer gradient goes to its owners at once.
+  if (reduces_every_micro_batch(b)) {
+    // ZeRO 2 and 3: this micro-batch's layer gradient goes to its owners at once.
     stage_->layout().sum_partial_gradients(b.layout, grads);
     Communicator& group = *b.group;
     auto timed = timeline_.time(zero_op_id(b, mb, ops::Phase::bwd, ops::zero_reduce_scatter), group.stream());

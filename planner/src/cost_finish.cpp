@@ -78,15 +78,28 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
     memory.gradients_bytes *= device_fraction;
     memory.optimizer_bytes *= device_fraction;
   }
+  double whole_layer = c.layer_parameters;  // the largest block's weights
+  if (c.moe_layers_on_stage > 0) {
+    const double moe_block = c.moe_layer_parameters + c.expert_parameters;
+    whole_layer = c.moe_layers_on_stage < c.layers_on_stage ? std::max(whole_layer, moe_block) : moe_block;
+  }
+  memory.layer_transient_bytes = 0;
   if (p.zero == 3 || (p.offload == OffloadMode::chunked && !chunk_plan)) {
     // Sharded or host-resident weights are gathered layer by layer before use: the
     // layer in use and the one being prefetched are whole on the device.
-    double gathered = c.layer_parameters;
-    if (c.moe_layers_on_stage > 0) {
-      const double moe_block = c.moe_layer_parameters + c.expert_parameters;
-      gathered = c.moe_layers_on_stage < c.layers_on_stage ? std::max(gathered, moe_block) : moe_block;
-    }
-    memory.parameters_bytes += 2.0 * gathered * param_bytes_;
+    memory.parameters_bytes += 2.0 * whole_layer * param_bytes_;
+    if (p.zero == 3) memory.layer_transient_bytes += 2.0 * whole_layer * param_bytes_;
+  }
+  if (p.zero >= 2 && group > 1) {
+    // Gradients reduce-scattered every micro-batch: the layer whose backward ran holds
+    // its whole gradient until its reduce-scatter, and the stage's other weights
+    // (embedding, final norm, head), synced once per step, hold theirs whole beside
+    // their shard till then (the chunk plan counts these: device_gradient_elements).
+    memory.gradients_bytes += whole_layer * grad_bytes_;
+    memory.layer_transient_bytes += whole_layer * grad_bytes_;
+    const double rest = std::max(0.0, params - (c.layers_on_stage - c.moe_layers_on_stage) * c.layer_parameters -
+                                          c.moe_layers_on_stage * c.moe_layer_parameters);
+    if (!chunk_plan) memory.gradients_bytes += rest * grad_bytes_;
   }
   // fp8 training: the cached fp8 copies (and transposes) of the stage's fp8 GEMM weights,
   // and their scaling state (fp8_model.hpp); under ZeRO-3 only the gathered layers' copies.
@@ -136,7 +149,7 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   // Gradients travel in buckets, as the Program sends them: one per transformer layer
   // and one for the rest of the stage (embedding, final norm, LM head).
   CommTally sync{costs_};
-  CommTally zero3{costs_};
+  CommTally micro_batch_comm{costs_};
   // An MoE block has two buckets: its non-expert weights over the gradient group and its
   // routed experts over the ranks holding the same experts.
   const double moe_buckets = c.moe_layers_on_stage;
@@ -162,15 +175,22 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   if (group > 1) {
     if (p.zero == 0) {
       buckets(sync, Collective::all_reduce, grad_bytes_, 1);
-    } else if (p.zero <= 2) {
+    } else if (p.zero == 1) {
       buckets(sync, Collective::reduce_scatter, grad_bytes_, 1);
+      buckets(sync, Collective::all_gather, param_bytes_, 1);
+    } else if (p.zero == 2) {
+      // ZeRO-2 reduce-scatters each layer's gradients every micro-batch, as the backward
+      // produces them (DeepSpeed's, FSDP's SHARD_GRAD_OP), so a rank keeps only its
+      // shard; the rest of the stage is synced once, and the updated weights gathered.
+      layer_calls(micro_batch_comm, Collective::reduce_scatter, grad_bytes_, 1);
+      if (rest_params > 0) sync.add(Collective::reduce_scatter, gradient_group, rest_params * grad_bytes_);
       buckets(sync, Collective::all_gather, param_bytes_, 1);
     } else {
       // ZeRO-3 gathers each layer's weights for its forward and its backward and
       // reduce-scatters its gradients, every micro-batch, overlapped with that
       // micro-batch's compute; the rest of the stage is synced once, as in ZeRO-2.
-      layer_calls(zero3, Collective::all_gather, param_bytes_, 2);
-      layer_calls(zero3, Collective::reduce_scatter, grad_bytes_, 1);
+      layer_calls(micro_batch_comm, Collective::all_gather, param_bytes_, 2);
+      layer_calls(micro_batch_comm, Collective::reduce_scatter, grad_bytes_, 1);
       if (rest_params > 0) {
         sync.add(Collective::reduce_scatter, gradient_group, rest_params * grad_bytes_);
         sync.add(Collective::all_gather, gradient_group, rest_params * param_bytes_);
@@ -197,29 +217,30 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   // profile says what fraction real runs manage.
   const double overlap_efficiency = costs_.calibration().overlap_efficiency;
   const double hidden_sync = overlap_ ? overlap_efficiency * c.backward_compute_s : 0.0;
-  const double hidden_zero3 = overlap_ ? overlap_efficiency * compute_per_micro_batch : 0.0;
+  const double hidden_micro_batch = overlap_ ? overlap_efficiency * compute_per_micro_batch : 0.0;
   // The tied embedding's sum waits for the last backward on both ends of the pipeline and
   // the optimizer waits for it: nothing hides it.
   const double step_sync_s = sync.time_s + depth.time_s + partial.time_s;
   const double exposed_sync = std::max(0.0, step_sync_s - hidden_sync) + c.tied_embedding_sync.time_s;
   // The gathers run one layer ahead of the compute: the first layer's forward gather has
-  // nothing before it to hide behind, nor the last reduce-scatter anything after it.
+  // nothing before it to hide behind, nor the last reduce-scatter anything after it
+  // (ZeRO-2's per-micro-batch traffic is that reduce-scatter alone).
   const double layers = std::max(1.0, c.layers_on_stage);
-  const double pipeline_ends_s = zero3.time_s * (2.0 / 3.0) / layers;
-  const double hideable_zero3 = std::max(0.0, zero3.time_s - pipeline_ends_s);
-  const double exposed_zero3 =
-      micro_batches * (pipeline_ends_s + std::max(0.0, hideable_zero3 - hidden_zero3));
+  const double pipeline_ends_s = micro_batch_comm.time_s * (p.zero == 3 ? 2.0 / 3.0 : 1.0) / layers;
+  const double hideable_micro_batch = std::max(0.0, micro_batch_comm.time_s - pipeline_ends_s);
+  const double exposed_micro_batch =
+      micro_batches * (pipeline_ends_s + std::max(0.0, hideable_micro_batch - hidden_micro_batch));
   // Hidden traffic still slows the compute it runs beside (NCCL's kernels take SMs and
   // memory bandwidth): a calibrated fraction of each hidden second (0 by default).
   const double contention = costs_.calibration().collective_contention;
   const double slowed_s = contention * (std::min(step_sync_s, hidden_sync) +
-                                        micro_batches * std::min(hideable_zero3, hidden_zero3));
-  out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_zero3 + slowed_s;
+                                        micro_batches * std::min(hideable_micro_batch, hidden_micro_batch));
+  out.time_s[K(TimeKind::dp_comm)] = exposed_sync + exposed_micro_batch + slowed_s;
   CommVolume& comm = out.comm;
   comm.tp_bytes = micro_batches * c.comm_per_micro_batch.tp_bytes + depth.bytes + partial.bytes;
   comm.tp_messages = micro_batches * c.comm_per_micro_batch.tp_messages + depth.messages + partial.messages;
-  comm.dp_bytes = sync.bytes + micro_batches * zero3.bytes + c.tied_embedding_sync.bytes;
-  comm.dp_messages = sync.messages + micro_batches * zero3.messages + c.tied_embedding_sync.messages;
+  comm.dp_bytes = sync.bytes + micro_batches * micro_batch_comm.bytes + c.tied_embedding_sync.bytes;
+  comm.dp_messages = sync.messages + micro_batches * micro_batch_comm.messages + c.tied_embedding_sync.messages;
 }
 
 // The optimizer streams its states on the device, or in host memory for offloaded

@@ -82,13 +82,22 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
     memory.gradients_bytes *= p.offload_device_fraction;
     memory.optimizer_bytes *= p.offload_device_fraction;
   }
+  double whole_layer = table.layer_parameters;  // the largest block's weights
+  if (moe_layers > 0) {
+    const double moe_block = table.moe_layer_parameters + table.expert_parameters;
+    whole_layer = moe_layers < layers_per_chunk * chunks ? std::max(whole_layer, moe_block) : moe_block;
+  }
   if (p.zero == 3 || (p.offload == OffloadMode::chunked && !chunk_plan)) {
-    double gathered = table.layer_parameters;  // the layer in use and the one prefetched
-    if (moe_layers > 0) {
-      const double moe_block = table.moe_layer_parameters + table.expert_parameters;
-      gathered = moe_layers < layers_per_chunk * chunks ? std::max(gathered, moe_block) : moe_block;
-    }
-    memory.parameters_bytes += 2.0 * gathered * param_bytes;
+    memory.parameters_bytes += 2.0 * whole_layer * param_bytes;  // the layer in use and the one prefetched
+    if (p.zero == 3) memory.layer_transient_bytes += 2.0 * whole_layer * param_bytes;
+  }
+  if (p.zero >= 2 && group > 1) {
+    // As add_memory (cost_finish.cpp): one layer's whole gradient before its
+    // reduce-scatter, and the rest of the stage's whole beside its shard until the step's.
+    const double rest = (first ? table.embedding_parameters : 0.0) +
+                        (last ? table.head_parameters + (p.pp > 1 ? table.tied_copy_parameters : 0.0) : 0.0);
+    memory.gradients_bytes += whole_layer * grad_bytes + (chunk_plan ? 0.0 : rest * grad_bytes);
+    memory.layer_transient_bytes += whole_layer * grad_bytes;
   }
 
   // ---- activations: the chunks in flight on this stage, the logits, recompute's layer ----

@@ -3,9 +3,6 @@
 // --json` sets each rank's measured peak (the trainer's tensors plus the runtime, the
 // process's peak resident set) against planner::stage_memory(). A prediction more than
 // 5% off fails, on any rank. scripts/memory-table.sh prints the same table for reading.
-// ZeRO 2 is the one known gap, tested as such below: the executor accumulates whole
-// gradients over the micro-batches and reduce-scatters once per step, where the
-// prediction (ZeRO's) holds only the shard.
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -52,13 +49,14 @@ TEST_P(MemoryFidelity, PeakPerRankIsWithinFivePercentOfThePrediction) {
   }
 }
 
-// Every plan of examples/cpu-suite but ZeRO 2's (below).
+// Every plan of examples/cpu-suite.
 INSTANTIATE_TEST_SUITE_P(CpuSuite, MemoryFidelity,
                          ::testing::Values("01-single-small.json", "01-single-medium.json", "02-dp2-small.json",
                                            "02-dp2-medium.json", "03-pp2-small.json", "03-pp2-medium.json",
                                            "04-tp2-1d-small.json", "04-tp2-1d-medium.json", "05-tp4-2d-small.json",
                                            "05-tp4-2d-medium.json", "06-sp2-ring-small.json",
-                                           "06-sp2-ring-medium.json", "07-dp2-zero3-small.json",
+                                           "06-sp2-ring-medium.json", "07-dp2-zero2-medium.json",
+                                           "07-dp2-zero3-small.json",
                                            "08-recompute-full-small.json",
                                            "08-tp2-sp-recompute-selective-medium.json"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
@@ -66,22 +64,6 @@ INSTANTIATE_TEST_SUITE_P(CpuSuite, MemoryFidelity,
                            for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
-
-// The known gap: under ZeRO 2 the executor holds each bucket's whole gradients (summed
-// over the micro-batches) and the shard they are reduce-scattered into: (1 + 1/dp) x the
-// whole gradients, where ZeRO's prediction is the shard alone (3 x at dp 2). Everything
-// else stays within 5%. When the executor reduce-scatters as it goes, this test fails
-// and the plan joins the list above.
-TEST_F(MemoryFidelity, ZeroTwoHoldsWholeGradientsBesideTheShard) {
-  const nlohmann::json memory = measured_against_predicted("07-dp2-zero2-medium.json");
-  ASSERT_TRUE(memory.contains("ranks")) << memory.dump();
-  for (const auto& rank : memory["ranks"]) {
-    EXPECT_NEAR(rank["ratio"]["gradients"].get<double>(), 3.0, 1e-9) << rank.dump();
-    for (const char* category : {"parameters", "optimizer", "activations"}) {
-      EXPECT_NEAR(rank["ratio"][category].get<double>(), 1.0, 0.05) << category << ": " << rank.dump();
-    }
-  }
-}
 
 // Offload on CPU ranks: the model states the chunk manager keeps in host memory are in
 // the same process, so they are measured apart (the ledger's host count) and set against

@@ -116,26 +116,22 @@ int check_resume(Communicator& world, const std::string& text) {
 }
 
 // The budget tessel run would name for `plan` (its own placement, every stage: model
-// states as the chunk plan places them plus the planner's activations and trainer
-// workspace) trains within the pool to the same losses; one byte less is refused before
-// the run. Not yet exact across data-parallel ranks: the pool's peak before any
-// prefetch (printed) is 1.21 of the named budget under ZeRO-2 (the executor holds whole
-// gradients until the step's reduce-scatter where the chunk plan counts a 1/dp shard),
-// 1.10 under ZeRO-3 (the layers' gathered weights beyond the planner's workspace) and
-// 1.09 under ZeRO-1 in bf16 (the CPU backend holds fp32 weights where the chunk plan
-// counts bf16). There the run is asserted to train at the named budget plus 25%.
+// states as the chunk plan places them plus the planner's non-model memory: activations,
+// trainer workspace and ZeRO's whole-layer buffers) trains within the pool to the same
+// losses, under every ZeRO stage; one byte less is refused before the run. The pool's
+// peak before any prefetch is printed as a share of the named budget.
 int check_named_budget(const Plan& plan, Communicator& world, const std::string& text, const Result& without) {
   const planner::CostModel model = planner::CostModel::for_plan(plan);
   std::vector<double> non_model;
   double budget = 0;
   for (int stage = 0; stage < plan.parallel.pp; ++stage) {
     const planner::MemoryBreakdown m = planner::stage_memory(model, plan.parallel, stage);
-    non_model.push_back(std::ceil(m.activations_bytes + m.trainer_workspace_bytes));
+    non_model.push_back(std::ceil(m.non_model_bytes()));
     const ChunkStageShape shape = chunk_stage_shape(plan.model, plan.parallel, stage);
     budget = std::max(budget, chunk_totals(shape, plan.train, plan.parallel, 1).device_total_bytes() + non_model.back());
   }
   const auto named = std::size_t(std::ceil(budget));
-  const std::size_t trained = plan.parallel.dp > 1 ? std::size_t(std::ceil(budget * 1.25)) : named;
+  const std::size_t trained = named;
   bool ok = true;
   std::size_t peak = 0;
   try {

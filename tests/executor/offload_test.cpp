@@ -281,7 +281,7 @@ TEST(Offload, ABudgetTooSmallForAnyPlacementIsRefusedWithTheSmallestThatWorks) {
 // refused naming both, and the plan's own named need trains too.
 static void expect_named_budgets_train(const Plan& base) {
   const planner::MemoryBreakdown memory = planner::stage_memory(planner::CostModel::for_plan(base), base.parallel, 0);
-  const double non_model = std::ceil(memory.activations_bytes + memory.trainer_workspace_bytes);  // run_command.cpp
+  const double non_model = std::ceil(memory.non_model_bytes());  // run_command.cpp
   ASSERT_GT(memory.trainer_workspace_bytes, 0.0);
   const SmallestDeviceBudget smallest = smallest_device_budget(base.model, base.train, base.parallel, 0, non_model);
   EXPECT_EQ(smallest.bytes, smallest_device_budget_bytes(base.model, base.train, base.parallel, 0, non_model));

@@ -87,6 +87,9 @@ INSTANTIATE_TEST_SUITE_P(
     AgreementCase{"SequenceParallelRing", 2, 32, R"({"dp": 4, "sp": 4})"},
     AgreementCase{"Zero1", 2, 32, R"({"dp": 16, "zero": 1})"},
     AgreementCase{"Zero2", 2, 32, R"({"dp": 16, "zero": 2})"},
+    // ZeRO-2 reduce-scatters each layer's gradients every micro-batch (four here).
+    AgreementCase{"Zero2FourMicroBatches", 2, 64, R"({"dp": 16, "zero": 2})"},
+    AgreementCase{"Zero2PipelineFourMicroBatches", 2, 64, R"({"dp": 8, "pp": 2, "zero": 2})"},
     AgreementCase{"Zero3", 2, 32, R"({"dp": 16, "zero": 3})"},
     AgreementCase{"OptimizerOffload", 2, 32, R"({"dp": 16, "offload": {"mode": "optimizer"}})"},
     AgreementCase{"ChunkedOffload", 2, 32, R"({"dp": 16, "offload": {"mode": "chunked", "device_fraction": 0.5}})"},

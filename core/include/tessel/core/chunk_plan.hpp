@@ -80,6 +80,17 @@ namespace tessel {
 // host memory in fp32; the executor's HostChunk::grads).
 inline constexpr double kHostGradientBytes = 4;
 
+// The gradient elements of `elements` weights on a rank's device, as the trainer holds
+// them over a step: ZeRO 2 and 3 reduce-scatter a layer's gradients every micro-batch,
+// so layers keep their shard alone; the stage's embedding and head (synced once per step)
+// and, under ZeRO 1, every bucket keep the whole gradient beside the shard the
+// reduce-scatter lands in (1/g more); without ZeRO the whole gradient.
+inline std::int64_t device_gradient_elements(std::int64_t elements, std::int64_t group, int zero, bool layer) {
+  if (group <= 1 || zero == 0) return elements;
+  if (zero >= 2 && layer) return elements / group;
+  return elements + elements / group;
+}
+
 struct ChunkSearch {
   std::int64_t alignment_elements = 256;  // per shard: a chunk is a multiple of this x the gradient group
   int candidates = 256;                   // sizes tried between the lower bound and twice it

@@ -218,6 +218,12 @@ class Trainer {
   bool shards_weights(const BucketState& b) const {
     return plan_.parallel.zero == 3 && group_size(b) > 1 && b.layout.layer >= 0;
   }
+  // ZeRO 2 and 3: a layer's gradients are reduce-scattered every micro-batch, as its
+  // backward produces them, and summed into the shard (DeepSpeed's ZeRO-2, FSDP); the
+  // stage's other weights (embedding, final norm, head) sync once per step.
+  bool reduces_every_micro_batch(const BucketState& b) const {
+    return plan_.parallel.zero >= 2 && group_size(b) > 1 && b.layout.layer >= 0;
+  }
   std::size_t shard_size(const BucketState& b) const { return b.layout.padded_size / std::size_t(group_size(b)); }
   std::size_t owned_offset(const BucketState& b) const { return shards_optimizer(b) ? group_rank(b) * shard_size(b) : 0; }
   std::size_t owned_size(const BucketState& b) const { return shards_optimizer(b) ? shard_size(b) : b.layout.padded_size; }

@@ -41,6 +41,12 @@ struct MemoryBreakdown {
   // draw from the budgeted pool beside the activations.
   double trainer_workspace_bytes = 0;
   double host_bytes = 0;  // per device, held in host memory by offload
+  // Of parameters_bytes and gradients_bytes: the whole-layer buffers ZeRO 2 and 3 hold
+  // beside the shards (ZeRO-3's gathered weights, one layer's gradient before its
+  // reduce-scatter); on offload plans they sit outside the budgeted pool of model states.
+  double layer_transient_bytes = 0;
+  // What an offload plan's device budget holds besides the chunk plan's model states.
+  double non_model_bytes() const { return activations_bytes + trainer_workspace_bytes + layer_transient_bytes; }
   double device_total_bytes() const {
     return parameters_bytes + gradients_bytes + optimizer_bytes + activations_bytes + workspace_bytes;
   }
