@@ -122,8 +122,8 @@ void Trainer::offload_setup() {
   });
 }
 
-// After the weights are drawn: each chunk's tensors found in the buckets, the host copies
-// made, and what lives on the host given back to the pool.
+// Before the weights are drawn: each chunk's tensors found in the buckets and its host
+// memory made, so that each bucket's host part can leave the device as it is drawn.
 void Trainer::offload_start() {
   if (!offload_) return;
   OffloadState& o = *offload_;
@@ -164,9 +164,25 @@ void Trainer::offload_start() {
     if (chunk.optimizer_on_host) {
       h.grads.assign(backend_, capacity), h.moment1.assign(backend_, capacity), h.moment2.assign(backend_, capacity);
     }
-    if (!h.weights.empty()) download_chunk_weights(int(c), false);
   }
-  offload_dematerialise();
+}
+
+// A bucket's weights are drawn: its spans in host chunks go to host memory, and a bucket
+// whose every tensor lives on the host leaves the device until fetched.
+void Trainer::offload_bucket_drawn(int bucket) {
+  if (!offload_) return;
+  OffloadState& o = *offload_;
+  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
+    const HostChunk& h = o.chunks[c];
+    const bool here = std::any_of(h.pieces.begin(), h.pieces.end(), [&](const ChunkPiece& p) { return p.bucket == bucket; });
+    if (here && !h.weights.empty()) download_chunk_weights(int(c), false, bucket);
+  }
+  if (o.evictable[std::size_t(bucket)] && o.held[std::size_t(bucket)] == 0) release_weights(bucket);
+}
+
+// Every bucket drawn: the budget holds from here on, inside steps and out.
+void Trainer::offload_started() {
+  if (offload_) offload_->pool->set_enforcing(true);
 }
 
 void Trainer::acquire_weights(int bucket) {
@@ -196,10 +212,11 @@ std::pair<std::size_t, std::size_t> overlap(std::size_t lo, std::size_t size, st
 // where ZeRO-3 shards the weights, or `owned_only`): fn(device floats, host floats,
 // count); returns the bytes. Upload and download walk the same spans.
 template <class Move>
-double Trainer::for_each_chunk_weight_span(int chunk, bool owned_only, Move move) {
+double Trainer::for_each_chunk_weight_span(int chunk, bool owned_only, Move move, int only_bucket) {
   double bytes = 0;
   HostChunk& h = offload_->chunks[std::size_t(chunk)];
   for (const ChunkPiece& piece : h.pieces) {
+    if (only_bucket >= 0 && piece.bucket != only_bucket) continue;
     BucketState& b = buckets_[std::size_t(piece.bucket)];
     const bool owned = owned_only || shards_weights(b);
     const auto [from, to] = owned ? overlap(piece.bucket_offset, piece.size, owned_offset(b), owned_size(b))
@@ -221,10 +238,12 @@ double Trainer::upload_chunk_weights(int chunk, bool owned_only) {
   return bytes;
 }
 
-double Trainer::download_chunk_weights(int chunk, bool owned_only) {
-  const double bytes = for_each_chunk_weight_span(chunk, owned_only, [&](float* device, float* host, std::size_t n) {
-    backend_.download(Stream::copy, host, device, n * sizeof(float));
-  });
+double Trainer::download_chunk_weights(int chunk, bool owned_only, int only_bucket) {
+  const double bytes = for_each_chunk_weight_span(
+      chunk, owned_only, [&](float* device, float* host, std::size_t n) {
+        backend_.download(Stream::copy, host, device, n * sizeof(float));
+      },
+      only_bucket);
   backend_.synchronize(Stream::copy);
   return bytes;
 }

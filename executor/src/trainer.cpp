@@ -151,8 +151,10 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   schedule_ = pipeline_schedule(p.schedule, stage_index_, stages_, micro_batches_, chunks_);
   build_stage(grid);
   offload_setup();
-  initialise_weights();
+  build_buckets();
   offload_start();
+  initialise_weights();
+  offload_started();
   allocate_activations();
   for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
   for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(backend_, DType::f64);
@@ -187,7 +189,7 @@ void Trainer::build_stage(const ProcessGrid& grid) {
       options_.moe_aux_coefficient);
 }
 
-void Trainer::initialise_weights() {
+void Trainer::build_buckets() {
   const ModelSpec& model = plan_.model;
   bucket_of_layer_.assign(std::size_t(model.layers), -1);
   expert_bucket_of_layer_.assign(std::size_t(model.layers), -1);
@@ -220,8 +222,15 @@ void Trainer::initialise_weights() {
     whole_offsets_[t.name] = t.offset;
     whole_size_ = t.offset + t.size();
   }
-  // Weights drawn whole per tensor, then cut: the same model whatever the layout.
-  for (BucketState& b : buckets_) {
+}
+
+// Weights drawn whole per tensor, then cut: the same model whatever the layout. Under
+// offload each bucket's host part goes to host memory as soon as it is drawn, so the
+// device never holds more than the resident states and one bucket.
+void Trainer::initialise_weights() {
+  const ModelSpec& model = plan_.model;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    BucketState& b = buckets_[i];
     std::vector<float> whole_bucket(b.layout.padded_size, 0.0f);
     for (const TensorSlot& t : b.layout.tensors) {
       const std::vector<float> whole = initial_tensor(model, options_.seed, t.name, t.rows, t.cols);
@@ -234,10 +243,14 @@ void Trainer::initialise_weights() {
       b.params.upload(whole_bucket);
       refresh_compute_weights(b);
     }
-    b.moment1.assign(owned_size(b), 0.0f);
-    const bool second_moment = plan_.train.optimizer == Optimizer::adamw || plan_.train.optimizer == Optimizer::lamb;
-    b.moment2.assign(second_moment ? owned_size(b) : 0, 0.0f);
+    // Host-optimized buckets keep their moments in host memory only (zeroed there).
+    if (!offload_ || offload_->device_optimized[i]) {
+      b.moment1.assign(owned_size(b), 0.0f);
+      const bool second_moment = plan_.train.optimizer == Optimizer::adamw || plan_.train.optimizer == Optimizer::lamb;
+      b.moment2.assign(second_moment ? owned_size(b) : 0, 0.0f);
+    }
     if (shards_optimizer(b)) b.grad_shard.assign(shard_size(b), 0.0f);
+    offload_bucket_drawn(int(i));
   }
 }
 

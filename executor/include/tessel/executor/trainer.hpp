@@ -162,6 +162,7 @@ class Trainer {
   };
 
   void build_stage(const ProcessGrid& grid);
+  void build_buckets();
   void initialise_weights();
   void allocate_activations();
   void forward_backward();
@@ -190,6 +191,8 @@ class Trainer {
   BufferMemory* model_memory();
   void offload_setup();
   void offload_start();
+  void offload_bucket_drawn(int bucket);
+  void offload_started();
   void offload_before_segment(int segment, int mb, ops::Phase phase);
   void offload_after_segment(int segment, ops::Phase phase);
   int segment_of_layer(int layer) const;
@@ -204,9 +207,9 @@ class Trainer {
   // Copies a chunk's weights between its host array and the buckets (owned parts only
   // where ZeRO-3 shards the weights, or `owned_only`); returns the bytes.
   double upload_chunk_weights(int chunk, bool owned_only);
-  double download_chunk_weights(int chunk, bool owned_only);
+  double download_chunk_weights(int chunk, bool owned_only, int only_bucket = -1);
   template <class Move>
-  double for_each_chunk_weight_span(int chunk, bool owned_only, Move move);
+  double for_each_chunk_weight_span(int chunk, bool owned_only, Move move, int only_bucket = -1);
   void offload_materialise();
   void offload_reload();
   void offload_dematerialise();
