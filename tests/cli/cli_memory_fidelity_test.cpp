@@ -67,11 +67,9 @@ INSTANTIATE_TEST_SUITE_P(CpuSuite, MemoryFidelity,
 
 // Offload on CPU ranks: the model states the chunk manager keeps in host memory are in
 // the same process, so they are measured apart (the ledger's host count) and set against
-// the chunk plan's host bytes, exactly; the device side is the process's peak less them.
-// That side is within 10%, not 5%: the executor draws every weight and moment in the
-// budgeted pool before the chunk manager moves host chunks out (its parameters' and
-// optimizer's own peaks are the whole model's), which the steady-state prediction leaves
-// out.
+// the chunk plan's host bytes, exactly; the device side is the process's peak less them,
+// within 5% as every plan (the weights reach host memory bucket by bucket as they are
+// drawn, so initialisation stays under the steady state: it held the whole model, 1.09).
 TEST_F(MemoryFidelity, OffloadsHostStatesAreMeasuredApartAndEqualTheChunkPlans) {
   const nlohmann::json memory = measured_against_predicted("examples/local-cpu-gpt-offload.json");
   ASSERT_TRUE(memory.contains("ranks")) << memory.dump();
@@ -81,7 +79,7 @@ TEST_F(MemoryFidelity, OffloadsHostStatesAreMeasuredApartAndEqualTheChunkPlans) 
     EXPECT_DOUBLE_EQ(rank["measured_host_bytes"].get<double>(), rank["predicted_host_bytes"].get<double>());
     const double predicted = rank["predicted_total_bytes"].get<double>();
     const double measured = rank["measured_total_peak_bytes"].get<double>();
-    EXPECT_NEAR(measured / predicted, 1.0, 0.10) << rank.dump();
+    EXPECT_NEAR(measured / predicted, 1.0, 0.05) << rank.dump();
   }
 }
 
