@@ -85,22 +85,40 @@ void build_chunks(ChunkPlan& plan, const ChunkPacking& packing) {
   }
 }
 
-// Per chunk and position r in the gradient group, the used elements inside rank r's
-// ZeRO shards. The executor keeps each layer's tensors (and the stage's embedding/head
-// tensors) in one bucket, in this order, padded to a multiple of the group and cut in
-// equal shards: rank r owns [r x shard, (r + 1) x shard) of each bucket.
-void shard_used(ChunkPlan& plan, std::int64_t g) {
-  std::vector<std::int64_t> bucket_offset(plan.tensors.size()), bucket_shard(plan.tensors.size());
+// The executor's buckets: each run of tensors of one layer (or of the stage's tensors),
+// padded to a multiple of the gradient group, and the chunks that hold them.
+void build_buckets(ChunkPlan& plan, std::int64_t g) {
   for (std::size_t first = 0; first < plan.tensors.size();) {
+    ChunkBucket bucket;
+    bucket.layer = plan.tensors[first].layer;
+    bucket.first_tensor = int(first);
+    bucket.first_chunk = plan.tensors[first].chunk;
     std::size_t end = first;
     std::int64_t size = 0;
-    for (; end < plan.tensors.size() && plan.tensors[end].layer == plan.tensors[first].layer; ++end) {
-      bucket_offset[end] = size;
+    for (; end < plan.tensors.size() && plan.tensors[end].layer == bucket.layer; ++end) {
       size += plan.tensors[end].elements;
+      bucket.last_chunk = plan.tensors[end].chunk;
     }
-    const std::int64_t shard = (size + g - 1) / g;  // padded / g
-    for (std::size_t i = first; i < end; ++i) bucket_shard[i] = shard;
+    bucket.tensor_count = int(end - first);
+    bucket.padded_elements = (size + g - 1) / g * g;
+    plan.buckets.push_back(bucket);
     first = end;
+  }
+}
+
+// Per chunk and position r in the gradient group, the used elements inside rank r's
+// ZeRO shards. The executor keeps each bucket's tensors in this order, padded to a
+// multiple of the group and cut in equal shards: rank r owns [r x shard, (r + 1) x
+// shard) of each bucket.
+void shard_used(ChunkPlan& plan, std::int64_t g) {
+  std::vector<std::int64_t> bucket_offset(plan.tensors.size()), bucket_shard(plan.tensors.size());
+  for (const ChunkBucket& bucket : plan.buckets) {
+    std::int64_t offset = 0;
+    for (int i = bucket.first_tensor; i < bucket.first_tensor + bucket.tensor_count; ++i) {
+      bucket_offset[std::size_t(i)] = offset;
+      bucket_shard[std::size_t(i)] = bucket.padded_elements / g;
+      offset += plan.tensors[std::size_t(i)].elements;
+    }
   }
   for (Chunk& chunk : plan.chunks) {
     chunk.owned_used_elements.assign(std::size_t(g), 0);
@@ -139,33 +157,93 @@ void size_and_place(ChunkPlan& plan, const TrainSpec& train, const ParallelConfi
     chunk.optimizer_on_host = p.offload == OffloadMode::optimizer || chunk.host_resident;
     chunk.round_trip = chunk.host_resident && optimizer_sharded && !param_sharded;
     const double optimizer_states = chunk.master_bytes + chunk.moment_bytes;
-    plan.device_state_bytes += chunk.grad_bytes;
-    (chunk.host_resident ? plan.host_state_bytes : plan.device_state_bytes) += chunk.param_bytes;
-    (chunk.optimizer_on_host ? plan.host_state_bytes : plan.device_state_bytes) += optimizer_states;
+    if (chunk.host_resident) plan.host_state_bytes += chunk.param_bytes;  // the device's weights: by bucket, below
+    if (chunk.optimizer_on_host) plan.host_state_bytes += optimizer_states;  // the device's: by bucket, below
     // The host optimizer reads an fp32 gradient in host memory (ZeRO-Offload's pinned
     // gradient partition; the executor's HostChunk::grads).
     if (chunk.optimizer_on_host) plan.host_state_bytes += double(chunk.owned_elements) * kHostGradientBytes;
-    (chunk.optimizer_on_host ? plan.host_optimizer_elements : plan.device_optimizer_elements) +=
-        double(chunk.owned_elements);
+    if (chunk.optimizer_on_host) plan.host_optimizer_elements += double(chunk.owned_elements);
   }
 }
 
-// The most fetched weights on the device at once: a segment's chunks and the next
-// segment's (same pipeline chunk), whose fetch is issued while it runs.
-double peak_fetched(const ChunkPlan& plan) {
-  double peak = 0;
-  const int segments = int(plan.segments.size());
-  for (int j = 0; j < segments; ++j) {
-    const bool next_same = j + 1 < segments &&
-                           plan.segments[std::size_t(j + 1)].virtual_chunk == plan.segments[std::size_t(j)].virtual_chunk;
-    const int window_end = next_same ? j + 1 : j;
-    double live = 0;
-    for (const Chunk& c : plan.chunks) {
-      if (c.host_resident && c.first_segment <= window_end && c.last_segment >= j) live += c.param_bytes;
+// The update's round trip as the trainer streams it (offload_step.cpp), step by step:
+// each round-trip chunk's buckets are made whole, a bucket is gathered once its last
+// round-trip chunk is up, chunks go down in order once their buckets are gathered, and
+// an evictable bucket is released once its last chunk is down. The most weights of
+// evictable buckets whole on the device at once (at a gather), `weight_b` bytes each.
+double round_trip_peak(const ChunkPlan& plan, double weight_b) {
+  std::vector<int> ups;
+  for (int c = 0; c < int(plan.chunks.size()); ++c) {
+    if (plan.chunks[std::size_t(c)].round_trip) ups.push_back(c);
+  }
+  std::vector<std::vector<int>> buckets_of(plan.chunks.size());
+  std::vector<int> uploads_left(plan.buckets.size(), 0), downloads_left(plan.buckets.size(), 0);
+  for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+    for (int c = plan.buckets[b].first_chunk; c <= plan.buckets[b].last_chunk; ++c) {
+      buckets_of[std::size_t(c)].push_back(int(b));
+      if (plan.chunks[std::size_t(c)].round_trip) ++uploads_left[b], ++downloads_left[b];
     }
-    peak = std::max(peak, live);
+  }
+  std::vector<bool> live(plan.buckets.size(), false), gathered(plan.buckets.size(), false);
+  double live_bytes = 0, peak = 0;
+  auto weight_bytes = [&](int b) { return double(plan.buckets[std::size_t(b)].padded_elements) * weight_b; };
+  std::size_t next_down = 0;
+  for (int c : ups) {
+    for (int b : buckets_of[std::size_t(c)]) {
+      if (plan.buckets[std::size_t(b)].first_chunk < plan.resident_chunks || live[std::size_t(b)]) continue;
+      live[std::size_t(b)] = true;
+      live_bytes += weight_bytes(b);
+    }
+    peak = std::max(peak, live_bytes);
+    for (int b : buckets_of[std::size_t(c)]) gathered[std::size_t(b)] = --uploads_left[std::size_t(b)] == 0;
+    for (; next_down < ups.size(); ++next_down) {
+      const std::vector<int>& of = buckets_of[std::size_t(ups[next_down])];
+      if (!std::all_of(of.begin(), of.end(), [&](int b) { return bool(gathered[std::size_t(b)]); })) break;
+      for (int b : of) {
+        if (--downloads_left[std::size_t(b)] > 0 || !live[std::size_t(b)]) continue;
+        live[std::size_t(b)] = false;
+        live_bytes -= weight_bytes(b);
+      }
+    }
   }
   return peak;
+}
+
+// The device's states by bucket (ChunkBucket): every bucket's gradients (as the trainer
+// holds them: device_gradient_elements); a bucket with a
+// tensor in a device-resident chunk keeps its weights for good and steps whole on the
+// device (its owned master weights and moments there: the trainer's optimizer call
+// covers a bucket's owned range, see offload_step.cpp), and the most weights of the
+// other (evictable) buckets whose chunks are on the device at once.
+void place_bucket_states(ChunkPlan& plan, const TrainSpec& train, const ParallelConfig& p) {
+  const double param_b = element_bytes(train.precision);
+  const double optimizer_b = (train.precision != Precision::fp32 ? 4 : 0) + (train.optimizer == Optimizer::lars ? 4 : 8);
+  const std::int64_t g = p.gradient_group();
+  const std::int64_t owned_div = p.zero >= 1 && g > 1 ? g : 1;
+  const double grad_b = element_bytes(train.effective_gradient_precision());
+  // A fetched bucket holds the fp32 master the trainer fetches and, in mixed precision,
+  // the 16-bit copy it computes with (fetched_weight_bytes).
+  const double fetched_scale = fetched_weight_bytes(train) / param_b;
+  std::vector<double> fetched(plan.segments.size(), 0.0);
+  for (const ChunkBucket& bucket : plan.buckets) {
+    plan.device_state_bytes +=
+        double(device_gradient_elements(bucket.padded_elements, g, p.zero, bucket.layer >= 0)) * grad_b;
+    const double bytes = double(bucket.device_weight_elements(g, p.zero)) * param_b;
+    if (bucket.first_chunk < plan.resident_chunks) {
+      plan.device_param_bytes += bytes;
+      if (p.offload != OffloadMode::optimizer) {
+        const double owned = double(bucket.padded_elements / owned_div);
+        plan.device_optimizer_elements += owned;
+        plan.device_state_bytes += owned * optimizer_b;
+      }
+      continue;
+    }
+    const std::vector<bool> held = bucket_windows(plan, bucket);
+    for (std::size_t j = 0; j < held.size(); ++j) fetched[j] += held[j] ? bytes * fetched_scale : 0.0;
+  }
+  plan.device_state_bytes += plan.device_param_bytes;
+  const double window_peak = fetched.empty() ? 0.0 : *std::max_element(fetched.begin(), fetched.end());
+  plan.peak_fetched_bytes = std::max(window_peak, round_trip_peak(plan, fetched_weight_bytes(train)));
 }
 
 void add_copy(ChunkPlan& plan, ChunkCopy copy) {
@@ -252,6 +330,21 @@ void schedule_copies(ChunkPlan& plan, const TrainSpec& train, const ParallelConf
 
 }  // namespace
 
+std::vector<bool> bucket_windows(const ChunkPlan& plan, const ChunkBucket& bucket) {
+  const int segments = int(plan.segments.size());
+  std::vector<bool> held(std::size_t(segments), false);
+  for (int j = 0; j < segments; ++j) {
+    const bool next_same = j + 1 < segments &&
+                           plan.segments[std::size_t(j + 1)].virtual_chunk == plan.segments[std::size_t(j)].virtual_chunk;
+    const int window_end = next_same ? j + 1 : j;
+    for (int c = bucket.first_chunk; c <= bucket.last_chunk && !held[std::size_t(j)]; ++c) {
+      const Chunk& chunk = plan.chunks[std::size_t(c)];
+      held[std::size_t(j)] = chunk.first_segment <= window_end && chunk.last_segment >= j;
+    }
+  }
+  return held;
+}
+
 std::vector<int> ChunkPlan::fetches_before(int segment, ops::Phase phase) const {
   std::vector<int> out;
   for (int c = 0; c < int(chunks.size()); ++c) {
@@ -291,9 +384,10 @@ ChunkPlan chunk_plan(const ModelSpec& model, const TrainSpec& train, const Paral
   plan.alignment_elements = packing.alignment_elements;
   plan.wasted_elements = packing.wasted_elements;
   build_chunks(plan, packing);
+  build_buckets(plan, p.gradient_group());
   shard_used(plan, p.gradient_group());
   size_and_place(plan, train, p);
-  plan.peak_fetched_bytes = p.offload == OffloadMode::chunked ? peak_fetched(plan) : 0.0;
+  place_bucket_states(plan, train, p);
   schedule_copies(plan, train, p);
   return plan;
 }

@@ -2,7 +2,7 @@
 // sum over the execution order, because placement is a prefix rule (the first k chunks
 // stay on the device) and sharding depends only on whether a chunk holds transformer
 // blocks; the peak of fetched weights is tabulated per k once, from the last chunk
-// backwards, as chunk_plan.cpp's peak_fetched computes it for one k.
+// backwards, by bucket, as chunk_plan.cpp's place_bucket_weights computes it for one k.
 #include <algorithm>
 #include <cmath>
 
@@ -40,30 +40,64 @@ ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& 
     add(shape.used_layer_prefix, c, layer ? used : 0.0), add(shape.used_stage_prefix, c, layer ? 0.0 : used);
     add(shape.owned_layer_prefix, c, layer ? owned : 0.0), add(shape.owned_stage_prefix, c, layer ? 0.0 : owned);
   }
-  // Windows of use: a segment and the next of the same pipeline chunk.
+  // The device's weights by bucket (ChunkBucket): for each k, buckets whose first chunk
+  // is below k stay on the device; the others are held in their chunks' windows.
   const int segments = int(plan.segments.size());
   std::vector<double> whole(std::size_t(segments), 0.0), sharded(std::size_t(segments), 0.0);
-  shape.peak_whole.assign(std::size_t(shape.chunks) + 1, 0.0);
-  shape.peak_sharded.assign(std::size_t(shape.chunks) + 1, 0.0);
-  shape.host_segment_share.assign(std::size_t(shape.chunks) + 1, 0.0);
+  for (auto* per_k : {&shape.peak_whole, &shape.peak_sharded, &shape.resident_layer_bucket_elements,
+                      &shape.resident_stage_bucket_elements, &shape.host_segment_share}) {
+    per_k->assign(std::size_t(shape.chunks) + 1, 0.0);
+  }
+  std::vector<std::vector<int>> buckets_from(std::size_t(shape.chunks));  // by first chunk
+  for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+    buckets_from[std::size_t(plan.buckets[b].first_chunk)].push_back(int(b));
+  }
+  for (int k = 1; k <= shape.chunks; ++k) {
+    shape.resident_layer_bucket_elements[std::size_t(k)] = shape.resident_layer_bucket_elements[std::size_t(k - 1)];
+    shape.resident_stage_bucket_elements[std::size_t(k)] = shape.resident_stage_bucket_elements[std::size_t(k - 1)];
+    for (int b : buckets_from[std::size_t(k - 1)]) {
+      const ChunkBucket& bucket = plan.buckets[std::size_t(b)];
+      (bucket.layer >= 0 ? shape.resident_layer_bucket_elements : shape.resident_stage_bucket_elements)[std::size_t(k)] +=
+          double(bucket.padded_elements);
+    }
+  }
+  // The update's round trip (chunk_plan.cpp's round_trip_peak): an evictable bucket is
+  // whole on the device from the step of its first chunk to the step at which the chunk
+  // holding its last piece goes down, which waits for that chunk's last bucket to be
+  // gathered, at the step of that bucket's last chunk.
+  std::vector<int> last_bucket_of(std::size_t(shape.chunks), 0);
+  for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+    for (int c = plan.buckets[b].first_chunk; c <= plan.buckets[b].last_chunk; ++c) last_bucket_of[std::size_t(c)] = int(b);
+  }
+  std::vector<double> trip_all(std::size_t(shape.chunks), 0.0), trip_stage(std::size_t(shape.chunks), 0.0);
+  for (auto* per_k : {&shape.round_trip_peak_all, &shape.round_trip_peak_stage}) {
+    per_k->assign(std::size_t(shape.chunks) + 1, 0.0);
+  }
   std::vector<bool> host_used(std::size_t(segments), false);
   for (int k = shape.chunks - 1; k >= 0; --k) {  // chunks k.. host-resident
-    const Chunk& chunk = plan.chunks[std::size_t(k)];
-    const double cap = double(chunk.capacity_elements);
-    for (int j = 0; j < segments; ++j) {
-      const bool next_same = j + 1 < segments && plan.segments[std::size_t(j + 1)].virtual_chunk ==
-                                                     plan.segments[std::size_t(j)].virtual_chunk;
-      const int window_end = next_same ? j + 1 : j;
-      if (chunk.first_segment <= window_end && chunk.last_segment >= j) {
-        whole[std::size_t(j)] += cap;
-        sharded[std::size_t(j)] += chunk.layer_weights && g > 1 ? cap / g : cap;
+    for (int b : buckets_from[std::size_t(k)]) {
+      const ChunkBucket& bucket = plan.buckets[std::size_t(b)];
+      const double elements = double(bucket.padded_elements);
+      const int released_at = plan.buckets[std::size_t(last_bucket_of[std::size_t(bucket.last_chunk)])].last_chunk;
+      for (int step = bucket.first_chunk; step <= released_at; ++step) {
+        trip_all[std::size_t(step)] += elements;
+        if (bucket.layer < 0) trip_stage[std::size_t(step)] += elements;
+      }
+      const std::vector<bool> held = bucket_windows(plan, bucket);
+      for (int j = 0; j < segments; ++j) {
+        if (!held[std::size_t(j)]) continue;
+        whole[std::size_t(j)] += elements;
+        sharded[std::size_t(j)] += bucket.layer >= 0 && g > 1 ? elements / g : elements;
       }
     }
+    const Chunk& chunk = plan.chunks[std::size_t(k)];
     for (int j = chunk.first_segment; j <= chunk.last_segment; ++j) host_used[std::size_t(j)] = true;
     shape.host_segment_share[std::size_t(k)] =
         double(std::count(host_used.begin(), host_used.end(), true)) / double(std::max(segments, 1));
     shape.peak_whole[std::size_t(k)] = *std::max_element(whole.begin(), whole.end());
     shape.peak_sharded[std::size_t(k)] = *std::max_element(sharded.begin(), sharded.end());
+    shape.round_trip_peak_all[std::size_t(k)] = *std::max_element(trip_all.begin(), trip_all.end());
+    shape.round_trip_peak_stage[std::size_t(k)] = *std::max_element(trip_stage.begin(), trip_stage.end());
   }
   return shape;
 }
@@ -84,11 +118,15 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   const double all_layer = shape.layer_prefix[std::size_t(n)], all_stage = shape.stage_prefix[std::size_t(n)];
   const double res_layer = shape.layer_prefix[std::size_t(k)], res_stage = shape.stage_prefix[std::size_t(k)];
   const double host_layer = all_layer - res_layer, host_stage = all_stage - res_stage;
-  // As device_gradient_elements (chunk_plan.hpp) for the stage's layer and stage chunks.
+  // As device_gradient_elements (chunk_plan.hpp) for the stage's layer and stage buckets.
   const double beside_shard = p.zero >= 1 && g > 1 ? 1.0 + 1.0 / g : 1.0;
-  t.gradient_bytes = (grad_div > 1 ? all_layer / grad_div : all_layer * beside_shard) + all_stage * beside_shard;
+  const double layer_buckets = shape.resident_layer_bucket_elements[std::size_t(n)];
+  const double stage_buckets = shape.resident_stage_bucket_elements[std::size_t(n)];
+  t.gradient_bytes = (grad_div > 1 ? layer_buckets / grad_div : layer_buckets * beside_shard) + stage_buckets * beside_shard;
   t.gradient_bytes *= grad_b;
-  t.device_param_bytes = (res_layer / layer_param_div + res_stage) * param_b;
+  t.device_param_bytes = (shape.resident_layer_bucket_elements[std::size_t(k)] / layer_param_div +
+                          shape.resident_stage_bucket_elements[std::size_t(k)]) *
+                         param_b;
   const double host_params = (host_layer / layer_param_div + host_stage) * param_b;
   const double owned_resident = (res_layer + res_stage) / owned_div, owned_host = (host_layer + host_stage) / owned_div;
   // What copies carry of chunks [from, to): their used elements, within the most loaded
@@ -104,15 +142,22 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
     const double owned_moved = moved(0, n, optimizer_sharded, optimizer_sharded);
     t.device_to_host_bytes = owned_moved * grad_b;
     t.host_to_device_bytes = owned_moved * param_b;
-    t.device_param_bytes += host_params;
     return t;
   }
-  t.device_optimizer_elements = owned_resident;
+  // Buckets with a tensor in a resident chunk step whole on the device (ChunkBucket).
+  t.device_optimizer_elements = (shape.resident_layer_bucket_elements[std::size_t(k)] +
+                                 shape.resident_stage_bucket_elements[std::size_t(k)]) /
+                                owned_div;
   t.host_optimizer_elements = owned_host;
-  t.device_optimizer_bytes = owned_resident * optimizer_b;
+  t.device_optimizer_bytes = t.device_optimizer_elements * optimizer_b;
   t.host_bytes = host_params + owned_host * (optimizer_b + kHostGradientBytes);
   if (p.offload != OffloadMode::chunked) return t;
-  t.peak_fetched_bytes = (layer_params_sharded ? shape.peak_sharded : shape.peak_whole)[std::size_t(k)] * param_b;
+  const double fetched_b = fetched_weight_bytes(train);
+  t.peak_fetched_bytes = (layer_params_sharded ? shape.peak_sharded : shape.peak_whole)[std::size_t(k)] * fetched_b;
+  if (optimizer_sharded) {  // the update's round trip: ZeRO 1-2's host chunks, ZeRO-3's stage chunks
+    const double trip = (layer_params_sharded ? shape.round_trip_peak_stage : shape.round_trip_peak_all)[std::size_t(k)];
+    t.peak_fetched_bytes = std::max(t.peak_fetched_bytes, trip * fetched_b);
+  }
   // Host chunks whose weights only the optimizer shards make the round trip.
   double round_trip_up = 0, round_trip_down = 0;
   if (optimizer_sharded) {

@@ -145,8 +145,9 @@ void Trainer::offload_start() {
     }
     const Chunk& chunk = o.plan.chunks[std::size_t(tensor.chunk)];
     const int b = it->second.first;
-    o.chunks[std::size_t(tensor.chunk)].pieces.push_back(
-        {b, it->second.second->offset, std::size_t(tensor.offset), std::size_t(tensor.elements)});
+    HostChunk& h = o.chunks[std::size_t(tensor.chunk)];
+    h.pieces.push_back({b, it->second.second->offset, std::size_t(tensor.offset), std::size_t(tensor.elements)});
+    if (std::find(h.buckets.begin(), h.buckets.end(), b) == h.buckets.end()) h.buckets.push_back(b);
     if (!chunk.host_resident) o.evictable[std::size_t(b)] = false;
     (chunk.optimizer_on_host ? o.host_optimized : o.device_optimized)[std::size_t(b)] = true;
     ++placed;

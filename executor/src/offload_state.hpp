@@ -70,6 +70,7 @@ struct ChunkPiece {
 // Host memory of one chunk (capacity elements each).
 struct HostChunk {
   std::vector<ChunkPiece> pieces;
+  std::vector<int> buckets;  // of its pieces, once each, in order
   HostArray weights;  // host-resident or host-optimized: the fp32 master weights
   HostArray grads, moment1, moment2;  // host-optimized: owned parts only are used
   int fetched = 0;  // passes holding its weights on the device now

@@ -96,19 +96,62 @@ void Trainer::offload_update() {
     auto timed = timeline_.time(ops::step_op_id(chunked ? ops::optimizer_host : ops::optimizer));
     host_adamw_step(pieces, p, clipped ? &host_scale : nullptr);
   }
+  stream_updated_weights();
+}
+
+// The updated weights go up, are gathered and come back down chunk by chunk in the
+// plan's order, so that the device holds the whole weights of a few buckets at a time,
+// not of every host-resident one: a bucket is gathered once every chunk holding a piece
+// of it is up, a round-trip chunk goes down once its buckets are gathered, and an
+// evictable bucket is released once its chunks are down (chunk_plan.hpp: the update's
+// round trip, which the named budget counts).
+void Trainer::stream_updated_weights() {
+  OffloadState& o = *offload_;
+  std::vector<int> uploads_left(buckets_.size(), 0), downloads_left(buckets_.size(), 0);
+  std::vector<const ChunkCopy*> ups, downs;
   for (const ChunkCopy& copy : o.plan.copies) {
-    if (copy.op != ops::offload_params_h2d) continue;
-    for (const ChunkPiece& piece : o.chunks[std::size_t(copy.chunk)].pieces) acquire_weights(piece.bucket);
-    auto timed = timeline_.time(copy.op_id, Stream::copy);
-    o.host_to_device_bytes += upload_chunk_weights(copy.chunk, true);
+    const bool up = copy.op == ops::offload_params_h2d, down = copy.op == ops::offload_params_d2h;
+    if (!up && !down) continue;
+    (up ? ups : downs).push_back(&copy);
+    for (int b : o.chunks[std::size_t(copy.chunk)].buckets) ++(up ? uploads_left : downloads_left)[std::size_t(b)];
   }
-  gather_updated_weights();
-  backend_.wait_for(Stream::copy, grid_.gradients().stream());  // the gathers rebuilt what goes down
-  for (const ChunkCopy& copy : o.plan.copies) {
-    if (copy.op != ops::offload_params_d2h) continue;
-    auto timed = timeline_.time(copy.op_id, Stream::copy);
-    o.device_to_host_bytes += download_chunk_weights(copy.chunk, false);
+  std::vector<bool> gathered(buckets_.size(), false);
+  auto all_gathered = [&](int chunk) {
+    const std::vector<int>& of = o.chunks[std::size_t(chunk)].buckets;
+    return std::all_of(of.begin(), of.end(), [&](int b) { return bool(gathered[std::size_t(b)]); });
+  };
+  std::size_t next_down = 0;
+  auto send_down = [&](bool all) {
+    for (; next_down < downs.size() && (all || all_gathered(downs[next_down]->chunk)); ++next_down) {
+      const ChunkCopy& copy = *downs[next_down];
+      backend_.wait_for(Stream::copy, grid_.gradients().stream());  // the gathers rebuilt what goes down
+      {
+        auto timed = timeline_.time(copy.op_id, Stream::copy);
+        o.device_to_host_bytes += download_chunk_weights(copy.chunk, false);
+      }
+      for (int b : o.chunks[std::size_t(copy.chunk)].buckets) {
+        if (--downloads_left[std::size_t(b)] == 0 && o.evictable[std::size_t(b)] && o.held[std::size_t(b)] == 0) {
+          release_weights(b);
+        }
+      }
+    }
+  };
+  for (const ChunkCopy* copy : ups) {
+    const std::vector<int>& of = o.chunks[std::size_t(copy->chunk)].buckets;
+    for (int b : of) acquire_weights(b);
+    {
+      auto timed = timeline_.time(copy->op_id, Stream::copy);
+      o.host_to_device_bytes += upload_chunk_weights(copy->chunk, true);
+    }
+    for (int b : of) {
+      if (--uploads_left[std::size_t(b)] > 0) continue;
+      gather_bucket_weights(buckets_[std::size_t(b)]);
+      gathered[std::size_t(b)] = true;
+    }
+    send_down(false);
   }
+  gather_updated_weights(gathered);
+  send_down(true);
   for (std::size_t i = 0; i < buckets_.size(); ++i) {
     if (o.evictable[i] && o.held[i] == 0) release_weights(int(i));
   }

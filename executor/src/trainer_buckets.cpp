@@ -65,16 +65,18 @@ void Trainer::wait_for_syncs() {
   }
 }
 
-void Trainer::gather_updated_weights() {
-  if (plan_.parallel.zero >= 1) {
-    for (BucketState& b : buckets_) {
-      if (!shards_optimizer(b) || shards_weights(b)) continue;  // ZeRO 3 gathers layers when they run
-      Communicator& group = *b.group;
-      auto timed = timeline_.time(ops::bucket_gather_id(b.name), group.stream());
-      shard_scratch_.resize(shard_size(b));
-      backend_.copy(Stream::compute, shard_scratch_.data(), owned_params(b), shard_scratch_.bytes());
-      group.all_gather(shard_scratch_.data(), b.params.data(), shard_size(b), DType::f32);
-    }
+void Trainer::gather_bucket_weights(BucketState& b) {
+  if (plan_.parallel.zero < 1 || !shards_optimizer(b) || shards_weights(b)) return;  // ZeRO 3 gathers layers when they run
+  Communicator& group = *b.group;
+  auto timed = timeline_.time(ops::bucket_gather_id(b.name), group.stream());
+  shard_scratch_.resize(shard_size(b));
+  backend_.copy(Stream::compute, shard_scratch_.data(), owned_params(b), shard_scratch_.bytes());
+  group.all_gather(shard_scratch_.data(), b.params.data(), shard_size(b), DType::f32);
+}
+
+void Trainer::gather_updated_weights(const std::vector<bool>& gathered) {
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    if (i >= gathered.size() || !gathered[i]) gather_bucket_weights(buckets_[i]);
   }
   for (BucketState& b : buckets_) refresh_compute_weights(b);
 }

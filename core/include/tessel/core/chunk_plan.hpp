@@ -59,6 +59,14 @@
 // the group, `bytes` their most (what the simulator and planner time). Weights move at
 // the plan's precision (2 bytes in bf16 plans: what ZeRO-Offload and Gemini send to a
 // GPU computing in 16 bits); gradients at the gradient precision.
+// Device memory is counted by executor bucket (ChunkBucket: a layer's tensors, the
+// stage's tables and norms), the unit in which the trainer holds weights, gradients and
+// moments: a chunk is the unit of placement and of copies, but a fetched chunk makes
+// its buckets' whole weight buffers live, and a bucket with a tensor in a resident
+// chunk keeps its weights and steps whole on the device. The update's ZeRO 1-2 round
+// trip streams chunk by chunk (each bucket gathered once its last chunk is up, chunks
+// down once their buckets are gathered), so it holds a few buckets at a time; its peak
+// counts beside the passes' fetch windows.
 // Segments are the units of use in execution order: the embedding, each layer, the head.
 // MoE models are refused (the executor does not train them; the planner and Program
 // price their offload from fractions).
@@ -89,6 +97,16 @@ inline std::int64_t device_gradient_elements(std::int64_t elements, std::int64_t
   if (group <= 1 || zero == 0) return elements;
   if (zero >= 2 && layer) return elements / group;
   return elements + elements / group;
+}
+
+// Bytes per element of an evictable bucket's weights on the device while fetched (or
+// made whole by the update's round trip): the trainer fetches the fp32 master weights
+// and, in mixed precision, converts them to the 16-bit copy it computes with beside
+// them (a resident bucket's weights are the same two, counted as the plan's weights and
+// its master weights). Fetching the 16-bit copy alone, as ZeRO-Offload and Gemini do,
+// is for the GPU executor (issue 14); then this is element_bytes(precision).
+inline double fetched_weight_bytes(const TrainSpec& train) {
+  return train.precision == Precision::fp32 ? 4.0 : 4.0 + element_bytes(train.precision);
 }
 
 struct ChunkSearch {
@@ -132,6 +150,24 @@ struct Chunk {
   // which are cut per executor bucket (each bucket padded to a multiple of the group and
   // cut in equal parts), as the trainer's reduce-scatters and gathers cut them.
   std::vector<std::int64_t> owned_used_elements;  // size gradient_group
+};
+
+// One executor bucket of the rank (a layer's tensors, or the stage's embedding/head
+// tensors; stage_weights.hpp): the unit in which the trainer holds weights on the
+// device. A fetched chunk makes the whole weight buffer of every bucket it holds a
+// tensor of live, and a bucket with a tensor in a device-resident chunk keeps its
+// buffer for good, so the device's weights are counted by bucket, not by chunk: where a
+// chunk straddles two layers, both layers' buffers are on the device while it is.
+struct ChunkBucket {
+  int layer = -1;  // -1: the stage bucket
+  int first_tensor = 0, tensor_count = 0;
+  std::int64_t padded_elements = 0;  // its tensors, padded to a multiple of the gradient group
+  int first_chunk = 0, last_chunk = 0;  // the chunks holding its tensors (a contiguous range)
+  // The weight elements the rank's device holds of it: ZeRO-3 keeps a layer bucket's
+  // shard (the gathered whole is a transient buffer), otherwise the whole padded bucket.
+  std::int64_t device_weight_elements(std::int64_t group, int zero) const {
+    return zero == 3 && group > 1 && layer >= 0 ? padded_elements / group : padded_elements;
+  }
 };
 
 enum class CopyDirection { host_to_device, device_to_host };
@@ -182,13 +218,17 @@ struct ChunkPlan {
   std::vector<ChunkTensor> tensors;  // execution order
   std::vector<ChunkSegment> segments;
   std::vector<Chunk> chunks;
+  std::vector<ChunkBucket> buckets;  // execution order
   int resident_chunks = 0;  // chunked: the first ones; otherwise all
   std::vector<ChunkCopy> copies;
   // Totals per step and the memory they imply.
   double host_to_device_bytes = 0, device_to_host_bytes = 0;
   double fetch_bytes = 0;          // of host_to_device_bytes: the fetches before each micro-batch's passes
   double device_state_bytes = 0;   // resident states and every gradient, without fetched chunks
-  double peak_fetched_bytes = 0;   // the most fetched weights on the device at once
+  double device_param_bytes = 0;   // of device_state_bytes: the weights of buckets held for good
+  // The most weights of evictable buckets on the device at once: fetched in a pass, or
+  // made whole by the update's round trip (streamed chunk by chunk).
+  double peak_fetched_bytes = 0;
   double host_state_bytes = 0;     // weights, optimizer states and the fp32 gradients the host optimizer reads
   double device_optimizer_elements = 0, host_optimizer_elements = 0;  // owned, per step
 
@@ -205,6 +245,11 @@ struct ChunkPlan {
 // stage bucket's final norm, positions, tables), the stage bucket first when the stage
 // holds the embedding, last otherwise. Tensor-parallel local sizes per mode.
 std::vector<ChunkTensor> stage_model_tensors(const ModelSpec& model, const ParallelConfig& parallel, int stage);
+// Per forward segment j, whether a chunk holding a tensor of `bucket` is on the device
+// while j runs, were those chunks host-resident: a chunk is fetched before its first use
+// and dropped after its last, and the fetches of the next segment of the same pipeline
+// chunk are issued while j runs (the window j, j + 1).
+std::vector<bool> bucket_windows(const ChunkPlan& plan, const ChunkBucket& bucket);
 // Forward-order segments of `stage`.
 std::vector<ChunkSegment> stage_segments(const ModelSpec& model, const ParallelConfig& parallel, int stage);
 

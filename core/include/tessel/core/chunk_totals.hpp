@@ -16,7 +16,7 @@ namespace tessel {
 // What the totals need of a stage's packing: per resident count k (the first k chunks
 // device-resident), the prefix sums of the chunks' capacities (transformer-block chunks
 // and embedding/head chunks apart, as ZeRO-3 shards only the first) and the most
-// elements of host-resident chunks fetched at once (weights whole, and ZeRO-3 sharded).
+// weights of the buckets on the device (ChunkBucket: held for good, and fetched at once).
 struct ChunkStageShape {
   int chunks = 0;
   std::int64_t gradient_group = 1;
@@ -24,7 +24,15 @@ struct ChunkStageShape {
   // What copies carry (Chunk::owned_used_elements): the used elements, and the most any
   // rank holds of them in its ZeRO shards; layer and stage chunks apart, size chunks + 1.
   std::vector<double> used_layer_prefix, used_stage_prefix, owned_layer_prefix, owned_stage_prefix;
-  std::vector<double> peak_whole, peak_sharded;     // size chunks + 1: by resident count
+  // By resident count k (size chunks + 1): the padded elements of the buckets the device
+  // holds for good (a tensor in the first k chunks), layer and stage buckets apart, and
+  // the most elements of the other buckets held at once (weights whole, and ZeRO-3
+  // sharded): ChunkBucket.
+  std::vector<double> resident_layer_bucket_elements, resident_stage_bucket_elements;
+  std::vector<double> peak_whole, peak_sharded;
+  // By resident count: the most elements of evictable buckets made whole at once by the
+  // update's round trip (ZeRO 1-2: every bucket; ZeRO-3: the stage's buckets).
+  std::vector<double> round_trip_peak_all, round_trip_peak_stage;
   // By resident count: the share of the stage's segments that use a host-resident chunk.
   // A fetch is issued one segment ahead, so only that many segments' compute can hide a
   // pass's fetches, not the whole pass's (the resident layers run before any is needed).
@@ -36,7 +44,7 @@ ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& 
 
 struct ChunkTotals {
   int resident_chunks = 0;
-  double device_param_bytes = 0;      // resident chunks' weights (fetched ones apart)
+  double device_param_bytes = 0;      // the weights of buckets held for good (fetched ones apart)
   double gradient_bytes = 0;          // every chunk's, on the device
   double device_optimizer_bytes = 0;  // master weights and moments on the device
   double host_bytes = 0;              // every state on the host

@@ -182,7 +182,10 @@ class Trainer {
   void global_gradient_norm();
   void optimizer_step();
   void layerwise_step();
-  void gather_updated_weights();
+  // ZeRO 1-2: each bucket's updated shards all-gathered into its whole weights (those
+  // marked in `gathered` already were: the offload update streams its chunks).
+  void gather_updated_weights(const std::vector<bool>& gathered = {});
+  void gather_bucket_weights(BucketState& b);
   std::vector<float> whole_from_buckets(bool gradients);
 
   // The chunk manager of offload plans (chunk_manager.cpp, offload_step.cpp): model
@@ -204,6 +207,7 @@ class Trainer {
   std::optional<std::size_t> room_to_prefetch(int chunk) const;
   void acquire_weights(int bucket);
   void release_weights(int bucket);
+  void stream_updated_weights();
   // Copies a chunk's weights between its host array and the buckets (owned parts only
   // where ZeRO-3 shards the weights, or `owned_only`); returns the bytes.
   double upload_chunk_weights(int chunk, bool owned_only);
