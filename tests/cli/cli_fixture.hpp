@@ -45,8 +45,11 @@ inline ::testing::AssertionResult is_one_line_refusal(const Outcome& o, const st
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tessel_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // A parameterised test's name has a '/' ("Name/param"): one folder, so that TearDown
+    // removes all that SetUp made.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    dir_ = fs::temp_directory_path() / ("tessel_cli_" + std::to_string(::getpid()) + "_" + name);
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
