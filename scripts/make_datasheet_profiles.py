@@ -37,39 +37,39 @@ GPU_ASSUMPTIONS = {
     "gemm": "assumed efficiency curve, see scripts/make_datasheet_profiles.py",
 }
 
+A100_SXM_80GB = {
+    "curve": "A100",
+    "device": {
+        "name": "A100-SXM-80GB", "kind": "gpu",
+        "peak_flops_per_s": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
+        "memory_bytes": 85899345920, "memory_bandwidth_bytes_per_s": 2.039e12,
+        "memory_efficiency": 0.8, "workspace_bytes": 2147483648,
+        "sources": {
+            "peak_flops_per_s": "datasheet: NVIDIA A100 Tensor Core GPU datasheet (dense, no sparsity)",
+            "memory_bytes": "datasheet: 80 GB HBM2e (81920 MiB as the driver reports)",
+            "memory_bandwidth_bytes_per_s": "datasheet: 2,039 GB/s",
+            **GPU_ASSUMPTIONS,
+        },
+    },
+}
+
+
+def with_memory(entry, name, memory_bytes, bandwidth, sources):
+    """The same part with other memory: same SMs and clocks (same peaks, same GEMM curve)."""
+    device = {**entry["device"], "name": name, "memory_bytes": memory_bytes,
+              "memory_bandwidth_bytes_per_s": bandwidth}
+    device["sources"] = {**entry["device"]["sources"], **sources}
+    return {**entry, "device": device}
+
+
 DEVICES = [
-    {
-        "curve": "A100",
-        "device": {
-            "name": "A100-SXM-80GB", "kind": "gpu",
-            "peak_flops_per_s": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
-            "memory_bytes": 85899345920, "memory_bandwidth_bytes_per_s": 2.039e12,
-            "memory_efficiency": 0.8, "workspace_bytes": 2147483648,
-            "sources": {
-                "peak_flops_per_s": "datasheet: NVIDIA A100 Tensor Core GPU datasheet (dense, no sparsity)",
-                "memory_bytes": "datasheet: 80 GB HBM2e (81920 MiB as the driver reports)",
-                "memory_bandwidth_bytes_per_s": "datasheet: 2,039 GB/s",
-                **GPU_ASSUMPTIONS,
-            },
-        },
-    },
-    {
-        # The 40 GB part: the same SMs and clocks as the 80 GB one (same peaks, same GEMM
-        # curve), with HBM2 instead of HBM2e.
-        "curve": "A100",
-        "device": {
-            "name": "A100-SXM-40GB", "kind": "gpu",
-            "peak_flops_per_s": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
-            "memory_bytes": 42949672960, "memory_bandwidth_bytes_per_s": 1.555e12,
-            "memory_efficiency": 0.8, "workspace_bytes": 2147483648,
-            "sources": {
-                "peak_flops_per_s": "datasheet: NVIDIA A100 Tensor Core GPU datasheet (dense, no sparsity; the same for the 40 GB and 80 GB SXM parts)",
-                "memory_bytes": "datasheet: 40 GB HBM2 (40960 MiB as the driver reports)",
-                "memory_bandwidth_bytes_per_s": "datasheet: 1,555 GB/s",
-                **GPU_ASSUMPTIONS,
-            },
-        },
-    },
+    A100_SXM_80GB,
+    # The 40 GB part: HBM2 instead of HBM2e.
+    with_memory(A100_SXM_80GB, "A100-SXM-40GB", 42949672960, 1.555e12, {
+        "peak_flops_per_s": "datasheet: NVIDIA A100 Tensor Core GPU datasheet (dense, no sparsity; the same for the 40 GB and 80 GB SXM parts)",
+        "memory_bytes": "datasheet: 40 GB HBM2 (40960 MiB as the driver reports)",
+        "memory_bandwidth_bytes_per_s": "datasheet: 1,555 GB/s",
+    }),
     {
         "curve": "H100",
         "device": {

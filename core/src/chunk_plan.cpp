@@ -136,9 +136,7 @@ void shard_used(ChunkPlan& plan, std::int64_t g) {
 // States after ZeRO sharding and where they live.
 void size_and_place(ChunkPlan& plan, const TrainSpec& train, const ParallelConfig& p) {
   const std::int64_t g = p.gradient_group();
-  const bool mixed = train.precision != Precision::fp32;
-  const double param_b = element_bytes(train.precision), grad_b = element_bytes(train.effective_gradient_precision());
-  const double master_b = mixed ? 4 : 0, moment_b = train.optimizer == Optimizer::lars ? 4 : 8;
+  const ModelStateBytes states = chunk_state_bytes(train);
   const int n = int(plan.chunks.size());
   plan.resident_chunks = resident_chunk_count(p, n);
   for (int c = 0; c < n; ++c) {
@@ -147,18 +145,14 @@ void size_and_place(ChunkPlan& plan, const TrainSpec& train, const ParallelConfi
     const bool param_sharded = p.zero == 3 && g > 1 && chunk.layer_weights;
     const bool optimizer_sharded = p.zero >= 1 && g > 1;
     chunk.param_elements = param_sharded ? cap / g : cap;
-    chunk.grad_elements = device_gradient_elements(cap, g, p.zero, chunk.layer_weights);
     chunk.owned_elements = optimizer_sharded ? cap / g : cap;
-    chunk.param_bytes = double(chunk.param_elements) * param_b;
-    chunk.grad_bytes = double(chunk.grad_elements) * grad_b;
-    chunk.master_bytes = double(chunk.owned_elements) * master_b;
-    chunk.moment_bytes = double(chunk.owned_elements) * moment_b;
+    chunk.param_bytes = double(chunk.param_elements) * states.parameter;
+    chunk.optimizer_bytes = double(chunk.owned_elements) * states.optimizer;
     chunk.host_resident = c >= plan.resident_chunks;
     chunk.optimizer_on_host = p.offload == OffloadMode::optimizer || chunk.host_resident;
     chunk.round_trip = chunk.host_resident && optimizer_sharded && !param_sharded;
-    const double optimizer_states = chunk.master_bytes + chunk.moment_bytes;
     if (chunk.host_resident) plan.host_state_bytes += chunk.param_bytes;  // the device's weights: by bucket, below
-    if (chunk.optimizer_on_host) plan.host_state_bytes += optimizer_states;  // the device's: by bucket, below
+    if (chunk.optimizer_on_host) plan.host_state_bytes += chunk.optimizer_bytes;  // the device's: by bucket, below
     // The host optimizer reads an fp32 gradient in host memory (ZeRO-Offload's pinned
     // gradient partition; the executor's HostChunk::grads).
     if (chunk.optimizer_on_host) plan.host_state_bytes += double(chunk.owned_elements) * kHostGradientBytes;
@@ -216,11 +210,10 @@ double round_trip_peak(const ChunkPlan& plan, double weight_b) {
 // covers a bucket's owned range, see offload_step.cpp), and the most weights of the
 // other (evictable) buckets whose chunks are on the device at once.
 void place_bucket_states(ChunkPlan& plan, const TrainSpec& train, const ParallelConfig& p) {
-  const double param_b = element_bytes(train.precision);
-  const double optimizer_b = (train.precision != Precision::fp32 ? 4 : 0) + (train.optimizer == Optimizer::lars ? 4 : 8);
+  const ModelStateBytes states = chunk_state_bytes(train);
+  const double param_b = states.parameter, optimizer_b = states.optimizer, grad_b = states.gradient;
   const std::int64_t g = p.gradient_group();
   const std::int64_t owned_div = p.zero >= 1 && g > 1 ? g : 1;
-  const double grad_b = element_bytes(train.effective_gradient_precision());
   // A fetched bucket holds the fp32 master the trainer fetches and, in mixed precision,
   // the 16-bit copy it computes with (fetched_weight_bytes).
   const double fetched_scale = fetched_weight_bytes(train) / param_b;
@@ -282,7 +275,8 @@ ChunkCopy make_copy(const Chunk& chunk, int c, CopyDirection direction, std::str
 }
 
 void schedule_copies(ChunkPlan& plan, const TrainSpec& train, const ParallelConfig& p) {
-  const double param_b = element_bytes(train.precision), grad_b = element_bytes(train.effective_gradient_precision());
+  const ModelStateBytes states = chunk_state_bytes(train);
+  const double param_b = states.parameter, grad_b = states.gradient;
   const std::int64_t g = p.gradient_group();
   const bool optimizer_sharded = p.zero >= 1 && g > 1;
   const int n = int(plan.chunks.size());

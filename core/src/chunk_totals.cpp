@@ -2,7 +2,7 @@
 // sum over the execution order, because placement is a prefix rule (the first k chunks
 // stay on the device) and sharding depends only on whether a chunk holds transformer
 // blocks; the peak of fetched weights is tabulated per k once, from the last chunk
-// backwards, by bucket, as chunk_plan.cpp's place_bucket_weights computes it for one k.
+// backwards, by bucket, as chunk_plan.cpp's place_bucket_states computes it for one k.
 #include <algorithm>
 #include <cmath>
 
@@ -107,9 +107,8 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   ChunkTotals t;
   const int n = shape.chunks;
   const double g = double(shape.gradient_group);
-  const bool mixed = train.precision != Precision::fp32;
-  const double param_b = element_bytes(train.precision), grad_b = element_bytes(train.effective_gradient_precision());
-  const double optimizer_b = (mixed ? 4 : 0) + (train.optimizer == Optimizer::lars ? 4 : 8);
+  const ModelStateBytes states = chunk_state_bytes(train);
+  const double param_b = states.parameter, grad_b = states.gradient, optimizer_b = states.optimizer;
   const bool optimizer_sharded = p.zero >= 1 && g > 1, layer_params_sharded = p.zero == 3 && g > 1;
   const double owned_div = optimizer_sharded ? g : 1, grad_div = p.zero >= 2 && g > 1 ? g : 1;
   const double layer_param_div = layer_params_sharded ? g : 1;

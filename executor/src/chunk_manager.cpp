@@ -175,7 +175,7 @@ void Trainer::offload_bucket_drawn(int bucket) {
   OffloadState& o = *offload_;
   for (std::size_t c = 0; c < o.chunks.size(); ++c) {
     const HostChunk& h = o.chunks[c];
-    const bool here = std::any_of(h.pieces.begin(), h.pieces.end(), [&](const ChunkPiece& p) { return p.bucket == bucket; });
+    const bool here = std::find(h.buckets.begin(), h.buckets.end(), bucket) != h.buckets.end();
     if (here && !h.weights.empty()) download_chunk_weights(int(c), false, bucket);
   }
   if (o.evictable[std::size_t(bucket)] && o.held[std::size_t(bucket)] == 0) release_weights(bucket);
@@ -253,17 +253,13 @@ void Trainer::offload_fetch(int chunk, int mb, ops::Phase phase) {
   OffloadState& o = *offload_;
   HostChunk& h = o.chunks[std::size_t(chunk)];
   auto timed = timeline_.time(ops::chunk_copy_id(mb, chunk, phase, ops::offload_fetch), Stream::copy);
-  std::vector<int> buckets;
-  for (const ChunkPiece& piece : h.pieces) {
-    if (std::find(buckets.begin(), buckets.end(), piece.bucket) == buckets.end()) buckets.push_back(piece.bucket);
-  }
-  for (int b : buckets) {
+  for (int b : h.buckets) {
     acquire_weights(b);
     ++o.held[std::size_t(b)];
   }
   ++h.fetched;
   o.host_to_device_bytes += upload_chunk_weights(chunk, false);
-  for (int b : buckets) refresh_compute_weights(buckets_[std::size_t(b)]);  // bf16 GEMMs on a GPU
+  for (int b : h.buckets) refresh_compute_weights(buckets_[std::size_t(b)]);  // bf16 GEMMs on a GPU
 }
 
 // The bytes of weight buffers a prefetch of `chunk` would add to the pool, when the
@@ -272,11 +268,8 @@ void Trainer::offload_fetch(int chunk, int mb, ops::Phase phase) {
 std::optional<std::size_t> Trainer::room_to_prefetch(int chunk) const {
   const OffloadState& o = *offload_;
   std::size_t adds = 0;
-  std::vector<int> seen;
-  for (const ChunkPiece& piece : o.chunks[std::size_t(chunk)].pieces) {
-    const BucketState& b = buckets_[std::size_t(piece.bucket)];
-    if (std::find(seen.begin(), seen.end(), piece.bucket) != seen.end()) continue;
-    seen.push_back(piece.bucket);
+  for (int bucket : o.chunks[std::size_t(chunk)].buckets) {
+    const BucketState& b = buckets_[std::size_t(bucket)];
     const bool allocated = shards_weights(b) ? !b.param_shard.empty() : !b.params.empty();
     if (!allocated) adds += (shards_weights(b) ? shard_size(b) : b.layout.padded_size) * sizeof(float);
   }
@@ -324,13 +317,8 @@ void Trainer::offload_after_segment(int segment, ops::Phase phase) {
     const int last_use = phase == ops::Phase::bwd ? chunk.first_segment : chunk.last_segment;
     if (!chunk.host_resident || h.fetched == 0 || last_use != segment) continue;
     --h.fetched;
-    std::vector<int> buckets;
-    for (const ChunkPiece& piece : h.pieces) {
-      if (std::find(buckets.begin(), buckets.end(), piece.bucket) != buckets.end()) continue;
-      buckets.push_back(piece.bucket);
-      if (--o.held[std::size_t(piece.bucket)] == 0 && o.evictable[std::size_t(piece.bucket)]) {
-        release_weights(piece.bucket);
-      }
+    for (int b : h.buckets) {
+      if (--o.held[std::size_t(b)] == 0 && o.evictable[std::size_t(b)]) release_weights(b);
     }
   }
 }

@@ -165,7 +165,7 @@ void Trainer::offload_materialise() {
     const Chunk& chunk = o.plan.chunks[c];
     HostChunk& h = o.chunks[c];
     if (chunk.host_resident) {
-      for (const ChunkPiece& piece : h.pieces) acquire_weights(piece.bucket);
+      for (int b : h.buckets) acquire_weights(b);
       upload_chunk_weights(int(c), false);
     }
     if (!chunk.optimizer_on_host) continue;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cost_parts.hpp"
+#include "layer_buffers.hpp"
 #include "tessel/core/fp8_model.hpp"
 #include "tessel/core/rank_layout.hpp"
 
@@ -78,29 +79,11 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
     memory.gradients_bytes *= device_fraction;
     memory.optimizer_bytes *= device_fraction;
   }
-  double whole_layer = c.layer_parameters;  // the largest block's weights
-  if (c.moe_layers_on_stage > 0) {
-    const double moe_block = c.moe_layer_parameters + c.expert_parameters;
-    whole_layer = c.moe_layers_on_stage < c.layers_on_stage ? std::max(whole_layer, moe_block) : moe_block;
-  }
-  memory.layer_transient_bytes = 0;
-  if (p.zero == 3 || (p.offload == OffloadMode::chunked && !chunk_plan)) {
-    // Sharded or host-resident weights are gathered layer by layer before use: the
-    // layer in use and the one being prefetched are whole on the device.
-    memory.parameters_bytes += 2.0 * whole_layer * param_bytes_;
-    if (p.zero == 3) memory.layer_transient_bytes += 2.0 * whole_layer * param_bytes_;
-  }
-  if (p.zero >= 2 && group > 1) {
-    // Gradients reduce-scattered every micro-batch: the layer whose backward ran holds
-    // its whole gradient until its reduce-scatter, and the stage's other weights
-    // (embedding, final norm, head), synced once per step, hold theirs whole beside
-    // their shard till then (the chunk plan counts these: device_gradient_elements).
-    memory.gradients_bytes += whole_layer * grad_bytes_;
-    memory.layer_transient_bytes += whole_layer * grad_bytes_;
-    const double rest = std::max(0.0, params - (c.layers_on_stage - c.moe_layers_on_stage) * c.layer_parameters -
-                                          c.moe_layers_on_stage * c.moe_layer_parameters);
-    if (!chunk_plan) memory.gradients_bytes += rest * grad_bytes_;
-  }
+  const double whole_layer = largest_block_parameters(c.layer_parameters, c.moe_layer_parameters + c.expert_parameters,
+                                                      c.moe_layers_on_stage, c.layers_on_stage);
+  const double rest = std::max(0.0, params - (c.layers_on_stage - c.moe_layers_on_stage) * c.layer_parameters -
+                                        c.moe_layers_on_stage * c.moe_layer_parameters);
+  add_whole_layer_buffers(memory, p, group, whole_layer, rest, chunk_plan, param_bytes_, grad_bytes_);
   // fp8 training: the cached fp8 copies (and transposes) of the stage's fp8 GEMM weights,
   // and their scaling state (fp8_model.hpp); under ZeRO-3 only the gathered layers' copies.
   const double fp8_copies = fp8_weights_gathered(p) ? 2.0 * c.fp8_weight_elements / c.layers_on_stage

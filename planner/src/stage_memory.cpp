@@ -10,6 +10,7 @@
 #include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/schedule.hpp"
+#include "layer_buffers.hpp"
 
 namespace tessel::planner {
 
@@ -82,23 +83,12 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
     memory.gradients_bytes *= p.offload_device_fraction;
     memory.optimizer_bytes *= p.offload_device_fraction;
   }
-  double whole_layer = table.layer_parameters;  // the largest block's weights
-  if (moe_layers > 0) {
-    const double moe_block = table.moe_layer_parameters + table.expert_parameters;
-    whole_layer = moe_layers < layers_per_chunk * chunks ? std::max(whole_layer, moe_block) : moe_block;
-  }
-  if (p.zero == 3 || (p.offload == OffloadMode::chunked && !chunk_plan)) {
-    memory.parameters_bytes += 2.0 * whole_layer * param_bytes;  // the layer in use and the one prefetched
-    if (p.zero == 3) memory.layer_transient_bytes += 2.0 * whole_layer * param_bytes;
-  }
-  if (p.zero >= 2 && group > 1) {
-    // As add_memory (cost_finish.cpp): one layer's whole gradient before its
-    // reduce-scatter, and the rest of the stage's whole beside its shard until the step's.
-    const double rest = (first ? table.embedding_parameters : 0.0) +
-                        (last ? table.head_parameters + (p.pp > 1 ? table.tied_copy_parameters : 0.0) : 0.0);
-    memory.gradients_bytes += whole_layer * grad_bytes + (chunk_plan ? 0.0 : rest * grad_bytes);
-    memory.layer_transient_bytes += whole_layer * grad_bytes;
-  }
+  const double whole_layer = largest_block_parameters(table.layer_parameters,
+                                                      table.moe_layer_parameters + table.expert_parameters, moe_layers,
+                                                      layers_per_chunk * chunks);
+  const double rest = (first ? table.embedding_parameters : 0.0) +
+                      (last ? table.head_parameters + (p.pp > 1 ? table.tied_copy_parameters : 0.0) : 0.0);
+  add_whole_layer_buffers(memory, p, int(group), whole_layer, rest, chunk_plan, param_bytes, grad_bytes);
 
   // ---- activations: the chunks in flight on this stage, the logits, recompute's layer ----
   double activations = chunk_activation_bytes * in_flight_micro_batches(p, stage, micro_batches);

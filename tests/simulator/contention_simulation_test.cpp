@@ -36,6 +36,24 @@ profiles::Profile calibrated(const Plan& plan, double contention, double efficie
       Json{{"parameters", {{"collective_contention", contention}, {"overlap_efficiency", efficiency}}}};
   return profile;
 }
+
+// One plan's step three ways: analytic at the datasheet profile and at `cal`, and
+// simulated (stream overlap on, contention-free links) at `cal`.
+struct Steps {
+  double analytic_plain_s = 0, analytic_s = 0, simulated_s = 0;
+};
+
+Steps steps_of(const Plan& plan, const profiles::Profile& cal) {
+  auto analytic = [&](const profiles::Profile& profile) {
+    return planner::CostModel(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile)
+        .estimate(plan.parallel)
+        .step_time_s;
+  };
+  simulator::SimulationOptions options;
+  options.contention_free = true;
+  return {analytic(profiles::shipped_profile(plan.cluster.device)), analytic(cal),
+          simulator::simulate(Program::lower(plan), cal, options).step_time_s};
+}
 }  // namespace
 
 class ContentionAgreement : public ::testing::TestWithParam<ContentionCase> {};
@@ -43,24 +61,13 @@ class ContentionAgreement : public ::testing::TestWithParam<ContentionCase> {};
 TEST_P(ContentionAgreement, ACalibratedStepEqualsTheAnalyticEstimateWithin4Percent) {
   const ContentionCase& c = GetParam();
   const Plan plan = contention_plan(c.parallel);
-  const profiles::Profile plain = profiles::shipped_profile(plan.cluster.device);
-  const profiles::Profile cal = calibrated(plan, c.contention, c.efficiency);
-  const double analytic_plain_s =
-      planner::CostModel(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), plain)
-          .estimate(plan.parallel)
-          .step_time_s;
-  const double analytic_s = planner::CostModel(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), cal)
-                                .estimate(plan.parallel)
-                                .step_time_s;
+  const Steps steps = steps_of(plan, calibrated(plan, c.contention, c.efficiency));
   // The simulator without the two parameters stays about 3% above the datasheet's
   // analytic step, so it fails the 4% below once calibration adds over 7.5%.
-  EXPECT_GT(analytic_s, 1.075 * analytic_plain_s) << "the calibration moves the step too little to test";
-  simulator::SimulationOptions options;
-  options.contention_free = true;
-  const double simulated_s = simulator::simulate(Program::lower(plan), cal, options).step_time_s;
-  EXPECT_NEAR(simulated_s / analytic_s, 1.0, 0.04) << plan.parallel.summary() << ": simulated " << simulated_s
-                                                   << " s, analytic " << analytic_s << " s (datasheet "
-                                                   << analytic_plain_s << " s)";
+  EXPECT_GT(steps.analytic_s, 1.075 * steps.analytic_plain_s) << "the calibration moves the step too little to test";
+  EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.04)
+      << plan.parallel.summary() << ": simulated " << steps.simulated_s << " s, analytic " << steps.analytic_s
+      << " s (datasheet " << steps.analytic_plain_s << " s)";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -81,19 +88,9 @@ TEST(ContentionAgreement, ADeepPipelinePaysTheStepsContentionOnceAsThePlannerDoe
       "parallel": {"dp": 2, "pp": 8}})"),
                                "");
   plan.validate();
-  const profiles::Profile plain = profiles::shipped_profile(plan.cluster.device);
-  const profiles::Profile cal = calibrated(plan, 0.9, 1.0);
-  auto analytic = [&](const profiles::Profile& profile) {
-    return planner::CostModel(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile)
-        .estimate(plan.parallel)
-        .step_time_s;
-  };
-  const double analytic_plain_s = analytic(plain), analytic_s = analytic(cal);
-  EXPECT_GT(analytic_s, 1.005 * analytic_plain_s) << "the contention moves the step too little to test";
-  simulator::SimulationOptions options;
-  options.contention_free = true;
-  const double simulated_s = simulator::simulate(Program::lower(plan), cal, options).step_time_s;
-  EXPECT_NEAR(simulated_s / analytic_s, 1.0, 0.04) << plan.parallel.summary() << ": simulated " << simulated_s
-                                                   << " s, analytic " << analytic_s << " s (datasheet "
-                                                   << analytic_plain_s << " s)";
+  const Steps steps = steps_of(plan, calibrated(plan, 0.9, 1.0));
+  EXPECT_GT(steps.analytic_s, 1.005 * steps.analytic_plain_s) << "the contention moves the step too little to test";
+  EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.04)
+      << plan.parallel.summary() << ": simulated " << steps.simulated_s << " s, analytic " << steps.analytic_s
+      << " s (datasheet " << steps.analytic_plain_s << " s)";
 }

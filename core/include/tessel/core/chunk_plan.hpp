@@ -77,11 +77,18 @@
 #include <vector>
 
 #include "tessel/core/model_spec.hpp"
+#include "tessel/core/model_states.hpp"
 #include "tessel/core/op_names.hpp"
 #include "tessel/core/parallel_config.hpp"
 #include "tessel/core/train_spec.hpp"
 
 namespace tessel {
+
+// Bytes per element of each model state, as the chunk plan counts them (model_states.hpp:
+// fp8 training keeps 16-bit weights).
+inline ModelStateBytes chunk_state_bytes(const TrainSpec& train) {
+  return model_state_bytes(train.precision, train.optimizer, train.effective_gradient_precision());
+}
 
 // Bytes per owned element of a host-optimized chunk's gradient in host memory: the host
 // optimizer reads fp32 gradients (ZeRO-Offload keeps its gradient partition in pinned
@@ -104,9 +111,9 @@ inline std::int64_t device_gradient_elements(std::int64_t elements, std::int64_t
 // and, in mixed precision, converts them to the 16-bit copy it computes with beside
 // them (a resident bucket's weights are the same two, counted as the plan's weights and
 // its master weights). Fetching the 16-bit copy alone, as ZeRO-Offload and Gemini do,
-// is for the GPU executor (issue 14); then this is element_bytes(precision).
+// is for the GPU executor (issue 14); then this is the plan's weight bytes alone.
 inline double fetched_weight_bytes(const TrainSpec& train) {
-  return train.precision == Precision::fp32 ? 4.0 : 4.0 + element_bytes(train.precision);
+  return train.precision == Precision::fp32 ? 4.0 : 4.0 + chunk_state_bytes(train).parameter;
 }
 
 struct ChunkSearch {
@@ -140,8 +147,10 @@ struct Chunk {
   int virtual_chunk = 0;
   int first_segment = 0, last_segment = 0;  // forward-order segment indices that use it
   // Elements of each state on this rank after ZeRO sharding.
-  std::int64_t param_elements = 0, grad_elements = 0, owned_elements = 0;
-  double param_bytes = 0, grad_bytes = 0, master_bytes = 0, moment_bytes = 0;
+  // (Gradients, and the device's weights and optimizer states, are counted by bucket:
+  // ChunkBucket.)
+  std::int64_t param_elements = 0, owned_elements = 0;
+  double param_bytes = 0, optimizer_bytes = 0;  // weights; fp32 master weights and moments of the owned part
   bool host_resident = false;      // chunked: weights, master and moments on the host
   bool optimizer_on_host = false;  // offload optimizer, or host-resident
   bool round_trip = false;         // host-resident with the weights sharded by the optimizer only
