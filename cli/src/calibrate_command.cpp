@@ -254,10 +254,7 @@ Command add_calibrate_command(CLI::App& app) {
   cmd->add_option("--out", args->out_file, "Write the calibrated profile to this JSON file instead of the database");
   cmd->add_option("--db", args->db, "Profile database to read the base profile from and write the calibrated one to");
   cmd->add_option("--fit", args->fit,
-                  "Parameters to fit, or all (the default): gemm_efficiency_scale, "
-                  "memory_efficiency_scale, attention_efficiency_scale, "
-                  "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s, "
-                  "collective_call_overhead_s, collective_contention, tp_overlap_efficiency, tp_overlap_gemm_slowdown")
+                  "Parameters to fit, or all (the default): " + profiles::Calibration::parameter_names())
       ->delimiter(',');
   cmd->add_option("--max-evaluations", args->max_evaluations, "Cost-model evaluations per fit (default 400)");
   cmd->add_flag("--simulated", args->simulated,

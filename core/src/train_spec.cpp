@@ -42,6 +42,7 @@ TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   t.optimizer = *enum_from_string<Optimizer>(f.choice_or("optimizer", {"adamw", "lamb", "lars"}, "adamw"));
   t.kernels = *enum_from_string<Kernels>(f.choice_or("kernels", {"unfused", "fused"}, "unfused"));
   t.dropout = f.boolean_or("dropout", true);
+  t.framework = *enum_from_string<Framework>(f.choice_or("framework", {"pytorch", "megatron"}, "pytorch"));
   f.finish();
   return t;
 }
@@ -54,6 +55,7 @@ Json TrainSpec::to_json() const {
   if (gradient_precision) out["gradient_precision"] = to_string(*gradient_precision);
   if (kernels != Kernels::unfused) out["kernels"] = to_string(kernels);
   if (!dropout) out["dropout"] = false;
+  if (framework != Framework::pytorch) out["framework"] = to_string(framework);
   return out;
 }
 

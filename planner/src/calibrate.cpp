@@ -156,7 +156,9 @@ std::vector<double> RunSet::predict_fast(const Calibration& calibration, const s
     const LayoutBasis& basis = bases_[row];
     if (!basis.affine) return model.estimate(runs_[row].plan->parallel).step_time_s;
     Estimate estimate;
-    model.finish(runs_[row].plan->parallel, layout_at(basis.at_defaults, basis.slope, calibration), estimate);
+    // The basis is a line in the calibration the model prices with: the row framework's.
+    const Calibration priced = calibration.for_framework(runs_[row].plan->train.framework);
+    model.finish(runs_[row].plan->parallel, layout_at(basis.at_defaults, basis.slope, priced), estimate);
     return estimate.step_time_s;
   });
 }
@@ -212,13 +214,7 @@ std::vector<const Calibration::Parameter*> chosen_parameters(const CalibrationOp
     bool known = false;
     for (const Calibration::Parameter& p : Calibration::parameters()) known = known || name == p.name;
     if (!known) {
-      throw Error(
-          fmt::format("--fit: unknown parameter '{}' (allowed: gemm_efficiency_scale, memory_efficiency_scale, "
-                      "attention_efficiency_scale, "
-                      "intra_bus_efficiency, inter_bus_efficiency, overlap_efficiency, layer_overhead_s, "
-                      "collective_call_overhead_s, collective_contention, tp_overlap_efficiency, "
-                      "tp_overlap_gemm_slowdown)",
-                      name));
+      throw Error(fmt::format("--fit: unknown parameter '{}' (allowed: {})", name, Calibration::parameter_names()));
     }
   }
   return out;
@@ -240,6 +236,14 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
     std::erase_if(objective.parameters, [](const Calibration::Parameter* p) {
       return p->field == &Calibration::tp_overlap_efficiency || p->field == &Calibration::tp_overlap_gemm_slowdown;
     });
+  }
+  // The megatron factors move only megatron rows, and with no pytorch row beside them they
+  // are the device scales again: fitted only where the rows hold both frameworks.
+  const auto megatron_rows = std::count_if(rows.begin(), rows.end(), [&](std::size_t row) {
+    return runs.run(row).plan->train.framework == Framework::megatron;
+  });
+  if (megatron_rows == 0 || std::size_t(megatron_rows) == rows.size()) {
+    std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return Calibration::is_framework_factor(*p); });
   }
   objective.base = start;
   for (const Calibration::Parameter* p : objective.parameters) {

@@ -48,8 +48,34 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
       {"collective_contention", 0.0, 1.0, &Calibration::collective_contention, 1.0, ""},
       {"tp_overlap_efficiency", 0.0, 1.0, &Calibration::tp_overlap_efficiency, 1.0, ""},
       {"tp_overlap_gemm_slowdown", 0.0, 0.5, &Calibration::tp_overlap_gemm_slowdown, 0.5, ""},
+      // A framework may run its ops up to four times faster or slower than the other
+      // (eager PyTorch's unfused elementwise kernels against Megatron's fused ones).
+      {"megatron_memory_factor", 0.25, 4.0, &Calibration::megatron_memory_factor, 4.0, ""},
+      {"megatron_attention_factor", 0.25, 4.0, &Calibration::megatron_attention_factor, 4.0, ""},
   }};
   return table;
+}
+
+std::string Calibration::parameter_names() {
+  std::string out;
+  for (const Parameter& parameter : parameters()) out += (out.empty() ? "" : ", ") + std::string(parameter.name);
+  return out;
+}
+
+bool Calibration::is_framework_factor(const Parameter& parameter) {
+  return parameter.field == &Calibration::megatron_memory_factor ||
+         parameter.field == &Calibration::megatron_attention_factor;
+}
+
+Calibration Calibration::for_framework(Framework framework) const {
+  Calibration out = *this;
+  if (framework == Framework::megatron) {
+    out.memory_efficiency_scale *= megatron_memory_factor;
+    out.attention_efficiency_scale *= megatron_attention_factor;
+  }
+  out.megatron_memory_factor = 1.0;
+  out.megatron_attention_factor = 1.0;
+  return out;
 }
 
 Calibration Calibration::from_json(const Json& json, const std::string& path) {
@@ -61,12 +87,7 @@ Calibration Calibration::from_json(const Json& json, const std::string& path) {
       if (parameter.name == key) found = &parameter;
     }
     if (!found) {
-      throw Error(fmt::format(
-          "{}.{}: unknown calibration parameter (allowed: gemm_efficiency_scale, "
-          "memory_efficiency_scale, attention_efficiency_scale, intra_bus_efficiency, inter_bus_efficiency, "
-          "overlap_efficiency, layer_overhead_s, collective_call_overhead_s, collective_contention, "
-          "tp_overlap_efficiency, tp_overlap_gemm_slowdown)",
-          path, key));
+      throw Error(fmt::format("{}.{}: unknown calibration parameter (allowed: {})", path, key, parameter_names()));
     }
     const double number = value.is_number() ? value.get<double>() : std::nan("");
     if (!(number >= found->lower && number <= found->upper)) {

@@ -53,7 +53,8 @@ CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, i
     : device_(profile.device),
       cluster_(std::move(cluster)),
       gpus_per_node_(gpus_per_node),
-      calibration_(calibration_of(profile)),
+      fitted_(calibration_of(profile)),
+      calibration_(fitted_.for_framework(framework_)),
       calibration_note_(is_calibrated(profile) ? describe_profile(profile) : std::string()),
       prediction_bounds_(std::make_shared<const PredictionBounds>(prediction_bounds_of(profile))) {
   // GEMM curves: group samples by precision and size, median per size, sorted.
@@ -162,6 +163,8 @@ CostLookup::CostLookup(const CostLookup& other)
       cluster_(other.cluster_),
       gpus_per_node_(other.gpus_per_node_),
       core_sharing_(other.core_sharing_),
+      fitted_(other.fitted_),
+      framework_(other.framework_),
       calibration_(other.calibration_),
       calibration_note_(other.calibration_note_),
       prediction_bounds_(other.prediction_bounds_),

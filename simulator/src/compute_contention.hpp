@@ -12,9 +12,12 @@
 //    value 27% slow on a pp16 run (Megatron-LM 462B on H100), so the simulator pays it
 //    once, where the planner does.
 //  - overlap_efficiency: a collective progresses at this fraction of its rate while
-//    compute runs beside it (the planner hides at most efficiency x compute seconds of
-//    traffic), so after it the comm stream waits for the rest: hidden in turn where more
-//    compute follows, exposed at the end of the step.
+//    compute runs beside it and at its full rate otherwise (the planner hides at most
+//    efficiency x compute seconds of traffic), so after it the comm stream works off the
+//    rest, again at the slow rate while compute runs: hidden in turn where more compute
+//    follows, exposed at the end of the step. The rest is worked off in rounds read off
+//    the busy clock, so an efficiency near 0 costs about the traffic itself once compute
+//    ends (the planner's "all of it exposed"), not traffic / efficiency.
 // Both read the overlap off the rank's compute-busy clock: the compute seconds run
 // between the collective's start and end. With the defaults (0 and 1) nothing changes.
 // A ledger per rank, in its own header so that simulation.cpp keeps to the replay.
@@ -37,7 +40,7 @@ class ComputeContention {
   explicit ComputeContention(const profiles::Calibration& calibration)
       : ComputeContention(calibration.collective_contention, calibration.overlap_efficiency) {}
   explicit ComputeContention(double contention = 0, double overlap_efficiency = 1)
-      : contention_(contention), efficiency_(std::clamp(overlap_efficiency, 1e-3, 1.0)) {}
+      : contention_(contention), efficiency_(std::clamp(overlap_efficiency, 0.0, 1.0)) {}
 
   bool active() const { return contention_ > 0 || efficiency_ < 1.0; }
   // The compute seconds run up to `now_s` (a running op counts its part so far).
@@ -48,12 +51,25 @@ class ComputeContention {
     started_s_ = -1;
   }
   // A data-parallel collective ended at `now_s`; `busy_at_start` was busy_at() when it
-  // began. Owes the compute its contention and returns the seconds the comm stream still
-  // takes for what overlap did not move.
+  // began. Owes the compute its contention and returns the work, in seconds at the full
+  // rate, that overlap did not move.
   double collective_ended(double busy_at_start, double now_s, bool in_micro_batch) {
     const double overlapped_s = std::max(0.0, busy_at(now_s) - busy_at_start);
     (in_micro_batch ? next_op_debt_s_ : step_debt_s_) += contention_ * overlapped_s;
-    return overlapped_s * (1.0 - efficiency_) / efficiency_;
+    return overlapped_s * (1.0 - efficiency_);
+  }
+  // Works off `remaining_s` of full-rate work on the calling comm actor: each round
+  // sleeps the work left, and what compute ran beside it was done at the slow rate only.
+  // Rounds shrink by (1 - efficiency) x the busy fraction; a step's compute ends, so they
+  // end; the cap only bounds a pathological case, whose rest is slept at the full rate.
+  void work_off(double remaining_s) {
+    constexpr int kMaxRounds = 64;
+    for (int round = 0; round < kMaxRounds && remaining_s > 1e-12; ++round) {
+      const double busy_before_s = busy_at(simgrid::s4u::Engine::get_clock());
+      simgrid::s4u::this_actor::sleep_for(remaining_s);
+      remaining_s = (busy_at(simgrid::s4u::Engine::get_clock()) - busy_before_s) * (1.0 - efficiency_);
+    }
+    if (remaining_s > 1e-12) simgrid::s4u::this_actor::sleep_for(remaining_s);
   }
   // Around each op of the rank's streams (each stream its own actor, so the op keeps its
   // mark): a compute op runs the busy clock; a data-parallel collective off the compute
@@ -71,8 +87,8 @@ class ComputeContention {
   void op_ended(const OpMark& mark) {
     const double now_s = simgrid::s4u::Engine::get_clock();
     if (mark.computes) compute_ended(now_s);
-    const double wait_s = mark.measured ? collective_ended(mark.busy_at_start, now_s, mark.in_micro_batch) : 0.0;
-    if (wait_s > 0) simgrid::s4u::this_actor::sleep_for(wait_s);
+    const double left_s = mark.measured ? collective_ended(mark.busy_at_start, now_s, mark.in_micro_batch) : 0.0;
+    if (left_s > 0) work_off(left_s);
   }
   // The contention seconds compute op `op_index` pays: what the micro-batch owes, and
   // the step's debt if it is the op `set_step_payer` named (its program index).

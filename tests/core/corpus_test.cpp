@@ -121,6 +121,22 @@ TEST(Corpus, EveryFileParsesWithItsSourceFields) {
   }
 }
 
+// A calibration keeps one correction for Megatron's fused kernels (train.framework), so a
+// row tessel prices must say which framework ran it: the default is never a silent guess.
+TEST(Corpus, EveryPricedRunNamesItsFramework) {
+  int megatron = 0, pytorch = 0;
+  for (const CorpusFile& file : corpus()) {
+    for (const Json& run : file.json["runs"]) {
+      if (run.contains("tessel_rejects")) continue;
+      SCOPED_TRACE(run_label(file, run));
+      ASSERT_TRUE(run["train"].contains("framework"));
+      (run["train"]["framework"] == "megatron" ? megatron : pytorch) += 1;
+    }
+  }
+  EXPECT_GT(megatron, 0);
+  EXPECT_GT(pytorch, 0);
+}
+
 TEST(Corpus, EveryRunHasAUniqueIdACiteAndAMeasurement) {
   std::map<std::string, std::string> file_of_id;
   for (const CorpusFile& file : corpus()) {

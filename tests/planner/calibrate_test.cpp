@@ -46,12 +46,14 @@ std::vector<Plan> synthetic_plans() {
           plan_of("llama2-7b", 2, 64, 4, 4, 1, 1, "selective", 1), plan_of("llama2-7b", 4, 128, 8, 2, 2, 0, "full", 1)};
 }
 
-// Runs "measured" as tessel's estimate under `truth`.
-std::vector<PublishedRun> synthetic_runs(const Calibration& truth) {
+// Runs "measured" as tessel's estimate under `truth`; with `megatron_every_other`, every
+// other run trains with the megatron framework.
+std::vector<PublishedRun> synthetic_runs(const Calibration& truth, bool megatron_every_other = false) {
   const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
   std::vector<PublishedRun> runs;
   int index = 0;
-  for (const Plan& plan : synthetic_plans()) {
+  for (Plan plan : synthetic_plans()) {
+    if (megatron_every_other && index % 2 == 1) plan.train.framework = Framework::megatron;
     CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
     model.set_calibration(truth);
     PublishedRun run;
@@ -163,6 +165,53 @@ TEST(Calibration, FitRecoversTheParametersThatGeneratedTheRuns) {
   EXPECT_EQ(fit.calibration.overlap_efficiency, 1.0);
 }
 
+TEST(Calibration, MegatronFactorsCorrectOnlyMegatronPlansAndAreRecovered) {
+  Calibration truth = known_truth();
+  truth.megatron_memory_factor = 1.6;
+  truth.megatron_attention_factor = 0.8;
+  const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
+  // A factor prices a megatron plan as the device scale times it, and a pytorch plan not at all.
+  Plan plan = synthetic_plans()[2];
+  CostModel pytorch(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+  plan.train.framework = Framework::megatron;
+  CostModel megatron(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+  pytorch.set_calibration(truth);
+  megatron.set_calibration(truth);
+  Calibration folded = truth;
+  folded.memory_efficiency_scale *= 1.6;
+  folded.attention_efficiency_scale *= 0.8;
+  folded.megatron_memory_factor = folded.megatron_attention_factor = 1.0;
+  CostModel reference(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+  reference.set_calibration(folded);
+  EXPECT_EQ(megatron.estimate(plan.parallel).step_time_s, reference.estimate(plan.parallel).step_time_s);
+  EXPECT_LT(megatron.estimate(plan.parallel).step_time_s, pytorch.estimate(plan.parallel).step_time_s)
+      << "faster memory-bound ops for the megatron plan only";
+
+  RunSet runs(synthetic_runs(truth, true), profile);
+  const std::vector<double> direct = runs.predict(truth, runs.all_rows());
+  const std::vector<double> fast = runs.predict_fast(truth, runs.all_rows());
+  for (std::size_t i = 0; i < runs.size(); ++i) EXPECT_NEAR(fast[i], direct[i], 1e-9 * direct[i]) << runs.run(i).id;
+  // The GEMM scale and the overhead start at the truth; the fit finds the two device
+  // scales and the two factors that only the megatron rows can tell apart from them.
+  CalibrationOptions options = four_parameters();
+  options.parameters = {"memory_efficiency_scale", "attention_efficiency_scale", "megatron_memory_factor",
+                        "megatron_attention_factor"};
+  Calibration start = truth;
+  start.memory_efficiency_scale = start.attention_efficiency_scale = 1.0;
+  start.megatron_memory_factor = start.megatron_attention_factor = 1.0;
+  const CalibrationFit fit = fit_calibration(runs, runs.all_rows(), options, start);
+  EXPECT_LT(fit.mape, 1e-3);
+  EXPECT_NEAR(fit.calibration.memory_efficiency_scale, truth.memory_efficiency_scale, 0.02);
+  EXPECT_NEAR(fit.calibration.megatron_memory_factor, truth.megatron_memory_factor, 0.05);
+  EXPECT_NEAR(fit.calibration.megatron_attention_factor, truth.megatron_attention_factor, 0.05);
+
+  // Rows of one framework cannot tell a factor from the device scale: it stays at 1.
+  RunSet pytorch_only(synthetic_runs(known_truth()), profile);
+  const CalibrationFit alone = fit_calibration(pytorch_only, pytorch_only.all_rows(), options, start);
+  EXPECT_EQ(alone.calibration.megatron_memory_factor, 1.0);
+  EXPECT_EQ(alone.calibration.megatron_attention_factor, 1.0);
+}
+
 TEST(Calibration, LeaveOneOutPredictsARunByAFitThatDidNotSeeIt) {
   const Calibration truth = known_truth();
   std::vector<PublishedRun> synthetic = synthetic_runs(truth);
@@ -265,7 +314,15 @@ TEST(Calibration, OutOfRangeParametersAreRefusedByName) {
               std::string::npos)
         << error.what();
   }
-  EXPECT_THROW(Calibration::from_json(Json{{"warp_speed", 1.0}}, "p"), Error);
+  try {
+    Calibration::from_json(Json{{"warp_speed", 1.0}}, "p");
+    FAIL() << "accepted an unknown parameter";
+  } catch (const Error& error) {
+    // The message lists every parameter, the framework factors among them.
+    for (const Calibration::Parameter& parameter : Calibration::parameters()) {
+      EXPECT_NE(std::string(error.what()).find(parameter.name), std::string::npos) << parameter.name;
+    }
+  }
 }
 
 TEST(PublishedRuns, TheCorpusLoadsAndEveryPriceableRowHasAPositiveMeasuredStepTime) {

@@ -75,6 +75,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ContentionCase{"DataParallelZero1", R"({"dp": 16, "zero": 1})", 0.5, 0.6},
                       ContentionCase{"Zero3", R"({"dp": 16, "zero": 3})", 0.5, 0.6},
                       ContentionCase{"Zero3ContentionOnly", R"({"dp": 16, "zero": 3})", 0.8, 1.0},
+                      // Nothing hides: the traffic is exposed once, not traffic / efficiency.
+                      ContentionCase{"Zero3NothingHides", R"({"dp": 16, "zero": 3})", 0.0, 0.0},
+                      ContentionCase{"DataParallelNothingHides", R"({"dp": 16, "zero": 1})", 0.1, 0.0},
                       ContentionCase{"Pipeline", R"({"dp": 8, "pp": 2})", 0.5, 0.6}),
     [](const ::testing::TestParamInfo<ContentionCase>& info) { return std::string(info.param.name); });
 

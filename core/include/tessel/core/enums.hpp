@@ -25,6 +25,8 @@ enum class Topology { fat_tree, torus, dragonfly };
 // How a block's kernels run: attention as GEMMs around a softmax whose (seq x seq)
 // probabilities are a tensor (unfused), or flash-style, never storing the scores (fused).
 enum class Kernels { unfused, fused };
+// Which framework's kernels a GPU run executes (TrainSpec::framework says how each is read).
+enum class Framework { pytorch, megatron };
 
 template <typename Enum>
 struct EnumNames;  // specialised below: static constexpr std::array names
@@ -53,6 +55,7 @@ TESSEL_ENUM_NAMES(Schedule, std::string_view("gpipe"), std::string_view("1f1b"),
 TESSEL_ENUM_NAMES(Topology, std::string_view("fat-tree"), std::string_view("torus"),
                   std::string_view("dragonfly"))
 TESSEL_ENUM_NAMES(Kernels, std::string_view("unfused"), std::string_view("fused"))
+TESSEL_ENUM_NAMES(Framework, std::string_view("pytorch"), std::string_view("megatron"))
 #undef TESSEL_ENUM_NAMES
 
 template <typename Enum>

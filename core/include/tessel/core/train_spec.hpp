@@ -1,6 +1,6 @@
 // What one training step is: the global batch (in sequences), sequence length,
 // numeric precision, the precision gradients are kept and reduced in, optimizer and
-// whether the kernels are fused. The gradient precision is its own field because it
+// whether the kernels are fused, and the framework whose kernels run. The gradient precision is its own field because it
 // decides "fits" for real runs: Megatron-LM keeps fp32 main gradients for bf16 training
 // (2 bytes per parameter more than bf16 gradients), so the default follows the engine.
 #pragma once
@@ -30,6 +30,16 @@ struct TrainSpec {
   // element) and the dropped scores. tessel's executor trains without dropout, so its
   // runs are predicted with false (docs/MEMORY.md).
   bool dropout = true;
+  // The framework a GPU run trains with, for the calibration only: the cost model's terms
+  // are the same for both, but the frameworks run the ops between the GEMMs differently.
+  // pytorch: eager PyTorch modules (FSDP, llm-foundry, torchtitan, DeepSpeed), each
+  // elementwise op a kernel of its own, attention through flash-attn or PyTorch's SDPA.
+  // megatron: Megatron-LM, Megatron Core and NeMo, which fuse bias-GeLU, bias-dropout-add
+  // and the masked softmax and run Transformer Engine's fused layers and attention (cuDNN's
+  // on Hopper). A calibration fitted on runs of both holds one correction of the
+  // memory-bound and attention time for megatron (profiles/calibration.hpp); tessel's own
+  // executor keeps the default.
+  Framework framework = Framework::pytorch;
 
   Precision effective_gradient_precision() const;
 

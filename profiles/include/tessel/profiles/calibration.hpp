@@ -43,12 +43,25 @@
 //    layer_overhead_s and the rows cannot identify it. A bound was chosen over refusing
 //    to fit it: runs with tensor or pipeline parallelism (many calls per layer) can
 //    identify it, and a bound keeps what they say within what the hardware allows.
+//  - megatron_memory_factor, megatron_attention_factor: plans whose train.framework is
+//    megatron (Megatron-LM, Megatron Core, NeMo) run their memory-bound ops and attention
+//    at the device's scales times these. The frameworks fuse differently: Megatron fuses
+//    bias-GeLU, bias-dropout-add and the masked softmax and runs Transformer Engine's
+//    layers, whose attention on Hopper is cuDNN's, "20-50% [faster than flash-attention]
+//    on Hopper architectures" (Transformer Engine's attention guide,
+//    docs/examples/attention/attention.ipynb, section 1.3), while eager PyTorch runs each
+//    elementwise op as a kernel of its own. Before calibration the corpus shows it: the
+//    datasheet model is 31-37% fast on llm-foundry's and torchtitan's H100 rows and within
+//    1-11% on Megatron-LM's and NeMo's (docs/BENCHMARKS.md, "Fidelity"). Fitted only
+//    where the fitted rows hold both frameworks; the device scales are then those of the
+//    pytorch rows.
 #pragma once
 
 #include <array>
 #include <string>
 #include <string_view>
 
+#include "tessel/core/enums.hpp"
 #include "tessel/core/json_fields.hpp"
 
 namespace tessel::profiles {
@@ -67,6 +80,8 @@ struct Calibration {
   double collective_contention = 0.0;
   double tp_overlap_efficiency = 1.0;
   double tp_overlap_gemm_slowdown = 0.09;
+  double megatron_memory_factor = 1.0;
+  double megatron_attention_factor = 1.0;
 
   // One fitted parameter: its name in JSON, the range a fit may search, and where it lives.
   // gpu_upper bounds it on GPU devices, where a physical limit is known and cited in
@@ -80,8 +95,16 @@ struct Calibration {
     // The largest value a fit may give it on a device of this kind ("gpu", "cpu").
     double upper_for(std::string_view device_kind) const { return device_kind == "gpu" ? gpu_upper : upper; }
   };
-  static constexpr std::size_t kParameterCount = 11;
+  static constexpr std::size_t kParameterCount = 13;
   static const std::array<Parameter, kParameterCount>& parameters();
+  // "gemm_efficiency_scale, memory_efficiency_scale, ...": every name, for error messages.
+  static std::string parameter_names();
+  // Whether the parameter corrects only plans of one framework (the megatron factors).
+  static bool is_framework_factor(const Parameter& parameter);
+
+  // The calibration a plan of this framework is priced with: for megatron the memory and
+  // attention scales times their factors; the factors themselves back at 1.
+  Calibration for_framework(Framework framework) const;
 
   bool is_default() const { return *this == Calibration{}; }
   // {"gemm_efficiency_scale": ..., ...}; every key optional, each within its range.

@@ -82,10 +82,18 @@ class CostLookup {
   // ranks outnumber a CPU profile's cores; 1 otherwise.
   double core_sharing() const { return core_sharing_; }
 
-  // The profile's calibration (defaults when it has none). A fit replaces it to price
-  // the same runs under new parameters without rebuilding the lookup.
+  // The calibration prices are read with: the profile's (defaults when it has none) for
+  // the plan's framework (Calibration::for_framework). A fit replaces it to price the
+  // same runs under new parameters without rebuilding the lookup.
   const Calibration& calibration() const { return calibration_; }
-  void set_calibration(const Calibration& calibration) { calibration_ = calibration; }
+  void set_calibration(const Calibration& calibration) {
+    fitted_ = calibration;
+    calibration_ = fitted_.for_framework(framework_);
+  }
+  void set_framework(Framework framework) {
+    framework_ = framework;
+    calibration_ = fitted_.for_framework(framework_);
+  }
   // "profile: H100-SXM calibrated on 83 published runs" when the profile is a calibrated
   // one, else empty: the line predictions print so that a reader knows.
   const std::string& calibration_note() const { return calibration_note_; }
@@ -151,7 +159,9 @@ class CostLookup {
   ClusterSpec cluster_;
   int gpus_per_node_;
   double core_sharing_ = 1;
-  Calibration calibration_;
+  Calibration fitted_;       // as the profile or the fit holds it
+  Framework framework_ = Framework::pytorch;
+  Calibration calibration_;  // fitted_ for framework_
   std::string calibration_note_;
   std::shared_ptr<const PredictionBounds> prediction_bounds_;  // shared: lookups are copied per search thread
   Curve curves_[4];  // by Precision (fp8: the linears of fp8 training; none where the device has no fp8)
