@@ -199,6 +199,10 @@ void read_train(Reader& r, TrainSpec& train) {
   }
   if (o.take_flag("--use-flash-attn")) train.kernels = Kernels::fused, kernels_from = "--use-flash-attn";
   r.mapped(kernels_from, fmt::format("train.kernels {}", to_string(train.kernels)));
+  // The script runs Megatron-LM: its fused kernels are what a calibration's megatron
+  // factors correct (profiles/calibration.hpp).
+  train.framework = Framework::megatron;
+  r.mapped("(pretrain_gpt.py)", "train.framework megatron");
   {
     const bool named = o.has("--hidden-dropout") || o.has("--attention-dropout");
     const std::string from = named ? "--hidden-dropout/--attention-dropout" : "(--hidden-dropout, --attention-dropout default 0.1)";

@@ -233,6 +233,9 @@ void read_train(NemoReader& r, Plan& plan) {
   plan.train.kernels = flash || transformer_engine ? Kernels::fused : Kernels::unfused;
   r.mapped(flash ? "model.use_flash_attention" : "model.transformer_engine",
            fmt::format("train.kernels {}", to_string(plan.train.kernels)));
+  // NeMo trains Megatron Core's models: the megatron framework of the calibration.
+  plan.train.framework = Framework::megatron;
+  r.mapped("(NeMo, Megatron Core)", "train.framework megatron");
   plan.train.dropout = detail::dropout_from_probabilities(r.text("model.hidden_dropout"), r.text("model.attention_dropout"),
                                                           "model.hidden_dropout", "model.attention_dropout", r.context());
   r.mapped("model.hidden_dropout", fmt::format("train.dropout {}", plan.train.dropout));
