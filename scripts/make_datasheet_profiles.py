@@ -146,7 +146,7 @@ MEASURED_EXPERIENCE = {
         {"bucket": "20B to 100B", "best_mfu": 0.5638376512590769,
          "run": "llm-foundry-a100-80gb-07-mpt-30b-seq512-gpus8", "runs": 7},
         {"bucket": "100B and over", "best_mfu": 0.5304057472866461,
-         "run": "megascale-t2-megatron-lm-175b-gpus256-batch768", "runs": 12},
+         "run": "megascale-t2-megatron-lm-175b-gpus256-batch768", "runs": 13},
     ],
     "H100-SXM": [
         {"bucket": "under 3B", "best_mfu": 0.4628763340613705,
@@ -156,7 +156,7 @@ MEASURED_EXPERIENCE = {
         {"bucket": "20B to 100B", "best_mfu": 0.4645239539114615,
          "run": "megatron-lm-readme-h100-r4-gpt-32b", "runs": 18},
         {"bucket": "100B and over", "best_mfu": 0.4794825146553467,
-         "run": "megatron-lm-readme-h100-r8-gpt-314b", "runs": 4},
+         "run": "megatron-lm-readme-h100-r8-gpt-314b", "runs": 9},
     ],
 }
 

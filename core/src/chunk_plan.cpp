@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/chunk_plan.hpp"
+#include "tessel/core/stage_layers.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/model_states.hpp"
 
@@ -20,14 +21,13 @@ namespace {
 // virtual chunk's layers one group. Only the layers' largest tensor bounds the search.
 ChunkPacking pack_stage(const std::vector<ChunkTensor>& tensors, const ModelSpec& model, const ParallelConfig& p,
                         const ChunkSearch& search) {
-  const int v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  const int per_chunk = model.layers / (p.pp * v);
+  const int chunks = p.pp * chunks_per_stage(p);
   std::vector<std::int64_t> sizes;
   std::vector<int> group;
   std::vector<bool> searched;
   for (const ChunkTensor& t : tensors) {
     sizes.push_back(t.elements);
-    group.push_back(t.layer < 0 ? -1 : t.layer / per_chunk);
+    group.push_back(t.layer < 0 ? -1 : virtual_stage_of_layer(model.layers, chunks, t.layer));
     searched.push_back(t.layer >= 0);
   }
   const std::int64_t alignment = search.alignment_elements * p.gradient_group();

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/chunk_plan.hpp"
+#include "tessel/core/stage_layers.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/schedule.hpp"
 
@@ -54,11 +55,9 @@ std::int64_t fc1_cols(const ModelSpec& m) {
 }
 
 std::vector<int> layers_of_chunk(const ModelSpec& model, const ParallelConfig& p, int stage, int chunk) {
-  const int v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  const int per_chunk = model.layers / (p.pp * v);
-  const int first = virtual_stage(stage, chunk, p.pp) * per_chunk;
+  const LayerSpan layers = chunk_layers(model, p, stage, chunk);
   std::vector<int> out;
-  for (int l = first; l < first + per_chunk; ++l) out.push_back(l);
+  for (int l = layers.first; l < layers.end(); ++l) out.push_back(l);
   return out;
 }
 

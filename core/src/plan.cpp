@@ -74,7 +74,10 @@ Reject check_layout(const ModelSpec& model, const TrainSpec& train, const Parall
   const int seq = effective_seq_len(model, train);
   if (seq % p.sp != 0) return Reject::seq_split;
   if ((std::int64_t(p.micro_batch) * (seq / p.sp)) % split.tokens != 0) return Reject::tokens_split;
-  if (model.layers % p.pp != 0) return Reject::layers_per_stage;
+  // Even, or one block fewer on the first and on the last stage (stage_layers.hpp).
+  if (model.layers < p.pp || (model.layers + p.pp - 1) / p.pp * p.pp - model.layers > 2) {
+    return Reject::layers_per_stage;
+  }
   if (train.global_batch % (std::int64_t(p.dp) * p.micro_batch) != 0) return Reject::batch_split;
   if (!model.moe.enabled()) {
     if (p.ep != 1) return Reject::ep_dense;
@@ -146,7 +149,9 @@ std::string explain_reject(Reject reason, const Plan& plan) {
                          "of the tp_mode {} grid",
                          p.micro_batch, seq, p.sp, tensor_split(p, q).tokens, mode);
     case Reject::layers_per_stage:
-      return fmt::format("parallel.pp: {} layers do not split into {} stages", m.layers, p.pp);
+      return fmt::format("parallel.pp: {} layers do not split into {} stages (evenly, or with one layer fewer on "
+                         "the first and the last stage)",
+                         m.layers, p.pp);
     case Reject::schedule_options:
       if (p.schedule == Schedule::interleaved) {
         return fmt::format("parallel.virtual_stages: interleaved needs pp >= 2 and virtual_stages >= 2, got pp {} "

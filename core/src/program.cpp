@@ -14,6 +14,7 @@
 #include "tessel/core/fp8_model.hpp"
 #include "tessel/core/model_states.hpp"
 #include "tessel/core/op_names.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 namespace tessel {
 
@@ -149,7 +150,7 @@ class Lowering {
     m_ = plan.train.global_batch / (p_.dp * p_.micro_batch);
     v_ = p_.schedule == Schedule::interleaved ? p_.virtual_stages : 1;
     virtual_stages_ = p_.pp * v_;
-    layers_per_chunk_ = model_.layers / virtual_stages_;
+    most_layers_per_stage_ = most_layers_per_stage(model_, p_);
     gradient_group_ = p_.gradient_group();
     expert_group_ = gradient_group_ / std::max(p_.ep, 1);
     chunked_ = p_.offload == OffloadMode::chunked;
@@ -169,7 +170,7 @@ class Lowering {
     const double per_layer = 3.0 * double(std::max(table_.block.size(), table_.moe_block.size())) + 8 +
                              (use_chunks_ ? 24 : 0);
     const double per_micro_batch = 2.0 * double(table_.head.size() + table_.embedding.size()) + 4.0 * v_;
-    const double layers_per_stage = double(layers_per_chunk_) * v_;
+    const double layers_per_stage = double(most_layers_per_stage_);
     return double(m_) * (layers_per_stage * per_layer + per_micro_batch) + 2 * layers_per_stage + 16;
   }
 
@@ -256,7 +257,7 @@ class Lowering {
 
   void forward(StageBuilder& b, int s, const PipelineStep& step, std::vector<int>& stage_layers) {
     const int vs = virtual_stage(s, step.chunk, p_.pp);
-    const int first_layer = vs * layers_per_chunk_;
+    const LayerSpan layers = chunk_layers(model_, p_, s, step.chunk);
     const int mb = step.micro_batch;
     if (vs > 0) {
       b.before_next(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_recv),
@@ -271,7 +272,7 @@ class Lowering {
         if (op.forward) b.chain(ops::part_op_id(mb, ops::Part::embed, ops::Phase::fwd, op.name), op);
       }
     }
-    for (int l = first_layer; l < first_layer + layers_per_chunk_; ++l) {
+    for (int l = layers.first; l < layers.end(); ++l) {
       if (step.micro_batch == 0) stage_layers.push_back(l);
       fetch_layer_weights(b, mb, l, ops::Phase::fwd, prior_first_op);
       prior_first_op = std::int64_t(b.size());
@@ -293,7 +294,7 @@ class Lowering {
   void backward(StageBuilder& b, int s, const PipelineStep& step, bool last_backward_of_chunk,
                 std::vector<std::uint32_t>& step_waits) {
     const int vs = virtual_stage(s, step.chunk, p_.pp);
-    const int first_layer = vs * layers_per_chunk_;
+    const LayerSpan layers = chunk_layers(model_, p_, s, step.chunk);
     const int mb = step.micro_batch;
     if (vs < virtual_stages_ - 1) {
       const std::uint32_t recv = b.before_next(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_recv),
@@ -312,8 +313,8 @@ class Lowering {
     }
     // Weights a layer's backward needs are requested one layer ahead, before the
     // previous layer's gradient sync, so that they arrive while that layer computes.
-    fetch_layer_weights(b, mb, first_layer + layers_per_chunk_ - 1, ops::Phase::bwd, prior_first_op);
-    for (int l = first_layer + layers_per_chunk_ - 1; l >= first_layer; --l) {
+    fetch_layer_weights(b, mb, layers.end() - 1, ops::Phase::bwd, prior_first_op);
+    for (int l = layers.end() - 1; l >= layers.first; --l) {
       const std::vector<BlockOp>& block = table_.ops_of_layer(model_, l);
       prior_first_op = std::int64_t(b.size());
       if (p_.recompute != Recompute::none) {
@@ -326,7 +327,7 @@ class Lowering {
       for (auto it = block.rbegin(); it != block.rend(); ++it) {
         b.chain(ops::block_op_id(mb, l, ops::Phase::bwd, it->name), scaled(*it, it->backward));
       }
-      if (l > first_layer) fetch_layer_weights(b, mb, l - 1, ops::Phase::bwd, prior_first_op);
+      if (l > layers.first) fetch_layer_weights(b, mb, l - 1, ops::Phase::bwd, prior_first_op);
       sync_layer_gradients(b, mb, l, last_backward_of_chunk, step_waits);
     }
     if (vs == 0) {
@@ -547,7 +548,7 @@ class Lowering {
   const TrainSpec& train_;
   const ModelStateBytes states_;
   const BlockOpTable table_;
-  int m_ = 0, v_ = 1, virtual_stages_ = 1, layers_per_chunk_ = 0, gradient_group_ = 1, expert_group_ = 1;
+  int m_ = 0, v_ = 1, virtual_stages_ = 1, most_layers_per_stage_ = 0, gradient_group_ = 1, expert_group_ = 1;
   double host_share_ = 0;
   bool chunked_ = false;
   // A chunk copy's op: the bytes each rank of the gradient group moves go with it.

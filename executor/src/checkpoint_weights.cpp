@@ -2,6 +2,7 @@
 // communicators: only their bucket description is asked for, which depends on the
 // stage shape alone, never on a message.
 #include "tessel/executor/checkpoint_weights.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -38,10 +39,9 @@ StageShape stage_shape_of(const Plan& plan, const RankCoordinates& c) {
   shape.ep_rank = c.dp % shape.ep;
   shape.expert_pad_to = shape.pad_to / std::size_t(shape.ep);  // the expert-data-parallel group
   const int stages = p.pp, chunks = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  const int layers_per_chunk = plan.model.layers / (stages * chunks);
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int first = virtual_stage(c.pp, chunk, stages) * layers_per_chunk;
-    for (int l = first; l < first + layers_per_chunk; ++l) shape.layers.push_back(l);
+    const LayerSpan span = chunk_layers(plan.model, p, c.pp, chunk);
+    for (int l = span.first; l < span.end(); ++l) shape.layers.push_back(l);
   }
   std::sort(shape.layers.begin(), shape.layers.end());
   shape.embedding = c.pp == 0;

@@ -145,7 +145,6 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   stages_ = p.pp;
   stage_index_ = grid.coordinates().pp;
   chunks_ = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  layers_per_chunk_ = plan.model.layers / (stages_ * chunks_);
   group_ = grid.gradients().size();
   group_rank_ = std::size_t(grid.gradients().rank());
   schedule_ = pipeline_schedule(p.schedule, stage_index_, stages_, micro_batches_, chunks_);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "tessel/executor/trainer.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 namespace tessel::executor {
 
@@ -40,7 +41,8 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   }
   const Recompute recompute = plan_.parallel.recompute;
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
-  for (int l = vs * layers_per_chunk_; l < (vs + 1) * layers_per_chunk_; ++l) {
+  const LayerSpan layers = virtual_stage_layers(plan_.model.layers, virtual_stages, vs);
+  for (int l = layers.first; l < layers.end(); ++l) {
     BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
     offload_before_segment(segment_of_layer(l), mb, ops::Phase::fwd);
@@ -112,7 +114,8 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   }
   const Recompute recompute = plan_.parallel.recompute;
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
-  for (int l = (vs + 1) * layers_per_chunk_ - 1; l >= vs * layers_per_chunk_; --l) {
+  const LayerSpan layers = virtual_stage_layers(plan_.model.layers, virtual_stages, vs);
+  for (int l = layers.end() - 1; l >= layers.first; --l) {
     BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
     offload_before_segment(segment_of_layer(l), mb, ops::Phase::bwd);

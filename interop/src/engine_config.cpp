@@ -70,6 +70,13 @@ ExportedConfig export_plan(Engine engine, const Plan& plan) {
                             "launch configs for other engines yet",
                             plan.model.name));
   }
+  // NeMo's YAML has no place for the short first and last stages of an uneven split
+  // (core/stage_layers.hpp); Megatron-LM's flags and torchtitan's TOML have.
+  if (engine == Engine::nemo && plan.parallel.pp > 1 && plan.model.layers % plan.parallel.pp != 0) {
+    throw Error(fmt::format("export: {} layers over pp {} is an uneven split, which tessel does not write as a NeMo "
+                            "recipe; export it for megatron or torchtitan",
+                            plan.model.layers, plan.parallel.pp));
+  }
   switch (engine) {
     case Engine::megatron: return detail::export_megatron(plan);
     case Engine::nemo: return detail::export_nemo(plan);

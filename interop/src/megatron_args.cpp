@@ -27,6 +27,7 @@
 #include "megatron_family.hpp"
 #include "megatron_options.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 namespace tessel::interop::detail {
 
@@ -261,6 +262,37 @@ void read_memory(Reader& r, Plan& plan) {
   }
 }
 
+// --decoder-first/last-pipeline-num-layers: the one uneven split tessel prices
+// (core/stage_layers.hpp) is accepted when the script spells it, any other refused.
+void read_uneven_stages(Reader& r, const Plan& plan) {
+  MegatronOptions& o = r.options;
+  const std::string first_name = "--decoder-first-pipeline-num-layers", last_name = "--decoder-last-pipeline-num-layers";
+  const bool named = o.has(first_name) || o.has(last_name);
+  const std::optional<std::int64_t> first = o.take_int(first_name), last = o.take_int(last_name);
+  const int pp = plan.parallel.pp, layers = plan.model.layers;
+  if (!named) {
+    if (pp > 1 && layers % pp != 0) {
+      r.refuse_option("--pipeline-model-parallel-size",
+                      fmt::format("{} layers do not split evenly into {} stages, and the script does not place the "
+                                  "rest with --decoder-first/last-pipeline-num-layers",
+                                  layers, pp));
+    }
+    return;
+  }
+  const std::string spelled = first ? first_name : last_name;
+  if (pp < 2 || layers < pp) r.refuse_option(spelled, "needs a pipeline (--pipeline-model-parallel-size 2 or more)");
+  const int first_count = virtual_stage_layers(layers, pp, 0).count, last_count = virtual_stage_layers(layers, pp, pp - 1).count;
+  const int middle = virtual_stage_layers(layers, pp, pp / 2).count;
+  const bool uneven_ok = layers >= pp && (layers + pp - 1) / pp * pp - layers <= 2;
+  if (!uneven_ok || first.value_or(middle) != first_count || last.value_or(middle) != last_count) {
+    r.refuse_option(spelled, fmt::format("tessel prices {} layers over {} stages as {} on the first stage, {} between and {} "
+                                         "on the last (one fewer at the ends, core/stage_layers.hpp), not this split",
+                                         layers, pp, first_count, middle, last_count));
+  }
+  r.mapped(fmt::format("{} {} / {} {}", first_name, first.value_or(middle), last_name, last.value_or(middle)),
+           fmt::format("parallel.pp {} (first and last stages {} and {} layers)", pp, first_count, last_count));
+}
+
 // The layout; dp follows from the world size when the plan is placed.
 void read_parallel(Reader& r, Plan& plan) {
   MegatronOptions& o = r.options;
@@ -269,8 +301,7 @@ void read_parallel(Reader& r, Plan& plan) {
     if (const auto value = o.take_int(name); value && *value > 1)
       r.refuse_option(name, "mixture of experts is not modelled by tessel");
   }
-  for (const std::string name : {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-                                 "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+  for (const std::string name : {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                                  "--pipeline-model-parallel-layout", "--multi-latent-attention", "--mtp-num-layers",
                                  "--hybrid-override-pattern", "--encoder-num-layers", "--hierarchical-context-parallel-sizes",
                                  "--distribute-saved-activations"}) {
@@ -280,6 +311,7 @@ void read_parallel(Reader& r, Plan& plan) {
   p.pp = o.take_int("--pipeline-model-parallel-size").value_or(1);
   p.sp = o.take_int("--context-parallel-size").value_or(1);
   r.mapped(fmt::format("tensor {} x pipeline {} x context {}", p.tp, p.pp, p.sp), "parallel.tp, parallel.pp, parallel.sp");
+  read_uneven_stages(r, plan);
   if (const auto comm = o.take("--cp-comm-type"); comm && *comm != "p2p") {
     r.refuse_option("--cp-comm-type", "tessel's context parallelism is the ring (p2p)");
   }

@@ -10,6 +10,7 @@
 #include "engines.hpp"
 #include "megatron_family.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 namespace tessel::interop::detail {
 
@@ -85,6 +86,14 @@ std::vector<std::string> parallel_options(const Plan& plan) {
   std::vector<std::string> lines;
   add(lines, fmt::format("--tensor-model-parallel-size {}", p.tp));
   add(lines, fmt::format("--pipeline-model-parallel-size {}", p.pp));
+  // An uneven split (core/stage_layers.hpp): Megatron-LM places the short ends by name.
+  // Megatron spreads the rest evenly over the stages it was not told about.
+  if (p.pp > 1 && plan.model.layers % p.pp != 0) {
+    const int most = (plan.model.layers + p.pp - 1) / p.pp;
+    const int first = chunk_layers(plan.model, p, 0, 0).count, last = chunk_layers(plan.model, p, p.pp - 1, 0).count;
+    if (first < most) add(lines, fmt::format("--decoder-first-pipeline-num-layers {}", first));
+    if (last < most) add(lines, fmt::format("--decoder-last-pipeline-num-layers {}", last));
+  }
   if (p.sp > 1) add(lines, fmt::format("--context-parallel-size {}", p.sp));
   if (p.tp_sequence_parallel) add(lines, "--sequence-parallel");
   if (p.tp_comm_overlap) add(lines, "--tp-comm-overlap");

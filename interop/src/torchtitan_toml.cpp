@@ -298,8 +298,9 @@ void TorchtitanReader::read_pipeline(Section& parallelism, std::int64_t local_ba
   mapped("parallelism.pipeline_parallel_microbatch_size", std::to_string(microbatch), "parallel.micro_batch");
   if (first_less != 0 || last_less != 0)
     run_.mapped.push_back(fmt::format(
-        "parallelism.pipeline_parallel_first/last_stage_less_layers = {}/{} -> an even split of the layers "
-        "(approximate: torchtitan moves layers off the first and last stages to balance the embedding and head)",
+        "parallelism.pipeline_parallel_first/last_stage_less_layers = {}/{} -> tessel's split: even, or the first "
+        "and the last stage one layer short (core/stage_layers.hpp; approximate where torchtitan's counts place "
+        "the layers otherwise)",
         first_less, last_less));
 }
 

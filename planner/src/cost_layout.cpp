@@ -7,6 +7,7 @@
 
 #include "cost_parts.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/stage_layers.hpp"
 #include "tessel/core/rank_layout.hpp"
 
 namespace tessel::planner {
@@ -96,15 +97,16 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
   return out;
 }
 
-// MoE blocks on the busiest pipeline stage: stages hold layers / pp consecutive blocks
-// (interleaved chunks are priced as the contiguous split, as the dense layers are).
+// MoE blocks on the busiest pipeline stage: stages hold consecutive blocks
+// (stage_layers.hpp; interleaved chunks are priced as the contiguous split, as the dense
+// layers are).
 double CostModel::moe_layers_on_busiest_stage(const ParallelConfig& p) const {
   if (!model_.moe.enabled()) return 0;
-  const int per_stage = model_.layers / p.pp;
   int most = 0;
   for (int s = 0; s < p.pp; ++s) {
+    const LayerSpan stage = virtual_stage_layers(model_.layers, p.pp, s);
     int count = 0;
-    for (int l = s * per_stage; l < (s + 1) * per_stage; ++l) count += model_.moe.is_moe_layer(l) ? 1 : 0;
+    for (int l = stage.first; l < stage.end(); ++l) count += model_.moe.is_moe_layer(l) ? 1 : 0;
     most = std::max(most, count);
   }
   return most;
@@ -116,7 +118,9 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
                                 LayoutCost& c) const {
   c.block_tp_forward_bytes = block.tp.bytes;
   c.block_tp_forward_messages = block.tp.messages;
-  const double layers = double(model_.layers) / p.pp - moe_layers;
+  // The fullest stage sets the pipeline's pace (stage_layers.hpp: an uneven split leaves
+  // the first and the last stage one block short).
+  const double layers = double(most_layers_per_stage(model_, p)) - moe_layers;
   const double recompute_factor = p.recompute == Recompute::full ? 1.0 : 0.0;
   // Dense blocks, then MoE blocks (none for a dense model: the sums are the dense ones).
   auto both = [&](auto part) { return layers * part(block) + moe_layers * part(moe); };
@@ -211,7 +215,9 @@ void CostModel::add_head_times(const ParallelConfig& p, const BlockOpTable& tabl
 void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& table, const Groups& groups,
                                  LayoutCost& c) const {
   const TensorSplits split = tensor_splits(p);
-  const double layers = double(model_.layers) / p.pp;
+  // The fullest stage's activations: with an uneven split the first stage, which keeps
+  // the most micro-batches in flight, holds a block fewer, so this bounds it from above.
+  const double layers = double(most_layers_per_stage(model_, p));
   const double moe_layers = c.moe_layers_on_stage;
   const double tokens = table.tokens;  // rows of every activation
   c.activation_bytes_per_micro_batch = (layers - moe_layers) * activation_bytes_per_layer(p);

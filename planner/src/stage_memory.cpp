@@ -1,6 +1,7 @@
 // Stage by stage, the terms of CostModel::add_memory (cost_finish.cpp): kept in step
 // with it by the test that the busiest stage here equals the estimate's device total.
 #include "tessel/planner/stage_memory.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 #include <algorithm>
 
@@ -29,16 +30,17 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
   const ModelSpec& spec = model.model();
   const TrainSpec& train = model.train();
   const int chunks = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  const int layers_per_chunk = spec.layers / (p.pp * chunks);
   const BlockOpTable table = block_op_table(spec, model.seq_len(), p, train.precision, train.kernels);
   const bool first = stage == 0, last = stage == p.pp - 1;
 
   // ---- model states: this stage's blocks, embedding and head; routed experts apart ----
   double params = 0, experts = 0, moe_layers = 0, chunk_activation_bytes = 0;
+  int stage_layers = 0;
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int first_layer = virtual_stage(stage, chunk, p.pp) * layers_per_chunk;
+    const LayerSpan layers = chunk_layers(spec, p, stage, chunk);
+    stage_layers += layers.count;
     double chunk_bytes = 0;
-    for (int l = first_layer; l < first_layer + layers_per_chunk; ++l) {
+    for (int l = layers.first; l < layers.end(); ++l) {
       const bool moe = spec.moe.is_moe_layer(l);
       params += moe ? table.moe_layer_parameters : table.layer_parameters;
       if (moe) experts += table.expert_parameters, moe_layers += 1;
@@ -85,7 +87,7 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
   }
   const double whole_layer = largest_block_parameters(table.layer_parameters,
                                                       table.moe_layer_parameters + table.expert_parameters, moe_layers,
-                                                      layers_per_chunk * chunks);
+                                                      stage_layers);
   const double rest = (first ? table.embedding_parameters : 0.0) +
                       (last ? table.head_parameters + (p.pp > 1 ? table.tied_copy_parameters : 0.0) : 0.0);
   add_whole_layer_buffers(memory, p, int(group), whole_layer, rest, chunk_plan, param_bytes, grad_bytes);

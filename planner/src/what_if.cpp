@@ -93,7 +93,9 @@ CapacityResult capacity(const Plan& base, double tokens, double days, int max_no
     double needed = std::numeric_limits<double>::infinity();
     if (!found.best.empty()) {
       needed = tokens / found.best.front().tokens_per_s / 86400.0;
-      if (best) *best = found.best.front();
+      // Only a count that meets the deadline may become the answer: a miss in the scan
+      // below must not overwrite the hit it started from.
+      if (best && needed <= days) *best = found.best.front();
     }
     result.tried.emplace_back(nodes, needed);
     return needed;

@@ -5,6 +5,7 @@
 // traffic are replicas of another's are folded into it (fold_replicas) to keep large
 // plans fast. Groups of ranks come from core's RankLayout.
 #include "tessel/simulator/simulation.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 #include "layer_overhead.hpp"
 #include "platform.hpp"
@@ -418,10 +419,12 @@ class Replay {
     const bool forward_start = op.id.find(forward_norm) != std::string::npos;
     const bool backward_end = op.id.find(backward_norm) != std::string::npos;
     if (!forward_start && !backward_end) return;
-    const int layers_per_chunk = plan_.model.layers / (p.pp * (p.schedule == Schedule::interleaved ? p.virtual_stages : 1));
     const auto l_at = op.id.find("/L") + 2;
     const int layer = std::stoi(op.id.substr(l_at));
-    if (layer % layers_per_chunk != 0) return;
+    const int chunks = p.pp * chunks_per_stage(p);
+    if (virtual_stage_layers(plan_.model.layers, chunks, virtual_stage_of_layer(plan_.model.layers, chunks, layer)).first != layer) {
+      return;
+    }
     auto& samples = memory_[std::size_t(stage)];
     const int previous = samples.empty() ? 0 : samples.back().chunks;
     samples.push_back({time, previous + (forward_start ? 1 : -1)});

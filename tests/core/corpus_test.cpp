@@ -262,27 +262,28 @@ TEST(Corpus, EachDeviceHasEnoughCalibrationRows) {
   }
   // Every device's calibration rows span more than one layout: on A100 80GB, FSDP
   // (llm-foundry) beside tp 8 x pp 8 and tp 8 x pp 35 (MegaScale's Megatron-LM baseline);
-  // on A100 40GB, FSDP beside tp 2 x pp 4 (GPT-NeoX-20B), so each fit sees tensor and
-  // pipeline costs too.
+  // BLOOM's tp 4 x pp 12 (an uneven split); on A100 40GB, FSDP beside tp 2 x pp 4
+  // (GPT-NeoX-20B), so each fit sees tensor and pipeline costs too.
   EXPECT_GE(by_cluster["dgx-h100"].layouts.size(), 2u);
-  EXPECT_EQ(by_cluster["dgx-a100"].layouts, (std::set<std::string>{"1x1,z3", "8x8,z1", "8x35,z1"}));
+  EXPECT_EQ(by_cluster["dgx-a100"].layouts, (std::set<std::string>{"1x1,z3", "8x8,z1", "8x35,z1", "4x12,z1"}));
   EXPECT_EQ(by_cluster["dgx-a100-40gb"].layouts, (std::set<std::string>{"1x1,z3", "2x4,z1"}));
 }
 
 // The check above can fail: a recorded reason that tessel no longer gives is caught, and
 // so is a layout that tessel refuses without a recorded reason.
 TEST(Corpus, AStaleOrMissingRejectionReasonIsCaught) {
-  const Json* bloom = nullptr;
+  const Json* interleaved = nullptr;
   for (const CorpusFile& file : corpus()) {
     for (const Json& run : file.json["runs"]) {
-      if (run.value("id", std::string()) == "bloom-176b-end-of-epoch-1") bloom = &run;
+      if (run.value("id", std::string()) == "torchtitan-t5-r2-llama3.1-405b") interleaved = &run;
     }
   }
-  ASSERT_NE(bloom, nullptr) << "the BLOOM row is the example of a recorded rejection";
-  Json even_stages = *bloom;
-  even_stages["parallel"]["pp"] = 7;  // 70 layers split into 7 stages: tessel now says something else
-  EXPECT_NE(tessel_verdict(even_stages), even_stages["tessel_rejects"].get<std::string>());
-  Json no_reason = *bloom;
+  ASSERT_NE(interleaved, nullptr) << "torchtitan's interleaved 405B row is the example of a recorded rejection";
+  Json one_chunk = *interleaved;
+  one_chunk["parallel"]["schedule"] = "1f1b";  // one chunk per stage: tessel now says something else
+  one_chunk["parallel"]["virtual_stages"] = 1;
+  EXPECT_NE(tessel_verdict(one_chunk), one_chunk["tessel_rejects"].get<std::string>());
+  Json no_reason = *interleaved;
   no_reason.erase("tessel_rejects");
   EXPECT_NE(tessel_verdict(no_reason), "(valid)");
 }

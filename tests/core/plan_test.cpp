@@ -67,7 +67,8 @@ TEST(Plan, InvalidLayoutsGiveOneClearLine) {
   json["parallel"] = {{"dp", 4}, {"pp", 4}, {"schedule", "interleaved"}, {"virtual_stages", 2}};
   EXPECT_EQ(validation_error(json), "parallel.virtual_stages: 12 layers do not split into pp 4 x virtual_stages 2 chunks");
   json["parallel"] = {{"dp", 1}, {"pp", 16}};
-  EXPECT_EQ(validation_error(json), "parallel.pp: 12 layers do not split into 16 stages");
+  EXPECT_EQ(validation_error(json), "parallel.pp: 12 layers do not split into 16 stages (evenly, or with one layer "
+                                    "fewer on the first and the last stage)");
   json["parallel"] = {{"dp", 1}, {"sp", 16}};
   json["train"]["seq_len"] = 1000;
   EXPECT_EQ(validation_error(json), "parallel.sp: sequence length 1000 is not divisible by sp 16");

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "validation_error.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/op_names.hpp"
 #include "tessel/core/program.hpp"
@@ -22,14 +23,7 @@ Plan plan_with(const std::string& parallel, const std::string& model_extra = "")
                          "");
 }
 
-std::string validation_error(const Plan& plan) {
-  try {
-    plan.validate();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(valid)";
-}
+using test::validation_error;
 }  // namespace
 
 TEST(TpCommOverlap, JsonRoundTripAndSummary) {

@@ -4,8 +4,9 @@
 // step's loss within 1e-5 relative and every tensor's gradient within 1e-4 relative (in
 // the tensor's 2-norm; 1e-3 with bf16 activation storage, see below). Prints one line per layout and "ok rank N" when all pass.
 //   parallel_check matrix        dp{1,2} x pp{1,2} x tp{1,2} x zero{0..3} x recompute{none,full}
-//   parallel_check schedules     gpipe, 1f1b, interleaved; selective recompute; sequence parallel;
-//                                bf16 storage of activations under each recompute mode
+//   parallel_check schedules     gpipe, 1f1b, interleaved; an uneven pipeline split; selective
+//                                recompute; sequence parallel; bf16 storage of activations under
+//                                each recompute mode
 //   parallel_check sequence      ring self-attention: sp 2 and 4, with tp, dp, pp, ZeRO, recompute
 //   parallel_check grid          2D (q = 2) with dp, pp, ZeRO, recompute; 2.5D; 3D; activation memory
 //   parallel_check grid16        (under 16 ranks) 2.5D (q = 2, d = 2) and 3D (q = 2) with dp 2 or pp 2
@@ -118,6 +119,13 @@ std::vector<Layout> layouts(const std::string& suite) {
         if (l.schedule == "interleaved") l.virtual_stages = 2;
         out.push_back(l);
       }
+    }
+    // An uneven split: 4 layers over 3 stages hold 1, 2 and 1 (core/stage_layers.hpp).
+    for (const char* schedule : {"gpipe", "1f1b"}) {
+      Layout uneven;
+      uneven.pp = 3, uneven.schedule = schedule;
+      if (uneven.schedule == "gpipe") uneven.dp = 2, uneven.zero = 1;
+      out.push_back(uneven);
     }
     Layout selective;
     selective.dp = 2, selective.tp = 2, selective.recompute = "selective";

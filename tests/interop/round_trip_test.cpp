@@ -136,5 +136,41 @@ TEST(RoundTrip, VariedLayoutsThroughMegatronAndNemo) {
   }
 }
 
+
+// An uneven split (core/stage_layers.hpp): Llama 3 405B's 126 layers over 8 stages hold 15
+// on the first and the last and 16 between. Megatron-LM places the short ends by flag (and
+// reads back as the same plan) and torchtitan by its less-layers counts; NeMo's YAML
+// is refused by name, and a Megatron script that splits otherwise is refused rather than
+// priced as tessel's split.
+TEST(RoundTrip, AnUnevenPipelineSplitThroughMegatronAndIntoTorchtitan) {
+  Plan plan = Plan::from_json(Json::parse(R"({"model": {"name": "llama3-405b-shape", "layers": 126, "hidden": 16384,
+      "heads": 128, "kv_heads": 8, "ffn_hidden": 53248, "vocab": 128256, "seq_len": 8192, "activation": "swiglu",
+      "norm": "rmsnorm", "tied_embeddings": false, "position_embedding": "rope", "bias": false},
+      "cluster": "dgx-h100", "nodes": 16, "train": {"global_batch": 256, "precision": "bf16", "optimizer": "adamw"},
+      "parallel": {"dp": 2, "pp": 8, "tp": 8, "tp_sequence_parallel": true, "zero": 1, "micro_batch": 1}})"),
+                              "");
+  plan.validate();
+  EXPECT_TRUE(round_trips(plan, Engine::megatron));
+  const std::string script = export_plan(Engine::megatron, plan).text;
+  EXPECT_NE(script.find("--decoder-first-pipeline-num-layers 15"), std::string::npos) << script;
+  EXPECT_NE(script.find("--decoder-last-pipeline-num-layers 15"), std::string::npos) << script;
+  const std::string toml = export_plan(Engine::torchtitan, plan).text;
+  EXPECT_NE(toml.find("pipeline_parallel_first_stage_less_layers = 1"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("pipeline_parallel_last_stage_less_layers = 1"), std::string::npos) << toml;
+  EXPECT_THROW(export_plan(Engine::nemo, plan), Error);
+  ImportContext context;
+  context.cluster = plan.cluster;
+  context.nodes = plan.nodes;
+  std::string other_split = script;
+  other_split.replace(other_split.find("--decoder-first-pipeline-num-layers 15"),
+                      std::string("--decoder-first-pipeline-num-layers 15").size(), "--decoder-first-pipeline-num-layers 14");
+  try {
+    import_run(Engine::megatron, other_split, context);
+    FAIL() << "a split tessel does not price was imported";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("--decoder-first-pipeline-num-layers"), std::string::npos) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessel::interop

@@ -263,7 +263,7 @@ class Trainer {
   std::vector<int> bucket_of_layer_;  // -1 where another stage holds the layer
   std::vector<int> expert_bucket_of_layer_;  // an MoE block's experts; -1 elsewhere
   int rest_bucket_ = -1;
-  int stage_index_ = 0, stages_ = 1, chunks_ = 1, layers_per_chunk_ = 0, micro_batches_ = 1;
+  int stage_index_ = 0, stages_ = 1, chunks_ = 1, micro_batches_ = 1;
   int group_ = 1;  // the gradient group (dp x sp)
   std::size_t group_rank_ = 0;
   std::vector<PipelineStep> schedule_;

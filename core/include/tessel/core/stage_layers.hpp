@@ -1,0 +1,46 @@
+// How a model's transformer blocks are cut into pipeline chunks: the one rule that the
+// planner, the Program lowering, the simulator, the offload chunk plan and the executor
+// all read, so that none of them assumes an even split of its own.
+//
+// Chunks are virtual stages in model order (schedule.hpp's virtual_stage). They hold as
+// equal a share of the blocks as the count allows; where the blocks do not divide, the
+// chunks at the ends of the model hold one block fewer, outermost first (chunk 0, the
+// last chunk, chunk 1, the one before the last, ...), because the ends also carry the
+// embedding and the head. Llama 3 405B trained that way: 126 blocks over 16 stages, "we
+// reduce one Transformer layer each from the first and the last stages" (Dubey et al.
+// 2024, arXiv 2407.21783, Section 3.3.2). Megatron-LM spells the same split with
+// --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers.
+// Interleaved schedules still need an even split (plan.cpp): their chunks take turns
+// within one stage, and Megatron-LM requires it there too.
+#pragma once
+
+namespace tessel {
+
+struct ModelSpec;
+struct ParallelConfig;
+
+struct LayerSpan {
+  int first = 0;  // the first block's index in the model
+  int count = 0;
+  int end() const { return first + count; }
+  bool operator==(const LayerSpan&) const = default;
+};
+
+// The blocks of virtual stage `k` (0-based) of `chunks` over `layers` blocks
+// (layers >= chunks >= 1).
+LayerSpan virtual_stage_layers(int layers, int chunks, int k);
+
+// The blocks of `chunk` (0 unless interleaved) on pipeline stage `stage` of plan `p`.
+LayerSpan chunk_layers(const ModelSpec& model, const ParallelConfig& p, int stage, int chunk);
+
+// Blocks on the fullest pipeline stage (all its chunks): the stage that sets the pace.
+// Exact for every layout plan validation accepts.
+int most_layers_per_stage(const ModelSpec& model, const ParallelConfig& p);
+
+// Chunks per stage: virtual_stages when interleaved, else 1.
+int chunks_per_stage(const ParallelConfig& p);
+
+// The virtual stage that holds block `layer`.
+int virtual_stage_of_layer(int layers, int chunks, int layer);
+
+}  // namespace tessel

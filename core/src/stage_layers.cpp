@@ -1,0 +1,55 @@
+// The split rule of stage_layers.hpp. Counts come from closed forms (O(1) per chunk but
+// the prefix sum, O(chunks), which stays below a few hundred).
+#include "tessel/core/stage_layers.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tessel/core/error.hpp"
+#include "tessel/core/model_spec.hpp"
+#include "tessel/core/plan.hpp"
+#include "tessel/core/schedule.hpp"
+
+namespace tessel {
+
+namespace {
+// Where chunk k stands in the order that gives up blocks: 0, C-1, 1, C-2, ...
+int give_up_order(int chunks, int k) { return k <= chunks - 1 - k ? 2 * k : 2 * (chunks - 1 - k) + 1; }
+}  // namespace
+
+LayerSpan virtual_stage_layers(int layers, int chunks, int k) {
+  if (chunks < 1 || layers < chunks || k < 0 || k >= chunks) {
+    throw Error(fmt::format("virtual_stage_layers: chunk {} of {} over {} layers", k, chunks, layers));
+  }
+  const int most = (layers + chunks - 1) / chunks;
+  const int short_chunks = most * chunks - layers;  // < chunks
+  LayerSpan span;
+  for (int j = 0; j < k; ++j) span.first += most - (give_up_order(chunks, j) < short_chunks ? 1 : 0);
+  span.count = most - (give_up_order(chunks, k) < short_chunks ? 1 : 0);
+  return span;
+}
+
+int chunks_per_stage(const ParallelConfig& p) { return p.schedule == Schedule::interleaved ? p.virtual_stages : 1; }
+
+LayerSpan chunk_layers(const ModelSpec& model, const ParallelConfig& p, int stage, int chunk) {
+  const int chunks = chunks_per_stage(p);
+  return virtual_stage_layers(model.layers, p.pp * chunks, virtual_stage(stage, chunk, p.pp));
+}
+
+// Closed form, for the planner's inner loop: an uneven split is a one-chunk split
+// (interleaved ones are refused), where some stage keeps the full share; an even one is
+// the share times the chunks.
+int most_layers_per_stage(const ModelSpec& model, const ParallelConfig& p) {
+  const int chunks = p.pp * chunks_per_stage(p);
+  return (model.layers + chunks - 1) / chunks * chunks_per_stage(p);
+}
+
+int virtual_stage_of_layer(int layers, int chunks, int layer) {
+  for (int k = 0; k < chunks; ++k) {
+    if (layer < virtual_stage_layers(layers, chunks, k).end()) return k;
+  }
+  throw Error(fmt::format("virtual_stage_of_layer: layer {} of {}", layer, layers));
+}
+
+}  // namespace tessel
