@@ -157,7 +157,7 @@ std::vector<double> RunSet::predict_fast(const Calibration& calibration, const s
     if (!basis.affine) return model.estimate(runs_[row].plan->parallel).step_time_s;
     Estimate estimate;
     // The basis is a line in the calibration the model prices with: the row framework's.
-    const Calibration priced = calibration.for_framework(runs_[row].plan->train.framework);
+    const Calibration priced = calibration.for_plan(runs_[row].plan->train.framework, runs_[row].plan->train.kernels);
     model.finish(runs_[row].plan->parallel, layout_at(basis.at_defaults, basis.slope, priced), estimate);
     return estimate.step_time_s;
   });
@@ -237,13 +237,18 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
       return p->field == &Calibration::tp_overlap_efficiency || p->field == &Calibration::tp_overlap_gemm_slowdown;
     });
   }
-  // The megatron factors move only megatron rows, and with no pytorch row beside them they
-  // are the device scales again: fitted only where the rows hold both frameworks.
-  const auto megatron_rows = std::count_if(rows.begin(), rows.end(), [&](std::size_t row) {
-    return runs.run(row).plan->train.framework == Framework::megatron;
-  });
-  if (megatron_rows == 0 || std::size_t(megatron_rows) == rows.size()) {
-    std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return Calibration::is_framework_factor(*p); });
+  // A factor moves only the rows of one framework (kernel kind), and with none of the
+  // other kind beside them it is the device scale again: fitted only where the rows hold
+  // both.
+  auto both_kinds = [&](auto is_kind) {
+    const auto count = std::count_if(rows.begin(), rows.end(), [&](std::size_t row) { return is_kind(*runs.run(row).plan); });
+    return count > 0 && std::size_t(count) < rows.size();
+  };
+  if (!both_kinds([](const Plan& plan) { return plan.train.framework == Framework::megatron; })) {
+    std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return p->field == &Calibration::megatron_memory_factor; });
+  }
+  if (!both_kinds([](const Plan& plan) { return plan.train.kernels == Kernels::unfused; })) {
+    std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return p->field == &Calibration::unfused_attention_factor; });
   }
   objective.base = start;
   for (const Calibration::Parameter* p : objective.parameters) {

@@ -32,7 +32,7 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
       seq_(effective_seq_len(model_, train_)),
       chunk_shapes_(std::make_shared<ChunkShapeCache>()) {
   costs_.device().check_precision(train_.precision);
-  costs_.set_framework(train_.framework);
+  costs_.set_plan_kind(train_.framework, train_.kernels);
   if (train_.gradient_precision) {
     const std::string problem = gradient_precision_problem(train_.precision, *train_.gradient_precision);
     if (!problem.empty()) throw Error("train.gradient_precision: " + problem);

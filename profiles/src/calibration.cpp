@@ -48,10 +48,11 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
       {"collective_contention", 0.0, 1.0, &Calibration::collective_contention, 1.0, ""},
       {"tp_overlap_efficiency", 0.0, 1.0, &Calibration::tp_overlap_efficiency, 1.0, ""},
       {"tp_overlap_gemm_slowdown", 0.0, 0.5, &Calibration::tp_overlap_gemm_slowdown, 0.5, ""},
-      // A framework may run its ops up to four times faster or slower than the other
-      // (eager PyTorch's unfused elementwise kernels against Megatron's fused ones).
+      // A framework or a kernel kind may run up to four times faster or slower than the
+      // other (eager PyTorch's elementwise kernels against Megatron's fused ones; batched
+      // score GEMMs and a softmax against one flash-style kernel).
       {"megatron_memory_factor", 0.25, 4.0, &Calibration::megatron_memory_factor, 4.0, ""},
-      {"megatron_attention_factor", 0.25, 4.0, &Calibration::megatron_attention_factor, 4.0, ""},
+      {"unfused_attention_factor", 0.25, 4.0, &Calibration::unfused_attention_factor, 4.0, ""},
   }};
   return table;
 }
@@ -62,19 +63,12 @@ std::string Calibration::parameter_names() {
   return out;
 }
 
-bool Calibration::is_framework_factor(const Parameter& parameter) {
-  return parameter.field == &Calibration::megatron_memory_factor ||
-         parameter.field == &Calibration::megatron_attention_factor;
-}
-
-Calibration Calibration::for_framework(Framework framework) const {
+Calibration Calibration::for_plan(Framework framework, Kernels kernels) const {
   Calibration out = *this;
-  if (framework == Framework::megatron) {
-    out.memory_efficiency_scale *= megatron_memory_factor;
-    out.attention_efficiency_scale *= megatron_attention_factor;
-  }
+  if (framework == Framework::megatron) out.memory_efficiency_scale *= megatron_memory_factor;
+  if (kernels == Kernels::unfused) out.attention_efficiency_scale *= unfused_attention_factor;
   out.megatron_memory_factor = 1.0;
-  out.megatron_attention_factor = 1.0;
+  out.unfused_attention_factor = 1.0;
   return out;
 }
 

@@ -54,7 +54,7 @@ CostLookup::CostLookup(const Profile& profile, ClusterSpec cluster, int nodes, i
       cluster_(std::move(cluster)),
       gpus_per_node_(gpus_per_node),
       fitted_(calibration_of(profile)),
-      calibration_(fitted_.for_framework(framework_)),
+      calibration_(fitted_.for_plan(framework_, kernels_)),
       calibration_note_(is_calibrated(profile) ? describe_profile(profile) : std::string()),
       prediction_bounds_(std::make_shared<const PredictionBounds>(prediction_bounds_of(profile))) {
   // GEMM curves: group samples by precision and size, median per size, sorted.
@@ -165,6 +165,7 @@ CostLookup::CostLookup(const CostLookup& other)
       core_sharing_(other.core_sharing_),
       fitted_(other.fitted_),
       framework_(other.framework_),
+      kernels_(other.kernels_),
       calibration_(other.calibration_),
       calibration_note_(other.calibration_note_),
       prediction_bounds_(other.prediction_bounds_),

@@ -46,7 +46,7 @@ class Replay {
         options_(options),
         costs_(profile, plan_.cluster, plan_.nodes, plan_.gpus_per_node()) {
     costs_.device().check_precision(plan_.train.precision);
-    costs_.set_framework(plan_.train.framework);
+    costs_.set_plan_kind(plan_.train.framework, plan_.train.kernels);
     for (int s = 0; s < program_.stages(); ++s) {
       layer_overhead_s_.push_back(layer_overheads_s(program_.stage(s), costs_.calibration().layer_overhead_s,
                                                     plan_.parallel.recompute == Recompute::full));

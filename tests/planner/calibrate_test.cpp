@@ -46,14 +46,15 @@ std::vector<Plan> synthetic_plans() {
           plan_of("llama2-7b", 2, 64, 4, 4, 1, 1, "selective", 1), plan_of("llama2-7b", 4, 128, 8, 2, 2, 0, "full", 1)};
 }
 
-// Runs "measured" as tessel's estimate under `truth`; with `megatron_every_other`, every
-// other run trains with the megatron framework.
-std::vector<PublishedRun> synthetic_runs(const Calibration& truth, bool megatron_every_other = false) {
+// Runs "measured" as tessel's estimate under `truth`; with `mixed_kinds`, every other run
+// trains with the megatron framework and every third with fused kernels.
+std::vector<PublishedRun> synthetic_runs(const Calibration& truth, bool mixed_kinds = false) {
   const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
   std::vector<PublishedRun> runs;
   int index = 0;
   for (Plan plan : synthetic_plans()) {
-    if (megatron_every_other && index % 2 == 1) plan.train.framework = Framework::megatron;
+    if (mixed_kinds && index % 2 == 1) plan.train.framework = Framework::megatron;
+    if (mixed_kinds && index % 3 == 0) plan.train.kernels = Kernels::fused;
     CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
     model.set_calibration(truth);
     PublishedRun run;
@@ -165,51 +166,55 @@ TEST(Calibration, FitRecoversTheParametersThatGeneratedTheRuns) {
   EXPECT_EQ(fit.calibration.overlap_efficiency, 1.0);
 }
 
-TEST(Calibration, MegatronFactorsCorrectOnlyMegatronPlansAndAreRecovered) {
+TEST(Calibration, TheFactorsCorrectOnlyTheirKindOfPlanAndAreRecovered) {
   Calibration truth = known_truth();
   truth.megatron_memory_factor = 1.6;
-  truth.megatron_attention_factor = 0.8;
+  truth.unfused_attention_factor = 0.8;
   const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
-  // A factor prices a megatron plan as the device scale times it, and a pytorch plan not at all.
+  // A factor prices its kind of plan as the device scale times it, and no other plan.
   Plan plan = synthetic_plans()[2];
-  CostModel pytorch(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
-  plan.train.framework = Framework::megatron;
-  CostModel megatron(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
-  pytorch.set_calibration(truth);
-  megatron.set_calibration(truth);
+  auto step_s = [&](const Plan& priced, const Calibration& calibration) {
+    CostModel model(priced.model, priced.train, priced.cluster, priced.nodes, priced.gpus_per_node(), profile);
+    model.set_calibration(calibration);
+    return model.estimate(priced.parallel).step_time_s;
+  };
+  Plan megatron = plan;
+  megatron.train.framework = Framework::megatron;
   Calibration folded = truth;
   folded.memory_efficiency_scale *= 1.6;
   folded.attention_efficiency_scale *= 0.8;
-  folded.megatron_memory_factor = folded.megatron_attention_factor = 1.0;
-  CostModel reference(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
-  reference.set_calibration(folded);
-  EXPECT_EQ(megatron.estimate(plan.parallel).step_time_s, reference.estimate(plan.parallel).step_time_s);
-  EXPECT_LT(megatron.estimate(plan.parallel).step_time_s, pytorch.estimate(plan.parallel).step_time_s)
-      << "faster memory-bound ops for the megatron plan only";
+  folded.megatron_memory_factor = folded.unfused_attention_factor = 1.0;
+  EXPECT_EQ(step_s(megatron, truth), step_s(megatron, folded));
+  EXPECT_LT(step_s(megatron, truth), step_s(plan, truth)) << "faster memory-bound ops for the megatron plan only";
+  Plan fused = plan;
+  fused.train.kernels = Kernels::fused;
+  Calibration fused_folded = truth;
+  fused_folded.megatron_memory_factor = fused_folded.unfused_attention_factor = 1.0;
+  EXPECT_EQ(step_s(fused, truth), step_s(fused, fused_folded)) << "fused kernels read the attention scale itself";
 
   RunSet runs(synthetic_runs(truth, true), profile);
   const std::vector<double> direct = runs.predict(truth, runs.all_rows());
   const std::vector<double> fast = runs.predict_fast(truth, runs.all_rows());
   for (std::size_t i = 0; i < runs.size(); ++i) EXPECT_NEAR(fast[i], direct[i], 1e-9 * direct[i]) << runs.run(i).id;
   // The GEMM scale and the overhead start at the truth; the fit finds the two device
-  // scales and the two factors that only the megatron rows can tell apart from them.
+  // scales and the two factors that only rows of both kinds can tell apart from them.
   CalibrationOptions options = four_parameters();
   options.parameters = {"memory_efficiency_scale", "attention_efficiency_scale", "megatron_memory_factor",
-                        "megatron_attention_factor"};
+                        "unfused_attention_factor"};
   Calibration start = truth;
   start.memory_efficiency_scale = start.attention_efficiency_scale = 1.0;
-  start.megatron_memory_factor = start.megatron_attention_factor = 1.0;
+  start.megatron_memory_factor = start.unfused_attention_factor = 1.0;
   const CalibrationFit fit = fit_calibration(runs, runs.all_rows(), options, start);
   EXPECT_LT(fit.mape, 1e-3);
   EXPECT_NEAR(fit.calibration.memory_efficiency_scale, truth.memory_efficiency_scale, 0.02);
   EXPECT_NEAR(fit.calibration.megatron_memory_factor, truth.megatron_memory_factor, 0.05);
-  EXPECT_NEAR(fit.calibration.megatron_attention_factor, truth.megatron_attention_factor, 0.05);
+  EXPECT_NEAR(fit.calibration.unfused_attention_factor, truth.unfused_attention_factor, 0.05);
 
-  // Rows of one framework cannot tell a factor from the device scale: it stays at 1.
-  RunSet pytorch_only(synthetic_runs(known_truth()), profile);
-  const CalibrationFit alone = fit_calibration(pytorch_only, pytorch_only.all_rows(), options, start);
+  // Rows of one kind cannot tell a factor from the device scale: it stays at 1.
+  RunSet one_kind(synthetic_runs(known_truth()), profile);
+  const CalibrationFit alone = fit_calibration(one_kind, one_kind.all_rows(), options, start);
   EXPECT_EQ(alone.calibration.megatron_memory_factor, 1.0);
-  EXPECT_EQ(alone.calibration.megatron_attention_factor, 1.0);
+  EXPECT_EQ(alone.calibration.unfused_attention_factor, 1.0);
 }
 
 TEST(Calibration, LeaveOneOutPredictsARunByAFitThatDidNotSeeIt) {

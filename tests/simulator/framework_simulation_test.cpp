@@ -1,7 +1,7 @@
-// train.framework in the simulator: a megatron plan is simulated with the calibration's
-// megatron factors applied (profiles/calibration.hpp), as the planner prices it, so the
-// simulated step follows the analytic one when the factors move it. SimGrid allows one
-// engine per process: the test simulates once.
+// train.framework and train.kernels in the simulator: a megatron plan with unfused kernels
+// is simulated with the calibration's factors applied (profiles/calibration.hpp), as the
+// planner prices it, so the simulated step follows the analytic one when the factors move
+// it. SimGrid allows one engine per process: the test simulates once.
 #include <gtest/gtest.h>
 
 #include "tessel/planner/cost_model.hpp"
@@ -10,7 +10,7 @@
 
 using namespace tessel;
 
-TEST(FrameworkSimulation, AMegatronPlanIsSimulatedWithTheMegatronFactors) {
+TEST(FrameworkSimulation, AMegatronPlanIsSimulatedWithItsFactors) {
   Plan plan = Plan::from_json(Json::parse(R"({"model": {"name": "uniform", "layers": 8, "hidden": 1024, "heads": 16,
       "vocab": 512, "seq_len": 2048}, "cluster": "dgx-a100", "nodes": 1,
       "train": {"global_batch": 16, "framework": "megatron"}, "parallel": {"dp": 8, "micro_batch": 1}})"),
@@ -18,7 +18,7 @@ TEST(FrameworkSimulation, AMegatronPlanIsSimulatedWithTheMegatronFactors) {
   plan.validate();
   profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
   profile.meta["calibration"] =
-      Json{{"parameters", {{"megatron_memory_factor", 3.0}, {"megatron_attention_factor", 2.0}}}};
+      Json{{"parameters", {{"megatron_memory_factor", 3.0}, {"unfused_attention_factor", 2.0}}}};
   auto analytic = [&](const Plan& priced) {
     return planner::CostModel(priced.model, priced.train, priced.cluster, priced.nodes, priced.gpus_per_node(), profile)
         .estimate(priced.parallel)

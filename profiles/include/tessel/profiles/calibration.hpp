@@ -43,18 +43,23 @@
 //    layer_overhead_s and the rows cannot identify it. A bound was chosen over refusing
 //    to fit it: runs with tensor or pipeline parallelism (many calls per layer) can
 //    identify it, and a bound keeps what they say within what the hardware allows.
-//  - megatron_memory_factor, megatron_attention_factor: plans whose train.framework is
-//    megatron (Megatron-LM, Megatron Core, NeMo) run their memory-bound ops and attention
-//    at the device's scales times these. The frameworks fuse differently: Megatron fuses
-//    bias-GeLU, bias-dropout-add and the masked softmax and runs Transformer Engine's
-//    layers, whose attention on Hopper is cuDNN's, "20-50% [faster than flash-attention]
-//    on Hopper architectures" (Transformer Engine's attention guide,
-//    docs/examples/attention/attention.ipynb, section 1.3), while eager PyTorch runs each
-//    elementwise op as a kernel of its own. Before calibration the corpus shows it: the
-//    datasheet model is 31-37% fast on llm-foundry's and torchtitan's H100 rows and within
-//    1-11% on Megatron-LM's and NeMo's (docs/BENCHMARKS.md, "Fidelity"). Fitted only
-//    where the fitted rows hold both frameworks; the device scales are then those of the
-//    pytorch rows.
+//  - megatron_memory_factor: plans whose train.framework is megatron (Megatron-LM,
+//    Megatron Core, NeMo) run their memory-bound ops at the device's memory scale times
+//    this. The frameworks fuse differently: Megatron fuses bias-GeLU, bias-dropout-add and
+//    the masked softmax and runs Transformer Engine's fused layers, while eager PyTorch
+//    runs each elementwise op as a kernel of its own. Before calibration the corpus shows
+//    it: the datasheet model is 31-37% fast on llm-foundry's and torchtitan's H100 rows and
+//    within 1-11% on Megatron-LM's and NeMo's (docs/BENCHMARKS.md, "Fidelity"). Fitted only
+//    where the fitted rows hold both frameworks; the memory scale is then the pytorch rows'.
+//  - unfused_attention_factor: plans whose train.kernels is unfused (materialised scores:
+//    batched GEMMs around a softmax) run attention at the device's attention scale times
+//    this; fused (flash-style) kernels at the scale itself. One scale could not hold both:
+//    fitted on A100 rows of both kinds it stood for whichever kind had more rows. Fitted
+//    only where the fitted rows hold both kinds.
+//    (Transformer Engine's attention guide says cuDNN's fused attention runs "20-50%"
+//    faster than flash-attention on Hopper, docs/examples/attention/attention.ipynb,
+//    section 1.3; a megatron factor on the attention scale, fitted on the H100 rows, came
+//    out at 0.85-0.99, so the corpus does not show it and tessel keeps no such parameter.)
 #pragma once
 
 #include <array>
@@ -81,7 +86,7 @@ struct Calibration {
   double tp_overlap_efficiency = 1.0;
   double tp_overlap_gemm_slowdown = 0.09;
   double megatron_memory_factor = 1.0;
-  double megatron_attention_factor = 1.0;
+  double unfused_attention_factor = 1.0;
 
   // One fitted parameter: its name in JSON, the range a fit may search, and where it lives.
   // gpu_upper bounds it on GPU devices, where a physical limit is known and cited in
@@ -99,12 +104,10 @@ struct Calibration {
   static const std::array<Parameter, kParameterCount>& parameters();
   // "gemm_efficiency_scale, memory_efficiency_scale, ...": every name, for error messages.
   static std::string parameter_names();
-  // Whether the parameter corrects only plans of one framework (the megatron factors).
-  static bool is_framework_factor(const Parameter& parameter);
-
-  // The calibration a plan of this framework is priced with: for megatron the memory and
-  // attention scales times their factors; the factors themselves back at 1.
-  Calibration for_framework(Framework framework) const;
+  // The calibration a plan of this framework and these kernels is priced with: the memory
+  // scale times megatron_memory_factor for megatron, the attention scale times
+  // unfused_attention_factor for unfused kernels; the factors themselves back at 1.
+  Calibration for_plan(Framework framework, Kernels kernels) const;
 
   bool is_default() const { return *this == Calibration{}; }
   // {"gemm_efficiency_scale": ..., ...}; every key optional, each within its range.

@@ -83,16 +83,17 @@ class CostLookup {
   double core_sharing() const { return core_sharing_; }
 
   // The calibration prices are read with: the profile's (defaults when it has none) for
-  // the plan's framework (Calibration::for_framework). A fit replaces it to price the
-  // same runs under new parameters without rebuilding the lookup.
+  // the plan's framework and kernels (Calibration::for_plan). A fit replaces it to price
+  // the same runs under new parameters without rebuilding the lookup.
   const Calibration& calibration() const { return calibration_; }
   void set_calibration(const Calibration& calibration) {
     fitted_ = calibration;
-    calibration_ = fitted_.for_framework(framework_);
+    calibration_ = fitted_.for_plan(framework_, kernels_);
   }
-  void set_framework(Framework framework) {
+  void set_plan_kind(Framework framework, Kernels kernels) {
     framework_ = framework;
-    calibration_ = fitted_.for_framework(framework_);
+    kernels_ = kernels;
+    calibration_ = fitted_.for_plan(framework_, kernels_);
   }
   // "profile: H100-SXM calibrated on 83 published runs" when the profile is a calibrated
   // one, else empty: the line predictions print so that a reader knows.
@@ -161,7 +162,8 @@ class CostLookup {
   double core_sharing_ = 1;
   Calibration fitted_;       // as the profile or the fit holds it
   Framework framework_ = Framework::pytorch;
-  Calibration calibration_;  // fitted_ for framework_
+  Kernels kernels_ = Kernels::unfused;
+  Calibration calibration_;  // fitted_ for framework_ and kernels_
   std::string calibration_note_;
   std::shared_ptr<const PredictionBounds> prediction_bounds_;  // shared: lookups are copied per search thread
   Curve curves_[4];  // by Precision (fp8: the linears of fp8 training; none where the device has no fp8)
