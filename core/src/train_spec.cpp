@@ -42,7 +42,7 @@ TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   t.optimizer = *enum_from_string<Optimizer>(f.choice_or("optimizer", {"adamw", "lamb", "lars"}, "adamw"));
   t.kernels = *enum_from_string<Kernels>(f.choice_or("kernels", {"unfused", "fused"}, "unfused"));
   t.dropout = f.boolean_or("dropout", true);
-  t.framework = *enum_from_string<Framework>(f.choice_or("framework", {"pytorch", "megatron"}, "pytorch"));
+  t.framework = *enum_from_string<Framework>(f.choice_or("framework", {"pytorch", "megatron", "torch.compile"}, "pytorch"));
   f.finish();
   return t;
 }

@@ -46,7 +46,7 @@ namespace {
 // Sections whose every option is cost-neutral.
 const std::set<std::string, std::less<>> kIgnoredSections{
     "job",   "profiling",    "metrics",  "lr_scheduler", "checkpoint", "validation", "comm", "memory_estimation",
-    "debug", "experimental", "quantize", "compile",      "mx"};
+    "debug", "experimental", "quantize", "mx"};
 
 // One TOML table, read option by option: each read marks the option, finish() refuses
 // the options nobody read.
@@ -413,6 +413,15 @@ ImportedRun TorchtitanReader::read() {
                                 "are not modelled (tessel gathers bf16 weights)",
                                 context_.source_name));
       run_.ignored.push_back("[" + name + "]");
+    } else if (name == "compile") {
+      // TorchInductor fuses the elementwise ops: the torch.compile framework of the
+      // calibration (its components and backend are cost-neutral here).
+      if (root_.at_path("compile.enable").value_or(false)) {
+        plan.train.framework = Framework::torch_compile;
+        mapped("compile.enable", "true", "train.framework torch.compile");
+      } else {
+        run_.ignored.push_back("[compile]");  // not enabled: eager PyTorch
+      }
     } else if (name == "float8") {  // float8 settings; older releases: [float8] enable_float8_linear
       const toml::table* float8 = node.as_table();
       auto flag = [&](const char* key) { return float8 && float8->get(key) && float8->get(key)->value_or(false); };

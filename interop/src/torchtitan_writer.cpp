@@ -210,6 +210,8 @@ ExportedConfig export_torchtitan(const Plan& plan) {
   text += parallelism_table(near);
   text += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", to_string(p.recompute));
   if (p.recompute == Recompute::selective) text += "selective_ac_option = \"op\"\n";
+  // The plan was priced for TorchInductor's fused kernels (train.framework torch.compile).
+  if (near.train.framework == Framework::torch_compile) text += "\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n";
   out.text = text;
   return out;
 }

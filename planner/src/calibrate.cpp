@@ -247,6 +247,9 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
   if (!both_kinds([](const Plan& plan) { return plan.train.framework == Framework::megatron; })) {
     std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return p->field == &Calibration::megatron_memory_factor; });
   }
+  if (!both_kinds([](const Plan& plan) { return plan.train.framework == Framework::torch_compile; })) {
+    std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return p->field == &Calibration::compiled_memory_factor; });
+  }
   if (!both_kinds([](const Plan& plan) { return plan.train.kernels == Kernels::unfused; })) {
     std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return p->field == &Calibration::unfused_attention_factor; });
   }

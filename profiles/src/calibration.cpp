@@ -53,6 +53,7 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
       // score GEMMs and a softmax against one flash-style kernel).
       {"megatron_memory_factor", 0.25, 4.0, &Calibration::megatron_memory_factor, 4.0, ""},
       {"unfused_attention_factor", 0.25, 4.0, &Calibration::unfused_attention_factor, 4.0, ""},
+      {"compiled_memory_factor", 0.25, 4.0, &Calibration::compiled_memory_factor, 4.0, ""},
   }};
   return table;
 }
@@ -66,9 +67,11 @@ std::string Calibration::parameter_names() {
 Calibration Calibration::for_plan(Framework framework, Kernels kernels) const {
   Calibration out = *this;
   if (framework == Framework::megatron) out.memory_efficiency_scale *= megatron_memory_factor;
+  if (framework == Framework::torch_compile) out.memory_efficiency_scale *= compiled_memory_factor;
   if (kernels == Kernels::unfused) out.attention_efficiency_scale *= unfused_attention_factor;
   out.megatron_memory_factor = 1.0;
   out.unfused_attention_factor = 1.0;
+  out.compiled_memory_factor = 1.0;
   return out;
 }
 

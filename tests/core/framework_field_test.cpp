@@ -35,6 +35,6 @@ TEST(FrameworkField, AnUnknownFrameworkIsOneLineNamingTheField) {
     Plan::from_json(plan_json({{"global_batch", 64}, {"framework", "jax"}}), "");
     FAIL() << "jax accepted";
   } catch (const Error& error) {
-    EXPECT_STREQ(error.what(), "train.framework: must be one of pytorch|megatron, got \"jax\"");
+    EXPECT_STREQ(error.what(), "train.framework: must be one of pytorch|megatron|torch.compile, got \"jax\"");
   }
 }

@@ -311,5 +311,22 @@ TEST(Torchtitan, Float8ConvertersAreFp8BothWays) {
   EXPECT_NE(mx.find("model.converters: MX low-precision matmuls are not modelled"), std::string::npos) << mx;
 }
 
+// torch.compile is the framework whose fused kernels a calibration corrects apart
+// (profiles/calibration.hpp): [compile] enable = true reads as it and is written back.
+TEST(Torchtitan, CompileIsTheTorchCompileFrameworkBothWays) {
+  Plan plan = Plan::from_json(Json::parse(R"({"model": "llama3-8b", "cluster": "dgx-h100", "nodes": 1,
+      "train": {"global_batch": 16, "kernels": "fused", "dropout": false, "framework": "torch.compile"},
+      "parallel": {"dp": 8, "zero": 3, "micro_batch": 2}})"), "");
+  const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+  EXPECT_NE(exported.text.find("[compile]\nenable = true"), std::string::npos) << exported.text;
+  const ImportedRun compiled = import_run(Engine::torchtitan, exported.text, cluster_context("dgx-h100", 1));
+  EXPECT_EQ(compiled.plan.train.framework, Framework::torch_compile) << exported.text;
+  plan.train.framework = Framework::pytorch;
+  const ExportedConfig eager = export_plan(Engine::torchtitan, plan);
+  EXPECT_EQ(eager.text.find("[compile]"), std::string::npos) << eager.text;
+  EXPECT_EQ(import_run(Engine::torchtitan, eager.text, cluster_context("dgx-h100", 1)).plan.train.framework,
+            Framework::pytorch);
+}
+
 }  // namespace
 }  // namespace tessel::interop

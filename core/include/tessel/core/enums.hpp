@@ -26,7 +26,7 @@ enum class Topology { fat_tree, torus, dragonfly };
 // probabilities are a tensor (unfused), or flash-style, never storing the scores (fused).
 enum class Kernels { unfused, fused };
 // Which framework's kernels a GPU run executes (TrainSpec::framework says how each is read).
-enum class Framework { pytorch, megatron };
+enum class Framework { pytorch, megatron, torch_compile };
 
 template <typename Enum>
 struct EnumNames;  // specialised below: static constexpr std::array names
@@ -55,7 +55,8 @@ TESSEL_ENUM_NAMES(Schedule, std::string_view("gpipe"), std::string_view("1f1b"),
 TESSEL_ENUM_NAMES(Topology, std::string_view("fat-tree"), std::string_view("torus"),
                   std::string_view("dragonfly"))
 TESSEL_ENUM_NAMES(Kernels, std::string_view("unfused"), std::string_view("fused"))
-TESSEL_ENUM_NAMES(Framework, std::string_view("pytorch"), std::string_view("megatron"))
+TESSEL_ENUM_NAMES(Framework, std::string_view("pytorch"), std::string_view("megatron"),
+                  std::string_view("torch.compile"))
 #undef TESSEL_ENUM_NAMES
 
 template <typename Enum>

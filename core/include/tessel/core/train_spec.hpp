@@ -36,9 +36,11 @@ struct TrainSpec {
   // elementwise op a kernel of its own, attention through flash-attn or PyTorch's SDPA.
   // megatron: Megatron-LM, Megatron Core and NeMo, which fuse bias-GeLU, bias-dropout-add
   // and the masked softmax and run Transformer Engine's fused layers and attention (cuDNN's
-  // on Hopper). A calibration fitted on runs of both holds one correction of the
-  // memory-bound and attention time for megatron (profiles/calibration.hpp); tessel's own
-  // executor keeps the default.
+  // on Hopper). torch.compile: PyTorch modules compiled by TorchInductor, which fuses the
+  // elementwise ops between the GEMMs into generated kernels (torchtitan's compile
+  // option). A calibration fitted on runs of several holds one correction of the
+  // memory-bound time for each of megatron and torch.compile (profiles/calibration.hpp);
+  // tessel's own executor keeps the default.
   Framework framework = Framework::pytorch;
 
   Precision effective_gradient_precision() const;

@@ -51,6 +51,10 @@
 //    it: the datasheet model is 31-37% fast on llm-foundry's and torchtitan's H100 rows and
 //    within 1-11% on Megatron-LM's and NeMo's (docs/BENCHMARKS.md, "Fidelity"). Fitted only
 //    where the fitted rows hold both frameworks; the memory scale is then the pytorch rows'.
+//  - compiled_memory_factor: the same for train.framework torch.compile, whose Inductor
+//    kernels fuse the elementwise ops eager PyTorch runs one by one: torchtitan's Llama
+//    3.1 8B on 8 H100s trains 16% faster with torch.compile than without (5,762 against
+//    6,667 tokens/s/GPU, docs/performance.md Table 1, its rows in corpus/published).
 //  - unfused_attention_factor: plans whose train.kernels is unfused (materialised scores:
 //    batched GEMMs around a softmax) run attention at the device's attention scale times
 //    this; fused (flash-style) kernels at the scale itself. One scale could not hold both:
@@ -87,6 +91,7 @@ struct Calibration {
   double tp_overlap_gemm_slowdown = 0.09;
   double megatron_memory_factor = 1.0;
   double unfused_attention_factor = 1.0;
+  double compiled_memory_factor = 1.0;
 
   // One fitted parameter: its name in JSON, the range a fit may search, and where it lives.
   // gpu_upper bounds it on GPU devices, where a physical limit is known and cited in
@@ -100,12 +105,13 @@ struct Calibration {
     // The largest value a fit may give it on a device of this kind ("gpu", "cpu").
     double upper_for(std::string_view device_kind) const { return device_kind == "gpu" ? gpu_upper : upper; }
   };
-  static constexpr std::size_t kParameterCount = 13;
+  static constexpr std::size_t kParameterCount = 14;
   static const std::array<Parameter, kParameterCount>& parameters();
   // "gemm_efficiency_scale, memory_efficiency_scale, ...": every name, for error messages.
   static std::string parameter_names();
   // The calibration a plan of this framework and these kernels is priced with: the memory
-  // scale times megatron_memory_factor for megatron, the attention scale times
+  // scale times megatron_memory_factor for megatron (compiled_memory_factor for
+  // torch.compile), the attention scale times
   // unfused_attention_factor for unfused kernels; the factors themselves back at 1.
   Calibration for_plan(Framework framework, Kernels kernels) const;
 
