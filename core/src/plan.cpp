@@ -18,7 +18,7 @@ const char* reject_reason(Reject reason) {
       "ffn_hidden not divisible by the tensor split",
       "micro-batch tokens not divisible by the tensor grid",
       "sequence not divisible by sp",
-      "layers not divisible by pp",
+      "layers do not split into pp stages",
       "layers not divisible by pp*virtual_stages",
       "micro-batches not divisible by pp (interleaved)",
       "schedule options do not match pp",
