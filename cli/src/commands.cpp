@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "format.hpp"
+#include "input_flags.hpp"
 #include "interop_flags.hpp"
 #include "prediction_text.hpp"
 #include "refine.hpp"
@@ -34,55 +35,11 @@ namespace {
 
 constexpr int kCancelledStatus = 130;
 
-void add_db_option(CLI::App* command, std::string& db) {
-  command->add_option("--db", db,
-                      "Profile database (default: $TESSEL_DB, else ~/.local/share/tessel/tessel.db); devices it "
-                      "does not hold use the shipped datasheet profiles");
-}
 
 // Notes on approximations the cost lookup had to make.
 void print_cost_flags(unsigned flags) {
   for (const auto& note : profiles::describe_cost_flags(flags)) std::cout << "note: " << note << "\n";
 }
-
-// --seq given must be a length: 0 is not a way to ask for the model's own (leave it out).
-CLI::Validator positive_seq_len() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        std::int64_t value = 0;
-        std::size_t used = 0;
-        try {
-          value = std::stoll(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == text.size() && value > 0 && value <= limits::kMaxSeqLen) return {};
-        return fmt::format("must be a positive integer up to {} (leave --seq out for the model's own), got {}",
-                           limits::kMaxSeqLen, text);
-      },
-      fmt::format("INT in 1..{}", limits::kMaxSeqLen));
-}
-
-// Options shared by the commands that take model, cluster and batch from flags.
-// The search inputs (planner/search_inputs.hpp, shared with the GUI) as options.
-struct InputFlags : planner::SearchInputs {
-  void add_to(CLI::App* command, bool batch_required) {
-    command->add_option("--model,-m", model, "Model preset (tessel presets models), tessel model JSON, or HF config.json")
-        ->required();
-    command->add_option("--cluster,-c", cluster, "Cluster preset (tessel presets clusters) or cluster JSON")->required();
-    auto* batch = command->add_option("--global-batch,-b", global_batch, "Sequences per optimizer step");
-    if (batch_required) batch->required();
-    command->add_option("--seq", seq, "Sequence length (default: the model's)")->check(positive_seq_len());
-    command->add_option("--precision", precision, "Training precision (fp8: Transformer Engine's fp8 linears)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
-        ->capture_default_str();
-    command->add_option("--optimizer", optimizer, "Optimizer")
-        ->check(CLI::IsMember({"adamw", "lamb", "lars"}))
-        ->capture_default_str();
-    command->add_option("--ranks", ranks, "World size for clusters whose node size follows the plan (local-cpu)");
-    add_db_option(command, db);
-  }
-};
 
 SearchOptions search_options(int top, int threads, ProgressBar* bar) {
   SearchOptions options;
@@ -220,10 +177,12 @@ int run_plan(const PlanArgs& args) {
     simulated = std::move(times);
   }
 
-  std::cout << fmt::format("{} on {} x {} ({} {} {}), global batch {} x {} tokens, {} {}\n", plan.model.name,
+  std::cout << fmt::format("{} on {} x {} ({} {} {}), global batch {} x {} tokens, {} {}{}{}\n", plan.model.name,
                            plan.nodes, plan.cluster.name, model.gpus(), plan.cluster.device,
                            plan.cluster.ranks_fill_node() ? "ranks" : "GPUs", plan.train.global_batch,
-                           model.seq_len(), to_string(plan.train.precision), to_string(plan.train.optimizer));
+                           model.seq_len(), to_string(plan.train.precision), to_string(plan.train.optimizer),
+                           plan.train.kernels == Kernels::fused ? ", fused attention" : "",
+                           plan.train.framework == Framework::pytorch ? "" : fmt::format(", {}", to_string(plan.train.framework)));
   if (!model.costs().calibration_note().empty()) std::cout << model.costs().calibration_note() << "\n";
   if (result.best.empty()) {
     std::cout << "no plan fits.\n";

@@ -30,6 +30,14 @@ Plan SearchInputs::to_plan() const {
   if (!parsed_optimizer) throw Error(fmt::format("--optimizer: must be adamw, lamb or lars, got {}", optimizer));
   plan.train.precision = *parsed_precision;
   plan.train.optimizer = *parsed_optimizer;
+  const auto parsed_kernels = enum_from_string<Kernels>(kernels);
+  if (!parsed_kernels) throw Error(fmt::format("--kernels: must be unfused or fused, got {}", kernels));
+  const auto parsed_framework = enum_from_string<Framework>(framework);
+  if (!parsed_framework) {
+    throw Error(fmt::format("--framework: must be pytorch, megatron or torch.compile, got {}", framework));
+  }
+  plan.train.kernels = *parsed_kernels;
+  plan.train.framework = *parsed_framework;
   if (!gradient_precision.empty()) {
     const auto parsed_gradient = enum_from_string<Precision>(gradient_precision);
     const std::string problem =

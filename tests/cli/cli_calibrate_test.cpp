@@ -31,10 +31,19 @@ TEST_F(Cli, CalibrateFitsTheCorpusAndEstimateSaysItUsesTheProfile) {
   const std::string plan = std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json";
   const auto estimate = run("estimate --plan " + plan + " --db " + db);
   ASSERT_EQ(estimate.status, 0) << estimate.err;
-  // 89 bf16 and 15 fp8 calibration rows (corpus/README.md).
+  // 86 bf16 and 20 fp8 calibration rows (corpus/README.md).
   EXPECT_NE(estimate.out.find("profile: H100-SXM calibrated on 106 published runs"), std::string::npos) << estimate.out;
   const auto uncalibrated = run("estimate --plan " + plan);
   EXPECT_EQ(uncalibrated.out.find("calibrated on"), std::string::npos) << uncalibrated.out;
+  // The framework a search plans for picks the calibration's correction: the same search
+  // for Megatron-LM's fused kernels ranks other step times than for eager PyTorch.
+  const std::string search = "plan --model gpt3-13b --cluster dgx-h100 --nodes 4 --global-batch 256 --top 1 --db " + db;
+  const auto eager = run(search);
+  const auto megatron = run(search + " --framework megatron");
+  ASSERT_EQ(megatron.status, 0) << megatron.err;
+  EXPECT_NE(megatron.out.find("bf16 adamw, megatron"), std::string::npos) << megatron.out;
+  const auto rank_one = [](const std::string& out) { return out.substr(out.find("\n   1 ")); };
+  EXPECT_NE(rank_one(eager.out), rank_one(megatron.out)) << eager.out << megatron.out;
 }
 
 TEST_F(Cli, CalibrateWritesAProfileFileWithItsSource) {

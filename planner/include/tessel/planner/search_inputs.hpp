@@ -20,6 +20,8 @@ struct SearchInputs {
   std::string precision = "bf16";
   std::string optimizer = "adamw";
   std::string gradient_precision;  // fp32 or the precision; "" = the engines' default for it
+  std::string kernels = "unfused";    // attention kernels (train.kernels)
+  std::string framework = "pytorch";  // whose kernels run the plan (train.framework)
   std::string db;  // profiles database ("" = the default location)
 
   // The plan's inputs (parallel left at its default). Throws tessel::Error naming the
