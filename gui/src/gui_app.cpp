@@ -42,6 +42,8 @@ void fill_inputs_from_plan(const Plan& plan, planner::SearchInputs& inputs, cons
   inputs.seq = plan.train.seq_len;
   inputs.precision = std::string(to_string(plan.train.precision));
   inputs.optimizer = std::string(to_string(plan.train.optimizer));
+  inputs.kernels = std::string(to_string(plan.train.kernels));
+  inputs.framework = std::string(to_string(plan.train.framework));
   if (plan.cluster.ranks_fill_node()) inputs.ranks = plan.parallel.world_size();
 }
 

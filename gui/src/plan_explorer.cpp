@@ -89,6 +89,8 @@ void PlanExplorer::set_inputs(const planner::SearchInputs& in) {
   seq_->setValue(in.seq);
   ranks_->setValue(in.ranks);
   precision_->setCurrentText(QString::fromStdString(in.precision));
+  kernels_->setCurrentText(QString::fromStdString(in.kernels));
+  framework_->setCurrentText(QString::fromStdString(in.framework));
   validate();
   what_if_->reset_to(in);  // the what-if sliders start at the inputs
 }
@@ -102,6 +104,8 @@ planner::SearchInputs PlanExplorer::inputs() const {
   in.seq = seq_->value();
   in.ranks = ranks_->value();
   in.precision = precision_->currentText().toStdString();
+  in.kernels = kernels_->currentText().toStdString();
+  in.framework = framework_->currentText().toStdString();
   return in;
 }
 

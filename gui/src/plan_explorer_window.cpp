@@ -79,6 +79,12 @@ QWidget* PlanExplorer::build_inputs(QWidget* parent) {
   ranks_->setSpecialValueText("per node");
   precision_ = new QComboBox(inputs);
   precision_->addItems({"bf16", "fp16", "fp32"});
+  kernels_ = new QComboBox(inputs);
+  kernels_->addItems({"unfused", "fused"});
+  kernels_->setToolTip("Attention kernels: unfused keeps the scores, fused (flash-style) does not");
+  framework_ = new QComboBox(inputs);
+  framework_->addItems({"pytorch", "megatron", "torch.compile"});
+  framework_->setToolTip("Whose kernels run the plan: a calibrated profile corrects each framework apart");
   // Presets in the list; a tessel model JSON or a Hugging Face config.json by path (typed,
   // or picked with the button), a cluster file likewise.
   auto with_browse = [inputs, this](QComboBox* combo, const QString& title) {
@@ -101,6 +107,8 @@ QWidget* PlanExplorer::build_inputs(QWidget* parent) {
   form->addRow("sequence", seq_);
   form->addRow("ranks (local-cpu)", ranks_);
   form->addRow("precision", precision_);
+  form->addRow("attention", kernels_);
+  form->addRow("framework", framework_);
   error_label_ = new QLabel(inputs);
   error_label_->setWordWrap(true);
   error_label_->setStyleSheet("color: #b00020");
@@ -193,6 +201,8 @@ void PlanExplorer::connect_signals(QSortFilterProxyModel* sorted) {
   connect(model_, &QComboBox::currentTextChanged, this, [this] { validate(); });
   connect(cluster_, &QComboBox::currentTextChanged, this, [this] { validate(); });
   connect(precision_, &QComboBox::currentTextChanged, this, [this] { validate(); });
+  connect(kernels_, &QComboBox::currentTextChanged, this, [this] { validate(); });
+  connect(framework_, &QComboBox::currentTextChanged, this, [this] { validate(); });
   for (QSpinBox* box : {nodes_, batch_, seq_, ranks_}) {
     connect(box, &QSpinBox::valueChanged, this, [this] { validate(); });
   }

@@ -55,6 +55,15 @@ TEST(PlanExplorer, InputsAreCheckedAsYouTypeWithTheCommandLinesMessages) {
   window.set_inputs(in);
   EXPECT_EQ(window.inputs().db, in.db);
   in.db.clear();
+  // The kernels and the framework a search plans for have their own fields.
+  in.kernels = "fused";
+  in.framework = "megatron";
+  window.set_inputs(in);
+  EXPECT_EQ(window.inputs().kernels, "fused");
+  EXPECT_EQ(window.inputs().framework, "megatron");
+  EXPECT_EQ(window.inputs().to_plan().train.framework, tessel::Framework::megatron);
+  in.kernels = "unfused";
+  in.framework = "pytorch";
   in.global_batch = 0;
   window.set_inputs(in);
   EXPECT_EQ(window.validation_error().toStdString(), "--global-batch: must be a positive integer, got 0");

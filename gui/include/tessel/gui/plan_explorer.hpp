@@ -127,7 +127,7 @@ class PlanExplorer : public QMainWindow {
   void simulate_selected();
   void show_simulation(const QByteArray& json, const QString& trace_file);
 
-  QComboBox *model_, *cluster_, *precision_;
+  QComboBox *model_, *cluster_, *precision_, *kernels_, *framework_;
   QSpinBox *nodes_, *batch_, *seq_, *ranks_;
   QLabel *error_label_, *status_;
   QPushButton *search_button_, *cancel_button_;
