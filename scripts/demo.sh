@@ -39,7 +39,8 @@ section "Plan: which layout is fastest, and does it fit"
 run plan --model gpt2-1.5b --cluster dgx-h100 --nodes 4 --global-batch 512 --top 5
 explain "Each row is one way to split GPT-2 1.5B over 32 H100s (dp/pp/tp: data, pipeline and tensor parallel ways; zero: how much optimizer state is sharded), fastest predicted step first; the rejected counts say why the other layouts cannot work (a head count that does not divide, memory that does not fit)."
 run plan --model gpt3-175b --cluster dgx-a100 --nodes 128 --global-batch 1536 --top 5
-explain "A 175B model does not fit by data parallelism alone: the best plans cut it into 8 pipeline stages (interleaved, 4 chunks each), shard it 2 or 4 ways by tensor parallelism with sequence parallelism, and shard optimizer state and gradients by ZeRO; the 'searched' line says how many layouts were priced, and in how little time."
+best175=$(grep -m1 '^ *1 ' "$last" | awk '{print "dp" $2 " pp" $3 " tp" $4}')
+explain "A 175B model does not fit by data parallelism alone: every plan shown shards it by tensor parallelism (tp, with sequence parallelism: +sp) and shards optimizer state and gradients by ZeRO, most cut it into pipeline stages (pp, interleaved chunks) or move part of the states to host memory (offload); the best here is ${best175}. The '!' marks an MFU above anything measured on A100 at this size, and the 'searched' line says how many layouts were priced, and in how little time."
 run plan --model mixtral-8x7b --cluster dgx-h100 --nodes 8 --global-batch 256 --top 5
 explain "A Mixture-of-Experts model (Mixtral 8x7B: 8 experts, 2 per token): ep shards the experts over ranks of the data-parallel group, and a2a is the share of the step the dispatch and combine all-to-alls take; layouts that shard experts over 8 ranks keep the most memory free."
 
@@ -115,6 +116,7 @@ run gui --screenshot "$out/gui-compare.png" --tab compare --db "$db"
 explain "The same comparison drawn: a parity scatter per op kind (on y = x when the prediction is right) and the measured timeline over the predicted one."
 
 source scripts/demo_cpu_loop_section.sh
+source scripts/demo_corpus_section.sh
 
 section "The plan explorer (GUI), rendered offscreen"
 run gui --screenshot "$out/gui-plans.png"
@@ -132,6 +134,7 @@ Files written by this demo (in $out/):
   gui-plans.png, gui-timeline.png, gui-compare.png   the GUI's tabs, rendered offscreen
   best-gpt3-175b.sh            the best GPT-3 175B plan as a Megatron-LM launch script
   tokens.bin, gpt-small/       an llm.c token shard, and trained weights as safetensors + config.json
+  corpus.db, corpus-calibration.txt   the H100 profile calibrated on published runs, every run's errors
 
 Try next:
   a model of your own (a preset, a tessel model JSON, or a Hugging Face config.json):

@@ -1,0 +1,20 @@
+# Sourced by scripts/demo.sh (`source scripts/demo_corpus_section.sh`): calibration on the
+# published corpus (corpus/published), then one search planned for two frameworks under
+# the calibrated profile. It uses demo.sh's helpers and variables (section, run, explain,
+# $tessel, $out, $last). The corpus calibration prints every run; the demo keeps the
+# fitted parameters and the summary lines (the full table is in $out/corpus-calibration.txt).
+
+section "Calibrate on published runs, plan for the framework that will train"
+corpus_db="$out/corpus.db"
+rm -f "$corpus_db" "$corpus_db-wal" "$corpus_db-shm"
+printf '\n$ tessel calibrate --published corpus/published --device H100-SXM --db %s   # (per-run rows cut)\n' \
+  "$corpus_db"
+"$tessel" calibrate --published corpus/published --device H100-SXM --db "$corpus_db" >"$out/corpus-calibration.txt"
+grep -E '^(== |fitted parameters|calibration runs|leave-one-out|held out|wall time)' "$out/corpus-calibration.txt" |
+  tee "$last"
+loo=$(sed -nE 's/^leave-one-out: +MAPE +([0-9.]+%).*/\1/p' "$last")
+explain "Fitted on the H100 runs others published (held-out sources only predicted): each run is predicted by a fit that did not see it within ${loo:-a few percent} on average. The megatron_memory_factor and compiled_memory_factor say Megatron-LM's and torch.compile's fused kernels run the ops between the GEMMs faster than eager PyTorch, whose runs most of the corpus are."
+search=(plan --model gpt3-13b --cluster dgx-h100 --nodes 4 --global-batch 256 --top 1 --db "$corpus_db")
+run "${search[@]}" --kernels fused
+run "${search[@]}" --kernels fused --framework megatron
+explain "The same search for flash attention in eager PyTorch, then in Megatron-LM: the calibrated profile prices each framework's own kernels, each step time carries its band from the leave-one-out errors, and an MFU above what the corpus measured for this size is marked '!'."
