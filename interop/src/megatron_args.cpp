@@ -244,7 +244,8 @@ void read_memory(Reader& r, Plan& plan) {
     } else if (*granularity == "full") {
       p.recompute = Recompute::full;
       const std::string method = o.take("--recompute-method").value_or("uniform");
-      const int per_chunk = plan.model.layers / std::max(1, p.pp * p.virtual_stages);
+      const int chunks = std::max(1, p.pp * p.virtual_stages);
+      const int per_chunk = (plan.model.layers + chunks - 1) / chunks;  // the fullest chunk's (stage_layers.hpp)
       const int count = o.take_int("--recompute-num-layers").value_or(1);
       if (method == "block" && count < per_chunk) {
         r.refuse_option("--recompute-num-layers", fmt::format("recomputes {} of the {} layers of each pipeline chunk; "

@@ -257,6 +257,14 @@ void read_parallel(NemoReader& r, Plan& plan) {
   p.tp = r.positive("model.tensor_model_parallel_size", 1);
   r.mapped("model.tensor_model_parallel_size", "parallel.tp");
   p.pp = r.positive("model.pipeline_model_parallel_size", 1);
+  // An uneven split: the export refuses NeMo for it, and the reader does not take the
+  // recipe's first/last stage counts, so it is refused here too (core/stage_layers.hpp).
+  if (p.pp > 1 && plan.model.layers % p.pp != 0) {
+    r.refuse_key("model.pipeline_model_parallel_size",
+                 fmt::format("{} layers do not split evenly into {} stages; tessel reads NeMo recipes with even "
+                             "pipeline splits only (export megatron or torchtitan for an uneven one)",
+                             plan.model.layers, p.pp));
+  }
   r.mapped("model.pipeline_model_parallel_size", "parallel.pp");
   p.sp = r.positive("model.context_parallel_size", 1);
   if (p.sp > 1) r.mapped("model.context_parallel_size", "parallel.sp");
@@ -294,7 +302,8 @@ void read_parallel(NemoReader& r, Plan& plan) {
     p.recompute = Recompute::full;
     const std::string method = r.text("model.activations_checkpoint_method").value_or("uniform");
     const int count = r.positive("model.activations_checkpoint_num_layers", 1);
-    const int per_chunk = plan.model.layers / std::max(1, p.pp * p.virtual_stages);
+    const int chunks = std::max(1, p.pp * p.virtual_stages);
+    const int per_chunk = (plan.model.layers + chunks - 1) / chunks;  // the fullest chunk's (stage_layers.hpp)
     if (method == "block" && count < per_chunk)
       r.refuse_key("model.activations_checkpoint_num_layers", fmt::format("checkpoints {} of the {} layers of each "
                                                                           "pipeline chunk; tessel models all or selective",

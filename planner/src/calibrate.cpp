@@ -237,21 +237,25 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
       return p->field == &Calibration::tp_overlap_efficiency || p->field == &Calibration::tp_overlap_gemm_slowdown;
     });
   }
-  // A factor moves only the rows of one framework (kernel kind), and with none of the
-  // other kind beside them it is the device scale again: fitted only where the rows hold
-  // both.
-  auto both_kinds = [&](auto is_kind) {
-    const auto count = std::count_if(rows.begin(), rows.end(), [&](std::size_t row) { return is_kind(*runs.run(row).plan); });
-    return count > 0 && std::size_t(count) < rows.size();
+  // A factor moves only the rows of one framework (kernel kind) against the device scale,
+  // which the pytorch rows (the fused-attention rows) set: fitted only where the rows hold
+  // both, else it and the scale share one direction.
+  auto any_row = [&](auto is_kind) {
+    return std::any_of(rows.begin(), rows.end(), [&](std::size_t row) { return is_kind(*runs.run(row).plan); });
   };
-  if (!both_kinds([](const Plan& plan) { return plan.train.framework == Framework::megatron; })) {
-    std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return p->field == &Calibration::megatron_memory_factor; });
+  auto drop = [&](double Calibration::*field) {
+    std::erase_if(objective.parameters, [field](const Calibration::Parameter* p) { return p->field == field; });
+  };
+  const bool pytorch_rows = any_row([](const Plan& plan) { return plan.train.framework == Framework::pytorch; });
+  if (!pytorch_rows || !any_row([](const Plan& plan) { return plan.train.framework == Framework::megatron; })) {
+    drop(&Calibration::megatron_memory_factor);
   }
-  if (!both_kinds([](const Plan& plan) { return plan.train.framework == Framework::torch_compile; })) {
-    std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return p->field == &Calibration::compiled_memory_factor; });
+  if (!pytorch_rows || !any_row([](const Plan& plan) { return plan.train.framework == Framework::torch_compile; })) {
+    drop(&Calibration::compiled_memory_factor);
   }
-  if (!both_kinds([](const Plan& plan) { return plan.train.kernels == Kernels::unfused; })) {
-    std::erase_if(objective.parameters, [](const Calibration::Parameter* p) { return p->field == &Calibration::unfused_attention_factor; });
+  if (!any_row([](const Plan& plan) { return plan.train.kernels == Kernels::fused; }) ||
+      !any_row([](const Plan& plan) { return plan.train.kernels == Kernels::unfused; })) {
+    drop(&Calibration::unfused_attention_factor);
   }
   objective.base = start;
   for (const Calibration::Parameter* p : objective.parameters) {

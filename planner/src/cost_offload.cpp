@@ -35,6 +35,8 @@ void CostModel::add_chunk_shapes(const ParallelConfig& p, const LayoutCost& c) c
   };
   c.chunks_first = shape_of(0);
   c.chunks_last = p.pp > 1 ? shape_of(p.pp - 1) : c.chunks_first;
+  // An uneven split leaves the ends a block short: a middle stage may hold the most.
+  c.chunks_middle = p.pp > 2 && model_.layers % p.pp != 0 ? shape_of(1) : nullptr;
 }
 
 CostModel::OffloadTotals CostModel::offload_totals(const ParallelConfig& p, const LayoutCost& c,
@@ -42,12 +44,14 @@ CostModel::OffloadTotals CostModel::offload_totals(const ParallelConfig& p, cons
   OffloadTotals out;
   out.memory = chunk_totals(*c.chunks_first, train_, p, micro_batches);
   out.copies = out.memory;
-  if (c.chunks_last == c.chunks_first) return out;
-  const ChunkTotals last = chunk_totals(*c.chunks_last, train_, p, micro_batches);
-  if (last.device_total_bytes() > out.memory.device_total_bytes()) out.memory = last;
-  if (last.host_to_device_bytes + last.device_to_host_bytes >
-      out.copies.host_to_device_bytes + out.copies.device_to_host_bytes) {
-    out.copies = last;
+  for (const auto& shape : {c.chunks_last, c.chunks_middle}) {
+    if (!shape || shape == c.chunks_first) continue;
+    const ChunkTotals other = chunk_totals(*shape, train_, p, micro_batches);
+    if (other.device_total_bytes() > out.memory.device_total_bytes()) out.memory = other;
+    if (other.host_to_device_bytes + other.device_to_host_bytes >
+        out.copies.host_to_device_bytes + out.copies.device_to_host_bytes) {
+      out.copies = other;
+    }
   }
   return out;
 }

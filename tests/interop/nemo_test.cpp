@@ -92,6 +92,9 @@ TEST(Nemo, KeysThatChangeCostTesselDoesNotModelAreRefusedByName) {
                 .find("model.activations_checkpoint_num_layers"),
             std::string::npos);
   EXPECT_EQ(refusal("  my_colour: teal\n"), "(accepted)");
+  // 4 layers over 3 stages: an uneven split, which the NeMo reader does not take.
+  EXPECT_NE(refusal("  pipeline_model_parallel_size: 3\n").find("model.pipeline_model_parallel_size: 4 layers"),
+            std::string::npos);
   try {
     import_run(Engine::nemo, "trainer: [1, 2\n", context_on("dgx-a100", 1));
     FAIL();

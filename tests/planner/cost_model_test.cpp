@@ -132,6 +132,30 @@ TEST(Memory, ZeroStagesShardStatesOverTheDataParallelGroup) {
   EXPECT_DOUBLE_EQ(chunked.comm.offload_bytes, chunked_plan.host_to_device_bytes + chunked_plan.device_to_host_bytes);
 }
 
+// An uneven split (core/stage_layers.hpp) leaves the two end stages a block short: chunked
+// offload is priced on the stage that holds the most, a middle one here.
+TEST(Memory, ChunkedOffloadOfAnUnevenSplitIsPricedOnTheFullestStage) {
+  Plan plan = Plan::from_json(Json::parse(R"({"model": {"name": "uniform", "layers": 10, "hidden": 2048, "heads": 16,
+      "vocab": 512, "seq_len": 512}, "cluster": "dgx-a100", "nodes": 1, "train": {"global_batch": 64},
+      "parallel": {"dp": 2, "pp": 4, "micro_batch": 1, "offload": {"mode": "chunked", "device_fraction": 0.5}}})"),
+                              "");
+  plan.validate();
+  const CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
+                        profiles::shipped_profile("A100-SXM-80GB"));
+  const Estimate e = model.estimate(plan.parallel);
+  const int micro_batches = plan.train.global_batch / (plan.parallel.dp * plan.parallel.micro_batch);
+  double most = 0;
+  for (int stage = 0; stage < plan.parallel.pp; ++stage) {
+    const ChunkTotals totals =
+        chunk_totals(chunk_stage_shape(plan.model, plan.parallel, stage), plan.train, plan.parallel, micro_batches);
+    most = std::max(most, totals.device_total_bytes());
+  }
+  const ChunkTotals first =
+      chunk_totals(chunk_stage_shape(plan.model, plan.parallel, 0), plan.train, plan.parallel, micro_batches);
+  ASSERT_GT(most, first.device_total_bytes()) << "a middle stage must hold more than the first for the test to mean anything";
+  EXPECT_DOUBLE_EQ(e.memory.parameters_bytes + e.memory.gradients_bytes + e.memory.optimizer_bytes, most);
+}
+
 TEST(Memory, ActivationsPerLayerFollowKorthikanti2022) {
   const CostModel model = model_on("gpt3-175b", "dgx-a100", 8, 64);
   const ModelSpec& m = model.model();

@@ -101,7 +101,9 @@ struct LayoutCost {
   // offload plan finished from this layout (plans without offload never pack); null for
   // MoE models, whose offload is priced from fractions of the stage's states. A layout
   // cost is finished by one thread at a time.
-  mutable std::shared_ptr<const ChunkStageShape> chunks_first, chunks_last;
+  // chunks_middle: a middle stage, set only for an uneven split, whose middle stages hold
+  // a block more than the two ends (core/stage_layers.hpp).
+  mutable std::shared_ptr<const ChunkStageShape> chunks_first, chunks_last, chunks_middle;
   mutable bool chunks_looked_up = false;
 };
 

@@ -50,8 +50,10 @@
 //    runs each elementwise op as a kernel of its own. Before calibration the corpus shows
 //    it: the datasheet model is 31-37% fast on llm-foundry's and torchtitan's H100 rows and
 //    within 1-11% on Megatron-LM's and NeMo's (docs/BENCHMARKS.md, "Fidelity"). Fitted only
-//    where the fitted rows hold both frameworks; the memory scale is then the pytorch rows'.
-//  - compiled_memory_factor: the same for train.framework torch.compile, whose Inductor
+//    where the fitted rows hold megatron and pytorch rows; the memory scale is then the
+//    pytorch rows'.
+//  - compiled_memory_factor: the same for train.framework torch.compile (beside pytorch
+//    rows), whose Inductor
 //    kernels fuse the elementwise ops eager PyTorch runs one by one: torchtitan's Llama
 //    3.1 8B on 8 H100s trains 16% faster with torch.compile than without (5,762 against
 //    6,667 tokens/s/GPU, docs/performance.md Table 1, its rows in corpus/published).
