@@ -101,9 +101,18 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
         break;
     }
   }
-  const double first_stage = c.activation_bytes_per_micro_batch * in_flight;
+  // 1F1B keeps pp - s micro-batches on stage s: the first stage keeps the most unless an
+  // uneven split left it a block short, when the second may hold more; GPipe keeps every
+  // micro-batch on every stage, so the fullest (a middle one) counts.
+  double first_stage = c.activation_bytes_per_micro_batch * in_flight;
+  if (p.pp > 1 && p.schedule == Schedule::one_f_one_b) {
+    first_stage = c.activation_bytes_per_micro_batch *
+                  std::max(c.first_stage_layer_share * in_flight,
+                           c.second_stage_layer_share * std::min(micro_batches, p.pp - 1));
+  }
   const double last_stage_in_flight = p.schedule == Schedule::gpipe ? micro_batches : 1;
-  const double last_stage = c.activation_bytes_per_micro_batch * last_stage_in_flight + c.logits_bytes;
+  const double last_stage =
+      c.activation_bytes_per_micro_batch * c.last_stage_layer_share * last_stage_in_flight + c.logits_bytes;
   // Under full recompute one layer at a time is rebuilt during the backward, on every stage.
   memory.activations_bytes =
       (p.pp == 1 ? c.activation_bytes_per_micro_batch + c.logits_bytes : std::max(first_stage, last_stage)) +

@@ -215,10 +215,17 @@ void CostModel::add_head_times(const ParallelConfig& p, const BlockOpTable& tabl
 void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& table, const Groups& groups,
                                  LayoutCost& c) const {
   const TensorSplits split = tensor_splits(p);
-  // The fullest stage's activations: with an uneven split the first stage, which keeps
-  // the most micro-batches in flight, holds a block fewer, so this bounds it from above.
+  // The fullest stage's activations; with an uneven split the first and the last stage
+  // hold a block fewer, which finish() reads from the shares (dense models; an MoE
+  // model's stages are priced at the fullest).
   const double layers = double(most_layers_per_stage(model_, p));
   const double moe_layers = c.moe_layers_on_stage;
+  if (p.pp > 1 && moe_layers == 0 && p.schedule != Schedule::interleaved) {
+    auto share = [&](int stage) { return double(virtual_stage_layers(model_.layers, p.pp, stage).count) / layers; };
+    c.first_stage_layer_share = share(0);
+    c.second_stage_layer_share = share(1);
+    c.last_stage_layer_share = share(p.pp - 1);
+  }
   const double tokens = table.tokens;  // rows of every activation
   c.activation_bytes_per_micro_batch = (layers - moe_layers) * activation_bytes_per_layer(p);
   if (moe_layers > 0) c.activation_bytes_per_micro_batch += moe_layers * activation_bytes_per_layer(p, true);

@@ -80,3 +80,26 @@ TEST(StageMemory, OneFOneBKeepsPipelineMinusStageInFlight) {
   p.schedule = Schedule::gpipe;
   for (int s = 0; s < 4; ++s) EXPECT_EQ(in_flight_micro_batches(p, s, 8), 8);
 }
+
+// An uneven split (core/stage_layers.hpp): 94 layers over 8 stages hold 11 on the first
+// and the last and 12 between. Under 1F1B the first stage keeps 8 micro-batches of 11
+// layers and the second 7 of 12; the estimate's activations are the busiest stage's.
+TEST(StageMemory, AnUnevenSplitsBusiestStageIsTheEstimatesDevice) {
+  TrainSpec train;
+  train.global_batch = 64;
+  const ClusterSpec cluster = resolve_cluster("dgx-a100");
+  ModelSpec spec = resolve_model("gpt3-175b");
+  spec.layers = 94;
+  const CostModel model(spec, train, cluster, 16, cluster.gpus_per_node, profiles::shipped_profile(cluster.device));
+  for (Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
+    const ParallelConfig p = layout(2, 8, 8, schedule, 1);
+    const MemoryBreakdown estimate = model.estimate(p).memory;
+    double busiest_activations = 0;
+    for (int s = 0; s < p.pp; ++s) {
+      busiest_activations = std::max(busiest_activations, stage_memory(model, p, s).activations_bytes);
+    }
+    EXPECT_NEAR(estimate.activations_bytes, busiest_activations, 1e-9 * busiest_activations)
+        << (schedule == Schedule::gpipe ? "gpipe" : "1f1b");
+  }
+}
+

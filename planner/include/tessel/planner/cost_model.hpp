@@ -50,7 +50,10 @@ struct LayoutCost {
   double p2p_bytes = 0;              // one activation (or its gradient) between stages
   double p2p_intra_s = 0, p2p_inter_s = 0;  // that send inside a node, between nodes
   int stages_per_node = 1;
-  double activation_bytes_per_micro_batch = 0;  // stored by the stage for one micro-batch
+  double activation_bytes_per_micro_batch = 0;  // stored by the fullest stage for one micro-batch
+  // An uneven split (core/stage_layers.hpp): the blocks of the first, the second and the
+  // last stage over the fullest stage's, which scale its activations (1 when even or MoE).
+  double first_stage_layer_share = 1, second_stage_layer_share = 1, last_stage_layer_share = 1;
   double rematerialised_bytes = 0;   // full recompute: one layer rebuilt in the backward, once
   double logits_bytes = 0;           // last stage, one micro-batch
   // The trainer's temporaries (trainer_temporaries.cpp) of a stage without and with the
