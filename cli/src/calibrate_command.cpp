@@ -109,6 +109,18 @@ std::string describe(const ErrorSummary& s) {
                      100 * s.signed_mean, 100 * s.worst, s.rows);
 }
 
+// Leave-one-out per framework, where the fitted rows hold more than one: how well the
+// corrections of each framework's kernels (profiles/calibration.hpp) predict its runs.
+void print_by_framework(const planner::RunSet& runs, const planner::DeviceCalibration& c) {
+  std::map<Framework, std::vector<std::size_t>> rows_of;
+  for (std::size_t row : c.fitted_rows) rows_of[runs.run(row).plan->train.framework].push_back(row);
+  if (rows_of.size() < 2) return;
+  for (const auto& [framework, rows] : rows_of) {
+    const std::string label = fmt::format("leave-one-out, {}:", to_string(framework));
+    std::cout << fmt::format("{:<25} ", label) << describe(summarise(c.leave_one_out_s, runs, rows)) << "\n";
+  }
+}
+
 void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c) {
   Table table({"run", "measured as", "measured", "before", "error", "after", "error", "leave-one-out"});
   auto add = [&](std::size_t row) {
@@ -208,6 +220,7 @@ int run_calibrate(const CalibrateArgs& args) {
     std::cout << "calibration runs, before: " << describe(summarise(c.before_s, set, c.fitted_rows)) << "\n";
     std::cout << "calibration runs, after:  " << describe(summarise(c.after_s, set, c.fitted_rows)) << "\n";
     std::cout << "leave-one-out:            " << describe(summarise(c.leave_one_out_s, set, c.fitted_rows)) << "\n";
+    print_by_framework(set, c);
     if (!c.held_out_rows.empty()) {
       std::cout << "held out, before:         " << describe(summarise(c.before_s, set, c.held_out_rows)) << "\n";
       std::cout << "held out, after:          " << describe(summarise(c.after_s, set, c.held_out_rows)) << "\n";
