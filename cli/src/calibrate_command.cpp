@@ -109,15 +109,18 @@ std::string describe(const ErrorSummary& s) {
                      100 * s.signed_mean, 100 * s.worst, s.rows);
 }
 
-// Leave-one-out per framework, where the fitted rows hold more than one: how well the
-// corrections of each framework's kernels (profiles/calibration.hpp) predict its runs.
+// Before calibration and leave-one-out per framework, where the fitted rows hold more than
+// one: how far the datasheet model is from each framework's runs, and how well the
+// corrections of its kernels (profiles/calibration.hpp) then predict them.
 void print_by_framework(const planner::RunSet& runs, const planner::DeviceCalibration& c) {
   std::map<Framework, std::vector<std::size_t>> rows_of;
   for (std::size_t row : c.fitted_rows) rows_of[runs.run(row).plan->train.framework].push_back(row);
   if (rows_of.size() < 2) return;
   for (const auto& [framework, rows] : rows_of) {
-    const std::string label = fmt::format("leave-one-out, {}:", to_string(framework));
-    std::cout << fmt::format("{:<25} ", label) << describe(summarise(c.leave_one_out_s, runs, rows)) << "\n";
+    for (const auto& [when, predicted] : {std::pair{"before", &c.before_s}, std::pair{"leave-one-out", &c.leave_one_out_s}}) {
+      const std::string label = fmt::format("{}, {}:", when, to_string(framework));
+      std::cout << fmt::format("{:<30}", label) << describe(summarise(*predicted, runs, rows)) << "\n";
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 namespace tessel {
 
@@ -75,9 +76,7 @@ Reject check_layout(const ModelSpec& model, const TrainSpec& train, const Parall
   if (seq % p.sp != 0) return Reject::seq_split;
   if ((std::int64_t(p.micro_batch) * (seq / p.sp)) % split.tokens != 0) return Reject::tokens_split;
   // Even, or one block fewer on the first and on the last stage (stage_layers.hpp).
-  if (model.layers < p.pp || (model.layers + p.pp - 1) / p.pp * p.pp - model.layers > 2) {
-    return Reject::layers_per_stage;
-  }
+  if (!splits_into(model.layers, p.pp)) return Reject::layers_per_stage;
   if (train.global_batch % (std::int64_t(p.dp) * p.micro_batch) != 0) return Reject::batch_split;
   if (!model.moe.enabled()) {
     if (p.ep != 1) return Reject::ep_dense;

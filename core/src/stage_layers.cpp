@@ -18,11 +18,23 @@ namespace {
 int give_up_order(int chunks, int k) { return k <= chunks - 1 - k ? 2 * k : 2 * (chunks - 1 - k) + 1; }
 }  // namespace
 
+bool splits_into(int layers, int chunks) {
+  return chunks >= 1 && layers >= chunks && most_layers_per_chunk(layers, chunks) * chunks - layers <= 2;
+}
+
+int most_layers_per_chunk(int layers, int chunks) { return (layers + chunks - 1) / chunks; }
+
+ShortEnds short_ends(int layers, int stages) {
+  const int most = most_layers_per_chunk(layers, stages);
+  return {virtual_stage_layers(layers, stages, 0).count < most,
+          virtual_stage_layers(layers, stages, stages - 1).count < most};
+}
+
 LayerSpan virtual_stage_layers(int layers, int chunks, int k) {
   if (chunks < 1 || layers < chunks || k < 0 || k >= chunks) {
     throw Error(fmt::format("virtual_stage_layers: chunk {} of {} over {} layers", k, chunks, layers));
   }
-  const int most = (layers + chunks - 1) / chunks;
+  const int most = most_layers_per_chunk(layers, chunks);
   const int short_chunks = most * chunks - layers;  // < chunks
   LayerSpan span;
   for (int j = 0; j < k; ++j) span.first += most - (give_up_order(chunks, j) < short_chunks ? 1 : 0);
@@ -42,7 +54,7 @@ LayerSpan chunk_layers(const ModelSpec& model, const ParallelConfig& p, int stag
 // the share times the chunks.
 int most_layers_per_stage(const ModelSpec& model, const ParallelConfig& p) {
   const int chunks = p.pp * chunks_per_stage(p);
-  return (model.layers + chunks - 1) / chunks * chunks_per_stage(p);
+  return most_layers_per_chunk(model.layers, chunks) * chunks_per_stage(p);
 }
 
 int virtual_stage_of_layer(int layers, int chunks, int layer) {

@@ -244,8 +244,7 @@ void read_memory(Reader& r, Plan& plan) {
     } else if (*granularity == "full") {
       p.recompute = Recompute::full;
       const std::string method = o.take("--recompute-method").value_or("uniform");
-      const int chunks = std::max(1, p.pp * p.virtual_stages);
-      const int per_chunk = (plan.model.layers + chunks - 1) / chunks;  // the fullest chunk's (stage_layers.hpp)
+      const int per_chunk = most_layers_per_chunk(plan.model.layers, std::max(1, p.pp * p.virtual_stages));
       const int count = o.take_int("--recompute-num-layers").value_or(1);
       if (method == "block" && count < per_chunk) {
         r.refuse_option("--recompute-num-layers", fmt::format("recomputes {} of the {} layers of each pipeline chunk; "
@@ -282,10 +281,10 @@ void read_uneven_stages(Reader& r, const Plan& plan) {
   }
   const std::string spelled = first ? first_name : last_name;
   if (pp < 2 || layers < pp) r.refuse_option(spelled, "needs a pipeline (--pipeline-model-parallel-size 2 or more)");
-  const int first_count = virtual_stage_layers(layers, pp, 0).count, last_count = virtual_stage_layers(layers, pp, pp - 1).count;
-  const int middle = virtual_stage_layers(layers, pp, pp / 2).count;
-  const bool uneven_ok = layers >= pp && (layers + pp - 1) / pp * pp - layers <= 2;
-  if (!uneven_ok || first.value_or(middle) != first_count || last.value_or(middle) != last_count) {
+  const int middle = most_layers_per_chunk(layers, pp);
+  const ShortEnds ends = short_ends(layers, pp);
+  const int first_count = middle - ends.first, last_count = middle - ends.last;
+  if (!splits_into(layers, pp) || first.value_or(middle) != first_count || last.value_or(middle) != last_count) {
     r.refuse_option(spelled, fmt::format("tessel prices {} layers over {} stages as {} on the first stage, {} between and {} "
                                          "on the last (one fewer at the ends, core/stage_layers.hpp), not this split",
                                          layers, pp, first_count, middle, last_count));

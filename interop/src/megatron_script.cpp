@@ -89,10 +89,10 @@ std::vector<std::string> parallel_options(const Plan& plan) {
   // An uneven split (core/stage_layers.hpp): Megatron-LM places the short ends by name.
   // Megatron spreads the rest evenly over the stages it was not told about.
   if (p.pp > 1 && plan.model.layers % p.pp != 0) {
-    const int most = (plan.model.layers + p.pp - 1) / p.pp;
-    const int first = chunk_layers(plan.model, p, 0, 0).count, last = chunk_layers(plan.model, p, p.pp - 1, 0).count;
-    if (first < most) add(lines, fmt::format("--decoder-first-pipeline-num-layers {}", first));
-    if (last < most) add(lines, fmt::format("--decoder-last-pipeline-num-layers {}", last));
+    const ShortEnds ends = short_ends(plan.model.layers, p.pp);
+    const int most = most_layers_per_chunk(plan.model.layers, p.pp);
+    if (ends.first) add(lines, fmt::format("--decoder-first-pipeline-num-layers {}", most - 1));
+    if (ends.last) add(lines, fmt::format("--decoder-last-pipeline-num-layers {}", most - 1));
   }
   if (p.sp > 1) add(lines, fmt::format("--context-parallel-size {}", p.sp));
   if (p.tp_sequence_parallel) add(lines, "--sequence-parallel");

@@ -20,6 +20,7 @@
 #include "engines.hpp"
 #include "megatron_family.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 namespace tessel::interop::detail {
 
@@ -302,8 +303,7 @@ void read_parallel(NemoReader& r, Plan& plan) {
     p.recompute = Recompute::full;
     const std::string method = r.text("model.activations_checkpoint_method").value_or("uniform");
     const int count = r.positive("model.activations_checkpoint_num_layers", 1);
-    const int chunks = std::max(1, p.pp * p.virtual_stages);
-    const int per_chunk = (plan.model.layers + chunks - 1) / chunks;  // the fullest chunk's (stage_layers.hpp)
+    const int per_chunk = most_layers_per_chunk(plan.model.layers, std::max(1, p.pp * p.virtual_stages));
     if (method == "block" && count < per_chunk)
       r.refuse_key("model.activations_checkpoint_num_layers", fmt::format("checkpoints {} of the {} layers of each "
                                                                           "pipeline chunk; tessel models all or selective",

@@ -165,11 +165,10 @@ std::string parallelism_table(const Plan& near) {
       out += fmt::format("pipeline_parallel_layers_per_stage = {}\n", near.model.layers / (p.pp * p.virtual_stages));
     // tessel's split (core/stage_layers.hpp): even, or the end stages one block short,
     // which torchtitan spells as layers the embedding and the head stand for.
-    const int most = (near.model.layers + p.pp - 1) / p.pp;
-    const bool first_short = p.schedule != Schedule::interleaved && chunk_layers(near.model, p, 0, 0).count < most;
-    const bool last_short = p.schedule != Schedule::interleaved && chunk_layers(near.model, p, p.pp - 1, 0).count < most;
-    out += fmt::format("pipeline_parallel_first_stage_less_layers = {}\n", first_short ? 1 : 0);
-    out += fmt::format("pipeline_parallel_last_stage_less_layers = {}\n", last_short ? 1 : 0);
+    const ShortEnds ends =
+        p.schedule == Schedule::interleaved ? ShortEnds{} : short_ends(near.model.layers, p.pp);
+    out += fmt::format("pipeline_parallel_first_stage_less_layers = {}\n", ends.first ? 1 : 0);
+    out += fmt::format("pipeline_parallel_last_stage_less_layers = {}\n", ends.last ? 1 : 0);
   }
   out += fmt::format("context_parallel_degree = {}\n", p.sp);
   return out;

@@ -220,7 +220,7 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   // model's stages are priced at the fullest).
   const double layers = double(most_layers_per_stage(model_, p));
   const double moe_layers = c.moe_layers_on_stage;
-  if (p.pp > 1 && moe_layers == 0 && p.schedule != Schedule::interleaved) {
+  if (model_.layers % p.pp != 0 && moe_layers == 0 && p.schedule != Schedule::interleaved) {
     auto share = [&](int stage) { return double(virtual_stage_layers(model_.layers, p.pp, stage).count) / layers; };
     c.first_stage_layer_share = share(0);
     c.second_stage_layer_share = share(1);

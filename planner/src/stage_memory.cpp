@@ -29,7 +29,7 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
   if (stage < 0 || stage >= p.pp) throw Error(fmt::format("stage: {} is not a stage of pp {}", stage, p.pp));
   const ModelSpec& spec = model.model();
   const TrainSpec& train = model.train();
-  const int chunks = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  const int chunks = chunks_per_stage(p);
   const BlockOpTable table = block_op_table(spec, model.seq_len(), p, train.precision, train.kernels);
   const bool first = stage == 0, last = stage == p.pp - 1;
 

@@ -121,20 +121,23 @@ TEST(Corpus, EveryFileParsesWithItsSourceFields) {
   }
 }
 
-// A calibration keeps one correction for Megatron's fused kernels (train.framework), so a
-// row tessel prices must say which framework ran it: the default is never a silent guess.
-TEST(Corpus, EveryPricedRunNamesItsFramework) {
-  int megatron = 0, pytorch = 0;
+// A calibration keeps one correction per framework's kernels (train.framework), so a
+// calibration row tessel prices must say which framework ran it: the default is never a
+// silent guess. Held-out files are left as they were written (never edited to move their
+// predictions), so they are predicted with what they state.
+TEST(Corpus, EveryPricedCalibrationRunNamesItsFramework) {
+  int megatron = 0, other = 0;
   for (const CorpusFile& file : corpus()) {
+    if (file.json["source"]["held_out"].get<bool>()) continue;
     for (const Json& run : file.json["runs"]) {
       if (run.contains("tessel_rejects")) continue;
       SCOPED_TRACE(run_label(file, run));
       ASSERT_TRUE(run["train"].contains("framework"));
-      (run["train"]["framework"] == "megatron" ? megatron : pytorch) += 1;
+      (run["train"]["framework"] == "megatron" ? megatron : other) += 1;
     }
   }
   EXPECT_GT(megatron, 0);
-  EXPECT_GT(pytorch, 0);
+  EXPECT_GT(other, 0);
 }
 
 TEST(Corpus, EveryRunHasAUniqueIdACiteAndAMeasurement) {

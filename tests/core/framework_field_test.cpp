@@ -3,18 +3,15 @@
 // line naming the field and the allowed values.
 #include <gtest/gtest.h>
 
+#include "plan_checks.hpp"
+
 #include "tessel/core/error.hpp"
 #include "tessel/core/plan.hpp"
 
 using namespace tessel;
 
 namespace {
-Json plan_json(const Json& train) {
-  Json json = Json::parse(R"({"model": "gpt2-124m", "cluster": "dgx-a100", "nodes": 1,
-      "parallel": {"dp": 8, "micro_batch": 2}})");
-  json["train"] = train;
-  return json;
-}
+Json plan_json(const Json& train) { return test::plan_json_with_train(train); }
 }  // namespace
 
 TEST(FrameworkField, DefaultsToPytorchAndStaysOutOfTheJson) {

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "validation_error.hpp"
+#include "plan_checks.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/program.hpp"
 #include "tessel/core/stage_layers.hpp"

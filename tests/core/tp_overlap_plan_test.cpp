@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "validation_error.hpp"
+#include "plan_checks.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/op_names.hpp"
 #include "tessel/core/program.hpp"

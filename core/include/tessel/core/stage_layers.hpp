@@ -26,6 +26,21 @@ struct LayerSpan {
   bool operator==(const LayerSpan&) const = default;
 };
 
+// Whether `layers` blocks split into `chunks` by this rule as plans accept it: evenly, or
+// with at most the first and the last chunk one block short.
+bool splits_into(int layers, int chunks);
+
+// Blocks of the fullest of `chunks` chunks.
+int most_layers_per_chunk(int layers, int chunks);
+
+// Which end stages of a one-chunk-per-stage split hold a block fewer than the fullest:
+// what Megatron-LM's --decoder-first/last-pipeline-num-layers and torchtitan's
+// less-layers counts spell.
+struct ShortEnds {
+  bool first = false, last = false;
+};
+ShortEnds short_ends(int layers, int stages);
+
 // The blocks of virtual stage `k` (0-based) of `chunks` over `layers` blocks
 // (layers >= chunks >= 1).
 LayerSpan virtual_stage_layers(int layers, int chunks, int k);

@@ -48,8 +48,9 @@
 //    this. The frameworks fuse differently: Megatron fuses bias-GeLU, bias-dropout-add and
 //    the masked softmax and runs Transformer Engine's fused layers, while eager PyTorch
 //    runs each elementwise op as a kernel of its own. Before calibration the corpus shows
-//    it: the datasheet model is 31-37% fast on llm-foundry's and torchtitan's H100 rows and
-//    within 1-11% on Megatron-LM's and NeMo's (docs/BENCHMARKS.md, "Fidelity"). Fitted only
+//    it: the datasheet model's signed mean error on the H100 calibration rows is -31.4% for
+//    eager PyTorch's and +3.1% for Megatron-LM's and NeMo's (`tessel calibrate` prints it
+//    per framework; docs/BENCHMARKS.md, "Fidelity"). Fitted only
 //    where the fitted rows hold megatron and pytorch rows; the memory scale is then the
 //    pytorch rows'.
 //  - compiled_memory_factor: the same for train.framework torch.compile (beside pytorch
