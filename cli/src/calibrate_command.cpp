@@ -42,6 +42,7 @@ struct CalibrateArgs {
   std::string held_out_runs;  // run ids priced with the fit, never fitted on
   std::string unstated_kernels = "unfused";
   int max_evaluations = 400;
+  double prior_weight = planner::CalibrationOptions{}.prior_weight;
   bool simulated = false;            // also simulate the rows (calibrate_simulated.hpp)
   std::string simulated_rows;        // "all" or calibration rows per device; empty = the default
 };
@@ -206,6 +207,10 @@ int run_calibrate(const CalibrateArgs& args) {
     throw Error(fmt::format("--max-evaluations: must be a positive integer, got {}", args.max_evaluations));
   }
   options.max_evaluations = args.max_evaluations;
+  if (!(args.prior_weight >= 0) || !std::isfinite(args.prior_weight)) {
+    throw Error(fmt::format("--prior-weight: must be a finite number >= 0, got {}", args.prior_weight));
+  }
+  options.prior_weight = args.prior_weight;
 
   std::vector<profiles::Profile> written;
   for (const std::string& device : devices) {
@@ -273,6 +278,9 @@ Command add_calibrate_command(CLI::App& app) {
                   "Parameters to fit, or all (the default): " + profiles::Calibration::parameter_names())
       ->delimiter(',');
   cmd->add_option("--max-evaluations", args->max_evaluations, "Cost-model evaluations per fit (default 400)");
+  cmd->add_option("--prior-weight", args->prior_weight,
+                  "Pull toward the profile's own values: MAPE + weight x squared moves of the parameters, each "
+                  "range mapped to [0, 1] (default 0.003; 0 fits the MAPE alone)");
   cmd->add_flag("--simulated", args->simulated,
                 "Also simulate the runs (SimGrid, whole clusters) before, after and leave-one-out, and store the "
                 "simulator's own error band in the profile");

@@ -92,7 +92,7 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
   model.set_calibration(probe);
   const LayoutCost direct = model.layout_cost(parallel);
   LayoutCost combined = layout_at(basis.at_defaults, basis.slope, probe);
-  basis.affine = true;
+  basis.affine = !basis.at_defaults.stage_chosen_by_time;
   zip_times(combined, direct, [&](double& a, double b) {
     if (std::abs(a - b) > 1e-9 * std::max(std::abs(b), 1e-12)) basis.affine = false;
   });
@@ -178,8 +178,10 @@ struct Objective {
   std::vector<const Calibration::Parameter*> parameters;
   std::vector<double> upper;  // each parameter's bound on the runs' device kind
   Calibration base;
+  std::vector<double> prior;  // each parameter's starting value, normalised
+  double prior_weight = 0;
   int evaluations = 0;
-  double best_mape = std::numeric_limits<double>::infinity();
+  double best_objective = std::numeric_limits<double>::infinity(), best_mape = best_objective;
   Calibration best;
 
   Calibration at(const std::vector<double>& unit) const {
@@ -193,9 +195,15 @@ struct Objective {
   double operator()(const std::vector<double>& unit) {
     const Calibration c = at(unit);
     const double mape = mean_absolute_percentage_error(runs->predict_fast(c, *rows), *runs, *rows);
+    double moved = 0;
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      const double d = std::clamp(unit[i], 0.0, 1.0) - prior[i];
+      moved += d * d;
+    }
+    const double value = mape + prior_weight * moved;
     ++evaluations;
-    if (mape < best_mape) best_mape = mape, best = c;
-    return mape;
+    if (value < best_objective) best_objective = value, best_mape = mape, best = c;
+    return value;
   }
 };
 
@@ -274,14 +282,17 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
     const Calibration::Parameter& p = *objective.parameters[i];
     unit[i] = (objective.base.*(p.field) - p.lower) / (objective.upper[i] - p.lower);
   }
+  objective.prior = unit;
+  objective.prior_weight = options.prior_weight;
   // Subplex stops where its simplex has shrunk, often short of the minimum of a MAPE
   // with kinks; a fresh start from the best point found (a new initial step) goes on
   // from there. Restarts end when one improves the MAPE by less than
   // options.restart_gain (absolute).
   double previous_best = std::numeric_limits<double>::quiet_NaN();
   for (int attempt = 0;
-       attempt <= options.restarts && !(objective.best_mape > previous_best - options.restart_gain); ++attempt) {
-    previous_best = objective.best_mape;
+       attempt <= options.restarts && !(objective.best_objective > previous_best - options.restart_gain);
+       ++attempt) {
+    previous_best = objective.best_objective;
     if (attempt > 0) {
       for (std::size_t i = 0; i < n; ++i) {
         const Calibration::Parameter& p = *objective.parameters[i];

@@ -296,7 +296,8 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   forward_s += p2p_s / 2;  // half the sends carry activations forward, half gradients back
   backward_s += p2p_s / 2;
   out.time_s[K(TimeKind::pp_p2p)] = micro_batches * p2p_s;
-  out.time_s[K(TimeKind::pp_bubble)] = (p.pp - 1) * (forward_s + backward_s) / virtual_stages;
+  const double other_stages = c.other_stages_work >= 0 ? c.other_stages_work : p.pp - 1.0;
+  out.time_s[K(TimeKind::pp_bubble)] = other_stages * (forward_s + backward_s) / virtual_stages;
 
   // Offload plans are priced from the chunk plan (MoE models: from fractions).
   OffloadTotals offload_here;

@@ -115,12 +115,10 @@ double CostModel::moe_layers_on_busiest_stage(const ParallelConfig& p) const {
 // The stage's transformer layers (dense and MoE blocks): forward, backward, the
 // recompute mode's replay, and their tensor-, sequence- and expert-parallel traffic.
 void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, const Prices& moe, double moe_layers,
-                                LayoutCost& c) const {
+                                double stage_layers, LayoutCost& c) const {
   c.block_tp_forward_bytes = block.tp.bytes;
   c.block_tp_forward_messages = block.tp.messages;
-  // The fullest stage sets the pipeline's pace (stage_layers.hpp: an uneven split leaves
-  // the first and the last stage one block short).
-  const double layers = double(most_layers_per_stage(model_, p)) - moe_layers;
+  const double layers = stage_layers - moe_layers;
   const double recompute_factor = p.recompute == Recompute::full ? 1.0 : 0.0;
   // Dense blocks, then MoE blocks (none for a dense model: the sums are the dense ones).
   auto both = [&](auto part) { return layers * part(block) + moe_layers * part(moe); };
@@ -175,10 +173,17 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   if (moe_layers > 0) keep_pairs(moe, moe_layers);
 }
 
-// The LM head and loss on the last stage (the embedding too when pp == 1), and the
-// pipeline's sends, priced per schedule in finish().
+// The LM head and loss on the last stage (the embedding too when pp == 1) when the
+// priced stage is the last, and the pipeline's sends, priced per schedule in finish().
 void CostModel::add_head_times(const ParallelConfig& p, const BlockOpTable& table, const Groups& groups,
-                               LayoutCost& c) const {
+                               bool with_head, LayoutCost& c) const {
+  if (p.pp > 1) {
+    c.stages_per_node = std::max(1, gpus_per_node_ / RankLayout(p).ranks_per_stage());
+    c.p2p_bytes = table.stage_boundary_bytes;
+    c.p2p_intra_s = costs_.collective_time_s(Collective::send_recv, GroupPlacement{2, 2}, c.p2p_bytes);
+    c.p2p_inter_s = costs_.collective_time_s(Collective::send_recv, GroupPlacement{2, 1}, c.p2p_bytes);
+  }
+  if (!with_head) return;
   const Prices head = price(table.head, groups);
   c.forward_s[K(TimeKind::gemm)] += head.gemm_s;
   c.backward_s[K(TimeKind::gemm)] += 2 * head.gemm_s;
@@ -201,12 +206,6 @@ void CostModel::add_head_times(const ParallelConfig& p, const BlockOpTable& tabl
   CommVolume& comm = c.comm_per_micro_batch;
   comm.tp_bytes = comm.tp_bytes + head_comm.bytes + head_backward_comm.bytes;
   comm.tp_messages = comm.tp_messages + head_comm.messages + head_backward_comm.messages;
-  if (p.pp > 1) {
-    c.stages_per_node = std::max(1, gpus_per_node_ / RankLayout(p).ranks_per_stage());
-    c.p2p_bytes = table.stage_boundary_bytes;
-    c.p2p_intra_s = costs_.collective_time_s(Collective::send_recv, GroupPlacement{2, 2}, c.p2p_bytes);
-    c.p2p_inter_s = costs_.collective_time_s(Collective::send_recv, GroupPlacement{2, 1}, c.p2p_bytes);
-  }
 }
 
 // What the stage holds: activations and logits per micro-batch, its parameters, and the
@@ -289,9 +288,44 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
         int(std::count_if(members.begin(), members.end(), [&](int rank) { return rank < gpus_per_node_; }));
   }
   const Prices dense = price(table.block, groups);
-  add_block_times(p, dense, c.moe_layers_on_stage > 0 ? price(table.moe_block, groups) : dense, c.moe_layers_on_stage,
-                  c);
-  add_head_times(p, table, groups, c);
+  const Prices moe = c.moe_layers_on_stage > 0 ? price(table.moe_block, groups) : dense;
+  // The busiest stage sets the pipeline's pace. Evenly split, that is the last (its
+  // blocks and the head). An uneven split leaves the ends a block short because they
+  // carry the embedding and the head (stage_layers.hpp): then the pace is the busier of
+  // a full middle stage and the last stage, compared by their forward and backward
+  // time, and the pipeline's fill and drain pass through the other stages at their own
+  // pace (other_stages_work). The first stage's embedding is a lookup, priced as no
+  // work. MoE models keep the fullest count with the head (their blocks differ stage by
+  // stage).
+  const int most = most_layers_per_stage(model_, p);
+  auto price_stage = [&](double layers, bool with_head) {
+    LayoutCost stage = c;
+    add_block_times(p, dense, moe, c.moe_layers_on_stage, layers, stage);
+    add_head_times(p, table, groups, with_head, stage);
+    return stage;
+  };
+  const bool uneven = p.pp > 1 && c.moe_layers_on_stage == 0 && model_.layers % p.pp != 0 &&
+                      p.schedule != Schedule::interleaved;
+  if (!uneven) {
+    c = price_stage(most, true);
+  } else {
+    auto busy_s = [](const LayoutCost& x) {
+      double sum = 0;
+      for (std::size_t k = 0; k < x.forward_s.size(); ++k) sum += x.forward_s[k] + x.backward_s[k];
+      return sum;
+    };
+    const LayoutCost middle = price_stage(most, false);
+    const double block_s = busy_s(middle) / most;
+    const double head_s = busy_s(price_stage(most, true)) - busy_s(middle);
+    const int last_blocks = virtual_stage_layers(model_.layers, p.pp, p.pp - 1).count;
+    const double last_s = last_blocks * block_s + head_s;
+    double all_s = last_s;
+    for (int s = 0; s + 1 < p.pp; ++s) all_s += virtual_stage_layers(model_.layers, p.pp, s).count * block_s;
+    const double busiest_s = std::max(last_s, most * block_s);
+    c = last_s >= most * block_s ? price_stage(last_blocks, true) : middle;
+    c.other_stages_work = (all_s - busiest_s) / busiest_s;
+    c.stage_chosen_by_time = true;
+  }
   c.forward_compute_s = c.forward_s[K(TimeKind::gemm)] + c.forward_s[K(TimeKind::attention)] +
                         c.forward_s[K(TimeKind::elementwise)];
   c.backward_compute_s = c.backward_s[K(TimeKind::gemm)] + c.backward_s[K(TimeKind::attention)] +

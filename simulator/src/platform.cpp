@@ -23,17 +23,21 @@ std::vector<unsigned long> torus_sides(int nodes, int dimensions) {
 }
 
 // Each node reaches the others through one uplink with the node's NIC bandwidth (already
-// divided by oversubscription in the lookup).
+// divided by oversubscription in the lookup). Links carry the profile's bandwidths times
+// the calibrated bus efficiencies (profiles/calibration.hpp), as the planner's
+// collective times divide by them: the two models must price one profile alike.
 ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profiles::CostLookup& costs, int world,
                                        int gpn, bool contention_free) {
   ClusterPlatform out;
   out.nodes = std::max(1, (world + gpn - 1) / gpn);
   out.intra_alpha_s = costs.intra_latency_s();
   out.inter_alpha_s = std::max(costs.inter_latency_s(), out.intra_alpha_s);
-  out.device_bandwidth = costs.intra_bandwidth_bytes_per_s();
+  const profiles::Calibration& calibration = costs.calibration();
+  out.device_bandwidth = costs.intra_bandwidth_bytes_per_s() * calibration.intra_bus_efficiency;
   // The node's uplink carries every device's share; without contention no flow may use
   // more than one device's share.
-  out.node_bandwidth = costs.inter_bandwidth_per_device_bytes_per_s() * (contention_free ? 1 : gpn);
+  out.node_bandwidth =
+      costs.inter_bandwidth_per_device_bytes_per_s() * calibration.inter_bus_efficiency * (contention_free ? 1 : gpn);
   auto policy = [&](sg4::SplitDuplexLink* link) {
     if (contention_free) {
       link->get_link_up()->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
@@ -104,7 +108,8 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
   // Torus and dragonfly: SimGrid's cluster zones with the nodes as leaves; each link
   // carries a node's NIC bandwidth spread over its links, a hop costs the spec's latency.
   const InterNodeFabric& inter = *cluster.inter_node;
-  const double node_injection = inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s * inter.efficiency;
+  const double node_injection =
+      inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s * inter.efficiency * calibration.inter_bus_efficiency;
   const double hop_latency = std::max(0.0, inter.latency_s - out.intra_alpha_s);
   const auto sharing = contention_free ? sg4::Link::SharingPolicy::FATPIPE : sg4::Link::SharingPolicy::SPLITDUPLEX;
   int made = 0;

@@ -85,6 +85,7 @@ CalibrationOptions four_parameters() {
                         "layer_overhead_s"};
   options.max_evaluations = 2000;
   options.relative_tolerance = 1e-9;
+  options.prior_weight = 0;  // exact recovery: no pull toward the start
   return options;
 }
 }  // namespace
@@ -164,6 +165,23 @@ TEST(Calibration, FitRecoversTheParametersThatGeneratedTheRuns) {
   // Parameters not chosen stay at their defaults.
   EXPECT_EQ(fit.calibration.intra_bus_efficiency, 1.0);
   EXPECT_EQ(fit.calibration.overlap_efficiency, 1.0);
+}
+
+TEST(Calibration, ThePriorPullsTowardTheStartOnlyAsHardAsItsWeight) {
+  Calibration truth;
+  truth.gemm_efficiency_scale = 0.85;
+  RunSet runs(synthetic_runs(truth), profiles::shipped_profile("A100-SXM-80GB"));
+  CalibrationOptions options = four_parameters();
+  options.parameters = {"gemm_efficiency_scale"};
+  auto fitted_gemm = [&](double weight) {
+    options.prior_weight = weight;
+    return fit_calibration(runs, runs.all_rows(), options).calibration.gemm_efficiency_scale;
+  };
+  EXPECT_NEAR(fitted_gemm(0), 0.85, 0.005);
+  // The default weight leaves a direction the rows identify where they put it ...
+  EXPECT_NEAR(fitted_gemm(CalibrationOptions{}.prior_weight), 0.85, 0.01);
+  // ... and a heavy one holds the parameter near its start (1) at the cost of the MAPE.
+  EXPECT_GT(fitted_gemm(100), 0.97);
 }
 
 TEST(Calibration, TheFactorsCorrectOnlyTheirKindOfPlanAndAreRecovered) {

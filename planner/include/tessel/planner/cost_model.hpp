@@ -50,6 +50,13 @@ struct LayoutCost {
   double p2p_bytes = 0;              // one activation (or its gradient) between stages
   double p2p_intra_s = 0, p2p_inter_s = 0;  // that send inside a node, between nodes
   int stages_per_node = 1;
+  // The times are a busier-of-two-stages choice (an uneven split's full middle stage
+  // against its short last stage with the head), so not affine in the calibration.
+  bool stage_chosen_by_time = false;
+  // The pipeline's other stages' work per micro-batch in units of the busiest stage's:
+  // what its fill and drain (the bubble) pass through. pp - 1 when the split is even
+  // (negative here stands for that); less when an uneven split's short stages are lighter.
+  double other_stages_work = -1;
   double activation_bytes_per_micro_batch = 0;  // stored by the fullest stage for one micro-batch
   // An uneven split (core/stage_layers.hpp): the blocks of the first, the second and the
   // last stage over the fullest stage's, which scale its activations (1 when even or MoE).
@@ -175,10 +182,10 @@ class CostModel {
   Groups group_placements(const ParallelConfig& parallel) const;
   Prices price(const std::vector<BlockOp>& ops, const Groups& groups) const;
   void add_block_times(const ParallelConfig& parallel, const Prices& block, const Prices& moe_block,
-                       double moe_layers, LayoutCost& c) const;
+                       double moe_layers, double stage_layers, LayoutCost& c) const;
   double moe_layers_on_busiest_stage(const ParallelConfig& parallel) const;
   void add_head_times(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
-                      LayoutCost& c) const;
+                      bool with_head, LayoutCost& c) const;
   void add_stage_states(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
                         LayoutCost& c) const;
   // finish()'s parts (cost_finish.cpp): the busiest stage's pipeline sends per micro-batch
