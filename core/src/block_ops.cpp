@@ -233,6 +233,7 @@ class TableBuilder {
                    bool expert = false) {
     if (fp8_) {
       BlockOp quantise = memory_op(cast, fp8::kCastBytesPerElement * m * k * count, n / k);
+      quantise.library_kernel = true;
       expert_work(quantise, expert);
       t_.block.push_back(quantise);
     }

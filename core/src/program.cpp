@@ -229,6 +229,7 @@ class Lowering {
         BlockOp cast;
         cast.name = ops::fp8_weight_cast;
         cast.kind = OpKind::memory;
+        cast.library_kernel = true;
         cast.bytes = elements * fp8::kWeightCastBytesPerStep;
         b.chain(ops::block_op_id(mb, l, phase, ops::fp8_weight_cast), cast);
       }
@@ -539,6 +540,7 @@ class Lowering {
     BlockOp cast;
     cast.name = ops::fp8_weight_cast;
     cast.kind = OpKind::memory;
+    cast.library_kernel = true;
     cast.bytes = elements * fp8::kWeightCastBytesPerStep;
     b.set_last(b.with_deps(ops::step_op_id(ops::fp8_weight_cast), cast, {std::uint32_t(b.last())}));
   }

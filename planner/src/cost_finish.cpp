@@ -252,7 +252,7 @@ void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutC
   out.time_s[K(TimeKind::optimizer)] =
       costs_.memory_time_s((1 - host_fraction) * optimizer_params * optimizer_traffic_bytes_) +
       costs_.host_memory_time_s(host_fraction * optimizer_params * optimizer_traffic_bytes_) +
-      (fp8_weights_gathered(p) ? 0.0 : costs_.memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep));
+      (fp8_weights_gathered(p) ? 0.0 : costs_.library_memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep));
   double copy_bytes = 0;
   if (p.offload == OffloadMode::optimizer) {
     copy_bytes = optimizer_params * (grad_bytes_ + param_bytes_);  // gradients down, weights up
@@ -288,7 +288,7 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   if (c.tp_overlap_pairs > 0) add_tp_overlap(p, c, micro_batches, forward_s, backward_s, out);
   if (fp8_weights_gathered(p)) {
     // fp8 under ZeRO-3: each layer's gathered weights are cast in its forward and backward.
-    const double cast_s = costs_.memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep);
+    const double cast_s = costs_.library_memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep);
     forward_s += cast_s;
     backward_s += cast_s;
     out.time_s[K(TimeKind::elementwise)] += micro_batches * 2 * cast_s;

@@ -48,11 +48,13 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
         const double seconds = costs_.attention_time_s(op.flops, op.gemm_flops, op.precision);
         out.attention_s += seconds;
         out.backward_attention_s += op.backward * seconds;
+        if (op.selective_recompute) out.selective_s += seconds;
         break;
       }
       case OpKind::memory: {
         const double load = op.expert_load ? costs_.moe_load_factor(op.capacity_factor) : 1.0;
-        const double seconds = costs_.memory_time_s(load * op.bytes);
+        const double seconds =
+            op.library_kernel ? costs_.library_memory_time_s(load * op.bytes) : costs_.memory_time_s(load * op.bytes);
         out.memory_s += seconds;
         out.backward_memory_s += op.backward * seconds;
         if (op.selective_recompute) out.selective_s += seconds;
@@ -147,7 +149,9 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
     recompute_s = both([](const Prices& x) { return x.gemm_s + x.attention_s + x.memory_s; }) + overhead_s;
   }
   if (p.recompute == Recompute::selective) {
-    recompute_s = both([](const Prices& x) { return x.attention_s + x.selective_s; });
+    // The ops the Program replays (BlockOp::selective_recompute): a materialised
+    // attention core and its softmax; a fused kernel stores no scores, so nothing.
+    recompute_s = both([](const Prices& x) { return x.selective_s; });
   }
   set(TimeKind::recompute, 0, recompute_s);
   // Forward, its replay under full recompute, backward.

@@ -234,6 +234,8 @@ double CostLookup::memory_time_s(double bytes) const {
   return bytes / (memory_bw_ * calibration_.memory_efficiency_scale);
 }
 
+double CostLookup::library_memory_time_s(double bytes) const { return bytes / memory_bw_; }
+
 double CostLookup::host_memory_time_s(double bytes) const { return bytes / host_bw_per_device_; }
 
 double CostLookup::host_device_time_s(double bytes) const {

@@ -288,7 +288,8 @@ class Replay {
       case OpKind::memory: {
         if (op.on_host) return costs_.host_memory_time_s(work.bytes);
         const double load = work.expert_load ? costs_.moe_load_factor(work.capacity_factor) : 1.0;
-        return costs_.memory_time_s(load * work.bytes);
+        return work.library_kernel ? costs_.library_memory_time_s(load * work.bytes)
+                                   : costs_.memory_time_s(load * work.bytes);
       }
       default: return 0;
     }

@@ -240,6 +240,27 @@ TEST(Time, FusedAttentionIsOneKernelWhoseBackwardRecomputesTheScores) {
   EXPECT_LT(f.forward_s[attention], u.forward_s[attention]) << "one large kernel runs nearer the curve's top";
 }
 
+// Selective recompute replays what the Program replays (BlockOp::selective_recompute):
+// materialised attention's core and softmax; a fused kernel stores no scores, so there
+// is nothing to replay and selective costs what no recompute costs.
+TEST(Time, SelectiveRecomputeReplaysOnlyTheOpsTheProgramReplays) {
+  TrainSpec train;
+  train.global_batch = 64;
+  train.kernels = Kernels::fused;
+  const ClusterSpec spec = resolve_cluster("dgx-a100");
+  const CostModel fused(resolve_model("gpt3-6.7b"), train, spec, 1, 8, profiles::shipped_profile(spec.device));
+  const CostModel unfused = model_on("gpt3-6.7b", "dgx-a100", 1, 64);
+  ParallelConfig p = layout(8, 1, 1, 2);
+  p.recompute = Recompute::selective;
+  const std::size_t recompute = std::size_t(TimeKind::recompute), attention = std::size_t(TimeKind::attention);
+  EXPECT_EQ(fused.layout_cost(p).backward_s[recompute], 0.0);
+  const LayoutCost u = unfused.layout_cost(p);
+  EXPECT_GT(u.backward_s[recompute], u.forward_s[attention]) << "the core and its softmax, again";
+  ParallelConfig none = p;
+  none.recompute = Recompute::none;
+  EXPECT_DOUBLE_EQ(fused.estimate(p).step_time_s, fused.estimate(none).step_time_s);
+}
+
 // ZeRO-3 gathers run one layer ahead of the compute: however long the compute, the first
 // layer's forward gather and the last reduce-scatter of each micro-batch have nothing to
 // hide behind (2/3 of one layer's traffic: one of its two gathers and its reduce-scatter).

@@ -107,6 +107,8 @@ TEST(Fp8, CastsStreamTheInputForwardAndTheOutputGradientBackward) {
     const BlockOp& gemm = table.block[i + 1];  // each cast comes right before its GEMM
     EXPECT_EQ(std::string(cast.name), std::string(gemm.name) + ".fp8_cast");
     EXPECT_EQ(cast.kind, OpKind::memory);
+    EXPECT_TRUE(cast.library_kernel) << cast.name;
+    EXPECT_FALSE(gemm.library_kernel);
     EXPECT_DOUBLE_EQ(cast.bytes, 4.0 * gemm.m * gemm.k);                  // bf16 in, fp8 and its transpose out
     EXPECT_DOUBLE_EQ(cast.bytes * cast.backward, 4.0 * gemm.m * gemm.n);  // the output gradient
   }
@@ -126,10 +128,33 @@ TEST(Fp8, WeightCopiesAddTwoBytesPerLinearWeightAndTheScalingState) {
     EXPECT_DOUBLE_EQ(a.memory.parameters_bytes - b.memory.parameters_bytes, expected) << p.summary();
     EXPECT_DOUBLE_EQ(a.memory.gradients_bytes, b.memory.gradients_bytes) << "fp32 main gradients either way";
     EXPECT_DOUBLE_EQ(a.memory.optimizer_bytes, b.memory.optimizer_bytes) << "master weights and moments unchanged";
-    // The once-per-step weight cast: 4 bytes per local linear weight at the streaming rate.
+    // The once-per-step weight cast: 4 bytes per local linear weight at the library's
+    // streaming rate.
     EXPECT_NEAR(a.time(TimeKind::optimizer) - b.time(TimeKind::optimizer),
-                fp8.costs().memory_time_s(layers * per_layer * fp8::kWeightCastBytesPerStep), 1e-12);
+                fp8.costs().library_memory_time_s(layers * per_layer * fp8::kWeightCastBytesPerStep), 1e-12);
   }
+}
+
+// Transformer Engine's casts are the same kernels under every framework: a calibrated
+// memory scale (the framework's own elementwise ops) moves the rest of the streaming
+// time, not theirs.
+TEST(Fp8, TheCastsKeepTheLibraryRateUnderACalibratedMemoryScale) {
+  CostModel fp8 = model_on("llama3-8b", "dgx-h100", Precision::fp8);
+  CostModel bf16 = model_on("llama3-8b", "dgx-h100", Precision::bf16);
+  const ParallelConfig p = layout(8, 1, 1);
+  auto cast_s = [&] {
+    return fp8.estimate(p).time(TimeKind::elementwise) - bf16.estimate(p).time(TimeKind::elementwise);
+  };
+  const double datasheet_s = cast_s();
+  const double framework_ops_s = bf16.estimate(p).time(TimeKind::elementwise);
+  ASSERT_GT(datasheet_s, 0) << "the casts are elementwise time of their own";
+  profiles::Calibration slow_memory;
+  slow_memory.memory_efficiency_scale = 0.5;
+  fp8.set_calibration(slow_memory);
+  bf16.set_calibration(slow_memory);
+  EXPECT_NEAR(bf16.estimate(p).time(TimeKind::elementwise), 2 * framework_ops_s, 1e-9 * framework_ops_s)
+      << "the framework's own ops slow down";
+  EXPECT_NEAR(cast_s(), datasheet_s, 1e-9 * datasheet_s);
 }
 
 TEST(Fp8, UnderZero3OnlyTheGatheredLayersHoldFp8CopiesCastAfterEveryGather) {

@@ -68,6 +68,10 @@ struct BlockOp {
   // collective runs exposed. How much hides is priced from the profile's calibration
   // (tp_overlap_efficiency, tp_overlap_gemm_slowdown), by planner and simulator alike.
   std::string_view tp_overlap_gemm;
+  // memory: a kernel of the fp8 library (Transformer Engine's quantisation casts), the
+  // same kernel whatever framework calls it: priced at the profile's memory rate without
+  // the calibrated memory scale, which stands for the framework's own elementwise ops.
+  bool library_kernel = false;
 
   double gemm_total_flops() const { return 2.0 * m * n * k * count; }
 };

@@ -114,6 +114,9 @@ class CostLookup {
   double attention_time_s(double total_flops, double gemm_flops, Precision precision) const;
   // Streaming `bytes` through device memory.
   double memory_time_s(double bytes) const;
+  // The same for a kernel of the fp8 library (BlockOp::library_kernel): the profile's
+  // memory rate, without the calibrated memory scale of the framework's own ops.
+  double library_memory_time_s(double bytes) const;
   // What routed-expert work on the busiest rank costs over the mean: the device's MoE
   // load imbalance, capped by the capacity factor (tokens past it are dropped) when > 0.
   double moe_load_factor(double capacity_factor) const {
