@@ -156,7 +156,7 @@ MEASURED_EXPERIENCE = {
         {"bucket": "20B to 100B", "best_mfu": 0.4645239539114615,
          "run": "megatron-lm-readme-h100-r4-gpt-32b", "runs": 18},
         {"bucket": "100B and over", "best_mfu": 0.4794825146553467,
-         "run": "megatron-lm-readme-h100-r8-gpt-314b", "runs": 9},
+         "run": "megatron-lm-readme-h100-r8-gpt-314b", "runs": 13},
     ],
 }
 

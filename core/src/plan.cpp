@@ -93,7 +93,9 @@ Reject check_layout(const ModelSpec& model, const TrainSpec& train, const Parall
   if (interleaved ? (p.pp < 2 || p.virtual_stages < 2) : p.virtual_stages != 1) {
     return Reject::schedule_options;
   }
-  if (interleaved && model.layers % (p.pp * p.virtual_stages) != 0) return Reject::interleaved_layers;
+  // Interleaved chunks split by the same rule (stage_layers.hpp): the first chunk (on the
+  // first stage) and the last (on the last stage) may be a block short.
+  if (interleaved && !splits_into(model.layers, p.pp * p.virtual_stages)) return Reject::interleaved_layers;
   const int micro_batches = train.global_batch / (p.dp * p.micro_batch);
   if (interleaved && micro_batches % p.pp != 0) return Reject::interleaved_microbatches;
   return Reject::none;
@@ -159,7 +161,8 @@ std::string explain_reject(Reject reason, const Plan& plan) {
       return fmt::format("parallel.virtual_stages: applies to schedule interleaved only, got {} with schedule {}",
                          p.virtual_stages, to_string(p.schedule));
     case Reject::interleaved_layers:
-      return fmt::format("parallel.virtual_stages: {} layers do not split into pp {} x virtual_stages {} chunks",
+      return fmt::format("parallel.virtual_stages: {} layers do not split into pp {} x virtual_stages {} chunks "
+                         "(evenly, or with the first and the last chunk one layer short)",
                          m.layers, p.pp, p.virtual_stages);
     case Reject::batch_split:
       return fmt::format("train.global_batch: {} is not divisible by dp {} x micro_batch {}", plan.train.global_batch,

@@ -49,12 +49,23 @@ LayerSpan chunk_layers(const ModelSpec& model, const ParallelConfig& p, int stag
   return virtual_stage_layers(model.layers, p.pp * chunks, virtual_stage(stage, chunk, p.pp));
 }
 
-// Closed form, for the planner's inner loop: an uneven split is a one-chunk split
-// (interleaved ones are refused), where some stage keeps the full share; an even one is
-// the share times the chunks.
+// Closed form where it is one, for the planner's inner loop: an even split is the share
+// times the chunks, and so is an uneven one-chunk split (some stage keeps the full
+// share); an uneven interleaved split sums each stage's chunks (with pp 2 both stages
+// may hold a short chunk).
 int most_layers_per_stage(const ModelSpec& model, const ParallelConfig& p) {
-  const int chunks = p.pp * chunks_per_stage(p);
-  return most_layers_per_chunk(model.layers, chunks) * chunks_per_stage(p);
+  const int per_stage = chunks_per_stage(p), chunks = p.pp * per_stage;
+  const int most = most_layers_per_chunk(model.layers, chunks);
+  if (per_stage == 1 || most * chunks == model.layers) return most * per_stage;
+  int fullest = 0;
+  for (int stage = 0; stage < p.pp; ++stage) fullest = std::max(fullest, stage_layer_count(model, p, stage));
+  return fullest;
+}
+
+int stage_layer_count(const ModelSpec& model, const ParallelConfig& p, int stage) {
+  int blocks = 0;
+  for (int chunk = 0; chunk < chunks_per_stage(p); ++chunk) blocks += chunk_layers(model, p, stage, chunk).count;
+  return blocks;
 }
 
 int virtual_stage_of_layer(int layers, int chunks, int layer) {

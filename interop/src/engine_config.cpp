@@ -70,6 +70,17 @@ ExportedConfig export_plan(Engine engine, const Plan& plan) {
                             "launch configs for other engines yet",
                             plan.model.name));
   }
+  // An uneven interleaved split (the first and the last chunk a block short): torchtitan's
+  // less-layers counts say it of its virtual stages; Megatron-LM's first/last-stage
+  // counts are spread over a stage's chunks another way, and NeMo's recipes have neither.
+  const ParallelConfig& p = plan.parallel;
+  if ((engine == Engine::megatron || engine == Engine::nemo) && p.schedule == Schedule::interleaved &&
+      plan.model.layers % (p.pp * p.virtual_stages) != 0) {
+    throw Error(fmt::format("export: {} layers over pp {} x virtual_stages {} is an uneven interleaved split, which "
+                            "tessel does not write for {}; export it for torchtitan, or pick a chunk count that "
+                            "divides the layers",
+                            plan.model.layers, p.pp, p.virtual_stages, engine == Engine::megatron ? "megatron" : "nemo"));
+  }
   // NeMo's YAML has no place for the short first and last stages of an uneven split
   // (core/stage_layers.hpp); Megatron-LM's flags and torchtitan's TOML have.
   if (engine == Engine::nemo && plan.parallel.pp > 1 && plan.model.layers % plan.parallel.pp != 0) {

@@ -343,7 +343,14 @@ void read_parallel(Reader& r, Plan& plan) {
       r.refuse_option("--num-layers-per-virtual-pipeline-stage", "does not divide the layers of a pipeline stage");
     p.virtual_stages = plan.model.layers / (p.pp * *layers_per_stage);
   }
-  if (const auto stages = o.take_int("--num-virtual-stages-per-pipeline-rank")) p.virtual_stages = *stages;
+  if (const auto stages = o.take_int("--num-virtual-stages-per-pipeline-rank")) {
+    p.virtual_stages = *stages;
+    if (*stages > 1 && plan.model.layers % (p.pp * *stages) != 0)
+      r.refuse_option("--num-virtual-stages-per-pipeline-rank",
+                      fmt::format("{} layers do not split evenly into pp {} x {} chunks; Megatron-LM spreads an uneven "
+                                  "split over the chunks otherwise than tessel (core/stage_layers.hpp)",
+                                  plan.model.layers, p.pp, *stages));
+  }
   p.schedule = p.virtual_stages > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
   if (p.virtual_stages > 1) r.mapped(fmt::format("{} virtual stages", p.virtual_stages), "parallel.schedule interleaved");
   read_memory(r, plan);

@@ -161,12 +161,13 @@ std::string parallelism_table(const Plan& near) {
   if (p.pp > 1) {
     out += fmt::format("pipeline_parallel_schedule = \"{}\"\n", schedule_name(p.schedule));
     out += fmt::format("pipeline_parallel_microbatch_size = {}\n", p.micro_batch);
+    // tessel's split (core/stage_layers.hpp): even, or the end stages (interleaved: the
+    // first and the last chunk) one block short, which torchtitan spells as layers the
+    // embedding and the head stand for, per virtual stage.
+    const int chunks = p.pp * chunks_per_stage(p);
     if (p.schedule == Schedule::interleaved)
-      out += fmt::format("pipeline_parallel_layers_per_stage = {}\n", near.model.layers / (p.pp * p.virtual_stages));
-    // tessel's split (core/stage_layers.hpp): even, or the end stages one block short,
-    // which torchtitan spells as layers the embedding and the head stand for.
-    const ShortEnds ends =
-        p.schedule == Schedule::interleaved ? ShortEnds{} : short_ends(near.model.layers, p.pp);
+      out += fmt::format("pipeline_parallel_layers_per_stage = {}\n", most_layers_per_chunk(near.model.layers, chunks));
+    const ShortEnds ends = short_ends(near.model.layers, chunks);
     out += fmt::format("pipeline_parallel_first_stage_less_layers = {}\n", ends.first ? 1 : 0);
     out += fmt::format("pipeline_parallel_last_stage_less_layers = {}\n", ends.last ? 1 : 0);
   }

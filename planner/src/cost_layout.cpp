@@ -295,12 +295,12 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   const Prices moe = c.moe_layers_on_stage > 0 ? price(table.moe_block, groups) : dense;
   // The busiest stage sets the pipeline's pace. Evenly split, that is the last (its
   // blocks and the head). An uneven split leaves the ends a block short because they
-  // carry the embedding and the head (stage_layers.hpp): then the pace is the busier of
-  // a full middle stage and the last stage, compared by their forward and backward
-  // time, and the pipeline's fill and drain pass through the other stages at their own
-  // pace (other_stages_work). The first stage's embedding is a lookup, priced as no
-  // work. MoE models keep the fullest count with the head (their blocks differ stage by
-  // stage).
+  // carry the embedding and the head (stage_layers.hpp; interleaved: the first and the
+  // last chunk): then the pace is the busier of the fullest stage without the head and
+  // the last stage with it, compared by their forward and backward time, and the
+  // pipeline's fill and drain pass through the other stages at their own pace
+  // (other_stages_work). The first stage's embedding is a lookup, priced as no work.
+  // MoE models keep the fullest count with the head (their blocks differ stage by stage).
   const int most = most_layers_per_stage(model_, p);
   auto price_stage = [&](double layers, bool with_head) {
     LayoutCost stage = c;
@@ -308,8 +308,8 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     add_head_times(p, table, groups, with_head, stage);
     return stage;
   };
-  const bool uneven = p.pp > 1 && c.moe_layers_on_stage == 0 && model_.layers % p.pp != 0 &&
-                      p.schedule != Schedule::interleaved;
+  const bool uneven =
+      p.pp > 1 && c.moe_layers_on_stage == 0 && model_.layers % (p.pp * chunks_per_stage(p)) != 0;
   if (!uneven) {
     c = price_stage(most, true);
   } else {
@@ -321,10 +321,10 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     const LayoutCost middle = price_stage(most, false);
     const double block_s = busy_s(middle) / most;
     const double head_s = busy_s(price_stage(most, true)) - busy_s(middle);
-    const int last_blocks = virtual_stage_layers(model_.layers, p.pp, p.pp - 1).count;
+    const int last_blocks = stage_layer_count(model_, p, p.pp - 1);
     const double last_s = last_blocks * block_s + head_s;
     double all_s = last_s;
-    for (int s = 0; s + 1 < p.pp; ++s) all_s += virtual_stage_layers(model_.layers, p.pp, s).count * block_s;
+    for (int s = 0; s + 1 < p.pp; ++s) all_s += stage_layer_count(model_, p, s) * block_s;
     const double busiest_s = std::max(last_s, most * block_s);
     c = last_s >= most * block_s ? price_stage(last_blocks, true) : middle;
     c.other_stages_work = (all_s - busiest_s) / busiest_s;

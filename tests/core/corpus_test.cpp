@@ -281,12 +281,19 @@ TEST(Corpus, AStaleOrMissingRejectionReasonIsCaught) {
       if (run.value("id", std::string()) == "torchtitan-t5-r2-llama3.1-405b") interleaved = &run;
     }
   }
-  ASSERT_NE(interleaved, nullptr) << "torchtitan's interleaved 405B row is the example of a recorded rejection";
-  Json one_chunk = *interleaved;
+  ASSERT_NE(interleaved, nullptr) << "torchtitan's interleaved 405B row is the example";
+  // No row is refused today; one made so: three chunks per stage would leave 18 of the
+  // 24 chunks over 126 blocks a block short.
+  Json refused = *interleaved;
+  refused["parallel"]["virtual_stages"] = 3;
+  const std::string reason = tessel_verdict(refused);
+  ASSERT_NE(reason, "(valid)");
+  refused["tessel_rejects"] = reason;
+  Json one_chunk = refused;
   one_chunk["parallel"]["schedule"] = "1f1b";  // one chunk per stage: tessel now says something else
   one_chunk["parallel"]["virtual_stages"] = 1;
   EXPECT_NE(tessel_verdict(one_chunk), one_chunk["tessel_rejects"].get<std::string>());
-  Json no_reason = *interleaved;
+  Json no_reason = refused;
   no_reason.erase("tessel_rejects");
   EXPECT_NE(tessel_verdict(no_reason), "(valid)");
 }

@@ -65,7 +65,8 @@ TEST(Plan, InvalidLayoutsGiveOneClearLine) {
   json["parallel"] = {{"dp", 16}, {"micro_batch", 3}};
   EXPECT_EQ(validation_error(json), "train.global_batch: 64 is not divisible by dp 16 x micro_batch 3");
   json["parallel"] = {{"dp", 4}, {"pp", 4}, {"schedule", "interleaved"}, {"virtual_stages", 2}};
-  EXPECT_EQ(validation_error(json), "parallel.virtual_stages: 12 layers do not split into pp 4 x virtual_stages 2 chunks");
+  EXPECT_EQ(validation_error(json), "parallel.virtual_stages: 12 layers do not split into pp 4 x virtual_stages 2 chunks "
+                                    "(evenly, or with the first and the last chunk one layer short)");
   json["parallel"] = {{"dp", 1}, {"pp", 16}};
   EXPECT_EQ(validation_error(json), "parallel.pp: 12 layers do not split into 16 stages (evenly, or with one layer "
                                     "fewer on the first and the last stage)");

@@ -77,9 +77,23 @@ TEST(StageLayers, PlansTakeTheSplitsEnginesRunAndRefuseTheRest) {
   EXPECT_EQ(validation_error(pipeline_plan(12, 8)),
             "parallel.pp: 12 layers do not split into 8 stages (evenly, or with one layer fewer on the first and the "
             "last stage)");
-  // Interleaved chunks take turns within a stage: they stay even.
-  EXPECT_EQ(validation_error(pipeline_plan(30, 4, "interleaved", 2)),
-            "parallel.virtual_stages: 30 layers do not split into pp 4 x virtual_stages 2 chunks");
+  // Interleaved chunks split by the same rule: 126 over 16 x 2 chunks leaves the first
+  // and the last chunk 3 blocks, the others 4 (Llama 3 405B: 7 on the end stages, 8 between).
+  const Plan llama3 = pipeline_plan(126, 16, "interleaved", 2);
+  EXPECT_EQ(validation_error(llama3), "(valid)");
+  EXPECT_EQ(most_layers_per_stage(llama3.model, llama3.parallel), 8);
+  EXPECT_EQ(stage_layer_count(llama3.model, llama3.parallel, 0), 7);
+  EXPECT_EQ(stage_layer_count(llama3.model, llama3.parallel, 15), 7);
+  EXPECT_EQ(chunk_layers(llama3.model, llama3.parallel, 0, 0).count, 3);
+  EXPECT_EQ(chunk_layers(llama3.model, llama3.parallel, 15, 1).count, 3);
+  // With pp 2 both stages hold a short chunk: 6 over 2 x 2 is 1 + 2 and 2 + 1.
+  const Plan both_short = pipeline_plan(6, 2, "interleaved", 2);
+  EXPECT_EQ(validation_error(both_short), "(valid)");
+  EXPECT_EQ(most_layers_per_stage(both_short.model, both_short.parallel), 3);
+  // 5 over 2 stages is 2 and 3, but over 4 chunks would need three chunks a block short.
+  EXPECT_EQ(validation_error(pipeline_plan(5, 2, "interleaved", 2)),
+            "parallel.virtual_stages: 5 layers do not split into pp 2 x virtual_stages 2 chunks (evenly, or with "
+            "the first and the last chunk one layer short)");
 }
 
 TEST(StageLayers, TheProgramLowersEachStagesOwnBlocks) {

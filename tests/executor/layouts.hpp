@@ -27,6 +27,7 @@ struct Layout {
   std::string model = "gpt";  // or "llama", "moe", "moe_llama"
   int ep = 1;
   double capacity = 0;
+  int layers = 4;  // the GPT's blocks (6: an uneven interleaved split over pp 2 x 2 chunks)
   std::string name() const {
     return fmt::format("{}dp{} pp{} tp{}{}{} zero{} recompute {} {}{}{} {}{}{}", model == "gpt" ? "" : model + " ", dp,
                        pp, tp,
@@ -34,13 +35,14 @@ struct Layout {
                        sp > 1 ? fmt::format(" sp{}", sp) : "", zero, recompute, schedule,
                        virtual_stages > 1 ? fmt::format(" v{}", virtual_stages) : "", sequence_parallel ? " +sp" : "",
                        optimizer, precision == "fp32" ? "" : " " + precision, kernels == "fused" ? " fused" : "") +
-           (ep > 1 ? fmt::format(" ep{}", ep) : "") + (capacity > 0 ? fmt::format(" capacity {}", capacity) : "");
+           (ep > 1 ? fmt::format(" ep{}", ep) : "") + (capacity > 0 ? fmt::format(" capacity {}", capacity) : "") +
+           (layers != 4 ? fmt::format(" layers{}", layers) : "");
   }
   // Layouts with the same reference run (one process, same seed and batches). With bf16
   // storage what recompute keeps changes the numbers, so it joins the key.
   std::string reference_key() const {
     return model + " " + optimizer + " " + precision + " " + kernels + (precision == "bf16" ? " " + recompute : "") +
-           fmt::format(" capacity {}", capacity);
+           fmt::format(" capacity {} layers {}", capacity, layers);
   }
 };
 
@@ -50,7 +52,8 @@ inline Plan make_plan(const Layout& l) {
       llama ? R"({"name": "small-llama", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn_hidden": 84,
                "vocab": 256, "seq_len": 16, "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope",
                "tied_embeddings": false, "bias": false)"
-            : R"({"name": "small", "layers": 4, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16)";
+            : fmt::format(R"({{"name": "small", "layers": {}, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16)",
+                          l.layers);
   if (l.model == "moe" || l.model == "moe_llama") {
     model += fmt::format(R"(, "moe": {{"experts": 4, "top_k": 2, "expert_ffn_hidden": 32, "every": 2,
                                       "shared_experts": {}, "capacity_factor": {}}})",

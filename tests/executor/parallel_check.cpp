@@ -127,6 +127,12 @@ std::vector<Layout> layouts(const std::string& suite) {
       if (uneven.schedule == "gpipe") uneven.dp = 2, uneven.zero = 1;
       out.push_back(uneven);
     }
+    // An uneven interleaved split: 6 layers over pp 2 x 2 chunks hold 1, 2, 2 and 1 (the
+    // first chunk on stage 0, the last on stage 1), against a one-process run of 6 layers.
+    Layout uneven_interleaved;
+    uneven_interleaved.pp = 2, uneven_interleaved.schedule = "interleaved", uneven_interleaved.virtual_stages = 2;
+    uneven_interleaved.layers = 6;
+    out.push_back(uneven_interleaved);
     Layout selective;
     selective.dp = 2, selective.tp = 2, selective.recompute = "selective";
     out.push_back(selective);
@@ -498,6 +504,7 @@ int main(int argc, char** argv) {
       single.precision = layout.precision;
       single.kernels = layout.kernels;
       single.capacity = layout.capacity;
+      single.layers = layout.layers;
       if (layout.precision == "bf16") single.recompute = layout.recompute;
       references[layout.reference_key()] = train(make_plan(single), mpi_self(), text, layout.optimizer);
       if (layout.capacity > 0) {  // the dropping run must really drop: its reference differs

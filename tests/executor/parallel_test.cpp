@@ -23,18 +23,20 @@ TEST(Parallel, EveryLayoutOfTheMatrixEqualsOneProcess) {
   EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
 }
 
-// GPipe, 1F1B and interleaved with tensor or data parallelism; selective recompute;
+// GPipe, 1F1B and interleaved with tensor or data parallelism; uneven splits (one chunk
+// per stage and interleaved); selective recompute;
 // Megatron sequence parallel with ZeRO 1 and 3; bf16 activation storage under each
 // recompute mode.
 TEST(Parallel, EverySchedulePlusSelectiveRecomputeAndSequenceParallelEqualOneProcess) {
   int status = -1;
   const std::string output = run_suite("schedules", status);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 14) << output;
+  EXPECT_EQ(count_of(output, "  ok\n"), 15) << output;
   EXPECT_EQ(count_of(output, " bf16 "), 3) << output;
   EXPECT_EQ(count_of(output, " gpipe "), 3) << output;
   EXPECT_EQ(count_of(output, " pp3 "), 2) << output;  // the uneven split (4 layers over 3 stages)
-  EXPECT_EQ(count_of(output, " interleaved "), 2) << output;
+  EXPECT_EQ(count_of(output, " interleaved "), 3) << output;
+  EXPECT_EQ(count_of(output, " layers6"), 1) << output;  // the uneven interleaved split
   EXPECT_EQ(count_of(output, "+sp"), 2) << output;
 }
 

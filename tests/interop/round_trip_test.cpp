@@ -172,5 +172,41 @@ TEST(RoundTrip, AnUnevenPipelineSplitThroughMegatronAndIntoTorchtitan) {
   }
 }
 
+// An uneven interleaved split: 126 layers over 8 stages x 2 chunks leave the first and
+// the last chunk 7 blocks and the others 8. torchtitan's less-layers counts are per
+// virtual stage, so its TOML says it and reads back as the same plan; Megatron-LM spreads
+// its first/last-stage counts over a stage's chunks otherwise, and NeMo has no place for
+// them: both refused by name.
+TEST(RoundTrip, AnUnevenInterleavedSplitIntoTorchtitanAndRefusedForMegatronAndNemo) {
+  Plan plan = Plan::from_json(Json::parse(R"({"model": {"name": "llama3-405b-shape", "layers": 126, "hidden": 16384,
+      "heads": 128, "kv_heads": 8, "ffn_hidden": 53248, "vocab": 128256, "seq_len": 8192, "activation": "swiglu",
+      "norm": "rmsnorm", "tied_embeddings": false, "position_embedding": "rope", "bias": false},
+      "cluster": "dgx-h100", "nodes": 16, "train": {"global_batch": 256, "precision": "bf16", "optimizer": "adamw"},
+      "parallel": {"dp": 2, "pp": 8, "tp": 8, "tp_sequence_parallel": true, "zero": 2, "micro_batch": 1,
+                   "schedule": "interleaved", "virtual_stages": 2}})"),
+                              "");
+  plan.validate();
+  const std::string toml = export_plan(Engine::torchtitan, plan).text;
+  EXPECT_NE(toml.find("pipeline_parallel_layers_per_stage = 8"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("pipeline_parallel_first_stage_less_layers = 1"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("pipeline_parallel_last_stage_less_layers = 1"), std::string::npos) << toml;
+  ImportContext context;
+  context.cluster = plan.cluster;
+  context.nodes = plan.nodes;
+  context.model = plan.model;
+  const ImportedRun back = import_run(Engine::torchtitan, toml, context);
+  EXPECT_EQ(back.plan.parallel.schedule, Schedule::interleaved);
+  EXPECT_EQ(back.plan.parallel.virtual_stages, 2);
+  EXPECT_EQ(back.plan.model.layers, 126);
+  for (Engine refused : {Engine::megatron, Engine::nemo}) {
+    try {
+      export_plan(refused, plan);
+      ADD_FAILURE() << "an uneven interleaved split was written";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("uneven interleaved split"), std::string::npos) << error.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessel::interop

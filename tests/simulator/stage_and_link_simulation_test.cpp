@@ -80,24 +80,29 @@ INSTANTIATE_TEST_SUITE_P(
 
 struct SplitCase {
   const char* name;
-  int vocab;  // sets the head's weight against a block's
+  int layers, vocab;  // the vocabulary sets the head's weight against a block's
+  const char* parallel;
 };
 
 class UnevenSplit : public ::testing::TestWithParam<SplitCase> {};
 
-TEST_P(UnevenSplit, TheAnalyticPaceIsTheBusierOfAFullMiddleStageAndTheShortLastStage) {
+TEST_P(UnevenSplit, TheAnalyticPaceIsTheBusierOfAFullStageAndTheShortLastStage) {
   const SplitCase& c = GetParam();
-  // 10 blocks over 4 stages: 2, 3, 3, 2 (the ends a block short).
-  const Plan plan = plan_of(10, c.vocab, 1, 64, R"({"dp": 2, "pp": 4})");
-  ASSERT_TRUE(short_ends(10, 4).last);
+  const Plan plan = plan_of(c.layers, c.vocab, 1, 64, c.parallel);
+  ASSERT_NE(c.layers % (plan.parallel.pp * chunks_per_stage(plan.parallel)), 0) << "an uneven split";
   const Steps steps = steps_of(plan, Json::object());
   EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.02)
       << plan.parallel.summary() << " vocab " << c.vocab << ": simulated " << steps.simulated_s << " s, analytic "
       << steps.analytic_s << " s";
 }
 
-// A head of about half a block (the middle stages set the pace; pricing the fullest
-// count plus the head would be some 15% slow) and of about three blocks (the last stage does).
-INSTANTIATE_TEST_SUITE_P(Heads, UnevenSplit,
-                         ::testing::Values(SplitCase{"LightHead", 6144}, SplitCase{"HeavyHead", 36864}),
-                         [](const ::testing::TestParamInfo<SplitCase>& info) { return std::string(info.param.name); });
+// 10 blocks over 4 stages: 2, 3, 3, 2. A head of about half a block (the middle stages
+// set the pace; pricing the fullest count plus the head would be some 15% slow) and of
+// about three blocks (the last stage does). Interleaved, 10 over 2 stages x 2 chunks:
+// 2 + 3 on the first stage, 3 + 2 on the last.
+INSTANTIATE_TEST_SUITE_P(
+    Heads, UnevenSplit,
+    ::testing::Values(SplitCase{"LightHead", 10, 6144, R"({"dp": 2, "pp": 4})"},
+                      SplitCase{"HeavyHead", 10, 36864, R"({"dp": 2, "pp": 4})"},
+                      SplitCase{"Interleaved", 10, 6144, R"({"dp": 4, "pp": 2, "schedule": "interleaved", "virtual_stages": 2})"}),
+    [](const ::testing::TestParamInfo<SplitCase>& info) { return std::string(info.param.name); });

@@ -10,8 +10,12 @@
 // reduce one Transformer layer each from the first and the last stages" (Dubey et al.
 // 2024, arXiv 2407.21783, Section 3.3.2). Megatron-LM spells the same split with
 // --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers.
-// Interleaved schedules still need an even split (plan.cpp): their chunks take turns
-// within one stage, and Megatron-LM requires it there too.
+// Interleaved schedules split their chunks by the same rule: the first chunk (on the
+// first stage) and the last (on the last stage) may be a block short, which gives Llama 3
+// 405B's 126 blocks over 16 stages x 2 chunks 7 blocks on the end stages and 8 between
+// (3 + 4 and 4 + 3). torchtitan's less-layers counts say the same of its virtual stages;
+// Megatron-LM's first/last-stage counts are split over the stage's chunks otherwise, so
+// tessel does not write or read them for an interleaved schedule (interop).
 #pragma once
 
 namespace tessel {
@@ -48,9 +52,12 @@ LayerSpan virtual_stage_layers(int layers, int chunks, int k);
 // The blocks of `chunk` (0 unless interleaved) on pipeline stage `stage` of plan `p`.
 LayerSpan chunk_layers(const ModelSpec& model, const ParallelConfig& p, int stage, int chunk);
 
-// Blocks on the fullest pipeline stage (all its chunks): the stage that sets the pace.
-// Exact for every layout plan validation accepts.
+// Blocks on the fullest pipeline stage (all its chunks). Exact for every layout plan
+// validation accepts.
 int most_layers_per_stage(const ModelSpec& model, const ParallelConfig& p);
+
+// Blocks on pipeline stage `stage` (all its chunks).
+int stage_layer_count(const ModelSpec& model, const ParallelConfig& p, int stage);
 
 // Chunks per stage: virtual_stages when interleaved, else 1.
 int chunks_per_stage(const ParallelConfig& p);
