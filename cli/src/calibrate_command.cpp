@@ -279,7 +279,7 @@ Command add_calibrate_command(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--max-evaluations", args->max_evaluations, "Cost-model evaluations per fit (default 400)");
   cmd->add_option("--prior-weight", args->prior_weight,
-                  "Pull toward the profile's own values: MAPE + weight x squared moves of the parameters, each "
+                  "Pull toward the datasheet's view (scales 1, overheads 0): MAPE + weight x squared moves of the parameters, each "
                   "range mapped to [0, 1] (default 0.003; 0 fits the MAPE alone)");
   cmd->add_flag("--simulated", args->simulated,
                 "Also simulate the runs (SimGrid, whole clusters) before, after and leave-one-out, and store the "

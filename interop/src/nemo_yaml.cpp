@@ -270,6 +270,12 @@ void read_parallel(NemoReader& r, Plan& plan) {
   p.sp = r.positive("model.context_parallel_size", 1);
   if (p.sp > 1) r.mapped("model.context_parallel_size", "parallel.sp");
   p.virtual_stages = r.positive("model.virtual_pipeline_model_parallel_size", 1);
+  if (p.virtual_stages > 1 && plan.model.layers % (p.pp * p.virtual_stages) != 0) {
+    r.refuse_key("model.virtual_pipeline_model_parallel_size",
+                 fmt::format("{} layers do not split evenly into pp {} x {} chunks; tessel reads NeMo recipes with even "
+                             "splits only (export torchtitan for an uneven interleaved one)",
+                             plan.model.layers, p.pp, p.virtual_stages));
+  }
   p.schedule = p.virtual_stages > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
   if (p.virtual_stages > 1) r.mapped("model.virtual_pipeline_model_parallel_size", "parallel.virtual_stages, interleaved");
   p.tp_sequence_parallel = r.boolean("model.sequence_parallel").value_or(false) && p.tp > 1;

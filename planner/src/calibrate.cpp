@@ -286,8 +286,8 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
   objective.prior_weight = options.prior_weight;
   // Subplex stops where its simplex has shrunk, often short of the minimum of a MAPE
   // with kinks; a fresh start from the best point found (a new initial step) goes on
-  // from there. Restarts end when one improves the MAPE by less than
-  // options.restart_gain (absolute).
+  // from there. Restarts end when one improves the objective (the MAPE plus the prior)
+  // by less than options.restart_gain (absolute).
   double previous_best = std::numeric_limits<double>::quiet_NaN();
   for (int attempt = 0;
        attempt <= options.restarts && !(objective.best_objective > previous_best - options.restart_gain);

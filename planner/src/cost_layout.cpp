@@ -220,11 +220,13 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   const TensorSplits split = tensor_splits(p);
   // The fullest stage's activations; with an uneven split the first and the last stage
   // hold a block fewer, which finish() reads from the shares (dense models; an MoE
-  // model's stages are priced at the fullest).
+  // model's stages are priced at the fullest). Stage totals are the same whatever the
+  // schedule (stage_layers.hpp), so the search, which prices a layout's interleaved
+  // variants from its one-chunk layout cost, and estimate() agree.
   const double layers = double(most_layers_per_stage(model_, p));
   const double moe_layers = c.moe_layers_on_stage;
-  if (model_.layers % p.pp != 0 && moe_layers == 0 && p.schedule != Schedule::interleaved) {
-    auto share = [&](int stage) { return double(virtual_stage_layers(model_.layers, p.pp, stage).count) / layers; };
+  if (p.pp > 1 && moe_layers == 0 && stages_uneven(p)) {
+    auto share = [&](int stage) { return double(stage_layer_count(model_, p, stage)) / layers; };
     c.first_stage_layer_share = share(0);
     c.second_stage_layer_share = share(1);
     c.last_stage_layer_share = share(p.pp - 1);
@@ -278,6 +280,15 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   c.partial_rest_sync = {rest_partial.time_s, rest_partial.bytes, rest_partial.messages};
 }
 
+// Whether the pipeline's stages hold different block counts: the first or the last is
+// short. Decided from the stage totals, which are the same for a layout's one-chunk and
+// interleaved schedules (an uneven interleaved split with pp 2 can leave both stages
+// equal, 1 + 2 and 2 + 1).
+bool CostModel::stages_uneven(const ParallelConfig& p) const {
+  const int most = most_layers_per_stage(model_, p);
+  return stage_layer_count(model_, p, 0) < most || stage_layer_count(model_, p, p.pp - 1) < most;
+}
+
 LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   LayoutCost c;
   c.reject = check_layout(model_, train_, p);
@@ -308,8 +319,7 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     add_head_times(p, table, groups, with_head, stage);
     return stage;
   };
-  const bool uneven =
-      p.pp > 1 && c.moe_layers_on_stage == 0 && model_.layers % (p.pp * chunks_per_stage(p)) != 0;
+  const bool uneven = p.pp > 1 && c.moe_layers_on_stage == 0 && stages_uneven(p);
   if (!uneven) {
     c = price_stage(most, true);
   } else {

@@ -3,6 +3,8 @@
 // scaling per TP mode (MISSION.md complexity table), and the pipeline bubble.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "tessel/core/chunk_plan.hpp"
 
 #include <cmath>
@@ -238,6 +240,35 @@ TEST(Time, FusedAttentionIsOneKernelWhoseBackwardRecomputesTheScores) {
   EXPECT_NEAR(f.backward_s[attention], 2.5 * f.forward_s[attention], 1e-12 * f.forward_s[attention]);
   EXPECT_NEAR(u.backward_s[attention], 2.0 * u.forward_s[attention], 1e-12 * u.forward_s[attention]);
   EXPECT_LT(f.forward_s[attention], u.forward_s[attention]) << "one large kernel runs nearer the curve's top";
+}
+
+// The search prices a layout's interleaved variants from its one-chunk layout cost
+// (search.cpp), so an interleaved split must cost what its one-chunk split costs per
+// stage: stage totals are the same whatever the schedule (stage_layers.hpp), also where
+// the chunks are uneven (30 layers over pp 2 x 4 chunks: 3 + 4 + 4 + 4 and 4 + 4 + 4 + 3;
+// over pp 4: 31 layers, 7 + 8 + 8 + 8 as one chunk each or 3 + 4 ... as two).
+TEST(Time, AnInterleavedSplitCostsWhatItsOneChunkSplitCostsPerStage) {
+  for (const auto& [layers, pp, chunks] : {std::tuple{30, 2, 4}, std::tuple{31, 4, 2}, std::tuple{126, 8, 2}}) {
+    ModelSpec model = resolve_model("gpt3-6.7b");
+    model.layers = layers;
+    TrainSpec train;
+    train.global_batch = 64;
+    const ClusterSpec spec = resolve_cluster("dgx-a100");
+    const CostModel cost(model, train, spec, 2, 8, profiles::shipped_profile(spec.device));
+    ParallelConfig one_chunk = layout(16 / pp, pp, 1);
+    ParallelConfig interleaved = one_chunk;
+    interleaved.schedule = Schedule::interleaved;
+    interleaved.virtual_stages = chunks;
+    const LayoutCost a = cost.layout_cost(one_chunk), b = cost.layout_cost(interleaved);
+    ASSERT_EQ(a.reject, Reject::none) << layers;
+    ASSERT_EQ(b.reject, Reject::none) << layers;
+    for (std::size_t k = 0; k < a.forward_s.size(); ++k) {
+      EXPECT_EQ(a.forward_s[k], b.forward_s[k]) << layers << " layers, kind " << k;
+      EXPECT_EQ(a.backward_s[k], b.backward_s[k]) << layers << " layers, kind " << k;
+    }
+    EXPECT_EQ(a.other_stages_work, b.other_stages_work) << layers;
+    EXPECT_EQ(a.last_stage_layer_share, b.last_stage_layer_share) << layers;
+  }
 }
 
 // Selective recompute replays what the Program replays (BlockOp::selective_recompute):

@@ -28,7 +28,7 @@ struct CalibrationOptions {
   int restarts = 1;                   // fresh starts from the best point, while they improve
   double restart_gain = 1e-4;         // the least MAPE gain (absolute) worth another start
   double relative_tolerance = 1e-4;  // on the normalised parameters
-  // Weight of the pull toward the profile's own values: the objective is the MAPE plus
+  // Weight of the pull toward the fit's start (the datasheet's view: Calibration{}): the objective is the MAPE plus
   // prior_weight x the sum of squared moves of the normalised parameters (each range
   // mapped to [0, 1]). A parameter that only one or two rows move (a flat direction of
   // the MAPE) then stays near its datasheet value instead of wherever the optimiser

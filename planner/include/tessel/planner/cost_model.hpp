@@ -184,6 +184,7 @@ class CostModel {
   void add_block_times(const ParallelConfig& parallel, const Prices& block, const Prices& moe_block,
                        double moe_layers, double stage_layers, LayoutCost& c) const;
   double moe_layers_on_busiest_stage(const ParallelConfig& parallel) const;
+  bool stages_uneven(const ParallelConfig& parallel) const;
   void add_head_times(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
                       bool with_head, LayoutCost& c) const;
   void add_stage_states(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
