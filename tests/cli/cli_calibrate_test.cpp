@@ -68,6 +68,15 @@ TEST_F(Cli, CalibrateRefusesAnUnknownDeviceInOneLine) {
   EXPECT_FALSE(fs::exists(dir_ / "x.db"));
 }
 
+TEST_F(Cli, CalibrateRefusesANegativePriorWeightInOneLine) {
+  const auto result = run("calibrate --published " + corpus() + " --device H100-SXM --prior-weight -0.5 --db " +
+                          (dir_ / "x.db").string());
+  EXPECT_EQ(result.status, 2);
+  EXPECT_EQ(line_count(result.err), 1) << result.err;
+  EXPECT_NE(result.err.find("--prior-weight: must be a finite number >= 0, got -0.5"), std::string::npos) << result.err;
+  EXPECT_FALSE(fs::exists(dir_ / "x.db"));
+}
+
 TEST_F(Cli, CalibrateRefusesAnEmptyCorpusDirectoryInOneLine) {
   fs::create_directories(dir_ / "empty");
   const auto result = run("calibrate --published " + (dir_ / "empty").string());
