@@ -30,6 +30,11 @@ ShortEnds short_ends(int layers, int stages) {
           virtual_stage_layers(layers, stages, stages - 1).count < most};
 }
 
+ShortEnds short_ends(const ModelSpec& model, const ParallelConfig& p) {
+  const int most = most_layers_per_stage(model, p);
+  return {stage_layer_count(model, p, 0) < most, stage_layer_count(model, p, p.pp - 1) < most};
+}
+
 LayerSpan virtual_stage_layers(int layers, int chunks, int k) {
   if (chunks < 1 || layers < chunks || k < 0 || k >= chunks) {
     throw Error(fmt::format("virtual_stage_layers: chunk {} of {} over {} layers", k, chunks, layers));

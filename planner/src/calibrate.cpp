@@ -92,7 +92,7 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
   model.set_calibration(probe);
   const LayoutCost direct = model.layout_cost(parallel);
   LayoutCost combined = layout_at(basis.at_defaults, basis.slope, probe);
-  basis.affine = !basis.at_defaults.stage_chosen_by_time;
+  basis.affine = !basis.at_defaults.uneven_split;
   zip_times(combined, direct, [&](double& a, double b) {
     if (std::abs(a - b) > 1e-9 * std::max(std::abs(b), 1e-12)) basis.affine = false;
   });

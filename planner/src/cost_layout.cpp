@@ -220,12 +220,12 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   const TensorSplits split = tensor_splits(p);
   // The fullest stage's activations; with an uneven split the first and the last stage
   // hold a block fewer, which finish() reads from the shares (dense models; an MoE
-  // model's stages are priced at the fullest). Stage totals are the same whatever the
-  // schedule (stage_layers.hpp), so the search, which prices a layout's interleaved
-  // variants from its one-chunk layout cost, and estimate() agree.
+  // model's stages are priced at the fullest). layout_cost() decided unevenness from the
+  // stage totals, the same whatever the schedule, so the search (which prices a layout's
+  // interleaved variants from its one-chunk layout cost) and estimate() agree.
   const double layers = double(most_layers_per_stage(model_, p));
   const double moe_layers = c.moe_layers_on_stage;
-  if (p.pp > 1 && moe_layers == 0 && stages_uneven(p)) {
+  if (c.uneven_split) {
     auto share = [&](int stage) { return double(stage_layer_count(model_, p, stage)) / layers; };
     c.first_stage_layer_share = share(0);
     c.second_stage_layer_share = share(1);
@@ -280,15 +280,6 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   c.partial_rest_sync = {rest_partial.time_s, rest_partial.bytes, rest_partial.messages};
 }
 
-// Whether the pipeline's stages hold different block counts: the first or the last is
-// short. Decided from the stage totals, which are the same for a layout's one-chunk and
-// interleaved schedules (an uneven interleaved split with pp 2 can leave both stages
-// equal, 1 + 2 and 2 + 1).
-bool CostModel::stages_uneven(const ParallelConfig& p) const {
-  const int most = most_layers_per_stage(model_, p);
-  return stage_layer_count(model_, p, 0) < most || stage_layer_count(model_, p, p.pp - 1) < most;
-}
-
 LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
   LayoutCost c;
   c.reject = check_layout(model_, train_, p);
@@ -319,8 +310,8 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     add_head_times(p, table, groups, with_head, stage);
     return stage;
   };
-  const bool uneven = p.pp > 1 && c.moe_layers_on_stage == 0 && stages_uneven(p);
-  if (!uneven) {
+  const ShortEnds ends = p.pp > 1 ? short_ends(model_, p) : ShortEnds{};
+  if (c.moe_layers_on_stage > 0 || !(ends.first || ends.last)) {
     c = price_stage(most, true);
   } else {
     auto busy_s = [](const LayoutCost& x) {
@@ -329,16 +320,14 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
       return sum;
     };
     const LayoutCost middle = price_stage(most, false);
-    const double block_s = busy_s(middle) / most;
-    const double head_s = busy_s(price_stage(most, true)) - busy_s(middle);
-    const int last_blocks = stage_layer_count(model_, p, p.pp - 1);
-    const double last_s = last_blocks * block_s + head_s;
+    const LayoutCost last = price_stage(stage_layer_count(model_, p, p.pp - 1), true);
+    const double middle_s = busy_s(middle), block_s = middle_s / most, last_s = busy_s(last);
     double all_s = last_s;
     for (int s = 0; s + 1 < p.pp; ++s) all_s += stage_layer_count(model_, p, s) * block_s;
-    const double busiest_s = std::max(last_s, most * block_s);
-    c = last_s >= most * block_s ? price_stage(last_blocks, true) : middle;
+    const double busiest_s = std::max(last_s, middle_s);
+    c = last_s >= middle_s ? last : middle;
     c.other_stages_work = (all_s - busiest_s) / busiest_s;
-    c.stage_chosen_by_time = true;
+    c.uneven_split = true;
   }
   c.forward_compute_s = c.forward_s[K(TimeKind::gemm)] + c.forward_s[K(TimeKind::attention)] +
                         c.forward_s[K(TimeKind::elementwise)];

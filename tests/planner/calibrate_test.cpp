@@ -351,11 +351,12 @@ TEST(Calibration, OutOfRangeParametersAreRefusedByName) {
 TEST(PublishedRuns, TheCorpusLoadsAndEveryPriceableRowHasAPositiveMeasuredStepTime) {
   const std::string directory = std::string(TESSEL_SOURCE_DIR) + "/corpus/published";
   const std::vector<PublishedRun> runs = load_published_runs(directory);
-  int priceable = 0, held_out = 0;
+  int priceable = 0, held_out = 0, fp8_calibration = 0;
   for (const PublishedRun& run : runs) {
     if (!run.priceable()) continue;
     ++priceable;
     held_out += run.held_out;
+    fp8_calibration += !run.held_out && run.plan->train.precision == Precision::fp8;
     const Plan& plan = *run.plan;
     const CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
                           profiles::shipped_profile(run.device));
@@ -364,6 +365,7 @@ TEST(PublishedRuns, TheCorpusLoadsAndEveryPriceableRowHasAPositiveMeasuredStepTi
   }
   // corpus/README: A100 153 + H100 89 bf16 + H100 21 fp8 calibration rows, plus held-out ones
   EXPECT_EQ(priceable, 242 + 21 + 57);
+  EXPECT_EQ(fp8_calibration, 21);  // 7 llm-foundry, 14 torchtitan
   // Narayanan 10, Korthikanti 8, dgxc 16 bf16 + 16 fp8, Megatron README 1, MT-NLG 3, Nemotron-4 340B 3
   EXPECT_EQ(held_out, 57);
 }

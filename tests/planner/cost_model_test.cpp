@@ -18,13 +18,23 @@ using namespace tessel;
 using namespace tessel::planner;
 
 namespace {
-CostModel model_on(const std::string& model, const std::string& cluster, int nodes, int global_batch,
-                   Precision precision = Precision::bf16) {
+CostModel cost_model(const ModelSpec& model, const std::string& cluster, int nodes, int global_batch,
+                     Precision precision = Precision::bf16, Kernels kernels = Kernels::unfused) {
   TrainSpec train;
   train.global_batch = global_batch;
   train.precision = precision;
+  train.kernels = kernels;
   const ClusterSpec spec = resolve_cluster(cluster);
-  return CostModel(resolve_model(model), train, spec, nodes, spec.gpus_per_node, profiles::shipped_profile(spec.device));
+  return CostModel(model, train, spec, nodes, spec.gpus_per_node, profiles::shipped_profile(spec.device));
+}
+
+CostModel model_on(const std::string& model, const std::string& cluster, int nodes, int global_batch,
+                   Precision precision = Precision::bf16) {
+  return cost_model(resolve_model(model), cluster, nodes, global_batch, precision);
+}
+
+CostModel fused_model_on(const std::string& model, const std::string& cluster, int nodes, int global_batch) {
+  return cost_model(resolve_model(model), cluster, nodes, global_batch, Precision::bf16, Kernels::fused);
 }
 
 ParallelConfig layout(int dp, int pp, int tp, int micro_batch = 1) {
@@ -47,10 +57,7 @@ CostModel grid_friendly_model() {
   m.ffn_hidden = 4096;
   m.vocab = 32768;
   m.seq_len = 1024;
-  TrainSpec train;
-  train.global_batch = 64;
-  const ClusterSpec cluster = resolve_cluster("dgx-h100");
-  return CostModel(m, train, cluster, 8, 8, profiles::shipped_profile(cluster.device));
+  return cost_model(m, "dgx-h100", 8, 64);
 }
 }  // namespace
 
@@ -187,11 +194,7 @@ TEST(Memory, ActivationsPerLayerFollowKorthikanti2022) {
 // fp32 log-sum-exp per row and head is kept instead), with recompute none it equals
 // selective recompute, and the Program has no softmax op.
 TEST(Memory, FusedKernelsKeepNoAttentionScores) {
-  TrainSpec train;
-  train.global_batch = 64;
-  train.kernels = Kernels::fused;
-  const ClusterSpec spec = resolve_cluster("dgx-a100");
-  const CostModel fused(resolve_model("gpt3-175b"), train, spec, 8, 8, profiles::shipped_profile(spec.device));
+  const CostModel fused = fused_model_on("gpt3-175b", "dgx-a100", 8, 64);
   const CostModel unfused = model_on("gpt3-175b", "dgx-a100", 8, 64);
   const double sbh = double(fused.model().seq_len) * 2 * fused.model().hidden;
   const double statistics = 4.0 * fused.model().heads * fused.model().seq_len * 2;
@@ -215,11 +218,7 @@ TEST(Memory, FusedKernelsKeepNoAttentionScores) {
 // one head's product), and a backward that recomputes the scores: 2.5x the forward
 // (five products against two) where materialised attention's is 2x.
 TEST(Time, FusedAttentionIsOneKernelWhoseBackwardRecomputesTheScores) {
-  TrainSpec train;
-  train.global_batch = 64;
-  train.kernels = Kernels::fused;
-  const ClusterSpec spec = resolve_cluster("dgx-a100");
-  const CostModel fused(resolve_model("gpt3-6.7b"), train, spec, 1, 8, profiles::shipped_profile(spec.device));
+  const CostModel fused = fused_model_on("gpt3-6.7b", "dgx-a100", 1, 64);
   const CostModel unfused = model_on("gpt3-6.7b", "dgx-a100", 1, 64);
   const ParallelConfig p = layout(8, 1, 1, 2);
   auto core_of = [&](Kernels kernels) {
@@ -251,10 +250,7 @@ TEST(Time, AnInterleavedSplitCostsWhatItsOneChunkSplitCostsPerStage) {
   for (const auto& [layers, pp, chunks] : {std::tuple{30, 2, 4}, std::tuple{31, 4, 2}, std::tuple{126, 8, 2}}) {
     ModelSpec model = resolve_model("gpt3-6.7b");
     model.layers = layers;
-    TrainSpec train;
-    train.global_batch = 64;
-    const ClusterSpec spec = resolve_cluster("dgx-a100");
-    const CostModel cost(model, train, spec, 2, 8, profiles::shipped_profile(spec.device));
+    const CostModel cost = cost_model(model, "dgx-a100", 2, 64);
     ParallelConfig one_chunk = layout(16 / pp, pp, 1);
     ParallelConfig interleaved = one_chunk;
     interleaved.schedule = Schedule::interleaved;
@@ -275,11 +271,7 @@ TEST(Time, AnInterleavedSplitCostsWhatItsOneChunkSplitCostsPerStage) {
 // materialised attention's core and softmax; a fused kernel stores no scores, so there
 // is nothing to replay and selective costs what no recompute costs.
 TEST(Time, SelectiveRecomputeReplaysOnlyTheOpsTheProgramReplays) {
-  TrainSpec train;
-  train.global_batch = 64;
-  train.kernels = Kernels::fused;
-  const ClusterSpec spec = resolve_cluster("dgx-a100");
-  const CostModel fused(resolve_model("gpt3-6.7b"), train, spec, 1, 8, profiles::shipped_profile(spec.device));
+  const CostModel fused = fused_model_on("gpt3-6.7b", "dgx-a100", 1, 64);
   const CostModel unfused = model_on("gpt3-6.7b", "dgx-a100", 1, 64);
   ParallelConfig p = layout(8, 1, 1, 2);
   p.recompute = Recompute::selective;

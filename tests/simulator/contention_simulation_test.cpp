@@ -8,9 +8,7 @@
 // more than 4% off in every case. SimGrid allows one engine per process: each case simulates once.
 #include <gtest/gtest.h>
 
-#include "tessel/planner/cost_model.hpp"
-#include "tessel/profiles/profile.hpp"
-#include "tessel/simulator/simulation.hpp"
+#include "agreement_steps.hpp"
 
 using namespace tessel;
 
@@ -31,28 +29,13 @@ Plan contention_plan(const std::string& parallel) {
 }
 
 profiles::Profile calibrated(const Plan& plan, double contention, double efficiency) {
-  profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
-  profile.meta["calibration"] =
-      Json{{"parameters", {{"collective_contention", contention}, {"overlap_efficiency", efficiency}}}};
-  return profile;
+  return simulator_test::with_calibration(plan.cluster.device,
+                                          Json{{"collective_contention", contention}, {"overlap_efficiency", efficiency}});
 }
 
-// One plan's step three ways: analytic at the datasheet profile and at `cal`, and
-// simulated (stream overlap on, contention-free links) at `cal`.
-struct Steps {
-  double analytic_plain_s = 0, analytic_s = 0, simulated_s = 0;
-};
-
-Steps steps_of(const Plan& plan, const profiles::Profile& cal) {
-  auto analytic = [&](const profiles::Profile& profile) {
-    return planner::CostModel(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile)
-        .estimate(plan.parallel)
-        .step_time_s;
-  };
-  simulator::SimulationOptions options;
-  options.contention_free = true;
-  return {analytic(profiles::shipped_profile(plan.cluster.device)), analytic(cal),
-          simulator::simulate(Program::lower(plan), cal, options).step_time_s};
+// Stream overlap on (the only way traffic hides), contention-free links.
+simulator_test::Steps steps_of(const Plan& plan, const profiles::Profile& cal) {
+  return simulator_test::steps_of(plan, cal, true);
 }
 }  // namespace
 
@@ -61,13 +44,12 @@ class ContentionAgreement : public ::testing::TestWithParam<ContentionCase> {};
 TEST_P(ContentionAgreement, ACalibratedStepEqualsTheAnalyticEstimateWithin4Percent) {
   const ContentionCase& c = GetParam();
   const Plan plan = contention_plan(c.parallel);
-  const Steps steps = steps_of(plan, calibrated(plan, c.contention, c.efficiency));
+  const simulator_test::Steps steps = steps_of(plan, calibrated(plan, c.contention, c.efficiency));
   // The simulator without the two parameters stays about 3% above the datasheet's
   // analytic step, so it fails the 4% below once calibration adds over 7.5%.
   EXPECT_GT(steps.analytic_s, 1.075 * steps.analytic_plain_s) << "the calibration moves the step too little to test";
   EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.04)
-      << plan.parallel.summary() << ": simulated " << steps.simulated_s << " s, analytic " << steps.analytic_s
-      << " s (datasheet " << steps.analytic_plain_s << " s)";
+      << simulator_test::describe(plan, steps);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -91,9 +73,8 @@ TEST(ContentionAgreement, ADeepPipelinePaysTheStepsContentionOnceAsThePlannerDoe
       "parallel": {"dp": 2, "pp": 8}})"),
                                "");
   plan.validate();
-  const Steps steps = steps_of(plan, calibrated(plan, 0.9, 1.0));
+  const simulator_test::Steps steps = steps_of(plan, calibrated(plan, 0.9, 1.0));
   EXPECT_GT(steps.analytic_s, 1.005 * steps.analytic_plain_s) << "the contention moves the step too little to test";
   EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.04)
-      << plan.parallel.summary() << ": simulated " << steps.simulated_s << " s, analytic " << steps.analytic_s
-      << " s (datasheet " << steps.analytic_plain_s << " s)";
+      << simulator_test::describe(plan, steps);
 }

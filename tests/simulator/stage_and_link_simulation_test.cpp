@@ -10,12 +10,13 @@
 // TEST simulates once (SimGrid runs one engine per process).
 #include <gtest/gtest.h>
 
+#include "agreement_steps.hpp"
 #include "tessel/core/stage_layers.hpp"
-#include "tessel/planner/cost_model.hpp"
-#include "tessel/profiles/profile.hpp"
-#include "tessel/simulator/simulation.hpp"
 
 using namespace tessel;
+using simulator_test::describe;
+using simulator_test::steps_of;
+using simulator_test::with_calibration;
 
 namespace {
 Plan plan_of(int layers, int vocab, int nodes, int global_batch, const std::string& parallel) {
@@ -29,28 +30,6 @@ Plan plan_of(int layers, int vocab, int nodes, int global_batch, const std::stri
   return plan;
 }
 
-struct Steps {
-  double analytic_plain_s = 0, analytic_s = 0, simulated_s = 0;
-};
-
-// The plan's step analytic at the datasheet profile and at `calibration`, and simulated at it.
-Steps steps_of(const Plan& plan, const Json& calibration) {
-  profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
-  auto analytic = [&](const profiles::Profile& priced) {
-    planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), priced);
-    model.set_overlap(false);
-    return model.estimate(plan.parallel).step_time_s;
-  };
-  Steps out;
-  out.analytic_plain_s = analytic(profile);
-  if (!calibration.empty()) profile.meta["calibration"] = Json{{"parameters", calibration}};
-  out.analytic_s = analytic(profile);
-  simulator::SimulationOptions options;
-  options.overlap = false;
-  options.contention_free = true;
-  out.simulated_s = simulator::simulate(Program::lower(plan), profile, options).step_time_s;
-  return out;
-}
 }  // namespace
 
 struct LinkCase {
@@ -65,11 +44,9 @@ class CalibratedLinks : public ::testing::TestWithParam<LinkCase> {};
 TEST_P(CalibratedLinks, TheSimulatorsLinksCarryTheCalibratedBusEfficiency) {
   const LinkCase& c = GetParam();
   const Plan plan = plan_of(8, 512, c.nodes, 16 * c.nodes, c.parallel);
-  const Steps steps = steps_of(plan, Json{{c.parameter, 0.3}});
+  const simulator_test::Steps steps = steps_of(plan, with_calibration(plan.cluster.device, Json{{c.parameter, 0.3}}), false);
   ASSERT_GT(steps.analytic_s, 1.1 * steps.analytic_plain_s) << "the efficiency moves the step too little to test";
-  EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.02)
-      << plan.parallel.summary() << ": simulated " << steps.simulated_s << " s, analytic " << steps.analytic_s
-      << " s (datasheet " << steps.analytic_plain_s << " s)";
+  EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.02) << describe(plan, steps);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -90,10 +67,8 @@ TEST_P(UnevenSplit, TheAnalyticPaceIsTheBusierOfAFullStageAndTheShortLastStage) 
   const SplitCase& c = GetParam();
   const Plan plan = plan_of(c.layers, c.vocab, 1, 64, c.parallel);
   ASSERT_NE(c.layers % (plan.parallel.pp * chunks_per_stage(plan.parallel)), 0) << "an uneven split";
-  const Steps steps = steps_of(plan, Json::object());
-  EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.02)
-      << plan.parallel.summary() << " vocab " << c.vocab << ": simulated " << steps.simulated_s << " s, analytic "
-      << steps.analytic_s << " s";
+  const simulator_test::Steps steps = steps_of(plan, with_calibration(plan.cluster.device, Json::object()), false);
+  EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.02) << describe(plan, steps) << ", vocabulary " << c.vocab;
 }
 
 // 10 blocks over 4 stages: 2, 3, 3, 2. A head of about half a block (the middle stages

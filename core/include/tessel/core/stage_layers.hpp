@@ -45,6 +45,12 @@ struct ShortEnds {
 };
 ShortEnds short_ends(int layers, int stages);
 
+// The same of plan `p`'s stages, all their chunks counted: which of the first and the
+// last stage hold fewer blocks than the fullest. The same for a layout's one-chunk and
+// interleaved schedules (an uneven interleaved split with pp 2 can leave both stages
+// equal, 1 + 2 and 2 + 1).
+ShortEnds short_ends(const ModelSpec& model, const ParallelConfig& p);
+
 // The blocks of virtual stage `k` (0-based) of `chunks` over `layers` blocks
 // (layers >= chunks >= 1).
 LayerSpan virtual_stage_layers(int layers, int chunks, int k);

@@ -50,9 +50,10 @@ struct LayoutCost {
   double p2p_bytes = 0;              // one activation (or its gradient) between stages
   double p2p_intra_s = 0, p2p_inter_s = 0;  // that send inside a node, between nodes
   int stages_per_node = 1;
-  // The times are a busier-of-two-stages choice (an uneven split's full middle stage
-  // against its short last stage with the head), so not affine in the calibration.
-  bool stage_chosen_by_time = false;
+  // A dense model's uneven split (stage_layers.hpp): its times are the busier of two
+  // stages (a full one, the short last one with the head), so not affine in the
+  // calibration, and its activations scale by the stages' shares below.
+  bool uneven_split = false;
   // The pipeline's other stages' work per micro-batch in units of the busiest stage's:
   // what its fill and drain (the bubble) pass through. pp - 1 when the split is even
   // (negative here stands for that); less when an uneven split's short stages are lighter.
@@ -184,7 +185,6 @@ class CostModel {
   void add_block_times(const ParallelConfig& parallel, const Prices& block, const Prices& moe_block,
                        double moe_layers, double stage_layers, LayoutCost& c) const;
   double moe_layers_on_busiest_stage(const ParallelConfig& parallel) const;
-  bool stages_uneven(const ParallelConfig& parallel) const;
   void add_head_times(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
                       bool with_head, LayoutCost& c) const;
   void add_stage_states(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
