@@ -33,6 +33,7 @@ void zip_times(LayoutCost& a, const LayoutCost& b, F f) {
   f(a.partial_layer_sync.time_s, b.partial_layer_sync.time_s);
   f(a.partial_rest_sync.time_s, b.partial_rest_sync.time_s);
   f(a.tied_embedding_sync.time_s, b.tied_embedding_sync.time_s);
+  f(a.head_s, b.head_s);
   f(a.forward_compute_s, b.forward_compute_s);
   f(a.backward_compute_s, b.backward_compute_s);
   for (int i = 0; i < a.tp_overlap_pairs; ++i) {

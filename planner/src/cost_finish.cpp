@@ -296,8 +296,11 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   forward_s += p2p_s / 2;  // half the sends carry activations forward, half gradients back
   backward_s += p2p_s / 2;
   out.time_s[K(TimeKind::pp_p2p)] = micro_batches * p2p_s;
-  const double other_stages = c.other_stages_work >= 0 ? c.other_stages_work : p.pp - 1.0;
-  out.time_s[K(TimeKind::pp_bubble)] = other_stages * (forward_s + backward_s) / virtual_stages;
+  // An uneven split's other stages were weighed in layout_cost(); an even split's are
+  // the busiest stage without the head.
+  out.time_s[K(TimeKind::pp_bubble)] =
+      c.other_stages_work >= 0 ? c.other_stages_work * (forward_s + backward_s) / virtual_stages
+                               : (p.pp - 1.0) * (forward_s + backward_s - c.head_s) / virtual_stages;
 
   // Offload plans are priced from the chunk plan (MoE models: from fractions).
   OffloadTotals offload_here;

@@ -311,14 +311,19 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     return stage;
   };
   const ShortEnds ends = p.pp > 1 ? short_ends(model_, p) : ShortEnds{};
+  auto busy_s = [](const LayoutCost& x) {
+    double sum = 0;
+    for (std::size_t k = 0; k < x.forward_s.size(); ++k) sum += x.forward_s[k] + x.backward_s[k];
+    return sum;
+  };
   if (c.moe_layers_on_stage > 0 || !(ends.first || ends.last)) {
     c = price_stage(most, true);
+    if (p.pp > 1) {
+      LayoutCost head_only;
+      add_head_times(p, table, groups, true, head_only);
+      c.head_s = busy_s(head_only);
+    }
   } else {
-    auto busy_s = [](const LayoutCost& x) {
-      double sum = 0;
-      for (std::size_t k = 0; k < x.forward_s.size(); ++k) sum += x.forward_s[k] + x.backward_s[k];
-      return sum;
-    };
     const LayoutCost middle = price_stage(most, false);
     const LayoutCost last = price_stage(stage_layer_count(model_, p, p.pp - 1), true);
     const double middle_s = busy_s(middle), block_s = middle_s / most, last_s = busy_s(last);

@@ -1,11 +1,12 @@
-// Two places where the planner and the simulator once priced one plan differently, found
+// Places where the planner and the simulator once priced one plan differently, found
 // by simulating the published corpus (docs/BENCHMARKS.md, "Fidelity"):
 //  - the calibrated bus efficiencies: the planner divides collective times by them, and
 //    the simulator's links now carry the profile's bandwidth times them (a simulator
 //    that ignored them ran A100 tensor-parallel traffic at 1/0.56 of the calibrated rate);
-//  - an uneven pipeline split (core/stage_layers.hpp): its last stage is a block short
-//    because it carries the head, so the pace is the busier of a full middle stage and
-//    the last stage with the head, not the fullest block count plus the head.
+//  - the pipeline's stages (core/stage_layers.hpp): an uneven split's last stage is a
+//    block short because it carries the head, so the pace is the busier of a full middle
+//    stage and the last stage with the head, not the fullest block count plus the head;
+//    an even split's bubble passes stages without the head.
 // Contention-free links and no stream overlap, the analytic model's conditions; each
 // TEST simulates once (SimGrid runs one engine per process).
 #include <gtest/gtest.h>
@@ -59,25 +60,31 @@ struct SplitCase {
   const char* name;
   int layers, vocab;  // the vocabulary sets the head's weight against a block's
   const char* parallel;
+  double tolerance;
 };
 
-class UnevenSplit : public ::testing::TestWithParam<SplitCase> {};
+class StageSplit : public ::testing::TestWithParam<SplitCase> {};
 
-TEST_P(UnevenSplit, TheAnalyticPaceIsTheBusierOfAFullStageAndTheShortLastStage) {
+TEST_P(StageSplit, TheAnalyticPaceAndBubbleMatchTheSimulatedStages) {
   const SplitCase& c = GetParam();
   const Plan plan = plan_of(c.layers, c.vocab, 1, 64, c.parallel);
-  ASSERT_NE(c.layers % (plan.parallel.pp * chunks_per_stage(plan.parallel)), 0) << "an uneven split";
   const simulator_test::Steps steps = steps_of(plan, with_calibration(plan.cluster.device, Json::object()), false);
-  EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, 0.02) << describe(plan, steps) << ", vocabulary " << c.vocab;
+  EXPECT_NEAR(steps.simulated_s / steps.analytic_s, 1.0, c.tolerance)
+      << describe(plan, steps) << ", vocabulary " << c.vocab;
 }
 
-// 10 blocks over 4 stages: 2, 3, 3, 2. A head of about half a block (the middle stages
-// set the pace; pricing the fullest count plus the head would be some 15% slow) and of
-// about three blocks (the last stage does). Interleaved, 10 over 2 stages x 2 chunks:
-// 2 + 3 on the first stage, 3 + 2 on the last.
+// Uneven, 10 blocks over 4 stages: 2, 3, 3, 2. A head of about half a block (the middle
+// stages set the pace; pricing the fullest count plus the head would be some 15% slow)
+// and of about three blocks (the last stage does). Interleaved, 10 over 2 stages x 2
+// chunks: 2 + 3 on the first stage, 3 + 2 on the last. Even, 8 and 12 blocks over 4
+// stages with the heavy head: the last stage sets the pace, and the bubble passes the
+// other stages, which carry no head (charging them the head was 4.3% and 3.4% slow).
 INSTANTIATE_TEST_SUITE_P(
-    Heads, UnevenSplit,
-    ::testing::Values(SplitCase{"LightHead", 10, 6144, R"({"dp": 2, "pp": 4})"},
-                      SplitCase{"HeavyHead", 10, 36864, R"({"dp": 2, "pp": 4})"},
-                      SplitCase{"Interleaved", 10, 6144, R"({"dp": 4, "pp": 2, "schedule": "interleaved", "virtual_stages": 2})"}),
+    Heads, StageSplit,
+    ::testing::Values(SplitCase{"UnevenLightHead", 10, 6144, R"({"dp": 2, "pp": 4})", 0.02},
+                      SplitCase{"UnevenHeavyHead", 10, 36864, R"({"dp": 2, "pp": 4})", 0.02},
+                      SplitCase{"UnevenInterleaved", 10, 6144,
+                                R"({"dp": 4, "pp": 2, "schedule": "interleaved", "virtual_stages": 2})", 0.02},
+                      SplitCase{"EvenHeavyHead8", 8, 36864, R"({"dp": 2, "pp": 4})", 0.015},
+                      SplitCase{"EvenHeavyHead12", 12, 36864, R"({"dp": 2, "pp": 4})", 0.015}),
     [](const ::testing::TestParamInfo<SplitCase>& info) { return std::string(info.param.name); });

@@ -58,6 +58,10 @@ struct LayoutCost {
   // what its fill and drain (the bubble) pass through. pp - 1 when the split is even
   // (negative here stands for that); less when an uneven split's short stages are lighter.
   double other_stages_work = -1;
+  // An even split: the head's forward and backward time per micro-batch, on the last
+  // stage only. The bubble's other stages carry none of it, so it is taken out of what
+  // they pass (pricing every stage at the last one's pace charged them all for the head).
+  double head_s = 0;
   double activation_bytes_per_micro_batch = 0;  // stored by the fullest stage for one micro-batch
   // An uneven split (core/stage_layers.hpp): the blocks of the first, the second and the
   // last stage over the fullest stage's, which scale its activations (1 when even or MoE).
