@@ -127,6 +127,8 @@ class TableBuilder {
     if (three_d_) head_and_embedding_3d();
     else if (two_d_) head_and_embedding_2d();
     else head_and_embedding_1d();
+    mark_selective_op_replay(t_.block);
+    mark_selective_op_replay(t_.moe_block);
     if (fp8_) {
       count_fp8_gemms(t_.block, t_.fp8_weight_elements, t_.fp8_linears);
       count_fp8_gemms(t_.moe_block, t_.moe_fp8_weight_elements, t_.moe_fp8_linears);
@@ -135,6 +137,35 @@ class TableBuilder {
   }
 
  private:
+  // torchtitan's op-level selective checkpointing (torchtitan/models/llama/parallelize at
+  // the corpus's commit; its llama3 8B config's default): the outputs of the odd-numbered
+  // matmuls of a block's forward (q, v, w1, w2 of q, k, v, o, w1, w3, w2) and of the
+  // attention kernel are saved; everything else is replayed: the even-numbered matmuls
+  // (k, o, and w3, or fc2 of a gate-less MLP: q, k, v, o, fc1, fc2), the elementwise ops
+  // and the collectives whose outputs they read. A fused QKV GEMM replays its k columns,
+  // a gated fc1 its w3 half; materialised attention's batched products are no matmuls
+  // the policy saves, so they are replayed with their softmax.
+  void mark_selective_op_replay(std::vector<BlockOp>& ops) const {
+    const bool gated = model_.activation == Activation::swiglu;
+    for (BlockOp& op : ops) {
+      switch (op.kind) {
+        case OpKind::memory: op.selective_op_replay = 1; break;
+        case OpKind::attention: op.selective_op_replay = kernels_ == Kernels::fused ? 0 : 1; break;
+        case OpKind::collective:
+          // The ring's key/value passes run inside the attention kernel's context (saved).
+          op.selective_op_replay = op.forward && op.group != CommGroup::sp_ring ? 1 : 0;
+          break;
+        case OpKind::gemm:
+          if (op.name == ops::attn_qkv.gemm) op.selective_op_replay = kv_ / (h_ + 2 * kv_);
+          if (op.name == ops::attn_proj.gemm) op.selective_op_replay = 1;
+          if (op.name == ops::mlp_fc1.gemm) op.selective_op_replay = gated ? 0.5 : 0;
+          if (op.name == ops::mlp_fc2.gemm) op.selective_op_replay = gated ? 0 : 1;
+          break;
+        default: break;
+      }
+    }
+  }
+
   // Parameters per rank. 1D (Megatron) keeps whole on every tensor rank the norms, the
   // biases added after a row-parallel reduction and the learned positions, and splits
   // the rest by tp. 2D cuts weight matrices in q x q blocks and vectors (norms, biases,

@@ -64,7 +64,7 @@ ParallelConfig ParallelConfig::from_json(const Json& json, const std::string& pa
       f.fail("offload", "device_fraction applies to mode chunked only");
     }
   }
-  p.recompute = *enum_from_string<Recompute>(f.choice_or("recompute", {"none", "selective", "full"}, "none"));
+  p.recompute = *enum_from_string<Recompute>(f.choice_or("recompute", {"none", "selective", "full", "selective-op"}, "none"));
   p.micro_batch = int(f.positive_int_or("micro_batch", 1, limits::kMaxGlobalBatch));
   p.schedule = *enum_from_string<Schedule>(f.choice_or("schedule", {"gpipe", "1f1b", "interleaved"}, "1f1b"));
   p.virtual_stages = int(f.positive_int_or("virtual_stages", 1, limits::kMaxLayers));

@@ -318,12 +318,9 @@ class Lowering {
     for (int l = layers.end() - 1; l >= layers.first; --l) {
       const std::vector<BlockOp>& block = table_.ops_of_layer(model_, l);
       prior_first_op = std::int64_t(b.size());
-      if (p_.recompute != Recompute::none) {
-        for (const BlockOp& op : block) {
-          if (op.forward && (p_.recompute == Recompute::full || op.selective_recompute)) {
-            b.chain(ops::block_op_id(mb, l, ops::Phase::recompute, op.name), op);
-          }
-        }
+      for (const BlockOp& op : block) {
+        const double share = op.replayed_share(p_.recompute);
+        if (share > 0) b.chain(ops::block_op_id(mb, l, ops::Phase::recompute, op.name), scaled(op, share));
       }
       for (auto it = block.rbegin(); it != block.rend(); ++it) {
         b.chain(ops::block_op_id(mb, l, ops::Phase::bwd, it->name), scaled(*it, it->backward));

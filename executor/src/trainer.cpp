@@ -26,6 +26,12 @@ void Trainer::check(const Plan& plan) {
     throw Error("parallel.tp_comm_overlap: the executor runs its tensor-parallel collectives between its GEMMs, "
                 "not pipelined with them; run the plan with tp_comm_overlap false (the same math)");
   }
+  // selective-op is torchtitan's policy, priced so that its published runs can be read;
+  // the executor checkpoints whole layers or the attention core.
+  if (p.recompute == Recompute::selective_op) {
+    throw Error("parallel.recompute: the executor runs none, selective and full; selective-op (torchtitan's op-level "
+                "policy) is priced by the planner and the simulator only");
+  }
   if (p.tp > 1 && p.tp_mode != TpMode::d1) {
     const int q = p.tp_grid_side();
     const int blocks = p.tp_mode == TpMode::d3 ? q * q : q * (p.tp_mode == TpMode::d2_5 ? p.tp_depth : 1);

@@ -508,10 +508,10 @@ Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
     notes.push_back("parallel.zero 0 with offload optimizer: DeepSpeed offloads under ZeRO only; written as stage 1");
     p.zero = 1;
   }
-  if (p.recompute == Recompute::selective) {
-    notes.push_back(
-        "parallel.recompute selective: DeepSpeed's activation checkpointing re-runs whole blocks; "
-        "written as full");
+  if (p.recompute == Recompute::selective || p.recompute == Recompute::selective_op) {
+    notes.push_back(fmt::format("parallel.recompute {}: DeepSpeed's activation checkpointing re-runs whole blocks; "
+                                "written as full",
+                                to_string(p.recompute)));
     p.recompute = Recompute::full;
   }
   if (near.train.seq_len == near.model.seq_len) near.train.seq_len = 0;  // the same length, said once

@@ -59,6 +59,12 @@ Plan nearest_megatron_plan(const Plan& plan, bool fsdp_zero, const std::string& 
     p.offload = OffloadMode::optimizer;
   }
   if (p.offload != OffloadMode::chunked) p.offload_device_fraction = 1.0;
+  if (p.recompute == Recompute::selective_op) {
+    notes.push_back(fmt::format("parallel.recompute selective-op: {} has no op-level policy (its selective replays the "
+                                "attention core only, and keeps more); wrote full, which keeps less",
+                                engine));
+    p.recompute = Recompute::full;
+  }
   if (!fsdp_zero && p.zero > 1) {
     notes.push_back(fmt::format("parallel.zero {}: {} shards only the optimizer state (distributed optimizer, ZeRO 1); "
                                 "wrote ZeRO 1",

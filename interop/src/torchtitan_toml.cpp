@@ -191,7 +191,7 @@ void TorchtitanReader::read_activation_checkpoint() {
   } else if (mode == "full") {
     recompute = Recompute::full;
   } else if (mode == "selective" && option == "op") {
-    recompute = Recompute::selective;
+    recompute = Recompute::selective_op;
   } else if (mode == "selective" && option == "1") {
     recompute = Recompute::full;  // every layer checkpointed whole
   } else if (mode == "selective") {
@@ -199,7 +199,7 @@ void TorchtitanReader::read_activation_checkpoint() {
                                                  "model (it models \"op\", or every layer: \"1\" or mode full){}",
                                                  option, option, ac.has("mode") ? "" : " (torchtitan's default)"));
   } else {
-    ac.refuse("mode", fmt::format("'{}' is not modelled (tessel models none, selective, full)", mode));
+    ac.refuse("mode", fmt::format("'{}' is not modelled (tessel models none, selective with option \"op\" or \"1\", full)", mode));
   }
   mapped("activation_checkpoint.mode", mode + (mode == "selective" ? " (" + option + ")" : ""),
          fmt::format("parallel.recompute {}", to_string(recompute)));

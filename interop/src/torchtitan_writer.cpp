@@ -115,6 +115,14 @@ Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) 
     notes.push_back("train.dropout true: torchtitan's models train without dropout; read back as false");
     near.train.dropout = false;
   }
+  if (p.recompute == Recompute::selective) {
+    // tessel's selective replays a materialised attention core only; under the flash
+    // kernel above it keeps and replays what none does.
+    notes.push_back(
+        "parallel.recompute selective: torchtitan's selective is op-level (selective-op); with flash attention "
+        "tessel's selective keeps and replays what none does; written as none");
+    p.recompute = Recompute::none;
+  }
   if (const TorchtitanFlavor* flavor = torchtitan_flavor_of(near.model)) {
     const int seq_len = near.seq_len();
     near.model = flavor->spec;
@@ -208,8 +216,13 @@ ExportedConfig export_torchtitan(const Plan& plan) {
                                                               : "float32");
   text += "\n";  // two appends: GCC 12 warns (-Wrestrict, a false positive) on "\n" + string
   text += parallelism_table(near);
-  text += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", to_string(p.recompute));
-  if (p.recompute == Recompute::selective) text += "selective_ac_option = \"op\"\n";
+  text += "\n[activation_checkpoint]\n";
+  switch (p.recompute) {
+    case Recompute::none: text += "mode = \"none\"\n"; break;
+    case Recompute::full: text += "mode = \"full\"\n"; break;
+    case Recompute::selective_op: text += "mode = \"selective\"\nselective_ac_option = \"op\"\n"; break;
+    case Recompute::selective: break;  // written as none by the nearest plan
+  }
   // The plan was priced for TorchInductor's fused kernels (train.framework torch.compile).
   if (near.train.framework == Framework::torch_compile) text += "\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n";
   out.text = text;

@@ -35,20 +35,24 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
              CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, {}, 0};
   for (const BlockOp& op : ops) {
     switch (op.kind) {
-      case OpKind::gemm:
+      case OpKind::gemm: {
         if (op.expert_load) {
           // The busiest rank's experts: more rows per GEMM, priced at that size.
           const double load = costs_.moe_load_factor(op.capacity_factor);
           out.gemm_s += op.count * costs_.gemm_time_s(load * op.m, op.n, op.k, op.precision);
           break;
         }
-        out.gemm_s += op.count * costs_.gemm_time_s(op.m, op.n, op.k, op.precision);
+        const double seconds = op.count * costs_.gemm_time_s(op.m, op.n, op.k, op.precision);
+        out.gemm_s += seconds;
+        out.selective_op_s += op.selective_op_replay * seconds;
         break;
+      }
       case OpKind::attention: {
         const double seconds = costs_.attention_time_s(op.flops, op.gemm_flops, op.precision);
         out.attention_s += seconds;
         out.backward_attention_s += op.backward * seconds;
         if (op.selective_recompute) out.selective_s += seconds;
+        out.selective_op_s += op.selective_op_replay * seconds;
         break;
       }
       case OpKind::memory: {
@@ -58,6 +62,7 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
         out.memory_s += seconds;
         out.backward_memory_s += op.backward * seconds;
         if (op.selective_recompute) out.selective_s += seconds;
+        out.selective_op_s += op.selective_op_replay * seconds;
         break;
       }
       case OpKind::collective: {
@@ -121,7 +126,11 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   c.block_tp_forward_bytes = block.tp.bytes;
   c.block_tp_forward_messages = block.tp.messages;
   const double layers = stage_layers - moe_layers;
+  // How often the forward's collectives run again in the backward: all of them under
+  // full recompute; the tensor-parallel ones under selective-op, whose replayed ops read
+  // their outputs (the ring's key/value passes sit inside the saved attention kernel).
   const double recompute_factor = p.recompute == Recompute::full ? 1.0 : 0.0;
+  const double tp_replays = p.recompute == Recompute::selective_op ? 1.0 : recompute_factor;
   // Dense blocks, then MoE blocks (none for a dense model: the sums are the dense ones).
   auto both = [&](auto part) { return layers * part(block) + moe_layers * part(moe); };
   auto set = [&](TimeKind kind, double forward, double backward) {
@@ -139,7 +148,7 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   set(TimeKind::elementwise, memory_s + overhead_s,
       both([](const Prices& x) { return x.backward_memory_s; }) + 2 * overhead_s);
   set(TimeKind::tp_comm, both([](const Prices& x) { return x.tp.time_s; }),
-      both([&](const Prices& x) { return x.tp_backward.time_s + recompute_factor * x.tp.time_s; }));
+      both([&](const Prices& x) { return x.tp_backward.time_s + tp_replays * x.tp.time_s; }));
   set(TimeKind::sp_comm, both([](const Prices& x) { return x.sp.time_s; }),
       both([&](const Prices& x) { return x.sp_backward.time_s + recompute_factor * x.sp.time_s; }));
   set(TimeKind::ep_comm, moe_layers * moe.ep.time_s,
@@ -153,12 +162,15 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
     // attention core and its softmax; a fused kernel stores no scores, so nothing.
     recompute_s = both([](const Prices& x) { return x.selective_s; });
   }
+  if (p.recompute == Recompute::selective_op) {
+    recompute_s = both([](const Prices& x) { return x.selective_op_s; }) + overhead_s;
+  }
   set(TimeKind::recompute, 0, recompute_s);
   // Forward, its replay under full recompute, backward.
-  const double forwards = 1.0 + recompute_factor;
+  const double forwards = 1.0 + recompute_factor, tp_forwards = 1.0 + tp_replays;
   CommVolume& comm = c.comm_per_micro_batch;
-  comm.tp_bytes = both([&](const Prices& x) { return forwards * x.tp.bytes + x.tp_backward.bytes; });
-  comm.tp_messages = both([&](const Prices& x) { return forwards * x.tp.messages + x.tp_backward.messages; });
+  comm.tp_bytes = both([&](const Prices& x) { return tp_forwards * x.tp.bytes + x.tp_backward.bytes; });
+  comm.tp_messages = both([&](const Prices& x) { return tp_forwards * x.tp.messages + x.tp_backward.messages; });
   comm.sp_bytes = both([&](const Prices& x) { return forwards * x.sp.bytes + x.sp_backward.bytes; });
   comm.sp_messages = both([&](const Prices& x) { return forwards * x.sp.messages + x.sp_backward.messages; });
   comm.ep_bytes = moe_layers * (forwards * moe.ep.bytes + moe.ep_backward.bytes);

@@ -129,6 +129,15 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
       break;
     case Recompute::full:
       return (element_bytes_ / 2.0) * tokens * h * 2.0 / replicated_split;  // only the block input is kept
+    case Recompute::selective_op: {
+      // The block input and the saved matmul outputs (16-bit whatever the linears'
+      // precision): q, v, w1 (fc1 without a gate), split, and a gated MLP's w2 output,
+      // the residual's width; and the attention kernel's output with its statistics.
+      const double gate = model_.activation == Activation::swiglu ? 2.0 : 0.0;
+      per_sbh = (2.0 + gate) / replicated_split +
+                (2.0 + 2.0 * model_.kv_dim() / h + 2.0 + 2.0 * model_.ffn_hidden / h) / partitioned_split;
+      break;
+    }
   }
   return (element_bytes_ / 2.0) * tokens * h * per_sbh + statistics_bytes;
 }

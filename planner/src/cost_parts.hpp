@@ -81,6 +81,8 @@ struct CostModel::Prices {
   // a layout allocates nothing for them.
   std::array<OverlapPair, 4> overlap{};
   int overlap_pairs = 0;
+  // The compute selective-op recompute replays (BlockOp::selective_op_replay).
+  double selective_op_s = 0;
 };
 
 // Stage packings by (pp, tp, tp mode, tp depth, gradient group, stage): computed once

@@ -9,7 +9,7 @@
 
 namespace tessel::simulator {
 
-std::vector<double> layer_overheads_s(const StageProgram& stage, double overhead_s, bool full_recompute) {
+std::vector<double> layer_overheads_s(const StageProgram& stage, double overhead_s, bool replays_pay_overhead) {
   std::vector<double> out(stage.ops.size(), 0.0);
   if (!(overhead_s > 0)) return out;
   std::string_view last_pass;
@@ -27,7 +27,7 @@ std::vector<double> layer_overheads_s(const StageProgram& stage, double overhead
     const std::string_view phase = pass.substr(pass.rfind('/') + 1);
     if (phase == ops::to_string(ops::Phase::fwd)) out[i] = overhead_s;
     if (phase == ops::to_string(ops::Phase::bwd)) out[i] = 2 * overhead_s;
-    if (phase == ops::to_string(ops::Phase::recompute) && full_recompute) out[i] = overhead_s;
+    if (phase == ops::to_string(ops::Phase::recompute) && replays_pay_overhead) out[i] = overhead_s;
   }
   return out;
 }

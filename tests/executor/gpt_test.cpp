@@ -197,3 +197,20 @@ TEST(Gpt, TpCommOverlapIsRefusedInOneLineAndTheSamePlanWithoutItRuns) {
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
 }
+
+// selective-op is a torchtitan policy the planner prices; the executor refuses it in one
+// line that names the field, and runs the same plan with selective.
+TEST(Gpt, SelectiveOpRecomputeIsRefusedInOneLine) {
+  Plan plan = one_rank_plan(2, 32, 4, 16, 4, 2);
+  plan.parallel.recompute = Recompute::selective;
+  EXPECT_NO_THROW(Trainer::check(plan));
+  plan.parallel.recompute = Recompute::selective_op;
+  try {
+    Trainer::check(plan);
+    FAIL() << "selective-op was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("parallel.recompute:", 0), 0u) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}

@@ -57,7 +57,7 @@ TEST(Torchtitan, Llama3EightBPresetReadsAsFsdpOverSixtyFourGpus) {
                              .optimizer = Optimizer::adamw,
                              .kernels = Kernels::fused,
                              .dropout = false};
-  expected.parallel = ParallelConfig{.dp = 64, .zero = 3, .recompute = Recompute::selective, .micro_batch = 1};
+  expected.parallel = ParallelConfig{.dp = 64, .zero = 3, .recompute = Recompute::selective_op, .micro_batch = 1};
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
   for (const char* line :
        {"[job]", "[profiling]", "[metrics]", "[checkpoint]", "[compile]", "[quantize]", "[validation]",
@@ -204,16 +204,20 @@ TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
   };
   const Case cases[] = {
       {"gpt3-13b-dgx-h100.json",
-       [](Plan& p) { p.parallel.zero = 2; },
+       [](Plan& p) {
+         p.parallel.zero = 2;
+         p.parallel.recompute = Recompute::none;
+       },
        {"parallel.zero 1: FSDP has no optimizer-only sharding", "train.kernels unfused", "train.dropout true",
-        "model gpt3-13b"}},
+        "parallel.recompute selective", "model gpt3-13b"}},
       {"local-cpu-gpt-pp-tp.json",
        [](Plan& p) {
          p.parallel.zero = 0;
          p.parallel.tp_sequence_parallel = true;
+         p.parallel.recompute = Recompute::none;
        },
        {"parallel.tp_sequence_parallel false", "parallel.zero 1: nothing to shard", "train.kernels unfused",
-        "model gpt-small-cpu"}},
+        "parallel.recompute selective", "model gpt-small-cpu"}},
       {"local-cpu-gpt-small.json", [](Plan&) {}, {"train.kernels unfused", "model gpt-small-cpu"}},
   };
   for (const Case& c : cases) {
@@ -247,7 +251,7 @@ TEST(Torchtitan, RoundTripOfAnExpressiblePlanIsExact) {
                                   .tp = 8,
                                   .tp_sequence_parallel = true,
                                   .zero = 3,
-                                  .recompute = Recompute::selective,
+                                  .recompute = Recompute::selective_op,
                                   .micro_batch = 1,
                                   .schedule = Schedule::interleaved,
                                   .virtual_stages = 2};

@@ -66,6 +66,8 @@ double korthikanti_bytes_per_layer(const Setting& setting) {
       return setting.sequence_parallel ? s * b * h * 34 / t : s * b * h * (10 + 24 / t);
     case Recompute::full:
       return 2 * s * b * h / (setting.sequence_parallel ? t : 1);
+    case Recompute::selective_op:
+      break;  // torchtitan's policy: no formula in the paper
   }
   return 0;
 }

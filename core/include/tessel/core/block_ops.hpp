@@ -52,6 +52,12 @@ struct BlockOp {
   double backward = 2;
   // Re-run by selective recompute (the attention core and its softmax).
   bool selective_recompute = false;
+  // The share of its forward that selective-op recompute (torchtitan's op-level policy)
+  // re-runs: 1 for the elementwise ops and the tensor-parallel collectives, none of whose
+  // outputs it saves; for a GEMM, the share of its output columns that are the outputs of
+  // even-numbered matmuls (torchtitan's separate q, k, v, o, w1, w3, w2 projections in
+  // call order: k, o, and w3 or, without a gate, fc2); 0 for fused attention (saved).
+  double selective_op_replay = 0;
   // False for an op only the backward has (the LM head's input-gradient reduction under
   // 1D tensor parallelism): `count` x `backward` calls in the backward, none forward.
   bool forward = true;
@@ -74,6 +80,17 @@ struct BlockOp {
   bool library_kernel = false;
 
   double gemm_total_flops() const { return 2.0 * m * n * k * count; }
+  // The share of this op's forward a recompute mode runs again in the backward.
+  double replayed_share(Recompute recompute) const {
+    if (!forward) return 0;
+    switch (recompute) {
+      case Recompute::none: return 0;
+      case Recompute::selective: return selective_recompute ? 1 : 0;
+      case Recompute::full: return 1;
+      case Recompute::selective_op: return selective_op_replay;
+    }
+    return 0;
+  }
 };
 
 // How a layout splits a block's tensors over its tensor grid (see block_ops.cpp).

@@ -19,7 +19,10 @@ enum class Norm { layernorm, rmsnorm };
 enum class PositionEmbedding { learned, rope };
 enum class TpMode { d1, d2, d2_5, d3 };
 enum class OffloadMode { none, optimizer, chunked };
-enum class Recompute { none, selective, full };
+// selective: Megatron-LM's (Korthikanti et al. 2022), the attention core replayed;
+// selective_op: torchtitan's op-level policy, which saves every matmul's output but each
+// second one (in the block's call order) and the attention kernel's, and replays the rest.
+enum class Recompute { none, selective, full, selective_op };
 enum class Schedule { gpipe, one_f_one_b, interleaved };
 enum class Topology { fat_tree, torus, dragonfly };
 // How a block's kernels run: attention as GEMMs around a softmax whose (seq x seq)
@@ -49,7 +52,7 @@ TESSEL_ENUM_NAMES(TpMode, std::string_view("1d"), std::string_view("2d"),
 TESSEL_ENUM_NAMES(OffloadMode, std::string_view("none"), std::string_view("optimizer"),
                   std::string_view("chunked"))
 TESSEL_ENUM_NAMES(Recompute, std::string_view("none"), std::string_view("selective"),
-                  std::string_view("full"))
+                  std::string_view("full"), std::string_view("selective-op"))
 TESSEL_ENUM_NAMES(Schedule, std::string_view("gpipe"), std::string_view("1f1b"),
                   std::string_view("interleaved"))
 TESSEL_ENUM_NAMES(Topology, std::string_view("fat-tree"), std::string_view("torus"),
