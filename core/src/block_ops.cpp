@@ -127,8 +127,7 @@ class TableBuilder {
     if (three_d_) head_and_embedding_3d();
     else if (two_d_) head_and_embedding_2d();
     else head_and_embedding_1d();
-    mark_selective_op_replay(t_.block);
-    mark_selective_op_replay(t_.moe_block);
+    mark_selective_op_replay(t_.block);  // dense blocks only: plan.cpp refuses it with MoE
     if (fp8_) {
       count_fp8_gemms(t_.block, t_.fp8_weight_elements, t_.fp8_linears);
       count_fp8_gemms(t_.moe_block, t_.moe_fp8_weight_elements, t_.moe_fp8_linears);
@@ -142,9 +141,10 @@ class TableBuilder {
   // matmuls of a block's forward (q, v, w1, w2 of q, k, v, o, w1, w3, w2) and of the
   // attention kernel are saved; everything else is replayed: the even-numbered matmuls
   // (k, o, and w3, or fc2 of a gate-less MLP: q, k, v, o, fc1, fc2), the elementwise ops
-  // and the collectives whose outputs they read. A fused QKV GEMM replays its k columns,
+  // and the collectives (but reduce-scatters) whose outputs they read. A fused QKV GEMM replays its k columns,
   // a gated fc1 its w3 half; materialised attention's batched products are no matmuls
-  // the policy saves, so they are replayed with their softmax.
+  // the policy saves, so they are replayed with their softmax. Reduce-scatter outputs are
+  // on its save list as well.
   void mark_selective_op_replay(std::vector<BlockOp>& ops) const {
     const bool gated = model_.activation == Activation::swiglu;
     for (BlockOp& op : ops) {
@@ -152,8 +152,10 @@ class TableBuilder {
         case OpKind::memory: op.selective_op_replay = 1; break;
         case OpKind::attention: op.selective_op_replay = kernels_ == Kernels::fused ? 0 : 1; break;
         case OpKind::collective:
-          // The ring's key/value passes run inside the attention kernel's context (saved).
-          op.selective_op_replay = op.forward && op.group != CommGroup::sp_ring ? 1 : 0;
+          // The policy saves reduce-scatter outputs too; the ring's key/value passes run
+          // inside the attention kernel's context (saved).
+          op.selective_op_replay =
+              op.forward && op.group != CommGroup::sp_ring && op.collective != Collective::reduce_scatter ? 1 : 0;
           break;
         case OpKind::gemm:
           if (op.name == ops::attn_qkv.gemm) op.selective_op_replay = kv_ / (h_ + 2 * kv_);

@@ -27,7 +27,7 @@ const char* reject_reason(Reject reason) {
       "ep does not divide dp and experts",
       "ep > 1 on a dense model",
       "MoE with a 2d/2.5d/3d tensor grid",
-      "MoE with selective-op recompute",
+      "selective-op recompute with MoE or tp_comm_overlap",
       "expert_ffn_hidden not divisible by tp",
       "fp8 with a 2d/2.5d/3d tensor grid",
       "dp*pp*tp*sp differs from the GPU count",
@@ -85,8 +85,10 @@ Reject check_layout(const ModelSpec& model, const TrainSpec& train, const Parall
     if (p.ep < 1 || p.dp % p.ep != 0 || model.moe.experts % p.ep != 0) return Reject::ep_split;
     if (p.tp_mode != TpMode::d1 && p.tp > 1) return Reject::moe_tensor_mode;
     if (model.moe.expert_ffn_hidden % p.tp != 0) return Reject::expert_ffn_split;
-    if (p.recompute == Recompute::selective_op) return Reject::moe_selective_op;
+    if (p.recompute == Recompute::selective_op) return Reject::selective_op_scope;
   }
+  // Its replay of a partly replayed GEMM's pipelined collectives is not modelled.
+  if (p.recompute == Recompute::selective_op && p.tp_comm_overlap) return Reject::selective_op_scope;
   // Transformer Engine runs fp8 linears in Megatron's 1D layout only (fp8_model.hpp).
   if (train.precision == Precision::fp8 && p.tp_mode != TpMode::d1 && p.tp > 1) return Reject::fp8_tensor_mode;
   // Schedule rules come last: the search checks everything above once per layout
@@ -180,9 +182,9 @@ std::string explain_reject(Reject reason, const Plan& plan) {
     case Reject::moe_tensor_mode:
       return fmt::format("parallel.tp_mode: MoE blocks are modelled with 1d tensor parallelism only, got {} with tp {}",
                          mode, p.tp);
-    case Reject::moe_selective_op:
-      return "parallel.recompute: selective-op (torchtitan's op-level policy) is modelled for dense blocks only; "
-             "an MoE model takes none, selective or full";
+    case Reject::selective_op_scope:
+      return "parallel.recompute: selective-op (torchtitan's op-level policy) is modelled for dense blocks without "
+             "tp_comm_overlap; with an MoE model or tp_comm_overlap take none, selective or full";
     case Reject::fp8_tensor_mode:
       return fmt::format("parallel.tp_mode: fp8 training is modelled with 1d tensor parallelism only (as Transformer "
                          "Engine runs it), got {} with tp {}",

@@ -31,7 +31,7 @@ CostModel::Groups CostModel::group_placements(const ParallelConfig& p) const {
 }
 
 CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups) const {
-  Prices out{0, 0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
+  Prices out{0, 0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
              CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, {}, 0};
   for (const BlockOp& op : ops) {
     switch (op.kind) {
@@ -82,6 +82,7 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
           call.time_s = 0;  // priced beside its GEMM in finish()
         }
         if (op.forward) (ring ? out.sp : out.tp).add(call, op.count);
+        if (op.forward) out.tp_selective_op.add(call, op.count * op.selective_op_replay);
         (ring ? out.sp_backward : out.tp_backward).add(call, op.count * op.backward);
         break;
       }
@@ -126,11 +127,16 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   c.block_tp_forward_bytes = block.tp.bytes;
   c.block_tp_forward_messages = block.tp.messages;
   const double layers = stage_layers - moe_layers;
-  // How often the forward's collectives run again in the backward: all of them under
-  // full recompute; the tensor-parallel ones under selective-op, whose replayed ops read
-  // their outputs (the ring's key/value passes sit inside the saved attention kernel).
+  // The forward's collectives the backward runs again: all of them under full
+  // recompute; under selective-op the tensor-parallel ones its replayed ops read (their
+  // shares: not the reduce-scatters it saves, not the ring's key/value passes, which sit
+  // inside the saved attention kernel).
   const double recompute_factor = p.recompute == Recompute::full ? 1.0 : 0.0;
-  const double tp_replays = p.recompute == Recompute::selective_op ? 1.0 : recompute_factor;
+  const CommTally none_replayed{costs_};
+  auto tp_replayed = [&](const Prices& x) -> const CommTally& {
+    if (p.recompute == Recompute::full) return x.tp;
+    return p.recompute == Recompute::selective_op ? x.tp_selective_op : none_replayed;
+  };
   // Dense blocks, then MoE blocks (none for a dense model: the sums are the dense ones).
   auto both = [&](auto part) { return layers * part(block) + moe_layers * part(moe); };
   auto set = [&](TimeKind kind, double forward, double backward) {
@@ -148,7 +154,7 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   set(TimeKind::elementwise, memory_s + overhead_s,
       both([](const Prices& x) { return x.backward_memory_s; }) + 2 * overhead_s);
   set(TimeKind::tp_comm, both([](const Prices& x) { return x.tp.time_s; }),
-      both([&](const Prices& x) { return x.tp_backward.time_s + tp_replays * x.tp.time_s; }));
+      both([&](const Prices& x) { return x.tp_backward.time_s + tp_replayed(x).time_s; }));
   set(TimeKind::sp_comm, both([](const Prices& x) { return x.sp.time_s; }),
       both([&](const Prices& x) { return x.sp_backward.time_s + recompute_factor * x.sp.time_s; }));
   set(TimeKind::ep_comm, moe_layers * moe.ep.time_s,
@@ -167,10 +173,11 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   }
   set(TimeKind::recompute, 0, recompute_s);
   // Forward, its replay under full recompute, backward.
-  const double forwards = 1.0 + recompute_factor, tp_forwards = 1.0 + tp_replays;
+  const double forwards = 1.0 + recompute_factor;
   CommVolume& comm = c.comm_per_micro_batch;
-  comm.tp_bytes = both([&](const Prices& x) { return tp_forwards * x.tp.bytes + x.tp_backward.bytes; });
-  comm.tp_messages = both([&](const Prices& x) { return tp_forwards * x.tp.messages + x.tp_backward.messages; });
+  comm.tp_bytes = both([&](const Prices& x) { return x.tp.bytes + tp_replayed(x).bytes + x.tp_backward.bytes; });
+  comm.tp_messages =
+      both([&](const Prices& x) { return x.tp.messages + tp_replayed(x).messages + x.tp_backward.messages; });
   comm.sp_bytes = both([&](const Prices& x) { return forwards * x.sp.bytes + x.sp_backward.bytes; });
   comm.sp_messages = both([&](const Prices& x) { return forwards * x.sp.messages + x.sp_backward.messages; });
   comm.ep_bytes = moe_layers * (forwards * moe.ep.bytes + moe.ep_backward.bytes);

@@ -130,12 +130,18 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
     case Recompute::full:
       return (element_bytes_ / 2.0) * tokens * h * 2.0 / replicated_split;  // only the block input is kept
     case Recompute::selective_op: {
-      // The block input and the saved matmul outputs (16-bit whatever the linears'
-      // precision): q, v, w1 (fc1 without a gate), split, and a gated MLP's w2 output,
-      // the residual's width; and the attention kernel's output with its statistics.
-      const double gate = model_.activation == Activation::swiglu ? 2.0 : 0.0;
-      per_sbh = (2.0 + gate) / replicated_split +
-                (2.0 + 2.0 * model_.kv_dim() / h + 2.0 + 2.0 * model_.ffn_hidden / h) / partitioned_split;
+      // What the policy saves (16-bit whatever the linears' precision): the block input;
+      // q, v and w1's output (fc1's without a gate), split like the heads; a gated MLP's
+      // w2 output, before its reduction a partial sum of the whole width on every 1D
+      // tensor rank; under 1D sequence parallel the two reduce-scatter outputs; and the
+      // fused attention kernel's output (materialised attention's products are no
+      // matmuls it saves).
+      const bool one_d = p.tp_mode == TpMode::d1;
+      const double w2_output = model_.activation == Activation::swiglu ? 2.0 / (one_d ? 1.0 : split.activation) : 0.0;
+      const double scattered = one_d && p.tp_sequence_parallel && p.tp > 1 ? 2.0 * 2.0 / p.tp : 0.0;
+      const double attention_output = fused ? 2.0 : 0.0;
+      per_sbh = 2.0 / replicated_split + w2_output + scattered +
+                (2.0 + 2.0 * model_.kv_dim() / h + attention_output + 2.0 * model_.ffn_hidden / h) / partitioned_split;
       break;
     }
   }
@@ -143,11 +149,11 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
 }
 
 double CostModel::rematerialised_bytes(const ParallelConfig& p, bool moe_block) const {
-  if (p.recompute != Recompute::full) return 0;
+  if (p.recompute != Recompute::full && p.recompute != Recompute::selective_op) return 0;
   // The layer being recomputed rebuilds everything its backward reads, as without
-  // recompute; its input is already counted among the stored block inputs.
+  // recompute; what it kept is already counted among the stored activations.
   return activation_bytes_per_layer(p, Recompute::none, moe_block) -
-         activation_bytes_per_layer(p, Recompute::full, moe_block);
+         activation_bytes_per_layer(p, p.recompute, moe_block);
 }
 
 Estimate CostModel::estimate(const ParallelConfig& parallel) const {

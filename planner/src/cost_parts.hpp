@@ -70,6 +70,8 @@ struct CostModel::Groups {
 struct CostModel::Prices {
   double gemm_s = 0, attention_s = 0, backward_attention_s = 0, memory_s = 0, backward_memory_s = 0, selective_s = 0;
   CommTally tp, sp, tp_backward, sp_backward, ep, ep_backward;
+  // The forward's tensor-parallel calls selective-op recompute runs again (their shares).
+  CommTally tp_selective_op;
   // tp_comm_overlap: the collectives pipelined with a GEMM (BlockOp::tp_overlap_gemm),
   // whose time stays out of the tallies above (their bytes and messages stay in) and is
   // priced with their GEMM's in finish() (cost_tp_overlap.cpp).

@@ -13,9 +13,9 @@ namespace tessel::planner {
 void CostModel::add_tp_overlap(const ParallelConfig& p, const LayoutCost& c, int micro_batches, double& forward_s,
                                double& backward_s, Estimate& out) const {
   const profiles::Calibration& calibration = costs_.calibration();
-  // Full and selective-op recompute replay the forward's collectives, overlapped as the
-  // forward was.
-  const double replays = p.recompute == Recompute::full || p.recompute == Recompute::selective_op ? 1.0 : 0.0;
+  // Full recompute replays the forward, overlapped as the forward was (selective-op is
+  // refused with tp_comm_overlap: check_layout).
+  const double replays = p.recompute == Recompute::full ? 1.0 : 0.0;
   double exposed_forward_s = 0, exposed_backward_s = 0, slowed_forward_s = 0, slowed_backward_s = 0;
   for (int i = 0; i < c.tp_overlap_pairs; ++i) {
     const LayoutCost::TpOverlapPair& pair = c.tp_overlap[std::size_t(i)];

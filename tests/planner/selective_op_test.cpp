@@ -23,10 +23,11 @@ CostModel fused_model(const std::string& model, int global_batch = 64) {
                    profiles::shipped_profile(cluster.device));
 }
 
-ParallelConfig fsdp(Recompute recompute, int tp = 1) {
+ParallelConfig fsdp(Recompute recompute, int tp = 1, bool sequence_parallel = false) {
   ParallelConfig p;
   p.dp = 8 / tp;
   p.tp = tp;
+  p.tp_sequence_parallel = sequence_parallel;
   p.zero = 3;
   p.recompute = recompute;
   return p;
@@ -76,16 +77,19 @@ TEST(SelectiveOp, ItsReplayLiesBetweenSelectiveAndFull) {
   EXPECT_LT(replay_s(Recompute::selective_op), 0.75 * replay_s(Recompute::full));
 }
 
-// Under tensor parallelism the replayed ops read the forward's collectives again, as
-// under full recompute; without a replay they run once.
-TEST(SelectiveOp, TensorParallelCollectivesRunAgainAsUnderFullRecompute) {
+// The replayed ops read the forward's tensor-parallel collectives again: both all-reduces
+// of a 1D block, as under full recompute; with sequence parallel the two all-gathers but
+// not the two reduce-scatters, whose outputs the policy saves (equal sizes: half of full
+// recompute's replayed traffic).
+TEST(SelectiveOp, ReplaysTheTensorParallelCollectivesItDoesNotSave) {
   const CostModel model = fused_model("llama3-8b");
-  auto tp_backward_s = [&](Recompute recompute) {
-    return model.layout_cost(fsdp(recompute, 4)).backward_s[std::size_t(TimeKind::tp_comm)];
+  auto tp_backward_s = [&](Recompute recompute, bool sequence_parallel) {
+    return model.layout_cost(fsdp(recompute, 4, sequence_parallel)).backward_s[std::size_t(TimeKind::tp_comm)];
   };
-  ASSERT_GT(tp_backward_s(Recompute::none), 0);
-  EXPECT_DOUBLE_EQ(tp_backward_s(Recompute::selective_op), tp_backward_s(Recompute::full));
-  EXPECT_GT(tp_backward_s(Recompute::selective_op), tp_backward_s(Recompute::none));
+  ASSERT_GT(tp_backward_s(Recompute::none, false), 0);
+  EXPECT_DOUBLE_EQ(tp_backward_s(Recompute::selective_op, false), tp_backward_s(Recompute::full, false));
+  const double none_s = tp_backward_s(Recompute::none, true), full_s = tp_backward_s(Recompute::full, true);
+  EXPECT_NEAR(tp_backward_s(Recompute::selective_op, true) - none_s, 0.5 * (full_s - none_s), 1e-9 * full_s);
 }
 
 // It keeps the block input, q, v, w1's output, the gated MLP's output and the attention
@@ -100,10 +104,29 @@ TEST(SelectiveOp, KeepsTheSavedMatmulOutputs) {
   EXPECT_DOUBLE_EQ(model.activation_bytes_per_layer(p), tokens * h * per_sbh + statistics);
   EXPECT_LT(model.activation_bytes_per_layer(p), model.activation_bytes_per_layer(fsdp(Recompute::none)));
   EXPECT_GT(model.activation_bytes_per_layer(p), model.activation_bytes_per_layer(fsdp(Recompute::full)));
+  // 1D tp 4 with sequence parallel: the input and the two reduce-scatter outputs split by
+  // tp, the w2 output a whole-width partial sum on every rank, the rest split by tp.
+  const ParallelConfig sp = fsdp(Recompute::selective_op, 4, true);
+  const double split_per_sbh = 2.0 / 4 + 2 + 2 * 2.0 / 4 + (2 + 2.0 * m.kv_dim() / h + 2 + 2.0 * m.ffn_hidden / h) / 4;
+  EXPECT_DOUBLE_EQ(model.activation_bytes_per_layer(sp), tokens * h * split_per_sbh + statistics / 4);
+  // The layer being replayed holds, in its backward, what no recompute keeps besides.
+  EXPECT_DOUBLE_EQ(model.layout_cost(sp).rematerialised_bytes,
+                   model.activation_bytes_per_layer(fsdp(Recompute::none, 4, true)) -
+                       model.activation_bytes_per_layer(sp));
 }
 
-// An MoE block's routed experts have no place in the rule: refused by name.
-TEST(SelectiveOp, IsRefusedForMixtureOfExpertsModels) {
+// An MoE block's routed experts have no place in the rule, nor has a partly replayed
+// GEMM's pipelined collective (tp_comm_overlap): both refused by name.
+TEST(SelectiveOp, IsRefusedWithMixtureOfExpertsOrTpCommOverlap) {
+  ParallelConfig overlapped = fsdp(Recompute::selective_op, 4, true);
+  overlapped.tp_comm_overlap = true;
+  const ModelSpec llama = resolve_model("llama3-8b");
+  TrainSpec train;
+  train.global_batch = 64;
+  EXPECT_EQ(check_layout(llama, train, overlapped), Reject::selective_op_scope);
+  overlapped.recompute = Recompute::full;
+  EXPECT_EQ(check_layout(llama, train, overlapped), Reject::none);
+
   Plan plan;
   plan.model = resolve_model("mixtral-8x7b");
   plan.cluster = resolve_cluster("dgx-h100");
@@ -111,7 +134,7 @@ TEST(SelectiveOp, IsRefusedForMixtureOfExpertsModels) {
   plan.train.global_batch = 8;
   plan.parallel.dp = 8;
   plan.parallel.recompute = Recompute::selective_op;
-  EXPECT_EQ(check_layout(plan.model, plan.train, plan.parallel), Reject::moe_selective_op);
+  EXPECT_EQ(check_layout(plan.model, plan.train, plan.parallel), Reject::selective_op_scope);
   try {
     plan.validate();
     FAIL() << "accepted";

@@ -32,7 +32,7 @@ enum class Reject : std::uint8_t {
   ep_split,
   ep_dense,
   moe_tensor_mode,
-  moe_selective_op,
+  selective_op_scope,
   expert_ffn_split,
   fp8_tensor_mode,
   world_size,

@@ -13,7 +13,8 @@
 //    activations, 10 + 24/t + 5as/(ht) under 1D TP t, /t with sequence parallel,
 //    34/t with selective recompute, 2sbh with full recompute. Scaled by E/2 for fp32.
 //    Fused attention stores no 5as/h scores but 4 bytes of statistics per row and head;
-//    full recompute also holds the one layer being recomputed (docs/MEMORY.md).
+//    full recompute also holds the one layer being recomputed (docs/MEMORY.md), as
+//    selective-op (torchtitan's op-level policy) does beside the matmul outputs it keeps.
 //    fp8 training keeps the linears' saved inputs in fp8 (core/fp8_model.hpp).
 //  - Model states: Rajbhandari et al. 2020 (ZeRO), 16 bytes/param for mixed-precision
 //    Adam with 16-bit gradients, 18 with fp32 gradients (Megatron-LM's default for
@@ -23,7 +24,8 @@
 //    further split by depth d, weight-gradient all-reduce over depth), 3D
 //    (all-gather inputs and weights, reduce-scatter outputs on q ranks each).
 //  - Pipeline: (m + p - 1) micro-batch slots for GPipe and 1F1B, bubble divided by
-//    the virtual stages for interleaved (Narayanan et al. 2021).
+//    the virtual stages for interleaved (Narayanan et al. 2021); the bubble's p - 1
+//    stages carry no head (even split) or run at their own pace (uneven split).
 #pragma once
 
 #include <cstdint>
@@ -66,7 +68,7 @@ struct LayoutCost {
   // An uneven split (core/stage_layers.hpp): the blocks of the first, the second and the
   // last stage over the fullest stage's, which scale its activations (1 when even or MoE).
   double first_stage_layer_share = 1, second_stage_layer_share = 1, last_stage_layer_share = 1;
-  double rematerialised_bytes = 0;   // full recompute: one layer rebuilt in the backward, once
+  double rematerialised_bytes = 0;   // full and selective-op recompute: one layer rebuilt in the backward, once
   double logits_bytes = 0;           // last stage, one micro-batch
   // The trainer's temporaries (trainer_temporaries.cpp) of a stage without and with the
   // head: computed with the layout, read per priced plan.
