@@ -141,22 +141,25 @@ class TableBuilder {
   // matmuls of a block's forward (q, v, w1, w2 of q, k, v, o, w1, w3, w2) and of the
   // attention kernel are saved; everything else is replayed: the even-numbered matmuls
   // (k, o, and w3, or fc2 of a gate-less MLP: q, k, v, o, fc1, fc2), the elementwise ops
-  // and the collectives (but reduce-scatters) whose outputs they read. A fused QKV GEMM replays its k columns,
+  // and the collectives (but 1D reduce-scatters) whose outputs they read. A fused QKV GEMM replays its k columns,
   // a gated fc1 its w3 half; materialised attention's batched products are no matmuls
   // the policy saves, so they are replayed with their softmax. Reduce-scatter outputs are
-  // on its save list as well.
+  // on its save list as well (kept under 1D sequence parallel; tessel's grid modes, which
+  // torchtitan does not run, replay every forward collective).
   void mark_selective_op_replay(std::vector<BlockOp>& ops) const {
     const bool gated = model_.activation == Activation::swiglu;
     for (BlockOp& op : ops) {
       switch (op.kind) {
         case OpKind::memory: op.selective_op_replay = 1; break;
         case OpKind::attention: op.selective_op_replay = kernels_ == Kernels::fused ? 0 : 1; break;
-        case OpKind::collective:
-          // The policy saves reduce-scatter outputs too; the ring's key/value passes run
-          // inside the attention kernel's context (saved).
-          op.selective_op_replay =
-              op.forward && op.group != CommGroup::sp_ring && op.collective != Collective::reduce_scatter ? 1 : 0;
+        case OpKind::collective: {
+          // The policy saves reduce-scatter outputs too (1D sequence parallel's, the layout
+          // torchtitan runs; the grid modes' collectives are all replayed); the ring's
+          // key/value passes run inside the attention kernel's context (saved).
+          const bool saved = op.group == CommGroup::sp_ring || (megatron_sp_ && op.collective == Collective::reduce_scatter);
+          op.selective_op_replay = op.forward && !saved ? 1 : 0;
           break;
+        }
         case OpKind::gemm:
           if (op.name == ops::attn_qkv.gemm) op.selective_op_replay = kv_ / (h_ + 2 * kv_);
           if (op.name == ops::attn_proj.gemm) op.selective_op_replay = 1;

@@ -192,6 +192,11 @@ void TorchtitanReader::read_activation_checkpoint() {
     recompute = Recompute::full;
   } else if (mode == "selective" && option == "op") {
     recompute = Recompute::selective_op;
+    if (run_.plan.parallel.tp_comm_overlap) {
+      ac.refuse("selective_ac_option",
+                "'op' with parallelism.enable_async_tensor_parallel is not modelled (the replay of a partly "
+                "replayed matmul's pipelined gather); read it with mode full or without async tensor parallelism");
+    }
   } else if (mode == "selective" && option == "1") {
     recompute = Recompute::full;  // every layer checkpointed whole
   } else if (mode == "selective") {

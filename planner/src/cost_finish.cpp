@@ -113,7 +113,8 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   const double last_stage_in_flight = p.schedule == Schedule::gpipe ? micro_batches : 1;
   const double last_stage =
       c.activation_bytes_per_micro_batch * c.last_stage_layer_share * last_stage_in_flight + c.logits_bytes;
-  // Under full recompute one layer at a time is rebuilt during the backward, on every stage.
+  // Under full and selective-op recompute one layer at a time is rebuilt during the
+  // backward, on every stage.
   memory.activations_bytes =
       (p.pp == 1 ? c.activation_bytes_per_micro_batch + c.logits_bytes : std::max(first_stage, last_stage)) +
       c.rematerialised_bytes;

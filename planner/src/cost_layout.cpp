@@ -82,7 +82,7 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
           call.time_s = 0;  // priced beside its GEMM in finish()
         }
         if (op.forward) (ring ? out.sp : out.tp).add(call, op.count);
-        if (op.forward) out.tp_selective_op.add(call, op.count * op.selective_op_replay);
+        if (op.forward && !ring) out.tp_selective_op.add(call, op.count * op.selective_op_replay);
         (ring ? out.sp_backward : out.tp_backward).add(call, op.count * op.backward);
         break;
       }

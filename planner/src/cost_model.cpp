@@ -70,6 +70,18 @@ CostModel CostModel::for_plan(const Plan& plan, const std::string& db_path) {
                    profiles::resolve_profile(plan.cluster.device, db_path));
 }
 
+namespace {
+// Per s*b*h, what selective-op keeps that no recompute does not: a gated MLP's w2 output,
+// before its reduction a partial sum of the whole width on every 1D tensor rank, and
+// under 1D sequence parallel the two reduce-scatter outputs.
+double kept_only_by_selective_op_per_sbh(const ModelSpec& model, const ParallelConfig& p, const TensorSplits& split) {
+  const bool one_d = p.tp_mode == TpMode::d1;
+  const double w2_output = model.activation == Activation::swiglu ? 2.0 / (one_d ? 1.0 : split.activation) : 0.0;
+  const double scattered = one_d && p.tp_sequence_parallel && p.tp > 1 ? 2.0 * 2.0 / p.tp : 0.0;
+  return w2_output + scattered;
+}
+}  // namespace
+
 double CostModel::activation_bytes_per_layer(const ParallelConfig& p, bool moe_block) const {
   return activation_bytes_per_layer(p, p.recompute, moe_block);
 }
@@ -131,16 +143,11 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
       return (element_bytes_ / 2.0) * tokens * h * 2.0 / replicated_split;  // only the block input is kept
     case Recompute::selective_op: {
       // What the policy saves (16-bit whatever the linears' precision): the block input;
-      // q, v and w1's output (fc1's without a gate), split like the heads; a gated MLP's
-      // w2 output, before its reduction a partial sum of the whole width on every 1D
-      // tensor rank; under 1D sequence parallel the two reduce-scatter outputs; and the
-      // fused attention kernel's output (materialised attention's products are no
-      // matmuls it saves).
-      const bool one_d = p.tp_mode == TpMode::d1;
-      const double w2_output = model_.activation == Activation::swiglu ? 2.0 / (one_d ? 1.0 : split.activation) : 0.0;
-      const double scattered = one_d && p.tp_sequence_parallel && p.tp > 1 ? 2.0 * 2.0 / p.tp : 0.0;
+      // q, v and w1's output (fc1's without a gate), split like the heads; the fused
+      // attention kernel's output (materialised attention's products are no matmuls it
+      // saves); and what no recompute keeps not (kept_only_by_selective_op_per_sbh).
       const double attention_output = fused ? 2.0 : 0.0;
-      per_sbh = 2.0 / replicated_split + w2_output + scattered +
+      per_sbh = 2.0 / replicated_split + kept_only_by_selective_op_per_sbh(model_, p, split) +
                 (2.0 + 2.0 * model_.kv_dim() / h + attention_output + 2.0 * model_.ffn_hidden / h) / partitioned_split;
       break;
     }
@@ -151,9 +158,17 @@ double CostModel::activation_bytes_per_layer(const ParallelConfig& p, Recompute 
 double CostModel::rematerialised_bytes(const ParallelConfig& p, bool moe_block) const {
   if (p.recompute != Recompute::full && p.recompute != Recompute::selective_op) return 0;
   // The layer being recomputed rebuilds everything its backward reads, as without
-  // recompute; what it kept is already counted among the stored activations.
-  return activation_bytes_per_layer(p, Recompute::none, moe_block) -
-         activation_bytes_per_layer(p, p.recompute, moe_block);
+  // recompute, less what it kept that no recompute keeps too (already counted among the
+  // stored activations); selective-op's own kept tensors (w2's partial sum, the
+  // reduce-scatter outputs) are no part of what no recompute holds, so they do not count
+  // against the rebuilt layer.
+  double shared = activation_bytes_per_layer(p, p.recompute, moe_block);
+  if (p.recompute == Recompute::selective_op) {
+    const double tokens = double(p.micro_batch) * seq_ / p.sp;
+    shared -= (element_bytes_ / 2.0) * tokens * model_.hidden *
+              kept_only_by_selective_op_per_sbh(model_, p, tensor_splits(p));
+  }
+  return std::max(0.0, activation_bytes_per_layer(p, Recompute::none, moe_block) - shared);
 }
 
 Estimate CostModel::estimate(const ParallelConfig& parallel) const {

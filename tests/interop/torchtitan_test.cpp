@@ -332,5 +332,36 @@ TEST(Torchtitan, CompileIsTheTorchCompileFrameworkBothWays) {
             Framework::pytorch);
 }
 
+
+// Op-level checkpointing with async tensor parallelism is refused in one line naming
+// torchtitan's option (tessel does not model the replay of a pipelined gather).
+TEST(Torchtitan, OpLevelCheckpointingWithAsyncTensorParallelIsRefusedByName) {
+  const std::string toml = R"([model]
+name = "llama3"
+flavor = "8B"
+[training]
+local_batch_size = 1
+seq_len = 8192
+[parallelism]
+data_parallel_shard_degree = 8
+tensor_parallel_degree = 8
+enable_async_tensor_parallel = true
+[activation_checkpoint]
+mode = "selective"
+selective_ac_option = "op"
+)";
+  try {
+    import_run(Engine::torchtitan, toml, cluster_context("dgx-h100", 8));
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("activation_checkpoint.selective_ac_option: 'op' with "
+                           "parallelism.enable_async_tensor_parallel"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
 }  // namespace
 }  // namespace tessel::interop

@@ -53,8 +53,8 @@ struct BlockOp {
   // Re-run by selective recompute (the attention core and its softmax).
   bool selective_recompute = false;
   // The share of its forward that selective-op recompute (torchtitan's op-level policy)
-  // re-runs: 1 for the elementwise ops and the tensor-parallel collectives, none of whose
-  // outputs it saves; for a GEMM, the share of its output columns that are the outputs of
+  // re-runs: 1 for the elementwise ops and the tensor-parallel collectives but 1D sequence
+  // parallel's reduce-scatters (whose outputs it saves); for a GEMM, the share of its output columns that are the outputs of
   // even-numbered matmuls (torchtitan's separate q, k, v, o, w1, w3, w2 projections in
   // call order: k, o, and w3 or, without a gate, fc2); 0 for fused attention (saved).
   double selective_op_replay = 0;
