@@ -127,7 +127,9 @@ class TableBuilder {
     if (three_d_) head_and_embedding_3d();
     else if (two_d_) head_and_embedding_2d();
     else head_and_embedding_1d();
-    mark_selective_op_replay(t_.block);  // dense blocks only: plan.cpp refuses it with MoE
+    // Dense blocks only (plan.cpp refuses it with MoE); the search builds a table per
+    // layout, so the shares are set only where they are read.
+    if (p_.recompute == Recompute::selective_op) mark_selective_op_replay(t_.block);
     if (fp8_) {
       count_fp8_gemms(t_.block, t_.fp8_weight_elements, t_.fp8_linears);
       count_fp8_gemms(t_.moe_block, t_.moe_fp8_weight_elements, t_.moe_fp8_linears);

@@ -30,29 +30,39 @@ CostModel::Groups CostModel::group_placements(const ParallelConfig& p) const {
   return g;
 }
 
-CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups) const {
-  Prices out{0, 0, 0, 0, 0, 0, CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, CommTally{costs_},
-             CommTally{costs_}, CommTally{costs_}, CommTally{costs_}, {}, 0};
+CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups& groups, Recompute replayed) const {
+  Prices out{0,
+             0,
+             0,
+             0,
+             0,
+             0,
+             CommTally{costs_},
+             CommTally{costs_},
+             CommTally{costs_},
+             CommTally{costs_},
+             CommTally{costs_},
+             CommTally{costs_},
+             CommTally{costs_},
+             CommTally{costs_},
+             {},
+             0};
   for (const BlockOp& op : ops) {
+    const double replay = op.replayed_share(replayed);
     switch (op.kind) {
       case OpKind::gemm: {
-        if (op.expert_load) {
-          // The busiest rank's experts: more rows per GEMM, priced at that size.
-          const double load = costs_.moe_load_factor(op.capacity_factor);
-          out.gemm_s += op.count * costs_.gemm_time_s(load * op.m, op.n, op.k, op.precision);
-          break;
-        }
-        const double seconds = op.count * costs_.gemm_time_s(op.m, op.n, op.k, op.precision);
+        // The busiest rank's experts: more rows per GEMM, priced at that size.
+        const double load = op.expert_load ? costs_.moe_load_factor(op.capacity_factor) : 1.0;
+        const double seconds = op.count * costs_.gemm_time_s(load * op.m, op.n, op.k, op.precision);
         out.gemm_s += seconds;
-        out.selective_op_s += op.selective_op_replay * seconds;
+        out.replay_s += replay * seconds;
         break;
       }
       case OpKind::attention: {
         const double seconds = costs_.attention_time_s(op.flops, op.gemm_flops, op.precision);
         out.attention_s += seconds;
         out.backward_attention_s += op.backward * seconds;
-        if (op.selective_recompute) out.selective_s += seconds;
-        out.selective_op_s += op.selective_op_replay * seconds;
+        out.replay_s += replay * seconds;
         break;
       }
       case OpKind::memory: {
@@ -61,8 +71,7 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
             op.library_kernel ? costs_.library_memory_time_s(load * op.bytes) : costs_.memory_time_s(load * op.bytes);
         out.memory_s += seconds;
         out.backward_memory_s += op.backward * seconds;
-        if (op.selective_recompute) out.selective_s += seconds;
-        out.selective_op_s += op.selective_op_replay * seconds;
+        out.replay_s += replay * seconds;
         break;
       }
       case OpKind::collective: {
@@ -82,7 +91,7 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
           call.time_s = 0;  // priced beside its GEMM in finish()
         }
         if (op.forward) (ring ? out.sp : out.tp).add(call, op.count);
-        if (op.forward && !ring) out.tp_selective_op.add(call, op.count * op.selective_op_replay);
+        (ring ? out.sp_replay : out.tp_replay).add(call, op.count * replay);
         (ring ? out.sp_backward : out.tp_backward).add(call, op.count * op.backward);
         break;
       }
@@ -127,16 +136,9 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   c.block_tp_forward_bytes = block.tp.bytes;
   c.block_tp_forward_messages = block.tp.messages;
   const double layers = stage_layers - moe_layers;
-  // The forward's collectives the backward runs again: all of them under full
-  // recompute; under selective-op the tensor-parallel ones its replayed ops read (their
-  // shares: not the reduce-scatters it saves, not the ring's key/value passes, which sit
-  // inside the saved attention kernel).
-  const double recompute_factor = p.recompute == Recompute::full ? 1.0 : 0.0;
-  const CommTally none_replayed{costs_};
-  auto tp_replayed = [&](const Prices& x) -> const CommTally& {
-    if (p.recompute == Recompute::full) return x.tp;
-    return p.recompute == Recompute::selective_op ? x.tp_selective_op : none_replayed;
-  };
+  // The replay of the recompute mode is in the prices (price(..., p.recompute)); the
+  // expert all-to-alls run again under full recompute only (selective-op refuses MoE).
+  const double ep_replays = p.recompute == Recompute::full ? 1.0 : 0.0;
   // Dense blocks, then MoE blocks (none for a dense model: the sums are the dense ones).
   auto both = [&](auto part) { return layers * part(block) + moe_layers * part(moe); };
   auto set = [&](TimeKind kind, double forward, double backward) {
@@ -154,34 +156,24 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   set(TimeKind::elementwise, memory_s + overhead_s,
       both([](const Prices& x) { return x.backward_memory_s; }) + 2 * overhead_s);
   set(TimeKind::tp_comm, both([](const Prices& x) { return x.tp.time_s; }),
-      both([&](const Prices& x) { return x.tp_backward.time_s + tp_replayed(x).time_s; }));
+      both([](const Prices& x) { return x.tp_backward.time_s + x.tp_replay.time_s; }));
   set(TimeKind::sp_comm, both([](const Prices& x) { return x.sp.time_s; }),
-      both([&](const Prices& x) { return x.sp_backward.time_s + recompute_factor * x.sp.time_s; }));
+      both([](const Prices& x) { return x.sp_backward.time_s + x.sp_replay.time_s; }));
   set(TimeKind::ep_comm, moe_layers * moe.ep.time_s,
-      moe_layers * (moe.ep_backward.time_s + recompute_factor * moe.ep.time_s));
-  double recompute_s = 0;
-  if (p.recompute == Recompute::full) {
-    recompute_s = both([](const Prices& x) { return x.gemm_s + x.attention_s + x.memory_s; }) + overhead_s;
-  }
-  if (p.recompute == Recompute::selective) {
-    // The ops the Program replays (BlockOp::selective_recompute): a materialised
-    // attention core and its softmax; a fused kernel stores no scores, so nothing.
-    recompute_s = both([](const Prices& x) { return x.selective_s; });
-  }
-  if (p.recompute == Recompute::selective_op) {
-    recompute_s = both([](const Prices& x) { return x.selective_op_s; }) + overhead_s;
-  }
-  set(TimeKind::recompute, 0, recompute_s);
-  // Forward, its replay under full recompute, backward.
-  const double forwards = 1.0 + recompute_factor;
+      moe_layers * (moe.ep_backward.time_s + ep_replays * moe.ep.time_s));
+  // The ops the Program replays (BlockOp::replayed_share): under selective recompute a
+  // materialised attention core and its softmax (a fused kernel stores no scores, so
+  // nothing); a replay that re-runs the layer's elementwise ops pays its overhead too.
+  const double replay_overhead_s = replay_pays_layer_overhead(p.recompute) ? overhead_s : 0.0;
+  set(TimeKind::recompute, 0, both([](const Prices& x) { return x.replay_s; }) + replay_overhead_s);
+  // Forward, its replay, backward.
   CommVolume& comm = c.comm_per_micro_batch;
-  comm.tp_bytes = both([&](const Prices& x) { return x.tp.bytes + tp_replayed(x).bytes + x.tp_backward.bytes; });
-  comm.tp_messages =
-      both([&](const Prices& x) { return x.tp.messages + tp_replayed(x).messages + x.tp_backward.messages; });
-  comm.sp_bytes = both([&](const Prices& x) { return forwards * x.sp.bytes + x.sp_backward.bytes; });
-  comm.sp_messages = both([&](const Prices& x) { return forwards * x.sp.messages + x.sp_backward.messages; });
-  comm.ep_bytes = moe_layers * (forwards * moe.ep.bytes + moe.ep_backward.bytes);
-  comm.ep_messages = moe_layers * (forwards * moe.ep.messages + moe.ep_backward.messages);
+  comm.tp_bytes = both([](const Prices& x) { return x.tp.bytes + x.tp_replay.bytes + x.tp_backward.bytes; });
+  comm.tp_messages = both([](const Prices& x) { return x.tp.messages + x.tp_replay.messages + x.tp_backward.messages; });
+  comm.sp_bytes = both([](const Prices& x) { return x.sp.bytes + x.sp_replay.bytes + x.sp_backward.bytes; });
+  comm.sp_messages = both([](const Prices& x) { return x.sp.messages + x.sp_replay.messages + x.sp_backward.messages; });
+  comm.ep_bytes = moe_layers * ((1.0 + ep_replays) * moe.ep.bytes + moe.ep_backward.bytes);
+  comm.ep_messages = moe_layers * ((1.0 + ep_replays) * moe.ep.messages + moe.ep_backward.messages);
   // tp_comm_overlap: each overlapped pair, with the blocks of the stage that run it.
   auto keep_pairs = [&](const Prices& x, double occurrences) {
     if (occurrences <= 0) return;
@@ -226,6 +218,10 @@ void CostModel::add_head_times(const ParallelConfig& p, const BlockOpTable& tabl
   }
   c.forward_s[K(TimeKind::tp_comm)] += head_comm.time_s;
   c.backward_s[K(TimeKind::tp_comm)] += head_backward_comm.time_s;
+  // The last stage's own work, which an even split's bubble leaves out (finish()).
+  if (p.pp > 1) {
+    c.head_s = 3 * head.gemm_s + head.memory_s + head.backward_memory_s + head_comm.time_s + head_backward_comm.time_s;
+  }
   CommVolume& comm = c.comm_per_micro_batch;
   comm.tp_bytes = comm.tp_bytes + head_comm.bytes + head_backward_comm.bytes;
   comm.tp_messages = comm.tp_messages + head_comm.messages + head_backward_comm.messages;
@@ -312,8 +308,8 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     c.expert_group_ranks_per_node =
         int(std::count_if(members.begin(), members.end(), [&](int rank) { return rank < gpus_per_node_; }));
   }
-  const Prices dense = price(table.block, groups);
-  const Prices moe = c.moe_layers_on_stage > 0 ? price(table.moe_block, groups) : dense;
+  const Prices dense = price(table.block, groups, p.recompute);
+  const Prices moe = c.moe_layers_on_stage > 0 ? price(table.moe_block, groups, p.recompute) : dense;
   // The busiest stage sets the pipeline's pace. Evenly split, that is the last (its
   // blocks and the head). An uneven split leaves the ends a block short because they
   // carry the embedding and the head (stage_layers.hpp; interleaved: the first and the
@@ -330,19 +326,14 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     return stage;
   };
   const ShortEnds ends = p.pp > 1 ? short_ends(model_, p) : ShortEnds{};
-  auto busy_s = [](const LayoutCost& x) {
-    double sum = 0;
-    for (std::size_t k = 0; k < x.forward_s.size(); ++k) sum += x.forward_s[k] + x.backward_s[k];
-    return sum;
-  };
   if (c.moe_layers_on_stage > 0 || !(ends.first || ends.last)) {
     c = price_stage(most, true);
-    if (p.pp > 1) {
-      LayoutCost head_only;
-      add_head_times(p, table, groups, true, head_only);
-      c.head_s = busy_s(head_only);
-    }
   } else {
+    auto busy_s = [](const LayoutCost& x) {
+      double sum = 0;
+      for (std::size_t k = 0; k < x.forward_s.size(); ++k) sum += x.forward_s[k] + x.backward_s[k];
+      return sum;
+    };
     const LayoutCost middle = price_stage(most, false);
     const LayoutCost last = price_stage(stage_layer_count(model_, p, p.pp - 1), true);
     const double middle_s = busy_s(middle), block_s = middle_s / most, last_s = busy_s(last);
@@ -350,6 +341,7 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     for (int s = 0; s + 1 < p.pp; ++s) all_s += stage_layer_count(model_, p, s) * block_s;
     const double busiest_s = std::max(last_s, middle_s);
     c = last_s >= middle_s ? last : middle;
+    c.head_s = 0;  // the bubble is weighed by other_stages_work
     c.other_stages_work = (all_s - busiest_s) / busiest_s;
     c.uneven_split = true;
   }

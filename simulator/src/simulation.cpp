@@ -49,8 +49,7 @@ class Replay {
     costs_.set_plan_kind(plan_.train.framework, plan_.train.kernels);
     for (int s = 0; s < program_.stages(); ++s) {
       layer_overhead_s_.push_back(layer_overheads_s(program_.stage(s), costs_.calibration().layer_overhead_s,
-                                                    plan_.parallel.recompute == Recompute::full ||
-                                                        plan_.parallel.recompute == Recompute::selective_op));
+                                                    replay_pays_layer_overhead(plan_.parallel.recompute)));
       tp_overlap_s_.push_back(tp_overlap_adjustments_s(program_, program_.stage(s), costs_));
     }
   }

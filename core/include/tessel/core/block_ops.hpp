@@ -93,6 +93,13 @@ struct BlockOp {
   }
 };
 
+// Whether a recompute mode's replay re-runs each layer pass's elementwise ops, and so
+// pays the calibrated per-pass layer overhead (profiles/calibration.hpp) once more: full
+// and selective-op do; Megatron's selective re-runs the attention core only.
+inline bool replay_pays_layer_overhead(Recompute recompute) {
+  return recompute == Recompute::full || recompute == Recompute::selective_op;
+}
+
 // How a layout splits a block's tensors over its tensor grid (see block_ops.cpp).
 struct TensorSplits {
   int q = 1;                 // grid side (tp for 1D)

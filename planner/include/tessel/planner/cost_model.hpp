@@ -60,8 +60,8 @@ struct LayoutCost {
   // what its fill and drain (the bubble) pass through. pp - 1 when the split is even
   // (negative here stands for that); less when an uneven split's short stages are lighter.
   double other_stages_work = -1;
-  // An even split: the head's forward and backward time per micro-batch, on the last
-  // stage only. The bubble's other stages carry none of it, so it is taken out of what
+  // An even split (pp > 1): the head's forward and backward time per micro-batch, on
+  // the last stage only (add_head_times). The bubble's other stages carry none of it, so it is taken out of what
   // they pass (pricing every stage at the last one's pace charged them all for the head).
   double head_s = 0;
   double activation_bytes_per_micro_batch = 0;  // stored by the fullest stage for one micro-batch
@@ -187,7 +187,8 @@ class CostModel {
   struct Groups;
   struct Prices;
   Groups group_placements(const ParallelConfig& parallel) const;
-  Prices price(const std::vector<BlockOp>& ops, const Groups& groups) const;
+  // `replayed`: the recompute mode whose replay (BlockOp::replayed_share) the prices tally.
+  Prices price(const std::vector<BlockOp>& ops, const Groups& groups, Recompute replayed = Recompute::none) const;
   void add_block_times(const ParallelConfig& parallel, const Prices& block, const Prices& moe_block,
                        double moe_layers, double stage_layers, LayoutCost& c) const;
   double moe_layers_on_busiest_stage(const ParallelConfig& parallel) const;
