@@ -138,8 +138,9 @@ class TableBuilder {
   }
 
  private:
-  // torchtitan's op-level selective checkpointing (torchtitan/models/llama/parallelize at
-  // the corpus's commit; its llama3 8B config's default): the outputs of the odd-numbered
+  // torchtitan's op-level selective checkpointing (`_save_list` and `_custom_policy` of
+  // torchtitan/parallelisms/parallelize_llama.py at 9dec370, the corpus's tested commit;
+  // its llama3 8B config's default): the outputs of the odd-numbered
   // matmuls of a block's forward (q, v, w1, w2 of q, k, v, o, w1, w3, w2) and of the
   // attention kernel are saved; everything else is replayed: the even-numbered matmuls
   // (k, o, and w3, or fc2 of a gate-less MLP: q, k, v, o, fc1, fc2), the elementwise ops
@@ -147,7 +148,9 @@ class TableBuilder {
   // a gated fc1 its w3 half; materialised attention's batched products are no matmuls
   // the policy saves, so they are replayed with their softmax. Reduce-scatter outputs are
   // on its save list as well (kept under 1D sequence parallel; tessel's grid modes, which
-  // torchtitan does not run, replay every forward collective).
+  // torchtitan does not run, replay every forward collective). fp8 plans follow the same
+  // rule: the list names no aten._scaled_mm, but torchao's Float8Linear calls torch.mm on
+  // float8 tensor arguments, which the policy's dispatch mode sees (and counts) as aten.mm.
   void mark_selective_op_replay(std::vector<BlockOp>& ops) const {
     const bool gated = model_.activation == Activation::swiglu;
     for (BlockOp& op : ops) {

@@ -241,7 +241,7 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
 void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
                                           Estimate& out, const OffloadTotals* offload) const {
   if (offload != nullptr) {
-    add_chunked_optimizer(p, c, offload->copies, micro_batches, out);
+    add_chunked_optimizer(p, c, *offload, micro_batches, out);
     return;
   }
   const int group = p.gradient_group();

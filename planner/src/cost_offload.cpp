@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "cost_parts.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 namespace tessel::planner {
 
@@ -35,8 +36,15 @@ void CostModel::add_chunk_shapes(const ParallelConfig& p, const LayoutCost& c) c
   };
   c.chunks_first = shape_of(0);
   c.chunks_last = p.pp > 1 ? shape_of(p.pp - 1) : c.chunks_first;
-  // An uneven split leaves the ends a block short: a middle stage may hold the most.
-  c.chunks_middle = p.pp > 2 && model_.layers % p.pp != 0 ? shape_of(1) : nullptr;
+  // The middle stages differ only by their block count (an uneven split leaves the ends
+  // a block short, so a middle stage may hold the most): one packing per count.
+  for (int stage = 1; stage + 1 < p.pp; ++stage) {
+    const int blocks = stage_layer_count(model_, p, stage);
+    auto same = std::find_if(c.chunks_between.begin(), c.chunks_between.end(),
+                             [&](const LayoutCost::StageChunks& g) { return g.blocks == blocks; });
+    if (same != c.chunks_between.end()) ++same->stages;
+    else c.chunks_between.push_back({shape_of(stage), blocks, 1});
+  }
 }
 
 CostModel::OffloadTotals CostModel::offload_totals(const ParallelConfig& p, const LayoutCost& c,
@@ -44,14 +52,20 @@ CostModel::OffloadTotals CostModel::offload_totals(const ParallelConfig& p, cons
   OffloadTotals out;
   out.memory = chunk_totals(*c.chunks_first, train_, p, micro_batches);
   out.copies = out.memory;
-  for (const auto& shape : {c.chunks_last, c.chunks_middle}) {
-    if (!shape || shape == c.chunks_first) continue;
-    const ChunkTotals other = chunk_totals(*shape, train_, p, micro_batches);
+  double all_stages_fetch_bytes = out.memory.fetch_bytes;
+  auto weigh = [&](const ChunkStageShape& shape, int stages) {
+    const ChunkTotals other = chunk_totals(shape, train_, p, micro_batches);
+    all_stages_fetch_bytes += stages * other.fetch_bytes;
     if (other.device_total_bytes() > out.memory.device_total_bytes()) out.memory = other;
     if (other.host_to_device_bytes + other.device_to_host_bytes >
         out.copies.host_to_device_bytes + out.copies.device_to_host_bytes) {
       out.copies = other;
     }
+  };
+  if (p.pp > 1) weigh(*c.chunks_last, 1);
+  for (const LayoutCost::StageChunks& between : c.chunks_between) weigh(*between.shape, between.stages);
+  if (out.copies.fetch_bytes > 0) {
+    out.other_stages_fetch_share = (all_stages_fetch_bytes - out.copies.fetch_bytes) / out.copies.fetch_bytes;
   }
   return out;
 }
@@ -69,8 +83,9 @@ void CostModel::add_chunked_memory(const ChunkTotals& t, Estimate& out) {
 // The optimizer streams device-resident chunks' states on the device and host-resident
 // ones' in host memory (the cluster's host memory bandwidth per device); copies run at
 // the host-device bandwidth, both directions in sequence.
-void CostModel::add_chunked_optimizer(const ParallelConfig& p, const LayoutCost& c, const ChunkTotals& t,
+void CostModel::add_chunked_optimizer(const ParallelConfig& p, const LayoutCost& c, const OffloadTotals& totals,
                                       int micro_batches, Estimate& out) const {
+  const ChunkTotals& t = totals.copies;
   out.time_s[K(TimeKind::optimizer)] = costs_.memory_time_s(t.device_optimizer_elements * optimizer_traffic_bytes_) +
                                        costs_.host_memory_time_s(t.host_optimizer_elements * optimizer_traffic_bytes_);
   const double copy_bytes = t.host_to_device_bytes + t.device_to_host_bytes;
@@ -87,12 +102,14 @@ void CostModel::add_chunked_optimizer(const ParallelConfig& p, const LayoutCost&
   out.time_s[K(TimeKind::offload)] = exposed_fetch_s + costs_.host_device_time_s(copy_bytes - t.fetch_bytes);
   out.comm.offload_bytes = copy_bytes;
   // Fetches run inside every micro-batch's passes, so the pipeline's fill and drain
-  // wait for their exposed part too: the bubble grows by (p - 1) micro-batches' of it
-  // (over the virtual stages), as it grows by their compute.
+  // wait for the other stages' exposed fetches too (over the virtual stages), as they
+  // wait for their compute: one micro-batch's of each other stage, which fetches its own
+  // chunks (no head on the others, a block fewer on an uneven split's ends), taken as
+  // hidden in the same proportion as the copies stage's.
   if (p.pp > 1 && micro_batches > 0) {
     const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
     out.time_s[K(TimeKind::pp_bubble)] +=
-        (p.pp - 1) * exposed_fetch_s / micro_batches / virtual_stages;
+        totals.other_stages_fetch_share * exposed_fetch_s / micro_batches / virtual_stages;
   }
 }
 

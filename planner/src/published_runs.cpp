@@ -12,6 +12,7 @@
 #include <array>
 #include <filesystem>
 
+#include "tessel/core/block_ops.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/run_store.hpp"
 
@@ -176,21 +177,45 @@ void assume_unstated_kernels(std::vector<PublishedRun>& runs, Kernels kernels) {
   }
 }
 
+namespace {
+// The share of the layers' forward FLOPs (GEMMs and attention) the run's recompute runs
+// again in the backward, op by op as the planner and the Program replay them
+// (BlockOp::replayed_share): full 1, none 0, Megatron's selective the materialised
+// attention core, torchtitan's op-level policy the even-numbered matmuls.
+double replayed_forward_flops_share(const Plan& plan, int seq_len) {
+  if (plan.parallel.recompute == Recompute::none) return 0;
+  const BlockOpTable table =
+      block_op_table(plan.model, seq_len, plan.parallel, plan.train.precision, plan.train.kernels);
+  double forward_flops = 0, replayed_flops = 0;
+  for (int layer = 0; layer < plan.model.layers; ++layer) {
+    for (const BlockOp& op : table.ops_of_layer(plan.model, layer)) {
+      const double flops = op.kind == OpKind::gemm ? op.gemm_total_flops() : op.kind == OpKind::attention ? op.flops : 0;
+      if (!op.forward || flops == 0) continue;
+      forward_flops += flops;
+      replayed_flops += flops * op.replayed_share(plan.parallel.recompute);
+    }
+  }
+  return forward_flops > 0 ? replayed_flops / forward_flops : 0;
+}
+}  // namespace
+
 double measured_step_time_s(const PublishedRun& run, const CostModel& model) {
   const Plan& plan = *run.plan;
+  const std::string& key = run.measured_key;
+  const double value = run.measured_value;
   const double tokens_per_step = double(plan.train.global_batch) * model.seq_len();
   const double gpus = model.gpus();
   const double model_flops = model.model_flops_per_step();
-  // Hardware FLOPs count the forward that full recompute repeats (the layers, not the LM head).
+  // Hardware FLOPs count the layers' forward FLOPs recompute repeats (not the LM head's).
   const double layer_forward_flops_per_token = model.forward_gemm_flops_per_token() -
                                                2.0 * plan.model.hidden * plan.model.vocab +
                                                model.forward_attention_flops_per_token();
+  const bool hardware_key = key == "hw_tflops_per_gpu" || key == "hfu" || key == "peak_fraction";
   const double hardware_flops =
-      model_flops +
-      (plan.parallel.recompute == Recompute::full ? layer_forward_flops_per_token * tokens_per_step : 0.0);
+      model_flops + (hardware_key ? replayed_forward_flops_share(plan, model.seq_len()) *
+                                        layer_forward_flops_per_token * tokens_per_step
+                                  : 0.0);
   const double peak_flops_per_s = model.costs().device().peak_flops_per_s(plan.train.precision);
-  const std::string& key = run.measured_key;
-  const double value = run.measured_value;
   if (key == "step_time_s" || key == "derived_step_time_s") return value;
   if (key == "tokens_per_s") return tokens_per_step / value;
   if (key == "tokens_per_s_per_gpu") return tokens_per_step / (value * gpus);

@@ -390,6 +390,37 @@ TEST(PublishedRuns, ConversionsFollowTheStatedConventions) {
   EXPECT_GT(measured_step_time_s(run, model), 2.0 * 1.25);
 }
 
+// Hardware FLOPs add what the recompute mode replays of the layers' forward, counted
+// here from the projections' shapes (gpt3-6.7b: multi-head attention, a gate-less GELU
+// MLP of 4h, per token and layer 2 x (3h^2 + h^2 + 4h^2 + 4h^2) GEMM FLOPs and 4 s h in
+// the attention core): torchtitan's op-level policy replays k, o and fc2 (2h^2 + 2h^2 +
+// 8h^2) and not the fused attention; Megatron's selective replays the materialised core.
+TEST(PublishedRuns, HardwareFlopRatesCountWhatTheRecomputeModeReplays) {
+  PublishedRun run = synthetic_runs(Calibration{})[2];
+  Plan& plan = *run.plan;
+  const double h = plan.model.hidden, L = plan.model.layers;
+  run.measured_key = "hw_tflops_per_gpu";
+  auto step_s = [&](Recompute recompute, Kernels kernels) {
+    plan.parallel.recompute = recompute;
+    plan.train.kernels = kernels;
+    const CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
+                          profiles::shipped_profile("A100-SXM-80GB"));
+    run.measured_value = model.model_flops_per_step() / 2.0 / model.gpus() / 1e12;  // a 2 s step in model FLOPs
+    const double tokens = double(plan.train.global_batch) * model.seq_len();
+    return std::pair{measured_step_time_s(run, model), model.model_flops_per_step() / tokens};
+  };
+  const double s = plan.model.seq_len;
+  const auto [none_s, model_flops_per_token] = step_s(Recompute::none, Kernels::fused);
+  EXPECT_DOUBLE_EQ(none_s, 2.0);
+  EXPECT_NEAR(step_s(Recompute::selective_op, Kernels::fused).first,
+              2.0 * (1 + L * 12 * h * h / model_flops_per_token), 1e-9);
+  EXPECT_NEAR(step_s(Recompute::selective, Kernels::unfused).first,
+              2.0 * (1 + L * 4 * s * h / model_flops_per_token), 1e-9);
+  EXPECT_DOUBLE_EQ(step_s(Recompute::selective, Kernels::fused).first, 2.0);  // flash kernels keep no scores
+  EXPECT_NEAR(step_s(Recompute::full, Kernels::fused).first,
+              2.0 * (1 + L * (24 * h * h + 4 * s * h) / model_flops_per_token), 1e-9);
+}
+
 // A source that counts FLOPs its own way (GPT-NeoX-20B's 6N + 60 s h L per token) carries
 // the step time that count gives under "derived"; it is used before the FLOP rate, which
 // tessel's own count would turn into a shorter step.

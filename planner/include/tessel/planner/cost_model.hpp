@@ -118,9 +118,15 @@ struct LayoutCost {
   // offload plan finished from this layout (plans without offload never pack); null for
   // MoE models, whose offload is priced from fractions of the stage's states. A layout
   // cost is finished by one thread at a time.
-  // chunks_middle: a middle stage, set only for an uneven split, whose middle stages hold
-  // a block more than the two ends (core/stage_layers.hpp).
-  mutable std::shared_ptr<const ChunkStageShape> chunks_first, chunks_last, chunks_middle;
+  // chunks_between: the stages between the two ends, one packing per block count with
+  // how many stages hold it (an uneven split's middle stages hold a block more than the
+  // ends, core/stage_layers.hpp; an even split's carry neither embedding nor head).
+  struct StageChunks {
+    std::shared_ptr<const ChunkStageShape> shape;
+    int blocks = 0, stages = 0;
+  };
+  mutable std::shared_ptr<const ChunkStageShape> chunks_first, chunks_last;
+  mutable std::vector<StageChunks> chunks_between;
   mutable bool chunks_looked_up = false;
 };
 
@@ -203,6 +209,9 @@ class CostModel {
   // device memory and by copies (cost_offload.cpp), computed once per finish().
   struct OffloadTotals {
     ChunkTotals memory, copies;
+    // Every other stage's fetches over the copies stage's: the pipeline's fill and drain
+    // pass their passes, fetches included.
+    double other_stages_fetch_share = 0;
   };
   void add_memory(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out,
                   const OffloadTotals* offload) const;
@@ -221,7 +230,7 @@ class CostModel {
   void add_chunk_shapes(const ParallelConfig& parallel, const LayoutCost& c) const;
   OffloadTotals offload_totals(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches) const;
   static void add_chunked_memory(const ChunkTotals& totals, Estimate& out);
-  void add_chunked_optimizer(const ParallelConfig& parallel, const LayoutCost& c, const ChunkTotals& totals,
+  void add_chunked_optimizer(const ParallelConfig& parallel, const LayoutCost& c, const OffloadTotals& totals,
                              int micro_batches, Estimate& out) const;
 
   ModelSpec model_;
