@@ -151,6 +151,8 @@ class TableBuilder {
   // torchtitan does not run, replay every forward collective). fp8 plans follow the same
   // rule: the list names no aten._scaled_mm, but torchao's Float8Linear calls torch.mm on
   // float8 tensor arguments, which the policy's dispatch mode sees (and counts) as aten.mm.
+  // The list's aten.abs and aten.max (the casts' amax) also keep each dynamic cast's |x|
+  // in eager mode; that memory is left out (docs/MEMORY.md), replaying them costs no time.
   void mark_selective_op_replay(std::vector<BlockOp>& ops) const {
     const bool gated = model_.activation == Activation::swiglu;
     for (BlockOp& op : ops) {

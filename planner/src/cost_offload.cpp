@@ -39,7 +39,7 @@ void CostModel::add_chunk_shapes(const ParallelConfig& p, const LayoutCost& c) c
   // The middle stages differ only by their block count (an uneven split leaves the ends
   // a block short, so a middle stage may hold the most): one packing per count.
   for (int stage = 1; stage + 1 < p.pp; ++stage) {
-    const int blocks = stage_layer_count(model_, p, stage);
+    const int blocks = stage_layer_count(model_, plain, stage);
     auto same = std::find_if(c.chunks_between.begin(), c.chunks_between.end(),
                              [&](const LayoutCost::StageChunks& g) { return g.blocks == blocks; });
     if (same != c.chunks_between.end()) ++same->stages;

@@ -181,7 +181,9 @@ namespace {
 // The share of the layers' forward FLOPs (GEMMs and attention) the run's recompute runs
 // again in the backward, op by op as the planner and the Program replay them
 // (BlockOp::replayed_share): full 1, none 0, Megatron's selective the materialised
-// attention core, torchtitan's op-level policy the even-numbered matmuls.
+// attention core, torchtitan's op-level policy the even-numbered matmuls. A share of
+// per-rank FLOPs: an MoE block's router GEMM, which every tensor rank runs whole, weighs
+// a little more in it than in the whole model's count (about 1% at many experts).
 double replayed_forward_flops_share(const Plan& plan, int seq_len) {
   if (plan.parallel.recompute == Recompute::none) return 0;
   const BlockOpTable table =

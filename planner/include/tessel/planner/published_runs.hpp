@@ -5,7 +5,8 @@
 // (predicted / measured - 1) applies to every row. The conversions use the sources'
 // stated conventions: model FLOPs are tessel's 6N-style count with attention scores
 // (the Megatron-LM formula without recompute, which the sources that print TFLOP/s
-// use), hardware FLOPs add the recomputed forward of full recompute.
+// use), hardware FLOPs add the layers' forward FLOPs the run's recompute mode replays
+// (BlockOp::replayed_share: all of them under full recompute).
 #pragma once
 
 #include <cstdint>
