@@ -147,13 +147,18 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   // routed experts over the ranks holding the same experts.
   const double moe_buckets = c.moe_layers_on_stage;
   const double layer_buckets = c.layers_on_stage - moe_buckets;
+  // Per-micro-batch traffic runs in the paced stage's passes: its blocks (fewer than the
+  // fullest stage's when an uneven split's short last stage sets the pace). The step's
+  // sync is the fullest stage's.
+  const double paced_layer_buckets = c.paced_layers - moe_buckets;
   const double rest_params =
       std::max(0.0, c.stage_parameters - layer_buckets * c.layer_parameters - moe_buckets * c.moe_layer_parameters);
   const double expert_group_ranks = expert_group_of(p);
   // Expert-data-parallel ranks: every ep-th dp coordinate (with sp, the ranks of each).
   const GroupPlacement expert_group{int(expert_group_ranks), std::max(1, c.expert_group_ranks_per_node)};
-  auto layer_calls = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket) {
-    tally.add(op, gradient_group, c.layer_parameters * bytes_per_param, layer_buckets * count_per_bucket);
+  auto layer_calls = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket,
+                         double dense_buckets) {
+    tally.add(op, gradient_group, c.layer_parameters * bytes_per_param, dense_buckets * count_per_bucket);
     if (moe_buckets > 0) {
       tally.add(op, gradient_group, c.moe_layer_parameters * bytes_per_param, moe_buckets * count_per_bucket);
       if (expert_group_ranks > 1) {
@@ -162,7 +167,7 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
     }
   };
   auto buckets = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket) {
-    layer_calls(tally, op, bytes_per_param, count_per_bucket);
+    layer_calls(tally, op, bytes_per_param, count_per_bucket, layer_buckets);
     if (rest_params > 0) tally.add(op, gradient_group, rest_params * bytes_per_param, count_per_bucket);
   };
   if (group > 1) {
@@ -175,15 +180,15 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
       // ZeRO-2 reduce-scatters each layer's gradients every micro-batch, as the backward
       // produces them (DeepSpeed's, FSDP's SHARD_GRAD_OP), so a rank keeps only its
       // shard; the rest of the stage is synced once, and the updated weights gathered.
-      layer_calls(micro_batch_comm, Collective::reduce_scatter, grad_bytes_, 1);
+      layer_calls(micro_batch_comm, Collective::reduce_scatter, grad_bytes_, 1, paced_layer_buckets);
       if (rest_params > 0) sync.add(Collective::reduce_scatter, gradient_group, rest_params * grad_bytes_);
       buckets(sync, Collective::all_gather, param_bytes_, 1);
     } else {
       // ZeRO-3 gathers each layer's weights for its forward and its backward and
       // reduce-scatters its gradients, every micro-batch, overlapped with that
       // micro-batch's compute; the rest of the stage is synced once, as in ZeRO-2.
-      layer_calls(micro_batch_comm, Collective::all_gather, param_bytes_, 2);
-      layer_calls(micro_batch_comm, Collective::reduce_scatter, grad_bytes_, 1);
+      layer_calls(micro_batch_comm, Collective::all_gather, param_bytes_, 2, paced_layer_buckets);
+      layer_calls(micro_batch_comm, Collective::reduce_scatter, grad_bytes_, 1, paced_layer_buckets);
       if (rest_params > 0) {
         sync.add(Collective::reduce_scatter, gradient_group, rest_params * grad_bytes_);
         sync.add(Collective::all_gather, gradient_group, rest_params * param_bytes_);
@@ -218,7 +223,7 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   // The gathers run one layer ahead of the compute: the first layer's forward gather has
   // nothing before it to hide behind, nor the last reduce-scatter anything after it
   // (ZeRO-2's per-micro-batch traffic is that reduce-scatter alone).
-  const double layers = std::max(1.0, c.layers_on_stage);
+  const double layers = std::max(1.0, c.paced_layers);
   const double pipeline_ends_s = micro_batch_comm.time_s * (p.zero == 3 ? 2.0 / 3.0 : 1.0) / layers;
   const double hideable_micro_batch = std::max(0.0, micro_batch_comm.time_s - pipeline_ends_s);
   const double exposed_micro_batch =
@@ -288,8 +293,11 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   }
   if (c.tp_overlap_pairs > 0) add_tp_overlap(p, c, micro_batches, forward_s, backward_s, out);
   if (fp8_weights_gathered(p)) {
-    // fp8 under ZeRO-3: each layer's gathered weights are cast in its forward and backward.
-    const double cast_s = costs_.library_memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep);
+    // fp8 under ZeRO-3: each layer's gathered weights are cast in its forward and backward
+    // (the paced stage's layers).
+    const double paced_share = c.layers_on_stage > 0 ? c.paced_layers / c.layers_on_stage : 1.0;
+    const double cast_s =
+        costs_.library_memory_time_s(paced_share * c.fp8_weight_elements * fp8::kWeightCastBytesPerStep);
     forward_s += cast_s;
     backward_s += cast_s;
     out.time_s[K(TimeKind::elementwise)] += micro_batches * 2 * cast_s;

@@ -263,6 +263,7 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   c.expert_parameters = table.expert_parameters;
   c.layer_parameters = table.layer_parameters;
   c.layers_on_stage = layers;
+  if (!c.uneven_split) c.paced_layers = layers;
   c.fp8_weight_elements = (layers - moe_layers) * table.fp8_weight_elements + moe_layers * table.moe_fp8_weight_elements;
   c.fp8_linears = (layers - moe_layers) * table.fp8_linears + moe_layers * table.moe_fp8_linears;
   if (p.pp > 1 && model_.tied_embeddings && table.tied_copy_parameters > 0) {
@@ -341,6 +342,7 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     for (int s = 0; s + 1 < p.pp; ++s) all_s += stage_layer_count(model_, p, s) * block_s;
     const double busiest_s = std::max(last_s, middle_s);
     c = last_s >= middle_s ? last : middle;
+    c.paced_layers = last_s >= middle_s ? stage_layer_count(model_, p, p.pp - 1) : most;
     c.head_s = 0;  // the bubble is weighed by other_stages_work
     c.other_stages_work = (all_s - busiest_s) / busiest_s;
     c.uneven_split = true;

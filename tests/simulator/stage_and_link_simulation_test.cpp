@@ -7,7 +7,7 @@
 //    block short because it carries the head, so the pace is the busier of a full middle
 //    stage and the last stage with the head, not the fullest block count plus the head;
 //    an even split's bubble passes stages without the head, and with chunked offload
-//    each stage's own fetches.
+//    each stage's own fetches; ZeRO-2/3's per-micro-batch traffic is the paced stage's.
 // Contention-free links and no stream overlap, the analytic model's conditions; each
 // TEST simulates once (SimGrid runs one engine per process).
 #include <gtest/gtest.h>
@@ -80,7 +80,9 @@ TEST_P(StageSplit, TheAnalyticPaceAndBubbleMatchTheSimulatedStages) {
 // chunks: 2 + 3 on the first stage, 3 + 2 on the last. Even, 8 and 12 blocks over 4
 // stages with the heavy head: the last stage sets the pace, and the bubble passes the
 // other stages, which carry no head (charging them the head was 4.3% and 3.4% slow).
-// Chunked offload: the bubble passes each other stage's own fetches (charging every
+// ZeRO-3 with the heavy head: the short last stage sets the pace, and its micro-batches
+// gather and reduce-scatter its own two blocks (the fullest stage's three put the
+// analytic step 4.9% slow). Chunked offload: the bubble passes each other stage's own fetches (charging every
 // stage the last one's, head included, put the heavy-head even split 3.0% slow).
 INSTANTIATE_TEST_SUITE_P(
     Heads, StageSplit,
@@ -90,6 +92,7 @@ INSTANTIATE_TEST_SUITE_P(
                                 R"({"dp": 4, "pp": 2, "schedule": "interleaved", "virtual_stages": 2})", 0.02},
                       SplitCase{"EvenHeavyHead8", 8, 36864, R"({"dp": 2, "pp": 4})", 0.015},
                       SplitCase{"EvenHeavyHead12", 12, 36864, R"({"dp": 2, "pp": 4})", 0.015},
+                      SplitCase{"UnevenHeavyHeadZero3", 10, 36864, R"({"dp": 2, "pp": 4, "zero": 3})", 0.02},
                       SplitCase{"UnevenChunkedOffload", 10, 6144,
                                 R"({"dp": 2, "pp": 4, "offload": {"mode": "chunked", "device_fraction": 0.25}})", 0.01},
                       SplitCase{"EvenChunkedOffload", 12, 36864,

@@ -76,6 +76,10 @@ struct LayoutCost {
   double stage_parameters = 0;       // parameters held by one rank before ZeRO
   double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
   double layers_on_stage = 0;
+  // The blocks of the stage whose micro-batch sets the pace: layers_on_stage but for an
+  // uneven split whose short last stage (with the head) is the busier one. Per-micro-batch
+  // data-parallel traffic (ZeRO-2/3) and fp8 weight casts lengthen that stage's passes.
+  double paced_layers = 0;
   // MoE blocks on the busiest stage, and per such block the parameters every
   // data-parallel rank holds and the routed experts' (synced and sharded over the
   // gradient group / ep ranks that hold the same experts).
