@@ -223,11 +223,37 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   // The gathers run one layer ahead of the compute: the first layer's forward gather has
   // nothing before it to hide behind, nor the last reduce-scatter anything after it
   // (ZeRO-2's per-micro-batch traffic is that reduce-scatter alone).
-  const double layers = std::max(1.0, c.paced_layers);
-  const double pipeline_ends_s = micro_batch_comm.time_s * (p.zero == 3 ? 2.0 / 3.0 : 1.0) / layers;
-  const double hideable_micro_batch = std::max(0.0, micro_batch_comm.time_s - pipeline_ends_s);
-  const double exposed_micro_batch =
-      micro_batches * (pipeline_ends_s + std::max(0.0, hideable_micro_batch - hidden_micro_batch));
+  // Per micro-batch, for a stage of `blocks` blocks whose compute hides `hidden_s`: the
+  // exposed traffic (the tally is the paced stage's, linear in its dense blocks).
+  struct MicroBatchTraffic {
+    double exposed_s, hideable_s;
+  };
+  auto micro_batch_traffic = [&](double blocks, double hidden_s) {
+    const double traffic_s =
+        blocks == c.paced_layers ? micro_batch_comm.time_s : micro_batch_comm.time_s * blocks / c.paced_layers;
+    const double ends_s = traffic_s * (p.zero == 3 ? 2.0 / 3.0 : 1.0) / std::max(1.0, blocks);
+    const double hideable_s = std::max(0.0, traffic_s - ends_s);
+    return MicroBatchTraffic{ends_s + std::max(0.0, hideable_s - hidden_s), hideable_s};
+  };
+  const MicroBatchTraffic paced = micro_batch_traffic(c.paced_layers, hidden_micro_batch);
+  const double hideable_micro_batch = paced.hideable_s;
+  double exposed_micro_batch = micro_batches * paced.exposed_s;
+  // An uneven split's pace was set by the two candidate stages' compute; with its own
+  // traffic and fp8 casts (a block more or fewer of them) the other may be the slower:
+  // the step pays the difference every micro-batch.
+  if (c.other_pace.layers > 0 && c.other_pace.layers != c.paced_layers) {
+    const double cast_per_block_s =
+        fp8_weights_gathered(p) ? 2 * costs_.library_memory_time_s(c.fp8_weight_elements / c.layers_on_stage *
+                                                                   fp8::kWeightCastBytesPerStep)
+                                : 0.0;
+    double paced_busy_s = 0;
+    for (std::size_t kind = 0; kind < c.forward_s.size(); ++kind) paced_busy_s += c.forward_s[kind] + c.backward_s[kind];
+    const double paced_s = paced_busy_s + c.paced_layers * cast_per_block_s + paced.exposed_s;
+    const double other_hidden_s = overlap_ ? overlap_efficiency * c.other_pace.compute_s : 0.0;
+    const double other_s = c.other_pace.busy_s + c.other_pace.layers * cast_per_block_s +
+                           micro_batch_traffic(c.other_pace.layers, other_hidden_s).exposed_s;
+    exposed_micro_batch += micro_batches * std::max(0.0, other_s - paced_s);
+  }
   // Hidden traffic still slows the compute it runs beside (NCCL's kernels take SMs and
   // memory bandwidth): a calibrated fraction of each hidden second (0 by default).
   const double contention = costs_.calibration().collective_contention;

@@ -335,14 +335,25 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
       for (std::size_t k = 0; k < x.forward_s.size(); ++k) sum += x.forward_s[k] + x.backward_s[k];
       return sum;
     };
+    auto compute_s = [](const LayoutCost& x) {
+      double sum = x.backward_s[K(TimeKind::recompute)];
+      for (TimeKind kind : {TimeKind::gemm, TimeKind::attention, TimeKind::elementwise}) {
+        sum += x.forward_s[K(kind)] + x.backward_s[K(kind)];
+      }
+      return sum;
+    };
     const LayoutCost middle = price_stage(most, false);
     const LayoutCost last = price_stage(stage_layer_count(model_, p, p.pp - 1), true);
     const double middle_s = busy_s(middle), block_s = middle_s / most, last_s = busy_s(last);
     double all_s = last_s;
     for (int s = 0; s + 1 < p.pp; ++s) all_s += stage_layer_count(model_, p, s) * block_s;
     const double busiest_s = std::max(last_s, middle_s);
-    c = last_s >= middle_s ? last : middle;
-    c.paced_layers = last_s >= middle_s ? stage_layer_count(model_, p, p.pp - 1) : most;
+    const bool last_paces = last_s >= middle_s;
+    const double last_layers = stage_layer_count(model_, p, p.pp - 1);
+    c = last_paces ? last : middle;
+    c.paced_layers = last_paces ? last_layers : most;
+    c.other_pace = last_paces ? LayoutCost::OtherPace{double(most), middle_s, compute_s(middle)}
+                              : LayoutCost::OtherPace{last_layers, last_s, compute_s(last)};
     c.head_s = 0;  // the bubble is weighed by other_stages_work
     c.other_stages_work = (all_s - busiest_s) / busiest_s;
     c.uneven_split = true;

@@ -82,7 +82,9 @@ TEST_P(StageSplit, TheAnalyticPaceAndBubbleMatchTheSimulatedStages) {
 // other stages, which carry no head (charging them the head was 4.3% and 3.4% slow).
 // ZeRO-3 with the heavy head: the short last stage sets the pace, and its micro-batches
 // gather and reduce-scatter its own two blocks (the fullest stage's three put the
-// analytic step 4.9% slow). Chunked offload: the bubble passes each other stage's own fetches (charging every
+// analytic step 4.9% slow). With a head that makes the last stage's compute only a little
+// busier, a middle stage's third block of traffic makes it the slower (pricing the last
+// stage's traffic alone put the analytic step 8.0% fast). Chunked offload: the bubble passes each other stage's own fetches (charging every
 // stage the last one's, head included, put the heavy-head even split 3.0% slow).
 INSTANTIATE_TEST_SUITE_P(
     Heads, StageSplit,
@@ -93,6 +95,7 @@ INSTANTIATE_TEST_SUITE_P(
                       SplitCase{"EvenHeavyHead8", 8, 36864, R"({"dp": 2, "pp": 4})", 0.015},
                       SplitCase{"EvenHeavyHead12", 12, 36864, R"({"dp": 2, "pp": 4})", 0.015},
                       SplitCase{"UnevenHeavyHeadZero3", 10, 36864, R"({"dp": 2, "pp": 4, "zero": 3})", 0.02},
+                      SplitCase{"UnevenCloseHeadZero3", 10, 20480, R"({"dp": 2, "pp": 4, "zero": 3})", 0.02},
                       SplitCase{"UnevenChunkedOffload", 10, 6144,
                                 R"({"dp": 2, "pp": 4, "offload": {"mode": "chunked", "device_fraction": 0.25}})", 0.01},
                       SplitCase{"EvenChunkedOffload", 12, 36864,

@@ -80,6 +80,14 @@ struct LayoutCost {
   // uneven split whose short last stage (with the head) is the busier one. Per-micro-batch
   // data-parallel traffic (ZeRO-2/3) and fp8 weight casts lengthen that stage's passes.
   double paced_layers = 0;
+  // An uneven split: the candidate stage not priced (the full middle stage, or the short
+  // last one with the head), by its blocks, its time per micro-batch and the compute in
+  // it that hides traffic. Its own per-micro-batch ZeRO traffic and fp8 casts, which
+  // finish() prices, may make it the slower one (layers 0: no such stage).
+  struct OtherPace {
+    double layers = 0, busy_s = 0, compute_s = 0;
+  };
+  OtherPace other_pace;
   // MoE blocks on the busiest stage, and per such block the parameters every
   // data-parallel rank holds and the routed experts' (synced and sharded over the
   // gradient group / ep ranks that hold the same experts).
