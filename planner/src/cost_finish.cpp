@@ -50,6 +50,40 @@ bool fp8_weights_gathered(const ParallelConfig& p) { return p.zero == 3 && p.gra
 double expert_group_of(const ParallelConfig& p) { return double(p.gradient_group()) / std::max(p.ep, 1); }
 }  // namespace
 
+namespace {
+// Per micro-batch traffic of a stage of `blocks` blocks whose compute hides `hidden_s`:
+// the gathers run one layer ahead of the compute, so the first layer's forward gather has
+// nothing before it to hide behind, nor the last reduce-scatter anything after it
+// (ZeRO-2's per-micro-batch traffic is that reduce-scatter alone).
+struct MicroBatchTraffic {
+  double exposed_s, hideable_s;
+};
+MicroBatchTraffic micro_batch_traffic(double traffic_s, double blocks, bool zero3, double hidden_s) {
+  const double ends_s = traffic_s * (zero3 ? 2.0 / 3.0 : 1.0) / std::max(1.0, blocks);
+  const double hideable_s = std::max(0.0, traffic_s - ends_s);
+  return {ends_s + std::max(0.0, hideable_s - hidden_s), hideable_s};
+}
+}  // namespace
+
+// An uneven split's pace was set by the two candidate stages' compute. Under ZeRO-3 each
+// block's passes wait for its gathers, so with its own per-micro-batch traffic (the
+// paced stage's, scaled by its dense blocks) and the per-block time finish() adds (fp8
+// weight casts, tp_comm_overlap's exposed and slowed time), a block more or fewer of
+// them, the other may be the slower: what the step pays for it per micro-batch. (ZeRO-2's
+// reduce-scatters hold up nothing before the step's end.)
+double CostModel::other_pace_excess_s(const ParallelConfig& p, const LayoutCost& c, double paced_traffic_s,
+                                      double paced_exposed_s, double added_per_block_s) const {
+  if (p.zero != 3 || c.other_pace.layers <= 0 || c.other_pace.layers == c.paced_layers) return 0;
+  double paced_busy_s = 0;
+  for (std::size_t kind = 0; kind < c.forward_s.size(); ++kind) paced_busy_s += c.forward_s[kind] + c.backward_s[kind];
+  const double paced_s = paced_busy_s + c.paced_layers * added_per_block_s + paced_exposed_s;
+  const double other_hidden_s = overlap_ ? costs_.calibration().overlap_efficiency * c.other_pace.compute_s : 0.0;
+  const double other_traffic_s = paced_traffic_s * c.other_pace.layers / c.paced_layers;
+  const double other_s = c.other_pace.busy_s + c.other_pace.layers * added_per_block_s +
+                         micro_batch_traffic(other_traffic_s, c.other_pace.layers, true, other_hidden_s).exposed_s;
+  return std::max(0.0, other_s - paced_s);
+}
+
 void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int micro_batches, Estimate& out,
                            const OffloadTotals* offload) const {
   // ---- model states (routed experts sharded by ZeRO over their own group) ----
@@ -134,7 +168,7 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
 // Gradient sync and ZeRO over the gradient group, 2.5D's depth sums and the partial
 // gradients of copied vectors: their exposed time, and their traffic.
 void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, int micro_batches,
-                                  Estimate& out) const {
+                                  double added_per_block_s, Estimate& out) const {
   const int group = p.gradient_group();
   const RankLayout layout(p);
   const GroupPlacement gradient_group =
@@ -220,40 +254,12 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   // the optimizer waits for it: nothing hides it.
   const double step_sync_s = sync.time_s + depth.time_s + partial.time_s;
   const double exposed_sync = std::max(0.0, step_sync_s - hidden_sync) + c.tied_embedding_sync.time_s;
-  // The gathers run one layer ahead of the compute: the first layer's forward gather has
-  // nothing before it to hide behind, nor the last reduce-scatter anything after it
-  // (ZeRO-2's per-micro-batch traffic is that reduce-scatter alone).
-  // Per micro-batch, for a stage of `blocks` blocks whose compute hides `hidden_s`: the
-  // exposed traffic (the tally is the paced stage's, linear in its dense blocks).
-  struct MicroBatchTraffic {
-    double exposed_s, hideable_s;
-  };
-  auto micro_batch_traffic = [&](double blocks, double hidden_s) {
-    const double traffic_s =
-        blocks == c.paced_layers ? micro_batch_comm.time_s : micro_batch_comm.time_s * blocks / c.paced_layers;
-    const double ends_s = traffic_s * (p.zero == 3 ? 2.0 / 3.0 : 1.0) / std::max(1.0, blocks);
-    const double hideable_s = std::max(0.0, traffic_s - ends_s);
-    return MicroBatchTraffic{ends_s + std::max(0.0, hideable_s - hidden_s), hideable_s};
-  };
-  const MicroBatchTraffic paced = micro_batch_traffic(c.paced_layers, hidden_micro_batch);
+  const MicroBatchTraffic paced = micro_batch_traffic(micro_batch_comm.time_s, c.paced_layers, p.zero == 3,
+                                                      hidden_micro_batch);
   const double hideable_micro_batch = paced.hideable_s;
-  double exposed_micro_batch = micro_batches * paced.exposed_s;
-  // An uneven split's pace was set by the two candidate stages' compute; with its own
-  // traffic and fp8 casts (a block more or fewer of them) the other may be the slower:
-  // the step pays the difference every micro-batch.
-  if (c.other_pace.layers > 0 && c.other_pace.layers != c.paced_layers) {
-    const double cast_per_block_s =
-        fp8_weights_gathered(p) ? 2 * costs_.library_memory_time_s(c.fp8_weight_elements / c.layers_on_stage *
-                                                                   fp8::kWeightCastBytesPerStep)
-                                : 0.0;
-    double paced_busy_s = 0;
-    for (std::size_t kind = 0; kind < c.forward_s.size(); ++kind) paced_busy_s += c.forward_s[kind] + c.backward_s[kind];
-    const double paced_s = paced_busy_s + c.paced_layers * cast_per_block_s + paced.exposed_s;
-    const double other_hidden_s = overlap_ ? overlap_efficiency * c.other_pace.compute_s : 0.0;
-    const double other_s = c.other_pace.busy_s + c.other_pace.layers * cast_per_block_s +
-                           micro_batch_traffic(c.other_pace.layers, other_hidden_s).exposed_s;
-    exposed_micro_batch += micro_batches * std::max(0.0, other_s - paced_s);
-  }
+  const double exposed_micro_batch =
+      micro_batches *
+      (paced.exposed_s + other_pace_excess_s(p, c, micro_batch_comm.time_s, paced.exposed_s, added_per_block_s));
   // Hidden traffic still slows the compute it runs beside (NCCL's kernels take SMs and
   // memory bandwidth): a calibrated fraction of each hidden second (0 by default).
   const double contention = costs_.calibration().collective_contention;
@@ -317,6 +323,7 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
     backward_s += c.backward_s[kind];
     out.time_s[kind] = micro_batches * (c.forward_s[kind] + c.backward_s[kind]);
   }
+  const double layout_passes_s = forward_s + backward_s;
   if (c.tp_overlap_pairs > 0) add_tp_overlap(p, c, micro_batches, forward_s, backward_s, out);
   if (fp8_weights_gathered(p)) {
     // fp8 under ZeRO-3: each layer's gathered weights are cast in its forward and backward
@@ -328,6 +335,9 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
     backward_s += cast_s;
     out.time_s[K(TimeKind::elementwise)] += micro_batches * 2 * cast_s;
   }
+  // What the tp overlap and the casts added, block by block (an uneven split's other
+  // candidate stage pays it for its own blocks: add_data_parallel).
+  const double added_per_block_s = (forward_s + backward_s - layout_passes_s) / std::max(1.0, c.paced_layers);
   forward_s += p2p_s / 2;  // half the sends carry activations forward, half gradients back
   backward_s += p2p_s / 2;
   out.time_s[K(TimeKind::pp_p2p)] = micro_batches * p2p_s;
@@ -343,7 +353,7 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   const bool chunked = p.offload != OffloadMode::none && c.chunks_first;
   if (chunked) offload_here = offload_totals(p, c, micro_batches);
   add_memory(p, c, micro_batches, out, chunked ? &offload_here : nullptr);
-  add_data_parallel(p, c, micro_batches, out);
+  add_data_parallel(p, c, micro_batches, added_per_block_s, out);
   add_optimizer_and_offload(p, c, micro_batches, out, chunked ? &offload_here : nullptr);
 
   double step = 0;

@@ -227,7 +227,12 @@ class CostModel {
   };
   void add_memory(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out,
                   const OffloadTotals* offload) const;
-  void add_data_parallel(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out) const;
+  // added_per_block_s: per micro-batch, the time finish() adds to each block's passes
+  // beyond the layout cost's (fp8 ZeRO-3 weight casts, tp_comm_overlap's exposed time).
+  void add_data_parallel(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
+                         double added_per_block_s, Estimate& out) const;
+  double other_pace_excess_s(const ParallelConfig& parallel, const LayoutCost& c, double paced_traffic_s,
+                             double paced_exposed_s, double added_per_block_s) const;
   void add_optimizer_and_offload(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
                                  Estimate& out, const OffloadTotals* offload) const;
   // tp_comm_overlap (cost_tp_overlap.cpp): the exposed part of each overlapped collective
