@@ -65,23 +65,30 @@ MicroBatchTraffic micro_batch_traffic(double traffic_s, double blocks, bool zero
 }
 }  // namespace
 
-// An uneven split's pace was set by the two candidate stages' compute. Under ZeRO-3 each
-// block's passes wait for its gathers, so with its own per-micro-batch traffic (the
-// paced stage's, scaled by its dense blocks) and the per-block time finish() adds (fp8
-// weight casts, tp_comm_overlap's exposed and slowed time), a block more or fewer of
-// them, the other may be the slower: what the step pays for it per micro-batch. (ZeRO-2's
-// reduce-scatters hold up nothing before the step's end.)
-double CostModel::other_pace_excess_s(const ParallelConfig& p, const LayoutCost& c, double paced_traffic_s,
-                                      double paced_exposed_s, double added_per_block_s) const {
-  if (p.zero != 3 || c.other_pace.layers <= 0 || c.other_pace.layers == c.paced_layers) return 0;
+// An uneven split's pace was set by the two candidate stages' compute. With what else
+// each block's passes carry (ZeRO-3's per-micro-batch gathers as exposed, the paced
+// stage's scaled by the candidates' dense blocks; fp8 weight casts and tp_comm_overlap's
+// exposed and slowed time, added_per_block_s), a block more or fewer of it, the other
+// may be the slower: the step then pays the difference every micro-batch, and the
+// bubble passes the paced stage in the other's place.
+CostModel::PaceExcess CostModel::other_pace_excess(const ParallelConfig& p, const LayoutCost& c,
+                                                   double paced_traffic_s, double paced_exposed_s,
+                                                   double added_per_block_s) const {
+  if (c.other_pace.layers <= 0 || c.other_pace.layers == c.paced_layers) return {};
   double paced_busy_s = 0;
   for (std::size_t kind = 0; kind < c.forward_s.size(); ++kind) paced_busy_s += c.forward_s[kind] + c.backward_s[kind];
-  const double paced_s = paced_busy_s + c.paced_layers * added_per_block_s + paced_exposed_s;
+  // ZeRO-3's gathers hold up each block's passes; ZeRO-2's reduce-scatters wait for
+  // nothing and run in a stage's idle time, so they do not decide the pace.
+  const bool gathers = p.zero == 3;
+  const double paced_s = paced_busy_s + c.paced_layers * added_per_block_s + (gathers ? paced_exposed_s : 0.0);
   const double other_hidden_s = overlap_ ? costs_.calibration().overlap_efficiency * c.other_pace.compute_s : 0.0;
   const double other_traffic_s = paced_traffic_s * c.other_pace.layers / c.paced_layers;
-  const double other_s = c.other_pace.busy_s + c.other_pace.layers * added_per_block_s +
-                         micro_batch_traffic(other_traffic_s, c.other_pace.layers, true, other_hidden_s).exposed_s;
-  return std::max(0.0, other_s - paced_s);
+  const double other_s =
+      c.other_pace.busy_s + c.other_pace.layers * added_per_block_s +
+      (gathers ? micro_batch_traffic(other_traffic_s, c.other_pace.layers, true, other_hidden_s).exposed_s : 0.0);
+  if (other_s <= paced_s) return {};
+  const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  return {other_s - paced_s, std::max(0.0, paced_busy_s - c.other_pace.busy_s) / virtual_stages};
 }
 
 void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int micro_batches, Estimate& out,
@@ -257,9 +264,19 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   const MicroBatchTraffic paced = micro_batch_traffic(micro_batch_comm.time_s, c.paced_layers, p.zero == 3,
                                                       hidden_micro_batch);
   const double hideable_micro_batch = paced.hideable_s;
-  const double exposed_micro_batch =
-      micro_batches *
-      (paced.exposed_s + other_pace_excess_s(p, c, micro_batch_comm.time_s, paced.exposed_s, added_per_block_s));
+  const PaceExcess other_pace =
+      other_pace_excess(p, c, micro_batch_comm.time_s, paced.exposed_s, added_per_block_s);
+  const double exposed_micro_batch = micro_batches * paced.exposed_s;
+  // Stage imbalance, as the pipeline's: the slower stage's lead every micro-batch.
+  out.time_s[K(TimeKind::pp_bubble)] += micro_batches * other_pace.per_micro_batch_s + other_pace.bubble_s;
+  // The fill and drain pass the other stages' micro-batches with their own exposed ZeRO-3
+  // gathers, block by block as the paced stage's, which their compute waits for
+  // (ZeRO-2's reduce-scatters wait for nothing: they run in the stages' idle time).
+  if (p.pp > 1 && p.zero == 3 && c.paced_layers > 0) {
+    const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+    out.time_s[K(TimeKind::pp_bubble)] +=
+        (model_.layers - c.paced_layers) / c.paced_layers * paced.exposed_s / virtual_stages;
+  }
   // Hidden traffic still slows the compute it runs beside (NCCL's kernels take SMs and
   // memory bandwidth): a calibrated fraction of each hidden second (0 by default).
   const double contention = costs_.calibration().collective_contention;

@@ -231,8 +231,13 @@ class CostModel {
   // beyond the layout cost's (fp8 ZeRO-3 weight casts, tp_comm_overlap's exposed time).
   void add_data_parallel(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
                          double added_per_block_s, Estimate& out) const;
-  double other_pace_excess_s(const ParallelConfig& parallel, const LayoutCost& c, double paced_traffic_s,
-                             double paced_exposed_s, double added_per_block_s) const;
+  // An uneven split's other candidate stage, when slower than the priced one: what the step
+  // pays per micro-batch, and what the bubble grows by (cost_finish.cpp).
+  struct PaceExcess {
+    double per_micro_batch_s = 0, bubble_s = 0;
+  };
+  PaceExcess other_pace_excess(const ParallelConfig& parallel, const LayoutCost& c, double paced_traffic_s,
+                               double paced_exposed_s, double added_per_block_s) const;
   void add_optimizer_and_offload(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
                                  Estimate& out, const OffloadTotals* offload) const;
   // tp_comm_overlap (cost_tp_overlap.cpp): the exposed part of each overlapped collective
