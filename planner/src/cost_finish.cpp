@@ -48,9 +48,7 @@ bool fp8_weights_gathered(const ParallelConfig& p) { return p.zero == 3 && p.gra
 
 // Routed experts: held by gradient_group / ep ranks each, over which ZeRO shards them.
 double expert_group_of(const ParallelConfig& p) { return double(p.gradient_group()) / std::max(p.ep, 1); }
-}  // namespace
 
-namespace {
 // Per micro-batch traffic of a stage of `blocks` blocks whose compute hides `hidden_s`:
 // the gathers run one layer ahead of the compute, so the first layer's forward gather has
 // nothing before it to hide behind, nor the last reduce-scatter anything after it
