@@ -34,6 +34,7 @@ constexpr const char* kDefaultSimulatedRows = "12";
 
 struct CalibrateArgs {
   std::string published;
+  std::string held_out;  // corpus/held_out; empty: held_out beside --published, when there
   std::string device = "all";
   std::string out_file;
   std::string db;
@@ -140,20 +141,24 @@ void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c
   std::cout << table.render();
 }
 
-int run_calibrate(const CalibrateArgs& args) {
-  const auto started = std::chrono::steady_clock::now();
-  if (!args.held_out_runs.empty() && args.runs.empty()) {
-    throw Error("--held-out-runs: also give --runs (the runs to fit on)");
-  }
-  if (args.published.empty() && args.runs.empty()) {
-    throw Error(
-        "calibrate: give --published DIR (the corpus of published runs), --runs LIST|all (runs in --db), or both");
-  }
-  if (!args.simulated_rows.empty() && !args.simulated) throw Error("--simulated-rows: also give --simulated");
-  const SimulatedRows simulated_rows =
-      SimulatedRows::parse(args.simulated_rows.empty() ? kDefaultSimulatedRows : args.simulated_rows);
+// The runs to fit on and to predict: the published corpus, its held-out sources (kept
+// apart: corpus/held_out, so a fit can never read them; priced with it, before and after)
+// and the runs recorded in --db.
+std::vector<planner::PublishedRun> load_runs(const CalibrateArgs& args) {
   std::vector<planner::PublishedRun> runs;
-  if (!args.published.empty()) runs = planner::load_published_runs(args.published);
+  if (!args.held_out.empty() && args.published.empty()) throw Error("--held-out: also give --published");
+  if (!args.published.empty()) {
+    runs = planner::load_published_runs(args.published);
+    std::filesystem::path published = std::filesystem::path(args.published).lexically_normal();
+    if (published.filename().empty()) published = published.parent_path();  // "corpus/published/"
+    const std::string beside = (published.parent_path() / "held_out").string();
+    std::error_code error;
+    const std::string held_out_dir =
+        !args.held_out.empty() ? args.held_out : std::filesystem::is_directory(beside, error) ? beside : std::string();
+    if (!held_out_dir.empty()) {
+      for (planner::PublishedRun& run : planner::load_held_out_runs(held_out_dir)) runs.push_back(std::move(run));
+    }
+  }
   if (!args.runs.empty()) {
     const std::string db = args.db.empty() ? profiles::ProfileStore::default_path() : args.db;
     for (planner::PublishedRun& run : planner::load_recorded_runs(db, parse_run_ids(args.runs)))
@@ -169,6 +174,22 @@ int run_calibrate(const CalibrateArgs& args) {
       }
     }
   }
+  return runs;
+}
+
+int run_calibrate(const CalibrateArgs& args) {
+  const auto started = std::chrono::steady_clock::now();
+  if (!args.held_out_runs.empty() && args.runs.empty()) {
+    throw Error("--held-out-runs: also give --runs (the runs to fit on)");
+  }
+  if (args.published.empty() && args.runs.empty()) {
+    throw Error(
+        "calibrate: give --published DIR (the corpus of published runs), --runs LIST|all (runs in --db), or both");
+  }
+  if (!args.simulated_rows.empty() && !args.simulated) throw Error("--simulated-rows: also give --simulated");
+  const SimulatedRows simulated_rows =
+      SimulatedRows::parse(args.simulated_rows.empty() ? kDefaultSimulatedRows : args.simulated_rows);
+  std::vector<planner::PublishedRun> runs = load_runs(args);
   const std::string inputs = args.runs.empty()        ? "published"
                              : args.published.empty() ? "recorded"
                                                       : "published and recorded";
@@ -266,7 +287,11 @@ Command add_calibrate_command(CLI::App& app) {
   auto args = std::make_shared<CalibrateArgs>();
   CLI::App* cmd = app.add_subcommand(
       "calibrate", "Fit a device profile's calibration parameters to published measured runs and write it");
-  cmd->add_option("--published", args->published, "Directory of published-run JSON files (corpus/published)");
+  cmd->add_option("--published", args->published,
+                  "Directory of published-run JSON files calibration fits on (corpus/published)");
+  cmd->add_option("--held-out", args->held_out,
+                  "Directory of held-out published runs, predicted before and after the fit and never fitted on "
+                  "(corpus/held_out; default: held_out beside --published, when it exists)");
   cmd->add_option("--runs", args->runs, "Runs recorded in --db by `tessel run`: ids 1,2,3 or all (every finished run)");
   cmd->add_option("--held-out-runs", args->held_out_runs,
                   "Runs in --db (ids 4,5,6) to predict before and after the fit, never fitted on");

@@ -91,18 +91,20 @@ PublishedRun read_run(const Json& row, const std::string& file, bool held_out, s
   }
   return run;
 }
-}  // namespace
 
-std::vector<PublishedRun> load_published_runs(const std::string& directory) {
+// `option` names the command-line option the directory came from; `held_out` is what
+// every source in it must say.
+std::vector<PublishedRun> load_corpus_runs(const std::string& directory, const char* option, bool held_out,
+                                           const char* expected) {
   std::error_code error;
   if (!fs::is_directory(directory, error)) {
-    throw Error(fmt::format("--published: {}: no such directory (expected corpus/published)", directory));
+    throw Error(fmt::format("{}: {}: no such directory (expected {})", option, directory, expected));
   }
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(directory)) {
     if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path());
   }
-  if (files.empty()) throw Error(fmt::format("--published: {}: holds no corpus files (*.json)", directory));
+  if (files.empty()) throw Error(fmt::format("{}: {}: holds no corpus files (*.json)", option, directory));
   std::sort(files.begin(), files.end());
   std::vector<PublishedRun> runs;
   for (const fs::path& path : files) {
@@ -112,13 +114,29 @@ std::vector<PublishedRun> load_published_runs(const std::string& directory) {
         !json["source"].contains("held_out") || !json["source"]["held_out"].is_boolean()) {
       throw Error(fmt::format("{}: \"source.held_out\" must be true or false", path.string()));
     }
+    if (json["source"]["held_out"].get<bool>() != held_out) {
+      throw Error(held_out ? fmt::format("{}: source.held_out is false: sources calibration may fit on belong in "
+                                         "corpus/published (--published), not with the held-out ones",
+                                         path.string())
+                           : fmt::format("{}: source.held_out is true: held-out sources are never calibrated on and "
+                                         "belong in corpus/held_out (--held-out), not in --published",
+                                         path.string()));
+    }
     if (!json.contains("runs") || !json["runs"].is_array()) {
       throw Error(fmt::format("{}: \"runs\" must be an array", path.string()));
     }
-    const bool held_out = json["source"]["held_out"].get<bool>();
     for (std::size_t i = 0; i < json["runs"].size(); ++i) runs.push_back(read_run(json["runs"][i], file, held_out, i));
   }
   return runs;
+}
+}  // namespace
+
+std::vector<PublishedRun> load_published_runs(const std::string& directory) {
+  return load_corpus_runs(directory, "--published", false, "corpus/published");
+}
+
+std::vector<PublishedRun> load_held_out_runs(const std::string& directory) {
+  return load_corpus_runs(directory, "--held-out", true, "corpus/held_out");
 }
 
 std::vector<PublishedRun> load_recorded_runs(const std::string& db_path, const std::vector<std::int64_t>& ids) {

@@ -47,7 +47,9 @@ class CalibrateSimulated : public Cli {
     write_corpus_file(corpus_ / "fitted.json", false,
                       Json::array({row("dp8", 8, 1, 1, 0.28), row("dp4-tp2", 4, 1, 2, 0.50),
                                    row("dp2-pp2-tp2", 2, 2, 2, 0.58)}));
-    write_corpus_file(corpus_ / "zz_held_out.json", true, Json::array({row("held-dp2-tp4", 2, 1, 4, 0.9)}));
+    // Held out apart, in held_out beside the corpus, where calibrate finds it by default.
+    fs::create_directories(dir_ / "held_out");
+    write_corpus_file(dir_ / "held_out" / "zz_held_out.json", true, Json::array({row("held-dp2-tp4", 2, 1, 4, 0.9)}));
     plan_ = (dir_ / "plan.json").string();
     std::ofstream(plan_) << plan_json(4, 2, 1).dump();
   }

@@ -122,3 +122,20 @@ TEST_F(Cli, CalibrateFitsRunsRecordedInTheDatabase) {
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("--runs: run 7 is not in"), std::string::npos) << missing.err;
 }
+
+// Held-out sources live apart (corpus/held_out): given as --published they are refused by
+// name with nothing written; --held-out reads them explicitly, only to predict them.
+TEST_F(Cli, CalibrateRefusesHeldOutSourcesAsItsInputAndPredictsThemFromHeldOut) {
+  const std::string held_out = std::string(TESSEL_SOURCE_DIR) + "/corpus/held_out";
+  const std::string db = (dir_ / "profiles.db").string();
+  const auto refused = run("calibrate --published " + held_out + " --device H100-SXM --db " + db);
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_EQ(line_count(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("belong in corpus/held_out (--held-out), not in --published"), std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(fs::exists(db));
+  const auto explicit_held_out =
+      run("calibrate --published " + corpus() + " --held-out " + held_out + " --device A100-SXM-80GB --db " + db);
+  ASSERT_EQ(explicit_held_out.status, 0) << explicit_held_out.err;
+  EXPECT_NE(explicit_held_out.out.find("74 runs fitted, 22 held out"), std::string::npos) << explicit_held_out.out;
+}

@@ -1,4 +1,5 @@
-// The corpus of published measured runs (corpus/published/*.json) is data that later
+// The corpus of published measured runs (corpus/published/*.json for calibration,
+// corpus/held_out/*.json never calibrated on) is data that later
 // calibration and accuracy tests read, so its shape is checked here once: every file
 // parses, every run cites its table and carries a measurement, ids are unique, every
 // run's layout loads as a tessel Plan (or records the one-line reason tessel refuses it,
@@ -22,16 +23,23 @@ namespace {
 struct CorpusFile {
   std::string name;  // file name, e.g. "narayanan2021_table1.json"
   Json json;
+  std::string directory;  // "published" or "held_out"
 };
 
-std::filesystem::path corpus_directory() { return std::filesystem::path(TESSEL_SOURCE_DIR) / "corpus" / "published"; }
+// corpus/published holds the sources calibration fits on, corpus/held_out the held-out
+// ones (never calibrated on); both are checked alike.
+std::filesystem::path corpus_directory(const char* part) {
+  return std::filesystem::path(TESSEL_SOURCE_DIR) / "corpus" / part;
+}
 
 // Sorted by name, so every failure message comes in the same order.
 std::vector<CorpusFile> load_corpus() {
   std::vector<CorpusFile> files;
-  for (const auto& entry : std::filesystem::directory_iterator(corpus_directory())) {
-    if (entry.path().extension() != ".json") continue;
-    files.push_back({entry.path().filename().string(), read_json_file(entry.path().string())});
+  for (const char* part : {"published", "held_out"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(corpus_directory(part))) {
+      if (entry.path().extension() != ".json") continue;
+      files.push_back({entry.path().filename().string(), read_json_file(entry.path().string()), part});
+    }
   }
   std::sort(files.begin(), files.end(), [](const CorpusFile& a, const CorpusFile& b) { return a.name < b.name; });
   return files;
@@ -102,7 +110,7 @@ std::string run_label(const CorpusFile& file, const Json& run) {
 }  // namespace
 
 TEST(Corpus, EveryFileParsesWithItsSourceFields) {
-  ASSERT_FALSE(corpus().empty()) << "no corpus files under " << corpus_directory();
+  ASSERT_FALSE(corpus().empty()) << "no corpus files under " << corpus_directory("published");
   for (const CorpusFile& file : corpus()) {
     SCOPED_TRACE(file.name);
     ASSERT_TRUE(file.json.is_object());
@@ -221,6 +229,10 @@ TEST(Corpus, HeldOutSourcesAreTheThreeNamedByTheIssueAndThoseThatShareTheirRuns)
   for (const CorpusFile& file : corpus()) {
     if (file.json["source"]["held_out"].get<bool>())
       held_out.insert(file.json["source"]["url_or_arxiv"].get<std::string>());
+  }
+  for (const CorpusFile& file : corpus()) {
+    EXPECT_EQ(file.json["source"]["held_out"].get<bool>(), file.directory == "held_out")
+        << file.name << " in corpus/" << file.directory << ": held-out sources, and only they, live in corpus/held_out";
   }
   const std::vector<std::string> named{"arXiv:2104.04473", "arXiv:2205.05198", "NVIDIA/dgxc-benchmarking"};
   const std::vector<std::string> sharing{"NVIDIA/Megatron-LM README", "arXiv:2201.11990", "arXiv:2406.11704"};

@@ -349,8 +349,11 @@ TEST(Calibration, OutOfRangeParametersAreRefusedByName) {
 }
 
 TEST(PublishedRuns, TheCorpusLoadsAndEveryPriceableRowHasAPositiveMeasuredStepTime) {
-  const std::string directory = std::string(TESSEL_SOURCE_DIR) + "/corpus/published";
-  const std::vector<PublishedRun> runs = load_published_runs(directory);
+  std::vector<PublishedRun> runs = load_published_runs(std::string(TESSEL_SOURCE_DIR) + "/corpus/published");
+  for (PublishedRun& run : load_held_out_runs(std::string(TESSEL_SOURCE_DIR) + "/corpus/held_out")) {
+    EXPECT_TRUE(run.held_out) << run.id;
+    runs.push_back(std::move(run));
+  }
   int priceable = 0, held_out = 0, fp8_calibration = 0;
   for (const PublishedRun& run : runs) {
     if (!run.priceable()) continue;
@@ -440,6 +443,29 @@ TEST(PublishedRuns, ADerivedStepTimeComesBeforeTheFlopRate) {
   as_rate.measured_key = "tflops_per_gpu";
   as_rate.measured_value = 117;
   EXPECT_LT(measured_step_time_s(as_rate, model), 43.85 * 0.9);
+}
+
+// Held-out sources live apart from the calibration input, so no fit can read them: a
+// held-out file among the published ones, or a calibration file among the held-out
+// ones, is one clear error naming the file.
+TEST(PublishedRuns, HeldOutAndCalibrationSourcesNeverShareADirectory) {
+  const std::filesystem::path corpus = std::filesystem::path(TESSEL_SOURCE_DIR) / "corpus";
+  const auto mixed = std::filesystem::temp_directory_path() / ("tessel_mixed_corpus_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(mixed);
+  std::filesystem::copy_file(corpus / "published" / "black2022_gpt_neox_20b.json", mixed / "a.json");
+  std::filesystem::copy_file(corpus / "held_out" / "narayanan2021_table1.json", mixed / "b.json");
+  for (const bool as_held_out : {false, true}) {
+    try {
+      as_held_out ? load_held_out_runs(mixed.string()) : load_published_runs(mixed.string());
+      ADD_FAILURE() << "a mixed directory was accepted";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(as_held_out ? "a.json" : "b.json"), std::string::npos) << message;
+      EXPECT_NE(message.find(as_held_out ? "corpus/published" : "corpus/held_out"), std::string::npos) << message;
+    }
+  }
+  std::filesystem::remove_all(mixed);
+  EXPECT_FALSE(std::filesystem::exists(mixed));
 }
 
 TEST(PublishedRuns, AMissingOrEmptyDirectoryIsOneClearError) {

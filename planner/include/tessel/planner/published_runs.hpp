@@ -36,10 +36,16 @@ struct PublishedRun {
   bool priceable() const { return skipped.empty(); }
 };
 
-// Every row of every *.json file in `directory`, files in name order, rows in file
-// order. Throws tessel::Error naming the directory when it is missing or holds no
-// corpus file, or naming the file and row when one is malformed.
+// Every row of every *.json file in `directory` (corpus/published: the sources
+// calibration may fit on), files in name order, rows in file order. Throws
+// tessel::Error naming the directory when it is missing or holds no corpus file, naming
+// the file and row when one is malformed, and naming a file whose source is held out:
+// held-out sources live apart (corpus/held_out), so no calibration input holds them.
 std::vector<PublishedRun> load_published_runs(const std::string& directory);
+
+// The same for `directory` = corpus/held_out, every source of which must say
+// `source.held_out: true`; its rows are predicted before and after a fit, never fitted.
+std::vector<PublishedRun> load_held_out_runs(const std::string& directory);
 
 // Runs that `tessel run` recorded in the database at `db_path`: the listed ids, or
 // every finished run when `ids` is empty. Each is measured as the median of its steps'
