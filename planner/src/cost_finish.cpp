@@ -7,6 +7,7 @@
 #include "layer_buffers.hpp"
 #include "tessel/core/fp8_model.hpp"
 #include "tessel/core/rank_layout.hpp"
+#include "tessel/core/stage_layers.hpp"
 
 namespace tessel::planner {
 
@@ -73,8 +74,7 @@ CostModel::PaceExcess CostModel::other_pace_excess(const ParallelConfig& p, cons
                                                    double paced_traffic_s, double paced_exposed_s,
                                                    double added_per_block_s) const {
   if (c.other_pace.layers <= 0 || c.other_pace.layers == c.paced_layers) return {};
-  double paced_busy_s = 0;
-  for (std::size_t kind = 0; kind < c.forward_s.size(); ++kind) paced_busy_s += c.forward_s[kind] + c.backward_s[kind];
+  const double paced_busy_s = c.other_pace.paced_busy_s;
   // ZeRO-3's gathers hold up each block's passes; ZeRO-2's reduce-scatters wait for
   // nothing and run in a stage's idle time, so they do not decide the pace.
   const bool gathers = p.zero == 3;
@@ -85,8 +85,7 @@ CostModel::PaceExcess CostModel::other_pace_excess(const ParallelConfig& p, cons
       c.other_pace.busy_s + c.other_pace.layers * added_per_block_s +
       (gathers ? micro_batch_traffic(other_traffic_s, c.other_pace.layers, true, other_hidden_s).exposed_s : 0.0);
   if (other_s <= paced_s) return {};
-  const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  return {other_s - paced_s, std::max(0.0, paced_busy_s - c.other_pace.busy_s) / virtual_stages};
+  return {other_s - paced_s, std::max(0.0, paced_busy_s - c.other_pace.busy_s) / chunks_per_stage(p)};
 }
 
 void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int micro_batches, Estimate& out,
@@ -270,10 +269,9 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   // The fill and drain pass the other stages' micro-batches with their own exposed ZeRO-3
   // gathers, block by block as the paced stage's, which their compute waits for
   // (ZeRO-2's reduce-scatters wait for nothing: they run in the stages' idle time).
-  if (p.pp > 1 && p.zero == 3 && c.paced_layers > 0) {
-    const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  if (p.pp > 1 && p.zero == 3) {
     out.time_s[K(TimeKind::pp_bubble)] +=
-        (model_.layers - c.paced_layers) / c.paced_layers * paced.exposed_s / virtual_stages;
+        (model_.layers - c.paced_layers) / c.paced_layers * paced.exposed_s / chunks_per_stage(p);
   }
   // Hidden traffic still slows the compute it runs beside (NCCL's kernels take SMs and
   // memory bandwidth): a calibrated fraction of each hidden second (0 by default).
@@ -343,16 +341,15 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   if (fp8_weights_gathered(p)) {
     // fp8 under ZeRO-3: each layer's gathered weights are cast in its forward and backward
     // (the paced stage's layers).
-    const double paced_share = c.layers_on_stage > 0 ? c.paced_layers / c.layers_on_stage : 1.0;
-    const double cast_s =
-        costs_.library_memory_time_s(paced_share * c.fp8_weight_elements * fp8::kWeightCastBytesPerStep);
+    const double cast_s = costs_.library_memory_time_s(c.paced_layers / c.layers_on_stage * c.fp8_weight_elements *
+                                                       fp8::kWeightCastBytesPerStep);
     forward_s += cast_s;
     backward_s += cast_s;
     out.time_s[K(TimeKind::elementwise)] += micro_batches * 2 * cast_s;
   }
   // What the tp overlap and the casts added, block by block (an uneven split's other
   // candidate stage pays it for its own blocks: add_data_parallel).
-  const double added_per_block_s = (forward_s + backward_s - layout_passes_s) / std::max(1.0, c.paced_layers);
+  const double added_per_block_s = (forward_s + backward_s - layout_passes_s) / c.paced_layers;
   forward_s += p2p_s / 2;  // half the sends carry activations forward, half gradients back
   backward_s += p2p_s / 2;
   out.time_s[K(TimeKind::pp_p2p)] = micro_batches * p2p_s;

@@ -45,6 +45,7 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
              CommTally{costs_},
              CommTally{costs_},
              CommTally{costs_},
+             CommTally{costs_},
              {},
              0};
   for (const BlockOp& op : ops) {
@@ -78,6 +79,7 @@ CostModel::Prices CostModel::price(const std::vector<BlockOp>& ops, const Groups
         if (op.group == CommGroup::ep) {
           const CommTally::Call call = out.ep.price(op.collective, groups.of(op.group), op.bytes, op.algorithm);
           if (op.forward) out.ep.add(call, op.count);
+          out.ep_replay.add(call, op.count * replay);
           out.ep_backward.add(call, op.count * op.backward);
           break;
         }
@@ -136,9 +138,6 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   c.block_tp_forward_bytes = block.tp.bytes;
   c.block_tp_forward_messages = block.tp.messages;
   const double layers = stage_layers - moe_layers;
-  // The replay of the recompute mode is in the prices (price(..., p.recompute)); the
-  // expert all-to-alls run again under full recompute only (selective-op refuses MoE).
-  const double ep_replays = p.recompute == Recompute::full ? 1.0 : 0.0;
   // Dense blocks, then MoE blocks (none for a dense model: the sums are the dense ones).
   auto both = [&](auto part) { return layers * part(block) + moe_layers * part(moe); };
   auto set = [&](TimeKind kind, double forward, double backward) {
@@ -160,7 +159,7 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   set(TimeKind::sp_comm, both([](const Prices& x) { return x.sp.time_s; }),
       both([](const Prices& x) { return x.sp_backward.time_s + x.sp_replay.time_s; }));
   set(TimeKind::ep_comm, moe_layers * moe.ep.time_s,
-      moe_layers * (moe.ep_backward.time_s + ep_replays * moe.ep.time_s));
+      moe_layers * (moe.ep_backward.time_s + moe.ep_replay.time_s));
   // The ops the Program replays (BlockOp::replayed_share): under selective recompute a
   // materialised attention core and its softmax (a fused kernel stores no scores, so
   // nothing); a replay that re-runs the layer's elementwise ops pays its overhead too.
@@ -172,8 +171,8 @@ void CostModel::add_block_times(const ParallelConfig& p, const Prices& block, co
   comm.tp_messages = both([](const Prices& x) { return x.tp.messages + x.tp_replay.messages + x.tp_backward.messages; });
   comm.sp_bytes = both([](const Prices& x) { return x.sp.bytes + x.sp_replay.bytes + x.sp_backward.bytes; });
   comm.sp_messages = both([](const Prices& x) { return x.sp.messages + x.sp_replay.messages + x.sp_backward.messages; });
-  comm.ep_bytes = moe_layers * ((1.0 + ep_replays) * moe.ep.bytes + moe.ep_backward.bytes);
-  comm.ep_messages = moe_layers * ((1.0 + ep_replays) * moe.ep.messages + moe.ep_backward.messages);
+  comm.ep_bytes = moe_layers * (moe.ep.bytes + moe.ep_replay.bytes + moe.ep_backward.bytes);
+  comm.ep_messages = moe_layers * (moe.ep.messages + moe.ep_replay.messages + moe.ep_backward.messages);
   // tp_comm_overlap: each overlapped pair, with the blocks of the stage that run it.
   auto keep_pairs = [&](const Prices& x, double occurrences) {
     if (occurrences <= 0) return;
@@ -352,8 +351,8 @@ LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {
     const double last_layers = stage_layer_count(model_, p, p.pp - 1);
     c = last_paces ? last : middle;
     c.paced_layers = last_paces ? last_layers : most;
-    c.other_pace = last_paces ? LayoutCost::OtherPace{double(most), middle_s, compute_s(middle)}
-                              : LayoutCost::OtherPace{last_layers, last_s, compute_s(last)};
+    c.other_pace = last_paces ? LayoutCost::OtherPace{double(most), middle_s, compute_s(middle), last_s}
+                              : LayoutCost::OtherPace{last_layers, last_s, compute_s(last), middle_s};
     c.head_s = 0;  // the bubble is weighed by other_stages_work
     c.other_stages_work = (all_s - busiest_s) / busiest_s;
     c.uneven_split = true;

@@ -107,7 +107,7 @@ void CostModel::add_chunked_optimizer(const ParallelConfig& p, const LayoutCost&
   // chunks (no head on the others, a block fewer on an uneven split's ends), taken as
   // hidden in the same proportion as the copies stage's.
   if (p.pp > 1 && micro_batches > 0) {
-    const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+    const int virtual_stages = chunks_per_stage(p);
     out.time_s[K(TimeKind::pp_bubble)] +=
         totals.other_stages_fetch_share * exposed_fetch_s / micro_batches / virtual_stages;
   }

@@ -68,11 +68,11 @@ struct CostModel::Groups {
 // Forward seconds of a list of ops, by kind; collectives tallied by group family, for
 // the forward and (count x backward calls) for the backward.
 struct CostModel::Prices {
-  // replay_s, tp_replay, sp_replay: what the recompute mode price() was given runs again
-  // in the backward, each forward op at its BlockOp::replayed_share, as the Program emits
-  // it (compute; tensor-parallel and ring calls).
+  // replay_s, tp_replay, sp_replay, ep_replay: what the recompute mode price() was given
+  // runs again in the backward, each forward op at its BlockOp::replayed_share, as the
+  // Program emits it (compute; tensor-parallel, ring and expert all-to-all calls).
   double gemm_s = 0, attention_s = 0, backward_attention_s = 0, memory_s = 0, backward_memory_s = 0, replay_s = 0;
-  CommTally tp, sp, tp_backward, sp_backward, ep, ep_backward, tp_replay, sp_replay;
+  CommTally tp, sp, tp_backward, sp_backward, ep, ep_backward, tp_replay, sp_replay, ep_replay;
   // tp_comm_overlap: the collectives pipelined with a GEMM (BlockOp::tp_overlap_gemm),
   // whose time stays out of the tallies above (their bytes and messages stay in) and is
   // priced with their GEMM's in finish() (cost_tp_overlap.cpp).

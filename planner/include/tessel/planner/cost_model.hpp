@@ -82,10 +82,11 @@ struct LayoutCost {
   double paced_layers = 0;
   // An uneven split: the candidate stage not priced (the full middle stage, or the short
   // last one with the head), by its blocks, its time per micro-batch and the compute in
-  // it that hides traffic. Its own per-micro-batch ZeRO traffic and fp8 casts, which
-  // finish() prices, may make it the slower one (layers 0: no such stage).
+  // it that hides traffic, beside the priced stage's time per micro-batch. Its own
+  // per-micro-batch ZeRO traffic and fp8 casts, which finish() prices, may make it the
+  // slower one (layers 0: no such stage).
   struct OtherPace {
-    double layers = 0, busy_s = 0, compute_s = 0;
+    double layers = 0, busy_s = 0, compute_s = 0, paced_busy_s = 0;
   };
   OtherPace other_pace;
   // MoE blocks on the busiest stage, and per such block the parameters every
