@@ -7,10 +7,10 @@
 #include "tessel/simulator/simulation.hpp"
 #include "tessel/core/stage_layers.hpp"
 
-#include "layer_overhead.hpp"
+#include "flows.hpp"
 #include "platform.hpp"
 #include "replay_state.hpp"
-#include "tp_overlap.hpp"
+#include "stage_tables.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -19,20 +19,19 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <simgrid/s4u.hpp>
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/op_names.hpp"
-#include "tessel/profiles/collectives.hpp"
 #include "tessel/profiles/cost_lookup.hpp"
 
 namespace tessel::simulator {
 
 namespace sg4 = simgrid::s4u;
-using profiles::bus_bandwidth_factor;
-using profiles::collective_steps;
 
 namespace {
 
@@ -47,23 +46,24 @@ class Replay {
         costs_(profile, plan_.cluster, plan_.nodes, plan_.gpus_per_node()) {
     costs_.device().check_precision(plan_.train.precision);
     costs_.set_plan_kind(plan_.train.framework, plan_.train.kernels);
-    for (int s = 0; s < program_.stages(); ++s) {
-      layer_overhead_s_.push_back(layer_overheads_s(program_.stage(s), costs_.calibration().layer_overhead_s,
-                                                    replay_pays_layer_overhead(plan_.parallel.recompute)));
-      tp_overlap_s_.push_back(tp_overlap_adjustments_s(program_, program_.stage(s), costs_));
-    }
+    // Merged sleeps change no time, but a trace wants every op's own events and the
+    // contention ledger charges debts op by op.
+    const bool join = !options_.record_trace && !ComputeContention(costs_.calibration()).active();
+    for (int s = 0; s < program_.stages(); ++s) tables_.push_back(stage_tables(program_, s, costs_, options_.overlap, join));
   }
 
   SimulationResult run() {
     const auto wall_start = std::chrono::steady_clock::now();
     auto engine = make_engine();
     build_platform(*engine);
+    network_.emplace(platform_, plan_.gpus_per_node(), options_.aggregate,
+                     costs_.calibration().collective_call_overhead_s);
     fold_replicas();
     start_actors();
     engine->run();
 
     SimulationResult result;
-    result.flows = flows_;
+    result.flows = network_->flows();
     for (const RankState& rank : ranks_) result.step_time_s = std::max(result.step_time_s, rank.last_end_s);
     for (RankState& rank : ranks_) {
       // A folded rank reports its representative's breakdown: it ran the same program.
@@ -80,9 +80,6 @@ class Replay {
   }
 
  private:
-  std::vector<std::vector<double>> layer_overhead_s_;  // per stage, per op: layer_overheads_s()
-  std::vector<std::vector<double>> tp_overlap_s_;      // per stage, per op: tp_overlap_adjustments_s()
-
   // ---------------------------------------------------------------- platform
   void build_platform(sg4::Engine& engine) {
     if (!options_.platform_file.empty()) {
@@ -108,243 +105,108 @@ class Replay {
       platform_ = build_cluster_platform(plan_.cluster, costs_, program_.world_size(), plan_.gpus_per_node(),
                                          options_.contention_free);
     }
-    hosts_ = platform_.hosts;
-    intra_alpha_ = platform_.intra_alpha_s;
-    inter_alpha_ = platform_.inter_alpha_s;
-    device_bw_ = platform_.device_bandwidth;
-    node_bw_ = platform_.node_bandwidth;
-    load_.device_up.assign(hosts_.size(), 0);
-    load_.device_down.assign(hosts_.size(), 0);
-    load_.node_up.assign(std::size_t(platform_.nodes), 0);
-    load_.node_down.assign(std::size_t(platform_.nodes), 0);
   }
 
   int node_of(int rank) const { return rank / plan_.gpus_per_node(); }
 
-  // ---------------------------------------------------------------- groups
-  std::vector<int> members(int rank, CommGroup group) const { return program_.layout().members(rank, group); }
+  const RankState::Group& group_of(RankState& rank, CommGroup kind) {
+    RankState::Group& group = rank.groups[std::size_t(kind)];
+    if (group.simulated < 0) {
+      group.members = program_.layout().members(rank.rank, kind);
+      group.simulated = int(std::count_if(group.members.begin(), group.members.end(),
+                                          [&](int r) { return simulated_[std::size_t(r)]; }));
+    }
+    return group;
+  }
 
-  // ---------------------------------------------------------------- flows
-  void flow_bytes(int from, int to, double bytes) {
-    load_.device_up[from] += bytes;
-    load_.device_down[to] += bytes;
-    if (node_of(from) != node_of(to)) {
-      load_.node_up[node_of(from)] += bytes;
-      load_.node_down[node_of(to)] += bytes;
+  // ---------------------------------------------------------------- waiting
+  // Blocks the calling actor until `op`'s dependencies are done.
+  void wait_until_ready(RankState& rank, std::size_t actor, std::uint32_t op) {
+    while (!rank.ready(op)) {
+      rank.waiting_for[actor] = op;
+      sg4::this_actor::suspend();
     }
   }
 
-  // Concurrent flows; the extra latency steps of the algorithm first.
-  void run_flows(const std::vector<std::pair<int, int>>& pairs, double bytes_each, double extra_latency_s) {
-    if (pairs.empty()) return;
-    if (extra_latency_s > 0) sg4::this_actor::sleep_for(extra_latency_s);
-    if (bytes_each <= 0) return;
-    std::vector<sg4::CommPtr> comms;
-    for (auto [from, to] : pairs) {
-      if (!simulated_[std::size_t(from)]) continue;  // a folded replica's flow: represented
-      comms.push_back(sg4::Comm::sendto_async(hosts_[from], hosts_[to], std::uint64_t(std::llround(bytes_each))));
-      flow_bytes(from, to, bytes_each);
-      ++flows_;
-    }
-    sg4::Comm::wait_all(comms);
-  }
-
-  static std::vector<std::pair<int, int>> ring_pairs(const std::vector<int>& ring) {
-    std::vector<std::pair<int, int>> pairs;
-    if (ring.size() < 2) return pairs;
-    for (std::size_t i = 0; i < ring.size(); ++i) pairs.emplace_back(ring[i], ring[(i + 1) % ring.size()]);
-    return pairs;
-  }
-
-  // One level of a collective on rings that all progress at once.
-  void ring_level(Collective op, const std::vector<std::vector<int>>& rings, double size, CollectiveAlgorithm algorithm,
-                  double alpha) {
-    std::vector<std::pair<int, int>> pairs;
-    int n = 0;
-    for (const auto& ring : rings) {
-      n = int(ring.size());
-      auto more = ring_pairs(ring);
-      pairs.insert(pairs.end(), more.begin(), more.end());
-    }
-    if (n < 2) return;
-    const int steps = collective_steps(op, n, algorithm);
-    const double bytes = size * bus_bandwidth_factor(op, n);
-    if (options_.aggregate || steps <= 1) {
-      run_flows(pairs, bytes, (steps - 1) * alpha);
-      return;
-    }
-    for (int step = 0; step < steps; ++step) run_flows(pairs, bytes / steps, 0);
-  }
-
-  void collective(const BlockOp& work, const std::vector<int>& group) {
-    const int n = int(group.size());
-    if (n < 2) return;
-    const int gpn = plan_.gpus_per_node();
-    // Members per node (groups tile nodes evenly or are spread one per node).
-    std::map<int, std::vector<int>> by_node;
-    for (int rank : group) by_node[rank / gpn].push_back(rank);
-    const int nodes = int(by_node.size());
-    const int k = n / nodes;
-    const double alpha = nodes > 1 ? inter_alpha_ : intra_alpha_;
-    for (int repeat = 0; repeat < int(std::lround(work.count)); ++repeat) {
-      switch (work.collective) {
-        case Collective::broadcast:
-        case Collective::reduce: {
-          // Pipelined chain: every hop carries the whole buffer at once.
-          std::vector<std::pair<int, int>> chain;
-          for (int i = 0; i + 1 < n; ++i) chain.emplace_back(group[i], group[i + 1]);
-          run_flows(chain, work.bytes, (collective_steps(work.collective, n, work.algorithm) - 1) * alpha);
-          break;
-        }
-        case Collective::send_recv:
-          run_flows(ring_pairs(group), work.bytes, 0);
-          break;
-        case Collective::all_to_all: {
-          // Every member sends 1/n of its buffer to every other member at once, so an ep
-          // group that spans nodes loads the nodes' uplinks; n-1 latency steps.
-          std::vector<std::pair<int, int>> pairs;
-          for (int from : group) {
-            for (int to : group) {
-              if (from != to) pairs.emplace_back(from, to);
-            }
-          }
-          run_flows(pairs, work.bytes / n, (collective_steps(work.collective, n, work.algorithm) - 1) * alpha);
-          break;
-        }
-        default: {
-          if (nodes == 1 || k == 1) {
-            ring_level(work.collective, {group}, work.bytes, work.algorithm, alpha);
-            break;
-          }
-          std::vector<std::vector<int>> intra;
-          std::vector<std::vector<int>> inter(static_cast<std::size_t>(k));
-          for (auto& [node, ranks] : by_node) {
-            intra.push_back(ranks);
-            for (int j = 0; j < k && j < int(ranks.size()); ++j) inter[std::size_t(j)].push_back(ranks[std::size_t(j)]);
-          }
-          const double size = work.bytes;
-          switch (work.collective) {
-            case Collective::all_reduce:
-              ring_level(Collective::reduce_scatter, intra, size, work.algorithm, intra_alpha_);
-              ring_level(Collective::all_reduce, inter, size / k, work.algorithm, inter_alpha_);
-              ring_level(Collective::all_gather, intra, size, work.algorithm, intra_alpha_);
-              break;
-            case Collective::all_gather:
-              ring_level(Collective::all_gather, inter, size / k, work.algorithm, inter_alpha_);
-              ring_level(Collective::all_gather, intra, size, work.algorithm, intra_alpha_);
-              break;
-            case Collective::reduce_scatter:
-              ring_level(Collective::reduce_scatter, intra, size, work.algorithm, intra_alpha_);
-              ring_level(Collective::reduce_scatter, inter, size / k, work.algorithm, inter_alpha_);
-              break;
-            default:
-              ring_level(work.collective, {group}, size, work.algorithm, inter_alpha_);
-              break;
-          }
-        }
+  void mark_done(RankState& rank, std::uint32_t op, double end_s) {
+    rank.done_s[op] = end_s;
+    for (std::size_t a = 0; a < rank.actors.size(); ++a) {
+      if (rank.waiting_for[a] != kWaitingForNothing && rank.ready(rank.waiting_for[a])) {
+        rank.waiting_for[a] = kWaitingForNothing;
+        rank.actors[a]->resume();
       }
-      // The calibrated fixed cost of every call (profiles/calibration.hpp), as the planner adds it.
-      const double call_overhead_s = costs_.calibration().collective_call_overhead_s;
-      if (call_overhead_s > 0) sg4::this_actor::sleep_for(call_overhead_s);
     }
+  }
+
+  static void wait_for(Meeting& meeting, sg4::Actor* self) {
+    while (!meeting.finished) {
+      meeting.waiting.push_back(self);
+      sg4::this_actor::suspend();
+    }
+  }
+
+  static void finish(Meeting& meeting) {
+    meeting.finished = true;
+    for (sg4::Actor* actor : meeting.waiting) actor->resume();
+    meeting.waiting.clear();
   }
 
   // Every member arrives; the last one runs the collective; all leave when it ends.
-  Meeting& meeting_for(const std::string& key) {
-    auto& slot = meetings_[key];
-    if (!slot) {
-      slot = std::make_unique<Meeting>();
-      slot->mutex = sg4::Mutex::create();
-      slot->changed = sg4::ConditionVariable::create();
-    }
-    return *slot;
+  // Groups of one stage are named by the op's index and their first member; the tied
+  // embedding's pair spans two stage programs and is named by the op's id.
+  Meeting& meeting_of(std::uint32_t index, const ProgramOp& op, int first_member) {
+    if (op.work.group == CommGroup::embedding) return named_meetings_[fmt::format("{}@{}", op.id, first_member)];
+    return meetings_[std::uint64_t(index) * std::uint64_t(program_.world_size()) + std::uint64_t(first_member)];
   }
 
-  void meet(const std::string& key, int expected, const std::function<void()>& body) {
-    Meeting& meeting = meeting_for(key);
-    std::unique_lock lock(*meeting.mutex);
-    if (++meeting.arrived == expected) {
-      lock.unlock();
-      body();
-      lock.lock();
-      meeting.finished = true;
-      meeting.changed->notify_all();
-    } else {
-      meeting.changed->wait(lock, [&] { return meeting.finished; });
-    }
+  // A pipeline transfer's edge, named alike by both ends: its micro-batch, the virtual
+  // stage that sends, the pass and the sending rank.
+  Meeting& transfer_meeting(const StageTables::Edge& edge, int source) {
+    const std::uint64_t virtual_stages = std::uint64_t(plan_.parallel.pp) * std::uint64_t(chunks_per_stage(plan_.parallel));
+    const std::uint64_t key =
+        ((std::uint64_t(edge.micro_batch) * virtual_stages + std::uint64_t(edge.source_virtual_stage)) * 2 +
+         std::uint64_t(edge.backward)) * std::uint64_t(program_.world_size()) + std::uint64_t(source);
+    return transfers_[key];
   }
 
   // ---------------------------------------------------------------- ops
-  double compute_seconds(const ProgramOp& op) const {
-    const BlockOp& work = op.work;
-    const Precision precision = work.precision;  // the op's own: fp8 linears, bf16 attention under fp8
-    switch (work.kind) {
-      case OpKind::gemm: {
-        // Routed experts run at the busiest rank's load, as the planner prices them.
-        const double load = work.expert_load ? costs_.moe_load_factor(work.capacity_factor) : 1.0;
-        return work.count * costs_.gemm_time_s(load * work.m, work.n, work.k, precision);
-      }
-      case OpKind::attention: return costs_.attention_time_s(work.flops, work.gemm_flops, precision);
-      case OpKind::memory: {
-        if (op.on_host) return costs_.host_memory_time_s(work.bytes);
-        const double load = work.expert_load ? costs_.moe_load_factor(work.capacity_factor) : 1.0;
-        return work.library_kernel ? costs_.library_memory_time_s(load * work.bytes)
-                                   : costs_.memory_time_s(load * work.bytes);
-      }
-      default: return 0;
-    }
-  }
-
-  // The rank a pipeline transfer leaves from, and a key both ends agree on.
-  std::string transfer_key(const RankState& rank, const ProgramOp& op, int& source, int& destination) const {
-    const RankLayout& layout = program_.layout();
-    const int stages = layout.size(Axis::pp);
-    const int offset = op.peer_offset;
-    const int peer = layout.with(rank.rank, Axis::pp, (layout.stage_of(rank.rank) + offset + stages) % stages);
-    const bool sending = op.work.kind == OpKind::send;
-    source = sending ? rank.rank : peer;
-    destination = sending ? peer : rank.rank;
-    // "mb3/V2/fwd/pp.send" from V2 meets "mb3/V3/fwd/pp.recv" (offset -1): name the edge by its source.
-    const auto v_at = op.id.find("/V") + 2;
-    const int vs = std::stoi(op.id.substr(v_at));
-    const int source_vs = sending ? vs : vs + offset;
-    const auto pass_at = op.id.find('/', v_at);
-    return fmt::format("{}/V{}{}>{}", op.id.substr(0, v_at - 2), source_vs, op.id.substr(pass_at, 5), source);
-  }
-
-  void execute(RankState& rank, std::uint32_t index) {
+  void execute(RankState& rank, std::size_t actor, std::uint32_t index) {
     const ProgramOp& op = rank.program->ops[index];
     switch (op.work.kind) {
       case OpKind::collective: {
-        const std::vector<int> group = members(rank.rank, op.work.group);
-        if (group.size() < 2) return;
-        const int present = int(std::count_if(group.begin(), group.end(), [&](int r) { return simulated_[std::size_t(r)]; }));
-        meet(fmt::format("{}@{}", op.id, group.front()), present, [&] { collective(op.work, group); });
+        const RankState::Group& group = group_of(rank, op.work.group);
+        if (group.members.size() < 2) return;
+        Meeting& meeting = meeting_of(index, op, group.members.front());
+        if (++meeting.arrived == group.simulated) {
+          network_->collective(op.work, group.members);
+          finish(meeting);
+        } else {
+          wait_for(meeting, rank.actors[actor]);
+        }
         return;
       }
       case OpKind::send:
       case OpKind::recv: {
         // Eager transfer: the send moves the data as soon as it is posted (receives are
         // posted ahead in real runtimes), the receive waits for it to have arrived.
-        int source = 0, destination = 0;
-        const std::string key = transfer_key(rank, op, source, destination);
-        Meeting& meeting = meeting_for(key);
-        if (op.work.kind == OpKind::send) {
-          run_flows({{source, destination}}, op.work.bytes, 0);
+        const RankLayout& layout = program_.layout();
+        const int stages = layout.size(Axis::pp);
+        const int peer = layout.with(rank.rank, Axis::pp, (layout.stage_of(rank.rank) + op.peer_offset + stages) % stages);
+        const bool sending = op.work.kind == OpKind::send;
+        Meeting& meeting = transfer_meeting(rank.tables->edges[index], sending ? rank.rank : peer);
+        if (sending) {
+          network_->transfer(rank.rank, peer, op.work.bytes);
           const double call_overhead_s = costs_.calibration().collective_call_overhead_s;
           if (call_overhead_s > 0) sg4::this_actor::sleep_for(call_overhead_s);
-          std::unique_lock lock(*meeting.mutex);
-          meeting.finished = true;
-          meeting.changed->notify_all();
+          finish(meeting);
         } else {
-          std::unique_lock lock(*meeting.mutex);
-          meeting.changed->wait(lock, [&] { return meeting.finished; });
+          wait_for(meeting, rank.actors[actor]);
         }
         return;
       }
       case OpKind::copy: {
         // Offload traffic on the device's own link to host memory.
-        sg4::Host* device = hosts_[std::size_t(rank.rank)];
+        sg4::Host* device = platform_.hosts[std::size_t(rank.rank)];
         sg4::Host* memory = platform_.node_memory.empty() ? nullptr : platform_.node_memory[std::size_t(node_of(rank.rank))];
         const auto bytes = std::uint64_t(std::llround(op.work.bytes));
         if (memory == nullptr) {
@@ -357,23 +219,38 @@ class Replay {
         return;
       }
       default:
-        sg4::this_actor::sleep_for(compute_seconds(op) + layer_overhead_s_[std::size_t(rank.program->stage)][index] +
-                                   tp_overlap_s_[std::size_t(rank.program->stage)][index] +
-                                   rank.contention.debt_paid_by_s(index));
+        sg4::this_actor::sleep_for(rank.tables->seconds[index] + rank.contention.debt_paid_by_s(index));
         return;
     }
   }
 
-  void run_stream(RankState& rank, const std::vector<std::uint32_t>& ops, bool compute_stream) {
-    for (std::uint32_t index : ops) {
+  // The compute ops at positions first..last of the actor's list, which wait for nothing
+  // after the first starts: one sleep, each op's end placed by its own seconds.
+  void run_joined(RankState& rank, const std::vector<std::uint32_t>& list, std::size_t first, std::size_t last,
+                  double start_s) {
+    double total_s = 0;
+    for (std::size_t p = first; p <= last; ++p) total_s += rank.tables->seconds[list[p]];
+    sg4::this_actor::sleep_for(total_s);
+    const double end_s = sg4::Engine::get_clock();
+    double at_s = start_s;
+    for (std::size_t p = first; p <= last; ++p) {
+      at_s = p == last ? end_s : at_s + rank.tables->seconds[list[p]];
+      track_memory(rank, list[p], at_s);
+      if (p < last) rank.done_s[list[p]] = at_s;
+    }
+    rank.breakdown.compute_s += end_s - start_s;
+    rank.last_end_s = std::max(rank.last_end_s, end_s);
+    mark_done(rank, list[last], end_s);
+  }
+
+  void run_actor(RankState& rank, std::size_t actor, bool compute_stream) {
+    const std::vector<std::uint32_t>& list = rank.tables->actor_ops[actor];
+    const std::vector<bool>& joins = rank.tables->joins_next[actor];
+    for (std::size_t position = 0; position < list.size(); ++position) {
+      const std::uint32_t index = list[position];
       const ProgramOp& op = rank.program->ops[index];
       const double ready_wait_start = sg4::Engine::get_clock();
-      {
-        std::unique_lock lock(*rank.mutex);
-        rank.changed->wait(lock, [&] {
-          return std::all_of(op.deps.begin(), op.deps.end(), [&](std::uint32_t d) { return rank.done_s[d] >= 0; });
-        });
-      }
+      wait_until_ready(rank, actor, index);
       const double start = sg4::Engine::get_clock();
       if (compute_stream && start > ready_wait_start) {
         // Attribute the wait to the dependency that finished last.
@@ -386,76 +263,41 @@ class Replay {
         if (waited_on == Stream::pp_comm) rank.breakdown.bubble_s += waited;
         else if (waited_on != Stream::compute) rank.breakdown.exposed_comm_s += waited;
       }
-      const auto mark = rank.contention.op_started(op, op.stream == Stream::compute && !is_communication(op), start);
-      execute(rank, index);
+      if (joins[position]) {
+        std::size_t last = position;
+        while (joins[last]) ++last;
+        run_joined(rank, list, position, last, start);
+        position = last;
+        continue;
+      }
+      const bool busy = computes(op);
+      const auto mark = rank.contention.op_started(op, busy, start);
+      execute(rank, actor, index);
       rank.contention.op_ended(mark);
       const double end = sg4::Engine::get_clock();
-      if (op.stream == Stream::compute && !is_communication(op)) {
+      if (busy) {
         rank.breakdown.compute_s += end - start;
       } else if (compute_stream) {
         // Only without overlap does the compute actor itself wait in communication.
         (op.work.kind == OpKind::recv ? rank.breakdown.bubble_s : rank.breakdown.exposed_comm_s) += end - start;
       }
       if (options_.record_trace) events_.push_back({rank.rank, op.stream, index, start, end});
-      track_memory(rank, op, end);
+      track_memory(rank, index, end);
       rank.last_end_s = std::max(rank.last_end_s, end);
-      std::unique_lock lock(*rank.mutex);
-      rank.done_s[index] = end;
-      rank.changed->notify_all();
+      mark_done(rank, index, end);
     }
-  }
-
-  static bool is_communication(const ProgramOp& op) {
-    return op.work.kind == OpKind::collective || op.work.kind == OpKind::send || op.work.kind == OpKind::recv;
   }
 
   // Micro-batch chunks whose activations a stage holds: +1 when a chunk's forward
   // starts its first layer, -1 when its backward finishes the first layer.
-  void track_memory(const RankState& rank, const ProgramOp& op, double time) {
-    const ParallelConfig& p = plan_.parallel;
+  void track_memory(const RankState& rank, std::uint32_t index, double time) {
+    const int change = rank.tables->in_flight_change[index];
+    if (change == 0) return;
     const int stage = program_.layout().stage_of(rank.rank);
     if (rank.rank != program_.layout().first_rank_of_stage(stage)) return;  // one rank per stage
-    static const std::string forward_norm = fmt::format("/{}/{}", ops::to_string(ops::Phase::fwd), ops::attn_norm);
-    static const std::string backward_norm = fmt::format("/{}/{}", ops::to_string(ops::Phase::bwd), ops::attn_norm);
-    const bool forward_start = op.id.find(forward_norm) != std::string::npos;
-    const bool backward_end = op.id.find(backward_norm) != std::string::npos;
-    if (!forward_start && !backward_end) return;
-    const auto l_at = op.id.find("/L") + 2;
-    const int layer = std::stoi(op.id.substr(l_at));
-    const int chunks = p.pp * chunks_per_stage(p);
-    if (virtual_stage_layers(plan_.model.layers, chunks, virtual_stage_of_layer(plan_.model.layers, chunks, layer)).first != layer) {
-      return;
-    }
     auto& samples = memory_[std::size_t(stage)];
     const int previous = samples.empty() ? 0 : samples.back().chunks;
-    samples.push_back({time, previous + (forward_start ? 1 : -1)});
-  }
-
-  // Without overlap a rank runs one op at a time: in program order, except that data-
-  // parallel ops wait until something needs them (the optimizer, the next layer's
-  // gathered weights), so gradient sync happens after the compute it would overlap.
-  static std::vector<std::uint32_t> sequential_order(const StageProgram& program) {
-    std::vector<std::uint32_t> order, deferred;
-    std::vector<bool> placed(program.ops.size(), false);
-    auto place = [&](std::uint32_t index) {
-      order.push_back(index);
-      placed[index] = true;
-    };
-    for (std::uint32_t i = 0; i < program.ops.size(); ++i) {
-      const ProgramOp& op = program.ops[i];
-      if (op.stream == Stream::dp_comm && op.work.kind == OpKind::collective) {
-        deferred.push_back(i);
-        continue;
-      }
-      const bool needs_deferred = std::any_of(op.deps.begin(), op.deps.end(), [&](std::uint32_t d) { return !placed[d]; });
-      if (needs_deferred) {
-        for (std::uint32_t d : deferred) place(d);
-        deferred.clear();
-      }
-      place(i);
-    }
-    for (std::uint32_t d : deferred) place(d);
-    return order;
+    samples.push_back({time, previous + change});
   }
 
   // Data-parallel replicas run identical programs; their collectives are symmetric
@@ -483,6 +325,7 @@ class Replay {
       simulated_[std::size_t(r)] = replica < kept;
       representative_[std::size_t(r)] = program_.layout().with(r, Axis::dp, replica % kept);
     }
+    network_->set_simulated(simulated_);
   }
 
   void start_actors() {
@@ -494,33 +337,23 @@ class Replay {
       rank.rank = r;
       if (!simulated_[std::size_t(r)]) continue;
       rank.program = &program_.rank_program(r);
+      rank.tables = &tables_[std::size_t(program_.stage_of_rank(r))];
       rank.done_s.assign(rank.program->ops.size(), kNotDone);
-      rank.mutex = sg4::Mutex::create();
-      rank.changed = sg4::ConditionVariable::create();
       rank.contention = ComputeContention(costs_.calibration());
       for (std::uint32_t i = 0; i < rank.program->ops.size(); ++i) {
         const ProgramOp& op = rank.program->ops[i];
-        const bool computes = op.stream == Stream::compute && !is_communication(op) && op.work.kind != OpKind::copy;
-        if (computes) rank.contention.set_step_payer(i);  // the last one pays the step's contention
+        if (computes(op) && op.work.kind != OpKind::copy) rank.contention.set_step_payer(i);  // the last one pays the step's contention
       }
-      if (!options_.overlap) {
-        streams_.push_back(sequential_order(*rank.program));
-        const std::size_t slot = streams_.size() - 1;
-        sg4::Actor::create(fmt::format("rank{}", r), hosts_[std::size_t(r)],
-                           [this, &rank, slot] { run_stream(rank, streams_[slot], true); });
-        continue;
-      }
-      std::array<std::vector<std::uint32_t>, 5> by_stream;
-      for (std::uint32_t i = 0; i < rank.program->ops.size(); ++i) {
-        by_stream[std::size_t(rank.program->ops[i].stream)].push_back(i);
-      }
-      for (std::size_t s = 0; s < by_stream.size(); ++s) {
-        if (by_stream[s].empty()) continue;
-        streams_.push_back(std::move(by_stream[s]));
-        const std::size_t slot = streams_.size() - 1;
-        const bool compute = s == std::size_t(Stream::compute);
-        sg4::Actor::create(fmt::format("rank{}-{}", r, to_string(Stream(s))), hosts_[std::size_t(r)],
-                           [this, &rank, slot, compute] { run_stream(rank, streams_[slot], compute); });
+      const std::size_t actors = rank.tables->actor_ops.size();
+      rank.actors.assign(actors, nullptr);
+      rank.waiting_for.assign(actors, kWaitingForNothing);
+      for (std::size_t a = 0; a < actors; ++a) {
+        if (rank.tables->actor_ops[a].empty()) continue;
+        const bool compute = !options_.overlap || a == std::size_t(Stream::compute);
+        const std::string name = options_.overlap ? fmt::format("rank{}-{}", r, to_string(Stream(a))) : fmt::format("rank{}", r);
+        actors_.push_back(sg4::Actor::create(name, platform_.hosts[std::size_t(r)],
+                                             [this, &rank, a, compute] { run_actor(rank, a, compute); }));
+        rank.actors[a] = actors_.back().get();
       }
     }
   }
@@ -531,13 +364,14 @@ class Replay {
     auto add = [&](const std::string& name, double bytes, double bandwidth) {
       if (bytes > 0) uses.push_back({name, bytes / (bandwidth * step), bytes});
     };
-    for (std::size_t r = 0; r < load_.device_up.size(); ++r) {
-      add(fmt::format("device{}/up", r), load_.device_up[r], device_bw_);
-      add(fmt::format("device{}/down", r), load_.device_down[r], device_bw_);
+    const LinkLoad& load = network_->load();
+    for (std::size_t r = 0; r < load.device_up.size(); ++r) {
+      add(fmt::format("device{}/up", r), load.device_up[r], platform_.device_bandwidth);
+      add(fmt::format("device{}/down", r), load.device_down[r], platform_.device_bandwidth);
     }
-    for (std::size_t n = 0; n < load_.node_up.size(); ++n) {
-      add(fmt::format("uplink{}/up", n), load_.node_up[n], node_bw_);
-      add(fmt::format("uplink{}/down", n), load_.node_down[n], node_bw_);
+    for (std::size_t n = 0; n < load.node_up.size(); ++n) {
+      add(fmt::format("uplink{}/up", n), load.node_up[n], platform_.node_bandwidth);
+      add(fmt::format("uplink{}/down", n), load.node_down[n], platform_.node_bandwidth);
     }
     std::sort(uses.begin(), uses.end(), [](const LinkUse& a, const LinkUse& b) {
       return a.busy_fraction != b.busy_fraction ? a.busy_fraction > b.busy_fraction : a.name < b.name;
@@ -550,18 +384,17 @@ class Replay {
   const Plan& plan_;
   SimulationOptions options_;
   profiles::CostLookup costs_;
-  std::vector<sg4::Host*> hosts_;
+  std::vector<StageTables> tables_;
+  ClusterPlatform platform_;
+  std::optional<FlowNetwork> network_;
   std::vector<RankState> ranks_;
+  std::vector<sg4::ActorPtr> actors_;
   std::vector<bool> simulated_;
   std::vector<int> representative_;
-  std::vector<std::vector<std::uint32_t>> streams_;
-  std::map<std::string, std::unique_ptr<Meeting>> meetings_;
+  std::unordered_map<std::uint64_t, Meeting> meetings_, transfers_;
+  std::map<std::string, Meeting> named_meetings_;
   std::vector<TraceEvent> events_;
   std::vector<std::vector<InFlightSample>> memory_;
-  LinkLoad load_;
-  ClusterPlatform platform_;
-  double intra_alpha_ = 0, inter_alpha_ = 0, device_bw_ = 0, node_bw_ = 0;
-  std::size_t flows_ = 0;
 };
 
 }  // namespace

@@ -1,0 +1,67 @@
+// Collectives as flows on the simulated cluster: each call of a group's collective is
+// cut once into levels of concurrent neighbour flows (rings per node and across nodes,
+// a broadcast chain, all-to-all pairs), cached per group and collective, and run from the
+// calling actor. Folded ranks' flows are represented by their simulated counterparts'.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "platform.hpp"
+#include "tessel/core/block_ops.hpp"
+#include "tessel/profiles/cost_lookup.hpp"
+
+namespace tessel::simulator {
+
+class FlowNetwork {
+ public:
+  FlowNetwork(const ClusterPlatform& platform, int gpus_per_node, bool aggregate, double call_overhead_s)
+      : platform_(platform), gpus_per_node_(gpus_per_node), aggregate_(aggregate), call_overhead_s_(call_overhead_s) {
+    load_.device_up.assign(platform.hosts.size(), 0);
+    load_.device_down.assign(platform.hosts.size(), 0);
+    load_.node_up.assign(std::size_t(platform.nodes), 0);
+    load_.node_down.assign(std::size_t(platform.nodes), 0);
+  }
+
+  // Which ranks run (the others are folded into them).
+  void set_simulated(std::vector<bool> simulated) { simulated_ = std::move(simulated); }
+  bool simulated(int rank) const { return simulated_[std::size_t(rank)]; }
+
+  // `work` (count calls of its collective) over `group`, its members in ring order.
+  void collective(const BlockOp& work, const std::vector<int>& group);
+  // One flow, from a pipeline send.
+  void transfer(int from, int to, double bytes) { run_flows({{from, to}}, bytes, 0); }
+
+  const LinkLoad& load() const { return load_; }
+  std::size_t flows() const { return flows_; }
+
+ private:
+  // One round of concurrent flows: every pair carries size x bytes_factor, after
+  // extra_latency_s (the algorithm's latency steps beyond the first); with `steps` > 1 and
+  // aggregation off, the round runs as that many rounds of a share each.
+  struct Level {
+    std::vector<std::pair<int, int>> pairs;
+    double bytes_factor = 1, extra_latency_s = 0;
+    int steps = 1;
+  };
+  using Levels = std::vector<Level>;
+  const Levels& levels_of(const BlockOp& work, const std::vector<int>& group);
+  Levels make_levels(const BlockOp& work, const std::vector<int>& group) const;
+  Level ring_level(Collective op, const std::vector<std::vector<int>>& rings, CollectiveAlgorithm algorithm,
+                   double size_factor, double alpha) const;
+  void run_flows(const std::vector<std::pair<int, int>>& pairs, double bytes_each, double extra_latency_s);
+  int node_of(int rank) const { return rank / gpus_per_node_; }
+
+  const ClusterPlatform& platform_;
+  int gpus_per_node_;
+  bool aggregate_;
+  double call_overhead_s_;
+  std::vector<bool> simulated_;
+  std::unordered_map<std::uint64_t, Levels> levels_;
+  LinkLoad load_;
+  std::size_t flows_ = 0;
+};
+
+}  // namespace tessel::simulator
