@@ -15,6 +15,7 @@
 #include "tessel/core/model_states.hpp"
 #include "tessel/core/op_names.hpp"
 #include "tessel/core/stage_layers.hpp"
+#include "tessel/core/stage_summary.hpp"
 
 namespace tessel {
 
@@ -151,13 +152,6 @@ class Lowering {
     v_ = p_.schedule == Schedule::interleaved ? p_.virtual_stages : 1;
     virtual_stages_ = p_.pp * v_;
     most_layers_per_stage_ = most_layers_per_stage(model_, p_);
-    gradient_group_ = p_.gradient_group();
-    expert_group_ = gradient_group_ / std::max(p_.ep, 1);
-    chunked_ = p_.offload == OffloadMode::chunked;
-    host_share_ = chunked_ ? 1.0 - p_.offload_device_fraction : 0.0;
-    // Offload copies come from the chunk plan; MoE models (no chunk plan yet) keep the
-    // fractions of the stage's states.
-    use_chunks_ = p_.offload != OffloadMode::none && !model_.moe.enabled();
   }
 
   int micro_batches() const { return m_; }
@@ -167,8 +161,9 @@ class Lowering {
   // weight fetches and syncs; per micro-batch the head, embedding and transfers; the tail.
   double planned_ops_per_stage() const {
     // Chunk fetches: at most one chunk per tensor of a layer (12) in each pass.
+    const bool chunk_planned = p_.offload != OffloadMode::none && !model_.moe.enabled();
     const double per_layer = 3.0 * double(std::max(table_.block.size(), table_.moe_block.size())) + 8 +
-                             (use_chunks_ ? 24 : 0);
+                             (chunk_planned ? 24 : 0);
     const double per_micro_batch = 2.0 * double(table_.head.size() + table_.embedding.size()) + 4.0 * v_;
     const double layers_per_stage = double(most_layers_per_stage_);
     return double(m_) * (layers_per_stage * per_layer + per_micro_batch) + 2 * layers_per_stage + 16;
@@ -177,6 +172,8 @@ class Lowering {
   StageProgram stage(int s) {
     StageProgram stage;
     stage.stage = s;
+    summary_ = summarize_stage(model_, train_, p_, table_, s);
+    use_chunks_ = summary_.chunk_planned;
     if (use_chunks_) {
       chunks_ = chunk_plan(model_, train_, p_, s);
       fetch_copy_.clear();
@@ -194,50 +191,29 @@ class Lowering {
     StageBuilder b(stage);
     std::vector<int> backwards_done(std::size_t(v_), 0);
     std::vector<std::uint32_t> step_waits;  // what the optimizer waits for
-    std::vector<int> stage_layers;
     for (const PipelineStep& step : pipeline_schedule(p_.schedule, s, p_.pp, m_, v_)) {
       if (step.pass == Pass::forward) {
-        forward(b, s, step, stage_layers);
+        forward(b, s, step);
       } else {
         const bool last_backward_of_chunk = ++backwards_done[std::size_t(step.chunk)] == m_;
         backward(b, s, step, last_backward_of_chunk, step_waits);
       }
     }
-    tail(b, s, stage_layers, step_waits);
+    tail(b, step_waits);
     return stage;
   }
 
  private:
   // A layer's weights that are not resident (its ZeRO-3 shards, its host-resident part
-  // under chunked offload) are fetched before the layer runs, in either direction.
+  // under offload) are fetched before the layer runs, in either direction.
   void fetch_layer_weights(StageBuilder& b, int mb, int l, ops::Phase phase, std::int64_t prior_first_op) {
-    const bool moe = model_.moe.is_moe_layer(l);
-    if (use_chunks_) {
-      fetch_chunks(b, mb, segment_of_layer_[std::size_t(l)], phase, prior_first_op);
-    } else if (chunked_ && host_share_ > 0) {
-      const double shard = table_.layer_parameters_of(model_, l) / (p_.zero == 3 ? gradient_group_ : 1) +
-                           (moe ? table_.expert_parameters / (p_.zero == 3 ? expert_group_ : 1) : 0.0);
-      b.before_next(ops::block_op_id(mb, l, phase, ops::offload_fetch),
-                    transfer(OpKind::copy, CommGroup::dp, host_share_ * shard * states_.parameter));
-    }
-    if (p_.zero == 3 && gradient_group_ > 1) {
-      b.before_next(ops::block_op_id(mb, l, phase, ops::zero_all_gather),
-                    transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * states_.parameter,
-                             Collective::all_gather));
-      // fp8: gathered weights are cast after each gather, not cached for the step.
-      if (const double elements = table_.fp8_weight_elements_of(model_, l); elements > 0) {
-        BlockOp cast;
-        cast.name = ops::fp8_weight_cast;
-        cast.kind = OpKind::memory;
-        cast.library_kernel = true;
-        cast.bytes = elements * fp8::kWeightCastBytesPerStep;
-        b.chain(ops::block_op_id(mb, l, phase, ops::fp8_weight_cast), cast);
-      }
-    }
-    if (moe && p_.zero == 3 && expert_group_ > 1) {
-      b.before_next(ops::expert_op_id(mb, l, phase, ops::zero_all_gather),
-                    transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * states_.parameter,
-                             Collective::all_gather));
+    if (use_chunks_) fetch_chunks(b, mb, segment_of_layer_[std::size_t(l)], phase, prior_first_op);
+    for (const BucketOp& op : summary_.traffic_of(model_.moe.is_moe_layer(l)).ops) {
+      if (op.moment != Moment::fetch) continue;
+      std::string id = op.experts ? ops::expert_op_id(mb, l, phase, op.work.name) : ops::block_op_id(mb, l, phase, op.work.name);
+      // Compute on what was fetched (fp8's weight cast) runs in the chain, after it.
+      if (op.work.kind == OpKind::memory) b.chain(std::move(id), op.work);
+      else b.before_next(std::move(id), op.work);
     }
   }
 
@@ -256,13 +232,13 @@ class Lowering {
     }
   }
 
-  void forward(StageBuilder& b, int s, const PipelineStep& step, std::vector<int>& stage_layers) {
+  void forward(StageBuilder& b, int s, const PipelineStep& step) {
     const int vs = virtual_stage(s, step.chunk, p_.pp);
     const LayerSpan layers = chunk_layers(model_, p_, s, step.chunk);
     const int mb = step.micro_batch;
     if (vs > 0) {
       b.before_next(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_recv),
-                    transfer(OpKind::recv, CommGroup::pp, table_.stage_boundary_bytes));
+                    transfer(OpKind::recv, CommGroup::pp, summary_.transfer_bytes));
       b.op(std::uint32_t(b.size() - 1)).peer_offset = -1;
     }
     std::int64_t prior_first_op = -1;  // the previous segment's first op in this pass
@@ -274,7 +250,6 @@ class Lowering {
       }
     }
     for (int l = layers.first; l < layers.end(); ++l) {
-      if (step.micro_batch == 0) stage_layers.push_back(l);
       fetch_layer_weights(b, mb, l, ops::Phase::fwd, prior_first_op);
       prior_first_op = std::int64_t(b.size());
       for (const BlockOp& op : table_.ops_of_layer(model_, l)) {
@@ -288,7 +263,7 @@ class Lowering {
       }
     } else {
       b.after_last(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_send),
-                   transfer(OpKind::send, CommGroup::pp, table_.stage_boundary_bytes), +1);
+                   transfer(OpKind::send, CommGroup::pp, summary_.transfer_bytes), +1);
     }
   }
 
@@ -299,7 +274,7 @@ class Lowering {
     const int mb = step.micro_batch;
     if (vs < virtual_stages_ - 1) {
       const std::uint32_t recv = b.before_next(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_recv),
-                                               transfer(OpKind::recv, CommGroup::pp, table_.stage_boundary_bytes));
+                                               transfer(OpKind::recv, CommGroup::pp, summary_.transfer_bytes));
       b.op(recv).peer_offset = +1;
     }
     std::int64_t prior_first_op = -1;  // the previous segment's first op in this pass
@@ -337,104 +312,60 @@ class Lowering {
       }
     } else {
       b.after_last(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_send),
-                   transfer(OpKind::send, CommGroup::pp, table_.stage_boundary_bytes), -1);
+                   transfer(OpKind::send, CommGroup::pp, summary_.transfer_bytes), -1);
     }
   }
 
-  // A layer's gradients leave once its backward is done: ZeRO-2 and 3 reduce-scatter
-  // them every micro-batch (DeepSpeed's ZeRO-2 and FSDP keep only their shard, summed
-  // over the micro-batches), else the bucket syncs after the layer's last backward (ZeRO-1
-  // is Megatron's distributed optimizer: whole gradient buffers, one reduce-scatter per
-  // step). An MoE block's routed experts are a bucket of their own over the expert_dp
-  // group.
+  // A layer's gradients leave once its backward is done: every micro-batch, or in its
+  // bucket after the layer's last backward (stage_summary.hpp).
   void sync_layer_gradients(StageBuilder& b, int mb, int l, bool last_backward_of_chunk,
                             std::vector<std::uint32_t>& step_waits) {
-    const bool moe = model_.moe.is_moe_layer(l);
-    const double params = table_.layer_parameters_of(model_, l);
-    if (p_.zero >= 2) {
-      if (gradient_group_ > 1) {
-        step_waits.push_back(b.after_last(ops::block_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter),
-                                          transfer(OpKind::collective, CommGroup::dp, params * states_.gradient,
-                                                   Collective::reduce_scatter)));
+    for (const BucketOp& op : summary_.traffic_of(model_.moe.is_moe_layer(l)).ops) {
+      if (op.moment == Moment::micro_batch_sync) {
+        std::string id = op.experts ? ops::expert_op_id(mb, l, ops::Phase::bwd, op.work.name)
+                                    : ops::block_op_id(mb, l, ops::Phase::bwd, op.work.name);
+        step_waits.push_back(b.after_last(std::move(id), op.work));
+      } else if (op.moment == Moment::step_sync && last_backward_of_chunk) {
+        const std::string bucket = op.experts ? ops::expert_bucket_name(l) : ops::layer_bucket_name(l);
+        step_waits.push_back(b.after_last(ops::bucket_sync_id(bucket, op.work.name), op.work));
       }
-      if (moe && expert_group_ > 1) {
-        step_waits.push_back(b.after_last(ops::expert_op_id(mb, l, ops::Phase::bwd, ops::zero_reduce_scatter),
-                                          transfer(OpKind::collective, CommGroup::expert_dp,
-                                                   table_.expert_parameters * states_.gradient,
-                                                   Collective::reduce_scatter)));
-      }
-      return;
-    }
-    if (!last_backward_of_chunk) return;
-    // Bucketed gradient sync: a layer's bucket starts as soon as its last backward ends.
-    const bool sharded = p_.zero >= 1;
-    const std::string_view op = sharded ? ops::grad_reduce_scatter : ops::grad_all_reduce;
-    const Collective collective = sharded ? Collective::reduce_scatter : Collective::all_reduce;
-    if (gradient_group_ > 1) {
-      step_waits.push_back(b.after_last(ops::bucket_sync_id(ops::layer_bucket_name(l), op),
-                                        transfer(OpKind::collective, CommGroup::dp, params * states_.gradient, collective)));
-    }
-    if (moe && expert_group_ > 1) {
-      step_waits.push_back(b.after_last(
-          ops::bucket_sync_id(ops::expert_bucket_name(l), op),
-          transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * states_.gradient, collective)));
     }
   }
 
-  // The step's tail: the tied embedding's sum, the rest of the stage's weights' sync,
-  // offload copies, the optimizer, ZeRO 1/2 parameter gathers.
-  void tail(StageBuilder& b, int s, const std::vector<int>& stage_layers, std::vector<std::uint32_t>& step_waits) {
-    double layer_params = 0, expert_params = 0;
-    for (int l : stage_layers) {
-      layer_params += table_.layer_parameters_of(model_, l);
-      if (model_.moe.is_moe_layer(l)) expert_params += table_.expert_parameters;
-    }
-    double stage_params = layer_params;
-    if (s == 0) stage_params += table_.embedding_parameters;
-    if (s == p_.pp - 1) stage_params += table_.head_parameters + table_.tied_copy_parameters;
-    // With a pipeline the first and last stage each hold the tied token embedding (the
-    // last as its LM head); their gradients sum once the backward is done, before the
-    // data-parallel sync.
-    if (p_.pp > 1 && model_.tied_embeddings && (s == 0 || s == p_.pp - 1) && table_.tied_copy_parameters > 0) {
-      step_waits.push_back(b.after_last(std::string(ops::kTiedEmbeddingSync),
-                                        transfer(OpKind::collective, CommGroup::embedding,
-                                                 table_.tied_copy_parameters * states_.gradient, Collective::all_reduce)));
-    }
-    // The rest of the stage's weights (embedding, final norm, LM head) sync in one bucket
-    // when the backward is done; ZeRO-3 treats them as ZeRO-2 does.
-    const double rest_params = stage_params - layer_params;
-    if (gradient_group_ > 1 && rest_params > 0) {
-      const bool sharded = p_.zero >= 1;
-      step_waits.push_back(b.after_last(
-          ops::bucket_sync_id(ops::kStageBucket, sharded ? ops::grad_reduce_scatter : ops::grad_all_reduce),
-          transfer(OpKind::collective, CommGroup::dp, rest_params * states_.gradient,
-                   sharded ? Collective::reduce_scatter : Collective::all_reduce)));
+  // The step's tail: the stage's own syncs (the tied embedding's sum, the rest of its
+  // weights), the optimizer, the fp8 cast, the gathers of updated shards, and the
+  // offload copies that wait for them.
+  void tail(StageBuilder& b, std::vector<std::uint32_t>& step_waits) {
+    for (const BucketOp& op : summary_.stage_ops) {
+      if (op.moment != Moment::step_sync) continue;
+      std::string id = op.work.group == CommGroup::embedding ? std::string(ops::kTiedEmbeddingSync)
+                                                             : ops::bucket_sync_id(ops::kStageBucket, op.work.name);
+      step_waits.push_back(b.after_last(std::move(id), op.work));
     }
     if (b.last() >= 0) step_waits.push_back(std::uint32_t(b.last()));
     if (use_chunks_) chunk_optimizer(b, step_waits);
-    else optimizer(b, stage_params, expert_params, step_waits);
-    fp8_weight_cast(b, stage_layers);
-    std::vector<std::uint32_t> gathers;
-    if (p_.zero >= 1 && p_.zero <= 2) {
-      for (int l : stage_layers) {
-        if (gradient_group_ > 1) {
-          gathers.push_back(b.after_last(ops::bucket_gather_id(ops::layer_bucket_name(l)),
-                       transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * states_.parameter,
-                                Collective::all_gather)));
-        }
-        if (model_.moe.is_moe_layer(l) && expert_group_ > 1) {
-          b.after_last(ops::bucket_gather_id(ops::expert_bucket_name(l)),
-                       transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * states_.parameter,
-                                Collective::all_gather));
+    else optimizer(b, step_waits);
+    if (summary_.fp8_step_cast_bytes > 0) {
+      BlockOp cast;
+      cast.name = ops::fp8_weight_cast;
+      cast.kind = OpKind::memory;
+      cast.library_kernel = true;
+      cast.bytes = summary_.fp8_step_cast_bytes;
+      b.set_last(b.with_deps(ops::step_op_id(ops::fp8_weight_cast), cast, {std::uint32_t(b.last())}));
+    }
+    std::vector<std::uint32_t> gathers;  // what the chunk plan's copies back down wait for
+    for (const LayerSpan& span : summary_.chunks) {
+      for (int l = span.first; l < span.end(); ++l) {
+        for (const BucketOp& op : summary_.traffic_of(model_.moe.is_moe_layer(l)).ops) {
+          if (op.moment != Moment::step_gather) continue;
+          const std::uint32_t index = b.after_last(
+              ops::bucket_gather_id(op.experts ? ops::expert_bucket_name(l) : ops::layer_bucket_name(l)), op.work);
+          if (!op.experts) gathers.push_back(index);
         }
       }
     }
-    if (gradient_group_ > 1 && p_.zero >= 1) {
-      if (rest_params > 0) {
-        gathers.push_back(b.after_last(
-            ops::bucket_gather_id(ops::kStageBucket),
-            transfer(OpKind::collective, CommGroup::dp, rest_params * states_.parameter, Collective::all_gather)));
-      }
+    for (const BucketOp& op : summary_.stage_ops) {
+      if (op.moment == Moment::step_gather) gathers.push_back(b.after_last(ops::bucket_gather_id(ops::kStageBucket), op.work));
     }
     // Host-resident chunks whose weights only the optimizer shards go back down whole
     // once the gathers have rebuilt them (chunk_plan.hpp).
@@ -486,60 +417,34 @@ class Lowering {
   }
 
   // The optimizer step, on the device or, with offload, in host memory between copies.
-  // `stage_params` excludes the routed experts (`expert_params`), which ZeRO shards over
-  // the expert_dp group.
-  void optimizer(StageBuilder& b, double stage_params, double expert_params,
-                 const std::vector<std::uint32_t>& step_waits) {
-    const double optimizer_shard = p_.zero >= 1 ? gradient_group_ : 1;
-    const double expert_shard = p_.zero >= 1 ? expert_group_ : 1;
-    const double optimizer_params = stage_params / optimizer_shard + expert_params / expert_shard;
+  void optimizer(StageBuilder& b, const std::vector<std::uint32_t>& step_waits) {
+    const StepOptimizer& step = summary_.optimizer;
     BlockOp update;
     update.name = ops::optimizer;
     update.kind = OpKind::memory;
-    update.bytes = optimizer_params * states_.optimizer_traffic;
-    if (p_.offload == OffloadMode::optimizer) {
-      const std::uint32_t down =
-          b.with_deps(ops::step_op_id(ops::offload_grads_d2h),
-                      transfer(OpKind::copy, CommGroup::dp, optimizer_params * states_.gradient), step_waits);
+    if (step.host_only) {
+      update.bytes = step.host_bytes;
+      const std::uint32_t down = b.with_deps(ops::step_op_id(ops::offload_grads_d2h),
+                                             transfer(OpKind::copy, CommGroup::dp, step.gradients_down_bytes), step_waits);
       const std::uint32_t on_host = b.with_deps(ops::step_op_id(ops::optimizer), update, {down});
       b.op(on_host).on_host = true;
       b.set_last(b.with_deps(ops::step_op_id(ops::offload_params_h2d),
-                             transfer(OpKind::copy, CommGroup::dp, optimizer_params * states_.parameter), {on_host}));
-    } else if (chunked_ && host_share_ > 0) {
-      // Device-resident chunks update on the device, host-resident ones on the host.
+                             transfer(OpKind::copy, CommGroup::dp, step.parameters_up_bytes), {on_host}));
+    } else if (step.host_bytes > 0) {
+      // Device-resident states update on the device, host-resident ones on the host.
       BlockOp device_part = update, host_part = update;
-      device_part.bytes *= 1 - host_share_;
-      host_part.bytes *= host_share_;
-      const double gradient_shard = p_.zero >= 2 ? gradient_group_ : 1;
-      const double expert_gradient_shard = p_.zero >= 2 ? expert_group_ : 1;
-      const double gradients = stage_params / gradient_shard + expert_params / expert_gradient_shard;
-      const std::uint32_t down =
-          b.with_deps(ops::step_op_id(ops::offload_grads_d2h),
-                      transfer(OpKind::copy, CommGroup::dp, host_share_ * gradients * states_.gradient), step_waits);
+      device_part.bytes = step.device_bytes;
+      host_part.bytes = step.host_bytes;
+      const std::uint32_t down = b.with_deps(ops::step_op_id(ops::offload_grads_d2h),
+                                             transfer(OpKind::copy, CommGroup::dp, step.gradients_down_bytes), step_waits);
       const std::uint32_t on_device = b.with_deps(ops::step_op_id(ops::optimizer), device_part, {down});
       const std::uint32_t on_host = b.with_deps(ops::step_op_id(ops::optimizer_host), host_part, {on_device});
       b.op(on_host).on_host = true;
       b.set_last(on_host);
     } else {
+      update.bytes = step.device_bytes;
       b.set_last(b.with_deps(ops::step_op_id(ops::optimizer), update, step_waits));
     }
-  }
-
-  // fp8 training: the stage's fp8 GEMM weights, updated by the optimizer, cast once per
-  // step on the device (Transformer Engine casts them on the first micro-batch and
-  // reuses the cast; priced here, after the update that makes them). Under ZeRO-3 they
-  // are cast after each gather instead (fetch_layer_weights).
-  void fp8_weight_cast(StageBuilder& b, const std::vector<int>& stage_layers) {
-    if (p_.zero == 3 && gradient_group_ > 1) return;
-    double elements = 0;
-    for (int l : stage_layers) elements += table_.fp8_weight_elements_of(model_, l);
-    if (elements <= 0) return;
-    BlockOp cast;
-    cast.name = ops::fp8_weight_cast;
-    cast.kind = OpKind::memory;
-    cast.library_kernel = true;
-    cast.bytes = elements * fp8::kWeightCastBytesPerStep;
-    b.set_last(b.with_deps(ops::step_op_id(ops::fp8_weight_cast), cast, {std::uint32_t(b.last())}));
   }
 
   const ParallelConfig& p_;
@@ -547,17 +452,16 @@ class Lowering {
   const TrainSpec& train_;
   const ModelStateBytes states_;
   const BlockOpTable table_;
-  int m_ = 0, v_ = 1, virtual_stages_ = 1, most_layers_per_stage_ = 0, gradient_group_ = 1, expert_group_ = 1;
-  double host_share_ = 0;
-  bool chunked_ = false;
+  int m_ = 0, v_ = 1, virtual_stages_ = 1, most_layers_per_stage_ = 0;
   // A chunk copy's op: the bytes each rank of the gradient group moves go with it.
   static std::uint32_t copy_op(StageBuilder& b, const ChunkCopy& copy, std::uint32_t index) {
     b.op(index).rank_bytes = copy.rank_bytes;
     return index;
   }
 
+  StageSummary summary_;  // of the stage being lowered
   bool use_chunks_ = false;
-  ChunkPlan chunks_;  // of the stage being lowered
+  ChunkPlan chunks_;
   std::unordered_map<std::string, std::size_t> fetch_copy_;  // fetch op id -> its index in chunks_.copies
   std::vector<int> segment_of_layer_;
   int embedding_segment_ = -1, head_segment_ = -1;

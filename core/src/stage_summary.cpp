@@ -1,0 +1,169 @@
+// See stage_summary.hpp. ZeRO's rules (Rajbhandari et al. 2020) as the engines run them:
+// ZeRO-1 is Megatron's distributed optimizer (whole gradient buffers reduce-scattered once
+// per step, updated shards gathered); ZeRO-2 and 3 reduce-scatter a block's gradients every
+// micro-batch as the backward produces them (DeepSpeed, FSDP's SHARD_GRAD_OP and FULL_SHARD),
+// and ZeRO-3 gathers a block's weights before each of its passes. The stage's embedding,
+// final norm and head sync once per step under every stage, as ZeRO-2 does.
+#include "tessel/core/stage_summary.hpp"
+
+#include <algorithm>
+
+#include "tessel/core/fp8_model.hpp"
+#include "tessel/core/model_states.hpp"
+#include "tessel/core/op_names.hpp"
+
+namespace tessel {
+
+namespace {
+
+BlockOp transfer(std::string_view name, OpKind kind, CommGroup group, double bytes, Collective collective) {
+  BlockOp op;
+  op.name = name;
+  op.kind = kind;
+  op.group = group;
+  op.bytes = bytes;
+  op.collective = collective;
+  return op;
+}
+
+BlockOp gather(CommGroup group, double bytes) {
+  return transfer(ops::zero_all_gather, OpKind::collective, group, bytes, Collective::all_gather);
+}
+
+// fp8 training: the linears' fp8 weights cast from the 16-bit ones (a library kernel).
+BlockOp weight_cast(double elements) {
+  BlockOp cast = transfer(ops::fp8_weight_cast, OpKind::memory, CommGroup::tp, elements * fp8::kWeightCastBytesPerStep,
+                          Collective::all_reduce);
+  cast.library_kernel = true;
+  return cast;
+}
+
+struct Groups {
+  int gradient = 1, experts = 1;  // the gradient group and the ranks holding the same experts
+};
+
+// The transfers of one block of a kind, in the order the Program issues them.
+// `experts`: an MoE block, whose routed experts are a bucket of their own.
+BlockTraffic block_traffic(const ParallelConfig& p, const ModelStateBytes& states, const Groups& groups, bool experts,
+                           double block_parameters, double expert_parameters, double fp8_elements, double host_share) {
+  BlockTraffic out;
+  out.parameters = block_parameters + expert_parameters;
+  const int g = groups.gradient, eg = groups.experts;
+  auto add = [&](Moment moment, bool expert_bucket, BlockOp work) { out.ops.push_back({moment, expert_bucket, work}); };
+  // Weights not resident are fetched before each pass: the host-resident share under
+  // chunked offload by fractions, ZeRO-3's shards by gathers (fp8 casts what it gathered).
+  if (host_share > 0) {
+    const double shard = block_parameters / (p.zero == 3 ? g : 1) + expert_parameters / (p.zero == 3 ? eg : 1);
+    add(Moment::fetch, false,
+        transfer(ops::offload_fetch, OpKind::copy, CommGroup::dp, host_share * shard * states.parameter,
+                 Collective::send_recv));
+  }
+  if (p.zero == 3 && g > 1) {
+    add(Moment::fetch, false, gather(CommGroup::dp, block_parameters * states.parameter));
+    if (fp8_elements > 0) add(Moment::fetch, false, weight_cast(fp8_elements));
+  }
+  if (experts && p.zero == 3 && eg > 1) add(Moment::fetch, true, gather(CommGroup::expert_dp, expert_parameters * states.parameter));
+  // Gradients leave once the backward is done: every micro-batch under ZeRO 2 and 3, else
+  // in one bucket after the block's last backward.
+  const bool per_micro_batch = p.zero >= 2;
+  const std::string_view name = per_micro_batch ? ops::zero_reduce_scatter
+                                : p.zero >= 1   ? ops::grad_reduce_scatter
+                                                : ops::grad_all_reduce;
+  const Collective collective = p.zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce;
+  const Moment moment = per_micro_batch ? Moment::micro_batch_sync : Moment::step_sync;
+  if (g > 1) add(moment, false, transfer(name, OpKind::collective, CommGroup::dp, block_parameters * states.gradient, collective));
+  if (experts && eg > 1) {
+    add(moment, true, transfer(name, OpKind::collective, CommGroup::expert_dp, expert_parameters * states.gradient, collective));
+  }
+  // ZeRO 1 and 2 gather the updated shards once per step.
+  if (p.zero >= 1 && p.zero <= 2) {
+    if (g > 1) add(Moment::step_gather, false, gather(CommGroup::dp, block_parameters * states.parameter));
+    if (experts && eg > 1) add(Moment::step_gather, true, gather(CommGroup::expert_dp, expert_parameters * states.parameter));
+  }
+  return out;
+}
+
+}  // namespace
+
+StageSummary summarize_stage(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& p,
+                             const BlockOpTable& table, int stage) {
+  StageSummary out;
+  out.stage = stage;
+  out.first = stage == 0;
+  out.last = stage == p.pp - 1;
+  out.transfer_bytes = table.stage_boundary_bytes;
+  const ModelStateBytes states = model_state_bytes(train.precision, train.optimizer, train.effective_gradient_precision());
+  const Groups groups{p.gradient_group(), p.gradient_group() / std::max(p.ep, 1)};
+  const bool by_fractions = p.offload == OffloadMode::chunked && model.moe.enabled();
+  const double host_share = by_fractions ? 1.0 - p.offload_device_fraction : 0.0;
+  out.chunk_planned = p.offload != OffloadMode::none && !model.moe.enabled();
+
+  // The stage's blocks and their weights, in model order.
+  double block_parameters = 0, expert_parameters = 0, fp8_elements = 0;
+  for (int c = 0; c < chunks_per_stage(p); ++c) {
+    const LayerSpan span = chunk_layers(model, p, stage, c);
+    out.chunks.push_back(span);
+    for (int l = span.first; l < span.end(); ++l) {
+      const bool moe = model.moe.is_moe_layer(l);
+      ++out.blocks;
+      out.moe_blocks += moe ? 1 : 0;
+      block_parameters += table.layer_parameters_of(model, l);
+      if (moe) expert_parameters += table.expert_parameters;
+      fp8_elements += table.fp8_weight_elements_of(model, l);
+    }
+  }
+  out.dense = block_traffic(p, states, groups, false, table.layer_parameters, 0, table.fp8_weight_elements, host_share);
+  if (model.moe.enabled()) {
+    out.moe = block_traffic(p, states, groups, true, table.moe_layer_parameters, table.expert_parameters,
+                            table.moe_fp8_weight_elements, host_share);
+  }
+
+  // The stage's other weights (embedding, final norm, LM head) and, with a pipeline, the
+  // two copies of a tied token embedding at its ends, summed once the backward is done.
+  double stage_parameters = block_parameters;
+  if (out.first) stage_parameters += table.embedding_parameters;
+  if (out.last) stage_parameters += table.head_parameters + table.tied_copy_parameters;
+  const int g = groups.gradient;
+  if (p.pp > 1 && model.tied_embeddings && (out.first || out.last) && table.tied_copy_parameters > 0) {
+    out.stage_ops.push_back({Moment::step_sync, false,
+                             transfer(ops::grad_all_reduce, OpKind::collective, CommGroup::embedding,
+                                      table.tied_copy_parameters * states.gradient, Collective::all_reduce)});
+  }
+  const double rest = stage_parameters - block_parameters;
+  if (g > 1 && rest > 0) {
+    const bool sharded = p.zero >= 1;
+    out.stage_ops.push_back({Moment::step_sync, false,
+                             transfer(sharded ? ops::grad_reduce_scatter : ops::grad_all_reduce, OpKind::collective,
+                                      CommGroup::dp, rest * states.gradient,
+                                      sharded ? Collective::reduce_scatter : Collective::all_reduce)});
+    if (sharded) out.stage_ops.push_back({Moment::step_gather, false, gather(CommGroup::dp, rest * states.parameter)});
+  }
+
+  // The update of the shards the rank owns (routed experts sharded over their own group).
+  if (!out.chunk_planned) {
+    const double optimizer_parameters = stage_parameters / (p.zero >= 1 ? g : 1) +
+                                        expert_parameters / (p.zero >= 1 ? groups.experts : 1);
+    const double update_bytes = optimizer_parameters * states.optimizer_traffic;
+    StepOptimizer& optimizer = out.optimizer;
+    if (p.offload == OffloadMode::optimizer) {
+      optimizer.host_only = true;
+      optimizer.host_bytes = update_bytes;
+      optimizer.gradients_down_bytes = optimizer_parameters * states.gradient;
+      optimizer.parameters_up_bytes = optimizer_parameters * states.parameter;
+    } else if (host_share > 0) {
+      // Device-resident states update on the device, host-resident ones on the host.
+      const double gradients = stage_parameters / (p.zero >= 2 ? g : 1) +
+                               expert_parameters / (p.zero >= 2 ? groups.experts : 1);
+      optimizer.device_bytes = update_bytes * (1 - host_share);
+      optimizer.host_bytes = update_bytes * host_share;
+      optimizer.gradients_down_bytes = host_share * gradients * states.gradient;
+    } else {
+      optimizer.device_bytes = update_bytes;
+    }
+  }
+  // fp8: the updated weights cast once per step (under ZeRO-3, after each gather instead).
+  if (!(p.zero == 3 && g > 1)) out.fp8_step_cast_bytes = fp8_elements * fp8::kWeightCastBytesPerStep;
+  return out;
+}
+
+}  // namespace tessel
