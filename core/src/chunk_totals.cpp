@@ -33,6 +33,7 @@ ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& 
   };
   for (int c = 0; c < shape.chunks; ++c) {
     const Chunk& chunk = plan.chunks[std::size_t(c)];
+    while (int(shape.virtual_chunk_starts.size()) <= chunk.virtual_chunk) shape.virtual_chunk_starts.push_back(c);
     const double cap = double(chunk.capacity_elements), used = double(chunk.used_elements);
     const double owned = double(*std::max_element(chunk.owned_used_elements.begin(), chunk.owned_used_elements.end()));
     const bool layer = chunk.layer_weights;
@@ -40,6 +41,7 @@ ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& 
     add(shape.used_layer_prefix, c, layer ? used : 0.0), add(shape.used_stage_prefix, c, layer ? 0.0 : used);
     add(shape.owned_layer_prefix, c, layer ? owned : 0.0), add(shape.owned_stage_prefix, c, layer ? 0.0 : owned);
   }
+  shape.virtual_chunk_starts.push_back(shape.chunks);
   // The device's weights by bucket (ChunkBucket): for each k, buckets whose first chunk
   // is below k stay on the device; the others are held in their chunks' windows.
   const int segments = int(plan.segments.size());
@@ -104,10 +106,14 @@ ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& 
 
 ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, const ParallelConfig& p,
                          int micro_batches) {
+  return chunk_totals(shape, train, p, micro_batches, chunk_state_bytes(train));
+}
+
+ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, const ParallelConfig& p,
+                         int micro_batches, const ModelStateBytes& states) {
   ChunkTotals t;
   const int n = shape.chunks;
   const double g = double(shape.gradient_group);
-  const ModelStateBytes states = chunk_state_bytes(train);
   const double param_b = states.parameter, grad_b = states.gradient, optimizer_b = states.optimizer;
   const bool optimizer_sharded = p.zero >= 1 && g > 1, layer_params_sharded = p.zero == 3 && g > 1;
   const double owned_div = optimizer_sharded ? g : 1, grad_div = p.zero >= 2 && g > 1 ? g : 1;
@@ -151,7 +157,7 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   t.device_optimizer_bytes = t.device_optimizer_elements * optimizer_b;
   t.host_bytes = host_params + owned_host * (optimizer_b + kHostGradientBytes);
   if (p.offload != OffloadMode::chunked) return t;
-  const double fetched_b = fetched_weight_bytes(train);
+  const double fetched_b = fetched_weight_bytes(train, states);
   t.peak_fetched_bytes = (layer_params_sharded ? shape.peak_sharded : shape.peak_whole)[std::size_t(k)] * fetched_b;
   if (optimizer_sharded) {  // the update's round trip: ZeRO 1-2's host chunks, ZeRO-3's stage chunks
     const double trip = (layer_params_sharded ? shape.round_trip_peak_stage : shape.round_trip_peak_all)[std::size_t(k)];
@@ -170,6 +176,19 @@ ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, c
   t.host_to_device_bytes = t.fetch_bytes + round_trip_up * param_b;
   t.device_to_host_bytes = moved(k, n, optimizer_sharded, optimizer_sharded) * grad_b + round_trip_down * param_b;
   return t;
+}
+
+double chunk_fetch_bytes(const ChunkStageShape& shape, const TrainSpec& train, const ParallelConfig& p,
+                         int micro_batches, int virtual_chunk) {
+  if (p.offload != OffloadMode::chunked || virtual_chunk + 1 >= int(shape.virtual_chunk_starts.size())) return 0;
+  const int k = resident_chunk_count(p, shape.chunks);
+  const int from = std::max(k, shape.virtual_chunk_starts[std::size_t(virtual_chunk)]);
+  const int to = std::max(k, shape.virtual_chunk_starts[std::size_t(virtual_chunk) + 1]);
+  const bool sharded = p.zero == 3 && shape.gradient_group > 1;
+  const auto& layer = sharded ? shape.owned_layer_prefix : shape.used_layer_prefix;
+  const double moved = layer[std::size_t(to)] - layer[std::size_t(from)] + shape.used_stage_prefix[std::size_t(to)] -
+                       shape.used_stage_prefix[std::size_t(from)];
+  return 2.0 * micro_batches * moved * chunk_state_bytes(train).parameter;
 }
 
 SmallestDeviceBudget smallest_device_budget(const ModelSpec& model, const TrainSpec& train,

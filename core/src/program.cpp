@@ -212,7 +212,7 @@ class Lowering {
       if (op.moment != Moment::fetch) continue;
       std::string id = op.experts ? ops::expert_op_id(mb, l, phase, op.work.name) : ops::block_op_id(mb, l, phase, op.work.name);
       // Compute on what was fetched (fp8's weight cast) runs in the chain, after it.
-      if (op.work.kind == OpKind::memory) b.chain(std::move(id), op.work);
+      if (op.in_chain) b.chain(std::move(id), op.work);
       else b.before_next(std::move(id), op.work);
     }
   }
@@ -321,14 +321,18 @@ class Lowering {
   void sync_layer_gradients(StageBuilder& b, int mb, int l, bool last_backward_of_chunk,
                             std::vector<std::uint32_t>& step_waits) {
     for (const BucketOp& op : summary_.traffic_of(model_.moe.is_moe_layer(l)).ops) {
+      std::string id;
       if (op.moment == Moment::micro_batch_sync) {
-        std::string id = op.experts ? ops::expert_op_id(mb, l, ops::Phase::bwd, op.work.name)
-                                    : ops::block_op_id(mb, l, ops::Phase::bwd, op.work.name);
-        step_waits.push_back(b.after_last(std::move(id), op.work));
+        id = op.experts ? ops::expert_op_id(mb, l, ops::Phase::bwd, op.work.name)
+                        : ops::block_op_id(mb, l, ops::Phase::bwd, op.work.name);
       } else if (op.moment == Moment::step_sync && last_backward_of_chunk) {
-        const std::string bucket = op.experts ? ops::expert_bucket_name(l) : ops::layer_bucket_name(l);
-        step_waits.push_back(b.after_last(ops::bucket_sync_id(bucket, op.work.name), op.work));
+        id = ops::bucket_sync_id(op.experts ? ops::expert_bucket_name(l) : ops::layer_bucket_name(l), op.work.name);
+      } else {
+        continue;
       }
+      // The grid's sums run in the chain; the bucket's sync beside it.
+      if (op.in_chain) b.chain(std::move(id), op.work);
+      else step_waits.push_back(b.after_last(std::move(id), op.work));
     }
   }
 
@@ -340,7 +344,16 @@ class Lowering {
       if (op.moment != Moment::step_sync) continue;
       std::string id = op.work.group == CommGroup::embedding ? std::string(ops::kTiedEmbeddingSync)
                                                              : ops::bucket_sync_id(ops::kStageBucket, op.work.name);
-      step_waits.push_back(b.after_last(std::move(id), op.work));
+      if (op.in_chain) b.chain(std::move(id), op.work);
+      else step_waits.push_back(b.after_last(std::move(id), op.work));
+    }
+    // ZeRO 2-3's shards, complete once the stage's backward is done, summed over the grid.
+    for (const LayerSpan& span : summary_.chunks) {
+      for (int l = span.first; l < span.end(); ++l) {
+        for (const BucketOp& op : summary_.traffic_of(model_.moe.is_moe_layer(l)).ops) {
+          if (op.moment == Moment::stage_end) b.chain(ops::bucket_sync_id(ops::layer_bucket_name(l), op.work.name), op.work);
+        }
+      }
     }
     if (b.last() >= 0) step_waits.push_back(std::uint32_t(b.last()));
     if (use_chunks_) chunk_optimizer(b, step_waits);

@@ -30,6 +30,38 @@ BlockOp gather(CommGroup group, double bytes) {
   return transfer(ops::zero_all_gather, OpKind::collective, group, bytes, Collective::all_gather);
 }
 
+// A sum over the tensor grid of `elements` gradients (in_chain: the executor's layout runs
+// it on the compute side before the bucket's sync).
+BlockOp grid_sum(std::string_view name, CommGroup group, double bytes) {
+  return transfer(name, OpKind::collective, group, bytes, Collective::all_reduce);
+}
+
+std::string_view partial_sum_name(CommGroup group) {
+  switch (group) {
+    case CommGroup::tp_row: return ops::grad_partial_tp_row;
+    case CommGroup::tp_col: return ops::grad_partial_tp_col;
+    case CommGroup::tp_depth: return ops::grad_partial_tp_depth;
+    default: return ops::grad_partial_tp;
+  }
+}
+
+// What a bucket sums over the grid: its copied vectors' partial gradients, group by
+// group, then (2.5D) everything over the depth.
+std::vector<BucketOp> grid_sums(const BlockOpTable& table, Moment moment, double gradient_bytes,
+                                double (*elements_of)(const BlockOpTable::PartialSync&), double depth_elements) {
+  std::vector<BucketOp> out;
+  for (const BlockOpTable::PartialSync& sync : table.partial_syncs) {
+    const double elements = elements_of(sync);
+    if (elements > 0) {
+      out.push_back({moment, false, true, grid_sum(partial_sum_name(sync.group), sync.group, elements * gradient_bytes)});
+    }
+  }
+  if (depth_elements > 0) {
+    out.push_back({moment, false, true, grid_sum(ops::grad_depth, CommGroup::tp_depth, depth_elements * gradient_bytes)});
+  }
+  return out;
+}
+
 // fp8 training: the linears' fp8 weights cast from the 16-bit ones (a library kernel).
 BlockOp weight_cast(double elements) {
   BlockOp cast = transfer(ops::fp8_weight_cast, OpKind::memory, CommGroup::tp, elements * fp8::kWeightCastBytesPerStep,
@@ -44,12 +76,15 @@ struct Groups {
 
 // The transfers of one block of a kind, in the order the Program issues them.
 // `experts`: an MoE block, whose routed experts are a bucket of their own.
-BlockTraffic block_traffic(const ParallelConfig& p, const ModelStateBytes& states, const Groups& groups, bool experts,
-                           double block_parameters, double expert_parameters, double fp8_elements, double host_share) {
+BlockTraffic block_traffic(const ParallelConfig& p, const BlockOpTable& table, const ModelStateBytes& states,
+                           const Groups& groups, bool experts, double block_parameters, double expert_parameters,
+                           double fp8_elements, double host_share) {
   BlockTraffic out;
   out.parameters = block_parameters + expert_parameters;
   const int g = groups.gradient, eg = groups.experts;
-  auto add = [&](Moment moment, bool expert_bucket, BlockOp work) { out.ops.push_back({moment, expert_bucket, work}); };
+  auto add = [&](Moment moment, bool expert_bucket, BlockOp work, bool in_chain = false) {
+    out.ops.push_back({moment, expert_bucket, in_chain, work});
+  };
   // Weights not resident are fetched before each pass: the host-resident share under
   // chunked offload by fractions, ZeRO-3's shards by gathers (fp8 casts what it gathered).
   if (host_share > 0) {
@@ -60,7 +95,7 @@ BlockTraffic block_traffic(const ParallelConfig& p, const ModelStateBytes& state
   }
   if (p.zero == 3 && g > 1) {
     add(Moment::fetch, false, gather(CommGroup::dp, block_parameters * states.parameter));
-    if (fp8_elements > 0) add(Moment::fetch, false, weight_cast(fp8_elements));
+    if (fp8_elements > 0) add(Moment::fetch, false, weight_cast(fp8_elements), true);
   }
   if (experts && p.zero == 3 && eg > 1) add(Moment::fetch, true, gather(CommGroup::expert_dp, expert_parameters * states.parameter));
   // Gradients leave once the backward is done: every micro-batch under ZeRO 2 and 3, else
@@ -70,7 +105,22 @@ BlockTraffic block_traffic(const ParallelConfig& p, const ModelStateBytes& state
                                 : p.zero >= 1   ? ops::grad_reduce_scatter
                                                 : ops::grad_all_reduce;
   const Collective collective = p.zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce;
-  const Moment moment = per_micro_batch ? Moment::micro_batch_sync : Moment::step_sync;
+  const bool every_micro_batch = per_micro_batch && g > 1;
+  const Moment moment = every_micro_batch ? Moment::micro_batch_sync : Moment::step_sync;
+  // The grid's sums come first, with the bucket's sync: every micro-batch's gradients
+  // under ZeRO 2-3 (the depth sum then waits for the step's shard), else the step's.
+  double (*elements_of)(const BlockOpTable::PartialSync&) =
+      experts ? +[](const BlockOpTable::PartialSync& s) { return s.moe_layer_elements; }
+              : +[](const BlockOpTable::PartialSync& s) { return s.layer_elements; };
+  const double depth_elements = table.depth_sync_layer_elements / (every_micro_batch ? g : 1);
+  for (BucketOp& sum : grid_sums(table, moment, states.gradient, elements_of, every_micro_batch ? 0.0 : depth_elements)) {
+    out.ops.push_back(sum);
+  }
+  if (every_micro_batch && depth_elements > 0) {
+    for (BucketOp& sum : grid_sums(BlockOpTable{}, Moment::stage_end, states.gradient, elements_of, depth_elements)) {
+      out.ops.push_back(sum);
+    }
+  }
   if (g > 1) add(moment, false, transfer(name, OpKind::collective, CommGroup::dp, block_parameters * states.gradient, collective));
   if (experts && eg > 1) {
     add(moment, true, transfer(name, OpKind::collective, CommGroup::expert_dp, expert_parameters * states.gradient, collective));
@@ -112,9 +162,9 @@ StageSummary summarize_stage(const ModelSpec& model, const TrainSpec& train, con
       fp8_elements += table.fp8_weight_elements_of(model, l);
     }
   }
-  out.dense = block_traffic(p, states, groups, false, table.layer_parameters, 0, table.fp8_weight_elements, host_share);
+  out.dense = block_traffic(p, table, states, groups, false, table.layer_parameters, 0, table.fp8_weight_elements, host_share);
   if (model.moe.enabled()) {
-    out.moe = block_traffic(p, states, groups, true, table.moe_layer_parameters, table.expert_parameters,
+    out.moe = block_traffic(p, table, states, groups, true, table.moe_layer_parameters, table.expert_parameters,
                             table.moe_fp8_weight_elements, host_share);
   }
 
@@ -125,18 +175,28 @@ StageSummary summarize_stage(const ModelSpec& model, const TrainSpec& train, con
   if (out.last) stage_parameters += table.head_parameters + table.tied_copy_parameters;
   const int g = groups.gradient;
   if (p.pp > 1 && model.tied_embeddings && (out.first || out.last) && table.tied_copy_parameters > 0) {
-    out.stage_ops.push_back({Moment::step_sync, false,
+    out.stage_ops.push_back({Moment::step_sync, false, false,
                              transfer(ops::grad_all_reduce, OpKind::collective, CommGroup::embedding,
                                       table.tied_copy_parameters * states.gradient, Collective::all_reduce)});
   }
   const double rest = stage_parameters - block_parameters;
+  // The stage's own bucket sums its copied vectors (final norm, positions) and, 2.5D, all
+  // of it over the depth, before its sync.
+  const double depth_rest = (out.first ? table.depth_sync_embedding_elements : 0.0) +
+                            (out.last ? table.depth_sync_head_elements : 0.0);
+  double (*rest_of)(const BlockOpTable::PartialSync&) =
+      out.first && out.last ? +[](const BlockOpTable::PartialSync& s) { return s.head_elements + s.embedding_elements; }
+      : out.first           ? +[](const BlockOpTable::PartialSync& s) { return s.embedding_elements; }
+      : out.last            ? +[](const BlockOpTable::PartialSync& s) { return s.head_elements; }
+                            : +[](const BlockOpTable::PartialSync&) { return 0.0; };
+  for (BucketOp& sum : grid_sums(table, Moment::step_sync, states.gradient, rest_of, depth_rest)) out.stage_ops.push_back(sum);
   if (g > 1 && rest > 0) {
     const bool sharded = p.zero >= 1;
-    out.stage_ops.push_back({Moment::step_sync, false,
+    out.stage_ops.push_back({Moment::step_sync, false, false,
                              transfer(sharded ? ops::grad_reduce_scatter : ops::grad_all_reduce, OpKind::collective,
                                       CommGroup::dp, rest * states.gradient,
                                       sharded ? Collective::reduce_scatter : Collective::all_reduce)});
-    if (sharded) out.stage_ops.push_back({Moment::step_gather, false, gather(CommGroup::dp, rest * states.parameter)});
+    if (sharded) out.stage_ops.push_back({Moment::step_gather, false, false, gather(CommGroup::dp, rest * states.parameter)});
   }
 
   // The update of the shards the rank owns (routed experts sharded over their own group).

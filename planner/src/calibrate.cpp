@@ -24,26 +24,7 @@ namespace {
 // placements do not depend on the calibration and stay as they are.
 template <class F>
 void zip_times(LayoutCost& a, const LayoutCost& b, F f) {
-  for (std::size_t k = 0; k < a.forward_s.size(); ++k) {
-    f(a.forward_s[k], b.forward_s[k]);
-    f(a.backward_s[k], b.backward_s[k]);
-  }
-  f(a.p2p_intra_s, b.p2p_intra_s);
-  f(a.p2p_inter_s, b.p2p_inter_s);
-  f(a.partial_layer_sync.time_s, b.partial_layer_sync.time_s);
-  f(a.partial_rest_sync.time_s, b.partial_rest_sync.time_s);
-  f(a.tied_embedding_sync.time_s, b.tied_embedding_sync.time_s);
-  f(a.head_s, b.head_s);
-  f(a.forward_compute_s, b.forward_compute_s);
-  f(a.backward_compute_s, b.backward_compute_s);
-  for (int i = 0; i < a.tp_overlap_pairs; ++i) {
-    LayoutCost::TpOverlapPair& x = a.tp_overlap[std::size_t(i)];
-    const LayoutCost::TpOverlapPair& y = b.tp_overlap[std::size_t(i)];
-    f(x.comm_forward_s, y.comm_forward_s);
-    f(x.comm_backward_s, y.comm_backward_s);
-    f(x.gemm_forward_s, y.gemm_forward_s);
-    f(x.gemm_backward_s, y.gemm_backward_s);
-  }
+  a.zip_times(b, f);
 }
 
 // The basis coordinates of a calibration: 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter,
@@ -93,7 +74,7 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
   model.set_calibration(probe);
   const LayoutCost direct = model.layout_cost(parallel);
   LayoutCost combined = layout_at(basis.at_defaults, basis.slope, probe);
-  basis.affine = !basis.at_defaults.uneven_split;
+  basis.affine = true;
   zip_times(combined, direct, [&](double& a, double b) {
     if (std::abs(a - b) > 1e-9 * std::max(std::abs(b), 1e-12)) basis.affine = false;
   });
@@ -112,6 +93,7 @@ RunSet::RunSet(std::vector<PublishedRun> runs, const profiles::Profile& base)
     }
     const Plan& plan = *run.plan;
     models_.emplace_back(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), base);
+    models_.back().set_closed_form_pipeline(true);
     measured_s_.push_back(measured_step_time_s(run, models_.back()));
     bases_.push_back(layout_basis(models_.back(), plan.parallel));
   }

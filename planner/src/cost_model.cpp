@@ -1,6 +1,7 @@
 #include "tessel/planner/cost_model.hpp"
 
 #include "cost_parts.hpp"
+#include "stage_steps.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include "tessel/core/block_ops.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/fp8_model.hpp"
+#include "tessel/core/chunk_plan.hpp"
 #include "tessel/core/model_states.hpp"
 #include "tessel/core/rank_layout.hpp"
 #include "tessel/profiles/profile_store.hpp"
@@ -30,6 +32,7 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
       gpus_per_node_(gpus_per_node),
       costs_(profile, cluster_, nodes, gpus_per_node),
       seq_(effective_seq_len(model_, train_)),
+      steps_cache_(std::make_shared<StepsCache>()),
       chunk_shapes_(std::make_shared<ChunkShapeCache>()) {
   costs_.device().check_precision(train_.precision);
   costs_.set_plan_kind(train_.framework, train_.kernels);
@@ -44,12 +47,14 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
   grad_bytes_ = states.gradient;
   optimizer_bytes_ = states.optimizer;
   optimizer_traffic_bytes_ = states.optimizer_traffic;
+  chunk_states_ = chunk_state_bytes(train_);
 
   const double h = model_.hidden, kv = model_.kv_dim(), f = model_.ffn_hidden;
   const double mlp_out = model_.activation == Activation::swiglu ? 2 * f : f;
-  linears_ = {{{h, h + 2 * kv}, {h, h}, {h, mlp_out}, {f, h}}};
+  // The four linears of a block as (in, out) features.
+  const std::array<std::pair<double, double>, 4> linears{{{h, h + 2 * kv}, {h, h}, {h, mlp_out}, {f, h}}};
   double per_layer = 0;
-  for (auto [in, out] : linears_) per_layer += 2 * in * out;
+  for (auto [in, out] : linears) per_layer += 2 * in * out;
   double layer_gemm_flops = model_.layers * per_layer;
   if (model_.moe.enabled()) {
     // An MoE block's MLP per token: the router, top_k routed experts and the shared ones.

@@ -3,9 +3,6 @@
 #pragma once
 
 #include <array>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "tessel/planner/cost_model.hpp"
 #include "tessel/profiles/collectives.hpp"
@@ -84,14 +81,6 @@ struct CostModel::Prices {
   // a layout allocates nothing for them.
   std::array<OverlapPair, 4> overlap{};
   int overlap_pairs = 0;
-};
-
-// Stage packings by (pp, tp, tp mode, tp depth, gradient group, stage): computed once
-// per search, shared by its threads.
-struct CostModel::ChunkShapeCache {
-  using Key = std::tuple<int, int, int, int, int, int>;
-  std::mutex mutex;
-  std::map<Key, std::shared_ptr<const ChunkStageShape>> shapes;
 };
 
 }  // namespace tessel::planner

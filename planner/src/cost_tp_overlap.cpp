@@ -10,28 +10,24 @@
 
 namespace tessel::planner {
 
-void CostModel::add_tp_overlap(const ParallelConfig& p, const LayoutCost& c, int micro_batches, double& forward_s,
-                               double& backward_s, Estimate& out) const {
+CostModel::TpOverlapCost CostModel::tp_overlap_cost(const ParallelConfig& p, const TpOverlapPairs& pairs) const {
   const profiles::Calibration& calibration = costs_.calibration();
   // Full recompute replays the forward, overlapped as the forward was (selective-op is
   // refused with tp_comm_overlap: check_layout).
   const double replays = p.recompute == Recompute::full ? 1.0 : 0.0;
-  double exposed_forward_s = 0, exposed_backward_s = 0, slowed_forward_s = 0, slowed_backward_s = 0;
-  for (int i = 0; i < c.tp_overlap_pairs; ++i) {
-    const LayoutCost::TpOverlapPair& pair = c.tp_overlap[std::size_t(i)];
+  TpOverlapCost out;
+  for (int i = 0; i < pairs.count; ++i) {
+    const TpOverlapPair& pair = pairs.pairs[std::size_t(i)];
     const profiles::TpOverlapTime forward =
         profiles::tp_overlap_time(pair.comm_forward_s, pair.gemm_forward_s, p.tp, calibration);
     const profiles::TpOverlapTime backward =
         profiles::tp_overlap_time(pair.comm_backward_s, pair.gemm_backward_s, p.tp, calibration);
-    exposed_forward_s += pair.blocks * forward.exposed_comm_s;
-    slowed_forward_s += pair.blocks * forward.gemm_slowdown_s;
-    exposed_backward_s += pair.blocks * (backward.exposed_comm_s + replays * forward.exposed_comm_s);
-    slowed_backward_s += pair.blocks * (backward.gemm_slowdown_s + replays * forward.gemm_slowdown_s);
+    out.exposed_forward_s += forward.exposed_comm_s;
+    out.slowed_forward_s += forward.gemm_slowdown_s;
+    out.exposed_backward_s += backward.exposed_comm_s + replays * forward.exposed_comm_s;
+    out.slowed_backward_s += backward.gemm_slowdown_s + replays * forward.gemm_slowdown_s;
   }
-  forward_s += exposed_forward_s + slowed_forward_s;
-  backward_s += exposed_backward_s + slowed_backward_s;
-  out.time_s[K(TimeKind::tp_comm)] += micro_batches * (exposed_forward_s + exposed_backward_s);
-  out.time_s[K(TimeKind::gemm)] += micro_batches * (slowed_forward_s + slowed_backward_s);
+  return out;
 }
 
 }  // namespace tessel::planner

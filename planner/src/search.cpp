@@ -83,6 +83,10 @@ struct WorkerState {
 
 // The ranking, a total order so that which of several tied plans are kept never depends
 // on how the grid was split over threads: faster first, then less memory, then by layout.
+// The grid is priced with the pipeline's closed-form span; this many of its best plans are
+// priced again on the schedule's critical path (CostModel::finish) before the top are chosen.
+int kept_candidates(int top_k) { return top_k > 0 ? 2 * top_k + 8 : 0; }
+
 bool ranks_before(const Estimate& a, const Estimate& b) {
   if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
   if (a.memory.device_total_bytes() != b.memory.device_total_bytes()) {
@@ -215,7 +219,7 @@ class ItemSearch {
               continue;
             }
           }
-          model_.finish(p, layout, estimate);
+          model_.finish(p, layout, estimate, true);
           ++state.priced;
           if (options_.on_plan) options_.on_plan(estimate);
           if (estimate.reject != Reject::none) {
@@ -223,7 +227,7 @@ class ItemSearch {
             continue;
           }
           ++state.valid;
-          keep_best(state, estimate, options_.top_k);
+          keep_best(state, estimate, kept_candidates(options_.top_k));
         }
       }
     }
@@ -321,6 +325,8 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
     for (std::size_t i = 0; i < result.rejected.size(); ++i) result.rejected[i] += state.rejected[i];
     result.best.insert(result.best.end(), state.heap.begin(), state.heap.end());
   }
+  // The kept plans priced in full: the schedule's critical path and the breakdown.
+  for (Estimate& estimate : result.best) estimate = model.estimate(estimate.parallel);
   std::sort(result.best.begin(), result.best.end(), ranks_before);
   if (int(result.best.size()) > options.top_k) result.best.resize(std::max(options.top_k, 0));
   result.cancelled = cancelled.load();

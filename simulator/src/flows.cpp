@@ -84,17 +84,18 @@ FlowNetwork::Levels FlowNetwork::make_levels(const BlockOp& work, const std::vec
     }
     case Collective::send_recv: return {Level{ring_pairs(group), 1, 0, 1}};
     case Collective::all_to_all: {
-      // Every member sends 1/n of its buffer to every other member at once, so an ep
-      // group that spans nodes loads the nodes' uplinks; n-1 latency steps.
-      Level pairs;
-      for (int from : group) {
-        for (int to : group) {
-          if (from != to) pairs.pairs.emplace_back(from, to);
-        }
+      // Pairwise exchange: in round k every member sends 1/n of its buffer to the member k
+      // places on, so each member's link carries one transfer at a time (also on links
+      // that never share), and an ep group that spans nodes loads the nodes' uplinks;
+      // n-1 rounds, one latency each.
+      Levels rounds;
+      for (int k = 1; k < n; ++k) {
+        Level round;
+        for (int i = 0; i < n; ++i) round.pairs.emplace_back(group[std::size_t(i)], group[std::size_t((i + k) % n)]);
+        round.bytes_factor = 1.0 / n;
+        rounds.push_back(std::move(round));
       }
-      pairs.bytes_factor = 1.0 / n;
-      pairs.extra_latency_s = (steps - 1) * alpha;
-      return {pairs};
+      return rounds;
     }
     default: break;
   }

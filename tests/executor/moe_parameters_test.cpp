@@ -11,6 +11,7 @@
 
 #include "fixtures.hpp"
 #include "tessel/core/block_ops.hpp"
+#include "tessel/core/stage_summary.hpp"
 #include "tessel/executor/stage_weights.hpp"
 #include "tessel/planner/stage_memory.hpp"
 #include "tessel/profiles/collectives.hpp"
@@ -93,8 +94,15 @@ TEST(MoeParameters, ThePlannerPricesEachBlocksPartialGradientSumAsTheLayoutHolds
       double(place_layer(dense, plan.model, 0, cuts).first + place_layer(block, plan.model, 1, cuts).first);
   const planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(),
                                  profiles::shipped_profile("local-cpu"));
-  const planner::LayoutCost cost = model.layout_cost(plan.parallel);
-  ASSERT_EQ(cost.reject, Reject::none);
-  EXPECT_DOUBLE_EQ(cost.partial_layer_sync.bytes, partial_elements * model.gradient_bytes() *
-                                                      profiles::bus_bandwidth_factor(Collective::all_reduce, tp));
+  // The planner prices the stage summary's grid sums (planner/src/stage_steps.cpp).
+  const BlockOpTable table = block_op_table(plan.model, plan.seq_len(), plan.parallel, plan.train.precision);
+  const StageSummary summary = summarize_stage(plan.model, plan.train, plan.parallel, table, 0);
+  auto grid_sum_bytes = [](const BlockTraffic& traffic) {
+    double bytes = 0;
+    for (const BucketOp& op : traffic.ops) {
+      if (op.in_chain && op.work.kind == OpKind::collective) bytes += op.work.bytes;
+    }
+    return bytes;
+  };
+  EXPECT_DOUBLE_EQ(grid_sum_bytes(summary.dense) + grid_sum_bytes(summary.moe), partial_elements * model.gradient_bytes());
 }

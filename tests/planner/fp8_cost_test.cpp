@@ -89,13 +89,14 @@ TEST(Fp8, LinearGemmsArePricedFromTheFp8CurveAndTheRestFromBf16s) {
   const BlockOp& head = *std::find_if(table.head.begin(), table.head.end(),
                                       [](const BlockOp& op) { return op.kind == OpKind::gemm; });
   const double head_s = fp8.costs().gemm_time_s(head.m, head.n, head.k, Precision::bf16);
-  EXPECT_NEAR(c.forward_s[std::size_t(TimeKind::gemm)], fp8.model().layers * linear_s + head_s,
-              1e-12 * c.forward_s[std::size_t(TimeKind::gemm)]);
+  const std::size_t gemm = std::size_t(TimeKind::gemm), elementwise = std::size_t(TimeKind::elementwise);
+  EXPECT_NEAR(c.dense.forward_s[gemm], linear_s, 1e-12 * linear_s);
+  EXPECT_NEAR(c.head.forward_s[gemm], head_s, 1e-12 * head_s);
   // The same layout in bf16 spends more on GEMMs and none on casts.
   const CostModel bf16 = model_on("llama3-8b", "dgx-h100", Precision::bf16);
   const LayoutCost b = bf16.layout_cost(p);
-  EXPECT_LT(c.forward_s[std::size_t(TimeKind::gemm)], b.forward_s[std::size_t(TimeKind::gemm)]);
-  EXPECT_GT(c.forward_s[std::size_t(TimeKind::elementwise)], b.forward_s[std::size_t(TimeKind::elementwise)]);
+  EXPECT_LT(c.dense.forward_s[gemm], b.dense.forward_s[gemm]);
+  EXPECT_GT(c.dense.forward_s[elementwise], b.dense.forward_s[elementwise]);
 }
 
 TEST(Fp8, CastsStreamTheInputForwardAndTheOutputGradientBackward) {
@@ -171,11 +172,18 @@ TEST(Fp8, UnderZero3OnlyTheGatheredLayersHoldFp8CopiesCastAfterEveryGather) {
   EXPECT_NEAR(a.time(TimeKind::optimizer), b.time(TimeKind::optimizer), 1e-12) << "no once-per-step cast";
   // Elementwise: the activation casts, and the weights' cast in every forward and backward.
   const double weight_casts = a.micro_batches * 2 * fp8.costs().memory_time_s(m.layers * per_layer * 4.0);
-  const double activation_casts = (fp8.layout_cost(p).forward_s[std::size_t(TimeKind::elementwise)] +
-                                   fp8.layout_cost(p).backward_s[std::size_t(TimeKind::elementwise)] -
-                                   bf16.layout_cost(p).forward_s[std::size_t(TimeKind::elementwise)] -
-                                   bf16.layout_cost(p).backward_s[std::size_t(TimeKind::elementwise)]) *
-                                  a.micro_batches;
+  // One micro-batch of the stage's elementwise work: its blocks', the head's and the embedding's.
+  auto stage_elementwise_s = [&](const CostModel& model) {
+    const LayoutCost c = model.layout_cost(p);
+    const std::size_t k = std::size_t(TimeKind::elementwise);
+    double out = 0;
+    for (const auto& [pass, count] : {std::pair{&c.dense, double(m.layers)}, std::pair{&c.head, 1.0},
+                                      std::pair{&c.embedding, 1.0}}) {
+      out += count * (pass->forward_s[k] + pass->backward_s[k]);
+    }
+    return out;
+  };
+  const double activation_casts = (stage_elementwise_s(fp8) - stage_elementwise_s(bf16)) * a.micro_batches;
   EXPECT_NEAR(a.time(TimeKind::elementwise) - b.time(TimeKind::elementwise), weight_casts + activation_casts,
               1e-9 * a.time(TimeKind::elementwise));
 }

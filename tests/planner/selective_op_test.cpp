@@ -70,7 +70,7 @@ TEST(SelectiveOp, ReplaysTheEvenNumberedMatmulsOfEachBlock) {
 TEST(SelectiveOp, ItsReplayLiesBetweenSelectiveAndFull) {
   const CostModel model = fused_model("llama3-8b");
   auto replay_s = [&](Recompute recompute) {
-    return model.layout_cost(fsdp(recompute)).backward_s[std::size_t(TimeKind::recompute)];
+    return model.layout_cost(fsdp(recompute)).dense.backward_s[std::size_t(TimeKind::recompute)];
   };
   EXPECT_EQ(replay_s(Recompute::selective), 0.0);
   EXPECT_GT(replay_s(Recompute::selective_op), 0.25 * replay_s(Recompute::full));
@@ -84,7 +84,7 @@ TEST(SelectiveOp, ItsReplayLiesBetweenSelectiveAndFull) {
 TEST(SelectiveOp, ReplaysTheTensorParallelCollectivesItDoesNotSave) {
   const CostModel model = fused_model("llama3-8b");
   auto tp_backward_s = [&](Recompute recompute, bool sequence_parallel) {
-    return model.layout_cost(fsdp(recompute, 4, sequence_parallel)).backward_s[std::size_t(TimeKind::tp_comm)];
+    return model.layout_cost(fsdp(recompute, 4, sequence_parallel)).dense.backward_s[std::size_t(TimeKind::tp_comm)];
   };
   ASSERT_GT(tp_backward_s(Recompute::none, false), 0);
   EXPECT_DOUBLE_EQ(tp_backward_s(Recompute::selective_op, false), tp_backward_s(Recompute::full, false));

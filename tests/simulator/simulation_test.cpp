@@ -246,7 +246,9 @@ TEST(Overlap, GradientSyncHidesBehindBackwardUpToItsLength) {
   model.set_overlap(false);
   const planner::Estimate serial = model.estimate(plan.parallel);
   const double sync_s = serial.time(planner::TimeKind::dp_comm);
-  const double backward_s = model.layout_cost(plan.parallel).backward_compute_s;
+  const planner::LayoutCost cost = model.layout_cost(plan.parallel);
+  const double backward_s = plan.model.layers * cost.dense.backward_compute_s() + cost.head.backward_compute_s() +
+                            cost.embedding.backward_compute_s();
   ASSERT_GT(sync_s, 0);
   simulator::SimulationOptions options;
   options.overlap = true;

@@ -112,9 +112,10 @@ inline std::int64_t device_gradient_elements(std::int64_t elements, std::int64_t
 // them (a resident bucket's weights are the same two, counted as the plan's weights and
 // its master weights). Fetching the 16-bit copy alone, as ZeRO-Offload and Gemini do,
 // is for the GPU executor (issue 14); then this is the plan's weight bytes alone.
-inline double fetched_weight_bytes(const TrainSpec& train) {
-  return train.precision == Precision::fp32 ? 4.0 : 4.0 + chunk_state_bytes(train).parameter;
+inline double fetched_weight_bytes(const TrainSpec& train, const ModelStateBytes& states) {
+  return train.precision == Precision::fp32 ? 4.0 : 4.0 + states.parameter;
 }
+inline double fetched_weight_bytes(const TrainSpec& train) { return fetched_weight_bytes(train, chunk_state_bytes(train)); }
 
 struct ChunkSearch {
   std::int64_t alignment_elements = 256;  // per shard: a chunk is a multiple of this x the gradient group

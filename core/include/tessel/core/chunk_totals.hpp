@@ -37,6 +37,9 @@ struct ChunkStageShape {
   // A fetch is issued one segment ahead, so only that many segments' compute can hide a
   // pass's fetches, not the whole pass's (the resident layers run before any is needed).
   std::vector<double> host_segment_share;           // size chunks + 1
+  // Interleaved: where each pipeline chunk's chunks begin (chunks are packed in execution
+  // order, one pipeline chunk after another), size virtual chunks + 1.
+  std::vector<int> virtual_chunk_starts;
 };
 
 ChunkStageShape chunk_stage_shape(const ModelSpec& model, const ParallelConfig& parallel, int stage,
@@ -61,6 +64,13 @@ struct ChunkTotals {
 // The totals of chunk_plan(model, train, parallel, stage) for `micro_batches` per step.
 ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, const ParallelConfig& parallel,
                          int micro_batches);
+// The same with the step's chunk_state_bytes(train) at hand (the planner prices millions).
+ChunkTotals chunk_totals(const ChunkStageShape& shape, const TrainSpec& train, const ParallelConfig& parallel,
+                         int micro_batches, const ModelStateBytes& states);
+
+// Of ChunkTotals::fetch_bytes, what the passes of pipeline chunk `virtual_chunk` fetch.
+double chunk_fetch_bytes(const ChunkStageShape& shape, const TrainSpec& train, const ParallelConfig& parallel,
+                         int micro_batches, int virtual_chunk);
 
 // The smallest device memory for which some placement of `stage`'s chunks fits: the
 // least, over every resident count the plan syntax allows (1..chunks), of the device's

@@ -117,6 +117,14 @@ inline constexpr std::string_view zero_reduce_scatter = "zero.reduce_scatter";
 inline constexpr std::string_view offload_fetch = "offload.fetch";
 inline constexpr std::string_view grad_all_reduce = "grad.all_reduce";
 inline constexpr std::string_view grad_reduce_scatter = "grad.reduce_scatter";
+// Sums over the tensor grid before a bucket's sync: the partial gradients of vectors the
+// grid copies (1D with sequence parallel over tp; 2D down the column; 3D over column, row
+// and depth), and 2.5D's gradients over its depth layers.
+inline constexpr std::string_view grad_partial_tp = "grad.partial_tp";
+inline constexpr std::string_view grad_partial_tp_row = "grad.partial_tp_row";
+inline constexpr std::string_view grad_partial_tp_col = "grad.partial_tp_col";
+inline constexpr std::string_view grad_partial_tp_depth = "grad.partial_tp_depth";
+inline constexpr std::string_view grad_depth = "grad.depth";
 inline constexpr std::string_view optimizer = "optimizer";
 inline constexpr std::string_view optimizer_host = "optimizer.host";
 // fp8 training: the stage's fp8 GEMM weights cast once per step (step/fp8.weight_cast).

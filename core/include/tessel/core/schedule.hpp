@@ -30,6 +30,25 @@ struct PipelineStep {
 std::vector<PipelineStep> pipeline_schedule(Schedule schedule, int stage, int stages, int micro_batches,
                                             int virtual_stages = 1);
 
+// The k-th step (0-based, of 2 x micro_batches x virtual_stages) of pipeline_schedule()'s
+// list, without building it.
+PipelineStep pipeline_step(Schedule schedule, int stage, int stages, int micro_batches, int virtual_stages, int k);
+
+// The span of one step's pipeline when each pass of virtual stage vs takes forward_s[vs]
+// or backward_s[vs] (its transfer to the next included) and starts once its input has
+// arrived and its stage's previous pass is done: the critical path through
+// pipeline_schedule()'s order, as a replay of the Program with each rank's ops run one
+// after another spends it. Sizes: stages x virtual_stages. `last_backward_extra_s`
+// (empty, or one per virtual stage): what each virtual stage's last backward adds (the
+// buckets it completes). `deferred_s` (empty, or one per virtual stage): what a backward
+// leaves for its stage's next pass to run first, or the stage's end after its last pass
+// (a rank that runs one op at a time defers a data-parallel reduce-scatter until the next
+// gather needs it). `stage_ends_s`, when given, gets when each stage's last pass ends.
+double pipeline_span_s(Schedule schedule, int stages, int micro_batches, int virtual_stages,
+                       const std::vector<double>& forward_s, const std::vector<double>& backward_s,
+                       const std::vector<double>& last_backward_extra_s = {},
+                       const std::vector<double>& deferred_s = {}, std::vector<double>* stage_ends_s = nullptr);
+
 // The virtual stage a chunk of a stage is: chunk-major, so data flows
 // stage 0 chunk 0 -> ... -> stage p-1 chunk 0 -> stage 0 chunk 1 -> ...
 inline int virtual_stage(int stage, int chunk, int stages) { return chunk * stages + stage; }

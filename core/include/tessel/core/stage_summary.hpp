@@ -23,14 +23,19 @@ enum class Moment {
   micro_batch_sync,  // every micro-batch, once the block's backward is done
   step_sync,         // once per step, after the block's (the stage's) last backward
   step_gather,       // once per step, after the optimizer
+  stage_end,         // once per step, after the stage's own bucket (ZeRO 2-3's depth sums of their shards)
 };
 
 // One transfer of a bucket (a block's weights, its routed experts', the stage's other
-// weights): a collective over a data-parallel group, a host copy, or the compute that
-// follows a gather (fp8's weight cast). work.name is the op's name in its id.
+// weights): a collective over a data-parallel group, a host copy, a sum over the tensor
+// grid before the bucket's sync, or the compute that follows a gather (fp8's weight cast).
+// work.name is the op's name in its id.
 struct BucketOp {
   Moment moment = Moment::step_sync;
   bool experts = false;  // the routed experts' bucket (E{l}) rather than the block's (L{l})
+  // Runs in the stage's chain of compute and tensor-parallel ops, which waits for it (the
+  // grid sums, fp8's cast); else beside the chain, on the data-parallel or copy stream.
+  bool in_chain = false;
   BlockOp work;
 };
 

@@ -1,33 +1,12 @@
-// The analytic cost model: FLOPs, bytes and messages of every op of a transformer
-// step under a parallel layout, turned into time through the profiles' CostLookup.
-//
-// It is built for the search: everything that depends only on the model, batch and
-// cluster is computed once in the constructor; layout_cost() prices one micro-batch
-// on one pipeline stage for a (dp, pp, tp, mode, sp, micro_batch, recompute) layout;
-// finish() adds what ZeRO, offload and the schedule change. estimate() is the two in
-// sequence, so one fixed plan and the search take exactly the same path.
-//
-// Models (sources in docs/ARCHITECTURE.md):
-//  - Activation memory: Korthikanti et al. 2022, "Reducing Activation Recomputation
-//    in Large Transformer Models": s*b*h*(34 + 5*a*s/h) bytes per layer with 16-bit
-//    activations, 10 + 24/t + 5as/(ht) under 1D TP t, /t with sequence parallel,
-//    34/t with selective recompute, 2sbh with full recompute. Scaled by E/2 for fp32.
-//    Fused attention stores no 5as/h scores but 4 bytes of statistics per row and head;
-//    full recompute also holds the one layer being recomputed (docs/MEMORY.md), as
-//    selective-op (torchtitan's op-level policy) does beside the matmul outputs it keeps.
-//    fp8 training keeps the linears' saved inputs in fp8 (core/fp8_model.hpp).
-//  - Model states: Rajbhandari et al. 2020 (ZeRO), 16 bytes/param for mixed-precision
-//    Adam with 16-bit gradients, 18 with fp32 gradients (Megatron-LM's default for
-//    bf16, train.gradient_precision), sharded over the data-parallel group by stage.
-//  - TP communication per linear: 1D Megatron all-reduces, 2D SUMMA (Optimus, q
-//    broadcasts of activation and weight blocks), 2.5D Tesseract (activation blocks
-//    further split by depth d, weight-gradient all-reduce over depth), 3D
-//    (all-gather inputs and weights, reduce-scatter outputs on q ranks each).
-//  - Pipeline: (m + p - 1) micro-batch slots for GPipe and 1F1B, bubble divided by
-//    the virtual stages for interleaved (Narayanan et al. 2021); the bubble's p - 1
-//    stages carry no head (even split) or run at their own pace (uneven split).
+// The analytic cost model: what one training step of a plan costs, priced from the same
+// descriptions the Program is lowered from (core's block-op table and stage summaries)
+// through the profiles' CostLookup. layout_cost() prices what a layout's passes run per
+// micro-batch; finish() adds what the stage summaries move per pass and per step under a
+// ZeRO stage, offload and schedule, and the pipeline's span. The models' sources are in
+// docs/ARCHITECTURE.md ("Cost model").
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 
@@ -35,6 +14,7 @@
 #include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/cluster_spec.hpp"
 #include "tessel/core/model_spec.hpp"
+#include "tessel/core/model_states.hpp"
 #include "tessel/core/plan.hpp"
 #include "tessel/core/train_spec.hpp"
 #include "tessel/planner/estimate.hpp"
@@ -43,104 +23,103 @@
 
 namespace tessel::planner {
 
-// One micro-batch on the most loaded pipeline stage, before ZeRO, offload and schedule.
+struct ClassShape;
+struct StageClass;
+struct ClassPasses;
+struct ClassPassTable;
+struct ClassTail;
+
+// What one unit of a pipeline stage's pass costs per micro-batch, by kind (gemm..ep_comm;
+// the backward includes the recompute mode's replay): a dense block, an MoE block, the
+// last stage's head and loss, the first stage's embedding.
+struct PassPrice {
+  std::array<double, std::size_t(TimeKind::count)> forward_s{}, backward_s{};
+  // Per micro-batch, forward, its replay and backward: tensor, ring and expert traffic.
+  CommVolume comm;
+  double forward_total_s() const;
+  double backward_total_s() const;
+  double forward_compute_s() const;   // gemm, attention, elementwise
+  double backward_compute_s() const;  // the same and the replay
+};
+
+// parallel.tp_comm_overlap: a sequence-parallel gather or scatter pipelined with a GEMM of
+// its block, both priced per block (forward, backward); their time is in no PassPrice kind
+// until finish() prices what the GEMM does not hide (cost_tp_overlap.cpp).
+struct TpOverlapPair {
+  double comm_forward_s = 0, comm_backward_s = 0, gemm_forward_s = 0, gemm_backward_s = 0;
+};
+struct TpOverlapPairs {
+  std::array<TpOverlapPair, 4> pairs{};
+  int count = 0;
+};
+
+// One micro-batch of a layout (its dp, pp, tp grid, sp, ep, micro-batch and recompute),
+// priced by unit, before ZeRO, offload and the schedule; and what its fullest stage holds.
 struct LayoutCost {
   Reject reject = Reject::none;
-  // Forward and backward time per micro-batch, by kind (gemm..pp_p2p).
-  std::array<double, std::size_t(TimeKind::count)> forward_s{};
-  std::array<double, std::size_t(TimeKind::count)> backward_s{};
-  double p2p_bytes = 0;              // one activation (or its gradient) between stages
+  PassPrice dense, moe, head, embedding;
+  TpOverlapPairs dense_overlap, moe_overlap;
+  double p2p_bytes = 0;                     // one activation (or its gradient) between stages
   double p2p_intra_s = 0, p2p_inter_s = 0;  // that send inside a node, between nodes
   int stages_per_node = 1;
-  // A dense model's uneven split (stage_layers.hpp): its times are the busier of two
-  // stages (a full one, the short last one with the head), so not affine in the
-  // calibration, and its activations scale by the stages' shares below.
-  bool uneven_split = false;
-  // The pipeline's other stages' work per micro-batch in units of the busiest stage's:
-  // what its fill and drain (the bubble) pass through. pp - 1 when the split is even
-  // (negative here stands for that); less when an uneven split's short stages are lighter.
-  double other_stages_work = -1;
-  // An even split (pp > 1): the head's forward and backward time per micro-batch, on
-  // the last stage only (add_head_times). The bubble's other stages carry none of it, so it is taken out of what
-  // they pass (pricing every stage at the last one's pace charged them all for the head).
-  double head_s = 0;
-  double activation_bytes_per_micro_batch = 0;  // stored by the fullest stage for one micro-batch
-  // An uneven split (core/stage_layers.hpp): the blocks of the first, the second and the
-  // last stage over the fullest stage's, which scale its activations (1 when even or MoE).
+  double block_tp_forward_bytes = 0, block_tp_forward_messages = 0;  // one dense block's, forward
+  // Memory: the fullest stage's activations per micro-batch; with an uneven split, the
+  // blocks of the first, second and last stage over the fullest stage's.
+  double activation_bytes_per_micro_batch = 0;
   double first_stage_layer_share = 1, second_stage_layer_share = 1, last_stage_layer_share = 1;
-  double rematerialised_bytes = 0;   // full and selective-op recompute: one layer rebuilt in the backward, once
-  double logits_bytes = 0;           // last stage, one micro-batch
-  // The trainer's temporaries (trainer_temporaries.cpp) of a stage without and with the
-  // head: computed with the layout, read per priced plan.
+  double rematerialised_bytes = 0;  // full and selective-op recompute: one layer rebuilt in the backward
+  double logits_bytes = 0;          // last stage, one micro-batch
+  // The trainer's temporaries (trainer_temporaries.cpp) of a stage without and with the head.
   double temporaries_bytes = 0, last_stage_temporaries_bytes = 0;
-  double stage_parameters = 0;       // parameters held by one rank before ZeRO
-  double layer_parameters = 0;       // one block's parameters on one rank (the ZeRO-3 gather unit)
-  double layers_on_stage = 0;
-  // The blocks of the stage whose micro-batch sets the pace: layers_on_stage but for an
-  // uneven split whose short last stage (with the head) is the busier one. Per-micro-batch
-  // data-parallel traffic (ZeRO-2/3) and fp8 weight casts lengthen that stage's passes.
-  double paced_layers = 0;
-  // An uneven split: the candidate stage not priced (the full middle stage, or the short
-  // last one with the head), by its blocks, its time per micro-batch and the compute in
-  // it that hides traffic, beside the priced stage's time per micro-batch. Its own
-  // per-micro-batch ZeRO traffic and fp8 casts, which finish() prices, may make it the
-  // slower one (layers 0: no such stage).
-  struct OtherPace {
-    double layers = 0, busy_s = 0, compute_s = 0, paced_busy_s = 0;
-  };
-  OtherPace other_pace;
-  // MoE blocks on the busiest stage, and per such block the parameters every
-  // data-parallel rank holds and the routed experts' (synced and sharded over the
-  // gradient group / ep ranks that hold the same experts).
+  double stage_parameters = 0;  // parameters held by one rank of the fullest stage, before ZeRO
+  double layer_parameters = 0;  // one dense block's on one rank (the ZeRO-3 gather unit)
+  double layers_on_stage = 0;   // blocks of the fullest stage
+  // MoE blocks on the fullest stage; per MoE block the weights every data-parallel rank holds
+  // and its routed experts'.
   double moe_layers_on_stage = 0, moe_layer_parameters = 0, expert_parameters = 0;
-  int expert_group_ranks_per_node = 1;  // of the expert_dp group, counted from RankLayout
-  // 2.5D: gradient elements all-reduced over the depth once per step, per layer bucket
-  // and for the stage's other weights.
-  double depth_sync_layer_elements = 0, depth_sync_rest_elements = 0;
-  // fp8 training: the stage's fp8 GEMM weight elements on one rank (their fp8 copies are
-  // held, and cast once per step) and its fp8 linears (each with its scaling state).
+  // fp8 training: the fullest stage's fp8 GEMM weight elements and fp8 linears.
   double fp8_weight_elements = 0, fp8_linears = 0;
-  struct StepComm {
-    double time_s = 0, bytes = 0, messages = 0;
-  };
-  // Partial gradients of copied vectors (1D + sequence parallel, 2D, 2.5D): the layer
-  // buckets' calls of one step (of one micro-batch under ZeRO 3) and the stage's other
-  // weights' call.
-  StepComm partial_layer_sync, partial_rest_sync;
-  // pp > 1 with tied embeddings: the first and last stage sum the gradients of their
-  // copies of the token table once per step (Megatron's embedding group).
-  StepComm tied_embedding_sync;
-  // parallel.tp_comm_overlap: each sequence-parallel gather or scatter pipelined with a
-  // GEMM, its time and its GEMM's per block (forward, backward) and how many blocks of
-  // the stage run it; their time is in no forward_s/backward_s kind above until finish()
-  // prices what the GEMM does not hide (cost_tp_overlap.cpp). 4 per dense block, 2 per
-  // MoE block (its attention half).
-  struct TpOverlapPair {
-    double comm_forward_s = 0, comm_backward_s = 0, gemm_forward_s = 0, gemm_backward_s = 0;
-    double blocks = 0;
-  };
-  std::array<TpOverlapPair, 6> tp_overlap{};
-  int tp_overlap_pairs = 0;
-  CommVolume comm_per_micro_batch;   // tp, sp, pp per micro-batch (fwd + bwd, incl. recompute)
-  double block_tp_forward_bytes = 0;  // one transformer block's TP bytes per rank, forward
-  double block_tp_forward_messages = 0;
-  double forward_compute_s = 0;      // compute-only part of a micro-batch forward
-  double backward_compute_s = 0;     // compute-only part of a micro-batch backward
-  // The chunk packing of the first and the last stage (one stage: both the same), from
-  // which offload plans are priced (core's chunk_totals.hpp): looked up by the first
-  // offload plan finished from this layout (plans without offload never pack); null for
-  // MoE models, whose offload is priced from fractions of the stage's states. A layout
-  // cost is finished by one thread at a time.
-  // chunks_between: the stages between the two ends, one packing per block count with
-  // how many stages hold it (an uneven split's middle stages hold a block more than the
-  // ends, core/stage_layers.hpp; an even split's carry neither embedding nor head).
-  struct StageChunks {
-    std::shared_ptr<const ChunkStageShape> shape;
-    int blocks = 0, stages = 0;
-  };
-  mutable std::shared_ptr<const ChunkStageShape> chunks_first, chunks_last;
-  mutable std::vector<StageChunks> chunks_between;
-  mutable bool chunks_looked_up = false;
+  // What finish() works out from the units alone for each shape of the pipeline's stages
+  // (class_passes.cpp), kept for the layout's other variants; a layout cost is finished by
+  // one thread at a time.
+  struct StageUnits;
+  mutable std::shared_ptr<StageUnits> stage_units;
+  // Names these prices among all a process makes, for the per-thread table of class
+  // passes (class_passes.cpp); renewed whenever the prices change.
+  std::uint64_t prices_id = next_prices_id();
+  static std::uint64_t next_prices_id();
+
+  // Applies f(this_time, other_time) to every time held here (the calibration's basis:
+  // planner/src/calibrate.cpp), in place.
+  template <class F>
+  void zip_times(const LayoutCost& other, F f) {
+    auto pass = [&](PassPrice& a, const PassPrice& b) {
+      for (std::size_t k = 0; k < a.forward_s.size(); ++k) {
+        f(a.forward_s[k], b.forward_s[k]);
+        f(a.backward_s[k], b.backward_s[k]);
+      }
+    };
+    auto pairs = [&](TpOverlapPairs& a, const TpOverlapPairs& b) {
+      for (int i = 0; i < a.count; ++i) {
+        TpOverlapPair& x = a.pairs[std::size_t(i)];
+        const TpOverlapPair& y = b.pairs[std::size_t(i)];
+        f(x.comm_forward_s, y.comm_forward_s);
+        f(x.comm_backward_s, y.comm_backward_s);
+        f(x.gemm_forward_s, y.gemm_forward_s);
+        f(x.gemm_backward_s, y.gemm_backward_s);
+      }
+    };
+    pass(dense, other.dense);
+    pass(moe, other.moe);
+    pass(head, other.head);
+    pass(embedding, other.embedding);
+    pairs(dense_overlap, other.dense_overlap);
+    pairs(moe_overlap, other.moe_overlap);
+    f(p2p_intra_s, other.p2p_intra_s);
+    f(p2p_inter_s, other.p2p_inter_s);
+    stage_units.reset();
+    prices_id = next_prices_id();
+  }
 };
 
 class CostModel {
@@ -164,16 +143,24 @@ class CostModel {
   void set_overlap(bool overlap) { overlap_ = overlap; }
   bool overlap() const { return overlap_; }
 
+  // Every estimate prices the pipeline's span in closed form, as the search ranks plans:
+  // for fits that price each run thousands of times (calibrate.cpp).
+  void set_closed_form_pipeline(bool closed_form) { closed_form_pipeline_ = closed_form; }
+
   // Prices later estimates under other calibration parameters (the fit's inner loop);
   // the profile's own are used until then.
-  void set_calibration(const profiles::Calibration& calibration) { costs_.set_calibration(calibration); }
+  void set_calibration(const profiles::Calibration& calibration);
 
-  // Full prediction for one layout (the world size must be gpus()).
+  // Full prediction for one layout (the world size must be gpus()): the pipeline's span is
+  // the critical path of its schedule (core's pipeline_span_s).
   Estimate estimate(const ParallelConfig& parallel) const;
 
-  // The two halves of estimate(), for the search.
+  // The two halves of estimate(), for the search. `pipeline_bound`: the pipeline's span
+  // in closed form (exact for GPipe and even pipelines, above the critical path where
+  // stages differ), which the search ranks by before it prices its kept plans exactly.
   LayoutCost layout_cost(const ParallelConfig& parallel) const;
-  void finish(const ParallelConfig& parallel, const LayoutCost& layout, Estimate& out) const;
+  void finish(const ParallelConfig& parallel, const LayoutCost& layout, Estimate& out,
+              bool pipeline_bound = false) const;
 
   // Training FLOPs of one step of the whole model (forward + backward, no recompute).
   double model_flops_per_step() const { return model_flops_per_step_; }
@@ -200,61 +187,51 @@ class CostModel {
   double gradient_bytes() const { return grad_bytes_; }
   double optimizer_bytes_per_parameter() const { return optimizer_bytes_; }
 
+  // The stages of a layout under a ZeRO stage, offload and schedule, priced from their
+  // summaries (stage_steps.hpp); cached per layout shape.
+  struct StageSteps;
+
  private:
   // layout_cost()'s parts (cost_layout.cpp): where each group sits on nodes, the ops of a
-  // list priced by kind, and what they add to a layout's cost.
+  // list priced by kind.
   struct Groups;
   struct Prices;
   Groups group_placements(const ParallelConfig& parallel) const;
   // `replayed`: the recompute mode whose replay (BlockOp::replayed_share) the prices tally.
   Prices price(const std::vector<BlockOp>& ops, const Groups& groups, Recompute replayed = Recompute::none) const;
-  void add_block_times(const ParallelConfig& parallel, const Prices& block, const Prices& moe_block,
-                       double moe_layers, double stage_layers, LayoutCost& c) const;
-  double moe_layers_on_busiest_stage(const ParallelConfig& parallel) const;
-  void add_head_times(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
-                      bool with_head, LayoutCost& c) const;
-  void add_stage_states(const ParallelConfig& parallel, const BlockOpTable& table, const Groups& groups,
-                        LayoutCost& c) const;
-  // finish()'s parts (cost_finish.cpp): the busiest stage's pipeline sends per micro-batch
-  // (and how many sends that is), memory, the data-parallel traffic and the optimizer.
-  double pipeline_sends_s(const ParallelConfig& parallel, const LayoutCost& c, double& sends) const;
-  // The chunk plan's totals of an offload plan (null otherwise): the busiest stage's by
-  // device memory and by copies (cost_offload.cpp), computed once per finish().
-  struct OffloadTotals {
-    ChunkTotals memory, copies;
-    // Every other stage's fetches over the copies stage's: the pipeline's fill and drain
-    // pass their passes, fetches included.
-    double other_stages_fetch_share = 0;
-  };
+  PassPrice pass_price(const Prices& prices, bool block, Recompute recompute) const;
+  void add_stage_states(const ParallelConfig& parallel, const BlockOpTable& table, LayoutCost& c) const;
+  // finish()'s parts. The stage summaries of a variant, priced (stage_steps.cpp); valid
+  // until the calibration changes.
+  const StageSteps* stage_steps(const ParallelConfig& parallel) const;
+  // Each class of stages' passes per micro-batch (class_passes.cpp); with `detail` chunk by
+  // chunk and by kind, else each class as one chunk. Variants that pass alike share one.
+  // `chunk_totals`: per class, with offload of a dense model, its chunk plan's totals.
+  const ClassPassTable& class_passes(const ParallelConfig& parallel, const LayoutCost& c, const StageSteps& steps,
+                                     int micro_batches, bool detail, const std::vector<ChunkTotals>& chunk_totals) const;
+  void compute_class_passes(const ParallelConfig& parallel, const LayoutCost& c, const StageSteps& steps,
+                            int micro_batches, bool detail, const std::vector<ChunkTotals>& chunk_totals,
+                            ClassPassTable& out) const;
+  // Returns the seconds of fetches the passes expose.
+  double add_chunk_fetches(const ParallelConfig& parallel, const ClassShape& stage, const StageClass& traffic,
+                           const ChunkTotals& totals, int micro_batches, double efficiency, ClassPasses& passes,
+                           ClassPassTable& out) const;
+  // A class's step tail (cost_finish.cpp).
+  ClassTail class_tail(const StageClass& traffic, const ClassPasses& passes, const ChunkTotals& chunk_totals,
+                       int micro_batches) const;
+  // The chunk packing of a stage (offload of dense models), of one chunk per stage or of
+  // the plan's interleaved chunks.
+  std::shared_ptr<const ChunkStageShape> chunk_shape_of(const ParallelConfig& parallel, int stage,
+                                                        bool interleaved) const;
+  // `chunk_totals`: with offload of a dense model, the chunk plan's totals of each class of stages.
   void add_memory(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, Estimate& out,
-                  const OffloadTotals* offload) const;
-  // added_per_block_s: per micro-batch, the time finish() adds to each block's passes
-  // beyond the layout cost's (fp8 ZeRO-3 weight casts, tp_comm_overlap's exposed time).
-  void add_data_parallel(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
-                         double added_per_block_s, Estimate& out) const;
-  // An uneven split's other candidate stage, when slower than the priced one: what the step
-  // pays per micro-batch, and what the bubble grows by (cost_finish.cpp).
-  struct PaceExcess {
-    double per_micro_batch_s = 0, bubble_s = 0;
+                  const std::vector<const ChunkTotals*>& chunk_totals) const;
+  // tp_comm_overlap (cost_tp_overlap.cpp): per block, the exposed part of each overlapped
+  // collective and its GEMM's slowdown in the forward and backward.
+  struct TpOverlapCost {
+    double exposed_forward_s = 0, exposed_backward_s = 0, slowed_forward_s = 0, slowed_backward_s = 0;
   };
-  PaceExcess other_pace_excess(const ParallelConfig& parallel, const LayoutCost& c, double paced_traffic_s,
-                               double paced_exposed_s, double added_per_block_s) const;
-  void add_optimizer_and_offload(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches,
-                                 Estimate& out, const OffloadTotals* offload) const;
-  // tp_comm_overlap (cost_tp_overlap.cpp): the exposed part of each overlapped collective
-  // and its GEMM's slowdown, added to the micro-batch's forward and backward and the step.
-  void add_tp_overlap(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches, double& forward_s,
-                      double& backward_s, Estimate& out) const;
-  // Offload from the chunk plan (cost_offload.cpp): the stage shapes' packings, cached
-  // per (pipeline, tensor grid, gradient group, stage) since every micro-batch size,
-  // recompute mode, ZeRO stage and offload variant shares them; and the totals of the
-  // stage whose device memory is the larger.
-  struct ChunkShapeCache;
-  void add_chunk_shapes(const ParallelConfig& parallel, const LayoutCost& c) const;
-  OffloadTotals offload_totals(const ParallelConfig& parallel, const LayoutCost& c, int micro_batches) const;
-  static void add_chunked_memory(const ChunkTotals& totals, Estimate& out);
-  void add_chunked_optimizer(const ParallelConfig& parallel, const LayoutCost& c, const OffloadTotals& totals,
-                             int micro_batches, Estimate& out) const;
+  TpOverlapCost tp_overlap_cost(const ParallelConfig& parallel, const TpOverlapPairs& pairs) const;
 
   ModelSpec model_;
   TrainSpec train_;
@@ -264,14 +241,17 @@ class CostModel {
   profiles::CostLookup costs_;
   int seq_;
   bool overlap_ = true;
+  bool closed_form_pipeline_ = false;
   double element_bytes_;
   bool cpu_ranks_ = false;  // the device is a CPU: MPI's reduction temporaries are in its memory
   double param_bytes_, grad_bytes_, optimizer_bytes_, optimizer_traffic_bytes_;
+  ModelStateBytes chunk_states_;  // chunk_state_bytes(train_)
   double forward_gemm_flops_per_token_ = 0;
   double forward_attention_flops_per_token_ = 0;
   double model_flops_per_step_ = 0;
-  // The four linears of a block as (in, out) features.
-  std::array<std::pair<double, double>, 4> linears_{};
+  struct StepsCache;
+  struct ChunkShapeCache;
+  std::shared_ptr<StepsCache> steps_cache_;
   std::shared_ptr<ChunkShapeCache> chunk_shapes_;
 };
 
