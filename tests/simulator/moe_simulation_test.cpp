@@ -1,7 +1,6 @@
 // MoE plans replayed: the dispatch and combine all-to-alls run as pairwise flows on the
-// ep group, so an ep group spanning nodes loads the nodes' uplinks, and on the analytic
-// model's conditions (contention-free, no overlap) the simulated step equals the
-// estimate. One simulation per test: SimGrid runs one engine per process.
+// ep group, so an ep group spanning nodes loads the nodes' uplinks (the analytic model's
+// agreement is the plan sweep's). One simulation per test: SimGrid runs one engine per process.
 #include <gtest/gtest.h>
 
 #include "tessel/core/program.hpp"
@@ -24,19 +23,6 @@ Plan moe_plan(int ep) {
                          "");
 }
 }  // namespace
-
-TEST(MoeSimulation, SimulatedStepEqualsTheAnalyticEstimateWithin3Percent) {
-  const Plan plan = moe_plan(16);
-  const profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
-  planner::CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
-  model.set_overlap(false);
-  const double analytic = model.estimate(plan.parallel).step_time_s;
-  simulator::SimulationOptions options;
-  options.overlap = false;
-  options.contention_free = true;
-  const auto result = simulator::simulate(Program::lower(plan), profile, options);
-  EXPECT_NEAR(result.step_time_s / analytic, 1.0, 0.03) << result.step_time_s << " vs " << analytic;
-}
 
 TEST(MoeSimulation, AnEpGroupSpanningNodesLoadsTheUplinks) {
   const Plan plan = moe_plan(16);
