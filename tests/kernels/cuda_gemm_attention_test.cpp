@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/gpu_required.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/kernels/backend.hpp"
 #include "tessel/kernels/numeric.hpp"
@@ -168,7 +169,7 @@ template <typename Op>
 class CudaGemmAttentionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: the GPU kernels are not run on this machine";
+    TESSEL_REQUIRE_GPU();
     gpu_ = make_cuda_backend(0);
     ASSERT_NE(gpu_, nullptr);
   }

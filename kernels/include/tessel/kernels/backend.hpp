@@ -111,6 +111,10 @@ struct AttentionGrad {
   const float* delta = nullptr;
   Ref dq, dk, dv;  // dq in the compute type, accumulated; dk, dv likewise
   bool accumulate_kv = false;
+  // The forward's output that delta was made from, where the key/value block is the
+  // queries' own (q_first == kv_first, q_len == kv_len, one block): a fused library kernel
+  // (cuDNN) recomputes delta from it. Null otherwise; the CPU reference never reads it.
+  CRef out;
 };
 
 // One contiguous piece of a flat fp32 range (a tensor's part of a bucket), for the
