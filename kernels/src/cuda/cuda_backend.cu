@@ -13,6 +13,7 @@
 
 #include "cuda_backend_impl.hpp"
 #include "cuda_elements.cuh"
+#include "cudnn_sdpa.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/kernels/cuda/cuda_backend.hpp"
 
@@ -144,6 +145,7 @@ CudaBackend::~CudaBackend() {
     if (block) allocator_.deallocate(block);
     block = nullptr;
   }
+  cudnn_.reset();  // its plans and handle, while the streams it ran on still exist
   release_handles(streams_, lt_, origin_, marks_, spare_events_);
 }
 

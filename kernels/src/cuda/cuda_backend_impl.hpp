@@ -8,7 +8,8 @@
 //                       fused with the residual add before it
 //   cuda_gemm.cu        cuBLASLt GEMMs with epilogues, the algorithm chosen once per shape
 //   cuda_attention.cu   materialised causal softmax, attention_delta, the fused attention
-//                       ops (flash_attention.cu holds their kernels)
+//                       ops: cuDNN's where it runs (cudnn_sdpa.cpp), else tessel's
+//                       flash kernels (flash_attention.cu)
 //   cuda_loss.cu        vocab-parallel cross-entropy phases, embedding forward/backward
 //   cuda_optimizer.cu   multi-tensor AdamW, LAMB, LARS, sums of squares, clipping
 // Per-element arithmetic comes from numeric.hpp, shared with the CPU reference.
@@ -21,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -58,6 +60,8 @@ class CachingAllocator {
   std::map<void*, std::size_t> live_;       // block -> rounded size
   std::size_t cached_bytes_ = 0, live_bytes_ = 0, peak_reserved_bytes_ = 0;
 };
+
+class CudnnSdpa;
 
 class CudaBackend final : public Backend {
  public:
@@ -160,6 +164,8 @@ class CudaBackend final : public Backend {
   void attention_forward(Stream s, const Attention& a) override;
   void attention_delta(Stream s, CRef dout, CRef out, float* delta, std::int64_t rows, int head_dim) override;
   void attention_backward(Stream s, const AttentionGrad& a) override;
+  // cuDNN's fused attention for this device, loaded on first use (cuda_attention.cu).
+  CudnnSdpa& cudnn_sdpa();
 
   // cuda_loss.cu
   void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols) override;
@@ -202,6 +208,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t origin_ = nullptr;
   std::vector<cudaEvent_t> marks_;       // mark id -> event recorded on its stream
   std::vector<cudaEvent_t> spare_events_;  // released marks, reused
+  std::unique_ptr<CudnnSdpa> cudnn_;       // null until an attention op first asks for it
 };
 
 }  // namespace tessel::kernels::cuda

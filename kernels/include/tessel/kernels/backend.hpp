@@ -101,20 +101,19 @@ struct Attention {
 
 // The backward of Attention for one key/value block, with `delta` = rowsum(dout * out)
 // from attention_delta (over the final out): dq += and, with accumulate_kv, dk, dv +=
-// (else written). Recomputes probabilities from q, k and lse.
+// (else written). Recomputes probabilities from q, k and lse. `out` (optional, [bh x
+// q_len x d]) is that final out: a backend may compute delta from it instead (cuDNN's
+// fused backward does, and runs only where it is given).
 struct AttentionGrad {
   int bh = 0, q_len = 0, kv_len = 0, head_dim = 0;
   int q_first = 0, kv_first = 0;
   float scale = 1.0f;
   CRef q, k, v, dout;
+  CRef out;
   const float* lse = nullptr;
   const float* delta = nullptr;
   Ref dq, dk, dv;  // dq in the compute type, accumulated; dk, dv likewise
   bool accumulate_kv = false;
-  // The forward's output that delta was made from, where the key/value block is the
-  // queries' own (q_first == kv_first, q_len == kv_len, one block): a fused library kernel
-  // (cuDNN) recomputes delta from it. Null otherwise; the CPU reference never reads it.
-  CRef out;
 };
 
 // One contiguous piece of a flat fp32 range (a tensor's part of a bucket), for the
@@ -349,6 +348,10 @@ int cuda_device_count();
 // run there. False without a CUDA backend, a driver or that device.
 bool cuda_device_has_fp8(int device);
 bool cuda_backend_built();
+// Which fused attention the CUDA backends of this process ran last, forward and backward,
+// and why: "forward: cudnn 9.19.0 engine 8 (...); backward: flash (not supported: ...)".
+// For reports; says so when this build has no CUDA backend.
+std::string cuda_attention_path_note();
 // What CUDA calls `device` ("NVIDIA H100 80GB HBM3") and its memory, without creating a
 // backend (profiles and reports name the device they measured). Throws tessel::Error
 // when this build has no CUDA backend or the device does not exist.
