@@ -109,8 +109,10 @@ while [ -n "$pending" ]; do
       is_system_or_cuda "$library" && continue
       cp -L "$library" "$bundle/lib/$(basename "$library")"
       strip --strip-unneeded "$bundle/lib/$(basename "$library")" 2>/dev/null || true
+      if command -v patchelf >/dev/null; then patchelf --remove-rpath "$bundle/lib/$(basename "$library")"; fi
       next="$next $bundle/lib/$(basename "$library")"
-    done < <(ldd "$file" 2>/dev/null | awk '/=> \// {print $3}')
+    done < <(LD_LIBRARY_PATH="$build_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$file" 2>/dev/null |
+             awk '/=> \// {print $3}')
   done
   pending=$next
 done

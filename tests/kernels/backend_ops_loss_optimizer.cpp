@@ -105,6 +105,15 @@ void run_adamw_step(OpRun& r) {
     float* v = r.inout_f32(tag + "v", kParams, 0.0f, 0.01f);
     r.backend().adamw_step(r.stream(), param, grad, m, v, kParams, p, grad_scale);
   }
+  if (!r.device_shapes()) return;
+  // One float past each allocation: no 16-byte alignment, the GPU's element path.
+  AdamWParams p;
+  p.lr = 1e-2f, p.weight_decay = 0.1f, p.step = 3;
+  const float* grad = r.in_f32(kParams + 1) + 1;
+  float* param = r.inout_f32("unaligned.param", kParams + 1) + 1;
+  float* m = r.inout_f32("unaligned.m", kParams + 1, -0.1f, 0.1f) + 1;
+  float* v = r.inout_f32("unaligned.v", kParams + 1, 0.0f, 0.01f) + 1;
+  r.backend().adamw_step(r.stream(), param, grad, m, v, kParams, p, nullptr);
 }
 
 void run_lamb_update(OpRun& r) {

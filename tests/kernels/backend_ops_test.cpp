@@ -27,6 +27,15 @@ TEST_P(BackendOps, CpuBf16StorageMatchesCpuFp32) {
   EXPECT_TRUE(matches(op(), cpu_backend(), DType::bf16, DType::f32, op().bf16_tolerance));
 }
 
+// The device shapes (only the GPU check compares them across backends) run on the CPU
+// too, so a case that reads past its inputs or leaves an output unwritten is found here
+// and not on a lent GPU.
+TEST_P(BackendOps, DeviceShapesRunOnTheCpu) {
+  OpShapes shapes;
+  shapes.device_shapes = true;
+  EXPECT_TRUE(matches(op(), cpu_backend(), DType::bf16, DType::f32, op().bf16_tolerance, shapes));
+}
+
 TEST_P(BackendOps, CpuIsRepeatableBitForBit) {
   const std::vector<Output> first = run_op(op(), cpu_backend(), DType::f32);
   const std::vector<Output> second = run_op(op(), cpu_backend(), DType::f32);

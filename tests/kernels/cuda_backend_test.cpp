@@ -1,6 +1,7 @@
 // The CUDA backend's parts that need no device: the factory's errors on any machine, and
-// in CUDA builds the allocator's size classes and the column-sum chunking. Its ops on a
-// device are cuda_backend_device_test.cpp (label gpu).
+// in CUDA builds the column-sum chunking. Its ops on a
+// device are cuda_backend_device_test.cpp (label gpu); its allocator's policy is
+// block_cache_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -51,18 +52,6 @@ TEST(CudaBackend, FactoryNamesTheMissingDeviceAndHowManyThereAre) {
 }
 
 #if defined(TESSEL_CUDA_BUILT)
-TEST(CudaBackend, AllocatorRoundsToSizeClasses) {
-  using cuda::CachingAllocator;
-  EXPECT_EQ(CachingAllocator::rounded_bytes(0), 512u);
-  EXPECT_EQ(CachingAllocator::rounded_bytes(1), 512u);
-  EXPECT_EQ(CachingAllocator::rounded_bytes(512), 512u);
-  EXPECT_EQ(CachingAllocator::rounded_bytes(513), 1024u);
-  EXPECT_EQ(CachingAllocator::rounded_bytes(std::size_t(1) << 20), std::size_t(1) << 20);
-  EXPECT_EQ(CachingAllocator::rounded_bytes((std::size_t(1) << 20) + 1), std::size_t(2) << 20);
-  EXPECT_EQ(CachingAllocator::rounded_bytes((std::size_t(3) << 20) - 5), std::size_t(4) << 20);
-  EXPECT_EQ(CachingAllocator::rounded_bytes(std::size_t(4) << 20), std::size_t(4) << 20);
-}
-
 TEST(CudaBackend, ColumnSumChunksCoverEveryRowOnceWithNoneEmpty) {
   using cuda::column_chunks;
   for (int rows : {1, 2, 31, 32, 33, 100, 1000, 2047, 2048, 2049, 4097, 100003}) {
