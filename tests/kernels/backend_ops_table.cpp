@@ -67,6 +67,7 @@ const OpCase kOps[] = {
     {"cross_entropy_sums", kF32, kBf16, run_cross_entropy_sums},
     {"cross_entropy_loss", kF32, kF32, run_cross_entropy_loss},
     {"cross_entropy_backward", kF32, kBf16, run_cross_entropy_backward},
+    {"cross_entropy_fused", kF32, kBf16, run_cross_entropy_fused},
     {"embedding_forward", 0.0, kBf16, run_embedding_forward},  // rows copied: exact within a type
     {"embedding_backward", kF32, kBf16, run_embedding_backward},
     // optimizers and norms

@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   bool host_memory() const override { return false; }
+  int gemm_width_multiple() const override { return 128; }  // tensor-core tiles
   DType default_compute_type(bool bf16_plan) const override { return bf16_plan ? DType::bf16 : DType::f32; }
   int device() const { return device_; }
   cudaStream_t native(Stream s) const { return streams_[static_cast<std::size_t>(s)]; }
@@ -169,14 +170,16 @@ class CudaBackend final : public Backend {
   CudnnSdpa& cudnn_sdpa();
 
   // cuda_loss.cu
-  void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols) override;
+  void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols, int valid_cols) override;
   void cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, float* sum_exp,
-                          float* target_logit, int rows, int cols, int vocab_start) override;
+                          float* target_logit, int rows, int cols, int valid_cols, int vocab_start) override;
   void cross_entropy_loss(Stream s, const float* row_max, const float* sum_exp, const float* target_logit, int rows,
                           double* loss_sum) override;
   void cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
-                              const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start,
+                              const float* sum_exp, Ref dlogits, int rows, int cols, int valid_cols, int vocab_start,
                               float scale) override;
+  void cross_entropy_fused(Stream s, CRef logits, const std::int32_t* targets, Ref dlogits, int rows, int cols,
+                           int valid_cols, float scale, double* loss_sum) override;
   void embedding_forward(Stream s, const std::int32_t* tokens, CRef table, Ref out, int n, int dim, int vocab_start,
                          int vocab_rows) override;
   void embedding_backward(Stream s, const std::int32_t* tokens, CRef dout, float* table_gradient, int n, int dim,
