@@ -137,13 +137,11 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   out.micro_batches = m;
   const StageSteps& steps = *stage_steps(p);
   const StageShape& shape = *steps.shape;
-  // The search ranks by step time and memory alone: the breakdown and the traffic volumes
-  // are worked out for the plans it keeps (and every estimate()).
+  // The search ranks by step and memory alone: the breakdown is for the plans it keeps.
   const bool detail = !pipeline_bound;
   thread_local Scratch scratch;
   const std::size_t class_count = shape.classes.size();
-  // Offload of dense models: each class's chunk plan totals, read by its passes' fetches,
-  // its tail and the memory.
+  // Offload of dense models: each class's chunk plan totals (its fetches, tail, memory).
   scratch.chunks.resize(class_count);
   for (std::size_t k = 0; k < class_count; ++k) {
     if (steps.classes[k].chunk_shape) scratch.chunks[k] = chunk_totals(*steps.classes[k].chunk_shape, train_, p, m, chunk_states_);
