@@ -147,5 +147,5 @@ Try next:
     cmake --install $build_dir --prefix ~/.local    or    make package
   every test, and what each promise rests on (docs/RELIABILITY.md):
     make test
-Every subcommand has --help; README.md walks through each of them.
+Every subcommand has --help; docs/USAGE.md walks through each of them.
 EOF
