@@ -136,7 +136,7 @@ MEASURED_EXPERIENCE = {
         {"bucket": "3B to 20B", "best_mfu": 0.5256967211323077,
          "run": "llm-foundry-a100-40gb-09-mpt-13b-seq2048-gpus32", "runs": 19},
         {"bucket": "20B to 100B", "best_mfu": 0.5221413749267693,
-         "run": "llm-foundry-a100-40gb-03-mpt-30b-seq2048-gpus128", "runs": 5},
+         "run": "llm-foundry-a100-40gb-03-mpt-30b-seq2048-gpus128", "runs": 13},
     ],
     "A100-SXM-80GB": [
         {"bucket": "under 3B", "best_mfu": 0.63654971904,
@@ -154,7 +154,7 @@ MEASURED_EXPERIENCE = {
         {"bucket": "3B to 20B", "best_mfu": 0.4943400040428543,
          "run": "megatron-lm-readme-h100-r3-gpt-16b", "runs": 41},
         {"bucket": "20B to 100B", "best_mfu": 0.4645239539114615,
-         "run": "megatron-lm-readme-h100-r4-gpt-32b", "runs": 18},
+         "run": "megatron-lm-readme-h100-r4-gpt-32b", "runs": 19},
         {"bucket": "100B and over", "best_mfu": 0.4794825146553467,
          "run": "megatron-lm-readme-h100-r8-gpt-314b", "runs": 13},
     ],
