@@ -174,6 +174,7 @@ std::vector<planner::PublishedRun> load_runs(const CalibrateArgs& args) {
       }
     }
   }
+  planner::refuse_repeated_ids(runs);
   return runs;
 }
 
