@@ -3,9 +3,9 @@
 # toolkit builds), in a folder of its own, tested where it differs from the build with
 # it: the memory a CPU rank holds (the memory-fidelity tests, the runtime `tessel profile`
 # measures, which counts the CUDA libraries only where they are linked) and the CUDA
-# backend's absence (profile --backend cuda refuses). Every other library source compiles
-# to the same objects, so with ccache (scripts/packages.txt) after `make test` the
-# kernels' stand-in, cli_test's sources (they name this build's binary), the links and
+# backend's absence (profile --backend cuda refuses). Every other source compiles to the
+# same objects (the tests find tessel beside them at run time), so with ccache
+# (scripts/packages.txt) after `make test` the few sources that differ, the links and
 # these tests cost the time.
 # Usage: scripts/test_without_cuda.sh [--build-dir build-nocuda]
 set -euo pipefail
