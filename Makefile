@@ -8,9 +8,10 @@
 # one that packages it (docs/INSTALL.md):
 #   make package         a CPU-only build in $(BUILD_DIR)-package and its Debian package
 # and two for GPU machines (docs/GPU.md):
-#   make gpu-bundle  builds here and packs tessel-gpu-bundle.tar.gz for a GPU machine
-#   make gpu-check   on a GPU machine with a build environment: builds, runs the GPU
-#                    tests, profiler, benchmarks and PyTorch reference into one report
+#   make gpu-bundle  a field build here (build-gpu-bundle: sm_90, no simulator or GUI)
+#                    packed as tessel-gpu-bundle.tar.gz (at most 24 MiB) for a GPU machine
+#   make gpu-check   on a GPU machine that has a build: the GPU tests, fp32 layouts against
+#                    the CPU, GPT-2 124M next to torch.compile, the profile, one report
 #                    (on a bundle: tessel-gpu-bundle/gpu-check)
 BUILD_DIR ?= build
 FUZZ_SECONDS ?= 20
@@ -36,7 +37,7 @@ package:
 	@scripts/package-deb.sh $(BUILD_DIR)-package
 
 gpu-bundle:
-	@scripts/gpu-bundle.sh --build-dir $(BUILD_DIR)
+	@scripts/gpu-bundle.sh
 
 gpu-check:
 	@scripts/gpu-check.sh --build-dir $(BUILD_DIR)

@@ -10,20 +10,21 @@ rm -f "$corpus_db" "$corpus_db-wal" "$corpus_db-shm"
 printf '\n$ tessel calibrate --published corpus/published --device H100-SXM --db %s   # (per-run rows cut)\n' \
   "$corpus_db"
 "$tessel" calibrate --published corpus/published --device H100-SXM --db "$corpus_db" >"$out/corpus-calibration.txt"
-grep -E '^(== |fitted parameters|calibration runs|leave-one-out|held out|wall time)' "$out/corpus-calibration.txt" |
-  tee "$last"
-loo=$(sed -nE 's/^leave-one-out: +MAPE +([0-9.]+%).*/\1/p' "$last")
+grep -E '^(== |fitted parameters|verdict|calibration runs|leave-one-out|leave-one-source-out|held out|band|wall time)' \
+  "$out/corpus-calibration.txt" | tee "$last"
+loso=$(sed -nE 's/^leave-one-source-out, by source: +MAPE +([0-9.]+%).*/\1/p' "$last")
 held_before=$(sed -nE 's/^held out, before: +MAPE +([0-9.]+%).*/\1/p' "$last")
 held_after=$(sed -nE 's/^held out, after: +MAPE +([0-9.]+%).*/\1/p' "$last")
-# The held-out row the fit moved furthest: its id and its error after the fit.
-worst_held_out=$(awk '$NF == "out" && $(NF-1) == "held" { e = $(NF-2); a = e; sub(/^[-+]/, "", a); sub(/%$/, "", a);
-  if (a + 0 > best) { best = a + 0; line = $1 " at " e } } END { print line }' "$out/corpus-calibration.txt")
-explain "Fitted on the H100 runs others published (held-out sources only predicted): each run is predicted by a fit that did not see it within ${loo:-a few percent} on average. The megatron_memory_factor and compiled_memory_factor say Megatron-LM's and torch.compile's fused kernels run the ops between the GEMMs faster than eager PyTorch, whose runs most of the corpus are."
-explain "The held-out sources (runs no fit ever sees) err ${held_before:-?} before the fit and ${held_after:-?} after it, worst ${worst_held_out:-?} ($out/corpus-calibration.txt lists each): the fit follows the corpus, most of whose rows are eager PyTorch (memory_efficiency_scale above: its elementwise ops far below the datasheet's bandwidth), and the few Megatron rows it saw do not teach it how fast NeMo's Megatron-Core kernels run those ops in the held-out runs. Leave-one-out measures runs like the corpus's; the held-out error is the honest figure for runs unlike them."
+# The held-out row furthest off after the fit: its id and its error (the row's last
+# columns: after, its error, then "held out" for both leave-out figures).
+worst_held_out=$(awk '$NF == "out" && $(NF-1) == "held" && $(NF-3) == "held" { e = $(NF-4); a = e; sub(/^[-+]/, "", a);
+  sub(/%$/, "", a); if (a + 0 > best) { best = a + 0; line = $1 " at " e } } END { print line }' "$out/corpus-calibration.txt")
+explain "Fitted on the H100 runs others published (held-out sources only predicted): each source is predicted by a fit that never saw it within ${loso:-some percent} on average, every source weighing the same; the error band comes from those errors. The megatron_memory_factor and compiled_memory_factor say Megatron-LM's and torch.compile's fused kernels run the ops between the GEMMs faster than eager PyTorch."
+explain "The held-out sources (runs no fit ever sees) err ${held_before:-?} before the fit and ${held_after:-?} after it, worst ${worst_held_out:-?} ($out/corpus-calibration.txt lists each run): the fit is judged on the corpus's sources it left out (the verdict above), and a source unlike all of them can move the other way; the held-out error is the honest figure for runs unlike the corpus's."
 search=(plan --model gpt3-13b --cluster dgx-h100 --nodes 4 --global-batch 256 --top 1 --db "$corpus_db")
 run "${search[@]}" --kernels fused
 run "${search[@]}" --kernels fused --framework megatron
-explain "The same search for flash attention in eager PyTorch, then in Megatron-LM: the calibrated profile prices each framework's own kernels, each step time carries its band from the leave-one-out errors, and an MFU above what the corpus measured for this size is marked '!'."
+explain "The same search for flash attention in eager PyTorch, then in Megatron-LM: the calibrated profile prices each framework's own kernels, each step time carries its band from the leave-one-source-out errors, and an MFU above what the corpus measured for this size is marked '!'."
 printf '\n$ tessel estimate --import tests/interop/fixtures/torchtitan_llama3_8b.toml --cluster dgx-h100 --nodes 8 --db %s   # (lines cut)\n' \
   "$corpus_db"
 "$tessel" estimate --import tests/interop/fixtures/torchtitan_llama3_8b.toml --cluster dgx-h100 --nodes 8 \

@@ -1,30 +1,39 @@
 #!/usr/bin/env bash
-# gpu-check: everything tessel can check on a lent GPU machine, in one command and one
-# report. It asks the driver for a GPU before anything else, so a machine without one
-# gets one line ("gpu-check: no GPU: <why>") and a non-zero status, and nothing runs.
-# Then, on a bundle (scripts/gpu-bundle.sh; the GPU machine cannot build tessel) or a
-# build folder: the GPU tests (ctest label `gpu`), the GPU profiler into a database
-# (and its JSON export), the executor benchmark, and the PyTorch reference (the same
-# small GPT in bf16, a baseline measured in the same run). Each step's output goes into
-# one markdown report with the device name and the date; a failing step is reported
-# and the others still run. Exit status: 0 when every step passed, 1 otherwise.
+# gpu-check: what tessel checks on a lent GPU machine, in one command of at most 8 minutes
+# on an H100 and one folder of at most 8 files (report.md, steps.log, summary.json,
+# tessel.db with the measured profile and runs, profile-<device>.json). A machine without
+# a GPU gets one line ("gpu-check: no GPU: <why>") and a non-zero status, and nothing runs.
+# The steps (scripts/gpu_check_steps.sh), each stopped at its budget, a failing one
+# reported and the next still run; one whose budget no longer fits is not started:
+#   libraries, gpu-tests, fp32-layouts, gpt2-124m, profile, prediction, sanitizer
 #
-#   scripts/gpu-check.sh [--bundle DIR | --build-dir DIR] [--out DIR] [--quick] [--device N]
-# GPU_CHECK_NVIDIA_SMI names the nvidia-smi to ask (tests point it at a missing file).
+#   scripts/gpu-check.sh [--bundle DIR | --build-dir DIR] [--out DIR] [--device N] [--budget-s S]
+#   scripts/gpu-check.sh --print-budget     the steps' budgets and their sum, then exit
+# GPU_CHECK_NVIDIA_SMI names the nvidia-smi to ask (tests point it at fakes).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=""
 build_dir=""
 out_dir=$PWD/gpu-check-out
-quick=""
 device=0
+budget_s=480
+# Seconds each step may take on an H100, estimated from what it runs (docs/GPU.md): the
+# GPU tests are 79 processes, the op table's CPU references the longest; the layouts are
+# 12 short runs of a 2-layer model; GPT-2 is 25 tessel steps and torch.compile's compile
+# (about a minute) plus 25 steps; the quick profile is bounded at 90 s by the issue.
+steps=(libraries:10 gpu-tests:130 fp32-layouts:75 gpt2-124m:120 profile:90 prediction:10 sanitizer:40)
 while [ $# -gt 0 ]; do
   case $1 in
     --bundle) bundle=$(cd "$2" && pwd); shift 2 ;;
-    --build-dir) build_dir=$2; shift 2 ;;
+    --build-dir) build_dir=$(cd "$2" && pwd); shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
-    --quick) quick=--quick; shift ;;
     --device) device=$2; shift 2 ;;
+    --budget-s) budget_s=$2; shift 2 ;;
+    --print-budget)
+      total=0
+      for entry in "${steps[@]}"; do echo "${entry%%:*} ${entry#*:}"; total=$((total + ${entry#*:})); done
+      echo "total $total"
+      exit 0 ;;
     -h|--help) sed -n 2,13p "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -46,131 +55,91 @@ if [ -z "$device_name" ]; then
   exit 1
 fi
 
-# ---- where the binaries are ----
+# ---- where the programs are ----
 if [ -n "$bundle" ]; then
-  bin=$bundle/bin
-  reference=$bundle/bench/torch_reference.py
+  export BIN=$bundle/bin TOOLS=$bundle/scripts PLANS=$bundle/plans BUNDLE=$bundle
 else
-  build_dir=${build_dir:-$root/build-gpu}
-  bin=$build_dir/bin
-  reference=$root/bench/torch_reference.py
-  if [ ! -x "$bin/tessel" ]; then
-    echo "gpu-check: building into $build_dir" >&2
-    "$root/scripts/build.sh" "$build_dir" >&2 || { echo "gpu-check: the build failed (on a machine without Debian's -dev packages use scripts/gpu-bundle.sh)"; exit 1; }
-  fi
+  build_dir=${build_dir:-$root/build}
+  export BIN=$build_dir/bin TOOLS=$root/scripts PLANS=$root/examples/cpu-suite BUNDLE=""
 fi
+for program in tessel tessel-rank gpu_test; do
+  [ -x "$BIN/$program" ] || { echo "gpu-check: $BIN/$program is missing (build it, or unpack a bundle)"; exit 1; }
+done
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OUT=$out_dir WORK=$work DEVICE=$device DEVICE_NAME=$device_name NUMBERS=$work/numbers
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-$device} DEVICE=0
 date_utc=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-slug=$(tr -c 'A-Za-z0-9\n' '-' <<<"$device_name" | tr -s '-')
-report=$out_dir/gpu-check-$(date -u +%Y%m%d-%H%M%S)-${slug%-}.md
-log=$out_dir/steps
-mkdir -p "$log"
+log=$out_dir/steps.log
+: >"$log"
+: >"$NUMBERS"
+started=$SECONDS
 failed=0
-summary=()
+rows=()
+json_steps=()
 
-# run_step NAME COMMAND...: runs it, keeps its output for the report, notes the outcome.
-run_step() {
-  local name=$1
-  shift
-  echo "gpu-check: $name ..." >&2
-  local start=$SECONDS
-  "$@" >"$log/$name.out" 2>&1
-  local status=$?
-  local took=$((SECONDS - start))
-  if [ $status -eq 0 ]; then
-    summary+=("| $name | passed | ${took} s |")
+run_step() {  # run_step NAME BUDGET_S
+  local name=$1 budget=$2 left=$((budget_s - (SECONDS - started))) start status outcome took
+  if [ "$budget" -gt "$left" ]; then
+    outcome="not run: out of time (needs $budget s, $left s left)"
+    took=0
   else
-    summary+=("| $name | FAILED (status $status) | ${took} s |")
-    failed=1
+    echo "gpu-check: $name (at most $budget s) ..." >&2
+    printf '\n==== %s (budget %s s) ====\n' "$name" "$budget" >>"$log"
+    start=$SECONDS
+    timeout --kill-after=5 "$budget" bash "$TOOLS/gpu_check_steps.sh" "$name" >>"$log" 2>&1
+    status=$?
+    took=$((SECONDS - start))
+    case $status in
+      0) outcome="passed" ;;
+      124|137) outcome="FAILED: stopped at its budget of $budget s"; failed=1 ;;
+      3) outcome="FAILED: GPU tests skipped on a machine with a GPU"; failed=1 ;;
+      4) outcome="not run: its tool is missing (see the log)" ;;
+      *) outcome="FAILED (status $status)"; failed=1 ;;
+    esac
+    echo "gpu-check: $name: $outcome (${took} s)" >&2
   fi
-  echo "gpu-check: $name: status $status (${took} s)" >&2
-  return $status
+  rows+=("| $name | $outcome | $took s | $budget s |")
+  json_steps+=("{\"step\": \"$name\", \"outcome\": \"$outcome\", \"seconds\": $took, \"budget_s\": $budget}")
 }
 
-# The GPU tests: ctest -L gpu in a build folder; in a bundle the executables and
-# filters its gpu-tests.txt lists (ctest's files name the build machine's paths).
-gpu_tests() {
-  if [ -z "$bundle" ]; then
-    ctest --test-dir "$build_dir" -L gpu --no-tests=error --output-on-failure
-    return
-  fi
-  [ -s "$bundle/gpu-tests.txt" ] || { echo "the bundle lists no GPU tests (gpu-tests.txt is empty)"; return 1; }
-  local status=0 executable filter
-  while read -r executable filter; do
-    echo "== $executable --gtest_filter=$filter"
-    "$bin/$executable" --gtest_filter="$filter" --gtest_brief=0 || status=1
-  done <"$bundle/gpu-tests.txt"
-  return $status
-}
+for entry in "${steps[@]}"; do run_step "${entry%%:*}" "${entry#*:}"; done
 
-# A GPU test that skips on a GPU machine is a finding (its message says why): the step fails.
-gpu_tests_none_skipped() {
-  gpu_tests
-  local status=$? skipped
-  skipped=$(grep -c -e '^\[  SKIPPED \] .*(' -e '\*\*\*Skipped' "$log/gpu-tests.out" 2>/dev/null)
-  if [ "${skipped:-0}" -gt 0 ]; then
-    echo "gpu-check: $skipped GPU tests skipped on a machine with a GPU (see their messages above)"
-    [ $status -eq 0 ] && status=3
-  fi
-  return $status
-}
-
-db=$out_dir/profile.db
-run_step gpu-tests gpu_tests_none_skipped
-run_step gpu-profile "$bin/tessel" profile --backend cuda --device "$device" $quick --db "$db"
-profiled=$(sed -n 's/.* as device \([^ ]*\)$/\1/p' "$log/gpu-profile.out" | tail -1)
-if [ -n "$profiled" ]; then
-  run_step profile-export "$bin/tessel" profile export --device "$profiled" --db "$db" --out "$out_dir/profile-$profiled.json"
-  "$bin/tessel" profile show --device "$profiled" --db "$db" >"$log/profile-show.out" 2>&1
-fi
-# The benchmark takes no --help (it would run its CPU steps for minutes): its binary is
-# searched for the option its GPU mode will parse.
-if [ -x "$bin/tessel_bench_executor" ] && grep -qa -- '--backend' "$bin/tessel_bench_executor"; then
-  run_step executor-bench "$bin/tessel_bench_executor" --backend cuda
-elif [ -x "$bin/tessel_bench_executor" ]; then
-  echo "tessel_bench_executor has no GPU mode yet (no --backend option): not run" >"$log/executor-bench.out"
-  summary+=("| executor-bench | not run: no GPU mode yet | |")
-else
-  echo "tessel_bench_executor is not in $bin: not run" >"$log/executor-bench.out"
-  summary+=("| executor-bench | not run: not built | |")
-fi
-run_step torch-reference python3 "$reference" --device "$device" --json
-
-# ---- the report ----
-section() {
-  local title=$1 file=$2
-  [ -f "$file" ] || return 0
-  printf '\n## %s\n\n```\n' "$title"
-  tail -c 60000 "$file"
-  printf '```\n'
-}
+# ---- the report: the first lines say what failed ----
+value() { sed -n "s/^$1=//p" "$NUMBERS" | tail -1; }
+missing=$(sed -n 's/^MISSING for //p; s/^\(lib[^:]*\): NOT FOUND (required)/\1 not found/p' "$log" | head -5)
 {
   echo "# tessel gpu-check: $device_name"
   echo
-  echo "- date: $date_utc"
-  echo "- host: $(hostname)"
-  echo "- device $device: $device_name"
-  echo "- driver: $("$smi" --query-gpu=driver_version,memory.total --format=csv,noheader -i "$device" 2>/dev/null | head -1)"
+  if [ -n "$missing" ]; then
+    echo "**Libraries missing:**"
+    sed 's/^/- /' <<<"$missing"
+    echo
+  fi
+  echo "- date: $date_utc, $((SECONDS - started)) s of a $budget_s s budget"
+  echo "- host: $(hostname); device $device: $device_name"
+  echo "- driver and memory: $("$smi" --query-gpu=driver_version,memory.total --format=csv,noheader -i "$device" 2>/dev/null | head -1)"
   echo "- CUDA toolkit: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null) | tail -1)"
-  if [ -n "$bundle" ]; then echo "- tessel: bundle $bundle ($(head -1 "$bundle/BUILD_INFO" 2>/dev/null))"; else echo "- tessel: build $build_dir ($(git -C "$root" describe --always --dirty 2>/dev/null))"; fi
-  echo "- profile database: $db${profiled:+ (device $profiled, JSON: profile-$profiled.json)}"
-  echo "- not measured: see the profile's meta \`not_measured\` (\`tessel profile show\` prints it)"
+  if [ -n "$bundle" ]; then echo "- tessel: bundle ($(head -1 "$bundle/BUILD_INFO" 2>/dev/null)); $(sed -n 3p "$bundle/BUILD_INFO" 2>/dev/null)"
+  else echo "- tessel: build $build_dir ($(git -C "$root" describe --always --dirty 2>/dev/null))"; fi
   echo
-  echo "| step | outcome | time |"
-  echo "|---|---|---|"
-  printf '%s\n' "${summary[@]}"
-  echo
-  echo "GPU devices: $(tr '\n' ';' <<<"$gpu_list")"
+  echo "| step | outcome | time | budget |"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
   echo
   echo "Key numbers:"
-  echo "- GPU profile: $(grep -h '^measured ' "$log/gpu-profile.out" 2>/dev/null || echo 'none (see below)')"
-  echo "- PyTorch reference: $(python3 -c 'import json,sys; r=json.loads([l for l in sys.stdin.read().splitlines() if l.startswith("{")][-1]); print("%.2f ms/step, %.0f tokens/s, %d parameters, torch %s on %s" % (r["step_s"] * 1e3, r["tokens_per_s"], r["parameters"], r["torch"], r["device"]))' <"$log/torch-reference.out" 2>/dev/null || echo 'none (see below)')"
-  section "GPU tests" "$log/gpu-tests.out"
-  section "GPU profile" "$log/gpu-profile.out"
-  section "Profile as the planner sees it" "$log/profile-show.out"
-  section "Executor benchmark" "$log/executor-bench.out"
-  section "PyTorch reference (same run)" "$log/torch-reference.out"
-} >"$report"
-echo "gpu-check: report $report"
+  echo "- GPU tests: $(value gpu_tests_failed) failed, $(value gpu_tests_skipped) skipped"
+  echo "- fp32 on the GPU against the CPU executor: $(sed -n 's/^layout_\(.*\)=\(.*\)/\1 \2/p' "$NUMBERS" | tr '\n' ';')"
+  echo "- GPT-2 124M: $(value gpt2_tessel); next to $(value gpt2_torch.compile)"
+  echo
+  echo "The whole log is steps.log; the database tessel.db holds the measured profile and runs."
+} >"$out_dir/report.md"
+{
+  echo "{\"device\": \"$device_name\", \"date\": \"$date_utc\", \"budget_s\": $budget_s,"
+  echo " \"steps\": [$(IFS=,; echo "${json_steps[*]}")],"
+  echo " \"numbers\": {$(sed 's/"/\\"/g; s/^\([^=]*\)=\(.*\)$/"\1": "\2"/' "$NUMBERS" | paste -sd, -)}}"
+} >"$out_dir/summary.json"
+echo "gpu-check: report $out_dir/report.md ($(ls "$out_dir" | wc -l) files in $out_dir)"
 exit $failed

@@ -133,7 +133,7 @@ DEVICES = [
 MEASURED_EXPERIENCE = {
     "A100-SXM-40GB": [
         {"bucket": "under 3B", "best_mfu": 0.5944078824369231,
-         "run": "llm-foundry-a100-40gb-34-mpt-3b-seq512-gpus8", "runs": 55},
+         "run": "llm-foundry-a100-40gb-34-mpt-3b-seq512-gpus8", "runs": 56},
         {"bucket": "3B to 20B", "best_mfu": 0.5256967211323077,
          "run": "llm-foundry-a100-40gb-09-mpt-13b-seq2048-gpus32", "runs": 19},
         {"bucket": "20B to 100B", "best_mfu": 0.5221413749267693,
@@ -141,19 +141,19 @@ MEASURED_EXPERIENCE = {
     ],
     "A100-SXM-80GB": [
         {"bucket": "under 3B", "best_mfu": 0.63654971904,
-         "run": "llm-foundry-a100-80gb-28-mpt-3b-seq512-gpus8", "runs": 41},
+         "run": "llm-foundry-a100-80gb-28-mpt-3b-seq512-gpus8", "runs": 52},
         {"bucket": "3B to 20B", "best_mfu": 0.6413519509661539,
-         "run": "llm-foundry-a100-80gb-19-mpt-7b-seq2048-gpus8", "runs": 13},
+         "run": "llm-foundry-a100-80gb-19-mpt-7b-seq2048-gpus8", "runs": 52},
         {"bucket": "20B to 100B", "best_mfu": 0.5638376512590769,
-         "run": "llm-foundry-a100-80gb-07-mpt-30b-seq512-gpus8", "runs": 7},
+         "run": "llm-foundry-a100-80gb-07-mpt-30b-seq512-gpus8", "runs": 13},
         {"bucket": "100B and over", "best_mfu": 0.5304057472866461,
          "run": "megascale-t2-megatron-lm-175b-gpus256-batch768", "runs": 13},
     ],
     "H100-SXM": [
         {"bucket": "under 3B", "best_mfu": 0.4628763340613705,
-         "run": "llm-foundry-h100-bf16-32-mpt-3b-seq512-gpus8", "runs": 44},
+         "run": "llm-foundry-h100-bf16-32-mpt-3b-seq512-gpus8", "runs": 46},
         {"bucket": "3B to 20B", "best_mfu": 0.4943400040428543,
-         "run": "megatron-lm-readme-h100-r3-gpt-16b", "runs": 35},
+         "run": "megatron-lm-readme-h100-r3-gpt-16b", "runs": 41},
         {"bucket": "20B to 100B", "best_mfu": 0.4645239539114615,
          "run": "megatron-lm-readme-h100-r4-gpt-32b", "runs": 18},
         {"bucket": "100B and over", "best_mfu": 0.4794825146553467,

@@ -1,9 +1,9 @@
 // `tessel calibrate`: fit a device profile's calibration parameters to the published
 // corpus and write the calibrated profile. Everything is computed and printed before
 // anything is written, so a bad input leaves the database and --out untouched. It
-// prints, per device, the fitted parameters, every run's error before and after and
-// its leave-one-out error, then the held-out sources' errors under the fitted profile
-// (predicted, never fitted), and the wall time; with --simulated, the same rows simulated
+// prints, per device, the fitted parameters and the verdict on them, every run's error
+// before and after, left out alone and with its whole source, then the held-out sources'
+// errors under the fitted profile (predicted, never fitted), and the wall time; with --simulated, the same rows simulated
 // (calibrate_simulated.hpp) and the simulator's own band stored beside the analytic one.
 #include <fmt/format.h>
 
@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "calibrate_report.hpp"
 #include "calibrate_simulated.hpp"
 #include "commands.hpp"
 #include "format.hpp"
@@ -41,7 +42,6 @@ struct CalibrateArgs {
   std::vector<std::string> fit;
   std::string runs;  // "all" or run ids "1,2,3" from the database
   std::string held_out_runs;  // run ids priced with the fit, never fitted on
-  std::string unstated_kernels = "unfused";
   int max_evaluations = 400;
   double prior_weight = planner::CalibrationOptions{}.prior_weight;
   bool simulated = false;            // also simulate the rows (calibrate_simulated.hpp)
@@ -85,60 +85,6 @@ std::vector<std::int64_t> parse_run_ids(const std::string& text, const char* opt
     start = comma + 1;
   }
   return ids;
-}
-
-std::string percent(double fraction) { return std::isfinite(fraction) ? fmt::format("{:+.1f}%", 100 * fraction) : "-"; }
-
-struct ErrorSummary {
-  double mape = 0, signed_mean = 0, worst = 0;
-  std::size_t rows = 0;
-};
-ErrorSummary summarise(const std::vector<double>& predicted, const planner::RunSet& runs,
-                       const std::vector<std::size_t>& rows) {
-  ErrorSummary s;
-  s.rows = rows.size();
-  for (std::size_t row : rows) {
-    const double error = predicted[row] / runs.measured_s(row) - 1.0;
-    s.mape += std::abs(error);
-    s.signed_mean += error;
-    s.worst = std::max(s.worst, std::abs(error));
-  }
-  if (!rows.empty()) s.mape /= double(rows.size()), s.signed_mean /= double(rows.size());
-  return s;
-}
-std::string describe(const ErrorSummary& s) {
-  return fmt::format("MAPE {:5.1f}%  signed mean {:+6.1f}%  worst {:5.1f}%  ({} runs)", 100 * s.mape,
-                     100 * s.signed_mean, 100 * s.worst, s.rows);
-}
-
-// Before calibration and leave-one-out per framework, where the fitted rows hold more than
-// one: how far the datasheet model is from each framework's runs, and how well the
-// corrections of its kernels (profiles/calibration.hpp) then predict them.
-void print_by_framework(const planner::RunSet& runs, const planner::DeviceCalibration& c) {
-  std::map<Framework, std::vector<std::size_t>> rows_of;
-  for (std::size_t row : c.fitted_rows) rows_of[runs.run(row).plan->train.framework].push_back(row);
-  if (rows_of.size() < 2) return;
-  for (const auto& [framework, rows] : rows_of) {
-    for (const auto& [when, predicted] : {std::pair{"before", &c.before_s}, std::pair{"leave-one-out", &c.leave_one_out_s}}) {
-      const std::string label = fmt::format("{}, {}:", when, to_string(framework));
-      std::cout << fmt::format("{:<30}", label) << describe(summarise(*predicted, runs, rows)) << "\n";
-    }
-  }
-}
-
-void print_runs(const planner::RunSet& runs, const planner::DeviceCalibration& c) {
-  Table table({"run", "measured as", "measured", "before", "error", "after", "error", "leave-one-out"});
-  auto add = [&](std::size_t row) {
-    const double measured = runs.measured_s(row);
-    const double loo = c.leave_one_out_s[row];
-    table.add_row({runs.run(row).id, runs.run(row).measured_key, format_seconds(measured),
-                   format_seconds(c.before_s[row]), percent(c.before_s[row] / measured - 1),
-                   format_seconds(c.after_s[row]), percent(c.after_s[row] / measured - 1),
-                   std::isfinite(loo) ? percent(loo / measured - 1) : "held out"});
-  };
-  for (std::size_t row : c.fitted_rows) add(row);
-  for (std::size_t row : c.held_out_rows) add(row);
-  std::cout << table.render();
 }
 
 // The runs to fit on and to predict: the published corpus, its held-out sources (kept
@@ -194,10 +140,6 @@ int run_calibrate(const CalibrateArgs& args) {
   const std::string inputs = args.runs.empty()        ? "published"
                              : args.published.empty() ? "recorded"
                                                       : "published and recorded";
-  if (args.unstated_kernels != "unfused") {
-    planner::assume_unstated_kernels(runs, args.unstated_kernels == "fused" ? Kernels::fused : Kernels::unfused);
-    std::cout << fmt::format("assumed: rows that do not name train.kernels run {} attention\n", args.unstated_kernels);
-  }
   std::map<std::string, std::vector<planner::PublishedRun>> priceable;
   std::map<std::string, std::vector<const planner::PublishedRun*>> skipped;
   for (const planner::PublishedRun& run : runs) {
@@ -239,22 +181,10 @@ int run_calibrate(const CalibrateArgs& args) {
     const profiles::Profile base = base_profile(device, args.db);
     planner::RunSet set(priceable[device], base);
     const planner::DeviceCalibration c = planner::calibrate_runs(set, options);
-    std::cout << fmt::format("== {}: {} runs fitted, {} held out (predicted only), {} not priced\n", device,
-                             c.fitted_rows.size(), c.held_out_rows.size(), skipped[device].size());
-    std::cout << "fitted parameters:";
-    for (const profiles::Calibration::Parameter& parameter : profiles::Calibration::parameters()) {
-      std::cout << fmt::format(" {} {:.4g};", parameter.name, c.fit.calibration.*(parameter.field));
-    }
-    std::cout << fmt::format("  ({} evaluations in all)\n", c.evaluations);
-    print_runs(set, c);
-    std::cout << "calibration runs, before: " << describe(summarise(c.before_s, set, c.fitted_rows)) << "\n";
-    std::cout << "calibration runs, after:  " << describe(summarise(c.after_s, set, c.fitted_rows)) << "\n";
-    std::cout << "leave-one-out:            " << describe(summarise(c.leave_one_out_s, set, c.fitted_rows)) << "\n";
-    print_by_framework(set, c);
-    if (!c.held_out_rows.empty()) {
-      std::cout << "held out, before:         " << describe(summarise(c.before_s, set, c.held_out_rows)) << "\n";
-      std::cout << "held out, after:          " << describe(summarise(c.after_s, set, c.held_out_rows)) << "\n";
-    }
+    std::cout << fmt::format("== {}: {} runs fitted from {} source{}, {} held out (predicted only), {} not priced\n",
+                             device, c.fitted_rows.size(), c.fitted_sources.size(),
+                             c.fitted_sources.size() == 1 ? "" : "s", c.held_out_rows.size(), skipped[device].size());
+    print_device_calibration(set, c, std::cout);
     profiles::Profile profile = planner::calibrated_profile(base, set, c, inputs);
     if (args.simulated) {
       const SimulatedCalibration simulated = simulate_calibration(set, c, base, simulated_rows,
@@ -314,9 +244,6 @@ Command add_calibrate_command(CLI::App& app) {
                   fmt::format("With --simulated: calibration runs per device to simulate, evenly spaced in corpus "
                               "order (and half as many held out), or all (default {})",
                               kDefaultSimulatedRows));
-  cmd->add_option("--unstated-kernels", args->unstated_kernels,
-                  "Attention kernels of rows that do not name train.kernels: unfused (tessel's default) or fused")
-      ->check(CLI::IsMember({"unfused", "fused"}));
   return [args] { return run_calibrate(*args); };
 }
 

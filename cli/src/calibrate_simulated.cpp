@@ -10,8 +10,11 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <algorithm>
 #include <limits>
+#include <map>
 
+#include "calibrate_report.hpp"
 #include "format.hpp"
 #include "simulate_forked.hpp"
 #include "tessel/core/error.hpp"
@@ -31,36 +34,9 @@ profiles::Profile with_calibration(const profiles::Profile& base, const profiles
   return out;
 }
 
-std::string percent(double fraction) {
-  return std::isfinite(fraction) ? fmt::format("{:+.1f}%", 100 * fraction) : "-";
-}
-
-struct Summary {
-  double mape = 0, signed_mean = 0, worst = 0;
-  std::size_t rows = 0;
-};
-// Over `rows` in order; rows without a prediction are skipped.
-Summary summarise(const std::vector<double>& predicted_s, const planner::RunSet& runs,
-                  const std::vector<std::size_t>& rows) {
-  Summary s;
-  for (std::size_t row : rows) {
-    if (!std::isfinite(predicted_s[row])) continue;
-    const double error = predicted_s[row] / runs.measured_s(row) - 1.0;
-    s.mape += std::abs(error);
-    s.signed_mean += error;
-    s.worst = std::max(s.worst, std::abs(error));
-    ++s.rows;
-  }
-  if (s.rows > 0) s.mape /= double(s.rows), s.signed_mean /= double(s.rows);
-  return s;
-}
-std::string describe(const Summary& s) {
-  return fmt::format("MAPE {:5.1f}%  signed mean {:+6.1f}%  worst {:5.1f}%  ({} runs)", 100 * s.mape,
-                     100 * s.signed_mean, 100 * s.worst, s.rows);
-}
 
 // What a row's simulation is for.
-enum class Purpose { before, after, leave_one_out };
+enum class Purpose { before, after, leave_one_out, leave_one_source_out };
 struct Planned {
   std::size_t row;
   Purpose purpose;
@@ -122,6 +98,7 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
   out.before_s.assign(runs.size(), kNaN);
   out.after_s.assign(runs.size(), kNaN);
   out.leave_one_out_s.assign(runs.size(), kNaN);
+  out.leave_one_source_out_s.assign(runs.size(), kNaN);
   out.cpu_s.assign(runs.size(), kNaN);
 
   const profiles::Profile before = with_calibration(base, profiles::Calibration{});
@@ -135,7 +112,11 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
   for (std::size_t row : out.fitted_rows) {
     add(row, Purpose::before, before);
     add(row, Purpose::after, after);
-    add(row, Purpose::leave_one_out, with_calibration(base, calibration.leave_one_out_calibration[row]));
+    if (std::isfinite(calibration.leave_one_out_s[row]))
+      add(row, Purpose::leave_one_out, with_calibration(base, calibration.leave_one_out_calibration[row]));
+    if (std::isfinite(calibration.leave_one_source_out_s[row]))
+      add(row, Purpose::leave_one_source_out,
+          with_calibration(base, calibration.leave_one_source_out_calibration[row]));
   }
   for (std::size_t row : out.held_out_rows) {
     add(row, Purpose::before, before);
@@ -149,9 +130,10 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
   const std::vector<SimulatedStep> steps = simulate_forked(jobs_list, jobs, progress);
   for (std::size_t j = 0; j < steps.size(); ++j) {
     const Planned& p = planned[j];
-    std::vector<double>& target = p.purpose == Purpose::before  ? out.before_s
-                                  : p.purpose == Purpose::after ? out.after_s
-                                                                : out.leave_one_out_s;
+    std::vector<double>& target = p.purpose == Purpose::before          ? out.before_s
+                                  : p.purpose == Purpose::after         ? out.after_s
+                                  : p.purpose == Purpose::leave_one_out ? out.leave_one_out_s
+                                                                        : out.leave_one_source_out_s;
     target[p.row] = steps[j].step_time_s;
     out.cpu_s[p.row] = (std::isfinite(out.cpu_s[p.row]) ? out.cpu_s[p.row] : 0.0) + steps[j].cpu_s;
     out.cpu_s_total += steps[j].cpu_s;
@@ -174,15 +156,16 @@ void print_simulated_calibration(const planner::RunSet& runs, const planner::Dev
                                          "simulates every run)",
                                          simulated.max_layer_passes));
   Table table({"run", "measured", "sim before", "error", "sim after", "error", "sim leave-one-out",
-               "analytic l-o-o", "sim cpu"});
+               "sim leave-one-source-out", "analytic l-o-s-o", "sim cpu"});
   auto add = [&](std::size_t row) {
     const double measured = runs.measured_s(row);
-    const double loo = simulated.leave_one_out_s[row];
+    const bool held_out = runs.run(row).held_out;
     table.add_row({runs.run(row).id, format_seconds(measured), format_seconds(simulated.before_s[row]),
-                   percent(simulated.before_s[row] / measured - 1), format_seconds(simulated.after_s[row]),
-                   percent(simulated.after_s[row] / measured - 1),
-                   std::isfinite(loo) ? percent(loo / measured - 1) : "held out",
-                   std::isfinite(loo) ? percent(calibration.leave_one_out_s[row] / measured - 1) : "held out",
+                   signed_percent(simulated.before_s[row] / measured - 1), format_seconds(simulated.after_s[row]),
+                   signed_percent(simulated.after_s[row] / measured - 1),
+                   held_out ? "held out" : signed_percent(simulated.leave_one_out_s[row] / measured - 1),
+                   held_out ? "held out" : signed_percent(simulated.leave_one_source_out_s[row] / measured - 1),
+                   held_out ? "held out" : signed_percent(calibration.leave_one_source_out_s[row] / measured - 1),
                    format_seconds(simulated.cpu_s[row])});
   };
   for (std::size_t row : simulated.fitted_rows) add(row);
@@ -195,30 +178,50 @@ void print_simulated_calibration(const planner::RunSet& runs, const planner::Dev
       << "\n";
   out << "analytic leave-one-out, same runs:  "
       << describe(summarise(calibration.leave_one_out_s, runs, fitted)) << "\n";
+  out << "simulated leave-one-source-out:     "
+      << describe(summarise(simulated.leave_one_source_out_s, runs, fitted)) << "\n";
+  out << "analytic leave-one-source-out, same runs: "
+      << describe(summarise(calibration.leave_one_source_out_s, runs, fitted)) << "\n";
   if (!simulated.held_out_rows.empty()) {
     out << "simulated held out, before:         " << describe(summarise(simulated.before_s, runs, simulated.held_out_rows))
         << "\n";
     out << "simulated held out, after:          " << describe(summarise(simulated.after_s, runs, simulated.held_out_rows))
         << "\n";
   }
+  out << "simulated " << coverage_line(unseen_source_band(simulated.leave_one_source_out_s, runs, fitted),
+                                        simulated.after_s, runs, simulated.held_out_rows)
+      << "\n";
   out << fmt::format("simulated: {} simulations in {:.1f} s wall, {:.1f} s processor time\n", simulated.simulations,
                      simulated.wall_s_total, simulated.cpu_s_total);
 }
 
 void add_simulated_band(profiles::Profile& calibrated, const planner::RunSet& runs,
                         const SimulatedCalibration& simulated) {
+  // The simulator's band is of unseen sources where the calibration had several (each
+  // source weighing the same), else of unseen rows, as the analytic one.
+  const bool by_source = std::any_of(simulated.fitted_rows.begin(), simulated.fitted_rows.end(), [&](std::size_t row) {
+    return std::isfinite(simulated.leave_one_source_out_s[row]);
+  });
+  const std::vector<double>& unseen_s = by_source ? simulated.leave_one_source_out_s : simulated.leave_one_out_s;
+  std::map<std::size_t, int> rows_of_source;
+  for (std::size_t row : simulated.fitted_rows) {
+    if (std::isfinite(unseen_s[row])) ++rows_of_source[runs.source_of(row)];
+  }
   std::vector<std::string> ids;
-  std::vector<double> residuals;
+  std::vector<double> residuals, weights;
   double sum = 0;
   for (std::size_t row : simulated.fitted_rows) {
+    if (!std::isfinite(unseen_s[row])) continue;
     ids.push_back(runs.run(row).id);
-    residuals.push_back(simulated.leave_one_out_s[row] / runs.measured_s(row) - 1.0);
+    residuals.push_back(unseen_s[row] / runs.measured_s(row) - 1.0);
+    if (by_source) weights.push_back(1.0 / rows_of_source[runs.source_of(row)]);
     sum += std::abs(residuals.back());
   }
   if (ids.empty()) return;
   Json& meta = calibrated.meta["calibration"];
-  meta["simulated_leave_one_out_residuals"] = profiles::residuals_to_json(ids, residuals);
+  meta["simulated_leave_one_out_residuals"] = profiles::residuals_to_json(ids, residuals, weights);
   meta["simulated_leave_one_out_mape"] = sum / double(ids.size());
+  meta["simulated_band_from"] = by_source ? "leave-one-source-out" : "leave-one-out";
   meta["simulated_runs"] = Json{{"calibration", simulated.fitted_rows.size()}, {"of", simulated.fitted_total}};
 }
 

@@ -1,8 +1,9 @@
 // `tessel calibrate --simulated`: the simulator's side of a calibration. After the
 // analytic fit, calibration rows are simulated (SimGrid, each row's whole cluster) with
-// the profile before calibration, with the full fit, and with the fit that left the row
-// out; held-out rows before and after. The simulated leave-one-out residuals become the
-// simulator's own error band, stored in the profile apart from the analytic one
+// the profile before calibration, with the full fit, with the fit that left the row out
+// and with the fit that left its source out; held-out rows before and after. The
+// simulated leave-one-source-out residuals become the simulator's own error band, stored
+// in the profile apart from the analytic one
 // (meta.calibration.simulated_leave_one_out_residuals, profiles/prediction_bounds.hpp).
 // Most corpus rows simulate in under a second, but held-out Megatron rows with hundreds
 // of micro-batches through 100+ layers take minutes each on a busy two-core machine, so
@@ -37,9 +38,10 @@ struct SimulatedCalibration {
   std::vector<std::size_t> fitted_rows, held_out_rows;  // the simulated ones
   std::size_t fitted_total = 0, held_out_total = 0;     // of the device
   long long max_layer_passes = 0;                       // of a simulated row; 0 = any
-  // Per RunSet row, NaN where not simulated: step times before, after, leave-one-out
-  // (fitted rows only), and the processor seconds the row's simulations took.
-  std::vector<double> before_s, after_s, leave_one_out_s, cpu_s;
+  // Per RunSet row, NaN where not simulated: step times before, after, leave-one-out and
+  // leave-one-source-out (fitted rows only, where the analytic calibration has them), and
+  // the processor seconds the row's simulations took.
+  std::vector<double> before_s, after_s, leave_one_out_s, leave_one_source_out_s, cpu_s;
   std::size_t simulations = 0;
   double wall_s_total = 0, cpu_s_total = 0;
 };
@@ -63,8 +65,9 @@ SimulatedCalibration simulate_calibration(planner::RunSet& runs, const planner::
 void print_simulated_calibration(const planner::RunSet& runs, const planner::DeviceCalibration& calibration,
                                  const SimulatedCalibration& simulated, std::ostream& out);
 
-// Writes the simulated leave-one-out residuals and their MAPE into the calibrated
-// profile's meta.calibration, beside the analytic ones.
+// Writes the simulated leave-one-source-out residuals (leave-one-out for runs of one
+// source) and their MAPE into the calibrated profile's meta.calibration, beside the
+// analytic ones.
 void add_simulated_band(profiles::Profile& calibrated, const planner::RunSet& runs,
                         const SimulatedCalibration& simulated);
 

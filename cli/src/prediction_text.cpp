@@ -17,11 +17,11 @@ std::string band_line(const profiles::PredictionJudgement& judgement) {
   if (!judgement.band_s) return "no band: " + judgement.no_band_reason;
   return fmt::format(
       "{:.0f}% band {}: measured/predicted {:.2f}-{:.2f} ({:.0f}th-{:.0f}th percentile of {} "
-      "{}leave-one-out errors)",
+      "{}{} errors)",
       100 * (profiles::kBandUpperQuantile - profiles::kBandLowerQuantile), band_cell(judgement),
       1 / (1 + judgement.band->high_residual), 1 / (1 + judgement.band->low_residual),
       100 * profiles::kBandLowerQuantile, 100 * profiles::kBandUpperQuantile, judgement.band->runs,
-      judgement.band_source == "simulated" ? "simulated " : "");
+      judgement.band_source == "simulated" ? "simulated " : "", judgement.band->kind);
 }
 
 std::string mfu_cell(const profiles::PredictionJudgement& judgement) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/engine_defaults.hpp"
+
 namespace tessel {
 
 Precision default_gradient_precision(Precision precision) {
@@ -43,6 +45,18 @@ TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   t.kernels = *enum_from_string<Kernels>(f.choice_or("kernels", {"unfused", "fused"}, "unfused"));
   t.dropout = f.boolean_or("dropout", true);
   t.framework = *enum_from_string<Framework>(f.choice_or("framework", {"pytorch", "megatron", "torch.compile"}, "pytorch"));
+  t.engine = f.string_or("engine", "");
+  t.engine_date = f.string_or("engine_date", "");
+  if (!t.engine_date.empty() && t.engine.empty()) f.fail("engine_date", "also give engine (" + engine_names() + ")");
+  if (!t.engine.empty()) {
+    if (!find_engine_rule(t.engine)) f.fail("engine", fmt::format("must be one of {}, got '{}'", engine_names(), t.engine));
+    const std::string problem = engine_date_problem(t.engine_date);
+    if (!t.engine_date.empty() && !problem.empty()) f.fail("engine_date", problem);
+    // What the plan does not state, the engine of that date runs.
+    const EngineDefaults defaults = engine_defaults(t.engine, t.engine_date);
+    if (!f.has("kernels")) t.kernels = defaults.kernels;
+    if (!f.has("framework")) t.framework = defaults.framework;
+  }
   f.finish();
   return t;
 }
@@ -53,9 +67,13 @@ Json TrainSpec::to_json() const {
            {"optimizer", to_string(optimizer)}};
   if (seq_len > 0) out["seq_len"] = seq_len;
   if (gradient_precision) out["gradient_precision"] = to_string(*gradient_precision);
-  if (kernels != Kernels::unfused) out["kernels"] = to_string(kernels);
+  // With an engine named, kernels and framework are written whatever they are, so that
+  // reading the plan back does not take the engine's defaults in their place.
+  if (kernels != Kernels::unfused || !engine.empty()) out["kernels"] = to_string(kernels);
   if (!dropout) out["dropout"] = false;
-  if (framework != Framework::pytorch) out["framework"] = to_string(framework);
+  if (framework != Framework::pytorch || !engine.empty()) out["framework"] = to_string(framework);
+  if (!engine.empty()) out["engine"] = engine;
+  if (!engine_date.empty()) out["engine_date"] = engine_date;
   return out;
 }
 

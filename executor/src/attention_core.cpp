@@ -417,6 +417,7 @@ void AttentionCore::fused_backward(const IdScope& ids, const LayerActivations& a
     g.scale = 1.0f / std::sqrt(float(D));
     g.q = a.q.cref(), g.k = shared(keys, shared_keys_).cref(), g.v = shared(values, shared_values_).cref();
     g.dout = d_heads_.cref();
+    g.out = out_heads_.cref();  // the final out delta came from: cuDNN's backward wants it
     g.lse = a.lse.f32(), g.delta = delta_.f32();
     g.dq = dq_.ref(), g.dk = dk.ref(), g.dv = dv.ref();
     if (grouped) {  // per query head, then summed into the kv heads' accumulators

@@ -175,7 +175,8 @@ void publish_checkpoint(const std::string& dir, const CheckpointMeta& meta, cons
   const Json pointer{{"format", "tessel-checkpoint"}, {"version", kVersion},
                      {"directory", meta.directory},   {"step", meta.step},
                      {"loader_position", meta.loader_position}, {"ranks", meta.ranks},
-                     {"plan", meta.plan},             {"files", files}};
+                     {"plan", meta.plan},             {"vocab_multiple", meta.vocab_multiple},
+                     {"files", files}};
   write_durably((fs::path(dir) / "checkpoint.json").string(), pointer.dump(1) + "\n");
   // Older step directories (and any a crashed save left) are no longer named by anything.
   std::error_code error;
@@ -216,6 +217,14 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir, int max_step) {
   const auto plan = meta.find("plan");
   if (plan == meta.end() || !plan->is_object()) refuse(file, "plan: must be the plan's JSON object");
   out.plan = *plan;
+  // Written since the executor pads the vocabulary; a checkpoint without it had none.
+  if (meta.contains("vocab_multiple")) {
+    const std::uint64_t multiple = unsigned_field(meta, "vocab_multiple", file);
+    if (multiple < 1 || multiple > (1u << 16)) {
+      refuse(file, fmt::format("vocab_multiple: must be in [1, 65536], got {}", multiple));
+    }
+    out.vocab_multiple = int(multiple);
+  }
   out.files = read_digests(meta, out.ranks, file);
   return out;
 }

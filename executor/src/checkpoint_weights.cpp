@@ -19,9 +19,22 @@
 
 namespace tessel::executor {
 
-StageShape stage_shape_of(const Plan& plan, const RankCoordinates& c) {
+int padded_vocab(const Plan& plan, int vocab_multiple) {
+  const ParallelConfig& p = plan.parallel;
+  const std::int64_t split = p.tp > 1 && p.tp_mode != TpMode::d1 ? p.tp_grid_side() : p.tp;
+  const std::int64_t block = split * std::max(vocab_multiple, 1);
+  const std::int64_t rows = (std::int64_t(plan.model.vocab) + block - 1) / block * block;
+  if (rows > std::numeric_limits<int>::max()) {
+    throw Error(fmt::format("model.vocab: {} padded to a multiple of {} does not fit the executor's int sizes",
+                            plan.model.vocab, block));
+  }
+  return int(rows);
+}
+
+StageShape stage_shape_of(const Plan& plan, const RankCoordinates& c, int vocab_multiple) {
   const ParallelConfig& p = plan.parallel;
   StageShape shape;
+  shape.padded_vocab = padded_vocab(plan, vocab_multiple);
   shape.mode = p.tp_mode;
   shape.tp = p.tp;
   shape.tp_rank = c.tp;
@@ -49,9 +62,9 @@ StageShape stage_shape_of(const Plan& plan, const RankCoordinates& c) {
   return shape;
 }
 
-std::vector<Bucket> rank_buckets(const Plan& plan, int rank) {
+std::vector<Bucket> rank_buckets(const Plan& plan, int rank, int vocab_multiple) {
   const RankLayout layout(plan.parallel);
-  const StageShape shape = stage_shape_of(plan, layout.coordinates(rank));
+  const StageShape shape = stage_shape_of(plan, layout.coordinates(rank), vocab_multiple);
   SingleRankCommunicator alone;
   OpTimeline timeline(kernels::cpu_backend());
   LayoutContext context{plan.model,    shape, plan.parallel.micro_batch, plan.seq_len() / plan.parallel.sp,
@@ -64,18 +77,24 @@ std::size_t bucket_group_size(const Plan& plan, const Bucket& bucket) {
   return bucket.experts ? gradient_group / std::size_t(std::max(plan.parallel.ep, 1)) : gradient_group;
 }
 
-std::vector<BucketFileParts> bucket_file_parts(const Plan& plan, const std::vector<Bucket>& buckets) {
+std::vector<BucketFileParts> bucket_file_parts(const Plan& plan, const std::vector<Bucket>& buckets,
+                                               const std::vector<std::size_t>& positions) {
   const bool second_moment = plan.train.optimizer == Optimizer::adamw || plan.train.optimizer == Optimizer::lamb;
   std::vector<BucketFileParts> out;
-  for (const Bucket& b : buckets) {
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    const Bucket& b = buckets[i];
     const std::size_t group = bucket_group_size(plan, b);
     const bool shards_optimizer = plan.parallel.zero >= 1 && group > 1;
-    BucketFileParts parts;
-    const std::size_t shard = b.padded_size / group;
     const bool shards_weights = plan.parallel.zero == 3 && group > 1 && b.layer >= 0;
-    (shards_weights ? parts.param_shard : parts.params) = shards_weights ? shard : b.padded_size;
-    parts.moment1 = shards_optimizer ? shard : b.padded_size;
-    parts.moment2 = second_moment ? parts.moment1 : 0;
+    const std::size_t shard = b.padded_size / group, part_first = positions[i] * shard;
+    auto part = [&](std::size_t first, std::size_t count) {
+      return FilePart{first, count, stored_elements(b, first, count)};
+    };
+    BucketFileParts parts;
+    if (shards_weights) parts.param_shard = part(part_first, shard);
+    else parts.params = part(0, b.padded_size);
+    parts.moment1 = shards_optimizer ? part(part_first, shard) : part(0, b.padded_size);
+    if (second_moment) parts.moment2 = parts.moment1;
     out.push_back(parts);
   }
   return out;
@@ -114,7 +133,7 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   const std::string meta_file = (fs::path(dir) / "checkpoint.json").string();
   const CheckpointMeta meta =
       as_checkpoint_option([&] { return read_checkpoint_meta(dir, std::numeric_limits<int>::max()); });
-  CheckpointWeights out{Plan::from_json(meta.plan, meta_file + ": plan"), meta.step, {}};
+  CheckpointWeights out{Plan::from_json(meta.plan, meta_file + ": plan"), meta.step, meta.vocab_multiple, {}};
   const Plan& plan = out.plan;
   Trainer::check(plan);
   if (meta.ranks != plan.parallel.world_size()) {
@@ -139,39 +158,43 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   std::map<std::pair<int, std::size_t>, Assembling> assembling;
   for (int rank = 0; rank < meta.ranks; ++rank) {
     const RankCoordinates c = layout.coordinates(rank);
-    const std::vector<Bucket> buckets = rank_buckets(plan, rank);
-    const std::vector<BucketFileParts> parts = bucket_file_parts(plan, buckets);
+    const std::vector<Bucket> buckets = rank_buckets(plan, rank, meta.vocab_multiple);
+    // Replicas over the gradient group (an MoE block's experts: over the expert-data-
+    // parallel group) hold the same weights: position 0 speaks for them, except for
+    // ZeRO-3 parts, which every position holds its own of.
+    const std::vector<int> expert_data = layout.expert_data_group(rank);
+    std::vector<std::size_t> positions;
+    for (const Bucket& b : buckets) {
+      positions.push_back(b.experts ? std::size_t(std::find(expert_data.begin(), expert_data.end(), rank) -
+                                                  expert_data.begin())
+                                    : std::size_t(layout.position_in_group(rank, kGradientAxes)));
+    }
+    const std::vector<BucketFileParts> parts = bucket_file_parts(plan, buckets, positions);
     RankFileHeader header{std::uint64_t(meta.step), std::uint64_t(rank), 0};
     for (const BucketFileParts& p : parts) header.elements += p.total();
     const std::string file = (fs::path(dir) / meta.directory / rank_file_name(rank)).string();
     const std::vector<float> values =
         as_checkpoint_option([&] { return read_rank_file(file, meta.files[std::size_t(rank)], header); });
-    // Replicas over the gradient group (an MoE block's experts: over the expert-data-
-    // parallel group) hold the same weights: position 0 speaks for them, except for
-    // ZeRO-3 parts, which every position holds its own of.
-    const std::vector<int> expert_data = layout.expert_data_group(rank);
     std::size_t at = 0;
     for (std::size_t i = 0; i < buckets.size(); ++i) {
       const Bucket& b = buckets[i];
-      const std::size_t group = bucket_group_size(plan, b);
-      const int position = b.experts ? int(std::find(expert_data.begin(), expert_data.end(), rank) - expert_data.begin())
-                                     : layout.position_in_group(rank, kGradientAxes);
+      const BucketFileParts& p = parts[i];
+      const std::size_t group = bucket_group_size(plan, b), position = positions[i];
       const int group_id = b.experts ? expert_data.front() : layout.group_id(rank, kGradientAxes);
-      if (parts[i].params > 0 && position == 0) {
-        place_bucket(b, std::vector<float>(values.begin() + long(at), values.begin() + long(at + parts[i].params)),
-                     c.pp == 0, whole_offsets, out.whole, written);
-      }
-      if (parts[i].param_shard > 0) {
+      std::size_t read = at;  // the padding put back as the trainer's buckets hold it
+      const std::vector<float> params = restore_padding(b, p.params.first, p.params.count, values, read);
+      const std::vector<float> shard = restore_padding(b, p.param_shard.first, p.param_shard.count, values, read);
+      if (p.params.count > 0 && position == 0) place_bucket(b, params, c.pp == 0, whole_offsets, out.whole, written);
+      if (p.param_shard.count > 0) {
         Assembling& bucket = assembling[{group_id, i}];
         bucket.values.resize(b.padded_size);
-        std::copy_n(values.begin() + long(at + parts[i].params), parts[i].param_shard,
-                    bucket.values.begin() + long(std::size_t(position) * parts[i].param_shard));
+        std::copy(shard.begin(), shard.end(), bucket.values.begin() + long(p.param_shard.first));
         if (++bucket.parts == group) {
           place_bucket(b, bucket.values, c.pp == 0, whole_offsets, out.whole, written);
           assembling.erase({group_id, i});
         }
       }
-      at += parts[i].total();
+      at += p.total();
     }
   }
   for (const TensorSlot& t : whole_model_tensors(plan.model)) {

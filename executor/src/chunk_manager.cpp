@@ -101,7 +101,10 @@ void Trainer::offload_setup() {
   if (plan_.parallel.offload == OffloadMode::none) return;
   offload_ = std::make_unique<OffloadState>();
   OffloadState& o = *offload_;
-  o.plan = chunk_plan(plan_.model, plan_.train, plan_.parallel, stage_index_);
+  // The chunks hold the tables as allocated: with the vocabulary's padding rows.
+  ModelSpec allocated = plan_.model;
+  allocated.vocab = shape_.padded_vocab;
+  o.plan = chunk_plan(allocated, plan_.train, plan_.parallel, stage_index_);
   check_device_budget(plan_, options_.device_memory_bytes);
   const std::size_t budget = options_.device_memory_bytes > 0
                                  ? options_.device_memory_bytes

@@ -1,9 +1,10 @@
-// What every tensor layout shares: the op names of a block's halves, the vocab-parallel
-// cross-entropy (the kernel's three phases with the group's reductions between them) and
-// the layer norm of rows whose features are split over ranks (2D's grid row, 3D's depth).
-// RMSNorm over split rows runs the same phases with the mean held at 0 (no first sum),
-// a zero beta and, backward, the sum of dxhat at 0 (RMSNorm has no mean term): the split
-// kernels serve both norms.
+// What every tensor layout shares: the op names of a block's halves, the padded vocabulary
+// tables and the vocab-parallel cross-entropy (the kernel's phases with the group's
+// reductions between them, padding masked), and the layer norm of rows whose features are
+// split over ranks (2D's grid row, 3D's depth; RMSNorm runs the same phases with the mean
+// held at 0, a zero beta and, backward, no mean term).
+#include <algorithm>
+
 #include "layout_impl.hpp"
 #include "tessel/core/error.hpp"
 
@@ -34,7 +35,9 @@ void TensorLayout::set_shape(int local_rows, int residual_cols, int sequences, i
   heads_ = model().heads / feature_split;
   hidden_local_ = model().hidden / feature_split;
   ffn_local_ = model().ffn_hidden / feature_split;
-  vocab_local_ = model().vocab / feature_split;
+  TESSEL_ASSERT(shape().padded_vocab >= model().vocab && shape().padded_vocab % feature_split == 0,
+                "the padded vocabulary is cut in the layout's vocabulary blocks");
+  vocab_local_ = shape().padded_vocab / feature_split;
   kv_heads_ = model().kv_heads / feature_split;
   kv_local_ = kv_heads_ * model().head_dim();
 }
@@ -63,14 +66,23 @@ void TensorLayout::whole_norm_backward(const Buffer& dy, const Buffer& x, CRef g
   }
 }
 
+int TensorLayout::valid_columns(int vocab_start) const {
+  return std::clamp(model().vocab - vocab_start, 0, vocab_local_);
+}
+
+void TensorLayout::place_table(Bucket& bucket, std::string name, const Cut& cut) const {
+  bucket.place_vocabulary(std::move(name), model().vocab, shape().padded_vocab, model().hidden, cut);
+}
+
 void TensorLayout::vocab_parallel_loss(int mb, const std::int32_t* targets, int rows, int vocab_local, int vocab_start,
                                        Communicator& group, HeadActivations& h, double* loss_sum) {
   const IdScope ids{mb, -1, ops::Part::head, ops::Phase::fwd};
+  const int valid = valid_columns(vocab_start);
   h.row_max.resize(std::size_t(rows));
   h.sums.resize(2 * std::size_t(rows));
   {
     auto timed = timeline().time(ids(ops::head_loss));
-    backend().cross_entropy_max(Stream::compute, h.logits.cref(), h.row_max.f32(), rows, vocab_local);
+    backend().cross_entropy_max(Stream::compute, h.logits.cref(), h.row_max.f32(), rows, vocab_local, valid);
   }
   if (group.size() > 1) {
     auto timed = timeline().time(ids(ops::head_loss_all_reduce), group.stream());
@@ -79,7 +91,7 @@ void TensorLayout::vocab_parallel_loss(int mb, const std::int32_t* targets, int 
   {
     auto timed = timeline().time(ids(ops::head_loss));
     backend().cross_entropy_sums(Stream::compute, h.logits.cref(), targets, h.row_max.f32(), h.sums.f32(),
-                           h.sums.f32() + rows, rows, vocab_local, vocab_start);
+                                 h.sums.f32() + rows, rows, vocab_local, valid, vocab_start);
   }
   if (group.size() > 1) {
     auto timed = timeline().time(ids(ops::head_loss_all_reduce), group.stream());

@@ -43,7 +43,7 @@ class CubeLayout final : public TensorLayout {
 
   std::vector<Bucket> buckets(const std::vector<int>& layers, bool embedding, bool head,
                               std::size_t pad_to) const override {
-    const int C = model().hidden, S = model().seq_len, V = model().vocab;
+    const int C = model().hidden, S = model().seq_len;
     // Vectors with features on the depth axis (copied over rows and columns), then those
     // with features on the columns (copied over rows and depth); weights in q^3 pieces
     // [input sub-block (feature block, row) x output block], the tied table in pieces
@@ -68,8 +68,8 @@ class CubeLayout final : public TensorLayout {
       if (embedding && model().position_embedding == PositionEmbedding::learned) b.place("wpe", S, C, on_depth);
       b.partial_first = b.partial_prefix = b.size;
       const Cut table{q, j, q * q, kd * q + i, 0};
-      if (embedding || model().tied_embeddings) b.place("wte", V, C, table);
-      if (head && !model().tied_embeddings) b.place("lm_head", V, C, table);
+      if (embedding || model().tied_embeddings) place_table(b, "wte", table);
+      if (head && !model().tied_embeddings) place_table(b, "lm_head", table);
       b.pad(pad_to);
     }
     return out;
@@ -121,7 +121,7 @@ class CubeLayout final : public TensorLayout {
 
   void embed_forward(int mb, const std::int32_t* tokens, const Bucket& rest, CRef params, Buffer& x) override {
     const IdScope ids{mb, -1, ops::Part::embed, ops::Phase::fwd};
-    const int V = model().vocab, residual_cols = residual_cols_, local_rows = local_rows_;
+    const int V = shape().padded_vocab, residual_cols = residual_cols_, local_rows = local_rows_;
     {
       auto timed = timeline().time(ids(ops::embed_gather_weight_col), context_.comms.col.stream());
       gather_table_block(kernels::offset(params, rest.tensor("wte").offset));
@@ -142,7 +142,7 @@ class CubeLayout final : public TensorLayout {
 
   void embed_backward(int mb, const std::int32_t* tokens, const Bucket& rest, float* grads, const Buffer& dx) override {
     const IdScope ids{mb, -1, ops::Part::embed, ops::Phase::bwd};
-    const int V = model().vocab, residual_cols = residual_cols_, local_rows = local_rows_;
+    const int V = shape().padded_vocab, residual_cols = residual_cols_, local_rows = local_rows_;
     {
       auto timed = timeline().time(ids(ops::embed_lookup));
       if (model().position_embedding == PositionEmbedding::learned) {
@@ -164,7 +164,7 @@ class CubeLayout final : public TensorLayout {
   }
 
   void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
-                    HeadActivations& h, double* loss_sum) override {
+                    HeadActivations& h, float, double* loss_sum) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::fwd};
     const int q = shape().q, gathered_rows = rows_ / q, local_rows = local_rows_, residual_cols = residual_cols_, vocab_local = vocab_local_;
     h.x.copy_from(x);
@@ -205,8 +205,10 @@ class CubeLayout final : public TensorLayout {
     {
       auto timed = timeline().time(ids(ops::head_loss));
       product_.resize(h.logits.size());
-      backend().cross_entropy_backward(Stream::compute, h.logits.cref(), targets + logits_block() * local_rows, h.row_max.f32(),
-                                 h.sums.f32(), product_.ref(), local_rows, vocab_local, shape().grid_col * vocab_local, grad_scale);
+      const int vocab_start = shape().grid_col * vocab_local;
+      backend().cross_entropy_backward(Stream::compute, h.logits.cref(), targets + logits_block() * local_rows,
+                                       h.row_max.f32(), h.sums.f32(), product_.ref(), local_rows, vocab_local,
+                                       valid_columns(vocab_start), vocab_start, grad_scale);
     }
     gathered_.resize(std::size_t(gathered_rows) * vocab_local);
     {

@@ -4,8 +4,9 @@
 //                   parallel the norm's rows are all-gathered first
 //   proj, fc2       row-parallel: partial outputs summed over the group (all-reduce, or
 //                   reduce-scatter over token rows with sequence parallel)
-//   embedding, head vocab-parallel: each rank its rows of the tied table; the
-//                   cross-entropy reduces max, sum and target logit over the group
+//   embedding, head vocab-parallel: each rank its rows of the tied table (padded,
+//                   checkpoint_weights.hpp); the cross-entropy reduces max, sum and
+//                   target logit over the group; with tp = 1 it is the fused op
 // Norms, the late biases and the positions are whole on every rank; with sequence
 // parallel their gradients are partial sums over the group (the bucket's partial prefix).
 // LLaMA shapes: RMSNorm, no biases, no positions (RoPE is in the attention core), k and v
@@ -35,7 +36,7 @@ class MegatronLayout final : public TensorLayout {
 
   std::vector<Bucket> buckets(const std::vector<int>& layers, bool embedding, bool head,
                               std::size_t pad_to) const override {
-    const int C = model().hidden, S = model().seq_len, V = model().vocab;
+    const int C = model().hidden, S = model().seq_len;
     const int tp = shape().tp, r = shape().tp_rank;
     const Cut whole{1, 0, 1, 0, r}, by_columns{1, 0, tp, r, 0}, by_rows{tp, r, 1, 0, 0};
     std::vector<Bucket> out;
@@ -62,8 +63,8 @@ class MegatronLayout final : public TensorLayout {
       }
       b.partial_prefix = sequence_parallel_ ? b.size : 0;
       if (embedding && model().position_embedding == PositionEmbedding::learned) b.place("wpe", S, C, whole);
-      if (embedding || model().tied_embeddings) b.place("wte", V, C, by_rows);
-      if (head && !model().tied_embeddings) b.place("lm_head", V, C, by_rows);
+      if (embedding || model().tied_embeddings) place_table(b, "wte", by_rows);
+      if (head && !model().tied_embeddings) place_table(b, "lm_head", by_rows);
       b.pad(pad_to);
     }
     return out;
@@ -226,7 +227,7 @@ class MegatronLayout final : public TensorLayout {
   }
 
   void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
-                    HeadActivations& h, double* loss_sum) override {
+                    HeadActivations& h, float grad_scale, double* loss_sum) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::fwd};
     const int C = model().hidden;
     {
@@ -244,8 +245,21 @@ class MegatronLayout final : public TensorLayout {
                                      kernels::offset(params, rest.tensor(head_table_name(model())).offset), 0.0f,
                                      h.logits.ref()));
     }
-    vocab_parallel_loss(mb, targets, rows_, vocab_local_, shape().tp_rank * vocab_local_, context_.comms.tp, h,
-                        loss_sum);
+    h.logits_hold_gradient = shape().tp == 1;
+    if (!h.logits_hold_gradient) {
+      vocab_parallel_loss(mb, targets, rows_, vocab_local_, shape().tp_rank * vocab_local_, context_.comms.tp, h,
+                          loss_sum);
+      return;
+    }
+    // Whole rows: the loss and its gradient in one pass over the logits, the gradient in
+    // their place (the backward reads nothing else of them). The kernel is both of the
+    // Program's head.loss ops, which the planner prices alike (one memory pass each): the
+    // first half of its time is the forward's, the backward records the second.
+    h.loss_start = timeline().mark(Stream::compute);
+    backend().cross_entropy_fused(Stream::compute, h.logits.cref(), targets, h.logits.ref(), rows_, vocab_local_,
+                                  valid_columns(0), grad_scale, loss_sum);
+    h.loss_end = timeline().mark(Stream::compute);
+    timeline().record_share(ids(ops::head_loss), h.loss_start, h.loss_end, 0.0, 0.5);
   }
 
   void head_backward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, float* grads,
@@ -253,19 +267,23 @@ class MegatronLayout final : public TensorLayout {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::bwd};
     const int C = model().hidden, Vl = vocab_local_;
     const TensorSlot& wte = rest.tensor(head_table_name(model()));
-    {
+    if (h.logits_hold_gradient) {
+      timeline().record_share(ids(ops::head_loss), h.loss_start, h.loss_end, 0.5, 1.0);
+    } else {
       auto timed = timeline().time(ids(ops::head_loss));
       dpartial_.resize(h.logits.size());
+      const int vocab_start = shape().tp_rank * Vl;
       backend().cross_entropy_backward(Stream::compute, h.logits.cref(), targets, h.row_max.f32(), h.sums.f32(),
-                                 dpartial_.ref(), rows_, Vl, shape().tp_rank * Vl, grad_scale);
+                                       dpartial_.ref(), rows_, Vl, valid_columns(vocab_start), vocab_start, grad_scale);
     }
+    const Buffer& dlogits = h.logits_hold_gradient ? h.logits : dpartial_;
     {
       auto timed = timeline().time(ids(ops::head_logits.gemm));
       const Buffer& lnf = sequence_parallel_ ? h.lnf_full : h.lnf;
       backend().gemm(Stream::compute,
-               gemm(true, false, Vl, C, rows_, dpartial_.cref(), lnf.cref(), 1.0f, kernels::f32(grads + wte.offset)));
+               gemm(true, false, Vl, C, rows_, dlogits.cref(), lnf.cref(), 1.0f, kernels::f32(grads + wte.offset)));
       partial_.resize(std::size_t(rows_) * C);
-      backend().gemm(Stream::compute, gemm(false, false, rows_, C, Vl, dpartial_.cref(), kernels::offset(params, wte.offset),
+      backend().gemm(Stream::compute, gemm(false, false, rows_, C, Vl, dlogits.cref(), kernels::offset(params, wte.offset),
                                      0.0f, partial_.ref()));
     }
     // The input gradient is a sum over the vocabulary blocks: all-reduced, or with

@@ -42,7 +42,7 @@ class SummaLayout final : public TensorLayout {
 
   std::vector<Bucket> buckets(const std::vector<int>& layers, bool embedding, bool head,
                               std::size_t pad_to) const override {
-    const int C = model().hidden, S = model().seq_len, V = model().vocab;
+    const int C = model().hidden, S = model().seq_len;
     const int q = shape().q, row = shape().grid_row, col = shape().grid_col, depth = shape().grid_depth;
     // Weights and the table in q x q blocks; vectors cut by columns and copied down the
     // column; 2.5D's depth layers hold copies of the same blocks.
@@ -63,8 +63,8 @@ class SummaLayout final : public TensorLayout {
       }
       if (embedding && model().position_embedding == PositionEmbedding::learned) b.place("wpe", S, C, by_columns);
       b.partial_prefix = b.size;
-      if (embedding || model().tied_embeddings) b.place("wte", V, C, blocks);
-      if (head && !model().tied_embeddings) b.place("lm_head", V, C, blocks);
+      if (embedding || model().tied_embeddings) place_table(b, "wte", blocks);
+      if (head && !model().tied_embeddings) place_table(b, "lm_head", blocks);
       b.pad(pad_to);
     }
     return out;
@@ -156,7 +156,7 @@ class SummaLayout final : public TensorLayout {
   }
 
   void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
-                    HeadActivations& h, double* loss_sum) override {
+                    HeadActivations& h, float, double* loss_sum) override {
     const IdScope ids{mb, -1, ops::Part::head, ops::Phase::fwd};
     const int q = shape().q, local_rows = local_rows_, residual_cols = residual_cols_, vocab_local = vocab_local_;
     // vocabulary block r x feature block c
@@ -201,9 +201,10 @@ class SummaLayout final : public TensorLayout {
     {
       auto timed = timeline().time(ids(ops::head_loss));
       transposed_.resize(l_size);
+      const int vocab_start = shape().grid_row * vocab_local;
       backend().cross_entropy_backward(Stream::compute, h.logits.cref(), targets + token_block_of_column() * local_rows,
-                                 h.row_max.f32(), h.sums.f32(), transposed_.ref(), local_rows, vocab_local, shape().grid_row * vocab_local,
-                                 grad_scale);
+                                       h.row_max.f32(), h.sums.f32(), transposed_.ref(), local_rows, vocab_local,
+                                       valid_columns(vocab_start), vocab_start, grad_scale);
       // dlogits^T, vocabulary block r x token block c
       backend().transpose(Stream::compute, h.lnf_full.ref(), transposed_.cref(), local_rows, vocab_local);
     }

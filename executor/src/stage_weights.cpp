@@ -1,5 +1,6 @@
 #include "tessel/executor/stage_weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -73,6 +74,7 @@ void Bucket::place(std::string name, int rows, int cols, const Cut& cut, int col
   t.rows = rows, t.cols = cols;
   t.row_split = cut.row_split, t.row_part = cut.row_part, t.col_split = cut.col_split, t.col_part = cut.col_part;
   t.copy = cut.copy;
+  t.valid_rows = rows;
   t.column_groups = column_groups;
   t.local_rows = rows / cut.row_split;
   t.local_cols = cols / cut.col_split;
@@ -86,6 +88,56 @@ void Bucket::place(std::string name, int rows, const Cut& cut, std::vector<int> 
   for (int c : group_cols) cols += c;
   place(std::move(name), rows, cols, cut, int(group_cols.size()));
   tensors.back().group_cols = std::move(group_cols);
+}
+
+void Bucket::place_vocabulary(std::string name, int vocab, int padded_vocab, int cols, const Cut& cut) {
+  place(std::move(name), padded_vocab, cols, cut);
+  tensors.back().valid_rows = vocab;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> padding_ranges(const Bucket& b) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  for (const TensorSlot& t : b.tensors) {
+    const int first_row = t.row_part * t.local_rows;
+    const int kept_rows = std::clamp(t.valid_rows - first_row, 0, t.local_rows);
+    if (kept_rows < t.local_rows) out.emplace_back(t.offset + std::size_t(kept_rows) * t.local_cols, t.offset + t.size());
+  }
+  return out;
+}
+
+namespace {
+// Calls keep(i) for each i in [0, count) whose bucket element first + i is not padding.
+template <typename Keep>
+void for_each_kept(const Bucket& b, std::size_t first, std::size_t count, Keep keep) {
+  std::size_t i = 0;
+  for (const auto& [begin, end] : padding_ranges(b)) {
+    const std::size_t stop = std::clamp(begin, first, first + count) - first;
+    for (; i < stop; ++i) keep(i);
+    i = std::max(i, std::clamp(end, first, first + count) - first);
+  }
+  for (; i < count; ++i) keep(i);
+}
+}  // namespace
+
+std::size_t stored_elements(const Bucket& b, std::size_t first, std::size_t count) {
+  std::size_t n = 0;
+  for (const auto& [begin, end] : padding_ranges(b))
+    n += std::clamp(end, first, first + count) - std::clamp(begin, first, first + count);
+  return count - n;
+}
+
+std::vector<float> strip_padding(const Bucket& b, std::size_t first, const std::vector<float>& values) {
+  std::vector<float> out;
+  out.reserve(stored_elements(b, first, values.size()));
+  for_each_kept(b, first, values.size(), [&](std::size_t i) { out.push_back(values[i]); });
+  return out;
+}
+
+std::vector<float> restore_padding(const Bucket& b, std::size_t first, std::size_t count,
+                                   const std::vector<float>& stored, std::size_t& at) {
+  std::vector<float> out(count, 0.0f);
+  for_each_kept(b, first, count, [&](std::size_t i) { out[i] = stored[at++]; });
+  return out;
 }
 
 std::pair<std::size_t, std::size_t> place_layer(Bucket& b, const ModelSpec& model, int layer, const LayerCuts& cuts) {
@@ -202,7 +254,8 @@ void for_each_shard_element(const TensorSlot& t, const std::function<void(std::s
     whole_at += width, local_at += local;
   }
   const int first_row = t.row_part * t.local_rows;
-  for (int r = 0; r < t.local_rows; ++r)
+  const int rows = std::clamp(t.valid_rows - first_row, 0, t.local_rows);  // a vocabulary's padding: not visited
+  for (int r = 0; r < rows; ++r)
     for (int g = 0; g < t.column_groups; ++g)
       for (int within = 0; within < local_width[std::size_t(g)]; ++within) {
         const int whole_col = whole_first[std::size_t(g)] + within, j = local_first[std::size_t(g)] + within;

@@ -16,7 +16,6 @@ namespace tessel::executor {
 
 void Trainer::check(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
-  const ModelSpec& m = plan.model;
   // Refused rather than run exposed: the executor's tensor-parallel collectives (MPI on
   // CPU ranks, NCCL on GPUs) run between its GEMMs, never pipelined with them, so a run
   // would measure another plan than the one it names, and `tessel compare` and
@@ -44,9 +43,6 @@ void Trainer::check(const Plan& plan) {
                               "micro_batch {} is not divisible by {}",
                               mode, blocks, p.micro_batch, blocks));
     }
-    if (m.vocab % q != 0) {
-      throw Error(fmt::format("model.vocab: {} is not divisible by the 2d grid side {}", m.vocab, q));
-    }
   }
   if (p.offload != OffloadMode::none && plan.model.moe.enabled()) {
     throw Error(fmt::format("parallel.offload: the chunk manager does not hold Mixture-of-Experts experts' buckets; "
@@ -60,10 +56,6 @@ void Trainer::check(const Plan& plan) {
   check_model_shape(plan);
   if (plan.train.precision == Precision::fp16) {
     throw Error("train.precision: the executor trains in fp32 or bf16 (fp32 master weights); got fp16");
-  }
-  if (m.vocab % p.tp != 0) {
-    throw Error(fmt::format("model.vocab: {} is not divisible by parallel.tp {} (the embedding is vocab-parallel)",
-                            m.vocab, p.tp));
   }
 }
 
@@ -179,7 +171,9 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
 
 void Trainer::build_stage(const ProcessGrid& grid) {
   const ParallelConfig& p = plan_.parallel;
-  shape_ = stage_shape_of(plan_, grid.coordinates());  // the gather of checkpoints reads the same
+  // The gather of checkpoints reads the same shape (with the checkpoint's vocab_multiple).
+  vocab_multiple_ = options_.vocab_multiple > 0 ? options_.vocab_multiple : backend_.gemm_width_multiple();
+  shape_ = stage_shape_of(plan_, grid.coordinates(), vocab_multiple_);
   LayoutContext context{plan_.model,
                         shape_,
                         p.micro_batch,

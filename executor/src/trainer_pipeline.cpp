@@ -81,7 +81,8 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   if (vs == virtual_stages - 1) {
     BucketState& rest = buckets_[std::size_t(rest_bucket_)];
     offload_before_segment(head_segment(), mb, ops::Phase::fwd);
-    stage_->head_forward(mb, targets + at, rest.layout, compute_weights(rest), x, heads_[slot], loss_sum_.f64());
+    stage_->head_forward(mb, targets + at, rest.layout, compute_weights(rest), x, heads_[slot], grad_scale_,
+                         loss_sum_.f64());
     offload_after_segment(head_segment(), ops::Phase::fwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_send), pp.stream());

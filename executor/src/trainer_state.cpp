@@ -2,6 +2,8 @@
 // tests and exports read, assembled from every rank's shards in host memory) and
 // checkpoints (each rank's fp32 weights and optimizer state, staged through host memory,
 // in the atomic, checksummed layout of checkpoint_files.hpp).
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 
@@ -9,6 +11,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/executor/checkpoint_files.hpp"
+#include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/trainer.hpp"
 
 namespace tessel::executor {
@@ -79,7 +82,45 @@ void Trainer::set_whole_parameters(const std::vector<float>& whole) {
   offload_dematerialise();
 }
 
+float Trainer::padding_magnitude() {
+  const MemoryLedger::Scope counted(ledger_);
+  offload_materialise();
+  float most = 0;
+  for (BucketState& b : buckets_) {
+    const std::size_t part = owned_offset(b), shard = shards_weights(b) ? group_rank(b) * shard_size(b) : 0;
+    for (const auto& [values, first] : {std::pair{&b.params, std::size_t(0)}, std::pair{&b.param_shard, shard},
+                                        std::pair{&b.grads, std::size_t(0)}, std::pair{&b.grad_shard, part},
+                                        std::pair{&b.moment1, part}, std::pair{&b.moment2, part}}) {
+      if (values->empty()) continue;
+      const std::vector<float> host = values->download();
+      for (const auto& [begin, end] : padding_ranges(b.layout)) {
+        for (std::size_t i = std::max(begin, first); i < std::min(end, first + host.size()); ++i)
+          most = std::max(most, std::abs(host[i - first]));
+      }
+    }
+  }
+  offload_dematerialise();
+  return most;
+}
+
 // ---- checkpoints (the files and their checks: checkpoint_files.hpp) ----
+
+// Each bucket's parts as the gather reads them (checkpoint_weights.hpp), checked against
+// the buffers this rank holds.
+std::vector<BucketFileParts> Trainer::file_parts() const {
+  std::vector<Bucket> layouts;
+  std::vector<std::size_t> positions;
+  for (const BucketState& b : buckets_) layouts.push_back(b.layout), positions.push_back(group_rank(b));
+  std::vector<BucketFileParts> parts = bucket_file_parts(plan_, layouts, positions);
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    const BucketState& b = buckets_[i];
+    const BucketFileParts& p = parts[i];
+    TESSEL_ASSERT(p.params.count == b.params.size() && p.param_shard.count == b.param_shard.size() &&
+                      p.moment1.count == b.moment1.size() && p.moment2.count == b.moment2.size(),
+                  "a checkpoint's bucket parts differ from the trainer's buffers");
+  }
+  return parts;
+}
 
 void Trainer::save(const std::string& dir) {
   const MemoryLedger::Scope counted(ledger_);
@@ -92,9 +133,15 @@ void Trainer::save(const std::string& dir) {
   std::vector<std::vector<float>> parts;
   RankFileHeader header{std::uint64_t(step_), std::uint64_t(world.rank()), 0};
   offload_materialise();  // chunks on the host: the file is that of a run without offload
-  for (BucketState& b : buckets_) {
-    for (const Buffer* values : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) {
-      parts.push_back(values->download());
+  const std::vector<BucketFileParts> layout = file_parts();
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    BucketState& b = buckets_[i];
+    const BucketFileParts& p = layout[i];
+    for (const auto& [values, part] : {std::pair{&b.params, &p.params}, std::pair{&b.param_shard, &p.param_shard},
+                                       std::pair{&b.moment1, &p.moment1}, std::pair{&b.moment2, &p.moment2}}) {
+      // The model's rows only: the vocabulary padding is zeros (never trained) and
+      // checkpoints keep the true vocabulary.
+      parts.push_back(strip_padding(b.layout, part->first, values->download()));
       header.elements += parts.back().size();
     }
   }
@@ -114,6 +161,7 @@ void Trainer::save(const std::string& dir) {
     meta.loader_position = loader_.position();
     meta.ranks = world.size();
     meta.plan = plan_.to_json();
+    meta.vocab_multiple = vocab_multiple_;
     for (int r = 0; r < world.size(); ++r) {
       const std::uint32_t* w = &all[4 * std::size_t(r)];
       meta.files.push_back({std::uint64_t(w[0]) | std::uint64_t(w[1]) << 32, std::uint64_t(w[2]) | std::uint64_t(w[3]) << 32});
@@ -145,18 +193,28 @@ void Trainer::load(const std::string& dir, int max_step) {
     throw Error(fmt::format("--resume: {}: loader_position {} is not step {} x global_batch {} = {}", meta_file,
                             meta.loader_position, meta.step, plan_.train.global_batch, position));
   }
+  // Which vocabulary rows a rank holds follows from the padding (the blocks' size).
+  const int written_vocab = executor::padded_vocab(plan_, meta.vocab_multiple);
+  if (written_vocab != shape_.padded_vocab) {
+    throw Error(fmt::format("--resume: {}: written with the vocabulary padded to {} rows (vocab_multiple {}); this run "
+                            "pads it to {} (vocab_multiple {}): resume on the backend that wrote it, or export the "
+                            "weights and start from them with --init",
+                            meta_file, written_vocab, meta.vocab_multiple,
+                            shape_.padded_vocab, vocab_multiple_));
+  }
   RankFileHeader header{std::uint64_t(meta.step), std::uint64_t(grid_.world().rank()), 0};
   offload_materialise();
-  for (BucketState& b : buckets_) {
-    for (Buffer* values : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) header.elements += values->size();
-  }
+  const std::vector<BucketFileParts> layout = file_parts();
+  for (const BucketFileParts& p : layout) header.elements += p.total();
   const std::string file = (fs::path(dir) / meta.directory / rank_file_name(grid_.world().rank())).string();
   const std::vector<float> values = read_rank_file(file, meta.files[std::size_t(grid_.world().rank())], header);
   std::size_t at = 0;
-  for (BucketState& b : buckets_) {
-    for (Buffer* values_here : {&b.params, &b.param_shard, &b.moment1, &b.moment2}) {
-      values_here->upload(std::vector<float>(values.begin() + long(at), values.begin() + long(at + values_here->size())));
-      at += values_here->size();
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    BucketState& b = buckets_[i];
+    const BucketFileParts& p = layout[i];
+    for (const auto& [values_here, part] : {std::pair{&b.params, &p.params}, std::pair{&b.param_shard, &p.param_shard},
+                                            std::pair{&b.moment1, &p.moment1}, std::pair{&b.moment2, &p.moment2}}) {
+      values_here->upload(restore_padding(b.layout, part->first, values_here->size(), values, at));
     }
     refresh_compute_weights(b);
   }

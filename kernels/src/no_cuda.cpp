@@ -10,6 +10,7 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
 int cuda_device_count() { return 0; }
 bool cuda_device_has_fp8(int) { return false; }
 bool cuda_backend_built() { return false; }
+std::string cuda_attention_path_note() { return "no CUDA backend in this build"; }
 
 std::string cuda_device_name(int) {
   throw Error("cuda device name: this build of tessel has no CUDA backend");

@@ -3,7 +3,7 @@
 // one initial step suit a scale of about 1 and an overhead of microseconds alike. It is
 // deterministic: the same runs give the same fit, bit for bit. Runs are re-priced in
 // each run's own cost model through a cached layout-cost basis, and every error sum
-// runs in row order.
+// runs in row order. calibrate_runs.cpp judges the fits on unseen sources.
 #include "tessel/planner/calibrate.hpp"
 
 #include <fmt/format.h>
@@ -13,6 +13,7 @@
 #include <limits>
 #include <nlopt.hpp>
 
+#include "calibration_cells.hpp"
 #include "tessel/core/error.hpp"
 
 namespace tessel::planner {
@@ -102,9 +103,49 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
 }
 }  // namespace
 
+namespace {
+// The largest value of each parameter the hardware allows on this run, where the profile
+// says (NaN elsewhere), with the reason: an efficiency cannot pass the rate it is a
+// fraction of. Read at the defaults, before any calibration.
+void narrow_to_hardware(const CostModel& model, const Plan& plan,
+                        std::array<double, Calibration::kParameterCount>& upper,
+                        std::array<std::string, Calibration::kParameterCount>& reason) {
+  const profiles::CostLookup& costs = model.costs();
+  double best_gemm = 0;
+  for (double flops = 1e6; flops <= 1e15; flops *= 10) {
+    best_gemm = std::max(best_gemm, costs.gemm_efficiency(flops, plan.train.precision));
+  }
+  const ClusterSpec& cluster = costs.cluster();
+  const double memory_fraction = costs.memory_bandwidth_bytes_per_s() / costs.device().memory_bandwidth_bytes_per_s;
+  const double intra_fraction = costs.intra_bandwidth_bytes_per_s() / cluster.intra_node.bandwidth_bytes_per_s;
+  double inter_fraction = NAN;
+  if (cluster.inter_node) {
+    const InterNodeFabric& inter = *cluster.inter_node;
+    const double link_per_device = inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s /
+                                   std::max(costs.gpus_per_node(), 1) / inter.oversubscription;
+    inter_fraction = costs.inter_bandwidth_per_device_bytes_per_s() / link_per_device;
+  }
+  auto narrow = [&](double Calibration::*field, double fraction, const std::string& why) {
+    if (!(fraction > 0) || !std::isfinite(fraction)) return;
+    for (std::size_t i = 0; i < Calibration::parameters().size(); ++i) {
+      if (Calibration::parameters()[i].field != field) continue;
+      // The defaults stay inside: a profile faster than its own rate is left unbounded here.
+      const double bound = std::max(1.0, 1.0 / fraction);
+      if (!(bound >= upper[i])) upper[i] = bound, reason[i] = fmt::format("1/{:.3g}: {}", fraction, why);
+    }
+  };
+  narrow(&Calibration::gemm_efficiency_scale, best_gemm, "the GEMM curve's best fraction of peak");
+  narrow(&Calibration::attention_efficiency_scale, best_gemm, "the GEMM curve's best fraction of peak");
+  narrow(&Calibration::memory_efficiency_scale, memory_fraction, "the streaming rate's fraction of the datasheet bandwidth");
+  narrow(&Calibration::intra_bus_efficiency, intra_fraction, "the intra-node collective rate's fraction of the link's");
+  narrow(&Calibration::inter_bus_efficiency, inter_fraction, "the inter-node collective rate's fraction of the links'");
+}
+}  // namespace
+
 RunSet::RunSet(std::vector<PublishedRun> runs, const profiles::Profile& base)
     : runs_(std::move(runs)), device_kind_(base.device.kind) {
   models_.reserve(runs_.size());
+  physical_upper_.fill(NAN);
   for (const PublishedRun& run : runs_) {
     if (!run.priceable()) throw Error(fmt::format("run {}: cannot be priced ({})", run.id, run.skipped));
     if (run.device != base.device.name) {
@@ -114,10 +155,39 @@ RunSet::RunSet(std::vector<PublishedRun> runs, const profiles::Profile& base)
     models_.emplace_back(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), base);
     measured_s_.push_back(measured_step_time_s(run, models_.back()));
     bases_.push_back(layout_basis(models_.back(), plan.parallel));
+    narrow_to_hardware(models_.back(), plan, physical_upper_, physical_reason_);
+    const auto known = std::find(sources_.begin(), sources_.end(), run.source);
+    source_of_.push_back(std::size_t(known - sources_.begin()));
+    if (known == sources_.end()) sources_.push_back(run.source);
   }
   // The runs are priced under the profile's own calibration until a fit says otherwise.
   const Calibration own = profiles::calibration_of(base);
   for (CostModel& model : models_) model.set_calibration(own);
+}
+
+namespace {
+// By the field it sets, so that a copy of a table entry finds its place too.
+std::size_t parameter_index(const Calibration::Parameter& parameter) {
+  std::size_t i = 0;
+  while (i + 1 < Calibration::parameters().size() && Calibration::parameters()[i].field != parameter.field) ++i;
+  return i;
+}
+}  // namespace
+
+double RunSet::lower_bound(const Calibration::Parameter& parameter) const { return parameter.lower; }
+
+double RunSet::upper_bound(const Calibration::Parameter& parameter) const {
+  const double physical = physical_upper_[parameter_index(parameter)];
+  const double table = parameter.upper_for(device_kind_);
+  return std::isfinite(physical) ? std::min(table, physical) : table;
+}
+
+std::string RunSet::upper_reason(const Calibration::Parameter& parameter) const {
+  const std::size_t i = parameter_index(parameter);
+  if (std::isfinite(physical_upper_[i]) && physical_upper_[i] < parameter.upper_for(device_kind_)) {
+    return physical_reason_[i];
+  }
+  return parameter.upper_for(device_kind_) < parameter.upper ? std::string(parameter.gpu_upper_source) : std::string();
 }
 
 double RunSet::measured_mfu(std::size_t i) const {
@@ -172,38 +242,99 @@ double mean_absolute_percentage_error(const std::vector<double>& predicted, cons
   return sum / double(rows.size());
 }
 
+ErrorCells::ErrorCells(const RunSet& runs, const std::vector<std::size_t>& rows) : runs_(runs) {
+  for (std::size_t row : rows) {
+    const std::size_t source = runs.source_of(row);
+    const Framework framework = runs.run(row).plan->train.framework;
+    std::size_t cell = 0;
+    while (cell < rows_.size() && !(source_[cell] == source && framework_[cell] == framework)) ++cell;
+    if (cell == rows_.size()) rows_.emplace_back(), source_.push_back(source), framework_.push_back(framework);
+    rows_[cell].push_back(row);
+  }
+}
+
+namespace {
+// The loss of one log error: about |e| beyond a few percent, as the MAPE weighs it, and
+// quadratic within them (published figures are rounded to two or three digits), so that
+// the objective is smooth where the optimiser ends and Subplex does not stall on kinks.
+constexpr double kQuadraticWithin = 0.03;
+double loss(double e) { return kQuadraticWithin * (std::sqrt(1.0 + (e / kQuadraticWithin) * (e / kQuadraticWithin)) - 1.0); }
+}  // namespace
+
+std::vector<double> ErrorCells::levels(const std::vector<double>& predicted) const {
+  std::vector<double> out(rows_.size());
+  for (std::size_t cell = 0; cell < rows_.size(); ++cell) {
+    double sum = 0;
+    for (std::size_t row : rows_[cell]) sum += std::log(predicted[row] / runs_.measured_s(row));
+    out[cell] = sum / double(rows_[cell].size());
+  }
+  return out;
+}
+
+std::vector<double> ErrorCells::effects(const std::vector<double>& levels) const {
+  std::vector<double> out(levels.size());
+  for (std::size_t cell = 0; cell < levels.size(); ++cell) {
+    double sum = 0;
+    int count = 0;
+    for (std::size_t other = 0; other < levels.size(); ++other) {
+      if (framework_[other] == framework_[cell]) sum += levels[other], ++count;
+    }
+    out[cell] = levels[cell] - sum / count;
+  }
+  return out;
+}
+
+double ErrorCells::objective(const std::vector<double>& predicted, double pooling) const {
+  if (rows_.empty()) return 0;
+  const std::vector<double> level = levels(predicted);
+  // A cell's level less its own effect is its framework's mean level: what a new source of
+  // that framework is predicted at.
+  const std::vector<double> own = effects(level);
+  double sum = 0;
+  for (std::size_t cell = 0; cell < rows_.size(); ++cell) {
+    double within = 0;
+    for (std::size_t row : rows_[cell]) within += loss(std::log(predicted[row] / runs_.measured_s(row)) - level[cell]);
+    sum += within / double(rows_[cell].size()) + pooling * loss(level[cell]) +
+           (1.0 - pooling) * loss(level[cell] - own[cell]);
+  }
+  return sum / double(rows_.size());
+}
+
 namespace {
 struct Objective {
   RunSet* runs = nullptr;
   const std::vector<std::size_t>* rows = nullptr;
+  const ErrorCells* cells = nullptr;
+  double pooling = 0;
   std::vector<const Calibration::Parameter*> parameters;
-  std::vector<double> upper;  // each parameter's bound on the runs' device kind
+  std::vector<double> lower, upper;  // each parameter's range on these runs
   Calibration base;
-  std::vector<double> prior;  // each parameter's starting value, normalised
+  std::vector<double> prior;  // each parameter's value in the profile, normalised
   double prior_weight = 0;
   int evaluations = 0;
-  double best_objective = std::numeric_limits<double>::infinity(), best_mape = best_objective;
+  double best_objective = std::numeric_limits<double>::infinity(), best_error = best_objective;
   Calibration best;
 
   Calibration at(const std::vector<double>& unit) const {
     Calibration c = base;
     for (std::size_t i = 0; i < parameters.size(); ++i) {
-      const Calibration::Parameter& p = *parameters[i];
-      c.*(p.field) = p.lower + std::clamp(unit[i], 0.0, 1.0) * (upper[i] - p.lower);
+      // Clamped again: lower + 1 x (upper - lower) may round past an end.
+      c.*(parameters[i]->field) =
+          std::clamp(lower[i] + std::clamp(unit[i], 0.0, 1.0) * (upper[i] - lower[i]), lower[i], upper[i]);
     }
     return c;
   }
   double operator()(const std::vector<double>& unit) {
     const Calibration c = at(unit);
-    const double mape = mean_absolute_percentage_error(runs->predict_fast(c, *rows), *runs, *rows);
+    const double error = cells->objective(runs->predict_fast(c, *rows), pooling);
     double moved = 0;
     for (std::size_t i = 0; i < parameters.size(); ++i) {
       const double d = std::clamp(unit[i], 0.0, 1.0) - prior[i];
       moved += d * d;
     }
-    const double value = mape + prior_weight * moved;
+    const double value = error + prior_weight * moved;
     ++evaluations;
-    if (value < best_objective) best_objective = value, best_mape = mape, best = c;
+    if (value < best_objective) best_objective = value, best_error = error, best = c;
     return value;
   }
 };
@@ -219,6 +350,9 @@ std::vector<const Calibration::Parameter*> chosen_parameters(const CalibrationOp
     for (const std::string& name : options.parameters) wanted = wanted || name == p.name;
     if (wanted) out.push_back(&p);
   }
+  std::erase_if(out, [&](const Calibration::Parameter* p) {
+    return std::find(options.fixed.begin(), options.fixed.end(), p->name) != options.fixed.end();
+  });
   for (const std::string& name : options.parameters) {
     bool known = false;
     for (const Calibration::Parameter& p : Calibration::parameters()) known = known || name == p.name;
@@ -268,26 +402,38 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
   }
   objective.base = start;
   for (const Calibration::Parameter* p : objective.parameters) {
-    objective.upper.push_back(p->upper_for(runs.device_kind()));
-    objective.base.*(p->field) = std::min(objective.base.*(p->field), objective.upper.back());
+    objective.lower.push_back(runs.lower_bound(*p));
+    objective.upper.push_back(runs.upper_bound(*p));
+    objective.base.*(p->field) = std::clamp(objective.base.*(p->field), objective.lower.back(), objective.upper.back());
   }
+  const ErrorCells cells(runs, rows);
+  objective.cells = &cells;
+  objective.pooling = options.effect_pooling;
   CalibrationFit out;
   if (rows.empty() || objective.parameters.empty()) {
     out.calibration = objective.base;
-    out.mape = mean_absolute_percentage_error(runs.predict(objective.base, rows), runs, rows);
+    const std::vector<double> predicted = runs.predict(objective.base, rows);
+    out.mape = mean_absolute_percentage_error(predicted, runs, rows);
+    out.objective = rows.empty() ? 0.0 : cells.objective(predicted, options.effect_pooling);
     return out;
   }
   const std::size_t n = objective.parameters.size();
   std::vector<double> unit(n), lower(n, 0.0), upper(n, 1.0), step(n, 0.1);
   for (std::size_t i = 0; i < n; ++i) {
     const Calibration::Parameter& p = *objective.parameters[i];
-    unit[i] = (objective.base.*(p.field) - p.lower) / (objective.upper[i] - p.lower);
+    unit[i] = (objective.base.*(p.field) - objective.lower[i]) / (objective.upper[i] - objective.lower[i]);
   }
-  objective.prior = unit;
+  // The prior pulls toward the profile's values (each within its range), wherever the
+  // optimiser starts.
+  const Calibration center;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double value = std::clamp(center.*(objective.parameters[i]->field), objective.lower[i], objective.upper[i]);
+    objective.prior.push_back((value - objective.lower[i]) / (objective.upper[i] - objective.lower[i]));
+  }
   objective.prior_weight = options.prior_weight;
-  // Subplex stops where its simplex has shrunk, often short of the minimum of a MAPE
+  // Subplex stops where its simplex has shrunk, often short of the minimum of an error
   // with kinks; a fresh start from the best point found (a new initial step) goes on
-  // from there. Restarts end when one improves the objective (the MAPE plus the prior)
+  // from there. Restarts end when one improves the objective (the error plus the prior)
   // by less than options.restart_gain (absolute).
   double previous_best = std::numeric_limits<double>::quiet_NaN();
   for (int attempt = 0;
@@ -297,7 +443,7 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
     if (attempt > 0) {
       for (std::size_t i = 0; i < n; ++i) {
         const Calibration::Parameter& p = *objective.parameters[i];
-        unit[i] = (objective.best.*(p.field) - p.lower) / (objective.upper[i] - p.lower);
+        unit[i] = (objective.best.*(p.field) - objective.lower[i]) / (objective.upper[i] - objective.lower[i]);
       }
     }
     nlopt::opt optimiser(nlopt::LN_SBPLX, unsigned(n));
@@ -315,74 +461,9 @@ CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& row
     }
   }
   out.calibration = objective.best;
-  out.mape = objective.best_mape;
+  out.objective = objective.best_error;
+  out.mape = mean_absolute_percentage_error(runs.predict_fast(objective.best, rows), runs, rows);
   out.evaluations = objective.evaluations;
-  return out;
-}
-
-DeviceCalibration calibrate_runs(RunSet& runs, const CalibrationOptions& options) {
-  DeviceCalibration out;
-  for (std::size_t i = 0; i < runs.size(); ++i)
-    (runs.run(i).held_out ? out.held_out_rows : out.fitted_rows).push_back(i);
-  if (out.fitted_rows.empty()) throw Error("calibrate: no runs to fit on (every priceable run is held out)");
-  const std::vector<std::size_t> every = runs.all_rows();
-  out.before_s = runs.predict(Calibration{}, every);
-  out.fit = fit_calibration(runs, out.fitted_rows, options);
-  out.evaluations = out.fit.evaluations;
-  out.after_s = runs.predict(out.fit.calibration, every);
-  out.leave_one_out_s.assign(runs.size(), std::numeric_limits<double>::quiet_NaN());
-  out.leave_one_out_calibration.assign(runs.size(), Calibration{});
-  for (std::size_t left_out : out.fitted_rows) {
-    std::vector<std::size_t> rows;
-    for (std::size_t row : out.fitted_rows) {
-      if (row != left_out) rows.push_back(row);
-    }
-    const CalibrationFit fit = fit_calibration(runs, rows, options);
-    out.evaluations += fit.evaluations;
-    out.leave_one_out_s[left_out] = runs.predict(fit.calibration, {left_out})[left_out];
-    out.leave_one_out_calibration[left_out] = fit.calibration;
-  }
-  return out;
-}
-
-std::vector<profiles::MeasuredExperience> measured_experience_of(const RunSet& runs) {
-  std::vector<std::string> ids;
-  std::vector<double> parameters, measured_mfu;
-  for (std::size_t row = 0; row < runs.size(); ++row) {
-    if (runs.run(row).held_out) continue;
-    ids.push_back(runs.run(row).id);
-    parameters.push_back(runs.parameters(row));
-    measured_mfu.push_back(runs.measured_mfu(row));
-  }
-  return profiles::measured_experience(ids, parameters, measured_mfu);
-}
-
-profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet& runs,
-                                     const DeviceCalibration& calibration, const std::string& inputs) {
-  profiles::Profile out = base;
-  Json fitted_on = Json::array();
-  for (std::size_t row : calibration.fitted_rows) fitted_on.push_back(runs.run(row).id);
-  std::vector<double> leave_one_out = calibration.leave_one_out_s;
-  double loo_sum = 0;
-  for (std::size_t row : calibration.fitted_rows) loo_sum += std::abs(leave_one_out[row] / runs.measured_s(row) - 1.0);
-  std::vector<std::string> ids;
-  std::vector<double> residuals;
-  for (std::size_t row : calibration.fitted_rows) {
-    ids.push_back(runs.run(row).id);
-    residuals.push_back(leave_one_out[row] / runs.measured_s(row) - 1.0);
-  }
-  out.meta = base.meta.is_object() ? base.meta : Json::object();
-  out.meta["calibrated_from"] = out.meta.value("source", std::string("measured"));
-  out.meta["source"] = "calibrated";
-  out.meta["calibration"] = Json{{"parameters", calibration.fit.calibration.to_json()},
-                                 {"inputs", inputs},
-                                 {"fitted_on", fitted_on},
-                                 {"mape", calibration.fit.mape},
-                                 {"leave_one_out_mape", loo_sum / double(calibration.fitted_rows.size())},
-                                 {"leave_one_out_residuals", profiles::residuals_to_json(ids, residuals)},
-                                 {"measured_experience", profiles::experience_to_json(measured_experience_of(runs))},
-                                 {"date", profiles::today_utc()},
-                                 {"tool_version", profiles::tool_version()}};
   return out;
 }
 

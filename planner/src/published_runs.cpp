@@ -13,8 +13,10 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <string_view>
 
 #include "tessel/core/block_ops.hpp"
+#include "tessel/core/engine_defaults.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/run_store.hpp"
 
@@ -24,9 +26,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Most direct first: a time needs no conversion, a FLOP rate needs a FLOP convention.
-constexpr std::array<const char*, 8> kMeasuredKeys{
-    "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "hw_tflops_per_gpu",
-    "mfu",         "hfu",          "peak_fraction"};
+constexpr std::array<const char*, 9> kMeasuredKeys{
+    "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s_per_gpu", "tflops_per_gpu",
+    "hw_tflops_per_gpu", "mfu", "hfu", "peak_fraction"};
 
 // What a measurement of a real training step can be. The bounds are physical, not
 // statistical: a step launches thousands of kernels (over 100 us) and none published runs
@@ -43,6 +45,7 @@ constexpr MeasuredRange kMeasuredRanges[] = {
     {"step_time_s", 1e-4, 86400, "seconds per step"},
     {"tokens_per_s", 1, 1e10, "tokens per second"},
     {"tokens_per_s_per_gpu", 1e-3, 1e7, "tokens per second per GPU"},
+    {"samples_per_s_per_gpu", 1e-6, 1e7, "samples per second per GPU"},
     {"tflops_per_gpu", 1e-3, 1e4, "TFLOP/s per GPU"},
     {"hw_tflops_per_gpu", 1e-3, 1e4, "TFLOP/s per GPU"},
     {"mfu", 1e-4, 1, "a fraction of the peak"},
@@ -50,6 +53,17 @@ constexpr MeasuredRange kMeasuredRanges[] = {
     {"peak_fraction", 1e-4, 1, "a fraction of the peak"},
     {"aggregate_pflops", 1e-6, 1e7, "PFLOP/s of the whole run"},
 };
+
+// Every key a row may be measured by has its range (a key without one would never be read).
+constexpr bool every_measured_key_has_a_range() {
+  for (const char* key : kMeasuredKeys) {
+    bool found = false;
+    for (const MeasuredRange& range : kMeasuredRanges) found = found || std::string_view(key) == range.key;
+    if (!found) return false;
+  }
+  return true;
+}
+static_assert(every_measured_key_has_a_range());
 
 // The value of `object[key]` checked against its range; nullopt when absent.
 std::optional<double> measured_value(const Json& object, const MeasuredRange& range, const std::string& where) {
@@ -69,23 +83,54 @@ std::string string_field(const Json& object, const char* key, const std::string&
   return object[key].get<std::string>();
 }
 
-// The row's plan as tessel reads it (its model, cluster, nodes, train, parallel fields).
-Json plan_json_of(const Json& run) {
+// The row's plan as tessel reads it (its model, cluster, nodes, train, parallel fields),
+// with the source's engine and its date in train unless the row names its own: what the
+// row does not state, that engine ran (core/engine_defaults.hpp).
+Json plan_json_of(const Json& run, const Json& engine) {
   Json plan = Json::object();
   for (const char* key : {"model", "cluster", "nodes", "train", "parallel"}) {
     if (run.contains(key)) plan[key] = run[key];
   }
+  if (engine.is_object() && plan.contains("train") && plan["train"].is_object() && !plan["train"].contains("engine")) {
+    plan["train"]["engine"] = engine["name"];
+    if (engine.contains("date")) plan["train"]["engine_date"] = engine["date"];
+  }
   return plan;
 }
 
-PublishedRun read_run(const Json& row, const std::string& file, bool held_out, std::size_t index) {
+// The source's "engine": {"name", "date", "cite"}: which engine ran its runs and the date
+// of its release (or of the runs, where the source names no release). Required of every
+// corpus file, so that nothing a row leaves unstated falls back to tessel's own defaults.
+Json source_engine(const Json& source, const std::string& path) {
+  const std::string where = path + ": source.engine";
+  if (!source.contains("engine") || !source["engine"].is_object()) {
+    throw Error(fmt::format("{}: must be an object {{\"name\": {}, \"date\": \"YYYY-MM\", \"cite\": \"...\"}}",
+                            where, engine_names()));
+  }
+  const Json& engine = source["engine"];
+  for (const char* key : {"name", "date", "cite"}) {
+    if (!engine.contains(key) || !engine[key].is_string() || engine[key].get<std::string>().empty()) {
+      throw Error(fmt::format("{}.{}: must be a non-empty string", where, key));
+    }
+  }
+  if (!find_engine_rule(engine["name"].get<std::string>())) {
+    throw Error(fmt::format("{}.name: must be one of {}, got '{}'", where, engine_names(), engine["name"].get<std::string>()));
+  }
+  const std::string problem = engine_date_problem(engine["date"].get<std::string>());
+  if (!problem.empty()) throw Error(fmt::format("{}.date: {}", where, problem));
+  return engine;
+}
+
+PublishedRun read_run(const Json& row, const std::string& file, bool held_out, std::size_t index, const Json& engine) {
   const std::string where = fmt::format("{}: runs[{}]", file, index);
   if (!row.is_object()) throw Error(fmt::format("{}: must be an object", where));
   PublishedRun run;
   run.id = string_field(row, "id", where);
   run.source = file;
   run.held_out = held_out;
-  run.cluster = string_field(row, "cluster", where);
+  // A preset's name, or the published machine written out (a cluster object with its name).
+  run.cluster = row.contains("cluster") && row["cluster"].is_object() ? string_field(row["cluster"], "name", where + ".cluster")
+                                                                       : string_field(row, "cluster", where);
   if (!row.contains("measured") || !row["measured"].is_object()) {
     throw Error(fmt::format("{} ({}): \"measured\" must be an object", where, run.id));
   }
@@ -113,16 +158,14 @@ PublishedRun read_run(const Json& row, const std::string& file, bool held_out, s
   if (run.measured_key.empty()) {
     throw Error(
         fmt::format("{} ({}): \"measured\" has none of step_time_s, tokens_per_s, tokens_per_s_per_gpu, "
-                    "tflops_per_gpu, hw_tflops_per_gpu, mfu, hfu, peak_fraction",
+                    "samples_per_s_per_gpu, tflops_per_gpu, hw_tflops_per_gpu, mfu, hfu, peak_fraction",
                     where, run.id));
   }
-  const Json train = row.value("train", Json::object());
-  run.kernels_stated = train.is_object() && train.contains("kernels");
   if (row.contains("tessel_rejects")) {
     run.skipped = "tessel refuses the layout: " + string_field(row, "tessel_rejects", fmt::format("{} ({})", where, run.id));
   }
   try {
-    Plan plan = Plan::from_json(plan_json_of(row), where);
+    Plan plan = Plan::from_json(plan_json_of(row, engine), where);
     run.device = plan.cluster.device;
     if (run.skipped.empty()) {
       plan.validate();
@@ -168,7 +211,9 @@ std::vector<PublishedRun> load_corpus_runs(const std::string& directory, const c
     if (!json.contains("runs") || !json["runs"].is_array()) {
       throw Error(fmt::format("{}: \"runs\" must be an array", path.string()));
     }
-    for (std::size_t i = 0; i < json["runs"].size(); ++i) runs.push_back(read_run(json["runs"][i], file, held_out, i));
+    const Json engine = source_engine(json["source"], path.string());
+    for (std::size_t i = 0; i < json["runs"].size(); ++i)
+      runs.push_back(read_run(json["runs"][i], file, held_out, i, engine));
   }
   refuse_repeated_ids(runs);
   return runs;
@@ -219,7 +264,6 @@ std::vector<PublishedRun> load_recorded_runs(const std::string& db_path, const s
     PublishedRun run;
     run.id = fmt::format("run-{}", record.id);
     run.source = db_path;
-    run.kernels_stated = true;  // a recorded plan says what the executor ran
     const std::string where = fmt::format("{}: run {}", db_path, record.id);
     Plan plan = Plan::from_json(record.plan, where);
     run.cluster = plan.cluster.name;
@@ -245,11 +289,6 @@ std::vector<PublishedRun> load_recorded_runs(const std::string& db_path, const s
   return runs;
 }
 
-void assume_unstated_kernels(std::vector<PublishedRun>& runs, Kernels kernels) {
-  for (PublishedRun& run : runs) {
-    if (run.plan && !run.kernels_stated) run.plan->train.kernels = kernels;
-  }
-}
 
 namespace {
 // The share of the layers' forward FLOPs (GEMMs and attention) the run's recompute runs
@@ -295,6 +334,7 @@ double measured_step_time_s(const PublishedRun& run, const CostModel& model) {
   if (key == "step_time_s" || key == "derived_step_time_s") return value;
   if (key == "tokens_per_s") return tokens_per_step / value;
   if (key == "tokens_per_s_per_gpu") return tokens_per_step / (value * gpus);
+  if (key == "samples_per_s_per_gpu") return double(plan.train.global_batch) / (value * gpus);
   if (key == "tflops_per_gpu") return model_flops / (value * 1e12 * gpus);
   if (key == "hw_tflops_per_gpu") return hardware_flops / (value * 1e12 * gpus);
   if (key == "mfu") return model_flops / (value * peak_flops_per_s * gpus);

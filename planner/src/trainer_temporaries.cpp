@@ -22,7 +22,8 @@
 //   6 x per-head   b s h / (sp split): heads out, key copy, dq, dk, dv, their sum
 //   6 x residual   b s h / (sp activation split): norm, projection and MLP outputs and
 //                  their gradients, the stage's running gradient
-//   1 x logits     b s V / (sp split), last stage only: the logits' gradient.
+//   1 x logits     b s V / (sp split), last stage only: the logits' gradient (none
+//                  with tp 1, where the fused loss writes it over the logits).
 // And, on CPU ranks, the MPI library's temporaries of the gradient all-reduces
 // (reduction_scratch_bytes below), in the same process memory.
 // Megatron-LM's report has no term for them (it multiplies by 1.05 for "optimizer and
@@ -50,7 +51,7 @@ double CostModel::trainer_temporaries_bytes(const ParallelConfig& p, bool last_s
   const double qkv = 2.0 * tokens * (h + 2.0 * kv) / split.gemm;
   const double per_head = 6.0 * tokens * h / split.gemm;
   const double residual = 6.0 * tokens * h / split.activation;
-  const double logits = last_stage ? tokens * model_.vocab / split.gemm : 0.0;
+  const double logits = last_stage && p.tp > 1 ? tokens * model_.vocab / split.gemm : 0.0;
   return element_bytes_ * (scores + ffn + qkv + per_head + residual + logits);
 }
 

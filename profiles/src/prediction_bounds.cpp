@@ -25,11 +25,38 @@ double quantile(std::vector<double> values, double q) {
   return values[below] + fraction * (values[above] - values[below]);
 }
 
-std::optional<ResidualBand> band_from_residuals(const std::vector<double>& residuals) {
+double weighted_quantile(const std::vector<double>& values, const std::vector<double>& weights, double q) {
+  if (values.empty() || values.size() != weights.size()) throw Error("weighted_quantile: values and weights differ");
+  std::vector<std::size_t> order(values.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return values[a] < values[b]; });
+  double total = 0;
+  for (double w : weights) total += w;
+  std::vector<double> midpoint(order.size());
+  double before = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    midpoint[k] = (before + 0.5 * weights[order[k]]) / total;
+    before += weights[order[k]];
+  }
+  q = std::clamp(q, 0.0, 1.0);
+  if (q <= midpoint.front()) return values[order.front()];
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    if (q <= midpoint[k]) {
+      const double fraction = (q - midpoint[k - 1]) / (midpoint[k] - midpoint[k - 1]);
+      return values[order[k - 1]] + fraction * (values[order[k]] - values[order[k - 1]]);
+    }
+  }
+  return values[order.back()];
+}
+
+std::optional<ResidualBand> band_from_residuals(const std::vector<double>& residuals,
+                                                const std::vector<double>& weights) {
   if (residuals.size() < kBandMinimumRuns) return std::nullopt;
   ResidualBand band;
-  band.low_residual = quantile(residuals, kBandLowerQuantile);
-  band.high_residual = quantile(residuals, kBandUpperQuantile);
+  band.low_residual = weights.empty() ? quantile(residuals, kBandLowerQuantile)
+                                      : weighted_quantile(residuals, weights, kBandLowerQuantile);
+  band.high_residual = weights.empty() ? quantile(residuals, kBandUpperQuantile)
+                                       : weighted_quantile(residuals, weights, kBandUpperQuantile);
   band.runs = residuals.size();
   return band;
 }
@@ -67,9 +94,13 @@ const char* kNotCalibrated = "profile not calibrated (tessel calibrate writes on
 const char* kPredatesBounds = "calibrated profile predates error bars (re-run tessel calibrate)";
 const char* kNoSimulatedBand = "calibration simulated no runs (tessel calibrate --simulated does)";
 
-std::vector<double> read_residuals(const Json& list, const std::string& path) {
+struct Residuals {
+  std::vector<double> values, weights;  // weights empty unless every entry has one
+};
+
+Residuals read_residuals(const Json& list, const std::string& path) {
   if (!list.is_array()) throw Error(fmt::format("{}: must be an array of {{\"run\", \"residual\"}}", path));
-  std::vector<double> residuals;
+  Residuals out;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const Json& item = list[i];
     const Json residual = item.is_object() ? item.value("residual", Json()) : Json();
@@ -77,9 +108,19 @@ std::vector<double> read_residuals(const Json& list, const std::string& path) {
     if (!residual.is_number() || !(residual.get<double>() > -1.0) || !std::isfinite(residual.get<double>())) {
       throw Error(fmt::format("{}[{}].residual: must be a number above -1 (predicted / measured - 1)", path, i));
     }
-    residuals.push_back(residual.get<double>());
+    out.values.push_back(residual.get<double>());
+    if (item.contains("weight")) {
+      const Json& weight = item["weight"];
+      if (!weight.is_number() || !(weight.get<double>() > 0) || !std::isfinite(weight.get<double>())) {
+        throw Error(fmt::format("{}[{}].weight: must be a positive number", path, i));
+      }
+      out.weights.push_back(weight.get<double>());
+    }
   }
-  return residuals;
+  if (!out.weights.empty() && out.weights.size() != out.values.size()) {
+    throw Error(fmt::format("{}: every entry or none must have a weight", path));
+  }
+  return out;
 }
 
 std::vector<MeasuredExperience> read_experience(const Json& list, const std::string& path) {
@@ -132,24 +173,29 @@ PredictionBounds prediction_bounds_of(const Profile& profile) {
   }
   const Json& calibration = profile.meta["calibration"];
   const std::string path = fmt::format("profile {} meta.calibration", profile.device.name);
-  if (calibration.contains("leave_one_out_residuals")) {
-    const std::vector<double> residuals =
-        read_residuals(calibration["leave_one_out_residuals"], path + ".leave_one_out_residuals");
-    out.band = band_from_residuals(residuals);
+  // Residuals of unseen sources where the calibration had several, else of unseen rows.
+  const char* key = calibration.contains("leave_one_source_out_residuals") ? "leave_one_source_out_residuals"
+                                                                            : "leave_one_out_residuals";
+  if (calibration.contains(key)) {
+    const Residuals residuals = read_residuals(calibration[key], path + "." + key);
+    out.band = band_from_residuals(residuals.values, residuals.weights);
+    if (out.band && std::string(key) == "leave_one_source_out_residuals") out.band->kind = "leave-one-source-out";
     if (!out.band) {
       out.no_band_reason =
-          fmt::format("calibrated on {} run(s); a band needs at least {}", residuals.size(), kBandMinimumRuns);
+          fmt::format("calibrated on {} run(s); a band needs at least {}", residuals.values.size(), kBandMinimumRuns);
     }
   } else {
     out.no_band_reason = kPredatesBounds;
   }
   if (calibration.contains("simulated_leave_one_out_residuals")) {
-    const std::vector<double> residuals =
+    const Residuals residuals =
         read_residuals(calibration["simulated_leave_one_out_residuals"], path + ".simulated_leave_one_out_residuals");
-    out.simulated_band = band_from_residuals(residuals);
+    out.simulated_band = band_from_residuals(residuals.values, residuals.weights);
+    if (out.simulated_band && calibration.value("simulated_band_from", std::string()) == "leave-one-source-out")
+      out.simulated_band->kind = "leave-one-source-out";
     if (!out.simulated_band) {
-      out.no_simulated_band_reason =
-          fmt::format("{} run(s) simulated in calibration; a band needs at least {}", residuals.size(), kBandMinimumRuns);
+      out.no_simulated_band_reason = fmt::format("{} run(s) simulated in calibration; a band needs at least {}",
+                                                 residuals.values.size(), kBandMinimumRuns);
     }
   } else {
     out.no_simulated_band_reason = kNoSimulatedBand;
@@ -201,6 +247,7 @@ Json PredictionJudgement::to_json() const {
     out["step_time_band"] = Json{{"quantiles", Json::array({kBandLowerQuantile, kBandUpperQuantile})},
                                  {"residuals", Json::array({band->low_residual, band->high_residual})},
                                  {"leave_one_out_runs", band->runs},
+                                 {"errors", band->kind},
                                  {"source", band_source}};
   } else {
     out["step_time_band_s"] = nullptr;
@@ -237,10 +284,12 @@ std::string PredictionJudgement::experience_line() const {
                      100 * mfu, device, bucket, 100 * bound->best_mfu, bound->run);
 }
 
-Json residuals_to_json(const std::vector<std::string>& runs, const std::vector<double>& residuals) {
+Json residuals_to_json(const std::vector<std::string>& runs, const std::vector<double>& residuals,
+                       const std::vector<double>& weights) {
   Json out = Json::array();
   for (std::size_t i = 0; i < runs.size() && i < residuals.size(); ++i) {
     out.push_back(Json{{"run", runs[i]}, {"residual", residuals[i]}});
+    if (i < weights.size()) out.back()["weight"] = weights[i];
   }
   return out;
 }

@@ -33,7 +33,10 @@ Json row(const std::string& id, int dp, int pp, int tp, double measured_s) {
 }
 
 void write_corpus_file(const fs::path& file, bool held_out, const Json& runs) {
-  std::ofstream(file) << Json{{"source", {{"title", "synthetic"}, {"held_out", held_out}}}, {"runs", runs}}.dump(2);
+  const Json engine{{"name", "tessel"}, {"date", "2024-01"}, {"cite", "synthetic"}};
+  std::ofstream(file) << Json{{"source", {{"title", "synthetic"}, {"held_out", held_out}, {"engine", engine}}},
+                              {"runs", runs}}
+                             .dump(2);
 }
 
 class CalibrateSimulated : public Cli {

@@ -1,6 +1,6 @@
 // `tessel calibrate` end to end on the repository's corpus and on runs recorded in a
 // database: it fits, prints the errors before, after and leave-one-out and the held-out
-// sources' errors, writes a calibrated profile that estimate then uses and names; bad
+// sources' errors, each source predicted by a fit that never saw it, writes a calibrated profile that estimate then uses and names; bad
 // input is one line and exit status 2 with nothing written.
 #include <string>
 
@@ -24,18 +24,22 @@ TEST_F(Cli, CalibrateFitsTheCorpusAndEstimateSaysItUsesTheProfile) {
   const std::string db = (dir_ / "profiles.db").string();
   const auto calibrated = run("calibrate --published " + corpus() + " --device H100-SXM --db " + db);
   ASSERT_EQ(calibrated.status, 0) << calibrated.err;
-  // The H100 rows hold three frameworks: leave-one-out is also printed per framework.
-  for (const char* expected : {"fitted parameters: gemm_efficiency_scale", "calibration runs, before:",
-                               "calibration runs, after:", "leave-one-out:", "leave-one-out, pytorch:",
-                               "leave-one-out, megatron:", "leave-one-out, torch.compile:", "held out, after:",
-                               "wall time"}) {
+  // The H100 rows hold three frameworks: leave-one-source-out is also printed per
+  // framework; the verdict, every source's errors and the band's coverage of the held-out
+  // rows come with it.
+  for (const char* expected :
+       {"fitted parameters: gemm_efficiency_scale", "verdict: ", "calibration runs, before:", "calibration runs, after:",
+        "leave-one-out:", "leave-one-source-out:", "leave-one-source-out, by source:",
+        "leave-one-source-out, pytorch:", "leave-one-source-out, megatron:", "leave-one-source-out, torch.compile:",
+        "mosaicml_llm_foundry.json", "held out, after:", "held-out runs inside it after calibration: ",
+        "wall time"}) {
     EXPECT_NE(calibrated.out.find(expected), std::string::npos) << expected << "\n" << calibrated.out;
   }
   const std::string plan = std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json";
   const auto estimate = run("estimate --plan " + plan + " --db " + db);
   ASSERT_EQ(estimate.status, 0) << estimate.err;
-  // 89 bf16 and 21 fp8 calibration rows (corpus/README.md).
-  EXPECT_NE(estimate.out.find("profile: H100-SXM calibrated on 110 published runs"), std::string::npos) << estimate.out;
+  // 93 bf16 and 25 fp8 calibration rows (corpus/README.md).
+  EXPECT_NE(estimate.out.find("profile: H100-SXM calibrated on 118 published runs"), std::string::npos) << estimate.out;
   const auto uncalibrated = run("estimate --plan " + plan);
   EXPECT_EQ(uncalibrated.out.find("calibrated on"), std::string::npos) << uncalibrated.out;
   // The framework a search plans for picks the calibration's correction: the same search
@@ -137,5 +141,6 @@ TEST_F(Cli, CalibrateRefusesHeldOutSourcesAsItsInputAndPredictsThemFromHeldOut) 
   const auto explicit_held_out =
       run("calibrate --published " + corpus() + " --held-out " + held_out + " --device A100-SXM-80GB --db " + db);
   ASSERT_EQ(explicit_held_out.status, 0) << explicit_held_out.err;
-  EXPECT_NE(explicit_held_out.out.find("74 runs fitted, 22 held out"), std::string::npos) << explicit_held_out.out;
+  EXPECT_NE(explicit_held_out.out.find("130 runs fitted from 7 sources, 22 held out"), std::string::npos)
+      << explicit_held_out.out;
 }

@@ -1,5 +1,5 @@
 // The layouts the executor's MPI checks train: a small GPT (4 layers, hidden 32, 4 heads,
-// vocabulary 256, sequence 16, global batch 8) under any parallel layout, as a plan; or,
+// vocabulary 256 or `vocab`, sequence 16, global batch 8) under any parallel layout, as a plan; or,
 // with model "llama", a LLaMA-shaped one of the same size (RMSNorm, RoPE, 4 heads on 2 kv
 // heads, SwiGLU with ffn 84, untied LM head, no biases). Model "moe" is the GPT with an MoE
 // MLP in every 2nd block (4 experts of width 32, top 2, no shared expert, GELU), "moe_llama"
@@ -28,6 +28,7 @@ struct Layout {
   int ep = 1;
   double capacity = 0;
   int layers = 4;  // the GPT's blocks (6: an uneven interleaved split over pp 2 x 2 chunks)
+  int vocab = 256;  // 50257: GPT-2's, which no tensor split divides (the tables are padded)
   std::string name() const {
     return fmt::format("{}dp{} pp{} tp{}{}{} zero{} recompute {} {}{}{} {}{}{}", model == "gpt" ? "" : model + " ", dp,
                        pp, tp,
@@ -36,24 +37,25 @@ struct Layout {
                        virtual_stages > 1 ? fmt::format(" v{}", virtual_stages) : "", sequence_parallel ? " +sp" : "",
                        optimizer, precision == "fp32" ? "" : " " + precision, kernels == "fused" ? " fused" : "") +
            (ep > 1 ? fmt::format(" ep{}", ep) : "") + (capacity > 0 ? fmt::format(" capacity {}", capacity) : "") +
-           (layers != 4 ? fmt::format(" layers{}", layers) : "");
+           (layers != 4 ? fmt::format(" layers{}", layers) : "") + (vocab != 256 ? fmt::format(" vocab{}", vocab) : "");
   }
   // Layouts with the same reference run (one process, same seed and batches). With bf16
   // storage what recompute keeps changes the numbers, so it joins the key.
   std::string reference_key() const {
     return model + " " + optimizer + " " + precision + " " + kernels + (precision == "bf16" ? " " + recompute : "") +
-           fmt::format(" capacity {} layers {}", capacity, layers);
+           fmt::format(" capacity {} layers {} vocab {}", capacity, layers, vocab);
   }
 };
 
 inline Plan make_plan(const Layout& l) {
   const bool llama = l.model == "llama" || l.model == "moe_llama";
   std::string model =
-      llama ? R"({"name": "small-llama", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 2, "ffn_hidden": 84,
-               "vocab": 256, "seq_len": 16, "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope",
-               "tied_embeddings": false, "bias": false)"
-            : fmt::format(R"({{"name": "small", "layers": {}, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16)",
-                          l.layers);
+      llama ? fmt::format(R"({{"name": "small-llama", "layers": 4, "hidden": 32, "heads": 4, "kv_heads": 2,
+               "ffn_hidden": 84, "vocab": {}, "seq_len": 16, "activation": "swiglu", "norm": "rmsnorm",
+               "position_embedding": "rope", "tied_embeddings": false, "bias": false)",
+                          l.vocab)
+            : fmt::format(R"({{"name": "small", "layers": {}, "hidden": 32, "heads": 4, "vocab": {}, "seq_len": 16)",
+                          l.layers, l.vocab);
   if (l.model == "moe" || l.model == "moe_llama") {
     model += fmt::format(R"(, "moe": {{"experts": 4, "top_k": 2, "expert_ffn_hidden": 32, "every": 2,
                                       "shared_experts": {}, "capacity_factor": {}}})",

@@ -115,23 +115,4 @@ TEST(MemoryLedger, OneRankModelStatesAreExactlyParameterCountTimesBytes) {
   EXPECT_DOUBLE_EQ(predicted.optimizer_bytes, double(8 * count));
 }
 
-// A GPU's device peak covers the trainer's tensors (the allocator's blocks are rounded
-// up and the context comes on top); the CPU backend cannot tell its memory apart from
-// the process's and says 0.
-TEST(MemoryLedger, DevicePeakCoversTheTrainersTensorsOnAGpu) {
-  EXPECT_EQ(kernels::cpu_backend().device_peak_bytes(), 0u);
-  if (kernels::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: the device peak is not measured here";
-  const Plan plan = Plan::from_json(Json::parse(R"({"model": {"name": "tiny", "layers": 2, "hidden": 64, "heads": 2,
-      "vocab": 256, "seq_len": 32}, "cluster": "local-cpu", "train": {"global_batch": 4, "precision": "fp32"},
-      "parallel": {"micro_batch": 2}})"),
-                                    "");
-  const std::unique_ptr<kernels::Backend> gpu = kernels::make_cuda_backend(0);
-  SingleRankCommunicator world(*gpu);
-  ProcessGrid grid(plan.parallel, world);
-  Trainer trainer(plan, grid, DataLoader(synthetic_corpus(4096, 1), plan.train.global_batch, plan.seq_len()),
-                  TrainerOptions{}, *gpu);
-  trainer.step();
-  const std::int64_t count = plan.model.parameter_count();
-  EXPECT_EQ(trainer.memory().peaks()[MemoryCategory::parameters], 4 * count);
-  EXPECT_GE(double(gpu->device_peak_bytes()), double(trainer.memory().total_peak_bytes()));
-}
+TEST(MemoryLedger, TheCpuBackendCannotTellItsDevicePeakApart) { EXPECT_EQ(kernels::cpu_backend().device_peak_bytes(), 0u); }

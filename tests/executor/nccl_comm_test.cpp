@@ -1,6 +1,5 @@
 // The NCCL communicator: refused by name where it cannot work (no NCCL in the build, or
-// a backend that is not CUDA), and on a GPU a one-rank group's collectives keep or copy
-// the data through the device's streams. Multi-rank NCCL needs a GPU per rank.
+// a backend that is not CUDA). On a GPU: executor_gpu_test.cpp (label gpu).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -27,31 +26,6 @@ TEST(CommNccl, RefusedOnTheCpuBackendOrWithoutNccl) {
     EXPECT_FALSE(message.empty());
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
-}
-
-TEST(CommNccl, OneRankGroupOnTheGpu) {
-  if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL communicator";
-  if (kernels::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-  auto backend = kernels::make_cuda_backend(0);
-  auto comm = make_nccl_communicator(std::make_unique<SingleRankCommunicator>(), *backend);
-  comm->set_stream(Stream::dp_comm);
-  const std::vector<float> host{1.5f, -2.0f, 3.25f, 4.0f};
-  void* data = backend->allocate(host.size() * sizeof(float));
-  void* gathered = backend->allocate(host.size() * sizeof(float));
-  backend->upload(Stream::compute, data, host.data(), host.size() * sizeof(float));
-  comm->all_reduce(data, host.size(), DType::f32);
-  comm->all_gather(data, gathered, host.size(), DType::f32);
-  comm->all_to_all(data, gathered, host.size(), DType::f32);  // one rank: a copy
-  auto request = comm->all_reduce_async(data, host.size(), DType::f32, ReduceOp::max);
-  request->wait();
-  std::vector<float> reduced(host.size()), copied(host.size());
-  backend->download(Stream::compute, reduced.data(), data, host.size() * sizeof(float));
-  backend->download(Stream::compute, copied.data(), gathered, host.size() * sizeof(float));
-  backend->synchronize(Stream::compute);
-  EXPECT_EQ(reduced, host);
-  EXPECT_EQ(copied, host);
-  backend->deallocate(data);
-  backend->deallocate(gathered);
 }
 
 // A world of one rank: the all-to-all is a copy, its counts checked, nothing counted.

@@ -40,63 +40,22 @@
 #include "tessel/executor/trainer.hpp"
 #include "tessel/kernels/numeric.hpp"
 #include "tessel/planner/cost_model.hpp"
+#include "history.hpp"
 #include "layouts.hpp"
 
+using tessel::executor::checks::History;
 using tessel::executor::checks::Layout;
 using tessel::executor::checks::make_plan;
 using tessel::executor::checks::llama_layouts;
 using tessel::executor::checks::moe_layouts;
 using tessel::executor::checks::options_for;
+using tessel::executor::checks::train;
+using tessel::executor::checks::worst_tensor_error;
 
 using namespace tessel;
 using namespace tessel::executor;
 
 namespace {
-
-struct History {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> gradients;  // per step, whole model
-  std::vector<std::vector<float>> weights;    // before each step
-  std::vector<std::map<std::string, float>> trust;
-  std::vector<float> gradient_norms;  // global, before clipping
-  std::size_t kept_activation_bytes = 0;  // this rank's, after the last step
-};
-
-History train(const Plan& plan, Communicator& world, const std::string& text, const std::string& optimizer) {
-  ProcessGrid grid(plan.parallel, world);
-  Trainer trainer(plan, grid, DataLoader(text, plan.train.global_batch, plan.seq_len(), grid.coordinates().dp,
-                                         plan.parallel.dp),
-                  options_for(optimizer));
-  History h;
-  for (int step = 0; step < 5; ++step) {
-    h.weights.push_back(trainer.whole_parameters());
-    const StepStats stats = trainer.step();
-    h.losses.push_back(stats.loss + stats.aux_loss);  // the loss trained on
-    h.gradient_norms.push_back(stats.gradient_norm);
-    h.gradients.push_back(trainer.whole_gradients());
-    // Trust ratios of the tensors this rank updates, gathered on rank 0 through the world.
-    std::map<std::string, float> trust = trainer.trust_ratios();
-    h.trust.push_back(trust);
-  }
-  h.kept_activation_bytes = trainer.kept_activation_bytes();
-  return h;
-}
-
-// Per tensor, |got - want| / |want| in the 2-norm (the usual relative error of a
-// vector); the worst tensor's.
-double worst_tensor_error(const std::vector<float>& got, const std::vector<float>& want, const ModelSpec& model,
-                          std::string& where) {
-  double worst = 0;
-  for (const TensorSlot& t : whole_model_tensors(model)) {
-    double norm = 1e-30, error = 0;
-    for (std::size_t i = t.offset; i < t.offset + t.size(); ++i) {
-      norm += double(want[i]) * want[i];
-      error += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    }
-    if (std::sqrt(error / norm) > worst) worst = std::sqrt(error / norm), where = t.name;
-  }
-  return worst;
-}
 
 std::vector<Layout> layouts(const std::string& suite) {
   std::vector<Layout> out;

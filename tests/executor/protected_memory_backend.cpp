@@ -362,14 +362,14 @@ void ProtectedMemoryBackend::attention_backward(Stream s, const AttentionGrad& a
   cpu_.attention_backward(s, a);
 }
 
-void ProtectedMemoryBackend::cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols) {
+void ProtectedMemoryBackend::cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols, int valid_cols) {
   const Unprotected open(*this);
-  cpu_.cross_entropy_max(s, logits, row_max, rows, cols);
+  cpu_.cross_entropy_max(s, logits, row_max, rows, cols, valid_cols);
 }
 
-void ProtectedMemoryBackend::cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, float* sum_exp, float* target_logit, int rows, int cols, int vocab_start) {
+void ProtectedMemoryBackend::cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, float* sum_exp, float* target_logit, int rows, int cols, int valid_cols, int vocab_start) {
   const Unprotected open(*this);
-  cpu_.cross_entropy_sums(s, logits, targets, row_max, sum_exp, target_logit, rows, cols, vocab_start);
+  cpu_.cross_entropy_sums(s, logits, targets, row_max, sum_exp, target_logit, rows, cols, valid_cols, vocab_start);
 }
 
 void ProtectedMemoryBackend::cross_entropy_loss(Stream s, const float* row_max, const float* sum_exp, const float* target_logit, int rows, double* loss_sum) {
@@ -377,9 +377,14 @@ void ProtectedMemoryBackend::cross_entropy_loss(Stream s, const float* row_max, 
   cpu_.cross_entropy_loss(s, row_max, sum_exp, target_logit, rows, loss_sum);
 }
 
-void ProtectedMemoryBackend::cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start, float scale) {
+void ProtectedMemoryBackend::cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, const float* sum_exp, Ref dlogits, int rows, int cols, int valid_cols, int vocab_start, float scale) {
   const Unprotected open(*this);
-  cpu_.cross_entropy_backward(s, logits, targets, row_max, sum_exp, dlogits, rows, cols, vocab_start, scale);
+  cpu_.cross_entropy_backward(s, logits, targets, row_max, sum_exp, dlogits, rows, cols, valid_cols, vocab_start, scale);
+}
+
+void ProtectedMemoryBackend::cross_entropy_fused(Stream s, CRef logits, const std::int32_t* targets, Ref dlogits, int rows, int cols, int valid_cols, float scale, double* loss_sum) {
+  const Unprotected open(*this);
+  cpu_.cross_entropy_fused(s, logits, targets, dlogits, rows, cols, valid_cols, scale, loss_sum);
 }
 
 void ProtectedMemoryBackend::embedding_forward(Stream s, const std::int32_t* tokens, CRef table, Ref out, int n, int dim, int vocab_start, int vocab_rows) {

@@ -92,10 +92,11 @@ class ProtectedMemoryBackend final : public Backend {
   void attention_forward(Stream s, const Attention& a) override;
   void attention_delta(Stream s, CRef dout, CRef out, float* delta, std::int64_t rows, int head_dim) override;
   void attention_backward(Stream s, const AttentionGrad& a) override;
-  void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols) override;
-  void cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, float* sum_exp, float* target_logit, int rows, int cols, int vocab_start) override;
+  void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols, int valid_cols) override;
+  void cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, float* sum_exp, float* target_logit, int rows, int cols, int valid_cols, int vocab_start) override;
   void cross_entropy_loss(Stream s, const float* row_max, const float* sum_exp, const float* target_logit, int rows, double* loss_sum) override;
-  void cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start, float scale) override;
+  void cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, const float* sum_exp, Ref dlogits, int rows, int cols, int valid_cols, int vocab_start, float scale) override;
+  void cross_entropy_fused(Stream s, CRef logits, const std::int32_t* targets, Ref dlogits, int rows, int cols, int valid_cols, float scale, double* loss_sum) override;
   void embedding_forward(Stream s, const std::int32_t* tokens, CRef table, Ref out, int n, int dim, int vocab_start, int vocab_rows) override;
   void embedding_backward(Stream s, const std::int32_t* tokens, CRef dout, float* table_gradient, int n, int dim, int vocab_start, int vocab_rows) override;
   void adamw_step(Stream s, float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWParams& p, const float* grad_scale) override;

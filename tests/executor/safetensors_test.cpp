@@ -3,7 +3,7 @@
 // length, JSON header, byte buffer), not against the code under test: names and shapes
 // are Hugging Face GPT-2's, spelled out below from transformers' GPT2LMHeadModel; every
 // range is checked for gaps and overlaps; a model written and read back trains on bit for
-// bit; bad files give one line naming the file and the tensor.
+// bit, padded vocabulary tables or not; bad files give one line naming the file and the tensor.
 #include <gtest/gtest.h>
 
 
@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "tessel/executor/checkpoint_files.hpp"
+#include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/hf_gpt2.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/kernels/numeric.hpp"
@@ -142,6 +144,49 @@ TEST_F(Safetensors, AModelExportedAndReimportedTrainsOnBitIdentically) {
   }
   EXPECT_TRUE(any_differs) << "another seed's run should not match";
   EXPECT_EQ(imported.trainer.whole_parameters(), reference.trainer.whole_parameters());
+}
+
+// A GPU's vocabulary padding (each block a multiple of 128 rows) on one CPU rank: the
+// tables hold 384 rows for a vocabulary of 300, yet the checkpoint's rank file, its gather,
+// the safetensors export and config.json hold 300 and the padding stays 0; the export read
+// back (--init) pads again, and trains like the same model on unpadded tables.
+TEST_F(Safetensors, PaddedTablesKeepTheTrueVocabularyInEveryFileAndReadBack) {
+  Plan plan = tiny_plan();
+  plan.model.vocab = 300;
+  const std::string text = synthetic_corpus(8192, 3);
+  TrainerOptions padded;
+  padded.seed = 7, padded.vocab_multiple = 128;
+  TrainerOptions plain = padded;
+  plain.vocab_multiple = 1;
+  SingleRankCommunicator world, world_again, world_plain;
+  ProcessGrid grid(plan.parallel, world), grid_again(plan.parallel, world_again), grid_plain(plan.parallel, world_plain);
+  Trainer trainer(plan, grid, DataLoader(text, 4, 8), padded);
+  EXPECT_EQ(trainer.padded_vocab(), 384);
+  trainer.step();
+  trainer.step();
+  EXPECT_EQ(trainer.padding_magnitude(), 0.0f);
+  const fs::path checkpoint = dir_ / "checkpoint";
+  trainer.save(checkpoint.string());
+  // Master weights and AdamW's two moments of the model's parameters, and nothing else.
+  EXPECT_EQ(fs::file_size(checkpoint / step_directory_name(2) / rank_file_name(0)),
+            kRankFileHeaderBytes + 3 * sizeof(float) * std::size_t(plan.model.parameter_count()));
+  const std::vector<float> whole = trainer.whole_parameters();
+  const CheckpointWeights gathered = read_checkpoint_weights(checkpoint.string());
+  EXPECT_EQ(gathered.vocab_multiple, 128);
+  EXPECT_EQ(gathered.whole, whole);
+  const fs::path file = dir_ / "model.safetensors";
+  write_gpt2_export(file.string(), plan.model, whole, SafetensorsDType::f32, {});
+  EXPECT_EQ(parse(slurp(file)).tensors.at("transformer.wte.weight").shape, (std::vector<std::int64_t>{300, 16}));
+  EXPECT_EQ(read_json_file((dir_ / "config.json").string()).at("vocab_size"), 300);
+  Trainer again(plan, grid_again, DataLoader(text, 4, 8), padded), unpadded(plan, grid_plain, DataLoader(text, 4, 8), plain);
+  for (Trainer* t : {&again, &unpadded})
+    t->set_whole_parameters(whole_model_from_gpt2(SafetensorsFile::read(file.string(), "--init"), plan.model));
+  EXPECT_EQ(again.whole_parameters(), whole);
+  EXPECT_EQ(again.padding_magnitude(), 0.0f);
+  for (int step = 0; step < 3; ++step) {
+    const float got = again.step().loss, want = unpadded.step().loss;
+    EXPECT_NEAR(got, want, 1e-6f * want) << "step " << step + 1;
+  }
 }
 
 TEST_F(Safetensors, BadFilesAreRefusedInOneLineNamingTheTensor) {

@@ -58,6 +58,7 @@ void run_cross_entropy_max(OpRun& r);
 void run_cross_entropy_sums(OpRun& r);
 void run_cross_entropy_loss(OpRun& r);
 void run_cross_entropy_backward(OpRun& r);
+void run_cross_entropy_fused(OpRun& r);
 void run_embedding_forward(OpRun& r);
 void run_embedding_backward(OpRun& r);
 void run_adamw_step(OpRun& r);

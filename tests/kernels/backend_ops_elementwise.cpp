@@ -1,7 +1,9 @@
 // Op-table cases for data movement and element-wise ops. Shapes are small but odd
 // (not multiples of a warp or a vector width) so that a kernel's tail handling is
 // exercised; strided copies leave gaps that start random, not poisoned, because the
-// op must leave them as they were.
+// op must leave them as they were. The device shapes add rows of 768 (whole 128-bit
+// chunks) and views one element past an allocation (no 16-byte alignment), the two
+// other paths of the GPU's chunked kernels.
 #include "backend_ops_cases.hpp"
 
 namespace tessel::kernels::ops_test {
@@ -9,6 +11,19 @@ namespace tessel::kernels::ops_test {
 namespace {
 constexpr int kRows = 7, kCols = 45;
 constexpr std::int64_t kElements = 1237;
+
+// The device shapes' wide rows: 64 rows of 768 columns.
+constexpr int kWideRows = 64, kWideCols = 768;
+constexpr std::int64_t kWide = std::int64_t(kWideRows) * kWideCols;
+
+// n elements starting one element into an allocation: no 16-byte alignment. Outputs
+// start random (the element before the view is left as it was and compared too).
+CRef unaligned_in(OpRun& r, std::int64_t n, float low = -1.0f, float high = 1.0f) {
+  return offset(r.in(n + 1, low, high), 1);
+}
+Ref unaligned_out(OpRun& r, const std::string& label, std::int64_t n) {
+  return offset(r.inout(label, n + 1), 1);
+}
 }  // namespace
 
 void run_fill(OpRun& r) {
@@ -44,6 +59,10 @@ void run_add(OpRun& r) {
   // In place: out is a.
   const Ref in_place = r.inout("in_place", kElements);
   r.backend().add(r.stream(), in_place, in_place, r.in(kElements), kElements);
+  if (!r.device_shapes()) return;
+  r.backend().add(r.stream(), r.out("wide.sum", kWide), r.in(kWide), r.random(kWide, DType::f32), kWide);
+  r.backend().add(r.stream(), unaligned_out(r, "unaligned.sum", kElements), unaligned_in(r, kElements),
+                  r.in(kElements), kElements);
 }
 
 void run_scale(OpRun& r) { r.backend().scale(r.stream(), r.inout("x", kElements), kElements, -0.375f); }
@@ -53,6 +72,11 @@ void run_residual(OpRun& r) {
   const CRef x = r.in(n), delta = r.in(n), bias = r.in(kCols);
   r.backend().residual(r.stream(), r.out("with_bias", n), x, delta, bias, kRows, kCols);
   r.backend().residual(r.stream(), r.out("without_bias", n), x, delta, CRef{nullptr, r.compute()}, kRows, kCols);
+  if (!r.device_shapes()) return;
+  r.backend().residual(r.stream(), r.out("wide.with_bias", kWide), r.in(kWide), r.in(kWide), r.in(kWideCols),
+                       kWideRows, kWideCols);
+  r.backend().residual(r.stream(), unaligned_out(r, "unaligned.with_bias", kWide), unaligned_in(r, kWide), r.in(kWide),
+                       r.in(kWideCols), kWideRows, kWideCols);
 }
 
 void run_add_bias(OpRun& r) {
@@ -115,21 +139,40 @@ void run_heads_to_rows(OpRun& r) {
 void run_gelu_forward(OpRun& r) {
   const CRef x = r.in(kElements, -4.0f, 4.0f);
   r.backend().gelu_forward(r.stream(), x, r.out("y", kElements), kElements);
+  if (!r.device_shapes()) return;
+  r.backend().gelu_forward(r.stream(), r.in(kWide, -4.0f, 4.0f), r.out("wide.y", kWide), kWide);
+  r.backend().gelu_forward(r.stream(), unaligned_in(r, kElements, -4.0f, 4.0f), unaligned_out(r, "unaligned.y", kElements),
+                           kElements);
 }
 
 void run_gelu_backward(OpRun& r) {
   const CRef x = r.in(kElements, -4.0f, 4.0f), dy = r.in(kElements);
   r.backend().gelu_backward(r.stream(), x, dy, r.out("dx", kElements), kElements);
+  if (!r.device_shapes()) return;
+  r.backend().gelu_backward(r.stream(), r.in(kWide, -4.0f, 4.0f), r.in(kWide), r.out("wide.dx", kWide), kWide);
+  r.backend().gelu_backward(r.stream(), unaligned_in(r, kElements, -4.0f, 4.0f), r.in(kElements),
+                            unaligned_out(r, "unaligned.dx", kElements), kElements);
 }
 
+// SwiGLU on rows of f = kCols (no whole chunks), and on the device f = 768 (whole
+// chunks, 128-bit words) and the same one element off alignment.
 void run_swiglu_forward(OpRun& r) {
   const CRef x = r.in(std::int64_t(kRows) * 2 * kCols, -4.0f, 4.0f);
   r.backend().swiglu_forward(r.stream(), x, r.out("y", std::int64_t(kRows) * kCols), kRows, kCols);
+  if (!r.device_shapes()) return;
+  r.backend().swiglu_forward(r.stream(), r.in(2 * kWide, -4.0f, 4.0f), r.out("wide.y", kWide), kWideRows, kWideCols);
+  r.backend().swiglu_forward(r.stream(), unaligned_in(r, 2 * kWide, -4.0f, 4.0f), unaligned_out(r, "unaligned.y", kWide),
+                             kWideRows, kWideCols);
 }
 
 void run_swiglu_backward(OpRun& r) {
   const CRef x = r.in(std::int64_t(kRows) * 2 * kCols, -4.0f, 4.0f), dy = r.in(std::int64_t(kRows) * kCols);
   r.backend().swiglu_backward(r.stream(), x, dy, r.out("dx", std::int64_t(kRows) * 2 * kCols), kRows, kCols);
+  if (!r.device_shapes()) return;
+  r.backend().swiglu_backward(r.stream(), r.in(2 * kWide, -4.0f, 4.0f), r.in(kWide), r.out("wide.dx", 2 * kWide),
+                              kWideRows, kWideCols);
+  r.backend().swiglu_backward(r.stream(), unaligned_in(r, 2 * kWide, -4.0f, 4.0f), r.in(kWide),
+                              unaligned_out(r, "unaligned.dx", 2 * kWide), kWideRows, kWideCols);
 }
 
 // Positions that start past 0 (a ring block) and an odd row count; the second call turns

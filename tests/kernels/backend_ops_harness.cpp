@@ -87,8 +87,8 @@ std::vector<double> decode(const std::vector<unsigned char>& bytes, DType type) 
   return values;
 }
 
-OpRun::OpRun(Backend& backend, DType compute, std::uint32_t seed, bool fp8)
-    : backend_(backend), compute_(compute), fp8_(fp8), generator_(seed) {}
+OpRun::OpRun(Backend& backend, DType compute, std::uint32_t seed, bool fp8, bool device_shapes)
+    : backend_(backend), compute_(compute), fp8_(fp8), device_shapes_(device_shapes), generator_(seed) {}
 
 OpRun::~OpRun() {
   backend_.synchronize();

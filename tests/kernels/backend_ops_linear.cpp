@@ -3,7 +3,10 @@
 // off, attention with and without merging key blocks), so one table row covers the op.
 // Statistics an op reads (mean, rstd, lse) are drawn in their plausible ranges or made by
 // the backend's own forward op, so that backward formulas stay well conditioned.
+#include <cmath>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "backend_ops_cases.hpp"
 
@@ -11,7 +14,20 @@ namespace tessel::kernels::ops_test {
 
 namespace {
 constexpr int kRows = 9, kCols = 37;
-constexpr std::int64_t kN = std::int64_t(kRows) * kCols;
+
+// Rows x columns the norm cases run on: the small odd shape everywhere, and on a device
+// 16K rows of a width of whole 16-byte chunks (256) and a width with a tail (1001).
+struct RowShape {
+  int rows, cols;
+  const char* tag;
+};
+template <class Case>
+void for_each_row_shape(const OpRun& r, Case run_case) {
+  std::vector<RowShape> shapes{{kRows, kCols, ""}};
+  if (r.device_shapes()) shapes.insert(shapes.end(), {{16384, 256, "rows16k."}, {333, 1001, "tail."}});
+  for (const RowShape& shape : shapes)
+    run_case(shape.rows, shape.cols, std::int64_t(shape.rows) * shape.cols, std::string(shape.tag));
+}
 
 // `input`: the inputs' element type, the run's compute type when not given.
 void gemm_variant(OpRun& r, const std::string& label, Gemm g, std::optional<DType> input = std::nullopt) {
@@ -76,105 +92,132 @@ void run_gemm_batched(OpRun& r) {
 }
 
 void run_layer_norm_forward(OpRun& r) {
-  const CRef x = r.in(kN, -2.0f, 3.0f), gamma = r.in(kCols), beta = r.in(kCols);
-  r.backend().layer_norm_forward(r.stream(), x, gamma, beta, r.out("y", kN), r.out_f32("mean", kRows),
-                                 r.out_f32("rstd", kRows), kRows, kCols, 1e-5f);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef x = r.in(n, -2.0f, 3.0f), gamma = r.in(cols), beta = r.in(cols);
+    r.backend().layer_norm_forward(r.stream(), x, gamma, beta, r.out(tag + "y", n), r.out_f32(tag + "mean", rows),
+                                   r.out_f32(tag + "rstd", rows), rows, cols, 1e-5f);
+  });
 }
 
 void run_layer_norm_backward(OpRun& r) {
-  const CRef dy = r.in(kN), x = r.in(kN), gamma = r.in(kCols);
-  const float* mean = r.in_f32(kRows, -0.2f, 0.2f);
-  const float* rstd = r.in_f32(kRows, 0.5f, 2.0f);
-  float* dgamma = r.inout_f32("dgamma", kCols);
-  float* dbeta = r.inout_f32("dbeta", kCols);
-  r.backend().layer_norm_backward(r.stream(), dy, x, gamma, mean, rstd, r.out("dx", kN), dgamma, dbeta, kRows, kCols,
-                                  false);
-  r.backend().layer_norm_backward(r.stream(), dy, x, gamma, mean, rstd, r.inout("dx_accumulated", kN), dgamma, dbeta,
-                                  kRows, kCols, true);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef dy = r.in(n), x = r.in(n), gamma = r.in(cols);
+    const float* mean = r.in_f32(rows, -0.2f, 0.2f);
+    const float* rstd = r.in_f32(rows, 0.5f, 2.0f);
+    float* dgamma = r.inout_f32(tag + "dgamma", cols);
+    float* dbeta = r.inout_f32(tag + "dbeta", cols);
+    r.backend().layer_norm_backward(r.stream(), dy, x, gamma, mean, rstd, r.out(tag + "dx", n), dgamma, dbeta, rows, cols,
+                                    false);
+    r.backend().layer_norm_backward(r.stream(), dy, x, gamma, mean, rstd, r.inout(tag + "dx_accumulated", n), dgamma, dbeta,
+                                    rows, cols, true);
+  });
 }
 
 void run_rms_norm_forward(OpRun& r) {
-  const CRef x = r.in(kN, -2.0f, 3.0f), gamma = r.in(kCols);
-  r.backend().rms_norm_forward(r.stream(), x, gamma, r.out("y", kN), r.out_f32("rstd", kRows), kRows, kCols, 1e-5f);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef x = r.in(n, -2.0f, 3.0f), gamma = r.in(cols);
+    r.backend().rms_norm_forward(r.stream(), x, gamma, r.out(tag + "y", n), r.out_f32(tag + "rstd", rows), rows, cols, 1e-5f);
+  });
 }
 
 void run_rms_norm_backward(OpRun& r) {
-  const CRef dy = r.in(kN), x = r.in(kN), gamma = r.in(kCols);
-  const float* rstd = r.in_f32(kRows, 0.5f, 2.0f);
-  float* dgamma = r.inout_f32("dgamma", kCols);
-  r.backend().rms_norm_backward(r.stream(), dy, x, gamma, rstd, r.out("dx", kN), dgamma, kRows, kCols, false);
-  r.backend().rms_norm_backward(r.stream(), dy, x, gamma, rstd, r.inout("dx_accumulated", kN), dgamma, kRows, kCols,
-                                true);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef dy = r.in(n), x = r.in(n), gamma = r.in(cols);
+    const float* rstd = r.in_f32(rows, 0.5f, 2.0f);
+    float* dgamma = r.inout_f32(tag + "dgamma", cols);
+    r.backend().rms_norm_backward(r.stream(), dy, x, gamma, rstd, r.out(tag + "dx", n), dgamma, rows, cols, false);
+    r.backend().rms_norm_backward(r.stream(), dy, x, gamma, rstd, r.inout(tag + "dx_accumulated", n), dgamma, rows, cols,
+                                  true);
+  });
 }
 
-// Both with a bias into a separate residual_out, and without one in place (residual_out = x).
 void run_residual_layer_norm_forward(OpRun& r) {
-  const CRef x = r.in(kN, -2.0f, 3.0f), delta = r.in(kN), bias = r.in(kCols), gamma = r.in(kCols), beta = r.in(kCols);
-  r.backend().residual_layer_norm_forward(r.stream(), r.out("residual_out", kN), x, delta, bias, gamma, beta,
-                                          r.out("y", kN), r.out_f32("mean", kRows), r.out_f32("rstd", kRows), kRows,
-                                          kCols, 1e-5f);
-  const Ref stream = r.inout("in_place.residual_out", kN, r.compute(), -2.0f, 3.0f);
-  r.backend().residual_layer_norm_forward(r.stream(), stream, stream, delta, CRef{nullptr, r.compute()}, gamma, beta,
-                                          r.out("in_place.y", kN), r.out_f32("in_place.mean", kRows),
-                                          r.out_f32("in_place.rstd", kRows), kRows, kCols, 1e-5f);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef x = r.in(n, -2.0f, 3.0f), delta = r.in(n), bias = r.in(cols), gamma = r.in(cols), beta = r.in(cols);
+    r.backend().residual_layer_norm_forward(r.stream(), r.out(tag + "residual_out", n), x, delta, bias, gamma, beta,
+                                            r.out(tag + "y", n), r.out_f32(tag + "mean", rows), r.out_f32(tag + "rstd", rows), rows,
+                                            cols, 1e-5f);
+    const Ref stream = r.inout(tag + "in_place.residual_out", n, r.compute(), -2.0f, 3.0f);
+    r.backend().residual_layer_norm_forward(r.stream(), stream, stream, delta, CRef{nullptr, r.compute()}, gamma, beta,
+                                            r.out(tag + "in_place.y", n), r.out_f32(tag + "in_place.mean", rows),
+                                            r.out_f32(tag + "in_place.rstd", rows), rows, cols, 1e-5f);
+  });
 }
 
 void run_residual_rms_norm_forward(OpRun& r) {
-  const CRef x = r.in(kN, -2.0f, 3.0f), delta = r.in(kN), bias = r.in(kCols), gamma = r.in(kCols);
-  r.backend().residual_rms_norm_forward(r.stream(), r.out("residual_out", kN), x, delta, bias, gamma, r.out("y", kN),
-                                        r.out_f32("rstd", kRows), kRows, kCols, 1e-5f);
-  const Ref stream = r.inout("in_place.residual_out", kN, r.compute(), -2.0f, 3.0f);
-  r.backend().residual_rms_norm_forward(r.stream(), stream, stream, delta, CRef{nullptr, r.compute()}, gamma,
-                                        r.out("in_place.y", kN), r.out_f32("in_place.rstd", kRows), kRows, kCols,
-                                        1e-5f);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef x = r.in(n, -2.0f, 3.0f), delta = r.in(n), bias = r.in(cols), gamma = r.in(cols);
+    r.backend().residual_rms_norm_forward(r.stream(), r.out(tag + "residual_out", n), x, delta, bias, gamma, r.out(tag + "y", n),
+                                          r.out_f32(tag + "rstd", rows), rows, cols, 1e-5f);
+    const Ref stream = r.inout(tag + "in_place.residual_out", n, r.compute(), -2.0f, 3.0f);
+    r.backend().residual_rms_norm_forward(r.stream(), stream, stream, delta, CRef{nullptr, r.compute()}, gamma,
+                                          r.out(tag + "in_place.y", n), r.out_f32(tag + "in_place.rstd", rows), rows, cols,
+                                          1e-5f);
+  });
 }
 
 void run_row_sums(OpRun& r) {
-  const CRef x = r.in(kN, 0.0f, 1.0f);
-  r.backend().row_sums(r.stream(), x, r.out_f32("sums", kRows), kRows, kCols);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef x = r.in(n, 0.0f, 1.0f);
+    r.backend().row_sums(r.stream(), x, r.out_f32(tag + "sums", rows), rows, cols);
+  });
 }
 
 void run_row_centered_square_sums(OpRun& r) {
-  const CRef x = r.in(kN);
-  const float* mean = r.in_f32(kRows, -0.2f, 0.2f);
-  r.backend().row_centered_square_sums(r.stream(), x, mean, r.out_f32("sums", kRows), kRows, kCols);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef x = r.in(n);
+    const float* mean = r.in_f32(rows, -0.2f, 0.2f);
+    r.backend().row_centered_square_sums(r.stream(), x, mean, r.out_f32(tag + "sums", rows), rows, cols);
+  });
 }
 
-void run_finish_mean(OpRun& r) { r.backend().finish_mean(r.stream(), r.inout_f32("sums", kRows), kRows, 2 * kCols); }
+void run_finish_mean(OpRun& r) {
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t, const std::string& tag) {
+    r.backend().finish_mean(r.stream(), r.inout_f32(tag + "sums", rows), rows, 2 * cols);
+  });
+}
 
 void run_finish_rstd(OpRun& r) {
-  r.backend().finish_rstd(r.stream(), r.inout_f32("sums", kRows, 1.0f, 50.0f), kRows, 2 * kCols, 1e-5f);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t, const std::string& tag) {
+    r.backend().finish_rstd(r.stream(), r.inout_f32(tag + "sums", rows, 1.0f, 50.0f), rows, 2 * cols, 1e-5f);
+  });
 }
 
 void run_layer_norm_apply(OpRun& r) {
-  const CRef x = r.in(kN), gamma = r.in(kCols), beta = r.in(kCols);
-  const float* mean = r.in_f32(kRows, -0.2f, 0.2f);
-  const float* rstd = r.in_f32(kRows, 0.5f, 2.0f);
-  r.backend().layer_norm_apply(r.stream(), x, gamma, beta, mean, rstd, r.out("y", kN), kRows, kCols);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef x = r.in(n), gamma = r.in(cols), beta = r.in(cols);
+    const float* mean = r.in_f32(rows, -0.2f, 0.2f);
+    const float* rstd = r.in_f32(rows, 0.5f, 2.0f);
+    r.backend().layer_norm_apply(r.stream(), x, gamma, beta, mean, rstd, r.out(tag + "y", n), rows, cols);
+  });
 }
 
 void run_layer_norm_backward_partials(OpRun& r) {
-  const CRef dy = r.in(kN), x = r.in(kN), gamma = r.in(kCols);
-  const float* mean = r.in_f32(kRows, -0.2f, 0.2f);
-  const float* rstd = r.in_f32(kRows, 0.5f, 2.0f);
-  float* dgamma = r.inout_f32("dgamma", kCols);
-  float* dbeta = r.inout_f32("dbeta", kCols);
-  r.backend().layer_norm_backward_partials(r.stream(), dy, x, gamma, mean, rstd, dgamma, dbeta,
-                                           r.out_f32("sum_dxhat", kRows), r.out_f32("sum_dxhat_xhat", kRows), kRows,
-                                           kCols);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef dy = r.in(n), x = r.in(n), gamma = r.in(cols);
+    const float* mean = r.in_f32(rows, -0.2f, 0.2f);
+    const float* rstd = r.in_f32(rows, 0.5f, 2.0f);
+    float* dgamma = r.inout_f32(tag + "dgamma", cols);
+    float* dbeta = r.inout_f32(tag + "dbeta", cols);
+    r.backend().layer_norm_backward_partials(r.stream(), dy, x, gamma, mean, rstd, dgamma, dbeta,
+                                             r.out_f32(tag + "sum_dxhat", rows), r.out_f32(tag + "sum_dxhat_xhat", rows), rows,
+                                             cols);
+  });
 }
 
 void run_layer_norm_backward_apply(OpRun& r) {
-  const CRef dy = r.in(kN), x = r.in(kN), gamma = r.in(kCols);
-  const float* mean = r.in_f32(kRows, -0.2f, 0.2f);
-  const float* rstd = r.in_f32(kRows, 0.5f, 2.0f);
-  const float* sum_dxhat = r.in_f32(kRows, -5.0f, 5.0f);
-  const float* sum_dxhat_xhat = r.in_f32(kRows, -5.0f, 5.0f);
-  // The row continues on other ranks: row_cols is twice this block's columns.
-  r.backend().layer_norm_backward_apply(r.stream(), dy, x, gamma, mean, rstd, sum_dxhat, sum_dxhat_xhat, 2 * kCols,
-                                        r.out("dx", kN), kRows, kCols, false);
-  r.backend().layer_norm_backward_apply(r.stream(), dy, x, gamma, mean, rstd, sum_dxhat, sum_dxhat_xhat, 2 * kCols,
-                                        r.inout("dx_accumulated", kN), kRows, kCols, true);
+  for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
+    const CRef dy = r.in(n), x = r.in(n), gamma = r.in(cols);
+    const float* mean = r.in_f32(rows, -0.2f, 0.2f);
+    const float* rstd = r.in_f32(rows, 0.5f, 2.0f);
+    const float* sum_dxhat = r.in_f32(rows, -5.0f, 5.0f);
+    const float* sum_dxhat_xhat = r.in_f32(rows, -5.0f, 5.0f);
+    // The row continues on other ranks: row_cols is twice this block's columns.
+    r.backend().layer_norm_backward_apply(r.stream(), dy, x, gamma, mean, rstd, sum_dxhat, sum_dxhat_xhat, 2 * cols,
+                                          r.out(tag + "dx", n), rows, cols, false);
+    r.backend().layer_norm_backward_apply(r.stream(), dy, x, gamma, mean, rstd, sum_dxhat, sum_dxhat_xhat, 2 * cols,
+                                          r.inout(tag + "dx_accumulated", n), rows, cols, true);
+  });
 }
 
 void run_causal_softmax_forward(OpRun& r) {
@@ -192,63 +235,101 @@ void run_causal_softmax_backward(OpRun& r) {
 }
 
 namespace {
-constexpr int kBh = 3, kQLen = 11, kKvLen = 13, kHeadDim = 16;
-constexpr std::int64_t kQ = std::int64_t(kBh) * kQLen * kHeadDim, kKv = std::int64_t(kBh) * kKvLen * kHeadDim;
+// One attention problem: bh heads of q_len queries and kv_len keys of head_dim each. The
+// small one has its queries and keys at different positions (ring blocks); the device
+// ones are a sequence's own causal self-attention, the shape fused library kernels
+// (cuDNN) take, at sequence 1024 and at a length that is no tile multiple with d 128.
+struct AttentionShape {
+  int bh, q_len, kv_len, head_dim;
+  std::int64_t q_elements() const { return std::int64_t(bh) * q_len * head_dim; }
+  std::int64_t kv_elements() const { return std::int64_t(bh) * kv_len * head_dim; }
+  std::int64_t rows() const { return std::int64_t(bh) * q_len; }
+};
+constexpr AttentionShape kSmall{3, 11, 13, 32};
+const AttentionShape kDeviceSelf[] = {{2, 1024, 1024, 64}, {3, 257, 257, 128}};
 
-Attention attention_shape(OpRun& r, int q_first, int kv_first) {
+const char* self_tag(const AttentionShape& s) { return s.q_len == 1024 ? "self1024." : "self257."; }
+
+Attention attention_shape(OpRun& r, const AttentionShape& s, int q_first, int kv_first) {
   Attention a;
-  a.bh = kBh, a.q_len = kQLen, a.kv_len = kKvLen, a.head_dim = kHeadDim;
-  a.q_first = q_first, a.kv_first = kv_first, a.scale = 0.25f;
-  a.q = r.in(kQ), a.k = r.in(kKv), a.v = r.in(kKv);
+  a.bh = s.bh, a.q_len = s.q_len, a.kv_len = s.kv_len, a.head_dim = s.head_dim;
+  a.q_first = q_first, a.kv_first = kv_first, a.scale = 1.0f / std::sqrt(float(s.head_dim));
+  a.q = r.in(s.q_elements()), a.k = r.in(s.kv_elements()), a.v = r.in(s.kv_elements());
   return a;
+}
+
+// The backward of attention_shape(s, first, first) with the backend's own forward (a
+// consistent lse). `self`: delta from attention_delta over that forward's output, which
+// is passed as `out` (the single-block case a library kernel may take); else a drawn delta.
+void attention_backward_variant(OpRun& r, const AttentionShape& s, int first, bool self, bool accumulate_kv,
+                                const std::string& tag) {
+  Attention forward = attention_shape(r, s, first, first);
+  forward.out = Ref{r.backend().allocate(std::size_t(s.q_elements()) * element_bytes(r.compute())), r.compute()};
+  float* lse = static_cast<float*>(r.backend().allocate(std::size_t(s.rows()) * sizeof(float)));
+  forward.lse = lse;
+  r.backend().attention_forward(r.stream(), forward);
+  AttentionGrad g;
+  g.bh = s.bh, g.q_len = s.q_len, g.kv_len = s.kv_len, g.head_dim = s.head_dim;
+  g.q_first = first, g.kv_first = first, g.scale = forward.scale;
+  g.q = forward.q, g.k = forward.k, g.v = forward.v;
+  g.dout = r.in(s.q_elements());
+  g.lse = lse;
+  if (self) {
+    float* delta = static_cast<float*>(r.backend().allocate(std::size_t(s.rows()) * sizeof(float)));
+    r.backend().attention_delta(r.stream(), g.dout, forward.out, delta, s.rows(), s.head_dim);
+    g.delta = delta;
+    g.out = forward.out;
+  } else {
+    g.delta = r.in_f32(s.rows(), -0.5f, 0.5f);
+  }
+  g.dq = r.inout(tag + "dq", s.q_elements());
+  g.dk = accumulate_kv ? r.inout(tag + "dk", s.kv_elements()) : r.out(tag + "dk", s.kv_elements());
+  g.dv = accumulate_kv ? r.inout(tag + "dv", s.kv_elements()) : r.out(tag + "dv", s.kv_elements());
+  g.accumulate_kv = accumulate_kv;
+  r.backend().attention_backward(r.stream(), g);
+  r.backend().synchronize();
+  r.backend().deallocate(forward.out.data);
+  r.backend().deallocate(lse);
+  if (self) r.backend().deallocate(const_cast<float*>(g.delta));
 }
 }  // namespace
 
 void run_attention_forward(OpRun& r) {
   // Queries at 20 .. 30 against keys 15 .. 27: some queries see part of the block.
-  Attention first = attention_shape(r, 20, 15);
-  first.out = r.out("out", kQ);
-  first.lse = r.out_f32("lse", std::int64_t(kBh) * kQLen);
+  Attention first = attention_shape(r, kSmall, 20, 15);
+  first.out = r.out("out", kSmall.q_elements());
+  first.lse = r.out_f32("lse", kSmall.rows());
   r.backend().attention_forward(r.stream(), first);
   // Merged with an earlier result; keys 25 .. 37: queries 20 .. 24 see none and keep theirs.
-  Attention merged = attention_shape(r, 20, 25);
-  merged.out = r.inout("merged_out", kQ);
-  merged.lse = r.inout_f32("merged_lse", std::int64_t(kBh) * kQLen, 0.0f, 3.0f);
+  Attention merged = attention_shape(r, kSmall, 20, 25);
+  merged.out = r.inout("merged_out", kSmall.q_elements());
+  merged.lse = r.inout_f32("merged_lse", kSmall.rows(), 0.0f, 3.0f);
   merged.merge = true;
   r.backend().attention_forward(r.stream(), merged);
+  if (!r.device_shapes()) return;
+  for (const AttentionShape& s : kDeviceSelf) {
+    Attention self = attention_shape(r, s, 0, 0);
+    self.out = r.out(std::string(self_tag(s)) + "out", s.q_elements());
+    self.lse = r.out_f32(std::string(self_tag(s)) + "lse", s.rows());
+    r.backend().attention_forward(r.stream(), self);
+  }
 }
 
 void run_attention_delta(OpRun& r) {
-  const CRef dout = r.in(kQ), out = r.in(kQ);
-  r.backend().attention_delta(r.stream(), dout, out, r.out_f32("delta", std::int64_t(kBh) * kQLen),
-                              std::int64_t(kBh) * kQLen, kHeadDim);
+  const CRef dout = r.in(kSmall.q_elements()), out = r.in(kSmall.q_elements());
+  r.backend().attention_delta(r.stream(), dout, out, r.out_f32("delta", kSmall.rows()), kSmall.rows(),
+                              kSmall.head_dim);
 }
 
 void run_attention_backward(OpRun& r) {
-  for (const bool accumulate_kv : {false, true}) {
-    const std::string tag = accumulate_kv ? "accumulated." : "";
-    // The backend's own forward gives a consistent lse (queries 15 .. 25, keys 15 .. 27).
-    Attention forward = attention_shape(r, 15, 15);
-    forward.out = Ref{r.backend().allocate(std::size_t(kQ) * element_bytes(r.compute())), r.compute()};
-    float* lse = static_cast<float*>(r.backend().allocate(std::size_t(kBh) * kQLen * sizeof(float)));
-    forward.lse = lse;
-    r.backend().attention_forward(r.stream(), forward);
-    AttentionGrad g;
-    g.bh = kBh, g.q_len = kQLen, g.kv_len = kKvLen, g.head_dim = kHeadDim;
-    g.q_first = 15, g.kv_first = 15, g.scale = forward.scale;
-    g.q = forward.q, g.k = forward.k, g.v = forward.v;
-    g.dout = r.in(kQ);
-    g.lse = lse;
-    g.delta = r.in_f32(std::int64_t(kBh) * kQLen, -0.5f, 0.5f);
-    g.dq = r.inout(tag + "dq", kQ);
-    g.dk = accumulate_kv ? r.inout(tag + "dk", kKv) : r.out(tag + "dk", kKv);
-    g.dv = accumulate_kv ? r.inout(tag + "dv", kKv) : r.out(tag + "dv", kKv);
-    g.accumulate_kv = accumulate_kv;
-    r.backend().attention_backward(r.stream(), g);
-    r.backend().synchronize();
-    r.backend().deallocate(forward.out.data);
-    r.backend().deallocate(lse);
-  }
+  // Queries 15 .. 25 against keys 15 .. 27, written and accumulated.
+  for (const bool accumulate_kv : {false, true})
+    attention_backward_variant(r, kSmall, 15, false, accumulate_kv, accumulate_kv ? "accumulated." : "");
+  if (!r.device_shapes()) return;
+  for (const AttentionShape& s : kDeviceSelf)
+    for (const bool accumulate_kv : {false, true})
+      attention_backward_variant(r, s, 0, true, accumulate_kv,
+                                 std::string(self_tag(s)) + (accumulate_kv ? "accumulated." : ""));
 }
 
 }  // namespace tessel::kernels::ops_test

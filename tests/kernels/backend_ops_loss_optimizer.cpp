@@ -1,6 +1,7 @@
 // Op-table cases for the LM head, the embedding and the optimizers. Token ids and targets
 // include ids outside this rank's vocabulary shard (they must give zero rows and no
-// gradient) and repeats (the embedding backward sums them in token order). Segment tables
+// gradient) and repeats (the embedding backward sums them in token order); the
+// cross-entropy shards come whole, padded and all padding. Segment tables
 // hold more segments than a GPU launch takes at once, an empty one, and ones longer than
 // a block, so chunking and partial sums are exercised.
 #include <cmath>
@@ -12,23 +13,37 @@ namespace tessel::kernels::ops_test {
 namespace {
 constexpr int kRows = 10, kVocabCols = 301, kVocabStart = 500;
 constexpr std::int64_t kLogits = std::int64_t(kRows) * kVocabCols;
+// The padded variants: the shard's last 13 columns are vocabulary padding (the executor
+// pads the table so GEMM widths suit the device); "empty.": a shard of padding only.
+struct Shard {
+  int valid_cols;
+  const char* tag;
+};
+constexpr Shard kShards[] = {{kVocabCols, ""}, {kVocabCols - 13, "padded."}, {0, "empty."}};
 
 // Targets mostly inside [kVocabStart, kVocabStart + kVocabCols), some outside.
 std::int32_t* targets(OpRun& r) { return r.tokens(kRows, kVocabStart - 40, kVocabStart + kVocabCols + 40); }
 }  // namespace
 
 void run_cross_entropy_max(OpRun& r) {
-  const CRef logits = r.in(kLogits, -6.0f, 6.0f);
-  r.backend().cross_entropy_max(r.stream(), logits, r.out_f32("row_max", kRows), kRows, kVocabCols);
+  for (const Shard& shard : kShards) {
+    const CRef logits = r.in(kLogits, -6.0f, 6.0f);
+    r.backend().cross_entropy_max(r.stream(), logits, r.out_f32(std::string(shard.tag) + "row_max", kRows), kRows,
+                                  kVocabCols, shard.valid_cols);
+  }
 }
 
 void run_cross_entropy_sums(OpRun& r) {
-  const CRef logits = r.in(kLogits, -6.0f, 6.0f);
-  const std::int32_t* target = targets(r);
-  // A shared maximum from other ranks may exceed this block's: draw it above the logits.
-  const float* row_max = r.in_f32(kRows, 6.0f, 7.0f);
-  r.backend().cross_entropy_sums(r.stream(), logits, target, row_max, r.out_f32("sum_exp", kRows),
-                                 r.out_f32("target_logit", kRows), kRows, kVocabCols, kVocabStart);
+  for (const Shard& shard : kShards) {
+    const std::string tag = shard.tag;
+    const CRef logits = r.in(kLogits, -6.0f, 6.0f);
+    const std::int32_t* target = targets(r);
+    // A shared maximum from other ranks may exceed this block's: draw it above the logits.
+    const float* row_max = r.in_f32(kRows, 6.0f, 7.0f);
+    r.backend().cross_entropy_sums(r.stream(), logits, target, row_max, r.out_f32(tag + "sum_exp", kRows),
+                                   r.out_f32(tag + "target_logit", kRows), kRows, kVocabCols, shard.valid_cols,
+                                   kVocabStart);
+  }
 }
 
 void run_cross_entropy_loss(OpRun& r) {
@@ -42,12 +57,48 @@ void run_cross_entropy_loss(OpRun& r) {
 }
 
 void run_cross_entropy_backward(OpRun& r) {
-  const CRef logits = r.in(kLogits, -6.0f, 6.0f);
-  const std::int32_t* target = targets(r);
-  const float* row_max = r.in_f32(kRows, 6.0f, 7.0f);
-  const float* sum_exp = r.in_f32(kRows, 20.0f, 40.0f);
-  r.backend().cross_entropy_backward(r.stream(), logits, target, row_max, sum_exp, r.out("dlogits", kLogits), kRows,
-                                     kVocabCols, kVocabStart, 1.0f / kRows);
+  for (const Shard& shard : kShards) {
+    const CRef logits = r.in(kLogits, -6.0f, 6.0f);
+    const std::int32_t* target = targets(r);
+    const float* row_max = r.in_f32(kRows, 6.0f, 7.0f);
+    const float* sum_exp = r.in_f32(kRows, 20.0f, 40.0f);
+    r.backend().cross_entropy_backward(r.stream(), logits, target, row_max, sum_exp,
+                                       r.out(std::string(shard.tag) + "dlogits", kLogits), kRows, kVocabCols,
+                                       shard.valid_cols, kVocabStart, 1.0f / kRows);
+  }
+}
+
+namespace {
+// Whole rows of logits [rows x cols], the first valid_cols the vocabulary: written in place
+// over the logits (as the executor calls it) and, unless `in_place_only`, apart.
+void fused_case(OpRun& r, const std::string& tag, int rows, int cols, int valid_cols, bool in_place_only = false) {
+  const std::int64_t n = std::int64_t(rows) * cols;
+  const std::int32_t* target = r.tokens(rows, 0, valid_cols);
+  const float scale = 1.0f / float(rows);
+  if (!in_place_only) {
+    const CRef logits = r.in(n, -6.0f, 6.0f);
+    double* loss_sum = static_cast<double*>(r.inout(tag + "loss_sum", 1, DType::f64, 10.0f, 20.0f).data);
+    r.backend().cross_entropy_fused(r.stream(), logits, target, r.out(tag + "dlogits", n), rows, cols, valid_cols,
+                                    scale, loss_sum);
+  }
+  const Ref in_place = r.inout(tag + "in_place.dlogits", n, r.compute(), -6.0f, 6.0f);
+  double* in_place_loss = static_cast<double*>(r.inout(tag + "in_place.loss_sum", 1, DType::f64, 0.0f, 1.0f).data);
+  r.backend().cross_entropy_fused(r.stream(), in_place, target, in_place, rows, cols, valid_cols, scale, in_place_loss);
+}
+}  // namespace
+
+void run_cross_entropy_fused(OpRun& r) {
+  // An odd width (no whole number of 16-byte vectors: the elementwise path), whole and
+  // padded; then a width of whole vectors in every type (the vector path), padded.
+  fused_case(r, "", kRows, kVocabCols, kVocabCols);
+  fused_case(r, "padded.", kRows, kVocabCols, kVocabCols - 13);
+  fused_case(r, "vectors.", 7, 256, 250);
+  if (!r.device_shapes()) return;
+  // GPT-2's head on one GPU: 50,257 tokens padded to 50,304 (393 x 128), 2048 rows, in
+  // place (100 M elements: the one large case); and the unpadded width, no whole number
+  // of vectors.
+  fused_case(r, "gpt2.", 2048, 50304, 50257, true);
+  fused_case(r, "gpt2_unpadded.", 64, 50257, 50257);
 }
 
 namespace {
@@ -105,6 +156,15 @@ void run_adamw_step(OpRun& r) {
     float* v = r.inout_f32(tag + "v", kParams, 0.0f, 0.01f);
     r.backend().adamw_step(r.stream(), param, grad, m, v, kParams, p, grad_scale);
   }
+  if (!r.device_shapes()) return;
+  // One float past each allocation: no 16-byte alignment, the GPU's element path.
+  AdamWParams p;
+  p.lr = 1e-2f, p.weight_decay = 0.1f, p.step = 3;
+  const float* grad = r.in_f32(kParams + 1) + 1;
+  float* param = r.inout_f32("unaligned.param", kParams + 1) + 1;
+  float* m = r.inout_f32("unaligned.m", kParams + 1, -0.1f, 0.1f) + 1;
+  float* v = r.inout_f32("unaligned.v", kParams + 1, 0.0f, 0.01f) + 1;
+  r.backend().adamw_step(r.stream(), param, grad, m, v, kParams, p, nullptr);
 }
 
 void run_lamb_update(OpRun& r) {

@@ -95,13 +95,13 @@ TEST(CpuKernels, VocabParallelCrossEntropyEqualsTheWholeSoftmax) {
   std::vector<float> top(rows, -INFINITY), sum(rows, 0.0f), target(rows, 0.0f);
   for (int part = 0; part < 2; ++part) {
     std::vector<float> part_max(rows, kNaN);
-    K.cross_entropy_max(blocks[part].data(), part_max.data(), rows, half);
+    K.cross_entropy_max(blocks[part].data(), part_max.data(), rows, half, half);
     for (int r = 0; r < rows; ++r) top[r] = std::max(top[r], part_max[r]);
   }
   for (int part = 0; part < 2; ++part) {
     std::vector<float> part_sum(rows, kNaN), part_target(rows, kNaN);
     K.cross_entropy_sums(blocks[part].data(), targets.data(), top.data(), part_sum.data(), part_target.data(), rows,
-                         half, part * half);
+                         half, half, part * half);
     for (int r = 0; r < rows; ++r) sum[r] += part_sum[r], target[r] += part_target[r];
   }
   std::vector<float> loss(rows), dlogits(logits.size(), kNaN);
@@ -109,7 +109,7 @@ TEST(CpuKernels, VocabParallelCrossEntropyEqualsTheWholeSoftmax) {
   for (int part = 0; part < 2; ++part) {
     std::vector<float> part_grad(blocks[part].size(), kNaN);
     K.cross_entropy_backward(blocks[part].data(), targets.data(), top.data(), sum.data(), part_grad.data(), rows, half,
-                             part * half, 0.25f);
+                             half, part * half, 0.25f);
     for (int r = 0; r < rows; ++r)
       for (int j = 0; j < half; ++j) dlogits[std::size_t(r) * vocab + part * half + j] = part_grad[std::size_t(r) * half + j];
   }

@@ -79,17 +79,22 @@ struct HostFloats {
                                float scale) const {
     b.causal_softmax_backward(s, f32(probs), f32(dprobs), f32(dscores), rows, cols, scale);
   }
-  void cross_entropy_max(const float* logits, float* row_max, int rows, int cols) const {
-    b.cross_entropy_max(s, f32(logits), row_max, rows, cols);
+  void cross_entropy_max(const float* logits, float* row_max, int rows, int cols, int valid_cols) const {
+    b.cross_entropy_max(s, f32(logits), row_max, rows, cols, valid_cols);
   }
   void cross_entropy_sums(const float* logits, const std::int32_t* targets, const float* row_max, float* sum_exp,
-                          float* target_logit, int rows, int cols, int vocab_start) const {
-    b.cross_entropy_sums(s, f32(logits), targets, row_max, sum_exp, target_logit, rows, cols, vocab_start);
+                          float* target_logit, int rows, int cols, int valid_cols, int vocab_start) const {
+    b.cross_entropy_sums(s, f32(logits), targets, row_max, sum_exp, target_logit, rows, cols, valid_cols, vocab_start);
   }
   void cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* row_max,
-                              const float* sum_exp, float* dlogits, int rows, int cols, int vocab_start,
-                              float scale) const {
-    b.cross_entropy_backward(s, f32(logits), targets, row_max, sum_exp, f32(dlogits), rows, cols, vocab_start, scale);
+                              const float* sum_exp, float* dlogits, int rows, int cols, int valid_cols,
+                              int vocab_start, float scale) const {
+    b.cross_entropy_backward(s, f32(logits), targets, row_max, sum_exp, f32(dlogits), rows, cols, valid_cols,
+                             vocab_start, scale);
+  }
+  void cross_entropy_fused(const float* logits, const std::int32_t* targets, float* dlogits, int rows, int cols,
+                           int valid_cols, float scale, double* loss_sum) const {
+    b.cross_entropy_fused(s, f32(logits), targets, f32(dlogits), rows, cols, valid_cols, scale, loss_sum);
   }
   void embedding_forward(const std::int32_t* tokens, const float* table, float* out, int n, int dim, int vocab_start,
                          int vocab_rows) const {

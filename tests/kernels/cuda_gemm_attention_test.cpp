@@ -5,13 +5,17 @@
 // with their own bounds: TF32 1e-2 (10 mantissa bits per input, and the device may
 // truncate where the CPU rounds), fp8 inputs 1e-3 into fp32 (fp8 tensor cores add partial
 // sums at reduced precision between promotions), 2e-2 into bf16. Each GPU op runs twice
-// from the same inputs and must give the same bits. Skipped without a CUDA device; the
-// fp8 GEMMs also where the device has no fp8 tensor cores (cuda_device_has_fp8).
+// from the same inputs and must give the same bits. The fused attention runs on cuDNN
+// where it loads and takes the shape, else on tessel's flash kernel (both are checked).
+// Skipped without a CUDA device; the fp8 GEMMs also where the device has no fp8 tensor
+// cores (cuda_device_has_fp8).
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -19,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/gpu_required.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/kernels/backend.hpp"
 #include "tessel/kernels/numeric.hpp"
@@ -168,7 +173,7 @@ template <typename Op>
 class CudaGemmAttentionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: the GPU kernels are not run on this machine";
+    TESSEL_REQUIRE_GPU();
     gpu_ = make_cuda_backend(0);
     ASSERT_NE(gpu_, nullptr);
   }
@@ -441,6 +446,7 @@ struct KeyBlock {
     g.q = on_gpu ? q.gpu() : q.cpu(), g.k = on_gpu ? k[i]->gpu() : k[i]->cpu(),
     g.v = on_gpu ? v[i]->gpu() : v[i]->cpu();
     g.dout = on_gpu ? dout.gpu() : dout.cpu();
+    g.out = on_gpu ? cpu_out.gpu() : cpu_out.cpu();  // delta's out, for cuDNN's backward
     g.lse = on_gpu ? cpu_lse.gpu_f32() : cpu_lse.cpu_f32(),
     g.delta = on_gpu ? same_delta.gpu_f32() : same_delta.cpu_f32();
     g.dq = on_gpu ? dq.gpu() : dq.cpu(), g.dk = on_gpu ? dk[i]->gpu() : dk[i]->cpu(),
@@ -484,7 +490,49 @@ TEST_F(CudaGemmAttentionTest, FusedAttentionRowsThatSeeNoKey) {
     EXPECT_TRUE(fused_attention_matches_cpu(gpu(), rng_, type, 64, 90, 0, {{40, 50}, {200, 33}}, false));
 }
 
+// TESSEL_ATTENTION set for one scope, then as it was.
+class ScopedAttentionPath {
+ public:
+  explicit ScopedAttentionPath(const char* value) {
+    if (const char* saved = std::getenv(kName)) saved_ = saved, had_ = true;
+    setenv(kName, value, 1);
+  }
+  ~ScopedAttentionPath() {
+    if (had_) setenv(kName, saved_.c_str(), 1);
+    else unsetenv(kName);
+  }
+
+ private:
+  static constexpr const char* kName = "TESSEL_ATTENTION";
+  std::string saved_;
+  bool had_ = false;
+};
+
+// cuDNN's fused attention (kernels/src/cuda/cudnn_sdpa.cpp) on GPT-2-like shapes: it must
+// run where the library loads (the forward from sm_80, the backward on sm_90) and match
+// the CPU; tessel's flash kernel, asked for by TESSEL_ATTENTION=flash, too.
+TEST_F(CudaGemmAttentionTest, CudnnAttentionRunsWhereItLoadsAndMatchesCpu) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  for (const DType type : {DType::bf16, DType::f16})
+    for (const int head_dim : {64, 128})
+      for (const int seq : {128, 1024}) {
+        ASSERT_TRUE(fused_attention_matches_cpu(gpu(), rng_, type, head_dim, seq, 0, {{0, seq}}, false));
+        const std::string note = cuda_attention_path_note();
+        if (note.find("dlopen(") != std::string::npos) GTEST_SKIP() << "no cuDNN 9 to load: " << note;
+        EXPECT_NE(note.find("forward: cudnn"), std::string::npos) << note;
+        if (major == 9) {
+          EXPECT_NE(note.find("backward: cudnn"), std::string::npos) << note;
+        }
+      }
+  ScopedAttentionPath flash("flash");
+  EXPECT_TRUE(fused_attention_matches_cpu(gpu(), rng_, DType::bf16, 64, 128, 0, {{0, 128}}, false));
+  EXPECT_EQ(cuda_attention_path_note(),
+            "forward: flash (TESSEL_ATTENTION=flash); backward: flash (TESSEL_ATTENTION=flash)");
+}
+
 TEST_F(CudaGemmAttentionTest, FusedAttentionRefusesOtherHeadDims) {
+  ScopedAttentionPath flash("flash");  // cuDNN takes 48; tessel's kernel does not
   Pair q(gpu(), DType::bf16, random_values(rng_, 48 * 4)), lse(gpu(), DType::f32, random_values(rng_, 4));
   Attention a;
   a.bh = 1, a.q_len = 4, a.kv_len = 4, a.head_dim = 48;

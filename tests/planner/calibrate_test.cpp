@@ -18,77 +18,13 @@
 #include "tessel/profiles/prediction_bounds.hpp"
 #include "tessel/profiles/profile.hpp"
 
+#include "synthetic_runs.hpp"
+
 using namespace tessel;
 using namespace tessel::planner;
 using profiles::Calibration;
+using namespace tessel::test;
 
-namespace {
-Plan plan_of(const std::string& model, int nodes, int global_batch, int dp, int tp, int pp, int zero,
-             const std::string& recompute, int micro_batch) {
-  const Json json{
-      {"model", model},
-      {"cluster", "dgx-a100"},
-      {"nodes", nodes},
-      {"train", {{"global_batch", global_batch}, {"precision", "bf16"}, {"optimizer", "adamw"}}},
-      {"parallel",
-       {{"dp", dp}, {"tp", tp}, {"pp", pp}, {"zero", zero}, {"recompute", recompute}, {"micro_batch", micro_batch}}}};
-  Plan plan = Plan::from_json(json, "test plan");
-  plan.validate();
-  return plan;
-}
-
-// Layouts that load GEMMs, streaming ops and collectives in different proportions.
-std::vector<Plan> synthetic_plans() {
-  return {plan_of("gpt2-350m", 1, 64, 8, 1, 1, 0, "none", 8),      plan_of("gpt2-350m", 1, 64, 4, 2, 1, 0, "none", 4),
-          plan_of("gpt3-6.7b", 1, 32, 1, 8, 1, 0, "full", 1),      plan_of("gpt3-6.7b", 2, 64, 2, 8, 1, 1, "full", 2),
-          plan_of("gpt3-13b", 4, 128, 4, 8, 1, 0, "selective", 1), plan_of("gpt3-13b", 4, 64, 2, 4, 4, 1, "full", 1),
-          plan_of("gpt2-1.5b", 2, 128, 16, 1, 1, 3, "full", 2),    plan_of("gpt2-1.5b", 1, 64, 8, 1, 1, 2, "none", 2),
-          plan_of("llama2-7b", 2, 64, 4, 4, 1, 1, "selective", 1), plan_of("llama2-7b", 4, 128, 8, 2, 2, 0, "full", 1)};
-}
-
-// Runs "measured" as tessel's estimate under `truth`; with `mixed_kinds`, every other run
-// trains with the megatron framework and every third with fused kernels.
-std::vector<PublishedRun> synthetic_runs(const Calibration& truth, bool mixed_kinds = false) {
-  const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
-  std::vector<PublishedRun> runs;
-  int index = 0;
-  for (Plan plan : synthetic_plans()) {
-    if (mixed_kinds && index % 2 == 1) plan.train.framework = Framework::megatron;
-    if (mixed_kinds && index % 3 == 0) plan.train.kernels = Kernels::fused;
-    CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
-    model.set_calibration(truth);
-    PublishedRun run;
-    run.id = "synthetic-" + std::to_string(index++);
-    run.source = "synthetic.json";
-    run.cluster = "dgx-a100";
-    run.device = plan.cluster.device;
-    run.plan = plan;
-    run.measured_key = "step_time_s";
-    run.measured_value = model.estimate(plan.parallel).step_time_s;
-    runs.push_back(std::move(run));
-  }
-  return runs;
-}
-
-Calibration known_truth() {
-  Calibration truth;
-  truth.gemm_efficiency_scale = 0.85;
-  truth.memory_efficiency_scale = 0.7;
-  truth.attention_efficiency_scale = 0.6;
-  truth.layer_overhead_s = 2e-4;
-  return truth;
-}
-
-CalibrationOptions four_parameters() {
-  CalibrationOptions options;
-  options.parameters = {"gemm_efficiency_scale", "memory_efficiency_scale", "attention_efficiency_scale",
-                        "layer_overhead_s"};
-  options.max_evaluations = 2000;
-  options.relative_tolerance = 1e-9;
-  options.prior_weight = 0;  // exact recovery: no pull toward the start
-  return options;
-}
-}  // namespace
 
 TEST(Calibration, DefaultsReproduceTheUncalibratedEstimateBitForBit) {
   profiles::Profile with_defaults = profiles::shipped_profile("A100-SXM-80GB");
@@ -366,9 +302,10 @@ TEST(PublishedRuns, TheCorpusLoadsAndEveryPriceableRowHasAPositiveMeasuredStepTi
     const double step_s = measured_step_time_s(run, model);
     EXPECT_TRUE(step_s > 0 && std::isfinite(step_s)) << run.id;
   }
-  // corpus/README: A100 153 + H100 89 bf16 + H100 21 fp8 calibration rows, plus held-out ones
-  EXPECT_EQ(priceable, 242 + 21 + 57);
-  EXPECT_EQ(fp8_calibration, 21);  // 7 llm-foundry, 14 torchtitan
+  // corpus/README: A100 80GB 130 + A100 40GB 80 + H100 93 bf16 + H100 25 fp8 calibration
+  // rows, plus held-out ones
+  EXPECT_EQ(priceable, 130 + 80 + 93 + 25 + 57);
+  EXPECT_EQ(fp8_calibration, 25);  // 7 llm-foundry, 14 torchtitan, 4 OLMo-core
   // Narayanan 10, Korthikanti 8, dgxc 16 bf16 + 16 fp8, Megatron README 1, MT-NLG 3, Nemotron-4 340B 3
   EXPECT_EQ(held_out, 57);
 }
@@ -384,6 +321,9 @@ TEST(PublishedRuns, ConversionsFollowTheStatedConventions) {
   EXPECT_DOUBLE_EQ(measured_step_time_s(run, model), 2.0);
   run.measured_key = "tokens_per_s_per_gpu";
   run.measured_value = tokens / 2.0 / 8.0;
+  EXPECT_DOUBLE_EQ(measured_step_time_s(run, model), 2.0);
+  run.measured_key = "samples_per_s_per_gpu";  // sequences, as Zero Bubble's tables count them
+  run.measured_value = plan.train.global_batch / 2.0 / 8.0;
   EXPECT_DOUBLE_EQ(measured_step_time_s(run, model), 2.0);
   run.measured_key = "tflops_per_gpu";
   run.measured_value = model.model_flops_per_step() / 2.0 / 8.0 / 1e12;
@@ -507,19 +447,9 @@ TEST(Calibration, AGpuFitKeepsTheCollectiveCallOverheadWithinItsPhysicalBound) {
   for (const Plan& plan : {plan_of("gpt2-1.5b", 2, 128, 16, 1, 1, 3, "full", 2), plan_of("gpt2-1.5b", 1, 64, 8, 1, 1, 3, "none", 2),
                            plan_of("gpt2-350m", 1, 64, 8, 1, 1, 3, "none", 8), plan_of("gpt3-6.7b", 2, 64, 16, 1, 1, 3, "full", 1),
                            plan_of("llama2-7b", 4, 128, 32, 1, 1, 3, "full", 2), plan_of("gpt2-774m", 1, 64, 8, 1, 1, 2, "none", 4)}) {
-    CostModel model(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
-    model.set_calibration(truth);
-    PublishedRun run;
-    run.id = "fsdp-" + std::to_string(index++);
-    run.source = "synthetic.json";
-    run.cluster = "dgx-a100";
-    run.device = plan.cluster.device;
-    run.plan = plan;
-    run.measured_key = "step_time_s";
     // 30% slower than the cost model can say with its layer overhead alone: a fit free
     // to move the call overhead would buy the rest with milliseconds per call.
-    run.measured_value = 1.3 * model.estimate(plan.parallel).step_time_s;
-    runs_fsdp.push_back(std::move(run));
+    runs_fsdp.push_back(synthetic_run(plan, truth, "fsdp-" + std::to_string(index++), 1.3));
   }
   RunSet runs(runs_fsdp, profile);
   ASSERT_EQ(runs.device_kind(), "gpu");
@@ -559,28 +489,26 @@ TEST(Calibration, CollectiveContentionChargesHiddenTrafficInProportion) {
   }
 }
 
-// The published corpus, fitted as `tessel calibrate --published corpus/published` fits it:
-// every device's leave-one-out error stays within what it measures today (A100 4.2%,
-// H100 4.9% since the Megatron-LM H100 rows price --tp-comm-overlap: issue 16's target is
-// 5% on each) and the errors have no common sign.
-TEST(PublishedRuns, TheCorpusLeaveOneOutErrorStaysWhereItIs) {
+// The published corpus, fitted as `tessel calibrate --published corpus/published` fits it
+// and judged on the sources each fit never saw: every device's leave-one-source-out error
+// (every source weighing the same) stays within what it measures today (A100 80GB 9.2%,
+// H100 14.5%, docs/BENCHMARKS.md; the issue's target of 8% is not met, for the reasons
+// given there), and the fit kept predicts unseen sources better than the profile did.
+TEST(PublishedRuns, TheCorpusIsJudgedOnSourcesTheFitNeverSaw) {
   const std::vector<PublishedRun> runs = load_published_runs(std::string(TESSEL_SOURCE_DIR) + "/corpus/published");
-  for (const auto& [device, ceiling] : {std::pair<std::string, double>{"A100-SXM-80GB", 0.05}, {"H100-SXM", 0.05}}) {
+  for (const auto& [device, ceiling] : {std::pair<std::string, double>{"A100-SXM-80GB", 0.10}, {"H100-SXM", 0.155}}) {
     SCOPED_TRACE(device);
     std::vector<PublishedRun> of_device;
     for (const PublishedRun& run : runs) {
       if (run.device == device && run.priceable()) of_device.push_back(run);
     }
     RunSet set(of_device, profiles::shipped_profile(device));
-    const DeviceCalibration result = calibrate_runs(set, CalibrationOptions{});
-    ASSERT_GT(result.fitted_rows.size(), 50u);
-    int over = 0, under = 0;
-    for (std::size_t row : result.fitted_rows) {
-      const double error = result.leave_one_out_s[row] / set.measured_s(row) - 1.0;
-      over += error > 0;
-      under += error < 0;
-    }
-    EXPECT_LE(mean_absolute_percentage_error(result.leave_one_out_s, set, result.fitted_rows), ceiling);
-    EXPECT_GT(std::min(over, under), int(result.fitted_rows.size()) / 3) << over << " over, " << under << " under";
+    CalibrationOptions options;
+    options.leave_one_row_out = false;
+    const DeviceCalibration result = calibrate_runs(set, options);
+    ASSERT_GE(result.fitted_sources.size(), 6u);
+    EXPECT_LE(source_weighted_mape(result.leave_one_source_out_s, set, result.fitted_rows), ceiling);
+    EXPECT_LT(result.unseen_after_mape, result.unseen_before_mape);
+    EXPECT_NE(result.verdict, FitVerdict::refused);
   }
 }

@@ -58,7 +58,8 @@ TEST(Dropout, FalseDropsTheMasksAndTheDroppedScoresExactly) {
 }
 
 // Fused attention holds no score-sized temporaries: the difference is the three
-// score-sized buffers of the unfused kernels, b a s s / t elements.
+// score-sized buffers of the unfused kernels, b a s s / t elements. The last stage adds
+// the logits' gradient where the vocabulary is split.
 TEST(TrainerTemporaries, FusedAttentionHoldsNoScoreSizedScratch) {
   ParallelConfig p;
   p.dp = 16, p.pp = 8, p.tp = 8, p.tp_sequence_parallel = true, p.recompute = Recompute::none;
@@ -72,6 +73,9 @@ TEST(TrainerTemporaries, FusedAttentionHoldsNoScoreSizedScratch) {
   // The logits gradient lives on the last stage only: b s V / t elements.
   const double logits = double(unfused.seq_len()) * m.vocab / p.tp * 2.0;
   EXPECT_NEAR(unfused.trainer_temporaries_bytes(p, true) - unfused.trainer_temporaries_bytes(p, false), logits, 1.0);
+  // With the vocabulary whole on a rank (tp 1) the fused loss writes it over the logits.
+  p.tp = 1, p.tp_sequence_parallel = false;
+  EXPECT_EQ(unfused.trainer_temporaries_bytes(p, true), unfused.trainer_temporaries_bytes(p, false));
 }
 
 // MPI's temporaries: the stage's gradient bytes on CPU ranks with data parallelism below

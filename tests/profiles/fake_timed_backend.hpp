@@ -115,10 +115,11 @@ class FakeTimedBackend final : public Backend {
   void rope_forward(Stream, CRef, Ref, int, int, int, int, float) override {}
   void rope_backward(Stream, CRef, Ref, int, int, int, int, float) override {}
   void causal_softmax_backward(Stream, CRef, CRef, Ref, std::int64_t, int, float) override {}
-  void cross_entropy_max(Stream, CRef, float*, int, int) override {}
-  void cross_entropy_sums(Stream, CRef, const std::int32_t*, const float*, float*, float*, int, int, int) override {}
+  void cross_entropy_max(Stream, CRef, float*, int, int, int) override {}
+  void cross_entropy_sums(Stream, CRef, const std::int32_t*, const float*, float*, float*, int, int, int, int) override {}
   void cross_entropy_loss(Stream, const float*, const float*, const float*, int, double*) override {}
-  void cross_entropy_backward(Stream, CRef, const std::int32_t*, const float*, const float*, Ref, int, int, int, float) override {}
+  void cross_entropy_backward(Stream, CRef, const std::int32_t*, const float*, const float*, Ref, int, int, int, int, float) override {}
+  void cross_entropy_fused(Stream, CRef, const std::int32_t*, Ref, int, int, int, float, double*) override {}
   void embedding_forward(Stream, const std::int32_t*, CRef, Ref, int, int, int, int) override {}
   void embedding_backward(Stream, const std::int32_t*, CRef, float*, int, int, int, int) override {}
   void lamb_update(Stream, const float*, const float*, float*, float*, float*, std::int64_t, const LambParams&, const float*) override {}

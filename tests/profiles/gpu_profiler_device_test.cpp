@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "gpu/gpu_required.hpp"
 #include "tessel/kernels/backend.hpp"
 #include "tessel/profiles/gpu_profiler.hpp"
 
@@ -13,7 +14,7 @@ using namespace tessel::profiles;
 namespace kernels = tessel::kernels;
 
 TEST(GpuProfilerOnDevice, QuickProfileIsPlausible) {
-  if (kernels::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine (or no CUDA backend in this build)";
+  TESSEL_REQUIRE_GPU();
   std::unique_ptr<kernels::Backend> backend = kernels::make_cuda_backend(0);
   ASSERT_NE(backend, nullptr);
   GpuProfileOptions options;

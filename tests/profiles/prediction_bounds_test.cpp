@@ -215,3 +215,17 @@ TEST(PredictionBounds, TheSimulatorsBandIsReadApartAndUsedForSimulatedSteps) {
         << e.what();
   }
 }
+
+// Weighted quantiles: each value stands at the midpoint of its share of the weights,
+// linear between, flat beyond the ends; a value three times as heavy pulls the median.
+TEST(PredictionBounds, AWeightedQuantileWeighsEachValueByItsShare) {
+  const std::vector<double> values{3.0, 1.0, 0.0, 2.0};
+  EXPECT_DOUBLE_EQ(weighted_quantile(values, {1, 1, 1, 1}, 0.5), 1.5);
+  EXPECT_DOUBLE_EQ(weighted_quantile(values, {1, 1, 1, 1}, 0.1), 0.0);
+  EXPECT_DOUBLE_EQ(weighted_quantile(values, {1, 1, 1, 1}, 0.95), 3.0);
+  EXPECT_DOUBLE_EQ(weighted_quantile(values, {1, 1, 3, 1}, 0.5), 0.75);
+  const auto band = band_from_residuals({-0.2, 0.0, 0.1, 0.3}, {1, 1, 1, 1});
+  ASSERT_TRUE(band);
+  EXPECT_DOUBLE_EQ(band->low_residual, -0.2);
+  EXPECT_DOUBLE_EQ(band->high_residual, 0.3);
+}

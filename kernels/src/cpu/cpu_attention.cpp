@@ -126,46 +126,89 @@ void CpuBackend::attention_backward(Stream, const AttentionGrad& a) {
 
 // ---- cross-entropy ----
 
-void CpuBackend::cross_entropy_max(Stream, CRef logits, float* row_max, int rows, int cols) {
+// One row of logits, the first `valid` columns the vocabulary: the phases' arithmetic,
+// shared with the fused op so that both give the same bits on one rank.
+namespace {
+float row_max_of(const float* x, int valid) { return valid > 0 ? max_in_order(x, valid) : kMinusInfinity; }
+float row_sum_exp(const float* x, int valid, float top) {
+  float sum = 0.0f;
+  for (int j = 0; j < valid; ++j) sum += numeric::exp_f(x[j] - top);
+  return sum;
+}
+double row_loss(float top, float sum_exp, float target_logit) {
+  return std::log(double(sum_exp)) + top - target_logit;
+}
+// d = (softmax - onehot(local)) x scale over the row, padding 0; `d` may be `x`.
+void row_gradient(const float* x, float* d, int cols, int valid, int local, float top, float sum_exp, float scale) {
+  const float factor = scale / sum_exp;
+  for (int j = 0; j < valid; ++j) d[j] = numeric::exp_f(x[j] - top) * factor;
+  for (int j = valid; j < cols; ++j) d[j] = 0.0f;
+  if (local >= 0 && local < valid) d[local] -= scale;
+}
+void check_valid_columns(int cols, int valid_cols, const char* op) {
+  TESSEL_ASSERT(valid_cols >= 0 && valid_cols <= cols, std::string(op) + ": valid_cols outside [0, cols]");
+}
+}  // namespace
+
+void CpuBackend::cross_entropy_max(Stream, CRef logits, float* row_max, int rows, int cols, int valid_cols) {
+  check_valid_columns(cols, valid_cols, "cross_entropy_max");
   FloatIn in(logits, std::int64_t(rows) * cols);
-  const MapConst L(in.get(), rows, cols);
-  for (int r = 0; r < rows; ++r) row_max[r] = max_in_order(L.row(r).data(), cols);
+  for (int r = 0; r < rows; ++r) row_max[r] = row_max_of(in.get() + std::int64_t(r) * cols, valid_cols);
 }
 
 void CpuBackend::cross_entropy_sums(Stream, CRef logits, const std::int32_t* targets, const float* row_max,
-                                    float* sum_exp, float* target_logit, int rows, int cols, int vocab_start) {
+                                    float* sum_exp, float* target_logit, int rows, int cols, int valid_cols,
+                                    int vocab_start) {
+  check_valid_columns(cols, valid_cols, "cross_entropy_sums");
   FloatIn in(logits, std::int64_t(rows) * cols);
-  const MapConst L(in.get(), rows, cols);
   for (int r = 0; r < rows; ++r) {
-    float sum = 0.0f;
-    for (int j = 0; j < cols; ++j) sum += numeric::exp_f(L(r, j) - row_max[r]);
-    sum_exp[r] = sum;
+    const float* x = in.get() + std::int64_t(r) * cols;
+    sum_exp[r] = row_sum_exp(x, valid_cols, row_max[r]);
     const int local = targets[r] - vocab_start;
-    target_logit[r] = local >= 0 && local < cols ? L(r, local) : 0.0f;
+    target_logit[r] = local >= 0 && local < valid_cols ? x[local] : 0.0f;
   }
 }
 
 void CpuBackend::cross_entropy_loss(Stream, const float* row_max, const float* sum_exp, const float* target_logit,
                                     int rows, double* loss_sum) {
   double total = 0;
-  for (int r = 0; r < rows; ++r) total += std::log(double(sum_exp[r])) + row_max[r] - target_logit[r];
+  for (int r = 0; r < rows; ++r) total += row_loss(row_max[r], sum_exp[r], target_logit[r]);
   *loss_sum += total;
 }
 
 void CpuBackend::cross_entropy_backward(Stream, CRef logits, const std::int32_t* targets, const float* row_max,
-                                        const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start,
-                                        float scale) {
+                                        const float* sum_exp, Ref dlogits, int rows, int cols, int valid_cols,
+                                        int vocab_start, float scale) {
+  check_valid_columns(cols, valid_cols, "cross_entropy_backward");
   const std::int64_t n = std::int64_t(rows) * cols;
   FloatIn in(logits, n);
   FloatOut out(dlogits, n, false);
-  const MapConst L(in.get(), rows, cols);
-  Map D(out.get(), rows, cols);
   for (int r = 0; r < rows; ++r) {
-    const float factor = scale / sum_exp[r];
-    for (int j = 0; j < cols; ++j) D(r, j) = numeric::exp_f(L(r, j) - row_max[r]) * factor;
-    const int local = targets[r] - vocab_start;
-    if (local >= 0 && local < cols) D(r, local) -= scale;
+    const std::int64_t base = std::int64_t(r) * cols;
+    row_gradient(in.get() + base, out.get() + base, cols, valid_cols, targets[r] - vocab_start, row_max[r], sum_exp[r],
+                 scale);
   }
+}
+
+// Row by row: the max, the sum and the target's logit are read before the row's gradient
+// is written, so `dlogits` may be `logits` (in fp32 both views are the tensor itself; in
+// bf16 FloatIn holds a copy and FloatOut rounds into the tensor at the end).
+void CpuBackend::cross_entropy_fused(Stream, CRef logits, const std::int32_t* targets, Ref dlogits, int rows, int cols,
+                                     int valid_cols, float scale, double* loss_sum) {
+  check_valid_columns(cols, valid_cols, "cross_entropy_fused");
+  const std::int64_t n = std::int64_t(rows) * cols;
+  FloatIn in(logits, n);
+  FloatOut out(dlogits, n, false);
+  double total = 0;
+  for (int r = 0; r < rows; ++r) {
+    const std::int64_t base = std::int64_t(r) * cols;
+    const float* x = in.get() + base;
+    const float top = row_max_of(x, valid_cols), sum = row_sum_exp(x, valid_cols, top);
+    const int local = targets[r];
+    total += row_loss(top, sum, local >= 0 && local < valid_cols ? x[local] : 0.0f);
+    row_gradient(x, out.get() + base, cols, valid_cols, local, top, sum, scale);
+  }
+  *loss_sum += total;
 }
 
 // ---- embedding ----

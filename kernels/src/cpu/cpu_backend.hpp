@@ -190,14 +190,16 @@ class CpuBackend final : public Backend {
   void attention_delta(Stream, CRef dout, CRef out, float* delta, std::int64_t rows, int head_dim) override;
   void attention_backward(Stream, const AttentionGrad& a) override;
 
-  void cross_entropy_max(Stream, CRef logits, float* row_max, int rows, int cols) override;
+  void cross_entropy_max(Stream, CRef logits, float* row_max, int rows, int cols, int valid_cols) override;
   void cross_entropy_sums(Stream, CRef logits, const std::int32_t* targets, const float* row_max, float* sum_exp,
-                          float* target_logit, int rows, int cols, int vocab_start) override;
+                          float* target_logit, int rows, int cols, int valid_cols, int vocab_start) override;
   void cross_entropy_loss(Stream, const float* row_max, const float* sum_exp, const float* target_logit, int rows,
                           double* loss_sum) override;
   void cross_entropy_backward(Stream, CRef logits, const std::int32_t* targets, const float* row_max,
-                              const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start,
+                              const float* sum_exp, Ref dlogits, int rows, int cols, int valid_cols, int vocab_start,
                               float scale) override;
+  void cross_entropy_fused(Stream, CRef logits, const std::int32_t* targets, Ref dlogits, int rows, int cols,
+                           int valid_cols, float scale, double* loss_sum) override;
   void embedding_forward(Stream, const std::int32_t* tokens, CRef table, Ref out, int n, int dim, int vocab_start,
                          int vocab_rows) override;
   void embedding_backward(Stream, const std::int32_t* tokens, CRef dout, float* table_gradient, int n, int dim,

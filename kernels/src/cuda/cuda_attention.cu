@@ -2,13 +2,16 @@
 // (one block per row: a row is at most a sequence long, so a block's threads stride over
 // it and combine their partial results in one fixed tree, the same bits on every run),
 // attention_delta (one thread per row, head_dim products summed in index order, as the
-// CPU does), and the fused ops, whose kernels live in flash_attention.cu.
-// cpu_attention.cpp is the reference.
+// CPU does), and the fused ops: cuDNN's fused attention where it runs (cudnn_sdpa.cpp),
+// else tessel's flash kernels (flash_attention.cu). cpu_attention.cpp is the reference.
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "cuda_backend_impl.hpp"
+#include "cudnn_sdpa.hpp"
 #include "row_kernels.cuh"
 #include "flash_attention.hpp"
 #include "tessel/core/error.hpp"
@@ -129,8 +132,82 @@ void CudaBackend::attention_delta(Stream s, CRef dout, CRef out, float* delta, s
   check_launch("attention_delta launch");
 }
 
-void CudaBackend::attention_forward(Stream s, const Attention& a) { flash_attention_forward(native(s), a); }
+namespace {
 
-void CudaBackend::attention_backward(Stream s, const AttentionGrad& a) { flash_attention_backward(native(s), a); }
+// The path note (cuda_attention_path_note): the last forward's and backward's, process-wide.
+std::mutex note_mutex;
+std::string forward_note = "none yet", backward_note = "none yet";
+
+void note(std::string& slot, std::string text) {
+  std::lock_guard lock(note_mutex);
+  slot = std::move(text);
+}
+
+// The note of a call that goes to the flash kernel without asking cuDNN (fp32 never
+// loads it), or "" to ask cuDNN first.
+std::string skip_cudnn(DType type) {
+  if (type != DType::bf16 && type != DType::f16) return "flash (" + std::string(to_string(type)) + ")";
+  if (!cudnn_attention_wanted()) return "flash (TESSEL_ATTENTION=flash)";
+  return "";
+}
+
+// cuDNN first where it may run; the flash kernel when it may not or declines. The note
+// in `slot` says which ran and why.
+template <typename Cudnn, typename Flash>
+void run_fused(std::string& slot, DType type, const Cudnn& cudnn, const Flash& flash) {
+  std::string path = skip_cudnn(type);
+  if (path.empty()) {
+    const SdpaOutcome outcome = cudnn();
+    if (outcome.ran) return note(slot, outcome.note);
+    path = "flash (" + outcome.note + ")";
+  }
+  note(slot, std::move(path));
+  flash();
+}
+
+}  // namespace
+
+CudnnSdpa& CudaBackend::cudnn_sdpa() {
+  if (cudnn_) return *cudnn_;
+  int major = 0, minor = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_), "cudaDeviceGetAttribute");
+  // cuDNN names the stream it runs on; the workspace is kept per Program stream.
+  const auto program_stream = [this](void* stream) {
+    for (std::size_t i = 0; i < streams_.size(); ++i)
+      if (streams_[i] == static_cast<cudaStream_t>(stream)) return static_cast<Stream>(i);
+    throw Error("backend cuda: cuDNN ran on a stream this backend does not own");
+  };
+  DeviceHooks hooks;
+  hooks.workspace = [this, program_stream](void* stream, std::size_t bytes) {
+    return workspace(program_stream(stream), bytes);
+  };
+  hooks.accumulate = [this, program_stream](void* stream, Ref sum, CRef term, std::int64_t n) {
+    add(program_stream(stream), sum, sum, term, n);
+  };
+  cudnn_ = std::make_unique<CudnnSdpa>(CudnnSdpa::kLibrary, major * 10 + minor, std::move(hooks));
+  return *cudnn_;
+}
+
+void CudaBackend::attention_forward(Stream s, const Attention& a) {
+  run_fused(
+      forward_note, a.q.type, [&] { return cudnn_sdpa().forward(native(s), a); },
+      [&] { flash_attention_forward(native(s), a); });
+}
+
+void CudaBackend::attention_backward(Stream s, const AttentionGrad& a) {
+  run_fused(
+      backward_note, a.q.type, [&] { return cudnn_sdpa().backward(native(s), a); },
+      [&] { flash_attention_backward(native(s), a); });
+}
 
 }  // namespace tessel::kernels::cuda
+
+namespace tessel::kernels {
+
+std::string cuda_attention_path_note() {
+  std::lock_guard lock(cuda::note_mutex);
+  return "forward: " + cuda::forward_note + "; backward: " + cuda::backward_note;
+}
+
+}  // namespace tessel::kernels

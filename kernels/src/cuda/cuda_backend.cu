@@ -1,11 +1,9 @@
 // The CUDA backend's memory, streams, timing marks and factory. Everything here is
 // enqueued on the stream it names and returns without waiting, except where the
-// interface asks for a wait (synchronize, elapsed_s). Device memory goes through a
-// caching allocator because cudaMalloc and cudaFree synchronise the whole device: a
-// training step frees and allocates the same sizes every step, and after the first step
-// none of them reaches CUDA. A freed block is handed out again at once, so callers free
-// a buffer only once the streams that use it are done with it (the executor frees at
-// step boundaries, after synchronising). The constructor makes the backend's device the
+// interface asks for a wait (synchronize, elapsed_s). Device memory goes through the
+// block cache (memory/block_cache.hpp): after the first step no cudaMalloc runs, and a
+// freed block comes back only once every stream has passed its free, so a buffer may be
+// freed while work that reads it is still queued. The constructor makes the backend's device the
 // calling thread's current one and the ops do not switch it again (one device per
 // rank), so a thread that drives two devices calls cudaSetDevice itself.
 #include <algorithm>
@@ -13,6 +11,7 @@
 
 #include "cuda_backend_impl.hpp"
 #include "cuda_elements.cuh"
+#include "cudnn_sdpa.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/kernels/cuda/cuda_backend.hpp"
 
@@ -33,70 +32,64 @@ void check(cublasStatus_t status, const char* what) {
 
 void check_launch(const char* op) { check(cudaGetLastError(), op); }
 
-// ---- caching allocator ----
+// ---- the block cache's device: memory and fences ----
 
-namespace {
-constexpr std::size_t kSmallLimitBytes = std::size_t(1) << 20;  // 1 MiB
-constexpr std::size_t kSmallStepBytes = 512;
-constexpr std::size_t kLargeStepBytes = std::size_t(2) << 20;  // 2 MiB
-
-std::size_t round_up(std::size_t bytes, std::size_t step) { return (bytes + step - 1) / step * step; }
-}  // namespace
-
-std::size_t CachingAllocator::rounded_bytes(std::size_t bytes) {
-  if (bytes <= kSmallLimitBytes) return bytes == 0 ? kSmallStepBytes : round_up(bytes, kSmallStepBytes);
-  return round_up(bytes, kLargeStepBytes);
+CudaBlockDevice::~CudaBlockDevice() {
+  for (auto& [id, events] : fences_)
+    for (cudaEvent_t event : events) cudaEventDestroy(event);
+  for (cudaEvent_t event : spare_) cudaEventDestroy(event);
 }
 
-CachingAllocator::~CachingAllocator() {
-  // No throwing from a destructor: a failing cudaFree (a dead context) is ignored.
-  if (cudaSetDevice(device_) != cudaSuccess) return;
-  for (const auto& [bytes, block] : free_) cudaFree(block);
-  for (const auto& [block, bytes] : live_) cudaFree(block);
-}
-
-void* CachingAllocator::allocate(std::size_t bytes) {
-  const std::size_t rounded = rounded_bytes(bytes);
-  std::lock_guard lock(mutex_);
-  if (const auto cached = free_.find(rounded); cached != free_.end()) {
-    void* block = cached->second;
-    free_.erase(cached);
-    cached_bytes_ -= rounded;
-    live_.emplace(block, rounded);
-    live_bytes_ += rounded;
-    return block;
-  }
+void* CudaBlockDevice::allocate(std::size_t bytes) {
   check(cudaSetDevice(device_), "cudaSetDevice");
   void* block = nullptr;
-  cudaError_t status = cudaMalloc(&block, rounded);
-  if (status == cudaErrorMemoryAllocation && !free_.empty()) {
-    // Out of memory with blocks of other sizes cached: give them back and try once more.
-    cudaGetLastError();
-    for (const auto& [size, cached] : free_) check(cudaFree(cached), "cudaFree");
-    free_.clear();
-    cached_bytes_ = 0;
-    status = cudaMalloc(&block, rounded);
+  const cudaError_t status = cudaMalloc(&block, bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clears the error: the cache gives memory back and tries again
+    return nullptr;
   }
-  if (status != cudaSuccess) {
-    cudaGetLastError();
-    throw Error("cuda: cannot allocate " + std::to_string(rounded) + " bytes on device " + std::to_string(device_) +
-                " (" + std::to_string(live_bytes_) + " bytes in use): " + cudaGetErrorString(status));
-  }
-  live_.emplace(block, rounded);
-  live_bytes_ += rounded;
-  peak_reserved_bytes_ = std::max(peak_reserved_bytes_, live_bytes_ + cached_bytes_);
+  check(status, "cudaMalloc");
   return block;
 }
 
-void CachingAllocator::deallocate(void* pointer) {
-  if (pointer == nullptr) return;
-  std::lock_guard lock(mutex_);
-  const auto live = live_.find(pointer);
-  if (live == live_.end()) throw Error("cuda: deallocate of a pointer this allocator did not hand out");
-  free_.emplace(live->second, pointer);
-  cached_bytes_ += live->second;
-  live_bytes_ -= live->second;
-  live_.erase(live);
+void CudaBlockDevice::release(void* block) { cudaFree(block); }
+
+std::uint64_t CudaBlockDevice::record_fence() {
+  std::array<cudaEvent_t, kStreamCount> events{};
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (spare_.empty()) {
+      check(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming), "cudaEventCreate (allocator fence)");
+    } else {
+      events[i] = spare_.back();
+      spare_.pop_back();
+    }
+    check(cudaEventRecord(events[i], streams_[i]), "cudaEventRecord (allocator fence)");
+  }
+  fences_.emplace(next_fence_, events);
+  return next_fence_++;
+}
+
+bool CudaBlockDevice::passed(std::uint64_t fence) {
+  for (cudaEvent_t event : fences_.at(fence)) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    check(status, "cudaEventQuery (allocator fence)");
+  }
+  return true;
+}
+
+void CudaBlockDevice::wait(std::uint64_t fence) {
+  for (cudaEvent_t event : fences_.at(fence)) check(cudaEventSynchronize(event), "cudaEventSynchronize");
+}
+
+void CudaBlockDevice::forget(std::uint64_t fence) {
+  const auto found = fences_.find(fence);
+  if (found == fences_.end()) return;
+  for (cudaEvent_t event : found->second) spare_.push_back(event);
+  fences_.erase(found);
 }
 
 // ---- the backend's life ----
@@ -123,7 +116,7 @@ void release_handles(std::array<cudaStream_t, kStreamCount>& streams, cublasLtHa
 }
 }  // namespace
 
-CudaBackend::CudaBackend(int device) : device_(device), allocator_(device) {
+CudaBackend::CudaBackend(int device) : device_(device), block_device_(device, streams_), allocator_(block_device_) {
   try {
     check(cudaSetDevice(device_), "cudaSetDevice");
     for (cudaStream_t& stream : streams_) check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -144,6 +137,7 @@ CudaBackend::~CudaBackend() {
     if (block) allocator_.deallocate(block);
     block = nullptr;
   }
+  cudnn_.reset();  // its plans and handle, while the streams it ran on still exist
   release_handles(streams_, lt_, origin_, marks_, spare_events_);
 }
 
@@ -157,7 +151,7 @@ void* CudaBackend::workspace(Stream s, std::size_t bytes) {
     allocator_.deallocate(workspace_[i]);
     workspace_[i] = nullptr;
   }
-  const std::size_t rounded = CachingAllocator::rounded_bytes(bytes);
+  const std::size_t rounded = BlockCache::rounded_bytes(bytes);
   workspace_[i] = allocator_.allocate(rounded);
   workspace_bytes_[i] = rounded;
   return workspace_[i];

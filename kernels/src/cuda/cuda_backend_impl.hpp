@@ -3,12 +3,14 @@
 // returns without synchronising. The ops are split by concept over the .cu files:
 //   cuda_backend.cu     memory (caching allocator), streams, timing marks, the factory
 //   cuda_elementwise.cu fill, convert, copy_2d, transpose, add, scale, residual, biases,
-//                       row tables, head reshapes, GELU, SwiGLU, RoPE
+//                       row tables, head reshapes
+//   cuda_activations.cu GELU, SwiGLU, RoPE
 //   cuda_norms.cu       layer norm and RMSNorm (whole-row and column-block phases), each
 //                       fused with the residual add before it
 //   cuda_gemm.cu        cuBLASLt GEMMs with epilogues, the algorithm chosen once per shape
 //   cuda_attention.cu   materialised causal softmax, attention_delta, the fused attention
-//                       ops (flash_attention.cu holds their kernels)
+//                       ops: cuDNN's where it runs (cudnn_sdpa.cpp), else tessel's
+//                       flash kernels (flash_attention.cu)
 //   cuda_loss.cu        vocab-parallel cross-entropy phases, embedding forward/backward
 //   cuda_optimizer.cu   multi-tensor AdamW, LAMB, LARS, sums of squares, clipping
 // Per-element arithmetic comes from numeric.hpp, shared with the CPU reference.
@@ -21,10 +23,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <vector>
 
+#include "../memory/block_cache.hpp"
 #include "tessel/kernels/backend.hpp"
 
 namespace tessel::kernels::cuda {
@@ -33,31 +37,32 @@ namespace tessel::kernels::cuda {
 void check(cudaError_t status, const char* what);
 void check(cublasStatus_t status, const char* what);
 
-// Device memory kept by size class: a step allocates and frees the same sizes again and
-// again, so after the first step no cudaMalloc (which synchronises the device) runs.
-// Blocks are rounded up to 512 bytes below 1 MiB and to 2 MiB above, reused by exact
-// rounded size; everything is returned to CUDA when the allocator ends.
-class CachingAllocator {
+// The device side of the backend's block cache (memory/block_cache.hpp): cudaMalloc and
+// cudaFree on `device`, and fences of one event on each of the backend's streams (so a
+// freed block waits for every stream that might still touch it).
+class CudaBlockDevice final : public BlockDevice {
  public:
-  explicit CachingAllocator(int device) : device_(device) {}
-  ~CachingAllocator();
-  CachingAllocator(const CachingAllocator&) = delete;
-  CachingAllocator& operator=(const CachingAllocator&) = delete;
-  void* allocate(std::size_t bytes);
-  void deallocate(void* pointer);
-  std::size_t cached_bytes() const { return cached_bytes_; }
-  std::size_t live_bytes() const { return live_bytes_; }
-  // The most ever held from CUDA at once (live + cached): the allocator's high-water mark.
-  std::size_t peak_reserved_bytes() const { return peak_reserved_bytes_; }
-  static std::size_t rounded_bytes(std::size_t bytes);
+  CudaBlockDevice(int device, const std::array<cudaStream_t, kStreamCount>& streams)
+      : device_(device), streams_(streams) {}
+  ~CudaBlockDevice() override;
+  CudaBlockDevice(const CudaBlockDevice&) = delete;
+  CudaBlockDevice& operator=(const CudaBlockDevice&) = delete;
+  void* allocate(std::size_t bytes) override;
+  void release(void* block) override;
+  std::uint64_t record_fence() override;
+  bool passed(std::uint64_t fence) override;
+  void wait(std::uint64_t fence) override;
+  void forget(std::uint64_t fence) override;
 
  private:
   int device_;
-  std::mutex mutex_;
-  std::multimap<std::size_t, void*> free_;  // rounded size -> block
-  std::map<void*, std::size_t> live_;       // block -> rounded size
-  std::size_t cached_bytes_ = 0, live_bytes_ = 0, peak_reserved_bytes_ = 0;
+  const std::array<cudaStream_t, kStreamCount>& streams_;
+  std::map<std::uint64_t, std::array<cudaEvent_t, kStreamCount>> fences_;
+  std::vector<cudaEvent_t> spare_;
+  std::uint64_t next_fence_ = 1;
 };
+
+class CudnnSdpa;
 
 class CudaBackend final : public Backend {
  public:
@@ -68,6 +73,7 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   bool host_memory() const override { return false; }
+  int gemm_width_multiple() const override { return 128; }  // tensor-core tiles
   DType default_compute_type(bool bf16_plan) const override { return bf16_plan ? DType::bf16 : DType::f32; }
   int device() const { return device_; }
   cudaStream_t native(Stream s) const { return streams_[static_cast<std::size_t>(s)]; }
@@ -95,7 +101,7 @@ class CudaBackend final : public Backend {
   double elapsed_s(TimeMark mark) override;
   void release_marks() override;
 
-  // cuda_elementwise.cu
+  // cuda_elementwise.cu (the activations: cuda_activations.cu)
   void fill(Stream s, Ref x, std::int64_t n, float value) override;
   void convert(Stream s, Ref destination, CRef source, std::int64_t n) override;
   void copy_2d(Stream s, Ref destination, std::int64_t destination_ld, CRef source, std::int64_t source_ld, int rows,
@@ -160,16 +166,20 @@ class CudaBackend final : public Backend {
   void attention_forward(Stream s, const Attention& a) override;
   void attention_delta(Stream s, CRef dout, CRef out, float* delta, std::int64_t rows, int head_dim) override;
   void attention_backward(Stream s, const AttentionGrad& a) override;
+  // cuDNN's fused attention for this device, loaded on first use (cuda_attention.cu).
+  CudnnSdpa& cudnn_sdpa();
 
   // cuda_loss.cu
-  void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols) override;
+  void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols, int valid_cols) override;
   void cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max, float* sum_exp,
-                          float* target_logit, int rows, int cols, int vocab_start) override;
+                          float* target_logit, int rows, int cols, int valid_cols, int vocab_start) override;
   void cross_entropy_loss(Stream s, const float* row_max, const float* sum_exp, const float* target_logit, int rows,
                           double* loss_sum) override;
   void cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
-                              const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start,
+                              const float* sum_exp, Ref dlogits, int rows, int cols, int valid_cols, int vocab_start,
                               float scale) override;
+  void cross_entropy_fused(Stream s, CRef logits, const std::int32_t* targets, Ref dlogits, int rows, int cols,
+                           int valid_cols, float scale, double* loss_sum) override;
   void embedding_forward(Stream s, const std::int32_t* tokens, CRef table, Ref out, int n, int dim, int vocab_start,
                          int vocab_rows) override;
   void embedding_backward(Stream s, const std::int32_t* tokens, CRef dout, float* table_gradient, int n, int dim,
@@ -194,14 +204,16 @@ class CudaBackend final : public Backend {
 
  private:
   int device_;
-  CachingAllocator allocator_;
   std::array<cudaStream_t, kStreamCount> streams_{};
+  CudaBlockDevice block_device_;
+  BlockCache allocator_;  // after block_device_: destroyed before it
   cublasLtHandle_t lt_ = nullptr;
   std::array<void*, kStreamCount> workspace_{};
   std::array<std::size_t, kStreamCount> workspace_bytes_{};
   cudaEvent_t origin_ = nullptr;
   std::vector<cudaEvent_t> marks_;       // mark id -> event recorded on its stream
   std::vector<cudaEvent_t> spare_events_;  // released marks, reused
+  std::unique_ptr<CudnnSdpa> cudnn_;       // null until an attention op first asks for it
 };
 
 }  // namespace tessel::kernels::cuda

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "tessel/core/error.hpp"
 #include "tessel/kernels/dtype.hpp"
@@ -112,5 +113,13 @@ __device__ __forceinline__ std::int64_t grid_stride() { return std::int64_t(grid
 // Throws tessel::Error when the launch just made failed (the launch configuration or an
 // earlier asynchronous error); `op` names the op.
 void check_launch(const char* op);
+
+// Launches `kernel` over n elements on `stream` (nothing when n is 0).
+template <typename... Params, typename... Args>
+inline void launch_elements(cudaStream_t stream, std::int64_t n, const char* op, void (*kernel)(Params...), Args&&... args) {
+  if (n <= 0) return;
+  kernel<<<grid_for(n), kThreads, 0, stream>>>(std::forward<Args>(args)...);
+  check_launch(op);
+}
 
 }  // namespace tessel::kernels::cuda

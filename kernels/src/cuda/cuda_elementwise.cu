@@ -5,25 +5,22 @@
 // built with --fmad=false (kernels/CMakeLists.txt), so that a * b + c rounds twice as on
 // the CPU (built with -ffp-contract=off): the kernels are bound by memory, not by FLOPs.
 // Sums over rows (bias gradients, table gradients) add rows in a fixed order: no atomics.
+// The element-wise arithmetic (add, scale, residual) moves chunks of eight elements
+// (vector_access.cuh), the tail past the last whole chunk one by one. The activations
+// are cuda_activations.cu.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <utility>
 
 #include "column_sums.cuh"
 #include "cuda_backend_impl.hpp"
 #include "cuda_elements.cuh"
+#include "vector_access.cuh"
 
 namespace tessel::kernels::cuda {
 
 namespace {
-
-// Launches `kernel` over n elements on `stream` (nothing when n is 0).
-template <typename... Params, typename... Args>
-void launch_elements(cudaStream_t stream, std::int64_t n, const char* op, void (*kernel)(Params...), Args&&... args) {
-  if (n <= 0) return;
-  kernel<<<grid_for(n), kThreads, 0, stream>>>(std::forward<Args>(args)...);
-  check_launch(op);
-}
 
 // Calls f(Word{}) with an unsigned type as wide as one element: byte-moving ops copy
 // words and do not care what the bits mean.
@@ -86,24 +83,63 @@ __global__ void transpose_kernel(T* destination, AnyIn source, int rows, int col
   }
 }
 
+// out may be a or b: each element is read and then written by the same thread.
 template <typename T>
-__global__ void add_kernel(T* out, AnyIn a, AnyIn b, std::int64_t n) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) store(out, i, a[i] + b[i]);
+__global__ void add_kernel(T* out, AnyIn a, AnyIn b, std::int64_t n, bool vector) {
+  for_chunks(
+      n,
+      [&](std::int64_t i) {
+        float va[kChunk], vb[kChunk];
+        load_chunk(a, i, vector, va);
+        load_chunk(b, i, vector, vb);
+        for (int e = 0; e < kChunk; ++e) va[e] = va[e] + vb[e];
+        store_chunk(out, i, vector, va);
+      },
+      [&](std::int64_t i) { store(out, i, a[i] + b[i]); });
 }
 
 template <typename T>
-__global__ void scale_kernel(T* x, std::int64_t n, float factor) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) store(x, i, load(x, i) * factor);
+__global__ void scale_kernel(T* x, std::int64_t n, float factor, bool vector) {
+  for_chunks(
+      n,
+      [&](std::int64_t i) {
+        float v[kChunk];
+        load_chunk(x, i, vector, v);
+        for (int e = 0; e < kChunk; ++e) v[e] = v[e] * factor;
+        store_chunk(x, i, vector, v);
+      },
+      [&](std::int64_t i) { store(x, i, load(x, i) * factor); });
 }
 
-// out = (x + delta) + bias[c], bias optional.
+// out = (x + delta) + bias[c], bias optional. A chunk stays in one row when cols is a
+// multiple of 8 (the caller's `vector` requires it with a bias); otherwise each element
+// finds its own column.
 template <typename T>
-__global__ void residual_kernel(T* out, AnyIn x, AnyIn delta, AnyIn bias, std::int64_t n, int cols) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+__global__ void residual_kernel(T* out, AnyIn x, AnyIn delta, AnyIn bias, std::int64_t n, int cols, bool vector) {
+  auto element = [&](std::int64_t i) {
     float value = x[i] + delta[i];
     if (bias.data) value += bias[i % cols];
-    store(out, i, value);
-  }
+    return value;
+  };
+  for_chunks(
+      n,
+      [&](std::int64_t i) {
+        float v[kChunk];
+        if (vector) {
+          float d[kChunk], b[kChunk];
+          load_chunk(x, i, true, v);
+          load_chunk(delta, i, true, d);
+          for (int e = 0; e < kChunk; ++e) v[e] = v[e] + d[e];
+          if (bias.data) {
+            load_chunk(bias, i % cols, true, b);
+            for (int e = 0; e < kChunk; ++e) v[e] += b[e];
+          }
+        } else {
+          for (int e = 0; e < kChunk; ++e) v[e] = element(i + e);
+        }
+        store_chunk(out, i, vector, v);
+      },
+      [&](std::int64_t i) { store(out, i, element(i)); });
 }
 
 template <typename T>
@@ -169,56 +205,6 @@ __global__ void heads_kernel(const Word* from, Word* to, HeadShape shape, std::i
     const std::int64_t row_index = (b * shape.seq + t) * shape.rows_ld + h * shape.head_dim + d;
     if constexpr (ToHeads) to[i] = from[row_index];
     else to[row_index] = from[i];
-  }
-}
-
-template <typename T>
-__global__ void gelu_forward_kernel(AnyIn x, T* y, std::int64_t n) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) store(y, i, numeric::gelu(x[i]));
-}
-
-template <typename T>
-__global__ void gelu_backward_kernel(AnyIn x, AnyIn dy, T* dx, std::int64_t n) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) store(dx, i, dy[i] * numeric::gelu_derivative(x[i]));
-}
-
-// x [rows x 2f]: the gate in the first f columns, the up projection in the last f.
-template <typename T>
-__global__ void swiglu_forward_kernel(AnyIn x, T* y, std::int64_t n, int f) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    const std::int64_t gate = (i / f) * 2 * f + i % f;
-    store(y, i, numeric::swiglu(x[gate], x[gate + f]));
-  }
-}
-
-template <typename T>
-__global__ void swiglu_backward_kernel(AnyIn x, AnyIn dy, T* dx, std::int64_t n, int f) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-    const std::int64_t gate = (i / f) * 2 * f + i % f;
-    float dgate = 0.0f, dup = 0.0f;
-    numeric::swiglu_derivative(x[gate], x[gate + f], dy[i], dgate, dup);
-    store(dx, gate, dgate);
-    store(dx, gate + f, dup);
-  }
-}
-
-// One thread per pair (j, j + head_dim / 2) of a row: both are read before either is
-// written, so y may alias x.
-template <typename T>
-__global__ void rope_kernel(AnyIn x, T* y, std::int64_t pairs, int seq, int head_dim, int first_position,
-                            float log_theta, float direction) {
-  const int half = head_dim / 2;
-  for (std::int64_t i = first_index(); i < pairs; i += grid_stride()) {
-    const std::int64_t row = i / half;
-    const int j = int(i % half);
-    const int position = first_position + int(row % seq);
-    const float angle = direction * numeric::rope_angle(position, j, head_dim, log_theta);
-    const std::int64_t at = row * head_dim + j;
-    const float first = x[at], second = x[at + half];
-    float out_first = 0.0f, out_second = 0.0f;
-    numeric::rope_rotate(first, second, ::cosf(angle), ::sinf(angle), out_first, out_second);
-    store(y, at, out_first);
-    store(y, at + half, out_second);
   }
 }
 
@@ -310,14 +296,15 @@ void CudaBackend::add(Stream s, Ref out, CRef a, CRef b, std::int64_t n) {
   require_float_type(b.type, "add");
   with_float_type(out.type, "add", [&](auto tag) {
     using T = decltype(tag);
-    launch_elements(native(s), n, "add", add_kernel<T>, static_cast<T*>(out.data), AnyIn(a), AnyIn(b), n);
+    launch_chunks(native(s), n, "add", add_kernel<T>, static_cast<T*>(out.data), AnyIn(a), AnyIn(b), n,
+                  all_aligned({out.data, a.data, b.data}));
   });
 }
 
 void CudaBackend::scale(Stream s, Ref x, std::int64_t n, float factor) {
   with_float_type(x.type, "scale", [&](auto tag) {
     using T = decltype(tag);
-    launch_elements(native(s), n, "scale", scale_kernel<T>, static_cast<T*>(x.data), n, factor);
+    launch_chunks(native(s), n, "scale", scale_kernel<T>, static_cast<T*>(x.data), n, factor, all_aligned({x.data}));
   });
 }
 
@@ -328,8 +315,9 @@ void CudaBackend::residual(Stream s, Ref out, CRef x, CRef delta, CRef bias, int
   const std::int64_t n = std::int64_t(rows) * cols;
   with_float_type(out.type, "residual", [&](auto tag) {
     using T = decltype(tag);
-    launch_elements(native(s), n, "residual", residual_kernel<T>, static_cast<T*>(out.data), AnyIn(x), AnyIn(delta),
-                    AnyIn(bias), n, cols);
+    const bool vector = all_aligned({out.data, x.data, delta.data, bias.data}) && (!bias.data || cols % kChunk == 0);
+    launch_chunks(native(s), n, "residual", residual_kernel<T>, static_cast<T*>(out.data), AnyIn(x), AnyIn(delta),
+                  AnyIn(bias), n, cols, vector);
   });
 }
 
@@ -405,65 +393,5 @@ void CudaBackend::heads_to_rows(Stream s, CRef heads, Ref destination, std::int6
   });
 }
 
-void CudaBackend::gelu_forward(Stream s, CRef x, Ref y, std::int64_t n) {
-  require_float_type(x.type, "gelu_forward");
-  with_float_type(y.type, "gelu_forward", [&](auto tag) {
-    using T = decltype(tag);
-    launch_elements(native(s), n, "gelu_forward", gelu_forward_kernel<T>, AnyIn(x), static_cast<T*>(y.data), n);
-  });
-}
-
-void CudaBackend::gelu_backward(Stream s, CRef x, CRef dy, Ref dx, std::int64_t n) {
-  require_float_type(x.type, "gelu_backward");
-  require_float_type(dy.type, "gelu_backward");
-  with_float_type(dx.type, "gelu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    launch_elements(native(s), n, "gelu_backward", gelu_backward_kernel<T>, AnyIn(x), AnyIn(dy),
-                    static_cast<T*>(dx.data), n);
-  });
-}
-
-void CudaBackend::swiglu_forward(Stream s, CRef x, Ref y, int rows, int f) {
-  require_float_type(x.type, "swiglu_forward");
-  const std::int64_t n = std::int64_t(rows) * f;
-  with_float_type(y.type, "swiglu_forward", [&](auto tag) {
-    using T = decltype(tag);
-    launch_elements(native(s), n, "swiglu_forward", swiglu_forward_kernel<T>, AnyIn(x), static_cast<T*>(y.data), n, f);
-  });
-}
-
-void CudaBackend::swiglu_backward(Stream s, CRef x, CRef dy, Ref dx, int rows, int f) {
-  require_float_type(x.type, "swiglu_backward");
-  require_float_type(dy.type, "swiglu_backward");
-  const std::int64_t n = std::int64_t(rows) * f;
-  with_float_type(dx.type, "swiglu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    launch_elements(native(s), n, "swiglu_backward", swiglu_backward_kernel<T>, AnyIn(x), AnyIn(dy),
-                    static_cast<T*>(dx.data), n, f);
-  });
-}
-
-namespace {
-void launch_rope(cudaStream_t stream, const char* op, CRef x, Ref y, int batch, int seq, int head_dim,
-                 int first_position, float theta, float direction) {
-  require_float_type(x.type, op);
-  const std::int64_t pairs = std::int64_t(batch) * seq * (head_dim / 2);
-  with_float_type(y.type, op, [&](auto tag) {
-    using T = decltype(tag);
-    launch_elements(stream, pairs, op, rope_kernel<T>, AnyIn(x), static_cast<T*>(y.data), pairs, seq, head_dim,
-                    first_position, std::log(theta), direction);
-  });
-}
-}  // namespace
-
-void CudaBackend::rope_forward(Stream s, CRef x, Ref y, int batch, int seq, int head_dim, int first_position,
-                               float theta) {
-  launch_rope(native(s), "rope_forward", x, y, batch, seq, head_dim, first_position, theta, 1.0f);
-}
-
-void CudaBackend::rope_backward(Stream s, CRef dy, Ref dx, int batch, int seq, int head_dim, int first_position,
-                                float theta) {
-  launch_rope(native(s), "rope_backward", dy, dx, batch, seq, head_dim, first_position, theta, -1.0f);
-}
 
 }  // namespace tessel::kernels::cuda

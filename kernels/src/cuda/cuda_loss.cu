@@ -1,11 +1,16 @@
-// The CUDA backend's LM head (vocab-parallel cross-entropy phases) and embedding.
+// The CUDA backend's LM head (vocab-parallel cross-entropy phases, and the fused
+// softmax-cross-entropy of whole rows) and embedding.
 //
 // Determinism without atomics on floats:
 //   - Row reductions (max, sum of exp) run one block per row with a fixed block size:
 //     each thread folds its strided columns in index order, then a shared-memory tree of
 //     fixed shape combines the threads. Same inputs, same bits, on every run.
 //   - The loss sum is one fp64 value: ONE block folds rows the same way (fp64) and thread
-//     0 adds the total to *loss_sum, so no two blocks ever race on it.
+//     0 adds the total to *loss_sum, so no two blocks ever race on it. The fused op writes
+//     each row's max, sum and target logit and runs the same block after it.
+//   - The fused op's row statistics are an online softmax (Milakov and Gimelshein 2018):
+//     each thread folds its vectors in index order into (max, sum), threads combine over
+//     a fixed shuffle tree in the warp and the warps in a fixed order in shared memory.
 //   - The embedding backward must sum a table row's tokens in token order. One thread per
 //     column walking all n tokens would keep that order but has only `dim` threads and n
 //     dependent steps; a device sort of the token ids would parallelise but costs several
@@ -38,17 +43,23 @@ void require_floating(DType type, const char* op) {
                 std::string(to_string(type)));
 }
 
+void require_valid_columns(int cols, int valid_cols, const char* op) {
+  if (valid_cols < 0 || valid_cols > cols)
+    throw Error("backend cuda: " + std::string(op) + ": valid_cols " + std::to_string(valid_cols) + " outside [0, " +
+                std::to_string(cols) + "]");
+}
+
 unsigned int grid_for(std::int64_t n) {
   const std::int64_t blocks = (n + kThreads - 1) / kThreads;
   return unsigned(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
 }
 
 
-__global__ void row_max_kernel(const void* logits, DType type, float* row_max, int cols) {
+__global__ void row_max_kernel(const void* logits, DType type, float* row_max, int cols, int valid_cols) {
   __shared__ float shared[kThreads];
   const std::int64_t row = blockIdx.x, base = row * cols;
   float top = -INFINITY;
-  for (int j = threadIdx.x; j < cols; j += kThreads) {
+  for (int j = threadIdx.x; j < valid_cols; j += kThreads) {
     const float x = load_element(logits, type, base + j);
     top = x > top ? x : top;
   }
@@ -57,17 +68,18 @@ __global__ void row_max_kernel(const void* logits, DType type, float* row_max, i
 }
 
 __global__ void row_sums_kernel(const void* logits, DType type, const std::int32_t* targets, const float* row_max,
-                                float* sum_exp, float* target_logit, int cols, int vocab_start) {
+                                float* sum_exp, float* target_logit, int cols, int valid_cols, int vocab_start) {
   __shared__ float shared[kThreads];
   const std::int64_t row = blockIdx.x, base = row * cols;
   const float top = row_max[row];
   float sum = 0.0f;
-  for (int j = threadIdx.x; j < cols; j += kThreads) sum += numeric::exp_f(load_element(logits, type, base + j) - top);
+  for (int j = threadIdx.x; j < valid_cols; j += kThreads)
+    sum += numeric::exp_f(load_element(logits, type, base + j) - top);
   const float result = block_reduce<kThreads>(sum, shared, [](float a, float b) { return a + b; });
   if (threadIdx.x == 0) {
     sum_exp[row] = result;
     const int local = targets[row] - vocab_start;
-    target_logit[row] = local >= 0 && local < cols ? load_element(logits, type, base + local) : 0.0f;
+    target_logit[row] = local >= 0 && local < valid_cols ? load_element(logits, type, base + local) : 0.0f;
   }
 }
 
@@ -83,17 +95,167 @@ __global__ void loss_kernel(const float* row_max, const float* sum_exp, const fl
 
 __global__ void cross_entropy_backward_kernel(const void* logits, DType type, const std::int32_t* targets,
                                               const float* row_max, const float* sum_exp, void* dlogits,
-                                              DType dlogits_type, int rows, int cols, int vocab_start, float scale) {
+                                              DType dlogits_type, int rows, int cols, int valid_cols, int vocab_start,
+                                              float scale) {
   const std::int64_t n = std::int64_t(rows) * cols;
   for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * kThreads) {
     const std::int64_t row = i / cols;
     const int col = int(i - row * cols);
-    const float factor = scale / sum_exp[row];
-    float d = numeric::exp_f(load_element(logits, type, i) - row_max[row]) * factor;
-    if (targets[row] - vocab_start == col) d -= scale;
+    float d = 0.0f;  // padding
+    if (col < valid_cols) {
+      d = numeric::exp_f(load_element(logits, type, i) - row_max[row]) * (scale / sum_exp[row]);
+      if (targets[row] - vocab_start == col) d -= scale;
+    }
     store_element(dlogits, dlogits_type, i, d);
   }
+}
+
+// ---- the fused softmax-cross-entropy of whole rows ----
+
+// A storage type as a template argument: the 16-bit floats are their bits, converted with
+// numeric.hpp's rounding (the CPU reference's).
+template <DType type>
+struct Storage {
+  using Word = float;
+  __device__ static float load(Word w) { return w; }
+  __device__ static Word store(float x) { return x; }
+};
+template <>
+struct Storage<DType::bf16> {
+  using Word = std::uint16_t;
+  __device__ static float load(Word w) { return numeric::from_bf16(w); }
+  __device__ static Word store(float x) { return numeric::to_bf16(x); }
+};
+template <>
+struct Storage<DType::f16> {
+  using Word = std::uint16_t;
+  __device__ static float load(Word w) { return numeric::from_f16(w); }
+  __device__ static Word store(float x) { return numeric::to_f16(x); }
+};
+
+constexpr int kFusedThreads = 512;  // fixed: the reduction's shape depends on it
+constexpr int kWarps = kFusedThreads / 32;
+constexpr int kVectorBytes = 16;  // one 128-bit load or store
+
+// 16 bytes of elements, moved as one uint4.
+template <typename Word>
+union Vector {
+  uint4 raw;
+  Word lane[kVectorBytes / sizeof(Word)];
+};
+
+// A running softmax denominator: the sum of exp(x - max) over the elements seen.
+struct Online {
+  float max, sum;
+};
+// sum x exp(from - to); 0 for an empty sum (whose max is -inf, where exp would give NaN).
+__device__ __forceinline__ float rescaled(float sum, float from, float to) {
+  return sum == 0.0f ? 0.0f : sum * numeric::exp_f(from - to);
+}
+__device__ __forceinline__ Online combine(Online a, Online b) {
+  const float top = a.max > b.max ? a.max : b.max;
+  return {top, rescaled(a.sum, a.max, top) + rescaled(b.sum, b.max, top)};
+}
+
+// The block's (max, sum): a shuffle tree in each warp, then thread 0 folds the warps in
+// order. Every thread gets the result.
+__device__ Online block_online(Online value, Online* shared) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    Online other;
+    other.max = __shfl_down_sync(0xffffffffu, value.max, offset);
+    other.sum = __shfl_down_sync(0xffffffffu, value.sum, offset);
+    value = combine(value, other);
+  }
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Online total = shared[0];
+    for (int w = 1; w < kWarps; ++w) total = combine(total, shared[w]);
+    shared[kWarps] = total;
+  }
+  __syncthreads();
+  return shared[kWarps];
+}
+
+// One block per row. Pass 1 reads the row's vocabulary once for (max, sum) and thread 0
+// reads the target's logit; pass 2 writes the gradient, each thread the elements it read,
+// so `dlogits` may alias `logits`. 128-bit loads and stores where the row's base (in both
+// tensors) is 16-byte aligned and its width a whole number of vectors; elementwise
+// otherwise. Row statistics go to `stats` (max, sum, target logit: 3 arrays of `rows`).
+template <DType type>
+__global__ void __launch_bounds__(kFusedThreads)
+    fused_cross_entropy_kernel(const typename Storage<type>::Word* logits, const std::int32_t* targets,
+                               typename Storage<type>::Word* dlogits, int rows, int cols, int valid_cols, float scale,
+                               float* stats) {
+  using S = Storage<type>;
+  using Word = typename S::Word;
+  constexpr int lanes = kVectorBytes / int(sizeof(Word));
+  __shared__ Online shared[kWarps + 1];
+  const std::int64_t row = blockIdx.x;
+  const Word* x = logits + row * cols;
+  Word* d = dlogits + row * cols;
+  const bool vectors = cols % lanes == 0 && reinterpret_cast<std::uintptr_t>(x) % kVectorBytes == 0 &&
+                       reinterpret_cast<std::uintptr_t>(d) % kVectorBytes == 0;
+  const int target = targets[row];
+  const bool has_target = target >= 0 && target < valid_cols;
+  float target_logit = 0.0f;
+  if (threadIdx.x == 0 && has_target) target_logit = S::load(x[target]);  // before any thread writes the row
+
+  Online mine{-INFINITY, 0.0f};
+  if (vectors) {
+    // Each vector's max first, so a vector costs at most one rescaling.
+    const int valid_vectors = (valid_cols + lanes - 1) / lanes;
+    for (int v = threadIdx.x; v < valid_vectors; v += kFusedThreads) {
+      Vector<Word> in;
+      in.raw = reinterpret_cast<const uint4*>(x)[v];
+      float value[lanes];
+      float top = mine.max;
+      for (int k = 0; k < lanes; ++k) {
+        value[k] = v * lanes + k < valid_cols ? S::load(in.lane[k]) : -INFINITY;
+        top = value[k] > top ? value[k] : top;
+      }
+      float sum = rescaled(mine.sum, mine.max, top);
+      for (int k = 0; k < lanes; ++k) sum += v * lanes + k < valid_cols ? numeric::exp_f(value[k] - top) : 0.0f;
+      mine = {top, sum};
+    }
+  } else {
+    for (int j = threadIdx.x; j < valid_cols; j += kFusedThreads) mine = combine(mine, Online{S::load(x[j]), 1.0f});
+  }
+  const Online total = block_online(mine, shared);  // its barriers order every read above before any write below
+  if (threadIdx.x == 0) {
+    stats[row] = total.max;
+    stats[rows + row] = total.sum;
+    stats[2 * std::int64_t(rows) + row] = target_logit;
+  }
+
+  const float factor = scale / total.sum;
+  auto gradient = [&](int column, float value) {
+    if (column >= valid_cols) return 0.0f;  // padding
+    float g = numeric::exp_f(value - total.max) * factor;
+    if (column == target) g -= scale;
+    return g;
+  };
+  if (vectors) {
+    for (int v = threadIdx.x; v < cols / lanes; v += kFusedThreads) {
+      Vector<Word> io;
+      io.raw = reinterpret_cast<const uint4*>(x)[v];
+      for (int k = 0; k < lanes; ++k) io.lane[k] = S::store(gradient(v * lanes + k, S::load(io.lane[k])));
+      reinterpret_cast<uint4*>(d)[v] = io.raw;
+    }
+  } else {
+    for (int j = threadIdx.x; j < cols; j += kFusedThreads) d[j] = S::store(gradient(j, S::load(x[j])));
+  }
+}
+
+template <DType type>
+void launch_fused_cross_entropy(cudaStream_t stream, CRef logits, const std::int32_t* targets, Ref dlogits, int rows,
+                                int cols, int valid_cols, float scale, float* stats) {
+  using Word = typename Storage<type>::Word;
+  fused_cross_entropy_kernel<type><<<unsigned(rows), kFusedThreads, 0, stream>>>(
+      static_cast<const Word*>(logits.data), targets, static_cast<Word*>(dlogits.data), rows, cols, valid_cols, scale,
+      stats);
 }
 
 // Element copies in the table's own type (Word: the element's bytes as one integer).
@@ -171,19 +333,22 @@ __global__ void embedding_backward_kernel(const std::int32_t* tokens, const void
 
 }  // namespace
 
-void CudaBackend::cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols) {
+void CudaBackend::cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols, int valid_cols) {
   require_floating(logits.type, "cross_entropy_max");
+  require_valid_columns(cols, valid_cols, "cross_entropy_max");
   if (rows <= 0) return;
-  row_max_kernel<<<unsigned(rows), kThreads, 0, native(s)>>>(logits.data, logits.type, row_max, cols);
+  row_max_kernel<<<unsigned(rows), kThreads, 0, native(s)>>>(logits.data, logits.type, row_max, cols, valid_cols);
   check(cudaGetLastError(), "cross_entropy_max");
 }
 
 void CudaBackend::cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
-                                     float* sum_exp, float* target_logit, int rows, int cols, int vocab_start) {
+                                     float* sum_exp, float* target_logit, int rows, int cols, int valid_cols,
+                                     int vocab_start) {
   require_floating(logits.type, "cross_entropy_sums");
+  require_valid_columns(cols, valid_cols, "cross_entropy_sums");
   if (rows <= 0) return;
   row_sums_kernel<<<unsigned(rows), kThreads, 0, native(s)>>>(logits.data, logits.type, targets, row_max, sum_exp,
-                                                              target_logit, cols, vocab_start);
+                                                              target_logit, cols, valid_cols, vocab_start);
   check(cudaGetLastError(), "cross_entropy_sums");
 }
 
@@ -195,15 +360,44 @@ void CudaBackend::cross_entropy_loss(Stream s, const float* row_max, const float
 }
 
 void CudaBackend::cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
-                                         const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start,
-                                         float scale) {
+                                         const float* sum_exp, Ref dlogits, int rows, int cols, int valid_cols,
+                                         int vocab_start, float scale) {
   require_floating(logits.type, "cross_entropy_backward");
   require_floating(dlogits.type, "cross_entropy_backward");
+  require_valid_columns(cols, valid_cols, "cross_entropy_backward");
   const std::int64_t n = std::int64_t(rows) * cols;
   if (n <= 0) return;
-  cross_entropy_backward_kernel<<<grid_for(n), kThreads, 0, native(s)>>>(
-      logits.data, logits.type, targets, row_max, sum_exp, dlogits.data, dlogits.type, rows, cols, vocab_start, scale);
+  cross_entropy_backward_kernel<<<grid_for(n), kThreads, 0, native(s)>>>(logits.data, logits.type, targets, row_max,
+                                                                         sum_exp, dlogits.data, dlogits.type, rows,
+                                                                         cols, valid_cols, vocab_start, scale);
   check(cudaGetLastError(), "cross_entropy_backward");
+}
+
+void CudaBackend::cross_entropy_fused(Stream s, CRef logits, const std::int32_t* targets, Ref dlogits, int rows,
+                                      int cols, int valid_cols, float scale, double* loss_sum) {
+  require_floating(logits.type, "cross_entropy_fused");
+  require_valid_columns(cols, valid_cols, "cross_entropy_fused");
+  if (dlogits.type != logits.type) {
+    throw Error("backend cuda: cross_entropy_fused writes dlogits in the logits' element type (" +
+                std::string(to_string(logits.type)) + "), not " + std::string(to_string(dlogits.type)));
+  }
+  if (rows <= 0) return;
+  // The rows' (max, sum, target logit), then the loss block over them in row order.
+  auto* stats = static_cast<float*>(workspace(s, 3 * std::size_t(rows) * sizeof(float)));
+  switch (logits.type) {
+    case DType::bf16:
+      launch_fused_cross_entropy<DType::bf16>(native(s), logits, targets, dlogits, rows, cols, valid_cols, scale,
+                                              stats);
+      break;
+    case DType::f16:
+      launch_fused_cross_entropy<DType::f16>(native(s), logits, targets, dlogits, rows, cols, valid_cols, scale, stats);
+      break;
+    default:
+      launch_fused_cross_entropy<DType::f32>(native(s), logits, targets, dlogits, rows, cols, valid_cols, scale, stats);
+  }
+  check(cudaGetLastError(), "cross_entropy_fused");
+  loss_kernel<<<1, kThreads, 0, native(s)>>>(stats, stats + rows, stats + 2 * std::size_t(rows), rows, loss_sum);
+  check(cudaGetLastError(), "cross_entropy_fused (loss)");
 }
 
 void CudaBackend::embedding_forward(Stream s, const std::int32_t* tokens, CRef table, Ref out, int n, int dim,

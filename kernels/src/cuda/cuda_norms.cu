@@ -1,17 +1,22 @@
 // The CUDA backend's layer norm and RMSNorm, whole-row and in column-block phases, and
-// the residual add fused with either (the row kept in shared memory between the passes).
-// Per-row statistics: one thread block per row, each thread adding its strided share of
-// the row in index order, then a fixed tree (warp shuffles, then the warps' sums in warp
-// order), so a row gives the same bits on every run. Per-column sums (dgamma, dbeta)
+// the residual add fused with either. Whole rows take a warp each (llm.c's shape for
+// rows of a few thousand): a lane reads chunks of eight columns at 8 lane, 8 lane + 256,
+// ... with 128-bit loads (vector_access.cuh), then its columns of the tail past the last
+// whole chunk, sums its share in that order, and the warp adds the lanes' sums by an
+// xor butterfly, so a row gives the same bits on every run, and the fused residual + norm
+// gives the unfused pair's. Later passes over the row re-read it (L1 holds it). The
+// column-block phases take a block per row (block_sums). Per-column sums (dgamma, dbeta)
 // go through column_sums.cuh: partials per chunk of rows in scratch memory, then summed
 // in chunk order; no atomics anywhere. Built with --fmad=false like the element-wise
 // ops, so each formula rounds as the CPU reference's does; the remaining differences are
 // the order of the row sums.
 #include <initializer_list>
+#include <type_traits>
 
 #include "column_sums.cuh"
 #include "cuda_backend_impl.hpp"
 #include "cuda_elements.cuh"
+#include "vector_access.cuh"
 
 namespace tessel::kernels::cuda {
 
@@ -121,101 +126,173 @@ struct GammaBetaColumns {
   }
 };
 
-// ---- kernels ----
+// ---- whole rows: a warp per row ----
+
+constexpr int kRowsPerBlock = kRowThreads / 32;
+
+// W columns from i as fp32: a chunk of eight (W = 8) or one element (W = 1).
+template <int W, typename X>
+__device__ __forceinline__ void load_w(const X& x, std::int64_t i, bool vector, float (&v)[W]) {
+  if constexpr (W == kChunk) {
+    load_chunk(x, i, vector, v);
+  } else if constexpr (std::is_same_v<X, AnyIn>) {
+    v[0] = x[i];
+  } else {
+    v[0] = load(x, i);
+  }
+}
+template <int W, typename T>
+__device__ __forceinline__ void store_w(T* y, std::int64_t i, bool vector, const float (&v)[W]) {
+  if constexpr (W == kChunk) store_chunk(y, i, vector, v);
+  else store(y, i, v[0]);
+}
+
+// visit(c, width) for each of this lane's pieces of a row of `cols`: the whole chunks of
+// eight at columns 8 lane, 8 lane + 256, ..., then the tail's columns (past the last whole
+// chunk) at lane, lane + 32, ...; width is a std::integral_constant (8 or 1), so the
+// piece's arrays have a compile-time size.
+using ChunkWidth = std::integral_constant<int, kChunk>;
+using ElementWidth = std::integral_constant<int, 1>;
+template <typename Visit>
+__device__ __forceinline__ void for_row(int cols, Visit visit) {
+  const int lane = int(threadIdx.x) % 32, whole = cols - cols % kChunk;
+  for (int c = lane * kChunk; c < whole; c += 32 * kChunk) visit(c, ChunkWidth{});
+  for (int c = whole + lane; c < cols; c += 32) visit(c, ElementWidth{});
+}
+
+__device__ __forceinline__ int warp_row() { return int(blockIdx.x) * kRowsPerBlock + int(threadIdx.x) / 32; }
 
 template <typename T>
 __global__ void layer_norm_forward_kernel(AnyIn x, AnyIn gamma, AnyIn beta, T* y, float* mean_out, float* rstd_out,
-                                          int cols, float eps) {
-  const std::int64_t row = std::int64_t(blockIdx.x) * cols;
-  float sum[1] = {0.0f};
-  for (int c = int(threadIdx.x); c < cols; c += kRowThreads) sum[0] += x[row + c];
-  block_sums(sum);
-  const float mean = sum[0] / float(cols);
-  float squares[1] = {0.0f};
-  for (int c = int(threadIdx.x); c < cols; c += kRowThreads) {
-    const float d = x[row + c] - mean;
-    squares[0] += d * d;
-  }
-  block_sums(squares);
-  const float rstd = 1.0f / sqrtf(squares[0] / float(cols) + eps);
-  if (threadIdx.x == 0) {
-    mean_out[blockIdx.x] = mean;
-    rstd_out[blockIdx.x] = rstd;
-  }
-  for (int c = int(threadIdx.x); c < cols; c += kRowThreads)
-    store(y, row + c, (x[row + c] - mean) * rstd * gamma[c] + beta[c]);
+                                          int rows, int cols, float eps, bool vector) {
+  const int r = warp_row();
+  if (r >= rows) return;  // the whole warp: no shuffle waits for it
+  const std::int64_t row = std::int64_t(r) * cols;
+  float sum = 0.0f;
+  for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+    float v[W];
+    load_w<W>(x, row + c, vector, v);
+    for (int e = 0; e < W; ++e) sum += v[e];
+  });
+  const float mean = warp_sum(sum) / float(cols);
+  float squares = 0.0f;
+  for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+    float v[W];
+    load_w<W>(x, row + c, vector, v);
+    for (int e = 0; e < W; ++e) {
+      const float d = v[e] - mean;
+      squares += d * d;
+    }
+  });
+  const float rstd = 1.0f / sqrtf(warp_sum(squares) / float(cols) + eps);
+  if (threadIdx.x % 32 == 0) mean_out[r] = mean, rstd_out[r] = rstd;
+  for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+    float v[W], g[W], b[W];
+    load_w<W>(x, row + c, vector, v);
+    load_w<W>(gamma, c, vector, g);
+    load_w<W>(beta, c, vector, b);
+    for (int e = 0; e < W; ++e) v[e] = (v[e] - mean) * rstd * g[e] + b[e];
+    store_w<W>(y, row + c, vector, v);
+  });
 }
 
 template <typename T>
-__global__ void rms_norm_forward_kernel(AnyIn x, AnyIn gamma, T* y, float* rstd_out, int cols, float eps) {
-  const std::int64_t row = std::int64_t(blockIdx.x) * cols;
-  float squares[1] = {0.0f};
-  for (int c = int(threadIdx.x); c < cols; c += kRowThreads) {
-    const float value = x[row + c];
-    squares[0] += value * value;
-  }
-  block_sums(squares);
-  const float rstd = 1.0f / sqrtf(squares[0] / float(cols) + eps);
-  if (threadIdx.x == 0) rstd_out[blockIdx.x] = rstd;
-  for (int c = int(threadIdx.x); c < cols; c += kRowThreads) store(y, row + c, x[row + c] * rstd * gamma[c]);
+__global__ void rms_norm_forward_kernel(AnyIn x, AnyIn gamma, T* y, float* rstd_out, int rows, int cols, float eps,
+                                        bool vector) {
+  const int r = warp_row();
+  if (r >= rows) return;
+  const std::int64_t row = std::int64_t(r) * cols;
+  float squares = 0.0f;
+  for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+    float v[W];
+    load_w<W>(x, row + c, vector, v);
+    for (int e = 0; e < W; ++e) squares += v[e] * v[e];
+  });
+  const float rstd = 1.0f / sqrtf(warp_sum(squares) / float(cols) + eps);
+  if (threadIdx.x % 32 == 0) rstd_out[r] = rstd;
+  for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+    float v[W], g[W];
+    load_w<W>(x, row + c, vector, v);
+    load_w<W>(gamma, c, vector, g);
+    for (int e = 0; e < W; ++e) v[e] = v[e] * rstd * g[e];
+    store_w<W>(y, row + c, vector, v);
+  });
 }
 
 // ---- the residual add fused with the next norm ----
-
-// Up to this many columns a row stays in shared memory between the residual add and the
-// norm's later passes (40 KiB, under the 48 KiB a block gets without opting in, with
-// block_sums' few bytes beside it); a longer row is read back from residual_out, each
-// thread only the elements it wrote itself, so no barrier is needed and L2 serves them.
-constexpr int kSharedRowCols = 10240;
 
 struct ResidualInputs {
   AnyIn x, delta, bias;  // bias.data null: no bias
 };
 
-// One block per row: residual_out = (x + delta) + bias, stored and rounded to R; the norm
-// then reads those rounded values from shared memory, with the same per-thread order and
-// block_sums tree as layer_norm_forward_kernel / rms_norm_forward_kernel, so the result is
-// the unfused pair's bit for bit. residual_out may alias x: each element is read and then
-// written by the same thread.
+// A warp per row: residual_out = (x + delta) + bias, stored and rounded to R; the norm
+// then reads those stored values back, in the same lane order and butterfly as
+// layer_norm_forward_kernel / rms_norm_forward_kernel, so the result is the unfused
+// pair's bit for bit. residual_out may alias x: a lane reads each of its pieces before it
+// writes them, and reads back only what it wrote.
 template <typename R, typename T, bool kLayerNorm>
 __global__ void residual_norm_forward_kernel(ResidualInputs in, R* residual_out, AnyIn gamma, AnyIn beta, T* y,
-                                             float* mean_out, float* rstd_out, int cols, float eps,
-                                             bool row_in_shared) {
-  extern __shared__ float row_values[];
-  const std::int64_t row = std::int64_t(blockIdx.x) * cols;
-  auto value_at = [&](int c) { return row_in_shared ? row_values[c] : load(residual_out, row + c); };
-  float first[1] = {0.0f};  // layer norm: the row's sum; RMSNorm: its sum of squares
-  for (int c = int(threadIdx.x); c < cols; c += kRowThreads) {
-    float value = in.x[row + c] + in.delta[row + c];
-    if (in.bias.data) value += in.bias[c];
-    const R stored = from_float<R>(value);
-    residual_out[row + c] = stored;
-    const float rounded = to_float(stored);
-    if (row_in_shared) row_values[c] = rounded;
-    first[0] += kLayerNorm ? rounded : rounded * rounded;
-  }
-  block_sums(first);
+                                             float* mean_out, float* rstd_out, int rows, int cols, float eps,
+                                             bool vector) {
+  const int r = warp_row();
+  if (r >= rows) return;
+  const std::int64_t row = std::int64_t(r) * cols;
+  float first = 0.0f;  // layer norm: the row's sum; RMSNorm: its sum of squares
+  for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+    float v[W], d[W];
+    load_w<W>(in.x, row + c, vector, v);
+    load_w<W>(in.delta, row + c, vector, d);
+    for (int e = 0; e < W; ++e) v[e] = v[e] + d[e];
+    if (in.bias.data) {
+      load_w<W>(in.bias, c, vector, d);
+      for (int e = 0; e < W; ++e) v[e] += d[e];
+    }
+    for (int e = 0; e < W; ++e) v[e] = to_float(from_float<R>(v[e]));  // as stored
+    store_w<W>(residual_out, row + c, vector, v);
+    for (int e = 0; e < W; ++e) first += kLayerNorm ? v[e] : v[e] * v[e];
+  });
+  first = warp_sum(first);
   float mean = 0.0f, rstd = 0.0f;
   if constexpr (kLayerNorm) {
-    mean = first[0] / float(cols);
-    float squares[1] = {0.0f};
-    for (int c = int(threadIdx.x); c < cols; c += kRowThreads) {
-      const float d = value_at(c) - mean;
-      squares[0] += d * d;
-    }
-    block_sums(squares);
-    rstd = 1.0f / sqrtf(squares[0] / float(cols) + eps);
+    mean = first / float(cols);
+    float squares = 0.0f;
+    for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+      float v[W];
+      load_w<W>(residual_out, row + c, vector, v);
+      for (int e = 0; e < W; ++e) {
+        const float d = v[e] - mean;
+        squares += d * d;
+      }
+    });
+    rstd = 1.0f / sqrtf(warp_sum(squares) / float(cols) + eps);
   } else {
-    rstd = 1.0f / sqrtf(first[0] / float(cols) + eps);
+    rstd = 1.0f / sqrtf(first / float(cols) + eps);
   }
-  if (threadIdx.x == 0) {
-    if constexpr (kLayerNorm) mean_out[blockIdx.x] = mean;
-    rstd_out[blockIdx.x] = rstd;
+  if (threadIdx.x % 32 == 0) {
+    if constexpr (kLayerNorm) mean_out[r] = mean;
+    rstd_out[r] = rstd;
   }
-  for (int c = int(threadIdx.x); c < cols; c += kRowThreads) {
-    if constexpr (kLayerNorm) store(y, row + c, (value_at(c) - mean) * rstd * gamma[c] + beta[c]);
-    else store(y, row + c, value_at(c) * rstd * gamma[c]);
-  }
+  for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+    float v[W], g[W];
+    load_w<W>(residual_out, row + c, vector, v);
+    load_w<W>(gamma, c, vector, g);
+    if constexpr (kLayerNorm) {
+      float b[W];
+      load_w<W>(beta, c, vector, b);
+      for (int e = 0; e < W; ++e) v[e] = (v[e] - mean) * rstd * g[e] + b[e];
+    } else {
+      for (int e = 0; e < W; ++e) v[e] = v[e] * rstd * g[e];
+    }
+    store_w<W>(y, row + c, vector, v);
+  });
 }
 
 // dx (+)= rstd (dy gamma - sum_dxhat / n - xhat sum_dxhat_xhat / n), n the whole row's
@@ -230,24 +307,49 @@ __device__ void write_row_gradient(T* dx, std::int64_t i, float dy_gamma, float 
   store(dx, i, accumulate ? load(dx, i) + value : value);
 }
 
-// The whole-row backward of both norms (xhat.mean null: RMSNorm): the row's two sums,
-// then the row's dx, in one block.
+// The whole-row backward of both norms (xhat.mean null: RMSNorm), a warp per row: the
+// row's two sums, then the row's dx.
 template <typename T>
-__global__ void norm_backward_rows_kernel(BackwardRowSums sums_of, T* dx, bool accumulate) {
-  const int r = int(blockIdx.x), cols = sums_of.xhat.cols;
+__global__ void norm_backward_rows_kernel(BackwardRowSums sums_of, T* dx, int rows, bool accumulate, bool vector) {
+  const int r = warp_row();
+  if (r >= rows) return;
+  const Normalized& xhat = sums_of.xhat;
+  const int cols = xhat.cols;
   const std::int64_t row = std::int64_t(r) * cols;
-  float sums[2] = {0.0f, 0.0f};
-  for (int c = int(threadIdx.x); c < cols; c += kRowThreads) {
-    float v[2];
-    sums_of(r, c, v);
-    sums[0] += v[0];
-    sums[1] += v[1];
-  }
-  block_sums(sums);
-  const bool layer_norm = sums_of.xhat.mean != nullptr;
-  const RowGradient g{sums_of.xhat.rstd[r], layer_norm ? sums[0] / float(cols) : 0.0f, sums[1] / float(cols)};
-  for (int c = int(threadIdx.x); c < cols; c += kRowThreads)
-    write_row_gradient(dx, row + c, sums_of.dy[row + c] * sums_of.gamma[c], sums_of.xhat(r, c), g, accumulate);
+  const float rstd = xhat.rstd[r], mean = xhat.mean ? xhat.mean[r] : 0.0f;
+  // dxhat = dy gamma and xhat of the W columns from c.
+  auto pieces = [&](int c, auto& dxhat, auto& normalized) {
+    constexpr int W = int(std::extent_v<std::remove_reference_t<decltype(dxhat)>>);
+    float g[W];
+    load_w<W>(sums_of.dy, row + c, vector, dxhat);
+    load_w<W>(sums_of.gamma, c, vector, g);
+    load_w<W>(xhat.x, row + c, vector, normalized);
+    for (int e = 0; e < W; ++e) {
+      dxhat[e] = dxhat[e] * g[e];
+      normalized[e] = xhat.mean ? (normalized[e] - mean) * rstd : normalized[e] * rstd;
+    }
+  };
+  float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+  for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+    float dxhat[W], normalized[W];
+    pieces(c, dxhat, normalized);
+    for (int e = 0; e < W; ++e) sum_dxhat += dxhat[e], sum_dxhat_xhat += dxhat[e] * normalized[e];
+  });
+  sum_dxhat = warp_sum(sum_dxhat);
+  sum_dxhat_xhat = warp_sum(sum_dxhat_xhat);
+  const RowGradient g{rstd, xhat.mean ? sum_dxhat / float(cols) : 0.0f, sum_dxhat_xhat / float(cols)};
+  for_row(cols, [&](int c, auto width) {
+    constexpr int W = decltype(width)::value;
+    float dxhat[W], normalized[W], out[W];
+    pieces(c, dxhat, normalized);
+    if (accumulate) load_w<W>(dx, row + c, vector, out);
+    for (int e = 0; e < W; ++e) {
+      const float value = g.rstd * (dxhat[e] - g.mean_dxhat - normalized[e] * g.mean_dxhat_xhat);
+      out[e] = accumulate ? out[e] + value : value;
+    }
+    store_w<W>(dx, row + c, vector, out);
+  });
 }
 
 template <typename T>
@@ -281,6 +383,26 @@ void require_float_types(std::initializer_list<DType> types, const char* op) {
   for (DType type : types) require_float_type(type, op);
 }
 
+// Chunks load as 128-bit words where every row starts 16-byte aligned: aligned bases and
+// a row length of whole chunks.
+bool rows_aligned(int cols, std::initializer_list<const void*> pointers) {
+  return cols % kChunk == 0 && all_aligned(pointers);
+}
+unsigned warp_row_blocks(int rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+// The whole-row backward of either norm, a warp per row.
+void launch_norm_backward_rows(cudaStream_t stream, const BackwardRowSums& sums_of, Ref dx, int rows, bool accumulate,
+                               const char* op) {
+  const bool vector =
+      rows_aligned(sums_of.xhat.cols, {sums_of.dy.data, sums_of.gamma.data, sums_of.xhat.x.data, dx.data});
+  with_float_type(dx.type, op, [&](auto tag) {
+    using T = decltype(tag);
+    norm_backward_rows_kernel<T><<<warp_row_blocks(rows), kRowThreads, 0, stream>>>(sums_of, static_cast<T*>(dx.data),
+                                                                                   rows, accumulate, vector);
+    check_launch(op);
+  });
+}
+
 }  // namespace
 
 // ---- whole rows ----
@@ -289,10 +411,11 @@ void CudaBackend::layer_norm_forward(Stream s, CRef x, CRef gamma, CRef beta, Re
                                      int cols, float eps) {
   require_float_types({x.type, gamma.type, beta.type}, "layer_norm_forward");
   if (rows <= 0 || cols <= 0) return;
+  const bool vector = rows_aligned(cols, {x.data, gamma.data, beta.data, y.data});
   with_float_type(y.type, "layer_norm_forward", [&](auto tag) {
     using T = decltype(tag);
-    layer_norm_forward_kernel<T><<<unsigned(rows), kRowThreads, 0, native(s)>>>(
-        AnyIn(x), AnyIn(gamma), AnyIn(beta), static_cast<T*>(y.data), mean, rstd, cols, eps);
+    layer_norm_forward_kernel<T><<<warp_row_blocks(rows), kRowThreads, 0, native(s)>>>(
+        AnyIn(x), AnyIn(gamma), AnyIn(beta), static_cast<T*>(y.data), mean, rstd, rows, cols, eps, vector);
     check_launch("layer_norm_forward");
   });
 }
@@ -302,12 +425,8 @@ void CudaBackend::layer_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, con
   require_float_types({dy.type, x.type, gamma.type}, "layer_norm_backward");
   if (rows <= 0 || cols <= 0) return;
   const Normalized xhat{AnyIn(x), mean, rstd, cols};
-  with_float_type(dx.type, "layer_norm_backward", [&](auto tag) {
-    using T = decltype(tag);
-    norm_backward_rows_kernel<T><<<unsigned(rows), kRowThreads, 0, native(s)>>>(
-        BackwardRowSums{AnyIn(dy), AnyIn(gamma), xhat}, static_cast<T*>(dx.data), accumulate);
-    check_launch("layer_norm_backward");
-  });
+  launch_norm_backward_rows(native(s), BackwardRowSums{AnyIn(dy), AnyIn(gamma), xhat}, dx, rows, accumulate,
+                            "layer_norm_backward");
   auto* scratch = static_cast<float*>(workspace(s, column_scratch_bytes(rows, cols, 2)));
   add_column_sums<2>(native(s), GammaBetaColumns<2>{AnyIn(dy), xhat}, rows, cols, scratch,
                      ColumnOutputs<2>{{dgamma, dbeta}}, "layer_norm_backward");
@@ -317,10 +436,11 @@ void CudaBackend::layer_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, con
 void CudaBackend::rms_norm_forward(Stream s, CRef x, CRef gamma, Ref y, float* rstd, int rows, int cols, float eps) {
   require_float_types({x.type, gamma.type}, "rms_norm_forward");
   if (rows <= 0 || cols <= 0) return;
+  const bool vector = rows_aligned(cols, {x.data, gamma.data, y.data});
   with_float_type(y.type, "rms_norm_forward", [&](auto tag) {
     using T = decltype(tag);
-    rms_norm_forward_kernel<T><<<unsigned(rows), kRowThreads, 0, native(s)>>>(AnyIn(x), AnyIn(gamma),
-                                                                              static_cast<T*>(y.data), rstd, cols, eps);
+    rms_norm_forward_kernel<T><<<warp_row_blocks(rows), kRowThreads, 0, native(s)>>>(
+        AnyIn(x), AnyIn(gamma), static_cast<T*>(y.data), rstd, rows, cols, eps, vector);
     check_launch("rms_norm_forward");
   });
 }
@@ -332,17 +452,16 @@ template <bool kLayerNorm>
 void launch_residual_norm_forward(cudaStream_t stream, Ref residual_out, const ResidualInputs& in, CRef gamma,
                                   CRef beta, Ref y, float* mean, float* rstd, int rows, int cols, float eps,
                                   const char* op) {
-  const bool row_in_shared = cols <= kSharedRowCols;
-  const std::size_t shared_bytes = row_in_shared ? std::size_t(cols) * sizeof(float) : 0;
-  with_float_type(residual_out.type, op, [&](auto residual_tag) {
-    using R = decltype(residual_tag);
-    with_float_type(y.type, op, [&](auto y_tag) {
-      using T = decltype(y_tag);
-      residual_norm_forward_kernel<R, T, kLayerNorm><<<unsigned(rows), kRowThreads, shared_bytes, stream>>>(
-          in, static_cast<R*>(residual_out.data), AnyIn(gamma), AnyIn(beta), static_cast<T*>(y.data), mean, rstd,
-          cols, eps, row_in_shared);
-      check_launch(op);
-    });
+  const bool vector = rows_aligned(cols, {residual_out.data, in.x.data, in.delta.data, in.bias.data, gamma.data,
+                                          beta.data, y.data});
+  // One type for the residual stream and the norm's output (the callers' case; mixed
+  // types take the unfused pair, which gives the same bits).
+  with_float_type(y.type, op, [&](auto tag) {
+    using T = decltype(tag);
+    residual_norm_forward_kernel<T, T, kLayerNorm><<<warp_row_blocks(rows), kRowThreads, 0, stream>>>(
+        in, static_cast<T*>(residual_out.data), AnyIn(gamma), AnyIn(beta), static_cast<T*>(y.data), mean, rstd, rows,
+        cols, eps, vector);
+    check_launch(op);
   });
 }
 
@@ -355,6 +474,11 @@ void CudaBackend::residual_layer_norm_forward(Stream s, Ref residual_out, CRef x
   require_float_types({x.type, delta.type, gamma.type, beta.type}, op);
   if (bias.data) require_float_type(bias.type, op);
   if (rows <= 0 || cols <= 0) return;
+  if (residual_out.type != y.type) {
+    residual(s, residual_out, x, delta, bias, rows, cols);
+    layer_norm_forward(s, residual_out, gamma, beta, y, mean, rstd, rows, cols, eps);
+    return;
+  }
   launch_residual_norm_forward<true>(native(s), residual_out, ResidualInputs{AnyIn(x), AnyIn(delta), AnyIn(bias)},
                                      gamma, beta, y, mean, rstd, rows, cols, eps, op);
 }
@@ -365,6 +489,11 @@ void CudaBackend::residual_rms_norm_forward(Stream s, Ref residual_out, CRef x, 
   require_float_types({x.type, delta.type, gamma.type}, op);
   if (bias.data) require_float_type(bias.type, op);
   if (rows <= 0 || cols <= 0) return;
+  if (residual_out.type != y.type) {
+    residual(s, residual_out, x, delta, bias, rows, cols);
+    rms_norm_forward(s, residual_out, gamma, y, rstd, rows, cols, eps);
+    return;
+  }
   launch_residual_norm_forward<false>(native(s), residual_out, ResidualInputs{AnyIn(x), AnyIn(delta), AnyIn(bias)},
                                       gamma, CRef{}, y, nullptr, rstd, rows, cols, eps, op);
 }
@@ -374,12 +503,8 @@ void CudaBackend::rms_norm_backward(Stream s, CRef dy, CRef x, CRef gamma, const
   require_float_types({dy.type, x.type, gamma.type}, "rms_norm_backward");
   if (rows <= 0 || cols <= 0) return;
   const Normalized xhat{AnyIn(x), nullptr, rstd, cols};
-  with_float_type(dx.type, "rms_norm_backward", [&](auto tag) {
-    using T = decltype(tag);
-    norm_backward_rows_kernel<T><<<unsigned(rows), kRowThreads, 0, native(s)>>>(
-        BackwardRowSums{AnyIn(dy), AnyIn(gamma), xhat}, static_cast<T*>(dx.data), accumulate);
-    check_launch("rms_norm_backward");
-  });
+  launch_norm_backward_rows(native(s), BackwardRowSums{AnyIn(dy), AnyIn(gamma), xhat}, dx, rows, accumulate,
+                            "rms_norm_backward");
   auto* scratch = static_cast<float*>(workspace(s, column_scratch_bytes(rows, cols, 1)));
   add_column_sums<1>(native(s), GammaBetaColumns<1>{AnyIn(dy), xhat}, rows, cols, scratch, ColumnOutputs<1>{{dgamma}},
                      "rms_norm_backward");

@@ -17,6 +17,7 @@
 //   on the device from the fp64 norm, so clipping never waits for the host.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "cuda_backend_impl.hpp"
@@ -81,10 +82,40 @@ __device__ __forceinline__ float gradient(const float* grad, std::int64_t i, con
   return grad_scale ? grad[i] * *grad_scale : grad[i];
 }
 
+// Four elements of each tensor per step of the loop as 128-bit words where every pointer
+// is 16-byte aligned (`vector`), element by element otherwise and for the tail: the same
+// element arithmetic, numeric.hpp's, either way.
+__device__ __forceinline__ void load4(const float* x, std::int64_t i, bool vector, float (&v)[4]) {
+  if (vector) {
+    const float4 word = *reinterpret_cast<const float4*>(x + i);
+    v[0] = word.x, v[1] = word.y, v[2] = word.z, v[3] = word.w;
+  } else {
+    for (int e = 0; e < 4; ++e) v[e] = x[i + e];
+  }
+}
+__device__ __forceinline__ void store4(float* x, std::int64_t i, bool vector, const float (&v)[4]) {
+  if (vector) *reinterpret_cast<float4*>(x + i) = make_float4(v[0], v[1], v[2], v[3]);
+  else
+    for (int e = 0; e < 4; ++e) x[i + e] = v[e];
+}
+
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, std::int64_t n, AdamWParams p,
-                             float correction1, float correction2, const float* grad_scale) {
-  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * kThreads)
+                             float correction1, float correction2, const float* grad_scale, bool vector) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * kThreads, quads = n / 4;
+  for (std::int64_t q = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; q < quads; q += stride) {
+    float pv[4], gv[4], mv[4], vv[4];
+    load4(param, 4 * q, vector, pv);
+    load4(grad, 4 * q, vector, gv);
+    load4(m, 4 * q, vector, mv);
+    load4(v, 4 * q, vector, vv);
+    for (int e = 0; e < 4; ++e)
+      numeric::adamw_element(pv[e], grad_scale ? gv[e] * *grad_scale : gv[e], mv[e], vv[e], p.lr, p.beta1, p.beta2,
+                             p.eps, p.weight_decay, correction1, correction2);
+    store4(param, 4 * q, vector, pv);
+    store4(m, 4 * q, vector, mv);
+    store4(v, 4 * q, vector, vv);
+  }
+  for (std::int64_t i = 4 * quads + std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
     numeric::adamw_element(param[i], gradient(grad, i, grad_scale), m[i], v[i], p.lr, p.beta1, p.beta2, p.eps,
                            p.weight_decay, correction1, correction2);
 }
@@ -202,7 +233,10 @@ void CudaBackend::adamw_step(Stream s, float* param, const float* grad, float* m
   // The bias corrections as the CPU reference computes them, once per step on the host.
   const float correction1 = 1.0f - std::pow(p.beta1, float(p.step));
   const float correction2 = 1.0f - std::pow(p.beta2, float(p.step));
-  adamw_kernel<<<grid_for(n), kThreads, 0, native(s)>>>(param, grad, m, v, n, p, correction1, correction2, grad_scale);
+  const auto aligned = [](const void* pointer) { return (reinterpret_cast<std::uintptr_t>(pointer) & 15u) == 0; };
+  const bool vector = aligned(param) && aligned(grad) && aligned(m) && aligned(v);
+  adamw_kernel<<<grid_for(n / 4 + n % 4), kThreads, 0, native(s)>>>(param, grad, m, v, n, p, correction1, correction2,
+                                                                    grad_scale, vector);
   check(cudaGetLastError(), "adamw_step");
 }
 

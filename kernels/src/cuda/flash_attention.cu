@@ -6,8 +6,8 @@
 // works on square tiles of kTile queries or keys kept in shared memory; every product of
 // two tiles goes through block_matmul, which uses tensor cores (nvcuda::wmma, fp32
 // accumulation) for bf16/f16 and a plain loop per output element for fp32 (the exact
-// mode). Row statistics (running max and sum, the final merge) are computed by one
-// thread per row in index order.
+// mode). The online softmax takes a warp per row (shuffle reductions in a fixed order);
+// the final merge of a row is one thread's.
 //
 // Determinism without atomics: the forward gives each block its own query tile; the
 // backward runs twice over the scores: once with a block per key tile that owns dK and
@@ -130,35 +130,55 @@ struct BackwardArgs {
   bool accumulate_kv;
 };
 
-// One step of the online softmax for query row r of the tile (one thread): scales the
-// row's scores, folds this key tile into the running max and sum, writes the tile's
-// probabilities relative to the new max and the factor the row's output is rescaled by.
+__device__ __forceinline__ float warp_max(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// One step of the online softmax for every query row of the tile, a warp per row: lane l
+// takes columns l, l + 32, ... (consecutive banks; one thread per row would put every
+// lane of a warp on one bank of the 64-float row stride), max and sum reduced by
+// shuffles in one fixed order. Scales the scores, folds this key tile into the running
+// max and sum, writes the tile's probabilities relative to the new max and the factor
+// the row's output is rescaled by.
 template <typename T, int B>
-__device__ void online_softmax_row(int r, int q0, int k0, const ForwardArgs& args, float* scores, T* probs,
-                                   float* row_max, float* row_sum, float* row_rescale) {
-  float tile_max = kMinusInfinity;
-  for (int j = 0; j < B; ++j) {
-    const float s = args.mask.visible(q0 + r, k0 + j) ? args.scale * scores[r * B + j] : kMinusInfinity;
-    scores[r * B + j] = s;
-    tile_max = fmaxf(tile_max, s);
+__device__ void online_softmax_rows(int q0, int k0, const ForwardArgs& args, float* scores, T* probs,
+                                    float* row_max, float* row_sum, float* row_rescale) {
+  const int lane = int(threadIdx.x) % 32, warps = int(blockDim.x) / 32;
+  for (int r = int(threadIdx.x) / 32; r < B; r += warps) {
+    float tile_max = kMinusInfinity;
+    for (int j = lane; j < B; j += 32) {
+      const float s = args.mask.visible(q0 + r, k0 + j) ? args.scale * scores[r * B + j] : kMinusInfinity;
+      scores[r * B + j] = s;
+      tile_max = fmaxf(tile_max, s);
+    }
+    tile_max = warp_max(tile_max);
+    const float old_max = row_max[r], new_max = fmaxf(old_max, tile_max);
+    if (new_max == kMinusInfinity) {  // nothing visible yet: the row stays empty
+      for (int j = lane; j < B; j += 32) probs[r * B + j] = from_float<T>(0.0f);
+      __syncwarp();
+      if (lane == 0) row_rescale[r] = 1.0f;
+      continue;
+    }
+    float sum = 0.0f;
+    for (int j = lane; j < B; j += 32) {
+      const float s = scores[r * B + j];
+      const float p = s == kMinusInfinity ? 0.0f : expf(s - new_max);
+      probs[r * B + j] = from_float<T>(p);
+      sum += p;
+    }
+    sum = warp_sum(sum);  // every lane has read row_max[r] before lane 0 writes it
+    if (lane == 0) {
+      const float rescale = old_max == kMinusInfinity ? 0.0f : expf(old_max - new_max);
+      row_sum[r] = row_sum[r] * rescale + sum;
+      row_max[r] = new_max;
+      row_rescale[r] = rescale;
+    }
   }
-  const float old_max = row_max[r], new_max = fmaxf(old_max, tile_max);
-  if (new_max == kMinusInfinity) {  // nothing visible yet: the row stays empty
-    for (int j = 0; j < B; ++j) probs[r * B + j] = from_float<T>(0.0f);
-    row_rescale[r] = 1.0f;
-    return;
-  }
-  float sum = 0.0f;
-  for (int j = 0; j < B; ++j) {
-    const float s = scores[r * B + j];
-    const float p = s == kMinusInfinity ? 0.0f : expf(s - new_max);
-    probs[r * B + j] = from_float<T>(p);
-    sum += p;
-  }
-  const float rescale = old_max == kMinusInfinity ? 0.0f : expf(old_max - new_max);
-  row_sum[r] = row_sum[r] * rescale + sum;
-  row_max[r] = new_max;
-  row_rescale[r] = rescale;
 }
 
 // How row r's output is finished (one thread per row): out = old * keep + acc * take,
@@ -215,8 +235,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(ForwardArgs arg
     __syncthreads();
     block_matmul<B, B, D, false, true>(q_tile, D, k_tile, D, scores, B, false);  // S = Q K^T
     __syncthreads();
-    for (int r = threadIdx.x; r < B; r += blockDim.x)
-      online_softmax_row<T, B>(r, q0, k0, args, scores, probs, row_max, row_sum, row_rescale);
+    online_softmax_rows<T, B>(q0, k0, args, scores, probs, row_max, row_sum, row_rescale);
     __syncthreads();
     for (int index = threadIdx.x; index < B * D; index += blockDim.x) out_acc[index] *= row_rescale[index / D];
     __syncthreads();

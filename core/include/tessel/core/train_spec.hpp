@@ -42,6 +42,11 @@ struct TrainSpec {
   // memory-bound time for each of megatron and torch.compile (profiles/calibration.hpp);
   // tessel's own executor keeps the default.
   Framework framework = Framework::pytorch;
+  // The engine the run trains with and the date of its release (engine_defaults.hpp):
+  // when a plan names one, its unstated kernels and framework are that engine's defaults
+  // at that date. Empty: tessel's own executor, whose defaults are the fields' above.
+  std::string engine;
+  std::string engine_date;
 
   Precision effective_gradient_precision() const;
 

@@ -2,7 +2,8 @@
 // trainer that fills them:
 //   DIR/step-00000004/rank<r>.bin   a header (magic, step, rank, element count) and the floats
 //   DIR/checkpoint.json             the one pointer: the step directory, step, loader
-//                                   position, plan, and each rank file's size and checksum
+//                                   position, plan, the vocabulary padding's multiple,
+//                                   and each rank file's size and checksum
 // A save writes a new step directory, fsyncs every file and the directory, and only then
 // replaces checkpoint.json atomically (rename + fsync of DIR): a crash at any moment leaves
 // the previous complete checkpoint in force. The previous step directory is kept, older
@@ -42,6 +43,9 @@ struct CheckpointMeta {
   std::uint64_t loader_position = 0;
   int ranks = 0;
   Json plan;
+  // The multiple each vocabulary block was padded to (the writer's backend; rank files
+  // hold no padding, but which rows a rank holds follows from it). 1 when absent.
+  int vocab_multiple = 1;
   std::vector<RankFileDigest> files;  // one per rank, in rank order
 };
 

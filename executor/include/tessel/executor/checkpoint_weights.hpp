@@ -2,7 +2,8 @@
 // for each rank, the buckets its layout placed (the same TensorLayout::buckets and
 // TensorSlot cuts the trainer used, from the plan and the rank's coordinates alone), the
 // floats of its rank file split into each bucket's parts (master weights, ZeRO-3 part,
-// optimizer moments; the order Trainer::save writes), and the gathers that undo every
+// optimizer moments; the order Trainer::save writes, the vocabulary padding of the
+// checkpoint's vocab_multiple left out and put back), and the gathers that undo every
 // cut: ZeRO parts over the gradient group in group order (an MoE block's experts over the
 // expert-data-parallel group, each ep position its own experts), tensor-parallel shards by
 // their slots (1D, 2D, 2.5D and 3D alike: each slot says which whole elements it holds),
@@ -21,21 +22,36 @@
 
 namespace tessel::executor {
 
+// The rows the embedding and LM-head tables have: model.vocab rounded up so that each of
+// the layout's vocabulary blocks (tp in 1D, the grid side in 2D, 2.5D and 3D) is a
+// multiple of `vocab_multiple` rows (the backend's gemm_width_multiple: 1 on the CPU, so
+// a vocabulary that divides is not padded; 128 on a GPU, Megatron-LM's 128 x tp).
+int padded_vocab(const Plan& plan, int vocab_multiple);
+
 // Where rank `coordinates` of `plan` sits: its layers (every virtual stage's), whether it
 // holds the embedding and the head, its tensor-grid coordinates, the bucket padding
-// (the gradient group dp x sp). The one definition the trainer and the gather share.
-StageShape stage_shape_of(const Plan& plan, const RankCoordinates& coordinates);
+// (the gradient group dp x sp), the padded vocabulary. The one definition the trainer
+// and the gather share.
+StageShape stage_shape_of(const Plan& plan, const RankCoordinates& coordinates, int vocab_multiple = 1);
 
 // The buckets rank `rank` of `plan` holds, in the trainer's order.
-std::vector<Bucket> rank_buckets(const Plan& plan, int rank);
+std::vector<Bucket> rank_buckets(const Plan& plan, int rank, int vocab_multiple = 1);
 
-// One bucket's parts in a rank file, in floats: master weights (empty for ZeRO-3 layer
-// buckets), this rank's ZeRO-3 part of them, and the optimizer's two moments.
-struct BucketFileParts {
-  std::size_t params = 0, param_shard = 0, moment1 = 0, moment2 = 0;
-  std::size_t total() const { return params + param_shard + moment1 + moment2; }
+// One bucket's parts in a rank file, in the order Trainer::save writes them: master
+// weights (empty for ZeRO-3 layer buckets), this rank's ZeRO-3 part of them, and the
+// optimizer's two moments (this rank's part where ZeRO shards them). Each is the bucket's
+// elements [first, first + count), stored without the vocabulary padding (`stored`
+// floats in the file).
+struct FilePart {
+  std::size_t first = 0, count = 0, stored = 0;
 };
-std::vector<BucketFileParts> bucket_file_parts(const Plan& plan, const std::vector<Bucket>& buckets);
+struct BucketFileParts {
+  FilePart params, param_shard, moment1, moment2;
+  std::size_t total() const { return params.stored + param_shard.stored + moment1.stored + moment2.stored; }
+};
+// `positions`: this rank's place in each bucket's group (bucket_group_size ranks).
+std::vector<BucketFileParts> bucket_file_parts(const Plan& plan, const std::vector<Bucket>& buckets,
+                                               const std::vector<std::size_t>& positions);
 // The ranks a bucket's ZeRO parts are cut over: the gradient group, or for an MoE block's
 // experts the expert-data-parallel group (gradient group / ep).
 std::size_t bucket_group_size(const Plan& plan, const Bucket& bucket);
@@ -43,6 +59,7 @@ std::size_t bucket_group_size(const Plan& plan, const Bucket& bucket);
 struct CheckpointWeights {
   Plan plan;
   int step = 0;
+  int vocab_multiple = 1;  // the trainer's (checkpoint.json)
   std::vector<float> whole;  // whole_model_tensors order
 };
 // Reads DIR's checkpoint as --resume verifies it (checkpoint.json's fields, every rank

@@ -78,8 +78,8 @@ class GptStage {
   const MoeLayer* moe() const { return moe_.get(); }
 
   void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
-                    HeadActivations& h, double* loss_sum) {
-    layout_->head_forward(mb, targets, rest, params, x, h, loss_sum);
+                    HeadActivations& h, float grad_scale, double* loss_sum) {
+    layout_->head_forward(mb, targets, rest, params, x, h, grad_scale, loss_sum);
   }
   void head_backward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, float* grads,
                      HeadActivations& h, float grad_scale, Buffer& dx) {

@@ -34,6 +34,10 @@ struct TensorSlot {
   int column_groups = 1;
   std::vector<int> group_cols;  // whole width of each column group; empty: equal groups
   int copy = 0;
+  // The whole rows that are the model's: a vocabulary table (wte, lm_head) padded for the
+  // device's GEMMs has `rows` rows of which the first valid_rows are the vocabulary and
+  // the rest zeros that nothing reads or trains (for_each_shard_element skips them).
+  int valid_rows = 0;
   int local_rows = 0, local_cols = 0;
   std::size_t offset = 0;  // in its bucket
   std::size_t size() const { return std::size_t(local_rows) * std::size_t(local_cols); }
@@ -65,8 +69,22 @@ struct Bucket {
   // after the last one; then the padding to a multiple of `pad_to`.
   void place(std::string name, int rows, int cols, const Cut& cut, int column_groups = 1);
   void place(std::string name, int rows, const Cut& cut, std::vector<int> group_cols);
+  // A vocabulary table: `padded_vocab` rows cut by `cut`, the first `vocab` the model's.
+  void place_vocabulary(std::string name, int vocab, int padded_vocab, int cols, const Cut& cut);
   void pad(std::size_t pad_to) { padded_size = (size + pad_to - 1) / pad_to * pad_to; }
 };
+
+// The bucket's elements that are vocabulary padding, as [begin, end) ranges in order: a
+// padded table's shard holds its padding as a tail of local rows, one range per slot.
+std::vector<std::pair<std::size_t, std::size_t>> padding_ranges(const Bucket& bucket);
+// A bucket's elements without the vocabulary padding: checkpoints keep only the model's
+// rows. `first`: the bucket element the values start at (a ZeRO part's offset).
+std::size_t stored_elements(const Bucket& bucket, std::size_t first, std::size_t count);
+std::vector<float> strip_padding(const Bucket& bucket, std::size_t first, const std::vector<float>& values);
+// The inverse: `count` elements from `first`, the padding zeros, the rest read in order from
+// stored[at...] (advanced past them).
+std::vector<float> restore_padding(const Bucket& bucket, std::size_t first, std::size_t count,
+                                   const std::vector<float>& stored, std::size_t& at);
 
 // How a layout cuts each kind of a layer's tensors.
 struct LayerCuts {

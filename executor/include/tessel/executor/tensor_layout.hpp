@@ -41,6 +41,10 @@ struct StageShape {
   int sp = 1, sp_rank = 0;         // ring self-attention: each sequence in sp blocks
   bool keep_all_keys = false;      // selective recompute with sp > 1: no second key ring
   std::size_t pad_to = 1;  // bucket sizes are multiples of this (the ZeRO group)
+  // The embedding and head tables' rows: the model's vocabulary padded so that each
+  // vocabulary block is a multiple of the device's GEMM width (checkpoint_weights.hpp's
+  // padded_vocab); rows past the model's vocabulary are zeros, their logits masked.
+  int padded_vocab = 0;
   // Mixture-of-Experts: this rank's place in its expert-parallel group (it holds experts
   // [ep_rank E/ep, (ep_rank+1) E/ep)); expert buckets are padded to the expert-data-
   // parallel group.
@@ -95,6 +99,10 @@ extern const HalfOps kAttentionHalf, kMlpHalf;
 struct HeadActivations {
   Buffer x, lnf, lnf_full, logits;
   Buffer lnf_mean, lnf_rstd, row_max, sums;  // fp32; sums: sum_exp then target logit
+  // Whole rows (one tensor rank): the forward's fused loss left the gradient in `logits`,
+  // and its kernel's marks, whose second half the backward records as its head.loss.
+  bool logits_hold_gradient = false;
+  kernels::TimeMark loss_start = 0, loss_end = 0;
   // All of it counts as activations (memory_ledger.hpp): kept from forward to backward.
   void bind(kernels::Backend& backend, DType compute);
 };
@@ -187,8 +195,10 @@ class TensorLayout {
                               const Buffer& dx) = 0;
   // Final norm, tied LM head, vocab-parallel cross-entropy; adds the micro-batch's token
   // losses to *loss_sum (backend memory), identical on every rank of the group.
+  // `grad_scale` is the one head_backward will get: a layout whose rank holds whole rows
+  // of logits computes their gradient here, in the same pass as the loss.
   virtual void head_forward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, const Buffer& x,
-                            HeadActivations& h, double* loss_sum) = 0;
+                            HeadActivations& h, float grad_scale, double* loss_sum) = 0;
   // dx = d(loss x grad_scale)/dx; adds to grads.
   virtual void head_backward(int mb, const std::int32_t* targets, const Bucket& rest, CRef params, float* grads,
                              HeadActivations& h, float grad_scale, Buffer& dx) = 0;
@@ -203,6 +213,12 @@ class TensorLayout {
     if (!b.bound()) b.bind(context_.backend, type);
     return b;
   }
+  // How many of the vocab_local_ columns from vocab_start are the model's vocabulary; the
+  // rest are the tables' padding rows, masked in the loss (checkpoint_weights.hpp's
+  // padded_vocab decides them).
+  int valid_columns(int vocab_start) const;
+  // Places the token table or the untied head (`name`) as the layout cuts it, padded.
+  void place_table(Bucket& bucket, std::string name, const Cut& cut) const;
   // Cross-entropy of h.logits [rows x vocab_local], the vocabulary split over `group`.
   void vocab_parallel_loss(int mb, const std::int32_t* targets, int rows, int vocab_local, int vocab_start,
                            Communicator& group, HeadActivations& h, double* loss_sum);

@@ -36,6 +36,7 @@
 
 #include "tessel/core/plan.hpp"
 #include "tessel/core/schedule.hpp"
+#include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/data_loader.hpp"
 #include "tessel/executor/gpt_stage.hpp"
 #include "tessel/executor/memory_ledger.hpp"
@@ -58,6 +59,10 @@ struct TrainerOptions {
   // Offload plans: the device memory budget of the chunk manager's pool; 0: the plan's
   // device memory (its cluster's device preset).
   std::size_t device_memory_bytes = 0;
+  // The multiple each vocabulary block of the embedding and head tables is padded to
+  // (checkpoint_weights.hpp's padded_vocab); 0: the backend's gemm_width_multiple (1 on
+  // the CPU, 128 on a GPU). Tests set it to run a GPU's padding on CPU ranks.
+  int vocab_multiple = 0;
 };
 
 // What the chunk manager of an offload plan did (zeros without offload).
@@ -101,6 +106,11 @@ class Trainer {
 
   StepStats step();
   int steps_done() const { return step_; }
+  // The rows of the embedding and head tables (the model's vocabulary and its padding).
+  int padded_vocab() const { return shape_.padded_vocab; }
+  // The largest magnitude an element of the vocabulary padding holds in this rank's
+  // weights, gradients and optimizer moments: 0, since nothing reads or trains it.
+  float padding_magnitude();
   DataLoader& loader() { return loader_; }
   OpTimeline& timeline() { return timeline_; }
   OffloadStats offload_stats() const;
@@ -187,6 +197,7 @@ class Trainer {
   void gather_updated_weights(const std::vector<bool>& gathered = {});
   void gather_bucket_weights(BucketState& b);
   std::vector<float> whole_from_buckets(bool gradients);
+  std::vector<BucketFileParts> file_parts() const;
 
   // The chunk manager of offload plans (chunk_manager.cpp, offload_step.cpp): model
   // states in the budgeted pool and in host memory, fetched and evicted around each
@@ -258,6 +269,7 @@ class Trainer {
   bool packs_activations_ = false;  // kept in another type than computed
   OpTimeline timeline_;
   StageShape shape_;
+  int vocab_multiple_ = 1;  // the vocabulary padding's (TrainerOptions::vocab_multiple, resolved)
   std::unique_ptr<GptStage> stage_;
   std::vector<BucketState> buckets_;
   std::vector<int> bucket_of_layer_;  // -1 where another stage holds the layer

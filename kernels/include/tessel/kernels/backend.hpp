@@ -101,12 +101,15 @@ struct Attention {
 
 // The backward of Attention for one key/value block, with `delta` = rowsum(dout * out)
 // from attention_delta (over the final out): dq += and, with accumulate_kv, dk, dv +=
-// (else written). Recomputes probabilities from q, k and lse.
+// (else written). Recomputes probabilities from q, k and lse. `out` (optional, [bh x
+// q_len x d]) is that final out: a backend may compute delta from it instead (cuDNN's
+// fused backward does, and runs only where it is given).
 struct AttentionGrad {
   int bh = 0, q_len = 0, kv_len = 0, head_dim = 0;
   int q_first = 0, kv_first = 0;
   float scale = 1.0f;
   CRef q, k, v, dout;
+  CRef out;
   const float* lse = nullptr;
   const float* delta = nullptr;
   Ref dq, dk, dv;  // dq in the compute type, accumulated; dk, dv likewise
@@ -143,6 +146,10 @@ class Backend {
   // The element type activations are computed in for a plan's precision: the CPU computes
   // fp32 and stores kept activations in bf16 for bf16 plans; a GPU computes in bf16.
   virtual DType default_compute_type(bool bf16_plan) const = 0;
+  // The multiple of a GEMM's width (a vocabulary shard's rows) that this device's matrix
+  // units run at full rate: 1 where any width does (the CPU); a GPU's tensor cores want
+  // 128 (Megatron-LM pads its vocabulary to 128 x tp for the same reason).
+  virtual int gemm_width_multiple() const { return 1; }
 
   // ---- memory (64-byte aligned; a GPU backend caches freed blocks) ----
   virtual void* allocate(std::size_t bytes) = 0;
@@ -284,18 +291,33 @@ class Backend {
 
   // ---- LM head: cross-entropy over a vocabulary split in column blocks ----
   // Each rank holds logits [rows x cols] for vocabulary ids [vocab_start, vocab_start +
-  // cols). Phases with the caller's reductions between them: the row maxima (then a max
-  // over the ranks), the sums of exp(logit - max) and the target's logit where this rank
-  // holds it, 0 elsewhere (then a sum), the loss, and the gradient (softmax - onehot) x scale.
-  virtual void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols) = 0;
+  // cols), of which the first `valid_cols` (0 <= valid_cols <= cols) are the vocabulary
+  // and the rest padding (the executor pads the table so GEMM widths suit the device):
+  // padding takes no part in the max or the sums and gets gradient 0. Phases with the
+  // caller's reductions between them: the row maxima (then a max over the ranks; -inf
+  // where valid_cols is 0), the sums of exp(logit - max) and the target's logit where
+  // this rank holds it, 0 elsewhere (then a sum), the loss, and the gradient
+  // (softmax - onehot) x scale.
+  virtual void cross_entropy_max(Stream s, CRef logits, float* row_max, int rows, int cols, int valid_cols) = 0;
   virtual void cross_entropy_sums(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
-                                  float* sum_exp, float* target_logit, int rows, int cols, int vocab_start) = 0;
+                                  float* sum_exp, float* target_logit, int rows, int cols, int valid_cols,
+                                  int vocab_start) = 0;
   // *loss_sum += sum over rows of log(sum_exp) + row_max - target_logit (fp64, one value).
   virtual void cross_entropy_loss(Stream s, const float* row_max, const float* sum_exp, const float* target_logit,
                                   int rows, double* loss_sum) = 0;
   virtual void cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
-                                      const float* sum_exp, Ref dlogits, int rows, int cols, int vocab_start,
-                                      float scale) = 0;
+                                      const float* sum_exp, Ref dlogits, int rows, int cols, int valid_cols,
+                                      int vocab_start, float scale) = 0;
+  // The whole vocabulary on this rank (no split): the three phases and the backward in
+  // one op. Each row of logits [rows x cols] (first `valid_cols` the vocabulary, the rest
+  // padding; targets in [0, valid_cols)) gives its max and sum of exponentials in one
+  // read; *loss_sum += the rows' losses (fp64, summed in row order after the rows are
+  // done, as cross_entropy_loss does) and dlogits = (softmax - onehot) x scale, padding
+  // 0. `dlogits` may be `logits` itself (same data and type): the gradient then replaces
+  // the logits in place, saving a [rows x cols] buffer (llm.c's fused classifier does
+  // the same). The value is that of the phases on one rank, up to summation order.
+  virtual void cross_entropy_fused(Stream s, CRef logits, const std::int32_t* targets, Ref dlogits, int rows, int cols,
+                                   int valid_cols, float scale, double* loss_sum) = 0;
 
   // ---- embedding: the table's rows [vocab_start, vocab_start + vocab_rows) ----
   // Tokens outside the shard give zero rows forward and no gradient backward. The
@@ -345,6 +367,10 @@ int cuda_device_count();
 // run there. False without a CUDA backend, a driver or that device.
 bool cuda_device_has_fp8(int device);
 bool cuda_backend_built();
+// Which fused attention the CUDA backends of this process ran last, forward and backward,
+// and why: "forward: cudnn 9.19.0 engine 8 (...); backward: flash (not supported: ...)".
+// For reports; says so when this build has no CUDA backend.
+std::string cuda_attention_path_note();
 // What CUDA calls `device` ("NVIDIA H100 80GB HBM3") and its memory, without creating a
 // backend (profiles and reports name the device they measured). Throws tessel::Error
 // when this build has no CUDA backend or the device does not exist.

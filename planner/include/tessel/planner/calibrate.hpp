@@ -1,14 +1,18 @@
 // Fitting a profile's calibration parameters (profiles/calibration.hpp) to measured
 // runs of one device: each run's cost model is built once and re-priced under new
-// parameters, the mean absolute percentage error of the fitted runs is minimised with
-// NLopt's bounded Subplex (derivative-free: MAPE has kinks wherever a max() in the cost
-// model switches branch), and every fitted run is also predicted by a fit that did not
-// see it (leave-one-out). Held-out runs are priced, never passed to a fit.
+// parameters, and NLopt's bounded Subplex (derivative-free: the error has kinks wherever a
+// max() in the cost model switches branch) minimises the runs' errors, source by source:
+// what a source's runs share beyond the hardware (its framework's overheads, its lab's
+// kernels) is that source's own effect, so the shared parameters fit the shapes within
+// sources and the mean over them. Every fitted source is predicted by a fit that never saw
+// it (leave-one-source-out), which judges the fit, sets the error band, names what the
+// runs cannot identify and refuses a fit that would predict unseen sources worse.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessel/planner/cost_model.hpp"
@@ -24,18 +28,31 @@ inline constexpr std::size_t kBasisDirections = 7;
 struct CalibrationOptions {
   // Names of the parameters to fit (profiles::Calibration::parameters()); empty = all.
   std::vector<std::string> parameters;
+  // Names of parameters held at the start's value whatever `parameters` says.
+  std::vector<std::string> fixed;
   int max_evaluations = 400;          // per start of the optimiser
   int restarts = 1;                   // fresh starts from the best point, while they improve
-  double restart_gain = 1e-4;         // the least MAPE gain (absolute) worth another start
+  double restart_gain = 1e-4;         // the least objective gain (absolute) worth another start
   double relative_tolerance = 1e-4;  // on the normalised parameters
-  // Weight of the pull toward the fit's start (the datasheet's view: Calibration{}): the objective is the MAPE plus
-  // prior_weight x the sum of squared moves of the normalised parameters (each range
-  // mapped to [0, 1]). A parameter that only one or two rows move (a flat direction of
-  // the MAPE) then stays near its datasheet value instead of wherever the optimiser
-  // stopped, which made leave-one-out fits swing (docs/ARCHITECTURE.md, "Calibration").
-  // 0 fits the MAPE alone. The default was chosen by the corpus's calibration rows'
-  // leave-one-out error alone (weights 0, 0.001, 0.003, 0.01, 0.03; docs/BENCHMARKS.md).
+  // Weight of the pull toward the profile's values (the datasheet's view: Calibration{}),
+  // wherever a fit starts: the objective is the error plus prior_weight x the sum of
+  // squared moves of the normalised parameters (each range mapped to [0, 1]). A parameter that only one or two rows move (a
+  // flat direction) then stays near its datasheet value instead of wherever the optimiser
+  // stopped. 0 fits the error alone.
   double prior_weight = 0.003;
+  // How much of each (source, framework) cell's own level the shared parameters must
+  // explain: 0 leaves it to the cell (its source's effect: the parameters fit the shapes
+  // within cells and each framework's mean level over its cells, at which a new source is
+  // predicted), 1 asks them for all of it (no effects: every cell's runs fitted as they
+  // are), between pools the two. Every cell weighs the same, whatever its row count.
+  double effect_pooling = 0;
+  // A parameter whose leave-one-source-out fits move it by more than this share of its
+  // range may not be identified by the runs: it stays at the profile's value (the fit is
+  // repeated without it) where the unseen sources are then predicted no worse.
+  double identification_spread = 0.25;
+  // Also refit once per row without it (leave-one-row-out, printed beside the
+  // leave-one-source-out; most of the time a calibration takes).
+  bool leave_one_row_out = true;
 };
 
 // Priceable runs of one device, each with its cost model.
@@ -61,6 +78,19 @@ class RunSet {
   // The runs' device kind ("gpu", "cpu"): which bound each parameter's fit keeps to
   // (profiles::Calibration::Parameter::upper_for).
   const std::string& device_kind() const { return device_kind_; }
+  // The rows' sources (their corpus files, or the database of recorded runs) in order of
+  // first appearance; source_of(i) indexes them.
+  const std::vector<std::string>& sources() const { return sources_; }
+  std::size_t source_of(std::size_t i) const { return source_of_[i]; }
+  // A parameter's range on these runs: its table range with the upper end at what the
+  // hardware allows where the profile says (upper_reason() names it, empty otherwise): a
+  // GEMM or attention scale at most 1 / the GEMM curve's best fraction of peak, a memory
+  // scale at most 1 / the streaming rate's fraction of the datasheet bandwidth, a bus
+  // efficiency at most the link's rate over the profile's collective bandwidth, and on
+  // GPUs the collective call overhead at most profiles::Calibration's physical bound.
+  double lower_bound(const profiles::Calibration::Parameter& parameter) const;
+  double upper_bound(const profiles::Calibration::Parameter& parameter) const;
+  std::string upper_reason(const profiles::Calibration::Parameter& parameter) const;
 
   // A layout's cost is affine in the inverses of the five efficiency scales and in the
   // two overheads (every time in it is a GEMM, streaming or collective time divided by
@@ -83,6 +113,11 @@ class RunSet {
   std::vector<LayoutBasis> bases_;
   std::vector<double> measured_s_;
   std::string device_kind_;
+  std::vector<std::string> sources_;
+  std::vector<std::size_t> source_of_;
+  // Physical upper ends found in the profile (NaN: none), by parameter table index.
+  std::array<double, profiles::Calibration::kParameterCount> physical_upper_{};
+  std::array<std::string, profiles::Calibration::kParameterCount> physical_reason_{};
 };
 
 // Mean of |predicted / measured - 1| over `rows`, summed in row order.
@@ -91,31 +126,76 @@ double mean_absolute_percentage_error(const std::vector<double>& predicted, cons
 
 struct CalibrationFit {
   profiles::Calibration calibration;
-  double mape = 0;
+  double mape = 0;       // of the fitted rows, at the population's level (no source effect)
+  double objective = 0;  // what the fit minimised (without the prior)
   int evaluations = 0;
 };
 
-// Minimises the MAPE of `rows` from `start` (the defaults unless given); only the
-// parameters named in options move, each within its range for the runs' device kind
-// (a start beyond that bound is brought back to it).
+// Minimises the error of `rows` from `start` (the defaults unless given); only the
+// parameters named in options move, each within its range on these runs (a start beyond
+// it is brought back to it). The parameters not moved keep `start`'s values.
 CalibrationFit fit_calibration(RunSet& runs, const std::vector<std::size_t>& rows, const CalibrationOptions& options,
                                const profiles::Calibration& start = {});
 
+// The level of each (source, framework) cell of `rows` under `calibration`: the mean of
+// ln(predicted / measured) over the cell's rows, minus its framework's mean over cells
+// (what a new source of that framework is predicted at), as a fraction: exp(level) - 1.
+struct SourceEffect {
+  std::string source;
+  Framework framework = Framework::pytorch;
+  std::size_t rows = 0;
+  double effect = 0;  // exp(the cell's mean ln(predicted / measured) less its framework's mean) - 1
+};
+std::vector<SourceEffect> source_effects(RunSet& runs, const std::vector<std::size_t>& rows,
+                                         const profiles::Calibration& calibration);
+
+// How the fit was judged on sources it never saw, and what came of it.
+enum class FitVerdict { kept, pulled, refused, untested };
+
 struct DeviceCalibration {
-  CalibrationFit fit;                    // on every fitted row
+  CalibrationFit fit;                    // on every fitted row, after the verdict's pull
   std::vector<std::size_t> fitted_rows;  // not held out
   std::vector<std::size_t> held_out_rows;
   std::vector<double> before_s, after_s;  // every row: defaults, fitted
-  std::vector<double> leave_one_out_s;    // fitted rows: by a fit without that row; NaN else
+  std::vector<double> leave_one_out_s;    // fitted rows: by a fit without that row; NaN else (or when not run)
   // Fitted rows: the parameters of the fit without that row (what leave_one_out_s priced
   // with; the simulator's leave-one-out replays them); defaults for the other rows.
   std::vector<profiles::Calibration> leave_one_out_calibration;
-  int evaluations = 0;                    // all fits together
+  // Fitted rows: priced by the fit on every other source (at the population's level); NaN
+  // for held-out rows, and for every row when the runs come from one source.
+  std::vector<double> leave_one_source_out_s;
+  std::vector<profiles::Calibration> leave_one_source_out_calibration;
+  std::vector<std::size_t> fitted_sources;  // RunSet::sources() indices with fitted rows
+  std::vector<SourceEffect> effects;        // of the fitted rows under the final fit
+  double effect_spread = 0;                 // standard deviation of the effects, as a fraction
+  // Parameters whose leave-one-source-out fits moved them by more than
+  // options.identification_spread of their range: held at the profile's value where that
+  // predicts the unseen sources no worse (unidentified), else left free.
+  struct ParameterCheck {
+    std::string name;
+    double spread = 0;
+    double unseen_mape_fixed = 0, unseen_mape_free = 0;  // leave-one-source-out, by source
+  };
+  std::vector<ParameterCheck> unidentified, kept_despite_spread;
+  // Parameters the final fit left at a bound of their range, with which end.
+  std::vector<std::pair<std::string, std::string>> at_bound;
+  // The verdict: kept (the fit predicts unseen sources better than the profile), pulled
+  // toward the profile by `pull` (the share of each move kept, chosen by the
+  // leave-one-source-out error), refused (pull 0: the profile's values), or untested (one
+  // source only). Before / after: the leave-one-source-out rows' source-weighted MAPE.
+  FitVerdict verdict = FitVerdict::untested;
+  double pull = 1.0;
+  double unseen_before_mape = 0, unseen_after_mape = 0;
+  int evaluations = 0;  // all fits together
 };
 
-// The fit on the rows that are not held out, the leave-one-out predictions, and every
-// row priced before and after.
+// The fit on the rows that are not held out, the leave-one-source-out and
+// leave-one-row-out predictions, and every row priced before and after.
 DeviceCalibration calibrate_runs(RunSet& runs, const CalibrationOptions& options);
+
+// Mean over the sources of `rows` of each source's MAPE: every source weighs the same.
+double source_weighted_mape(const std::vector<double>& predicted, const RunSet& runs,
+                            const std::vector<std::size_t>& rows);
 
 // The best measured MFU per model size of the runs that are not held out (the corpus's
 // measured experience on the runs' device, profiles/prediction_bounds.hpp).
@@ -123,8 +203,10 @@ std::vector<profiles::MeasuredExperience> measured_experience_of(const RunSet& r
 
 // The profile a calibration writes: `base` with source "calibrated" and meta naming
 // the parameters, the runs fitted on and the errors measured, with each fitted run's
-// leave-one-out residual and the best measured MFU per model size of the fitted runs
-// (profiles/prediction_bounds.hpp: the error band and measured experience).
+// leave-one-source-out residual (weighted so that every source weighs the same; the
+// leave-one-row-out ones where the runs come from one source) and the best measured MFU
+// per model size of the fitted runs (profiles/prediction_bounds.hpp: the error band and
+// measured experience).
 profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet& runs,
                                      const DeviceCalibration& calibration, const std::string& inputs);
 

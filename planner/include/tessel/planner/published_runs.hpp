@@ -29,7 +29,6 @@ struct PublishedRun {
   // when `plan` holds the row's plan.
   std::string skipped;
   std::optional<Plan> plan;
-  bool kernels_stated = false;  // the row names train.kernels (else tessel's default, unfused)
   std::string measured_key;     // which measurement the step time comes from
   double measured_value = 0;
 
@@ -37,10 +36,12 @@ struct PublishedRun {
 };
 
 // Every row of every *.json file in `directory` (corpus/published: the sources
-// calibration may fit on), files in name order, rows in file order. Throws
+// calibration may fit on), files in name order, rows in file order, each row's train
+// carrying its source's engine and date (source.engine) unless it names its own. Throws
 // tessel::Error naming the directory when it is missing or holds no corpus file, naming
-// the file and row when one is malformed, and naming a file whose source is held out:
-// held-out sources live apart (corpus/held_out), so no calibration input holds them.
+// the file and row when one is malformed (source.engine included), and naming a file whose
+// source is held out: held-out sources live apart (corpus/held_out), so no calibration
+// input holds them.
 std::vector<PublishedRun> load_published_runs(const std::string& directory);
 
 // The same for `directory` = corpus/held_out, every source of which must say
@@ -61,9 +62,5 @@ void refuse_repeated_ids(const std::vector<PublishedRun>& runs);
 // Seconds per step implied by the run's measurement, counting FLOPs as `model` does
 // for that run's plan.
 double measured_step_time_s(const PublishedRun& run, const CostModel& model);
-
-// Prices the rows that do not name their attention kernels with `kernels` instead of
-// tessel's default (an explicit assumption of the caller, printed with the results).
-void assume_unstated_kernels(std::vector<PublishedRun>& runs, Kernels kernels);
 
 }  // namespace tessel::planner

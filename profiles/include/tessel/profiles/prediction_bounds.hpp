@@ -1,19 +1,24 @@
 // Error bars and measured experience: what a calibrated profile says about how far to
 // trust a prediction made with it. Both come from the calibration (tessel calibrate)
 // and travel in the profile's meta "calibration", so that plan time reads no corpus:
-//  - leave_one_out_residuals: predicted / measured - 1 of every fitted run, each
-//    predicted by a fit that did not see it. The band is their 10th to 90th percentile
-//    (linear between order statistics, so reproducible bit for bit), turned into a
-//    step-time interval: a run predicted at t was measured at t / (1 + r), so the
-//    interval is [t / (1 + r_90), t / (1 + r_10)]. That is an 80% interval of where the
-//    measurement lands, as the fit's own out-of-sample errors spread; it says nothing
-//    beyond the kinds of runs the fit saw, which is what the second half is for.
+//  - leave_one_source_out_residuals: predicted / measured - 1 of every fitted run, each
+//    predicted by a fit that saw none of its source's runs, weighted so that every source
+//    weighs the same (a user's run comes from a source the fit never saw, as each of these
+//    did). The band is their 10th to 90th weighted percentile (linear between the
+//    weights' midpoints, so reproducible bit for bit), turned into a step-time interval: a
+//    run predicted at t was measured at t / (1 + r), so the interval is
+//    [t / (1 + r_90), t / (1 + r_10)]. That is an 80% interval of where the measurement
+//    lands, as the fit's errors on unseen sources spread; it says nothing beyond the kinds
+//    of runs the fit saw, which is what the second half is for. A calibration on runs of
+//    one source (recorded runs) stores leave_one_out_residuals instead: each run predicted
+//    by a fit without it, unweighted (linear between order statistics).
 //  - measured_experience: per model-size bucket, the best MFU measured on a fitted run of
 //    the device (held-out runs are not used, so that nothing of them feeds a prediction
 //    or its label). A prediction above it, or of a size with no fitted run, is outside
 //    measured experience: nobody is known to have reached it on this device.
 //  - simulated_leave_one_out_residuals (tessel calibrate --simulated): the same list for
-//    the simulator's step times, each row simulated with the fit that did not see it. It
+//    the simulator's step times, each row simulated with the fit that did not see its
+//    source (or the row, for runs of one source). It
 //    is the simulator's own band, read apart from the analytic one: a simulated step
 //    takes it when the profile has one, else the analytic band, saying so.
 // A profile that was not calibrated gets no band, with the reason; none is invented from
@@ -48,10 +53,19 @@ double quantile(std::vector<double> values, double q);
 struct ResidualBand {
   double low_residual = 0, high_residual = 0;  // the quantiles of predicted / measured - 1
   std::size_t runs = 0;
+  // Whose errors: "leave-one-source-out" (runs of sources the fit never saw) or
+  // "leave-one-out" (runs the fit did not see).
+  std::string kind = "leave-one-out";
 };
 
-// The band of `residuals`; nullopt when there are fewer than kBandMinimumRuns.
-std::optional<ResidualBand> band_from_residuals(const std::vector<double>& residuals);
+// Quantile `q` of `values` weighted by `weights` (positive, as many): each value stands
+// at the midpoint of its share of the sorted weights, linear between them, the ends flat.
+double weighted_quantile(const std::vector<double>& values, const std::vector<double>& weights, double q);
+
+// The band of `residuals`, weighted when `weights` is not empty; nullopt when there are
+// fewer than kBandMinimumRuns.
+std::optional<ResidualBand> band_from_residuals(const std::vector<double>& residuals,
+                                                const std::vector<double>& weights = {});
 
 // [t / (1 + high), t / (1 + low)]: where a run predicted at `predicted_s` was measured.
 std::pair<double, double> step_time_band_s(double predicted_s, const ResidualBand& band);
@@ -124,9 +138,10 @@ struct PredictionJudgement {
 
 PredictionJudgement judge_prediction(const PredictionBounds& bounds, double step_time_s, double mfu, double parameters);
 
-// The two lists a calibration writes into meta "calibration": residuals in fitted order,
-// the experience per bucket.
-Json residuals_to_json(const std::vector<std::string>& runs, const std::vector<double>& residuals);
+// The two lists a calibration writes into meta "calibration": residuals in fitted order
+// (with each one's weight when `weights` is not empty), the experience per bucket.
+Json residuals_to_json(const std::vector<std::string>& runs, const std::vector<double>& residuals,
+                       const std::vector<double>& weights = {});
 // Best MFU per bucket of the runs given (id, parameters, measured MFU), buckets in order.
 std::vector<MeasuredExperience> measured_experience(const std::vector<std::string>& runs,
                                                     const std::vector<double>& parameters,
