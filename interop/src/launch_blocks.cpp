@@ -5,6 +5,8 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace tessel::interop::detail {
@@ -66,6 +68,9 @@ ShellBlocks::Step ShellBlocks::handle(const std::vector<std::string>& lines, std
         const std::size_t bar = std::min(alternatives.find('|', start), alternatives.size());
         const std::vector<std::string> pattern = words(trim(alternatives.substr(start, bar - start)));
         const std::string glob = pattern.empty() ? "" : pattern.front();
+        // fnmatch backtracks: a pattern of many stars on a long word could take long.
+        if (std::count(glob.begin(), glob.end(), '*') > kMaxStars)
+          fail(fmt::format("a case pattern with more than {} '*' is not evaluated", kMaxStars));
         if (::fnmatch(glob.c_str(), frame.subject.c_str(), 0) == 0) matches = true;
         start = bar + 1;
       }
@@ -143,7 +148,7 @@ ShellBlocks::Step ShellBlocks::handle(const std::vector<std::string>& lines, std
     step.consumed = true;
     bool again = false;
     if (frame.active) {
-      if (++frame.iterations >= kMaxIterations) fail(fmt::format("a loop ran {} times; tessel stops there", kMaxIterations));
+      if (++turns_ >= kMaxIterations) fail(fmt::format("the loops ran {} times in all; tessel stops there", kMaxIterations));
       if (!frame.values.empty()) {
         assign(frame.condition, frame.values.front());
         frame.values.erase(frame.values.begin());

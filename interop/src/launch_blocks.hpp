@@ -2,7 +2,7 @@
 // only on the script's own variables and positional arguments: Megatron-LM's examples
 // parse their arguments with `while [[ $# -gt 0 ]]; do case $1 in ... esac; done` and
 // choose a model size with `case "$MODEL_SCALE" in 800M) ... ;; esac`. Loops run at most
-// kMaxIterations times; a loop or case that reads anything else is refused by line.
+// kMaxIterations turns in all; a loop or case that reads anything else is refused by line.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +15,8 @@ namespace tessel::interop::detail {
 
 class ShellBlocks {
  public:
-  static constexpr int kMaxIterations = 1000;
+  static constexpr int kMaxIterations = 1000;  // loop turns, all loops together
+  static constexpr long kMaxStars = 8;         // '*' in one case pattern
   using Expand = std::function<std::vector<std::string>(const std::string&)>;
   using Test = std::function<bool(const std::string&)>;  // a [ ]/[[ ]] condition's value
   using Assign = std::function<void(const std::string&, const std::string&)>;
@@ -46,13 +47,13 @@ class ShellBlocks {
     std::size_t body = 0;  // first line of the body
     std::string condition;  // while: the test; for: the variable
     std::vector<std::string> values;  // for: the words left to take
-    int iterations = 0;
     // case blocks
     std::string subject;
     bool taken = false;
     bool in_branch = false;
   };
   std::vector<Frame> frames_;
+  int turns_ = 0;
 };
 
 }  // namespace tessel::interop::detail

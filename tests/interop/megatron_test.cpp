@@ -186,9 +186,20 @@ TEST(Megatron, LoopsAndCaseBlocksOverTheScriptsVariablesAreEvaluated) {
     import_run(Engine::megatron, "while [ 1 -eq 1 ]; do\n  A=1\ndone\n" + body, context_on("dgx-a100", 1, "spin.sh"));
     FAIL() << "an endless loop was accepted";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("spin.sh: line 3: a loop ran 1000 times"), std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("spin.sh: line 3: the loops ran 1000 times in all"), std::string::npos)
         << error.what();
   }
+  // Nested loops share the budget, so a hostile script cannot multiply it.
+  const std::string nested = "for a in 1 2 3 4 5 6 7 8 9 10; do\nfor b in 1 2 3 4 5 6 7 8 9 10; do\n"
+                             "for c in 1 2 3 4 5 6 7 8 9 10; do\nA=1\ndone\ndone\ndone\n";
+  EXPECT_NE(test::error_of([&] { import_run(Engine::megatron, nested + body, context_on("dgx-a100", 1, "n.sh")); })
+                .find("the loops ran 1000 times in all"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] {
+              import_run(Engine::megatron, "case x in\n  *a*a*a*a*a*a*a*a*a*) A=1 ;;\nesac\n" + body,
+                         context_on("dgx-a100", 1, "c.sh"));
+            }).find("a case pattern with more than 8 '*' is not evaluated"),
+            std::string::npos);
 }
 
 // Megatron's Llama 3 example as published chooses its fp8 options in if blocks.
