@@ -8,6 +8,7 @@
 
 #include "engines.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/json_fields.hpp"
 
 namespace tessel::interop {
 
@@ -47,7 +48,7 @@ Engine detect_engine(const std::string& path, const std::string& text) {
                        "does not run); give the run as a torchtitan TOML (--job.config_file) instead");
   }
   if (extension == ".json") {
-    const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const Json json = parse_json_text(text, path);  // malformed JSON is named as such
     if (json.is_object() && (json.contains("zero_optimization") || json.contains("train_batch_size") ||
                              json.contains("train_micro_batch_size_per_gpu")))
       return Engine::deepspeed;

@@ -6,12 +6,15 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include <fmt/format.h>
 
 namespace tessel::interop::detail {
 
 namespace {
+
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 
 std::string trim(const std::string& text) {
   const std::size_t start = text.find_first_not_of(" \t");
@@ -49,6 +52,54 @@ std::size_t pattern_end(const std::string& text) {
 }
 
 }  // namespace
+
+// `a; b` as {"a", "b"} (semicolons outside quotes; `;;` and a lone statement stay whole).
+std::vector<std::string> split_statements(const std::string& line) {
+  std::vector<std::string> parts;
+  std::string part;
+  char quote = 0;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#' && (i == 0 || line[i - 1] == ' ')) {
+      break;
+    } else if (c == ';' && (i + 1 >= line.size() || line[i + 1] != ';') && (i == 0 || line[i - 1] != ';')) {
+      parts.push_back(part);
+      part.clear();
+      continue;
+    }
+    part += c;
+  }
+  parts.push_back(part);
+  return parts;
+}
+
+
+// `[export|declare [-a]|local|readonly] NAME[+]=value`, by hand: std::regex recurses per
+// character and would overflow the stack on a long line.
+std::optional<Assignment> parse_assignment(const std::string& line) {
+  std::size_t at = 0;
+  for (const char* keyword : {"export ", "declare -a ", "declare ", "local ", "readonly "}) {
+    if (line.rfind(keyword, 0) == 0) {
+      at = std::string(keyword).size();
+      while (at < line.size() && line[at] == ' ') ++at;
+      break;
+    }
+  }
+  const std::size_t name_start = at;
+  if (at >= line.size() || std::isdigit(static_cast<unsigned char>(line[at])) != 0) return std::nullopt;
+  while (at < line.size() && is_name_char(line[at])) ++at;
+  if (at == name_start) return std::nullopt;
+  Assignment assignment;
+  assignment.name = line.substr(name_start, at - name_start);
+  if (at < line.size() && line[at] == '+') assignment.append = true, ++at;
+  if (at >= line.size() || line[at] != '=') return std::nullopt;
+  assignment.value = line.substr(at + 1);
+  return assignment;
+}
 
 ShellBlocks::Step ShellBlocks::handle(const std::vector<std::string>& lines, std::size_t n, const std::string& raw,
                                       bool enclosing_active, const Expand& words, const Test& test,

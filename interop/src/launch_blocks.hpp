@@ -13,6 +13,17 @@
 
 namespace tessel::interop::detail {
 
+// `a; b` as {"a", "b"} (semicolons outside quotes; `;;` and a lone statement stay whole).
+std::vector<std::string> split_statements(const std::string& line);
+
+struct Assignment {
+  std::string name;
+  bool append = false;
+  std::string value;
+};
+// `[export|declare [-a]|local|readonly] NAME[+]=value`, or nullopt when `line` is none.
+std::optional<Assignment> parse_assignment(const std::string& line);
+
 class ShellBlocks {
  public:
   static constexpr int kMaxIterations = 1000;  // loop turns, all loops together

@@ -4,13 +4,16 @@
 // for launch scripts: quotes keep spaces, unquoted expansions ($VAR, ${ARR[@]}) are
 // split on whitespace, `#` at a word's start begins a comment, redirections and pipes
 // end the command. Unset variables expand to nothing; the environment is never read, so
-// a script reads the same on every machine.
+// a script reads the same on every machine. A script written to break the reader is
+// refused in one line: arithmetic beyond 64 bits, nesting deeper than kMaxNesting and
+// values growing past kMaxExpandedBytes (a variable doubling itself) are bounded.
 #include "launch_script.hpp"
 
 #include "launch_blocks.hpp"
 #include "launch_conditions.hpp"
 
 #include <cctype>
+#include <climits>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -25,6 +28,13 @@ namespace tessel::interop::detail {
 namespace {
 
 constexpr char kSplit = '\x1f';  // where an unquoted expansion may be split into words
+// Launch scripts nest a few expansions and parentheses and hold values of a few KiB;
+// these bounds are far above that and keep the reader's stack and memory small.
+constexpr int kMaxNesting = 100;
+constexpr std::size_t kMaxExpandedBytes = std::size_t(1) << 20;
+
+// At most the first 40 characters of `text`, for an error line.
+std::string shown(const std::string& text) { return text.size() <= 40 ? text : text.substr(0, 40) + "..."; }
 
 bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 
@@ -56,12 +66,19 @@ class Shell {
   void assign(const std::string& name, std::vector<std::string> values, bool append) {
     auto& slot = vars_[name];
     if (!append) slot.clear();
-    for (auto& value : values) slot.push_back(std::move(value));
+    std::size_t bytes = 0;
+    for (const auto& element : slot) bytes += element.size() + 1;
+    for (auto& value : values) {
+      bytes += value.size() + 1;
+      if (bytes > kMaxExpandedBytes) too_large(name);
+      slot.push_back(std::move(value));
+    }
   }
 
   // The words of `text`; `split` = false keeps unquoted expansions whole (assignments).
   std::vector<std::string> words(const std::string& text, bool split = true) {
     std::vector<std::string> out;
+    std::size_t out_bytes = 0;
     std::string word;
     bool have_word = false;
     auto finish_word = [&] {
@@ -71,6 +88,7 @@ class Shell {
         if (c != kSplit) {
           piece += c;
         } else if (!piece.empty()) {
+          out_bytes += piece.size() + 1;
           out.push_back(std::move(piece));
           piece.clear();
         }
@@ -79,6 +97,7 @@ class Shell {
       have_word = false;
     };
     for (std::size_t i = 0; i < text.size();) {
+      if (word.size() + out_bytes > kMaxExpandedBytes) too_large("the line");
       const char c = text[i];
       if (std::isspace(static_cast<unsigned char>(c)) != 0) {
         finish_word();
@@ -109,6 +128,7 @@ class Shell {
         ++i;
         while (true) {
           if (i >= text.size()) fail("a double quote is not closed");
+          if (word.size() + out_bytes > kMaxExpandedBytes) too_large("the line");
           if (text[i] == '"') break;
           if (text[i] == '\\' && i + 1 < text.size() && std::string("\"\\$`").find(text[i + 1]) != std::string::npos) {
             word += text[i + 1];
@@ -139,10 +159,33 @@ class Shell {
       }
     }
     finish_word();
+    if (out_bytes > kMaxExpandedBytes) too_large("the line");
     return out;
   }
 
  private:
+  [[noreturn]] void too_large(const std::string& what) const {
+    fail(fmt::format("{} expands to more than {} MiB (a variable doubling itself?); launch scripts hold far less",
+                     what, kMaxExpandedBytes >> 20));
+  }
+
+  // One level of nesting (an expansion inside another, a parenthesis, a unary minus)
+  // for as long as it lives.
+  class Nested {
+   public:
+    explicit Nested(Shell& shell) : shell_(shell) {
+      if (++shell_.depth_ > kMaxNesting) {
+        shell_.fail(fmt::format("expansions or parentheses nest deeper than {} levels", kMaxNesting));
+      }
+    }
+    ~Nested() { --shell_.depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Shell& shell_;
+  };
+
   std::string value_of(const std::string& name) const {
     const auto found = vars_.find(name);
     if (found == vars_.end()) return "";
@@ -174,18 +217,24 @@ class Shell {
 
   // Expands the `$` form at text[i] and moves i past it.
   std::string expand_dollar(const std::string& text, std::size_t& i) {
+    const Nested nested(*this);
     const std::size_t start = i++;
     if (i >= text.size()) return "$";
     if (text.compare(i, 2, "((") == 0) {
-      const std::size_t end = text.find("))", i);
-      if (end == std::string::npos) fail("$(( is not closed");
-      const std::string expression = text.substr(i + 2, end - i - 2);
-      i = end + 2;
+      // The outer parenthesis's match; the inner one closes just before it.
+      std::size_t end = i;
+      for (int depth = 0; end < text.size(); ++end) {
+        if (text[end] == '(') ++depth;
+        if (text[end] == ')' && --depth == 0) break;
+      }
+      if (end >= text.size() || text[end - 1] != ')') fail("$(( is not closed with ))");
+      const std::string expression = text.substr(i + 2, end - 1 - (i + 2));
+      i = end + 1;
       return std::to_string(arithmetic(expression));
     }
     if (text[i] == '(') {
       const std::size_t end = matching(text, i, '(', ')');
-      notes.push_back(fmt::format("line {}: {} is not run; it expanded to nothing", line, text.substr(start, end + 1 - start)));
+      notes.push_back(fmt::format("line {}: {} is not run; it expanded to nothing", line, shown(text.substr(start, end + 1 - start))));
       i = end + 1;
       return "";
     }
@@ -212,7 +261,7 @@ class Shell {
 
   std::string expand_braced(const std::string& inside) {
     if (!inside.empty() && inside[0] == '#') {
-      notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, inside));
+      notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, shown(inside)));
       return "";
     }
     std::size_t name_end = 0;
@@ -246,7 +295,7 @@ class Shell {
       if (!set) notes.push_back(fmt::format("line {}: {} is not set (the script asks for it)", line, name));
       return value_of(name);
     }
-    notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, inside));
+    notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, shown(inside)));
     return "";
   }
 
@@ -259,12 +308,16 @@ class Shell {
       } else {
         text += expression[i++];
       }
+      if (text.size() > kMaxExpandedBytes) too_large("$((...))");
     }
     std::size_t at = 0;
     const long long value = sum(text, at);
     skip_space(text, at);
-    if (at != text.size()) fail(fmt::format("$(({})): cannot evaluate (only + - * / % on integers)", expression));
+    if (at != text.size()) fail(fmt::format("$(({})): cannot evaluate (only + - * / % on integers)", shown(expression)));
     return value;
+  }
+  [[noreturn]] void overflow(long long left, char op, long long right) const {
+    fail(fmt::format("$((...)): {} {} {} overflows 64-bit integers", left, op, right));
   }
   static void skip_space(const std::string& text, std::size_t& at) {
     while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at])) != 0) ++at;
@@ -273,8 +326,10 @@ class Shell {
     long long value = product(text, at);
     for (skip_space(text, at); at < text.size() && (text[at] == '+' || text[at] == '-'); skip_space(text, at)) {
       const char op = text[at++];
-      const long long right = product(text, at);
-      value = op == '+' ? value + right : value - right;
+      const long long left = value, right = product(text, at);
+      const bool overflows = op == '+' ? __builtin_add_overflow(left, right, &value)
+                                       : __builtin_sub_overflow(left, right, &value);
+      if (overflows) overflow(left, op, right);
     }
     return value;
   }
@@ -285,13 +340,22 @@ class Shell {
       const char op = text[at++];
       const long long right = operand(text, at);
       if (op != '*' && right == 0) fail("$((...)): division by zero");
-      value = op == '*' ? value * right : op == '/' ? value / right : value % right;
+      if (op == '*') {
+        const long long left = value;
+        if (__builtin_mul_overflow(left, right, &value)) overflow(left, op, right);
+      } else if (right == -1) {  // LLONG_MIN / -1 traps; the remainder of any x by -1 is 0
+        if (op == '/' && value == LLONG_MIN) overflow(value, op, right);
+        value = op == '/' ? -value : 0;
+      } else {
+        value = op == '/' ? value / right : value % right;
+      }
     }
     return value;
   }
   long long operand(const std::string& text, std::size_t& at) {
     skip_space(text, at);
     if (at < text.size() && text[at] == '(') {
+      const Nested nested(*this);
       ++at;
       const long long value = sum(text, at);
       skip_space(text, at);
@@ -299,8 +363,16 @@ class Shell {
       ++at;
       return value;
     }
-    if (at < text.size() && text[at] == '-') return -operand(text, ++at);
-    if (at < text.size() && text[at] == '+') return operand(text, ++at);
+    if (at < text.size() && text[at] == '-') {
+      const Nested nested(*this);
+      const long long value = operand(text, ++at);
+      if (value == LLONG_MIN) fail(fmt::format("$((...)): -({}) overflows 64-bit integers", value));
+      return -value;
+    }
+    if (at < text.size() && text[at] == '+') {
+      const Nested nested(*this);
+      return operand(text, ++at);
+    }
     const std::size_t start = at;
     while (at < text.size() && is_name_char(text[at])) ++at;
     const std::string token = text.substr(start, at - start);
@@ -309,50 +381,22 @@ class Shell {
       try {
         return std::stoll(token);
       } catch (const std::exception&) {
-        fail(fmt::format("$((...)): '{}' is not an integer", token));
+        fail(fmt::format("$((...)): '{}' is not a 64-bit integer", shown(token)));
       }
     }
     const std::string value = value_of(token);
     try {
       return value.empty() ? 0 : std::stoll(value);
     } catch (const std::exception&) {
-      fail(fmt::format("$((...)): {} = '{}' is not an integer", token, value));
+      fail(fmt::format("$((...)): {} = '{}' is not a 64-bit integer", shown(token), shown(value)));
     }
   }
 
   std::string source_;
   std::map<std::string, std::vector<std::string>> vars_;
   std::vector<std::string> positional_;
+  int depth_ = 0;  // expansions and parentheses open now (Nested)
 };
-
-struct Assignment {
-  std::string name;
-  bool append = false;
-  std::string value;
-};
-
-// `[export|declare [-a]|local|readonly] NAME[+]=value`, by hand: std::regex recurses per
-// character and would overflow the stack on a long line.
-std::optional<Assignment> parse_assignment(const std::string& line) {
-  std::size_t at = 0;
-  for (const char* keyword : {"export ", "declare -a ", "declare ", "local ", "readonly "}) {
-    if (line.rfind(keyword, 0) == 0) {
-      at = std::string(keyword).size();
-      while (at < line.size() && line[at] == ' ') ++at;
-      break;
-    }
-  }
-  const std::size_t name_start = at;
-  if (at >= line.size() || std::isdigit(static_cast<unsigned char>(line[at])) != 0) return std::nullopt;
-  while (at < line.size() && is_name_char(line[at])) ++at;
-  if (at == name_start) return std::nullopt;
-  Assignment assignment;
-  assignment.name = line.substr(name_start, at - name_start);
-  if (at < line.size() && line[at] == '+') assignment.append = true, ++at;
-  if (at >= line.size() || line[at] != '=') return std::nullopt;
-  assignment.value = line.substr(at + 1);
-  return assignment;
-}
 
 bool is_control_keyword(const std::string& word) {
   for (const char* keyword : {"if", "then", "elif", "else", "fi", "for", "while", "until", "do", "done", "case", "esac",
@@ -378,30 +422,6 @@ int launcher_count(const std::vector<std::string>& words, std::size_t end, const
     }
   }
   return 0;
-}
-
-// `a; b` as {"a", "b"} (semicolons outside quotes; `;;` and a lone statement stay whole).
-std::vector<std::string> split_statements(const std::string& line) {
-  std::vector<std::string> parts;
-  std::string part;
-  char quote = 0;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quote != 0) {
-      if (c == quote) quote = 0;
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-    } else if (c == '#' && (i == 0 || line[i - 1] == ' ')) {
-      break;
-    } else if (c == ';' && (i + 1 >= line.size() || line[i + 1] != ';') && (i == 0 || line[i - 1] != ';')) {
-      parts.push_back(part);
-      part.clear();
-      continue;
-    }
-    part += c;
-  }
-  parts.push_back(part);
-  return parts;
 }
 
 bool ends_with(const std::string& text, const std::string& tail) {
@@ -527,7 +547,7 @@ LaunchCommand read_launch_script(const std::string& raw_text, const std::string&
       if (is_control_keyword(words[0]) || ends_with(words[0], "()")) {
         shell.fail(fmt::format("shell '{}' is not evaluated (loops, cases and functions depend on the machine); flatten "
                                "the script to the commands it runs",
-                               words[0]));
+                               shown(words[0])));
       }
       std::size_t program_at = words.size();
       for (std::size_t i = 0; i < words.size(); ++i) {

@@ -11,9 +11,12 @@
 // understood" among the ignored unless their name says they touch a cost dimension.
 // The vocabulary comes from model.tokenizer: GPT2BPETokenizer has 50,257 tokens, any other
 // tokenizer needs tokenizer.vocab_size (a key tessel reads and writes for that purpose).
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -446,20 +449,64 @@ void sort_leftovers(NemoReader& r, const YAML::Node& config, const ImportContext
   }
 }
 
+// A recipe nests a handful of levels; deeper is an alias that contains itself.
+constexpr int kMaxNesting = 64;
+
 // yaml-cpp keeps one of two equal keys silently; tessel's JSON refuses them, and so does
-// this (the run would be priced from whichever copy won).
-void refuse_duplicate_keys(const YAML::Node& node, const std::string& path, const ImportContext& context) {
+// this (the run would be priced from whichever copy won). The walk sees aliases
+// expanded, so it is bounded in depth (an anchor inside itself is a cycle) and in the
+// nodes it visits (aliases of aliases grow exponentially): `visited` counts them.
+void refuse_duplicate_keys(const YAML::Node& node, const std::string& path, const ImportContext& context, int depth,
+                           std::size_t& visited) {
+  if (++visited > kMaxNestedKeys) {
+    refuse(context, fmt::format("{}: more than {} nested keys and items (aliases expanding into each other?)",
+                                path.empty() ? "(top)" : path, kMaxNestedKeys));
+  }
+  if (depth > kMaxNesting) {
+    refuse(context, fmt::format("{}: nested deeper than {} levels (an alias that contains itself?)", path, kMaxNesting));
+  }
   if (node.IsMap()) {
     std::set<std::string> seen;
     for (const auto& entry : node) {
       const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "?";
       const std::string at = path.empty() ? key : path + "." + key;
       if (!seen.insert(key).second) refuse(context, fmt::format("{}: appears twice in one mapping (give each key once)", at));
-      refuse_duplicate_keys(entry.second, at, context);
+      refuse_duplicate_keys(entry.second, at, context, depth + 1, visited);
     }
   } else if (node.IsSequence()) {
-    for (const auto& item : node) refuse_duplicate_keys(item, path, context);
+    for (const auto& item : node) refuse_duplicate_keys(item, path, context, depth + 1, visited);
   }
+}
+
+// Counts what a document holds, and keeps nothing (no nodes are built).
+class EventCounter : public YAML::EventHandler {
+ public:
+  long events = 0;
+  int first_line = 0;  // where the document starts, from 1
+  void OnDocumentStart(const YAML::Mark& mark) override { first_line = mark.line + 1; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override { ++events; }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { ++events; }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override { ++events; }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    ++events;
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    ++events;
+  }
+  void OnMapEnd() override {}
+};
+
+// The line a second document starts at, or 0 when there is none. yaml-cpp's LoadAll would
+// be simpler, but on some malformed files (a line " , key: value") its parser yields
+// documents without end (found by make fuzz), so at most two are asked for.
+int second_document_line(const std::string& text) {
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  EventCounter first, second;
+  const bool two = parser.HandleNextDocument(first) && parser.HandleNextDocument(second) && second.events > 0;
+  return two ? std::max(second.first_line, 1) : 0;
 }
 
 }  // namespace
@@ -470,11 +517,17 @@ void refuse_duplicate_keys(const YAML::Node& node, const std::string& path, cons
 ImportedRun import_nemo(const std::string& text, const ImportContext& context) try {
   YAML::Node config;
   try {
+    if (const int line = second_document_line(text); line > 0) {
+      refuse(context, fmt::format("holds more than one YAML document (the parser finds a second at line {}); a NeMo "
+                                  "recipe is one",
+                                  line));
+    }
     config.reset(YAML::Load(text));
   } catch (const YAML::Exception& error) {
     refuse(context, fmt::format("not valid YAML: {}", error.what()));
   }
-  refuse_duplicate_keys(config, "", context);
+  std::size_t visited = 0;
+  refuse_duplicate_keys(config, "", context, 0, visited);
   const YAML::Node& root = config;
   // A missing key is an invalid node, on which IsMap() throws.
   auto is_map = [](const YAML::Node& node) { return node.IsDefined() && node.IsMap(); };

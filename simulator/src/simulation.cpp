@@ -10,9 +10,11 @@
 #include "layer_overhead.hpp"
 #include "platform.hpp"
 #include "replay_state.hpp"
+#include "sequential_order.hpp"
 #include "tp_overlap.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <cmath>
@@ -72,7 +74,7 @@ class Replay {
       result.ranks.push_back(b);
     }
     result.simulated_ranks = int(std::count(simulated_.begin(), simulated_.end(), true));
-    collect_links(result);
+    result.busiest_links = busiest_links(load_, device_bw_, node_bw_, result.step_time_s);
     result.events = std::move(events_);
     result.in_flight = std::move(memory_);
     result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
@@ -402,7 +404,16 @@ class Replay {
       std::unique_lock lock(*rank.mutex);
       rank.done_s[index] = end;
       rank.changed->notify_all();
+      note_progress();
     }
+  }
+
+  void note_progress() {
+    if (!options_.on_progress || ++ops_done_ % 256 != 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_progress_ < std::chrono::milliseconds(500)) return;
+    last_progress_ = now;
+    options_.on_progress(double(ops_done_) / double(std::max<std::size_t>(ops_total_, 1)));
   }
 
   static bool is_communication(const ProgramOp& op) {
@@ -429,33 +440,6 @@ class Replay {
     auto& samples = memory_[std::size_t(stage)];
     const int previous = samples.empty() ? 0 : samples.back().chunks;
     samples.push_back({time, previous + (forward_start ? 1 : -1)});
-  }
-
-  // Without overlap a rank runs one op at a time: in program order, except that data-
-  // parallel ops wait until something needs them (the optimizer, the next layer's
-  // gathered weights), so gradient sync happens after the compute it would overlap.
-  static std::vector<std::uint32_t> sequential_order(const StageProgram& program) {
-    std::vector<std::uint32_t> order, deferred;
-    std::vector<bool> placed(program.ops.size(), false);
-    auto place = [&](std::uint32_t index) {
-      order.push_back(index);
-      placed[index] = true;
-    };
-    for (std::uint32_t i = 0; i < program.ops.size(); ++i) {
-      const ProgramOp& op = program.ops[i];
-      if (op.stream == Stream::dp_comm && op.work.kind == OpKind::collective) {
-        deferred.push_back(i);
-        continue;
-      }
-      const bool needs_deferred = std::any_of(op.deps.begin(), op.deps.end(), [&](std::uint32_t d) { return !placed[d]; });
-      if (needs_deferred) {
-        for (std::uint32_t d : deferred) place(d);
-        deferred.clear();
-      }
-      place(i);
-    }
-    for (std::uint32_t d : deferred) place(d);
-    return order;
   }
 
   // Data-parallel replicas run identical programs; their collectives are symmetric
@@ -485,7 +469,20 @@ class Replay {
     }
   }
 
+  // One actor per simulated rank, or per stream of it when streams overlap.
+  std::size_t actor_count() const {
+    std::size_t actors = 0;
+    for (int r = 0; r < program_.world_size(); ++r) {
+      if (!simulated_[std::size_t(r)]) continue;
+      std::array<bool, 5> used{};
+      for (const ProgramOp& op : program_.rank_program(r).ops) used[std::size_t(op.stream)] = true;
+      actors += options_.overlap ? std::size_t(std::count(used.begin(), used.end(), true)) : 1;
+    }
+    return actors;
+  }
+
   void start_actors() {
+    refuse_actor_stacks_beyond_address_space(actor_count());
     const int world = program_.world_size();
     ranks_.resize(std::size_t(world));
     memory_.assign(std::size_t(plan_.parallel.pp), {});
@@ -494,6 +491,7 @@ class Replay {
       rank.rank = r;
       if (!simulated_[std::size_t(r)]) continue;
       rank.program = &program_.rank_program(r);
+      ops_total_ += rank.program->ops.size();
       rank.done_s.assign(rank.program->ops.size(), kNotDone);
       rank.mutex = sg4::Mutex::create();
       rank.changed = sg4::ConditionVariable::create();
@@ -525,27 +523,6 @@ class Replay {
     }
   }
 
-  void collect_links(SimulationResult& result) const {
-    std::vector<LinkUse> uses;
-    const double step = std::max(result.step_time_s, 1e-12);
-    auto add = [&](const std::string& name, double bytes, double bandwidth) {
-      if (bytes > 0) uses.push_back({name, bytes / (bandwidth * step), bytes});
-    };
-    for (std::size_t r = 0; r < load_.device_up.size(); ++r) {
-      add(fmt::format("device{}/up", r), load_.device_up[r], device_bw_);
-      add(fmt::format("device{}/down", r), load_.device_down[r], device_bw_);
-    }
-    for (std::size_t n = 0; n < load_.node_up.size(); ++n) {
-      add(fmt::format("uplink{}/up", n), load_.node_up[n], node_bw_);
-      add(fmt::format("uplink{}/down", n), load_.node_down[n], node_bw_);
-    }
-    std::sort(uses.begin(), uses.end(), [](const LinkUse& a, const LinkUse& b) {
-      return a.busy_fraction != b.busy_fraction ? a.busy_fraction > b.busy_fraction : a.name < b.name;
-    });
-    if (uses.size() > 10) uses.resize(10);
-    result.busiest_links = std::move(uses);
-  }
-
   const Program& program_;
   const Plan& plan_;
   SimulationOptions options_;
@@ -555,6 +532,8 @@ class Replay {
   std::vector<bool> simulated_;
   std::vector<int> representative_;
   std::vector<std::vector<std::uint32_t>> streams_;
+  std::size_t ops_total_ = 0, ops_done_ = 0;  // for on_progress
+  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
   std::map<std::string, std::unique_ptr<Meeting>> meetings_;
   std::vector<TraceEvent> events_;
   std::vector<std::vector<InFlightSample>> memory_;

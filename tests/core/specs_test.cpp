@@ -147,6 +147,21 @@ TEST(ClusterSpec, RoundTripsAndChecksFabric) {
             "cluster.inter_node: missing (required unless max_nodes is 1)");
 }
 
+// The CPU profile's runtime: what a rank adds beside its tensors, plus what the CUDA
+// libraries add in a build that links them; a GPU's workspace holds its CUDA runtime.
+TEST(DeviceSpec, TheCudaLibrariesAreCountedOnlyInABuildThatLinksThem) {
+  const DeviceSpec cpu = resolve_device("local-cpu");
+  ASSERT_GT(cpu.cuda_libraries_bytes, 0);
+  ASSERT_TRUE(cpu.sources.contains("cuda_libraries_bytes"));
+  EXPECT_DOUBLE_EQ(cpu.runtime_bytes(),
+                   cpu.workspace_bytes + (build_links_cuda_libraries() ? cpu.cuda_libraries_bytes : 0.0));
+  EXPECT_EQ(DeviceSpec::from_json(cpu.to_json()).cuda_libraries_bytes, cpu.cuda_libraries_bytes);
+  Json gpu = resolve_device("H100-SXM").to_json();
+  gpu["cuda_libraries_bytes"] = 1e8;
+  EXPECT_NE(error_of([&] { DeviceSpec::from_json(gpu); }).find("cuda_libraries_bytes: is stated for CPU devices only"),
+            std::string::npos);
+}
+
 TEST(DeviceSpec, EveryNumberHasASource) {
   EXPECT_EQ(preset_names("profiles").size(), 5u);
   for (const auto& name : preset_names("profiles")) {

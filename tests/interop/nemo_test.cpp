@@ -18,22 +18,7 @@ using test::fixture;
 
 ImportContext context_on(const std::string& cluster, int nodes) { return test::context_on(cluster, nodes, "gpt.yaml"); }
 
-const char* kSmall = R"(trainer:
-  num_nodes: 1
-  devices: 8
-  precision: bf16-mixed
-model:
-  micro_batch_size: 2
-  global_batch_size: 64
-  tensor_model_parallel_size: 2
-  encoder_seq_length: 512
-  max_position_embeddings: 512
-  num_layers: 4
-  hidden_size: 256
-  num_attention_heads: 8
-  tokenizer:
-    vocab_size: 1024
-)";
+const char* kSmall = test::kSmallNemoRecipe;
 
 std::string refusal(const std::string& extra) {
   return test::error_of([&] { import_run(Engine::nemo, kSmall + extra, context_on("dgx-a100", 1)); }, "(accepted)");
