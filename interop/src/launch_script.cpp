@@ -9,10 +9,13 @@
 // values growing past kMaxExpandedBytes (a variable doubling itself) are bounded.
 #include "launch_script.hpp"
 
+#include "launch_blocks.hpp"
 #include "launch_conditions.hpp"
 
 #include <cctype>
 #include <climits>
+#include <cstdlib>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -44,6 +47,20 @@ class Shell {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw Error(fmt::format("{}: line {}: {}", source_, line, what));
+  }
+
+  // $1.. $9, $# and $@ from `args`, after `shift`ing `dropped` of them.
+  void set_positional(std::vector<std::string> args) {
+    positional_ = std::move(args);
+    for (int i = 1; i <= 9; ++i) {
+      assign(std::to_string(i), {std::size_t(i) <= positional_.size() ? positional_[std::size_t(i - 1)] : ""}, false);
+    }
+    assign("#", {std::to_string(positional_.size())}, false);
+    assign("@", positional_, false);
+  }
+  void shift(std::size_t count) {
+    if (count > positional_.size()) fail(fmt::format("shift {}: only {} argument(s) left", count, positional_.size()));
+    set_positional(std::vector<std::string>(positional_.begin() + std::ptrdiff_t(count), positional_.end()));
   }
 
   void assign(const std::string& name, std::vector<std::string> values, bool append) {
@@ -227,8 +244,11 @@ class Shell {
       i = end + 1;
       return expand_braced(inside);
     }
-    if (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || std::string("@*#?$!-").find(text[i]) != std::string::npos) {
-      ++i;  // positional and special parameters: unset when the script is read, not run
+    if (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || std::string("@*#").find(text[i]) != std::string::npos) {
+      return value_of(std::string(1, text[i++] == '*' ? '@' : text[i - 1]));  // positional parameters
+    }
+    if (std::string("?$!-").find(text[i]) != std::string::npos) {
+      ++i;  // special parameters: unset when the script is read, not run
       return "";
     }
     std::size_t end = i;
@@ -349,6 +369,10 @@ class Shell {
       if (value == LLONG_MIN) fail(fmt::format("$((...)): -({}) overflows 64-bit integers", value));
       return -value;
     }
+    if (at < text.size() && text[at] == '+') {
+      const Nested nested(*this);
+      return operand(text, ++at);
+    }
     const std::size_t start = at;
     while (at < text.size() && is_name_char(text[at])) ++at;
     const std::string token = text.substr(start, at - start);
@@ -370,37 +394,9 @@ class Shell {
 
   std::string source_;
   std::map<std::string, std::vector<std::string>> vars_;
+  std::vector<std::string> positional_;
   int depth_ = 0;  // expansions and parentheses open now (Nested)
 };
-
-struct Assignment {
-  std::string name;
-  bool append = false;
-  std::string value;
-};
-
-// `[export|declare [-a]|local|readonly] NAME[+]=value`, by hand: std::regex recurses per
-// character and would overflow the stack on a long line.
-std::optional<Assignment> parse_assignment(const std::string& line) {
-  std::size_t at = 0;
-  for (const char* keyword : {"export ", "declare -a ", "declare ", "local ", "readonly "}) {
-    if (line.rfind(keyword, 0) == 0) {
-      at = std::string(keyword).size();
-      while (at < line.size() && line[at] == ' ') ++at;
-      break;
-    }
-  }
-  const std::size_t name_start = at;
-  if (at >= line.size() || std::isdigit(static_cast<unsigned char>(line[at])) != 0) return std::nullopt;
-  while (at < line.size() && is_name_char(line[at])) ++at;
-  if (at == name_start) return std::nullopt;
-  Assignment assignment;
-  assignment.name = line.substr(name_start, at - name_start);
-  if (at < line.size() && line[at] == '+') assignment.append = true, ++at;
-  if (at >= line.size() || line[at] != '=') return std::nullopt;
-  assignment.value = line.substr(at + 1);
-  return assignment;
-}
 
 bool is_control_keyword(const std::string& word) {
   for (const char* keyword : {"if", "then", "elif", "else", "fi", "for", "while", "until", "do", "done", "case", "esac",
@@ -432,9 +428,51 @@ bool ends_with(const std::string& text, const std::string& tail) {
   return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// `NAME=value`, `NAME+=value` or an array `NAME=( ... )`, whose elements may run over
+// lines up to the closing parenthesis (`n` then moves to that line).
+void assign_variable(Shell& shell, const Assignment& assignment, const std::vector<std::string>& lines, std::size_t& n) {
+  const std::string& name = assignment.name;
+  const bool append = assignment.append;
+  const std::string& value = assignment.value;
+  if (!value.empty() && value[0] == '(') {
+    // An array: its elements may run over lines up to the closing parenthesis.
+    std::string body = value.substr(1);
+    auto close_at = [](const std::string& part) {
+      char quote = 0;
+      for (std::size_t i = 0; i < part.size(); ++i) {
+        if (quote != 0) {
+          if (part[i] == quote) quote = 0;
+        } else if (part[i] == '"' || part[i] == '\'') {
+          quote = part[i];
+        } else if (part[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(part[i - 1])) != 0)) {
+          return std::string::npos;
+        } else if (part[i] == ')') {
+          return i;
+        }
+      }
+      return std::string::npos;
+    };
+    std::string elements;
+    std::size_t close = close_at(body);
+    while (close == std::string::npos) {
+      elements += body + "\n";
+      if (++n >= lines.size()) shell.fail(fmt::format("the array {}=( is not closed", name));
+      body = lines[n];
+      close = close_at(body);
+    }
+    elements += body.substr(0, close);
+    shell.assign(name, shell.words(elements, false), append);
+  } else {
+    std::string joined;
+    for (const auto& word : shell.words(value, false)) joined += (joined.empty() ? "" : " ") + word;
+    shell.assign(name, {joined}, append);
+  }
+}
+
 }  // namespace
 
-LaunchCommand read_launch_script(const std::string& raw_text, const std::string& source) {
+LaunchCommand read_launch_script(const std::string& raw_text, const std::string& source,
+                                 const std::vector<std::string>& positional) {
   // Backslash-newline joins lines, as bash does before anything else.
   std::string text;
   for (std::size_t i = 0; i < raw_text.size(); ++i) {
@@ -459,77 +497,78 @@ LaunchCommand read_launch_script(const std::string& raw_text, const std::string&
   LaunchCommand command;
   std::vector<std::string> bare_options;  // lines that are only options (no program)
   bool found_program = false;
+  ShellBlocks blocks;
+  const ShellBlocks::Test test = [&](const std::string& condition) {
+    return conditionals.condition_value(condition, expand, fail, shell.notes, shell.line);
+  };
+  const ShellBlocks::Assign assign = [&](const std::string& name, const std::string& value) {
+    shell.assign(name, {value}, false);
+  };
+  shell.set_positional(positional);
   for (std::size_t n = 0; n < lines.size(); ++n) {
     shell.line = int(n + 1);
-    std::string line = lines[n];
-    line.erase(0, line.find_first_not_of(" \t"));
-    if (line.empty() || line[0] == '#') continue;
-    if (conditionals.handle(line, expand, fail, shell.notes, shell.line) || !conditionals.active()) continue;
-    if (const auto assignment = parse_assignment(line)) {
-      const std::string& name = assignment->name;
-      const bool append = assignment->append;
-      const std::string& value = assignment->value;
-      if (!value.empty() && value[0] == '(') {
-        // An array: its elements may run over lines up to the closing parenthesis.
-        std::string body = value.substr(1);
-        auto close_at = [](const std::string& part) {
-          char quote = 0;
-          for (std::size_t i = 0; i < part.size(); ++i) {
-            if (quote != 0) {
-              if (part[i] == quote) quote = 0;
-            } else if (part[i] == '"' || part[i] == '\'') {
-              quote = part[i];
-            } else if (part[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(part[i - 1])) != 0)) {
-              return std::string::npos;
-            } else if (part[i] == ')') {
-              return i;
-            }
-          }
-          return std::string::npos;
-        };
-        std::string elements;
-        std::size_t close = close_at(body);
-        while (close == std::string::npos) {
-          elements += body + "\n";
-          if (++n >= lines.size()) shell.fail(fmt::format("the array {}=( is not closed", name));
-          body = lines[n];
-          close = close_at(body);
-        }
-        elements += body.substr(0, close);
-        shell.assign(name, shell.words(elements, false), append);
-      } else {
-        std::string joined;
-        for (const auto& word : shell.words(value, false)) joined += (joined.empty() ? "" : " ") + word;
-        shell.assign(name, {joined}, append);
-      }
-      continue;
-    }
-    const std::vector<std::string> words = shell.words(line);
-    if (words.empty()) continue;
-    if (is_control_keyword(words[0]) || ends_with(words[0], "()")) {
-      shell.fail(fmt::format("shell '{}' is not evaluated (loops, cases and functions depend on the machine); flatten "
-                             "the script to the commands it runs",
-                             shown(words[0])));
-    }
-    if (found_program) continue;
-    std::size_t program_at = words.size();
-    for (std::size_t i = 0; i < words.size(); ++i) {
-      if (ends_with(words[i], ".py")) {
-        program_at = i;
+    std::string first = lines[n];
+    first.erase(0, first.find_first_not_of(" \t"));
+    if (first.empty() || first[0] == '#') continue;
+    // After the training command the script only cleans up or reports: nothing read there changes the run.
+    if (found_program) break;
+    std::deque<std::string> statements{first};
+    while (!statements.empty()) {
+      std::string line = std::move(statements.front());
+      statements.pop_front();
+      line.erase(0, line.find_first_not_of(" \t"));
+      if (line.empty() || line[0] == '#') continue;
+      if (conditionals.handle(line, expand, fail, shell.notes, shell.line, blocks.active())) continue;
+      const ShellBlocks::Step step =
+          blocks.handle(lines, n, line, conditionals.active(), expand, test, assign, fail);
+      if (step.jump) {
+        n = *step.jump - 1;
         break;
       }
-    }
-    if (program_at < words.size()) {
-      found_program = true;
-      command.program = words[program_at];
-      command.args.assign(words.begin() + std::ptrdiff_t(program_at) + 1, words.end());
-      command.nproc_per_node = launcher_count(words, program_at, "--nproc-per-node", "--nproc_per_node");
-      command.nnodes = launcher_count(words, program_at, "--nnodes", "--nnodes");
-    } else if (words[0].rfind("--", 0) == 0) {
-      bare_options.insert(bare_options.end(), words.begin(), words.end());
+      if (step.consumed) {
+        statements.insert(statements.begin(), step.rest.begin(), step.rest.end());
+        continue;
+      }
+      if (!conditionals.active() || !blocks.active()) continue;
+      if (const std::vector<std::string> parts = split_statements(line); parts.size() > 1) {
+        statements.insert(statements.begin(), parts.begin(), parts.end());
+        continue;
+      }
+      if (const auto assignment = parse_assignment(line)) {
+        assign_variable(shell, *assignment, lines, n);
+        continue;
+      }
+      const std::vector<std::string> words = shell.words(line);
+      if (words.empty()) continue;
+      if (words[0] == "shift") {
+        shell.shift(words.size() > 1 ? std::size_t(std::max(0, std::atoi(words[1].c_str()))) : 1);
+        continue;
+      }
+      if (is_control_keyword(words[0]) || ends_with(words[0], "()")) {
+        shell.fail(fmt::format("shell '{}' is not evaluated (loops, cases and functions depend on the machine); flatten "
+                               "the script to the commands it runs",
+                               shown(words[0])));
+      }
+      std::size_t program_at = words.size();
+      for (std::size_t i = 0; i < words.size(); ++i) {
+        if (ends_with(words[i], ".py")) {
+          program_at = i;
+          break;
+        }
+      }
+      if (program_at < words.size()) {
+        found_program = true;
+        command.program = words[program_at];
+        command.args.assign(words.begin() + std::ptrdiff_t(program_at) + 1, words.end());
+        command.nproc_per_node = launcher_count(words, program_at, "--nproc-per-node", "--nproc_per_node");
+        command.nnodes = launcher_count(words, program_at, "--nnodes", "--nnodes");
+      } else if (words[0].rfind("--", 0) == 0) {
+        bare_options.insert(bare_options.end(), words.begin(), words.end());
+      }
     }
   }
-  if (conditionals.open()) throw Error(fmt::format("{}: an if block is not closed with fi", source));
+  if (!found_program && blocks.open()) throw Error(fmt::format("{}: a loop or case block is not closed", source));
+  if (!found_program && conditionals.open()) throw Error(fmt::format("{}: an if block is not closed with fi", source));
   if (!found_program) command.args = std::move(bare_options);
   if (command.args.empty()) {
     throw Error(fmt::format("{}: no training command (a line running pretrain_gpt.py or similar) and no options found",

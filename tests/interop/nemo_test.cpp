@@ -66,7 +66,9 @@ TEST(Nemo, KeysThatChangeCostTesselDoesNotModelAreRefusedByName) {
   EXPECT_EQ(refusal("  fp8: True\n"), "(accepted)");
   EXPECT_NE(refusal("  fp8: True\n  fp8_params: True\n").find("gpt.yaml: model.fp8_params: fp8 parameters"),
             std::string::npos);
-  EXPECT_NE(refusal("  num_moe_experts: 8\n").find("model.num_moe_experts: mixture of experts"), std::string::npos);
+  EXPECT_EQ(refusal("  num_moe_experts: 8\n  moe_router_topk: 2\n  expert_model_parallel_size: 2\n"), "(accepted)");
+  EXPECT_NE(refusal("  expert_model_parallel_size: 2\n").find("model.expert_model_parallel_size: needs model.num_moe_experts"),
+            std::string::npos);
   EXPECT_NE(refusal("  cpu_offloading: True\n").find("model.cpu_offloading"), std::string::npos);
   EXPECT_NE(refusal("  funky_parallel_size: 2\n").find("model.funky_parallel_size: 2: not understood"), std::string::npos);
   EXPECT_NE(refusal("  optim:\n    name: novograd\n").find("model.optim.name"), std::string::npos);
