@@ -27,11 +27,15 @@ Refusal refusal_of(Engine engine, const std::string& text, const std::string& so
   return out;
 }
 
-void expect_one_line_naming(const Refusal& refusal, const std::string& expected) {
-  EXPECT_NE(refusal.message.find(expected), std::string::npos) << refusal.message.substr(0, 300);
-  EXPECT_EQ(refusal.message.find('\n'), std::string::npos) << refusal.message.substr(0, 300);
-  EXPECT_LT(refusal.message.size(), 400u) << refusal.message.substr(0, 300);
-  EXPECT_LT(refusal.seconds, 5.0);
+// One line naming `expected`, short, and refused in bounded time.
+::testing::AssertionResult one_line_naming(const Refusal& refusal, const std::string& expected) {
+  const std::string shown = refusal.message.substr(0, 300);
+  if (refusal.message.find(expected) == std::string::npos)
+    return ::testing::AssertionFailure() << "does not name '" << expected << "': " << shown;
+  if (refusal.message.find('\n') != std::string::npos) return ::testing::AssertionFailure() << "several lines: " << shown;
+  if (refusal.message.size() >= 400u) return ::testing::AssertionFailure() << "over 400 characters: " << shown;
+  if (refusal.seconds >= 5.0) return ::testing::AssertionFailure() << "took " << refusal.seconds << " s: " << shown;
+  return ::testing::AssertionSuccess();
 }
 
 std::string megatron_with(const std::string& assignments) {
@@ -44,8 +48,8 @@ TEST(HostileInput, MegatronArithmeticThatTrapsOrOverflowsIsRefused) {
   for (const char* expression : {"(-9223372036854775807 - 1) / -1", "9223372036854775807 + 1", "-9223372036854775807 - 2", "4611686018427387904 * 2",
                                  "-(-9223372036854775807 - 1)"}) {
     SCOPED_TRACE(expression);
-    expect_one_line_naming(refusal_of(Engine::megatron, megatron_with(std::string("X=$((") + expression + "))")),
-                           "hostile: line 1: $((");
+    EXPECT_TRUE(one_line_naming(refusal_of(Engine::megatron, megatron_with(std::string("X=$((") + expression + "))")),
+                           "hostile: line 1: $(("));
     EXPECT_NE(refusal_of(Engine::megatron, megatron_with(std::string("X=$((") + expression + "))")).message.find("64-bit"),
               std::string::npos);
   }
@@ -61,39 +65,39 @@ TEST(HostileInput, MegatronArithmeticThatTrapsOrOverflowsIsRefused) {
 
 TEST(HostileInput, MegatronNestingIsBoundedNotRecursedWithoutLimit) {
   const int deep = 200000;
-  expect_one_line_naming(
+  EXPECT_TRUE(one_line_naming(
       refusal_of(Engine::megatron,
                  megatron_with("X=$(( " + std::string(deep, '(') + "1" + std::string(deep, ')') + " ))")),
-      "nest");
-  expect_one_line_naming(refusal_of(Engine::megatron, megatron_with("X=$(( " + std::string(deep, '-') + "1 ))")),
-                         "nest");
+      "nest"));
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::megatron, megatron_with("X=$(( " + std::string(deep, '-') + "1 ))")),
+                         "nest"));
   std::string braces = "X=";
   for (int i = 0; i < 20000; ++i) braces += "${A:-";
   braces += "1" + std::string(20000, '}');
-  expect_one_line_naming(refusal_of(Engine::megatron, megatron_with(braces)), "nest");
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::megatron, megatron_with(braces)), "nest"));
 }
 
 TEST(HostileInput, MegatronVariablesThatDoubleAreBoundedInSize) {
   std::string script = "X=ab\n";
   for (int i = 0; i < 40; ++i) script += "X=\"$X$X\"\n";
-  expect_one_line_naming(refusal_of(Engine::megatron, megatron_with(script)), "MiB");
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::megatron, megatron_with(script)), "MiB"));
   std::string arrays = "A=(a b)\n";
   for (int i = 0; i < 40; ++i) arrays += "A+=(${A[@]} ${A[@]})\n";
-  expect_one_line_naming(refusal_of(Engine::megatron, megatron_with(arrays)), "MiB");
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::megatron, megatron_with(arrays)), "MiB"));
   // One quoted word repeating a large variable many times (10 GB if expanded whole).
   std::string repeated = "Y=" + std::string(1000000, 'y') + "\nX=\"";
   for (int i = 0; i < 10000; ++i) repeated += "$Y";
   repeated += "\"\n";
-  expect_one_line_naming(refusal_of(Engine::megatron, megatron_with(repeated)), "MiB");
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::megatron, megatron_with(repeated)), "MiB"));
 }
 
 const char* kNemoHead = test::kSmallNemoRecipe;
 
 TEST(HostileInput, NemoAnchorThatContainsItselfIsRefused) {
-  expect_one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + "x: &me [1, *me]\n", "gpt.yaml"),
-                         "gpt.yaml");
-  expect_one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + "  x: &me {a: 1, b: *me}\n", "gpt.yaml"),
-                         "gpt.yaml");
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + "x: &me [1, *me]\n", "gpt.yaml"),
+                         "gpt.yaml"));
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + "  x: &me {a: 1, b: *me}\n", "gpt.yaml"),
+                         "gpt.yaml"));
 }
 
 TEST(HostileInput, NemoAliasBombIsRefusedInBoundedTime) {
@@ -112,17 +116,17 @@ TEST(HostileInput, NemoAliasBombIsRefusedInBoundedTime) {
     sequences += "]\n";
     maps += "}\n";
   }
-  expect_one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + sequences, "gpt.yaml"), "100000");
-  expect_one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + maps, "gpt.yaml"), "100000");
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + sequences, "gpt.yaml"), "100000"));
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + maps, "gpt.yaml"), "100000"));
 }
 
 TEST(HostileInput, NemoSecondDocumentIsRefusedNotIgnored) {
-  expect_one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + "---\nmodel:\n  num_layers: 96\n", "gpt.yaml"),
-                         "gpt.yaml: holds more than one YAML document (the parser finds a second at line 1");
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::nemo, std::string(kNemoHead) + "---\nmodel:\n  num_layers: 96\n", "gpt.yaml"),
+                         "gpt.yaml: holds more than one YAML document (the parser finds a second at line 1"));
   // Found by make fuzz: on this file yaml-cpp's parser yields documents without end, which
   // reading every document (LoadAll) followed for ever.
-  expect_one_line_naming(refusal_of(Engine::nemo, " , kv_channels: null\n", "gpt.yaml"),
-                         "gpt.yaml: holds more than one YAML document");
+  EXPECT_TRUE(one_line_naming(refusal_of(Engine::nemo, " , kv_channels: null\n", "gpt.yaml"),
+                         "gpt.yaml: holds more than one YAML document"));
   // A single document with its optional markers reads.
   const ImportedRun run = import_run(Engine::nemo, std::string("---\n") + kNemoHead + "...\n",
                                      test::context_on("dgx-a100", 1, "gpt.yaml"));
@@ -143,7 +147,7 @@ TEST(HostileInput, EmptyTorchtitanTomlSaysItHoldsNoModel) {
   for (const char* text : {"", "# only a comment\n", "[job]\ndump_folder = \"out\"\n"}) {
     SCOPED_TRACE(text);
     const Refusal refusal = refusal_of(Engine::torchtitan, text, "train.toml");
-    expect_one_line_naming(refusal, "train.toml: [model]");
+    EXPECT_TRUE(one_line_naming(refusal, "train.toml: [model]"));
     EXPECT_EQ(refusal.message.find("default"), std::string::npos) << refusal.message;
   }
 }
