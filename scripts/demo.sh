@@ -15,8 +15,9 @@ cores=$(nproc)
 section_number=0
 
 section() { section_number=$((section_number + 1)); printf '\n\n== %d. %s ==\n' "$section_number" "$1"; }
-# Shows the command, runs it, keeps its output in $last for explain to read.
-run() { printf '\n$ tessel %s\n' "$*"; "$tessel" "$@" | tee "$last"; }
+# Shows the command, runs it, keeps its output in $last for explain to read. stderr joins
+# stdout line by line (stdbuf), so that a note on stderr never lands inside a stdout line.
+run() { printf '\n$ tessel %s\n' "$*"; stdbuf -oL -eL "$tessel" "$@" 2>&1 | tee "$last"; }
 explain() { printf '\n'; printf '  -> %s\n' "$*" | fold -s -w 100 | sed '2,$s/^/     /'; }
 # The first number after a label in the last output ("step time      826.2 ms" -> "826.2 ms").
 value_after() { grep -m1 "$1" "$2" | sed -E "s/.*$1[^0-9]*([0-9.,]+ ?[a-zA-Z%]*).*/\1/"; }
@@ -112,8 +113,12 @@ if [ "$cores" -lt 4 ]; then
 else
   explain "Measured / simulated is ${ratio:-the ratio above}: with a core per rank what remains is the noise of the quick profile and the ops it extrapolated; the top rows are where the cost model misses most."
 fi
-run gui --screenshot "$out/gui-compare.png" --tab compare --db "$db"
-explain "The same comparison drawn: a parity scatter per op kind (on y = x when the prediction is right) and the measured timeline over the predicted one."
+# The memory table's total measured/predicted per rank (its 14th column), lowest and highest.
+memory_ratios=$(awk '/^peak memory per rank/ { table = 1; next } table && $1 ~ /^[0-9]+$/ { print $14 }' "$last" |
+  sort -n | sed -n '1p;$p' | paste -sd- -)
+explain "Peak memory per rank, measured over predicted, is ${memory_ratios:-near 1} in total: each category's tensors as the planner counts them, and the workspace's runtime (MPI and the libraries a rank loads, beyond its tensors) as tessel profile measured it for this build, with or without the CUDA libraries linked."
+run gui --screenshot "$out/gui-compare.png" --tab compare --db "$db" --run "${run_id:-2}"
+explain "The same comparison (run ${run_id:-2}) drawn: a parity scatter per op kind (on y = x when the prediction is right) and the measured timeline over the predicted one."
 
 source scripts/demo_cpu_loop_section.sh
 source scripts/demo_corpus_section.sh
@@ -124,11 +129,12 @@ run gui --screenshot "$out/gui-timeline.png" --tab timeline --model gpt3-13b --c
 explain "The window's plans tab (every priced plan, step time against memory, the Pareto frontier drawn) and the timeline of the selected plan's simulation; \`tessel gui\` opens it on a display."
 
 rm -f "$last"
+runs_recorded=$(sqlite3 "$db" 'SELECT count(*) FROM runs')
 section "Summary: where things are, what to try next"
 cat <<EOF
 
 Files written by this demo (in $out/):
-  profiles.db                  this machine's measured profile and the two recorded runs
+  profiles.db                  this machine's measured profile and the ${runs_recorded} runs recorded in it
   gpt3-13b-trace.json          the simulated GPT-3 13B step (open in Perfetto or chrome://tracing)
   measured-pp-tp-trace.json    the measured 4-rank step, and predicted-pp-tp-trace.json its prediction
   gui-plans.png, gui-timeline.png, gui-compare.png   the GUI's tabs, rendered offscreen
@@ -147,5 +153,5 @@ Try next:
     cmake --install $build_dir --prefix ~/.local    or    make package
   every test, and what each promise rests on (docs/RELIABILITY.md):
     make test
-Every subcommand has --help; README.md walks through each of them.
+Every subcommand has --help; docs/USAGE.md walks through each of them.
 EOF

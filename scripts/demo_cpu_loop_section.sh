@@ -10,7 +10,8 @@
 section "Close the loop: measure, calibrate, predict a new plan, measure it"
 loop_db="$out/loop.db"
 rm -f "$loop_db" "$loop_db-wal" "$loop_db-shm"
-"$tessel" profile --backend cpu --quick --db "$loop_db" >/dev/null
+printf '\n$ tessel profile --backend cpu --quick --db %s   # (its progress lines hidden)\n' "$loop_db"
+"$tessel" profile --backend cpu --quick --db "$loop_db" 2>/dev/null | grep '^measured'
 suite=examples/cpu-suite
 run_id_of_last() { sed -nE 's/^wrote run ([0-9]+) to .*/\1/p' "$last" | tail -1; }
 run run --plan "$suite/02-dp2-medium.json" --steps 5 --db "$loop_db"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `make fuzz`: builds the libFuzzer targets (tests/fuzz, clang, ASan + UBSan) into their own
 # folder and runs each for a bounded time on a seed corpus from examples/, configs/,
-# profiles/data/ and tests/fuzz/seeds/. The corpora grow in the build folder, never in the
-# repository. A finding (crash, leak, sanitizer report, an exception other than
-# tessel::Error) stops that target with the input saved under BUILD/findings/; this script
-# then lists them and exits 1. Reproduce one: BUILD/bin/fuzz_plan BUILD/findings/crash-...;
-# then make it a regression test in the normal suites (docs/RELIABILITY.md).
+# profiles/data/, corpus/, tests/interop/fixtures/ and tests/fuzz/seeds/. The corpora
+# grow in the build folder, never in the repository. A finding (crash, leak, sanitizer
+# report, an exception other than tessel::Error) stops that target with the input saved
+# under BUILD/findings/; this script then lists them and exits 1. Reproduce one:
+# BUILD/bin/fuzz_plan BUILD/findings/crash-...; then make it a regression test in the
+# normal suites (docs/RELIABILITY.md).
 # Usage: scripts/fuzz.sh [--build-dir build-fuzz] [--seconds 20 | --runs N --seed S] [target ...]
 # --runs N --seed S: N inputs per target from a fixed seed instead of a time budget, the
 # same inputs on every machine (CI uses this, so that a red CI is a finding anyone can
@@ -24,7 +25,9 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_plan fuzz_model fuzz_cluster fuzz_hf_config fuzz_checkpoint fuzz_profile_import fuzz_launch_config)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_plan fuzz_model fuzz_cluster fuzz_hf_config fuzz_checkpoint fuzz_profile_import
+  fuzz_megatron fuzz_nemo fuzz_deepspeed fuzz_torchtitan fuzz_safetensors fuzz_tokens_llmc fuzz_tokens_nanogpt
+  fuzz_tokens_megatron fuzz_corpus_rows)
 command -v clang++ >/dev/null || { echo "fuzz: no clang++ (scripts/packages.txt lists clang; run scripts/install-deps.sh as root)" >&2; exit 2; }
 
 launcher=()
@@ -43,7 +46,13 @@ seeds_of() {  # the seed files of one target
     fuzz_hf_config) ls tests/fuzz/seeds/hf_config/*.json ;;
     fuzz_checkpoint) ls tests/fuzz/seeds/checkpoint/*.json ;;
     fuzz_profile_import) ls profiles/data/*.json ;;
-    fuzz_launch_config) ls tests/fuzz/seeds/launch_config/* ;;
+    fuzz_megatron) ls tests/interop/fixtures/megatron_*.sh ;;
+    fuzz_nemo) ls tests/interop/fixtures/nemo_*.yaml ;;
+    fuzz_deepspeed) ls tests/interop/fixtures/deepspeed_*.json ;;
+    fuzz_torchtitan) ls tests/interop/fixtures/torchtitan_*.toml ;;
+    fuzz_safetensors) ls tests/fuzz/seeds/safetensors/* ;;
+    fuzz_tokens_*) ls "tests/fuzz/seeds/${1#fuzz_}"/* ;;
+    fuzz_corpus_rows) ls corpus/published/*.json corpus/held_out/*.json ;;
   esac
 }
 findings="$build_dir/findings"

@@ -24,12 +24,24 @@ for plan in "${plans[@]}"; do
   id=$(sed -nE 's/^wrote run ([0-9]+) to .*/\1/p' "$workdir/run.txt" | tail -1)
   "$tessel" compare --run "$id" --db "$workdir/m.db" --json "$workdir/c.json" >/dev/null
   if [ -n "${KEEP_JSON:-}" ]; then cp "$workdir/c.json" "$KEEP_JSON/$(basename "$plan")"; fi
-  python3 - "$workdir/c.json" "$(basename "$plan")" <<'PYTHON'
+  python3 - "$workdir/c.json" "$(basename "$plan")" "$workdir/runtimes" <<'PYTHON'
 import json, sys
 memory = json.load(open(sys.argv[1]))["memory"]
 for r in memory["ranks"]:
     cats = " ".join("-" if r["ratio"][c] is None else f"{r['ratio'][c]:.3f}" for c in memory["categories"])
     print(f"{sys.argv[2]:<40} {r['rank']:>4} {r['predicted_total_bytes'] / 2**20:>10.2f} "
           f"{r['measured_total_peak_bytes'] / 2**20:>10.2f} {r['ratio']['total']:>6.3f}  {cats}")
+    # The runtime a rank adds (process peak less the trainer's tensors); an offload
+    # plan's pinned host states are in its process too, so it is kept apart.
+    if not r["measured_host_bytes"]:
+        open(sys.argv[3], "a").write(f"{r['runtime_overhead_bytes']}\n")
 PYTHON
 done
+# The figure the CPU profile's workspace_bytes (cuda_libraries_bytes for the difference
+# a build linking the CUDA libraries makes) is set from: profiles/data/local-cpu.json.
+python3 - "$workdir/runtimes" <<'PYTHON'
+import statistics, sys
+values = sorted(float(v) / 2**20 for v in open(sys.argv[1]))
+print(f"runtime per rank (process peak less the trainer's tensors, offload apart): {values[0]:.1f}-{values[-1]:.1f} MiB, "
+      f"median {statistics.median(values):.1f} MiB over {len(values)} ranks")
+PYTHON

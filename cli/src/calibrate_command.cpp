@@ -120,6 +120,7 @@ std::vector<planner::PublishedRun> load_runs(const CalibrateArgs& args) {
       }
     }
   }
+  planner::refuse_repeated_ids(runs);
   return runs;
 }
 

@@ -131,7 +131,7 @@ Json inputs_json(const Plan& plan) {
 struct PlanArgs {
   InputFlags inputs;
   ImportFlags near;  // --near: a run in another engine's format to search around
-  std::string emit, emit_out;
+  EmitFlags emit;
   int top = 10;
   int refine = 0;
   int threads = 0;
@@ -139,7 +139,7 @@ struct PlanArgs {
 };
 
 int run_plan(const PlanArgs& args) {
-  if (!args.emit.empty()) interop::engine_from_name(args.emit, "--emit");  // refuse a bad name before searching
+  if (!args.emit.engine.empty()) interop::engine_from_name(args.emit.engine, "--emit");  // refuse a bad name before searching
   const std::optional<interop::ImportedRun> near = import_near(args.near, args.inputs);
   Plan plan = near ? near->plan : args.inputs.to_plan();
   const CostModel model = near ? CostModel::for_plan(plan, args.inputs.db) : args.inputs.cost_model(plan);
@@ -152,13 +152,7 @@ int run_plan(const PlanArgs& args) {
   if (args.refine > 0 && !result.best.empty()) {
     // Re-rank the analytic top K by simulating each (in parallel child processes).
     result.best.resize(std::min<std::size_t>(result.best.size(), std::size_t(args.refine)));
-    std::vector<Plan> candidates;
-    for (const Estimate& e : result.best) {
-      Plan candidate = plan;
-      candidate.parallel = e.parallel;
-      if (candidate.cluster.ranks_fill_node()) candidate.nodes = 1;
-      candidates.push_back(candidate);
-    }
+    const std::vector<Plan> candidates = plans_of(plan, result.best);
     ProgressBar refine_bar("simulating", 0.0);
     const int jobs = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     simulated = simulate_in_children(candidates, args.inputs.db, jobs, &refine_bar);
@@ -194,11 +188,11 @@ int run_plan(const PlanArgs& args) {
   std::cout << search_summary(result);
   print_cost_flags(result.cost_flags);
   if (near) print_near(*near, model, result);
-  if (!args.emit.empty() && !result.best.empty()) {
-    Plan best = plan;
-    best.parallel = result.best.front().parallel;
-    if (best.cluster.ranks_fill_node()) best.nodes = 1;
-    emit_plan(best, args.emit, args.emit_out);
+  if (!args.emit.engine.empty() && !result.best.empty()) {
+    const std::vector<Plan> ranked = plans_of(plan, result.best);
+    EmitFlags emit = args.emit;
+    emit.db = args.inputs.db;
+    emit_plan(ranked.front(), emit, ranked);
   }
   if (!args.json_file.empty()) {
     Json out = result.to_json();
@@ -493,7 +487,7 @@ Command add_plan_command(CLI::App& app) {
   cmd->get_option("--global-batch")->required(false);
   cmd->add_option("--nodes,-n", args->inputs.nodes, "Nodes of the cluster")->capture_default_str();
   args->near.add_to(cmd, false, "--near");
-  add_emit_options(cmd, args->emit, args->emit_out);
+  add_emit_options(cmd, args->emit);
   cmd->add_option("--top,-k", args->top, "Plans to show")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--threads", args->threads, "Worker threads (default: all cores)");
   cmd->add_option("--refine", args->refine,

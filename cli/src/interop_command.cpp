@@ -10,9 +10,11 @@
 
 #include "commands.hpp"
 #include "format.hpp"
+#include "input_flags.hpp"
 #include "interop_flags.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/input_file.hpp"
+#include "tessel/planner/cost_model.hpp"
 
 namespace tessel::cli {
 
@@ -28,6 +30,8 @@ void ImportFlags::add_to(CLI::App* command, bool with_cluster, const std::string
                                               " (default: from the file's extension and content)");
   command->add_option("--hf-config", hf_config, "Hugging Face config.json of the model: DeepSpeed configs name none; Megatron-LM and NeMo take "
                       "from it the vocabulary size a tokenizer file holds");
+  command->add_option("script_args", script_args,
+                      "After `--`: the arguments a Megatron-LM launch script is run with ($1, $2, ...)");
   if (with_cluster) {
     command->add_option("--cluster,-c", cluster, "Cluster preset or JSON the --import run is placed on");
     command->add_option("--nodes,-n", nodes, "Nodes of the cluster for the --import run")->capture_default_str();
@@ -47,6 +51,7 @@ interop::ImportedRun ImportFlags::read() const {
   context.cluster = resolve_cluster(cluster);
   context.nodes = nodes;
   context.source_name = file;
+  context.script_args = script_args;
   if (!hf_config.empty()) context.model = resolve_model(hf_config);
   return interop::import_run(engine_of_file(text), text, context);
 }
@@ -91,20 +96,90 @@ Json import_summary_json(const ImportFlags& flags, const interop::ImportedRun& r
               {"plan", run.plan.to_json()}};
 }
 
-void add_emit_options(CLI::App* command, std::string& engine, std::string& out_file) {
-  command->add_option("--emit", engine, std::string("Write the best plan as this engine's launch config: ") + kEngines);
-  command->add_option("--emit-out", out_file, "File for --emit (default: print it after the table)");
+void add_emit_options(CLI::App* command, EmitFlags& flags) {
+  command->add_option("--emit", flags.engine, std::string("Write the best plan as this engine's launch config: ") + kEngines);
+  command->add_option("--emit-out", flags.out_file, "File for --emit (default: print it after the table)");
+  command->add_flag("--allow-oom", flags.allow_oom,
+                    "Write the config even when tessel prices the plan it describes out of memory");
 }
 
-void emit_plan(const Plan& plan, const std::string& engine, const std::string& out_file) {
-  const interop::ExportedConfig exported = interop::export_plan(interop::engine_from_name(engine, "--emit"), plan);
-  for (const auto& note : exported.not_expressible) std::cerr << "tessel: note: " << note << "\n";
-  if (out_file.empty()) {
-    std::cout << exported.text;
+namespace {
+
+// What the engine will run: the config read back (the writers' nearest plan), priced.
+struct WrittenPlan {
+  interop::ExportedConfig config;
+  Plan plan;
+  planner::Estimate estimate;
+  double device_memory_bytes = 0;
+};
+
+WrittenPlan write_and_price(const Plan& plan, interop::Engine engine, const std::string& db) {
+  WrittenPlan out;
+  out.config = interop::export_plan(engine, plan);
+  interop::ImportContext context;
+  context.cluster = plan.cluster;
+  context.nodes = plan.nodes;
+  context.model = plan.model;
+  context.source_name = std::string("the ") + interop::engine_name(engine) + " config tessel wrote";
+  out.plan = interop::import_run(engine, out.config.text, context).plan;
+  const planner::CostModel model = planner::CostModel::for_plan(out.plan, db);
+  out.estimate = model.estimate(out.plan.parallel);
+  out.device_memory_bytes = model.costs().device().memory_bytes;
+  return out;
+}
+
+// The plans a search around `plan` ranks first (its model, cluster, batch and precision).
+std::vector<Plan> searched_alternatives(const Plan& plan, const std::string& db) {
+  planner::SearchOptions options;
+  options.top_k = 20;
+  options.cancel = &cancel_flag();
+  return plans_of(plan, planner::search(planner::CostModel::for_plan(plan, db), options).best);
+}
+
+}  // namespace
+
+std::vector<Plan> plans_of(const Plan& base, const std::vector<planner::Estimate>& ranked) {
+  std::vector<Plan> plans;
+  for (const planner::Estimate& e : ranked) {
+    Plan candidate = base;
+    candidate.parallel = e.parallel;
+    if (candidate.cluster.ranks_fill_node()) candidate.nodes = 1;
+    plans.push_back(candidate);
+  }
+  return plans;
+}
+
+void emit_plan(const Plan& plan, const EmitFlags& flags, const std::vector<Plan>& alternatives) {
+  const interop::Engine engine = interop::engine_from_name(flags.engine, flags.flag);
+  const WrittenPlan written = write_and_price(plan, engine, flags.db);
+  if (!written.estimate.fits && !flags.allow_oom) {
+    std::string best = "no plan of the search fits";
+    for (const Plan& candidate : alternatives.empty() ? searched_alternatives(plan, flags.db) : alternatives) {
+      const WrittenPlan tried = write_and_price(candidate, engine, flags.db);
+      if (!tried.estimate.fits) continue;
+      best = fmt::format("the best plan that fits as a {} config is {} ({} per GPU, {} tokens/s)", flags.engine,
+                         tried.plan.parallel.summary(), format_bytes(tried.estimate.memory.device_total_bytes()),
+                         format_rate(tried.estimate.tokens_per_s));
+      break;
+    }
+    throw Error(fmt::format("{} {}: the plan written ({}) does not fit: {}, {} per GPU of {}; {}; pass --allow-oom to "
+                            "write it anyway",
+                            flags.flag, flags.engine, written.plan.parallel.summary(), reject_reason(written.estimate.reject),
+                            format_bytes(written.estimate.memory.device_total_bytes()),
+                            format_bytes(written.device_memory_bytes), best));
+  }
+  for (const auto& note : written.config.not_expressible) std::cerr << "tessel: note: " << note << "\n";
+  if (!written.estimate.fits) {
+    std::cerr << fmt::format("tessel: note: --allow-oom: the plan written needs {} per GPU of {}\n",
+                             format_bytes(written.estimate.memory.device_total_bytes()),
+                             format_bytes(written.device_memory_bytes));
+  }
+  if (flags.out_file.empty()) {
+    std::cout << written.config.text;
     return;
   }
-  write_text_file_atomically(out_file, exported.text);
-  std::cout << fmt::format("wrote {} ({} launch config)\n", out_file, engine);
+  write_text_file_atomically(flags.out_file, written.config.text);
+  std::cout << fmt::format("wrote {} ({} launch config)\n", flags.out_file, flags.engine);
 }
 
 // --near: the imported run's model, batch, sequence and precision are the search's.
@@ -147,8 +222,7 @@ void print_near(const interop::ImportedRun& run, const planner::CostModel& model
 namespace {
 struct ExportArgs {
   std::string plan_file;
-  std::string engine;
-  std::string out_file;
+  EmitFlags emit;
 };
 }  // namespace
 
@@ -156,15 +230,22 @@ Command add_export_command(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand("export", "Write a plan file as another engine's launch config");
   cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file")->required();
-  cmd->add_option("--to", args->engine, std::string("Engine: ") + kEngines)->required();
-  cmd->add_option("--out,-o", args->out_file, "Write the config here (atomically; default: stdout)");
+  cmd->add_option("--to", args->emit.engine, std::string("Engine: ") + kEngines)->required();
+  cmd->add_option("--out,-o", args->emit.out_file, "Write the config here (atomically; default: stdout)");
+  cmd->add_flag("--allow-oom", args->emit.allow_oom,
+                "Write the config even when tessel prices the plan it describes out of memory");
+  add_db_option(cmd, args->emit.db);
   cmd->footer(
       "What the engine cannot express is replaced by the nearest plan it can run (e.g. 2D tensor parallelism by 1D "
       "of the same degree for Megatron-LM); each such change is a comment line in the config and a note on stderr.\n"
+      "A plan tessel prices out of memory (as the engine will run it) is refused unless --allow-oom; the error names "
+      "the best plan of a search that fits.\n"
       "Example: tessel export --plan examples/gpt3-13b-dgx-h100.json --to megatron --out train_gpt3_13b.sh");
   return [args] {
-    const interop::Engine engine = interop::engine_from_name(args->engine, "--to");
-    emit_plan(Plan::load(args->plan_file), interop::engine_name(engine), args->out_file);
+    EmitFlags emit = args->emit;
+    emit.flag = "--to";
+    interop::engine_from_name(emit.engine, emit.flag);
+    emit_plan(Plan::load(args->plan_file), emit);
     return 0;
   };
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +23,7 @@ struct ImportFlags {
   int nodes = 1;
   std::string engine;  // "" = detect from the file
   std::string hf_config;
+  std::vector<std::string> script_args;  // after `--`: a launch script's own arguments
 
   // `with_cluster`: also add --cluster and --nodes (commands that have none of their own).
   // `file_option`: the flag naming the file (--import; plan's --near).
@@ -43,8 +45,22 @@ std::optional<interop::ImportedRun> import_near(const ImportFlags& near, const p
 // The imported run's own prediction, and its rank among the plans shown.
 void print_near(const interop::ImportedRun& run, const planner::CostModel& model, const planner::SearchResult& result);
 
-// Writes `plan` as `engine`'s config to `out_file` (atomically), or to stdout when empty.
-void emit_plan(const Plan& plan, const std::string& engine, const std::string& out_file);
-void add_emit_options(CLI::App* command, std::string& engine, std::string& out_file);
+// `base` with each ranked layout in turn (placed on one node where ranks fill it).
+std::vector<Plan> plans_of(const Plan& base, const std::vector<planner::Estimate>& ranked);
+
+struct EmitFlags {
+  std::string engine;    // "" = nothing to emit
+  std::string out_file;  // "" = stdout
+  bool allow_oom = false;
+  std::string flag = "--emit";  // the flag that named the engine, for messages
+  std::string db;               // profile database the written plan is priced with
+};
+
+// Writes `plan` as the engine's config to `out_file` (atomically), or to stdout when
+// empty. The config is read back and priced first: a plan tessel prices out of memory
+// is refused (unless --allow-oom) by an error naming the best of `alternatives` (in
+// order; searched around `plan` when empty) whose written config fits.
+void emit_plan(const Plan& plan, const EmitFlags& flags, const std::vector<Plan>& alternatives = {});
+void add_emit_options(CLI::App* command, EmitFlags& flags);
 
 }  // namespace tessel::cli

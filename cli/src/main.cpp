@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "tessel/core/process_memory.hpp"
 #include "tessel/core/error.hpp"
 
 namespace tessel::cli {
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
     for (CLI::App* sub : app.get_subcommands()) return commands.at(sub)();
   } catch (const tessel::Error& error) {
     std::fprintf(stderr, "tessel: error: %s\n", error.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "tessel: error: %s\n", tessel::out_of_memory_message().c_str());
     return 2;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "tessel: unexpected error: %s\n", error.what());

@@ -18,6 +18,7 @@
 #include "commands.hpp"
 #include "format.hpp"
 #include "profile_cuda.hpp"
+#include "profile_runtime.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/input_file.hpp"
 #include "tessel/profiles/cost_lookup.hpp"
@@ -114,7 +115,8 @@ int run_measure(const ProfileArgs& args) {
   if (args.max_ranks < 0 || args.max_ranks == 1) {
     throw Error(fmt::format("--max-ranks: must be at least 2, got {}", args.max_ranks));
   }
-  ProfileStore store(db_path(args));  // opened first: a bad database fails before minutes of measuring
+  ProfileStore store(db_path(args));  // opened and checked first: a bad database fails before minutes of measuring
+  store.check_integrity();
   CpuProfileOptions options;
   options.quick = args.quick;
   options.max_ranks = args.max_ranks;
@@ -122,7 +124,10 @@ int run_measure(const ProfileArgs& args) {
   options.cancel = &cancel_flag();
   measure_into(store, "this machine's CPU", [&](const ProfileProgress& progress) {
     options.on_progress = progress;
-    return profile_cpu(options);
+    Profile profile = profile_cpu(options);
+    progress(1.0, "the runtime of a rank of this build (tessel run --steps 2 of a 2-rank GPT)");
+    set_measured_runtime(profile.device, measure_rank_runtime_bytes());
+    return profile;
   });
   return 0;
 }

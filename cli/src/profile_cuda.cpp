@@ -31,7 +31,8 @@ int run_profile_cuda(const std::string& db_path, int device, bool quick) {
   options.cuda_memory_bytes = kernels::cuda_device_memory_bytes(index);
   options.has_fp8 = kernels::cuda_device_has_fp8(index);
   options.cancel = &cancel_flag();
-  profiles::ProfileStore store(db_path);  // opened before measuring: a bad database fails first
+  profiles::ProfileStore store(db_path);  // opened and checked before measuring: a bad database fails first
+  store.check_integrity();
   std::unique_ptr<kernels::Backend> backend = kernels::make_cuda_backend(index);
 
   measure_into(store, fmt::format("{} (CUDA device {})", options.cuda_device_name, index),

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "rank_watch.hpp"
 #include "run_preflight.hpp"
 #include "run_supervisor.hpp"
 #include "tessel/core/error.hpp"
@@ -40,7 +41,7 @@ namespace {
 // scratch) and ZeRO's whole-layer buffers as the planner predicts them
 // (planner::stage_memory, MemoryBreakdown::non_model_bytes), known before any rank
 // starts, for the budget's refusal. The device's own workspace is left out: it is the
-// math library's reserve outside the budgeted pool (on CPU ranks the datasheet's 169 MiB
+// math library's reserve outside the budgeted pool (on CPU ranks the profile's runtime
 // would refuse budgets that run).
 std::vector<double> predicted_non_model_bytes(const Plan& plan) {
   std::vector<double> out;
@@ -65,14 +66,34 @@ std::string worker_path() {
 // Seconds the ranks get to stop (and write a final checkpoint) after a forwarded signal.
 constexpr unsigned kStopGraceSeconds = 20;
 
-int launch(executor::Launcher launcher, const RunArgs& args, const Plan& plan) {
+// Why the ranks ended, when not by a signal tessel forwarded: the watch's verdict, the
+// launcher killed, or a rank's exit status (a signal's name for a status above 128).
+std::string why_the_ranks_ended(const SupervisedExit& exit, const std::string& launcher) {
+  if (!exit.watch_reason.empty()) return exit.watch_reason;
+  if (exit.killed_by != 0) {
+    return fmt::format("{} was killed by SIG{}{}", launcher, sigabbrev_np(exit.killed_by),
+                       exit.ranks_outlived > 0 ? fmt::format(" (its {} ranks were waited for)", exit.ranks_outlived) : "");
+  }
+  return fmt::format("the ranks ended with {}", describe_exit_status(exit.status));
+}
+
+int launch(executor::Launcher launcher, RunArgs args, const Plan& plan) {
   executor::LaunchRequest request;
   request.world_size = plan.parallel.world_size();
   request.ranks_per_node = plan.gpus_per_node();
   request.hostfile = args.hostfile;
   request.worker = worker_path();
+  // Ranks on this machine beat a heartbeat the launch watches (rank_watch.hpp); ranks
+  // on other nodes (a hostfile, srun) are the launcher's to watch.
+  std::optional<RankWatch> watch;
+  if (launcher == executor::Launcher::mpirun && args.hostfile.empty()) {
+    watch.emplace(request.world_size, executor::to_string(launcher));
+    args.heartbeat_dir = watch->folder();
+  }
   request.worker_arguments = args.to_arguments();
-  const SupervisedExit exit = run_supervised(executor::launch_command(launcher, request), kStopGraceSeconds);
+  const SupervisedExit exit =
+      run_supervised(executor::launch_command(launcher, request), kStopGraceSeconds, watch ? &*watch : nullptr);
+  const std::string why = why_the_ranks_ended(exit, executor::to_string(launcher));
   if (exit.status != 0) {
     // Ranks killed before they could record how the run ended: say it for them.
     const std::string db = args.db.empty() ? profiles::ProfileStore::default_path() : args.db;
@@ -83,14 +104,19 @@ int launch(executor::Launcher launcher, const RunArgs& args, const Plan& plan) {
         if (exit.forwarded != 0) {
           runs.finish_left_running(args.launch_key, "interrupted", fmt::format("stopped by SIG{}", sigabbrev_np(exit.forwarded)));
         } else {
-          runs.finish_left_running(args.launch_key, "failed", fmt::format("the ranks ended with status {}", exit.status));
+          runs.finish_left_running(args.launch_key, "failed", why);
         }
       }
     } catch (const std::exception& error) {
       std::fprintf(stderr, "tessel: warning: could not record how the run ended in %s: %s\n", db.c_str(), error.what());
     }
   }
-  if (exit.forwarded != 0) std::fprintf(stderr, "tessel: run stopped by SIG%s\n", sigabbrev_np(exit.forwarded));
+  if (exit.forwarded != 0) {
+    std::fprintf(stderr, "tessel: run stopped by SIG%s\n", sigabbrev_np(exit.forwarded));
+  } else if (!exit.watch_reason.empty() || exit.killed_by != 0 || exit.status > 128) {
+    // A rank's own error is its line; these the ranks could not say.
+    std::fprintf(stderr, "tessel: error: run: %s\n", why.c_str());
+  }
   return exit.status;
 }
 
@@ -107,9 +133,11 @@ int launch(executor::Launcher launcher, const RunArgs& args, const Plan& plan) {
 
 int run_run(const RunArgs& args) {
   if (args.steps <= 0) throw Error(fmt::format("--steps: must be a positive integer, got {}", args.steps));
-  if (!(args.lr > 0)) throw Error(fmt::format("--lr: must be positive, got {}", args.lr));
-  if (!(args.clip_grad_norm >= 0)) {
-    throw Error(fmt::format("--clip-grad-norm: must be 0 (off) or positive, got {}", args.clip_grad_norm));
+  if (!(args.lr > 0) || !std::isfinite(args.lr)) {
+    throw Error(fmt::format("--lr: must be a positive finite number, got {}", args.lr));
+  }
+  if (!(args.clip_grad_norm >= 0) || !std::isfinite(args.clip_grad_norm)) {
+    throw Error(fmt::format("--clip-grad-norm: must be 0 (off) or a positive finite number, got {}", args.clip_grad_norm));
   }
   const Plan plan = Plan::load(args.plan_file);
   // fp8 training is planned and simulated only: the executor's kernels train in fp32,
@@ -185,6 +213,8 @@ int run_run(const RunArgs& args) {
 
 Command add_run_command(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
+  // Read signed, so that a negative budget is refused rather than wrapped to a huge one.
+  auto device_memory_bytes = std::make_shared<std::optional<std::int64_t>>();
   CLI::App* cmd = app.add_subcommand("run", "Train a plan on CPU or GPU ranks (launches mpirun or srun itself)");
   cmd->add_option("--plan,-p", args->plan_file, "Plan JSON file (local-cpu, or a GPU cluster)")->required();
   cmd->add_option("--steps,-s", args->steps, "Training steps")->capture_default_str();
@@ -210,7 +240,7 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--clip-grad-norm", args->clip_grad_norm,
                   "Clip the global gradient norm to this value (0: no clipping)")
       ->capture_default_str();
-  cmd->add_option("--device-memory-bytes", args->device_memory_bytes,
+  cmd->add_option("--device-memory-bytes", *device_memory_bytes,
                   "Offload plans: the device memory budget of the chunk manager (default: the plan's device memory)");
   cmd->add_option("--backend", args->backend,
                   "auto|cpu|cuda: auto runs GPU clusters on CUDA and local-cpu on the CPU; cpu runs a GPU plan's "
@@ -228,7 +258,17 @@ Command add_run_command(CLI::App& app) {
               "host-resident chunks in host memory within --device-memory-bytes; AdamW only). Per-op events go to the\n"
               "runs database. GPU ranks use device = local rank modulo the devices seen, NCCL between them; ranks\n"
               "that share a GPU (more ranks per node than devices) talk over MPI with host staging.");
-  return [args] { return run_run(*args); };
+  return [args, device_memory_bytes] {
+    if (device_memory_bytes->has_value()) {
+      if (**device_memory_bytes <= 0) {
+        throw Error(fmt::format("--device-memory-bytes: must be a positive number of bytes, got {} (leave it out for "
+                                "the plan's device memory)",
+                                **device_memory_bytes));
+      }
+      args->device_memory_bytes = std::uint64_t(**device_memory_bytes);
+    }
+    return run_run(*args);
+  };
 }
 
 }  // namespace tessel::cli

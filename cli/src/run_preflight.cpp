@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "format.hpp"
 #include "tessel/profiles/profile_store.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/process_memory.hpp"
 #include "tessel/executor/token_source.hpp"
 #include "tessel/executor/hf_export.hpp"
 #include "tessel/planner/cost_model.hpp"
@@ -84,21 +86,12 @@ void check_init_weights(const executor::RunOptions& args, const Plan& plan) {
   executor::whole_model_from_hf(executor::SafetensorsFile::read(args.init_file, "--init"), plan.model);
 }
 
-double available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string key;
-    double kib = 0;
-    if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024.0;
-  }
-  return 0;
-}
-
 std::string check_run_data(const executor::RunOptions& args, const Plan& plan) {
   const executor::TokenSource tokens = executor::open_token_source(args.data_file, args.data_format, args.data_dtype);
   executor::check_token_data(tokens, plan.model.vocab, plan.train.global_batch, plan.seq_len());
+  std::cout << fmt::format("data: {} read as {} ({} tokens of {})\n", args.data_file, executor::to_string(tokens.format()),
+                           tokens.count(), executor::to_string(tokens.dtype()))
+            << std::flush;
   return executor::to_string(tokens.format());
 }
 

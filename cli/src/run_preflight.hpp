@@ -18,7 +18,9 @@ void check_output_paths(const executor::RunOptions& args);
 
 // Opens --data as the ranks will and checks it against the plan (one global batch of
 // windows, every id inside the model's vocabulary; token_source.hpp). Returns the
-// format it was read as (auto resolved), which the ranks are handed. Throws tessel::Error.
+// format it was read as (auto resolved), which the ranks are handed, and prints it with
+// the ids' type and count (a file read as the wrong format is seen at once). Throws
+// tessel::Error.
 std::string check_run_data(const executor::RunOptions& args, const Plan& plan);
 
 // The planner's per-rank memory for `plan` times the ranks that run on this machine,
@@ -31,8 +33,6 @@ void check_memory_fits(const Plan& plan, const std::string& db, int ranks_here, 
 // --resume. Throws tessel::Error naming the tensor.
 void check_init_weights(const executor::RunOptions& args, const Plan& plan);
 
-// MemAvailable of /proc/meminfo in bytes (0 when unknown).
-double available_memory_bytes();
 
 // An exclusive lock on DIR/lock (flock), holding this process's pid, released when
 // the object goes (or the process ends; with `across_exec`, the program this process

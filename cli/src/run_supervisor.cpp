@@ -1,5 +1,6 @@
 // The supervised launch of run_supervisor.hpp. Only async-signal-safe calls happen in the
-// handlers (kill, alarm); the waiting loop restarts waitpid after each interruption.
+// handlers (kill, alarm); the waiting loop restarts waitpid after each interruption, and
+// with a RankWatch polls it (every 200 ms) between the watch's checks.
 // mpirun puts each rank in a process group of its own, so the ranks are reached through
 // the launcher's forwarding (and their parent-death signal), not through its group.
 #include "run_supervisor.hpp"
@@ -10,13 +11,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "rank_watch.hpp"
 #include "tessel/core/error.hpp"
 
 namespace tessel::cli {
@@ -48,9 +53,26 @@ void install(int signal, void (*handler)(int)) {
   sigemptyset(&action.sa_mask);
   sigaction(signal, &action, nullptr);
 }
+
+// Waits at most `grace_s` for the watched ranks (not tessel's children: mpirun's) to end,
+// then kills those left.
+void wait_for_ranks(RankWatch& watch, unsigned grace_s) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!watch.running_ranks().empty() &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(grace_s)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (pid_t pid : watch.running_ranks()) kill(pid, SIGKILL);
+}
 }  // namespace
 
-SupervisedExit run_supervised(const std::vector<std::string>& argv, unsigned grace_s) {
+std::string describe_exit_status(int status) {
+  const int signal = status - 128;
+  if (signal <= 0 || signal >= NSIG || sigabbrev_np(signal) == nullptr) return fmt::format("status {}", status);
+  return fmt::format("status {} (SIG{}: {})", status, sigabbrev_np(signal), strsignal(signal));
+}
+
+SupervisedExit run_supervised(const std::vector<std::string>& argv, unsigned grace_s, RankWatch* watch) {
   std::vector<char*> args;
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
@@ -76,16 +98,35 @@ SupervisedExit run_supervised(const std::vector<std::string>& argv, unsigned gra
   for (int signal : {SIGTERM, SIGINT, SIGHUP}) install(signal, forward_signal);
   install(SIGALRM, grace_over);
   int raw = 0;
-  while (waitpid(child, &raw, 0) < 0 && errno == EINTR) {
+  SupervisedExit out;
+  while (true) {
+    const pid_t done = waitpid(child, &raw, watch != nullptr ? WNOHANG : 0);
+    if (done == child || (done < 0 && errno != EINTR)) break;
+    if (watch == nullptr) continue;  // waitpid blocked: a signal interrupted it
+    if (out.watch_reason.empty()) {
+      if (const auto verdict = watch->check()) {
+        out.watch_reason = verdict->reason;
+        for (pid_t pid : verdict->rank_pids) kill(pid, SIGKILL);
+        kill(-child, SIGTERM);
+        alarm(grace_s);  // then SIGKILL (grace_over)
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   alarm(0);
   // Ranks the launcher left behind in its group (it should not, but a leash is a leash).
   kill(-child, SIGKILL);
   g_group = 0;
   for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGALRM}) install(signal, SIG_DFL);
-  SupervisedExit out;
+  // Ranks the launcher left (it was killed, or ended early): each may be writing a
+  // checkpoint its parent-death signal asked for; tessel returns after them.
+  if (watch != nullptr) {
+    out.ranks_outlived = int(watch->running_ranks().size());
+    wait_for_ranks(*watch, std::max(grace_s, 30u));
+  }
   out.forwarded = int(g_forwarded);
-  out.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + (WIFSIGNALED(raw) ? WTERMSIG(raw) : 0);
+  out.killed_by = WIFSIGNALED(raw) ? WTERMSIG(raw) : 0;
+  out.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + out.killed_by;
   if (out.forwarded != 0) out.status = 128 + out.forwarded;  // as if the signal had ended tessel
   return out;
 }

@@ -17,6 +17,18 @@ double DeviceSpec::peak_flops_per_s(Precision precision) const {
   return peak_fp32_flops_per_s;
 }
 
+bool build_links_cuda_libraries() {
+#ifdef TESSEL_LINKS_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+double DeviceSpec::runtime_bytes() const {
+  return workspace_bytes + (build_links_cuda_libraries() ? cuda_libraries_bytes : 0.0);
+}
+
 void DeviceSpec::check_precision(Precision precision) const {
   if (precision == Precision::fp8 && !has_fp8()) {
     throw Error(fmt::format("train.precision: fp8 needs fp8 tensor cores, and device {} has none (its profile gives no "
@@ -45,6 +57,10 @@ DeviceSpec DeviceSpec::from_json(const Json& json, const std::string& path) {
   d.memory_bandwidth_bytes_per_s = f.number_in_range("memory_bandwidth_bytes_per_s", 1, limits::kMaxBytesPerS);
   d.memory_efficiency = f.fraction_or("memory_efficiency", 1.0);
   d.workspace_bytes = f.has("workspace_bytes") ? f.positive_number("workspace_bytes") : 0.0;
+  d.cuda_libraries_bytes = f.has("cuda_libraries_bytes") ? f.positive_number("cuda_libraries_bytes") : 0.0;
+  if (d.cuda_libraries_bytes > 0 && d.kind != "cpu") {
+    f.fail("cuda_libraries_bytes", "is stated for CPU devices only (a GPU's workspace_bytes holds its CUDA runtime)");
+  }
   d.moe_load_imbalance = f.number_in_range_or("moe_load_imbalance", 1.0, 1024.0, 1.0);
   d.cores = f.has("cores") ? int(f.positive_int_or("cores", 1, limits::kMaxGpus)) : 0;
   if (d.cores > 0 && d.kind != "cpu") f.fail("cores", "is stated for CPU devices only (kind \"cpu\")");
@@ -68,6 +84,7 @@ Json DeviceSpec::to_json() const {
   if (has_fp8()) out["peak_flops_per_s"]["fp8"] = peak_fp8_flops_per_s;
   if (moe_load_imbalance != 1.0) out["moe_load_imbalance"] = moe_load_imbalance;
   if (cores > 0) out["cores"] = cores;
+  if (cuda_libraries_bytes > 0) out["cuda_libraries_bytes"] = cuda_libraries_bytes;
   if (!sources.is_null()) out["sources"] = sources;
   return out;
 }

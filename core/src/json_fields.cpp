@@ -233,6 +233,9 @@ Json parse_json_text(const std::string& text, const std::string& origin) {
     // or "[json.exception.out_of_range.406] "; keep the rest.
     std::string message = error.what();
     if (auto pos = message.find("] "); pos != std::string::npos) message = message.substr(pos + 2);
+    // nlohmann quotes the token it stopped at whole: 50,000 digits make no error line.
+    constexpr std::size_t kMaxMessage = 120;
+    if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage) + "...";
     throw Error(fmt::format("{}: malformed JSON: {}", origin, message));
   }
 }

@@ -17,6 +17,7 @@
 //              (3 x hidden per block) and the shared expert's 1-column gate are not
 //              counted: tessel's bias flag covers every linear layer.
 #include <algorithm>
+#include <cmath>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -90,6 +91,14 @@ class HfFields {
     if (it->is_number_integer() && it->get<std::int64_t>() == 0) return 0;
     return need_int(key);
   }
+  double optional_number(const char* key, double fallback) const {
+    auto it = json_.find(key);
+    if (it == json_.end() || it->is_null()) return fallback;
+    if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>())) {
+      throw Error(fmt::format("{}.{}: must be a positive number, got {}", path_, key, it->dump()));
+    }
+    return it->get<double>();
+  }
   bool has(const char* key) const { return json_.contains(key) && !json_.at(key).is_null(); }
   std::string type() const { return optional_string("model_type", ""); }
   const Json& json() const { return json_; }
@@ -120,7 +129,40 @@ void read_gpt2(const HfFields& hf, ModelSpec& m) {
   m.tied_embeddings = hf.optional_bool("tie_word_embeddings", true);
   m.position_embedding = PositionEmbedding::learned;
   m.bias = true;
+  m.norm_epsilon = hf.optional_number("layer_norm_epsilon", 1e-5);
 }
+
+// Numerics and shape fields of the LLaMA family that tessel could otherwise read past:
+// each is honoured (RoPE base, norm epsilon, RoPE scaling carried for the executor to
+// refuse) or refused here by name. `defaults`: the family's transformers config defaults.
+struct LlamaNumerics {
+  double rope_theta;
+  double rms_norm_eps;
+};
+
+void read_llama_numerics(const HfFields& hf, ModelSpec& m, LlamaNumerics defaults) {
+  const Json& json = hf.json();
+  m.rope_theta = hf.optional_number("rope_theta", defaults.rope_theta);
+  m.norm_epsilon = hf.optional_number("rms_norm_eps", defaults.rms_norm_eps);
+  if (auto scaling = json.find("rope_scaling"); scaling != json.end() && !scaling->is_null()) {
+    const auto type = scaling->is_object() ? scaling->value("rope_type", scaling->value("type", std::string())) : "";
+    m.rope_scaling = type.empty() ? "unnamed" : type;
+  }
+  if (hf.has("head_dim") && hf.need_int("head_dim") * m.heads != m.hidden) {
+    throw Error(fmt::format("{}.head_dim: {} x {} heads differs from hidden_size {}; tessel models head_dim = "
+                            "hidden_size / num_attention_heads",
+                            hf.path(), hf.need_int("head_dim"), m.heads, m.hidden));
+  }
+  if (hf.has("partial_rotary_factor") && hf.optional_number("partial_rotary_factor", 1.0) != 1.0) {
+    throw Error(fmt::format("{}.partial_rotary_factor: tessel rotates every channel of a head (1.0), got {}",
+                            hf.path(), json.at("partial_rotary_factor").dump()));
+  }
+  if (hf.has("mlp_bias") && hf.optional_bool("mlp_bias", false) != m.bias) {
+    throw Error(fmt::format("{}.mlp_bias: differs from attention_bias; tessel's bias flag covers every linear layer",
+                            hf.path()));
+  }
+}
+
 
 // The LLaMA-shaped part every llama, mixtral and qwen2_moe config shares.
 void read_llama_shape(const HfFields& hf, ModelSpec& m, bool attention_bias_default) {
@@ -156,6 +198,7 @@ void refuse_sliding_window(const HfFields& hf, const ModelSpec& m) {
 
 void read_mixtral(const HfFields& hf, ModelSpec& m) {
   read_llama_shape(hf, m, false);
+  read_llama_numerics(hf, m, {1e6, 1e-5});
   refuse_sliding_window(hf, m);
   m.moe.experts = hf.need_int("num_local_experts");
   m.moe.top_k = hf.need_int("num_experts_per_tok");
@@ -165,6 +208,7 @@ void read_mixtral(const HfFields& hf, ModelSpec& m) {
 
 void read_qwen2_moe(const HfFields& hf, ModelSpec& m) {
   read_llama_shape(hf, m, false);
+  read_llama_numerics(hf, m, {10000, 1e-6});
   refuse_sliding_window(hf, m);
   const std::string& path = hf.path();
   m.moe.experts = hf.need_int("num_experts");
@@ -207,7 +251,16 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name, c
                               path, moe_key, type));
     }
     if (type == "gpt2") read_gpt2(hf, m);
-    else read_llama_shape(hf, m, false);
+    else read_llama_shape(hf, m, false), read_llama_numerics(hf, m, {10000, 1e-6});
+  } else if (type == "mistral") {
+    if (!moe_key.empty()) {
+      throw Error(fmt::format("{}.{}: a mistral config with Mixture-of-Experts keys is not read as a dense model; "
+                              "MoE configs of type mixtral|qwen2_moe are read",
+                              path, moe_key));
+    }
+    read_llama_shape(hf, m, false);
+    refuse_sliding_window(hf, m);
+    read_llama_numerics(hf, m, {10000, 1e-6});
   } else if (type == "mixtral") {
     read_mixtral(hf, m);
   } else if (type == "qwen2_moe") {
@@ -217,7 +270,7 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name, c
                             "read; MoE configs of type mixtral|qwen2_moe are read, never as a dense model",
                             path, type, moe_key));
   } else {
-    throw Error(fmt::format("{}.model_type: Hugging Face configs of type gpt2|llama|mixtral|qwen2_moe are supported, "
+    throw Error(fmt::format("{}.model_type: Hugging Face configs of type gpt2|llama|mistral|mixtral|qwen2_moe are supported, "
                             "got '{}'", path, type));
   }
   check_model_shape(m, path);

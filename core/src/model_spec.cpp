@@ -144,6 +144,9 @@ ModelSpec ModelSpec::from_json(const Json& json, const std::string& path) {
       f.choice_or("position_embedding", {"learned", "rope"}, "learned"));
   m.bias = f.boolean_or("bias", true);
   if (const Json* moe = f.get("moe")) m.moe = moe_from_json(*moe, f.field_path("moe"), m.layers);
+  m.rope_theta = f.positive_number_or("rope_theta", m.rope_theta);
+  m.norm_epsilon = f.number_in_range_or("norm_epsilon", 1e-12, 1e-1, m.norm_epsilon);
+  m.rope_scaling = f.string_or("rope_scaling", "");
   m.source = f.string_or("source", "");
   f.finish();
   check_model_shape(m, path);
@@ -165,6 +168,10 @@ Json ModelSpec::to_json() const {
             {"position_embedding", to_string(position_embedding)},
             {"bias", bias}};
   if (moe.enabled()) json["moe"] = moe_to_json(moe);
+  const ModelSpec defaults;
+  if (rope_theta != defaults.rope_theta) json["rope_theta"] = rope_theta;
+  if (norm_epsilon != defaults.norm_epsilon) json["norm_epsilon"] = norm_epsilon;
+  if (!rope_scaling.empty()) json["rope_scaling"] = rope_scaling;
   // A model written inline in a plan has no source; an empty one would not load back.
   if (!source.empty()) json["source"] = source;
   return json;

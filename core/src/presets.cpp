@@ -31,7 +31,17 @@ Json load_preset_or_file(const std::string& kind, const std::string& preset_or_f
   if (auto preset = find_preset(kind, preset_or_file)) return *preset;
   // Any existing path is read as the file it names: a directory or a device is refused
   // as such rather than reported as an unknown preset.
-  if (std::error_code error; std::filesystem::exists(preset_or_file, error)) return read_json_file(preset_or_file);
+  if (std::error_code error; std::filesystem::exists(preset_or_file, error)) {
+    Json json = read_json_file(preset_or_file);
+    // A whole plan where its model or cluster belongs: say what the file is.
+    if (kind != "plans" && json.is_object() && json.contains("model") && json.contains("cluster") &&
+        json.contains("parallel")) {
+      throw Error(fmt::format("{}: {} is a plan file (model, cluster, parallel), not a {}: give it with --plan "
+                              "(estimate, simulate, run, gui), or give the {} alone",
+                              what, preset_or_file, what, what));
+    }
+    return json;
+  }
   std::string names;
   for (const auto& name : preset_names(kind)) {
     if (!names.empty()) names += '|';

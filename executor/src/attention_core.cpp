@@ -6,7 +6,6 @@
 namespace tessel::executor {
 
 namespace {
-constexpr float kRopeTheta = 10000.0f;  // LLaMA's base
 // Tags of the ring messages: one range per pass, offset by the hop.
 enum RingTag : int {
   kKeys = 100,
@@ -76,7 +75,8 @@ AttentionCore::AttentionCore(const TensorLayout& layout, AttentionForm form, Com
       kv_local_(layout.kv_local()),
       qkv_ld_(layout.qkv_local()),
       keep_keys_(keep_all_keys && layout.context().shape.sp > 1 && form == AttentionForm::materialized),
-      rope_(layout.context().model.position_embedding == PositionEmbedding::rope) {
+      rope_(layout.context().model.position_embedding == PositionEmbedding::rope),
+      rope_theta_(float(layout.context().model.rope_theta)) {
   for (Buffer* b : {&scores_, &block_, &scratch_block_, &ring_block_, &ring_values_, &ring_in_, &d_heads_, &out_heads_,
                     &dq_, &dk_, &dv_, &dprobs_, &dscores_, &shared_keys_, &shared_values_, &shared_gradient_,
                     &shared_value_gradient_, &kv_sum_part_}) {
@@ -131,7 +131,7 @@ void AttentionCore::forward(const IdScope& ids, LayerActivations& a, Buffer& pro
     backend_.rows_to_heads(Stream::compute, a.qkv.cref(), qkv_ld_, a.q.ref(), sequences_, seq_, heads_, head_dim_);
     if (rope_) {
       backend_.rope_forward(Stream::compute, a.q.cref(), a.q.ref(), sequences_ * heads_, seq_, head_dim_,
-                            sp_rank_ * seq_, kRopeTheta);
+                            sp_rank_ * seq_, rope_theta_);
     }
     split_kv(a.qkv, hidden_local_, rope_, a.k);
     split_kv(a.qkv, hidden_local_ + kv_local_, false, a.v);
@@ -274,7 +274,7 @@ void AttentionCore::backward(const IdScope& ids, const LayerActivations& a, cons
   dqkv.resize(std::size_t(sequences_) * seq_ * qkv_ld_);
   if (rope_) {
     backend_.rope_backward(Stream::compute, dq_.cref(), dq_.ref(), sequences_ * heads_, seq_, head_dim_,
-                           sp_rank_ * seq_, kRopeTheta);
+                           sp_rank_ * seq_, rope_theta_);
   }
   backend_.heads_to_rows(Stream::compute, dq_.cref(), dqkv.ref(), qkv_ld_, sequences_, seq_, heads_, head_dim_);
   merge_kv(dk_, rope_, dqkv, hidden_local_);
@@ -286,14 +286,14 @@ void AttentionCore::split_kv(const Buffer& qkv, std::int64_t offset, bool turn, 
   backend_.rows_to_heads(Stream::compute, qkv.at(offset), qkv_ld_, kv.ref(), sequences_, seq_, kv_heads_, head_dim_);
   if (turn) {
     backend_.rope_forward(Stream::compute, kv.cref(), kv.ref(), sequences_ * kv_heads_, seq_, head_dim_,
-                          sp_rank_ * seq_, kRopeTheta);
+                          sp_rank_ * seq_, rope_theta_);
   }
 }
 
 void AttentionCore::merge_kv(Buffer& kv, bool turn, Buffer& dqkv, std::int64_t offset) {
   if (turn) {
     backend_.rope_backward(Stream::compute, kv.cref(), kv.ref(), sequences_ * kv_heads_, seq_, head_dim_,
-                           sp_rank_ * seq_, kRopeTheta);
+                           sp_rank_ * seq_, rope_theta_);
   }
   backend_.heads_to_rows(Stream::compute, kv.cref(), dqkv.at(offset), qkv_ld_, sequences_, seq_, kv_heads_, head_dim_);
 }

@@ -12,7 +12,6 @@
 namespace tessel::executor {
 
 namespace {
-constexpr double kLayerNormEpsilon = 1e-5;  // tessel's (layout_impl.hpp's kNormEps), GPT-2's
 
 // GPT-2's Conv1D weights are [in, out] like tessel's: nothing is sliced or transposed.
 const std::vector<HfNameRule>& gpt2_rules() {
@@ -70,7 +69,7 @@ Json gpt2_config(const ModelSpec& m) {
                  {"n_head", m.heads},
                  {"n_inner", m.ffn_hidden == 4 * m.hidden ? Json(nullptr) : Json(m.ffn_hidden)},
                  {"activation_function", "gelu_new"},
-                 {"layer_norm_epsilon", kLayerNormEpsilon},
+                 {"layer_norm_epsilon", m.norm_epsilon},
                  {"initializer_range", 0.02},
                  {"resid_pdrop", 0.0},
                  {"embd_pdrop", 0.0},

@@ -9,8 +9,6 @@
 namespace tessel::executor {
 
 namespace {
-constexpr double kRmsNormEpsilon = 1e-5;  // tessel's (layout_impl.hpp's kNormEps)
-constexpr double kRopeTheta = 10000.0;    // tessel's (attention_core.cpp's kRopeTheta)
 
 bool ends_with(const std::string& name, const std::string& tail) {
   return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
@@ -53,8 +51,8 @@ Json llama_config(const ModelSpec& m) {
               {"num_key_value_heads", m.kv_heads},
               {"head_dim", m.head_dim()},
               {"max_position_embeddings", m.seq_len},
-              {"rms_norm_eps", kRmsNormEpsilon},
-              {"rope_theta", kRopeTheta},
+              {"rms_norm_eps", m.norm_epsilon},
+              {"rope_theta", m.rope_theta},
               {"rope_scaling", nullptr},
               {"hidden_act", "silu"},
               {"tie_word_embeddings", false},

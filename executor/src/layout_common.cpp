@@ -48,10 +48,10 @@ void TensorLayout::whole_norm_forward(const Buffer& x, CRef gamma, CRef beta, Bu
   bound(rstd, DType::f32).resize(std::size_t(local_rows_));
   if (model().norm == Norm::rmsnorm) {
     backend().rms_norm_forward(Stream::compute, x.cref(), gamma, y.ref(), rstd.f32(), local_rows_, model().hidden,
-                               kNormEps);
+                               float(model().norm_epsilon));
   } else {
     backend().layer_norm_forward(Stream::compute, x.cref(), gamma, beta, y.ref(), mean.f32(), rstd.f32(), local_rows_,
-                                 model().hidden, kNormEps);
+                                 model().hidden, float(model().norm_epsilon));
   }
 }
 
@@ -164,7 +164,7 @@ void TensorLayout::split_norm_forward(const std::string& compute_id, const std::
     row_group.all_reduce(rstd);
   }
   auto timed = timeline().time(compute_id);
-  backend().finish_rstd(Stream::compute, rstd.f32(), rows, C, kNormEps);
+  backend().finish_rstd(Stream::compute, rstd.f32(), rows, C, float(model().norm_epsilon));
   backend().layer_norm_apply(Stream::compute, x.cref(), gamma, beta, mean.f32(), rstd.f32(), y.ref(), rows, cols);
 }
 
@@ -183,7 +183,7 @@ void TensorLayout::split_rms_norm_forward(const std::string& compute_id, const s
     row_group.all_reduce(rstd);
   }
   auto timed = timeline().time(compute_id);
-  backend().finish_rstd(Stream::compute, rstd.f32(), rows, C, kNormEps);
+  backend().finish_rstd(Stream::compute, rstd.f32(), rows, C, float(model().norm_epsilon));
   backend().layer_norm_apply(Stream::compute, x.cref(), gamma, zero_beta_.cref(), mean.f32(), rstd.f32(), y.ref(), rows,
                              cols);
 }

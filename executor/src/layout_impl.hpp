@@ -7,8 +7,6 @@
 
 namespace tessel::executor {
 
-constexpr float kNormEps = 1e-5f;  // every layer norm's epsilon (GPT-2's)
-
 std::unique_ptr<TensorLayout> make_megatron_layout(LayoutContext context);
 std::unique_ptr<TensorLayout> make_summa_layout(LayoutContext context);
 std::unique_ptr<TensorLayout> make_cube_layout(LayoutContext context);

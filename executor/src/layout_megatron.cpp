@@ -98,10 +98,10 @@ class MegatronLayout final : public TensorLayout {
     const kernels::TimeMark start = timeline().mark(Stream::compute);
     if (model().norm == Norm::rmsnorm) {
       backend().residual_rms_norm_forward(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, gamma, y.ref(),
-                                          rstd.f32(), local_rows_, model().hidden, kNormEps);
+                                          rstd.f32(), local_rows_, model().hidden, float(model().norm_epsilon));
     } else {
       backend().residual_layer_norm_forward(Stream::compute, out.ref(), x.cref(), delta.cref(), bias, gamma, beta,
-                                            y.ref(), mean.f32(), rstd.f32(), local_rows_, model().hidden, kNormEps);
+                                            y.ref(), mean.f32(), rstd.f32(), local_rows_, model().hidden, float(model().norm_epsilon));
     }
     const kernels::TimeMark end = timeline().mark(Stream::compute);
     constexpr double kResidualShare =

@@ -23,6 +23,7 @@ std::vector<std::string> RunOptions::to_arguments() const {
   if (progress) out.insert(out.end(), {"--progress", "1"});
   if (backend != "auto") out.insert(out.end(), {"--backend", backend});
   if (!launch_key.empty()) out.insert(out.end(), {"--launch-key", launch_key});
+  if (!heartbeat_dir.empty()) out.insert(out.end(), {"--heartbeat-dir", heartbeat_dir});
   if (clip_grad_norm > 0) out.insert(out.end(), {"--clip-grad-norm", fmt::format("{}", clip_grad_norm)});
   if (device_memory_bytes > 0) out.insert(out.end(), {"--device-memory-bytes", std::to_string(device_memory_bytes)});
   return out;
@@ -50,6 +51,7 @@ RunOptions RunOptions::from_arguments(int argc, const char* const* argv) {
     else if (key == "--progress") o.progress = value == "1";
     else if (key == "--backend") o.backend = value;
     else if (key == "--launch-key") o.launch_key = value;
+    else if (key == "--heartbeat-dir") o.heartbeat_dir = value;
     else if (key == "--clip-grad-norm") o.clip_grad_norm = std::strtof(value.c_str(), nullptr);
     else if (key == "--device-memory-bytes") o.device_memory_bytes = std::strtoull(value.c_str(), nullptr, 10);
     else throw Error(fmt::format("{}: unknown option", key));

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +33,12 @@ std::size_t dtype_bytes(const std::string& dtype) {
       {"F16", 2},  {"BF16", 2}, {"I32", 4}, {"U32", 4},     {"F32", 4},     {"I64", 8}, {"U64", 8}, {"F64", 8}};
   const auto found = kBytes.find(dtype);
   return found == kBytes.end() ? 0 : found->second;
+}
+
+// A header value for an error line: at most 60 characters of it.
+std::string shown(const Json& value) {
+  const std::string text = value.dump();
+  return text.size() <= 60 ? text : text.substr(0, 60) + "...";
 }
 
 void put_u64_le(std::string& out, std::uint64_t value) {
@@ -144,14 +151,20 @@ SafetensorsFile SafetensorsFile::read(const std::string& path, const std::string
   const std::uint64_t data_bytes = file_bytes - f.data_start_;
   std::string header_text(header_bytes, '\0');
   if (!in.read(header_text.data(), long(header_bytes))) throw fail("cannot read the header");
+  // Through the guarded parser: nesting is bounded and a key given twice refused (the
+  // format disallows duplicate keys).
   Json header;
   try {
-    header = Json::parse(header_text);
-  } catch (const std::exception&) {
-    throw fail("the header is not JSON: not a safetensors file");
+    header = parse_json_text(header_text, "header");
+  } catch (const Error& error) {
+    throw fail(fmt::format("{} (not a safetensors file?)", error.what()));
   }
   if (!header.is_object()) throw fail("the header is not a JSON object");
-  for (const auto& [name, entry] : header.items()) {
+  for (const auto& item : header.items()) {
+    // Named, not a structured binding: the lambda below captures it (clang 14 builds the
+    // fuzz target, and captures no structured binding).
+    const std::string& name = item.key();
+    const Json& entry = item.value();
     if (name == "__metadata__") {
       if (!entry.is_object()) throw fail("__metadata__: must map strings to strings");
       for (const auto& [key, value] : entry.items()) {
@@ -174,11 +187,11 @@ SafetensorsFile SafetensorsFile::read(const std::string& path, const std::string
     for (const Json& d : entry["shape"]) {
       // Each factor below 2^40 and the product below 2^56: no overflow anywhere after.
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > (std::int64_t(1) << 40)) {
-        throw bad(fmt::format("shape {} must list non-negative integers", entry["shape"].dump()));
+        throw bad(fmt::format("shape {} must list non-negative integers", shown(entry["shape"])));
       }
       e.shape.push_back(d.get<std::int64_t>());
       elements *= std::uint64_t(e.shape.back());
-      if (elements > (std::uint64_t(1) << 56) / 8) throw bad(fmt::format("shape {} is too large", entry["shape"].dump()));
+      if (elements > (std::uint64_t(1) << 56) / 8) throw bad(fmt::format("shape {} is too large", shown(entry["shape"])));
     }
     for (const Json& o : entry["data_offsets"]) {
       if (!o.is_number_unsigned()) throw bad("data_offsets must be non-negative integers");
@@ -191,7 +204,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path, const std::string
     }
     if (e.end - e.begin != element_count(e.shape) * bytes_each) {
       throw bad(fmt::format("data_offsets [{}, {}] hold {} bytes, but shape {} of {} needs {}", e.begin, e.end,
-                            e.end - e.begin, entry["shape"].dump(), e.dtype, element_count(e.shape) * bytes_each));
+                            e.end - e.begin, shown(entry["shape"]), e.dtype, element_count(e.shape) * bytes_each));
     }
     f.entries_[name] = std::move(e);
   }
@@ -230,12 +243,19 @@ std::vector<float> SafetensorsFile::values(const std::string& name) const {
   std::vector<float> out(n);
   if (e.dtype == "F32") {
     std::memcpy(out.data(), bytes.data(), n * sizeof(float));
-    return out;
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t half;
+      std::memcpy(&half, bytes.data() + 2 * i, sizeof half);
+      out[i] = kernels::numeric::from_bf16(half);
+    }
   }
+  // A NaN or Inf weight makes every loss NaN from the first step; say where it is.
   for (std::size_t i = 0; i < n; ++i) {
-    std::uint16_t half;
-    std::memcpy(&half, bytes.data() + 2 * i, sizeof half);
-    out[i] = kernels::numeric::from_bf16(half);
+    if (!std::isfinite(out[i])) {
+      throw Error(fmt::format("--init: {}: tensor {}: element {} is {}; weights must be finite numbers", path_, name, i,
+                              std::isnan(out[i]) ? "NaN" : "infinite"));
+    }
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // zero), then the ids. Two kinds exist: magic 20240520 version 1 with uint16 ids (GPT-2's
 // tokeniser) and magic 20240801 version 7 with uint32 ids (Llama 3's). The count in the
 // header must match the bytes that follow it, so a shard cut short is caught.
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -30,6 +31,22 @@ bool starts_with_llmc_magic(const MappedFile& file) {
   if (file.size_bytes() < sizeof(std::int32_t)) return false;
   const std::int32_t magic = header_int(file, 0);
   return magic == kGpt2Magic || magic == kLlama3Magic;
+}
+
+void refuse_almost_llmc(const MappedFile& file) {
+  if (file.size_bytes() < kHeaderBytes || starts_with_llmc_magic(file)) return;
+  const std::int32_t magic = header_int(file, 0);
+  bool zeros_after_count = true;
+  for (int i = 3; i < int(kHeaderInts) && zeros_after_count; ++i) zeros_after_count = header_int(file, i) == 0;
+  // llm.c's magics are dates; one a few days off is a typo or a newer writer.
+  const bool near_magic = std::abs(std::int64_t(magic) - kGpt2Magic) <= 10000 ||
+                          std::abs(std::int64_t(magic) - kLlama3Magic) <= 10000;
+  if (!zeros_after_count && !near_magic) return;
+  throw Error(fmt::format("--data: {}: almost an llm.c shard (magic {}, version {}, {}) but llm.c writes magic {} or {}; "
+                          "if it holds headerless tokens, give --data-format nanogpt",
+                          file.path(), magic, header_int(file, 1),
+                          zeros_after_count ? "a 1024-byte header of zeros after the count" : "a 1024-byte header",
+                          kGpt2Magic, kLlama3Magic));
 }
 
 TokenSource read_llmc(std::shared_ptr<const MappedFile> file) {

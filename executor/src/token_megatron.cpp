@@ -12,6 +12,8 @@
 // index is checked against that layout and the whole .bin is one span.
 #include <cstring>
 
+#include <string>
+
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
@@ -88,9 +90,13 @@ void check_layout(const MappedFile& idx, const MappedFile& bin, const Index& ind
     const auto pointer = read_at<std::int64_t>(idx, pointers_at + 8 * i);
     if (size < 0) throw Error(fmt::format("--data: {}: sequence {} has size {}", idx.path(), i, size));
     if (pointer < 0 || std::uint64_t(pointer) + std::uint64_t(size) * item > bin.size_bytes()) {
+      // The end, for the message, without overflowing int64 for a pointer near 2^63
+      // (found by make fuzz): unsigned there, signed for a negative pointer.
+      const std::uint64_t span = std::uint64_t(size) * item;
+      const std::string end = pointer >= 0 ? std::to_string(std::uint64_t(pointer) + span)
+                                           : std::to_string(pointer + std::int64_t(span));
       throw Error(fmt::format("--data: {}: sequence {} points to bytes {}..{}, outside {} ({} bytes)", idx.path(), i,
-                              pointer, pointer + std::int64_t(size) * std::int64_t(item), bin.path(),
-                              bin.size_bytes()));
+                              pointer, end, bin.path(), bin.size_bytes()));
     }
     if (std::uint64_t(pointer) != expected_bytes) {
       throw Error(fmt::format("--data: {}: sequence {} starts at byte {}, but the sizes before it end at {} "

@@ -48,8 +48,12 @@ TokenFormat detect(const std::string& path) {
     throw Error(fmt::format("--data: {}: a Megatron index needs its data file {}.bin next to it", path, prefix));
   }
   if (!is_file(path)) throw Error(fmt::format("--data: {}: cannot open file", path));
-  if (starts_with_llmc_magic(*MappedFile::open(path))) return TokenFormat::llmc;
-  if (ends_with(path, ".bin")) return TokenFormat::nanogpt;
+  const auto mapped = MappedFile::open(path);
+  if (starts_with_llmc_magic(*mapped)) return TokenFormat::llmc;
+  if (ends_with(path, ".bin")) {
+    refuse_almost_llmc(*mapped);
+    return TokenFormat::nanogpt;
+  }
   return TokenFormat::text;
 }
 }  // namespace

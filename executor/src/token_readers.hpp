@@ -19,5 +19,9 @@ TokenSource read_nanogpt(std::shared_ptr<const MappedFile> file, TokenDType dtyp
 TokenSource read_llmc(std::shared_ptr<const MappedFile> file);
 // Whether the file starts with one of llm.c's magic numbers.
 bool starts_with_llmc_magic(const MappedFile& file);
+// Throws tessel::Error when the file is almost an llm.c shard (a magic near llm.c's, or a
+// 1024-byte header whose ints after the count are zero) without llm.c's magic: read as
+// headerless tokens, its header would be trained on.
+void refuse_almost_llmc(const MappedFile& file);
 
 }  // namespace tessel::executor

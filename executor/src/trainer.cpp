@@ -16,6 +16,12 @@ namespace tessel::executor {
 
 void Trainer::check(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
+  // Numerics that do not change the cost but do change the model: run only what is computed.
+  if (!plan.model.rope_scaling.empty()) {
+    throw Error(fmt::format("model.rope_scaling: {} RoPE scaling is not computed by the executor (it rotates by "
+                            "rope_theta alone); plan and estimate price the model, run refuses it",
+                            plan.model.rope_scaling));
+  }
   // Refused rather than run exposed: the executor's tensor-parallel collectives (MPI on
   // CPU ranks, NCCL on GPUs) run between its GEMMs, never pipelined with them, so a run
   // would measure another plan than the one it names, and `tessel compare` and

@@ -32,11 +32,13 @@
 
 #include "tessel/core/chrome_trace.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/process_memory.hpp"
 #include "tessel/core/program.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
 #include "tessel/executor/hf_export.hpp"
 #include "tessel/executor/rank_device.hpp"
+#include "tessel/executor/rank_heartbeat.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/executor/run_options.hpp"
 #include "tessel/profiles/run_store.hpp"
@@ -156,7 +158,12 @@ struct RunRecorder {
   void begin(const RunArgs& args, const Plan& plan, const std::string& backend) {
     store = std::make_unique<profiles::ProfileStore>(args.db.empty() ? profiles::ProfileStore::default_path() : args.db);
     runs = std::make_unique<profiles::RunStore>(*store);
-    id = runs->begin_run(plan.to_json(), backend, args.steps, args.launch_key);
+    // Ranks started by the user's launcher (--launcher none): rank 0 names itself, so
+    // that a reader can tell when it is gone.
+    const std::string key = args.launch_key.empty()
+                                ? fmt::format("running under tessel-rank {} on {}", getpid(), profiles::host_name())
+                                : args.launch_key;
+    id = runs->begin_run(plan.to_json(), backend, args.steps, key);
   }
   void step(const executor::StepStats& stats) {
     if (runs && std::isfinite(stats.loss)) runs->add_steps(id, {{stats.step, stats.loss, stats.seconds, stats.tokens_per_s}});
@@ -367,6 +374,12 @@ int train(const RunArgs& args, const Plan& plan) {
     std::fprintf(stderr, "tessel: error: rank %d: %s\n", world.rank(), error.what());
     std::fflush(stderr);
     executor::abort_all_ranks(2);
+  } catch (const std::bad_alloc&) {
+    const std::string message = out_of_memory_message();
+    record.end("failed", message);
+    std::fprintf(stderr, "tessel: error: rank %d: %s\n", world.rank(), message.c_str());
+    std::fflush(stderr);
+    executor::abort_all_ranks(2);
   }
 }
 
@@ -378,10 +391,18 @@ int main(int argc, char** argv) {
   try {
     stop_with_the_launcher();
     const RunArgs args = RunArgs::from_arguments(argc, argv);
+    // First thing, before MPI starts: the launcher's watch counts a rank from its first beat.
+    if (!args.heartbeat_dir.empty()) {
+      const executor::LaunchedRank launched = executor::read_launched_rank(executor::process_environment());
+      executor::start_heartbeat(args.heartbeat_dir, launched.rank.value_or(0));
+    }
     const Plan plan = Plan::load(args.plan_file);
     return train(args, plan);
   } catch (const Error& error) {
     std::fprintf(stderr, "tessel: error: %s\n", error.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "tessel: error: %s\n", out_of_memory_message().c_str());
     return 2;
   }
 }

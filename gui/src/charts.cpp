@@ -129,10 +129,17 @@ struct ScatterChart::Impl {
     if (auto* log = qobject_cast<QLogValueAxis*>(axis)) log->setRange(std::max(1e-12, low * 0.8), high * 1.25);
     else static_cast<QValueAxis*>(axis)->setRange(std::max(0.0, low - margin), high + margin);
   }
+  // Labels are drawn whole: Qt elides the ones wider than its guess ("1..." for "10").
   static QAbstractAxis* make_axis(bool log) {
-    if (!log) return new QValueAxis;
-    auto* axis = new QLogValueAxis;
-    axis->setLabelFormat("%.3g");
+    QAbstractAxis* axis = nullptr;
+    if (log) {
+      auto* log_axis = new QLogValueAxis;
+      log_axis->setLabelFormat("%.3g");
+      axis = log_axis;
+    } else {
+      axis = new QValueAxis;
+    }
+    axis->setTruncateLabels(false);
     return axis;
   }
   void attach(QAbstractSeries* series) {
@@ -256,6 +263,29 @@ void ScatterChart::add_rings(const QString& name, const QColor& color, const std
   impl_->attach(series);
   impl_->legend.add("&#9711;", color, name);
 }
+
+void ScatterChart::add_limit(const QString& name, const QColor& color, double x) {
+  // Spans the points' values; the limit itself widens the x range to show it.
+  const double low = impl_->any ? impl_->y_min : 0, high = impl_->any ? impl_->y_max : 1;
+  auto* series = new QLineSeries;
+  series->setName(name);
+  QPen pen(color);
+  pen.setWidth(2);
+  pen.setStyle(Qt::DashLine);
+  series->setPen(pen);
+  *series << QPointF(x, low) << QPointF(x, high);
+  impl_->extend({QPointF(x, low), QPointF(x, high)});
+  impl_->attach(series);
+  impl_->legend.add("&#8212;", color, name);
+}
+
+std::pair<double, double> ScatterChart::x_range() const {
+  if (auto* log = qobject_cast<QLogValueAxis*>(impl_->x)) return {log->min(), log->max()};
+  const auto* linear = static_cast<QValueAxis*>(impl_->x);
+  return {linear->min(), linear->max()};
+}
+
+bool ScatterChart::labels_whole() const { return !impl_->x->truncateLabels() && !impl_->y->truncateLabels(); }
 
 int ScatterChart::error_bar_count() const { return impl_->error_bars; }
 

@@ -47,12 +47,16 @@ bool ChildSimulation::start(const Plan& plan, const std::string& db) {
     error_ = QString::fromUtf8(error.what());
     return false;
   }
-  QStringList args{"simulate", "--plan", plan_file, "--json", "--trace", trace_file()};
+  QStringList args{"simulate", "--plan", plan_file, "--json", "--trace", trace_file(), "--progress"};
   if (!db.empty()) args << "--db" << QString::fromStdString(db);
   process_ = new QProcess(this);
+  stderr_.clear();
+  error_lines_.clear();
+  connect(process_, &QProcess::readyReadStandardError, this, &ChildSimulation::read_stderr);
   connect(process_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus status) {
+    read_stderr();
     if (code != 0 || status != QProcess::NormalExit) {
-      error_ = QString::fromUtf8(process_->readAllStandardError()).trimmed();
+      error_ = (error_lines_ + QString::fromUtf8(stderr_)).trimmed();
       if (error_.isEmpty()) error_ = QString("simulate: the child exited with status %1").arg(code);
       emit finished(false, {});
       return;
@@ -66,6 +70,21 @@ bool ChildSimulation::start(const Plan& plan, const std::string& db) {
   });
   process_->start(binary_, args);
   return true;
+}
+
+void ChildSimulation::read_stderr() {
+  if (process_ == nullptr) return;
+  stderr_ += process_->readAllStandardError();
+  for (qsizetype newline = stderr_.indexOf('\n'); newline >= 0; newline = stderr_.indexOf('\n')) {
+    const QString line = QString::fromUtf8(stderr_.left(newline)).trimmed();
+    stderr_.remove(0, newline + 1);
+    const QString prefix = "simulate: ";
+    const qsizetype percent = line.indexOf('%');
+    bool number = false;
+    const double share = percent > 0 ? line.mid(prefix.size(), percent - prefix.size()).toDouble(&number) / 100 : 0;
+    if (line.startsWith(prefix) && number) emit progress(share, line.mid(prefix.size()));
+    else error_lines_ += line + "\n";
+  }
 }
 
 bool ChildSimulation::running() const { return process_ != nullptr && process_->state() != QProcess::NotRunning; }

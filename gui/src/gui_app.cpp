@@ -99,6 +99,15 @@ int run_gui(const GuiOptions& options) {
     qputenv("QT_QPA_PLATFORM", "offscreen");
   }
   const std::optional<profiles::RunRecord> run = find_run(options);
+  // Qt without a display aborts with advice to reinstall; say what is missing instead.
+  // Platforms other than X11 and Wayland (offscreen, vnc, eglfs) need neither variable.
+  const QByteArray platform = qgetenv("QT_QPA_PLATFORM");
+  const bool windowing_platform = platform.isEmpty() || platform.startsWith("xcb") || platform.startsWith("wayland");
+  if (options.screenshot.empty() && windowing_platform && qEnvironmentVariableIsEmpty("DISPLAY") &&
+      qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY")) {
+    throw Error("gui: no display (DISPLAY and WAYLAND_DISPLAY are unset): run it in a desktop session or over ssh -X, "
+                "or render the window into a file with --screenshot FILE.png [--tab plans|timeline|...]");
+  }
   if (run && options.plan_file.empty()) fill_inputs_from_plan(Plan::from_json(run->plan), inputs, scratch);
   qt_default_handler = qInstallMessageHandler(drop_session_notices);
   int argc = 1;

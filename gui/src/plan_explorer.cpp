@@ -1,5 +1,6 @@
 #include "tessel/gui/plan_explorer.hpp"
 
+#include <QCheckBox>
 #include <QApplication>
 #include <QFile>
 #include <QToolButton>
@@ -184,7 +185,7 @@ void PlanExplorer::finish_search(std::shared_ptr<planner::SearchResult> result) 
 
 void PlanExplorer::fill_results() {
   table_model_->removeRows(0, table_model_->rowCount());
-  scatter_->clear();
+  fill_scatter();
   if (!result_ || cancelled_) return;
   for (std::size_t i = 0; i < result_->best.size(); ++i) {
     const planner::Estimate& e = result_->best[i];
@@ -203,8 +204,14 @@ void PlanExplorer::fill_results() {
                              number(e.step_time_s, 4), number(e.tokens_per_s), number(100 * e.mfu, 1),
                              number(e.memory.device_total_bytes() / kGiB, 1), text(band), text(experience)});
   }
-  // Scatter: one series per tensor mode and schedule family, the plans that do not fit
-  // in grey, and the frontier (the fastest plan at or under each memory).
+}
+
+void PlanExplorer::fill_scatter() {
+  scatter_->clear();
+  if (!result_ || cancelled_) return;
+  // One series per tensor mode and schedule family, the plans that do not fit in grey
+  // (when asked for), the device's memory as a line, and the frontier (the fastest plan
+  // at or under each memory).
   std::lock_guard lock(points_mutex_);
   struct Series {
     std::vector<QPointF> points;
@@ -218,6 +225,7 @@ void PlanExplorer::fill_results() {
   std::vector<std::size_t> fitting_index;
   for (std::size_t i = 0; i < points_.size(); ++i) {
     const PlanPoint& pt = points_[i];
+    if (!pt.fits && !show_unfit_->isChecked()) continue;
     // Shape by pipeline schedule: circles 1f1b (and one stage), squares interleaved,
     // triangles gpipe.
     const Schedule schedule = pt.parallel.pp == 1 ? Schedule::one_f_one_b : pt.parallel.schedule;
@@ -234,6 +242,10 @@ void PlanExplorer::fill_results() {
     if (pt.fits) fitting.emplace_back(at.x(), at.y()), fitting_index.push_back(i);
   }
   for (auto& [name, s] : series) scatter_->add_points(name, s.color, s.marker, s.points, s.ids, s.tips);
+  if (model_for_search_) {
+    const double device_gib = model_for_search_->costs().device().memory_bytes / kGiB;
+    scatter_->add_limit(QString("device memory (%1 GiB)").arg(device_gib, 0, 'f', 0), QColor(200, 0, 0), device_gib);
+  }
   std::vector<std::size_t> order(fitting.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return fitting[a] < fitting[b]; });
@@ -291,6 +303,9 @@ int PlanExplorer::plan_rows() const { return table_model_->rowCount(); }
 int PlanExplorer::scatter_points() const { return scatter_->point_count(); }
 int PlanExplorer::scatter_error_bars() const { return scatter_->error_bar_count(); }
 std::vector<QString> PlanExplorer::scatter_legend() const { return scatter_->legend_labels(); }
+std::pair<double, double> PlanExplorer::scatter_memory_range_gib() const { return scatter_->x_range(); }
+bool PlanExplorer::scatter_labels_whole() const { return scatter_->labels_whole(); }
+void PlanExplorer::set_show_plans_that_do_not_fit(bool show) { show_unfit_->setChecked(show); }
 std::pair<double, double> PlanExplorer::timeline_band_s() const { return timeline_->step_band_s(); }
 
 void PlanExplorer::select_plan(int index) {
@@ -345,7 +360,10 @@ void PlanExplorer::simulate_selected() {
     status_->setText("simulation failed: " + simulation_error_);
     return;
   }
-  status_->setText(status_->text() + "\nsimulating...");
+  // A simulation of many ranks takes minutes: the child's progress lines replace this.
+  status_before_simulation_ = status_->text();
+  simulation_progress_.clear();
+  status_->setText(status_before_simulation_ + "\nsimulating...");
 }
 
 void PlanExplorer::show_simulation(const QByteArray& json_text, const QString& trace_file) {

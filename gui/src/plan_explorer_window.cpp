@@ -1,6 +1,7 @@
 // The plan explorer's window as it is put together: one builder per panel and tab, and
 // the signal wiring, apart from what the window does (plan_explorer.cpp), so that each
 // reads on its own and a new tab is one more builder.
+#include <QCheckBox>
 #include <QComboBox>
 #include <QFileDialog>
 #include <QFormLayout>
@@ -132,8 +133,16 @@ QWidget* PlanExplorer::build_inputs(QWidget* parent) {
 
 QSortFilterProxyModel* PlanExplorer::build_plans_tab() {
   auto* plans = new QSplitter(Qt::Vertical, tabs_);
-  scatter_ = new ScatterChart(plans);
+  auto* scatter_panel = new QWidget(plans);
+  auto* scatter_layout = new QVBoxLayout(scatter_panel);
+  scatter_layout->setContentsMargins(0, 0, 0, 0);
+  scatter_ = new ScatterChart(scatter_panel);
   scatter_->set_axes("memory per GPU (GiB)", "step time (s)");
+  // Plans that do not fit can need terabytes: shown, they crush the ones that fit
+  // against the left edge, so they are an opt-in.
+  show_unfit_ = new QCheckBox("show the plans that do not fit in the device's memory", scatter_panel);
+  scatter_layout->addWidget(scatter_, 1);
+  scatter_layout->addWidget(show_unfit_);
   table_model_ = new QStandardItemModel(this);
   table_model_->setHorizontalHeaderLabels({"rank", "dp", "pp", "tp", "mode", "sp", "zero", "offload", "recompute", "mb",
                                            "schedule", "step (s)", "tokens/s", "MFU %", "mem/GPU (GiB)",
@@ -147,7 +156,7 @@ QSortFilterProxyModel* PlanExplorer::build_plans_tab() {
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setSelectionMode(QAbstractItemView::SingleSelection);
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  plans->addWidget(scatter_);
+  plans->addWidget(scatter_panel);
   plans->addWidget(table_);
   plans->setStretchFactor(0, 3);
   plans->setStretchFactor(1, 2);
@@ -189,6 +198,10 @@ void PlanExplorer::build_file_menu() {
 
 void PlanExplorer::connect_signals(QSortFilterProxyModel* sorted) {
   simulation_ = new ChildSimulation(this);
+  connect(simulation_, &ChildSimulation::progress, this, [this](double, const QString& line) {
+    status_->setText(status_before_simulation_ + "\nsimulating: " + line);
+    simulation_progress_ = line;
+  });
   connect(simulation_, &ChildSimulation::finished, this, [this](bool ok, const QByteArray& json) {
     if (!ok) {
       simulation_error_ = simulation_->error();
@@ -208,6 +221,7 @@ void PlanExplorer::connect_signals(QSortFilterProxyModel* sorted) {
   }
   connect(search_button_, &QPushButton::clicked, this, [this] { start_search(); });
   connect(cancel_button_, &QPushButton::clicked, this, [this] { cancel_search(); });
+  connect(show_unfit_, &QCheckBox::toggled, this, [this] { fill_scatter(); });
   connect(scatter_, &ScatterChart::pointClicked, this, [this](int point) {
     // A point of the table's plans selects its row; the others are described.
     std::lock_guard lock(points_mutex_);

@@ -9,6 +9,7 @@
 #include <QToolTip>
 #include <QWheelEvent>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -19,6 +20,7 @@ constexpr double kRowHeight = 18, kMinLabelWidth = 150, kSceneWidth = 2000;
 // The axis strip above the rows and the legend strip below them, in view pixels; the
 // scene leaves that much room so that neither hides a row when scrolled to an end.
 constexpr double kAxisHeight = 24, kLegendLineHeight = 18, kLegendLines = 2;
+constexpr std::size_t kOpKinds = std::size_t(OpKindColour::copy) + 1;
 
 // Paints every row; x is seconds scaled to kSceneWidth, so the view's transform is the zoom.
 class TimelineItem : public QGraphicsItem {
@@ -48,12 +50,14 @@ class TimelineItem : public QGraphicsItem {
       if (y + kRowHeight < visible.top() || y > visible.bottom()) continue;
       const auto& bars = rows_[r].bars;
       const bool ghost = rows_[r].ghost;
-      // Merge bars that end within a pixel of the previous one (level of detail).
+      // Merge bars that end within a pixel of the previous one (level of detail); a
+      // merged block takes the colour of the kind that fills most of it.
       double run_start = -1, run_end = -1;
-      OpKindColour run_kind = OpKindColour::gemm;
+      std::array<double, kOpKinds> run_time{};
       auto flush = [&] {
         if (run_start < 0) return;
-        QColor colour = colour_of(run_kind);
+        const auto dominant = std::max_element(run_time.begin(), run_time.end()) - run_time.begin();
+        QColor colour = colour_of(OpKindColour(dominant));
         if (ghost) colour.setAlpha(90);
         painter->setBrush(colour);
         // Bars a few pixels wide get an outline, so that neighbours stay apart.
@@ -66,10 +70,13 @@ class TimelineItem : public QGraphicsItem {
         if (x1 < visible.left() || x0 > visible.right()) continue;
         if (run_start >= 0 && x0 - run_end < min_width && x1 - x0 < min_width) {
           run_end = std::max(run_end, x1);
+          run_time[std::size_t(bar.kind)] += x1 - x0;
           continue;
         }
         flush();
-        run_start = x0, run_end = x1, run_kind = bar.kind;
+        run_start = x0, run_end = x1;
+        run_time.fill(0);
+        run_time[std::size_t(bar.kind)] = x1 - x0;
       }
       flush();
     }

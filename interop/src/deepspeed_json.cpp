@@ -172,12 +172,24 @@ std::optional<int> DeepSpeedReader::batch_value(const char* key, bool& was_auto)
   return int(it->get<std::int64_t>());
 }
 
+// The Hugging Face Trainer's default per_device_train_batch_size (TrainingArguments).
+constexpr int kTrainerMicroBatch = 8;
+
 void DeepSpeedReader::read_batch() {
   bool train_auto = false, micro_auto = false, steps_auto = false;
   std::optional<int> train = batch_value("train_batch_size", train_auto);
   std::optional<int> micro = batch_value("train_micro_batch_size_per_gpu", micro_auto);
   std::optional<int> steps = batch_value("gradient_accumulation_steps", steps_auto);
-  const char* unresolved_auto = micro_auto   ? "train_micro_batch_size_per_gpu"
+  // "auto" as the Hugging Face Trainer fills it (transformers' deepspeed integration): its
+  // default per_device_train_batch_size and gradient_accumulation_steps, their product x GPUs.
+  const bool fill_auto = !context_.cluster.ranks_fill_node();
+  if (fill_auto && micro_auto) micro = kTrainerMicroBatch;
+  if (fill_auto && steps_auto) steps = 1;
+  if (fill_auto && (micro_auto || steps_auto || train_auto))
+    ignored(fmt::format("\"auto\" batch values filled as the Hugging Face Trainer's defaults: micro batch {}, "
+                        "accumulation 1, train batch their product x GPUs", kTrainerMicroBatch));
+  const char* unresolved_auto = fill_auto    ? nullptr
+                                : micro_auto ? "train_micro_batch_size_per_gpu"
                                 : steps_auto ? "gradient_accumulation_steps"
                                 : train_auto ? "train_batch_size"
                                              : nullptr;
@@ -236,9 +248,11 @@ bool DeepSpeedReader::enabled(const Json& section, const std::string& option, co
   if (!section.is_object()) refuse(option, fmt::format("must be an object, got {}", section.dump()));
   auto it = section.find("enabled");
   if (it == section.end()) return false;
-  if (it->is_string() && it->get<std::string>() == "auto")
-    refuse(option + ".enabled",
-           fmt::format("\"auto\" is decided by the Hugging Face Trainer's {}; write true or false", trainer_flag));
+  if (it->is_string() && it->get<std::string>() == "auto") {
+    ignored(fmt::format("{}.enabled: \"auto\" filled with false (the Hugging Face Trainer's {} unset)", option,
+                        trainer_flag));
+    return false;
+  }
   if (!it->is_boolean()) refuse(option + ".enabled", fmt::format("must be true or false, got {}", it->dump()));
   return it->get<bool>();
 }

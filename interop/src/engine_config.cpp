@@ -8,6 +8,7 @@
 
 #include "engines.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/json_fields.hpp"
 
 namespace tessel::interop {
 
@@ -41,8 +42,13 @@ Engine detect_engine(const std::string& path, const std::string& text) {
   const std::string extension = lower_extension(path);
   if (extension == ".yaml" || extension == ".yml") return Engine::nemo;
   if (extension == ".toml") return Engine::torchtitan;
+  if (extension == ".py") {
+    // torchtitan's configs since February 2026 are Python functions building Trainer.Config.
+    throw Error(path + ": a Python file (torchtitan's config_registry.py builds its configs in code, which tessel "
+                       "does not run); give the run as a torchtitan TOML (--job.config_file) instead");
+  }
   if (extension == ".json") {
-    const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const Json json = parse_json_text(text, path);  // malformed JSON is named as such
     if (json.is_object() && (json.contains("zero_optimization") || json.contains("train_batch_size") ||
                              json.contains("train_micro_batch_size_per_gpu")))
       return Engine::deepspeed;
@@ -63,11 +69,11 @@ ImportedRun import_run(Engine engine, const std::string& text, const ImportConte
 }
 
 ExportedConfig export_plan(Engine engine, const Plan& plan) {
-  // The writers know dense models only: an MoE plan written without its experts would
-  // train a different model.
-  if (plan.model.moe.enabled()) {
-    throw Error(fmt::format("export: model {} is a Mixture-of-Experts model (model.moe); tessel does not write MoE "
-                            "launch configs for other engines yet",
+  // Megatron-LM's writer spells experts out; the others know dense models only, and an
+  // MoE plan written without its experts would train a different model.
+  if (plan.model.moe.enabled() && engine != Engine::megatron) {
+    throw Error(fmt::format("export: model {} is a Mixture-of-Experts model (model.moe); tessel writes MoE launch "
+                            "configs for megatron only",
                             plan.model.name));
   }
   // An uneven interleaved split (the first and the last chunk a block short): torchtitan's

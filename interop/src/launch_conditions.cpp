@@ -80,7 +80,7 @@ bool ShellConditionals::evaluate(const std::string& condition, const Expand& wor
 }
 
 bool ShellConditionals::handle(const std::string& line, const Expand& words, const Fail& fail,
-                               std::vector<std::string>& notes, int line_number) {
+                               std::vector<std::string>& notes, int line_number, bool enclosing_active) {
   const std::string text = trim(line);
   auto condition_of = [&](std::size_t keyword_size) {
     std::string rest = trim(text.substr(keyword_size));
@@ -91,7 +91,7 @@ bool ShellConditionals::handle(const std::string& line, const Expand& words, con
   };
   if (text.starts_with("if ")) {
     Frame frame;
-    frame.outer_active = active();
+    frame.outer_active = active() && enclosing_active;
     const std::string condition = condition_of(3);
     frame.active = frame.outer_active && evaluate(condition, words, fail, notes, line_number);
     frame.taken = frame.active;

@@ -22,8 +22,14 @@ class ShellConditionals {
 
   // True when `line` (leading blanks removed) is an if, elif, else or fi line, which is
   // then consumed here.
+  // `enclosing_active`: whether the loops and case branches around it run.
   bool handle(const std::string& line, const Expand& words, const Fail& fail, std::vector<std::string>& notes,
-              int line_number);
+              int line_number, bool enclosing_active = true);
+  // The value of a condition of [ ] and [[ ]] tests (a while loop's).
+  bool condition_value(const std::string& condition, const Expand& words, const Fail& fail,
+                       std::vector<std::string>& notes, int line_number) const {
+    return evaluate(condition, words, fail, notes, line_number);
+  }
   // Whether the lines now read run (every enclosing branch taken).
   bool active() const { return frames_.empty() || frames_.back().active; }
   bool open() const { return !frames_.empty(); }

@@ -4,12 +4,18 @@
 // for launch scripts: quotes keep spaces, unquoted expansions ($VAR, ${ARR[@]}) are
 // split on whitespace, `#` at a word's start begins a comment, redirections and pipes
 // end the command. Unset variables expand to nothing; the environment is never read, so
-// a script reads the same on every machine.
+// a script reads the same on every machine. A script written to break the reader is
+// refused in one line: arithmetic beyond 64 bits, nesting deeper than kMaxNesting and
+// values growing past kMaxExpandedBytes (a variable doubling itself) are bounded.
 #include "launch_script.hpp"
 
+#include "launch_blocks.hpp"
 #include "launch_conditions.hpp"
 
 #include <cctype>
+#include <climits>
+#include <cstdlib>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -22,6 +28,13 @@ namespace tessel::interop::detail {
 namespace {
 
 constexpr char kSplit = '\x1f';  // where an unquoted expansion may be split into words
+// Launch scripts nest a few expansions and parentheses and hold values of a few KiB;
+// these bounds are far above that and keep the reader's stack and memory small.
+constexpr int kMaxNesting = 100;
+constexpr std::size_t kMaxExpandedBytes = std::size_t(1) << 20;
+
+// At most the first 40 characters of `text`, for an error line.
+std::string shown(const std::string& text) { return text.size() <= 40 ? text : text.substr(0, 40) + "..."; }
 
 bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 
@@ -36,15 +49,36 @@ class Shell {
     throw Error(fmt::format("{}: line {}: {}", source_, line, what));
   }
 
+  // $1.. $9, $# and $@ from `args`, after `shift`ing `dropped` of them.
+  void set_positional(std::vector<std::string> args) {
+    positional_ = std::move(args);
+    for (int i = 1; i <= 9; ++i) {
+      assign(std::to_string(i), {std::size_t(i) <= positional_.size() ? positional_[std::size_t(i - 1)] : ""}, false);
+    }
+    assign("#", {std::to_string(positional_.size())}, false);
+    assign("@", positional_, false);
+  }
+  void shift(std::size_t count) {
+    if (count > positional_.size()) fail(fmt::format("shift {}: only {} argument(s) left", count, positional_.size()));
+    set_positional(std::vector<std::string>(positional_.begin() + std::ptrdiff_t(count), positional_.end()));
+  }
+
   void assign(const std::string& name, std::vector<std::string> values, bool append) {
     auto& slot = vars_[name];
     if (!append) slot.clear();
-    for (auto& value : values) slot.push_back(std::move(value));
+    std::size_t bytes = 0;
+    for (const auto& element : slot) bytes += element.size() + 1;
+    for (auto& value : values) {
+      bytes += value.size() + 1;
+      if (bytes > kMaxExpandedBytes) too_large(name);
+      slot.push_back(std::move(value));
+    }
   }
 
   // The words of `text`; `split` = false keeps unquoted expansions whole (assignments).
   std::vector<std::string> words(const std::string& text, bool split = true) {
     std::vector<std::string> out;
+    std::size_t out_bytes = 0;
     std::string word;
     bool have_word = false;
     auto finish_word = [&] {
@@ -54,6 +88,7 @@ class Shell {
         if (c != kSplit) {
           piece += c;
         } else if (!piece.empty()) {
+          out_bytes += piece.size() + 1;
           out.push_back(std::move(piece));
           piece.clear();
         }
@@ -62,6 +97,7 @@ class Shell {
       have_word = false;
     };
     for (std::size_t i = 0; i < text.size();) {
+      if (word.size() + out_bytes > kMaxExpandedBytes) too_large("the line");
       const char c = text[i];
       if (std::isspace(static_cast<unsigned char>(c)) != 0) {
         finish_word();
@@ -92,6 +128,7 @@ class Shell {
         ++i;
         while (true) {
           if (i >= text.size()) fail("a double quote is not closed");
+          if (word.size() + out_bytes > kMaxExpandedBytes) too_large("the line");
           if (text[i] == '"') break;
           if (text[i] == '\\' && i + 1 < text.size() && std::string("\"\\$`").find(text[i + 1]) != std::string::npos) {
             word += text[i + 1];
@@ -122,10 +159,33 @@ class Shell {
       }
     }
     finish_word();
+    if (out_bytes > kMaxExpandedBytes) too_large("the line");
     return out;
   }
 
  private:
+  [[noreturn]] void too_large(const std::string& what) const {
+    fail(fmt::format("{} expands to more than {} MiB (a variable doubling itself?); launch scripts hold far less",
+                     what, kMaxExpandedBytes >> 20));
+  }
+
+  // One level of nesting (an expansion inside another, a parenthesis, a unary minus)
+  // for as long as it lives.
+  class Nested {
+   public:
+    explicit Nested(Shell& shell) : shell_(shell) {
+      if (++shell_.depth_ > kMaxNesting) {
+        shell_.fail(fmt::format("expansions or parentheses nest deeper than {} levels", kMaxNesting));
+      }
+    }
+    ~Nested() { --shell_.depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Shell& shell_;
+  };
+
   std::string value_of(const std::string& name) const {
     const auto found = vars_.find(name);
     if (found == vars_.end()) return "";
@@ -157,18 +217,24 @@ class Shell {
 
   // Expands the `$` form at text[i] and moves i past it.
   std::string expand_dollar(const std::string& text, std::size_t& i) {
+    const Nested nested(*this);
     const std::size_t start = i++;
     if (i >= text.size()) return "$";
     if (text.compare(i, 2, "((") == 0) {
-      const std::size_t end = text.find("))", i);
-      if (end == std::string::npos) fail("$(( is not closed");
-      const std::string expression = text.substr(i + 2, end - i - 2);
-      i = end + 2;
+      // The outer parenthesis's match; the inner one closes just before it.
+      std::size_t end = i;
+      for (int depth = 0; end < text.size(); ++end) {
+        if (text[end] == '(') ++depth;
+        if (text[end] == ')' && --depth == 0) break;
+      }
+      if (end >= text.size() || text[end - 1] != ')') fail("$(( is not closed with ))");
+      const std::string expression = text.substr(i + 2, end - 1 - (i + 2));
+      i = end + 1;
       return std::to_string(arithmetic(expression));
     }
     if (text[i] == '(') {
       const std::size_t end = matching(text, i, '(', ')');
-      notes.push_back(fmt::format("line {}: {} is not run; it expanded to nothing", line, text.substr(start, end + 1 - start)));
+      notes.push_back(fmt::format("line {}: {} is not run; it expanded to nothing", line, shown(text.substr(start, end + 1 - start))));
       i = end + 1;
       return "";
     }
@@ -178,8 +244,11 @@ class Shell {
       i = end + 1;
       return expand_braced(inside);
     }
-    if (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || std::string("@*#?$!-").find(text[i]) != std::string::npos) {
-      ++i;  // positional and special parameters: unset when the script is read, not run
+    if (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || std::string("@*#").find(text[i]) != std::string::npos) {
+      return value_of(std::string(1, text[i++] == '*' ? '@' : text[i - 1]));  // positional parameters
+    }
+    if (std::string("?$!-").find(text[i]) != std::string::npos) {
+      ++i;  // special parameters: unset when the script is read, not run
       return "";
     }
     std::size_t end = i;
@@ -192,7 +261,7 @@ class Shell {
 
   std::string expand_braced(const std::string& inside) {
     if (!inside.empty() && inside[0] == '#') {
-      notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, inside));
+      notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, shown(inside)));
       return "";
     }
     std::size_t name_end = 0;
@@ -226,7 +295,7 @@ class Shell {
       if (!set) notes.push_back(fmt::format("line {}: {} is not set (the script asks for it)", line, name));
       return value_of(name);
     }
-    notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, inside));
+    notes.push_back(fmt::format("line {}: ${{{}}} is not evaluated; it expanded to nothing", line, shown(inside)));
     return "";
   }
 
@@ -239,12 +308,16 @@ class Shell {
       } else {
         text += expression[i++];
       }
+      if (text.size() > kMaxExpandedBytes) too_large("$((...))");
     }
     std::size_t at = 0;
     const long long value = sum(text, at);
     skip_space(text, at);
-    if (at != text.size()) fail(fmt::format("$(({})): cannot evaluate (only + - * / % on integers)", expression));
+    if (at != text.size()) fail(fmt::format("$(({})): cannot evaluate (only + - * / % on integers)", shown(expression)));
     return value;
+  }
+  [[noreturn]] void overflow(long long left, char op, long long right) const {
+    fail(fmt::format("$((...)): {} {} {} overflows 64-bit integers", left, op, right));
   }
   static void skip_space(const std::string& text, std::size_t& at) {
     while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at])) != 0) ++at;
@@ -253,8 +326,10 @@ class Shell {
     long long value = product(text, at);
     for (skip_space(text, at); at < text.size() && (text[at] == '+' || text[at] == '-'); skip_space(text, at)) {
       const char op = text[at++];
-      const long long right = product(text, at);
-      value = op == '+' ? value + right : value - right;
+      const long long left = value, right = product(text, at);
+      const bool overflows = op == '+' ? __builtin_add_overflow(left, right, &value)
+                                       : __builtin_sub_overflow(left, right, &value);
+      if (overflows) overflow(left, op, right);
     }
     return value;
   }
@@ -265,13 +340,22 @@ class Shell {
       const char op = text[at++];
       const long long right = operand(text, at);
       if (op != '*' && right == 0) fail("$((...)): division by zero");
-      value = op == '*' ? value * right : op == '/' ? value / right : value % right;
+      if (op == '*') {
+        const long long left = value;
+        if (__builtin_mul_overflow(left, right, &value)) overflow(left, op, right);
+      } else if (right == -1) {  // LLONG_MIN / -1 traps; the remainder of any x by -1 is 0
+        if (op == '/' && value == LLONG_MIN) overflow(value, op, right);
+        value = op == '/' ? -value : 0;
+      } else {
+        value = op == '/' ? value / right : value % right;
+      }
     }
     return value;
   }
   long long operand(const std::string& text, std::size_t& at) {
     skip_space(text, at);
     if (at < text.size() && text[at] == '(') {
+      const Nested nested(*this);
       ++at;
       const long long value = sum(text, at);
       skip_space(text, at);
@@ -279,7 +363,16 @@ class Shell {
       ++at;
       return value;
     }
-    if (at < text.size() && text[at] == '-') return -operand(text, ++at);
+    if (at < text.size() && text[at] == '-') {
+      const Nested nested(*this);
+      const long long value = operand(text, ++at);
+      if (value == LLONG_MIN) fail(fmt::format("$((...)): -({}) overflows 64-bit integers", value));
+      return -value;
+    }
+    if (at < text.size() && text[at] == '+') {
+      const Nested nested(*this);
+      return operand(text, ++at);
+    }
     const std::size_t start = at;
     while (at < text.size() && is_name_char(text[at])) ++at;
     const std::string token = text.substr(start, at - start);
@@ -288,49 +381,22 @@ class Shell {
       try {
         return std::stoll(token);
       } catch (const std::exception&) {
-        fail(fmt::format("$((...)): '{}' is not an integer", token));
+        fail(fmt::format("$((...)): '{}' is not a 64-bit integer", shown(token)));
       }
     }
     const std::string value = value_of(token);
     try {
       return value.empty() ? 0 : std::stoll(value);
     } catch (const std::exception&) {
-      fail(fmt::format("$((...)): {} = '{}' is not an integer", token, value));
+      fail(fmt::format("$((...)): {} = '{}' is not a 64-bit integer", shown(token), shown(value)));
     }
   }
 
   std::string source_;
   std::map<std::string, std::vector<std::string>> vars_;
+  std::vector<std::string> positional_;
+  int depth_ = 0;  // expansions and parentheses open now (Nested)
 };
-
-struct Assignment {
-  std::string name;
-  bool append = false;
-  std::string value;
-};
-
-// `[export|declare [-a]|local|readonly] NAME[+]=value`, by hand: std::regex recurses per
-// character and would overflow the stack on a long line.
-std::optional<Assignment> parse_assignment(const std::string& line) {
-  std::size_t at = 0;
-  for (const char* keyword : {"export ", "declare -a ", "declare ", "local ", "readonly "}) {
-    if (line.rfind(keyword, 0) == 0) {
-      at = std::string(keyword).size();
-      while (at < line.size() && line[at] == ' ') ++at;
-      break;
-    }
-  }
-  const std::size_t name_start = at;
-  if (at >= line.size() || std::isdigit(static_cast<unsigned char>(line[at])) != 0) return std::nullopt;
-  while (at < line.size() && is_name_char(line[at])) ++at;
-  if (at == name_start) return std::nullopt;
-  Assignment assignment;
-  assignment.name = line.substr(name_start, at - name_start);
-  if (at < line.size() && line[at] == '+') assignment.append = true, ++at;
-  if (at >= line.size() || line[at] != '=') return std::nullopt;
-  assignment.value = line.substr(at + 1);
-  return assignment;
-}
 
 bool is_control_keyword(const std::string& word) {
   for (const char* keyword : {"if", "then", "elif", "else", "fi", "for", "while", "until", "do", "done", "case", "esac",
@@ -362,9 +428,51 @@ bool ends_with(const std::string& text, const std::string& tail) {
   return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// `NAME=value`, `NAME+=value` or an array `NAME=( ... )`, whose elements may run over
+// lines up to the closing parenthesis (`n` then moves to that line).
+void assign_variable(Shell& shell, const Assignment& assignment, const std::vector<std::string>& lines, std::size_t& n) {
+  const std::string& name = assignment.name;
+  const bool append = assignment.append;
+  const std::string& value = assignment.value;
+  if (!value.empty() && value[0] == '(') {
+    // An array: its elements may run over lines up to the closing parenthesis.
+    std::string body = value.substr(1);
+    auto close_at = [](const std::string& part) {
+      char quote = 0;
+      for (std::size_t i = 0; i < part.size(); ++i) {
+        if (quote != 0) {
+          if (part[i] == quote) quote = 0;
+        } else if (part[i] == '"' || part[i] == '\'') {
+          quote = part[i];
+        } else if (part[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(part[i - 1])) != 0)) {
+          return std::string::npos;
+        } else if (part[i] == ')') {
+          return i;
+        }
+      }
+      return std::string::npos;
+    };
+    std::string elements;
+    std::size_t close = close_at(body);
+    while (close == std::string::npos) {
+      elements += body + "\n";
+      if (++n >= lines.size()) shell.fail(fmt::format("the array {}=( is not closed", name));
+      body = lines[n];
+      close = close_at(body);
+    }
+    elements += body.substr(0, close);
+    shell.assign(name, shell.words(elements, false), append);
+  } else {
+    std::string joined;
+    for (const auto& word : shell.words(value, false)) joined += (joined.empty() ? "" : " ") + word;
+    shell.assign(name, {joined}, append);
+  }
+}
+
 }  // namespace
 
-LaunchCommand read_launch_script(const std::string& raw_text, const std::string& source) {
+LaunchCommand read_launch_script(const std::string& raw_text, const std::string& source,
+                                 const std::vector<std::string>& positional) {
   // Backslash-newline joins lines, as bash does before anything else.
   std::string text;
   for (std::size_t i = 0; i < raw_text.size(); ++i) {
@@ -389,77 +497,78 @@ LaunchCommand read_launch_script(const std::string& raw_text, const std::string&
   LaunchCommand command;
   std::vector<std::string> bare_options;  // lines that are only options (no program)
   bool found_program = false;
+  ShellBlocks blocks;
+  const ShellBlocks::Test test = [&](const std::string& condition) {
+    return conditionals.condition_value(condition, expand, fail, shell.notes, shell.line);
+  };
+  const ShellBlocks::Assign assign = [&](const std::string& name, const std::string& value) {
+    shell.assign(name, {value}, false);
+  };
+  shell.set_positional(positional);
   for (std::size_t n = 0; n < lines.size(); ++n) {
     shell.line = int(n + 1);
-    std::string line = lines[n];
-    line.erase(0, line.find_first_not_of(" \t"));
-    if (line.empty() || line[0] == '#') continue;
-    if (conditionals.handle(line, expand, fail, shell.notes, shell.line) || !conditionals.active()) continue;
-    if (const auto assignment = parse_assignment(line)) {
-      const std::string& name = assignment->name;
-      const bool append = assignment->append;
-      const std::string& value = assignment->value;
-      if (!value.empty() && value[0] == '(') {
-        // An array: its elements may run over lines up to the closing parenthesis.
-        std::string body = value.substr(1);
-        auto close_at = [](const std::string& part) {
-          char quote = 0;
-          for (std::size_t i = 0; i < part.size(); ++i) {
-            if (quote != 0) {
-              if (part[i] == quote) quote = 0;
-            } else if (part[i] == '"' || part[i] == '\'') {
-              quote = part[i];
-            } else if (part[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(part[i - 1])) != 0)) {
-              return std::string::npos;
-            } else if (part[i] == ')') {
-              return i;
-            }
-          }
-          return std::string::npos;
-        };
-        std::string elements;
-        std::size_t close = close_at(body);
-        while (close == std::string::npos) {
-          elements += body + "\n";
-          if (++n >= lines.size()) shell.fail(fmt::format("the array {}=( is not closed", name));
-          body = lines[n];
-          close = close_at(body);
-        }
-        elements += body.substr(0, close);
-        shell.assign(name, shell.words(elements, false), append);
-      } else {
-        std::string joined;
-        for (const auto& word : shell.words(value, false)) joined += (joined.empty() ? "" : " ") + word;
-        shell.assign(name, {joined}, append);
-      }
-      continue;
-    }
-    const std::vector<std::string> words = shell.words(line);
-    if (words.empty()) continue;
-    if (is_control_keyword(words[0]) || ends_with(words[0], "()")) {
-      shell.fail(fmt::format("shell '{}' is not evaluated (loops, cases and functions depend on the machine); flatten "
-                             "the script to the commands it runs",
-                             words[0]));
-    }
-    if (found_program) continue;
-    std::size_t program_at = words.size();
-    for (std::size_t i = 0; i < words.size(); ++i) {
-      if (ends_with(words[i], ".py")) {
-        program_at = i;
+    std::string first = lines[n];
+    first.erase(0, first.find_first_not_of(" \t"));
+    if (first.empty() || first[0] == '#') continue;
+    // After the training command the script only cleans up or reports: nothing read there changes the run.
+    if (found_program) break;
+    std::deque<std::string> statements{first};
+    while (!statements.empty()) {
+      std::string line = std::move(statements.front());
+      statements.pop_front();
+      line.erase(0, line.find_first_not_of(" \t"));
+      if (line.empty() || line[0] == '#') continue;
+      if (conditionals.handle(line, expand, fail, shell.notes, shell.line, blocks.active())) continue;
+      const ShellBlocks::Step step =
+          blocks.handle(lines, n, line, conditionals.active(), expand, test, assign, fail);
+      if (step.jump) {
+        n = *step.jump - 1;
         break;
       }
-    }
-    if (program_at < words.size()) {
-      found_program = true;
-      command.program = words[program_at];
-      command.args.assign(words.begin() + std::ptrdiff_t(program_at) + 1, words.end());
-      command.nproc_per_node = launcher_count(words, program_at, "--nproc-per-node", "--nproc_per_node");
-      command.nnodes = launcher_count(words, program_at, "--nnodes", "--nnodes");
-    } else if (words[0].rfind("--", 0) == 0) {
-      bare_options.insert(bare_options.end(), words.begin(), words.end());
+      if (step.consumed) {
+        statements.insert(statements.begin(), step.rest.begin(), step.rest.end());
+        continue;
+      }
+      if (!conditionals.active() || !blocks.active()) continue;
+      if (const std::vector<std::string> parts = split_statements(line); parts.size() > 1) {
+        statements.insert(statements.begin(), parts.begin(), parts.end());
+        continue;
+      }
+      if (const auto assignment = parse_assignment(line)) {
+        assign_variable(shell, *assignment, lines, n);
+        continue;
+      }
+      const std::vector<std::string> words = shell.words(line);
+      if (words.empty()) continue;
+      if (words[0] == "shift") {
+        shell.shift(words.size() > 1 ? std::size_t(std::max(0, std::atoi(words[1].c_str()))) : 1);
+        continue;
+      }
+      if (is_control_keyword(words[0]) || ends_with(words[0], "()")) {
+        shell.fail(fmt::format("shell '{}' is not evaluated (loops, cases and functions depend on the machine); flatten "
+                               "the script to the commands it runs",
+                               shown(words[0])));
+      }
+      std::size_t program_at = words.size();
+      for (std::size_t i = 0; i < words.size(); ++i) {
+        if (ends_with(words[i], ".py")) {
+          program_at = i;
+          break;
+        }
+      }
+      if (program_at < words.size()) {
+        found_program = true;
+        command.program = words[program_at];
+        command.args.assign(words.begin() + std::ptrdiff_t(program_at) + 1, words.end());
+        command.nproc_per_node = launcher_count(words, program_at, "--nproc-per-node", "--nproc_per_node");
+        command.nnodes = launcher_count(words, program_at, "--nnodes", "--nnodes");
+      } else if (words[0].rfind("--", 0) == 0) {
+        bare_options.insert(bare_options.end(), words.begin(), words.end());
+      }
     }
   }
-  if (conditionals.open()) throw Error(fmt::format("{}: an if block is not closed with fi", source));
+  if (!found_program && blocks.open()) throw Error(fmt::format("{}: a loop or case block is not closed", source));
+  if (!found_program && conditionals.open()) throw Error(fmt::format("{}: an if block is not closed with fi", source));
   if (!found_program) command.args = std::move(bare_options);
   if (command.args.empty()) {
     throw Error(fmt::format("{}: no training command (a line running pretrain_gpt.py or similar) and no options found",

@@ -3,8 +3,8 @@
 // python) line that names pretrain_gpt.py and expands the arrays. This reads such a
 // script as far as it can be read without running it: assignments, arrays, ${VAR},
 // ${VAR:-default}, $((arithmetic)) and quoting are evaluated, and if blocks whose tests
-// read only the script's variables (launch_conditions.hpp); loops and cases are refused
-// by line (they depend on the machine), command substitution $(...)
+// read only the script's variables (launch_conditions.hpp), while/for loops and case
+// blocks over them and the positional arguments (launch_blocks.hpp); command substitution $(...)
 // expands to nothing and is reported. A plain command line, or just the options, is a
 // script of one line.
 #pragma once
@@ -26,7 +26,9 @@ struct LaunchCommand {
   std::vector<std::string> notes;
 };
 
-// Throws tessel::Error "<source>: line N: ..." for what cannot be evaluated.
-LaunchCommand read_launch_script(const std::string& text, const std::string& source);
+// Throws tessel::Error "<source>: line N: ..." for what cannot be evaluated. `positional`:
+// the script's arguments ($1, $2, ..., $#, $@; shift drops them), none by default.
+LaunchCommand read_launch_script(const std::string& text, const std::string& source,
+                                 const std::vector<std::string>& positional = {});
 
 }  // namespace tessel::interop::detail

@@ -50,8 +50,48 @@ struct Reader {
   }
 };
 
+// Mixture of experts (Megatron-Core's --num-experts family); the expert-parallel degree is
+// read with the layout. Router and dispatcher tuning stays ignored below.
+void read_moe(Reader& r, ModelSpec& m) {
+  MegatronOptions& o = r.options;
+  const auto experts = o.take_int("--num-experts");
+  if (!experts || *experts <= 1) return;
+  m.moe.experts = *experts;
+  m.moe.top_k = o.take_int("--moe-router-topk").value_or(2);
+  m.moe.expert_ffn_hidden = o.take_int("--moe-ffn-hidden-size").value_or(m.ffn_hidden);
+  if (const auto shared = o.take_int("--moe-shared-expert-intermediate-size")) {
+    if (*shared % m.moe.expert_ffn_hidden != 0)
+      r.refuse_option("--moe-shared-expert-intermediate-size", "tessel models shared experts as whole experts of the "
+                                                               "routed width (a multiple of --moe-ffn-hidden-size)");
+    m.moe.shared_experts = *shared / m.moe.expert_ffn_hidden;
+  }
+  if (const auto frequency = o.take("--moe-layer-freq")) {
+    try {
+      std::size_t used = 0;
+      m.moe.every = std::stoi(*frequency, &used);
+      if (used != frequency->size() || m.moe.every < 1) throw std::invalid_argument("pattern");
+    } catch (const std::exception&) {
+      r.refuse_option("--moe-layer-freq", "tessel models an MoE block every N blocks (an integer), not a pattern");
+    }
+  }
+  if (const auto capacity = o.take("--moe-expert-capacity-factor")) {
+    try {
+      m.moe.capacity_factor = std::stod(*capacity);
+    } catch (const std::exception&) {
+      r.refuse_option("--moe-expert-capacity-factor", "must be a number");
+    }
+  }
+  r.mapped(fmt::format("--num-experts {} --moe-router-topk {}", m.moe.experts, m.moe.top_k),
+           fmt::format("model.moe (experts {}, top_k {}, expert_ffn_hidden {}, shared {}, every {}, capacity {})",
+                       m.moe.experts, m.moe.top_k, m.moe.expert_ffn_hidden, m.moe.shared_experts, m.moe.every,
+                       m.moe.capacity_factor));
+}
+
 ModelSpec read_model(Reader& r) {
   MegatronOptions& o = r.options;
+  for (const std::string name : {"--hybrid-layer-pattern", "--hybrid-override-pattern"}) {
+    if (o.has(name)) r.refuse_option(name, "Mamba (state-space) hybrid layers are not modelled by tessel");
+  }
   ModelSpec m;
   m.name = "megatron-model";  // named after a preset it equals once read
   m.layers = r.required_int("--num-layers", "model.layers");
@@ -106,6 +146,10 @@ ModelSpec read_model(Reader& r) {
   } else if (tokenizer && tokenizer_vocab(*tokenizer) > 0) {
     m.vocab = tokenizer_vocab(*tokenizer);
     r.mapped(o.spelled("--tokenizer-type"), fmt::format("model.vocab {}", m.vocab));
+  } else if (const auto named = o.has("--tokenizer-model") ? tokenizer_model_vocab(*o.take("--tokenizer-model")) : 0;
+             named > 0) {
+    m.vocab = named;
+    r.mapped(o.spelled("--tokenizer-model"), fmt::format("model.vocab {} (the tokenizer's by name)", m.vocab));
   } else if (!tokenizer && o.has("--vocab-file") && o.has("--merge-file")) {
     m.vocab = tokenizer_vocab("GPT2BPETokenizer");
     r.mapped("--vocab-file/--merge-file (GPT-2 BPE)", fmt::format("model.vocab {}", m.vocab));
@@ -117,6 +161,15 @@ ModelSpec read_model(Reader& r) {
                                   "the model's config.json (--hf-config)",
                                   tokenizer ? "--tokenizer-type " + *tokenizer : "no --tokenizer-type"));
   }
+  if (const auto base = o.take("--rotary-base")) {
+    try {
+      m.rope_theta = std::stod(*base);
+    } catch (const std::exception&) {
+      r.refuse_option("--rotary-base", "must be a number");
+    }
+    r.mapped(o.spelled("--rotary-base"), "model.rope_theta");
+  }
+  read_moe(r, m);
   return m;
 }
 
@@ -177,6 +230,28 @@ std::string read_fp8(Reader& r, bool bf16) {
   return spelled;
 }
 
+// Megatron keeps and reduces bf16 runs' gradients in fp32 unless --grad-reduce-in-bf16, and
+// fp16 runs' in fp16 unless --accumulate-allreduce-grads-in-fp32 (arguments.py).
+void read_gradient_precision(Reader& r, TrainSpec& train) {
+  MegatronOptions& o = r.options;
+  const bool bf16_training = train.precision == Precision::bf16 || train.precision == Precision::fp8;
+  if (o.take_flag("--grad-reduce-in-bf16")) {
+    if (bf16_training) {
+      train.gradient_precision = Precision::bf16;
+      r.mapped("--grad-reduce-in-bf16", "train.gradient_precision bf16");
+    } else {
+      r.run.ignored.push_back("--grad-reduce-in-bf16: no effect without --bf16");
+    }
+  }
+  if (o.take_flag("--accumulate-allreduce-grads-in-fp32")) {
+    if (train.gradient_precision == Precision::bf16) {
+      refuse(r.context, "--accumulate-allreduce-grads-in-fp32 and --grad-reduce-in-bf16 are both given; choose one");
+    }
+    train.gradient_precision = Precision::fp32;
+    r.mapped("--accumulate-allreduce-grads-in-fp32", "train.gradient_precision fp32");
+  }
+}
+
 void read_train(Reader& r, TrainSpec& train) {
   MegatronOptions& o = r.options;
   const bool bf16 = o.take_flag("--bf16");
@@ -186,6 +261,7 @@ void read_train(Reader& r, TrainSpec& train) {
   train.precision = !fp8.empty() ? Precision::fp8 : bf16 ? Precision::bf16 : fp16 ? Precision::fp16 : Precision::fp32;
   r.mapped(!fp8.empty() ? "--bf16 " + fp8 : bf16 ? "--bf16" : fp16 ? "--fp16" : "(neither --bf16 nor --fp16)",
            fmt::format("train.precision {}", to_string(train.precision)));
+  read_gradient_precision(r, train);
   if (const auto optimizer = o.take("--optimizer"); optimizer && *optimizer != "adam") {
     r.refuse_option("--optimizer", "tessel models Adam(W), LAMB and LARS; Megatron's choice here is neither");
   }
@@ -238,6 +314,11 @@ void read_memory(Reader& r, Plan& plan) {
     r.mapped("--optimizer-cpu-offload", "parallel.offload optimizer");
   }
   if (o.take_flag("--recompute-activations")) p.recompute = Recompute::selective;
+  // Megatron-LM's older spelling of full recompute of every layer.
+  if (o.take_flag("--checkpoint-activations")) {
+    p.recompute = Recompute::full;
+    r.mapped("--checkpoint-activations", "parallel.recompute full");
+  }
   if (const auto granularity = o.take("--recompute-granularity")) {
     if (*granularity == "selective") {
       p.recompute = Recompute::selective;
@@ -297,17 +378,21 @@ void read_uneven_stages(Reader& r, const Plan& plan) {
 void read_parallel(Reader& r, Plan& plan) {
   MegatronOptions& o = r.options;
   ParallelConfig& p = plan.parallel;
-  for (const std::string name : {"--num-experts", "--expert-model-parallel-size"}) {
-    if (const auto value = o.take_int(name); value && *value > 1)
-      r.refuse_option(name, "mixture of experts is not modelled by tessel");
+  if (const auto ep = o.take_int("--expert-model-parallel-size"); ep && *ep > 1) {
+    if (!plan.model.moe.enabled()) r.refuse_option("--expert-model-parallel-size", "needs --num-experts");
+    p.ep = *ep;
+    r.mapped(o.spelled("--expert-model-parallel-size"), "parallel.ep");
   }
   for (const std::string name : {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                                  "--pipeline-model-parallel-layout", "--multi-latent-attention", "--mtp-num-layers",
-                                 "--hybrid-override-pattern", "--encoder-num-layers", "--hierarchical-context-parallel-sizes",
+                                 "--encoder-num-layers", "--hierarchical-context-parallel-sizes",
                                  "--distribute-saved-activations"}) {
     if (o.has(name)) r.refuse_option(name, "changes the step's cost in a way tessel does not model");
   }
   p.tp = o.take_int("--tensor-model-parallel-size").value_or(1);
+  if (const auto expert_tp = o.take_int("--expert-tensor-parallel-size"); expert_tp && *expert_tp != p.tp) {
+    r.refuse_option("--expert-tensor-parallel-size", "tessel splits experts over the tensor-parallel group (its size)");
+  }
   p.pp = o.take_int("--pipeline-model-parallel-size").value_or(1);
   p.sp = o.take_int("--context-parallel-size").value_or(1);
   r.mapped(fmt::format("tensor {} x pipeline {} x context {}", p.tp, p.pp, p.sp), "parallel.tp, parallel.pp, parallel.sp");
@@ -383,7 +468,7 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--adam-", "optimizer hyperparameter"}, {"--sgd-", "optimizer hyperparameter"}, {"--clip-grad", "optimizer hyperparameter"},
     {"--init-method-", "initialisation"}, {"--loss-scale", "loss scaling"},
     {"--initial-loss-scale", "loss scaling"}, {"--min-loss-scale", "loss scaling"}, {"--hysteresis", "loss scaling"},
-    {"--rotary-", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
+    {"--rotary-percent", "position encoding constant"}, {"--rotary-seq-len", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
     {"--norm-epsilon", "numerics"}, {"--layernorm-epsilon", "numerics"}, {"--apply-layernorm-1p", "numerics"},
     {"--apply-query-key-layer-scaling", "numerics"}, {"--attention-softmax-in-fp32", "numerics"},
     {"--calculate-per-token-loss", "numerics"}, {"--qk-layernorm", "numerics (per-head norm, not priced)"},
@@ -400,15 +485,14 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--tp-comm-overlap-", "tuning of the tensor-parallel overlap (parallel.tp_comm_overlap prices it)"},
     {"--overlap-p2p-communication", "overlap"}, {"--no-overlap-p2p-communication", "overlap"}, {"--batch-p2p-comm", "overlap"},
     {"--defer-embedding-wgrad-compute", "overlap"}, {"--wgrad-deferral-limit", "overlap"},
-    {"--accumulate-allreduce-grads-in-fp32", "gradient reduction dtype (tessel reduces in the training precision)"},
-    {"--grad-reduce-in-bf16", "gradient reduction dtype"}, {"--use-precision-aware-optimizer", "optimizer dtype"},
+    {"--use-precision-aware-optimizer", "optimizer dtype"},
     {"--main-grads-dtype", "optimizer dtype"}, {"--main-params-dtype", "optimizer dtype"}, {"--exp-avg", "optimizer dtype"},
     {"--manual-gc", "host runtime"}, {"--empty-unused-memory-level", "host runtime"}, {"--enable-cuda-graph", "launch overhead"},
     {"--cuda-graph-", "launch overhead"}, {"--external-cuda-graph", "launch overhead"},
     {"--nccl-communicator-config-path", "communication tuning"}, {"--make-vocab-size-divisible-by",
                                                                   "vocabulary padding (tessel prices the unpadded vocabulary)"},
-    {"--rampup-batch-size", "batch ramp-up (tessel prices the full-batch step)"}, {"--moe-", "no effect without experts"},
-    {"--expert-tensor-parallel-size", "no effect without experts"}, {"--recompute-modules",
+    {"--rampup-batch-size", "batch ramp-up (tessel prices the full-batch step)"},
+    {"--step-batch-size-schedule", "batch ramp-up (tessel prices the full-batch step)"}, {"--moe-", "router and dispatcher tuning (or no effect without experts)"}, {"--recompute-modules",
                                                                     "tessel's selective recompute is the attention core's"},
     {"--no-position-embedding", "position encoding (rope runs carry no table)"}, {"--check-for-nan", "numerics"},
     {"--rerun-mode", "fault handling"}, {"--bert-no-binary-head", "not a GPT option"},
@@ -449,7 +533,7 @@ void sort_leftovers(Reader& r, const LaunchCommand& command) {
 }  // namespace
 
 ImportedRun import_megatron(const std::string& text, const ImportContext& context) {
-  const LaunchCommand command = read_launch_script(text, context.source_name);
+  const LaunchCommand command = read_launch_script(text, context.source_name, context.script_args);
   MegatronOptions options(command.args, context);
   ImportedRun run;
   Reader reader{options, context, run};

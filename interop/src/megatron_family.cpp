@@ -3,6 +3,8 @@
 // tests can state them once.
 #include "megatron_family.hpp"
 
+#include <cctype>
+
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
@@ -16,7 +18,11 @@ ModelSpec name_imported_model(ModelSpec shape, const std::string& fallback_name,
     ModelSpec unnamed = candidate;
     unnamed.name = shape.name;
     unnamed.source = shape.source;
-    if (unnamed == shape) return candidate;
+    // A preset names the shape; the run's numerics (RoPE base, norm epsilon) stay its own.
+    unnamed.rope_theta = shape.rope_theta;
+    unnamed.norm_epsilon = shape.norm_epsilon;
+    unnamed.rope_scaling = shape.rope_scaling;
+    if (unnamed == shape) return unnamed.name = candidate.name, unnamed.source = candidate.source, unnamed;
   }
   shape.name = fallback_name;
   shape.source = source;
@@ -26,6 +32,20 @@ ModelSpec name_imported_model(ModelSpec shape, const std::string& fallback_name,
 int tokenizer_vocab(const std::string& tokenizer_type) {
   // The GPT-2 byte-pair vocabulary (Radford et al. 2019): 50,257 tokens.
   if (tokenizer_type == "GPT2BPETokenizer") return 50257;
+  // Llama 2's SentencePiece vocabulary (Touvron et al. 2023): 32,000 tokens.
+  if (tokenizer_type == "Llama2Tokenizer") return 32000;
+  return 0;
+}
+
+int tokenizer_model_vocab(const std::string& model) {
+  std::string name;
+  for (char c : model) name += char(std::tolower(static_cast<unsigned char>(c)));
+  // Llama 3's tiktoken vocabulary (128,000 + 256 special tokens), Llama 2's and Mistral's
+  // 32,000, GPT-2's 50,257: fixed by the tokenizer the name says.
+  if (name.find("llama-3") != std::string::npos || name.find("llama3") != std::string::npos) return 128256;
+  if (name.find("llama-2") != std::string::npos || name.find("llama2") != std::string::npos) return 32000;
+  if (name.find("mistral-7b") != std::string::npos || name.find("mixtral-8x7b") != std::string::npos) return 32000;
+  if (name == "gpt2" || name.ends_with("/gpt2")) return 50257;
   return 0;
 }
 

@@ -20,6 +20,9 @@ ModelSpec name_imported_model(ModelSpec shape, const std::string& fallback_name,
 // Tokens of a Megatron tokenizer type's own vocabulary (GPT2BPETokenizer 50257), or 0 when
 // the type takes its size from a file or --vocab-size.
 int tokenizer_vocab(const std::string& tokenizer_type);
+// The vocabulary a Hugging Face tokenizer's name fixes ("meta-llama/Meta-Llama-3-8B":
+// 128256), 0 when the name does not say.
+int tokenizer_model_vocab(const std::string& model);
 
 // The plan closest to `plan` that Megatron-Core can run: 2D/2.5D/3D tensor parallelism
 // becomes 1D of the same degree, GPipe becomes 1F1B, LAMB/LARS become AdamW, chunked

@@ -37,6 +37,16 @@ std::vector<std::string> model_options(const Plan& plan) {
   if (m.activation == Activation::swiglu) add(lines, "--swiglu");
   if (!m.tied_embeddings) add(lines, "--untie-embeddings-and-output-weights");
   if (!m.bias) add(lines, "--disable-bias-linear");
+  if (m.rope_theta != ModelSpec{}.rope_theta) add(lines, fmt::format("--rotary-base {}", m.rope_theta));
+  if (m.moe.enabled()) {
+    add(lines, fmt::format("--num-experts {}", m.moe.experts));
+    add(lines, fmt::format("--moe-router-topk {}", m.moe.top_k));
+    add(lines, fmt::format("--moe-ffn-hidden-size {}", m.moe.expert_ffn_hidden));
+    if (m.moe.shared_experts > 0)
+      add(lines, fmt::format("--moe-shared-expert-intermediate-size {}", m.moe.shared_experts * m.moe.expert_ffn_hidden));
+    if (m.moe.every > 1) add(lines, fmt::format("--moe-layer-freq {}", m.moe.every));
+    if (m.moe.capacity_factor > 0) add(lines, fmt::format("--moe-expert-capacity-factor {}", m.moe.capacity_factor));
+  }
   if (m.vocab == tokenizer_vocab("GPT2BPETokenizer")) {
     add(lines, "--tokenizer-type GPT2BPETokenizer");
     add(lines, "--vocab-file \"$VOCAB_FILE\"");
@@ -62,6 +72,10 @@ std::vector<std::string> training_options(const Plan& plan) {
     add(lines, "--fp8-amax-compute-algo max");
   }
   if (plan.train.precision == Precision::fp16) add(lines, "--fp16");
+  const Precision gradient = plan.train.effective_gradient_precision();
+  if (gradient != default_gradient_precision(plan.train.precision)) {
+    add(lines, gradient == Precision::bf16 ? "--grad-reduce-in-bf16" : "--accumulate-allreduce-grads-in-fp32");
+  }
   add(lines, "--optimizer adam");
   add(lines, plan.train.kernels == Kernels::fused ? "--attention-backend flash" : "--attention-backend unfused");
   if (!plan.train.dropout) {
@@ -95,13 +109,18 @@ std::vector<std::string> parallel_options(const Plan& plan) {
     if (ends.last) add(lines, fmt::format("--decoder-last-pipeline-num-layers {}", most - 1));
   }
   if (p.sp > 1) add(lines, fmt::format("--context-parallel-size {}", p.sp));
+  if (p.ep > 1) add(lines, fmt::format("--expert-model-parallel-size {}", p.ep));
   if (p.tp_sequence_parallel) add(lines, "--sequence-parallel");
   if (p.tp_comm_overlap) add(lines, "--tp-comm-overlap");
   if (p.schedule == Schedule::interleaved)
     add(lines, fmt::format("--num-layers-per-virtual-pipeline-stage {}", plan.model.layers / (p.pp * p.virtual_stages)));
   if (p.zero == 1) add(lines, "--use-distributed-optimizer");
   if (p.zero >= 2) {
+    // Megatron-FSDP (v1) runs on the distributed optimizer and checkpoints only as
+    // fsdp_dtensor; validate_args asserts both.
+    add(lines, "--use-distributed-optimizer");
     add(lines, "--use-megatron-fsdp");
+    add(lines, "--ckpt-format fsdp_dtensor");
     add(lines, p.zero == 2 ? "--data-parallel-sharding-strategy optim_grads"
                            : "--data-parallel-sharding-strategy optim_grads_params");
   }
@@ -130,7 +149,9 @@ ExportedConfig export_megatron(const Plan& plan) {
   text += fmt::format("# plan: {}\n", nearest.parallel.summary());
   for (const auto& note : out.not_expressible) text += "# cannot express: " + note + "\n";
   text += "# Run it on every node with NODE_RANK and MASTER_ADDR set; give the data with DATA_PATH.\n\n";
-  text += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n";
+  // Tensor and context parallelism want one connection so that their collectives keep
+  // order with the GEMMs; Megatron-FSDP refuses it (it overlaps on several).
+  if (nearest.parallel.zero < 2) text += "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n";
   text += fmt::format("GPUS_PER_NODE={}\n", nearest.gpus_per_node());
   text += fmt::format("NUM_NODES={}\n", nearest.cluster.ranks_fill_node() ? 1 : nearest.nodes);
   text += "MASTER_ADDR=${MASTER_ADDR:-localhost}\nMASTER_PORT=${MASTER_PORT:-6000}\nNODE_RANK=${NODE_RANK:-0}\n";

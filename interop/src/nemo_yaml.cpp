@@ -11,9 +11,12 @@
 // understood" among the ignored unless their name says they touch a cost dimension.
 // The vocabulary comes from model.tokenizer: GPT2BPETokenizer has 50,257 tokens, any other
 // tokenizer needs tokenizer.vocab_size (a key tessel reads and writes for that purpose).
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -157,6 +160,25 @@ class NemoReader {
 
 // `hf_model`: the model config given beside the file, consulted only for the vocabulary
 // size a tokenizer file would say.
+// Mixture of experts as NeMo's Megatron GPT config spells it: every block's MLP is
+// num_moe_experts experts of ffn_hidden_size, moe_router_topk of them per token.
+void read_moe(NemoReader& r, ModelSpec& m) {
+  const int experts = r.positive("model.num_moe_experts", 1);
+  if (experts <= 1) return;
+  m.moe.experts = experts;
+  m.moe.top_k = r.positive("model.moe_router_topk", 2);
+  m.moe.expert_ffn_hidden = m.ffn_hidden;
+  if (const auto capacity = r.text("model.moe_expert_capacity_factor")) {
+    try {
+      m.moe.capacity_factor = std::stod(*capacity);
+    } catch (const std::exception&) {
+      r.refuse_key("model.moe_expert_capacity_factor", "must be a number or null");
+    }
+  }
+  r.mapped("model.num_moe_experts",
+           fmt::format("model.moe (experts {}, top_k {}, capacity {})", experts, m.moe.top_k, m.moe.capacity_factor));
+}
+
 ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
   ModelSpec m;
   m.name = "nemo-model";
@@ -185,6 +207,22 @@ ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
   r.mapped("model.share_embeddings_and_output_weights", fmt::format("model.tied_embeddings {}", m.tied_embeddings));
   m.bias = r.boolean("model.bias").value_or(true);
   r.mapped("model.bias", fmt::format("model.bias {}", m.bias));
+  read_moe(r, m);
+  // NeMo reads the customization only for its Falcon layer spec (model.name megatron_falcon_gpt).
+  if (r.text("model.name").value_or("") == "megatron_falcon_gpt") {
+    for (const std::string key : {"model.mcore_customization_config.new_decoder_architecture",
+                                  "model.mcore_customization_config.parallel_attention"}) {
+      if (r.boolean(key).value_or(false)) r.refuse_key(key, "Falcon-style parallel attention blocks are not modelled");
+    }
+  }
+  if (const auto base = r.text("model.rotary_base")) {
+    try {
+      m.rope_theta = std::stod(*base);
+    } catch (const std::exception&) {
+      r.refuse_key("model.rotary_base", "must be a number");
+    }
+    r.mapped("model.rotary_base", "model.rope_theta");
+  }
   const std::string tokenizer = r.text("model.tokenizer.type").value_or("");
   r.text("model.tokenizer.library");
   if (const auto vocab = r.positive("model.tokenizer.vocab_size", 0); vocab > 0) {
@@ -193,6 +231,9 @@ ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
   } else if (tokenizer_vocab(tokenizer) > 0) {
     m.vocab = tokenizer_vocab(tokenizer);
     r.mapped("model.tokenizer.type", fmt::format("model.vocab {}", m.vocab));
+  } else if (tokenizer_model_vocab(tokenizer) > 0) {
+    m.vocab = tokenizer_model_vocab(tokenizer);
+    r.mapped("model.tokenizer.type", fmt::format("model.vocab {} (the tokenizer's by name)", m.vocab));
   } else if (hf_model) {
     m.vocab = hf_model->vocab;
     r.mapped("model.tokenizer (size from the file's model)", fmt::format("model.vocab {} (--hf-config)", m.vocab));
@@ -246,8 +287,11 @@ void read_train(NemoReader& r, Plan& plan) {
 
 void read_parallel(NemoReader& r, Plan& plan) {
   ParallelConfig& p = plan.parallel;
-  for (const std::string key : {"model.expert_model_parallel_size", "model.num_moe_experts"})
-    if (r.positive(key, 1) > 1) r.refuse_key(key, "mixture of experts is not modelled by tessel");
+  if (const int ep = r.positive("model.expert_model_parallel_size", 1); ep > 1) {
+    if (!plan.model.moe.enabled()) r.refuse_key("model.expert_model_parallel_size", "needs model.num_moe_experts");
+    p.ep = ep;
+    r.mapped("model.expert_model_parallel_size", "parallel.ep");
+  }
   if (r.boolean("model.cpu_offloading").value_or(false))
     r.refuse_key("model.cpu_offloading", "activation offloading is not modelled by tessel");
   // Partial checkpointing counts act only under full granularity (the Llama 2 recipes set them 0 beside null).
@@ -338,13 +382,14 @@ constexpr std::pair<const char*, const char*> kIgnoredKeys[] = {
     {"model.seed", "seed"}, {"model.sync_batch_comm", "communication detail"}, {"model.use_cpu_initialization", "initialisation"},
     {"model.onnx_safe", "numerics"}, {"model.apex_transformer_log_level", "logging"}, {"model.overlap_p2p_comm", "overlap"},
     {"model.batch_p2p_comm", "overlap"}, {"model.resume_from_checkpoint", "checkpointing"}, {"model.mcore_gpt", "implementation"},
+    {"model.mcore_customization_config", "no effect outside NeMo's Falcon layer spec"},
     {"model.rotary_", "position encoding constant"}, {"model.seq_len_interpolation_factor", "position encoding constant"},
     {"model.openai_gelu", "numerics"}, {"model.headscale", "numerics"}, {"model.transformer_block_type", "pre-LN (tessel's)"},
     {"model.gc_interval", "host runtime"}, {"model.deterministic_mode", "numerics"}, {"model.use_te_rng_tracker", "numerics"},
     {"model.rampup_batch_size", "batch ramp-up (tessel prices the full-batch step)"}, {"model.kv_channels", "checked"},
     {"model.fsdp_", "no effect without fsdp"}, {"model.nemo_path", "paths"}, {"model.restore_from_path", "checkpointing"},
     {"model.num_query_groups", "mapped"}, {"model.do_layer_norm_weight_decay", "optimizer hyperparameter"},
-    {"model.attention_type", "multihead (tessel's)"}, {"model.moe_", "no effect without experts"},
+    {"model.attention_type", "multihead (tessel's)"}, {"model.moe_", "router and dispatcher tuning (or no effect without experts)"},
     {"model.cpu_offloading_", "no effect without cpu_offloading"}, {"model.tp_comm_", "overlap"},
     {"model.defer_embedding_wgrad_compute", "overlap"}, {"model.cross_entropy_loss_fusion", "kernel fusion"}, {"trainer.", "trainer setting (logging, run length, devices placed by tessel)"},
 };
@@ -404,20 +449,64 @@ void sort_leftovers(NemoReader& r, const YAML::Node& config, const ImportContext
   }
 }
 
+// A recipe nests a handful of levels; deeper is an alias that contains itself.
+constexpr int kMaxNesting = 64;
+
 // yaml-cpp keeps one of two equal keys silently; tessel's JSON refuses them, and so does
-// this (the run would be priced from whichever copy won).
-void refuse_duplicate_keys(const YAML::Node& node, const std::string& path, const ImportContext& context) {
+// this (the run would be priced from whichever copy won). The walk sees aliases
+// expanded, so it is bounded in depth (an anchor inside itself is a cycle) and in the
+// nodes it visits (aliases of aliases grow exponentially): `visited` counts them.
+void refuse_duplicate_keys(const YAML::Node& node, const std::string& path, const ImportContext& context, int depth,
+                           std::size_t& visited) {
+  if (++visited > kMaxNestedKeys) {
+    refuse(context, fmt::format("{}: more than {} nested keys and items (aliases expanding into each other?)",
+                                path.empty() ? "(top)" : path, kMaxNestedKeys));
+  }
+  if (depth > kMaxNesting) {
+    refuse(context, fmt::format("{}: nested deeper than {} levels (an alias that contains itself?)", path, kMaxNesting));
+  }
   if (node.IsMap()) {
     std::set<std::string> seen;
     for (const auto& entry : node) {
       const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "?";
       const std::string at = path.empty() ? key : path + "." + key;
       if (!seen.insert(key).second) refuse(context, fmt::format("{}: appears twice in one mapping (give each key once)", at));
-      refuse_duplicate_keys(entry.second, at, context);
+      refuse_duplicate_keys(entry.second, at, context, depth + 1, visited);
     }
   } else if (node.IsSequence()) {
-    for (const auto& item : node) refuse_duplicate_keys(item, path, context);
+    for (const auto& item : node) refuse_duplicate_keys(item, path, context, depth + 1, visited);
   }
+}
+
+// Counts what a document holds, and keeps nothing (no nodes are built).
+class EventCounter : public YAML::EventHandler {
+ public:
+  long events = 0;
+  int first_line = 0;  // where the document starts, from 1
+  void OnDocumentStart(const YAML::Mark& mark) override { first_line = mark.line + 1; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override { ++events; }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { ++events; }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override { ++events; }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    ++events;
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    ++events;
+  }
+  void OnMapEnd() override {}
+};
+
+// The line a second document starts at, or 0 when there is none. yaml-cpp's LoadAll would
+// be simpler, but on some malformed files (a line " , key: value") its parser yields
+// documents without end (found by make fuzz), so at most two are asked for.
+int second_document_line(const std::string& text) {
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  EventCounter first, second;
+  const bool two = parser.HandleNextDocument(first) && parser.HandleNextDocument(second) && second.events > 0;
+  return two ? std::max(second.first_line, 1) : 0;
 }
 
 }  // namespace
@@ -428,11 +517,17 @@ void refuse_duplicate_keys(const YAML::Node& node, const std::string& path, cons
 ImportedRun import_nemo(const std::string& text, const ImportContext& context) try {
   YAML::Node config;
   try {
+    if (const int line = second_document_line(text); line > 0) {
+      refuse(context, fmt::format("holds more than one YAML document (the parser finds a second at line {}); a NeMo "
+                                  "recipe is one",
+                                  line));
+    }
     config.reset(YAML::Load(text));
   } catch (const YAML::Exception& error) {
     refuse(context, fmt::format("not valid YAML: {}", error.what()));
   }
-  refuse_duplicate_keys(config, "", context);
+  std::size_t visited = 0;
+  refuse_duplicate_keys(config, "", context, 0, visited);
   const YAML::Node& root = config;
   // A missing key is an invalid node, on which IsMap() throws.
   auto is_map = [](const YAML::Node& node) { return node.IsDefined() && node.IsMap(); };
@@ -448,9 +543,12 @@ ImportedRun import_nemo(const std::string& text, const ImportContext& context) t
   plan.model.seq_len = reader.positive("model.max_position_embeddings", seq);
   reader.mapped("model.max_position_embeddings", "model.seq_len");
   if (seq > plan.model.seq_len) reader.refuse_key("model.encoder_seq_length", "exceeds model.max_position_embeddings");
-  plan.train.seq_len = seq == plan.model.seq_len ? 0 : seq;
-  if (const auto data_seq = reader.positive("model.data.seq_length", seq); data_seq != seq)
-    reader.refuse_key("model.data.seq_length", fmt::format("{} differs from model.encoder_seq_length {}", data_seq, seq));
+  // The dataset cuts samples of data.seq_length tokens: a step runs that length.
+  const int data_seq = reader.positive("model.data.seq_length", seq);
+  if (data_seq > seq)
+    reader.refuse_key("model.data.seq_length", fmt::format("{} exceeds model.encoder_seq_length {}", data_seq, seq));
+  if (data_seq != seq) reader.mapped("model.data.seq_length", "train.seq_len (the samples the dataset cuts)");
+  plan.train.seq_len = data_seq == plan.model.seq_len ? 0 : data_seq;
   try {
     plan.model = ModelSpec::from_json(plan.model.to_json(), "model");
   } catch (const Error& error) {

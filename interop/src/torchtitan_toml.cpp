@@ -475,6 +475,12 @@ ImportedRun import_torchtitan(const std::string& text, const ImportContext& cont
     throw Error(fmt::format("{}: malformed TOML at line {}: {}", context.source_name, error.source().begin.line,
                             error.description()));
   }
+  // torchtitan would train its debug model from an empty file; a file that names no
+  // model is not a job config to price.
+  if (!root.contains("model")) {
+    throw Error(fmt::format("{}: [model]: missing; a torchtitan job config names its model (name and flavor)",
+                            context.source_name));
+  }
   return TorchtitanReader(root, context).read();
 }
 

@@ -102,7 +102,7 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   const bool last_stage_counted = p.pp == 1 || last_stage >= first_stage;
   const double temporaries = last_stage_counted ? c.last_stage_temporaries_bytes : c.temporaries_bytes;
   memory.workspace_bytes =
-      costs_.device().workspace_bytes + temporaries + reduction_scratch_bytes(p, (params + experts) * grad_bytes_);
+      costs_.device().runtime_bytes() + temporaries + reduction_scratch_bytes(p, (params + experts) * grad_bytes_);
   const bool fits_device = memory.device_total_bytes() <= costs_.device().memory_bytes;
   const bool fits_host = memory.host_bytes * gpus_per_node_ <= cluster_.host_memory_bytes;
   out.fits = fits_device && fits_host;

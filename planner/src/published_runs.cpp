@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <map>
+#include <optional>
+#include <string_view>
 
 #include "tessel/core/block_ops.hpp"
 #include "tessel/core/engine_defaults.hpp"
@@ -26,6 +29,52 @@ namespace fs = std::filesystem;
 constexpr std::array<const char*, 9> kMeasuredKeys{
     "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s_per_gpu", "tflops_per_gpu",
     "hw_tflops_per_gpu", "mfu", "hfu", "peak_fraction"};
+
+// What a measurement of a real training step can be. The bounds are physical, not
+// statistical: a step launches thousands of kernels (over 100 us) and none published runs
+// for a day; no device reaches 10 PFLOP/s dense; a utilisation is a fraction of the peak;
+// a GPU streams at most a few hundred thousand tokens a second even for models of 100M
+// parameters, so 10^7 per GPU and 10^10 for a cluster are out of reach. A value outside is
+// a typo or a unit error, and fitting on it would drive every parameter to its bound.
+struct MeasuredRange {
+  const char* key;
+  double low, high;
+  const char* meaning;
+};
+constexpr MeasuredRange kMeasuredRanges[] = {
+    {"step_time_s", 1e-4, 86400, "seconds per step"},
+    {"tokens_per_s", 1, 1e10, "tokens per second"},
+    {"tokens_per_s_per_gpu", 1e-3, 1e7, "tokens per second per GPU"},
+    {"samples_per_s_per_gpu", 1e-6, 1e7, "samples per second per GPU"},
+    {"tflops_per_gpu", 1e-3, 1e4, "TFLOP/s per GPU"},
+    {"hw_tflops_per_gpu", 1e-3, 1e4, "TFLOP/s per GPU"},
+    {"mfu", 1e-4, 1, "a fraction of the peak"},
+    {"hfu", 1e-4, 1, "a fraction of the peak"},
+    {"peak_fraction", 1e-4, 1, "a fraction of the peak"},
+    {"aggregate_pflops", 1e-6, 1e7, "PFLOP/s of the whole run"},
+};
+
+// Every key a row may be measured by has its range (a key without one would never be read).
+constexpr bool every_measured_key_has_a_range() {
+  for (const char* key : kMeasuredKeys) {
+    bool found = false;
+    for (const MeasuredRange& range : kMeasuredRanges) found = found || std::string_view(key) == range.key;
+    if (!found) return false;
+  }
+  return true;
+}
+static_assert(every_measured_key_has_a_range());
+
+// The value of `object[key]` checked against its range; nullopt when absent.
+std::optional<double> measured_value(const Json& object, const MeasuredRange& range, const std::string& where) {
+  if (!object.contains(range.key)) return std::nullopt;
+  const Json& value = object[range.key];
+  if (!value.is_number() || !(value.get<double>() >= range.low && value.get<double>() <= range.high)) {
+    throw Error(fmt::format("{}.{}: {} is not {} in [{:g}, {:g}]", where, range.key, value.dump(), range.meaning,
+                            range.low, range.high));
+  }
+  return value.get<double>();
+}
 
 std::string string_field(const Json& object, const char* key, const std::string& where) {
   if (!object.contains(key) || !object[key].is_string() || object[key].get<std::string>().empty()) {
@@ -85,19 +134,26 @@ PublishedRun read_run(const Json& row, const std::string& file, bool held_out, s
   if (!row.contains("measured") || !row["measured"].is_object()) {
     throw Error(fmt::format("{} ({}): \"measured\" must be an object", where, run.id));
   }
+  // Every measurement the row gives is checked, the ones not used too: a bad value is a
+  // refusal, never a silent move to the next key.
   const Json& measured = row["measured"];
+  const std::string measured_at = fmt::format("{} ({}): measured", where, run.id);
+  std::map<std::string, double, std::less<>> values;
+  for (const MeasuredRange& range : kMeasuredRanges) {
+    if (const auto value = measured_value(measured, range, measured_at)) values[range.key] = *value;
+  }
   for (const char* key : kMeasuredKeys) {
-    if (measured.contains(key) && measured[key].is_number() && measured[key].get<double>() > 0) {
+    if (const auto found = values.find(key); found != values.end()) {
       run.measured_key = key;
-      run.measured_value = measured[key].get<double>();
+      run.measured_value = found->second;
       break;
     }
   }
   const Json derived = row.value("derived", Json::object());
-  if (derived.is_object() && derived.contains("step_time_s") && derived["step_time_s"].is_number() &&
-      derived["step_time_s"].get<double>() > 0) {
+  if (!derived.is_object()) throw Error(fmt::format("{} ({}): \"derived\" must be an object", where, run.id));
+  if (const auto value = measured_value(derived, kMeasuredRanges[0], fmt::format("{} ({}): derived", where, run.id))) {
     run.measured_key = "derived_step_time_s";
-    run.measured_value = derived["step_time_s"].get<double>();
+    run.measured_value = *value;
   }
   if (run.measured_key.empty()) {
     throw Error(
@@ -106,7 +162,7 @@ PublishedRun read_run(const Json& row, const std::string& file, bool held_out, s
                     where, run.id));
   }
   if (row.contains("tessel_rejects")) {
-    run.skipped = "tessel refuses the layout: " + row["tessel_rejects"].get<std::string>();
+    run.skipped = "tessel refuses the layout: " + string_field(row, "tessel_rejects", fmt::format("{} ({})", where, run.id));
   }
   try {
     Plan plan = Plan::from_json(plan_json_of(row, engine), where);
@@ -159,9 +215,22 @@ std::vector<PublishedRun> load_corpus_runs(const std::string& directory, const c
     for (std::size_t i = 0; i < json["runs"].size(); ++i)
       runs.push_back(read_run(json["runs"][i], file, held_out, i, engine));
   }
+  refuse_repeated_ids(runs);
   return runs;
 }
 }  // namespace
+
+void refuse_repeated_ids(const std::vector<PublishedRun>& runs) {
+  std::map<std::string, const PublishedRun*, std::less<>> first_of;
+  for (const PublishedRun& run : runs) {
+    const auto [found, inserted] = first_of.emplace(run.id, &run);
+    if (!inserted) {
+      throw Error(fmt::format("{}: id \"{}\" is also a row of {}; each row's id must be unique (it names the row in "
+                              "every report)",
+                              run.source, run.id, found->second->source));
+    }
+  }
+}
 
 std::vector<PublishedRun> load_published_runs(const std::string& directory) {
   return load_corpus_runs(directory, "--published", false, "corpus/published");

@@ -101,7 +101,7 @@ MemoryBreakdown stage_memory(const CostModel& model, const ParallelConfig& p, in
   memory.activations_bytes = activations;
   memory.trainer_workspace_bytes =
       model.trainer_temporaries_bytes(p, last) + model.reduction_scratch_bytes(p, (params + experts) * grad_bytes);
-  memory.workspace_bytes = model.costs().device().workspace_bytes + memory.trainer_workspace_bytes;
+  memory.workspace_bytes = model.costs().device().runtime_bytes() + memory.trainer_workspace_bytes;
   return memory;
 }
 

@@ -53,4 +53,23 @@ sqlite3* open_database_file(const std::string& path, bool read_only) {
   return db;
 }
 
+void check_database_integrity(sqlite3* db, const std::string& path) {
+  sqlite3_stmt* statement = nullptr;
+  std::string verdict;
+  int rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &statement, nullptr);
+  if (rc == SQLITE_OK) {
+    rc = sqlite3_step(statement);
+    const unsigned char* text = rc == SQLITE_ROW ? sqlite3_column_text(statement, 0) : nullptr;
+    verdict = text != nullptr ? reinterpret_cast<const char*>(text) : sqlite3_errmsg(db);
+  } else {
+    verdict = sqlite3_errmsg(db);
+  }
+  sqlite3_finalize(statement);
+  if (rc == SQLITE_ROW && verdict == "ok") return;
+  for (char& c : verdict) c = c == '\n' ? ' ' : c;
+  throw Error(fmt::format("{}: the database is damaged ({}); move it aside (tessel then starts a new one) or restore "
+                          "a copy",
+                          path, verdict));
+}
+
 }  // namespace tessel::profiles

@@ -14,4 +14,8 @@ namespace tessel::profiles {
 // Returns the open handle; throws tessel::Error naming the file when it cannot be opened.
 sqlite3* open_database_file(const std::string& path, bool read_only);
 
+// SQLite's quick check of every page; throws tessel::Error naming the file and the first
+// damage found (the header alone, read on open, can be intact in a damaged file).
+void check_database_integrity(sqlite3* db, const std::string& path);
+
 }  // namespace tessel::profiles

@@ -1,11 +1,15 @@
 // See platform.hpp.
 #include "platform.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <xbt/config.hpp>
 
 #include "tessel/core/error.hpp"
+#include "tessel/core/process_memory.hpp"
 
 namespace tessel::simulator {
 
@@ -151,6 +155,43 @@ std::unique_ptr<sg4::Engine> make_engine() {
   for (auto& arg : args) argv.push_back(arg.data());
   int argc = int(argv.size());
   return std::make_unique<sg4::Engine>(&argc, argv.data());
+}
+
+std::vector<LinkUse> busiest_links(const LinkLoad& load, double device_bandwidth, double node_bandwidth, double step_s) {
+  std::vector<LinkUse> uses;
+  const double step = std::max(step_s, 1e-12);
+  auto add = [&](const std::string& name, double bytes, double bandwidth) {
+    if (bytes > 0) uses.push_back({name, bytes / (bandwidth * step), bytes});
+  };
+  for (std::size_t r = 0; r < load.device_up.size(); ++r) {
+    add(fmt::format("device{}/up", r), load.device_up[r], device_bandwidth);
+    add(fmt::format("device{}/down", r), load.device_down[r], device_bandwidth);
+  }
+  for (std::size_t n = 0; n < load.node_up.size(); ++n) {
+    add(fmt::format("uplink{}/up", n), load.node_up[n], node_bandwidth);
+    add(fmt::format("uplink{}/down", n), load.node_down[n], node_bandwidth);
+  }
+  std::sort(uses.begin(), uses.end(), [](const LinkUse& a, const LinkUse& b) {
+    return a.busy_fraction != b.busy_fraction ? a.busy_fraction > b.busy_fraction : a.name < b.name;
+  });
+  if (uses.size() > 10) uses.resize(10);
+  return uses;
+}
+
+void refuse_actor_stacks_beyond_address_space(std::size_t actors) {
+  const double left_bytes = address_space_left_bytes();
+  if (left_bytes < 0) return;  // no limit: the kernel maps stacks lazily
+  // A stack and its guard page; the rest of the replay needs room too, so half is the most
+  // the stacks may take.
+  const double stack_bytes = double(simgrid::config::get_value<int>("contexts/stack-size")) * 1024.0 +
+                             double(sysconf(_SC_PAGE_SIZE));
+  if (double(actors) * stack_bytes > 0.5 * left_bytes) {
+    throw Error(fmt::format("simulate: {} simulated streams need {:.2f} GiB of SimGrid stacks ({:.0f} KiB each), more "
+                            "than half of the {:.2f} GiB this process may still map (ulimit -v); raise the limit or "
+                            "simulate fewer ranks",
+                            actors, double(actors) * stack_bytes / double(1ULL << 30), stack_bytes / 1024.0,
+                            left_bytes / double(1ULL << 30)));
+  }
 }
 
 }  // namespace tessel::simulator

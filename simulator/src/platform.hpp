@@ -12,6 +12,7 @@
 
 #include "tessel/core/cluster_spec.hpp"
 #include "tessel/profiles/cost_lookup.hpp"
+#include "tessel/simulator/simulation.hpp"
 
 namespace tessel::simulator {
 
@@ -35,7 +36,15 @@ std::vector<unsigned long> torus_sides(int nodes, int dimensions);
 ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profiles::CostLookup& costs, int world,
                                        int gpus_per_node, bool contention_free);
 
+// The ten busiest directed links of `load` over a step of `step_s`, busiest first.
+std::vector<LinkUse> busiest_links(const LinkLoad& load, double device_bandwidth, double node_bandwidth, double step_s);
+
 // A SimGrid engine with tessel's network model settings (CM02, no cross traffic).
 std::unique_ptr<simgrid::s4u::Engine> make_engine();
+
+// Refuses, before any actor exists, `actors` actors whose stacks (SimGrid's
+// contexts/stack-size each, mapped when an actor is made) would not fit in what this
+// process may still map under `ulimit -v`: SimGrid aborts when a stack cannot be mapped.
+void refuse_actor_stacks_beyond_address_space(std::size_t actors);
 
 }  // namespace tessel::simulator

@@ -72,7 +72,8 @@ class Replay {
       result.ranks.push_back(b);
     }
     result.simulated_ranks = int(std::count(simulated_.begin(), simulated_.end(), true));
-    collect_links(result);
+    result.busiest_links =
+        busiest_links(network_->load(), platform_.device_bandwidth, platform_.node_bandwidth, result.step_time_s);
     result.events = std::move(events_);
     result.in_flight = std::move(memory_);
     result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
@@ -285,7 +286,16 @@ class Replay {
       track_memory(rank, index, end);
       rank.last_end_s = std::max(rank.last_end_s, end);
       mark_done(rank, index, end);
+      note_progress();
     }
+  }
+
+  void note_progress() {
+    if (!options_.on_progress || ++ops_done_ % 256 != 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_progress_ < std::chrono::milliseconds(500)) return;
+    last_progress_ = now;
+    options_.on_progress(double(ops_done_) / double(std::max<std::size_t>(ops_total_, 1)));
   }
 
   // Micro-batch chunks whose activations a stage holds: +1 when a chunk's forward
@@ -328,7 +338,19 @@ class Replay {
     network_->set_simulated(simulated_);
   }
 
+  // One actor per simulated rank, or per stream of it when streams overlap.
+  std::size_t actor_count() const {
+    std::size_t actors = 0;
+    for (int r = 0; r < program_.world_size(); ++r) {
+      if (!simulated_[std::size_t(r)]) continue;
+      const auto& lists = tables_[std::size_t(program_.stage_of_rank(r))].actor_ops;
+      actors += std::size_t(std::count_if(lists.begin(), lists.end(), [](const auto& list) { return !list.empty(); }));
+    }
+    return actors;
+  }
+
   void start_actors() {
+    refuse_actor_stacks_beyond_address_space(actor_count());
     const int world = program_.world_size();
     ranks_.resize(std::size_t(world));
     memory_.assign(std::size_t(plan_.parallel.pp), {});
@@ -338,6 +360,7 @@ class Replay {
       if (!simulated_[std::size_t(r)]) continue;
       rank.program = &program_.rank_program(r);
       rank.tables = &tables_[std::size_t(program_.stage_of_rank(r))];
+      ops_total_ += rank.program->ops.size();
       rank.done_s.assign(rank.program->ops.size(), kNotDone);
       rank.contention = ComputeContention(costs_.calibration());
       for (std::uint32_t i = 0; i < rank.program->ops.size(); ++i) {
@@ -358,28 +381,6 @@ class Replay {
     }
   }
 
-  void collect_links(SimulationResult& result) const {
-    std::vector<LinkUse> uses;
-    const double step = std::max(result.step_time_s, 1e-12);
-    auto add = [&](const std::string& name, double bytes, double bandwidth) {
-      if (bytes > 0) uses.push_back({name, bytes / (bandwidth * step), bytes});
-    };
-    const LinkLoad& load = network_->load();
-    for (std::size_t r = 0; r < load.device_up.size(); ++r) {
-      add(fmt::format("device{}/up", r), load.device_up[r], platform_.device_bandwidth);
-      add(fmt::format("device{}/down", r), load.device_down[r], platform_.device_bandwidth);
-    }
-    for (std::size_t n = 0; n < load.node_up.size(); ++n) {
-      add(fmt::format("uplink{}/up", n), load.node_up[n], platform_.node_bandwidth);
-      add(fmt::format("uplink{}/down", n), load.node_down[n], platform_.node_bandwidth);
-    }
-    std::sort(uses.begin(), uses.end(), [](const LinkUse& a, const LinkUse& b) {
-      return a.busy_fraction != b.busy_fraction ? a.busy_fraction > b.busy_fraction : a.name < b.name;
-    });
-    if (uses.size() > 10) uses.resize(10);
-    result.busiest_links = std::move(uses);
-  }
-
   const Program& program_;
   const Plan& plan_;
   SimulationOptions options_;
@@ -393,6 +394,8 @@ class Replay {
   std::vector<int> representative_;
   std::unordered_map<std::uint64_t, Meeting> meetings_, transfers_;
   std::map<std::string, Meeting> named_meetings_;
+  std::size_t ops_total_ = 0, ops_done_ = 0;  // for on_progress
+  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
   std::vector<TraceEvent> events_;
   std::vector<std::vector<InFlightSample>> memory_;
 };

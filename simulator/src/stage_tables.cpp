@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "layer_overhead.hpp"
+#include "sequential_order.hpp"
 #include "tessel/core/op_names.hpp"
 #include "tessel/core/stage_layers.hpp"
 #include "tp_overlap.hpp"
@@ -32,33 +33,6 @@ double compute_seconds(const ProgramOp& op, const profiles::CostLookup& costs) {
     }
     default: return 0;
   }
-}
-
-// Without overlap a rank runs one op at a time: in program order, except that data-
-// parallel ops wait until something needs them (the optimizer, the next layer's
-// gathered weights), so gradient sync happens after the compute it would overlap.
-std::vector<std::uint32_t> sequential_order(const StageProgram& program) {
-  std::vector<std::uint32_t> order, deferred;
-  std::vector<bool> placed(program.ops.size(), false);
-  auto place = [&](std::uint32_t index) {
-    order.push_back(index);
-    placed[index] = true;
-  };
-  for (std::uint32_t i = 0; i < program.ops.size(); ++i) {
-    const ProgramOp& op = program.ops[i];
-    if (op.stream == Stream::dp_comm && op.work.kind == OpKind::collective) {
-      deferred.push_back(i);
-      continue;
-    }
-    const bool needs_deferred = std::any_of(op.deps.begin(), op.deps.end(), [&](std::uint32_t d) { return !placed[d]; });
-    if (needs_deferred) {
-      for (std::uint32_t d : deferred) place(d);
-      deferred.clear();
-    }
-    place(i);
-  }
-  for (std::uint32_t d : deferred) place(d);
-  return order;
 }
 
 // Which neighbours of one actor's list may run as one sleep: the second starts the

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <string>
 
+#include "../tessel_binary.hpp"
+
 namespace tessel_cli_test {
 
 namespace fs = std::filesystem;

@@ -119,3 +119,37 @@ TEST_F(Cli, EstimateImportsNemoRecipesAndTakesAVocabularyFromHfConfig) {
   ASSERT_EQ(with_hf.status, 0) << with_hf.err;
   EXPECT_NE(with_hf.out.find("model.vocab 32000 (--hf-config)"), std::string::npos) << with_hf.out;
 }
+
+// A config tessel prices out of memory is not written without --allow-oom, and the error
+// names the best plan that fits as that engine's config. gpt3-13b's example plan (tp 4,
+// pp 2) written for DeepSpeed becomes pure data parallelism with ZeRO 1: 85.8 GiB per GPU.
+TEST_F(Cli, ExportRefusesAConfigThatDoesNotFitUnlessAllowed) {
+  const std::string plan = std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json";
+  const fs::path out = dir_ / "ds_config.json";
+  const Outcome refused = run("export --plan " + plan + " --to deepspeed --out " + out.string());
+  EXPECT_TRUE(is_one_line_refusal(refused, "--to deepspeed: the plan written (dp32 pp1 tp1 sp1 z1")) << refused.err;
+  EXPECT_NE(refused.err.find("does not fit: out of device memory"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("the best plan that fits as a deepspeed config is dp32 pp1 tp1 sp1 z3"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("pass --allow-oom"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(out));
+  const Outcome allowed = run("export --plan " + plan + " --to deepspeed --allow-oom --out " + out.string());
+  ASSERT_EQ(allowed.status, 0) << allowed.err;
+  EXPECT_NE(allowed.err.find("--allow-oom: the plan written needs"), std::string::npos) << allowed.err;
+  EXPECT_TRUE(fs::exists(out));
+  // The same plan as Megatron-LM runs it (tp 4, pp 2) fits and is written without the flag.
+  EXPECT_EQ(run("export --plan " + plan + " --to megatron --out " + (dir_ / "train.sh").string()).status, 0);
+}
+
+// plan --emit: the best plan (pp 2, ZeRO 2), as DeepSpeed would run it (no pipeline: dp 16),
+// does not fit; the error names the best ranked plan whose DeepSpeed config fits.
+TEST_F(Cli, PlanEmitNamesTheBestPlanThatFitsAsTheEnginesConfig) {
+  const fs::path out = dir_ / "ds.json";
+  const Outcome o = run("plan --model gpt3-13b --cluster dgx-h100 --nodes 2 --global-batch 512 --threads 1 --emit "
+                        "deepspeed --emit-out " + out.string());
+  EXPECT_EQ(o.status, 2) << o.out << o.err;
+  EXPECT_NE(o.err.find("--emit deepspeed: the plan written ("), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("the best plan that fits as a deepspeed config is dp16 pp1 tp1 sp1 z3"), std::string::npos)
+      << o.err;
+  EXPECT_FALSE(fs::exists(out));
+}

@@ -41,12 +41,19 @@ TEST_F(Cli, HuggingFaceMixtralConfigPlansAndDeepSeekIsRefusedByName) {
   EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
 }
 
-TEST_F(Cli, MoePlansAreNotWrittenAsDenseLaunchConfigs) {
-  const Outcome o = run("plan --model mixtral-8x7b --cluster dgx-h100 --nodes 8 --global-batch 256 --emit megatron "
-                        "--emit-out " + (dir_ / "launch.sh").string());
+// Megatron-LM's script spells the experts out; the other engines' writers refuse MoE by name.
+TEST_F(Cli, MoePlansAreWrittenWithTheirExpertsOrRefused) {
+  const Outcome o = run("plan --model mixtral-8x7b --cluster dgx-h100 --nodes 8 --global-batch 256 --emit nemo "
+                        "--emit-out " + (dir_ / "launch.yaml").string());
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.err.find("is a Mixture-of-Experts model (model.moe)"), std::string::npos) << o.err;
-  EXPECT_FALSE(fs::exists(dir_ / "launch.sh"));
+  EXPECT_FALSE(fs::exists(dir_ / "launch.yaml"));
+  const Outcome megatron = run("plan --model mixtral-8x7b --cluster dgx-h100 --nodes 8 --global-batch 256 --emit "
+                               "megatron --emit-out " + (dir_ / "launch.sh").string());
+  ASSERT_EQ(megatron.status, 0) << megatron.err;
+  const std::string script = slurp(dir_ / "launch.sh");
+  EXPECT_NE(script.find("--num-experts 8\n"), std::string::npos) << script;
+  EXPECT_NE(script.find("--moe-router-topk 2\n"), std::string::npos) << script;
 }
 
 // `tessel run` trains the MoE example (dp 2, ep 2) and prints the auxiliary loss next to

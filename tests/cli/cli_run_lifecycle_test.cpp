@@ -16,52 +16,16 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_fixture.hpp"
+#include "cli_run_helpers.hpp"
 #include "tessel/profiles/run_store.hpp"
 
 using namespace tessel_cli_test;
 
 namespace {
-const char* kTinyPlan = R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
-  "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
-  "parallel": {"dp": 2, "micro_batch": 2}})";
 // Terabytes of weights: no machine these tests run on holds it.
 const char* kHugePlan = R"({"model": {"name": "huge", "layers": 96, "hidden": 12288, "heads": 96,
   "vocab": 50304, "seq_len": 2048}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
   "parallel": {"dp": 2, "micro_batch": 1}})";
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-tessel::profiles::RunRecord only_run(const std::string& db) {
-  tessel::profiles::ProfileStore store(db);
-  tessel::profiles::RunStore runs(store);
-  const auto all = runs.runs();
-  EXPECT_EQ(all.size(), 1u);
-  return all.empty() ? tessel::profiles::RunRecord{} : all.front();
-}
-
-// `pid`'s wait status, killing it (and failing) when it has not ended within `limit_s`.
-int wait_at_most(pid_t pid, double limit_s) {
-  const auto start = std::chrono::steady_clock::now();
-  int raw = 0;
-  while (waitpid(pid, &raw, WNOHANG) == 0) {
-    if (seconds_since(start) > limit_s) {
-      ADD_FAILURE() << "still running after " << limit_s << " s";
-      kill(pid, SIGKILL);
-      waitpid(pid, &raw, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return raw;
-}
-
-// Whether any tessel-rank process names `marker` (a test's own folder) on its command line.
-bool ranks_alive(const std::string& marker) {
-  const std::string command = "pgrep -f '[t]essel-rank.*" + marker + "' >/dev/null";
-  return std::system(command.c_str()) == 0;
-}
 }  // namespace
 
 TEST_F(Cli, RunRefusesAPlanLargerThanThisMachinesMemoryBeforeAnyRankStarts) {

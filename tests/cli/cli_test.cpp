@@ -149,6 +149,14 @@ TEST_F(Cli, ProfileMeasuresShowsExportsAndImports) {
   EXPECT_NE(show.out.find("local-cpu/intra  all_reduce"), std::string::npos) << show.out;
   const fs::path exported = dir_ / "local-cpu.json";
   ASSERT_EQ(run("profile export --device local-cpu --db " + db + " --out " + exported.string()).status, 0);
+  // The runtime a rank adds is measured by this build (with or without the CUDA
+  // libraries), not kept from the shipped profile (issue 38).
+  const nlohmann::json device = nlohmann::json::parse(slurp(exported))["device"];
+  EXPECT_EQ(device["sources"]["workspace_bytes"].get<std::string>().rfind("measured by tessel profile on this build", 0),
+            0u)
+      << device["sources"]["workspace_bytes"];
+  EXPECT_GT(device["workspace_bytes"].get<double>(), 4.0 * (1 << 20));
+  EXPECT_LT(device["workspace_bytes"].get<double>(), 1024.0 * (1 << 20));
   const std::string copy = (dir_ / "copy.db").string();
   ASSERT_EQ(run("profile import " + exported.string() + " --db " + copy).status, 0);
   const fs::path again = dir_ / "again.json";

@@ -221,7 +221,42 @@ TEST(Corpus, ADerivedStepTimeStatesItsFormula) {
       EXPECT_TRUE(is_nonempty_string(run["derived"], "formula"));
     }
   }
-  EXPECT_EQ(derived_step_times, 1);  // GPT-NeoX-20B (black2022_gpt_neox_20b.json)
+  // GPT-NeoX-20B (black2022_gpt_neox_20b.json), Megatron-DeepSpeed's eight GPT 30B rows
+  // (deepspeed2023_megatron_long_seq.json) and Megatron-Core's Mixtral row (mcore2024_moe_mixtral.json).
+  EXPECT_EQ(derived_step_times, 10);
+}
+
+// The derived step times of the issue-35 sources are their engines' own FLOP counts at the
+// printed rate, recomputed here from each row's model and layout: a row whose shape, batch
+// or rate is edited without its derived step time fails.
+TEST(Corpus, EngineFlopCountsGiveTheDerivedStepTimes) {
+  int checked = 0;
+  for (const CorpusFile& file : corpus()) {
+    const bool deepspeed = file.name == "deepspeed2023_megatron_long_seq.json";
+    const bool mcore = file.name == "mcore2024_moe_mixtral.json";
+    if (!deepspeed && !mcore) continue;
+    for (const Json& run : file.json["runs"]) {
+      SCOPED_TRACE(run_label(file, run));
+      const Json& m = run["model"];
+      const double b = run["train"]["global_batch"].get<double>(), s = m["seq_len"].get<double>();
+      const double l = m["layers"].get<double>(), h = m["hidden"].get<double>(), v = m["vocab"].get<double>();
+      const double gpus = 8.0 * run["nodes"].get<double>();
+      double flops = 0, rate = 0;
+      if (deepspeed) {  // Megatron-DeepSpeed's throughput_calculator, factor 4 for full recompute
+        flops = 24 * 4 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
+        rate = run["measured"]["hw_tflops_per_gpu"].get<double>();
+      } else {  // Megatron-LM's num_floating_point_operations (core_v0.8.0), swiglu, top-k experts
+        const double groups = m["kv_heads"].get<double>() / m["heads"].get<double>();
+        const double mlp = m["moe"]["expert_ffn_hidden"].get<double>() / h * m["moe"]["top_k"].get<double>() * 1.5;
+        flops = 12 * b * s * l * h * h * ((1 + groups + s / h) + mlp + v / (2 * l * h));
+        rate = run["measured"]["tflops_per_gpu"].get<double>();
+      }
+      const double step_s = flops / (rate * 1e12 * gpus);
+      EXPECT_NEAR(run["derived"]["step_time_s"].get<double>(), step_s, 1e-4 * step_s + 1e-4);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 9);  // eight GPT 30B sequence lengths, one Mixtral 8x7B
 }
 
 // A run tessel refuses records tessel's reason word for word; when tessel's rules change,
@@ -332,9 +367,9 @@ TEST(Corpus, SourcesPerDeviceAndParallelFamilyAreAsTheReadmeSays) {
   for (const auto& [cell, files] : sources) counts[cell] = files.size();
   const std::map<std::string, std::size_t> readme{
       {"A100-SXM-80GB data", 6},  {"A100-SXM-80GB tensor", 4},   {"A100-SXM-80GB pipeline", 3},
-      {"A100-SXM-40GB data", 3},  {"A100-SXM-40GB tensor", 1},   {"A100-SXM-40GB pipeline", 1},
-      {"H100-SXM data", 6},       {"H100-SXM tensor", 4},        {"H100-SXM pipeline", 3},
-      {"H100-SXM sequence", 2}};
+      {"A100-SXM-40GB data", 3},  {"A100-SXM-40GB tensor", 2},   {"A100-SXM-40GB pipeline", 1},
+      {"H100-SXM data", 7},       {"H100-SXM tensor", 4},        {"H100-SXM pipeline", 4},
+      {"H100-SXM sequence", 2},   {"H100-SXM expert", 1}};
   EXPECT_EQ(counts, readme);
 }
 

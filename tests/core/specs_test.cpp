@@ -71,9 +71,44 @@ TEST(ModelSpec, HuggingFaceConfigsLoadToThePresetShapes) {
   EXPECT_EQ(llama_hf, llama_preset);
 
   EXPECT_EQ(error_of([] { ModelSpec::from_hf_config(Json::parse(R"({"model_type": "bert"})"), "x"); }),
-            "model.model_type: Hugging Face configs of type gpt2|llama|mixtral|qwen2_moe are supported, got 'bert'");
+            "model.model_type: Hugging Face configs of type gpt2|llama|mistral|mixtral|qwen2_moe are supported, got 'bert'");
   EXPECT_EQ(error_of([] { ModelSpec::from_hf_config(Json::parse(R"({"model_type": "gpt2", "n_layer": 0})"), "x"); }),
             "model.n_layer: must be a positive integer in a gpt2 config.json");
+}
+
+// Fields of a LLaMA-family config.json that change what a step computes are honoured
+// (RoPE base, norm epsilon, kept through the model JSON) or refused by name.
+TEST(ModelSpec, HuggingFaceNumericsAreHonouredOrRefusedByName) {
+  const Json llama3 = Json::parse(R"({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+      "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "head_dim": 128})");
+  const ModelSpec m = ModelSpec::from_hf_config(llama3, "llama3-8b");
+  EXPECT_EQ(m.rope_theta, 500000.0);
+  EXPECT_EQ(m.norm_epsilon, 1e-5);
+  EXPECT_EQ(ModelSpec::from_json(m.to_json()), m);
+  EXPECT_EQ(ModelSpec::from_json(m.to_json()).rope_theta, 500000.0);
+  Json no_eps = llama3;
+  no_eps.erase("rms_norm_eps");
+  EXPECT_EQ(ModelSpec::from_hf_config(no_eps, "x").norm_epsilon, 1e-6);  // LlamaConfig's default
+  Json mistral = no_eps;
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = nullptr;
+  EXPECT_EQ(ModelSpec::from_hf_config(mistral, "x").layers, 32);
+  mistral["sliding_window"] = 4096;
+  EXPECT_NE(error_of([&] { ModelSpec::from_hf_config(mistral, "x"); }).find("model.sliding_window: sliding-window"),
+            std::string::npos);
+  Json odd_head = llama3;
+  odd_head["head_dim"] = 64;
+  EXPECT_EQ(error_of([&] { ModelSpec::from_hf_config(odd_head, "x"); }),
+            "model.head_dim: 64 x 32 heads differs from hidden_size 4096; tessel models head_dim = hidden_size / "
+            "num_attention_heads");
+  Json partial = llama3;
+  partial["partial_rotary_factor"] = 0.5;
+  EXPECT_NE(error_of([&] { ModelSpec::from_hf_config(partial, "x"); }).find("model.partial_rotary_factor"),
+            std::string::npos);
+  Json scaled = llama3;
+  scaled["rope_scaling"] = Json{{"rope_type", "llama3"}, {"factor", 8.0}};
+  EXPECT_EQ(ModelSpec::from_hf_config(scaled, "x").rope_scaling, "llama3");
 }
 
 TEST(ModelSpec, BadFieldsNameTheFieldAndWhatIsAllowed) {
@@ -110,6 +145,21 @@ TEST(ClusterSpec, RoundTripsAndChecksFabric) {
   cluster.erase("inter_node");
   EXPECT_EQ(error_of([&] { ClusterSpec::from_json(cluster); }),
             "cluster.inter_node: missing (required unless max_nodes is 1)");
+}
+
+// The CPU profile's runtime: what a rank adds beside its tensors, plus what the CUDA
+// libraries add in a build that links them; a GPU's workspace holds its CUDA runtime.
+TEST(DeviceSpec, TheCudaLibrariesAreCountedOnlyInABuildThatLinksThem) {
+  const DeviceSpec cpu = resolve_device("local-cpu");
+  ASSERT_GT(cpu.cuda_libraries_bytes, 0);
+  ASSERT_TRUE(cpu.sources.contains("cuda_libraries_bytes"));
+  EXPECT_DOUBLE_EQ(cpu.runtime_bytes(),
+                   cpu.workspace_bytes + (build_links_cuda_libraries() ? cpu.cuda_libraries_bytes : 0.0));
+  EXPECT_EQ(DeviceSpec::from_json(cpu.to_json()).cuda_libraries_bytes, cpu.cuda_libraries_bytes);
+  Json gpu = resolve_device("H100-SXM").to_json();
+  gpu["cuda_libraries_bytes"] = 1e8;
+  EXPECT_NE(error_of([&] { DeviceSpec::from_json(gpu); }).find("cuda_libraries_bytes: is stated for CPU devices only"),
+            std::string::npos);
 }
 
 TEST(DeviceSpec, EveryNumberHasASource) {

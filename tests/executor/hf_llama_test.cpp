@@ -147,6 +147,42 @@ TEST_F(HfLlama, AModelExportedAndReimportedTrainsOnBitIdentically) {
   EXPECT_EQ(imported.trainer.whole_parameters(), reference.trainer.whole_parameters());
 }
 
+// Llama 3's config.json says rope_theta 500000: a model read from it rotates by that base
+// (its first step's loss differs from the same weights rotated by 10000), and its export
+// says so again; RoPE scaling, which the executor does not compute, is refused by name.
+TEST_F(HfLlama, TheConfigsRopeBaseAndNormEpsilonAreHonoured) {
+  Json config = llama_config(tiny_llama_plan().model);
+  config["rope_theta"] = 500000.0;
+  config["rms_norm_eps"] = 1e-6;
+  Plan llama3 = tiny_llama_plan();
+  llama3.model = ModelSpec::from_hf_config(config, "tiny-llama3", "config.json");
+  EXPECT_EQ(llama3.model.rope_theta, 500000.0);
+  EXPECT_EQ(llama3.model.norm_epsilon, 1e-6);
+  EXPECT_EQ(llama_config(llama3.model).at("rope_theta").get<double>(), 500000.0);
+  EXPECT_EQ(llama_config(llama3.model).at("rms_norm_eps").get<double>(), 1e-6);
+  EXPECT_EQ(ModelSpec::from_json(llama3.model.to_json()), llama3.model);
+  const std::string text = synthetic_corpus(8192, 3);
+  Plan base = llama3;
+  base.model.rope_theta = 10000;
+  base.model.norm_epsilon = 1e-5;
+  OneRank with_theta(llama3, text, 7), with_base(base, text, 7);
+  EXPECT_EQ(with_theta.trainer.whole_parameters(), with_base.trainer.whole_parameters());
+  EXPECT_NE(with_theta.trainer.step().loss, with_base.trainer.step().loss);
+
+  config["rope_scaling"] = Json{{"rope_type", "llama3"}, {"factor", 8.0}};
+  Plan scaled = tiny_llama_plan();
+  scaled.model = ModelSpec::from_hf_config(config, "tiny-llama31", "config.json");
+  EXPECT_EQ(scaled.model.rope_scaling, "llama3");
+  try {
+    Trainer::check(scaled);
+    ADD_FAILURE() << "RoPE scaling should be refused";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("model.rope_scaling: llama3 RoPE scaling is not computed"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST_F(HfLlama, BadFilesAreRefusedInOneLineNamingTheTensor) {
   const Plan plan = tiny_llama_plan();
   const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();

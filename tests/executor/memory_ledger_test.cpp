@@ -115,4 +115,6 @@ TEST(MemoryLedger, OneRankModelStatesAreExactlyParameterCountTimesBytes) {
   EXPECT_DOUBLE_EQ(predicted.optimizer_bytes, double(8 * count));
 }
 
-TEST(MemoryLedger, TheCpuBackendCannotTellItsDevicePeakApart) { EXPECT_EQ(kernels::cpu_backend().device_peak_bytes(), 0u); }
+TEST(MemoryLedger, TheCpuBackendCannotTellItsDevicePeakApart) {
+  EXPECT_EQ(kernels::cpu_backend().device_peak_bytes(), 0u);
+}

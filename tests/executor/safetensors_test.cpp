@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -267,4 +269,49 @@ TEST_F(Safetensors, DamagedFilesOnlyEverGiveOneLineErrors) {
     }
   }
   EXPECT_GT(refused, 200);
+}
+
+// Hostile headers (issue 38): a shape nested 100,000 deep crashed the reader as its error
+// line dumped the nested JSON; a key given twice is one the format disallows. NaN or
+// infinite weights are refused at load, naming the file, the tensor and the element.
+TEST_F(Safetensors, HostileHeadersAndNonFiniteWeightsAreOneLineNamingTheFile) {
+  auto file_with_header = [&](const std::string& name, const std::string& header, std::size_t data_bytes) {
+    std::string content;
+    for (int i = 0; i < 8; ++i) content.push_back(char((std::uint64_t(header.size()) >> (8 * i)) & 0xff));
+    content += header + std::string(data_bytes, '\0');
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << content;
+    return path;
+  };
+  const int deep = 100000;
+  const std::string nested = file_with_header(
+      "deep.safetensors",
+      "{\"t\": {\"dtype\": \"F32\", \"shape\": " + std::string(deep, '[') + "1" + std::string(deep, ']') +
+          ", \"data_offsets\": [0, 4]}}",
+      4);
+  const std::string twice = file_with_header(
+      "twice.safetensors",
+      R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+      4);
+  const std::string wide = file_with_header(
+      "wide.safetensors", "{\"t\": {\"dtype\": \"F32\", \"shape\": [" + std::string(50000, '1') + "], \"data_offsets\": [0, 4]}}", 4);
+  for (const auto& [path, expected] : std::vector<std::pair<std::string, std::string>>{
+           {nested, "nested deeper than 64"}, {twice, "appears twice"}, {wide, "number overflow"}}) {
+    const std::string message = error_of([&] { SafetensorsFile::read(path, "--init"); });
+    EXPECT_NE(message.find(expected), std::string::npos) << message.substr(0, 300);
+    EXPECT_EQ(message.rfind("--init: " + path, 0), 0u) << message.substr(0, 300);
+    EXPECT_LT(message.size(), 300u) << message.substr(0, 300);
+  }
+
+  const Plan plan = tiny_plan();
+  std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    whole[5] = bad;
+    const std::string path = (dir_ / "nan.safetensors").string();
+    write_gpt2_export(path, plan.model, whole, SafetensorsDType::f32, {});
+    const std::string message =
+        error_of([&] { whole_model_from_gpt2(SafetensorsFile::read(path, "--init"), plan.model); });
+    EXPECT_NE(message.find("--init: " + path + ": tensor transformer."), std::string::npos) << message;
+    EXPECT_NE(message.find(std::isnan(bad) ? "is NaN" : "is infinite"), std::string::npos) << message;
+  }
 }

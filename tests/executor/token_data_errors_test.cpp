@@ -5,7 +5,9 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "tessel/core/error.hpp"
 #include "tessel/executor/token_source.hpp"
@@ -174,4 +176,59 @@ TEST_F(TokenErrors, ADtypeIsOnlyForHeaderlessFiles) {
   }
   EXPECT_THROW(open_token_source(path("shard.bin"), "auto", "int8"), Error);
   EXPECT_THROW(open_token_source(path("shard.bin"), "tokens", ""), Error);
+}
+
+// An llm.c shard whose magic is off by one was read as a headerless nanoGPT file, its
+// header trained on as tokens: a file that almost matches llm.c's header is refused, and
+// --data-format nanogpt still reads it when that is what it is.
+TEST_F(TokenErrors, AFileThatAlmostMatchesLlmcsHeaderIsRefusedNotReadAsTokens) {
+  std::string off_by_one = llmc_shard(counting(100));
+  off_by_one[0] = char(off_by_one[0] + 1);  // magic 20240521
+  write_bytes(path("near.bin"), off_by_one);
+  const std::string message = error_of("near.bin");
+  EXPECT_NE(message.find(path("near.bin") + ": almost an llm.c shard"), std::string::npos) << message;
+  EXPECT_NE(message.find("magic 20240521"), std::string::npos) << message;
+  EXPECT_NE(message.find("--data-format nanogpt"), std::string::npos) << message;
+  std::string no_magic = llmc_shard(counting(100), true);
+  for (int i = 0; i < 4; ++i) no_magic[std::size_t(i)] = 0;
+  write_bytes(path("zero_magic.bin"), no_magic);
+  EXPECT_NE(error_of("zero_magic.bin").find("almost an llm.c shard"), std::string::npos) << error_of("zero_magic.bin");
+  // Asked for by name, the bytes are read as the flat tokens they then are.
+  EXPECT_EQ(open_token_source(path("near.bin"), TokenFormat::nanogpt).count(), off_by_one.size() / 2);
+  // An ordinary headerless file is still nanoGPT's.
+  write_nanogpt(path("plain.bin"), counting(1000));
+  EXPECT_EQ(open_token_source(path("plain.bin"), TokenFormat::automatic).format(), TokenFormat::nanogpt);
+}
+
+// A mapped token file cut short while it is read raised SIGBUS and killed the rank with
+// no word: the process ends with one line naming the file and status 2.
+TEST_F(TokenErrors, AFileTruncatedUnderTheReaderStopsWithOneLineNamingIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  write_nanogpt(path("big.bin"), counting(std::size_t(1) << 20));
+  const std::string file = path("big.bin");
+  EXPECT_EXIT(
+      {
+        const TokenSource tokens = open_token_source(file, TokenFormat::nanogpt);
+        fs::resize_file(file, 4096);
+        std::int64_t sum = 0;
+        for (std::uint64_t i = 0; i < tokens.count(); i += 1024) sum += tokens[i];
+        std::exit(sum == -1 ? 3 : 4);  // reached only when no read faulted
+      },
+      ::testing::ExitedWithCode(2), "tessel: error: --data: .*big.bin: the file shrank while the run read it");
+}
+
+// Found by make fuzz: a sequence pointer near 2^63 overflowed int64 in the error line's
+// end (undefined behaviour; a negative byte count in the message).
+TEST_F(TokenErrors, APointerNearTheEndOfInt64IsNamedWithItsTrueEnd) {
+  MegatronFiles far = megatron_dataset(as_documents(counting(200)));
+  const std::size_t pointers_at = 34 + 4 * 20;  // 20 sequences
+  const std::int64_t pointer = std::numeric_limits<std::int64_t>::max() - 29;
+  std::memcpy(far.idx.data() + pointers_at, &pointer, sizeof pointer);
+  std::int32_t size = 0;
+  std::memcpy(&size, far.idx.data() + 34, sizeof size);
+  write_pair(path("far"), far);
+  const std::string end = std::to_string(std::uint64_t(pointer) + std::uint64_t(size) * 2);
+  EXPECT_NE(error_of("far").find("sequence 0 points to bytes " + std::to_string(pointer) + ".." + end + ", outside"),
+            std::string::npos)
+      << error_of("far");
 }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <set>
 
+#include "../tessel_binary.hpp"
 #include "tessel/core/subprocess.hpp"
 #include "tessel/gui/run_comparison.hpp"
 #include "tessel/profiles/profile_store.hpp"

@@ -10,6 +10,7 @@
 #include <QTemporaryDir>
 #include <cmath>
 
+#include "../tessel_binary.hpp"
 #include "tessel/core/subprocess.hpp"
 #include "tessel/gui/charts.hpp"
 #include "tessel/gui/plan_explorer.hpp"

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "tessel/core/json_fields.hpp"
+#include "../tessel_binary.hpp"
 #include "tessel/core/subprocess.hpp"
 #include "tessel/gui/plan_explorer.hpp"
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "../tessel_binary.hpp"
 #include "tessel/core/subprocess.hpp"
 
 TEST(RealWindow, UnderXvfbTheScreenShowsThePlots) {

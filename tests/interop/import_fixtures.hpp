@@ -16,6 +16,25 @@
 
 namespace tessel::interop::test {
 
+// A small NeMo recipe on one DGX node (4 layers of 256, tensor parallel 2) that reads,
+// for tests to add keys to.
+inline const char* kSmallNemoRecipe = R"(trainer:
+  num_nodes: 1
+  devices: 8
+  precision: bf16-mixed
+model:
+  micro_batch_size: 2
+  global_batch_size: 64
+  tensor_model_parallel_size: 2
+  encoder_seq_length: 512
+  max_position_embeddings: 512
+  num_layers: 4
+  hidden_size: 256
+  num_attention_heads: 8
+  tokenizer:
+    vocab_size: 1024
+)";
+
 // File `name` of tests/interop/fixtures/, whole (an error naming it when it is missing).
 inline std::string fixture(const std::string& name) {
   return read_input_file(std::string(TESSEL_SOURCE_DIR) + "/tests/interop/fixtures/" + name);

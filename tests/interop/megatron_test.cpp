@@ -81,8 +81,12 @@ TEST(Megatron, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
   EXPECT_NE(refusal("--fp8-format hybrid --fp8-recipe mxfp8").find("--fp8-recipe mxfp8: block scaling"),
             std::string::npos);
   EXPECT_NE(refusal("--fp8-format e5m2").find("--fp8-format e5m2: tessel reads hybrid or e4m3"), std::string::npos);
-  EXPECT_NE(refusal("--num-experts 8").find("--num-experts 8: mixture of experts is not modelled"), std::string::npos);
-  EXPECT_NE(refusal("--expert-model-parallel-size 2").find("--expert-model-parallel-size 2"), std::string::npos);
+  EXPECT_NE(refusal("--expert-model-parallel-size 2").find("--expert-model-parallel-size 2: needs --num-experts"),
+            std::string::npos);
+  EXPECT_NE(refusal("--num-experts 8 --moe-layer-freq ([0]*1+[1]*3)").find("--moe-layer-freq"), std::string::npos);
+  EXPECT_NE(refusal("--num-experts 8 --expert-tensor-parallel-size 1").find("--expert-tensor-parallel-size 1"),
+            std::string::npos);
+  EXPECT_NE(refusal("--hybrid-layer-pattern M-M-*").find("--hybrid-layer-pattern M-M-*: Mamba"), std::string::npos);
   EXPECT_NE(refusal("--decoder-first-pipeline-num-layers 1").find("--decoder-first-pipeline-num-layers 1"),
             std::string::npos);
   EXPECT_NE(refusal("--optimizer sgd").find("--optimizer sgd"), std::string::npos);
@@ -160,15 +164,42 @@ python -m torch.distributed.run --nproc-per-node=8 --nnodes=1 \
   EXPECT_FALSE(test::any_line_contains(run.ignored, "log.txt"));
 }
 
-TEST(Megatron, LoopsAreRefusedByLine) {
+// Megatron-LM's examples parse their arguments in a while/case loop and choose a size in a
+// case block; both are read over the script's own variables and its arguments.
+TEST(Megatron, LoopsAndCaseBlocksOverTheScriptsVariablesAreEvaluated) {
+  const std::string body = std::string(kSmallRun).replace(std::string(kSmallRun).find("--num-layers 4"), 14,
+                                                          "--num-layers $L");
+  const std::string script =
+      "L=1\nfor x in 1 2; do\n  L=$((L + x))\ndone\n"
+      "SIZE=${1:-small}\ncase \"$SIZE\" in\n  small|tiny) H=1 ;;\n  big)\n    L=$((L * 2))\n    ;;\n  *) exit 1 ;;\nesac\n"
+      "while [[ $# -gt 0 ]]; do\n  case $1 in\n    --layers) L=\"$2\"; shift 2 ;;\n    *) shift ;;\n  esac\ndone\n" +
+      body;
+  auto layers = [&](std::vector<std::string> args) {
+    ImportContext context = context_on("dgx-a100", 1);
+    context.script_args = std::move(args);
+    return import_run(Engine::megatron, script, context).plan.model.layers;
+  };
+  EXPECT_EQ(layers({}), 4);
+  EXPECT_EQ(layers({"big"}), 8);
+  EXPECT_EQ(layers({"big", "--layers", "6"}), 6);
   try {
-    import_run(Engine::megatron, "A=1\nfor x in 1 2; do\n  B=2\ndone\ntorchrun pretrain_gpt.py --num-layers 2\n",
-               context_on("dgx-a100", 1, "launch.sh"));
-    FAIL() << "a loop was evaluated";
+    import_run(Engine::megatron, "while [ 1 -eq 1 ]; do\n  A=1\ndone\n" + body, context_on("dgx-a100", 1, "spin.sh"));
+    FAIL() << "an endless loop was accepted";
   } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("launch.sh: line 2: shell 'for' is not evaluated"), std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("spin.sh: line 3: the loops ran 1000 times in all"), std::string::npos)
         << error.what();
   }
+  // Nested loops share the budget, so a hostile script cannot multiply it.
+  const std::string nested = "for a in 1 2 3 4 5 6 7 8 9 10; do\nfor b in 1 2 3 4 5 6 7 8 9 10; do\n"
+                             "for c in 1 2 3 4 5 6 7 8 9 10; do\nA=1\ndone\ndone\ndone\n";
+  EXPECT_NE(test::error_of([&] { import_run(Engine::megatron, nested + body, context_on("dgx-a100", 1, "n.sh")); })
+                .find("the loops ran 1000 times in all"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] {
+              import_run(Engine::megatron, "case x in\n  *a*a*a*a*a*a*a*a*a*) A=1 ;;\nesac\n" + body,
+                         context_on("dgx-a100", 1, "c.sh"));
+            }).find("a case pattern with more than 8 '*' is not evaluated"),
+            std::string::npos);
 }
 
 // Megatron's Llama 3 example as published chooses its fp8 options in if blocks.
@@ -265,6 +296,77 @@ TEST(Megatron, WrittenScriptsParseAsBash) {
     ++written;
   }
   EXPECT_GE(written, 4);
+}
+
+}  // namespace
+}  // namespace tessel::interop
+
+namespace tessel::interop {
+namespace {
+
+// Megatron-LM's validate_args (megatron/training/arguments.py) refuses Megatron-FSDP with
+// CUDA_DEVICE_MAX_CONNECTIONS=1 and without --ckpt-format fsdp_dtensor.
+TEST(Megatron, FsdpPlansAreWrittenAsMegatronFsdpAccepts) {
+  Plan plan = Plan::load(std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json");
+  for (const int zero : {2, 3}) {
+    plan.parallel.zero = zero;
+    const ExportedConfig exported = export_plan(Engine::megatron, plan);
+    EXPECT_EQ(exported.text.find("CUDA_DEVICE_MAX_CONNECTIONS"), std::string::npos) << exported.text;
+    EXPECT_NE(exported.text.find("    --ckpt-format fsdp_dtensor\n"), std::string::npos) << exported.text;
+    EXPECT_NE(exported.text.find("    --use-megatron-fsdp\n"), std::string::npos) << exported.text;
+    const ImportedRun back = import_run(Engine::megatron, exported.text, test::context_of(plan));
+    EXPECT_EQ(back.plan.parallel.zero, zero);
+  }
+  plan.parallel.zero = 1;
+  const ExportedConfig distributed = export_plan(Engine::megatron, plan);
+  EXPECT_NE(distributed.text.find("export CUDA_DEVICE_MAX_CONNECTIONS=1\n"), std::string::npos);
+  EXPECT_EQ(distributed.text.find("fsdp"), std::string::npos);
+}
+
+// NVIDIA's Llama 3 8B example reduces gradients in bf16; Megatron's default for --bf16 is fp32.
+TEST(Megatron, GradReduceInBf16SetsTheGradientPrecision) {
+  const ImportedRun run = import_run(Engine::megatron, fixture("megatron_llama3_8b.sh"), context_on("dgx-h100", 1));
+  EXPECT_EQ(run.plan.train.gradient_precision, Precision::bf16);
+  EXPECT_TRUE(test::has_line(run.mapped, "--grad-reduce-in-bf16 -> train.gradient_precision bf16"));
+  const ExportedConfig exported = export_plan(Engine::megatron, run.plan);
+  EXPECT_NE(exported.text.find("    --grad-reduce-in-bf16\n"), std::string::npos);
+  EXPECT_EQ(import_run(Engine::megatron, exported.text, test::context_of(run.plan)).plan.train.gradient_precision,
+            Precision::bf16);
+  EXPECT_FALSE(import_run(Engine::megatron, kSmallRun, context_on("dgx-a100", 1)).plan.train.gradient_precision);
+  const std::string fp16 = std::string(kSmallRun).replace(std::string(kSmallRun).find("--bf16"), 6, "--fp16");
+  EXPECT_EQ(import_run(Engine::megatron, fp16 + " --accumulate-allreduce-grads-in-fp32", context_on("dgx-a100", 1))
+                .plan.train.gradient_precision,
+            Precision::fp32);
+  EXPECT_NE(refusal("--grad-reduce-in-bf16 --accumulate-allreduce-grads-in-fp32").find("choose one"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessel::interop
+
+namespace tessel::interop {
+namespace {
+
+// Megatron-Core's MoE options read into model.moe and parallel.ep, and written back.
+TEST(Megatron, MixtureOfExpertsOptionsAreReadAndWritten) {
+  const ImportedRun run = import_run(
+      Engine::megatron,
+      std::string(kSmallRun) + "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512 "
+                               "--moe-shared-expert-intermediate-size 1024 --expert-model-parallel-size 2 "
+                               "--moe-grouped-gemm --moe-token-dispatcher-type alltoall --rotary-base 500000",
+      context_on("dgx-a100", 1));
+  const MoeSpec& moe = run.plan.model.moe;
+  EXPECT_EQ(moe.experts, 8);
+  EXPECT_EQ(moe.top_k, 2);
+  EXPECT_EQ(moe.expert_ffn_hidden, 512);
+  EXPECT_EQ(moe.shared_experts, 2);
+  EXPECT_EQ(run.plan.parallel.ep, 2);
+  EXPECT_EQ(run.plan.model.rope_theta, 500000.0);
+  EXPECT_TRUE(test::any_line_contains(run.ignored, "--moe-grouped-gemm: router and dispatcher tuning"));
+  const ExportedConfig exported = export_plan(Engine::megatron, run.plan);
+  const ImportedRun back = import_run(Engine::megatron, exported.text, test::context_of(run.plan));
+  EXPECT_EQ(back.plan.model.moe, moe);
+  EXPECT_EQ(back.plan.parallel.ep, 2);
+  EXPECT_EQ(back.plan.model.rope_theta, 500000.0);
 }
 
 }  // namespace

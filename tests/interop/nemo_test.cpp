@@ -18,22 +18,7 @@ using test::fixture;
 
 ImportContext context_on(const std::string& cluster, int nodes) { return test::context_on(cluster, nodes, "gpt.yaml"); }
 
-const char* kSmall = R"(trainer:
-  num_nodes: 1
-  devices: 8
-  precision: bf16-mixed
-model:
-  micro_batch_size: 2
-  global_batch_size: 64
-  tensor_model_parallel_size: 2
-  encoder_seq_length: 512
-  max_position_embeddings: 512
-  num_layers: 4
-  hidden_size: 256
-  num_attention_heads: 8
-  tokenizer:
-    vocab_size: 1024
-)";
+const char* kSmall = test::kSmallNemoRecipe;
 
 std::string refusal(const std::string& extra) {
   return test::error_of([&] { import_run(Engine::nemo, kSmall + extra, context_on("dgx-a100", 1)); }, "(accepted)");
@@ -81,7 +66,9 @@ TEST(Nemo, KeysThatChangeCostTesselDoesNotModelAreRefusedByName) {
   EXPECT_EQ(refusal("  fp8: True\n"), "(accepted)");
   EXPECT_NE(refusal("  fp8: True\n  fp8_params: True\n").find("gpt.yaml: model.fp8_params: fp8 parameters"),
             std::string::npos);
-  EXPECT_NE(refusal("  num_moe_experts: 8\n").find("model.num_moe_experts: mixture of experts"), std::string::npos);
+  EXPECT_EQ(refusal("  num_moe_experts: 8\n  moe_router_topk: 2\n  expert_model_parallel_size: 2\n"), "(accepted)");
+  EXPECT_NE(refusal("  expert_model_parallel_size: 2\n").find("model.expert_model_parallel_size: needs model.num_moe_experts"),
+            std::string::npos);
   EXPECT_NE(refusal("  cpu_offloading: True\n").find("model.cpu_offloading"), std::string::npos);
   EXPECT_NE(refusal("  funky_parallel_size: 2\n").find("model.funky_parallel_size: 2: not understood"), std::string::npos);
   EXPECT_NE(refusal("  optim:\n    name: novograd\n").find("model.optim.name"), std::string::npos);

@@ -43,8 +43,8 @@ std::vector<Plan> example_plans() {
 // export says what it changed exactly when it changed something.
 ::testing::AssertionResult round_trips(const Plan& plan, Engine engine) {
   const std::string what = std::string(engine_name(engine)) + " " + plan.model.name + " " + plan.parallel.summary();
-  if (plan.model.moe.enabled()) {
-    // MoE launch configs are not written yet: every writer refuses them by name.
+  if (plan.model.moe.enabled() && engine != Engine::megatron) {
+    // MoE launch configs are written for Megatron-LM only: the other writers refuse them by name.
     try {
       export_plan(engine, plan);
     } catch (const Error& e) {

@@ -16,22 +16,7 @@ const char* kMegatronRun =
     "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 "
     "--vocab-size 1024 --micro-batch-size 2 --global-batch-size 64 --bf16 --tensor-model-parallel-size 2 ";
 
-const char* kNemoRun = R"(trainer:
-  num_nodes: 1
-  devices: 8
-  precision: bf16-mixed
-model:
-  micro_batch_size: 2
-  global_batch_size: 64
-  tensor_model_parallel_size: 2
-  encoder_seq_length: 512
-  max_position_embeddings: 512
-  num_layers: 4
-  hidden_size: 256
-  num_attention_heads: 8
-  tokenizer:
-    vocab_size: 1024
-)";
+const char* kNemoRun = test::kSmallNemoRecipe;
 
 ImportContext one_node(const std::string& source) { return test::context_on("dgx-a100", 1, source); }
 

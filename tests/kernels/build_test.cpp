@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "tessel/core/device_spec.hpp"
 #include "tessel/kernels/backend.hpp"
 
 namespace {
@@ -33,6 +34,9 @@ std::optional<std::filesystem::path> find_nvcc() {
 }  // namespace
 
 TEST(Build, CudaBackendWhereTheToolkitIs) {
+#ifdef TESSEL_CUDA_DISABLED
+  GTEST_SKIP() << "configured with TESSEL_WITH_CUDA=OFF: a build without the CUDA backend is what was asked for";
+#endif
   const auto nvcc = find_nvcc();
   if (!nvcc) {
     GTEST_SKIP() << "no nvcc on this machine: a build without the CUDA backend is right here";
@@ -40,4 +44,11 @@ TEST(Build, CudaBackendWhereTheToolkitIs) {
   EXPECT_TRUE(tessel::kernels::cuda_backend_built())
       << "nvcc is at " << nvcc->string()
       << " but this build has no CUDA backend: configure with -DCMAKE_CUDA_COMPILER=" << nvcc->string();
+}
+
+// A CPU rank of a build that links the CUDA libraries holds them in memory whether it
+// uses them or not, and the memory prediction counts them exactly then (issue 38: a
+// build without them was predicted 150 MiB per rank too much).
+TEST(Build, TheRuntimePredictionCountsTheCudaLibrariesExactlyWhereTheyAreLinked) {
+  EXPECT_EQ(tessel::build_links_cuda_libraries(), tessel::kernels::cuda_backend_built());
 }

@@ -194,3 +194,29 @@ TEST(RunStore, VersionFourFilesMigrateAndRecordMemoryByCategory) {
   EXPECT_EQ(back[0].host_state_bytes, 7e6);
   EXPECT_EQ(runs.peak_memory(id), (std::vector<std::pair<int, double>>{{1, 1e8}}));
 }
+
+// A run still "running" names its launcher (pid and host): gone from this host, or its
+// pid now another program's, the run is read as failed and recorded so; a launcher on
+// another host cannot be asked, and a live one keeps its run running (issue 38).
+TEST(RunStore, ARunWhoseLauncherIsGoneFromThisHostIsReadAsFailed) {
+  const std::string path = temp_db("abandoned.db");
+  ProfileStore store(path);
+  RunStore runs(store);
+  const std::string here = host_name();
+  // A pid no process has: past the kernel's pid_max.
+  const std::int64_t gone = runs.begin_run(Json{{"note", "gone"}}, "cpu", 9, "running under tessel run 99999999 on " + here);
+  // This test's own pid: alive, but not a tessel process.
+  const std::int64_t reused =
+      runs.begin_run(Json{{"note", "reused"}}, "cpu", 9, "running under tessel run " + std::to_string(::getpid()) + " on " + here);
+  const std::int64_t elsewhere =
+      runs.begin_run(Json{{"note", "elsewhere"}}, "cpu", 9, "running under tessel run 99999999 on another-host-" + here);
+  runs.add_steps(gone, {{1, 5.0, 0.1, 100}, {2, 4.0, 0.1, 100}});
+  EXPECT_EQ(runs.run(gone)->status, "failed");
+  EXPECT_EQ(runs.run(gone)->message,
+            "tessel run 99999999 on " + here + " ended without recording how the run ended (killed?) after 2 of 9 steps");
+  EXPECT_EQ(runs.run(reused)->status, "failed");
+  EXPECT_EQ(runs.run(elsewhere)->status, "running");
+  // Recorded: a reader that may not write sees the same.
+  ProfileStore reader(path, ProfileStore::Access::read_only);
+  EXPECT_EQ(RunStore(reader).run(gone)->status, "failed");
+}

@@ -29,6 +29,9 @@ struct DeviceSpec {
   double memory_bandwidth_bytes_per_s = 0;
   double memory_efficiency = 0;  // achievable fraction of memory bandwidth
   double workspace_bytes = 0;    // runtime, library workspace and allocator slack
+  // CPU devices: what loading the CUDA libraries adds to every rank's resident set, in a
+  // build that links them even when it trains on the CPU (runtime_bytes counts it there).
+  double cuda_libraries_bytes = 0;
   // Mixture-of-Experts: tokens the busiest expert-parallel rank receives over the mean
   // (1 = perfectly balanced routing). Its source goes in `sources` like every number;
   // absent from a profile it is 1.0 and not written back.
@@ -40,6 +43,9 @@ struct DeviceSpec {
   Json sources;
 
   double peak_flops_per_s(Precision precision) const;
+  // The runtime a process of this build adds beside its tensors: workspace_bytes, plus
+  // cuda_libraries_bytes where this build links the CUDA libraries.
+  double runtime_bytes() const;
   bool has_fp8() const { return peak_fp8_flops_per_s > 0; }
   // Throws tessel::Error, one line naming the device, when it cannot train in
   // `precision` (fp8 without fp8 tensor cores).
@@ -49,6 +55,9 @@ struct DeviceSpec {
   Json to_json() const;
   bool operator==(const DeviceSpec&) const = default;
 };
+
+// Whether this build links the CUDA libraries (the CUDA backend was built).
+bool build_links_cuda_libraries();
 
 // The device of a shipped profile (A100-SXM-80GB, A100-SXM-40GB, H100-SXM, H200, local-cpu), or of a
 // profile JSON file.

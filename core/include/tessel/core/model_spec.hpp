@@ -46,6 +46,11 @@ struct ModelSpec {
   PositionEmbedding position_embedding = PositionEmbedding::learned;
   bool bias = true;
   MoeSpec moe;  // dense unless moe.enabled()
+  // What a step computes but not what it costs: the executor honours RoPE's base and the
+  // norms' epsilon, and refuses RoPE scaling (its rope_type; "" = none) by name.
+  double rope_theta = 10000;
+  double norm_epsilon = 1e-5;
+  std::string rope_scaling;
   std::string source;  // where the shape comes from (paper, config file)
 
   int head_dim() const { return hidden / heads; }

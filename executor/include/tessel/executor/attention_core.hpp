@@ -106,6 +106,7 @@ class AttentionCore {
   int sequences_, seq_, heads_, head_dim_, hidden_local_, sp_, sp_rank_;
   int kv_heads_, kv_local_, qkv_ld_;
   bool keep_keys_, rope_;
+  float rope_theta_;  // RoPE base (the model's rope_theta)
   Buffer scores_, block_, scratch_block_, ring_block_, ring_values_, ring_in_, d_heads_, out_heads_, dq_, dk_, dv_,
       dprobs_, dscores_;
   // Grouped-query attention: blocks shared out to the query heads, their gradients, a part

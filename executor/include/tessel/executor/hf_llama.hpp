@@ -9,8 +9,8 @@
 // RoPE rotates the halves of each head (i with i + d/2) as Llama's rotate_half does, and
 // query head h reads kv head h / (heads / kv_heads) as Llama's repeat_kv does. SwiGLU's
 // fc1 columns [gate | up] split into gate_proj and up_proj (silu(gate) * up). The
-// embedding and the untied lm_head are [vocab, hidden] in both. RMSNorm epsilon 1e-5 and
-// RoPE base 10000 are tessel's and go into config.json.
+// embedding and the untied lm_head are [vocab, hidden] in both. The RMSNorm epsilon and
+// RoPE base are the model's (norm_epsilon, rope_theta) and go into config.json.
 #pragma once
 
 #include <map>

@@ -30,6 +30,9 @@ struct RunOptions {
   // Set by tessel run for its workers: rank 0 marks its run with it while running, so that
   // the launcher can record the run failed or interrupted when the ranks could not.
   std::string launch_key;
+  // Set by tessel run when every rank runs on its machine: the folder each rank beats its
+  // heartbeat file in (rank_heartbeat.hpp), which the launcher watches.
+  std::string heartbeat_dir;
 
   std::vector<std::string> to_arguments() const;
   // Throws tessel::Error on an unknown option or a missing value.

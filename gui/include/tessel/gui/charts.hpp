@@ -10,6 +10,7 @@
 #include <QPointF>
 #include <QString>
 #include <QWidget>
+#include <utility>
 #include <vector>
 
 #include "tessel/core/op_comparison.hpp"
@@ -35,6 +36,11 @@ class ScatterChart : public QWidget {
                       const std::vector<double>& low_y, const std::vector<double>& high_y);
   // Hollow rings around points (a flag on them), one legend entry; not clickable.
   void add_rings(const QString& name, const QColor& color, const std::vector<QPointF>& points);
+  // A dashed vertical line at `x` across the points so far (a limit, such as the device's
+  // memory), one legend entry.
+  void add_limit(const QString& name, const QColor& color, double x);
+  std::pair<double, double> x_range() const;
+  bool labels_whole() const;  // no axis label is elided
   int series_count() const;
   int point_count() const;
   int error_bar_count() const;

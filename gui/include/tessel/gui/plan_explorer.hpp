@@ -22,6 +22,7 @@
 #include "tessel/planner/search.hpp"
 #include "tessel/planner/search_inputs.hpp"
 
+class QCheckBox;
 class QComboBox;
 class QLabel;
 class QProgressBar;
@@ -73,6 +74,11 @@ class PlanExplorer : public QMainWindow {
   int scatter_points() const;
   int scatter_error_bars() const;
   std::vector<QString> scatter_legend() const;
+  // The scatter's memory axis (GiB): fitted to the plans that fit and the device's memory
+  // line, unless the plans that do not fit are shown too (the checkbox under the scatter).
+  std::pair<double, double> scatter_memory_range_gib() const;
+  bool scatter_labels_whole() const;
+  void set_show_plans_that_do_not_fit(bool show);
   // The selected plan's simulated step band as the timeline shades it ({0, 0}: none).
   std::pair<double, double> timeline_band_s() const;
   int selected_plan() const { return selected_; }  // index into the table's plans, -1 none
@@ -83,6 +89,8 @@ class PlanExplorer : public QMainWindow {
   void set_tessel_binary(const QString& path);
   bool wait_for_simulation(int timeout_ms);
   QString simulation_error() const { return simulation_error_; }
+  // The selected plan's simulation's latest progress line (empty before the first).
+  QString simulation_progress() const { return simulation_progress_; }
   void show_tab(const QString& name);
   // Exports (the window's buttons ask for the file): the selected plan as a plan file
   // (for tessel simulate and tessel run), the scatter as PNG, the selected plan's
@@ -123,6 +131,7 @@ class PlanExplorer : public QMainWindow {
   void validate();
   void finish_search(std::shared_ptr<planner::SearchResult> result);
   void fill_results();
+  void fill_scatter();
   void add_frontier_bands(const std::vector<QPointF>& frontier, const std::vector<std::size_t>& plans);
   void simulate_selected();
   void show_simulation(const QByteArray& json, const QString& trace_file);
@@ -134,6 +143,7 @@ class PlanExplorer : public QMainWindow {
   QProgressBar* progress_;
   QTabWidget* tabs_;
   ScatterChart* scatter_;
+  QCheckBox* show_unfit_ = nullptr;
   QTableView* table_;
   TimelineView* timeline_;
   StackedBars* breakdown_;
@@ -143,6 +153,7 @@ class PlanExplorer : public QMainWindow {
   ChildSimulation* simulation_ = nullptr;
   WhatIfView* what_if_;
   QString simulation_error_;
+  QString status_before_simulation_, simulation_progress_;
   QString band_note_;  // the best plan's band reason and measured-experience line
   QStandardItemModel* table_model_;
   QString error_;

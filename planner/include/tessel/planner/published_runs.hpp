@@ -55,6 +55,10 @@ std::vector<PublishedRun> load_held_out_runs(const std::string& directory);
 // does not hold, and --db for a missing database.
 std::vector<PublishedRun> load_recorded_runs(const std::string& db_path, const std::vector<std::int64_t>& ids);
 
+// Throws tessel::Error naming both sources when two rows share an id (the loaders call
+// it; so does a caller that joins lists).
+void refuse_repeated_ids(const std::vector<PublishedRun>& runs);
+
 // Seconds per step implied by the run's measurement, counting FLOPs as `model` does
 // for that run's plan.
 double measured_step_time_s(const PublishedRun& run, const CostModel& model);

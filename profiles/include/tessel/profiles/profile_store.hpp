@@ -33,6 +33,9 @@ class ProfileStore {
 
   const std::string& path() const { return path_; }
   int schema_version() const;
+  // Reads every page (SQLite's quick check); throws tessel::Error naming the file when it
+  // is damaged. Commands that measure for minutes before they write call it first.
+  void check_integrity() const;
 
   // Inserts or replaces the device row and adds the samples and metadata, in one transaction.
   void put_profile(const Profile& profile);

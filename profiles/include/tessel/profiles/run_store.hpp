@@ -62,6 +62,9 @@ class RunStore {
   // with `status` and a message that counts their recorded steps; returns how many.
   int finish_left_running(const std::string& launch_key, const std::string& status, const std::string& why);
 
+  // A run still "running" whose launcher (named by its launch key) is gone from this
+  // host is read as failed, and recorded so when the database may be written: a launcher
+  // killed outright cannot say how its run ended.
   std::vector<RunRecord> runs() const;
   std::optional<RunRecord> run(std::int64_t id) const;
   std::vector<StepRecord> steps(std::int64_t run) const;
@@ -72,6 +75,7 @@ class RunStore {
   std::vector<RankMemoryMeasured> rank_memory(std::int64_t run) const;
 
  private:
+  void settle_if_abandoned(RunRecord& record) const;
   ProfileStore& store_;
 };
 

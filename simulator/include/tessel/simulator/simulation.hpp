@@ -21,6 +21,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct SimulationOptions {
   // Off: every latency step is its own round of flows.
   bool aggregate = true;
   std::string platform_file;     // a SimGrid platform XML instead of the built one
+  // Called now and then (at most twice a second of wall time) with the share of the ops
+  // replayed so far, for a progress line; empty: never.
+  std::function<void(double)> on_progress;
 };
 
 struct RankBreakdown {

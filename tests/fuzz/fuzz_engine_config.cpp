@@ -1,0 +1,29 @@
+// libFuzzer target, built once per engine (TESSEL_FUZZ_ENGINE names it): another
+// engine's launch config read by `tessel estimate --import FILE` (a Megatron-LM launch
+// script, a NeMo YAML recipe, a DeepSpeed JSON, a torchtitan TOML), and what was read
+// written back. Placed on 16 DGX A100 nodes with GPT-2 124M as the Hugging Face model
+// DeepSpeed configs need. Seeds: the engine's fixtures under tests/interop/fixtures/.
+#include "fuzz_reader.hpp"
+#include "tessel/interop/engine_config.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size > tessel_fuzz::kMaxInputBytes) return -1;
+  static const tessel::interop::ImportContext context = [] {
+    tessel::interop::ImportContext made;
+    made.cluster = tessel::resolve_cluster("dgx-a100");
+    made.nodes = 16;
+    made.model = tessel::resolve_model("gpt2-124m");
+    made.source_name = "fuzz";
+    return made;
+  }();
+  static const tessel::interop::Engine engine = tessel::interop::engine_from_name(TESSEL_FUZZ_ENGINE, "engine");
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    const tessel::interop::ImportedRun run = tessel::interop::import_run(engine, text, context);
+    // What was read must write back: export never throws anything but tessel::Error.
+    (void)tessel::interop::export_plan(engine, run.plan);
+  } catch (const tessel::Error&) {
+    // A refusal with one line is the right answer to bad input.
+  }
+  return 0;
+}
