@@ -73,6 +73,14 @@ std::string expert_op_id(int micro_batch, int layer, Phase phase, std::string_vi
 
 std::string step_op_id(std::string_view op) { return fmt::format("step/{}", op); }
 
+std::string bucket_name(int layer, bool experts) {
+  return layer < 0 ? std::string(kStageBucket) : experts ? expert_bucket_name(layer) : layer_bucket_name(layer);
+}
+
+std::string grid_sum_id(std::string_view bucket, std::string_view op) {
+  return op == grad_depth ? step_op_id(op) : bucket_sync_id(bucket, op);
+}
+
 std::string chunk_copy_id(int micro_batch, int chunk, Phase phase, std::string_view op) {
   return fmt::format("mb{}/C{}/{}/{}", micro_batch, chunk, to_string(phase), op);
 }

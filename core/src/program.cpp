@@ -323,10 +323,12 @@ class Lowering {
     for (const BucketOp& op : summary_.traffic_of(model_.moe.is_moe_layer(l)).ops) {
       std::string id;
       if (op.moment == Moment::micro_batch_sync) {
-        id = op.experts ? ops::expert_op_id(mb, l, ops::Phase::bwd, op.work.name)
-                        : ops::block_op_id(mb, l, ops::Phase::bwd, op.work.name);
+        id = op.in_chain ? ops::grid_sum_id(ops::bucket_name(l, op.experts), op.work.name)
+             : op.experts ? ops::expert_op_id(mb, l, ops::Phase::bwd, op.work.name)
+                          : ops::block_op_id(mb, l, ops::Phase::bwd, op.work.name);
       } else if (op.moment == Moment::step_sync && last_backward_of_chunk) {
-        id = ops::bucket_sync_id(op.experts ? ops::expert_bucket_name(l) : ops::layer_bucket_name(l), op.work.name);
+        id = op.in_chain ? ops::grid_sum_id(ops::bucket_name(l, op.experts), op.work.name)
+                         : ops::bucket_sync_id(ops::bucket_name(l, op.experts), op.work.name);
       } else {
         continue;
       }
@@ -343,7 +345,8 @@ class Lowering {
     for (const BucketOp& op : summary_.stage_ops) {
       if (op.moment != Moment::step_sync) continue;
       std::string id = op.work.group == CommGroup::embedding ? std::string(ops::kTiedEmbeddingSync)
-                                                             : ops::bucket_sync_id(ops::kStageBucket, op.work.name);
+                       : op.in_chain ? ops::grid_sum_id(ops::kStageBucket, op.work.name)
+                                     : ops::bucket_sync_id(ops::kStageBucket, op.work.name);
       if (op.in_chain) b.chain(std::move(id), op.work);
       else step_waits.push_back(b.after_last(std::move(id), op.work));
     }
@@ -351,7 +354,7 @@ class Lowering {
     for (const LayerSpan& span : summary_.chunks) {
       for (int l = span.first; l < span.end(); ++l) {
         for (const BucketOp& op : summary_.traffic_of(model_.moe.is_moe_layer(l)).ops) {
-          if (op.moment == Moment::stage_end) b.chain(ops::bucket_sync_id(ops::layer_bucket_name(l), op.work.name), op.work);
+          if (op.moment == Moment::stage_end) b.chain(ops::grid_sum_id(ops::layer_bucket_name(l), op.work.name), op.work);
         }
       }
     }

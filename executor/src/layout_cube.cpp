@@ -79,9 +79,16 @@ class CubeLayout final : public TensorLayout {
     if (b.partial_prefix == 0) return;
     // Both kinds of vectors down the column; then those with features on the depth axis
     // along the row, those with features on the columns along the depth.
-    context_.comms.col.all_reduce(grads, b.partial_prefix);
-    context_.comms.row.all_reduce(grads, b.partial_first);
+    {
+      auto timed = time_grid_sum(b, ops::grad_partial_tp_col, context_.comms.col);
+      context_.comms.col.all_reduce(grads, b.partial_prefix);
+    }
+    {
+      auto timed = time_grid_sum(b, ops::grad_partial_tp_row, context_.comms.row);
+      context_.comms.row.all_reduce(grads, b.partial_first);
+    }
     if (b.partial_prefix > b.partial_first) {
+      auto timed = time_grid_sum(b, ops::grad_partial_tp_depth, context_.comms.depth);
       context_.comms.depth.all_reduce(grads + b.partial_first, b.partial_prefix - b.partial_first);
     }
   }

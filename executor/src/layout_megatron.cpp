@@ -71,7 +71,9 @@ class MegatronLayout final : public TensorLayout {
   }
 
   void sum_partial_gradients(const Bucket& bucket, float* grads) override {
-    if (bucket.partial_prefix > 0) context_.comms.tp.all_reduce(grads, bucket.partial_prefix);
+    if (bucket.partial_prefix == 0) return;
+    auto timed = time_grid_sum(bucket, ops::grad_partial_tp, context_.comms.tp);
+    context_.comms.tp.all_reduce(grads, bucket.partial_prefix);
   }
 
   void norm_forward(const IdScope& ids, const HalfOps& half, const Buffer& x, CRef gamma, CRef beta, Buffer& y,

@@ -71,11 +71,15 @@ class SummaLayout final : public TensorLayout {
   }
 
   void sum_partial_gradients(const Bucket& bucket, float* grads) override {
-    if (bucket.partial_prefix > 0) context_.comms.col.all_reduce(grads, bucket.partial_prefix);
+    if (bucket.partial_prefix == 0) return;
+    auto timed = time_grid_sum(bucket, ops::grad_partial_tp_col, context_.comms.col);
+    context_.comms.col.all_reduce(grads, bucket.partial_prefix);
   }
   void sum_depth_gradients(float* grads, std::size_t count) override {
     // 2.5D: every depth layer holds the same weights and saw its own tokens.
-    if (shape().depth > 1) context_.comms.depth.all_reduce(grads, count);
+    if (shape().depth == 1 || count == 0) return;
+    auto timed = timeline().time(ops::grid_sum_id(ops::kStageBucket, ops::grad_depth), context_.comms.depth.stream());
+    context_.comms.depth.all_reduce(grads, count);
   }
 
   void norm_forward(const IdScope& ids, const HalfOps& half, const Buffer& x, CRef gamma, CRef beta, Buffer& y,

@@ -96,6 +96,20 @@ PipelineEnds closed_form(const ParallelConfig& p, const LayoutCost& c, const Sta
   return ends;
 }
 
+// A step's traffic over the gradient group of the class of stages that moves the most over
+// it (the first, with the embedding, or the last, with the head).
+Traffic busiest_gradient_traffic(const CostModel::StageSteps& steps, const ClassPassTable& table, int m) {
+  Traffic busiest;
+  busiest.bytes = -1;
+  for (std::size_t k = 0; k < steps.classes.size(); ++k) {
+    const StageClass& stage = steps.classes[k];
+    Traffic step{0, m * table.details[k].dp_bytes, m * table.details[k].dp_messages};
+    for (const Traffic* part : {&stage.block_sync, &stage.stage_sync, &stage.step_gather, &stage.tied}) step.add(*part);
+    if (step.bytes > busiest.bytes) busiest = step;
+  }
+  return busiest;
+}
+
 }  // namespace
 
 ClassTail CostModel::class_tail(const StageClass& traffic, const ClassPasses& passes, const ChunkTotals& chunks,
@@ -224,7 +238,8 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   out.time_s[K(TimeKind::tp_comm)] += pace.last_backward_s;
   out.time_s[K(TimeKind::pp_p2p)] = m * scratch.tails[paced].most_sends_s;
   out.time_s[K(TimeKind::pp_bubble)] = finishing_pipeline_end_s - m * paced_s - pace.last_backward_s;
-  // Per rank and step: the paced stage's traffic and its step's.
+  // Per rank and step: the paced stage's traffic and its step's; the gradient group's of
+  // the busiest stage.
   CommVolume& comm = out.comm;
   comm = paced_detail.comm;
   for (double* volume : {&comm.tp_bytes, &comm.tp_messages, &comm.sp_bytes, &comm.sp_messages, &comm.ep_bytes,
@@ -233,12 +248,9 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   }
   comm.tp_bytes += paced_stage.block_grid.bytes + paced_stage.stage_grid.bytes;
   comm.tp_messages += paced_stage.block_grid.messages + paced_stage.stage_grid.messages;
-  Traffic step;
-  for (const Traffic* part : {&paced_stage.block_sync, &paced_stage.stage_sync, &paced_stage.step_gather, &paced_stage.tied}) {
-    step.add(*part);
-  }
-  comm.dp_bytes = m * paced_detail.dp_bytes + step.bytes;
-  comm.dp_messages = m * paced_detail.dp_messages + step.messages;
+  const Traffic gradients = busiest_gradient_traffic(steps, table, m);
+  comm.dp_bytes = gradients.bytes;
+  comm.dp_messages = gradients.messages;
   const ClassShape::Sends& sends = shape.classes[paced].most_sends;
   const double send_count = sends.forward_intra + sends.forward_inter + sends.backward_intra + sends.backward_inter;
   comm.pp_bytes = m * send_count * c.p2p_bytes;

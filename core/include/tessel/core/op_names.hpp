@@ -159,6 +159,13 @@ std::string layer_bucket_name(int layer);  // "L12"
 // mb3/E12/{fwd|bwd}/zero.{all_gather|reduce_scatter} under ZeRO-3.
 std::string expert_bucket_name(int layer);
 std::string expert_op_id(int micro_batch, int layer, Phase phase, std::string_view op);  // mb3/E12/fwd/zero.all_gather
+// A bucket's name from its layer (-1: the stage's own) and whether it holds routed experts.
+std::string bucket_name(int layer, bool experts);
+// A sum over the tensor grid before a bucket's sync, as the executor's layout times it:
+// the bucket's partial sums under its sync id (L3/dp/grad.partial_tp_col; under ZeRO 2-3
+// one event per micro-batch), 2.5D's depth sums, which run where the bucket is not at
+// hand, under step/grad.depth (one event per bucket).
+std::string grid_sum_id(std::string_view bucket, std::string_view op);
 inline constexpr std::string_view kStageBucket = "stage";
 inline constexpr std::string_view kTiedEmbeddingSync = "stage/embed/grad.all_reduce";
 std::string step_op_id(std::string_view op);  // step/optimizer

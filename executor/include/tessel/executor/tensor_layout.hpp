@@ -206,6 +206,10 @@ class TensorLayout {
  protected:
   kernels::Backend& backend() { return context_.backend; }
   OpTimeline& timeline() { return context_.timeline; }
+  // Times a sum of `bucket`'s partial gradients over `group` (ops::grid_sum_id).
+  [[nodiscard]] OpTimeline::Scope time_grid_sum(const Bucket& bucket, std::string_view op, Communicator& group) {
+    return timeline().time(ops::grid_sum_id(ops::bucket_name(bucket.layer, bucket.experts), op), group.stream());
+  }
   const StageShape& shape() const { return context_.shape; }
   const ModelSpec& model() const { return context_.model; }
   Buffer scratch(DType type) { return Buffer(context_.backend, type); }
