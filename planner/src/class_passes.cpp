@@ -128,8 +128,8 @@ const ClassPassTable& CostModel::class_passes(const ParallelConfig& p, const Lay
     PassKey key;
     ClassPassTable table;
   };
-  thread_local std::array<Slot, 64> recent;
-  Slot& slot = recent[key.hash() % recent.size()];
+  thread_local std::array<Slot, 256> recent;
+  Slot& slot = recent[mixed_hash(key.hash()) % recent.size()];
   if (!(slot.key == key)) {
     compute_class_passes(p, c, steps, m, detail, chunk_totals, slot.table);
     slot.key = key;

@@ -2,6 +2,8 @@
 // (class_passes.cpp), the pipeline's span over the schedule, then each stage's tail after
 // its last pass; the step ends with the last stage to finish.
 #include <algorithm>
+#include <array>
+#include <cstdint>
 
 #include "class_passes.hpp"
 #include "cost_parts.hpp"
@@ -16,11 +18,34 @@ constexpr std::size_t kKinds = std::size_t(TimeKind::count);
 
 // Scratch reused across calls on a thread: the search finishes millions of plans.
 struct Scratch {
-  std::vector<ChunkTotals> chunks;
   std::vector<ClassTail> tails;
   std::vector<double> forward_s, backward_s, deferred_s, last_backward_s, stage_end_s;  // per virtual stage
   std::vector<const ChunkTotals*> chunk_totals;
 };
+
+// Each class's chunk plan totals (offload of dense models: its fetches, tail, memory),
+// the same for every recompute mode and schedule of a variant and micro-batch size: a
+// small table per thread keeps the recent ones (its entries name their steps cache).
+const std::vector<ChunkTotals>& class_chunk_totals(const CostModel::StageSteps& steps, std::uint64_t cache_id,
+                                                   const TrainSpec& train, const ParallelConfig& p, int m,
+                                                   const ModelStateBytes& states) {
+  struct Slot {
+    std::uint64_t cache = 0;
+    const CostModel::StageSteps* steps = nullptr;
+    int micro_batch = 0;
+    std::vector<ChunkTotals> totals;
+  };
+  thread_local std::array<Slot, 256> recent;
+  Slot& slot = recent[mixed_hash(std::size_t(reinterpret_cast<std::uintptr_t>(&steps)) ^ std::size_t(p.micro_batch)) %
+                      recent.size()];
+  if (slot.cache == cache_id && slot.steps == &steps && slot.micro_batch == p.micro_batch) return slot.totals;
+  slot.totals.assign(steps.classes.size(), ChunkTotals{});
+  for (std::size_t k = 0; k < steps.classes.size(); ++k) {
+    if (steps.classes[k].chunk_shape) slot.totals[k] = chunk_totals(*steps.classes[k].chunk_shape, train, p, m, states);
+  }
+  slot.cache = cache_id, slot.steps = &steps, slot.micro_batch = p.micro_batch;
+  return slot.totals;
+}
 
 // When the pipeline's passes end: the span, the ends of the first and the last stage, and
 // with the schedule's critical path every stage's (stage_end_s).
@@ -155,12 +180,8 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   const bool detail = !pipeline_bound;
   thread_local Scratch scratch;
   const std::size_t class_count = shape.classes.size();
-  // Offload of dense models: each class's chunk plan totals (its fetches, tail, memory).
-  scratch.chunks.resize(class_count);
-  for (std::size_t k = 0; k < class_count; ++k) {
-    if (steps.classes[k].chunk_shape) scratch.chunks[k] = chunk_totals(*steps.classes[k].chunk_shape, train_, p, m, chunk_states_);
-  }
-  const ClassPassTable& table = class_passes(p, c, steps, m, detail, scratch.chunks);
+  const std::vector<ChunkTotals>& chunks = class_chunk_totals(steps, steps_cache_->id, train_, p, m, chunk_states_);
+  const ClassPassTable& table = class_passes(p, c, steps, m, detail, chunks);
   scratch.tails.resize(class_count);
   // Each class's tail and sends; the paced class has the most time per micro-batch.
   auto sends_s = [&](const ClassShape::Sends& x) {
@@ -170,7 +191,7 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   double paced_s = -1;
   for (std::size_t k = 0; k < class_count; ++k) {
     ClassTail& tail = scratch.tails[k];
-    tail = class_tail(steps.classes[k], table.classes[k], scratch.chunks[k], m);
+    tail = class_tail(steps.classes[k], table.classes[k], chunks[k], m);
     tail.most_sends_s = sends_s(shape.classes[k].most_sends);
     tail.all_sends_s = sends_s(shape.classes[k].all_sends);
     const double stage_s = table.classes[k].per_micro_batch_s + tail.most_sends_s;

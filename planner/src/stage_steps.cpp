@@ -133,8 +133,8 @@ const CostModel::StageSteps* CostModel::stage_steps(const ParallelConfig& p) con
     StepsCache::Key key{};
     const StageSteps* steps = nullptr;
   };
-  thread_local std::array<Recent, 64> recent;
-  Recent& slot = recent[StepsCache::Hash{}(key) % recent.size()];
+  thread_local std::array<Recent, 1024> recent;
+  Recent& slot = recent[mixed_hash(StepsCache::Hash{}(key)) % recent.size()];
   if (slot.cache == cache.id && slot.key == key) return slot.steps;
   {
     std::lock_guard lock(cache.mutex);

@@ -24,6 +24,14 @@
 
 namespace tessel::planner {
 
+// Spreads a hash's bits over the word: the per-thread tables of recent entries index by
+// its low bits.
+inline std::size_t mixed_hash(std::size_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  return h ^ (h >> 33);
+}
+
 // Seconds, bus bytes and latency steps of a set of collectives on one rank.
 struct Traffic {
   double time_s = 0, bytes = 0, messages = 0;
