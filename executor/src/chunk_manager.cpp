@@ -32,11 +32,12 @@
 #include "tessel/core/error.hpp"
 #include "offload_state.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "gradient_buckets.hpp"
 
 namespace tessel::executor {
 
 Trainer::~Trainer() {
-  buckets_.clear();  // their memory goes back to the pool before it goes
+  buckets_.reset();  // their memory goes back to the pool before it goes
 }
 
 BufferMemory* Trainer::model_memory() { return offload_ ? offload_->pool.get() : nullptr; }
@@ -131,14 +132,14 @@ void Trainer::offload_start() {
   if (!offload_) return;
   OffloadState& o = *offload_;
   std::map<std::string, std::pair<int, const TensorSlot*>, std::less<>> slots;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    for (const TensorSlot& t : buckets_[b].layout.tensors) slots[t.name] = {int(b), &t};
+  for (std::size_t b = 0; b < buckets_->size(); ++b) {
+    for (const TensorSlot& t : (*buckets_)[b].layout.tensors) slots[t.name] = {int(b), &t};
   }
   o.chunks.resize(o.plan.chunks.size());
-  o.evictable.assign(buckets_.size(), true);
-  o.host_optimized.assign(buckets_.size(), false);
-  o.device_optimized.assign(buckets_.size(), false);
-  o.held.assign(buckets_.size(), 0);
+  o.evictable.assign(buckets_->size(), true);
+  o.host_optimized.assign(buckets_->size(), false);
+  o.device_optimized.assign(buckets_->size(), false);
+  o.held.assign(buckets_->size(), 0);
   std::size_t placed = 0;
   for (const ChunkTensor& tensor : o.plan.tensors) {
     const auto it = slots.find(tensor.name);
@@ -156,7 +157,7 @@ void Trainer::offload_start() {
     ++placed;
   }
   std::size_t tensors = 0;
-  for (const BucketState& b : buckets_) tensors += b.layout.tensors.size();
+  for (const GradientBucket& b : *buckets_) tensors += b.layout.tensors.size();
   if (placed != tensors) {
     throw Error(fmt::format("internal: the chunk plan places {} tensors, this rank's buckets hold {}", placed, tensors));
   }
@@ -190,17 +191,17 @@ void Trainer::offload_started() {
 }
 
 void Trainer::acquire_weights(int bucket) {
-  BucketState& b = buckets_[std::size_t(bucket)];
-  if (shards_weights(b)) {
-    if (b.param_shard.empty()) b.param_shard.assign(shard_size(b), 0.0f);
+  GradientBucket& b = (*buckets_)[std::size_t(bucket)];
+  if (b.shards_weights()) {
+    if (b.param_shard.empty()) b.param_shard.assign(b.shard_size(), 0.0f);
   } else if (b.params.empty()) {
     b.params.assign(b.layout.padded_size, 0.0f);
   }
 }
 
 void Trainer::release_weights(int bucket) {
-  BucketState& b = buckets_[std::size_t(bucket)];
-  (shards_weights(b) ? b.param_shard : b.params).release();
+  GradientBucket& b = (*buckets_)[std::size_t(bucket)];
+  (b.shards_weights() ? b.param_shard : b.params).release();
   b.params_compute.release();
 }
 
@@ -221,12 +222,12 @@ double Trainer::for_each_chunk_weight_span(int chunk, bool owned_only, Move move
   HostChunk& h = offload_->chunks[std::size_t(chunk)];
   for (const ChunkPiece& piece : h.pieces) {
     if (only_bucket >= 0 && piece.bucket != only_bucket) continue;
-    BucketState& b = buckets_[std::size_t(piece.bucket)];
-    const bool owned = owned_only || shards_weights(b);
-    const auto [from, to] = owned ? overlap(piece.bucket_offset, piece.size, owned_offset(b), owned_size(b))
+    GradientBucket& b = (*buckets_)[std::size_t(piece.bucket)];
+    const bool owned = owned_only || b.shards_weights();
+    const auto [from, to] = owned ? overlap(piece.bucket_offset, piece.size, b.owned_offset(), b.owned_size())
                                   : std::pair{piece.bucket_offset, piece.bucket_offset + piece.size};
     if (from == to) continue;
-    float* device = owned ? owned_params(b) + (from - owned_offset(b)) : b.params.f32() + from;
+    float* device = owned ? b.owned_params() + (from - b.owned_offset()) : b.params.f32() + from;
     float* host = h.weights.data() + piece.chunk_offset + (from - piece.bucket_offset);
     move(device, host, to - from);
     bytes += double(to - from) * sizeof(float);
@@ -262,7 +263,7 @@ void Trainer::offload_fetch(int chunk, int mb, ops::Phase phase) {
   }
   ++h.fetched;
   o.host_to_device_bytes += upload_chunk_weights(chunk, false);
-  for (int b : h.buckets) refresh_compute_weights(buckets_[std::size_t(b)]);  // bf16 GEMMs on a GPU
+  for (int b : h.buckets) buckets_->refresh_compute_weights((*buckets_)[std::size_t(b)]);  // bf16 GEMMs on a GPU
 }
 
 // The bytes of weight buffers a prefetch of `chunk` would add to the pool, when the
@@ -272,9 +273,9 @@ std::optional<std::size_t> Trainer::room_to_prefetch(int chunk) const {
   const OffloadState& o = *offload_;
   std::size_t adds = 0;
   for (int bucket : o.chunks[std::size_t(chunk)].buckets) {
-    const BucketState& b = buckets_[std::size_t(bucket)];
-    const bool allocated = shards_weights(b) ? !b.param_shard.empty() : !b.params.empty();
-    if (!allocated) adds += (shards_weights(b) ? shard_size(b) : b.layout.padded_size) * sizeof(float);
+    const GradientBucket& b = (*buckets_)[std::size_t(bucket)];
+    const bool allocated = b.shards_weights() ? !b.param_shard.empty() : !b.params.empty();
+    if (!allocated) adds += (b.shards_weights() ? b.shard_size() : b.layout.padded_size) * sizeof(float);
   }
   if (o.warm_up_peak_bytes + o.prefetched_bytes + adds > o.pool->budget_bytes()) return std::nullopt;
   return adds;

@@ -18,6 +18,7 @@
 #include "offload_state.hpp"
 #include "tessel/executor/host_optimizer.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "gradient_buckets.hpp"
 
 namespace tessel::executor {
 
@@ -50,11 +51,11 @@ void Trainer::offload_update() {
     HostChunk& h = o.chunks[std::size_t(copy.chunk)];
     auto timed = timeline_.time(copy.op_id, Stream::copy);
     for (const ChunkPiece& piece : h.pieces) {
-      BucketState& b = buckets_[std::size_t(piece.bucket)];
-      const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
+      GradientBucket& b = (*buckets_)[std::size_t(piece.bucket)];
+      const auto [from, to] = owned_part(piece, b.owned_offset(), b.owned_size());
       if (from == to) continue;
       backend_.download(Stream::copy, h.grads.data() + piece.chunk_offset + (from - piece.bucket_offset),
-                        owned_grads(b) + (from - owned_offset(b)), (to - from) * sizeof(float));
+                        b.owned_grads() + (from - b.owned_offset()), (to - from) * sizeof(float));
       o.device_to_host_bytes += double(to - from) * sizeof(float);
     }
     backend_.synchronize(Stream::copy);
@@ -64,15 +65,15 @@ void Trainer::offload_update() {
   // host_optimizer.hpp); their host-optimized elements' device copies are overwritten
   // before they are read again (fetched, or sent up below).
   bool any_on_device = false;
-  for (std::size_t i = 0; i < buckets_.size(); ++i) any_on_device = any_on_device || o.device_optimized[i];
+  for (std::size_t i = 0; i < buckets_->size(); ++i) any_on_device = any_on_device || o.device_optimized[i];
   if (any_on_device) {
     auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
     const float* device_scale = clipped ? clip_factor_.f32() : nullptr;
-    for (std::size_t i = 0; i < buckets_.size(); ++i) {
-      BucketState& b = buckets_[i];
+    for (std::size_t i = 0; i < buckets_->size(); ++i) {
+      GradientBucket& b = (*buckets_)[i];
       if (!o.device_optimized[i]) continue;
-      backend_.adamw_step(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(),
-                          std::int64_t(owned_size(b)), p, device_scale);
+      backend_.adamw_step(Stream::compute, b.owned_params(), b.owned_grads(), b.moment1.f32(), b.moment2.f32(),
+                          std::int64_t(b.owned_size()), p, device_scale);
     }
   }
   std::vector<HostAdamWPiece> pieces;
@@ -80,15 +81,15 @@ void Trainer::offload_update() {
     if (!o.plan.chunks[c].optimizer_on_host) continue;
     HostChunk& h = o.chunks[c];
     for (const ChunkPiece& piece : h.pieces) {
-      BucketState& b = buckets_[std::size_t(piece.bucket)];
-      const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
+      GradientBucket& b = (*buckets_)[std::size_t(piece.bucket)];
+      const auto [from, to] = owned_part(piece, b.owned_offset(), b.owned_size());
       if (from == to) continue;
       const std::size_t at = piece.chunk_offset + (from - piece.bucket_offset);
       // The reference call: the bucket's owned range, from a 64-byte aligned allocation.
-      const std::uintptr_t address = shards_weights(b) ? 0 : owned_offset(b) * sizeof(float);
+      const std::uintptr_t address = b.shards_weights() ? 0 : b.owned_offset() * sizeof(float);
       pieces.push_back({h.weights.data() + at, h.grads.data() + at, h.moment1.data() + at, h.moment2.data() + at,
                         std::int64_t(to - from),
-                        {address, std::int64_t(owned_size(b)), std::int64_t(from - owned_offset(b))}});
+                        {address, std::int64_t(b.owned_size()), std::int64_t(from - b.owned_offset())}});
     }
   }
   if (!pieces.empty()) {
@@ -107,7 +108,7 @@ void Trainer::offload_update() {
 // round trip, which the named budget counts).
 void Trainer::stream_updated_weights() {
   OffloadState& o = *offload_;
-  std::vector<int> uploads_left(buckets_.size(), 0), downloads_left(buckets_.size(), 0);
+  std::vector<int> uploads_left(buckets_->size(), 0), downloads_left(buckets_->size(), 0);
   std::vector<const ChunkCopy*> ups, downs;
   for (const ChunkCopy& copy : o.plan.copies) {
     const bool up = copy.op == ops::offload_params_h2d, down = copy.op == ops::offload_params_d2h;
@@ -115,7 +116,7 @@ void Trainer::stream_updated_weights() {
     (up ? ups : downs).push_back(&copy);
     for (int b : o.chunks[std::size_t(copy.chunk)].buckets) ++(up ? uploads_left : downloads_left)[std::size_t(b)];
   }
-  std::vector<bool> gathered(buckets_.size(), false);
+  std::vector<bool> gathered(buckets_->size(), false);
   auto all_gathered = [&](int chunk) {
     const std::vector<int>& of = o.chunks[std::size_t(chunk)].buckets;
     return std::all_of(of.begin(), of.end(), [&](int b) { return bool(gathered[std::size_t(b)]); });
@@ -145,14 +146,14 @@ void Trainer::stream_updated_weights() {
     }
     for (int b : of) {
       if (--uploads_left[std::size_t(b)] > 0) continue;
-      gather_bucket_weights(buckets_[std::size_t(b)]);
+      buckets_->gather_bucket_weights((*buckets_)[std::size_t(b)]);
       gathered[std::size_t(b)] = true;
     }
     send_down(false);
   }
-  gather_updated_weights(gathered);
+  buckets_->gather_updated_weights(gathered);
   send_down(true);
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+  for (std::size_t i = 0; i < buckets_->size(); ++i) {
     if (o.evictable[i] && o.held[i] == 0) release_weights(int(i));
   }
 }
@@ -170,15 +171,15 @@ void Trainer::offload_materialise() {
     }
     if (!chunk.optimizer_on_host) continue;
     for (const ChunkPiece& piece : h.pieces) {
-      BucketState& b = buckets_[std::size_t(piece.bucket)];
+      GradientBucket& b = (*buckets_)[std::size_t(piece.bucket)];
       for (Buffer* moment : {&b.moment1, &b.moment2}) {
-        if (moment->empty()) moment->assign(owned_size(b), 0.0f);
+        if (moment->empty()) moment->assign(b.owned_size(), 0.0f);
       }
-      const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
+      const auto [from, to] = owned_part(piece, b.owned_offset(), b.owned_size());
       if (from == to) continue;
       const std::size_t at = piece.chunk_offset + (from - piece.bucket_offset), bytes = (to - from) * sizeof(float);
-      backend_.upload(Stream::compute, b.moment1.f32() + (from - owned_offset(b)), h.moment1.data() + at, bytes);
-      backend_.upload(Stream::compute, b.moment2.f32() + (from - owned_offset(b)), h.moment2.data() + at, bytes);
+      backend_.upload(Stream::compute, b.moment1.f32() + (from - b.owned_offset()), h.moment1.data() + at, bytes);
+      backend_.upload(Stream::compute, b.moment2.f32() + (from - b.owned_offset()), h.moment2.data() + at, bytes);
     }
   }
   backend_.synchronize();
@@ -192,12 +193,12 @@ void Trainer::offload_reload() {
     if (!h.weights.empty()) download_chunk_weights(int(c), false);
     if (!o.plan.chunks[c].optimizer_on_host) continue;
     for (const ChunkPiece& piece : h.pieces) {
-      BucketState& b = buckets_[std::size_t(piece.bucket)];
-      const auto [from, to] = owned_part(piece, owned_offset(b), owned_size(b));
+      GradientBucket& b = (*buckets_)[std::size_t(piece.bucket)];
+      const auto [from, to] = owned_part(piece, b.owned_offset(), b.owned_size());
       if (from == to) continue;
       const std::size_t at = piece.chunk_offset + (from - piece.bucket_offset), bytes = (to - from) * sizeof(float);
-      backend_.download(Stream::compute, h.moment1.data() + at, b.moment1.f32() + (from - owned_offset(b)), bytes);
-      backend_.download(Stream::compute, h.moment2.data() + at, b.moment2.f32() + (from - owned_offset(b)), bytes);
+      backend_.download(Stream::compute, h.moment1.data() + at, b.moment1.f32() + (from - b.owned_offset()), bytes);
+      backend_.download(Stream::compute, h.moment2.data() + at, b.moment2.f32() + (from - b.owned_offset()), bytes);
     }
   }
   backend_.synchronize();
@@ -206,9 +207,9 @@ void Trainer::offload_reload() {
 void Trainer::offload_dematerialise() {
   if (!offload_) return;
   OffloadState& o = *offload_;
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+  for (std::size_t i = 0; i < buckets_->size(); ++i) {
     if (o.evictable[i] && o.held[i] == 0) release_weights(int(i));
-    if (!o.device_optimized[i]) buckets_[i].moment1.release(), buckets_[i].moment2.release();
+    if (!o.device_optimized[i]) (*buckets_)[i].moment1.release(), (*buckets_)[i].moment2.release();
   }
   o.pool->set_enforcing(true);
 }

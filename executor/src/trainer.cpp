@@ -10,6 +10,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
+#include "gradient_buckets.hpp"
 #include "offload_state.hpp"
 
 namespace tessel::executor {
@@ -149,26 +150,22 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   stages_ = p.pp;
   stage_index_ = grid.coordinates().pp;
   chunks_ = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  group_ = grid.gradients().size();
-  group_rank_ = std::size_t(grid.gradients().rank());
   schedule_ = pipeline_schedule(p.schedule, stage_index_, stages_, micro_batches_, chunks_);
   build_stage(grid);
   offload_setup();
-  build_buckets();
+  buckets_ = std::make_unique<GradientBuckets>(plan_, grid_, stage_->layout(), shape_, backend_, compute_, timeline_,
+                                               model_memory());
+  for (const TensorSlot& t : whole_model_tensors(plan.model)) {
+    whole_offsets_[t.name] = t.offset;
+    whole_size_ = t.offset + t.size();
+  }
   offload_start();
   initialise_weights();
   offload_started();
   allocate_activations();
   for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
   for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(backend_, DType::f64);
-  for (Buffer* b : {&gathered_weights_, &layer_grads_, &shard_scratch_, &clip_factor_, &piece_norms_,
-                    &gathered_experts_, &expert_grads_}) {
-    b->bind(backend_, DType::f32);
-  }
-  gathered_compute_.bind(backend_, compute_);
-  // ZeRO 3's gathered layer is weights on the device; its whole-layer gradient, gradients.
-  for (Buffer* b : {&gathered_weights_, &gathered_compute_}) b->set_category(MemoryCategory::parameters);
-  layer_grads_.set_category(MemoryCategory::gradients);
+  for (Buffer* b : {&clip_factor_, &piece_norms_}) b->bind(backend_, DType::f32);
   // Every rank's timeline starts together.
   backend_.synchronize();
   grid.world().barrier();
@@ -194,67 +191,32 @@ void Trainer::build_stage(const ProcessGrid& grid) {
       options_.moe_aux_coefficient);
 }
 
-void Trainer::build_buckets() {
-  const ModelSpec& model = plan_.model;
-  bucket_of_layer_.assign(std::size_t(model.layers), -1);
-  expert_bucket_of_layer_.assign(std::size_t(model.layers), -1);
-  for (Bucket& layout : stage_->layout().buckets(shape_.layers, shape_.embedding, shape_.head, shape_.pad_to)) {
-    BucketState& b = buckets_.emplace_back();
-    b.group = layout.experts ? &grid_.expert_data() : &grid_.gradients();
-    if (layout.experts) {
-      b.name = ops::expert_bucket_name(layout.layer);
-      expert_bucket_of_layer_[std::size_t(layout.layer)] = int(buckets_.size() - 1);
-    } else if (layout.layer >= 0) {
-      b.name = ops::layer_bucket_name(layout.layer);
-      bucket_of_layer_[std::size_t(layout.layer)] = int(buckets_.size() - 1);
-    } else {
-      b.name = std::string(ops::kStageBucket);
-      rest_bucket_ = int(buckets_.size() - 1);
-    }
-    b.layout = std::move(layout);
-    // Model states: from the budgeted pool under offload, counted by category.
-    auto bind_state = [&](Buffer& buffer, DType type, MemoryCategory category) {
-      buffer.bind(backend_, type, model_memory());
-      buffer.set_category(category);
-    };
-    for (Buffer* buffer : {&b.params, &b.param_shard}) bind_state(*buffer, DType::f32, MemoryCategory::parameters);
-    for (Buffer* buffer : {&b.grads, &b.grad_shard}) bind_state(*buffer, DType::f32, MemoryCategory::gradients);
-    for (Buffer* buffer : {&b.moment1, &b.moment2}) bind_state(*buffer, DType::f32, MemoryCategory::optimizer);
-    bind_state(b.update, DType::f32, MemoryCategory::workspace);  // LAMB/LARS: one step's update
-    bind_state(b.params_compute, compute_, MemoryCategory::parameters);
-  }
-  for (const TensorSlot& t : whole_model_tensors(model)) {
-    whole_offsets_[t.name] = t.offset;
-    whole_size_ = t.offset + t.size();
-  }
-}
-
 // Weights drawn whole per tensor, then cut: the same model whatever the layout. Under
 // offload each bucket's host part goes to host memory as soon as it is drawn, so the
 // device never holds more than the resident states and one bucket.
 void Trainer::initialise_weights() {
   const ModelSpec& model = plan_.model;
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
-    BucketState& b = buckets_[i];
+  for (std::size_t i = 0; i < buckets_->size(); ++i) {
+    GradientBucket& b = (*buckets_)[i];
     std::vector<float> whole_bucket(b.layout.padded_size, 0.0f);
     for (const TensorSlot& t : b.layout.tensors) {
       const std::vector<float> whole = initial_tensor(model, options_.seed, t.name, t.rows, t.cols);
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { whole_bucket[t.offset + l] = whole[w]; });
     }
-    if (shards_weights(b)) {
-      b.param_shard.upload(std::vector<float>(whole_bucket.begin() + long(group_rank(b) * shard_size(b)),
-                                              whole_bucket.begin() + long((group_rank(b) + 1) * shard_size(b))));
+    if (b.shards_weights()) {
+      b.param_shard.upload(std::vector<float>(whole_bucket.begin() + long(b.group_rank() * b.shard_size()),
+                                              whole_bucket.begin() + long((b.group_rank() + 1) * b.shard_size())));
     } else {
       b.params.upload(whole_bucket);
-      refresh_compute_weights(b);
+      buckets_->refresh_compute_weights(b);
     }
     // Host-optimized buckets keep their moments in host memory only (zeroed there).
     if (!offload_ || offload_->device_optimized[i]) {
-      b.moment1.assign(owned_size(b), 0.0f);
+      b.moment1.assign(b.owned_size(), 0.0f);
       const bool second_moment = plan_.train.optimizer == Optimizer::adamw || plan_.train.optimizer == Optimizer::lamb;
-      b.moment2.assign(second_moment ? owned_size(b) : 0, 0.0f);
+      b.moment2.assign(second_moment ? b.owned_size() : 0, 0.0f);
     }
-    if (shards_optimizer(b)) b.grad_shard.assign(shard_size(b), 0.0f);
+    if (b.shards_optimizer()) b.grad_shard.assign(b.shard_size(), 0.0f);
     offload_bucket_drawn(int(i));
   }
 }
@@ -334,12 +296,6 @@ std::size_t Trainer::kept_activation_bytes() const {
   return bytes;
 }
 
-bool Trainer::counts_tensor(const TensorSlot& t) const {
-  if (t.copy != 0) return false;
-  // The tied embedding's second copy, on the last stage.
-  return !(t.name == "wte" && !shape_.embedding);
-}
-
 // ---- one step ----
 
 StepStats Trainer::step() {
@@ -393,10 +349,7 @@ void Trainer::forward_backward() {
   }
   tokens_.upload(tokens);
   targets_.upload(targets);
-  for (BucketState& b : buckets_) {
-    if (reduces_every_micro_batch(b)) b.grad_shard.assign(b.grad_shard.size(), 0.0f);
-    else b.grads.assign(b.layout.padded_size, 0.0f);  // reallocated after ZeRO 2 released it
-  }
+  buckets_->zero_gradients();
   backwards_done_.assign(std::size_t(chunks_), 0);
   // Each micro-batch's loss is a mean over its tokens; the gradient is of the mean over
   // the global batch, which the data-parallel sum completes.
@@ -408,23 +361,7 @@ void Trainer::forward_backward() {
     if (step.pass == Pass::forward) run_forward(step, tokens_.i32(), targets_.i32());
     else run_backward(step, tokens_.i32(), targets_.i32());
   }
-  if (rest_bucket_ >= 0) {
-    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
-    // The tied embedding: the first and the last stage each hold a copy; their gradients sum.
-    Communicator& ends = grid_.embedding();
-    if (ends.size() > 1 && plan_.model.tied_embeddings) {
-      const TensorSlot& wte = rest.layout.tensor("wte");
-      auto timed = timeline_.time(std::string(ops::kTiedEmbeddingSync), ends.stream());
-      ends.all_reduce(rest.grads.f32() + wte.offset, wte.size());
-    }
-    bucket_gradients_done(rest);
-  }
-  for (BucketState& b : buckets_) {
-    // ZeRO 2 and 3 layer gradients were reduce-scattered per micro-batch: their parts are
-    // summed over the depth here, once.
-    if (reduces_every_micro_batch(b)) stage_->layout().sum_depth_gradients(b.grad_shard.f32(), b.grad_shard.size());
-  }
-  wait_for_syncs();
+  buckets_->finish_backward();
   for (auto* sends : {&x_sends_, &dx_sends_}) {
     for (auto& request : *sends) {
       if (request) request->wait();

@@ -4,29 +4,30 @@
 #include <cmath>
 
 #include "tessel/executor/trainer.hpp"
+#include "gradient_buckets.hpp"
 #include "tessel/kernels/numeric.hpp"
 
 namespace tessel::executor {
 
-std::vector<kernels::Segment> Trainer::counted_segments(BucketState& b) const {
+std::vector<kernels::Segment> Trainer::counted_segments(GradientBucket& b) const {
   // The owned part of each tensor this rank counts: owned parts under ZeRO, one
   // data-parallel replica otherwise, replicated tensors on tensor rank 0, the tied
   // embedding on its first stage.
   std::vector<kernels::Segment> segments;
-  if (!shards_optimizer(b) && group_rank(b) != 0) return segments;
-  const std::size_t first = owned_offset(b), size = owned_size(b);
+  if (!b.shards_optimizer() && b.group_rank() != 0) return segments;
+  const std::size_t first = b.owned_offset(), size = b.owned_size();
   for (const TensorSlot& t : b.layout.tensors) {
     const std::size_t lo = std::max(first, t.offset), hi = std::min(first + size, t.offset + t.size());
-    if (lo < hi && counts_tensor(t)) segments.push_back({std::int64_t(lo - first), std::int64_t(hi - lo)});
+    if (lo < hi && buckets_->counts_tensor(t)) segments.push_back({std::int64_t(lo - first), std::int64_t(hi - lo)});
   }
   return segments;
 }
 
 void Trainer::global_gradient_norm() {
   norm_sq_.assign(1, 0.0f);
-  for (BucketState& b : buckets_) {
+  for (GradientBucket& b : *buckets_) {
     const std::vector<kernels::Segment> segments = counted_segments(b);
-    if (!segments.empty()) backend_.sum_of_squares(Stream::compute, owned_grads(b), segments, norm_sq_.f64(), true);
+    if (!segments.empty()) backend_.sum_of_squares(Stream::compute, b.owned_grads(), segments, norm_sq_.f64(), true);
   }
   grid_.all().all_reduce(norm_sq_);
 }
@@ -45,7 +46,7 @@ void Trainer::update(StepStats&) {
     auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
     optimizer_step();
   }
-  gather_updated_weights();
+  buckets_->gather_updated_weights();
 }
 
 void Trainer::optimizer_step() {
@@ -56,9 +57,9 @@ void Trainer::optimizer_step() {
     p.weight_decay = options_.weight_decay;
     p.eps = options_.adam_eps;
     p.step = step_ + 1;
-    for (BucketState& b : buckets_) {
-      backend_.adamw_step(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(),
-                    std::int64_t(owned_size(b)), p, grad_scale);
+    for (GradientBucket& b : *buckets_) {
+      backend_.adamw_step(Stream::compute, b.owned_params(), b.owned_grads(), b.moment1.f32(), b.moment2.f32(),
+                    std::int64_t(b.owned_size()), p, grad_scale);
     }
     return;
   }
@@ -82,14 +83,14 @@ void Trainer::layerwise_step() {
   lars_params.weight_decay = options_.weight_decay;
   pieces_.clear();
   std::vector<std::size_t> first_piece;  // per bucket
-  for (BucketState& b : buckets_) {
-    const std::size_t first = owned_offset(b), size = owned_size(b);
+  for (GradientBucket& b : *buckets_) {
+    const std::size_t first = b.owned_offset(), size = b.owned_size();
     b.update.resize(size);
     if (lamb) {
-      backend_.lamb_update(Stream::compute, owned_params(b), owned_grads(b), b.moment1.f32(), b.moment2.f32(), b.update.f32(),
+      backend_.lamb_update(Stream::compute, b.owned_params(), b.owned_grads(), b.moment1.f32(), b.moment2.f32(), b.update.f32(),
                      std::int64_t(size), lamb_params, grad_scale);
     } else {
-      backend_.lars_update(Stream::compute, owned_params(b), owned_grads(b), b.update.f32(), std::int64_t(size), lars_params,
+      backend_.lars_update(Stream::compute, b.owned_params(), b.owned_grads(), b.update.f32(), std::int64_t(size), lars_params,
                      grad_scale);
     }
     first_piece.push_back(pieces_.size());
@@ -102,31 +103,31 @@ void Trainer::layerwise_step() {
   piece_norms_.assign(2 * pieces_.size(), 0.0f);
   // A copy of a replicated tensor adds nothing to the sums over the tensor group.
   const bool tensor_sum = shape_.tp > 1;
-  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+  for (std::size_t bucket = 0; bucket < buckets_->size(); ++bucket) {
     std::vector<kernels::Segment> counted;
     for (std::size_t i = first_piece[bucket]; i < first_piece[bucket + 1]; ++i) {
       const Piece& piece = pieces_[i];
       const bool counts = piece.lo < piece.hi && !(tensor_sum && piece.tensor->copy != 0);
       counted.push_back({std::int64_t(piece.lo), counts ? std::int64_t(piece.hi - piece.lo) : 0});
     }
-    BucketState& b = buckets_[bucket];
-    backend_.segment_norms(Stream::compute, owned_params(b), b.update.f32(), counted,
+    GradientBucket& b = (*buckets_)[bucket];
+    backend_.segment_norms(Stream::compute, b.owned_params(), b.update.f32(), counted,
                      piece_norms_.f32() + 2 * first_piece[bucket]);
   }
-  if (shards_optimizer()) grid_.gradients().all_reduce(piece_norms_);
+  if (buckets_->shards_optimizer()) grid_.gradients().all_reduce(piece_norms_);
   if (tensor_sum) grid_.tp().all_reduce(piece_norms_);
-  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+  for (std::size_t bucket = 0; bucket < buckets_->size(); ++bucket) {
     std::vector<kernels::Segment> applied;
     for (std::size_t i = first_piece[bucket]; i < first_piece[bucket + 1]; ++i) {
       const Piece& piece = pieces_[i];
       applied.push_back({std::int64_t(piece.lo), piece.lo < piece.hi ? std::int64_t(piece.hi - piece.lo) : 0});
     }
-    BucketState& b = buckets_[bucket];
+    GradientBucket& b = (*buckets_)[bucket];
     const float* norms = piece_norms_.f32() + 2 * first_piece[bucket];
     if (lamb) {
-      backend_.lamb_apply(Stream::compute, owned_params(b), b.update.f32(), applied, norms, lamb_params.lr);
+      backend_.lamb_apply(Stream::compute, b.owned_params(), b.update.f32(), applied, norms, lamb_params.lr);
     } else {
-      backend_.lars_apply(Stream::compute, owned_params(b), b.update.f32(), b.moment1.f32(), applied, norms, lars_params);
+      backend_.lars_apply(Stream::compute, b.owned_params(), b.update.f32(), b.moment1.f32(), applied, norms, lars_params);
     }
   }
 }

@@ -8,6 +8,7 @@
 
 #include "tessel/executor/trainer.hpp"
 #include "tessel/core/stage_layers.hpp"
+#include "gradient_buckets.hpp"
 
 namespace tessel::executor {
 
@@ -30,9 +31,9 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   x.resize(stage_->activation_size());
   Communicator& pp = grid_.pp();
   if (vs == 0) {
-    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    GradientBucket& rest = buckets_->rest();
     offload_before_segment(embedding_segment(), mb, ops::Phase::fwd);
-    stage_->embed_forward(mb, tokens + at, rest.layout, compute_weights(rest), x);
+    stage_->embed_forward(mb, tokens + at, rest.layout, buckets_->compute_weights(rest), x);
     offload_after_segment(embedding_segment(), ops::Phase::fwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_recv), pp.stream());
@@ -43,13 +44,12 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
   const LayerSpan layers = virtual_stage_layers(plan_.model.layers, virtual_stages, vs);
   for (int l = layers.first; l < layers.end(); ++l) {
-    BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
+    GradientBucket& b = buckets_->of_layer(l);
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
     offload_before_segment(segment_of_layer(l), mb, ops::Phase::fwd);
-    const CRef weights = layer_weights(b, mb, ops::Phase::fwd);
-    const int expert_bucket = expert_bucket_of_layer_[std::size_t(l)];
-    const CRef experts =
-        expert_bucket >= 0 ? layer_weights(buckets_[std::size_t(expert_bucket)], mb, ops::Phase::fwd) : CRef{};
+    const CRef weights = buckets_->layer_weights(b, mb, ops::Phase::fwd);
+    GradientBucket* eb = buckets_->experts_of_layer(l);
+    const CRef experts = eb ? buckets_->layer_weights(*eb, mb, ops::Phase::fwd) : CRef{};
     // What the backward will need: everything (none), all but the probabilities
     // (selective), the input only (full); packed into the storage type when it differs.
     LayerActivations& kept = kept_[slot][here];
@@ -79,9 +79,9 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
     offload_after_segment(segment_of_layer(l), ops::Phase::fwd);
   }
   if (vs == virtual_stages - 1) {
-    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    GradientBucket& rest = buckets_->rest();
     offload_before_segment(head_segment(), mb, ops::Phase::fwd);
-    stage_->head_forward(mb, targets + at, rest.layout, compute_weights(rest), x, heads_[slot], grad_scale_,
+    stage_->head_forward(mb, targets + at, rest.layout, buckets_->compute_weights(rest), x, heads_[slot], grad_scale_,
                          loss_sum_.f64());
     offload_after_segment(head_segment(), ops::Phase::fwd);
   } else {
@@ -103,9 +103,9 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   dx.resize(stage_->activation_size());
   Communicator& pp = grid_.pp();
   if (vs == virtual_stages - 1) {
-    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    GradientBucket& rest = buckets_->rest();
     offload_before_segment(head_segment(), mb, ops::Phase::bwd);
-    stage_->head_backward(mb, targets + at, rest.layout, compute_weights(rest), rest.grads.f32(), heads_[slot],
+    stage_->head_backward(mb, targets + at, rest.layout, buckets_->compute_weights(rest), rest.grads.f32(), heads_[slot],
                           grad_scale_, dx);
     offload_after_segment(head_segment(), ops::Phase::bwd);
   } else {
@@ -117,24 +117,15 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   const bool materialized = stage_->attention_form() == AttentionForm::materialized;
   const LayerSpan layers = virtual_stage_layers(plan_.model.layers, virtual_stages, vs);
   for (int l = layers.end() - 1; l >= layers.first; --l) {
-    BucketState& b = buckets_[std::size_t(bucket_of_layer_[std::size_t(l)])];
+    GradientBucket& b = buckets_->of_layer(l);
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
     offload_before_segment(segment_of_layer(l), mb, ops::Phase::bwd);
-    const CRef weights = layer_weights(b, mb, ops::Phase::bwd);
-    float* grads = b.grads.f32();
-    if (reduces_every_micro_batch(b)) {
-      layer_grads_.assign(b.layout.padded_size, 0.0f);
-      grads = layer_grads_.f32();
-    }
+    const CRef weights = buckets_->layer_weights(b, mb, ops::Phase::bwd);
+    float* grads = buckets_->micro_batch_gradients(b);
     // An MoE block's experts: their own bucket, weights and gradients.
-    const int expert_index = expert_bucket_of_layer_[std::size_t(l)];
-    BucketState* eb = expert_index >= 0 ? &buckets_[std::size_t(expert_index)] : nullptr;
-    const CRef experts = eb ? layer_weights(*eb, mb, ops::Phase::bwd) : CRef{};
-    float* expert_grads = eb ? eb->grads.f32() : nullptr;
-    if (eb && reduces_every_micro_batch(*eb)) {
-      expert_grads_.assign(eb->layout.padded_size, 0.0f);
-      expert_grads = expert_grads_.f32();
-    }
+    GradientBucket* eb = buckets_->experts_of_layer(l);
+    const CRef experts = eb ? buckets_->layer_weights(*eb, mb, ops::Phase::bwd) : CRef{};
+    float* expert_grads = eb ? buckets_->micro_batch_gradients(*eb) : nullptr;
     LayerActivations& kept = kept_[slot][here];
     if (recompute == Recompute::full) {
       if (packs_activations_) {
@@ -158,13 +149,13 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
       stage_->layer_backward(mb, l, weights, grads, a, kept_probs ? kept_probs_[slot][here] : probs_scratch_, dx,
                              experts, expert_grads);
     }
-    layer_gradients_done(b, grads, mb, last_backward_of_chunk);
-    if (eb) layer_gradients_done(*eb, expert_grads, mb, last_backward_of_chunk);
+    buckets_->layer_gradients_done(b, grads, mb, last_backward_of_chunk);
+    if (eb) buckets_->layer_gradients_done(*eb, expert_grads, mb, last_backward_of_chunk);
     offload_after_segment(segment_of_layer(l), ops::Phase::bwd);
   }
   free_slots_.push_back(int(slot));
   if (vs == 0) {
-    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
+    GradientBucket& rest = buckets_->rest();
     offload_before_segment(embedding_segment(), mb, ops::Phase::bwd);
     stage_->embed_backward(mb, tokens + at, rest.layout, rest.grads.f32(), dx);
     offload_after_segment(embedding_segment(), ops::Phase::bwd);
@@ -172,21 +163,6 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_send), pp.stream());
     dx_sends_[boundary] = pp.send_async(dx.data(), dx.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
                                         message_tag(mb, vs - 1, virtual_stages, Pass::backward));
-  }
-}
-
-void Trainer::layer_gradients_done(BucketState& b, float* grads, int mb, bool last_backward_of_chunk) {
-  if (reduces_every_micro_batch(b)) {
-    // ZeRO 2 and 3: this micro-batch's layer gradient goes to its owners at once.
-    stage_->layout().sum_partial_gradients(b.layout, grads);
-    Communicator& group = *b.group;
-    auto timed = timeline_.time(zero_op_id(b, mb, ops::Phase::bwd, ops::zero_reduce_scatter), group.stream());
-    shard_scratch_.resize(shard_size(b));
-    group.reduce_scatter(grads, shard_scratch_.data(), shard_size(b), DType::f32);
-    backend_.add(Stream::compute, b.grad_shard.ref(), b.grad_shard.cref(), shard_scratch_.cref(),
-                 std::int64_t(shard_scratch_.size()));
-  } else if (last_backward_of_chunk) {
-    bucket_gradients_done(b);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "tessel/executor/checkpoint_files.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "gradient_buckets.hpp"
 
 namespace tessel::executor {
 
@@ -25,21 +26,21 @@ std::vector<float> Trainer::whole_from_buckets(bool gradients) {
   const bool contributes = grid_.coordinates().dp == 0 && grid_.coordinates().sp == 0;
   const bool contributes_experts = grid_.coordinates().dp < plan_.parallel.ep && grid_.coordinates().sp == 0;
   Buffer bucket_values(backend_, DType::f32);
-  for (BucketState& b : buckets_) {
+  for (GradientBucket& b : *buckets_) {
     // The bucket whole on this rank: gather the parts where ZeRO split it.
-    const bool split = gradients ? shards_optimizer(b) : shards_weights(b);
+    const bool split = gradients ? b.shards_optimizer() : b.shards_weights();
     if (split) {
       bucket_values.resize(b.layout.padded_size);
       const Buffer& part = gradients ? b.grad_shard : b.param_shard;
-      shard_scratch_.copy_from(part);
-      b.group->all_gather(shard_scratch_.data(), bucket_values.data(), shard_size(b), DType::f32);
+      buckets_->shard_scratch().copy_from(part);
+      b.group->all_gather(buckets_->shard_scratch().data(), bucket_values.data(), b.shard_size(), DType::f32);
     } else {
       bucket_values.copy_from(gradients ? b.grads : b.params);
     }
     if (!(b.layout.experts ? contributes_experts : contributes)) continue;
     const std::vector<float> values = bucket_values.download();
     for (const TensorSlot& t : b.layout.tensors) {
-      if (!counts_tensor(t)) continue;
+      if (!buckets_->counts_tensor(t)) continue;
       const std::size_t base = whole_offsets_.find(t.name)->second;
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { whole[base + w] = values[t.offset + l]; });
     }
@@ -54,7 +55,7 @@ std::vector<float> Trainer::whole_parameters() { return whole_from_buckets(false
 std::vector<float> Trainer::whole_gradients() {
   const MemoryLedger::Scope counted(ledger_);
   if (plan_.parallel.zero == 2) {
-    for (BucketState& b : buckets_) {
+    for (GradientBucket& b : *buckets_) {
       if (b.grads.empty()) b.grads.assign(b.layout.padded_size, 0.0f);  // released; the parts hold them
     }
   }
@@ -64,18 +65,18 @@ std::vector<float> Trainer::whole_gradients() {
 void Trainer::set_whole_parameters(const std::vector<float>& whole) {
   const MemoryLedger::Scope counted(ledger_);
   offload_materialise();
-  for (BucketState& b : buckets_) {
+  for (GradientBucket& b : *buckets_) {
     std::vector<float> values(b.layout.padded_size, 0.0f);
     for (const TensorSlot& t : b.layout.tensors) {
       const std::size_t base = whole_offsets_.find(t.name)->second;
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { values[t.offset + l] = whole[base + w]; });
     }
-    if (shards_weights(b)) {
-      b.param_shard.upload(std::vector<float>(values.begin() + long(group_rank(b) * shard_size(b)),
-                                              values.begin() + long((group_rank(b) + 1) * shard_size(b))));
+    if (b.shards_weights()) {
+      b.param_shard.upload(std::vector<float>(values.begin() + long(b.group_rank() * b.shard_size()),
+                                              values.begin() + long((b.group_rank() + 1) * b.shard_size())));
     } else {
       b.params.upload(values);
-      refresh_compute_weights(b);
+      buckets_->refresh_compute_weights(b);
     }
   }
   offload_reload();
@@ -86,8 +87,8 @@ float Trainer::padding_magnitude() {
   const MemoryLedger::Scope counted(ledger_);
   offload_materialise();
   float most = 0;
-  for (BucketState& b : buckets_) {
-    const std::size_t part = owned_offset(b), shard = shards_weights(b) ? group_rank(b) * shard_size(b) : 0;
+  for (GradientBucket& b : *buckets_) {
+    const std::size_t part = b.owned_offset(), shard = b.shards_weights() ? b.group_rank() * b.shard_size() : 0;
     for (const auto& [values, first] : {std::pair{&b.params, std::size_t(0)}, std::pair{&b.param_shard, shard},
                                         std::pair{&b.grads, std::size_t(0)}, std::pair{&b.grad_shard, part},
                                         std::pair{&b.moment1, part}, std::pair{&b.moment2, part}}) {
@@ -110,10 +111,10 @@ float Trainer::padding_magnitude() {
 std::vector<BucketFileParts> Trainer::file_parts() const {
   std::vector<Bucket> layouts;
   std::vector<std::size_t> positions;
-  for (const BucketState& b : buckets_) layouts.push_back(b.layout), positions.push_back(group_rank(b));
+  for (const GradientBucket& b : *buckets_) layouts.push_back(b.layout), positions.push_back(b.group_rank());
   std::vector<BucketFileParts> parts = bucket_file_parts(plan_, layouts, positions);
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
-    const BucketState& b = buckets_[i];
+  for (std::size_t i = 0; i < buckets_->size(); ++i) {
+    const GradientBucket& b = (*buckets_)[i];
     const BucketFileParts& p = parts[i];
     TESSEL_ASSERT(p.params.count == b.params.size() && p.param_shard.count == b.param_shard.size() &&
                       p.moment1.count == b.moment1.size() && p.moment2.count == b.moment2.size(),
@@ -134,8 +135,8 @@ void Trainer::save(const std::string& dir) {
   RankFileHeader header{std::uint64_t(step_), std::uint64_t(world.rank()), 0};
   offload_materialise();  // chunks on the host: the file is that of a run without offload
   const std::vector<BucketFileParts> layout = file_parts();
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
-    BucketState& b = buckets_[i];
+  for (std::size_t i = 0; i < buckets_->size(); ++i) {
+    GradientBucket& b = (*buckets_)[i];
     const BucketFileParts& p = layout[i];
     for (const auto& [values, part] : {std::pair{&b.params, &p.params}, std::pair{&b.param_shard, &p.param_shard},
                                        std::pair{&b.moment1, &p.moment1}, std::pair{&b.moment2, &p.moment2}}) {
@@ -209,14 +210,14 @@ void Trainer::load(const std::string& dir, int max_step) {
   const std::string file = (fs::path(dir) / meta.directory / rank_file_name(grid_.world().rank())).string();
   const std::vector<float> values = read_rank_file(file, meta.files[std::size_t(grid_.world().rank())], header);
   std::size_t at = 0;
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
-    BucketState& b = buckets_[i];
+  for (std::size_t i = 0; i < buckets_->size(); ++i) {
+    GradientBucket& b = (*buckets_)[i];
     const BucketFileParts& p = layout[i];
     for (const auto& [values_here, part] : {std::pair{&b.params, &p.params}, std::pair{&b.param_shard, &p.param_shard},
                                             std::pair{&b.moment1, &p.moment1}, std::pair{&b.moment2, &p.moment2}}) {
       values_here->upload(restore_padding(b.layout, part->first, values_here->size(), values, at));
     }
-    refresh_compute_weights(b);
+    buckets_->refresh_compute_weights(b);
   }
   offload_reload();
   offload_dematerialise();

@@ -76,6 +76,8 @@ struct OffloadStats {
 };
 
 struct OffloadState;  // the chunk manager's state (executor/src/offload_state.hpp)
+class GradientBuckets;  // executor/src/gradient_buckets.hpp
+struct GradientBucket;
 
 struct StepStats {
   int step = 0;
@@ -150,29 +152,14 @@ class Trainer {
  private:
   // The model shapes (GPT-2, LLaMA) and the layouts each runs in; part of check().
   static void check_model_shape(const Plan& plan);
-  struct BucketState {
-    Bucket layout;
-    std::string name;        // "L3", "E3" (an MoE block's experts) or "stage", as in the Program's ids
-    Communicator* group = nullptr;  // where its gradients sum: the gradient group, or expert_data for experts
-    Buffer params;           // fp32 master weights of the whole bucket (empty for ZeRO-3 layer buckets)
-    Buffer params_compute;   // their copy in the compute type, when it is not fp32
-    Buffer grads;            // the whole bucket's accumulated gradient
-    Buffer param_shard;      // ZeRO 3 layer buckets: this rank's part
-    Buffer grad_shard;       // ZeRO >= 1: this rank's part of the averaged gradient
-    Buffer moment1, moment2, update;  // optimizer state of the part this rank steps
-    std::unique_ptr<CommRequest> sync;
-    std::string sync_op;
-    kernels::TimeMark sync_start = 0;
-  };
   // One tensor's piece of a bucket's owned range, for the layer-wise optimizers.
   struct Piece {
-    BucketState* bucket;
+    GradientBucket* bucket;
     const TensorSlot* tensor;
     std::size_t lo, hi;  // in the owned range
   };
 
   void build_stage(const ProcessGrid& grid);
-  void build_buckets();
   void initialise_weights();
   void allocate_activations();
   void forward_backward();
@@ -181,21 +168,9 @@ class Trainer {
   void run_backward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
   void pack(const LayerActivations& a, const Buffer* probs, PackedActivations& packed);
   void unpack(const PackedActivations& packed, LayerActivations& a, Buffer* probs);
-  void bucket_gradients_done(BucketState& bucket);
-  // After a layer's backward of micro-batch `mb`: its ZeRO-3 reduce-scatter, or the
-  // bucket's sync when it was the last micro-batch.
-  void layer_gradients_done(BucketState& bucket, float* grads, int mb, bool last_backward_of_chunk);
-  void wait_for_syncs();
-  CRef layer_weights(BucketState& bucket, int mb, ops::Phase phase);
-  CRef compute_weights(BucketState& bucket);
-  void refresh_compute_weights(BucketState& bucket);
   void global_gradient_norm();
   void optimizer_step();
   void layerwise_step();
-  // ZeRO 1-2: each bucket's updated shards all-gathered into its whole weights (those
-  // marked in `gathered` already were: the offload update streams its chunks).
-  void gather_updated_weights(const std::vector<bool>& gathered = {});
-  void gather_bucket_weights(BucketState& b);
   std::vector<float> whole_from_buckets(bool gradients);
   std::vector<BucketFileParts> file_parts() const;
 
@@ -228,35 +203,10 @@ class Trainer {
   void offload_materialise();
   void offload_reload();
   void offload_dematerialise();
-  // ZeRO over each bucket's group (the gradient group; expert_data for an MoE block's experts).
-  bool shards_optimizer() const { return plan_.parallel.zero >= 1 && group_ > 1; }
-  static int group_size(const BucketState& b) { return b.group->size(); }
-  static std::size_t group_rank(const BucketState& b) { return std::size_t(b.group->rank()); }
-  bool shards_optimizer(const BucketState& b) const { return plan_.parallel.zero >= 1 && group_size(b) > 1; }
-  bool shards_weights(const BucketState& b) const {
-    return plan_.parallel.zero == 3 && group_size(b) > 1 && b.layout.layer >= 0;
-  }
-  // ZeRO 2 and 3: a layer's gradients are reduce-scattered every micro-batch, as its
-  // backward produces them, and summed into the shard (DeepSpeed's ZeRO-2, FSDP); the
-  // stage's other weights (embedding, final norm, head) sync once per step.
-  bool reduces_every_micro_batch(const BucketState& b) const {
-    return plan_.parallel.zero >= 2 && group_size(b) > 1 && b.layout.layer >= 0;
-  }
-  std::size_t shard_size(const BucketState& b) const { return b.layout.padded_size / std::size_t(group_size(b)); }
-  std::size_t owned_offset(const BucketState& b) const { return shards_optimizer(b) ? group_rank(b) * shard_size(b) : 0; }
-  std::size_t owned_size(const BucketState& b) const { return shards_optimizer(b) ? shard_size(b) : b.layout.padded_size; }
-  float* owned_params(BucketState& b) {
-    return shards_weights(b) ? b.param_shard.f32() : b.params.f32() + owned_offset(b);
-  }
-  float* owned_grads(BucketState& b) { return shards_optimizer(b) ? b.grad_shard.f32() : b.grads.f32(); }
-  // The id a ZeRO-3 gather or reduce-scatter of bucket `b` runs under for micro-batch `mb`.
-  std::string zero_op_id(const BucketState& b, int mb, ops::Phase phase, std::string_view op) const;
   // MoE checks of check(): what the executor trains Mixture-of-Experts models in.
   static void check_moe(const Plan& plan);
-  // Whether this rank counts `t` in sums over the whole model (each element once).
-  bool counts_tensor(const TensorSlot& t) const;
   // The pieces of owned ranges, and the norm segments that count each whole tensor once.
-  std::vector<kernels::Segment> counted_segments(BucketState& b) const;
+  std::vector<kernels::Segment> counted_segments(GradientBucket& b) const;
 
   // First: every buffer below charges it and debits it when destroyed.
   MemoryLedger ledger_;
@@ -271,10 +221,6 @@ class Trainer {
   StageShape shape_;
   int vocab_multiple_ = 1;  // the vocabulary padding's (TrainerOptions::vocab_multiple, resolved)
   std::unique_ptr<GptStage> stage_;
-  std::vector<BucketState> buckets_;
-  std::vector<int> bucket_of_layer_;  // -1 where another stage holds the layer
-  std::vector<int> expert_bucket_of_layer_;  // an MoE block's experts; -1 elsewhere
-  int rest_bucket_ = -1;
   int stage_index_ = 0, stages_ = 1, chunks_ = 1, micro_batches_ = 1;
   int group_ = 1;  // the gradient group (dp x sp)
   std::size_t group_rank_ = 0;
@@ -297,15 +243,14 @@ class Trainer {
   std::vector<std::unique_ptr<CommRequest>> x_sends_, dx_sends_;
   std::vector<int> backwards_done_;          // per chunk
   Buffer tokens_, targets_;                       // this step's, in backend memory
-  Buffer gathered_weights_, gathered_compute_, layer_grads_, shard_scratch_;
-  Buffer gathered_experts_, expert_grads_;  // ZeRO 3: an MoE block's experts, gathered per use
   Buffer loss_sum_, norm_sq_, clip_factor_;       // scalars in backend memory
   Buffer piece_norms_;                            // LAMB/LARS: [weight, update] squared norms per piece
   std::vector<Piece> pieces_;
   float grad_scale_ = 1;
   std::map<std::string, std::size_t, std::less<>> whole_offsets_;
   std::size_t whole_size_ = 0;
-  std::unique_ptr<OffloadState> offload_;  // offload plans only
+  std::unique_ptr<OffloadState> offload_;  // offload plans only (its pool outlives the buckets)
+  std::unique_ptr<GradientBuckets> buckets_;
 };
 
 }  // namespace tessel::executor
