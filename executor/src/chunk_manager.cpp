@@ -36,10 +36,6 @@
 
 namespace tessel::executor {
 
-Trainer::~Trainer() {
-  buckets_.reset();  // their memory goes back to the pool before it goes
-}
-
 BufferMemory* Trainer::model_memory() { return offload_ ? offload_->pool.get() : nullptr; }
 
 int Trainer::segment_of_layer(int layer) const {

@@ -29,23 +29,18 @@ std::pair<std::size_t, std::size_t> owned_part(const ChunkPiece& piece, std::siz
 }
 }  // namespace
 
-void Trainer::offload_update() {
+void Trainer::offload_update(const kernels::AdamWParams& p, const Buffer* clip_factor) {
   OffloadState& o = *offload_;
   // The host writes the master weights below: earlier fetches must have read them; the
   // gradients come from the syncs on the gradient group's stream.
   backend_.synchronize(Stream::copy);
   backend_.wait_for(Stream::copy, grid_.gradients().stream());
-  const bool clipped = options_.clip_grad_norm > 0;
+  const bool clipped = clip_factor != nullptr;
   float host_scale = 1.0f;
   if (clipped) {
-    backend_.download(Stream::compute, &host_scale, clip_factor_.data(), sizeof host_scale);
+    backend_.download(Stream::compute, &host_scale, clip_factor->data(), sizeof host_scale);
     backend_.synchronize(Stream::compute);
   }
-  kernels::AdamWParams p;
-  p.lr = options_.lr;
-  p.weight_decay = options_.weight_decay;
-  p.eps = options_.adam_eps;
-  p.step = step_ + 1;
   for (const ChunkCopy& copy : o.plan.copies) {
     if (copy.op != ops::offload_grads_d2h) continue;
     HostChunk& h = o.chunks[std::size_t(copy.chunk)];
@@ -68,7 +63,7 @@ void Trainer::offload_update() {
   for (std::size_t i = 0; i < buckets_->size(); ++i) any_on_device = any_on_device || o.device_optimized[i];
   if (any_on_device) {
     auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
-    const float* device_scale = clipped ? clip_factor_.f32() : nullptr;
+    const float* device_scale = clipped ? clip_factor->f32() : nullptr;
     for (std::size_t i = 0; i < buckets_->size(); ++i) {
       GradientBucket& b = (*buckets_)[i];
       if (!o.device_optimized[i]) continue;

@@ -11,6 +11,7 @@
 #include "tessel/core/error.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "gradient_buckets.hpp"
+#include "sharded_optimizer.hpp"
 #include "offload_state.hpp"
 
 namespace tessel::executor {
@@ -164,13 +165,17 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   offload_started();
   allocate_activations();
   for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
-  for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(backend_, DType::f64);
-  for (Buffer* b : {&clip_factor_, &piece_norms_}) b->bind(backend_, DType::f32);
+  loss_sum_.bind(backend_, DType::f64);
+  optimizer_ = std::make_unique<ShardedOptimizer>(plan_, options_, grid_, *buckets_, shape_, backend_);
   // Every rank's timeline starts together.
   backend_.synchronize();
   grid.world().barrier();
   timeline_.reset_origin();
 }
+
+// The members go in reverse order: the buckets give their memory back to the chunk
+// manager's pool before it goes.
+Trainer::~Trainer() = default;
 
 void Trainer::build_stage(const ProcessGrid& grid) {
   const ParallelConfig& p = plan_.parallel;
@@ -305,12 +310,20 @@ StepStats Trainer::step() {
   offload_step_boundary(true);
   loss_sum_.assign(1, 0.0f);
   forward_backward();
-  StepStats stats;
-  update(stats);
+  optimizer_->reduce_gradient_norm();
+  if (offload_) {
+    offload_update(optimizer_->adamw_params(step_ + 1), optimizer_->clip_factor());  // offload_step.cpp
+  } else {
+    {
+      auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
+      optimizer_->step(step_ + 1);
+    }
+    buckets_->gather_updated_weights();
+  }
   // The step's scalars come back once its work is done.
   double loss_sum = 0, norm_sq = 0;
   backend_.download(Stream::compute, &loss_sum, loss_sum_.data(), sizeof loss_sum);
-  backend_.download(Stream::compute, &norm_sq, norm_sq_.data(), sizeof norm_sq);
+  backend_.download(Stream::compute, &norm_sq, optimizer_->gradient_norm_sq().data(), sizeof norm_sq);
   backend_.synchronize();
   // The loss of the global batch: last-stage ranks hold the token losses of their
   // replica's share of the sequences (a block of each with sequence parallel).
@@ -322,6 +335,7 @@ StepStats Trainer::step() {
   const double aux_here = shape_.tp_rank == 0 ? aux_sum / micro_batches_ : 0.0;
   float scalars[2] = {loss, float(aux_here)};
   grid_.world().all_reduce(scalars, 2);
+  StepStats stats;
   stats.loss = scalars[0] / float(plan_.parallel.dp * plan_.parallel.sp);
   stats.aux_loss = scalars[1] / float(plan_.parallel.dp);
   stats.gradient_norm = float(std::sqrt(norm_sq));

@@ -14,6 +14,7 @@
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "gradient_buckets.hpp"
+#include "sharded_optimizer.hpp"
 
 namespace tessel::executor {
 
@@ -81,6 +82,11 @@ void Trainer::set_whole_parameters(const std::vector<float>& whole) {
   }
   offload_reload();
   offload_dematerialise();
+}
+
+std::map<std::string, float> Trainer::trust_ratios() {
+  const MemoryLedger::Scope counted(ledger_);
+  return optimizer_->trust_ratios();
 }
 
 float Trainer::padding_magnitude() {

@@ -41,29 +41,9 @@
 #include "tessel/executor/gpt_stage.hpp"
 #include "tessel/executor/memory_ledger.hpp"
 #include "tessel/executor/process_grid.hpp"
+#include "tessel/executor/trainer_options.hpp"
 
 namespace tessel::executor {
-
-struct TrainerOptions {
-  std::uint64_t seed = 1;
-  float lr = 1e-3f;
-  float weight_decay = 0.0f;
-  float clip_grad_norm = 0.0f;  // 0: no clipping
-  float adam_eps = 1e-8f;       // AdamW's epsilon
-  // MoE: the auxiliary load-balancing loss's coefficient (Switch Transformer's 0.01; the
-  // model JSON has no field for it).
-  float moe_aux_coefficient = 0.01f;
-  // The element type activations are computed in; unset: the backend's choice for the
-  // plan's precision.
-  std::optional<DType> compute;
-  // Offload plans: the device memory budget of the chunk manager's pool; 0: the plan's
-  // device memory (its cluster's device preset).
-  std::size_t device_memory_bytes = 0;
-  // The multiple each vocabulary block of the embedding and head tables is padded to
-  // (checkpoint_weights.hpp's padded_vocab); 0: the backend's gemm_width_multiple (1 on
-  // the CPU, 128 on a GPU). Tests set it to run a GPU's padding on CPU ranks.
-  int vocab_multiple = 0;
-};
 
 // What the chunk manager of an offload plan did (zeros without offload).
 struct OffloadStats {
@@ -77,6 +57,7 @@ struct OffloadStats {
 
 struct OffloadState;  // the chunk manager's state (executor/src/offload_state.hpp)
 class GradientBuckets;  // executor/src/gradient_buckets.hpp
+class ShardedOptimizer;  // executor/src/sharded_optimizer.hpp
 struct GradientBucket;
 
 struct StepStats {
@@ -152,25 +133,14 @@ class Trainer {
  private:
   // The model shapes (GPT-2, LLaMA) and the layouts each runs in; part of check().
   static void check_model_shape(const Plan& plan);
-  // One tensor's piece of a bucket's owned range, for the layer-wise optimizers.
-  struct Piece {
-    GradientBucket* bucket;
-    const TensorSlot* tensor;
-    std::size_t lo, hi;  // in the owned range
-  };
-
   void build_stage(const ProcessGrid& grid);
   void initialise_weights();
   void allocate_activations();
   void forward_backward();
-  void update(StepStats& stats);
   void run_forward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
   void run_backward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
   void pack(const LayerActivations& a, const Buffer* probs, PackedActivations& packed);
   void unpack(const PackedActivations& packed, LayerActivations& a, Buffer* probs);
-  void global_gradient_norm();
-  void optimizer_step();
-  void layerwise_step();
   std::vector<float> whole_from_buckets(bool gradients);
   std::vector<BucketFileParts> file_parts() const;
 
@@ -188,7 +158,7 @@ class Trainer {
   int embedding_segment() const;
   int head_segment() const;
   void offload_step_boundary(bool starting);
-  void offload_update();
+  void offload_update(const kernels::AdamWParams& params, const Buffer* clip_factor);
   void offload_fetch(int chunk, int mb, ops::Phase phase);
   std::optional<std::size_t> room_to_prefetch(int chunk) const;
   void acquire_weights(int bucket);
@@ -205,8 +175,6 @@ class Trainer {
   void offload_dematerialise();
   // MoE checks of check(): what the executor trains Mixture-of-Experts models in.
   static void check_moe(const Plan& plan);
-  // The pieces of owned ranges, and the norm segments that count each whole tensor once.
-  std::vector<kernels::Segment> counted_segments(GradientBucket& b) const;
 
   // First: every buffer below charges it and debits it when destroyed.
   MemoryLedger ledger_;
@@ -243,14 +211,13 @@ class Trainer {
   std::vector<std::unique_ptr<CommRequest>> x_sends_, dx_sends_;
   std::vector<int> backwards_done_;          // per chunk
   Buffer tokens_, targets_;                       // this step's, in backend memory
-  Buffer loss_sum_, norm_sq_, clip_factor_;       // scalars in backend memory
-  Buffer piece_norms_;                            // LAMB/LARS: [weight, update] squared norms per piece
-  std::vector<Piece> pieces_;
+  Buffer loss_sum_;  // in backend memory until the step ends
   float grad_scale_ = 1;
   std::map<std::string, std::size_t, std::less<>> whole_offsets_;
   std::size_t whole_size_ = 0;
   std::unique_ptr<OffloadState> offload_;  // offload plans only (its pool outlives the buckets)
   std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<ShardedOptimizer> optimizer_;
 };
 
 }  // namespace tessel::executor
