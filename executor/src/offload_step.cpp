@@ -15,10 +15,8 @@
 // given back (dematerialise): checkpoints have the layout of runs without offload.
 #include <algorithm>
 
-#include "offload_state.hpp"
 #include "tessel/executor/host_optimizer.hpp"
-#include "tessel/executor/trainer.hpp"
-#include "gradient_buckets.hpp"
+#include "chunk_manager.hpp"
 
 namespace tessel::executor {
 
@@ -29,8 +27,7 @@ std::pair<std::size_t, std::size_t> owned_part(const ChunkPiece& piece, std::siz
 }
 }  // namespace
 
-void Trainer::offload_update(const kernels::AdamWParams& p, const Buffer* clip_factor) {
-  OffloadState& o = *offload_;
+void ChunkManager::update(const kernels::AdamWParams& p, const Buffer* clip_factor) {
   // The host writes the master weights below: earlier fetches must have read them; the
   // gradients come from the syncs on the gradient group's stream.
   backend_.synchronize(Stream::copy);
@@ -41,9 +38,9 @@ void Trainer::offload_update(const kernels::AdamWParams& p, const Buffer* clip_f
     backend_.download(Stream::compute, &host_scale, clip_factor->data(), sizeof host_scale);
     backend_.synchronize(Stream::compute);
   }
-  for (const ChunkCopy& copy : o.plan.copies) {
+  for (const ChunkCopy& copy : chunk_plan_.copies) {
     if (copy.op != ops::offload_grads_d2h) continue;
-    HostChunk& h = o.chunks[std::size_t(copy.chunk)];
+    HostChunk& h = chunks_[std::size_t(copy.chunk)];
     auto timed = timeline_.time(copy.op_id, Stream::copy);
     for (const ChunkPiece& piece : h.pieces) {
       GradientBucket& b = (*buckets_)[std::size_t(piece.bucket)];
@@ -51,7 +48,7 @@ void Trainer::offload_update(const kernels::AdamWParams& p, const Buffer* clip_f
       if (from == to) continue;
       backend_.download(Stream::copy, h.grads.data() + piece.chunk_offset + (from - piece.bucket_offset),
                         b.owned_grads() + (from - b.owned_offset()), (to - from) * sizeof(float));
-      o.device_to_host_bytes += double(to - from) * sizeof(float);
+      device_to_host_bytes_ += double(to - from) * sizeof(float);
     }
     backend_.synchronize(Stream::copy);
   }
@@ -60,21 +57,21 @@ void Trainer::offload_update(const kernels::AdamWParams& p, const Buffer* clip_f
   // host_optimizer.hpp); their host-optimized elements' device copies are overwritten
   // before they are read again (fetched, or sent up below).
   bool any_on_device = false;
-  for (std::size_t i = 0; i < buckets_->size(); ++i) any_on_device = any_on_device || o.device_optimized[i];
+  for (std::size_t i = 0; i < buckets_->size(); ++i) any_on_device = any_on_device || device_optimized_[i];
   if (any_on_device) {
     auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
     const float* device_scale = clipped ? clip_factor->f32() : nullptr;
     for (std::size_t i = 0; i < buckets_->size(); ++i) {
       GradientBucket& b = (*buckets_)[i];
-      if (!o.device_optimized[i]) continue;
+      if (!device_optimized_[i]) continue;
       backend_.adamw_step(Stream::compute, b.owned_params(), b.owned_grads(), b.moment1.f32(), b.moment2.f32(),
                           std::int64_t(b.owned_size()), p, device_scale);
     }
   }
   std::vector<HostAdamWPiece> pieces;
-  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
-    if (!o.plan.chunks[c].optimizer_on_host) continue;
-    HostChunk& h = o.chunks[c];
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    if (!chunk_plan_.chunks[c].optimizer_on_host) continue;
+    HostChunk& h = chunks_[c];
     for (const ChunkPiece& piece : h.pieces) {
       GradientBucket& b = (*buckets_)[std::size_t(piece.bucket)];
       const auto [from, to] = owned_part(piece, b.owned_offset(), b.owned_size());
@@ -101,19 +98,18 @@ void Trainer::offload_update(const kernels::AdamWParams& p, const Buffer* clip_f
 // of it is up, a round-trip chunk goes down once its buckets are gathered, and an
 // evictable bucket is released once its chunks are down (chunk_plan.hpp: the update's
 // round trip, which the named budget counts).
-void Trainer::stream_updated_weights() {
-  OffloadState& o = *offload_;
+void ChunkManager::stream_updated_weights() {
   std::vector<int> uploads_left(buckets_->size(), 0), downloads_left(buckets_->size(), 0);
   std::vector<const ChunkCopy*> ups, downs;
-  for (const ChunkCopy& copy : o.plan.copies) {
+  for (const ChunkCopy& copy : chunk_plan_.copies) {
     const bool up = copy.op == ops::offload_params_h2d, down = copy.op == ops::offload_params_d2h;
     if (!up && !down) continue;
     (up ? ups : downs).push_back(&copy);
-    for (int b : o.chunks[std::size_t(copy.chunk)].buckets) ++(up ? uploads_left : downloads_left)[std::size_t(b)];
+    for (int b : chunks_[std::size_t(copy.chunk)].buckets) ++(up ? uploads_left : downloads_left)[std::size_t(b)];
   }
   std::vector<bool> gathered(buckets_->size(), false);
   auto all_gathered = [&](int chunk) {
-    const std::vector<int>& of = o.chunks[std::size_t(chunk)].buckets;
+    const std::vector<int>& of = chunks_[std::size_t(chunk)].buckets;
     return std::all_of(of.begin(), of.end(), [&](int b) { return bool(gathered[std::size_t(b)]); });
   };
   std::size_t next_down = 0;
@@ -123,21 +119,21 @@ void Trainer::stream_updated_weights() {
       backend_.wait_for(Stream::copy, grid_.gradients().stream());  // the gathers rebuilt what goes down
       {
         auto timed = timeline_.time(copy.op_id, Stream::copy);
-        o.device_to_host_bytes += download_chunk_weights(copy.chunk, false);
+        device_to_host_bytes_ += download_chunk_weights(copy.chunk, false);
       }
-      for (int b : o.chunks[std::size_t(copy.chunk)].buckets) {
-        if (--downloads_left[std::size_t(b)] == 0 && o.evictable[std::size_t(b)] && o.held[std::size_t(b)] == 0) {
+      for (int b : chunks_[std::size_t(copy.chunk)].buckets) {
+        if (--downloads_left[std::size_t(b)] == 0 && evictable_[std::size_t(b)] && held_[std::size_t(b)] == 0) {
           release_weights(b);
         }
       }
     }
   };
   for (const ChunkCopy* copy : ups) {
-    const std::vector<int>& of = o.chunks[std::size_t(copy->chunk)].buckets;
+    const std::vector<int>& of = chunks_[std::size_t(copy->chunk)].buckets;
     for (int b : of) acquire_weights(b);
     {
       auto timed = timeline_.time(copy->op_id, Stream::copy);
-      o.host_to_device_bytes += upload_chunk_weights(copy->chunk, true);
+      host_to_device_bytes_ += upload_chunk_weights(copy->chunk, true);
     }
     for (int b : of) {
       if (--uploads_left[std::size_t(b)] > 0) continue;
@@ -149,17 +145,15 @@ void Trainer::stream_updated_weights() {
   buckets_->gather_updated_weights(gathered);
   send_down(true);
   for (std::size_t i = 0; i < buckets_->size(); ++i) {
-    if (o.evictable[i] && o.held[i] == 0) release_weights(int(i));
+    if (evictable_[i] && held_[i] == 0) release_weights(int(i));
   }
 }
 
-void Trainer::offload_materialise() {
-  if (!offload_) return;
-  OffloadState& o = *offload_;
-  o.pool->set_enforcing(false);
-  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
-    const Chunk& chunk = o.plan.chunks[c];
-    HostChunk& h = o.chunks[c];
+void ChunkManager::materialise() {
+  pool_->set_enforcing(false);
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const Chunk& chunk = chunk_plan_.chunks[c];
+    HostChunk& h = chunks_[c];
     if (chunk.host_resident) {
       for (int b : h.buckets) acquire_weights(b);
       upload_chunk_weights(int(c), false);
@@ -180,13 +174,11 @@ void Trainer::offload_materialise() {
   backend_.synchronize();
 }
 
-void Trainer::offload_reload() {
-  if (!offload_) return;
-  OffloadState& o = *offload_;
-  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
-    HostChunk& h = o.chunks[c];
+void ChunkManager::reload() {
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    HostChunk& h = chunks_[c];
     if (!h.weights.empty()) download_chunk_weights(int(c), false);
-    if (!o.plan.chunks[c].optimizer_on_host) continue;
+    if (!chunk_plan_.chunks[c].optimizer_on_host) continue;
     for (const ChunkPiece& piece : h.pieces) {
       GradientBucket& b = (*buckets_)[std::size_t(piece.bucket)];
       const auto [from, to] = owned_part(piece, b.owned_offset(), b.owned_size());
@@ -199,14 +191,12 @@ void Trainer::offload_reload() {
   backend_.synchronize();
 }
 
-void Trainer::offload_dematerialise() {
-  if (!offload_) return;
-  OffloadState& o = *offload_;
+void ChunkManager::dematerialise() {
   for (std::size_t i = 0; i < buckets_->size(); ++i) {
-    if (o.evictable[i] && o.held[i] == 0) release_weights(int(i));
-    if (!o.device_optimized[i]) (*buckets_)[i].moment1.release(), (*buckets_)[i].moment2.release();
+    if (evictable_[i] && held_[i] == 0) release_weights(int(i));
+    if (!device_optimized_[i]) (*buckets_)[i].moment1.release(), (*buckets_)[i].moment2.release();
   }
-  o.pool->set_enforcing(true);
+  pool_->set_enforcing(true);
 }
 
 }  // namespace tessel::executor

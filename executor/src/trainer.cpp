@@ -12,7 +12,7 @@
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "gradient_buckets.hpp"
 #include "sharded_optimizer.hpp"
-#include "offload_state.hpp"
+#include "chunk_manager.hpp"
 
 namespace tessel::executor {
 
@@ -153,16 +153,19 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   chunks_ = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
   schedule_ = pipeline_schedule(p.schedule, stage_index_, stages_, micro_batches_, chunks_);
   build_stage(grid);
-  offload_setup();
+  if (p.offload != OffloadMode::none) {
+    chunk_manager_ = std::make_unique<ChunkManager>(plan_, stage_index_, shape_.padded_vocab,
+                                                    options.device_memory_bytes, grid_, backend_, timeline_);
+  }
   buckets_ = std::make_unique<GradientBuckets>(plan_, grid_, stage_->layout(), shape_, backend_, compute_, timeline_,
-                                               model_memory());
+                                               chunk_manager_ ? chunk_manager_->model_memory() : nullptr);
   for (const TensorSlot& t : whole_model_tensors(plan.model)) {
     whole_offsets_[t.name] = t.offset;
     whole_size_ = t.offset + t.size();
   }
-  offload_start();
+  if (chunk_manager_) chunk_manager_->place(*buckets_);
   initialise_weights();
-  offload_started();
+  if (chunk_manager_) chunk_manager_->start_enforcing();  // every bucket drawn: the budget holds from here on
   allocate_activations();
   for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
   loss_sum_.bind(backend_, DType::f64);
@@ -176,6 +179,13 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
 // The members go in reverse order: the buckets give their memory back to the chunk
 // manager's pool before it goes.
 Trainer::~Trainer() = default;
+
+void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
+                                  const std::vector<double>& non_model_bytes_by_stage) {
+  ChunkManager::check_device_budget(plan, device_memory_bytes, non_model_bytes_by_stage);
+}
+
+OffloadStats Trainer::offload_stats() const { return chunk_manager_ ? chunk_manager_->stats() : OffloadStats{}; }
 
 void Trainer::build_stage(const ProcessGrid& grid) {
   const ParallelConfig& p = plan_.parallel;
@@ -216,13 +226,13 @@ void Trainer::initialise_weights() {
       buckets_->refresh_compute_weights(b);
     }
     // Host-optimized buckets keep their moments in host memory only (zeroed there).
-    if (!offload_ || offload_->device_optimized[i]) {
+    if (!chunk_manager_ || chunk_manager_->optimizes_on_device(int(i))) {
       b.moment1.assign(b.owned_size(), 0.0f);
       const bool second_moment = plan_.train.optimizer == Optimizer::adamw || plan_.train.optimizer == Optimizer::lamb;
       b.moment2.assign(second_moment ? b.owned_size() : 0, 0.0f);
     }
     if (b.shards_optimizer()) b.grad_shard.assign(b.shard_size(), 0.0f);
-    offload_bucket_drawn(int(i));
+    if (chunk_manager_) chunk_manager_->bucket_drawn(int(i));
   }
 }
 
@@ -307,12 +317,12 @@ StepStats Trainer::step() {
   const auto start = std::chrono::steady_clock::now();
   const MemoryLedger::Scope counted(ledger_);
   timeline_.set_step(step_ + 1);
-  offload_step_boundary(true);
+  if (chunk_manager_) chunk_manager_->step_started(step_);
   loss_sum_.assign(1, 0.0f);
   forward_backward();
   optimizer_->reduce_gradient_norm();
-  if (offload_) {
-    offload_update(optimizer_->adamw_params(step_ + 1), optimizer_->clip_factor());  // offload_step.cpp
+  if (chunk_manager_) {
+    chunk_manager_->update(optimizer_->adamw_params(step_ + 1), optimizer_->clip_factor());
   } else {
     {
       auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
@@ -339,7 +349,7 @@ StepStats Trainer::step() {
   stats.loss = scalars[0] / float(plan_.parallel.dp * plan_.parallel.sp);
   stats.aux_loss = scalars[1] / float(plan_.parallel.dp);
   stats.gradient_norm = float(std::sqrt(norm_sq));
-  offload_step_boundary(false);
+  if (chunk_manager_) chunk_manager_->step_finished();
   timeline_.resolve();
   ++step_;
   stats.step = step_;

@@ -8,6 +8,7 @@
 
 #include "tessel/executor/trainer.hpp"
 #include "tessel/core/stage_layers.hpp"
+#include "chunk_manager.hpp"
 #include "gradient_buckets.hpp"
 
 namespace tessel::executor {
@@ -32,9 +33,9 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   Communicator& pp = grid_.pp();
   if (vs == 0) {
     GradientBucket& rest = buckets_->rest();
-    offload_before_segment(embedding_segment(), mb, ops::Phase::fwd);
+    if (chunk_manager_) chunk_manager_->before_segment(chunk_manager_->embedding_segment(), mb, ops::Phase::fwd);
     stage_->embed_forward(mb, tokens + at, rest.layout, buckets_->compute_weights(rest), x);
-    offload_after_segment(embedding_segment(), ops::Phase::fwd);
+    if (chunk_manager_) chunk_manager_->after_segment(chunk_manager_->embedding_segment(), ops::Phase::fwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_recv), pp.stream());
     pp.recv(x.data(), x.size(), compute_, (stage_index_ + stages_ - 1) % stages_,
@@ -46,7 +47,7 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
   for (int l = layers.first; l < layers.end(); ++l) {
     GradientBucket& b = buckets_->of_layer(l);
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
-    offload_before_segment(segment_of_layer(l), mb, ops::Phase::fwd);
+    if (chunk_manager_) chunk_manager_->before_segment(chunk_manager_->segment_of_layer(l), mb, ops::Phase::fwd);
     const CRef weights = buckets_->layer_weights(b, mb, ops::Phase::fwd);
     GradientBucket* eb = buckets_->experts_of_layer(l);
     const CRef experts = eb ? buckets_->layer_weights(*eb, mb, ops::Phase::fwd) : CRef{};
@@ -76,14 +77,14 @@ void Trainer::run_forward(const PipelineStep& step, const std::int32_t* tokens, 
       stage_->layer_forward(mb, l, PassKind::forward, weights, kept, probs, x, experts);
       swap(kept.qkv, forward_qkv_), swap(kept.att_heads, forward_att_heads_);
     }
-    offload_after_segment(segment_of_layer(l), ops::Phase::fwd);
+    if (chunk_manager_) chunk_manager_->after_segment(chunk_manager_->segment_of_layer(l), ops::Phase::fwd);
   }
   if (vs == virtual_stages - 1) {
     GradientBucket& rest = buckets_->rest();
-    offload_before_segment(head_segment(), mb, ops::Phase::fwd);
+    if (chunk_manager_) chunk_manager_->before_segment(chunk_manager_->head_segment(), mb, ops::Phase::fwd);
     stage_->head_forward(mb, targets + at, rest.layout, buckets_->compute_weights(rest), x, heads_[slot], grad_scale_,
                          loss_sum_.f64());
-    offload_after_segment(head_segment(), ops::Phase::fwd);
+    if (chunk_manager_) chunk_manager_->after_segment(chunk_manager_->head_segment(), ops::Phase::fwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::fwd, ops::pp_send), pp.stream());
     x_sends_[boundary] = pp.send_async(x.data(), x.size(), compute_, (stage_index_ + 1) % stages_,
@@ -104,10 +105,10 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   Communicator& pp = grid_.pp();
   if (vs == virtual_stages - 1) {
     GradientBucket& rest = buckets_->rest();
-    offload_before_segment(head_segment(), mb, ops::Phase::bwd);
+    if (chunk_manager_) chunk_manager_->before_segment(chunk_manager_->head_segment(), mb, ops::Phase::bwd);
     stage_->head_backward(mb, targets + at, rest.layout, buckets_->compute_weights(rest), rest.grads.f32(), heads_[slot],
                           grad_scale_, dx);
-    offload_after_segment(head_segment(), ops::Phase::bwd);
+    if (chunk_manager_) chunk_manager_->after_segment(chunk_manager_->head_segment(), ops::Phase::bwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_recv), pp.stream());
     pp.recv(dx.data(), dx.size(), compute_, (stage_index_ + 1) % stages_,
@@ -119,7 +120,7 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
   for (int l = layers.end() - 1; l >= layers.first; --l) {
     GradientBucket& b = buckets_->of_layer(l);
     const std::size_t here = std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
-    offload_before_segment(segment_of_layer(l), mb, ops::Phase::bwd);
+    if (chunk_manager_) chunk_manager_->before_segment(chunk_manager_->segment_of_layer(l), mb, ops::Phase::bwd);
     const CRef weights = buckets_->layer_weights(b, mb, ops::Phase::bwd);
     float* grads = buckets_->micro_batch_gradients(b);
     // An MoE block's experts: their own bucket, weights and gradients.
@@ -151,14 +152,14 @@ void Trainer::run_backward(const PipelineStep& step, const std::int32_t* tokens,
     }
     buckets_->layer_gradients_done(b, grads, mb, last_backward_of_chunk);
     if (eb) buckets_->layer_gradients_done(*eb, expert_grads, mb, last_backward_of_chunk);
-    offload_after_segment(segment_of_layer(l), ops::Phase::bwd);
+    if (chunk_manager_) chunk_manager_->after_segment(chunk_manager_->segment_of_layer(l), ops::Phase::bwd);
   }
   free_slots_.push_back(int(slot));
   if (vs == 0) {
     GradientBucket& rest = buckets_->rest();
-    offload_before_segment(embedding_segment(), mb, ops::Phase::bwd);
+    if (chunk_manager_) chunk_manager_->before_segment(chunk_manager_->embedding_segment(), mb, ops::Phase::bwd);
     stage_->embed_backward(mb, tokens + at, rest.layout, rest.grads.f32(), dx);
-    offload_after_segment(embedding_segment(), ops::Phase::bwd);
+    if (chunk_manager_) chunk_manager_->after_segment(chunk_manager_->embedding_segment(), ops::Phase::bwd);
   } else {
     auto timed = timeline_.time(ops::transfer_op_id(mb, vs, ops::Phase::bwd, ops::pp_send), pp.stream());
     dx_sends_[boundary] = pp.send_async(dx.data(), dx.size(), compute_, (stage_index_ + stages_ - 1) % stages_,

@@ -13,6 +13,7 @@
 #include "tessel/executor/checkpoint_files.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "chunk_manager.hpp"
 #include "gradient_buckets.hpp"
 #include "sharded_optimizer.hpp"
 
@@ -20,7 +21,7 @@ namespace tessel::executor {
 
 std::vector<float> Trainer::whole_from_buckets(bool gradients) {
   const MemoryLedger::Scope counted(ledger_);
-  offload_materialise();
+  if (chunk_manager_) chunk_manager_->materialise();
   std::vector<float> whole(whole_size_, 0.0f);
   // One replica speaks for the data-parallel copies; for an MoE block's experts, the
   // first ep group's ranks (between them they hold every expert once).
@@ -46,7 +47,7 @@ std::vector<float> Trainer::whole_from_buckets(bool gradients) {
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { whole[base + w] = values[t.offset + l]; });
     }
   }
-  offload_dematerialise();
+  if (chunk_manager_) chunk_manager_->dematerialise();
   grid_.world().all_reduce(whole.data(), whole.size());
   return whole;
 }
@@ -65,7 +66,7 @@ std::vector<float> Trainer::whole_gradients() {
 
 void Trainer::set_whole_parameters(const std::vector<float>& whole) {
   const MemoryLedger::Scope counted(ledger_);
-  offload_materialise();
+  if (chunk_manager_) chunk_manager_->materialise();
   for (GradientBucket& b : *buckets_) {
     std::vector<float> values(b.layout.padded_size, 0.0f);
     for (const TensorSlot& t : b.layout.tensors) {
@@ -80,8 +81,8 @@ void Trainer::set_whole_parameters(const std::vector<float>& whole) {
       buckets_->refresh_compute_weights(b);
     }
   }
-  offload_reload();
-  offload_dematerialise();
+  if (chunk_manager_) chunk_manager_->reload();
+  if (chunk_manager_) chunk_manager_->dematerialise();
 }
 
 std::map<std::string, float> Trainer::trust_ratios() {
@@ -91,7 +92,7 @@ std::map<std::string, float> Trainer::trust_ratios() {
 
 float Trainer::padding_magnitude() {
   const MemoryLedger::Scope counted(ledger_);
-  offload_materialise();
+  if (chunk_manager_) chunk_manager_->materialise();
   float most = 0;
   for (GradientBucket& b : *buckets_) {
     const std::size_t part = b.owned_offset(), shard = b.shards_weights() ? b.group_rank() * b.shard_size() : 0;
@@ -106,7 +107,7 @@ float Trainer::padding_magnitude() {
       }
     }
   }
-  offload_dematerialise();
+  if (chunk_manager_) chunk_manager_->dematerialise();
   return most;
 }
 
@@ -139,7 +140,7 @@ void Trainer::save(const std::string& dir) {
   if (error) throw Error(fmt::format("--checkpoint: {}: cannot create ({})", (fs::path(dir) / step_dir).string(), error.message()));
   std::vector<std::vector<float>> parts;
   RankFileHeader header{std::uint64_t(step_), std::uint64_t(world.rank()), 0};
-  offload_materialise();  // chunks on the host: the file is that of a run without offload
+  if (chunk_manager_) chunk_manager_->materialise();  // chunks on the host: the file is that of a run without offload
   const std::vector<BucketFileParts> layout = file_parts();
   for (std::size_t i = 0; i < buckets_->size(); ++i) {
     GradientBucket& b = (*buckets_)[i];
@@ -152,7 +153,7 @@ void Trainer::save(const std::string& dir) {
       header.elements += parts.back().size();
     }
   }
-  offload_dematerialise();
+  if (chunk_manager_) chunk_manager_->dematerialise();
   const RankFileDigest mine =
       write_rank_file((fs::path(dir) / step_dir / rank_file_name(world.rank())).string(), header, parts);
   // Every rank's size and checksum to rank 0, as 32-bit words (the communicator's types).
@@ -210,7 +211,7 @@ void Trainer::load(const std::string& dir, int max_step) {
                             shape_.padded_vocab, vocab_multiple_));
   }
   RankFileHeader header{std::uint64_t(meta.step), std::uint64_t(grid_.world().rank()), 0};
-  offload_materialise();
+  if (chunk_manager_) chunk_manager_->materialise();
   const std::vector<BucketFileParts> layout = file_parts();
   for (const BucketFileParts& p : layout) header.elements += p.total();
   const std::string file = (fs::path(dir) / meta.directory / rank_file_name(grid_.world().rank())).string();
@@ -225,8 +226,8 @@ void Trainer::load(const std::string& dir, int max_step) {
     }
     buckets_->refresh_compute_weights(b);
   }
-  offload_reload();
-  offload_dematerialise();
+  if (chunk_manager_) chunk_manager_->reload();
+  if (chunk_manager_) chunk_manager_->dematerialise();
   step_ = meta.step;
   loader_.seek(meta.loader_position);
 }

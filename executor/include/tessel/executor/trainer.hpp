@@ -40,23 +40,14 @@
 #include "tessel/executor/data_loader.hpp"
 #include "tessel/executor/gpt_stage.hpp"
 #include "tessel/executor/memory_ledger.hpp"
+#include "tessel/executor/offload_stats.hpp"
 #include "tessel/executor/process_grid.hpp"
 #include "tessel/executor/trainer_options.hpp"
 
 namespace tessel::executor {
 
-// What the chunk manager of an offload plan did (zeros without offload).
-struct OffloadStats {
-  double host_to_device_bytes = 0, device_to_host_bytes = 0;  // the last step's
-  std::size_t budget_bytes = 0;
-  std::size_t peak_bytes = 0;             // model states + non-model memory, the most any op saw
-  std::size_t peak_non_model_bytes = 0;   // traced in the warm-up (first) step
-  std::size_t warm_up_peak_bytes = 0;     // peak_bytes over the warm-up steps, before any prefetch
-  int prefetched_chunks = 0;              // the last step's fetches issued a segment ahead
-};
-
-struct OffloadState;  // the chunk manager's state (executor/src/offload_state.hpp)
-class GradientBuckets;  // executor/src/gradient_buckets.hpp
+class ChunkManager;      // executor/src/chunk_manager.hpp
+class GradientBuckets;   // executor/src/gradient_buckets.hpp
 class ShardedOptimizer;  // executor/src/sharded_optimizer.hpp
 struct GradientBucket;
 
@@ -144,35 +135,6 @@ class Trainer {
   std::vector<float> whole_from_buckets(bool gradients);
   std::vector<BucketFileParts> file_parts() const;
 
-  // The chunk manager of offload plans (chunk_manager.cpp, offload_step.cpp): model
-  // states in the budgeted pool and in host memory, fetched and evicted around each
-  // segment (the embedding, a layer, the head) as the chunk plan says.
-  BufferMemory* model_memory();
-  void offload_setup();
-  void offload_start();
-  void offload_bucket_drawn(int bucket);
-  void offload_started();
-  void offload_before_segment(int segment, int mb, ops::Phase phase);
-  void offload_after_segment(int segment, ops::Phase phase);
-  int segment_of_layer(int layer) const;
-  int embedding_segment() const;
-  int head_segment() const;
-  void offload_step_boundary(bool starting);
-  void offload_update(const kernels::AdamWParams& params, const Buffer* clip_factor);
-  void offload_fetch(int chunk, int mb, ops::Phase phase);
-  std::optional<std::size_t> room_to_prefetch(int chunk) const;
-  void acquire_weights(int bucket);
-  void release_weights(int bucket);
-  void stream_updated_weights();
-  // Copies a chunk's weights between its host array and the buckets (owned parts only
-  // where ZeRO-3 shards the weights, or `owned_only`); returns the bytes.
-  double upload_chunk_weights(int chunk, bool owned_only);
-  double download_chunk_weights(int chunk, bool owned_only, int only_bucket = -1);
-  template <class Move>
-  double for_each_chunk_weight_span(int chunk, bool owned_only, Move move, int only_bucket = -1);
-  void offload_materialise();
-  void offload_reload();
-  void offload_dematerialise();
   // MoE checks of check(): what the executor trains Mixture-of-Experts models in.
   static void check_moe(const Plan& plan);
 
@@ -215,7 +177,7 @@ class Trainer {
   float grad_scale_ = 1;
   std::map<std::string, std::size_t, std::less<>> whole_offsets_;
   std::size_t whole_size_ = 0;
-  std::unique_ptr<OffloadState> offload_;  // offload plans only (its pool outlives the buckets)
+  std::unique_ptr<ChunkManager> chunk_manager_;  // offload plans only; its pool outlives the buckets
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
 };
