@@ -11,6 +11,7 @@
 #include "tessel/core/error.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "gradient_buckets.hpp"
+#include "pipeline_runner.hpp"
 #include "sharded_optimizer.hpp"
 #include "chunk_manager.hpp"
 
@@ -146,15 +147,10 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   compute_ = options.compute.value_or(backend.default_compute_type(bf16));
   storage_ = bf16 ? DType::bf16 : DType::f32;
   if (compute_ == DType::bf16) storage_ = DType::bf16;
-  packs_activations_ = storage_ != compute_;
   micro_batches_ = loader_.sequences_per_rank() / p.micro_batch;
-  stages_ = p.pp;
-  stage_index_ = grid.coordinates().pp;
-  chunks_ = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  schedule_ = pipeline_schedule(p.schedule, stage_index_, stages_, micro_batches_, chunks_);
   build_stage(grid);
   if (p.offload != OffloadMode::none) {
-    chunk_manager_ = std::make_unique<ChunkManager>(plan_, stage_index_, shape_.padded_vocab,
+    chunk_manager_ = std::make_unique<ChunkManager>(plan_, grid.coordinates().pp, shape_.padded_vocab,
                                                     options.device_memory_bytes, grid_, backend_, timeline_);
   }
   buckets_ = std::make_unique<GradientBuckets>(plan_, grid_, stage_->layout(), shape_, backend_, compute_, timeline_,
@@ -166,7 +162,8 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   if (chunk_manager_) chunk_manager_->place(*buckets_);
   initialise_weights();
   if (chunk_manager_) chunk_manager_->start_enforcing();  // every bucket drawn: the budget holds from here on
-  allocate_activations();
+  pipeline_ = std::make_unique<PipelineRunner>(plan_, grid_, *stage_, *buckets_, chunk_manager_.get(), shape_, micro_batches_,
+                                               backend_, timeline_, compute_, storage_);
   for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
   loss_sum_.bind(backend_, DType::f64);
   optimizer_ = std::make_unique<ShardedOptimizer>(plan_, options_, grid_, *buckets_, shape_, backend_);
@@ -236,80 +233,7 @@ void Trainer::initialise_weights() {
   }
 }
 
-void Trainer::allocate_activations() {
-  const std::size_t layers_here = shape_.layers.size();
-  // Activations live in slots, one per (chunk, micro-batch) in flight: as many as the
-  // schedule ever has between a forward and its backward (1 with gradient accumulation,
-  // pp - s on stage s with 1F1B, m with GPipe).
-  std::size_t in_flight = 0, most = 0;
-  for (const PipelineStep& step : schedule_) {
-    in_flight += step.pass == Pass::forward ? 1 : std::size_t(-1);
-    most = std::max(most, in_flight);
-  }
-  const std::size_t slots = std::max<std::size_t>(most, 1);
-  slot_of_.assign(std::size_t(chunks_ * micro_batches_), 0);
-  for (std::size_t slot = slots; slot-- > 0;) free_slots_.push_back(int(slot));
-  kept_.resize(slots);
-  for (auto& per_layer : kept_) {
-    per_layer.resize(layers_here);
-    for (LayerActivations& a : per_layer) a.bind(backend_, compute_);
-  }
-  // The layer full recompute rebuilds (or bf16 storage unpacks) and its input: the
-  // activations of the one layer in its backward. The probabilities selective recompute
-  // rebuilds live within one layer's backward: workspace.
-  recompute_scratch_.bind(backend_, compute_);
-  recompute_out_.bind(backend_, compute_, MemoryCategory::activations);
-  // Full recompute rebuilds them with the layer's other activations.
-  for (Buffer* b : {&forward_qkv_, &forward_att_heads_}) b->bind(backend_, compute_);
-  probs_scratch_.bind(backend_, compute_, plan_.parallel.recompute == Recompute::full ? MemoryCategory::activations
-                                                                                      : MemoryCategory::workspace);
-  const bool materialized = stage_->attention_form() == AttentionForm::materialized;
-  if (packs_activations_) {
-    packed_.resize(slots);
-    for (auto& per_layer : packed_) per_layer.resize(layers_here);
-  } else if (plan_.parallel.recompute == Recompute::none && materialized) {
-    kept_probs_.resize(slots);
-    for (auto& per_layer : kept_probs_) {
-      for (std::size_t i = 0; i < layers_here; ++i) {
-        per_layer.emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
-      }
-    }
-  }
-  heads_.resize(shape_.head ? slots : 0);
-  for (HeadActivations& h : heads_) h.bind(backend_, compute_);
-  // The stage's running activation and its gradient: one per slot where a send to a
-  // pipeline neighbour may still read them (the slot's next user waits for it), one for
-  // all when there is no neighbour (each micro-batch's input stays in its kept
-  // activations and head).
-  const std::size_t boundary_buffers = stages_ > 1 ? slots : 1;
-  for (std::size_t i = 0; i < boundary_buffers; ++i) {
-    x_.emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
-    dx_.emplace_back(backend_, compute_);
-  }
-  x_sends_.resize(boundary_buffers);
-  dx_sends_.resize(boundary_buffers);
-}
-
-std::size_t Trainer::kept_activation_bytes() const {
-  std::size_t bytes = 0;
-  for (const auto& per_layer : kept_) {
-    for (const LayerActivations& a : per_layer) {
-      for (auto member : LayerActivations::kSaved) bytes += (a.*member).bytes();
-      for (auto member : LayerActivations::kRowStatistics) bytes += (a.*member).bytes();
-    }
-  }
-  for (const auto& per_layer : kept_probs_) {
-    for (const Buffer& probs : per_layer) bytes += probs.bytes();
-  }
-  for (const auto& per_layer : packed_) {
-    for (const PackedActivations& p : per_layer) {
-      for (const Buffer& tensor : p.saved) bytes += tensor.bytes();
-      for (const Buffer& stats : p.row_statistics) bytes += stats.bytes();
-      bytes += p.probs.bytes();
-    }
-  }
-  return bytes;
-}
+std::size_t Trainer::kept_activation_bytes() const { return pipeline_->kept_activation_bytes(); }
 
 // ---- one step ----
 
@@ -374,24 +298,15 @@ void Trainer::forward_backward() {
   tokens_.upload(tokens);
   targets_.upload(targets);
   buckets_->zero_gradients();
-  backwards_done_.assign(std::size_t(chunks_), 0);
   // Each micro-batch's loss is a mean over its tokens; the gradient is of the mean over
   // the global batch, which the data-parallel sum completes.
-  grad_scale_ = 1.0f / float(std::size_t(loader_.sequences_per_rank()) * std::size_t(plan_.seq_len()) *
+  const float grad_scale = 1.0f / float(std::size_t(loader_.sequences_per_rank()) * std::size_t(plan_.seq_len()) *
                              std::size_t(plan_.parallel.dp));
   // The auxiliary loss is a mean over the global batch's micro-batches.
   stage_->set_aux_loss_scale(1.0f / float(micro_batches_ * plan_.parallel.dp));
-  for (const PipelineStep& step : schedule_) {
-    if (step.pass == Pass::forward) run_forward(step, tokens_.i32(), targets_.i32());
-    else run_backward(step, tokens_.i32(), targets_.i32());
-  }
+  pipeline_->run(tokens_.i32(), targets_.i32(), grad_scale, loss_sum_.f64());
   buckets_->finish_backward();
-  for (auto* sends : {&x_sends_, &dx_sends_}) {
-    for (auto& request : *sends) {
-      if (request) request->wait();
-      request.reset();
-    }
-  }
+  pipeline_->wait_for_sends();
 }
 
 }  // namespace tessel::executor

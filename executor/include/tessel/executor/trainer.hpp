@@ -49,6 +49,7 @@ namespace tessel::executor {
 class ChunkManager;      // executor/src/chunk_manager.hpp
 class GradientBuckets;   // executor/src/gradient_buckets.hpp
 class ShardedOptimizer;  // executor/src/sharded_optimizer.hpp
+class PipelineRunner;    // executor/src/pipeline_runner.hpp
 struct GradientBucket;
 
 struct StepStats {
@@ -126,12 +127,7 @@ class Trainer {
   static void check_model_shape(const Plan& plan);
   void build_stage(const ProcessGrid& grid);
   void initialise_weights();
-  void allocate_activations();
   void forward_backward();
-  void run_forward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
-  void run_backward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
-  void pack(const LayerActivations& a, const Buffer* probs, PackedActivations& packed);
-  void unpack(const PackedActivations& packed, LayerActivations& a, Buffer* probs);
   std::vector<float> whole_from_buckets(bool gradients);
   std::vector<BucketFileParts> file_parts() const;
 
@@ -146,40 +142,23 @@ class Trainer {
   TrainerOptions options_;
   kernels::Backend& backend_;
   DType compute_ = DType::f32, storage_ = DType::f32;  // activations computed in, kept in
-  bool packs_activations_ = false;  // kept in another type than computed
   OpTimeline timeline_;
   StageShape shape_;
   int vocab_multiple_ = 1;  // the vocabulary padding's (TrainerOptions::vocab_multiple, resolved)
   std::unique_ptr<GptStage> stage_;
-  int stage_index_ = 0, stages_ = 1, chunks_ = 1, micro_batches_ = 1;
+  int micro_batches_ = 1;
   int group_ = 1;  // the gradient group (dp x sp)
   std::size_t group_rank_ = 0;
-  std::vector<PipelineStep> schedule_;
   int step_ = 0;
 
-  // Per step: activations in flight, indexed [slot][position of the layer on this rank];
-  // a (chunk, micro-batch) takes a free slot at its forward and gives it back at the end
-  // of its backward.
-  std::vector<int> slot_of_, free_slots_;
-  std::vector<std::vector<LayerActivations>> kept_;
-  std::vector<std::vector<Buffer>> kept_probs_;
-  std::vector<std::vector<PackedActivations>> packed_;  // [slot][layer here], when packing
-  LayerActivations recompute_scratch_;
-  Buffer probs_scratch_, recompute_out_;
-  Buffer forward_qkv_, forward_att_heads_;  // lent to each kept layer's forward (workspace)
-  std::vector<HeadActivations> heads_;
-  std::vector<Buffer> x_, dx_;  // [slot], or one when there are no pipeline neighbours
-  // The send still reading x_ / dx_ of a slot, waited for before the buffer is reused.
-  std::vector<std::unique_ptr<CommRequest>> x_sends_, dx_sends_;
-  std::vector<int> backwards_done_;          // per chunk
   Buffer tokens_, targets_;                       // this step's, in backend memory
   Buffer loss_sum_;  // in backend memory until the step ends
-  float grad_scale_ = 1;
   std::map<std::string, std::size_t, std::less<>> whole_offsets_;
   std::size_t whole_size_ = 0;
   std::unique_ptr<ChunkManager> chunk_manager_;  // offload plans only; its pool outlives the buckets
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<PipelineRunner> pipeline_;
 };
 
 }  // namespace tessel::executor
