@@ -1,19 +1,22 @@
-// The trainer's construction and its step driver: which layers, buckets and pipeline
-// steps this rank has, and one step from the data to the update.
+// The trainer's checks of a plan, its construction (which objects this rank's stage
+// needs) and its step, which reads top to bottom: the batch, the pipeline's forward and
+// backward passes with their gradient syncs, the optimizer, the step's scalars.
 #include "tessel/executor/trainer.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
-#include <fmt/format.h>
-
-#include "tessel/core/error.hpp"
-#include "tessel/executor/checkpoint_weights.hpp"
+#include "checkpoint_io.hpp"
+#include "chunk_manager.hpp"
 #include "gradient_buckets.hpp"
 #include "pipeline_runner.hpp"
 #include "sharded_optimizer.hpp"
-#include "chunk_manager.hpp"
+#include "tessel/core/error.hpp"
+#include "tessel/executor/checkpoint_weights.hpp"
+#include "whole_model.hpp"
 
 namespace tessel::executor {
 
@@ -21,9 +24,10 @@ void Trainer::check(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   // Numerics that do not change the cost but do change the model: run only what is computed.
   if (!plan.model.rope_scaling.empty()) {
-    throw Error(fmt::format("model.rope_scaling: {} RoPE scaling is not computed by the executor (it rotates by "
-                            "rope_theta alone); plan and estimate price the model, run refuses it",
-                            plan.model.rope_scaling));
+    throw Error(
+        fmt::format("model.rope_scaling: {} RoPE scaling is not computed by the executor (it rotates by "
+                    "rope_theta alone); plan and estimate price the model, run refuses it",
+                    plan.model.rope_scaling));
   }
   // Refused rather than run exposed: the executor's tensor-parallel collectives (MPI on
   // CPU ranks, NCCL on GPUs) run between its GEMMs, never pipelined with them, so a run
@@ -31,14 +35,16 @@ void Trainer::check(const Plan& plan) {
   // calibration would set that measurement against the overlapped prediction. The same
   // plan with tp_comm_overlap false computes the same math and is measured as predicted.
   if (p.tp_comm_overlap) {
-    throw Error("parallel.tp_comm_overlap: the executor runs its tensor-parallel collectives between its GEMMs, "
-                "not pipelined with them; run the plan with tp_comm_overlap false (the same math)");
+    throw Error(
+        "parallel.tp_comm_overlap: the executor runs its tensor-parallel collectives between its GEMMs, "
+        "not pipelined with them; run the plan with tp_comm_overlap false (the same math)");
   }
   // selective-op is torchtitan's policy, priced so that its published runs can be read;
   // the executor checkpoints whole layers or the attention core.
   if (p.recompute == Recompute::selective_op) {
-    throw Error("parallel.recompute: the executor runs none, selective and full; selective-op (torchtitan's op-level "
-                "policy) is priced by the planner and the simulator only");
+    throw Error(
+        "parallel.recompute: the executor runs none, selective and full; selective-op (torchtitan's op-level "
+        "policy) is priced by the planner and the simulator only");
   }
   if (p.tp > 1 && p.tp_mode != TpMode::d1) {
     const int q = p.tp_grid_side();
@@ -48,15 +54,17 @@ void Trainer::check(const Plan& plan) {
       throw Error(fmt::format("parallel.sp: tp_mode {} runs with sp 1 in the executor, got {}", mode, p.sp));
     }
     if (p.micro_batch % blocks != 0) {
-      throw Error(fmt::format("parallel.micro_batch: tp_mode {} gives each of its {} token blocks whole sequences; "
-                              "micro_batch {} is not divisible by {}",
-                              mode, blocks, p.micro_batch, blocks));
+      throw Error(
+          fmt::format("parallel.micro_batch: tp_mode {} gives each of its {} token blocks whole sequences; "
+                      "micro_batch {} is not divisible by {}",
+                      mode, blocks, p.micro_batch, blocks));
     }
   }
   if (p.offload != OffloadMode::none && plan.model.moe.enabled()) {
-    throw Error(fmt::format("parallel.offload: the chunk manager does not hold Mixture-of-Experts experts' buckets; "
-                            "offload must be none for model {} (moe)",
-                            plan.model.name));
+    throw Error(
+        fmt::format("parallel.offload: the chunk manager does not hold Mixture-of-Experts experts' buckets; "
+                    "offload must be none for model {} (moe)",
+                    plan.model.name));
   }
   if (p.offload != OffloadMode::none && plan.train.optimizer != Optimizer::adamw) {
     throw Error(fmt::format("train.optimizer: with parallel.offload {} the host optimizer runs adamw only, got {}",
@@ -77,26 +85,29 @@ void Trainer::check_model_shape(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   const ModelSpec& m = plan.model;
   const bool gpt2 = m.activation == Activation::gelu && m.norm == Norm::layernorm &&
-                    m.position_embedding == PositionEmbedding::learned && m.tied_embeddings &&
-                    m.kv_heads == m.heads && m.bias;
+                    m.position_embedding == PositionEmbedding::learned && m.tied_embeddings && m.kv_heads == m.heads &&
+                    m.bias;
   const bool llama = m.activation == Activation::swiglu && m.norm == Norm::rmsnorm &&
                      m.position_embedding == PositionEmbedding::rope && !m.tied_embeddings && !m.bias;
   if (m.moe.enabled()) check_moe(plan);
   if (!gpt2 && !llama) {
-    throw Error(fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "
-                            "tied embeddings, biases, kv_heads == heads) or LLaMA-shaped ones (swiglu, rmsnorm, rope, "
-                            "untied embeddings, no biases)",
-                            m.name));
+    throw Error(
+        fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "
+                    "tied embeddings, biases, kv_heads == heads) or LLaMA-shaped ones (swiglu, rmsnorm, rope, "
+                    "untied embeddings, no biases)",
+                    m.name));
   }
   if (p.tp > 1 && p.tp_mode != TpMode::d1 && m.kv_heads % p.tp_grid_side() != 0) {
-    throw Error(fmt::format("model.kv_heads: {} is not divisible by the {} grid side {} (the key and value heads are "
-                            "split over the grid columns)",
-                            m.kv_heads, to_string(p.tp_mode), p.tp_grid_side()));
+    throw Error(
+        fmt::format("model.kv_heads: {} is not divisible by the {} grid side {} (the key and value heads are "
+                    "split over the grid columns)",
+                    m.kv_heads, to_string(p.tp_mode), p.tp_grid_side()));
   }
   if (p.tp > 1 && p.tp_mode == TpMode::d1 && m.kv_heads % p.tp != 0) {
-    throw Error(fmt::format("model.kv_heads: {} is not divisible by parallel.tp {} (1d tensor parallelism splits the "
-                            "key and value heads)",
-                            m.kv_heads, p.tp));
+    throw Error(
+        fmt::format("model.kv_heads: {} is not divisible by parallel.tp {} (1d tensor parallelism splits the "
+                    "key and value heads)",
+                    m.kv_heads, p.tp));
   }
 }
 
@@ -107,14 +118,16 @@ void Trainer::check_moe(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   const ModelSpec& m = plan.model;
   if (p.tp > 1 && p.tp_mode != TpMode::d1) {
-    throw Error(fmt::format("parallel.tp_mode: the executor runs Mixture-of-Experts models in 1d tensor parallelism "
-                            "only (the planner refuses the grids with MoE too), got {}",
-                            to_string(p.tp_mode)));
+    throw Error(
+        fmt::format("parallel.tp_mode: the executor runs Mixture-of-Experts models in 1d tensor parallelism "
+                    "only (the planner refuses the grids with MoE too), got {}",
+                    to_string(p.tp_mode)));
   }
   if (p.sp != 1) {
-    throw Error(fmt::format("parallel.sp: the executor does not run ring self-attention with Mixture-of-Experts "
-                            "models (each rank would route a block of every sequence), got sp {}",
-                            p.sp));
+    throw Error(
+        fmt::format("parallel.sp: the executor does not run ring self-attention with Mixture-of-Experts "
+                    "models (each rank would route a block of every sequence), got sp {}",
+                    p.sp));
   }
   if (plan.train.precision != Precision::fp32) {
     throw Error(fmt::format("train.precision: the executor trains Mixture-of-Experts models in fp32, got {}",
@@ -155,18 +168,17 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   }
   buckets_ = std::make_unique<GradientBuckets>(plan_, grid_, stage_->layout(), shape_, backend_, compute_, timeline_,
                                                chunk_manager_ ? chunk_manager_->model_memory() : nullptr);
-  for (const TensorSlot& t : whole_model_tensors(plan.model)) {
-    whole_offsets_[t.name] = t.offset;
-    whole_size_ = t.offset + t.size();
-  }
   if (chunk_manager_) chunk_manager_->place(*buckets_);
   initialise_weights();
   if (chunk_manager_) chunk_manager_->start_enforcing();  // every bucket drawn: the budget holds from here on
-  pipeline_ = std::make_unique<PipelineRunner>(plan_, grid_, *stage_, *buckets_, chunk_manager_.get(), shape_, micro_batches_,
-                                               backend_, timeline_, compute_, storage_);
+  optimizer_ = std::make_unique<ShardedOptimizer>(plan_, options_, grid_, *buckets_, shape_, backend_);
+  pipeline_ = std::make_unique<PipelineRunner>(plan_, grid_, *stage_, *buckets_, chunk_manager_.get(), shape_,
+                                               micro_batches_, backend_, timeline_, compute_, storage_);
+  whole_model_ = std::make_unique<WholeModel>(plan_, grid_, *buckets_, chunk_manager_.get(), backend_);
+  checkpoints_ = std::make_unique<CheckpointIO>(plan_, grid_, *buckets_, chunk_manager_.get(), vocab_multiple_,
+                                                shape_.padded_vocab);
   for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
   loss_sum_.bind(backend_, DType::f64);
-  optimizer_ = std::make_unique<ShardedOptimizer>(plan_, options_, grid_, *buckets_, shape_, backend_);
   // Every rank's timeline starts together.
   backend_.synchronize();
   grid.world().barrier();
@@ -177,27 +189,20 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
 // manager's pool before it goes.
 Trainer::~Trainer() = default;
 
-void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
-                                  const std::vector<double>& non_model_bytes_by_stage) {
-  ChunkManager::check_device_budget(plan, device_memory_bytes, non_model_bytes_by_stage);
-}
-
-OffloadStats Trainer::offload_stats() const { return chunk_manager_ ? chunk_manager_->stats() : OffloadStats{}; }
-
 void Trainer::build_stage(const ProcessGrid& grid) {
   const ParallelConfig& p = plan_.parallel;
   // The gather of checkpoints reads the same shape (with the checkpoint's vocab_multiple).
   vocab_multiple_ = options_.vocab_multiple > 0 ? options_.vocab_multiple : backend_.gemm_width_multiple();
   shape_ = stage_shape_of(plan_, grid.coordinates(), vocab_multiple_);
-  LayoutContext context{plan_.model,
-                        shape_,
-                        p.micro_batch,
-                        plan_.seq_len() / p.sp,
-                        StageComms{grid_.tp(), grid_.sp(), grid_.tp_row(), grid_.tp_col(), grid_.tp_depth(),
-                                   &grid_.expert_parallel()},
-                        backend_,
-                        timeline_,
-                        compute_};
+  LayoutContext context{
+      plan_.model,
+      shape_,
+      p.micro_batch,
+      plan_.seq_len() / p.sp,
+      StageComms{grid_.tp(), grid_.sp(), grid_.tp_row(), grid_.tp_col(), grid_.tp_depth(), &grid_.expert_parallel()},
+      backend_,
+      timeline_,
+      compute_};
   stage_ = std::make_unique<GptStage>(
       std::move(context), plan_.train.kernels == Kernels::fused ? AttentionForm::fused : AttentionForm::materialized,
       options_.moe_aux_coefficient);
@@ -233,8 +238,6 @@ void Trainer::initialise_weights() {
   }
 }
 
-std::size_t Trainer::kept_activation_bytes() const { return pipeline_->kept_activation_bytes(); }
-
 // ---- one step ----
 
 StepStats Trainer::step() {
@@ -243,7 +246,17 @@ StepStats Trainer::step() {
   timeline_.set_step(step_ + 1);
   if (chunk_manager_) chunk_manager_->step_started(step_);
   loss_sum_.assign(1, 0.0f);
-  forward_backward();
+  load_batch();
+  buckets_->zero_gradients();
+  // Each micro-batch's loss is a mean over its tokens; the gradient is of the mean over
+  // the global batch, which the data-parallel sum completes. The auxiliary loss is a mean
+  // over the global batch's micro-batches.
+  const float grad_scale = 1.0f / float(std::size_t(loader_.sequences_per_rank()) * std::size_t(plan_.seq_len()) *
+                                        std::size_t(plan_.parallel.dp));
+  stage_->set_aux_loss_scale(1.0f / float(micro_batches_ * plan_.parallel.dp));
+  pipeline_->run(tokens_.i32(), targets_.i32(), grad_scale, loss_sum_.f64());
+  buckets_->finish_backward();
+  pipeline_->wait_for_sends();
   optimizer_->reduce_gradient_norm();
   if (chunk_manager_) {
     chunk_manager_->update(optimizer_->adamw_params(step_ + 1), optimizer_->clip_factor());
@@ -262,7 +275,7 @@ StepStats Trainer::step() {
   // The loss of the global batch: last-stage ranks hold the token losses of their
   // replica's share of the sequences (a block of each with sequence parallel).
   const int tokens_here = loader_.sequences_per_rank() * plan_.seq_len() / plan_.parallel.sp;
-  float loss = shape_.head && stage_->reports_loss() ? float(loss_sum / tokens_here) : 0.0f;
+  const float loss = shape_.head && stage_->reports_loss() ? float(loss_sum / tokens_here) : 0.0f;
   // MoE: each micro-batch's auxiliary losses, counted on tensor rank 0 (every tensor rank
   // routes the same tokens), averaged over the global batch's micro-batches.
   const double aux_sum = stage_->take_aux_loss_sum();
@@ -282,7 +295,7 @@ StepStats Trainer::step() {
   return stats;
 }
 
-void Trainer::forward_backward() {
+void Trainer::load_batch() {
   std::vector<std::int32_t> tokens, targets;
   loader_.next(tokens, targets);
   if (shape_.sp > 1) {
@@ -297,16 +310,54 @@ void Trainer::forward_backward() {
   }
   tokens_.upload(tokens);
   targets_.upload(targets);
-  buckets_->zero_gradients();
-  // Each micro-batch's loss is a mean over its tokens; the gradient is of the mean over
-  // the global batch, which the data-parallel sum completes.
-  const float grad_scale = 1.0f / float(std::size_t(loader_.sequences_per_rank()) * std::size_t(plan_.seq_len()) *
-                             std::size_t(plan_.parallel.dp));
-  // The auxiliary loss is a mean over the global batch's micro-batches.
-  stage_->set_aux_loss_scale(1.0f / float(micro_batches_ * plan_.parallel.dp));
-  pipeline_->run(tokens_.i32(), targets_.i32(), grad_scale, loss_sum_.f64());
-  buckets_->finish_backward();
-  pipeline_->wait_for_sends();
+}
+
+// ---- the state outside a step ----
+
+void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
+                                  const std::vector<double>& non_model_bytes_by_stage) {
+  ChunkManager::check_device_budget(plan, device_memory_bytes, non_model_bytes_by_stage);
+}
+
+OffloadStats Trainer::offload_stats() const { return chunk_manager_ ? chunk_manager_->stats() : OffloadStats{}; }
+
+std::size_t Trainer::kept_activation_bytes() const { return pipeline_->kept_activation_bytes(); }
+
+std::map<std::string, float> Trainer::trust_ratios() {
+  const MemoryLedger::Scope counted(ledger_);
+  return optimizer_->trust_ratios();
+}
+
+std::vector<float> Trainer::whole_parameters() {
+  const MemoryLedger::Scope counted(ledger_);
+  return whole_model_->gather(false);
+}
+
+std::vector<float> Trainer::whole_gradients() {
+  const MemoryLedger::Scope counted(ledger_);
+  return whole_model_->gather(true);
+}
+
+void Trainer::set_whole_parameters(const std::vector<float>& whole) {
+  const MemoryLedger::Scope counted(ledger_);
+  whole_model_->scatter(whole);
+}
+
+float Trainer::padding_magnitude() {
+  const MemoryLedger::Scope counted(ledger_);
+  return whole_model_->padding_magnitude();
+}
+
+void Trainer::save(const std::string& dir) {
+  const MemoryLedger::Scope counted(ledger_);
+  checkpoints_->save(dir, step_, loader_.position());
+}
+
+void Trainer::load(const std::string& dir, int max_step) {
+  const MemoryLedger::Scope counted(ledger_);
+  const CheckpointMeta meta = checkpoints_->load(dir, max_step);
+  step_ = meta.step;
+  loader_.seek(meta.loader_position);
 }
 
 }  // namespace tessel::executor

@@ -1,30 +1,8 @@
-// Training a GPT on a plan's ranks with data, pipeline, tensor (1D, 2D, 2.5D, 3D) and
-// ring self-attention sequence parallelism, ZeRO and activation recompute, exact against
-// the single-process run of the same seed and global batch, on any backend (the CPU
-// reference, or a GPU).
-//
-// One step: each rank walks its stage's steps in the order core's pipeline_schedule()
-// gives (GPipe, 1F1B or interleaved; plain gradient accumulation with one stage),
-// receiving activations and gradients from its pipeline neighbours and posting sends
-// without blocking (trainer_pipeline.cpp). A layer's gradient bucket starts its
-// non-blocking all-reduce (or, with ZeRO, reduce-scatter) over the data-parallel group
-// as soon as that layer's last backward ends, overlapping the rest of the backward; ZeRO
-// 1 and 2 then step this rank's part of each bucket and all-gather the weights; ZeRO 3
-// keeps only that part of each layer's weights and gathers the layer before each use
-// (trainer_buckets.cpp). LAMB and LARS trust ratios and gradient clipping use norms
-// reduced over every rank that holds part of a tensor (trainer_optimizer.cpp).
-// Mixture-of-Experts blocks (gpt_stage.hpp): their routed experts are a bucket of their
-// own ("E{l}") whose gradients sum, and whose ZeRO states shard, over the expert-data-
-// parallel group (ProcessGrid::expert_data); the auxiliary loss joins the trained
-// objective and StepStats::aux_loss.
-// Checkpoints and whole-model views are in trainer_state.cpp.
-//
-// Precision: weights, gradients and optimizer state are fp32 (master weights); the
-// activations are computed in the backend's compute type (fp32 on the CPU; bf16 on a GPU
-// for bf16 plans, with bf16 copies of the weights for the GEMMs) and kept for the
-// backward in the plan's storage type (bf16 plans keep bf16). Every op is timed under
-// the id of the Program core lowers from the same plan; scalars (loss, gradient norm)
-// stay in backend memory until the step ends.
+// Training a GPT on a plan's ranks with data, pipeline, tensor (1D, 2D, 2.5D, 3D), ring
+// self-attention sequence and expert parallelism, ZeRO, offload and activation
+// recompute, exact against the single-process run of the same seed and global batch, on
+// any backend. Trainer composes the objects that do the work (executor/src: gradient
+// buckets, sharded optimizer, pipeline runner, chunk manager, checkpoint I/O).
 #pragma once
 
 #include <limits>
@@ -46,11 +24,12 @@
 
 namespace tessel::executor {
 
-class ChunkManager;      // executor/src/chunk_manager.hpp
-class GradientBuckets;   // executor/src/gradient_buckets.hpp
-class ShardedOptimizer;  // executor/src/sharded_optimizer.hpp
-class PipelineRunner;    // executor/src/pipeline_runner.hpp
-struct GradientBucket;
+class GradientBuckets;
+class ShardedOptimizer;
+class PipelineRunner;
+class ChunkManager;
+class CheckpointIO;
+class WholeModel;
 
 struct StepStats {
   int step = 0;
@@ -125,14 +104,14 @@ class Trainer {
  private:
   // The model shapes (GPT-2, LLaMA) and the layouts each runs in; part of check().
   static void check_model_shape(const Plan& plan);
-  void build_stage(const ProcessGrid& grid);
-  void initialise_weights();
-  void forward_backward();
-  std::vector<float> whole_from_buckets(bool gradients);
-  std::vector<BucketFileParts> file_parts() const;
-
   // MoE checks of check(): what the executor trains Mixture-of-Experts models in.
   static void check_moe(const Plan& plan);
+  void build_stage(const ProcessGrid& grid);
+  // Weights drawn whole per tensor, then cut: the same model whatever the layout.
+  void initialise_weights();
+  // This step's tokens and targets of this rank (its block of each sequence under
+  // sequence parallelism), uploaded to backend memory.
+  void load_batch();
 
   // First: every buffer below charges it and debits it when destroyed.
   MemoryLedger ledger_;
@@ -145,20 +124,17 @@ class Trainer {
   OpTimeline timeline_;
   StageShape shape_;
   int vocab_multiple_ = 1;  // the vocabulary padding's (TrainerOptions::vocab_multiple, resolved)
-  std::unique_ptr<GptStage> stage_;
   int micro_batches_ = 1;
-  int group_ = 1;  // the gradient group (dp x sp)
-  std::size_t group_rank_ = 0;
   int step_ = 0;
-
-  Buffer tokens_, targets_;                       // this step's, in backend memory
-  Buffer loss_sum_;  // in backend memory until the step ends
-  std::map<std::string, std::size_t, std::less<>> whole_offsets_;
-  std::size_t whole_size_ = 0;
+  std::unique_ptr<GptStage> stage_;
   std::unique_ptr<ChunkManager> chunk_manager_;  // offload plans only; its pool outlives the buckets
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
   std::unique_ptr<PipelineRunner> pipeline_;
+  std::unique_ptr<WholeModel> whole_model_;
+  std::unique_ptr<CheckpointIO> checkpoints_;
+  Buffer tokens_, targets_;  // this step's, in backend memory
+  Buffer loss_sum_;          // in backend memory until the step ends
 };
 
 }  // namespace tessel::executor
