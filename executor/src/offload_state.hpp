@@ -1,10 +1,8 @@
-// The chunk manager's state, private to the trainer's offload files (chunk_manager.cpp,
-// offload_step.cpp). The device side of every model state stays the trainer's bucket
-// Buffers (bound to the budgeted pool, so their bytes count against the budget); the
-// host side is one array per chunk in the chunk plan's layout (its tensors at their
-// offsets), which is where host-resident weights, the fp32 master weights and the moments
-// of host-optimized chunks live. A chunk's tensors map onto bucket ranges (pieces), so a
-// copy is one backend upload / download per tensor (or per owned part of one).
+// The chunk manager's state, private to chunk_manager.cpp and offload_step.cpp. The device side
+// of every model state stays the trainer's bucket Buffers (bound to the budgeted pool); the host
+// side is one array per chunk in the chunk plan's layout, holding host-resident weights, fp32
+// masters and moments. A chunk's tensors map onto bucket ranges, so a copy is one upload or
+// download per tensor.
 #pragma once
 
 #include <algorithm>
