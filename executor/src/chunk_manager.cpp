@@ -1,26 +1,8 @@
-// The chunk manager's placement and movement during a step (chunk_manager.hpp;
-// offload_step.cpp: the update and checkpoints). It follows the core chunk plan
-// (chunk_plan.hpp) to the letter, so the bytes it moves are the copies the Program
-// predicts, timed under the same ids:
-//  - before a segment (the embedding, a layer, the head) of a micro-batch's pass, the
-//    host-resident chunks whose first use in the pass it is are fetched
-//    (mb{i}/C{c}/{fwd|bwd}/offload.fetch) into their buckets' weights;
-//  - after the pass's last use of a chunk it is evicted: nothing is copied back (the host
-//    copy is current); a bucket whose tensors are all host-resident gives its weights
-//    back to the pool once no fetched chunk holds them. A bucket shared with a resident
-//    chunk keeps its weight buffer (its resident part must stay).
-// Weights move as the fp32 master (bf16 plans too: a bucket's compute copy is converted on
-// the device after its fetch), so a bf16 plan moves twice the chunk plan's weight bytes
-// (the plan counts the 16-bit weights ZeRO-Offload and Gemini send; on CPU ranks the
-// device computes in fp32, so the fp32 copy is the one it reads; moving the bf16 compute
-// copy instead is for the GPU path, issue 14).
-// Lookahead: one segment (the chunk plan's window). From the second step on, before a
-// segment the chunks the next segment of the pass first uses are fetched too when the
-// pool's model states, their weight buffers and the warm-up's peak non-model memory fit
-// the budget; otherwise they are fetched on demand before their segment. (On a CPU rank
-// copies are synchronous: the lookahead moves them earlier, it cannot hide them.)
-// Every op (the timeline's observer) reports the non-model bytes live to the pool, which
-// checks model states + that memory against the budget; the first step traces them.
+// The chunk manager's placement and movement during a step (state: host_chunk.hpp; update and
+// checkpoints: offload_step.cpp), following core's chunk plan to the letter so its copies are the
+// Program's, under the same ids: fetch before a chunk's first use in a pass, evict after its last
+// (the host copy is current), one segment of lookahead once the warm-up steps show it fits. Weights
+// move as fp32 masters (bf16 copies converted on the device): twice the plan's bytes in bf16.
 #include <algorithm>
 #include <cmath>
 #include <optional>

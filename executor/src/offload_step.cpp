@@ -1,18 +1,8 @@
-// The chunk manager's update and its state outside steps. The update follows the chunk
-// plan's step copies in their order: owned gradients of host-optimized chunks go down
-// (C{c}/step/offload.grads_d2h), device-optimized parts step on the device
-// (step/optimizer), host-optimized parts on the host (host_optimizer.hpp; timed as
-// step/optimizer with `offload: optimizer`, step/optimizer.host with chunked, as the
-// Program names them), updated owned weights go up where the plan says
-// (C{c}/step/offload.params_h2d), ZeRO 1-2 gathers the buckets, and round-trip chunks
-// (host-resident, the optimizer sharded, the weights not) come back down whole
-// (C{c}/step/offload.params_d2h). Every op is element-wise, so each element gets the
-// float operations of the run without offload, in the same order: the bits match.
-//
-// Outside steps (checkpoints, whole-model views) the buckets are made whole again
-// (materialise: host weights and moments copied into the bucket Buffers, the budget not
-// enforced), read or written by the trainer's ordinary code, copied back (reload) and
-// given back (dematerialise): checkpoints have the layout of runs without offload.
+// The chunk manager's update and its state outside steps. The update follows the chunk plan's
+// step copies in order (gradients down, device and host optimizer steps, weights up, ZeRO 1-2
+// gathers, round-trip chunks back down), each element getting the same float ops in the same
+// order as without offload, so the bits match. Checkpoints materialise the buckets whole, read
+// or write them with the trainer's ordinary code, then reload and give them back.
 #include <algorithm>
 
 #include "tessel/executor/host_optimizer.hpp"
