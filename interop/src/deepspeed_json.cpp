@@ -382,6 +382,9 @@ void DeepSpeedReader::read_zero() {
                key == "zero_quantized_nontrainable_weights") {
       if (value == true) refuse(option, "ZeRO++ quantized communication is not modelled");
       ignored(option);
+    } else if (key == "zenflow") {
+      refuse(option, "ZenFlow's top-k gradient selection with deferred CPU optimizer steps is not modelled (tessel's "
+                     "optimizer offload updates every parameter each step)");
     } else if (key == "mics_shard_size" || key == "mics_hierarchical_params_gather") {
       if (value.is_number() && value.get<double>() > 0) refuse(option, "MiCS sharding groups are not modelled");
       ignored(option);
