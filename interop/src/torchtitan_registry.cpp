@@ -399,6 +399,15 @@ std::string RegistryReader::to_toml() {
           if (converter.text != "Float8LinearConverter.Config")
             refuse(field + ".converters", fmt::format("'{}' is not modelled (tessel prices float8, bf16, fp16 or fp32)",
                                                       converter.text));
+          // Its scaling settings are priced as per-tensor scaling, as the TOML reader does.
+          for (const auto& [option, flag] : converter.kwargs) {
+            const bool on = !(flag.kind == PyValue::boolean && flag.text == "false");
+            if (option == "enable_fsdp_float8_all_gather" && on)
+              refuse(field + ".converters.enable_fsdp_float8_all_gather",
+                     "fp8 parameter all-gathers are not modelled (tessel gathers bf16 weights)");
+            if (option == "emulate" && on)
+              refuse(field + ".converters.emulate", "emulated float8 (GEMMs in bf16) is not modelled");
+          }
         }
         if (!setting.args.empty()) sections["model"] += "converters = [\"float8\"]\n";
       }
@@ -413,8 +422,13 @@ std::string RegistryReader::to_toml() {
           refuse(field + "." + option, fmt::format("{} tokens is not a whole number of {}-token sequences", n, length));
         return n / length;
       };
-      sections["training"] += fmt::format("local_batch_size = {}\nseq_len = {}\n",
-                                          sequences("num_tokens_per_microbatch_per_dp_rank", tokens, 16384), length);
+      // torchtitan 0.3.0's registry still counts sequences (local_batch_size, seq_len): those pass through.
+      const bool sequence_form = value.keyword("local_batch_size") || value.keyword("seq_len");
+      if (sequence_form && (tokens || context_length || step_tokens))
+        refuse(field, "counts both sequences (local_batch_size, seq_len) and tokens; give one form");
+      if (!sequence_form)
+        sections["training"] += fmt::format("local_batch_size = {}\nseq_len = {}\n",
+                                            sequences("num_tokens_per_microbatch_per_dp_rank", tokens, 16384), length);
       if (step_tokens && whole_number(field + ".num_tokens_per_train_step", step_tokens, -1) != -1)
         sections["training"] += fmt::format("global_batch_size = {}\n", sequences("num_tokens_per_train_step", step_tokens, 0));
       std::erase_if(value.kwargs, [](const auto& kv) {

@@ -25,14 +25,15 @@ struct RealFile {
   const char* cluster;
   int nodes;
   const char* model;  // the --hf-config a DeepSpeed config is read with ("" for none)
-  const char* args;   // a launch script's arguments, space-separated, as its README runs it
+  const char* args;   // the arguments after the file (script_args), space-separated
   // "" when the file imports, else a part of the one-line refusal (the option it names).
   const char* refusal;
 };
 
 // The machines are those the files were written for (their launcher sizes); DeepSpeed's
 // configs name no model, so each is read with the model its example trains; a script that
-// needs arguments gets those its README gives (examples/academic_paper_scripts/detxoify_lm).
+// needs arguments gets those its README gives (examples/academic_paper_scripts/detxoify_lm),
+// and torchtitan's config_registry.py the function its README trains (--config llama3_8b).
 const RealFile kFiles[] = {
     {"megatron/train_gpt3_175b_distributed.sh", "dgx-a100", 128, "", "", ""},
     {"megatron/train_llama3_8b_h100_fp8.sh", "dgx-h100", 1, "", "", "--fp8-param-gather: fp8 parameters"},

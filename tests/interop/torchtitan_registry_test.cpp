@@ -71,7 +71,7 @@ TEST(TorchtitanRegistry, WhatItCannotReadIsRefusedByName) {
       {"llama3_debugmodel_nvfp4", "'NVFP4LinearConverter.Config' is not modelled"},
       {"llama3_8b_mxfp8", "'MXFP8LinearConverter.Config' is not modelled"},
       {"llama3_debugmodel_first_85_pct_layers_nvfp4", "'NVFP4LinearConverter.Config' is not modelled"},
-      {"llama3_debugmodel_float8_emulate_lora", "'LoRAConverter.Config' is not modelled"},
+      {"llama3_debugmodel_float8_emulate_lora", "model_spec.converters.emulate: emulated float8"},
       {"sft_debugmodel", "sft_debugmodel(), line "},
       {"llama3_debugmodel_ce_loss", ""},
       {"no_such_function", "config function 'no_such_function': not a function of the file (llama3_405b, "},
@@ -113,6 +113,11 @@ TEST(TorchtitanRegistry, ComputedOrMalformedValuesAreOneLineErrors) {
        "parallelism.spmd_backend"},
       {"    return Trainer.Config(" + std::string(40, '(') + ")\n", "brackets nested more than 32 deep"},
       {"    print(1)\n", "job(), line 4: a statement tessel does not read"},
+      {"    return Trainer.Config(model_spec=model_registry(\"8B\", converters=[Float8LinearConverter.Config("
+       "enable_fsdp_float8_all_gather=True)]))\n",
+       "Trainer.Config.model_spec.converters.enable_fsdp_float8_all_gather: fp8 parameter all-gathers"},
+      {"    return Trainer.Config(model_spec=model_registry(\"8B\", converters=[LoRAConverter.Config(rank=8)]))\n",
+       "'LoRAConverter.Config' is not modelled"},
       {"    return make()\n", "job(): does not return Trainer.Config(...)"},
   };
   for (const auto& [body, message] : cases) {
@@ -120,6 +125,14 @@ TEST(TorchtitanRegistry, ComputedOrMalformedValuesAreOneLineErrors) {
     EXPECT_NE(error.find(message), std::string::npos) << body << " -> " << error;
     EXPECT_EQ(error.find('\n'), std::string::npos) << error;
   }
+  // torchtitan 0.3.0 (PyPI) registries count sequences, as the TOML did.
+  const Plan sequences = read_registry("job", "dgx-h100", 1,
+                                       head + "    return Trainer.Config(model_spec=model_registry(\"8B\"), "
+                                              "training=TrainingConfig(local_batch_size=2, seq_len=4096), "
+                                              "activation_checkpoint=FullAC.Config())\n")
+                             .plan;
+  EXPECT_EQ(sequences.parallel.micro_batch, 2);
+  EXPECT_EQ(sequences.train.seq_len, 4096);
   const std::string no_family = test::error_of([&] {
     read_registry("job", "dgx-h100", 1, "def job() -> Trainer.Config:\n    return Trainer.Config()\n");
   });
