@@ -230,6 +230,12 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name, c
                             "tessel does not model; MoE configs of type mixtral|qwen2_moe are read",
                             path, type));
   }
+  if (type == "qwen3" || type == "qwen3_moe") {
+    throw Error(fmt::format("{}.model_type: {} normalises each head's query and key (q_norm, k_norm RMSNorm), which "
+                            "tessel does not model; dense configs of type llama|mistral and MoE configs of type "
+                            "mixtral|qwen2_moe are read",
+                            path, type));
+  }
   const std::string moe_key = first_moe_key(json);
   if (type == "gpt2" || type == "llama") {
     if (!moe_key.empty()) {

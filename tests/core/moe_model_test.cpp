@@ -99,6 +99,18 @@ TEST(MoeModel, WhatTesselDoesNotModelIsRefusedByName) {
             "does not model; MoE configs of type mixtral|qwen2_moe are read");
   deepseek["model_type"] = "deepseek_v2";
   EXPECT_NE(hf_config_error(deepseek).find("deepseek_v2 uses multi-head latent"), std::string::npos);
+  // Qwen3 (Qwen/Qwen3-8B's and Qwen3-30B-A3B's config.json): RMSNorm on each head's query
+  // and key, which a llama reading would drop.
+  for (const char* type : {"qwen3", "qwen3_moe"}) {
+    Json qwen3 = Json::parse(R"({"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "num_hidden_layers": 36, "intermediate_size": 12288, "vocab_size": 151936,
+        "max_position_embeddings": 40960, "rope_theta": 1000000, "rms_norm_eps": 1e-6})");
+    qwen3["model_type"] = type;
+    EXPECT_EQ(hf_config_error(qwen3),
+              std::string("model.model_type: ") + type +
+                  " normalises each head's query and key (q_norm, k_norm RMSNorm), which tessel does not model; "
+                  "dense configs of type llama|mistral and MoE configs of type mixtral|qwen2_moe are read");
+  }
   // MoE keys under a type tessel reads densely, or an unknown type: never read as dense.
   Json llama_moe = Json::parse(kMixtralConfig);
   llama_moe["model_type"] = "llama";
