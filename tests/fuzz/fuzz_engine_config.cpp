@@ -1,9 +1,7 @@
-// libFuzzer target, built once per engine (TESSEL_FUZZ_ENGINE names it): another
-// engine's launch config read by `tessel estimate --import FILE` (a Megatron-LM launch
-// script, a NeMo YAML recipe, a DeepSpeed JSON, a torchtitan TOML or config_registry.py),
-// and what was read written back. Placed on 16 DGX A100 nodes with GPT-2 124M as the
-// Hugging Face model DeepSpeed configs need. Seeds: the engine's files under
-// tests/interop/fixtures/ and real/.
+// libFuzzer target, one per engine (TESSEL_FUZZ_ENGINE): an engine's launch config read by
+// `tessel estimate --import FILE` (Megatron-LM script, NeMo YAML, DeepSpeed JSON, torchtitan
+// TOML or config_registry.py) and written back, on 16 DGX A100 nodes with GPT-2 124M as the
+// Hugging Face model DeepSpeed configs need. Seeds: tests/interop/fixtures/ and real/.
 #include "fuzz_reader.hpp"
 #include "tessel/interop/engine_config.hpp"
 
