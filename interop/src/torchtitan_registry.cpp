@@ -25,19 +25,29 @@ struct PyValue {
   enum Kind { call, string, number, boolean, none, list, name, opaque } kind = opaque;
   std::string text;  // call: the callee; string/name/opaque: the text; number: as written
   std::vector<PyValue> args;
-  std::vector<std::pair<std::string, PyValue>> kwargs;
+  struct Keyword;  // a struct, not std::pair: pair may not hold the still incomplete PyValue
+  std::vector<Keyword> kwargs;
 
-  static PyValue of(Kind kind, std::string text) {
-    PyValue value;
-    value.kind = kind, value.text = std::move(text);
-    return value;
-  }
-  PyValue* keyword(const std::string& key) {
-    for (auto& [k, v] : kwargs)
-      if (k == key) return &v;
-    return nullptr;
-  }
+  static PyValue of(Kind kind, std::string text);
+  PyValue* keyword(const std::string& key);
 };
+
+struct PyValue::Keyword {
+  std::string key;
+  PyValue value;
+};
+
+PyValue PyValue::of(Kind kind, std::string text) {
+  PyValue value;
+  value.kind = kind, value.text = std::move(text);
+  return value;
+}
+
+PyValue* PyValue::keyword(const std::string& key) {
+  for (auto& [k, v] : kwargs)
+    if (k == key) return &v;
+  return nullptr;
+}
 
 struct Token {
   enum Kind { name, number, string, op, newline, end } kind;
@@ -196,7 +206,7 @@ PyValue RegistryReader::parse_primary(const std::vector<Token>& t, std::size_t& 
         if (t[i].kind == Token::name && t[i + 1].text == "=") {
           const std::string key = t[i].text;
           i += 2;
-          value.kwargs.emplace_back(key, parse_value(t, i, locals));
+          value.kwargs.push_back({key, parse_value(t, i, locals)});
         } else {
           value.args.push_back(parse_value(t, i, locals));
         }
@@ -311,11 +321,11 @@ PyValue RegistryReader::evaluate_function(const std::string& name, int depth) {
         PyValue* child = node->keyword(path[k]);
         if (k + 1 == path.size()) {
           if (child) *child = assigned;
-          else node->kwargs.emplace_back(path[k], assigned);
+          else node->kwargs.push_back({path[k], assigned});
           break;
         }
-        if (!child) node->kwargs.emplace_back(path[k], PyValue::of(PyValue::call, path[k]));
-        node = child ? child : &node->kwargs.back().second;
+        if (!child) node->kwargs.push_back({path[k], PyValue::of(PyValue::call, path[k])});
+        node = child ? child : &node->kwargs.back().value;
         if (node->kind != PyValue::call) refuse(where, fmt::format("config.{} is not a config object", path[k]));
       }
     } else {
@@ -432,15 +442,15 @@ std::string RegistryReader::to_toml() {
       if (step_tokens && whole_number(field + ".num_tokens_per_train_step", step_tokens, -1) != -1)
         sections["training"] += fmt::format("global_batch_size = {}\n", sequences("num_tokens_per_train_step", step_tokens, 0));
       std::erase_if(value.kwargs, [](const auto& kv) {
-        return kv.first == "num_tokens_per_microbatch_per_dp_rank" || kv.first == "max_context_length" ||
-               kv.first == "num_tokens_per_train_step";
+        return kv.key == "num_tokens_per_microbatch_per_dp_rank" || kv.key == "max_context_length" ||
+               kv.key == "num_tokens_per_train_step";
       });
       write_section("training", value, sections);
     } else if (key == "parallelism" || key == "compile") {
       if (value.kind != PyValue::call) refuse(field, "expected a config object");
       if (PyValue* async_tp = key == "compile" ? value.keyword("enable_async_tensor_parallel") : nullptr) {
         sections["parallelism"] += "enable_async_tensor_parallel = " + scalar_of(field, *async_tp) + "\n";
-        std::erase_if(value.kwargs, [](const auto& kv) { return kv.first == "enable_async_tensor_parallel"; });
+        std::erase_if(value.kwargs, [](const auto& kv) { return kv.key == "enable_async_tensor_parallel"; });
       }
       write_section(key, value, sections);
       sections[key] += "";
