@@ -15,7 +15,7 @@
 namespace tessel {
 
 namespace {
-constexpr std::array<EngineRule, 9> kRules{{
+constexpr auto kRules = std::to_array<EngineRule>({
     {"tessel", Framework::pytorch, "",
      "tessel's executor runs materialised attention unless train.kernels is fused (attention_core.hpp)"},
     {"megatron-lm", Framework::megatron, "2024-04-18",
@@ -43,7 +43,7 @@ constexpr std::array<EngineRule, 9> kRules{{
     {"paddlenlp", Framework::pytorch, "",
      "PaddleNLP's LlamaConfig defaults use_flash_attention and use_fused_rms_norm to False "
      "(paddlenlp/transformers/llama/configuration.py): eager dygraph modules, flash attention opt-in"},
-}};
+});
 
 bool digits(std::string_view text) {
   for (char c : text) {

@@ -100,7 +100,6 @@ void ChunkManager::place(GradientBuckets& buckets) {
   }
   chunks_.resize(chunk_plan_.chunks.size());
   evictable_.assign(buckets_->size(), true);
-  host_optimized_.assign(buckets_->size(), false);
   device_optimized_.assign(buckets_->size(), false);
   held_.assign(buckets_->size(), 0);
   std::size_t placed = 0;
@@ -116,7 +115,7 @@ void ChunkManager::place(GradientBuckets& buckets) {
     h.pieces.push_back({b, it->second.second->offset, std::size_t(tensor.offset), std::size_t(tensor.elements)});
     if (std::find(h.buckets.begin(), h.buckets.end(), b) == h.buckets.end()) h.buckets.push_back(b);
     if (!chunk.host_resident) evictable_[std::size_t(b)] = false;
-    (chunk.optimizer_on_host ? host_optimized_ : device_optimized_)[std::size_t(b)] = true;
+    if (!chunk.optimizer_on_host) device_optimized_[std::size_t(b)] = true;
     ++placed;
   }
   std::size_t tensors = 0;

@@ -88,7 +88,7 @@ class ChunkManager {
   // Per bucket: whether every tensor is in a host-resident chunk (its weights leave the
   // device between uses), whether any is optimized on the host or on the device, and how
   // many fetched chunks hold its weights on the device now.
-  std::vector<bool> evictable_, host_optimized_, device_optimized_;
+  std::vector<bool> evictable_, device_optimized_;
   std::vector<int> held_;
   bool in_step_ = false;
   int prefetches_ = 0, last_prefetches_ = 0;  // this step's fetches issued a segment ahead

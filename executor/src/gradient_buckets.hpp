@@ -41,7 +41,6 @@ class GradientBuckets {
   // Whether this rank counts `t` in sums over the whole model (each element once).
   bool counts_tensor(const TensorSlot& t) const;
   // Where a bucket's part is staged for a collective (kept between uses).
-  Buffer& shard_scratch() { return shard_scratch_; }
 
   CRef compute_weights(GradientBucket& b);
   void refresh_compute_weights(GradientBucket& b);

@@ -42,6 +42,8 @@ PipelineRunner::PipelineRunner(const Plan& plan, ProcessGrid& grid, GptStage& st
   }
   x_sends_.resize(boundary_buffers);
   dx_sends_.resize(boundary_buffers);
+  position_of_layer_.assign(std::size_t(plan.model.layers), 0);
+  for (std::size_t i = 0; i < shape.layers.size(); ++i) position_of_layer_[std::size_t(shape.layers[i])] = i;
 }
 
 void PipelineRunner::run(const std::int32_t* tokens, const std::int32_t* targets, float grad_scale, double* loss_sum) {
@@ -65,6 +67,8 @@ void PipelineRunner::wait_for_sends() {
 std::size_t PipelineRunner::token_offset(int mb) const {
   return std::size_t(mb) * plan_.parallel.micro_batch * plan_.seq_len() / plan_.parallel.sp;
 }
+
+std::size_t PipelineRunner::stage_position(int layer) const { return position_of_layer_[std::size_t(layer)]; }
 
 void PipelineRunner::before_segment(int segment, int mb, ops::Phase phase) {
   if (chunks_) chunks_->before_segment(segment, mb, phase);
@@ -100,8 +104,7 @@ void PipelineRunner::forward(const PipelineStep& step) {
   const LayerSpan layers = virtual_stage_layers(plan_.model.layers, virtual_stages, vs);
   for (int l = layers.first; l < layers.end(); ++l) {
     GradientBucket& b = buckets_.of_layer(l);
-    const std::size_t here =
-        std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
+    const std::size_t here = stage_position(l);
     before_segment(layer_segment(l), mb, ops::Phase::fwd);
     const CRef weights = buckets_.layer_weights(b, mb, ops::Phase::fwd);
     GradientBucket* eb = buckets_.experts_of_layer(l);
@@ -176,8 +179,7 @@ void PipelineRunner::backward(const PipelineStep& step) {
   const LayerSpan layers = virtual_stage_layers(plan_.model.layers, virtual_stages, vs);
   for (int l = layers.end() - 1; l >= layers.first; --l) {
     GradientBucket& b = buckets_.of_layer(l);
-    const std::size_t here =
-        std::size_t(std::find(shape_.layers.begin(), shape_.layers.end(), l) - shape_.layers.begin());
+    const std::size_t here = stage_position(l);
     before_segment(layer_segment(l), mb, ops::Phase::bwd);
     const CRef weights = buckets_.layer_weights(b, mb, ops::Phase::bwd);
     float* grads = buckets_.micro_batch_gradients(b);

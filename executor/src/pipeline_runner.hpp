@@ -39,6 +39,7 @@ class PipelineRunner {
   void backward(const PipelineStep& step);
   // Where this step's micro-batch starts in the tokens.
   std::size_t token_offset(int mb) const;
+  std::size_t stage_position(int layer) const;  // the layer's index among this stage's layers
   // The chunk manager's fetches and evictions around a segment (none without offload).
   void before_segment(int segment, int mb, ops::Phase phase);
   void after_segment(int segment, ops::Phase phase);
@@ -65,6 +66,7 @@ class PipelineRunner {
   std::vector<Buffer> x_, dx_;
   std::vector<std::unique_ptr<CommRequest>> x_sends_, dx_sends_;
   std::vector<int> backwards_done_;  // per chunk
+  std::vector<std::size_t> position_of_layer_;  // model layer -> index among this stage's layers
   // This step's run().
   const std::int32_t* tokens_ = nullptr;
   const std::int32_t* targets_ = nullptr;

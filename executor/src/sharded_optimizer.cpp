@@ -95,7 +95,7 @@ void ShardedOptimizer::layerwise_step(int step) {
     first_piece.push_back(pieces_.size());
     for (const TensorSlot& t : b.layout.tensors) {
       const std::size_t lo = std::max(first, t.offset), hi = std::min(first + size, t.offset + t.size());
-      pieces_.push_back({&b, &t, lo > first ? lo - first : 0, hi > first && lo < hi ? hi - first : 0});
+      pieces_.push_back({&t, lo > first ? lo - first : 0, hi > first && lo < hi ? hi - first : 0});
     }
   }
   first_piece.push_back(pieces_.size());

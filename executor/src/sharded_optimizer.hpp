@@ -37,7 +37,6 @@ class ShardedOptimizer {
  private:
   // One tensor's piece of a bucket's owned range, for the layer-wise optimizers.
   struct Piece {
-    GradientBucket* bucket;
     const TensorSlot* tensor;
     std::size_t lo, hi;  // in the owned range
   };

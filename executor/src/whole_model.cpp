@@ -37,8 +37,7 @@ std::vector<float> WholeModel::gather(bool gradients) {
     if (split) {
       bucket_values.resize(b.layout.padded_size);
       const Buffer& part = gradients ? b.grad_shard : b.param_shard;
-      buckets_.shard_scratch().copy_from(part);
-      b.group->all_gather(buckets_.shard_scratch().data(), bucket_values.data(), b.shard_size(), DType::f32);
+      b.group->all_gather(part.data(), bucket_values.data(), b.shard_size(), DType::f32);
     } else {
       bucket_values.copy_from(gradients ? b.grads : b.params);
     }

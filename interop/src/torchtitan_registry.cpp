@@ -68,6 +68,7 @@ class RegistryReader {
   }
   std::vector<Token> tokens_of(const std::string& body, int first_line) const;
   std::map<std::string, std::pair<std::string, int>> functions() const;  // name -> (body, first line)
+  std::string function_names() const;  // the file's functions, for a refusal
   PyValue evaluate_function(const std::string& name, int depth);
   PyValue parse_value(const std::vector<Token>& t, std::size_t& i, const std::map<std::string, PyValue>& locals);
   PyValue parse_primary(const std::vector<Token>& t, std::size_t& i, const std::map<std::string, PyValue>& locals);
@@ -83,6 +84,7 @@ class RegistryReader {
   const ImportContext& context_;
   std::vector<std::string>& ignored_;
   std::string function_;
+  std::map<std::string, std::pair<std::string, int>> functions_;  // set by to_toml
 };
 
 std::vector<Token> RegistryReader::tokens_of(const std::string& body, int first_line) const {
@@ -271,13 +273,9 @@ PyValue RegistryReader::parse_value(const std::vector<Token>& t, std::size_t& i,
 // Runs the statements of function `name`: locals, `config = other()` and attribute
 // assignments onto it, and the returned Trainer.Config.
 PyValue RegistryReader::evaluate_function(const std::string& name, int depth) {
-  const auto all = functions();
-  auto it = all.find(name);
-  if (it == all.end() || depth > 8) {
-    std::string names;
-    for (const auto& [function, body] : all) names += (names.empty() ? "" : ", ") + function;
-    refuse(fmt::format("config function '{}'", name), fmt::format("not a function of the file ({})", names));
-  }
+  auto it = functions_.find(name);
+  if (it == functions_.end() || depth > 8)
+    refuse(fmt::format("config function '{}'", name), fmt::format("not a function of the file ({})", function_names()));
   const std::string saved = function_;
   function_ = name;
   const std::vector<Token> t = tokens_of(it->second.first, it->second.second);
@@ -302,7 +300,7 @@ PyValue RegistryReader::evaluate_function(const std::string& name, int depth) {
     } else if (t[i].kind == Token::name && t[i + 1].text == "=" ) {
       const std::string target = t[i].text;
       i += 2;
-      if (t[i].kind == Token::name && all.count(t[i].text) && t[i + 1].text == "(" && t[i + 2].text == ")") {
+      if (t[i].kind == Token::name && functions_.count(t[i].text) && t[i + 1].text == "(" && t[i + 2].text == ")") {
         locals[target] = evaluate_function(t[i].text, depth + 1);
         i += 3;
       } else {
@@ -370,10 +368,16 @@ void RegistryReader::write_section(const std::string& section, PyValue& call, st
     out[section] += key + " = " + scalar_of("Trainer.Config." + section + "." + key, value) + "\n";
 }
 
+std::string RegistryReader::function_names() const {
+  std::string names;
+  for (const auto& [function, body] : functions_) names += (names.empty() ? "" : ", ") + function;
+  return names;
+}
+
 std::string RegistryReader::to_toml() {
+  functions_ = functions();  // split once: evaluate_function recurses through `config = other()`
   if (context_.script_args.empty()) {
-    std::string names;
-    for (const auto& [function, body] : functions()) names += (names.empty() ? "" : ", ") + function;
+    const std::string names = function_names();
     refuse("(config function)", fmt::format("name the function torchtitan's --config would run after the file's "
                                             "arguments (--import FILE -- NAME): {}",
                                             names));
