@@ -1,10 +1,7 @@
-// Planner speed: how many candidate plans the search handles per second per core,
-// and the wall time of the full search for gpt3-175b on 128 dgx-a100 nodes (1024
-// GPUs, global batch 1536). The one-thread run is the baseline measured in the same
-// run; the all-core run is reported as a ratio against it.
-//
-// Google Benchmark times the single-plan path (layout_cost + finish); the table after
-// it times whole searches, median of several repetitions.
+// Planner speed: candidate plans priced per second per core, and the wall time of the full search
+// for gpt3-175b on 128 dgx-a100 nodes (1024 GPUs, global batch 1536). Google Benchmark times the
+// single-plan path (layout_cost + finish); the table after it times whole searches (median of
+// several), the all-core run as a ratio against the one-thread baseline of the same run.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Holds tessel's sources to the size a reader can hold in their head: no source file over
-600 lines and no function over 120 lines, outside tests. Prints every offender, one line
-each, and exits 1 when there is one (ctest runs it: Source.FilesAndFunctionsStaySmall).
+600 lines and no function over 120 lines, outside tests; and no source file, tests included,
+opening with more than 5 comment lines (what it is for; the details go to docs/), except the
+files named in scripts/long_openings_allowed.txt. Prints every offender, one line each, and
+exits 1 when there is one (ctest runs it: Source.FilesAndFunctionsStaySmall).
 
 Functions are found by brace matching on code with comments and string literals blanked
 out: a block whose opening brace follows a closing parenthesis (allowing const, noexcept,
@@ -16,7 +18,9 @@ import sys
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 120
 SOURCE_SUFFIXES = {".cpp", ".hpp", ".h", ".cu", ".cuh"}
+MAX_OPENING_COMMENT_LINES = 5
 SKIP_PARTS = {"tests", "build", ".git"}
+UPSTREAM_FILES = ("tests/interop/real/",)  # engines' files kept as shipped
 
 
 def blank_comments_and_strings(text):
@@ -78,16 +82,45 @@ def functions(text):
     return found
 
 
+def opening_comment_lines(text):
+    """Comment lines a file opens with, after blank lines and `#pragma once`."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines) and (not lines[i].strip() or lines[i].strip().startswith("#pragma")):
+        i += 1
+    start = i
+    while i < len(lines) and lines[i].strip().startswith(("//", "/*", "*")):
+        i += 1
+    return i - start
+
+
+def allowed_long_openings(root):
+    path = root / "scripts" / "long_openings_allowed.txt"
+    if not path.is_file():
+        return set()
+    return {line.strip() for line in path.read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+
+
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
     offenders = []
+    allowed = allowed_long_openings(root)
     for path in sorted(root.rglob("*")):
         if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
             continue
         relative = path.relative_to(root)
-        if SKIP_PARTS.intersection(relative.parts) or relative.parts[0].startswith("build"):
+        if relative.parts[0].startswith("build") or ".git" in relative.parts:
             continue
         text = path.read_text(errors="replace")
+        name = relative.as_posix()
+        opening = opening_comment_lines(text)
+        if (opening > MAX_OPENING_COMMENT_LINES and name not in allowed
+                and not name.startswith(UPSTREAM_FILES)):
+            offenders.append(f"{name}: opens with {opening} comment lines (at most "
+                             f"{MAX_OPENING_COMMENT_LINES}: what the file is for; details go to docs/)")
+        if SKIP_PARTS.intersection(relative.parts):
+            continue
         lines = text.count("\n") + 1
         if lines > MAX_FILE_LINES:
             offenders.append(f"{relative}: {lines} lines (at most {MAX_FILE_LINES})")
@@ -98,7 +131,8 @@ def main():
         print(line)
     if offenders:
         return 1
-    print(f"every source file is at most {MAX_FILE_LINES} lines and every function at most {MAX_FUNCTION_LINES}")
+    print(f"every source file is at most {MAX_FILE_LINES} lines and every function at most {MAX_FUNCTION_LINES}; "
+          f"every opening comment at most {MAX_OPENING_COMMENT_LINES} lines (except {len(allowed)} allowed files)")
     return 0
 
 

@@ -25,8 +25,8 @@ search=(plan --model gpt3-13b --cluster dgx-h100 --nodes 4 --global-batch 256 --
 run "${search[@]}" --kernels fused
 run "${search[@]}" --kernels fused --framework megatron
 explain "The same search for flash attention in eager PyTorch, then in Megatron-LM: the calibrated profile prices each framework's own kernels, each step time carries its band from the leave-one-source-out errors, and an MFU above what the corpus measured for this size is marked '!'."
-printf '\n$ tessel estimate --import tests/interop/fixtures/torchtitan_llama3_8b.toml --cluster dgx-h100 --nodes 8 --db %s   # (lines cut)\n' \
+printf '\n$ tessel estimate --import tests/interop/real/torchtitan/llama3_8b.toml --cluster dgx-h100 --nodes 8 --db %s   # (lines cut)\n' \
   "$corpus_db"
-"$tessel" estimate --import tests/interop/fixtures/torchtitan_llama3_8b.toml --cluster dgx-h100 --nodes 8 \
+"$tessel" estimate --import tests/interop/real/torchtitan/llama3_8b.toml --cluster dgx-h100 --nodes 8 \
   --db "$corpus_db" | grep -E '^(  mapped   activation_checkpoint|llama3-8b on|step time|memory/GPU|recompute )'
 explain "torchtitan's Llama 3 8B config checkpoints activations op by op (mode selective, option op): every other matmul's output and the attention output are kept, the rest is replayed in the backward. tessel prices that policy as recompute selective-op, as it prices the corpus's torchtitan 8B rows; its executor runs none, selective and full."

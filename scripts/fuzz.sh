@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make fuzz`: builds the libFuzzer targets (tests/fuzz, clang, ASan + UBSan) into their own
 # folder and runs each for a bounded time on a seed corpus from examples/, configs/,
-# profiles/data/, corpus/, tests/interop/fixtures/ and tests/fuzz/seeds/. The corpora
+# profiles/data/, corpus/, tests/interop/fixtures/ and real/, and tests/fuzz/seeds/. The corpora
 # grow in the build folder, never in the repository. A finding (crash, leak, sanitizer
 # report, an exception other than tessel::Error) stops that target with the input saved
 # under BUILD/findings/; this script then lists them and exits 1. Reproduce one:
@@ -46,10 +46,10 @@ seeds_of() {  # the seed files of one target
     fuzz_hf_config) ls tests/fuzz/seeds/hf_config/*.json ;;
     fuzz_checkpoint) ls tests/fuzz/seeds/checkpoint/*.json ;;
     fuzz_profile_import) ls profiles/data/*.json ;;
-    fuzz_megatron) ls tests/interop/fixtures/megatron_*.sh ;;
-    fuzz_nemo) ls tests/interop/fixtures/nemo_*.yaml ;;
-    fuzz_deepspeed) ls tests/interop/fixtures/deepspeed_*.json ;;
-    fuzz_torchtitan) ls tests/interop/fixtures/torchtitan_*.toml ;;
+    fuzz_megatron) ls tests/interop/fixtures/megatron_*.sh tests/interop/real/megatron/*.sh ;;
+    fuzz_nemo) ls tests/interop/fixtures/nemo_*.yaml tests/interop/real/nemo/*.yaml ;;
+    fuzz_deepspeed) ls tests/interop/fixtures/deepspeed_*.json tests/interop/real/deepspeed/*.json ;;
+    fuzz_torchtitan) ls tests/interop/real/torchtitan/* ;;
     fuzz_safetensors) ls tests/fuzz/seeds/safetensors/* ;;
     fuzz_tokens_*) ls "tests/fuzz/seeds/${1#fuzz_}"/* ;;
     fuzz_corpus_rows) ls corpus/published/*.json corpus/held_out/*.json ;;

@@ -1,10 +1,8 @@
-// `tessel calibrate`: fit a device profile's calibration parameters to the published
-// corpus and write the calibrated profile. Everything is computed and printed before
-// anything is written, so a bad input leaves the database and --out untouched. It
-// prints, per device, the fitted parameters and the verdict on them, every run's error
-// before and after, left out alone and with its whole source, then the held-out sources'
-// errors under the fitted profile (predicted, never fitted), and the wall time; with --simulated, the same rows simulated
-// (calibrate_simulated.hpp) and the simulator's own band stored beside the analytic one.
+// `tessel calibrate`: fit a device profile's calibration parameters to the published corpus
+// and write the calibrated profile. Everything is computed and printed (the fit and its
+// verdict, each run's error alone and with its source left out, the held-out sources' errors,
+// the wall time; with --simulated the same rows simulated, calibrate_simulated.hpp) before
+// anything is written, so a bad input leaves the database and --out untouched.
 #include <fmt/format.h>
 
 #include <chrono>

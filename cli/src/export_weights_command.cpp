@@ -1,11 +1,8 @@
-// `tessel export-weights`: trained weights as a file other tools load. The checkpoint is
-// read and verified as --resume does and gathered whole (tensor, pipeline and ZeRO shards
-// of any layout the executor trains: checkpoint_weights.hpp), then written as
-// safetensors under Hugging Face's names with a config.json beside it (hf_export.hpp:
-// GPT-2 or LLaMA by the model's shape), so `transformers` loads the folder as a
-// GPT2LMHeadModel or LlamaForCausalLM. With --plan and
-// --seed instead of --checkpoint it writes the weights a run of that seed starts from
-// (step 0), which `tessel run --init` then reproduces bit for bit.
+// `tessel export-weights`: trained weights as a file other tools load. The checkpoint is verified
+// as --resume does, gathered whole from any layout's shards (checkpoint_weights.hpp) and written as
+// safetensors under Hugging Face's names with a config.json (hf_export.hpp), so `transformers`
+// loads the folder. With --plan and --seed instead it writes a run's step-0 weights, which `tessel
+// run --init` reproduces bit for bit.
 #include <filesystem>
 #include <iostream>
 #include <memory>

@@ -1,9 +1,7 @@
-// `tessel run`'s watch over the ranks it launched on its own machine, through their
-// heartbeats (executor/rank_heartbeat.hpp). Stated times: every rank beats within
-// kStartup_s of the launch (else mpirun could not start it), no rank stays silent for
-// kSilent_s (a stopped or hung process: its peers would spin on it forever), and a rank
-// whose process ended leaves the launcher (mpirun) kSlowLauncher_s to end the job before
-// tessel does. TESSEL_WATCHDOG_S=N sets the first two to N seconds (the tests use it).
+// `tessel run`'s watch over the ranks it launched on its own machine, through their heartbeats
+// (executor/rank_heartbeat.hpp): every rank beats within kStartup_s of the launch, none stays
+// silent for kSilent_s (a hung rank's peers would spin forever), and a rank whose process ended
+// leaves mpirun kSlowLauncher_s to end the job first. TESSEL_WATCHDOG_S=N sets the first two.
 #pragma once
 
 #include <sys/types.h>

@@ -1,12 +1,8 @@
-// `tessel run`: train a plan on CPU or GPU ranks. It checks the plan, then launches the
-// tessel-rank worker next to it with mpirun (one machine, or many through a hostfile)
-// or srun; started inside a launcher already (mpirun, srun, or ranks the user or the
-// cluster started), each process becomes that worker (exec). The decisions are the
-// pure functions of executor/launch.hpp and rank_placement.hpp. The worker holds the
-// MPI code: this binary links SimGrid, whose SMPI exports the MPI symbols too. Before any
-// rank starts it checks what would otherwise fail late (run_preflight.hpp); while the
-// ranks run it holds the --checkpoint folder's lock and forwards signals to them
-// (run_supervisor.hpp); when they end badly it records the run as failed or interrupted.
+// `tessel run`: train a plan on CPU or GPU ranks. It checks the plan (run_preflight.hpp), then
+// launches the tessel-rank worker with mpirun or srun, or becomes it (exec) inside a launcher, as
+// executor/launch.hpp and rank_placement.hpp decide; the worker holds the MPI code because this
+// binary links SimGrid's SMPI. While ranks run it holds the --checkpoint lock and forwards
+// signals (run_supervisor.hpp); a bad end is recorded as failed or interrupted.
 #include <unistd.h>
 #include <sys/wait.h>
 

@@ -1,9 +1,7 @@
-// What `tessel run` checks before any rank starts, so that a run fails in its first
-// second rather than after its last step: the output paths can be written, the plan's
-// ranks fit in this machine's memory (the planner's estimate, as `tessel estimate`
-// prints it), the --data file reads and fits the model, a --resume checkpoint is complete and
-// valid, --init weights fit the plan's model, and no other run writes the
-// same --checkpoint folder (a lock held for the whole run).
+// What `tessel run` checks before any rank starts, so a run fails in its first second rather than
+// after its last step: output paths writable, the plan's ranks fit this machine's memory (the
+// planner's estimate), --data reads and fits the model, a --resume checkpoint is complete, --init
+// weights fit, and no other run writes the same --checkpoint folder (a lock held for the run).
 #pragma once
 
 #include <string>

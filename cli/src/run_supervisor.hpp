@@ -1,14 +1,8 @@
-// How `tessel run` keeps its launcher (mpirun, srun) on a leash: the launcher runs in a
-// process group of its own (so a signal reaches it and every local rank at once, and a
-// terminal's Ctrl-C reaches only tessel, which decides). On SIGTERM, SIGINT or SIGHUP
-// tessel asks the ranks to stop after their current step (SIGUSR1, which the launchers
-// forward to every rank), and kills the group if it has not ended within a grace
-// period, or at a second signal. std::system would not do: it ignores SIGINT while it
-// waits. The launcher also gets a parent-death signal: tessel killed outright ends it.
-// With a RankWatch (ranks on this machine), a rank that never starts, falls silent or
-// ends without the launcher ending the job stops the job; and whatever ends the launcher,
-// tessel waits for the ranks it leaves (a rank mid-checkpoint finishes its files) before
-// it returns.
+// How `tessel run` keeps its launcher on a leash: the launcher gets its own process group (a
+// signal reaches every local rank at once; Ctrl-C reaches only tessel) and a parent-death signal.
+// On SIGTERM/SIGINT/SIGHUP the ranks are asked to stop after their step (SIGUSR1), the group killed
+// after a grace period or a second signal (std::system ignores SIGINT while waiting, so it would
+// not do). A RankWatch stops a job whose rank dies or hangs; tessel waits for every rank it leaves.
 #pragma once
 
 #include <string>

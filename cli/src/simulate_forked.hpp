@@ -1,9 +1,7 @@
-// Many simulations from one process: SimGrid runs one engine per process, so each
-// simulation runs in a forked child that returns its step time through a pipe. Forking
-// (rather than exec'ing `tessel simulate --json` as --refine does) lets the caller hand
-// each child a profile that lives only in memory, such as a leave-one-out fit's, with
-// no temporary database. The caller must not run threads of its own while this runs
-// (fork copies only the calling thread) and must not have started a SimGrid engine.
+// Many simulations from one process: SimGrid runs one engine per process, so each simulation runs
+// in a forked child that returns its step time through a pipe. Forking (not exec'ing `tessel
+// simulate`) lets each child take a profile that lives only in memory, such as a leave-one-out
+// fit's. The caller must run no threads of its own (fork copies one) and no SimGrid engine.
 #pragma once
 
 #include <cstddef>

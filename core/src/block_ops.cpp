@@ -138,21 +138,14 @@ class TableBuilder {
   }
 
  private:
-  // torchtitan's op-level selective checkpointing (`_save_list` and `_custom_policy` of
-  // torchtitan/parallelisms/parallelize_llama.py at 9dec370, the corpus's tested commit;
-  // its llama3 8B config's default): the outputs of the odd-numbered
-  // matmuls of a block's forward (q, v, w1, w2 of q, k, v, o, w1, w3, w2) and of the
-  // attention kernel are saved; everything else is replayed: the even-numbered matmuls
-  // (k, o, and w3, or fc2 of a gate-less MLP: q, k, v, o, fc1, fc2), the elementwise ops
-  // and the collectives (but 1D reduce-scatters) whose outputs they read. A fused QKV GEMM replays its k columns,
-  // a gated fc1 its w3 half; materialised attention's batched products are no matmuls
-  // the policy saves, so they are replayed with their softmax. Reduce-scatter outputs are
-  // on its save list as well (kept under 1D sequence parallel; tessel's grid modes, which
-  // torchtitan does not run, replay every forward collective). fp8 plans follow the same
-  // rule: the list names no aten._scaled_mm, but torchao's Float8Linear calls torch.mm on
-  // float8 tensor arguments, which the policy's dispatch mode sees (and counts) as aten.mm.
-  // The list's aten.abs and aten.max (the casts' amax) also keep each dynamic cast's |x|
-  // in eager mode; that memory is left out (docs/MEMORY.md), replaying them costs no time.
+  // torchtitan's op-level selective checkpointing (`_save_list`/`_custom_policy` of
+  // parallelisms/parallelize_llama.py at 9dec370, the corpus's tested commit): the outputs of the
+  // odd-numbered matmuls (q, v, w1, w2 of q, k, v, o, w1, w3, w2) and of the attention kernel are
+  // saved; the even-numbered ones, elementwise ops and forward collectives (but 1D
+  // reduce-scatters, also on the list) are replayed. A fused QKV GEMM replays its k columns, a
+  // gated fc1 its w3 half, materialised attention its products with their softmax. fp8 follows
+  // the same rule: torchao's Float8Linear calls torch.mm, which the policy sees as aten.mm. The
+  // list's aten.abs/max keep each cast's |x| in eager mode: memory left out (docs/MEMORY.md).
   void mark_selective_op_replay(std::vector<BlockOp>& ops) const {
     const bool gated = model_.activation == Activation::swiglu;
     for (BlockOp& op : ops) {
@@ -408,16 +401,13 @@ class TableBuilder {
     t_.block.push_back(memory_op(ops::mlp_residual, kResidualActivationPasses * E * A));
   }
 
-  // An MoE block's MLP half (tensor parallelism 1D only: check_layout refuses the grid
-  // modes). Every tensor rank routes the whole micro-batch's tokens (gathered first
-  // under sequence parallel), sends top_k copies of each token (hidden wide) to their
-  // experts' ranks in the ep group and gets them back: each all-to-all has the
-  // nccl-tests size T k h E, of which (ep-1)/ep leaves the rank; one each way forward,
-  // and one each way in the backward. A rank's experts / ep experts see T k tokens in
-  // all on average (the ep group's T ep k copies over ep ranks), run as experts / ep
-  // GEMMs column-split by tp as the dense fc1/fc2 are; their load imbalance is the
-  // profile's and priced there. Shared experts are one dense MLP every token passes.
-  // With tp > 1 the backward all-reduces the gate gradients (moe.gate_grad).
+  // An MoE block's MLP half (1D tensor parallelism only: check_layout refuses the grids). Each
+  // tensor rank routes the micro-batch's tokens (gathered under sequence parallel) and sends
+  // top_k copies (hidden wide) to their experts' ranks and back: each all-to-all has nccl-tests
+  // size T k h E, (ep-1)/ep leaving the rank, one each way forward and backward. A rank's
+  // experts / ep experts see T k tokens on average, as GEMMs column-split by tp like the dense
+  // MLP's; load imbalance is the profile's. Shared experts are one dense MLP every token passes;
+  // with tp > 1 the backward all-reduces the gate gradients (moe.gate_grad).
   void moe_half() {
     constexpr double kGateBytes = 4.0;  // the router's gates and their gradients are f32
     const double E = E_, A = A_, h = h_, T = T_;

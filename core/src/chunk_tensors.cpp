@@ -1,13 +1,7 @@
-// The tensors a rank holds, as the executor holds them (executor/src/stage_weights.cpp
-// and the layouts' buckets()), computed here from shapes alone so that the chunk plan
-// needs no executor: per layer the late vectors (norms, the biases added after a
-// row-parallel reduction), the early biases (qkv, fc1), the weights (qkv, proj, fc1,
-// fc2); the stage's final norm, learned positions and the token / LM-head tables. Local
-// sizes follow each tensor-parallel layout's cuts: 1D keeps vectors whole and cuts
-// weights by columns (qkv, fc1) or rows (proj, fc2) and the table by rows; 2D/2.5D cuts
-// weights and the table in q x q blocks and vectors by the q columns; 3D cuts weights in
-// q^3 pieces (rows by q^2, columns by q), vectors by q, the table [V/q x C/q^2].
-// tests/executor/chunk_tensors_test.cpp holds the two lists equal.
+// The tensors a rank holds, as the executor holds them (executor/src/stage_weights.cpp and the
+// layouts' buckets()), from shapes alone so the chunk plan needs no executor. Local sizes follow
+// each tensor layout's cuts: 1D cuts weights by columns (qkv, fc1) or rows (proj, fc2), 2D/2.5D
+// in q x q blocks, 3D in q^3 pieces. tests/executor/chunk_tensors_test.cpp holds the two equal.
 #include <fmt/format.h>
 
 #include "tessel/core/chunk_plan.hpp"

@@ -15,7 +15,7 @@
 namespace tessel {
 
 namespace {
-constexpr std::array<EngineRule, 8> kRules{{
+constexpr auto kRules = std::to_array<EngineRule>({
     {"tessel", Framework::pytorch, "",
      "tessel's executor runs materialised attention unless train.kernels is fused (attention_core.hpp)"},
     {"megatron-lm", Framework::megatron, "2024-04-18",
@@ -40,7 +40,10 @@ constexpr std::array<EngineRule, 8> kRules{{
     {"llm-foundry", Framework::pytorch, "2023-05-08",
      "llm-foundry v0.1.0 (2023-05-08) defaults MPT's attn_impl to 'triton' (a flash-attention kernel), "
      "'flash' from v0.7.0 (llmfoundry/models/mpt/configuration_mpt.py, models/utils/config_defaults.py)"},
-}};
+    {"paddlenlp", Framework::pytorch, "",
+     "PaddleNLP's LlamaConfig defaults use_flash_attention and use_fused_rms_norm to False "
+     "(paddlenlp/transformers/llama/configuration.py): eager dygraph modules, flash attention opt-in"},
+});
 
 bool digits(std::string_view text) {
   for (char c : text) {

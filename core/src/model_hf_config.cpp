@@ -1,21 +1,8 @@
-// Hugging Face config.json read into a ModelSpec. Each model_type maps its own keys;
-// what tessel does not model is refused by name rather than read as something else:
-// a config with Mixture-of-Experts keys is never read as a dense model, and DeepSeek's
-// multi-head latent attention has no tessel shape. Unknown keys are otherwise ignored,
-// since configs carry many training-time fields that do not change the shape.
-//
-// MoE families:
-//   mixtral    num_local_experts, num_experts_per_tok, intermediate_size (the expert
-//              width and the dense width: every block is an MoE block); the router's
-//              auxiliary-loss coefficient does not change the cost and is ignored.
-//   qwen2_moe  num_experts, num_experts_per_tok, moe_intermediate_size, decoder_sparse_step
-//              (-> moe.every), intermediate_size (the dense blocks' width). The shared
-//              expert of width shared_expert_intermediate_size is represented as
-//              shared_experts = shared_expert_intermediate_size / moe_intermediate_size
-//              experts of the routed width, which has the same parameters and FLOPs; a
-//              width that does not divide is refused by name. Qwen2's q/k/v biases
-//              (3 x hidden per block) and the shared expert's 1-column gate are not
-//              counted: tessel's bias flag covers every linear layer.
+// Hugging Face config.json read into a ModelSpec. Each model_type maps its own keys; what
+// tessel does not model is refused by name rather than read as something else (MoE keys are
+// never read as a dense model; DeepSeek's latent attention has no tessel shape). Other unknown
+// keys are ignored: they are training-time fields that do not change the shape. The MoE
+// families' key mapping: docs/PROGRAM.md, "Mixture-of-Experts blocks".
 #include <algorithm>
 #include <cmath>
 #include <string_view>
@@ -241,6 +228,12 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name, c
   if (type == "deepseek_v2" || type == "deepseek_v3") {
     throw Error(fmt::format("{}.model_type: {} uses multi-head latent attention (kv_lora_rank, q_lora_rank), which "
                             "tessel does not model; MoE configs of type mixtral|qwen2_moe are read",
+                            path, type));
+  }
+  if (type == "qwen3" || type == "qwen3_moe") {
+    throw Error(fmt::format("{}.model_type: {} normalises each head's query and key (q_norm, k_norm RMSNorm), which "
+                            "tessel does not model; dense configs of type llama|mistral and MoE configs of type "
+                            "mixtral|qwen2_moe are read",
                             path, type));
   }
   const std::string moe_key = first_moe_key(json);

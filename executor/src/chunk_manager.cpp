@@ -1,26 +1,8 @@
-// The chunk manager's placement and movement during a step (offload_state.hpp holds its
-// state; offload_step.cpp the update and checkpoints). It follows the core chunk plan
-// (chunk_plan.hpp) to the letter, so the bytes it moves are the copies the Program
-// predicts, timed under the same ids:
-//  - before a segment (the embedding, a layer, the head) of a micro-batch's pass, the
-//    host-resident chunks whose first use in the pass it is are fetched
-//    (mb{i}/C{c}/{fwd|bwd}/offload.fetch) into their buckets' weights;
-//  - after the pass's last use of a chunk it is evicted: nothing is copied back (the host
-//    copy is current); a bucket whose tensors are all host-resident gives its weights
-//    back to the pool once no fetched chunk holds them. A bucket shared with a resident
-//    chunk keeps its weight buffer (its resident part must stay).
-// Weights move as the fp32 master (bf16 plans too: a bucket's compute copy is converted on
-// the device after its fetch), so a bf16 plan moves twice the chunk plan's weight bytes
-// (the plan counts the 16-bit weights ZeRO-Offload and Gemini send; on CPU ranks the
-// device computes in fp32, so the fp32 copy is the one it reads; moving the bf16 compute
-// copy instead is for the GPU path, issue 14).
-// Lookahead: one segment (the chunk plan's window). From the second step on, before a
-// segment the chunks the next segment of the pass first uses are fetched too when the
-// pool's model states, their weight buffers and the warm-up's peak non-model memory fit
-// the budget; otherwise they are fetched on demand before their segment. (On a CPU rank
-// copies are synchronous: the lookahead moves them earlier, it cannot hide them.)
-// Every op (the timeline's observer) reports the non-model bytes live to the pool, which
-// checks model states + that memory against the budget; the first step traces them.
+// The chunk manager's placement and movement during a step (state: host_chunk.hpp; update and
+// checkpoints: offload_step.cpp), following core's chunk plan to the letter so its copies are the
+// Program's, under the same ids: fetch before a chunk's first use in a pass, evict after its last
+// (the host copy is current), one segment of lookahead once the warm-up steps show it fits. Weights
+// move as fp32 masters (bf16 copies converted on the device): twice the plan's bytes in bf16.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -30,33 +12,19 @@
 #include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/device_spec.hpp"
 #include "tessel/core/error.hpp"
-#include "offload_state.hpp"
-#include "tessel/executor/trainer.hpp"
+#include "chunk_manager.hpp"
 
 namespace tessel::executor {
 
-Trainer::~Trainer() {
-  buckets_.clear();  // their memory goes back to the pool before it goes
-}
-
-BufferMemory* Trainer::model_memory() { return offload_ ? offload_->pool.get() : nullptr; }
-
-int Trainer::segment_of_layer(int layer) const {
-  return offload_ ? offload_->layer_segment[std::size_t(layer)] : -1;
-}
-int Trainer::embedding_segment() const { return offload_ ? offload_->embedding_segment : -1; }
-int Trainer::head_segment() const { return offload_ ? offload_->head_segment : -1; }
-
-OffloadStats Trainer::offload_stats() const {
+OffloadStats ChunkManager::stats() const {
   OffloadStats stats;
-  if (!offload_) return stats;
-  stats.host_to_device_bytes = offload_->last_host_to_device_bytes;
-  stats.device_to_host_bytes = offload_->last_device_to_host_bytes;
-  stats.budget_bytes = offload_->pool->budget_bytes();
-  stats.peak_bytes = offload_->pool->peak_bytes();
-  stats.peak_non_model_bytes = offload_->tracer.peak_non_model_bytes();
-  stats.warm_up_peak_bytes = offload_->warm_up_peak_bytes;
-  stats.prefetched_chunks = offload_->last_prefetches;
+  stats.host_to_device_bytes = last_host_to_device_bytes_;
+  stats.device_to_host_bytes = last_device_to_host_bytes_;
+  stats.budget_bytes = pool_->budget_bytes();
+  stats.peak_bytes = pool_->peak_bytes();
+  stats.peak_non_model_bytes = tracer_.peak_non_model_bytes();
+  stats.warm_up_peak_bytes = warm_up_peak_bytes_;
+  stats.prefetched_chunks = last_prefetches_;
   return stats;
 }
 
@@ -65,7 +33,7 @@ OffloadStats Trainer::offload_stats() const {
 // placement fits but this plan's does not names what this plan needs and that smallest.
 // Either way the number named is a budget the run completes in (offload tests run at it):
 // model states as the chunk plan places them plus the non-model memory the caller gives.
-void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
+void ChunkManager::check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
                                   const std::vector<double>& non_model_bytes_by_stage) {
   if (plan.parallel.offload == OffloadMode::none) return;
   const double budget = device_memory_bytes > 0 ? double(device_memory_bytes)
@@ -95,74 +63,69 @@ void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_by
   }
 }
 
-// Before the weights exist: the chunk plan, the budget (refused before the run when no
-// placement of the model states fits it) and the pool the buckets will draw from.
-void Trainer::offload_setup() {
-  if (plan_.parallel.offload == OffloadMode::none) return;
-  offload_ = std::make_unique<OffloadState>();
-  OffloadState& o = *offload_;
+ChunkManager::ChunkManager(const Plan& plan, int stage_index, int padded_vocab, std::size_t device_memory_bytes,
+                           ProcessGrid& grid, kernels::Backend& backend, OpTimeline& timeline)
+    : plan_(plan), grid_(grid), backend_(backend), timeline_(timeline) {
   // The chunks hold the tables as allocated: with the vocabulary's padding rows.
-  ModelSpec allocated = plan_.model;
-  allocated.vocab = shape_.padded_vocab;
-  o.plan = chunk_plan(allocated, plan_.train, plan_.parallel, stage_index_);
-  check_device_budget(plan_, options_.device_memory_bytes);
-  const std::size_t budget = options_.device_memory_bytes > 0
-                                 ? options_.device_memory_bytes
-                                 : std::size_t(resolve_device(plan_.cluster.device).memory_bytes);
-  o.pool = std::make_unique<DevicePool>(backend_, budget);
-  o.layer_segment.assign(std::size_t(plan_.model.layers), -1);
-  for (std::size_t i = 0; i < o.plan.segments.size(); ++i) {
-    const ChunkSegment& segment = o.plan.segments[i];
-    if (segment.kind == ChunkSegment::Kind::embedding) o.embedding_segment = int(i);
-    else if (segment.kind == ChunkSegment::Kind::head) o.head_segment = int(i);
-    else o.layer_segment[std::size_t(segment.layer)] = int(i);
+  ModelSpec allocated = plan.model;
+  allocated.vocab = padded_vocab;
+  chunk_plan_ = chunk_plan(allocated, plan.train, plan.parallel, stage_index);
+  check_device_budget(plan, device_memory_bytes, {});
+  const std::size_t budget =
+      device_memory_bytes > 0 ? device_memory_bytes : std::size_t(resolve_device(plan.cluster.device).memory_bytes);
+  pool_ = std::make_unique<DevicePool>(backend_, budget);
+  layer_segment_.assign(std::size_t(plan.model.layers), -1);
+  for (std::size_t i = 0; i < chunk_plan_.segments.size(); ++i) {
+    const ChunkSegment& segment = chunk_plan_.segments[i];
+    if (segment.kind == ChunkSegment::Kind::embedding) embedding_segment_ = int(i);
+    else if (segment.kind == ChunkSegment::Kind::head) head_segment_ = int(i);
+    else layer_segment_[std::size_t(segment.layer)] = int(i);
   }
-  timeline_.set_op_observer([&o](std::string_view op) {
-    if (!o.in_step) return;
+  // Every op reports the non-model bytes live to the tracer and the pool.
+  timeline_.set_op_observer([this](std::string_view op) {
+    if (!in_step_) return;
     const std::size_t non_model = Buffer::backend_bytes_live();
-    o.tracer.record(op, non_model);
-    o.pool->enter_op(op, non_model);
+    tracer_.record(op, non_model);
+    pool_->enter_op(op, non_model);
   });
 }
 
 // Before the weights are drawn: each chunk's tensors found in the buckets and its host
 // memory made, so that each bucket's host part can leave the device as it is drawn.
-void Trainer::offload_start() {
-  if (!offload_) return;
-  OffloadState& o = *offload_;
+void ChunkManager::place(GradientBuckets& buckets) {
+  buckets_ = &buckets;
   std::map<std::string, std::pair<int, const TensorSlot*>, std::less<>> slots;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    for (const TensorSlot& t : buckets_[b].layout.tensors) slots[t.name] = {int(b), &t};
+  for (std::size_t b = 0; b < buckets_->size(); ++b) {
+    for (const TensorSlot& t : (*buckets_)[b].layout.tensors) slots[t.name] = {int(b), &t};
   }
-  o.chunks.resize(o.plan.chunks.size());
-  o.evictable.assign(buckets_.size(), true);
-  o.host_optimized.assign(buckets_.size(), false);
-  o.device_optimized.assign(buckets_.size(), false);
-  o.held.assign(buckets_.size(), 0);
+  chunks_.resize(chunk_plan_.chunks.size());
+  evictable_.assign(buckets_->size(), true);
+  device_optimized_.assign(buckets_->size(), false);
+  held_.assign(buckets_->size(), 0);
   std::size_t placed = 0;
-  for (const ChunkTensor& tensor : o.plan.tensors) {
+  for (const ChunkTensor& tensor : chunk_plan_.tensors) {
     const auto it = slots.find(tensor.name);
     if (it == slots.end() || std::int64_t(it->second.second->size()) != tensor.elements) {
       throw Error(fmt::format("internal: the chunk plan's tensor {} ({} elements) is not a tensor of this rank's buckets",
                               tensor.name, tensor.elements));
     }
-    const Chunk& chunk = o.plan.chunks[std::size_t(tensor.chunk)];
+    const Chunk& chunk = chunk_plan_.chunks[std::size_t(tensor.chunk)];
     const int b = it->second.first;
-    HostChunk& h = o.chunks[std::size_t(tensor.chunk)];
+    HostChunk& h = chunks_[std::size_t(tensor.chunk)];
     h.pieces.push_back({b, it->second.second->offset, std::size_t(tensor.offset), std::size_t(tensor.elements)});
     if (std::find(h.buckets.begin(), h.buckets.end(), b) == h.buckets.end()) h.buckets.push_back(b);
-    if (!chunk.host_resident) o.evictable[std::size_t(b)] = false;
-    (chunk.optimizer_on_host ? o.host_optimized : o.device_optimized)[std::size_t(b)] = true;
+    if (!chunk.host_resident) evictable_[std::size_t(b)] = false;
+    if (!chunk.optimizer_on_host) device_optimized_[std::size_t(b)] = true;
     ++placed;
   }
   std::size_t tensors = 0;
-  for (const BucketState& b : buckets_) tensors += b.layout.tensors.size();
+  for (const GradientBucket& b : *buckets_) tensors += b.layout.tensors.size();
   if (placed != tensors) {
     throw Error(fmt::format("internal: the chunk plan places {} tensors, this rank's buckets hold {}", placed, tensors));
   }
-  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
-    const Chunk& chunk = o.plan.chunks[c];
-    HostChunk& h = o.chunks[c];
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const Chunk& chunk = chunk_plan_.chunks[c];
+    HostChunk& h = chunks_[c];
     const std::size_t capacity = std::size_t(chunk.capacity_elements);
     if (chunk.host_resident || chunk.optimizer_on_host) h.weights.assign(backend_, capacity);
     if (chunk.optimizer_on_host) {
@@ -173,34 +136,27 @@ void Trainer::offload_start() {
 
 // A bucket's weights are drawn: its spans in host chunks go to host memory, and a bucket
 // whose every tensor lives on the host leaves the device until fetched.
-void Trainer::offload_bucket_drawn(int bucket) {
-  if (!offload_) return;
-  OffloadState& o = *offload_;
-  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
-    const HostChunk& h = o.chunks[c];
+void ChunkManager::bucket_drawn(int bucket) {
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const HostChunk& h = chunks_[c];
     const bool here = std::find(h.buckets.begin(), h.buckets.end(), bucket) != h.buckets.end();
     if (here && !h.weights.empty()) download_chunk_weights(int(c), false, bucket);
   }
-  if (o.evictable[std::size_t(bucket)] && o.held[std::size_t(bucket)] == 0) release_weights(bucket);
+  if (evictable_[std::size_t(bucket)] && held_[std::size_t(bucket)] == 0) release_weights(bucket);
 }
 
-// Every bucket drawn: the budget holds from here on, inside steps and out.
-void Trainer::offload_started() {
-  if (offload_) offload_->pool->set_enforcing(true);
-}
-
-void Trainer::acquire_weights(int bucket) {
-  BucketState& b = buckets_[std::size_t(bucket)];
-  if (shards_weights(b)) {
-    if (b.param_shard.empty()) b.param_shard.assign(shard_size(b), 0.0f);
+void ChunkManager::acquire_weights(int bucket) {
+  GradientBucket& b = (*buckets_)[std::size_t(bucket)];
+  if (b.shards_weights()) {
+    if (b.param_shard.empty()) b.param_shard.assign(b.shard_size(), 0.0f);
   } else if (b.params.empty()) {
     b.params.assign(b.layout.padded_size, 0.0f);
   }
 }
 
-void Trainer::release_weights(int bucket) {
-  BucketState& b = buckets_[std::size_t(bucket)];
-  (shards_weights(b) ? b.param_shard : b.params).release();
+void ChunkManager::release_weights(int bucket) {
+  GradientBucket& b = (*buckets_)[std::size_t(bucket)];
+  (b.shards_weights() ? b.param_shard : b.params).release();
   b.params_compute.release();
 }
 
@@ -216,17 +172,17 @@ std::pair<std::size_t, std::size_t> overlap(std::size_t lo, std::size_t size, st
 // where ZeRO-3 shards the weights, or `owned_only`): fn(device floats, host floats,
 // count); returns the bytes. Upload and download walk the same spans.
 template <class Move>
-double Trainer::for_each_chunk_weight_span(int chunk, bool owned_only, Move move, int only_bucket) {
+double ChunkManager::for_each_chunk_weight_span(int chunk, bool owned_only, Move move, int only_bucket) {
   double bytes = 0;
-  HostChunk& h = offload_->chunks[std::size_t(chunk)];
+  HostChunk& h = chunks_[std::size_t(chunk)];
   for (const ChunkPiece& piece : h.pieces) {
     if (only_bucket >= 0 && piece.bucket != only_bucket) continue;
-    BucketState& b = buckets_[std::size_t(piece.bucket)];
-    const bool owned = owned_only || shards_weights(b);
-    const auto [from, to] = owned ? overlap(piece.bucket_offset, piece.size, owned_offset(b), owned_size(b))
+    GradientBucket& b = (*buckets_)[std::size_t(piece.bucket)];
+    const bool owned = owned_only || b.shards_weights();
+    const auto [from, to] = owned ? overlap(piece.bucket_offset, piece.size, b.owned_offset(), b.owned_size())
                                   : std::pair{piece.bucket_offset, piece.bucket_offset + piece.size};
     if (from == to) continue;
-    float* device = owned ? owned_params(b) + (from - owned_offset(b)) : b.params.f32() + from;
+    float* device = owned ? b.owned_params() + (from - b.owned_offset()) : b.params.f32() + from;
     float* host = h.weights.data() + piece.chunk_offset + (from - piece.bucket_offset);
     move(device, host, to - from);
     bytes += double(to - from) * sizeof(float);
@@ -234,7 +190,7 @@ double Trainer::for_each_chunk_weight_span(int chunk, bool owned_only, Move move
   return bytes;
 }
 
-double Trainer::upload_chunk_weights(int chunk, bool owned_only) {
+double ChunkManager::upload_chunk_weights(int chunk, bool owned_only) {
   const double bytes = for_each_chunk_weight_span(chunk, owned_only, [&](float* device, float* host, std::size_t n) {
     backend_.upload(Stream::copy, device, host, n * sizeof(float));
   });
@@ -242,7 +198,7 @@ double Trainer::upload_chunk_weights(int chunk, bool owned_only) {
   return bytes;
 }
 
-double Trainer::download_chunk_weights(int chunk, bool owned_only, int only_bucket) {
+double ChunkManager::download_chunk_weights(int chunk, bool owned_only, int only_bucket) {
   const double bytes = for_each_chunk_weight_span(
       chunk, owned_only, [&](float* device, float* host, std::size_t n) {
         backend_.download(Stream::copy, host, device, n * sizeof(float));
@@ -252,102 +208,95 @@ double Trainer::download_chunk_weights(int chunk, bool owned_only, int only_buck
   return bytes;
 }
 
-void Trainer::offload_fetch(int chunk, int mb, ops::Phase phase) {
-  OffloadState& o = *offload_;
-  HostChunk& h = o.chunks[std::size_t(chunk)];
+void ChunkManager::fetch_chunk(int chunk, int mb, ops::Phase phase) {
+  HostChunk& h = chunks_[std::size_t(chunk)];
   auto timed = timeline_.time(ops::chunk_copy_id(mb, chunk, phase, ops::offload_fetch), Stream::copy);
   for (int b : h.buckets) {
     acquire_weights(b);
-    ++o.held[std::size_t(b)];
+    ++held_[std::size_t(b)];
   }
   ++h.fetched;
-  o.host_to_device_bytes += upload_chunk_weights(chunk, false);
-  for (int b : h.buckets) refresh_compute_weights(buckets_[std::size_t(b)]);  // bf16 GEMMs on a GPU
+  host_to_device_bytes_ += upload_chunk_weights(chunk, false);
+  for (int b : h.buckets) buckets_->refresh_compute_weights((*buckets_)[std::size_t(b)]);  // bf16 GEMMs on a GPU
 }
 
 // The bytes of weight buffers a prefetch of `chunk` would add to the pool, when the
 // warm-up's peak plus those already prefetched for the same segment leave room for
 // them; nullopt where they do not fit.
-std::optional<std::size_t> Trainer::room_to_prefetch(int chunk) const {
-  const OffloadState& o = *offload_;
+std::optional<std::size_t> ChunkManager::room_to_prefetch(int chunk) const {
   std::size_t adds = 0;
-  for (int bucket : o.chunks[std::size_t(chunk)].buckets) {
-    const BucketState& b = buckets_[std::size_t(bucket)];
-    const bool allocated = shards_weights(b) ? !b.param_shard.empty() : !b.params.empty();
-    if (!allocated) adds += (shards_weights(b) ? shard_size(b) : b.layout.padded_size) * sizeof(float);
+  for (int bucket : chunks_[std::size_t(chunk)].buckets) {
+    const GradientBucket& b = (*buckets_)[std::size_t(bucket)];
+    const bool allocated = b.shards_weights() ? !b.param_shard.empty() : !b.params.empty();
+    if (!allocated) adds += (b.shards_weights() ? b.shard_size() : b.layout.padded_size) * sizeof(float);
   }
-  if (o.warm_up_peak_bytes + o.prefetched_bytes + adds > o.pool->budget_bytes()) return std::nullopt;
+  if (warm_up_peak_bytes_ + prefetched_bytes_ + adds > pool_->budget_bytes()) return std::nullopt;
   return adds;
 }
 
-void Trainer::offload_before_segment(int segment, int mb, ops::Phase phase) {
-  if (!offload_) return;
-  OffloadState& o = *offload_;
+void ChunkManager::before_segment(int segment, int mb, ops::Phase phase) {
   const ops::Phase pass = phase == ops::Phase::bwd ? ops::Phase::bwd : ops::Phase::fwd;
   const std::int64_t key = (std::int64_t(step_) * 1'000'000 + mb) * 2 + (pass == ops::Phase::bwd ? 1 : 0);
   auto fetch = [&](int chunk) {
-    o.chunks[std::size_t(chunk)].fetched_for = key;
-    offload_fetch(chunk, mb, phase);
+    chunks_[std::size_t(chunk)].fetched_for = key;
+    fetch_chunk(chunk, mb, phase);
   };
-  for (int chunk : o.plan.fetches_before(segment, pass)) {
-    if (o.chunks[std::size_t(chunk)].fetched_for != key) fetch(chunk);
+  for (int chunk : chunk_plan_.fetches_before(segment, pass)) {
+    if (chunks_[std::size_t(chunk)].fetched_for != key) fetch(chunk);
   }
   // Lookahead: one segment, the next in this pass on the same pipeline chunk (the chunk
   // plan's prefetch window), once the warm-up has traced the non-model memory, and only
   // where the room the trace leaves holds the chunk.
-  o.prefetched_bytes = 0;  // what was issued ahead for this segment is now its own
+  prefetched_bytes_ = 0;  // what was issued ahead for this segment is now its own
   const int next = segment + (pass == ops::Phase::fwd ? 1 : -1);
-  if (o.warm_up_steps_left > 0 || next < 0 || next >= int(o.plan.segments.size()) ||
-      o.plan.segments[std::size_t(next)].virtual_chunk != o.plan.segments[std::size_t(segment)].virtual_chunk) {
+  if (warm_up_steps_left_ > 0 || next < 0 || next >= int(chunk_plan_.segments.size()) ||
+      chunk_plan_.segments[std::size_t(next)].virtual_chunk != chunk_plan_.segments[std::size_t(segment)].virtual_chunk) {
     return;
   }
-  for (int chunk : o.plan.fetches_before(next, pass)) {
-    if (o.chunks[std::size_t(chunk)].fetched_for == key) continue;
+  for (int chunk : chunk_plan_.fetches_before(next, pass)) {
+    if (chunks_[std::size_t(chunk)].fetched_for == key) continue;
     const std::optional<std::size_t> adds = room_to_prefetch(chunk);
     if (!adds) continue;
     fetch(chunk);
-    o.prefetched_bytes += *adds;
-    ++o.prefetches;
+    prefetched_bytes_ += *adds;
+    ++prefetches_;
   }
 }
 
-void Trainer::offload_after_segment(int segment, ops::Phase phase) {
-  if (!offload_) return;
-  OffloadState& o = *offload_;
-  for (std::size_t c = 0; c < o.chunks.size(); ++c) {
-    const Chunk& chunk = o.plan.chunks[c];
-    HostChunk& h = o.chunks[c];
+void ChunkManager::after_segment(int segment, ops::Phase phase) {
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const Chunk& chunk = chunk_plan_.chunks[c];
+    HostChunk& h = chunks_[c];
     const int last_use = phase == ops::Phase::bwd ? chunk.first_segment : chunk.last_segment;
     if (!chunk.host_resident || h.fetched == 0 || last_use != segment) continue;
     --h.fetched;
     for (int b : h.buckets) {
-      if (--o.held[std::size_t(b)] == 0 && o.evictable[std::size_t(b)]) release_weights(b);
+      if (--held_[std::size_t(b)] == 0 && evictable_[std::size_t(b)]) release_weights(b);
     }
   }
 }
 
-void Trainer::offload_step_boundary(bool starting) {
-  if (!offload_) return;
-  OffloadState& o = *offload_;
-  if (starting) {
-    o.host_to_device_bytes = o.device_to_host_bytes = 0;
-    o.prefetches = 0;
-    o.in_step = true;
-    return;
-  }
-  o.in_step = false;
+void ChunkManager::step_started(int step) {
+  step_ = step;
+  host_to_device_bytes_ = device_to_host_bytes_ = 0;
+  prefetches_ = 0;
+  in_step_ = true;
+}
+
+void ChunkManager::step_finished() {
+  in_step_ = false;
   // What the update allocated after the last op (the step's scalars) stays live.
-  o.tracer.record("step/end", Buffer::backend_bytes_live());
+  tracer_.record("step/end", Buffer::backend_bytes_live());
   // Two warm-up steps: the first allocates the optimizer's states at its update, so the
   // second is the steady state later steps repeat.
-  if (o.warm_up_steps_left > 0) {
-    o.warm_up_peak_bytes = std::max(o.warm_up_peak_bytes, o.pool->peak_bytes());
-    --o.warm_up_steps_left;
+  if (warm_up_steps_left_ > 0) {
+    warm_up_peak_bytes_ = std::max(warm_up_peak_bytes_, pool_->peak_bytes());
+    --warm_up_steps_left_;
   }
-  o.tracer.finish();  // the first step traced the non-model memory
-  o.last_host_to_device_bytes = o.host_to_device_bytes;
-  o.last_device_to_host_bytes = o.device_to_host_bytes;
-  o.last_prefetches = o.prefetches;
+  tracer_.finish();  // the first step traced the non-model memory
+  last_host_to_device_bytes_ = host_to_device_bytes_;
+  last_device_to_host_bytes_ = device_to_host_bytes_;
+  last_prefetches_ = prefetches_;
 }
 
 }  // namespace tessel::executor

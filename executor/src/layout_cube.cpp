@@ -1,25 +1,8 @@
-// 3D tensor parallelism over a q x q x q cube (Bian et al. 2021, as Colossal-AI builds
-// it): rank (i, j, k) = (grid row, grid column, depth) holds 1/P of every activation and
-// weight as pieces, and gathers what one multiplication needs.
-//   layout A (the residual stream, layer norms): token block i q + j of T / q^2 tokens,
-//            feature block k
-//   layout B (attention, the MLP's middle):      token block i q + k, feature block j
-//   linear   A -> B (qkv, fc1, the LM head): all-gather the input over the row (its q
-//            token sub-blocks), all-gather the weight pieces down the column, multiply
-//            [T/q x in/q] x [in/q x out/q], reduce-scatter the partial product over the
-//            depth; B -> A (proj, fc2) swaps the row and depth axes. The gathered input
-//            is kept for the backward (activations P^(2/3), the seed's table); the
-//            weight is gathered again there.
-//   layer norm: row statistics summed over the depth axis (layout A)
-//   attention: local in layout B (whole sequences, a group of heads)
-//   embedding: the tied table's hidden block k gathered down the column and along the
-//            row, each rank looking its own tokens up; the LM head is an A -> B linear
-//            with weight E^T and the loss reduces over the row (vocabulary blocks)
-// Vectors are cut by their feature axis and copied over the other two; their gradients
-// are summed over those (Bucket::partial_first).
-// LLaMA shapes: k and v heads are cut over the grid columns like the query heads (qkv's
-// unequal column groups), RMSNorm runs as split_norm's RMS form, the untied lm_head is
-// cut like the token table, and absent biases and positions are skipped.
+// 3D tensor parallelism over a q x q x q cube (Bian et al. 2021, as Colossal-AI builds it): rank
+// (i, j, k) holds 1/P of every activation and weight and gathers what one product needs. Layout A
+// (residual stream) is token block i q + j x feature block k, layout B (attention, MLP middle)
+// token block i q + k x feature block j; a linear gathers, multiplies and reduce-scatters,
+// swapping A and B. Norms, embedding, head and LLaMA shapes: docs/EXECUTOR.md, "3D".
 #include <tuple>
 
 #include "layout_impl.hpp"

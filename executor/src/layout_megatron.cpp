@@ -1,20 +1,8 @@
-// Megatron-LM's 1D tensor parallelism (Shoeybi et al. 2019), with its sequence parallel
-// (Korthikanti et al. 2022):
-//   qkv, fc1        column-parallel: each rank its heads / its ffn columns; with sequence
-//                   parallel the norm's rows are all-gathered first
-//   proj, fc2       row-parallel: partial outputs summed over the group (all-reduce, or
-//                   reduce-scatter over token rows with sequence parallel)
-//   embedding, head vocab-parallel: each rank its rows of the tied table (padded,
-//                   checkpoint_weights.hpp); the cross-entropy reduces max, sum and
-//                   target logit over the group; with tp = 1 it is the fused op
-// Norms, the late biases and the positions are whole on every rank; with sequence
-// parallel their gradients are partial sums over the group (the bucket's partial prefix).
-// LLaMA shapes: RMSNorm, no biases, no positions (RoPE is in the attention core), k and v
-// with kv_heads heads cut over the group like q (kv_heads divisible by tp), and an
-// untied LM head "lm_head" cut by vocabulary rows like the embedding.
-// tp = 1 is the trivial case: no message at all.
-// Rows are whole on every rank, so the attention half's residual add and the MLP norm run
-// as one kernel (residual_layer_norm_forward); the grid and cube layouts cannot fuse them.
+// Megatron-LM's 1D tensor parallelism (Shoeybi et al. 2019) with its sequence parallel
+// (Korthikanti et al. 2022): qkv and fc1 column-parallel, proj and fc2 row-parallel (all-reduce,
+// or reduce-scatter with sequence parallel), embedding and head vocab-parallel; tp = 1 sends
+// nothing. Rows are whole on every rank, so the residual add and the MLP norm fuse into one
+// kernel (residual_layer_norm_forward), which the grid and cube layouts cannot do.
 #include "layout_impl.hpp"
 #include "tessel/core/block_ops.hpp"
 

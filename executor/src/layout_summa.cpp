@@ -1,28 +1,8 @@
-// 2D tensor parallelism over a q x q grid (Optimus, Xu et al. 2021): rank (r, c) holds
-// activations as blocks [token block r (whole sequences) x feature block c] and weights
-// as blocks [input block r x output block c], so both fall as 1/q^2 per rank.
-//   linear layers   SUMMA (van de Geijn and Watts 1997): q steps, each broadcasting an
-//                   activation block along the row and a weight block down the column;
-//                   the backward broadcasts the other operand and reduces partial
-//                   products to their owners, the same bytes and messages again twice
-//                   (as the planner counts)
-//   layer norm      row statistics summed over the grid row (two all-reduces each way)
-//   attention       local: a rank's feature block is a group of heads, its token block
-//                   whole sequences
-//   embedding       each rank looks up its vocabulary block for every token of the
-//                   micro-batch; a reduce-scatter down the column gives each its tokens
-//   LM head         logits^T = E X^T with the tied table in the same blocks: X blocks
-//                   broadcast down the columns, partial products reduced along the rows,
-//                   so rank (r, c) holds vocabulary block r of token block c; the
-//                   cross-entropy reduces over the column
-// Norms, biases and positions are cut by columns and copied down the column; their
-// gradients are summed down it once per step (the bucket's partial prefix).
-// 2.5D (Tesseract, Wang et al. 2021) is this on each of d depth layers, layer k taking
-// the k-th 1/d of the micro-batch's sequences; the depth layers hold the same weights,
-// whose gradients are summed over the depth once per step.
-// LLaMA shapes: k and v heads are cut over the grid columns like the query heads (qkv's
-// unequal column groups), RMSNorm runs as split_norm's RMS form, the untied lm_head is
-// cut like the token table, and absent biases and positions are skipped.
+// 2D tensor parallelism over a q x q grid (Optimus, Xu et al. 2021): rank (r, c) holds activation
+// blocks [token block r x feature block c] and weight blocks [input r x output c], 1/q^2 each.
+// Linears run SUMMA (van de Geijn and Watts 1997): q steps broadcasting along rows and down
+// columns, the backward twice the bytes, as the planner counts. 2.5D (Tesseract, Wang et al. 2021)
+// runs this on d depth layers; norms, embedding and head: docs/EXECUTOR.md, "2D".
 #include "layout_impl.hpp"
 
 namespace tessel::executor {

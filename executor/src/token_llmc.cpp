@@ -1,9 +1,7 @@
-// llm.c's token shards, as dev/data/data_common.py (write_datafile) in karpathy/llm.c
-// writes them and train_gpt2.c's dataloader reads them: a header of 256 little-endian
-// int32 (header[0] the magic, header[1] the version, header[2] the token count, the rest
-// zero), then the ids. Two kinds exist: magic 20240520 version 1 with uint16 ids (GPT-2's
-// tokeniser) and magic 20240801 version 7 with uint32 ids (Llama 3's). The count in the
-// header must match the bytes that follow it, so a shard cut short is caught.
+// llm.c's token shards, as karpathy/llm.c's dev/data/data_common.py writes them and
+// train_gpt2.c reads them: 256 little-endian int32 of header (magic, version, token count, zeros),
+// then the ids: magic 20240520 version 1 with uint16 ids (GPT-2), 20240801 version 7 with uint32
+// (Llama 3). The header's count must match the bytes after it, so a short shard is caught.
 #include <cstdlib>
 #include <cstring>
 

@@ -1,15 +1,8 @@
-// Megatron-LM's indexed dataset (megatron/core/datasets/indexed_dataset.py in
-// NVIDIA/Megatron-LM, _IndexWriter and _IndexReader): PREFIX.bin holds the ids of every
-// sequence back to back; PREFIX.idx describes them, little-endian:
-//   9 bytes "MMIDIDX\0\0", uint64 version (1), uint8 dtype code (DType: 1 uint8, 2 int8,
-//   3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16), uint64 sequence count S,
-//   uint64 document count D, int32 sizes[S] (ids per sequence), int64 pointers[S] (byte
-//   offset of each sequence in .bin), int64 document_indices[D] (sequence index where each
-//   document starts, 0 first, S last), and for multimodal sets int8 modes[S].
-// tessel trains on the ids of all sequences in order: documents are concatenated, and the
-// end-of-document token is whatever the tokeniser wrote (Megatron's preprocess_data.py
-// appends one with --append-eod). The writer lays sequences out contiguously, so the
-// index is checked against that layout and the whole .bin is one span.
+// Megatron-LM's indexed dataset (megatron/core/datasets/indexed_dataset.py, _IndexWriter and
+// _IndexReader): PREFIX.bin holds every sequence's ids back to back, PREFIX.idx ("MMIDIDX\0\0",
+// version, dtype code, sequence and document counts, sizes, pointers, document indices) describes
+// them. tessel trains on all sequences in order, documents concatenated with whatever EOD the
+// tokeniser wrote; the index is checked against a contiguous layout, so .bin is one span.
 #include <cstring>
 
 #include <string>

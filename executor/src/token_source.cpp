@@ -138,7 +138,7 @@ std::optional<TokenSource::OutOfRange> TokenSource::first_out_of_range(
 }
 
 void check_token_data(const TokenSource& tokens, std::int64_t vocab, int global_batch, int seq) {
-  // Text keeps the loader's own minimum of one window, as before token files; a token
+  // Text needs only the loader's own minimum of one window (it wraps around); a token
   // corpus must hold a whole first global batch so that step 1 repeats no window.
   const bool text = tokens.format() == TokenFormat::text;
   const std::uint64_t needed = (text ? 1 : std::uint64_t(global_batch)) * std::uint64_t(seq) + 1;

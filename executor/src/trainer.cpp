@@ -1,16 +1,22 @@
-// The trainer's construction and its step driver: which layers, buckets and pipeline
-// steps this rank has, and one step from the data to the update.
+// The trainer's checks of a plan, its construction (which objects this rank's stage
+// needs) and its step, which reads top to bottom: the batch, the pipeline's forward and
+// backward passes with their gradient syncs, the optimizer, the step's scalars.
 #include "tessel/executor/trainer.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
-#include <fmt/format.h>
-
+#include "checkpoint_io.hpp"
+#include "chunk_manager.hpp"
+#include "gradient_buckets.hpp"
+#include "pipeline_runner.hpp"
+#include "sharded_optimizer.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
-#include "offload_state.hpp"
+#include "whole_model.hpp"
 
 namespace tessel::executor {
 
@@ -18,9 +24,10 @@ void Trainer::check(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   // Numerics that do not change the cost but do change the model: run only what is computed.
   if (!plan.model.rope_scaling.empty()) {
-    throw Error(fmt::format("model.rope_scaling: {} RoPE scaling is not computed by the executor (it rotates by "
-                            "rope_theta alone); plan and estimate price the model, run refuses it",
-                            plan.model.rope_scaling));
+    throw Error(
+        fmt::format("model.rope_scaling: {} RoPE scaling is not computed by the executor (it rotates by "
+                    "rope_theta alone); plan and estimate price the model, run refuses it",
+                    plan.model.rope_scaling));
   }
   // Refused rather than run exposed: the executor's tensor-parallel collectives (MPI on
   // CPU ranks, NCCL on GPUs) run between its GEMMs, never pipelined with them, so a run
@@ -28,14 +35,16 @@ void Trainer::check(const Plan& plan) {
   // calibration would set that measurement against the overlapped prediction. The same
   // plan with tp_comm_overlap false computes the same math and is measured as predicted.
   if (p.tp_comm_overlap) {
-    throw Error("parallel.tp_comm_overlap: the executor runs its tensor-parallel collectives between its GEMMs, "
-                "not pipelined with them; run the plan with tp_comm_overlap false (the same math)");
+    throw Error(
+        "parallel.tp_comm_overlap: the executor runs its tensor-parallel collectives between its GEMMs, "
+        "not pipelined with them; run the plan with tp_comm_overlap false (the same math)");
   }
   // selective-op is torchtitan's policy, priced so that its published runs can be read;
   // the executor checkpoints whole layers or the attention core.
   if (p.recompute == Recompute::selective_op) {
-    throw Error("parallel.recompute: the executor runs none, selective and full; selective-op (torchtitan's op-level "
-                "policy) is priced by the planner and the simulator only");
+    throw Error(
+        "parallel.recompute: the executor runs none, selective and full; selective-op (torchtitan's op-level "
+        "policy) is priced by the planner and the simulator only");
   }
   if (p.tp > 1 && p.tp_mode != TpMode::d1) {
     const int q = p.tp_grid_side();
@@ -45,15 +54,17 @@ void Trainer::check(const Plan& plan) {
       throw Error(fmt::format("parallel.sp: tp_mode {} runs with sp 1 in the executor, got {}", mode, p.sp));
     }
     if (p.micro_batch % blocks != 0) {
-      throw Error(fmt::format("parallel.micro_batch: tp_mode {} gives each of its {} token blocks whole sequences; "
-                              "micro_batch {} is not divisible by {}",
-                              mode, blocks, p.micro_batch, blocks));
+      throw Error(
+          fmt::format("parallel.micro_batch: tp_mode {} gives each of its {} token blocks whole sequences; "
+                      "micro_batch {} is not divisible by {}",
+                      mode, blocks, p.micro_batch, blocks));
     }
   }
   if (p.offload != OffloadMode::none && plan.model.moe.enabled()) {
-    throw Error(fmt::format("parallel.offload: the chunk manager does not hold Mixture-of-Experts experts' buckets; "
-                            "offload must be none for model {} (moe)",
-                            plan.model.name));
+    throw Error(
+        fmt::format("parallel.offload: the chunk manager does not hold Mixture-of-Experts experts' buckets; "
+                    "offload must be none for model {} (moe)",
+                    plan.model.name));
   }
   if (p.offload != OffloadMode::none && plan.train.optimizer != Optimizer::adamw) {
     throw Error(fmt::format("train.optimizer: with parallel.offload {} the host optimizer runs adamw only, got {}",
@@ -74,26 +85,29 @@ void Trainer::check_model_shape(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   const ModelSpec& m = plan.model;
   const bool gpt2 = m.activation == Activation::gelu && m.norm == Norm::layernorm &&
-                    m.position_embedding == PositionEmbedding::learned && m.tied_embeddings &&
-                    m.kv_heads == m.heads && m.bias;
+                    m.position_embedding == PositionEmbedding::learned && m.tied_embeddings && m.kv_heads == m.heads &&
+                    m.bias;
   const bool llama = m.activation == Activation::swiglu && m.norm == Norm::rmsnorm &&
                      m.position_embedding == PositionEmbedding::rope && !m.tied_embeddings && !m.bias;
   if (m.moe.enabled()) check_moe(plan);
   if (!gpt2 && !llama) {
-    throw Error(fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "
-                            "tied embeddings, biases, kv_heads == heads) or LLaMA-shaped ones (swiglu, rmsnorm, rope, "
-                            "untied embeddings, no biases)",
-                            m.name));
+    throw Error(
+        fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "
+                    "tied embeddings, biases, kv_heads == heads) or LLaMA-shaped ones (swiglu, rmsnorm, rope, "
+                    "untied embeddings, no biases)",
+                    m.name));
   }
   if (p.tp > 1 && p.tp_mode != TpMode::d1 && m.kv_heads % p.tp_grid_side() != 0) {
-    throw Error(fmt::format("model.kv_heads: {} is not divisible by the {} grid side {} (the key and value heads are "
-                            "split over the grid columns)",
-                            m.kv_heads, to_string(p.tp_mode), p.tp_grid_side()));
+    throw Error(
+        fmt::format("model.kv_heads: {} is not divisible by the {} grid side {} (the key and value heads are "
+                    "split over the grid columns)",
+                    m.kv_heads, to_string(p.tp_mode), p.tp_grid_side()));
   }
   if (p.tp > 1 && p.tp_mode == TpMode::d1 && m.kv_heads % p.tp != 0) {
-    throw Error(fmt::format("model.kv_heads: {} is not divisible by parallel.tp {} (1d tensor parallelism splits the "
-                            "key and value heads)",
-                            m.kv_heads, p.tp));
+    throw Error(
+        fmt::format("model.kv_heads: {} is not divisible by parallel.tp {} (1d tensor parallelism splits the "
+                    "key and value heads)",
+                    m.kv_heads, p.tp));
   }
 }
 
@@ -104,14 +118,16 @@ void Trainer::check_moe(const Plan& plan) {
   const ParallelConfig& p = plan.parallel;
   const ModelSpec& m = plan.model;
   if (p.tp > 1 && p.tp_mode != TpMode::d1) {
-    throw Error(fmt::format("parallel.tp_mode: the executor runs Mixture-of-Experts models in 1d tensor parallelism "
-                            "only (the planner refuses the grids with MoE too), got {}",
-                            to_string(p.tp_mode)));
+    throw Error(
+        fmt::format("parallel.tp_mode: the executor runs Mixture-of-Experts models in 1d tensor parallelism "
+                    "only (the planner refuses the grids with MoE too), got {}",
+                    to_string(p.tp_mode)));
   }
   if (p.sp != 1) {
-    throw Error(fmt::format("parallel.sp: the executor does not run ring self-attention with Mixture-of-Experts "
-                            "models (each rank would route a block of every sequence), got sp {}",
-                            p.sp));
+    throw Error(
+        fmt::format("parallel.sp: the executor does not run ring self-attention with Mixture-of-Experts "
+                    "models (each rank would route a block of every sequence), got sp {}",
+                    p.sp));
   }
   if (plan.train.precision != Precision::fp32) {
     throw Error(fmt::format("train.precision: the executor trains Mixture-of-Experts models in fp32, got {}",
@@ -144,89 +160,52 @@ Trainer::Trainer(const Plan& plan, ProcessGrid& grid, DataLoader loader, const T
   compute_ = options.compute.value_or(backend.default_compute_type(bf16));
   storage_ = bf16 ? DType::bf16 : DType::f32;
   if (compute_ == DType::bf16) storage_ = DType::bf16;
-  packs_activations_ = storage_ != compute_;
   micro_batches_ = loader_.sequences_per_rank() / p.micro_batch;
-  stages_ = p.pp;
-  stage_index_ = grid.coordinates().pp;
-  chunks_ = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-  group_ = grid.gradients().size();
-  group_rank_ = std::size_t(grid.gradients().rank());
-  schedule_ = pipeline_schedule(p.schedule, stage_index_, stages_, micro_batches_, chunks_);
   build_stage(grid);
-  offload_setup();
-  build_buckets();
-  offload_start();
-  initialise_weights();
-  offload_started();
-  allocate_activations();
-  for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
-  for (Buffer* b : {&loss_sum_, &norm_sq_}) b->bind(backend_, DType::f64);
-  for (Buffer* b : {&gathered_weights_, &layer_grads_, &shard_scratch_, &clip_factor_, &piece_norms_,
-                    &gathered_experts_, &expert_grads_}) {
-    b->bind(backend_, DType::f32);
+  if (p.offload != OffloadMode::none) {
+    chunk_manager_ = std::make_unique<ChunkManager>(plan_, grid.coordinates().pp, shape_.padded_vocab,
+                                                    options.device_memory_bytes, grid_, backend_, timeline_);
   }
-  gathered_compute_.bind(backend_, compute_);
-  // ZeRO 3's gathered layer is weights on the device; its whole-layer gradient, gradients.
-  for (Buffer* b : {&gathered_weights_, &gathered_compute_}) b->set_category(MemoryCategory::parameters);
-  layer_grads_.set_category(MemoryCategory::gradients);
+  buckets_ = std::make_unique<GradientBuckets>(plan_, grid_, stage_->layout(), shape_, backend_, compute_, timeline_,
+                                               chunk_manager_ ? chunk_manager_->model_memory() : nullptr);
+  if (chunk_manager_) chunk_manager_->place(*buckets_);
+  initialise_weights();
+  if (chunk_manager_) chunk_manager_->start_enforcing();  // every bucket drawn: the budget holds from here on
+  optimizer_ = std::make_unique<ShardedOptimizer>(plan_, options_, grid_, *buckets_, shape_, backend_);
+  pipeline_ = std::make_unique<PipelineRunner>(plan_, grid_, *stage_, *buckets_, chunk_manager_.get(), shape_,
+                                               micro_batches_, backend_, timeline_, compute_, storage_);
+  whole_model_ = std::make_unique<WholeModel>(plan_, grid_, *buckets_, chunk_manager_.get(), backend_);
+  checkpoints_ = std::make_unique<CheckpointIO>(plan_, grid_, *buckets_, chunk_manager_.get(), vocab_multiple_,
+                                                shape_.padded_vocab);
+  for (Buffer* b : {&tokens_, &targets_}) b->bind(backend_, DType::i32, MemoryCategory::activations);
+  loss_sum_.bind(backend_, DType::f64);
   // Every rank's timeline starts together.
   backend_.synchronize();
   grid.world().barrier();
   timeline_.reset_origin();
 }
 
+// The members go in reverse order: the buckets give their memory back to the chunk
+// manager's pool before it goes.
+Trainer::~Trainer() = default;
+
 void Trainer::build_stage(const ProcessGrid& grid) {
   const ParallelConfig& p = plan_.parallel;
   // The gather of checkpoints reads the same shape (with the checkpoint's vocab_multiple).
   vocab_multiple_ = options_.vocab_multiple > 0 ? options_.vocab_multiple : backend_.gemm_width_multiple();
   shape_ = stage_shape_of(plan_, grid.coordinates(), vocab_multiple_);
-  LayoutContext context{plan_.model,
-                        shape_,
-                        p.micro_batch,
-                        plan_.seq_len() / p.sp,
-                        StageComms{grid_.tp(), grid_.sp(), grid_.tp_row(), grid_.tp_col(), grid_.tp_depth(),
-                                   &grid_.expert_parallel()},
-                        backend_,
-                        timeline_,
-                        compute_};
+  LayoutContext context{
+      plan_.model,
+      shape_,
+      p.micro_batch,
+      plan_.seq_len() / p.sp,
+      StageComms{grid_.tp(), grid_.sp(), grid_.tp_row(), grid_.tp_col(), grid_.tp_depth(), &grid_.expert_parallel()},
+      backend_,
+      timeline_,
+      compute_};
   stage_ = std::make_unique<GptStage>(
       std::move(context), plan_.train.kernels == Kernels::fused ? AttentionForm::fused : AttentionForm::materialized,
       options_.moe_aux_coefficient);
-}
-
-void Trainer::build_buckets() {
-  const ModelSpec& model = plan_.model;
-  bucket_of_layer_.assign(std::size_t(model.layers), -1);
-  expert_bucket_of_layer_.assign(std::size_t(model.layers), -1);
-  for (Bucket& layout : stage_->layout().buckets(shape_.layers, shape_.embedding, shape_.head, shape_.pad_to)) {
-    BucketState& b = buckets_.emplace_back();
-    b.group = layout.experts ? &grid_.expert_data() : &grid_.gradients();
-    if (layout.experts) {
-      b.name = ops::expert_bucket_name(layout.layer);
-      expert_bucket_of_layer_[std::size_t(layout.layer)] = int(buckets_.size() - 1);
-    } else if (layout.layer >= 0) {
-      b.name = ops::layer_bucket_name(layout.layer);
-      bucket_of_layer_[std::size_t(layout.layer)] = int(buckets_.size() - 1);
-    } else {
-      b.name = std::string(ops::kStageBucket);
-      rest_bucket_ = int(buckets_.size() - 1);
-    }
-    b.layout = std::move(layout);
-    // Model states: from the budgeted pool under offload, counted by category.
-    auto bind_state = [&](Buffer& buffer, DType type, MemoryCategory category) {
-      buffer.bind(backend_, type, model_memory());
-      buffer.set_category(category);
-    };
-    for (Buffer* buffer : {&b.params, &b.param_shard}) bind_state(*buffer, DType::f32, MemoryCategory::parameters);
-    for (Buffer* buffer : {&b.grads, &b.grad_shard}) bind_state(*buffer, DType::f32, MemoryCategory::gradients);
-    for (Buffer* buffer : {&b.moment1, &b.moment2}) bind_state(*buffer, DType::f32, MemoryCategory::optimizer);
-    bind_state(b.update, DType::f32, MemoryCategory::workspace);  // LAMB/LARS: one step's update
-    bind_state(b.params_compute, compute_, MemoryCategory::parameters);
-  }
-  for (const TensorSlot& t : whole_model_tensors(model)) {
-    whole_offsets_[t.name] = t.offset;
-    whole_size_ = t.offset + t.size();
-  }
 }
 
 // Weights drawn whole per tensor, then cut: the same model whatever the layout. Under
@@ -234,110 +213,29 @@ void Trainer::build_buckets() {
 // device never holds more than the resident states and one bucket.
 void Trainer::initialise_weights() {
   const ModelSpec& model = plan_.model;
-  for (std::size_t i = 0; i < buckets_.size(); ++i) {
-    BucketState& b = buckets_[i];
+  for (std::size_t i = 0; i < buckets_->size(); ++i) {
+    GradientBucket& b = (*buckets_)[i];
     std::vector<float> whole_bucket(b.layout.padded_size, 0.0f);
     for (const TensorSlot& t : b.layout.tensors) {
       const std::vector<float> whole = initial_tensor(model, options_.seed, t.name, t.rows, t.cols);
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { whole_bucket[t.offset + l] = whole[w]; });
     }
-    if (shards_weights(b)) {
-      b.param_shard.upload(std::vector<float>(whole_bucket.begin() + long(group_rank(b) * shard_size(b)),
-                                              whole_bucket.begin() + long((group_rank(b) + 1) * shard_size(b))));
+    if (b.shards_weights()) {
+      b.param_shard.upload(std::vector<float>(whole_bucket.begin() + long(b.group_rank() * b.shard_size()),
+                                              whole_bucket.begin() + long((b.group_rank() + 1) * b.shard_size())));
     } else {
       b.params.upload(whole_bucket);
-      refresh_compute_weights(b);
+      buckets_->refresh_compute_weights(b);
     }
     // Host-optimized buckets keep their moments in host memory only (zeroed there).
-    if (!offload_ || offload_->device_optimized[i]) {
-      b.moment1.assign(owned_size(b), 0.0f);
+    if (!chunk_manager_ || chunk_manager_->optimizes_on_device(int(i))) {
+      b.moment1.assign(b.owned_size(), 0.0f);
       const bool second_moment = plan_.train.optimizer == Optimizer::adamw || plan_.train.optimizer == Optimizer::lamb;
-      b.moment2.assign(second_moment ? owned_size(b) : 0, 0.0f);
+      b.moment2.assign(second_moment ? b.owned_size() : 0, 0.0f);
     }
-    if (shards_optimizer(b)) b.grad_shard.assign(shard_size(b), 0.0f);
-    offload_bucket_drawn(int(i));
+    if (b.shards_optimizer()) b.grad_shard.assign(b.shard_size(), 0.0f);
+    if (chunk_manager_) chunk_manager_->bucket_drawn(int(i));
   }
-}
-
-void Trainer::allocate_activations() {
-  const std::size_t layers_here = shape_.layers.size();
-  // Activations live in slots, one per (chunk, micro-batch) in flight: as many as the
-  // schedule ever has between a forward and its backward (1 with gradient accumulation,
-  // pp - s on stage s with 1F1B, m with GPipe).
-  std::size_t in_flight = 0, most = 0;
-  for (const PipelineStep& step : schedule_) {
-    in_flight += step.pass == Pass::forward ? 1 : std::size_t(-1);
-    most = std::max(most, in_flight);
-  }
-  const std::size_t slots = std::max<std::size_t>(most, 1);
-  slot_of_.assign(std::size_t(chunks_ * micro_batches_), 0);
-  for (std::size_t slot = slots; slot-- > 0;) free_slots_.push_back(int(slot));
-  kept_.resize(slots);
-  for (auto& per_layer : kept_) {
-    per_layer.resize(layers_here);
-    for (LayerActivations& a : per_layer) a.bind(backend_, compute_);
-  }
-  // The layer full recompute rebuilds (or bf16 storage unpacks) and its input: the
-  // activations of the one layer in its backward. The probabilities selective recompute
-  // rebuilds live within one layer's backward: workspace.
-  recompute_scratch_.bind(backend_, compute_);
-  recompute_out_.bind(backend_, compute_, MemoryCategory::activations);
-  // Full recompute rebuilds them with the layer's other activations.
-  for (Buffer* b : {&forward_qkv_, &forward_att_heads_}) b->bind(backend_, compute_);
-  probs_scratch_.bind(backend_, compute_, plan_.parallel.recompute == Recompute::full ? MemoryCategory::activations
-                                                                                      : MemoryCategory::workspace);
-  const bool materialized = stage_->attention_form() == AttentionForm::materialized;
-  if (packs_activations_) {
-    packed_.resize(slots);
-    for (auto& per_layer : packed_) per_layer.resize(layers_here);
-  } else if (plan_.parallel.recompute == Recompute::none && materialized) {
-    kept_probs_.resize(slots);
-    for (auto& per_layer : kept_probs_) {
-      for (std::size_t i = 0; i < layers_here; ++i) {
-        per_layer.emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
-      }
-    }
-  }
-  heads_.resize(shape_.head ? slots : 0);
-  for (HeadActivations& h : heads_) h.bind(backend_, compute_);
-  // The stage's running activation and its gradient: one per slot where a send to a
-  // pipeline neighbour may still read them (the slot's next user waits for it), one for
-  // all when there is no neighbour (each micro-batch's input stays in its kept
-  // activations and head).
-  const std::size_t boundary_buffers = stages_ > 1 ? slots : 1;
-  for (std::size_t i = 0; i < boundary_buffers; ++i) {
-    x_.emplace_back(backend_, compute_).set_category(MemoryCategory::activations);
-    dx_.emplace_back(backend_, compute_);
-  }
-  x_sends_.resize(boundary_buffers);
-  dx_sends_.resize(boundary_buffers);
-}
-
-std::size_t Trainer::kept_activation_bytes() const {
-  std::size_t bytes = 0;
-  for (const auto& per_layer : kept_) {
-    for (const LayerActivations& a : per_layer) {
-      for (auto member : LayerActivations::kSaved) bytes += (a.*member).bytes();
-      for (auto member : LayerActivations::kRowStatistics) bytes += (a.*member).bytes();
-    }
-  }
-  for (const auto& per_layer : kept_probs_) {
-    for (const Buffer& probs : per_layer) bytes += probs.bytes();
-  }
-  for (const auto& per_layer : packed_) {
-    for (const PackedActivations& p : per_layer) {
-      for (const Buffer& tensor : p.saved) bytes += tensor.bytes();
-      for (const Buffer& stats : p.row_statistics) bytes += stats.bytes();
-      bytes += p.probs.bytes();
-    }
-  }
-  return bytes;
-}
-
-bool Trainer::counts_tensor(const TensorSlot& t) const {
-  if (t.copy != 0) return false;
-  // The tied embedding's second copy, on the last stage.
-  return !(t.name == "wte" && !shape_.embedding);
 }
 
 // ---- one step ----
@@ -346,30 +244,49 @@ StepStats Trainer::step() {
   const auto start = std::chrono::steady_clock::now();
   const MemoryLedger::Scope counted(ledger_);
   timeline_.set_step(step_ + 1);
-  offload_step_boundary(true);
+  if (chunk_manager_) chunk_manager_->step_started(step_);
   loss_sum_.assign(1, 0.0f);
-  forward_backward();
-  StepStats stats;
-  update(stats);
+  load_batch();
+  buckets_->zero_gradients();
+  // Each micro-batch's loss is a mean over its tokens; the gradient is of the mean over
+  // the global batch, which the data-parallel sum completes. The auxiliary loss is a mean
+  // over the global batch's micro-batches.
+  const float grad_scale = 1.0f / float(std::size_t(loader_.sequences_per_rank()) * std::size_t(plan_.seq_len()) *
+                                        std::size_t(plan_.parallel.dp));
+  stage_->set_aux_loss_scale(1.0f / float(micro_batches_ * plan_.parallel.dp));
+  pipeline_->run(tokens_.i32(), targets_.i32(), grad_scale, loss_sum_.f64());
+  buckets_->finish_backward();
+  pipeline_->wait_for_sends();
+  optimizer_->reduce_gradient_norm();
+  if (chunk_manager_) {
+    chunk_manager_->update(optimizer_->adamw_params(step_ + 1), optimizer_->clip_factor());
+  } else {
+    {
+      auto timed = timeline_.time(ops::step_op_id(ops::optimizer));
+      optimizer_->step(step_ + 1);
+    }
+    buckets_->gather_updated_weights();
+  }
   // The step's scalars come back once its work is done.
   double loss_sum = 0, norm_sq = 0;
   backend_.download(Stream::compute, &loss_sum, loss_sum_.data(), sizeof loss_sum);
-  backend_.download(Stream::compute, &norm_sq, norm_sq_.data(), sizeof norm_sq);
+  backend_.download(Stream::compute, &norm_sq, optimizer_->gradient_norm_sq().data(), sizeof norm_sq);
   backend_.synchronize();
   // The loss of the global batch: last-stage ranks hold the token losses of their
   // replica's share of the sequences (a block of each with sequence parallel).
   const int tokens_here = loader_.sequences_per_rank() * plan_.seq_len() / plan_.parallel.sp;
-  float loss = shape_.head && stage_->reports_loss() ? float(loss_sum / tokens_here) : 0.0f;
+  const float loss = shape_.head && stage_->reports_loss() ? float(loss_sum / tokens_here) : 0.0f;
   // MoE: each micro-batch's auxiliary losses, counted on tensor rank 0 (every tensor rank
   // routes the same tokens), averaged over the global batch's micro-batches.
   const double aux_sum = stage_->take_aux_loss_sum();
   const double aux_here = shape_.tp_rank == 0 ? aux_sum / micro_batches_ : 0.0;
   float scalars[2] = {loss, float(aux_here)};
   grid_.world().all_reduce(scalars, 2);
+  StepStats stats;
   stats.loss = scalars[0] / float(plan_.parallel.dp * plan_.parallel.sp);
   stats.aux_loss = scalars[1] / float(plan_.parallel.dp);
   stats.gradient_norm = float(std::sqrt(norm_sq));
-  offload_step_boundary(false);
+  if (chunk_manager_) chunk_manager_->step_finished();
   timeline_.resolve();
   ++step_;
   stats.step = step_;
@@ -378,7 +295,7 @@ StepStats Trainer::step() {
   return stats;
 }
 
-void Trainer::forward_backward() {
+void Trainer::load_batch() {
   std::vector<std::int32_t> tokens, targets;
   loader_.next(tokens, targets);
   if (shape_.sp > 1) {
@@ -393,44 +310,54 @@ void Trainer::forward_backward() {
   }
   tokens_.upload(tokens);
   targets_.upload(targets);
-  for (BucketState& b : buckets_) {
-    if (reduces_every_micro_batch(b)) b.grad_shard.assign(b.grad_shard.size(), 0.0f);
-    else b.grads.assign(b.layout.padded_size, 0.0f);  // reallocated after ZeRO 2 released it
-  }
-  backwards_done_.assign(std::size_t(chunks_), 0);
-  // Each micro-batch's loss is a mean over its tokens; the gradient is of the mean over
-  // the global batch, which the data-parallel sum completes.
-  grad_scale_ = 1.0f / float(std::size_t(loader_.sequences_per_rank()) * std::size_t(plan_.seq_len()) *
-                             std::size_t(plan_.parallel.dp));
-  // The auxiliary loss is a mean over the global batch's micro-batches.
-  stage_->set_aux_loss_scale(1.0f / float(micro_batches_ * plan_.parallel.dp));
-  for (const PipelineStep& step : schedule_) {
-    if (step.pass == Pass::forward) run_forward(step, tokens_.i32(), targets_.i32());
-    else run_backward(step, tokens_.i32(), targets_.i32());
-  }
-  if (rest_bucket_ >= 0) {
-    BucketState& rest = buckets_[std::size_t(rest_bucket_)];
-    // The tied embedding: the first and the last stage each hold a copy; their gradients sum.
-    Communicator& ends = grid_.embedding();
-    if (ends.size() > 1 && plan_.model.tied_embeddings) {
-      const TensorSlot& wte = rest.layout.tensor("wte");
-      auto timed = timeline_.time(std::string(ops::kTiedEmbeddingSync), ends.stream());
-      ends.all_reduce(rest.grads.f32() + wte.offset, wte.size());
-    }
-    bucket_gradients_done(rest);
-  }
-  for (BucketState& b : buckets_) {
-    // ZeRO 2 and 3 layer gradients were reduce-scattered per micro-batch: their parts are
-    // summed over the depth here, once.
-    if (reduces_every_micro_batch(b)) stage_->layout().sum_depth_gradients(b.grad_shard.f32(), b.grad_shard.size());
-  }
-  wait_for_syncs();
-  for (auto* sends : {&x_sends_, &dx_sends_}) {
-    for (auto& request : *sends) {
-      if (request) request->wait();
-      request.reset();
-    }
-  }
+}
+
+// ---- the state outside a step ----
+
+void Trainer::check_device_budget(const Plan& plan, std::size_t device_memory_bytes,
+                                  const std::vector<double>& non_model_bytes_by_stage) {
+  ChunkManager::check_device_budget(plan, device_memory_bytes, non_model_bytes_by_stage);
+}
+
+OffloadStats Trainer::offload_stats() const { return chunk_manager_ ? chunk_manager_->stats() : OffloadStats{}; }
+
+std::size_t Trainer::kept_activation_bytes() const { return pipeline_->kept_activation_bytes(); }
+
+std::map<std::string, float> Trainer::trust_ratios() {
+  const MemoryLedger::Scope counted(ledger_);
+  return optimizer_->trust_ratios();
+}
+
+std::vector<float> Trainer::whole_parameters() {
+  const MemoryLedger::Scope counted(ledger_);
+  return whole_model_->gather(false);
+}
+
+std::vector<float> Trainer::whole_gradients() {
+  const MemoryLedger::Scope counted(ledger_);
+  return whole_model_->gather(true);
+}
+
+void Trainer::set_whole_parameters(const std::vector<float>& whole) {
+  const MemoryLedger::Scope counted(ledger_);
+  whole_model_->scatter(whole);
+}
+
+float Trainer::padding_magnitude() {
+  const MemoryLedger::Scope counted(ledger_);
+  return whole_model_->padding_magnitude();
+}
+
+void Trainer::save(const std::string& dir) {
+  const MemoryLedger::Scope counted(ledger_);
+  checkpoints_->save(dir, step_, loader_.position());
+}
+
+void Trainer::load(const std::string& dir, int max_step) {
+  const MemoryLedger::Scope counted(ledger_);
+  const CheckpointMeta meta = checkpoints_->load(dir, max_step);
+  step_ = meta.step;
+  loader_.seek(meta.loader_position);
 }
 
 }  // namespace tessel::executor

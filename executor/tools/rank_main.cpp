@@ -1,15 +1,8 @@
-// tessel-rank: one rank of `tessel run`. `tessel run` starts it under mpirun or srun (or
-// execs it when the ranks were started already, by the user or the cluster): the tessel
-// command itself links SimGrid, whose SMPI exports the MPI symbols too, so MPI code
-// lives in this binary. Each rank trains on the CPU or on its GPU (rank_device.hpp).
-//   tessel-rank --plan P --steps N --seed S --lr LR [--data FILE [--data-format F] [--data-dtype T]] [--db FILE]
-//               [--trace FILE]
-//               [--checkpoint DIR [--checkpoint-every K]] [--resume DIR | --init F.safetensors] [--clip-grad-norm X]
-//               [--backend auto|cpu|cuda]
-// Measured op events: every rank sends its own to rank 0 over MPI as text (ranks on
-// other nodes share no file system with it); rank 0 merges them into the runs database
-// and the Chrome trace. Rank 0 records each step as it ends, and how the run ended
-// (finished, failed, interrupted by a signal).
+// tessel-rank: one rank of `tessel run` (its own binary: tessel links SimGrid, whose SMPI exports
+// MPI too). Rank 0 gathers every rank's op events over MPI and records steps and how the run ended.
+//   tessel-rank --plan P --steps N --seed S --lr LR [--data F [--data-format F] [--data-dtype T]]
+//     [--db F] [--trace F] [--checkpoint DIR [--checkpoint-every K]] [--resume DIR | --init F]
+//     [--clip-grad-norm X] [--backend auto|cpu|cuda]
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>

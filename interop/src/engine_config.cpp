@@ -42,11 +42,8 @@ Engine detect_engine(const std::string& path, const std::string& text) {
   const std::string extension = lower_extension(path);
   if (extension == ".yaml" || extension == ".yml") return Engine::nemo;
   if (extension == ".toml") return Engine::torchtitan;
-  if (extension == ".py") {
-    // torchtitan's configs since February 2026 are Python functions building Trainer.Config.
-    throw Error(path + ": a Python file (torchtitan's config_registry.py builds its configs in code, which tessel "
-                       "does not run); give the run as a torchtitan TOML (--job.config_file) instead");
-  }
+  // torchtitan's configs since February 2026: config_registry.py, functions building Trainer.Config.
+  if (extension == ".py") return Engine::torchtitan;
   if (extension == ".json") {
     const Json json = parse_json_text(text, path);  // malformed JSON is named as such
     if (json.is_object() && (json.contains("zero_optimization") || json.contains("train_batch_size") ||

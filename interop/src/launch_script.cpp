@@ -1,12 +1,8 @@
-// Reads a launch script statement by statement: assignments fill a variable table, if
-// blocks choose lines (launch_conditions.hpp), loops are refused, and the first command
-// that runs a Python training program gives the options. Words are split the way bash splits them closely enough
-// for launch scripts: quotes keep spaces, unquoted expansions ($VAR, ${ARR[@]}) are
-// split on whitespace, `#` at a word's start begins a comment, redirections and pipes
-// end the command. Unset variables expand to nothing; the environment is never read, so
-// a script reads the same on every machine. A script written to break the reader is
-// refused in one line: arithmetic beyond 64 bits, nesting deeper than kMaxNesting and
-// values growing past kMaxExpandedBytes (a variable doubling itself) are bounded.
+// Reads a launch script statement by statement: assignments fill a variable table, if blocks
+// choose lines (launch_conditions.hpp), loops are refused, the first command running a Python
+// trainer gives the options. Words split close enough to bash for launch scripts; the
+// environment is never read (a script reads alike everywhere); arithmetic past 64 bits,
+// nesting past kMaxNesting and expansions past kMaxExpandedBytes are refused in one line.
 #include "launch_script.hpp"
 
 #include "launch_blocks.hpp"

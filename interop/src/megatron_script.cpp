@@ -1,10 +1,8 @@
-// Writes a plan as a Megatron-LM launch script in the shape of Megatron's own examples
-// (examples/gpt3/train_gpt3_175b_distributed.sh): variables for the launcher, one option
-// per line, then torchrun ... pretrain_gpt.py. What Megatron-Core cannot run is replaced
-// by the nearest plan it can (megatron_family.hpp), each change a `#` line at the top.
-// ZeRO 2 and 3 are Megatron FSDP's optim_grads and optim_grads_params sharding (current
-// Megatron-Core; older releases have only the distributed optimizer, ZeRO 1). Paths,
-// iteration counts and the learning rate are placeholders the reader ignores again.
+// Writes a plan as a Megatron-LM launch script shaped like Megatron's own examples
+// (examples/gpt3/train_gpt3_175b_distributed.sh): launcher variables, one option per line,
+// torchrun ... pretrain_gpt.py. What Megatron-Core cannot run becomes the nearest plan it can
+// (megatron_family.hpp), each change a `#` line at the top; ZeRO 2 and 3 are Megatron FSDP's
+// optim_grads and optim_grads_params. Paths, iterations and learning rate are placeholders.
 #include <fmt/format.h>
 
 #include "engines.hpp"

@@ -1,9 +1,8 @@
-// Writes a plan as a NeMo (1.x) GPT training config: the trainer and model sections in
-// the shape of NeMo-Framework-Launcher's conf/training/gpt3/175b.yaml, with the keys the
-// reader (nemo_yaml.cpp) maps and placeholders for the rest (learning rate, steps,
-// data). What NeMo cannot run is replaced by the nearest plan it can: Megatron-Core's
-// limits (megatron_family.hpp), and no optimizer offload in NeMo 1's YAML. ZeRO 2 and 3
-// are NeMo's FSDP with sharding strategy grad and full.
+// Writes a plan as a NeMo (1.x) GPT training config shaped like NeMo-Framework-Launcher's
+// conf/training/gpt3/175b.yaml: the keys the reader (nemo_yaml.cpp) maps, placeholders for the
+// rest. What NeMo cannot run becomes the nearest plan it can (Megatron-Core's limits,
+// megatron_family.hpp; no optimizer offload in NeMo 1's YAML); ZeRO 2 and 3 are NeMo's FSDP
+// with sharding strategy grad and full.
 #include <fmt/format.h>
 
 #include "engines.hpp"

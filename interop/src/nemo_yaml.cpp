@@ -15,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 #include <sstream>
 
@@ -179,6 +180,17 @@ void read_moe(NemoReader& r, ModelSpec& m) {
            fmt::format("model.moe (experts {}, top_k {}, capacity {})", experts, m.moe.top_k, m.moe.capacity_factor));
 }
 
+// LLaMA 1 and 2 share one SentencePiece model of 32,000 tokens (Touvron et al. 2023);
+// Llama 3's tokenizer is tiktoken's, not SentencePiece, and Code Llama's adds infill
+// tokens, so only a SentencePiece file named for LLaMA and not Code Llama counts.
+int sentencepiece_vocab(const std::string& library, const std::string& tokenizer_file) {
+  std::string name;
+  for (char c : tokenizer_file) name += char(std::tolower(static_cast<unsigned char>(c)));
+  const bool llama = name.find("llama") != std::string::npos && name.find("code") == std::string::npos &&
+                     name.find("llama3") == std::string::npos && name.find("llama-3") == std::string::npos;
+  return library == "sentencepiece" && llama ? 32000 : 0;
+}
+
 ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
   ModelSpec m;
   m.name = "nemo-model";
@@ -224,7 +236,8 @@ ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
     r.mapped("model.rotary_base", "model.rope_theta");
   }
   const std::string tokenizer = r.text("model.tokenizer.type").value_or("");
-  r.text("model.tokenizer.library");
+  const std::string library = r.text("model.tokenizer.library").value_or("");
+  const std::string tokenizer_file = r.text("model.tokenizer.model").value_or("");
   if (const auto vocab = r.positive("model.tokenizer.vocab_size", 0); vocab > 0) {
     m.vocab = vocab;
     r.mapped("model.tokenizer.vocab_size", "model.vocab");
@@ -237,6 +250,9 @@ ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
   } else if (hf_model) {
     m.vocab = hf_model->vocab;
     r.mapped("model.tokenizer (size from the file's model)", fmt::format("model.vocab {} (--hf-config)", m.vocab));
+  } else if (const int vocab = sentencepiece_vocab(library, tokenizer_file); vocab > 0) {
+    m.vocab = vocab;
+    r.mapped("model.tokenizer.model", fmt::format("model.vocab {} (LLaMA's SentencePiece tokenizer by name)", vocab));
   } else {
     r.refuse_key("model.tokenizer", "the vocabulary size is unknown (the tokenizer reads it from a file): add "
                                     "model.tokenizer.vocab_size, or give the model's config.json (--hf-config)");

@@ -98,6 +98,17 @@ const TorchtitanFlavor* torchtitan_flavor_of(const ModelSpec& model) {
   return nullptr;
 }
 
+const char* torchtitan_family_refusal(const std::string& model_name) {
+  if (model_name == "qwen3")
+    return "Qwen3 normalises each head's query and key (q_norm, k_norm RMSNorm), which tessel does not model";
+  if (model_name == "llama4")
+    return "Llama 4's flavors attend block-causally (flex attention over document masks) and in fixed local "
+           "blocks on three layers of four (iRoPE); tessel prices full causal attention";
+  if (model_name == "deepseek_v3")
+    return "DeepSeek-V3's multi-head latent attention (MLA: low-rank compressed keys and values) is not modelled";
+  return nullptr;
+}
+
 std::string torchtitan_flavor_list() {
   std::string list;
   for (const TorchtitanFlavor& entry : torchtitan_flavors())

@@ -38,6 +38,7 @@
 #include "engines.hpp"
 #include "tessel/core/error.hpp"
 #include "torchtitan_flavors.hpp"
+#include "torchtitan_registry.hpp"
 
 namespace tessel::interop::detail {
 
@@ -160,6 +161,8 @@ void TorchtitanReader::read_model() {
     plan.model = *context_.model;
     mapped("model.name/flavor", name + "/" + flavor,
            fmt::format("model {} (not a flavor tessel knows: the model given with the file)", plan.model.name));
+  } else if (const char* why = torchtitan_family_refusal(name)) {
+    model.refuse("name", fmt::format("'{}' (flavor {}): {}", name, flavor, why));
   } else {
     model.refuse("flavor", fmt::format("'{}/{}' is not a flavor tessel knows ({}); give the model's Hugging Face "
                                        "config.json with --hf-config",
@@ -468,9 +471,12 @@ ImportedRun TorchtitanReader::read() {
 }  // namespace
 
 ImportedRun import_torchtitan(const std::string& text, const ImportContext& context) {
+  const bool registry = context.source_name.ends_with(".py") || text.find("-> Trainer.Config") != std::string::npos;
+  std::vector<std::string> registry_ignored;
+  const std::string toml_text = registry ? torchtitan_registry_as_toml(text, context, registry_ignored) : text;
   toml::table root;
   try {
-    root = toml::parse(text, context.source_name);
+    root = toml::parse(toml_text, context.source_name);
   } catch (const toml::parse_error& error) {
     throw Error(fmt::format("{}: malformed TOML at line {}: {}", context.source_name, error.source().begin.line,
                             error.description()));
@@ -481,7 +487,14 @@ ImportedRun import_torchtitan(const std::string& text, const ImportContext& cont
     throw Error(fmt::format("{}: [model]: missing; a torchtitan job config names its model (name and flavor)",
                             context.source_name));
   }
-  return TorchtitanReader(root, context).read();
+  ImportedRun run = TorchtitanReader(root, context).read();
+  if (registry) {
+    run.mapped.insert(run.mapped.begin(), fmt::format("config function {}() = Trainer.Config -> the job config "
+                                                      "options below",
+                                                      context.script_args[0]));
+    run.ignored.insert(run.ignored.end(), registry_ignored.begin(), registry_ignored.end());
+  }
+  return run;
 }
 
 }  // namespace tessel::interop::detail

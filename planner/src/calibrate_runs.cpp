@@ -1,9 +1,8 @@
-// A device's calibration judged on sources it never saw. The fit on every fitted row is
-// repeated once per source without that source's rows (leave-one-source-out); how far
-// those fits move a parameter says whether the runs identify it (else it stays at the
-// profile's value and everything is fitted again without it); how well they predict the
-// sources they never saw, against the profile's own predictions, decides whether the fit
-// is kept, pulled toward the profile or refused. Nothing here reads a held-out row.
+// A device's calibration judged on sources it never saw: the fit is repeated once per source
+// without its rows (leave-one-source-out). How far those fits move a parameter says whether
+// the runs identify it (else it is held at the profile's value and refitted); how well they
+// predict the unseen sources decides whether the fit is kept, pulled toward the profile or
+// refused (docs/CALIBRATION.md). Nothing here reads a held-out row.
 #include <fmt/format.h>
 
 #include <algorithm>

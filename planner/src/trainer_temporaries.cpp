@@ -1,34 +1,8 @@
-// The trainer's temporaries: buffers a rank holds only within one layer's forward or
-// backward (gradients of activations, attention scratch, the logits' gradient). The
-// trainer keeps their capacity from layer to layer, so a rank holds one layer's set at
-// once, whatever its number of layers or micro-batches in flight. Counted as workspace,
-// beside the profile's workspace_bytes (the runtime outside the trainer's tensors),
-// because they grow with the shapes and a constant cannot follow them: on the CPU suite
-// they are 1.7-27 MiB per rank against a runtime of about 170 MiB.
-//
-// The counts are those of tessel's executor (executor/src/gpt_stage.cpp,
-// attention_core.cpp, layout_megatron.cpp), per rank, in elements of the training
-// precision (the CPU backend computes bf16 plans in fp32, twice these bytes; the CPU
-// suite trains in fp32):
-//   3 x scores     b a s s / (sp split_heads): the materialised scores, the gradient of
-//                  the probabilities and of the scores (+2/sp with ring self-attention:
-//                  one key block's scores and their gradient; +1 under selective
-//                  recompute: the probabilities rebuilt in the backward; 0 with fused
-//                  attention, which keeps none)
-//   2 x ffn        b s f / (sp split): fc1's output gradient and the activation's
-//                  (SwiGLU: f doubled, its two halves)
-//   2 x qkv        b s (h + 2 kv) / (sp split): the forward's fused QKV output and its
-//                  gradient
-//   6 x per-head   b s h / (sp split): heads out, key copy, dq, dk, dv, their sum
-//   6 x residual   b s h / (sp activation split): norm, projection and MLP outputs and
-//                  their gradients, the stage's running gradient
-//   1 x logits     b s V / (sp split), last stage only: the logits' gradient (none
-//                  with tp 1, where the fused loss writes it over the logits).
-// And, on CPU ranks, the MPI library's temporaries of the gradient all-reduces
-// (reduction_scratch_bytes below), in the same process memory.
-// Megatron-LM's report has no term for them (it multiplies by 1.05 for "optimizer and
-// miscellaneous temporaries" in one of its two formulas); they are a few per cent of
-// a large model's activations, and a constant share of a small one's.
+// The executor's temporaries, priced as workspace: buffers a rank holds only within one layer's
+// forward or backward (activation gradients, attention scratch, the logits' gradient), reused
+// from layer to layer, so a rank holds one layer's set whatever its layers or micro-batches.
+// A profile's constant workspace cannot follow them because they grow with the shapes. The
+// counts follow executor/src/gpt_stage.cpp and attention_core.cpp; docs/MEMORY.md lists them.
 #include <algorithm>
 
 #include "tessel/core/block_ops.hpp"

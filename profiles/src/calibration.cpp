@@ -1,9 +1,7 @@
-// Calibration parameters: their ranges, JSON form and the profile line printed with
-// every prediction. The ranges bound what a fit may claim: a GEMM scale of 0.5..1.5
-// keeps a calibrated curve within half of the datasheet one either way, and so on; a
-// profile file or database row outside them is refused by name. A parameter with a
-// physical limit on GPUs carries it (gpu_upper) with its source beside it, so a GPU fit
-// cannot claim what the hardware does not allow (calibration.hpp).
+// Calibration parameters: their ranges, JSON form and the profile line printed with every
+// prediction. The ranges bound what a fit may claim (a GEMM scale of 0.5..1.5 keeps a curve
+// within half of the datasheet's either way); a profile outside them is refused by name. A
+// parameter with a physical limit on GPUs carries it (gpu_upper) with its source beside it.
 #include "tessel/profiles/calibration.hpp"
 
 #include <fmt/format.h>
@@ -25,16 +23,13 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
   static constexpr std::string_view kGpuCallOverheadSource =
       "NCCL src/graph/tuning.cc default base latency, at most 14.0 us per call (LL128), plus a host launch of "
       "5-20 us (HolisticTraceAnalysis docs, CUDA kernel launch stats): 34 us";
-  // tp_comm_overlap's datasheet view (tp_overlap.hpp). Efficiency 1: the ring-exchange
-  // pipeline hides every chunk but the first under its GEMM when the GEMM is the longer,
-  // as its design intends (Transformer Engine's userbuffers, "Overlapping Communication
-  // with GEMM" in TE's docs); the fit says what real runs lose beyond that. GEMM slowdown
-  // 0.09: the userbuffers configurations Megatron-LM and NeMo ship give the reduce-scatter
-  // overlaps (method "pipeline") 16-24 of an H100's 132 SMs, about 1/6 of the GEMM's SMs
-  // (GEMM time x 132/112 = +18% on those), and the all-gather overlaps (method
-  // "ring_exchange") one SM (+1%): half the overlapped GEMMs each way, about +9%.
-  // Bounds: an overlap cannot hide more than all of it (1) nor cost a GEMM more than
-  // half its time again (0.5, four times the SM share the configurations reserve).
+  // tp_comm_overlap's datasheet view (tp_overlap.hpp). Efficiency 1: the ring-exchange pipeline
+  // hides every chunk but the first under a longer GEMM, as Transformer Engine's userbuffers
+  // intend ("Overlapping Communication with GEMM"); the fit says what real runs lose. Slowdown
+  // 0.09: the userbuffers configurations Megatron-LM and NeMo ship give reduce-scatter overlaps
+  // ("pipeline") 16-24 of an H100's 132 SMs (GEMM x 132/112, +18%) and all-gather overlaps
+  // ("ring_exchange") one SM (+1%): about +9% over both. Bounds: an overlap hides at most all
+  // (1) and costs a GEMM at most half again (0.5, four times the SM share reserved).
   static const std::array<Parameter, kParameterCount> table{{
       {"gemm_efficiency_scale", 0.5, 1.5, &Calibration::gemm_efficiency_scale, 1.5, ""},
       {"memory_efficiency_scale", 0.1, 2.0, &Calibration::memory_efficiency_scale, 2.0, ""},

@@ -2,7 +2,7 @@
 // never writes: the file is opened read-only through a URI (mode=ro), and as immutable
 // when nothing here could write it anyway (a read-only mount, a file without write
 // permission, a folder we cannot write the WAL's side files into), because SQLite
-// cannot otherwise read a WAL-mode file there. Writing creates the file as before.
+// cannot otherwise read a WAL-mode file there. Writing creates the file when missing.
 #pragma once
 
 #include <string>

@@ -1,9 +1,7 @@
-// The GPU profiler (see gpu_profiler.hpp): every time comes from the backend's own
-// timing marks (CUDA events on a GPU), never from the host clock, so launch latency
-// and host jitter do not enter a kernel's time. Inputs are pseudo-random (a fixed
-// sequence, uploaded once per buffer): a GPU draws less power, and runs faster, on
-// zeros. Buffers are allocated once per family at the largest size and reused, so the
-// caching allocator does not keep one block per shape.
+// The GPU profiler (gpu_profiler.hpp): every time comes from the backend's timing marks (CUDA
+// events), never the host clock, so launch latency and jitter stay out. Inputs are a fixed
+// pseudo-random sequence, because a GPU draws less power and runs faster on zeros. Buffers are
+// allocated once per family at the largest size, so the caching allocator keeps one block.
 #include "tessel/profiles/gpu_profiler.hpp"
 
 #include <algorithm>

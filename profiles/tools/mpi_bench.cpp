@@ -1,9 +1,6 @@
-// tessel-mpi-bench: times MPI collectives on MPI_COMM_WORLD for `tessel profile`.
-// Sizes follow nccl-tests: the all_gather output, the reduce_scatter input, the
-// all_reduce and broadcast buffer, the all_to_all send buffer, the send_recv message.
-// Every repetition starts at a barrier and takes the slowest rank's time; rank 0
-// prints one JSON line per (collective, size) with the median and spread.
-//
+// tessel-mpi-bench: times MPI collectives on MPI_COMM_WORLD for `tessel profile`, sizes as
+// nccl-tests counts them. Each repetition starts at a barrier and takes the slowest rank's time;
+// rank 0 prints one JSON line per (collective, size) with the median and spread.
 //   tessel-mpi-bench [--min-bytes 1024] [--max-bytes 268435456] [--factor 4]
 //                    [--repetitions 5] [--min-seconds 0.02]
 #include <mpi.h>

@@ -1,26 +1,8 @@
-// Hidden data-parallel traffic in the simulator, as the planner prices it
-// (planner/src/cost_finish.cpp, profiles/calibration.hpp):
-//  - collective_contention: each second a data-parallel collective runs beside a compute
-//    op costs the compute that many seconds more. The simulator cannot slow a kernel
-//    already sleeping, so the seconds are owed. A micro-batch's collectives (ZeRO-3's
-//    gathers and reduce-scatters) owe them to the rank's next compute op, inside the
-//    micro-batch they slow. The step's gradient syncs owe them to the rank's last compute
-//    op (its optimizer, which waits for every sync): paid by the next compute op, a
-//    pipeline's debt chains, as each stage's slowed last backward delays the stage before
-//    it through the cooldown, pp times over. The profile's contention is fitted on the
-//    planner's once-per-step form (calibrate.cpp), and the chained form priced the fitted
-//    value 27% slow on a pp16 run (Megatron-LM 462B on H100), so the simulator pays it
-//    once, where the planner does.
-//  - overlap_efficiency: a collective progresses at this fraction of its rate while
-//    compute runs beside it and at its full rate otherwise (the planner hides at most
-//    efficiency x compute seconds of traffic), so after it the comm stream works off the
-//    rest, again at the slow rate while compute runs: hidden in turn where more compute
-//    follows, exposed at the end of the step. The rest is worked off in rounds read off
-//    the busy clock, so an efficiency near 0 costs about the traffic itself once compute
-//    ends (the planner's "all of it exposed"), not traffic / efficiency.
-// Both read the overlap off the rank's compute-busy clock: the compute seconds run
-// between the collective's start and end. With the defaults (0 and 1) nothing changes.
-// A ledger per rank, in its own header so that simulation.cpp keeps to the replay.
+// Hidden data-parallel traffic in the simulator, priced as the planner prices it: the
+// collective_contention seconds a collective owes the compute beside it, and overlap_efficiency
+// slowing a collective while compute runs. Both read the overlap off the rank's compute-busy
+// clock; with the defaults (0 and 1) nothing changes. A ledger per rank, in its own header so
+// simulation.cpp keeps to the replay; docs/SIMULATOR.md says who pays which debt and why.
 #pragma once
 
 #include <algorithm>

@@ -1,11 +1,8 @@
-// parallel.tp_comm_overlap in the simulator. A collective the Program marks as pipelined
-// with a GEMM (BlockOp::tp_overlap_gemm) still runs its flows whole, on its stream, so
-// it loads the links and meets its group as any collective does; the part of it that
-// the GEMM hides (profiles/tp_overlap.hpp, the formula the planner prices) is taken off
-// that GEMM's compute time instead, and the GEMM's slowdown added, since the chain runs
-// the two back to back. The chunks themselves are not replayed one by one: the hidden
-// time is read from the collective's alpha-beta time, as the planner reads it. Its own
-// file so that simulation.cpp keeps to the replay.
+// parallel.tp_comm_overlap in the simulator: a collective pipelined with a GEMM still runs its
+// flows whole, loading links and meeting its group; the part the GEMM hides
+// (profiles/tp_overlap.hpp, the planner's formula) comes off that GEMM's time and its slowdown
+// is added. Chunks are not replayed one by one: hidden time is read from the collective's
+// alpha-beta time, as the planner reads it.
 #pragma once
 
 #include <vector>

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -66,7 +68,71 @@ std::string corpus() {
   return text;
 }
 
-class ExportWeights : public Cli {};
+// The largest absolute difference of each tensor of `a` from the same tensor of `b`;
+// infinite where `b` lacks it or holds another size.
+std::map<std::string, double> worst_differences(const std::map<std::string, std::vector<float>>& a,
+                                                const std::map<std::string, std::vector<float>>& b) {
+  std::map<std::string, double> worst;
+  for (const auto& [name, values] : a) {
+    const auto other = b.find(name);
+    if (other == b.end() || other->second.size() != values.size()) {
+      worst[name] = std::numeric_limits<double>::infinity();
+      continue;
+    }
+    double w = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) w = std::max(w, double(std::abs(values[i] - other->second[i])));
+    worst[name] = w;
+  }
+  return worst;
+}
+
+// Whether `want` and `got` are the 3 losses of one run bit for bit.
+::testing::AssertionResult three_losses_bit_for_bit(const std::vector<double>& want, const std::vector<double>& got) {
+  if (want.size() != 3 || got.size() != 3) {
+    return ::testing::AssertionFailure() << want.size() << " and " << got.size() << " losses, not 3";
+  }
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (std::memcmp(&want[i], &got[i], sizeof(double)) != 0) {
+      return ::testing::AssertionFailure() << "step " << i + 1 << ": " << want[i] << " vs " << got[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class ExportWeights : public Cli {
+ protected:
+  struct Exported {
+    Outcome ran, exported;
+  };
+  // The plan file `plan` trained 2 steps from seed 5 on `data` into the checkpoint ck-<name>,
+  // and that checkpoint exported to <name>/model.safetensors.
+  Exported train_and_export(const fs::path& plan, const fs::path& data, const std::string& name) {
+    Exported e;
+    e.ran = run("run --plan " + plan.string() + " --steps 2 --seed 5 --data " + data.string() + " --checkpoint " +
+                (dir_ / ("ck-" + name)).string());
+    fs::create_directories(dir_ / name);
+    e.exported = run("export-weights --checkpoint " + (dir_ / ("ck-" + name)).string() + " --out " +
+                     (dir_ / name / "model.safetensors").string());
+    return e;
+  }
+
+  struct SeededRuns {
+    Outcome exported, seed5, init, seed9;
+  };
+  // The one-rank plan `one`'s seed-5 initial weights exported to model.safetensors, then
+  // the plan `sharded` trained 3 steps on `data` from seed 5, from seed 9 with those
+  // weights (--init), and from seed 9 alone, each into its own database (seed5.db, ...).
+  SeededRuns seeded_runs(const fs::path& one, const fs::path& sharded, const fs::path& data) {
+    SeededRuns r;
+    const fs::path weights = dir_ / "model.safetensors";
+    r.exported = run("export-weights --plan " + one.string() + " --seed 5 --out " + weights.string());
+    const std::string common = "run --plan " + sharded.string() + " --steps 3 --data " + data.string();
+    r.seed5 = run(common + " --seed 5 --db " + (dir_ / "seed5.db").string());
+    r.init = run(common + " --seed 9 --init " + weights.string() + " --db " + (dir_ / "init.db").string());
+    r.seed9 = run(common + " --seed 9 --db " + (dir_ / "seed9.db").string());
+    return r;
+  }
+};
 }  // namespace
 
 // Not bit for bit: the layouts sum in other orders (the Parallel tests hold losses to 1e-5
@@ -78,12 +144,8 @@ TEST_F(ExportWeights, ShardedCheckpointExportsTheOneRankRunsModel) {
   const fs::path sharded =
       write("sharded.json", plan_json(R"({"dp": 2, "pp": 2, "tp": 2, "zero": 3, "micro_batch": 2})"));
   for (const auto& [plan, name] : {std::pair{one, std::string("one")}, std::pair{sharded, std::string("sharded")}}) {
-    const Outcome ran = run("run --plan " + plan.string() + " --steps 2 --seed 5 --data " + data.string() +
-                            " --checkpoint " + (dir_ / ("ck-" + name)).string());
+    const auto [ran, exported] = train_and_export(plan, data, name);
     ASSERT_EQ(ran.status, 0) << ran.out << ran.err;
-    fs::create_directories(dir_ / name);
-    const Outcome exported = run("export-weights --checkpoint " + (dir_ / ("ck-" + name)).string() + " --out " +
-                                 (dir_ / name / "model.safetensors").string());
     ASSERT_EQ(exported.status, 0) << exported.err;
     EXPECT_NE(exported.out.find("28 tensors, 34176 parameters, F32, step 2"), std::string::npos) << exported.out;
     EXPECT_TRUE(fs::exists(dir_ / name / "config.json"));
@@ -92,13 +154,7 @@ TEST_F(ExportWeights, ShardedCheckpointExportsTheOneRankRunsModel) {
   const auto b = read_f32_tensors(dir_ / "sharded" / "model.safetensors");
   ASSERT_EQ(a.size(), 28u);
   ASSERT_EQ(b.size(), a.size());
-  for (const auto& [name, values] : a) {
-    ASSERT_TRUE(b.count(name)) << name;
-    ASSERT_EQ(b.at(name).size(), values.size()) << name;
-    double worst = 0;
-    for (std::size_t i = 0; i < values.size(); ++i) worst = std::max(worst, double(std::abs(values[i] - b.at(name)[i])));
-    EXPECT_LE(worst, 1e-5) << name;
-  }
+  for (const auto& [name, worst] : worst_differences(a, b)) EXPECT_LE(worst, 1e-5) << name;
   EXPECT_EQ(slurp(dir_ / "one" / "config.json"), slurp(dir_ / "sharded" / "config.json"));
   // A rank file changed after the save is refused, as --resume refuses it, naming the file.
   fs::path rank_file;
@@ -122,21 +178,15 @@ TEST_F(ExportWeights, InitFromASeedsExportTrainsAsThatSeedBitForBit) {
   const fs::path data = write("text.txt", corpus());
   const fs::path one = write("one.json", plan_json(R"({"micro_batch": 2})"));
   const fs::path sharded = write("sharded.json", plan_json(R"({"pp": 2, "tp": 2, "micro_batch": 2})"));
-  const fs::path weights = dir_ / "model.safetensors";
-  const Outcome exported = run("export-weights --plan " + one.string() + " --seed 5 --out " + weights.string());
+  const auto [exported, seed5, init, seed9] = seeded_runs(one, sharded, data);
   ASSERT_EQ(exported.status, 0) << exported.err;
   EXPECT_NE(exported.out.find("step 0"), std::string::npos) << exported.out;
-  const std::string common = "run --plan " + sharded.string() + " --steps 3 --data " + data.string();
-  ASSERT_EQ(run(common + " --seed 5 --db " + (dir_ / "seed5.db").string()).status, 0);
-  const Outcome init = run(common + " --seed 9 --init " + weights.string() + " --db " + (dir_ / "init.db").string());
+  ASSERT_EQ(seed5.status, 0);
   ASSERT_EQ(init.status, 0) << init.err;
   EXPECT_NE(init.out.find("initial weights from"), std::string::npos) << init.out;
-  ASSERT_EQ(run(common + " --seed 9 --db " + (dir_ / "seed9.db").string()).status, 0);
+  ASSERT_EQ(seed9.status, 0);
   const std::vector<double> want = losses_of_only_run(dir_ / "seed5.db");
-  const std::vector<double> got = losses_of_only_run(dir_ / "init.db");
-  ASSERT_EQ(want.size(), 3u);
-  ASSERT_EQ(got.size(), 3u);
-  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(std::memcmp(&want[i], &got[i], sizeof(double)), 0) << "step " << i + 1;
+  EXPECT_TRUE(three_losses_bit_for_bit(want, losses_of_only_run(dir_ / "init.db")));
   EXPECT_NE(losses_of_only_run(dir_ / "seed9.db"), want) << "seed 9's own weights should train otherwise";
 }
 
@@ -185,12 +235,8 @@ TEST_F(ExportWeights, ShardedLlamaCheckpointExportsTheOneRankRunsModel) {
   const fs::path sharded =
       write("sharded.json", llama_plan_json(R"({"dp": 2, "pp": 2, "tp": 2, "zero": 3, "micro_batch": 2})"));
   for (const auto& [plan, name] : {std::pair{one, std::string("one")}, std::pair{sharded, std::string("sharded")}}) {
-    const Outcome ran = run("run --plan " + plan.string() + " --steps 2 --seed 5 --data " + data.string() +
-                            " --checkpoint " + (dir_ / ("ck-" + name)).string());
+    const auto [ran, exported] = train_and_export(plan, data, name);
     ASSERT_EQ(ran.status, 0) << ran.out << ran.err;
-    fs::create_directories(dir_ / name);
-    const Outcome exported = run("export-weights --checkpoint " + (dir_ / ("ck-" + name)).string() + " --out " +
-                                 (dir_ / name / "model.safetensors").string());
     ASSERT_EQ(exported.status, 0) << exported.err;
     EXPECT_NE(exported.out.find("LlamaForCausalLM: 21 tensors"), std::string::npos) << exported.out;
   }
@@ -198,13 +244,7 @@ TEST_F(ExportWeights, ShardedLlamaCheckpointExportsTheOneRankRunsModel) {
   const auto b = read_f32_tensors(dir_ / "sharded" / "model.safetensors");
   ASSERT_EQ(a.size(), 21u);
   ASSERT_EQ(b.size(), a.size());
-  for (const auto& [name, values] : a) {
-    ASSERT_TRUE(b.count(name)) << name;
-    ASSERT_EQ(b.at(name).size(), values.size()) << name;
-    double worst = 0;
-    for (std::size_t i = 0; i < values.size(); ++i) worst = std::max(worst, double(std::abs(values[i] - b.at(name)[i])));
-    EXPECT_LE(worst, 1e-5) << name;
-  }
+  for (const auto& [name, worst] : worst_differences(a, b)) EXPECT_LE(worst, 1e-5) << name;
   EXPECT_TRUE(a.count("model.layers.1.self_attn.k_proj.weight"));
   EXPECT_EQ(slurp(dir_ / "one" / "config.json"), slurp(dir_ / "sharded" / "config.json"));
   EXPECT_NE(slurp(dir_ / "one" / "config.json").find("\"LlamaForCausalLM\""), std::string::npos);
@@ -214,23 +254,17 @@ TEST_F(ExportWeights, LlamaInitFromASeedsExportTrainsAsThatSeedBitForBit) {
   const fs::path data = write("text.txt", corpus());
   const fs::path one = write("one.json", llama_plan_json(R"({"micro_batch": 2})"));
   const fs::path sharded = write("sharded.json", llama_plan_json(R"({"pp": 2, "tp": 2, "micro_batch": 2})"));
-  const fs::path weights = dir_ / "model.safetensors";
-  const Outcome exported = run("export-weights --plan " + one.string() + " --seed 5 --out " + weights.string());
+  const auto [exported, seed5, init, seed9] = seeded_runs(one, sharded, data);
   ASSERT_EQ(exported.status, 0) << exported.err;
-  const std::string common = "run --plan " + sharded.string() + " --steps 3 --data " + data.string();
-  ASSERT_EQ(run(common + " --seed 5 --db " + (dir_ / "seed5.db").string()).status, 0);
-  const Outcome init = run(common + " --seed 9 --init " + weights.string() + " --db " + (dir_ / "init.db").string());
+  ASSERT_EQ(seed5.status, 0);
   ASSERT_EQ(init.status, 0) << init.err;
-  ASSERT_EQ(run(common + " --seed 9 --db " + (dir_ / "seed9.db").string()).status, 0);
+  ASSERT_EQ(seed9.status, 0);
   const std::vector<double> want = losses_of_only_run(dir_ / "seed5.db");
-  const std::vector<double> got = losses_of_only_run(dir_ / "init.db");
-  ASSERT_EQ(want.size(), 3u);
-  ASSERT_EQ(got.size(), 3u);
-  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(std::memcmp(&want[i], &got[i], sizeof(double)), 0) << "step " << i + 1;
+  EXPECT_TRUE(three_losses_bit_for_bit(want, losses_of_only_run(dir_ / "init.db")));
   EXPECT_NE(losses_of_only_run(dir_ / "seed9.db"), want) << "seed 9's own weights should train otherwise";
   // A GPT-2 plan refuses the LLaMA file before any rank starts, naming the first tensor.
   const Outcome refused = run("run --plan " + write("gpt2.json", plan_json(R"({"micro_batch": 2})")).string() +
-                              " --steps 1 --init " + weights.string());
+                              " --steps 1 --init " + (dir_ / "model.safetensors").string());
   EXPECT_EQ(refused.status, 2);
   EXPECT_NE(refused.err.find("tensor transformer.wte.weight: missing"), std::string::npos) << refused.err;
 }

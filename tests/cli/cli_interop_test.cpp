@@ -114,7 +114,10 @@ TEST_F(Cli, EstimateImportsNemoRecipesAndTakesAVocabularyFromHfConfig) {
       "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80, "vocab_size": 32000,
       "max_position_embeddings": 4096, "tie_word_embeddings": false})");
   const std::string llama = "estimate --import " + kFixtures + "nemo_llama2_70b.yaml --cluster dgx-a100 --nodes 128";
-  EXPECT_TRUE(is_one_line_refusal(run(llama), "model.tokenizer: the vocabulary size is unknown"));
+  const Outcome by_name = run(llama);
+  ASSERT_EQ(by_name.status, 0) << by_name.err;
+  EXPECT_NE(by_name.out.find("model.vocab 32000 (LLaMA's SentencePiece tokenizer by name)"), std::string::npos)
+      << by_name.out;
   const Outcome with_hf = run(llama + " --hf-config " + hf.string());
   ASSERT_EQ(with_hf.status, 0) << with_hf.err;
   EXPECT_NE(with_hf.out.find("model.vocab 32000 (--hf-config)"), std::string::npos) << with_hf.out;

@@ -1,6 +1,7 @@
 // What the tests of `tessel run`'s life share: the smallest plan that trains on two
 // ranks, waiting for a process with a deadline, whether a test's ranks still run, and the
-// one run a test's database holds. Nothing here asserts but the deadline.
+// one run a test's database holds, starting a command in the background and waiting for
+// what it prints. Nothing here asserts but the deadline.
 #pragma once
 
 #include <signal.h>
@@ -9,11 +10,13 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "cli_fixture.hpp"
 #include "tessel/profiles/run_store.hpp"
 
 namespace tessel_cli_test {
@@ -35,6 +38,26 @@ inline tessel::profiles::RunRecord only_run(const std::string& db) {
 }
 
 // `pid`'s wait status, killing it (and failing) when it has not ended within `limit_s`.
+// `command` started by sh in a child process (exec'd, so the child is the command): its
+// process id, or -1 when fork failed.
+inline pid_t start_in_shell(const std::string& command) {
+  const pid_t child = fork();
+  if (child == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return child;
+}
+
+// Polls `file` every 50 ms until it holds `text` or `limit_s` have passed: whether it does.
+inline bool file_comes_to_hold(const std::filesystem::path& file, const std::string& text, double limit_s) {
+  const auto start = std::chrono::steady_clock::now();
+  while (slurp(file).find(text) == std::string::npos && seconds_since(start) < limit_s) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return slurp(file).find(text) != std::string::npos;
+}
+
 inline int wait_at_most(pid_t pid, double limit_s) {
   const auto start = std::chrono::steady_clock::now();
   int raw = 0;

@@ -130,17 +130,9 @@ TEST_F(Cli, ASignalStopsEveryRankWithAFinalCheckpointAndRecordsTheRunInterrupted
     const std::string command = std::string(TESSEL_BINARY) + " run --plan " + write("tiny.json", kTinyPlan).string() +
                                 " --steps 100000 --db " + db + " --checkpoint " + checkpoint + " >" +
                                 (here / "out").string() + " 2>" + (here / "err").string() + " </dev/null";
-    const pid_t tessel = fork();
+    const pid_t tessel = start_in_shell(command);
     ASSERT_GE(tessel, 0);
-    if (tessel == 0) {
-      execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const auto start = std::chrono::steady_clock::now();
-    while (slurp(here / "out").find("step 2 ") == std::string::npos && seconds_since(start) < 60) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ASSERT_NE(slurp(here / "out").find("step 2 "), std::string::npos) << slurp(here / "err");
+    ASSERT_TRUE(file_comes_to_hold(here / "out", "step 2 ", 60)) << slurp(here / "err");
     ASSERT_EQ(kill(tessel, signal), 0);
     const auto stopping = std::chrono::steady_clock::now();
     const int raw = wait_at_most(tessel, 30.0);
@@ -162,17 +154,9 @@ TEST_F(Cli, SigkillToTesselRunLeavesNoRankTraining) {
   const std::string command = std::string(TESSEL_BINARY) + " run --plan " + write("tiny.json", kTinyPlan).string() +
                               " --steps 100000 --db " + (dir_ / "r.db").string() + " >" + (dir_ / "out").string() +
                               " 2>&1 </dev/null";
-  const pid_t tessel = fork();
+  const pid_t tessel = start_in_shell(command);
   ASSERT_GE(tessel, 0);
-  if (tessel == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const auto start = std::chrono::steady_clock::now();
-  while (slurp(dir_ / "out").find("step 1 ") == std::string::npos && seconds_since(start) < 60) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_NE(slurp(dir_ / "out").find("step 1 "), std::string::npos) << slurp(dir_ / "out");
+  ASSERT_TRUE(file_comes_to_hold(dir_ / "out", "step 1 ", 60)) << slurp(dir_ / "out");
   ASSERT_EQ(kill(tessel, SIGKILL), 0);
   wait_at_most(tessel, 5.0);
   const auto killed = std::chrono::steady_clock::now();

@@ -324,11 +324,11 @@ TEST_F(Cli, PlanRefineReRanksBySimulation) {
                         out.string());
   ASSERT_EQ(o.status, 0) << o.err;
   EXPECT_NE(o.out.find("re-ranked the analytic top 3 by simulation"), std::string::npos) << o.out;
-  const auto json = nlohmann::json::parse(slurp(out));
-  ASSERT_EQ(json["plans"].size(), 3u);
-  for (std::size_t i = 0; i < 3; ++i) EXPECT_GT(json["plans"][i]["simulated_step_time_s"].get<double>(), 0);
-  EXPECT_LE(json["plans"][0]["simulated_step_time_s"].get<double>(), json["plans"][1]["simulated_step_time_s"].get<double>());
-  EXPECT_LE(json["plans"][1]["simulated_step_time_s"].get<double>(), json["plans"][2]["simulated_step_time_s"].get<double>());
+  const nlohmann::json plans = nlohmann::json::parse(slurp(out))["plans"];
+  ASSERT_EQ(plans.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_GT(plans[i]["simulated_step_time_s"].get<double>(), 0);
+  EXPECT_LE(plans[0]["simulated_step_time_s"].get<double>(), plans[1]["simulated_step_time_s"].get<double>());
+  EXPECT_LE(plans[1]["simulated_step_time_s"].get<double>(), plans[2]["simulated_step_time_s"].get<double>());
 }
 
 TEST_F(Cli, RunTrainsADataParallelPlanAndRecordsIt) {

@@ -16,6 +16,7 @@
 #include "tessel/core/chunk_totals.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/presets.hpp"
+#include "support/test_plans.hpp"
 
 using namespace tessel;
 
@@ -42,18 +43,7 @@ int fewest_chunks_brute_force(const std::vector<std::int64_t>& sizes, std::int64
   return best;
 }
 
-ModelSpec tiny_model() {
-  ModelSpec m = resolve_model("gpt2-124m");
-  m.name = "tiny";
-  m.layers = 4;
-  m.hidden = 64;
-  m.heads = 4;
-  m.kv_heads = 4;
-  m.ffn_hidden = 256;
-  m.vocab = 512;
-  m.seq_len = 32;
-  return m;
-}
+ModelSpec tiny_model() { return test::with_dims(resolve_model("gpt2-124m"), "tiny", {4, 64, 4, 4, 256, 512, 32}); }
 
 TrainSpec train_of(Precision precision) {
   TrainSpec t;

@@ -24,6 +24,7 @@ TEST(EngineDefaults, EachEngineRunsFusedAttentionFromTheReleaseItsDocsName) {
   EXPECT_EQ(engine_defaults("nemo", "2024-09").kernels, Kernels::fused);
   EXPECT_EQ(engine_defaults("nemo", "2023-10").kernels, Kernels::unfused);
   EXPECT_EQ(engine_defaults("megatron-deepspeed", "2025-01").kernels, Kernels::unfused) << "flash is opt-in there";
+  EXPECT_EQ(engine_defaults("paddlenlp", "2025-01").kernels, Kernels::unfused) << "use_flash_attention is opt-in";
   EXPECT_EQ(engine_defaults("torchtitan", "").kernels, Kernels::fused);
   EXPECT_EQ(engine_defaults("torchtitan", "").framework, Framework::pytorch);
   EXPECT_EQ(engine_defaults("pytorch", "2022-12").kernels, Kernels::unfused);

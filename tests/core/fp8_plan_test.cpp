@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "tessel/core/device_spec.hpp"
+#include "plan_checks.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/fp8_model.hpp"
 #include "tessel/core/op_names.hpp"
@@ -13,20 +14,12 @@
 using namespace tessel;
 
 namespace {
+using tessel::test::validation_error;
 Json plan_json(const Json& train, const Json& parallel = Json::parse(R"({"dp": 4, "tp": 2, "micro_batch": 2})")) {
   Json json = Json::parse(R"({"model": "gpt2-124m", "cluster": "dgx-h100", "nodes": 1})");
   json["train"] = train;
   json["parallel"] = parallel;
   return json;
-}
-
-std::string parse_error(const Json& json) {
-  try {
-    Plan::from_json(json, "").validate();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(valid)";
 }
 }  // namespace
 
@@ -42,17 +35,17 @@ TEST(Fp8Plan, RoundTripsThroughJsonWithFp32GradientsByDefault) {
 }
 
 TEST(Fp8Plan, GradientsAreFp32OrBf16) {
-  EXPECT_EQ(parse_error(plan_json(Json::parse(R"({"global_batch": 32, "precision": "fp8",
+  EXPECT_EQ(validation_error(plan_json(Json::parse(R"({"global_batch": 32, "precision": "fp8",
       "gradient_precision": "bf16"})"))), "(valid)");
   const std::string fp16 =
-      parse_error(plan_json(Json::parse(R"({"global_batch": 32, "precision": "fp8", "gradient_precision": "fp16"})")));
+      validation_error(plan_json(Json::parse(R"({"global_batch": 32, "precision": "fp8", "gradient_precision": "fp16"})")));
   EXPECT_NE(fp16.find("train.gradient_precision: must be fp32 or bf16 (fp8 training keeps gradients in bf16), got fp16"),
             std::string::npos)
       << fp16;
 }
 
 TEST(Fp8Plan, GridTensorModesAreRefusedByOneLine) {
-  const std::string message = parse_error(plan_json(Json::parse(R"({"global_batch": 32, "precision": "fp8"})"),
+  const std::string message = validation_error(plan_json(Json::parse(R"({"global_batch": 32, "precision": "fp8"})"),
                                                     Json::parse(R"({"dp": 2, "tp": 4, "tp_mode": "2d"})")));
   EXPECT_NE(message.find("parallel.tp_mode: fp8 training is modelled with 1d tensor parallelism only"),
             std::string::npos)

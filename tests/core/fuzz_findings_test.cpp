@@ -3,31 +3,17 @@
 // tessel::Error line. The inputs are the fuzzer's findings cut down to what triggers them.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <string>
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/json_fields.hpp"
 #include "tessel/core/model_spec.hpp"
 #include "tessel/core/plan.hpp"
+#include "support/error_of.hpp"
 
 using namespace tessel;
 
-namespace {
-// The tessel::Error message of `action`; fails the test on any other exception (which is
-// what the fuzzer saw: an nlohmann out_of_range escaping to std::terminate).
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  } catch (const std::exception& other) {
-    ADD_FAILURE() << "not a tessel::Error: " << other.what();
-    return "(another exception)";
-  }
-  return "(no error)";
-}
-}  // namespace
+using tessel::test::error_of;
 
 // fuzz_plan, fuzz_model, fuzz_cluster, fuzz_hf_config, fuzz_checkpoint and
 // fuzz_profile_import all found it first: a number beyond double's range ('5e406',

@@ -12,16 +12,8 @@
 using namespace tessel;
 
 namespace {
+using tessel::test::validation_error;
 Json plan_json(const Json& train) { return test::plan_json_with_train(train); }
-
-std::string parse_error(const Json& json) {
-  try {
-    Plan::from_json(json, "").validate();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(valid)";
-}
 
 // Bytes of every data-parallel collective in one stage's program.
 double gradient_group_bytes(const Plan& plan) {
@@ -61,11 +53,11 @@ TEST(GradientPrecision, RoundTripsAndKeepsUnsetUnset) {
 }
 
 TEST(GradientPrecision, BadValuesNameTheFieldInOneLine) {
-  EXPECT_EQ(parse_error(plan_json({{"global_batch", 64}, {"gradient_precision", "fp8"}})),
+  EXPECT_EQ(validation_error(plan_json({{"global_batch", 64}, {"gradient_precision", "fp8"}})),
             "train.gradient_precision: must be one of fp32|bf16|fp16, got \"fp8\"");
-  EXPECT_EQ(parse_error(plan_json({{"global_batch", 64}, {"gradient_precision", "fp16"}})),
+  EXPECT_EQ(validation_error(plan_json({{"global_batch", 64}, {"gradient_precision", "fp16"}})),
             "train.gradient_precision: must be fp32 or the training precision (bf16), got fp16");
-  EXPECT_EQ(parse_error(plan_json({{"global_batch", 64}, {"precision", "fp32"}, {"gradient_precision", "bf16"}})),
+  EXPECT_EQ(validation_error(plan_json({{"global_batch", 64}, {"precision", "fp32"}, {"gradient_precision", "bf16"}})),
             "train.gradient_precision: must be fp32 or the training precision (fp32), got bf16");
   // A plan built in code is checked by validate() with the same line.
   Plan plan = Plan::from_json(plan_json({{"global_batch", 64}, {"precision", "fp16"}}), "");

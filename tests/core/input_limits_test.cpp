@@ -16,19 +16,14 @@
 #include "tessel/core/model_spec.hpp"
 #include "tessel/core/plan.hpp"
 #include "tessel/core/program.hpp"
+#include "support/error_of.hpp"
+#include "support/scratch_folder.hpp"
 
 using namespace tessel;
 namespace fs = std::filesystem;
 
 namespace {
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using tessel::test::error_of;
 
 Json small_model() {
   return Json{{"layers", 2}, {"hidden", 64}, {"heads", 4}, {"vocab", 256}, {"seq_len", 32}};
@@ -38,20 +33,7 @@ Json plan_json(const Json& model, const Json& train) {
   return Json{{"model", model}, {"cluster", "dgx-a100"}, {"train", train}, {"parallel", {{"dp", 8}}}};
 }
 
-class TempFolder : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tessel_limits_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-    return (dir_ / name).string();
-  }
-  fs::path dir_;
-};
+class TempFolder : public tessel::test::ScratchFolderTest {};
 }  // namespace
 
 TEST(InputLimits, GlobalBatchBeyondItsBoundIsRefusedNotWrapped) {

@@ -2,21 +2,19 @@
 // Face MoE families read into MoeSpec, and what tessel does not model refused by name.
 #include <gtest/gtest.h>
 
-#include <functional>
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/model_spec.hpp"
+#include "support/error_of.hpp"
 
 using namespace tessel;
 
 namespace {
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
+using tessel::test::error_of;
+
+// The error of reading `config` as a Hugging Face config.json.
+std::string hf_config_error(const Json& config) {
+  return error_of([&] { ModelSpec::from_hf_config(config, "x"); });
 }
 
 const char* kMixtralConfig = R"({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
@@ -96,32 +94,42 @@ TEST(MoeModel, HuggingFaceMixtralAndQwenMoeConfigsReadToThePresets) {
 TEST(MoeModel, WhatTesselDoesNotModelIsRefusedByName) {
   Json deepseek = Json::parse(R"({"model_type": "deepseek_v3", "n_routed_experts": 256, "kv_lora_rank": 512,
       "q_lora_rank": 1536, "hidden_size": 7168})");
-  EXPECT_EQ(error_of([&] { ModelSpec::from_hf_config(deepseek, "x"); }),
+  EXPECT_EQ(hf_config_error(deepseek),
             "model.model_type: deepseek_v3 uses multi-head latent attention (kv_lora_rank, q_lora_rank), which tessel "
             "does not model; MoE configs of type mixtral|qwen2_moe are read");
   deepseek["model_type"] = "deepseek_v2";
-  EXPECT_NE(error_of([&] { ModelSpec::from_hf_config(deepseek, "x"); }).find("deepseek_v2 uses multi-head latent"),
-            std::string::npos);
+  EXPECT_NE(hf_config_error(deepseek).find("deepseek_v2 uses multi-head latent"), std::string::npos);
+  // Qwen3 (Qwen/Qwen3-8B's and Qwen3-30B-A3B's config.json): RMSNorm on each head's query
+  // and key, which a llama reading would drop.
+  for (const char* type : {"qwen3", "qwen3_moe"}) {
+    Json qwen3 = Json::parse(R"({"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "num_hidden_layers": 36, "intermediate_size": 12288, "vocab_size": 151936,
+        "max_position_embeddings": 40960, "rope_theta": 1000000, "rms_norm_eps": 1e-6})");
+    qwen3["model_type"] = type;
+    EXPECT_EQ(hf_config_error(qwen3),
+              std::string("model.model_type: ") + type +
+                  " normalises each head's query and key (q_norm, k_norm RMSNorm), which tessel does not model; "
+                  "dense configs of type llama|mistral and MoE configs of type mixtral|qwen2_moe are read");
+  }
   // MoE keys under a type tessel reads densely, or an unknown type: never read as dense.
   Json llama_moe = Json::parse(kMixtralConfig);
   llama_moe["model_type"] = "llama";
-  EXPECT_EQ(error_of([&] { ModelSpec::from_hf_config(llama_moe, "x"); }),
+  EXPECT_EQ(hf_config_error(llama_moe),
             "model.num_local_experts: a llama config with Mixture-of-Experts keys is not read as a dense model; MoE "
             "configs of type mixtral|qwen2_moe are read");
   llama_moe["model_type"] = "olmoe";
-  EXPECT_NE(error_of([&] { ModelSpec::from_hf_config(llama_moe, "x"); }).find("'olmoe' has Mixture-of-Experts keys"),
-            std::string::npos);
+  EXPECT_NE(hf_config_error(llama_moe).find("'olmoe' has Mixture-of-Experts keys"), std::string::npos);
   Json qwen = Json::parse(kQwenMoeConfig);
   qwen["shared_expert_intermediate_size"] = 2000;
-  EXPECT_EQ(error_of([&] { ModelSpec::from_hf_config(qwen, "x"); }),
+  EXPECT_EQ(hf_config_error(qwen),
             "model.shared_expert_intermediate_size: 2000 is not a multiple of moe_intermediate_size 1408; tessel "
             "represents a shared expert as whole experts of the routed width");
   qwen = Json::parse(kQwenMoeConfig);
   qwen["mlp_only_layers"] = Json::array({0, 1});
-  EXPECT_NE(error_of([&] { ModelSpec::from_hf_config(qwen, "x"); }).find("model.mlp_only_layers:"), std::string::npos);
+  EXPECT_NE(hf_config_error(qwen).find("model.mlp_only_layers:"), std::string::npos);
   Json mixtral = Json::parse(kMixtralConfig);
   mixtral["num_experts_per_tok"] = 9;
-  EXPECT_EQ(error_of([&] { ModelSpec::from_hf_config(mixtral, "x"); }),
+  EXPECT_EQ(hf_config_error(mixtral),
             "model.moe.top_k: must be 1..experts (8), got 9");
 }
 

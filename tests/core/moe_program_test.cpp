@@ -4,57 +4,28 @@
 // the tensor group and the experts' own gradient bucket.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <map>
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/op_names.hpp"
 #include "tessel/core/program.hpp"
+#include "support/error_of.hpp"
+#include "support/test_plans.hpp"
 
 using namespace tessel;
 
 namespace {
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using tessel::test::error_of;
 
 ModelSpec tiny_moe() {
-  ModelSpec m;
-  m.name = "tiny-moe";
-  m.layers = 4;
-  m.hidden = 64;
-  m.heads = 4;
-  m.kv_heads = 2;
-  m.ffn_hidden = 128;
-  m.vocab = 256;
-  m.seq_len = 32;
-  m.activation = Activation::swiglu;
-  m.norm = Norm::rmsnorm;
-  m.tied_embeddings = false;
-  m.position_embedding = PositionEmbedding::rope;
-  m.bias = false;
+  ModelSpec m = test::with_llama_blocks(test::with_dims(ModelSpec{}, "tiny-moe", {4, 64, 4, 2, 128, 256, 32}));
   m.moe = MoeSpec{4, 2, 64, 1, 0, 2};  // experts, top_k, width, shared, capacity, every
   return m;
 }
 
 Plan moe_plan(int dp, int ep, int tp = 1, int zero = 0) {
-  Plan plan;
-  plan.model = tiny_moe();
-  plan.cluster = resolve_cluster("local-cpu");
-  plan.nodes = 1;
-  plan.train.global_batch = 8;
-  plan.train.precision = Precision::fp32;
-  plan.parallel.dp = dp;
-  plan.parallel.ep = ep;
-  plan.parallel.tp = tp;
-  plan.parallel.zero = zero;
-  plan.parallel.micro_batch = 1;
-  return plan;
+  return test::plan_of(tiny_moe(), "local-cpu", 8, Precision::fp32,
+                       {.dp = dp, .tp = tp, .ep = ep, .zero = zero, .micro_batch = 1});
 }
 }  // namespace
 

@@ -5,18 +5,18 @@
 
 #include <string>
 
-#include "tessel/core/error.hpp"
+#include "support/error_of.hpp"
 #include "tessel/core/plan.hpp"
 
 namespace tessel::test {
 
 inline std::string validation_error(const Plan& plan) {
-  try {
-    plan.validate();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(valid)";
+  return error_of([&] { plan.validate(); }, "(valid)");
+}
+
+// The same for a plan read from JSON: its reading errors and its validation errors alike.
+inline std::string validation_error(const Json& json) {
+  return error_of([&] { Plan::from_json(json, "").validate(); }, "(valid)");
 }
 
 // GPT-2 124M on one DGX A100, dp 8, with `train` as its "train" object.

@@ -1,25 +1,18 @@
 // Plans: lossless JSON round trip, and one clear error per invalid field.
 #include <gtest/gtest.h>
 
+#include "plan_checks.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/plan.hpp"
 
 using namespace tessel;
 
 namespace {
+using tessel::test::validation_error;
 Json base_plan() {
   return Json::parse(R"({"model": "gpt2-124m", "cluster": "dgx-a100", "nodes": 2,
       "train": {"global_batch": 64, "precision": "bf16"},
       "parallel": {"dp": 4, "pp": 2, "tp": 2, "micro_batch": 2, "zero": 1}})");
-}
-
-std::string validation_error(const Json& json) {
-  try {
-    Plan::from_json(json, "").validate();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(valid)";
 }
 }  // namespace
 

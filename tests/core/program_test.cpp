@@ -11,24 +11,14 @@
 
 #include "tessel/core/op_names.hpp"
 #include "tessel/core/program.hpp"
+#include "support/test_plans.hpp"
 
 using namespace tessel;
 
 namespace {
 Plan small_plan(int dp, int pp, int tp, Schedule schedule = Schedule::one_f_one_b, int v = 1) {
-  Plan plan;
-  plan.model = resolve_model("gpt2-124m");
-  plan.cluster = resolve_cluster("local-cpu");
-  plan.nodes = 1;
-  plan.train.global_batch = 16;
-  plan.train.precision = Precision::fp32;
-  plan.parallel.dp = dp;
-  plan.parallel.pp = pp;
-  plan.parallel.tp = tp;
-  plan.parallel.micro_batch = 2;
-  plan.parallel.schedule = schedule;
-  plan.parallel.virtual_stages = v;
-  return plan;
+  return test::plan_of(resolve_model("gpt2-124m"), "local-cpu", 16, Precision::fp32,
+                       {.dp = dp, .pp = pp, .tp = tp, .micro_batch = 2, .schedule = schedule, .virtual_stages = v});
 }
 
 std::map<std::string, std::pair<int, std::uint32_t>> index_ids(const Program& program) {

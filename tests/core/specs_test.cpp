@@ -7,18 +7,12 @@
 #include "tessel/core/error.hpp"
 #include "tessel/core/model_spec.hpp"
 #include "tessel/core/presets.hpp"
+#include "support/error_of.hpp"
 
 using namespace tessel;
 
 namespace {
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+using tessel::test::error_of;
 }  // namespace
 
 TEST(Presets, EveryShippedPresetLoads) {

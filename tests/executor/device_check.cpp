@@ -21,12 +21,16 @@
 #include "tessel/executor/comm/host_staged_communicator.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "checkpoint_checks.hpp"
 #include "layouts.hpp"
 #include "protected_memory_backend.hpp"
 
+using tessel::executor::checks::bit_identical;
 using tessel::executor::checks::Layout;
+using tessel::executor::checks::layout_of;
 using tessel::executor::checks::make_plan;
 using tessel::executor::checks::options_for;
+using tessel::executor::checks::shared_folder;
 
 using namespace tessel;
 using namespace tessel::executor;
@@ -37,11 +41,7 @@ constexpr int kSteps = 3;
 
 // The layouts the fake device trains: each parallel mode at least once.
 std::vector<Layout> layouts() {
-  auto with = [](auto edit) {
-    Layout l;
-    edit(l);
-    return l;
-  };
+  const auto with = [](auto edit) { return layout_of("gpt", edit); };
   return {
       with([](Layout&) {}),
       with([](Layout& l) { l.recompute = "full", l.kernels = "fused"; }),
@@ -63,12 +63,7 @@ std::vector<Layout> layouts() {
 // The LLaMA-shaped model (`device_check llama`): RoPE, grouped-query attention, SwiGLU,
 // RMSNorm whole and split, the untied head.
 std::vector<Layout> llama_layouts() {
-  auto with = [](auto edit) {
-    Layout l;
-    l.model = "llama";
-    edit(l);
-    return l;
-  };
+  const auto with = [](auto edit) { return layout_of("llama", edit); };
   return {
       with([](Layout&) {}),
       with([](Layout& l) { l.recompute = "full", l.kernels = "fused"; }),
@@ -83,12 +78,7 @@ std::vector<Layout> llama_layouts() {
 // The MoE models (`device_check moe`): routing on the host from downloaded logits, the
 // all-to-alls staged through host memory, the expert buckets (ZeRO 3 over expert_data).
 std::vector<Layout> moe_layouts() {
-  auto with = [](const char* model, auto edit) {
-    Layout l;
-    l.model = model;
-    edit(l);
-    return l;
-  };
+  const auto with = [](const char* model, auto edit) { return layout_of(model, edit); };
   return {with("moe", [](Layout& l) { l.dp = 2, l.ep = 2; }),
           with("moe_llama", [](Layout& l) { l.tp = 2, l.sequence_parallel = true, l.dp = 2, l.ep = 2, l.zero = 3; })};
 }
@@ -133,19 +123,12 @@ Run train(const Layout& layout, Communicator& world, kernels::Backend& backend, 
   return run;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Two steps, a checkpoint, a fresh trainer resumed from it and the last step, all on the
 // fake device: the losses and weights equal the CPU backend's uninterrupted run.
 bool check_checkpoint(const Layout& layout, Communicator& world, kernels::Backend& device, const Run& want,
                       const std::string& text) {
   const Plan plan = make_plan(layout);
-  float pid = float(::getpid() % 1000000);
-  world.broadcast(&pid, 1, DType::f32, 0);
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / fmt::format("tessel_device_checkpoint_{}", int(pid))).string();
+  const std::string dir = shared_folder(world, "tessel_device_checkpoint");
   std::vector<float> losses;
   {
     Rank first(plan, layout.optimizer, world, device, text);
@@ -158,7 +141,8 @@ bool check_checkpoint(const Layout& layout, Communicator& world, kernels::Backen
   const std::vector<float> weights = resumed.trainer.whole_parameters();
   world.barrier();
   if (world.rank() == 0) std::filesystem::remove_all(dir);
-  return resumed.trainer.steps_done() == kSteps && same_bits(losses, want.losses) && same_bits(weights, want.weights);
+  return resumed.trainer.steps_done() == kSteps && bit_identical(losses, want.losses) &&
+         bit_identical(weights, want.weights);
 }
 
 }  // namespace
@@ -174,8 +158,8 @@ int main(int argc, char** argv) {
     if (plan.parallel.world_size() != world.size()) continue;
     const Run want = train(layout, world, kernels::cpu_backend(), text);
     const Run got = train(layout, world, device, text);
-    const bool ok = same_bits(got.losses, want.losses) && same_bits(got.weights, want.weights) &&
-                    same_bits(got.gradients, want.gradients) && same_bits(got.trust, want.trust) &&
+    const bool ok = bit_identical(got.losses, want.losses) && bit_identical(got.weights, want.weights) &&
+                    bit_identical(got.gradients, want.gradients) && bit_identical(got.trust, want.trust) &&
                     got.kept_activation_bytes == want.kept_activation_bytes && !want.weights.empty();
     std::printf("%-56s rank %d losses %.6f..%.6f  %s\n", layout.name().c_str(), world.rank(), got.losses.front(),
                 got.losses.back(), ok ? "bit-identical" : "DIFFER");

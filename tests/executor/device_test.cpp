@@ -13,10 +13,10 @@
 #include "protected_memory_backend.hpp"
 
 namespace {
-using tessel_executor_test::count_of;
+using namespace tessel_executor_test;
 // device_check's `suite` on `ranks` processes.
-std::string run_check(int ranks, int& status, const std::string& suite = "") {
-  return tessel_executor_test::run_under_mpirun(ranks, TESSEL_DEVICE_CHECK_BINARY, suite, status);
+CheckRun device_check(int ranks, const std::string& suite = "") {
+  return run_check(ranks, TESSEL_DEVICE_CHECK_BINARY, suite);
 }
 
 // Three steps of one process whose world is a SingleRankCommunicator on `backend`
@@ -50,40 +50,24 @@ TEST(DeviceMemory, OneProcessWithoutMpiOnAFakeDeviceEqualsTheCpuBackend) {
 // One rank: plain, full recompute with fused kernels, bf16 with selective recompute,
 // and a checkpoint resumed on the fake device.
 TEST(DeviceMemory, OneRankOnAFakeDeviceEqualsTheCpuBackend) {
-  int status = -1;
-  const std::string output = run_check(1, status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "bit-identical"), 3 + 1) << output;
-  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+  EXPECT_TRUE(exits_0_and_prints(device_check(1), {{"bit-identical", 3 + 1}, {"DIFFER", 0}}));
 }
 
 // Two ranks: data parallel, 1F1B pipeline, ring self-attention (sp 2), Megatron 1D with
 // sequence parallel and selective recompute.
 TEST(DeviceMemory, TwoRanksOnAFakeDeviceEqualTheCpuBackend) {
-  int status = -1;
-  const std::string output = run_check(2, status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "bit-identical"), 4 * 2) << output;
-  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+  EXPECT_TRUE(exits_0_and_prints(device_check(2), {{"bit-identical", 4 * 2}, {"DIFFER", 0}}));
 }
 
 // Four ranks: ZeRO 3 with full recompute, bf16 pipeline x tensor, fused ring attention
 // with ZeRO 1, 2D, LAMB with ZeRO 2 and its checkpoint resumed on the fake device.
 TEST(DeviceMemory, FourRanksOnAFakeDeviceEqualTheCpuBackend) {
-  int status = -1;
-  const std::string output = run_check(4, status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "bit-identical"), (5 + 1) * 4) << output;
-  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+  EXPECT_TRUE(exits_0_and_prints(device_check(4), {{"bit-identical", (5 + 1) * 4}, {"DIFFER", 0}}));
 }
 
 // Eight ranks: 3D (q = 2) and 2.5D (q = 2, depth 2) with full recompute.
 TEST(DeviceMemory, EightRanksOnAFakeDeviceEqualTheCpuBackend) {
-  int status = -1;
-  const std::string output = run_check(8, status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "bit-identical"), 2 * 8) << output;
-  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+  EXPECT_TRUE(exits_0_and_prints(device_check(8), {{"bit-identical", 2 * 8}, {"DIFFER", 0}}));
 }
 
 // The LLaMA-shaped model: one rank plain, with full recompute and fused kernels, with
@@ -93,10 +77,7 @@ TEST(DeviceMemory, EightRanksOnAFakeDeviceEqualTheCpuBackend) {
 TEST(DeviceMemory, LlamaShapedModelOnAFakeDeviceEqualsTheCpuBackend) {
   const int bit_identical[] = {0, 3 + 1, 2 * 2, 0, (2 + 1) * 4};
   for (int ranks : {1, 2, 4}) {
-    int status = -1;
-    const std::string output = run_check(ranks, status, "llama");
-    EXPECT_EQ(status, 0) << output;
-    EXPECT_EQ(count_of(output, "bit-identical"), bit_identical[ranks]) << ranks << " ranks\n" << output;
-    EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+    EXPECT_TRUE(exits_0_and_prints(device_check(ranks, "llama"),
+                                   {{"bit-identical", bit_identical[ranks]}, {"DIFFER", 0}})) << ranks << " ranks";
   }
 }

@@ -1,7 +1,7 @@
 // The fixtures the executor's tests share, in one place so that each test file keeps only
 // its own plans and assertions: a trainer on a world of one rank, a scratch folder per
 // test, the one-line error a call raises, and running a check binary under mpirun and
-// counting what it printed. Nothing here asserts: every assertion stays in a TEST body.
+// counting what it printed. Nothing here asserts: the TEST bodies do, on what it returns.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,10 +10,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "support/error_of.hpp"
+#include "support/scratch_folder.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/subprocess.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
@@ -22,44 +26,27 @@
 namespace tessel_executor_test {
 
 // A trainer on a world of one rank (the world of `tessel run` without mpirun), seeded,
-// every other option at its default; owns its communicator and grid.
+// with its learning rate, every other option at its default; owns its communicator and grid.
 struct OneRank {
   tessel::executor::SingleRankCommunicator world;
   tessel::executor::ProcessGrid grid;
   tessel::executor::Trainer trainer;
-  OneRank(const tessel::Plan& plan, const std::string& text, std::uint64_t seed)
+  OneRank(const tessel::Plan& plan, const std::string& text, std::uint64_t seed,
+          float lr = tessel::executor::TrainerOptions{}.lr)
       : grid(plan.parallel, world),
-        trainer(plan, grid, tessel::executor::DataLoader(text, plan.train.global_batch, plan.seq_len()), options(seed)) {}
-  static tessel::executor::TrainerOptions options(std::uint64_t seed) {
+        trainer(plan, grid, tessel::executor::DataLoader(text, plan.train.global_batch, plan.seq_len()),
+                options(seed, lr)) {}
+  static tessel::executor::TrainerOptions options(std::uint64_t seed, float lr) {
     tessel::executor::TrainerOptions o;
     o.seed = seed;
+    o.lr = lr;
     return o;
   }
 };
 
-// A test fixture with an empty folder of its own (named by suite, process and test, so
-// that tests running at once never share one), removed after the test.
-class ScratchFolderTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           fmt::format("tessel_{}_{}_{}", test->test_suite_name(), ::getpid(), test->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::filesystem::path dir_;
-};
-
-// The message of the tessel::Error `call` raises, or "no error".
-inline std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const tessel::Error& error) {
-    return error.what();
-  }
-  return "no error";
-}
+// A folder per test and the one-line error a call raises, shared with the other modules' tests.
+using tessel::test::error_of;
+using tessel::test::ScratchFolderTest;
 
 // `binary arguments` on `ranks` processes under mpirun: stdout and stderr together.
 inline std::string run_under_mpirun(int ranks, const std::string& binary, const std::string& arguments, int& status) {
@@ -73,6 +60,33 @@ inline int count_of(const std::string& output, const std::string& word) {
   int n = 0;
   for (std::size_t at = output.find(word); at != std::string::npos; at = output.find(word, at + 1)) ++n;
   return n;
+}
+
+// What a check binary printed (stdout and stderr together) and how it exited.
+struct CheckRun {
+  int status = -1;
+  std::string output;
+};
+
+// `binary arguments` on `ranks` processes under mpirun.
+inline CheckRun run_check(int ranks, const std::string& binary, const std::string& arguments) {
+  CheckRun run;
+  run.output = run_under_mpirun(ranks, binary, arguments, run.status);
+  return run;
+}
+
+// Whether `run` exited 0 and its output holds each word the given number of times; when
+// not, every difference and the output.
+inline ::testing::AssertionResult exits_0_and_prints(const CheckRun& run,
+                                                     std::initializer_list<std::pair<std::string, int>> counts) {
+  std::string differences;
+  if (run.status != 0) differences += "exit status " + std::to_string(run.status) + "\n";
+  for (const auto& [word, want] : counts) {
+    const int got = count_of(run.output, word);
+    if (got != want) differences += fmt::format("'{}' {} times, want {}\n", word, got, want);
+  }
+  if (differences.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << differences << run.output;
 }
 
 }  // namespace tessel_executor_test

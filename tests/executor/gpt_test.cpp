@@ -14,9 +14,12 @@
 #include "tessel/core/error.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "fixtures.hpp"
+#include "one_rank_checks.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
+using namespace tessel_executor_test;
 
 namespace {
 Plan one_rank_plan(int layers, int hidden, int heads, int seq, int global_batch, int micro_batch) {
@@ -26,23 +29,6 @@ Plan one_rank_plan(int layers, int hidden, int heads, int seq, int global_batch,
                                  "precision": "fp32"}}, "parallel": {{"micro_batch": {}}}}})",
                              layers, hidden, heads, seq, global_batch, micro_batch)),
                          "");
-}
-
-// A trainer on a world of one rank; owns its communicator and grid.
-struct OneRank {
-  SingleRankCommunicator world;
-  ProcessGrid grid;
-  Trainer trainer;
-  OneRank(const Plan& plan, const std::string& text, TrainerOptions options)
-      : grid(plan.parallel, world),
-        trainer(plan, grid, DataLoader(text, plan.train.global_batch, plan.seq_len()), options) {}
-};
-
-TrainerOptions with_seed(std::uint64_t seed, float lr = 1e-3f) {
-  TrainerOptions o;
-  o.seed = seed;
-  o.lr = lr;
-  return o;
 }
 
 // Trainer::check refuses `plan` in one line that starts with `field`.
@@ -63,12 +49,12 @@ TrainerOptions with_seed(std::uint64_t seed, float lr = 1e-3f) {
 TEST(Gpt, SameSeedSameModel) {
   const Plan plan = one_rank_plan(2, 16, 2, 8, 2, 2);
   const std::string text = synthetic_corpus(4096, 1);
-  const auto a = OneRank(plan, text, with_seed(7)).trainer.whole_parameters();
-  EXPECT_EQ(a, OneRank(plan, text, with_seed(7)).trainer.whole_parameters());
-  EXPECT_NE(a, OneRank(plan, text, with_seed(8)).trainer.whole_parameters());
+  const auto a = OneRank(plan, text, 7).trainer.whole_parameters();
+  EXPECT_EQ(a, OneRank(plan, text, 7).trainer.whole_parameters());
+  EXPECT_NE(a, OneRank(plan, text, 8).trainer.whole_parameters());
   EXPECT_EQ(a.size(), std::size_t(plan.model.parameter_count()));
   // Tensors are seeded by name: a deeper model shares its first layers' initial weights.
-  const auto deep = OneRank(one_rank_plan(3, 16, 2, 8, 2, 2), text, with_seed(7)).trainer.whole_parameters();
+  const auto deep = OneRank(one_rank_plan(3, 16, 2, 8, 2, 2), text, 7).trainer.whole_parameters();
   const auto tensors = whole_model_tensors(plan.model);
   const TensorSlot& qkv = tensors[4];
   ASSERT_EQ(qkv.name, "L0.attn.qkv.weight");
@@ -79,45 +65,16 @@ TEST(Gpt, SameSeedSameModel) {
 TEST(Gpt, BackwardMatchesTheDerivativeOfTheForwardPerTensor) {
   // A learning rate of 0 makes step() a forward and backward that leaves the weights.
   const Plan plan = one_rank_plan(2, 16, 2, 8, 2, 1);
-  OneRank run(plan, synthetic_corpus(4096, 11), with_seed(3, 0.0f));
-  Trainer& trainer = run.trainer;
-  const auto loss_at = [&](const std::vector<float>& weights) {
-    trainer.set_whole_parameters(weights);
-    trainer.loader().seek(0);
-    return double(trainer.step().loss);
-  };
-  const std::vector<float> weights = trainer.whole_parameters();
-  loss_at(weights);
-  const std::vector<float> grads = trainer.whole_gradients();
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const TensorSlot& t : whole_model_tensors(plan.model)) {
-    // A random direction inside this tensor only, so small tensors are checked too.
-    std::vector<float> direction(t.size());
-    double norm = 0;
-    for (auto& u : direction) {
-      u = normal(rng);
-      norm += double(u) * u;
-    }
-    double analytic = 0;
-    for (std::size_t i = 0; i < t.size(); ++i) analytic += double(grads[t.offset + i]) * (direction[i] /= float(std::sqrt(norm)));
-    const float step = 3e-3f;  // small enough that the curvature along bias directions does not show
-    std::vector<float> up = weights, down = weights;
-    for (std::size_t i = 0; i < t.size(); ++i) up[t.offset + i] += step * direction[i], down[t.offset + i] -= step * direction[i];
-    const double numeric = (loss_at(up) - loss_at(down)) / (2 * step);
-    EXPECT_NEAR(analytic, numeric, 2e-2 * std::abs(numeric) + 2e-4) << t.name;
+  OneRank run(plan, synthetic_corpus(4096, 11), 3, 0.0f);
+  for (const DirectionalDerivative& d : directional_derivatives(run.trainer, plan.model)) {
+    EXPECT_NEAR(d.analytic, d.numeric, 2e-2 * std::abs(d.numeric) + 2e-4) << d.tensor;
   }
 }
 
 TEST(Gpt, LossHalvesWithin200StepsOnTheSyntheticCorpus) {
   const Plan plan = one_rank_plan(2, 64, 4, 32, 8, 8);
-  OneRank run(plan, synthetic_corpus(1 << 16, 5), with_seed(1, 3e-3f));
-  float first = 0, last = 0;
-  for (int step = 1; step <= 200; ++step) {
-    const float loss = run.trainer.step().loss;
-    if (step == 1) first = loss;
-    last = loss;
-  }
+  OneRank run(plan, synthetic_corpus(1 << 16, 5), 1, 3e-3f);
+  const auto [first, last] = train_steps(run.trainer, 200);
   EXPECT_NEAR(first, std::log(256.0f), 0.1f);  // an untrained model guesses uniformly
   EXPECT_LT(last, first / 2) << "first " << first << " last " << last;
 }
@@ -130,7 +87,7 @@ TEST(Gpt, TrainingIsBitForBitRepeatable) {
   auto train = [&](int warm_up_allocations) {
     std::vector<std::vector<char>> noise;  // shifts where later buffers land
     for (int i = 0; i < warm_up_allocations; ++i) noise.emplace_back(std::size_t(97 * (i + 1)));
-    OneRank run(plan, text, with_seed(1));
+    OneRank run(plan, text, 1);
     for (int step = 1; step <= 3; ++step) run.trainer.step();
     return run.trainer.whole_parameters();
   };
@@ -147,7 +104,7 @@ TEST(Gpt, FusedAttentionTrainsLikeTheMaterialisedForm) {
   Plan fused = unfused;
   fused.train.kernels = Kernels::fused;
   const std::string text = synthetic_corpus(1 << 14, 5);
-  OneRank a(unfused, text, with_seed(4)), b(fused, text, with_seed(4));
+  OneRank a(unfused, text, 4), b(fused, text, 4);
   for (int step = 1; step <= 5; ++step) {
     const float want = a.trainer.step().loss, got = b.trainer.step().loss;
     EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << "step " << step;
@@ -171,7 +128,7 @@ TEST(Gpt, FusedAttentionTrainsLikeTheMaterialisedForm) {
 // proportion; the backward's residual (the bias gradient) still has its own events.
 TEST(Gpt, OneRankFusesTheAttentionResidualIntoTheMlpNorm) {
   const Plan plan = one_rank_plan(2, 32, 4, 16, 4, 2);
-  OneRank run(plan, synthetic_corpus(1 << 12, 3), with_seed(2));
+  OneRank run(plan, synthetic_corpus(1 << 12, 3), 2);
   run.trainer.step();
   std::map<std::string, OpEvent> residual_fwd, norm_fwd;  // by "mbM/Ll"
   int residual_bwd = 0;

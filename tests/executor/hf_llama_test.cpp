@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "export_round_trip.hpp"
 #include "fixtures.hpp"
 #include "safetensors_reader.hpp"
 #include "tessel/executor/hf_export.hpp"
@@ -23,7 +24,6 @@ using namespace tessel;
 using namespace tessel::executor;
 using namespace tessel_executor_test;
 using namespace tessel_safetensors_test;
-namespace fs = std::filesystem;
 
 namespace {
 constexpr int kLayers = 2, kHidden = 16, kHeads = 4, kKvHeads = 2, kFfn = 24, kVocab = 256, kSeq = 8;
@@ -64,10 +64,8 @@ class HfLlama : public ScratchFolderTest {};
 TEST_F(HfLlama, ExportHasLlamaNamesShapesAndTransposedSplitValues) {
   const Plan plan = tiny_llama_plan();
   ASSERT_EQ(hf_family_of(plan.model, "test"), HfFamily::llama);
-  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
-  const fs::path file = dir_ / "model.safetensors";
-  write_hf_export(file.string(), plan.model, whole, SafetensorsDType::f32, {{"tessel_step", "0"}});
-  const Parsed p = parse(slurp(file));
+  const std::vector<float> whole = initial_weights(plan);
+  const Parsed p = hf_export_parsed(plan, whole, path("model.safetensors"), {{"tessel_step", "0"}});
   EXPECT_EQ(p.metadata.value("format", ""), "pt");
   const auto want = hf_llama_layout();
   ASSERT_EQ(p.tensors.size(), want.size());
@@ -107,7 +105,7 @@ TEST_F(HfLlama, ExportHasLlamaNamesShapesAndTransposedSplitValues) {
     const ParsedTensor& t = p.tensors.at(hf);
     EXPECT_EQ(std::memcmp(p.data.data() + t.begin, whole.data() + offset.at(ts), t.end - t.begin), 0) << hf;
   }
-  const Json config = read_json_file((dir_ / "config.json").string());
+  const Json config = read_json_file(path("config.json"));
   EXPECT_EQ(config.at("model_type"), "llama");
   EXPECT_EQ(config.at("architectures"), Json::array({"LlamaForCausalLM"}));
   EXPECT_EQ(config.at("hidden_size"), C);
@@ -129,22 +127,11 @@ TEST_F(HfLlama, ExportHasLlamaNamesShapesAndTransposedSplitValues) {
 // equals the seed-7 run's bit for bit, and so do the weights after.
 TEST_F(HfLlama, AModelExportedAndReimportedTrainsOnBitIdentically) {
   const Plan plan = tiny_llama_plan();
-  const std::string text = synthetic_corpus(8192, 3);
-  OneRank reference(plan, text, 7);
-  const fs::path file = dir_ / "model.safetensors";
-  write_hf_export(file.string(), plan.model, reference.trainer.whole_parameters(), SafetensorsDType::f32, {});
-  OneRank imported(plan, text, 8), other(plan, text, 8);
-  const std::vector<float> back = whole_model_from_hf(SafetensorsFile::read(file.string(), "--init"), plan.model);
-  EXPECT_EQ(back, reference.trainer.whole_parameters());
-  imported.trainer.set_whole_parameters(back);
-  bool any_differs = false;
-  for (int step = 0; step < 4; ++step) {
-    const float want = reference.trainer.step().loss, got = imported.trainer.step().loss;
-    EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << "step " << step + 1 << ": " << want << " vs " << got;
-    any_differs = any_differs || other.trainer.step().loss != want;
-  }
-  EXPECT_TRUE(any_differs) << "another seed's run should not match";
-  EXPECT_EQ(imported.trainer.whole_parameters(), reference.trainer.whole_parameters());
+  const ReimportedTraining run = train_reimported(plan, path("model.safetensors"), 4, ExportFamily::hf);
+  EXPECT_EQ(run.read_back, run.exported);
+  EXPECT_TRUE(bit_identical_losses(run));
+  EXPECT_TRUE(run.another_seed_differs) << "another seed's run should not match";
+  EXPECT_EQ(run.imported_weights, run.reference_weights);
 }
 
 // Llama 3's config.json says rope_theta 500000: a model read from it rotates by that base
@@ -173,20 +160,14 @@ TEST_F(HfLlama, TheConfigsRopeBaseAndNormEpsilonAreHonoured) {
   Plan scaled = tiny_llama_plan();
   scaled.model = ModelSpec::from_hf_config(config, "tiny-llama31", "config.json");
   EXPECT_EQ(scaled.model.rope_scaling, "llama3");
-  try {
-    Trainer::check(scaled);
-    ADD_FAILURE() << "RoPE scaling should be refused";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("model.rope_scaling: llama3 RoPE scaling is not computed"),
-              std::string::npos)
-        << error.what();
-  }
+  const std::string refusal = error_of([&] { Trainer::check(scaled); });
+  EXPECT_NE(refusal.find("model.rope_scaling: llama3 RoPE scaling is not computed"), std::string::npos) << refusal;
 }
 
 TEST_F(HfLlama, BadFilesAreRefusedInOneLineNamingTheTensor) {
   const Plan plan = tiny_llama_plan();
-  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
-  const std::string good = (dir_ / "model.safetensors").string();
+  const std::vector<float> whole = initial_weights(plan);
+  const std::string good = path("model.safetensors");
   write_hf_export(good, plan.model, whole, SafetensorsDType::f32, {});
   auto load = [&](const std::string& path, const ModelSpec& model) {
     return error_of([&] { whole_model_from_hf(SafetensorsFile::read(path, "--init"), model); });
@@ -210,7 +191,7 @@ TEST_F(HfLlama, BadFilesAreRefusedInOneLineNamingTheTensor) {
       "parallel": {"micro_batch": 2}})"),
                               "");
   const std::string gpt2_file = (dir_ / "gpt2" / "model.safetensors").string();
-  fs::create_directories(dir_ / "gpt2");
+  std::filesystem::create_directories(dir_ / "gpt2");
   write_hf_export(gpt2_file, gpt2.model, std::vector<float>(whole_model_size(gpt2.model), 0.5f), SafetensorsDType::f32,
                   {});
   EXPECT_NE(load(gpt2_file, plan.model).find("tensor model.embed_tokens.weight: missing"), std::string::npos)

@@ -74,25 +74,35 @@ inline Plan make_plan(const Layout& l) {
   return Plan::from_json(json, "");
 }
 
-// The LLaMA-shaped model (layouts.hpp) in every 1D layout: the matrix the GPT runs, then
-// what the other suites add.
-inline std::vector<Layout> llama_layouts() {
+// A layout of `model` as `edit` changes it, so that a list of layouts reads one a line.
+template <class Edit>
+Layout layout_of(const std::string& model, Edit edit) {
+  Layout l;
+  l.model = model;
+  edit(l);
+  return l;
+}
+
+// dp {1,2} x pp {1,2} x tp {1,2} x zero {0..3} x recompute {none, full}: 64 layouts of `model`.
+inline std::vector<Layout> matrix_layouts(const std::string& model) {
   std::vector<Layout> out;
   for (int dp : {1, 2})
     for (int pp : {1, 2})
       for (int tp : {1, 2})
         for (int zero : {0, 1, 2, 3})
           for (const char* recompute : {"none", "full"}) {
-            Layout l;
-            l.model = "llama", l.dp = dp, l.pp = pp, l.tp = tp, l.zero = zero, l.recompute = recompute;
-            out.push_back(l);
+            out.push_back(layout_of(model, [&](Layout& l) {
+              l.dp = dp, l.pp = pp, l.tp = tp, l.zero = zero, l.recompute = recompute;
+            }));
           }
-  auto llama = [](auto edit) {
-    Layout l;
-    l.model = "llama";
-    edit(l);
-    return l;
-  };
+  return out;
+}
+
+// The LLaMA-shaped model (layouts.hpp) in every 1D layout: the matrix the GPT runs, then
+// what the other suites add.
+inline std::vector<Layout> llama_layouts() {
+  std::vector<Layout> out = matrix_layouts("llama");
+  auto llama = [](auto edit) { return layout_of("llama", edit); };
   const std::vector<Layout> more = {
       llama([](Layout& l) { l.pp = 2, l.tp = 2, l.schedule = "gpipe"; }),
       llama([](Layout& l) { l.pp = 2, l.dp = 2, l.schedule = "interleaved", l.virtual_stages = 2; }),
@@ -121,12 +131,7 @@ inline std::vector<Layout> llama_layouts() {
 
 // The MoE models (layouts.hpp) with expert parallelism; capacity 0: no token dropped.
 inline std::vector<Layout> moe_layouts() {
-  auto moe = [](const char* model, auto edit) {
-    Layout l;
-    l.model = model;
-    edit(l);
-    return l;
-  };
+  const auto moe = [](const char* model, auto edit) { return layout_of(model, edit); };
   return {moe("moe", [](Layout& l) { l.dp = 2, l.ep = 2; }),
           moe("moe", [](Layout& l) { l.dp = 4, l.ep = 2, l.zero = 1; }),
           moe("moe", [](Layout& l) { l.pp = 2, l.dp = 2, l.ep = 2; }),

@@ -13,9 +13,12 @@
 #include "tessel/core/error.hpp"
 #include "tessel/executor/comm/single_rank_communicator.hpp"
 #include "tessel/executor/trainer.hpp"
+#include "fixtures.hpp"
+#include "one_rank_checks.hpp"
 
 using namespace tessel;
 using namespace tessel::executor;
+using namespace tessel_executor_test;
 
 namespace {
 Plan llama_plan(int layers, int hidden, int heads, int kv_heads, int seq, int global_batch, int micro_batch,
@@ -31,20 +34,6 @@ Plan llama_plan(int layers, int hidden, int heads, int kv_heads, int seq, int gl
       "");
 }
 
-struct OneRank {
-  SingleRankCommunicator world;
-  ProcessGrid grid;
-  Trainer trainer;
-  OneRank(const Plan& plan, const std::string& text, std::uint64_t seed, float lr)
-      : grid(plan.parallel, world),
-        trainer(plan, grid, DataLoader(text, plan.train.global_batch, plan.seq_len()), options(seed, lr)) {}
-  static TrainerOptions options(std::uint64_t seed, float lr) {
-    TrainerOptions o;
-    o.seed = seed;
-    o.lr = lr;
-    return o;
-  }
-};
 }  // namespace
 
 TEST(Llama, TensorsAreTheLlamaShapesAndCountAsThePlanner) {
@@ -75,47 +64,15 @@ TEST(Llama, BackwardMatchesTheDerivativeOfTheForwardPerTensor) {
   // weights, so step() is a forward and backward.
   const Plan plan = llama_plan(2, 16, 4, 2, 8, 2, 1);
   OneRank run(plan, synthetic_corpus(4096, 11), 3, 0.0f);
-  Trainer& trainer = run.trainer;
-  const auto loss_at = [&](const std::vector<float>& weights) {
-    trainer.set_whole_parameters(weights);
-    trainer.loader().seek(0);
-    return double(trainer.step().loss);
-  };
-  const std::vector<float> weights = trainer.whole_parameters();
-  loss_at(weights);
-  const std::vector<float> grads = trainer.whole_gradients();
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const TensorSlot& t : whole_model_tensors(plan.model)) {
-    std::vector<float> direction(t.size());
-    double norm = 0;
-    for (auto& u : direction) {
-      u = normal(rng);
-      norm += double(u) * u;
-    }
-    double analytic = 0;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      analytic += double(grads[t.offset + i]) * (direction[i] /= float(std::sqrt(norm)));
-    }
-    const float step = 3e-3f;
-    std::vector<float> up = weights, down = weights;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      up[t.offset + i] += step * direction[i], down[t.offset + i] -= step * direction[i];
-    }
-    const double numeric = (loss_at(up) - loss_at(down)) / (2 * step);
-    EXPECT_NEAR(analytic, numeric, 2e-2 * std::abs(numeric) + 2e-4) << t.name;
+  for (const DirectionalDerivative& d : directional_derivatives(run.trainer, plan.model)) {
+    EXPECT_NEAR(d.analytic, d.numeric, 2e-2 * std::abs(d.numeric) + 2e-4) << d.tensor;
   }
 }
 
 TEST(Llama, LossHalvesWithin200StepsOnTheSyntheticCorpus) {
   const Plan plan = llama_plan(2, 64, 4, 2, 32, 8, 8);
   OneRank run(plan, synthetic_corpus(1 << 16, 5), 1, 3e-3f);
-  float first = 0, last = 0;
-  for (int step = 1; step <= 200; ++step) {
-    const float loss = run.trainer.step().loss;
-    if (step == 1) first = loss;
-    last = loss;
-  }
+  const auto [first, last] = train_steps(run.trainer, 200);
   EXPECT_NEAR(first, std::log(256.0f), 0.1f);
   EXPECT_LT(last, first / 2) << "first " << first << " last " << last;
 }

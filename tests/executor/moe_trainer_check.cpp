@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint_checks.hpp"
 #include "layouts.hpp"
 #include "tessel/core/program.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
@@ -113,44 +114,25 @@ int check_checkpoints(Communicator& world, const std::string& text) {
         return std::make_unique<Trainer>(plan, grid, DataLoader(text, 8, 16, grid.coordinates().dp, plan.parallel.dp),
                                          checks::options_for(layout.optimizer));
       };
-      float pid = float(::getpid() % 1000000);
-      sub.broadcast(&pid, 1, DType::f32, 0);
-      const std::string dir =
-          (std::filesystem::temp_directory_path() / fmt::format("tessel_moe_checkpoint_{}", int(pid))).string();
-      std::vector<StepStats> want;
-      auto uninterrupted = make();
-      for (int step = 0; step < 5; ++step) want.push_back(uninterrupted->step());
-      const std::vector<float> want_weights = uninterrupted->whole_parameters();
-      auto first = make();
-      first->step();
-      first->step();
-      first->save(dir);
+      const std::string dir = checks::shared_folder(sub, "tessel_moe_checkpoint");
+      const checks::UninterruptedRun want = checks::train_uninterrupted(make);
       // The gather from the files alone (what tessel export-weights reads) equals the
       // trainer's whole view, every expert from its ep position.
-      const std::vector<float> saved_weights = first->whole_parameters();
+      const std::vector<float> saved_weights = checks::save_after_two_steps(make, dir);
       bool gathered_exact = true;
       if (sub.rank() == 0) {
-        const std::vector<float> gathered = read_checkpoint_weights(dir).whole;
-        gathered_exact = gathered.size() == saved_weights.size() &&
-                         std::memcmp(gathered.data(), saved_weights.data(), gathered.size() * sizeof(float)) == 0;
+        gathered_exact = checks::bit_identical(read_checkpoint_weights(dir).whole, saved_weights);
         std::printf("checkpoint %s: gathered from the files %s\n", layout.name().c_str(),
                     gathered_exact ? "exact" : "DIFFER");
       }
       auto resumed = make();
       resumed->load(dir);
-      bool same = resumed->steps_done() == 2;
-      for (int step = 2; step < 5; ++step) {
-        const StepStats got = resumed->step();
-        same = same && std::memcmp(&got.loss, &want[std::size_t(step)].loss, sizeof(float)) == 0 &&
-               std::memcmp(&got.aux_loss, &want[std::size_t(step)].aux_loss, sizeof(float)) == 0;
-      }
-      const std::vector<float> weights = resumed->whole_parameters();
-      same = same && std::memcmp(weights.data(), want_weights.data(), weights.size() * sizeof(float)) == 0;
+      const bool same = checks::resumes_bit_identically(*resumed, want);
       std::printf("checkpoint %s rank %d: steps 3..5 (aux loss %.6f) and weights %s\n", layout.name().c_str(),
-                  sub.rank(), want.back().aux_loss, same ? "bit-identical" : "DIFFER");
+                  sub.rank(), want.steps.back().aux_loss, same ? "bit-identical" : "DIFFER");
       sub.barrier();
       if (sub.rank() == 0) std::filesystem::remove_all(dir);
-      return same && gathered_exact && want.back().aux_loss > 0 ? 0 : 1;
+      return same && gathered_exact && want.steps.back().aux_loss > 0 ? 0 : 1;
     });
   }
   return failures;

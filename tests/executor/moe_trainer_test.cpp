@@ -19,33 +19,20 @@ using namespace tessel_executor_test;
 // and dp 4 ep 2: each rank routes its own micro-batches under ceil(0.5 x tokens x top_k /
 // experts) per expert, as the single process does for the same micro-batches.
 TEST(MoeTrainer, EveryMoeLayoutEqualsOneProcessAlsoWhenTokensAreDropped) {
-  int status = -1;
-  const std::string output = run_under_mpirun(4, TESSEL_PARALLEL_CHECK_BINARY, "moe", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 16) << output;
-  EXPECT_EQ(count_of(output, " ep2"), 14) << output;
-  EXPECT_EQ(count_of(output, "capacity 0.5 losses"), 2) << output;
-  EXPECT_EQ(count_of(output, "tokens dropped"), 2) << output;
-  EXPECT_EQ(count_of(output, "ok rank"), 4) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_check(4, TESSEL_PARALLEL_CHECK_BINARY, "moe"),
+                                 {{"  ok\n", 16}, {" ep2", 14}, {"capacity 0.5 losses", 2}, {"tokens dropped", 2},
+                                  {"ok rank", 4}}));
 }
 
 TEST(MoeTrainer, MoeLayoutsMeasureExactlyTheProgramsOps) {
-  int status = -1;
-  const std::string output = run_under_mpirun(8, TESSEL_COVERAGE_CHECK_BINARY, "moe", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 8) << output;
-  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_check(8, TESSEL_COVERAGE_CHECK_BINARY, "moe"), {{"  ok\n", 8}, {"ok rank", 8}}));
 }
 
 TEST(MoeTrainer, AllToAllBytesEqualTheProgramsAndCheckpointsResumeBitIdentically) {
-  int status = -1;
-  const std::string output = run_under_mpirun(4, TESSEL_MOE_TRAINER_CHECK_BINARY, "", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  exact\n"), 5) << output;
-  EXPECT_EQ(count_of(output, "gathered from the files exact"), 3) << output;
-  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
-  EXPECT_EQ(count_of(output, "bit-identical"), 2 * 4 + 4) << output;  // ranks of the three layouts
-  EXPECT_EQ(count_of(output, "ok rank"), 4) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_check(4, TESSEL_MOE_TRAINER_CHECK_BINARY, ""),
+                                 {{"  exact\n", 5}, {"gathered from the files exact", 3}, {"DIFFER", 0},
+                                  {"bit-identical", 2 * 4 + 4},  // ranks of the three layouts
+                                  {"ok rank", 4}}));
 }
 
 // The trainer never touches backend memory from the host with MoE blocks either: dp 2 ep 2
@@ -53,10 +40,7 @@ TEST(MoeTrainer, AllToAllBytesEqualTheProgramsAndCheckpointsResumeBitIdentically
 // the CPU backend bit for bit.
 TEST(MoeTrainer, MoeModelsOnAFakeDeviceEqualTheCpuBackend) {
   for (int ranks : {2, 4}) {
-    int status = -1;
-    const std::string output = run_under_mpirun(ranks, TESSEL_DEVICE_CHECK_BINARY, "moe", status);
-    EXPECT_EQ(status, 0) << output;
-    EXPECT_EQ(count_of(output, "bit-identical"), ranks) << ranks << " ranks\n" << output;
-    EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+    EXPECT_TRUE(exits_0_and_prints(run_check(ranks, TESSEL_DEVICE_CHECK_BINARY, "moe"),
+                                   {{"bit-identical", ranks}, {"DIFFER", 0}})) << ranks << " ranks";
   }
 }

@@ -40,20 +40,13 @@
 #include "tessel/executor/trainer.hpp"
 #include "tessel/kernels/numeric.hpp"
 #include "tessel/planner/cost_model.hpp"
+#include "checkpoint_checks.hpp"
 #include "history.hpp"
 #include "layouts.hpp"
 
-using tessel::executor::checks::History;
-using tessel::executor::checks::Layout;
-using tessel::executor::checks::make_plan;
-using tessel::executor::checks::llama_layouts;
-using tessel::executor::checks::moe_layouts;
-using tessel::executor::checks::options_for;
-using tessel::executor::checks::train;
-using tessel::executor::checks::worst_tensor_error;
-
 using namespace tessel;
 using namespace tessel::executor;
+using namespace tessel::executor::checks;
 
 namespace {
 
@@ -61,15 +54,7 @@ std::vector<Layout> layouts(const std::string& suite) {
   std::vector<Layout> out;
   if (suite == "moe") return moe_layouts();
   if (suite == "matrix") {
-    for (int dp : {1, 2})
-      for (int pp : {1, 2})
-        for (int tp : {1, 2})
-          for (int zero : {0, 1, 2, 3})
-            for (const char* recompute : {"none", "full"}) {
-              Layout l;
-              l.dp = dp, l.pp = pp, l.tp = tp, l.zero = zero, l.recompute = recompute;
-              out.push_back(l);
-            }
+    out = matrix_layouts("gpt");
   } else if (suite == "schedules") {
     for (const char* schedule : {"gpipe", "1f1b", "interleaved"}) {
       for (int dp : {1, 2}) {
@@ -244,39 +229,20 @@ int check_checkpoints(Communicator& world, const std::string& text) {
                                          DataLoader(text, 8, 16, grid.coordinates().dp, plan.parallel.dp),
                                          options_for(layout.optimizer));
       };
-      // Rank 0 names the folder; every rank of the layout uses it.
-      float pid = float(::getpid() % 1000000);
-      sub->broadcast(&pid, 1, DType::f32, 0);
-      const std::string dir =
-          (std::filesystem::temp_directory_path() / fmt::format("tessel_parallel_checkpoint_{}", int(pid))).string();
-      std::vector<float> want;
-      auto uninterrupted = make();
-      for (int step = 0; step < 5; ++step) want.push_back(uninterrupted->step().loss);
-      const std::vector<float> want_weights = uninterrupted->whole_parameters();
-      auto first = make();
-      first->step();
-      first->step();
-      first->save(dir);
+      const std::string dir = shared_folder(*sub, "tessel_parallel_checkpoint");
+      const UninterruptedRun want = train_uninterrupted(make);
+      const std::vector<float> saved_weights = save_after_two_steps(make, dir);
       // The export's gather (from the files alone, no MPI) equals the trainer's own
       // whole view of the same weights bit for bit.
-      const std::vector<float> saved_weights = first->whole_parameters();
       if (sub->rank() == 0) {
-        const std::vector<float> gathered = read_checkpoint_weights(dir).whole;
-        const bool exact = gathered.size() == saved_weights.size() &&
-                           std::memcmp(gathered.data(), saved_weights.data(), gathered.size() * sizeof(float)) == 0;
+        const bool exact = bit_identical(read_checkpoint_weights(dir).whole, saved_weights);
         std::printf("checkpoint %s: gathered from the files %s\n", layout.name().c_str(),
                     exact ? "bit-identical" : "DIFFER");
         if (!exact) ++failures;
       }
       auto resumed = make();
       resumed->load(dir);
-      bool same = resumed->steps_done() == 2;
-      for (int step = 2; step < 5; ++step) {
-        const float loss = resumed->step().loss;
-        same = same && std::memcmp(&loss, &want[std::size_t(step)], sizeof(float)) == 0;
-      }
-      const std::vector<float> weights = resumed->whole_parameters();
-      same = same && std::memcmp(weights.data(), want_weights.data(), weights.size() * sizeof(float)) == 0;
+      const bool same = resumes_bit_identically(*resumed, want);
       std::printf("checkpoint %s rank %d: steps 3..5 and weights %s\n", layout.name().c_str(), sub->rank(),
                   same ? "bit-identical" : "DIFFER");
       if (!same) ++failures;
@@ -302,20 +268,15 @@ int check_grid_gathers(Communicator& world, const std::string& text) {
     std::unique_ptr<Communicator> sub = world.split(world.rank() < ranks ? 0 : 1, world.rank());
     if (world.rank() < ranks) {
       ProcessGrid grid(plan.parallel, *sub);
-      Trainer trainer(plan, grid, DataLoader(text, 8, 16, grid.coordinates().dp, plan.parallel.dp),
-                      options_for(layout.optimizer));
-      float pid = float(::getpid() % 1000000);
-      sub->broadcast(&pid, 1, DType::f32, 0);
-      const std::string dir =
-          (std::filesystem::temp_directory_path() / fmt::format("tessel_parallel_gather_{}", int(pid))).string();
-      trainer.step();
-      trainer.step();
-      trainer.save(dir);
-      const std::vector<float> weights = trainer.whole_parameters();
+      const std::string dir = shared_folder(*sub, "tessel_parallel_gather");
+      const std::vector<float> weights = save_after_two_steps(
+          [&] {
+            return std::make_unique<Trainer>(plan, grid, DataLoader(text, 8, 16, grid.coordinates().dp, plan.parallel.dp),
+                                             options_for(layout.optimizer));
+          },
+          dir);
       if (sub->rank() == 0) {
-        const std::vector<float> gathered = read_checkpoint_weights(dir).whole;
-        const bool exact = gathered.size() == weights.size() &&
-                           std::memcmp(gathered.data(), weights.data(), gathered.size() * sizeof(float)) == 0;
+        const bool exact = bit_identical(read_checkpoint_weights(dir).whole, weights);
         std::printf("checkpoint %s: gathered from the files %s\n", layout.name().c_str(),
                     exact ? "bit-identical" : "DIFFER");
         if (!exact) ++failures;

@@ -7,20 +7,16 @@
 #include "fixtures.hpp"
 
 namespace {
-using tessel_executor_test::count_of;
+using namespace tessel_executor_test;
 // One suite of parallel_check on `ranks` processes.
-std::string run_suite(const std::string& suite, int& status, int ranks = 8) {
-  return tessel_executor_test::run_under_mpirun(ranks, TESSEL_PARALLEL_CHECK_BINARY, suite, status);
+CheckRun run_suite(const std::string& suite, int ranks = 8) {
+  return run_check(ranks, TESSEL_PARALLEL_CHECK_BINARY, suite);
 }
 }  // namespace
 
 // dp {1,2} x pp {1,2} x tp {1,2} x zero {0..3} x recompute {none, full}: 64 layouts.
 TEST(Parallel, EveryLayoutOfTheMatrixEqualsOneProcess) {
-  int status = -1;
-  const std::string output = run_suite("matrix", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 64) << output;
-  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("matrix"), {{"  ok\n", 64}, {"ok rank", 8}}));
 }
 
 // GPipe, 1F1B and interleaved with tensor or data parallelism; uneven splits (one chunk
@@ -28,26 +24,15 @@ TEST(Parallel, EveryLayoutOfTheMatrixEqualsOneProcess) {
 // Megatron sequence parallel with ZeRO 1 and 3; bf16 activation storage under each
 // recompute mode.
 TEST(Parallel, EverySchedulePlusSelectiveRecomputeAndSequenceParallelEqualOneProcess) {
-  int status = -1;
-  const std::string output = run_suite("schedules", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 15) << output;
-  EXPECT_EQ(count_of(output, " bf16 "), 3) << output;
-  EXPECT_EQ(count_of(output, " gpipe "), 3) << output;
-  EXPECT_EQ(count_of(output, " pp3 "), 2) << output;  // the uneven split (4 layers over 3 stages)
-  EXPECT_EQ(count_of(output, " interleaved "), 3) << output;
-  EXPECT_EQ(count_of(output, " layers6"), 1) << output;  // the uneven interleaved split
-  EXPECT_EQ(count_of(output, "+sp"), 2) << output;
+  // " pp3 ": the uneven split (4 layers over 3 stages); " layers6": the uneven interleaved one.
+  EXPECT_TRUE(exits_0_and_prints(run_suite("schedules"), {{"  ok\n", 15}, {" bf16 ", 3}, {" gpipe ", 3}, {" pp3 ", 2},
+                                                          {" interleaved ", 3}, {" layers6", 1}, {"+sp", 2}}));
 }
 
 // LAMB and LARS with gradient clipping under ZeRO 1 and 3 with tp = pp = dp = 2 equal
 // the unsharded run, and their trust ratios equal a direct computation.
 TEST(Parallel, ShardedLambAndLarsEqualUnshardedWithTrustRatiosOfWholeTensors) {
-  int status = -1;
-  const std::string output = run_suite("optimizers", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 4) << output;
-  EXPECT_EQ(count_of(output, "trust ratio"), 16) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("optimizers"), {{"  ok\n", 4}, {"trust ratio", 16}}));
 }
 
 // Stop after step 2 and resume: steps 3..5 and the weights are bit-identical to an
@@ -55,22 +40,15 @@ TEST(Parallel, ShardedLambAndLarsEqualUnshardedWithTrustRatiosOfWholeTensors) {
 // and the whole model gathered from the checkpoint's files (tessel export-weights) is the
 // trainer's own whole view bit for bit, for both and for 2D (dp 2, ZeRO 3), 2.5D and 3D.
 TEST(Parallel, ResumedStepsAreBitIdenticalPerRank) {
-  int status = -1;
-  const std::string output = run_suite("checkpoint", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "bit-identical"), 4 + 8 + 5) << output;
-  EXPECT_EQ(count_of(output, "gathered from the files bit-identical"), 5) << output;
-  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("checkpoint"),
+                                 {{"bit-identical", 4 + 8 + 5}, {"gathered from the files bit-identical", 5},
+                                  {"DIFFER", 0}}));
 }
 
 // Ring self-attention: sp 2 and 4, alone and with 1d tp 2, and with dp, pp, ZeRO 1 and
 // 3, selective and full recompute and Megatron's token split, equal one process.
 TEST(Parallel, RingSelfAttentionLayoutsEqualOneProcess) {
-  int status = -1;
-  const std::string output = run_suite("sequence", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 8) << output;
-  EXPECT_EQ(count_of(output, " sp4 "), 2) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("sequence"), {{"  ok\n", 8}, {" sp4 ", 2}}));
 }
 
 // The bytes and messages a rank sends per step through the ring, the tensor group, the
@@ -80,11 +58,7 @@ TEST(Parallel, RingSelfAttentionLayoutsEqualOneProcess) {
 // depth 2; 3d with q = 2, with full recompute; Megatron sequence parallel with ZeRO 3
 // (partial sums per micro-batch).
 TEST(Parallel, TrafficEqualsThePlannersPrediction) {
-  int status = -1;
-  const std::string output = run_suite("traffic", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  exact\n"), 16) << output;
-  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("traffic"), {{"  exact\n", 16}, {"DIFFER", 0}}));
 }
 
 // 2D (SUMMA) tensor parallelism with q = 2, alone, with dp 2 and ZeRO 1 or 3, with pp 2
@@ -93,46 +67,27 @@ TEST(Parallel, TrafficEqualsThePlannersPrediction) {
 // 1/P and 1/P^(2/3) (3D) of the single process's (measured), where 1D on the same 4
 // ranks keeps more.
 TEST(Parallel, GridTensorParallelModesEqualOneProcess) {
-  int status = -1;
-  const std::string output = run_suite("grid", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 10) << output;
-  EXPECT_EQ(count_of(output, " 2d "), 5) << output;
-  EXPECT_EQ(count_of(output, " 2.5d "), 2) << output;
-  EXPECT_EQ(count_of(output, " 3d "), 2) << output;
-  EXPECT_EQ(count_of(output, "kept activations"), 5) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("grid"),
+                                 {{"  ok\n", 10}, {" 2d ", 5}, {" 2.5d ", 2}, {" 3d ", 2}, {"kept activations", 5}}));
 }
 
 // 2.5D (q = 2, depth 2) and 3D (q = 2) with dp 2 and ZeRO 1, and with pp 2, on 16 ranks.
 TEST(Parallel, GridModesWithDataOrPipelineParallelEqualOneProcess) {
-  int status = -1;
-  const std::string output = run_suite("grid16", status, 16);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 4) << output;
-  EXPECT_EQ(count_of(output, " 3d "), 2) << output;
-  EXPECT_EQ(count_of(output, "ok rank"), 16) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("grid16", 16), {{"  ok\n", 4}, {" 3d ", 2}, {"ok rank", 16}}));
 }
 
 // For every layout the executor runs (data, the three schedules, 1D with and without
 // sequence parallel, 2D, 2.5D, 3D, ring self-attention, ZeRO 0-3, each recompute mode,
 // bf16 storage, fused kernels), one step measures exactly the op ids of its Program.
 TEST(Parallel, EveryLayoutMeasuresExactlyTheProgramsOps) {
-  int status = -1;
-  const std::string output = tessel_executor_test::run_under_mpirun(8, TESSEL_COVERAGE_CHECK_BINARY, "", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 20) << output;
-  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_check(8, TESSEL_COVERAGE_CHECK_BINARY, ""), {{"  ok\n", 20}, {"ok rank", 8}}));
 }
 
 // Fused (flash-style) attention in every layout that touches attention: ring
 // self-attention, tensor parallel modes, pipeline, recompute, bf16 storage, each equal to
 // the single-process run with fused kernels.
 TEST(Parallel, FusedKernelsInEveryLayoutEqualOneProcess) {
-  int status = -1;
-  const std::string output = run_suite("fused", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 9) << output;
-  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("fused"), {{"  ok\n", 9}, {"ok rank", 8}}));
 }
 
 // A LLaMA-shaped model (RMSNorm, RoPE, 4 heads on 2 kv heads, SwiGLU, untied LM head, no
@@ -142,29 +97,15 @@ TEST(Parallel, FusedKernelsInEveryLayoutEqualOneProcess) {
 // kernels, bf16 storage, sharded LAMB, and 2D (alone, with dp 2 and ZeRO 3, with pp 2),
 // 2.5D and 3D with q = 2.
 TEST(Parallel, LlamaShapedModelInEveryLayoutEqualsOneProcess) {
-  int status = -1;
-  const std::string output = run_suite("llama", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 64 + 13 + 7) << output;
-  EXPECT_EQ(count_of(output, "llama dp"), 64 + 13 + 7) << output;
-  EXPECT_EQ(count_of(output, " 2d "), 3) << output;
-  EXPECT_EQ(count_of(output, " 2.5d "), 2) << output;
-  EXPECT_EQ(count_of(output, " 3d "), 2) << output;
-  EXPECT_EQ(count_of(output, " sp4 "), 1) << output;
-  EXPECT_EQ(count_of(output, "+sp"), 3) << output;
-  EXPECT_EQ(count_of(output, " fused"), 3) << output;
-  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("llama"),
+                                 {{"  ok\n", 64 + 13 + 7}, {"llama dp", 64 + 13 + 7}, {" 2d ", 3}, {" 2.5d ", 2},
+                                  {" 3d ", 2}, {" sp4 ", 1}, {"+sp", 3}, {" fused", 3}, {"ok rank", 8}}));
 }
 
 // The LLaMA-shaped model in 2.5D (q = 2, depth 2) with dp 2 and ZeRO 1, and in 3D (q = 2)
 // with pp 2, on 16 ranks.
 TEST(Parallel, LlamaShapedGridModesWithDataOrPipelineParallelEqualOneProcess) {
-  int status = -1;
-  const std::string output = run_suite("llama16", status, 16);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 2) << output;
-  EXPECT_EQ(count_of(output, "llama dp"), 2) << output;
-  EXPECT_EQ(count_of(output, "ok rank"), 16) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("llama16", 16), {{"  ok\n", 2}, {"llama dp", 2}, {"ok rank", 16}}));
 }
 
 // The LLaMA-shaped model measures exactly its Program's op ids in each kind of layout:
@@ -172,22 +113,14 @@ TEST(Parallel, LlamaShapedGridModesWithDataOrPipelineParallelEqualOneProcess) {
 // self-attention with tp and pp, selective recompute, fused kernels, bf16 storage, 2D,
 // 2.5D, 3D.
 TEST(Parallel, LlamaLayoutsMeasureExactlyTheProgramsOps) {
-  int status = -1;
-  const std::string output = tessel_executor_test::run_under_mpirun(8, TESSEL_COVERAGE_CHECK_BINARY, "llama", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 10) << output;
-  EXPECT_EQ(count_of(output, "llama dp"), 10) << output;
-  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_check(8, TESSEL_COVERAGE_CHECK_BINARY, "llama"),
+                                 {{"  ok\n", 10}, {"llama dp", 10}, {"ok rank", 8}}));
 }
 
 // The LLaMA-shaped model sends what the planner counts in the traffic suite's layouts:
 // the ring carries k and v on the kv heads, RMSNorm over split rows sums one statistic
 // each way, and there is no tied-embedding sum.
 TEST(Parallel, LlamaTrafficEqualsThePlannersPrediction) {
-  int status = -1;
-  const std::string output = run_suite("llama_traffic", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  exact\n"), 16) << output;
-  EXPECT_EQ(count_of(output, "traffic llama "), 16) << output;
-  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("llama_traffic"),
+                                 {{"  exact\n", 16}, {"traffic llama ", 16}, {"DIFFER", 0}}));
 }

@@ -22,6 +22,7 @@
 #include "tessel/executor/hf_gpt2.hpp"
 #include "tessel/executor/trainer.hpp"
 #include "tessel/kernels/numeric.hpp"
+#include "export_round_trip.hpp"
 #include "fixtures.hpp"
 #include "safetensors_reader.hpp"
 
@@ -61,12 +62,19 @@ std::map<std::string, std::vector<std::int64_t>> hf_gpt2_layout(int layers, int 
   return out;
 }
 
-class Safetensors : public ScratchFolderTest {};
+class Safetensors : public ScratchFolderTest {
+ protected:
+  // The tiny plan's initial weights exported (GPT-2, f32) to `name` in the folder: its bytes.
+  std::string exported_tiny(const std::string& name) {
+    write_gpt2_export(path(name), tiny_plan().model, initial_weights(tiny_plan()), SafetensorsDType::f32, {});
+    return slurp(path(name));
+  }
+};
 }  // namespace
 
 TEST_F(Safetensors, ExportHasGpt2NamesShapesAndTilesTheDataSection) {
   const Plan plan = tiny_plan();
-  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  const std::vector<float> whole = initial_weights(plan);
   const fs::path file = dir_ / "model.safetensors";
   write_gpt2_export(file.string(), plan.model, whole, SafetensorsDType::f32, {{"tessel_step", "0"}});
   const std::string bytes = slurp(file);
@@ -92,7 +100,7 @@ TEST_F(Safetensors, ExportHasGpt2NamesShapesAndTilesTheDataSection) {
     EXPECT_EQ(std::memcmp(p.data.data() + stored.begin, whole.data() + t.offset, t.size() * sizeof(float)), 0) << name;
   }
   // config.json next to it reads back as the same model (core's HF config reader).
-  const Json config = read_json_file((dir_ / "config.json").string());
+  const Json config = read_json_file(path("config.json"));
   EXPECT_EQ(config.at("activation_function"), "gelu_new");
   EXPECT_EQ(config.at("layer_norm_epsilon").get<double>(), 1e-5);
   EXPECT_EQ(config.at("tie_word_embeddings"), true);
@@ -111,7 +119,7 @@ TEST_F(Safetensors, ExportHasGpt2NamesShapesAndTilesTheDataSection) {
 
 TEST_F(Safetensors, Bf16ExportRoundsEachWeightToNearestEven) {
   const Plan plan = tiny_plan();
-  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  const std::vector<float> whole = initial_weights(plan);
   const fs::path file = dir_ / "model.safetensors";
   write_gpt2_export(file.string(), plan.model, whole, SafetensorsDType::bf16, {});
   const Parsed p = parse(slurp(file));
@@ -120,7 +128,7 @@ TEST_F(Safetensors, Bf16ExportRoundsEachWeightToNearestEven) {
   std::uint16_t first = 0;
   std::memcpy(&first, p.data.data() + wte.begin, 2);
   EXPECT_EQ(first, kernels::numeric::to_bf16(whole[0]));
-  EXPECT_EQ(read_json_file((dir_ / "config.json").string()).at("torch_dtype"), "bfloat16");
+  EXPECT_EQ(read_json_file(path("config.json")).at("torch_dtype"), "bfloat16");
   // And it reads back for --init as the rounded values.
   const std::vector<float> back = whole_model_from_gpt2(SafetensorsFile::read(file.string(), "--init"), plan.model);
   EXPECT_EQ(back[0], kernels::numeric::from_bf16(first));
@@ -130,20 +138,10 @@ TEST_F(Safetensors, Bf16ExportRoundsEachWeightToNearestEven) {
 // equals the seed-7 run's bit for bit; the seed-8 run without them differs.
 TEST_F(Safetensors, AModelExportedAndReimportedTrainsOnBitIdentically) {
   const Plan plan = tiny_plan();
-  const std::string text = synthetic_corpus(8192, 3);
-  OneRank reference(plan, text, 7);
-  const fs::path file = dir_ / "model.safetensors";
-  write_gpt2_export(file.string(), plan.model, reference.trainer.whole_parameters(), SafetensorsDType::f32, {});
-  OneRank imported(plan, text, 8), other(plan, text, 8);
-  imported.trainer.set_whole_parameters(whole_model_from_gpt2(SafetensorsFile::read(file.string(), "--init"), plan.model));
-  bool any_differs = false;
-  for (int step = 0; step < 4; ++step) {
-    const float want = reference.trainer.step().loss, got = imported.trainer.step().loss;
-    EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << "step " << step + 1 << ": " << want << " vs " << got;
-    any_differs = any_differs || other.trainer.step().loss != want;
-  }
-  EXPECT_TRUE(any_differs) << "another seed's run should not match";
-  EXPECT_EQ(imported.trainer.whole_parameters(), reference.trainer.whole_parameters());
+  const ReimportedTraining run = train_reimported(plan, path("model.safetensors"), 4, ExportFamily::gpt2);
+  EXPECT_TRUE(bit_identical_losses(run));
+  EXPECT_TRUE(run.another_seed_differs) << "another seed's run should not match";
+  EXPECT_EQ(run.imported_weights, run.reference_weights);
 }
 
 // A GPU's vocabulary padding (each block a multiple of 128 rows) on one CPU rank: the
@@ -177,7 +175,7 @@ TEST_F(Safetensors, PaddedTablesKeepTheTrueVocabularyInEveryFileAndReadBack) {
   const fs::path file = dir_ / "model.safetensors";
   write_gpt2_export(file.string(), plan.model, whole, SafetensorsDType::f32, {});
   EXPECT_EQ(parse(slurp(file)).tensors.at("transformer.wte.weight").shape, (std::vector<std::int64_t>{300, 16}));
-  EXPECT_EQ(read_json_file((dir_ / "config.json").string()).at("vocab_size"), 300);
+  EXPECT_EQ(read_json_file(path("config.json")).at("vocab_size"), 300);
   Trainer again(plan, grid_again, DataLoader(text, 4, 8), padded), unpadded(plan, grid_plain, DataLoader(text, 4, 8), plain);
   for (Trainer* t : {&again, &unpadded})
     t->set_whole_parameters(whole_model_from_gpt2(SafetensorsFile::read(file.string(), "--init"), plan.model));
@@ -191,15 +189,7 @@ TEST_F(Safetensors, PaddedTablesKeepTheTrueVocabularyInEveryFileAndReadBack) {
 
 TEST_F(Safetensors, BadFilesAreRefusedInOneLineNamingTheTensor) {
   const Plan plan = tiny_plan();
-  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
-  const std::string good = (dir_ / "good.safetensors").string();
-  write_gpt2_export(good, plan.model, whole, SafetensorsDType::f32, {});
-  const std::string bytes = slurp(good);
-  auto write = [&](const std::string& name, const std::string& content) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << content;
-    return path;
-  };
+  const std::string good = path("good.safetensors"), bytes = exported_tiny("good.safetensors");
   auto load = [&](const std::string& path, const Plan& for_plan) {
     return error_of([&] { whole_model_from_gpt2(SafetensorsFile::read(path, "--init"), for_plan.model); });
   };
@@ -242,14 +232,11 @@ TEST_F(Safetensors, BadFilesAreRefusedInOneLineNamingTheTensor) {
 // tessel::Error or read as some model, never anything else escaping: a small fuzz, fixed seed.
 TEST_F(Safetensors, DamagedFilesOnlyEverGiveOneLineErrors) {
   const Plan plan = tiny_plan();
-  const std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
-  const std::string good = (dir_ / "good.safetensors").string();
-  write_gpt2_export(good, plan.model, whole, SafetensorsDType::f32, {});
-  const std::string bytes = slurp(good);
+  const std::string good = path("good.safetensors"), bytes = exported_tiny("good.safetensors");
   std::uint64_t header_bytes = 0;
   for (int i = 0; i < 8; ++i) header_bytes |= std::uint64_t(std::uint8_t(bytes[std::size_t(i)])) << (8 * i);
   std::mt19937_64 rng(11);
-  const std::string path = (dir_ / "damaged.safetensors").string();
+  const std::string file = path("damaged.safetensors");
   int refused = 0;
   for (int trial = 0; trial < 400; ++trial) {
     std::string damaged = bytes;
@@ -258,9 +245,9 @@ TEST_F(Safetensors, DamagedFilesOnlyEverGiveOneLineErrors) {
     } else {
       for (int k = 0; k < 1 + int(rng() % 3); ++k) damaged[rng() % (8 + header_bytes)] = char("0123456789[]{},:\"\" -"[rng() % 18]);
     }
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged;
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << damaged;
     try {
-      whole_model_from_gpt2(SafetensorsFile::read(path, "--init"), plan.model);
+      whole_model_from_gpt2(SafetensorsFile::read(file, "--init"), plan.model);
     } catch (const Error& error) {
       ++refused;
       EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos) << error.what();
@@ -304,14 +291,14 @@ TEST_F(Safetensors, HostileHeadersAndNonFiniteWeightsAreOneLineNamingTheFile) {
   }
 
   const Plan plan = tiny_plan();
-  std::vector<float> whole = OneRank(plan, synthetic_corpus(4096, 1), 7).trainer.whole_parameters();
+  std::vector<float> whole = initial_weights(plan);
   for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     whole[5] = bad;
-    const std::string path = (dir_ / "nan.safetensors").string();
-    write_gpt2_export(path, plan.model, whole, SafetensorsDType::f32, {});
+    const std::string file = path("nan.safetensors");
+    write_gpt2_export(file, plan.model, whole, SafetensorsDType::f32, {});
     const std::string message =
-        error_of([&] { whole_model_from_gpt2(SafetensorsFile::read(path, "--init"), plan.model); });
-    EXPECT_NE(message.find("--init: " + path + ": tensor transformer."), std::string::npos) << message;
+        error_of([&] { whole_model_from_gpt2(SafetensorsFile::read(file, "--init"), plan.model); });
+    EXPECT_NE(message.find("--init: " + file + ": tensor transformer."), std::string::npos) << message;
     EXPECT_NE(message.find(std::isnan(bad) ? "is NaN" : "is infinite"), std::string::npos) << message;
   }
 }

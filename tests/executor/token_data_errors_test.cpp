@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <limits>
 
+#include "support/error_of.hpp"
+#include "support/scratch_folder.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/executor/token_source.hpp"
 #include "token_writers.hpp"
@@ -19,31 +21,16 @@ using namespace tessel_token_test;
 namespace fs = std::filesystem;
 
 namespace {
-class TokenErrors : public ::testing::Test {
+class TokenErrors : public tessel::test::ScratchFolderTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_token_errors_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   // The error of opening `name`, or "" when it opened.
   std::string error_of(const std::string& name, TokenFormat format = TokenFormat::automatic,
                        TokenDType flat_dtype = TokenDType::u16) {
-    try {
-      open_token_source(path(name), format, flat_dtype);
-    } catch (const Error& error) {
-      const std::string text = error.what();
-      EXPECT_EQ(text.find('\n'), std::string::npos) << text;
-      return text;
-    }
-    return "";
+    const std::string text =
+        tessel::test::error_of([&] { open_token_source(path(name), format, flat_dtype); }, "");
+    EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+    return text;
   }
-
-  fs::path dir_;
 };
 
 std::vector<std::int64_t> counting(std::size_t n) {
@@ -100,22 +87,22 @@ TEST_F(TokenErrors, LlmcHeadersAreChecked) {
 
 TEST_F(TokenErrors, MegatronHeadersAreChecked) {
   const MegatronFiles good = megatron_dataset(as_documents(counting(200)));
-  MegatronFiles magic = good;
-  magic.idx[0] = 'X';
-  write_pair(path("magic"), magic);
-  EXPECT_EQ(error_of("magic"), "--data: " + path("magic.idx") + ": bad magic, not a Megatron MMIDIDX index");
-  MegatronFiles version = good;
-  version.idx[9] = 2;
-  write_pair(path("version"), version);
-  EXPECT_EQ(error_of("version"), "--data: " + path("version.idx") + ": index version 2, only version 1 is known");
-  MegatronFiles floats = good;
-  floats.idx[17] = 7;
-  write_pair(path("floats"), floats);
-  EXPECT_EQ(error_of("floats"), "--data: " + path("floats.idx") + ": dtype code 7 (float32) holds no token ids");
-  MegatronFiles unknown = good;
-  unknown.idx[17] = 9;
-  write_pair(path("unknown"), unknown);
-  EXPECT_EQ(error_of("unknown"), "--data: " + path("unknown.idx") + ": unknown dtype code 9 (Megatron writes 1 to 8)");
+  // One header byte changed at a time: where, to what, and how the error ends.
+  const struct {
+    std::string name;
+    std::size_t at;
+    char value;
+    std::string error;
+  } headers[] = {{"magic", 0, 'X', ": bad magic, not a Megatron MMIDIDX index"},
+                 {"version", 9, 2, ": index version 2, only version 1 is known"},
+                 {"floats", 17, 7, ": dtype code 7 (float32) holds no token ids"},
+                 {"unknown", 17, 9, ": unknown dtype code 9 (Megatron writes 1 to 8)"}};
+  for (const auto& header : headers) {
+    MegatronFiles changed = good;
+    changed.idx[header.at] = header.value;
+    write_pair(path(header.name), changed);
+    EXPECT_EQ(error_of(header.name), "--data: " + path(header.name + ".idx") + header.error);
+  }
   MegatronFiles cut = good;
   cut.idx.resize(cut.idx.size() - 8);
   write_pair(path("cut"), cut);
@@ -154,26 +141,17 @@ TEST_F(TokenErrors, MegatronIndexMustMatchItsData) {
 TEST_F(TokenErrors, TooFewTokensForOneGlobalBatch) {
   write_nanogpt(path("few.bin"), counting(100));
   const TokenSource tokens = open_token_source(path("few.bin"), TokenFormat::automatic);
-  try {
-    check_token_data(tokens, 1000, 8, 16);
-    FAIL() << "expected an error";
-  } catch (const Error& error) {
-    EXPECT_EQ(std::string(error.what()), "--data: " + path("few.bin") +
-                                             ": 100 tokens, fewer than one global batch of 8 windows of 16 (needs 129)");
-  }
+  EXPECT_EQ(tessel::test::error_of([&] { check_token_data(tokens, 1000, 8, 16); }),
+            "--data: " + path("few.bin") +
+                ": 100 tokens, fewer than one global batch of 8 windows of 16 (needs 129)");
   EXPECT_NO_THROW(check_token_data(tokens, 1000, 6, 16));
 }
 
 TEST_F(TokenErrors, ADtypeIsOnlyForHeaderlessFiles) {
   write_llmc(path("shard.bin"), counting(100));
-  try {
-    open_token_source(path("shard.bin"), "auto", "uint32");
-    FAIL() << "expected an error";
-  } catch (const Error& error) {
-    EXPECT_EQ(std::string(error.what()), "--data-dtype: " + path("shard.bin") +
-                                             " is read as llmc, which names its own dtype; --data-dtype is for "
-                                             "headerless nanogpt files");
-  }
+  EXPECT_EQ(tessel::test::error_of([&] { open_token_source(path("shard.bin"), "auto", "uint32"); }),
+            "--data-dtype: " + path("shard.bin") +
+                " is read as llmc, which names its own dtype; --data-dtype is for headerless nanogpt files");
   EXPECT_THROW(open_token_source(path("shard.bin"), "auto", "int8"), Error);
   EXPECT_THROW(open_token_source(path("shard.bin"), "tokens", ""), Error);
 }

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <random>
 
+#include "support/error_of.hpp"
+#include "support/scratch_folder.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/executor/data_loader.hpp"
 #include "tessel/executor/token_source.hpp"
@@ -33,19 +35,7 @@ std::vector<std::int64_t> all_ids(const TokenSource& tokens) {
   return out;
 }
 
-class TokenData : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_tokens_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-};
+class TokenData : public tessel::test::ScratchFolderTest {};
 }  // namespace
 
 TEST_F(TokenData, EachFormatReadsBackTheSameIds) {
@@ -161,13 +151,9 @@ TEST_F(TokenData, TheVocabularyScanNamesTheFirstBadIdAndItsPosition) {
   EXPECT_EQ(bad->position, 700u);
   EXPECT_EQ(bad->id, 256);
   EXPECT_FALSE(tokens.first_out_of_range(4001).has_value());  // a uint16 file, a vocabulary past it: fine
-  try {
-    check_token_data(tokens, 256, 4, 16);
-    FAIL() << "expected an error";
-  } catch (const Error& error) {
-    EXPECT_EQ(std::string(error.what()), "--data: " + path("tokens.bin") +
-                                             ": token id 256 at position 700 is outside the model's vocabulary of 256");
-  }
+  EXPECT_EQ(tessel::test::error_of([&] { check_token_data(tokens, 256, 4, 16); }),
+            "--data: " + path("tokens.bin") +
+                ": token id 256 at position 700 is outside the model's vocabulary of 256");
   // The loader refuses such an id too when it reads one (ranks started without the preflight).
   DataLoader loader(tokens, 1, 999, 0, 1, 256);
   std::vector<std::int32_t> t, y;

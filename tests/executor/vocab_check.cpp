@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint_checks.hpp"
 #include "history.hpp"
 #include "layouts.hpp"
 #include "tessel/core/error.hpp"
@@ -139,23 +140,12 @@ int check_checkpoints(Communicator& world) {
         options.vocab_multiple = multiple;
         return std::make_unique<Trainer>(plan, grid, spread_ids(plan, grid.coordinates().dp), options);
       };
-      float pid = float(::getpid() % 1000000);
-      sub->broadcast(&pid, 1, DType::f32, 0);
-      const std::string dir =
-          (std::filesystem::temp_directory_path() / fmt::format("tessel_vocab_checkpoint_{}", int(pid))).string();
-      std::vector<float> want;
-      auto uninterrupted = make(c.vocab_multiple);
-      for (int step = 0; step < 5; ++step) want.push_back(uninterrupted->step().loss);
-      const std::vector<float> want_weights = uninterrupted->whole_parameters();
-      auto first = make(c.vocab_multiple);
-      first->step();
-      first->step();
-      first->save(dir);
-      const std::vector<float> saved = first->whole_parameters();
+      const std::string dir = shared_folder(*sub, "tessel_vocab_checkpoint");
+      const UninterruptedRun want = train_uninterrupted([&] { return make(c.vocab_multiple); });
+      const std::vector<float> saved = save_after_two_steps([&] { return make(c.vocab_multiple); }, dir);
       if (sub->rank() == 0) {
         const CheckpointWeights gathered = read_checkpoint_weights(dir);
-        const bool exact = gathered.vocab_multiple == c.vocab_multiple && gathered.whole.size() == saved.size() &&
-                           std::memcmp(gathered.whole.data(), saved.data(), saved.size() * sizeof(float)) == 0;
+        const bool exact = gathered.vocab_multiple == c.vocab_multiple && bit_identical(gathered.whole, saved);
         std::printf("checkpoint %s vocab_multiple %d: gathered from the files %s\n", c.layout.name().c_str(),
                     c.vocab_multiple, exact ? "bit-identical" : "DIFFER");
         if (!exact) ++failures;
@@ -170,13 +160,7 @@ int check_checkpoints(Communicator& world) {
       }
       auto resumed = make(c.vocab_multiple);
       resumed->load(dir);
-      bool same = resumed->steps_done() == 2;
-      for (int step = 2; step < 5; ++step) {
-        const float loss = resumed->step().loss;
-        same = same && std::memcmp(&loss, &want[std::size_t(step)], sizeof(float)) == 0;
-      }
-      const std::vector<float> weights = resumed->whole_parameters();
-      same = same && std::memcmp(weights.data(), want_weights.data(), weights.size() * sizeof(float)) == 0;
+      const bool same = resumes_bit_identically(*resumed, want);
       std::printf("checkpoint %s vocab_multiple %d rank %d: steps 3..5 and weights %s, other padding %s\n",
                   c.layout.name().c_str(), c.vocab_multiple, sub->rank(), same ? "bit-identical" : "DIFFER",
                   refused ? "refused" : "NOT REFUSED");

@@ -8,10 +8,8 @@
 #include "fixtures.hpp"
 
 namespace {
-using tessel_executor_test::count_of;
-std::string run_suite(const std::string& suite, int& status) {
-  return tessel_executor_test::run_under_mpirun(8, TESSEL_VOCAB_CHECK_BINARY, suite, status);
-}
+using namespace tessel_executor_test;
+CheckRun run_suite(const std::string& suite) { return run_check(8, TESSEL_VOCAB_CHECK_BINARY, suite); }
 }  // namespace
 
 // tp 2 (1D), 1D with sequence parallel, dp and ZeRO 1, 2D (q = 2), 3D (q = 2) and LLaMA's
@@ -20,13 +18,9 @@ std::string run_suite(const std::string& suite, int& status) {
 // LLaMA in tp 2: each within 1e-5 (losses) and 1e-4 (gradients) of one process without
 // any padding, and every padding element of every rank still 0 after 5 steps.
 TEST(Vocabulary, Gpt2VocabularyTrainsInEveryLayoutAndPaddingChangesNothing) {
-  int status = -1;
-  const std::string output = run_suite("layouts", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "  ok\n"), 8) << output;
-  EXPECT_EQ(count_of(output, "padded to 50258 "), 5) << output;
-  EXPECT_EQ(count_of(output, "padded to 50304 "), 1) << output;  // one process: 393 x 128
-  EXPECT_EQ(count_of(output, "ok rank"), 8) << output;
+  // 50304 rows: the GPU's padding in one process, 393 x 128.
+  EXPECT_TRUE(exits_0_and_prints(run_suite("layouts"),
+                                 {{"  ok\n", 8}, {"padded to 50258 ", 5}, {"padded to 50304 ", 1}, {"ok rank", 8}}));
 }
 
 // LAMB with tp 2, dp 2 and ZeRO 3 (padded to 50,258), tp 2 x pp 2 x dp 2 with ZeRO 1 and
@@ -34,10 +28,7 @@ TEST(Vocabulary, Gpt2VocabularyTrainsInEveryLayoutAndPaddingChangesNothing) {
 // the checkpoint gathered from its files equal to the trainer's whole model, and a resume
 // under another padding refused with the field named.
 TEST(Vocabulary, PaddedCheckpointsResumeExactlyAndGatherWhole) {
-  int status = -1;
-  const std::string output = run_suite("checkpoint", status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_EQ(count_of(output, "gathered from the files bit-identical"), 3) << output;
-  EXPECT_EQ(count_of(output, "weights bit-identical, other padding refused"), 4 + 8 + 4) << output;
-  EXPECT_EQ(count_of(output, "DIFFER"), 0) << output;
+  EXPECT_TRUE(exits_0_and_prints(run_suite("checkpoint"),
+                                 {{"gathered from the files bit-identical", 3},
+                                  {"weights bit-identical, other padding refused", 4 + 8 + 4}, {"DIFFER", 0}}));
 }

@@ -1,5 +1,5 @@
 // libFuzzer target: a checkpoint's checkpoint.json (tessel run --resume DIR).
-// Today the executor reads it inline in Trainer::load (executor/src/trainer_state.cpp),
+// Today the executor reads it inline in CheckpointIO::load (executor/src/checkpoint_io.cpp),
 // which needs a running trainer; what a fuzzer can reach on its own is the JSON parse and
 // the plan it carries, read by Plan::from_json. To be confirmed at merge: once the
 // checkpoint metadata has its own reader (issue 19, atomic checkpoints), call it here.

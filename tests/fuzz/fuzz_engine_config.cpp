@@ -1,8 +1,7 @@
-// libFuzzer target, built once per engine (TESSEL_FUZZ_ENGINE names it): another
-// engine's launch config read by `tessel estimate --import FILE` (a Megatron-LM launch
-// script, a NeMo YAML recipe, a DeepSpeed JSON, a torchtitan TOML), and what was read
-// written back. Placed on 16 DGX A100 nodes with GPT-2 124M as the Hugging Face model
-// DeepSpeed configs need. Seeds: the engine's fixtures under tests/interop/fixtures/.
+// libFuzzer target, one per engine (TESSEL_FUZZ_ENGINE): an engine's launch config read by
+// `tessel estimate --import FILE` (Megatron-LM script, NeMo YAML, DeepSpeed JSON, torchtitan
+// TOML or config_registry.py) and written back, on 16 DGX A100 nodes with GPT-2 124M as the
+// Hugging Face model DeepSpeed configs need. Seeds: tests/interop/fixtures/ and real/.
 #include "fuzz_reader.hpp"
 #include "tessel/interop/engine_config.hpp"
 
@@ -14,6 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     made.nodes = 16;
     made.model = tessel::resolve_model("gpt2-124m");
     made.source_name = "fuzz";
+    made.script_args = {"llama3_8b"};  // torchtitan's config_registry.py: the function to read
     return made;
   }();
   static const tessel::interop::Engine engine = tessel::interop::engine_from_name(TESSEL_FUZZ_ENGINE, "engine");

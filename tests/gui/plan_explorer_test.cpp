@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 
+#include "gui_fixtures.hpp"
 #include "tessel/core/json_fields.hpp"
 #include "../tessel_binary.hpp"
 #include "tessel/core/subprocess.hpp"
@@ -37,12 +38,7 @@ class QtEnvironment : public ::testing::Environment {
 const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new QtEnvironment);
 
 tessel::planner::SearchInputs small_search() {
-  tessel::planner::SearchInputs in;
-  in.model = "gpt2-350m";
-  in.cluster = "dgx-h100";
-  in.nodes = 1;
-  in.global_batch = 64;
-  return in;
+  return tessel_gui_test::search_inputs("gpt2-350m", "dgx-h100", 1, 64);
 }
 }  // namespace
 
@@ -113,9 +109,7 @@ TEST(PlanExplorer, ModelFilesAreCheckedLikePresets) {
 TEST(PlanExplorer, AFailedSimulationShowsItsMessage) {
   PlanExplorer window;
   window.set_tessel_binary("/bin/false");
-  window.set_inputs(small_search());
-  ASSERT_TRUE(window.start_search());
-  ASSERT_TRUE(window.wait_for_search(120000));
+  ASSERT_TRUE(tessel_gui_test::searches(window, small_search()));
   QSignalSpy simulated(&window, &PlanExplorer::simulationFinished);
   window.select_plan(0);
   ASSERT_TRUE(window.wait_for_simulation(30000));
@@ -164,14 +158,8 @@ TEST(PlanExplorer, ASearchFillsTheScatterAndTheTableAndSelectsAPlan) {
 TEST(PlanExplorer, SelectingAPlanFillsTheTimelineBreakdownAndMemoryTabs) {
   PlanExplorer window;
   window.set_tessel_binary(TESSEL_BINARY);
-  tessel::planner::SearchInputs in;
-  in.model = "gpt2-350m";
-  in.cluster = "dgx-h100";
-  in.nodes = 1;
-  in.global_batch = 64;
-  window.set_inputs(in);
-  ASSERT_TRUE(window.start_search());
-  ASSERT_TRUE(window.wait_for_search(120000));
+  tessel::planner::SearchInputs in = small_search();
+  ASSERT_TRUE(tessel_gui_test::searches(window, in));
   QSignalSpy simulated(&window, &PlanExplorer::simulationFinished);
   window.select_plan(0);
   ASSERT_TRUE(window.wait_for_simulation(120000));
@@ -223,11 +211,7 @@ TEST(PlanExplorer, WhatIfReplansAndTheBestPlanMoves) {
 
 TEST(PlanExplorer, CancelStopsTheSearch) {
   PlanExplorer window;
-  tessel::planner::SearchInputs in;
-  in.model = "gpt3-175b";
-  in.cluster = "dgx-a100";
-  in.nodes = 128;
-  in.global_batch = 1536;
+  tessel::planner::SearchInputs in = tessel_gui_test::search_inputs("gpt3-175b", "dgx-a100", 128, 1536);
   window.set_inputs(in);
   QSignalSpy finished(&window, &PlanExplorer::searchFinished);
   ASSERT_TRUE(window.start_search());

@@ -6,6 +6,7 @@
 
 #include <QSignalSpy>
 
+#include "gui_fixtures.hpp"
 #include "tessel/gui/what_if_series.hpp"
 #include "tessel/gui/what_if_view.hpp"
 
@@ -51,11 +52,7 @@ TEST(WhatIfSeries, TheCurveHoldsTheRowsThatAgreeWithTheNewestElsewhereSortedOneP
 }
 
 TEST(WhatIfView, ReplansDrawStepTimeAndMfuAgainstTheInputThatMoved) {
-  tessel::planner::SearchInputs inputs;
-  inputs.model = "gpt2-350m";
-  inputs.cluster = "dgx-h100";
-  inputs.nodes = 1;
-  inputs.global_batch = 64;
+  tessel::planner::SearchInputs inputs = tessel_gui_test::search_inputs("gpt2-350m", "dgx-h100", 1, 64);
   tessel::gui::WhatIfView view([inputs] { return inputs; });
   view.reset_to(inputs);
   QSignalSpy finished(&view, &tessel::gui::WhatIfView::finished);
@@ -86,11 +83,7 @@ TEST(WhatIfSeries, SweepValuesSpanTheInputAroundItsValue) {
 }
 
 TEST(WhatIfView, ASweepReplansAlongTheAxisInput) {
-  tessel::planner::SearchInputs inputs;
-  inputs.model = "gpt2-350m";
-  inputs.cluster = "dgx-h100";
-  inputs.nodes = 2;
-  inputs.global_batch = 64;
+  tessel::planner::SearchInputs inputs = tessel_gui_test::search_inputs("gpt2-350m", "dgx-h100", 2, 64);
   tessel::gui::WhatIfView view([inputs] { return inputs; });
   view.reset_to(inputs);  // nodes up to 64
   view.sweep();

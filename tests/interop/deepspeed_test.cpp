@@ -134,7 +134,12 @@ TEST(DeepSpeed, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
       {R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"}})", "optimizer.type: 'OneBitAdam'"},
       {R"({"train_batch_size": 8, "sparse_attention": {"mode": "fixed"}})", "sparse_attention: "},
       {R"({"train_batch_size": 8, "sequence_parallel_size": 4})", "sequence_parallel_size: DeepSpeed-Ulysses"},
-      {R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 2}})", "tensor_parallel.autotp_size"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}, "tensor_parallel": {"autotp_size": 2}})",
+       "tensor_parallel.autotp_size: AutoTP training works with ZeRO stages 0 to 2"},
+      {R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 3}})",
+       "tensor_parallel.autotp_size: must be a whole number dividing the 8 GPUs, got 3"},
+      {R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 2, "tp_overlap_comm": true}})",
+       "tensor_parallel.tp_overlap_comm: tessel reads autotp_size only"},
       {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
        "zero_optimization.zero_quantized_weights: ZeRO++"},
       {R"({"train_batch_size": 8, "some_new_option": 1})", "some_new_option: not an option tessel's reader knows"},
@@ -208,6 +213,27 @@ TEST(DeepSpeed, RoundTripOfADataParallelPlanIsExact) {
   offloaded.train.precision = Precision::bf16;
   EXPECT_EQ(import_run(Engine::deepspeed, export_plan(Engine::deepspeed, offloaded).text, context_of(offloaded)).plan,
             offloaded);
+}
+
+// training/tensor_parallel/hf_integration/configs/ds_config.json (DeepSpeedExamples):
+// AutoTP splits every linear over autotp_size ranks, so the data-parallel degree that the
+// batch counts is the GPUs over it; a 1D tensor-parallel plan is written back as AutoTP.
+TEST(DeepSpeed, AutoTpReadsAsOneDimensionalTensorParallelismAndRoundTrips) {
+  const ImportContext context = test::context_on("dgx-h100", 1, "ds_config.json", resolve_model("llama2-7b"));
+  const Plan plan = import_run(Engine::deepspeed,
+                               R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2,
+                                   "zero_optimization": {"stage": 2}, "bf16": {"enabled": true},
+                                   "tensor_parallel": {"autotp_size": 4}})",
+                               context)
+                        .plan;
+  EXPECT_EQ(plan.parallel.tp, 4);
+  EXPECT_EQ(plan.parallel.tp_mode, TpMode::d1);
+  EXPECT_EQ(plan.parallel.dp, 2);
+  EXPECT_EQ(plan.train.global_batch, 16);
+  const ExportedConfig exported = export_plan(Engine::deepspeed, plan);
+  EXPECT_NE(exported.text.find("\"autotp_size\": 4"), std::string::npos) << exported.text;
+  EXPECT_TRUE(exported.not_expressible.empty()) << exported.text;
+  EXPECT_EQ(import_run(Engine::deepspeed, exported.text, context_of(plan)).plan, plan) << exported.text;
 }
 
 // Plans with tensor and pipeline parallelism come back as the nearest pure data-parallel

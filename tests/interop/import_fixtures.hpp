@@ -1,6 +1,6 @@
 // The fixtures the engine-config tests (DeepSpeed, torchtitan, Megatron-LM, NeMo) share,
 // in one place so that each test file keeps only its engine's cases and assertions: the
-// published example files under fixtures/, the context an import runs in, the error a
+// published example files under fixtures/ and real/, the context an import runs in, the error a
 // call raises, and looking a line up in what an import mapped or ignored. Nothing here
 // asserts: every assertion stays in a TEST body.
 #pragma once
@@ -38,6 +38,11 @@ model:
 // File `name` of tests/interop/fixtures/, whole (an error naming it when it is missing).
 inline std::string fixture(const std::string& name) {
   return read_input_file(std::string(TESSEL_SOURCE_DIR) + "/tests/interop/fixtures/" + name);
+}
+
+// File `name` of tests/interop/real/ (an engine's file as its repository ships it), whole.
+inline std::string real_file(const std::string& name) {
+  return read_input_file(std::string(TESSEL_SOURCE_DIR) + "/tests/interop/real/" + name);
 }
 
 // An import onto `nodes` of preset cluster `cluster` from a file called `source_name`,

@@ -204,7 +204,7 @@ TEST(Megatron, LoopsAndCaseBlocksOverTheScriptsVariablesAreEvaluated) {
 
 // Megatron's Llama 3 example as published chooses its fp8 options in if blocks.
 TEST(Megatron, IfBlocksOnTheScriptsOwnVariablesAreEvaluated) {
-  const std::string published = fixture("megatron_llama3_8b_fp8.sh");
+  const std::string published = test::real_file("megatron/train_llama3_8b_h100_fp8.sh");
   try {
     import_run(Engine::megatron, published, context_on("dgx-h100", 1, "llama.sh"));
     FAIL() << "the fp8 branch was not taken";
@@ -257,6 +257,27 @@ TEST(Megatron, MalformedScriptsAreOneLineErrorsNamingTheLine) {
       EXPECT_EQ(message.rfind("bad.sh: ", 0), 0u) << message.substr(0, 200);
       EXPECT_EQ(message.find('\n'), std::string::npos);
     }
+  }
+}
+
+// --data-path as users write it: one prefix, a weighted blend, a list from a variable or
+// an array, a glob; the data mix does not change the cost of a step, so each reads the same
+// plan and the option is listed as ignored, never refused.
+TEST(Megatron, DataPathListsGlobsAndBlendsReadTheSamePlan) {
+  const Plan plain = import_run(Engine::megatron, kSmallRun, context_on("dgx-a100", 1)).plan;
+  for (const std::string script : {
+           std::string(kSmallRun) + "--data-path /data/web_text_document",
+           std::string(kSmallRun) + "--data-path 0.3 /data/web_text_document 0.7 /data/code_text_document",
+           "BLEND=\"0.5 /a/x_text_document 0.5 /b/y_text_document\"\n" + std::string(kSmallRun) + "--data-path $BLEND",
+           "DATA=(0.5 /a/x_text_document 0.5 /b/y_text_document)\n" + std::string(kSmallRun) +
+               "--data-path ${DATA[@]} --split 98,2,0",
+           std::string(kSmallRun) + "--data-path /data/shard_*_text_document",
+           std::string(kSmallRun) + "--train-data-path 1 /a/train --valid-data-path 1 /a/valid --test-data-path 1 /a/t",
+           std::string(kSmallRun) + "--data-args-path /data/blend.txt --data-cache-path /tmp/cache"}) {
+    const ImportedRun run = import_run(Engine::megatron, script, context_on("dgx-a100", 1));
+    EXPECT_EQ(run.plan, plain) << script;
+    EXPECT_TRUE(test::any_line_contains(run.ignored, ": data paths")) << script << "\n"
+                                                                       << ::testing::PrintToString(run.ignored);
   }
 }
 

@@ -37,14 +37,23 @@ TEST(Nemo, Gpt3_175bRecipeGivesTheHandWrittenPlan) {
   EXPECT_FALSE(test::any_line_contains(run.ignored, "not understood")) << ::testing::PrintToString(run.ignored);
 }
 
+// The recipe's tokenizer is LLaMA's SentencePiece file (32,000 tokens, known by its name);
+// another SentencePiece file's size is not guessed, and config.json's wins where given.
 TEST(Nemo, Llama2_70bRecipeGivesTheHandWrittenPlanWithTheVocabularyFromConfigJson) {
   ImportContext context = context_on("dgx-a100", 128);
-  try {
-    import_run(Engine::nemo, fixture("nemo_llama2_70b.yaml"), context);
-    FAIL() << "a sentencepiece tokenizer file's size was guessed";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("gpt.yaml: model.tokenizer: the vocabulary size is unknown"),
-              std::string::npos) << error.what();
+  const std::string recipe = fixture("nemo_llama2_70b.yaml");
+  const ImportedRun by_name = import_run(Engine::nemo, recipe, context);
+  EXPECT_EQ(by_name.plan.model.vocab, 32000);
+  EXPECT_TRUE(test::any_line_contains(by_name.mapped, "model.vocab 32000 (LLaMA's SentencePiece tokenizer by name)"))
+      << ::testing::PrintToString(by_name.mapped);
+  for (const char* file : {"${data_dir}/spm/tokenizer.model", "${data_dir}/codellama/llama_tokenizer.model"}) {
+    std::string other = recipe;
+    const std::string llama = "${data_dir}/llama/llama_tokenizer.model";
+    other.replace(other.find(llama), llama.size(), file);
+    EXPECT_NE(test::error_of([&] { import_run(Engine::nemo, other, context); })
+                  .find("gpt.yaml: model.tokenizer: the vocabulary size is unknown"),
+              std::string::npos)
+        << file;
   }
   context.model = resolve_model("llama2-70b");
   const ImportedRun run = import_run(Engine::nemo, fixture("nemo_llama2_70b.yaml"), context);

@@ -25,14 +25,15 @@ struct RealFile {
   const char* cluster;
   int nodes;
   const char* model;  // the --hf-config a DeepSpeed config is read with ("" for none)
-  const char* args;   // a launch script's arguments, space-separated, as its README runs it
+  const char* args;   // the arguments after the file (script_args), space-separated
   // "" when the file imports, else a part of the one-line refusal (the option it names).
   const char* refusal;
 };
 
 // The machines are those the files were written for (their launcher sizes); DeepSpeed's
 // configs name no model, so each is read with the model its example trains; a script that
-// needs arguments gets those its README gives (examples/academic_paper_scripts/detxoify_lm).
+// needs arguments gets those its README gives (examples/academic_paper_scripts/detxoify_lm),
+// and torchtitan's config_registry.py the function its README trains (--config llama3_8b).
 const RealFile kFiles[] = {
     {"megatron/train_gpt3_175b_distributed.sh", "dgx-a100", 128, "", "", ""},
     {"megatron/train_llama3_8b_h100_fp8.sh", "dgx-h100", 1, "", "", "--fp8-param-gather: fp8 parameters"},
@@ -44,8 +45,8 @@ const RealFile kFiles[] = {
     {"nemo/gpt3_126m.yaml", "dgx-a100", 1, "", "", ""},
     {"nemo/gpt3_5b.yaml", "dgx-a100", 2, "", "", ""},
     {"nemo/gpt3_175b.yaml", "dgx-a100", 128, "", "", ""},
-    {"nemo/llama_llama2_7b.yaml", "dgx-a100", 2, "", "", "model.tokenizer: the vocabulary size is unknown"},
-    {"nemo/llama_llama2_70b.yaml", "dgx-a100", 8, "", "", "model.tokenizer: the vocabulary size is unknown"},
+    {"nemo/llama_llama2_7b.yaml", "dgx-a100", 2, "", "", ""},
+    {"nemo/llama_llama2_70b.yaml", "dgx-a100", 8, "", "", ""},
     {"nemo/llama_llama3_8b.yaml", "dgx-h100", 1, "", "", ""},
     {"nemo/llama_llama3_1_405b.yaml", "dgx-h100", 72, "", "", ""},
     {"nemo/mistral_mistral_7b.yaml", "dgx-h100", 1, "", "", ""},
@@ -60,17 +61,17 @@ const RealFile kFiles[] = {
     {"deepspeed/ds_config_z3.json", "dgx-a100", 1, "gpt2-350m", "", ""},
     {"deepspeed/bf16_master_weight_baseline.json", "dgx-h100", 1, "gpt2-350m", "", ""},
     {"deepspeed/bf16_master_weight_bf16_full.json", "dgx-h100", 1, "gpt2-350m", "", "torch_autocast: torch autocast"},
-    {"deepspeed/tensor_parallel_ds_config.json", "dgx-h100", 1, "llama2-7b", "", "tensor_parallel.autotp_size"},
-    {"deepspeed/zf_config.json", "dgx-h100", 1, "llama2-7b", "", "zero_optimization.zenflow"},
+    {"deepspeed/tensor_parallel_ds_config.json", "dgx-h100", 1, "llama2-7b", "", ""},
+    {"deepspeed/zf_config.json", "dgx-h100", 1, "llama2-7b", "", "zero_optimization.zenflow: ZenFlow's top-k gradient selection"},
     {"torchtitan/llama3_debug_model.toml", "dgx-h100", 1, "", "", "activation_checkpoint.selective_ac_option"},
     {"torchtitan/llama3_8b.toml", "dgx-h100", 1, "", "", ""},
     {"torchtitan/llama3_70b.toml", "dgx-h100", 8, "", "", ""},
     {"torchtitan/llama3_405b.toml", "dgx-h100", 64, "", "", "enable_fsdp_float8_all_gather"},
-    {"torchtitan/qwen3_0.6b.toml", "dgx-h100", 1, "", "", "model.flavor: 'qwen3/0.6B' is not a flavor tessel knows"},
-    {"torchtitan/qwen3_32b.toml", "dgx-h100", 8, "", "", "model.flavor: 'qwen3/32B' is not a flavor tessel knows"},
-    {"torchtitan/llama4_17bx16e.toml", "dgx-h100", 8, "", "", "model.flavor: 'llama4/17bx16e' is not a flavor tessel knows"},
-    {"torchtitan/deepseek_v3_16b.toml", "dgx-h100", 8, "", "", "model.flavor: 'deepseek_v3/16B' is not a flavor tessel knows"},
-    {"torchtitan/llama3_config_registry.py", "dgx-h100", 1, "", "", "config_registry.py builds its configs in code"},
+    {"torchtitan/qwen3_0.6b.toml", "dgx-h100", 1, "", "", "model.name: 'qwen3' (flavor 0.6B): Qwen3 normalises each head's query and key"},
+    {"torchtitan/qwen3_32b.toml", "dgx-h100", 8, "", "", "model.name: 'qwen3' (flavor 32B): Qwen3 normalises each head's query and key"},
+    {"torchtitan/llama4_17bx16e.toml", "dgx-h100", 8, "", "", "model.name: 'llama4' (flavor 17bx16e): Llama 4's flavors attend block-causally"},
+    {"torchtitan/deepseek_v3_16b.toml", "dgx-h100", 8, "", "", "model.name: 'deepseek_v3' (flavor 16B): DeepSeek-V3's multi-head latent attention"},
+    {"torchtitan/llama3_config_registry.py", "dgx-h100", 1, "", "llama3_8b", ""},
 };
 
 // Imports `file` and returns "" or the refusal's message.

@@ -1,5 +1,5 @@
-// torchtitan's TOML job config read into a plan and written from one. The fixtures are
-// torchtitan's published llama3 train_configs (each file names its source).
+// torchtitan's job config (TOML, and config_registry.py) read into a plan and written from one.
+// The files are torchtitan's published llama3 train_configs (tests/interop/real/, README cites each).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,7 +45,7 @@ TEST(TorchtitanFlavors, ShapesFollowTorchtitansFeedForwardRule) {
 // preset for (data_parallel_shard_degree -1), local batch 1, seq_len 8192, selective "op".
 TEST(Torchtitan, Llama3EightBPresetReadsAsFsdpOverSixtyFourGpus) {
   const ImportContext context = cluster_context("dgx-a100", 8);
-  const ImportedRun run = import_run(Engine::torchtitan, fixture("torchtitan_llama3_8b.toml"), context);
+  const ImportedRun run = import_run(Engine::torchtitan, test::real_file("torchtitan/llama3_8b.toml"), context);
   Plan expected;
   expected.model = detail::find_torchtitan_flavor("llama3", "8B")->spec;
   expected.cluster = context.cluster;
@@ -69,7 +69,7 @@ TEST(Torchtitan, Llama3EightBPresetReadsAsFsdpOverSixtyFourGpus) {
 // FSDP over the rest, local batch 8, full activation checkpointing.
 TEST(Torchtitan, Llama3SeventyBPresetReadsAsTensorParallelWithFsdp) {
   const ImportContext context = cluster_context("dgx-h100", 8);
-  const ImportedRun run = import_run(Engine::torchtitan, fixture("torchtitan_llama3_70b.toml"), context);
+  const ImportedRun run = import_run(Engine::torchtitan, test::real_file("torchtitan/llama3_70b.toml"), context);
   Plan expected;
   expected.model = detail::find_torchtitan_flavor("llama3", "70B")->spec;
   expected.cluster = context.cluster;
@@ -91,13 +91,13 @@ TEST(Torchtitan, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
   // llama3_405b.toml trains with float8 (model.converters), async tensor parallelism (read as
   // parallel.tp_comm_overlap) and fp8 parameter all-gathers (refused).
   const std::string fp8 =
-      error_of([&] { import_run(Engine::torchtitan, fixture("torchtitan_llama3_405b.toml"), context); });
+      error_of([&] { import_run(Engine::torchtitan, test::real_file("torchtitan/llama3_405b.toml"), context); });
   EXPECT_EQ(fp8.find("job.toml: model.converters"), std::string::npos) << "float8 is read as fp8: " << fp8;
   EXPECT_NE(fp8.find("job.toml:"), std::string::npos) << "fp8 all-gathers are still refused: " << fp8;
   EXPECT_EQ(fp8.find("enable_async_tensor_parallel"), std::string::npos) << fp8;
   // debug_model.toml checkpoints every 2nd layer (selective_ac_option '2').
   const std::string every_other =
-      error_of([&] { import_run(Engine::torchtitan, fixture("torchtitan_debug_model.toml"), context); });
+      error_of([&] { import_run(Engine::torchtitan, test::real_file("torchtitan/llama3_debug_model.toml"), context); });
   EXPECT_NE(every_other.find("activation_checkpoint.selective_ac_option: '2'"), std::string::npos) << every_other;
   const std::string base = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n[activation_checkpoint]\nmode = \"none\"\n";
   const std::pair<std::string, std::string> cases[] = {
@@ -186,9 +186,9 @@ TEST(Torchtitan, OnLocalCpuTheShardDegreeMustBeGiven) {
 }
 
 TEST(Torchtitan, DetectsItsFixtures) {
-  for (const char* name : {"torchtitan_llama3_8b.toml", "torchtitan_llama3_70b.toml", "torchtitan_llama3_405b.toml",
-                           "torchtitan_debug_model.toml"})
-    EXPECT_EQ(detect_engine(name, fixture(name)), Engine::torchtitan) << name;
+  for (const char* name : {"torchtitan/llama3_8b.toml", "torchtitan/llama3_70b.toml", "torchtitan/llama3_405b.toml",
+                           "torchtitan/llama3_debug_model.toml", "torchtitan/llama3_config_registry.py"})
+    EXPECT_EQ(detect_engine(name, test::real_file(name)), Engine::torchtitan) << name;
 }
 
 // The examples' models are not torchtitan flavors: the plan's own model comes along.
@@ -240,7 +240,7 @@ TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
 // A plan torchtitan expresses whole comes back exactly, model included (by flavor).
 TEST(Torchtitan, RoundTripOfAnExpressiblePlanIsExact) {
   const ImportedRun run =
-      import_run(Engine::torchtitan, fixture("torchtitan_llama3_70b.toml"), cluster_context("dgx-h100", 8));
+      import_run(Engine::torchtitan, test::real_file("torchtitan/llama3_70b.toml"), cluster_context("dgx-h100", 8));
   const ExportedConfig exported = export_plan(Engine::torchtitan, run.plan);
   EXPECT_TRUE(exported.not_expressible.empty()) << exported.text;
   EXPECT_EQ(import_run(Engine::torchtitan, exported.text, cluster_context("dgx-h100", 8)).plan, run.plan)

@@ -17,10 +17,7 @@ using namespace tessel::kernels::ops_test;
 
 namespace {
 
-class BackendOpsOnCuda : public ::testing::TestWithParam<std::size_t> {
- protected:
-  const OpCase& op() const { return op_table()[GetParam()]; }
-};
+class BackendOpsOnCuda : public OpTableTest {};
 
 TEST_P(BackendOpsOnCuda, MatchesTheCpu) {
   TESSEL_REQUIRE_GPU();

@@ -12,40 +12,32 @@
 
 namespace tessel::kernels::ops_test {
 
+namespace {
+// A value's bytes stored at `to`, or read from `from`, whatever its alignment there.
+template <class T>
+void store(unsigned char* to, T value) {
+  std::memcpy(to, &value, sizeof value);
+}
+template <class T>
+T load(const unsigned char* from) {
+  T value;
+  std::memcpy(&value, from, sizeof value);
+  return value;
+}
+}  // namespace
+
 std::vector<unsigned char> encode(const std::vector<double>& values, DType type) {
   std::vector<unsigned char> bytes(values.size() * element_bytes(type));
   for (std::size_t i = 0; i < values.size(); ++i) {
     unsigned char* to = bytes.data() + i * element_bytes(type);
     const double v = values[i];
     switch (type) {
-      case DType::f32: {
-        const float f = float(v);
-        std::memcpy(to, &f, sizeof f);
-        break;
-      }
-      case DType::f64:
-        std::memcpy(to, &v, sizeof v);
-        break;
-      case DType::bf16: {
-        const std::uint16_t h = numeric::to_bf16(float(v));
-        std::memcpy(to, &h, sizeof h);
-        break;
-      }
-      case DType::f16: {
-        const std::uint16_t h = numeric::to_f16(float(v));
-        std::memcpy(to, &h, sizeof h);
-        break;
-      }
-      case DType::i32: {
-        const std::int32_t t = std::int32_t(v);
-        std::memcpy(to, &t, sizeof t);
-        break;
-      }
-      case DType::f8_e4m3: {
-        const std::uint8_t f8 = numeric::to_f8_e4m3(float(v));
-        std::memcpy(to, &f8, sizeof f8);
-        break;
-      }
+      case DType::f32: store(to, float(v)); break;
+      case DType::f64: store(to, v); break;
+      case DType::bf16: store(to, numeric::to_bf16(float(v))); break;
+      case DType::f16: store(to, numeric::to_f16(float(v))); break;
+      case DType::i32: store(to, std::int32_t(v)); break;
+      case DType::f8_e4m3: store(to, numeric::to_f8_e4m3(float(v))); break;
     }
   }
   return bytes;
@@ -57,31 +49,12 @@ std::vector<double> decode(const std::vector<unsigned char>& bytes, DType type) 
   for (std::size_t i = 0; i < n; ++i) {
     const unsigned char* from = bytes.data() + i * element_bytes(type);
     switch (type) {
-      case DType::f32: {
-        float f;
-        std::memcpy(&f, from, sizeof f);
-        values[i] = f;
-        break;
-      }
-      case DType::f64:
-        std::memcpy(&values[i], from, sizeof(double));
-        break;
-      case DType::bf16:
-      case DType::f16: {
-        std::uint16_t h;
-        std::memcpy(&h, from, sizeof h);
-        values[i] = type == DType::bf16 ? numeric::from_bf16(h) : numeric::from_f16(h);
-        break;
-      }
-      case DType::i32: {
-        std::int32_t t;
-        std::memcpy(&t, from, sizeof t);
-        values[i] = t;
-        break;
-      }
-      case DType::f8_e4m3:
-        values[i] = numeric::from_f8_e4m3(*from);
-        break;
+      case DType::f32: values[i] = load<float>(from); break;
+      case DType::f64: values[i] = load<double>(from); break;
+      case DType::bf16: values[i] = numeric::from_bf16(load<std::uint16_t>(from)); break;
+      case DType::f16: values[i] = numeric::from_f16(load<std::uint16_t>(from)); break;
+      case DType::i32: values[i] = load<std::int32_t>(from); break;
+      case DType::f8_e4m3: values[i] = numeric::from_f8_e4m3(*from); break;
     }
   }
   return values;

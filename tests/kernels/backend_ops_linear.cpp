@@ -99,17 +99,28 @@ void run_layer_norm_forward(OpRun& r) {
   });
 }
 
+namespace {
+// A norm backward's inputs, drawn in this order: dy, x, gamma, and the forward's row
+// statistics (mean, 1/std) in plausible ranges.
+struct NormBackwardInputs {
+  CRef dy, x, gamma;
+  const float* mean;
+  const float* rstd;
+};
+NormBackwardInputs norm_backward_inputs(OpRun& r, int rows, int cols, std::int64_t n) {
+  return {r.in(n), r.in(n), r.in(cols), r.in_f32(rows, -0.2f, 0.2f), r.in_f32(rows, 0.5f, 2.0f)};
+}
+}  // namespace
+
 void run_layer_norm_backward(OpRun& r) {
   for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
-    const CRef dy = r.in(n), x = r.in(n), gamma = r.in(cols);
-    const float* mean = r.in_f32(rows, -0.2f, 0.2f);
-    const float* rstd = r.in_f32(rows, 0.5f, 2.0f);
+    const NormBackwardInputs in = norm_backward_inputs(r, rows, cols, n);
     float* dgamma = r.inout_f32(tag + "dgamma", cols);
     float* dbeta = r.inout_f32(tag + "dbeta", cols);
-    r.backend().layer_norm_backward(r.stream(), dy, x, gamma, mean, rstd, r.out(tag + "dx", n), dgamma, dbeta, rows, cols,
-                                    false);
-    r.backend().layer_norm_backward(r.stream(), dy, x, gamma, mean, rstd, r.inout(tag + "dx_accumulated", n), dgamma, dbeta,
-                                    rows, cols, true);
+    r.backend().layer_norm_backward(r.stream(), in.dy, in.x, in.gamma, in.mean, in.rstd, r.out(tag + "dx", n), dgamma,
+                                    dbeta, rows, cols, false);
+    r.backend().layer_norm_backward(r.stream(), in.dy, in.x, in.gamma, in.mean, in.rstd,
+                                    r.inout(tag + "dx_accumulated", n), dgamma, dbeta, rows, cols, true);
   });
 }
 
@@ -194,12 +205,10 @@ void run_layer_norm_apply(OpRun& r) {
 
 void run_layer_norm_backward_partials(OpRun& r) {
   for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
-    const CRef dy = r.in(n), x = r.in(n), gamma = r.in(cols);
-    const float* mean = r.in_f32(rows, -0.2f, 0.2f);
-    const float* rstd = r.in_f32(rows, 0.5f, 2.0f);
+    const NormBackwardInputs in = norm_backward_inputs(r, rows, cols, n);
     float* dgamma = r.inout_f32(tag + "dgamma", cols);
     float* dbeta = r.inout_f32(tag + "dbeta", cols);
-    r.backend().layer_norm_backward_partials(r.stream(), dy, x, gamma, mean, rstd, dgamma, dbeta,
+    r.backend().layer_norm_backward_partials(r.stream(), in.dy, in.x, in.gamma, in.mean, in.rstd, dgamma, dbeta,
                                              r.out_f32(tag + "sum_dxhat", rows), r.out_f32(tag + "sum_dxhat_xhat", rows), rows,
                                              cols);
   });
@@ -207,15 +216,13 @@ void run_layer_norm_backward_partials(OpRun& r) {
 
 void run_layer_norm_backward_apply(OpRun& r) {
   for_each_row_shape(r, [&](int rows, int cols, std::int64_t n, const std::string& tag) {
-    const CRef dy = r.in(n), x = r.in(n), gamma = r.in(cols);
-    const float* mean = r.in_f32(rows, -0.2f, 0.2f);
-    const float* rstd = r.in_f32(rows, 0.5f, 2.0f);
+    const NormBackwardInputs in = norm_backward_inputs(r, rows, cols, n);
     const float* sum_dxhat = r.in_f32(rows, -5.0f, 5.0f);
     const float* sum_dxhat_xhat = r.in_f32(rows, -5.0f, 5.0f);
     // The row continues on other ranks: row_cols is twice this block's columns.
-    r.backend().layer_norm_backward_apply(r.stream(), dy, x, gamma, mean, rstd, sum_dxhat, sum_dxhat_xhat, 2 * cols,
+    r.backend().layer_norm_backward_apply(r.stream(), in.dy, in.x, in.gamma, in.mean, in.rstd, sum_dxhat, sum_dxhat_xhat, 2 * cols,
                                           r.out(tag + "dx", n), rows, cols, false);
-    r.backend().layer_norm_backward_apply(r.stream(), dy, x, gamma, mean, rstd, sum_dxhat, sum_dxhat_xhat, 2 * cols,
+    r.backend().layer_norm_backward_apply(r.stream(), in.dy, in.x, in.gamma, in.mean, in.rstd, sum_dxhat, sum_dxhat_xhat, 2 * cols,
                                           r.inout(tag + "dx_accumulated", n), rows, cols, true);
   });
 }

@@ -45,4 +45,10 @@ std::vector<Output> run_op(const OpCase& op, Backend& backend, DType compute, co
 ::testing::AssertionResult matches(const OpCase& op, Backend& other, DType other_type, DType reference_type,
                                    double tolerance, const OpShapes& shapes = {});
 
+// The fixture of the tests that run over the op table: the parameter is the op's row.
+class OpTableTest : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  const OpCase& op() const { return op_table()[GetParam()]; }
+};
+
 }  // namespace tessel::kernels::ops_test

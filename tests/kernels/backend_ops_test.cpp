@@ -18,10 +18,7 @@ using namespace tessel::kernels::ops_test;
 
 namespace {
 
-class BackendOps : public ::testing::TestWithParam<std::size_t> {
- protected:
-  const OpCase& op() const { return op_table()[GetParam()]; }
-};
+class BackendOps : public OpTableTest {};
 
 TEST_P(BackendOps, CpuBf16StorageMatchesCpuFp32) {
   EXPECT_TRUE(matches(op(), cpu_backend(), DType::bf16, DType::f32, op().bf16_tolerance));

@@ -29,18 +29,8 @@ TEST(CpuKernels, GemmEveryTransposeOnOddShapes) {
         auto c = random_vector(std::size_t(m) * n, rng);
         const auto c0 = c;
         K.gemm(ta, tb, m, n, k, 0.5f, a.data(), b.data(), 2.0f, c.data());
-        std::vector<double> want(c.size());
-        for (int i = 0; i < m; ++i) {
-          for (int j = 0; j < n; ++j) {
-            double sum = 0;
-            for (int p = 0; p < k; ++p) {
-              const double av = ta ? a[std::size_t(p) * m + i] : a[std::size_t(i) * k + p];
-              const double bv = tb ? b[std::size_t(j) * k + p] : b[std::size_t(p) * n + j];
-              sum += av * bv;
-            }
-            want[std::size_t(i) * n + j] = 0.5 * sum + 2.0 * c0[std::size_t(i) * n + j];
-          }
-        }
+        std::vector<double> want = product(ta, tb, m, n, k, a, b);
+        for (std::size_t i = 0; i < want.size(); ++i) want[i] = 0.5 * want[i] + 2.0 * c0[i];
         EXPECT_LT(max_relative_error(c, want), 1e-5) << m << "x" << n << "x" << k << " " << ta << tb;
         std::vector<float> poisoned(c.size(), kNaN);
         K.gemm(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 0.0f, poisoned.data());  // beta 0 ignores C

@@ -12,13 +12,16 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "cpu_reference.hpp"
 #include "tessel/kernels/backend.hpp"
 #include "tessel/kernels/numeric.hpp"
 
 using namespace tessel;
 using namespace tessel::kernels;
+using tessel::kernels::reference::product;
 
 namespace {
 
@@ -31,22 +34,13 @@ std::vector<float> random_values(std::mt19937& rng, std::size_t n, float low, fl
   return values;
 }
 
-// C = op(A) op(B) in double from the given (already rounded) input values.
-std::vector<double> product(bool transpose_a, bool transpose_b, int m, int n, int k, const std::vector<float>& a,
-                            const std::vector<float>& b) {
-  std::vector<double> c(std::size_t(m) * n, 0.0);
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j) {
-      double sum = 0.0;
-      for (int p = 0; p < k; ++p) {
-        const double x = transpose_a ? a[std::size_t(p) * m + i] : a[std::size_t(i) * k + p];
-        const double y = transpose_b ? b[std::size_t(j) * k + p] : b[std::size_t(p) * n + j];
-        sum += x * y;
-      }
-      c[std::size_t(i) * n + j] = sum;
-    }
-  return c;
+// A (m x k) and B (k x n) drawn uniformly from [-bound, bound], A first, from `seed`.
+std::pair<std::vector<float>, std::vector<float>> random_operands(unsigned seed, int m, int n, int k, float bound) {
+  std::mt19937 rng(seed);
+  std::vector<float> a = random_values(rng, std::size_t(m) * k, -bound, bound);
+  return {a, random_values(rng, std::size_t(k) * n, -bound, bound)};
 }
+
 
 // max |got - want| / max |want|.
 double normwise_difference(const std::vector<float>& got, const std::vector<double>& want) {
@@ -115,10 +109,8 @@ TEST(CpuKernels, F8E4M3SaturatesRoundsToNearestEvenAndKeepsSubnormals) {
 }
 
 TEST(CpuKernels, GemmInTf32EqualsTheProductOfTf32RoundedInputs) {
-  std::mt19937 rng(11);
   constexpr int m = 13, n = 21, k = 67;
-  const std::vector<float> a = random_values(rng, std::size_t(m) * k, -1.0f, 1.0f);
-  const std::vector<float> b = random_values(rng, std::size_t(k) * n, -1.0f, 1.0f);
+  const auto [a, b] = random_operands(11, m, n, k, 1.0f);
   for (const bool ta : {false, true})
     for (const bool tb : {false, true}) {
       std::vector<float> c(std::size_t(m) * n, std::numeric_limits<float>::quiet_NaN());
@@ -137,10 +129,8 @@ TEST(CpuKernels, GemmInTf32EqualsTheProductOfTf32RoundedInputs) {
 }
 
 TEST(CpuKernels, Tf32LeavesTheDefaultGemmAndOtherInputTypesExact) {
-  std::mt19937 rng(12);
   constexpr int m = 5, n = 6, k = 7;
-  const std::vector<float> a = random_values(rng, std::size_t(m) * k, -1.0f, 1.0f);
-  const std::vector<float> b = random_values(rng, std::size_t(k) * n, -1.0f, 1.0f);
+  const auto [a, b] = random_operands(12, m, n, k, 1.0f);
   std::vector<std::uint16_t> a16(a.size()), b16(b.size());
   std::transform(a.begin(), a.end(), a16.begin(), numeric::to_bf16);
   std::transform(b.begin(), b.end(), b16.begin(), numeric::to_bf16);
@@ -158,10 +148,8 @@ TEST(CpuKernels, Tf32LeavesTheDefaultGemmAndOtherInputTypesExact) {
 }
 
 TEST(CpuKernels, GemmWithF8InputsEqualsTheProductOfTheStoredValues) {
-  std::mt19937 rng(13);
   constexpr int m = 13, n = 24, k = 64;
-  const std::vector<float> a = random_values(rng, std::size_t(m) * k, -3.0f, 3.0f);
-  const std::vector<float> b = random_values(rng, std::size_t(k) * n, -3.0f, 3.0f);
+  const auto [a, b] = random_operands(13, m, n, k, 3.0f);
   // Stored through the backend's convert (f32 -> f8), which must round as numeric does.
   std::vector<std::uint8_t> a8(a.size()), b8(b.size());
   cpu_backend().convert(kStream, {a8.data(), DType::f8_e4m3}, f32(a.data()), std::int64_t(a.size()));

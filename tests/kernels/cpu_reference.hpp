@@ -202,4 +202,21 @@ inline std::vector<double> attention_ref(const std::vector<double>& q, const std
   return out;
 }
 
+// C = op(A) op(B) in double from the given (already rounded) input values.
+inline std::vector<double> product(bool transpose_a, bool transpose_b, int m, int n, int k,
+                                   const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<double> c(std::size_t(m) * n, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double sum = 0.0;
+      for (int p = 0; p < k; ++p) {
+        const double x = transpose_a ? a[std::size_t(p) * m + i] : a[std::size_t(i) * k + p];
+        const double y = transpose_b ? b[std::size_t(j) * k + p] : b[std::size_t(p) * n + j];
+        sum += x * y;
+      }
+      c[std::size_t(i) * n + j] = sum;
+    }
+  return c;
+}
+
 }  // namespace tessel::kernels::reference

@@ -25,13 +25,7 @@ CostModel gpt3_on_a100(std::optional<Precision> gradient_precision, Kernels kern
 }
 
 ParallelConfig megatron_layout(int dp, int pp, int tp, Recompute recompute) {
-  ParallelConfig p;
-  p.dp = dp;
-  p.pp = pp;
-  p.tp = tp;
-  p.tp_sequence_parallel = true;
-  p.recompute = recompute;
-  return p;
+  return ParallelConfig{.dp = dp, .pp = pp, .tp = tp, .tp_sequence_parallel = true, .recompute = recompute};
 }
 
 double gib(double bytes) { return bytes / double(1 << 30); }

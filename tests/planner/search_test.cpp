@@ -12,12 +12,16 @@ using namespace tessel;
 using namespace tessel::planner;
 
 namespace {
-CostModel small_model(int global_batch = 16) {
+// The preset `model` on `nodes` nodes (8 GPUs each) of the preset `cluster`, priced with its
+// device's shipped profile.
+CostModel shipped_cost_model(const std::string& model, const std::string& cluster, int nodes, int global_batch) {
   TrainSpec train;
   train.global_batch = global_batch;
-  const ClusterSpec cluster = resolve_cluster("dgx-a100");
-  return CostModel(resolve_model("gpt2-124m"), train, cluster, 1, 8, profiles::shipped_profile(cluster.device));
+  const ClusterSpec spec = resolve_cluster(cluster);
+  return CostModel(resolve_model(model), train, spec, nodes, 8, profiles::shipped_profile(spec.device));
 }
+
+CostModel small_model(int global_batch = 16) { return shipped_cost_model("gpt2-124m", "dgx-a100", 1, global_batch); }
 
 struct BruteForce {
   std::int64_t candidates = 0;
@@ -121,10 +125,7 @@ TEST(Search, BestPlansAreSortedAndMatchTheOnePlanEstimate) {
 }
 
 TEST(Search, SameAnswerOnOneThreadAndOnAll) {
-  TrainSpec train;
-  train.global_batch = 512;
-  const ClusterSpec cluster = resolve_cluster("dgx-h100");
-  const CostModel model(resolve_model("gpt3-13b"), train, cluster, 8, 8, profiles::shipped_profile(cluster.device));
+  const CostModel model = shipped_cost_model("gpt3-13b", "dgx-h100", 8, 512);
   SearchOptions one;
   one.threads = 1;
   SearchOptions all;

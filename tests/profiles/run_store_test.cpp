@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
 
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/run_store.hpp"
@@ -23,6 +24,20 @@ std::string temp_db(const char* name) {
   fs::remove(path);
   return path.string();
 }
+// Whether `sql` ran on the database file `path` (to turn it back into what an older
+// version wrote); when not, SQLite's message.
+::testing::AssertionResult run_sql(const std::string& path, const char* sql) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) return ::testing::AssertionFailure() << "cannot open " << path;
+  char* message = nullptr;
+  const int status = sqlite3_exec(db, sql, nullptr, nullptr, &message);
+  const std::string why = message ? message : "";
+  sqlite3_free(message);
+  sqlite3_close(db);
+  if (status != SQLITE_OK) return ::testing::AssertionFailure() << why;
+  return ::testing::AssertionSuccess();
+}
+
 // The folder goes when the suite ends: tests leave nothing in /tmp.
 class RunStoreFiles : public ::testing::Environment {
  public:
@@ -38,14 +53,8 @@ TEST(RunStore, VersionOneFilesMigrateAndKeepTheirProfiles) {
     store.put_profile(shipped_profile("local-cpu"));
   }
   // Turn the file back into what version 1 wrote: no run tables, user_version 1.
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "DROP TABLE run_memory_parts; DROP TABLE run_events; DROP TABLE run_steps; DROP TABLE run_memory; "
-                         "DROP TABLE runs; ALTER TABLE devices DROP COLUMN peak_fp8_flops_per_s; PRAGMA user_version=1;",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_TRUE(run_sql(path, "DROP TABLE run_memory_parts; DROP TABLE run_events; DROP TABLE run_steps; DROP TABLE run_memory; "
+                          "DROP TABLE runs; ALTER TABLE devices DROP COLUMN peak_fp8_flops_per_s; PRAGMA user_version=1;"));
   ProfileStore store(path);
   EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
   EXPECT_EQ(store.kernel_sample_count("local-cpu"), shipped_profile("local-cpu").kernels.size());
@@ -62,12 +71,7 @@ TEST(RunStore, VersionThreeFilesMigrateAndKeepFp8Profiles) {
     ProfileStore store(path);
     store.put_profile(shipped_profile("A100-SXM-80GB"));
   }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE run_memory_parts; ALTER TABLE devices DROP COLUMN peak_fp8_flops_per_s; PRAGMA user_version=3;", nullptr,
-                         nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_TRUE(run_sql(path, "DROP TABLE run_memory_parts; ALTER TABLE devices DROP COLUMN peak_fp8_flops_per_s; PRAGMA user_version=3;"));
   ProfileStore store(path);
   EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
   EXPECT_FALSE(store.load("A100-SXM-80GB")->device.has_fp8());
@@ -118,19 +122,13 @@ TEST(RunStore, VersionTwoFilesMigrateAndRecordInterruptedRuns) {
     old_run = runs.begin_run(Json{{"note", "v2"}}, "cpu", 4);
     runs.add_steps(old_run, {{1, 5.5, 0.25, 4096}});
   }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "PRAGMA foreign_keys=OFF; DROP TABLE run_memory_parts; "
-                         "CREATE TABLE runs_v2 AS SELECT * FROM runs; DROP TABLE runs; "
-                         "CREATE TABLE runs(id INTEGER PRIMARY KEY, created TEXT NOT NULL, host TEXT NOT NULL, "
-                         "tool_version TEXT NOT NULL, plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL, "
-                         "status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed')), message TEXT NOT NULL); "
-                         "INSERT INTO runs SELECT * FROM runs_v2; DROP TABLE runs_v2; "
-                         "ALTER TABLE devices DROP COLUMN peak_fp8_flops_per_s; PRAGMA user_version=2;",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_TRUE(run_sql(path, "PRAGMA foreign_keys=OFF; DROP TABLE run_memory_parts; "
+                          "CREATE TABLE runs_v2 AS SELECT * FROM runs; DROP TABLE runs; "
+                          "CREATE TABLE runs(id INTEGER PRIMARY KEY, created TEXT NOT NULL, host TEXT NOT NULL, "
+                          "tool_version TEXT NOT NULL, plan TEXT NOT NULL, backend TEXT NOT NULL, steps INTEGER NOT NULL, "
+                          "status TEXT NOT NULL CHECK(status IN ('running', 'finished', 'failed')), message TEXT NOT NULL); "
+                          "INSERT INTO runs SELECT * FROM runs_v2; DROP TABLE runs_v2; "
+                          "ALTER TABLE devices DROP COLUMN peak_fp8_flops_per_s; PRAGMA user_version=2;"));
   ProfileStore store(path);
   EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
   RunStore runs(store);
@@ -155,10 +153,7 @@ TEST(RunStore, VersionFourFilesMigrateAndRecordMemoryByCategory) {
     runs.set_peak_memory(old_run, 0, 2.5e8);
     runs.finish(old_run, "finished");
   }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE run_memory_parts; PRAGMA user_version=4;", nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_TRUE(run_sql(path, "DROP TABLE run_memory_parts; PRAGMA user_version=4;"));
   {
     // Read only, a version-4 file is refused with the way out (a writing command migrates it).
     EXPECT_THROW(ProfileStore(path, ProfileStore::Access::read_only), Error);

@@ -9,9 +9,9 @@
 
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <sstream>
 
+#include "support/error_of.hpp"
+#include "support/scratch_folder.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/profile_store.hpp"
 #include "tessel/profiles/run_store.hpp"
@@ -21,33 +21,20 @@ using namespace tessel::profiles;
 namespace fs = std::filesystem;
 
 namespace {
-class ReadOnlyStore : public ::testing::Test {
+using tessel::test::error_of;
+using tessel::test::read_file;
+
+// The store's file sits in a folder of its own, which a test may make read-only.
+class ReadOnlyStore : public tessel::test::ScratchFolderTest {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tessel_store_ro_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    ScratchFolderTest::SetUp();
     fs::create_directories(dir_ / "folder");
   }
   void TearDown() override {
     fs::permissions(dir_ / "folder", fs::perms::owner_all);
-    fs::remove_all(dir_);
+    ScratchFolderTest::TearDown();
   }
-  static std::string read(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    return buffer.str();
-  }
-  static std::string error_of(const std::function<void()>& action) {
-    try {
-      action();
-    } catch (const Error& error) {
-      return error.what();
-    }
-    return "(no error)";
-  }
-  fs::path dir_;
 };
 }  // namespace
 
@@ -58,7 +45,7 @@ TEST_F(ReadOnlyStore, ReadsAFileNothingMayWriteAndLeavesItAlone) {
     store.put_profile(shipped_profile("local-cpu"));
     RunStore(store).begin_run(Json{{"model", "gpt2-124m"}}, "cpu", 3);
   }
-  const std::string before = read(db);
+  const std::string before = read_file(db);
   fs::permissions(db, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   fs::permissions(dir_ / "folder", fs::perms::owner_read | fs::perms::owner_exec);
   {
@@ -68,7 +55,7 @@ TEST_F(ReadOnlyStore, ReadsAFileNothingMayWriteAndLeavesItAlone) {
     EXPECT_EQ(RunStore(store).runs().size(), 1u);
     EXPECT_EQ(resolve_profile("local-cpu", db.string()).device.name, "local-cpu");
   }
-  EXPECT_EQ(read(db), before);
+  EXPECT_EQ(read_file(db), before);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "folder"), fs::directory_iterator()), 1);
 }
 
@@ -89,9 +76,9 @@ TEST_F(ReadOnlyStore, ReadingNeverCreatesOrMigrates) {
   ASSERT_EQ(sqlite3_open(old.c_str(), &raw), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(raw, "PRAGMA user_version=1", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(raw);
-  const std::string before = read(old);
+  const std::string before = read_file(old);
   EXPECT_NE(error_of([&] { ProfileStore store(old.string(), ProfileStore::Access::read_only); })
                 .find("schema version 1 is older than this tessel's"),
             std::string::npos);
-  EXPECT_EQ(read(old), before);
+  EXPECT_EQ(read_file(old), before);
 }

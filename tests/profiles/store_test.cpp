@@ -11,41 +11,18 @@
 #include <sstream>
 #include <thread>
 
+#include "support/error_of.hpp"
+#include "support/scratch_folder.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/profiles/profile_store.hpp"
 
 using namespace tessel;
 using namespace tessel::profiles;
+using namespace tessel::test;
 namespace fs = std::filesystem;
 
 namespace {
-class Store : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_store_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string read(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    return buffer.str();
-  }
-  static std::string error_of(const std::function<void()>& action) {
-    try {
-      action();
-    } catch (const Error& error) {
-      return error.what();
-    }
-    return "(no error)";
-  }
-  fs::path dir_;
-};
+class Store : public ScratchFolderTest {};
 
 KernelSample gemm(const std::string& device, int size, double seconds) {
   KernelSample s = KernelSample::gemm(device, "fp32", size, size, size);
@@ -61,11 +38,11 @@ KernelSample gemm(const std::string& device, int size, double seconds) {
 TEST_F(Store, RoundTripsAShippedProfile) {
   const Profile shipped = shipped_profile("H100-SXM");
   {
-    ProfileStore store(file("a.db"));
+    ProfileStore store(path("a.db"));
     EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
     store.put_profile(shipped);
   }
-  ProfileStore reopened(file("a.db"), ProfileStore::Access::read_only);
+  ProfileStore reopened(path("a.db"), ProfileStore::Access::read_only);
   EXPECT_EQ(reopened.devices(), std::vector<std::string>{"H100-SXM"});
   const auto loaded = reopened.load("H100-SXM");
   ASSERT_TRUE(loaded.has_value());
@@ -77,9 +54,9 @@ TEST_F(Store, RoundTripsAShippedProfile) {
 }
 
 TEST_F(Store, MigratesAnEmptyFile) {
-  std::ofstream(file("empty.db")).close();
-  ASSERT_EQ(fs::file_size(file("empty.db")), 0u);
-  ProfileStore store(file("empty.db"));
+  std::ofstream(path("empty.db")).close();
+  ASSERT_EQ(fs::file_size(path("empty.db")), 0u);
+  ProfileStore store(path("empty.db"));
   EXPECT_EQ(store.schema_version(), ProfileStore::kSchemaVersion);
   store.put_profile(shipped_profile("local-cpu"));
   EXPECT_EQ(store.devices().size(), 1u);
@@ -87,51 +64,51 @@ TEST_F(Store, MigratesAnEmptyFile) {
 
 TEST_F(Store, RefusesForeignAndCorruptedFilesWithoutTouchingThem) {
   {
-    std::ofstream out(file("text.db"));
+    std::ofstream out(path("text.db"));
     out << "this is not a database, it is a grocery list\n";
   }
-  const std::string text_before = read(file("text.db"));
-  EXPECT_EQ(error_of([&] { ProfileStore store(file("text.db")); }),
-            file("text.db") + ": not a tessel database (not an SQLite file); refusing to touch it");
-  EXPECT_EQ(read(file("text.db")), text_before);
+  const std::string text_before = read_file(path("text.db"));
+  EXPECT_EQ(error_of([&] { ProfileStore store(path("text.db")); }),
+            path("text.db") + ": not a tessel database (not an SQLite file); refusing to touch it");
+  EXPECT_EQ(read_file(path("text.db")), text_before);
 
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(file("foreign.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_open(path("foreign.db").c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE invoices(id INTEGER); INSERT INTO invoices VALUES (7);", nullptr, nullptr,
                          nullptr),
             SQLITE_OK);
   sqlite3_close(db);
-  const std::string foreign_before = read(file("foreign.db"));
-  EXPECT_EQ(error_of([&] { ProfileStore store(file("foreign.db")); }),
-            file("foreign.db") + ": not a tessel database (another application's SQLite file); refusing to touch it");
-  EXPECT_EQ(read(file("foreign.db")), foreign_before);
-  EXPECT_FALSE(fs::exists(file("foreign.db") + "-wal"));
+  const std::string foreign_before = read_file(path("foreign.db"));
+  EXPECT_EQ(error_of([&] { ProfileStore store(path("foreign.db")); }),
+            path("foreign.db") + ": not a tessel database (another application's SQLite file); refusing to touch it");
+  EXPECT_EQ(read_file(path("foreign.db")), foreign_before);
+  EXPECT_FALSE(fs::exists(path("foreign.db") + "-wal"));
 
   {
-    ProfileStore store(file("good.db"));
+    ProfileStore store(path("good.db"));
     store.put_profile(shipped_profile("local-cpu"));
   }
-  std::string bytes = read(file("good.db"));
+  std::string bytes = read_file(path("good.db"));
   for (std::size_t i = 100; i < bytes.size(); ++i) bytes[i] = char(0x5a);  // keep the header, wreck the rest
   {
-    std::ofstream out(file("good.db"), std::ios::binary | std::ios::trunc);
+    std::ofstream out(path("good.db"), std::ios::binary | std::ios::trunc);
     out << bytes;
   }
-  fs::remove(file("good.db") + "-wal");
-  fs::remove(file("good.db") + "-shm");
-  const std::string message = error_of([&] { ProfileStore store(file("good.db")); });
-  EXPECT_EQ(message.rfind(file("good.db") + ": ", 0), 0u) << message;
-  EXPECT_EQ(read(file("good.db")), bytes);
+  fs::remove(path("good.db") + "-wal");
+  fs::remove(path("good.db") + "-shm");
+  const std::string message = error_of([&] { ProfileStore store(path("good.db")); });
+  EXPECT_EQ(message.rfind(path("good.db") + ": ", 0), 0u) << message;
+  EXPECT_EQ(read_file(path("good.db")), bytes);
 }
 
 TEST_F(Store, TwoWritersAtOnceLoseNothing) {
   {
-    ProfileStore store(file("shared.db"));
+    ProfileStore store(path("shared.db"));
     store.put_profile(shipped_profile("local-cpu"));
   }
   constexpr int kBatches = 40, kPerBatch = 25;
   auto writer = [&](int id) {
-    ProfileStore store(file("shared.db"));
+    ProfileStore store(path("shared.db"));
     for (int batch = 0; batch < kBatches; ++batch) {
       std::vector<KernelSample> samples;
       for (int i = 0; i < kPerBatch; ++i) samples.push_back(gemm("local-cpu", 64 + id, 1e-3 + i * 1e-6));
@@ -153,13 +130,13 @@ TEST_F(Store, TwoWritersAtOnceLoseNothing) {
   int status = 0;
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  ProfileStore store(file("shared.db"), ProfileStore::Access::read_only);
+  ProfileStore store(path("shared.db"), ProfileStore::Access::read_only);
   const std::size_t shipped = shipped_profile("local-cpu").kernels.size();
   EXPECT_EQ(store.kernel_sample_count("local-cpu"), shipped + 2 * kBatches * kPerBatch);
 }
 
 TEST_F(Store, ResolveProfilePrefersTheDatabase) {
-  const std::string db = file("resolve.db");
+  const std::string db = path("resolve.db");
   EXPECT_NE(error_of([&] { resolve_profile("local-cpu", db); }).find("no such database"), std::string::npos);
   Profile measured = shipped_profile("local-cpu");
   measured.kernels = {gemm("local-cpu", 512, 4e-3)};

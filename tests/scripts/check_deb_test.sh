@@ -8,25 +8,14 @@ set -u
 script=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
 mkdir "$work/tmp"
 touch "$work/tessel_0.0.0-1_amd64.deb"
-check() {  # check LABEL EXPECTED-TEXT ARGS...
-  local label=$1 expected=$2
-  shift 2
-  local output status
-  output=$(TMPDIR="$work/tmp" DEBOOTSTRAP=/nonexistent/debootstrap bash "$script" "$@" 2>&1)
-  status=$?
-  [ "$status" -eq 2 ] || fail "$label: exit status $status, not 2"
-  [ "$(printf '%s\n' "$output" | wc -l)" -eq 1 ] || fail "$label: more than one line: $output"
-  [[ $output == "check_deb: "*"$expected"* ]] || fail "$label: unexpected line: $output"
-  [ -z "$(ls -A "$work/tmp")" ] || fail "$label: left files: $(ls -A "$work/tmp")"
-  echo "ok: $label: $output (status $status)"
-}
-check "unknown argument" "unknown argument --fast" --fast
-check "missing package" "cannot run: no package at $work/missing.deb" "$work/missing.deb"
+source "$(dirname "$0")/one_line_refusal.sh"
+prefix=check_deb scratch="$work/tmp" want_status=2
+refuse_check "unknown argument" "unknown argument --fast" --fast
+refuse_check "missing package" "cannot run: no package at $work/missing.deb" "$work/missing.deb"
 if [ "$(id -u)" -eq 0 ]; then
-  check "no debootstrap" "cannot run: no debootstrap at /nonexistent/debootstrap" "$work/tessel_0.0.0-1_amd64.deb"
+  refuse_check "no debootstrap" "cannot run: no debootstrap at /nonexistent/debootstrap" "$work/tessel_0.0.0-1_amd64.deb"
 else
-  check "not root" "cannot run: needs root" "$work/tessel_0.0.0-1_amd64.deb"
+  refuse_check "not root" "cannot run: needs root" "$work/tessel_0.0.0-1_amd64.deb"
 fi

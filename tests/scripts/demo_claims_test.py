@@ -9,6 +9,8 @@ import glob
 import re
 import sys
 
+from problems import exit_with
+
 
 def main(root):
     problems = []
@@ -27,10 +29,8 @@ def main(root):
                 problems.append(f"{where}: the compare screenshot is of the newest run, not the one named: {line}")
             if re.search(r"\bthe (two|three|four|five|six|seven|eight) recorded runs\b", code):
                 problems.append(f"{where}: a run count written in, not read from the database: {line}")
-    for problem in problems:
-        print(problem)
-    return 1 if problems else 0
+    return problems
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    exit_with(main(sys.argv[1]))

@@ -7,6 +7,8 @@ absolute path, never into the clone. Prints each offending line and exits 1."""
 import re
 import sys
 
+from problems import exit_with
+
 # Options whose value is a file or folder the command writes.
 WRITES = ("--trace", "--csv", "--out", "--emit-out", "--checkpoint", "--db", "--screenshot", "--json-out")
 
@@ -36,10 +38,8 @@ def main(root):
                 problems.append(f"README.md:{number}: {option} {value} writes into the clone: {line}")
         if re.match(r"\$ (mkdir|cat >|touch)\b", command) and " tour/" not in command:
             problems.append(f"README.md:{number}: writes into the clone: {line}")
-    for problem in problems:
-        print(problem)
-    return 1 if problems else 0
+    return problems
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    exit_with(main(sys.argv[1]))

@@ -1,9 +1,7 @@
-// Deterministic sums over the rows of each column (bias gradients, dgamma, dbeta), with
-// no floating-point atomics: the rows are cut into chunks fixed by the shape alone
-// (column_chunks.hpp); phase 1 has one thread per (column, chunk) add its chunk's rows
-// in order into a partial in scratch memory, phase 2 one thread per column add the
-// partials in chunk order to the output. The same shape gives the same bits on every run, and the
-// chunks give a GPU enough blocks even when there are few columns.
+// Deterministic sums over the rows of each column (bias gradients, dgamma, dbeta) without
+// floating-point atomics: rows are cut into chunks fixed by the shape alone (column_chunks.hpp),
+// each chunk's partial is summed in row order, then the partials in chunk order, so a shape
+// gives the same bits on every run and enough blocks even with few columns.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,9 +1,7 @@
-// The CUDA backend's attention ops: the materialised causal softmax and its backward
-// (one block per row: a row is at most a sequence long, so a block's threads stride over
-// it and combine their partial results in one fixed tree, the same bits on every run),
-// attention_delta (one thread per row, head_dim products summed in index order, as the
-// CPU does), and the fused ops: cuDNN's fused attention where it runs (cudnn_sdpa.cpp),
-// else tessel's flash kernels (flash_attention.cu). cpu_attention.cpp is the reference.
+// The CUDA backend's attention ops: the materialised causal softmax and its backward (a block
+// per row, one fixed reduction tree), attention_delta (a thread per row, index order, as the
+// CPU does), and the fused ops: cuDNN's where it runs (cudnn_sdpa.cpp), else tessel's flash
+// kernels (flash_attention.cu). cpu_attention.cpp is the reference.
 #include <algorithm>
 #include <cstdint>
 #include <mutex>

@@ -1,11 +1,8 @@
-// The CUDA backend's memory, streams, timing marks and factory. Everything here is
-// enqueued on the stream it names and returns without waiting, except where the
-// interface asks for a wait (synchronize, elapsed_s). Device memory goes through the
-// block cache (memory/block_cache.hpp): after the first step no cudaMalloc runs, and a
-// freed block comes back only once every stream has passed its free, so a buffer may be
-// freed while work that reads it is still queued. The constructor makes the backend's device the
-// calling thread's current one and the ops do not switch it again (one device per
-// rank), so a thread that drives two devices calls cudaSetDevice itself.
+// The CUDA backend's memory, streams, timing marks and factory. Everything is enqueued on the
+// stream it names and returns without waiting unless the interface asks (synchronize,
+// elapsed_s); memory goes through the stream-safe block cache (memory/block_cache.hpp). The
+// constructor makes the backend's device current once (one device per rank): a thread that
+// drives two devices calls cudaSetDevice itself.
 #include <algorithm>
 #include <string>
 

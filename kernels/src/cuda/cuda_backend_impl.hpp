@@ -1,19 +1,7 @@
-// The CUDA backend's class, private to kernels/src/cuda. One object per device a rank
-// uses; every op is enqueued on the cudaStream_t of the Program stream it is given and
-// returns without synchronising. The ops are split by concept over the .cu files:
-//   cuda_backend.cu     memory (caching allocator), streams, timing marks, the factory
-//   cuda_elementwise.cu fill, convert, copy_2d, transpose, add, scale, residual, biases,
-//                       row tables, head reshapes
-//   cuda_activations.cu GELU, SwiGLU, RoPE
-//   cuda_norms.cu       layer norm and RMSNorm (whole-row and column-block phases), each
-//                       fused with the residual add before it
-//   cuda_gemm.cu        cuBLASLt GEMMs with epilogues, the algorithm chosen once per shape
-//   cuda_attention.cu   materialised causal softmax, attention_delta, the fused attention
-//                       ops: cuDNN's where it runs (cudnn_sdpa.cpp), else tessel's
-//                       flash kernels (flash_attention.cu)
-//   cuda_loss.cu        vocab-parallel cross-entropy phases, embedding forward/backward
-//   cuda_optimizer.cu   multi-tensor AdamW, LAMB, LARS, sums of squares, clipping
-// Per-element arithmetic comes from numeric.hpp, shared with the CPU reference.
+// The CUDA backend's class, private to kernels/src/cuda: one object per device a rank uses,
+// every op enqueued on its Program stream without synchronising. The ops are split by concept
+// over the .cu files (memory/streams, elementwise, activations, norms, gemm, attention, loss,
+// optimizer; docs/GPU.md lists them); per-element arithmetic is numeric.hpp's, as on the CPU.
 #pragma once
 
 #include <cublasLt.h>

@@ -1,10 +1,7 @@
-// Element types as the CUDA kernels see them, shared by the .cu files of the backend.
-// A kernel is a template over the element type it writes (the one whose rounding
-// matters), chosen once per launch by `with_float_type`; the tensors it only reads come
-// in as `AnyIn`, a pointer with its DType that converts each element to fp32 on load
-// (exact for every type, and one uniform branch per load in a memory-bound kernel), so
-// that an op over three differently typed tensors is 3 instantiations and not 27.
-// Rounding into bf16 and fp16 is numeric.hpp's, bit for bit the CPU backend's.
+// Element types as the CUDA kernels see them. A kernel is a template over the type it writes
+// (whose rounding matters), picked per launch by `with_float_type`; tensors it only reads come
+// in as `AnyIn`, converted to fp32 on load (exact for every type), so an op over three typed
+// tensors is 3 instantiations, not 27. Rounding to bf16/fp16 is numeric.hpp's, as on the CPU.
 #pragma once
 
 #include <cuda_runtime.h>

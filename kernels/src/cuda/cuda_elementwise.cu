@@ -1,13 +1,7 @@
-// The CUDA backend's data movement and element-wise ops. Each op is one memory-bound
-// kernel with a grid-stride loop, a template over the element type it writes (chosen by
-// with_float_type) that reads its other tensors as AnyIn: every element is computed in
-// fp32 with numeric.hpp's formulas and rounded like the CPU backend rounds. This file is
-// built with --fmad=false (kernels/CMakeLists.txt), so that a * b + c rounds twice as on
-// the CPU (built with -ffp-contract=off): the kernels are bound by memory, not by FLOPs.
-// Sums over rows (bias gradients, table gradients) add rows in a fixed order: no atomics.
-// The element-wise arithmetic (add, scale, residual) moves chunks of eight elements
-// (vector_access.cuh), the tail past the last whole chunk one by one. The activations
-// are cuda_activations.cu.
+// The CUDA backend's data movement and element-wise ops: one memory-bound grid-stride kernel
+// each, computing in fp32 with numeric.hpp's formulas and rounding as the CPU backend does.
+// Built with --fmad=false (kernels/CMakeLists.txt) so a * b + c rounds twice as on the CPU;
+// these kernels are bound by memory, not FLOPs. Row sums use a fixed order, no atomics.
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>

@@ -1,35 +1,8 @@
-// The CUDA backend's matrix products: cuBLASLt with its fused epilogues, the CPU
-// backend's gemm (cpu_linear.cpp) being the reference.
-//
-// Row-major operands go to column-major cuBLASLt through the transpose identity: a
-// row-major [r x c] matrix is the column-major [c x r] matrix of its transpose, so
-// C = op(A) op(B) in row-major is C^T = op(B)^T op(A)^T in column-major: cuBLASLt's "A"
-// is our B, its "B" our A, and its D has n rows and m columns. Consequences for the
-// epilogues: a bias over our columns is a bias over D's rows (what cuBLASLt broadcasts);
-// dY's column sums (dY = our B, [k x n]) are a reduction of cuBLASLt's A over k, that is
-// CUBLASLT_EPILOGUE_BGRADA; DGELU_BGRAD reduces D over its columns, our C's rows.
-//
-// Determinism: the algorithm is chosen once per problem key (shape, types, epilogue,
-// pointer alignments, device) and cached, and the heuristic is asked only for
-// algorithms with reduction scheme NONE (CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK),
-// so no split-K partial sums are combined in a run-dependent order or by atomics.
-// fp32 products use CUBLAS_COMPUTE_32F (no TF32) unless Gemm::tf32 asks for
-// CUBLAS_COMPUTE_32F_FAST_TF32; bf16/f16 products accumulate in fp32.
-//
-// fp8 (e4m3) inputs: cuBLASLt's fp8 kernels need compute capability 8.9 or later, compute
-// type 32F with fp32 scalars, and the "TN" form (its A transposed, its B not), which
-// through the transpose identity is our transpose_b without transpose_a; their operands'
-// leading dimensions must be 16-byte multiples (k % 16 == 0 here). Calls outside that
-// throw tessel::Error naming the requirement rather than failing inside cuBLASLt. The
-// A/B/C/D scale pointers are left unset, which cuBLASLt takes as scales of 1: the values
-// stored are the values multiplied, as on the CPU. Fast accumulation
-// (CUBLASLT_MATMUL_DESC_FAST_ACCUM) stays off, so partial sums are promoted to fp32.
-//
-// The interface accumulates bias gradients (+=) while cuBLASLt overwrites its bias
-// output, so the epilogue writes into scratch and a small kernel adds it. Where cuBLASLt
-// has no algorithm for an epilogue with the given types or alignments (it reports this
-// at heuristic or launch time), the product runs without the epilogue and the small
-// kernels below apply it, in the same fixed order as the CPU reference.
+// The CUDA backend's matrix products: cuBLASLt with its fused epilogues, cpu_linear.cpp's gemm
+// being the reference. Row-major operands reach column-major cuBLASLt by the transpose
+// identity (its A is our B); algorithms are cached per problem key and restricted to reduction
+// scheme NONE, so no split-K sums vary by run. The epilogue mapping, fp8 requirements and the
+// fallback kernels are explained in docs/GPU.md, "Matrix products".
 #include <algorithm>
 #include <array>
 #include <cstdint>

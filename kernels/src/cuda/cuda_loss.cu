@@ -1,28 +1,8 @@
-// The CUDA backend's LM head (vocab-parallel cross-entropy phases, and the fused
-// softmax-cross-entropy of whole rows) and embedding.
-//
-// Determinism without atomics on floats:
-//   - Row reductions (max, sum of exp) run one block per row with a fixed block size:
-//     each thread folds its strided columns in index order, then a shared-memory tree of
-//     fixed shape combines the threads. Same inputs, same bits, on every run.
-//   - The loss sum is one fp64 value: ONE block folds rows the same way (fp64) and thread
-//     0 adds the total to *loss_sum, so no two blocks ever race on it. The fused op writes
-//     each row's max, sum and target logit and runs the same block after it.
-//   - The fused op's row statistics are an online softmax (Milakov and Gimelshein 2018):
-//     each thread folds its vectors in index order into (max, sum), threads combine over
-//     a fixed shuffle tree in the warp and the warps in a fixed order in shared memory.
-//   - The embedding backward must sum a table row's tokens in token order. One thread per
-//     column walking all n tokens would keep that order but has only `dim` threads and n
-//     dependent steps; a device sort of the token ids would parallelise but costs several
-//     passes. For the token counts of a micro-batch (thousands) a chain is simpler: a first
-//     kernel links every token to the next position with the same id (O(n^2) integer
-//     compares from shared-memory tiles, small next to the gradient traffic) and marks the
-//     first in-shard occurrence of each id; a second kernel runs one block per first
-//     occurrence, its threads over the columns, walking the chain in position order and
-//     adding into the row it alone owns. Rows are independent (parallel over distinct
-//     tokens times columns), and the additions happen in the CPU reference's order
-//     starting from the row's value, so the result equals the CPU's bit for bit. The chain
-//     (2n int32) lives in the backend's workspace.
+// The CUDA backend's LM head (vocab-parallel cross-entropy phases, the fused whole-row
+// softmax-cross-entropy) and embedding. No float atomics: row reductions use one block per row
+// and a fixed tree, the loss sum is one fp64 value folded by one block, and the embedding
+// backward walks a per-id chain of token positions so it adds in the CPU's order
+// (docs/GPU.md, "Loss and embedding").
 #include <string>
 
 #include "cuda_backend_impl.hpp"

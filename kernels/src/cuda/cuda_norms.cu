@@ -1,15 +1,7 @@
-// The CUDA backend's layer norm and RMSNorm, whole-row and in column-block phases, and
-// the residual add fused with either. Whole rows take a warp each (llm.c's shape for
-// rows of a few thousand): a lane reads chunks of eight columns at 8 lane, 8 lane + 256,
-// ... with 128-bit loads (vector_access.cuh), then its columns of the tail past the last
-// whole chunk, sums its share in that order, and the warp adds the lanes' sums by an
-// xor butterfly, so a row gives the same bits on every run, and the fused residual + norm
-// gives the unfused pair's. Later passes over the row re-read it (L1 holds it). The
-// column-block phases take a block per row (block_sums). Per-column sums (dgamma, dbeta)
-// go through column_sums.cuh: partials per chunk of rows in scratch memory, then summed
-// in chunk order; no atomics anywhere. Built with --fmad=false like the element-wise
-// ops, so each formula rounds as the CPU reference's does; the remaining differences are
-// the order of the row sums.
+// The CUDA backend's layer norm and RMSNorm, whole-row and in column-block phases, each fused
+// with the residual add before it. Whole rows take a warp each (llm.c's shape) with 128-bit
+// loads and an xor butterfly in a fixed order; per-column sums go through column_sums.cuh.
+// Built with --fmad=false so each formula rounds as the CPU's; only row-sum order differs.
 #include <initializer_list>
 #include <type_traits>
 

@@ -1,20 +1,8 @@
-// The CUDA backend's optimizers (AdamW, LAMB and LARS in their phases), the squared norms
-// they and gradient clipping need, and the clipping factor.
-//
-// - The element updates are numeric.hpp's, the formulas the CPU reference runs; one
-//   launch covers a whole flat bucket of tensors (the multi-tensor form: the caller's
-//   buckets are contiguous, so no pointer lists are needed).
-// - Segment tables are host spans the caller may free as soon as the call returns, while
-//   the kernels run later. They travel by value as kernel parameters, kSegmentsPerLaunch
-//   at a time (a launch's parameters are copied when it is enqueued), so no host buffer
-//   has to outlive the call and no upload sits in the stream.
-// - Squares are summed in fp64 over a fixed partition: every segment is cut into pieces of
-//   kPieceElements; one block folds a piece (threads in index order, then a fixed tree)
-//   into a partial in the backend's workspace; a second kernel folds the partials of a
-//   segment (or, for sum_of_squares, all of them) the same way. The partition depends on
-//   the segment sizes only, so the bits do too: no atomics, no dependence on scheduling.
-// - grad_scale (clipping) is read on the device by every thread; clip_factor computes it
-//   on the device from the fp64 norm, so clipping never waits for the host.
+// The CUDA backend's optimizers (AdamW, LAMB and LARS in their phases), the squared norms they
+// and clipping need, and the clipping factor. One launch covers a flat bucket; segment tables
+// travel by value as kernel parameters so the caller may free them at once; squares are summed
+// in fp64 over a partition fixed by segment sizes (docs/GPU.md, "Optimizers"), so the bits
+// never depend on scheduling.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

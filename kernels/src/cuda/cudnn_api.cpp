@@ -1,9 +1,7 @@
-// cuDNN's backend API through a table of function pointers: loading it, emitting a Graph
-// as descriptors, choosing and finalizing an execution plan, executing it. The order and
-// the attributes follow cuDNN's backend descriptor reference ("cudnn_graph library",
-// backend descriptor types) and what cudnn-frontend sets (include/cudnn_frontend_Tensor.h,
-// node/pointwise.h, matmul.h, reduction.h, reshape.h, backend/plan_helpers.h,
-// cudnn_frontend_Heuristics.h, cudnn_frontend_ExecutionPlan.h).
+// cuDNN's backend API through a table of function pointers: loading it, emitting a Graph as
+// descriptors, choosing and finalizing an execution plan, executing it. Order and attributes
+// follow cuDNN's backend descriptor reference and what cudnn-frontend sets (its Tensor,
+// pointwise/matmul/reduction/reshape nodes, plan helpers, Heuristics and ExecutionPlan headers).
 #include "cudnn_api.hpp"
 
 #include <dlfcn.h>

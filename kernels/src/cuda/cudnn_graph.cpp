@@ -1,11 +1,8 @@
-// The forward and backward SDPA graphs as data (cudnn_graph.hpp). They are the composite
-// graphs cudnn-frontend lowers its SDPA nodes to for cuDNN 9.0 to 9.20 (read for the
-// facts, not copied: include/cudnn_frontend/node/scaled_dot_product_flash_attention.h,
-// node/softmax.h, node/diagonal_band_mask.h, utils/attn_score_modifiers.h and the v1.8
-// causal mask, at tags v1.8.0 and v1.23.0): the same nodes in the same order, with the
-// dims, strides and types the frontend infers, because cuDNN's flash-attention engines
-// are found by matching this pattern. The native SDPA_FWD / SDPA_BWD operations of 9.13+
-// are not used: in 9.19 they express no causal mask.
+// The forward and backward SDPA graphs as data (cudnn_graph.hpp): the composite graphs
+// cudnn-frontend (v1.8.0..v1.23.0, read for the facts, not copied) lowers its SDPA nodes to for
+// cuDNN 9.0 to 9.20, same nodes, order, dims, strides and types, because cuDNN finds its flash
+// engines by matching this pattern. The native SDPA_FWD/BWD ops of 9.13+ express no causal
+// mask in 9.19, so they are not used.
 #include "cudnn_graph.hpp"
 
 #include <algorithm>

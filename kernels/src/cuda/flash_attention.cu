@@ -1,18 +1,8 @@
-// Fused causal attention on the GPU (Dao et al. 2022, "FlashAttention"): the [queries x
-// keys] scores never reach global memory. The semantics are backend.hpp's Attention and
-// AttentionGrad; cpu_attention.cpp is the reference these kernels are tested against.
-//
-// Built for being obviously right rather than fastest: one thread block of four warps
-// works on square tiles of kTile queries or keys kept in shared memory; every product of
-// two tiles goes through block_matmul, which uses tensor cores (nvcuda::wmma, fp32
-// accumulation) for bf16/f16 and a plain loop per output element for fp32 (the exact
-// mode). The online softmax takes a warp per row (shuffle reductions in a fixed order);
-// the final merge of a row is one thread's.
-//
-// Determinism without atomics: the forward gives each block its own query tile; the
-// backward runs twice over the scores: once with a block per key tile that owns dK and
-// dV and walks the query tiles in order, once with a block per query tile that owns dQ
-// and walks the key tiles in order. Every sum has one fixed order on every run.
+// Fused causal attention on the GPU (Dao et al. 2022, "FlashAttention"): scores never reach
+// global memory; semantics are backend.hpp's Attention/AttentionGrad, cpu_attention.cpp the
+// reference. Built to be obviously right rather than fastest: square shared-memory tiles, wmma
+// for bf16/f16 and a plain loop for fp32; the backward runs once per key tile (dK, dV) and once
+// per query tile (dQ), so every sum has one fixed order (docs/GPU.md, "Attention").
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>

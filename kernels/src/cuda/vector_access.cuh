@@ -1,9 +1,7 @@
 // 128-bit loads and stores for the memory-bound kernels: elements move in chunks of eight
-// (one 16-byte word of bf16 or fp16, two of fp32), so a warp's access is four times
-// fewer, wider transactions than element by element. Which elements a thread handles
-// depends only on the shape, never on alignment: a chunk whose pointers are not 16-byte
-// aligned (an offset view) is loaded element by element into the same registers, so the
-// arithmetic, its order and the bits are the same either way.
+// (one 16-byte word of bf16/fp16, two of fp32). Which elements a thread handles depends only on
+// the shape: a chunk that is not 16-byte aligned (an offset view) is loaded element by element
+// into the same registers, so the arithmetic and the bits are the same either way.
 #pragma once
 
 #include <cstdint>

@@ -1,11 +1,8 @@
-// Device memory kept by size class and safe across streams: a step allocates and frees
-// the same sizes again and again, so after the first step nothing reaches the device's
-// allocator (cudaMalloc synchronises the device). A freed block may still be read or
-// written by work already submitted to any stream, so it is handed out again only once
-// a fence recorded at its free (an event on every stream) has passed; until then a
-// request of its size takes new memory, and a device out of memory first waits for the
-// oldest fences and gives cached blocks back. Plain C++ over a BlockDevice, so the
-// policy is tested on the CPU with a fake device (tests/kernels/block_cache_test.cpp).
+// Device memory kept by size class and safe across streams: after the first step nothing
+// reaches cudaMalloc (which synchronises the device). A freed block is handed out again only
+// after a fence recorded at its free (an event per stream) has passed; out of memory waits for
+// the oldest fences and returns cached blocks. Plain C++ over a BlockDevice, tested on the CPU
+// with a fake device (tests/kernels/block_cache_test.cpp).
 #pragma once
 
 #include <cstddef>

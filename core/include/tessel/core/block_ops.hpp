@@ -1,9 +1,8 @@
-// The ops of one transformer block, and of the embedding and LM head, for one
-// micro-batch on one rank under a parallel layout: GEMM shapes, attention FLOPs,
-// bytes streamed by memory-bound ops, and the collectives each tensor-parallel mode
-// needs. It is the one table of "what a step does" that the planner sums in closed
-// form, the Program lowering emits op by op, and the executor follows, so the three
-// cannot disagree about the work. Times are not here: profiles price the ops.
+// The ops of one transformer block, the embedding and the LM head, for one micro-batch on one
+// rank under a parallel layout: GEMM shapes, attention FLOPs, bytes streamed by memory-bound
+// ops, and each tensor-parallel mode's collectives. The one table of "what a step does" that
+// the planner sums, the Program lowering emits and the executor follows, so the three cannot
+// disagree about the work. Times are not here: profiles price the ops.
 #pragma once
 
 #include <string_view>
@@ -23,16 +22,12 @@ inline constexpr double kNormActivationPasses = 2, kResidualActivationPasses = 3
 // send/recv: pipeline activations between stages; copy: host<->device (offload).
 enum class OpKind { gemm, attention, memory, collective, send, recv, copy };
 
-// Which communicator a collective runs on. Tensor-grid axes: 1D uses `tp`; 2D and
-// 2.5D broadcast along rows and columns; 3D gathers and reduces along its three axes
-// (row, column, depth); the 2.5D depth group also averages weight gradients.
-// dp: the gradient group (dp x sp ranks holding the same weights); pp: stage neighbours;
-// embedding: the first and last pipeline stage's ranks of the same coordinates, which hold
-// the two copies of the tied token embedding and sum their gradients once per step.
-// ep: the expert-parallel group (ep consecutive ranks of the data-parallel group), over
-// which an MoE block's dispatch and combine all-to-alls run; expert_dp: the ranks of the
-// gradient group that hold the same experts (gradient_group / ep of them), over which
-// expert gradients are synced and ZeRO shards expert states.
+// Which communicator a collective runs on. Tensor grids: 1D uses `tp`; 2D and 2.5D broadcast
+// along rows and columns; 3D gathers and reduces along row, column and depth; the 2.5D depth
+// group also averages weight gradients. dp: the dp x sp ranks holding the same weights; pp:
+// stage neighbours; embedding: the first and last stage's ranks holding the tied embedding's
+// two copies; ep: ep consecutive ranks of the data-parallel group (the MoE all-to-alls);
+// expert_dp: the gradient group's ranks holding the same experts (expert gradients, ZeRO).
 enum class CommGroup { tp, tp_row, tp_col, tp_depth, sp_ring, dp, pp, embedding, ep, expert_dp };
 
 struct BlockOp {

@@ -1,9 +1,8 @@
-// Bytes per parameter of the model states for a precision and optimizer (Rajbhandari
-// et al. 2020, "ZeRO"): weights in the training precision, gradients in their own
-// precision (fp32 main gradients are Megatron-LM's default for bf16); fp32 master
-// weights for mixed precision; two fp32 moments for Adam-style optimizers (AdamW,
-// LAMB), one for LARS (momentum). And the bytes the optimizer step streams per
-// parameter. Shared by the planner's memory model and the Program's optimizer ops.
+// Bytes per parameter of the model states for a precision and optimizer (Rajbhandari et al.
+// 2020, "ZeRO"): weights in the training precision, gradients in theirs (fp32 main gradients
+// are Megatron-LM's default for bf16), fp32 masters under mixed precision, two fp32 moments
+// for AdamW/LAMB and one for LARS, and the bytes the optimizer step streams per parameter.
+// Shared by the planner's memory model and the Program's optimizer ops.
 #pragma once
 
 #include "tessel/core/enums.hpp"

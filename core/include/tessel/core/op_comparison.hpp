@@ -1,10 +1,8 @@
-// Predicted against measured, op kind by op kind. The simulator and the executor both
-// name ops by the Program's ids ("mb3/L12/fwd/mlp.fc1"), so the two sides line up without
-// guessing; an op kind is the id's last two parts ("fwd mlp.fc1"), which keeps the
-// forward, backward and recompute of one op apart while summing over micro-batches and
-// layers. Times are per rank per step: a side's total over its ranks divided by the
-// ranks it has (a simulation that folds data-parallel replicas traces one of them).
-// `tessel compare` prints it; the GUI's compare tab draws it.
+// Predicted against measured, op kind by op kind. Simulator and executor both name ops by the
+// Program's ids, so the two sides line up without guessing; an op kind is the id's last two
+// parts ("fwd mlp.fc1"), keeping forward, backward and recompute apart while summing over
+// micro-batches and layers. Times are per rank per step (a side's total over its ranks / its
+// rank count, since a folded simulation traces one replica).
 #pragma once
 
 #include <string>

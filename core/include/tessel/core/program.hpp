@@ -1,27 +1,8 @@
-// The Program: what every rank does in one training step, as ordered ops on streams
-// with the cross-stream dependencies a real runtime has. It is the shared language of
-// the planner, the simulator and the executor; op ids ("mb3/L12/fwd/mlp.fc1") are
-// stable so that predicted and measured events line up op by op.
-//
-// Ranks of one pipeline stage run the same program (their tensor, sequence and data
-// coordinates change which peers they talk to, not what they do), so a Program holds
-// one op list per stage and maps ranks onto them. Order of pipeline steps comes from
-// pipeline_schedule(); the work of each op from block_op_table().
-//
-// Ids: mb{i}/L{l}/{fwd|bwd|recompute}/{op}   transformer block ops of micro-batch i
-//      mb{i}/embed/{fwd|bwd}/{op}, mb{i}/head/{fwd|bwd}/{op}
-//      mb{i}/V{v}/{fwd|bwd}/pp.{send|recv}     pipeline transfers at virtual stage v
-//      mb{i}/L{l}/{fwd|bwd}/zero.{all_gather|reduce_scatter}   ZeRO-3 per micro-batch
-//      mb{i}/C{c}/{fwd|bwd}/offload.fetch      chunk c's weights fetched (chunked offload; chunk_plan.hpp)
-//      C{c}/step/offload.{grads_d2h|params_h2d|params_d2h}   chunk c's step copies
-//      mb{i}/L{l}/fwd/offload.fetch            chunked offload of MoE models (fractions)
-//      L{l}/dp/grad.{all_reduce|reduce_scatter}, L{l}/step/zero.all_gather
-//      stage/dp/grad.{all_reduce|reduce_scatter}, stage/step/zero.all_gather (the non-layer weights)
-//      stage/embed/grad.all_reduce             tied embedding copies, first and last stage
-//      E{l}/dp/grad.{all_reduce|reduce_scatter}, E{l}/step/zero.all_gather,
-//      mb{i}/E{l}/{fwd|bwd}/zero.{all_gather|reduce_scatter}   an MoE block's routed experts
-//      (op_names.hpp lists an MoE block's mb{i}/L{l}/... ops and their order)
-//      step/optimizer, step/optimizer.host, step/offload.{grads_d2h|params_h2d} (MoE offload)
+// The Program: what every rank does in one training step, as ordered ops on streams with the
+// cross-stream dependencies a real runtime has; the shared language of planner, simulator and
+// executor. Ranks of one pipeline stage run the same ops (their coordinates change peers, not
+// work), so a Program holds one op list per stage. Op ids ("mb3/L12/fwd/mlp.fc1") are stable so
+// predicted and measured events line up; docs/PROGRAM.md, "Op ids", lists every form.
 #pragma once
 
 #include <cstdint>

@@ -1,17 +1,8 @@
-// Where every rank sits in a plan's parallel layout, stated once: the planner, the
-// simulator, the executor's process grid, traces and the GUI ask this type and never
-// re-derive it (Megatron-Core's RankGenerator has the same role).
-//
-// Rank order, fastest-varying axis first:
-//   tp_col, tp_row, tp_depth   the tensor-parallel group; 1D uses tp_col alone (size tp),
-//                              2D a q x q grid, 2.5D q x q x d, 3D q x q x q
-//   sp                         ring self-attention
-//   dp                         data parallel; the expert-parallel group is ep consecutive
-//                              dp coordinates (Megatron-Core and DeepSpeed carve it so)
-//   pp                         pipeline stage
-// A group over a set of axes holds the ranks that differ only in those axes, ordered by
-// rank; its id is its first rank. Every communicator a layout needs is such a group,
-// except the tied embedding's pair of the first and the last stage.
+// Where every rank sits in a plan's parallel layout, stated once (Megatron-Core's RankGenerator
+// role). Rank order, fastest axis first: tp_col, tp_row, tp_depth (the tensor grid; 1D uses
+// tp_col), sp, dp (an expert group is ep consecutive dp coordinates, as Megatron-Core and
+// DeepSpeed carve it), pp. A group over some axes holds the ranks differing only in them, its
+// id its first rank; every communicator is one, except the tied embedding's end-stage pair.
 #pragma once
 
 #include <array>

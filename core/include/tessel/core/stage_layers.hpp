@@ -1,21 +1,8 @@
-// How a model's transformer blocks are cut into pipeline chunks: the one rule that the
-// planner, the Program lowering, the simulator, the offload chunk plan and the executor
-// all read, so that none of them assumes an even split of its own.
-//
-// Chunks are virtual stages in model order (schedule.hpp's virtual_stage). They hold as
-// equal a share of the blocks as the count allows; where the blocks do not divide, the
-// chunks at the ends of the model hold one block fewer, outermost first (chunk 0, the
-// last chunk, chunk 1, the one before the last, ...), because the ends also carry the
-// embedding and the head. Llama 3 405B trained that way: 126 blocks over 16 stages, "we
-// reduce one Transformer layer each from the first and the last stages" (Dubey et al.
-// 2024, arXiv 2407.21783, Section 3.3.2). Megatron-LM spells the same split with
-// --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers.
-// Interleaved schedules split their chunks by the same rule: the first chunk (on the
-// first stage) and the last (on the last stage) may be a block short, which gives Llama 3
-// 405B's 126 blocks over 16 stages x 2 chunks 7 blocks on the end stages and 8 between
-// (3 + 4 and 4 + 3). torchtitan's less-layers counts say the same of its virtual stages;
-// Megatron-LM's first/last-stage counts are split over the stage's chunks otherwise, so
-// tessel does not write or read them for an interleaved schedule (interop).
+// How a model's blocks are cut into pipeline chunks (virtual stages in model order): the one
+// rule planner, lowering, simulator, chunk plan and executor read. Equal shares where the count
+// divides; else the end chunks hold one block fewer, outermost first, because the ends also
+// carry the embedding and head, as Llama 3 405B trained (Dubey et al. 2024, arXiv 2407.21783,
+// Section 3.3.2). Interleaved schedules and the engines' spellings: docs/PROGRAM.md.
 #pragma once
 
 namespace tessel {

@@ -30,17 +30,12 @@ struct TrainSpec {
   // element) and the dropped scores. tessel's executor trains without dropout, so its
   // runs are predicted with false (docs/MEMORY.md).
   bool dropout = true;
-  // The framework a GPU run trains with, for the calibration only: the cost model's terms
-  // are the same for both, but the frameworks run the ops between the GEMMs differently.
-  // pytorch: eager PyTorch modules (FSDP, llm-foundry, torchtitan, DeepSpeed), each
-  // elementwise op a kernel of its own, attention through flash-attn or PyTorch's SDPA.
-  // megatron: Megatron-LM, Megatron Core and NeMo, which fuse bias-GeLU, bias-dropout-add
-  // and the masked softmax and run Transformer Engine's fused layers and attention (cuDNN's
-  // on Hopper). torch.compile: PyTorch modules compiled by TorchInductor, which fuses the
-  // elementwise ops between the GEMMs into generated kernels (torchtitan's compile
-  // option). A calibration fitted on runs of several holds one correction of the
-  // memory-bound time for each of megatron and torch.compile (profiles/calibration.hpp);
-  // tessel's own executor keeps the default.
+  // The framework a GPU run trains with, for the calibration only: the cost terms are the same,
+  // but frameworks run the ops between the GEMMs differently. pytorch: eager modules (FSDP,
+  // llm-foundry, torchtitan, DeepSpeed), one kernel per elementwise op; megatron: Megatron-LM,
+  // Megatron Core and NeMo, fused bias-GeLU, bias-dropout-add, masked softmax and Transformer
+  // Engine layers; torch.compile: TorchInductor's fused kernels. A calibration on several holds
+  // one memory-bound correction each for megatron and torch.compile (profiles/calibration.hpp).
   Framework framework = Framework::pytorch;
   // The engine the run trains with and the date of its release (engine_defaults.hpp):
   // when a plan names one, its unstated kernels and framework are that engine's defaults

@@ -1,28 +1,8 @@
-// The attention core of a block: from qkv rows to attention-output rows, on this rank's
-// heads and whole sequences (every tensor layout gives attention that shape), with ring
-// self-attention over the sequence-parallel ranks (Li et al. 2021).
-//
-// Two forms, the plan's choice (train.kernels):
-//   materialised  scores = Q K^T per head, the causal softmax, out = P V: the (seq x seq)
-//                 probabilities are a tensor, kept for the backward without recompute,
-//                 rebuilt from q and k with selective recompute (Korthikanti et al. 2022)
-//   fused         flash-style (Dao et al. 2022): the backend's fused kernel never writes
-//                 the scores; the backward recomputes them from q, k and the per-row
-//                 log-sum-exp, which is all that is kept
-// With sp ranks, rank r holds queries, keys and values of positions [r S/sp, (r+1) S/sp).
-// Materialised: key blocks travel around the ring (sp - 1 hops) for the scores, value
-// blocks for the output; the backward sends each block around again with a gradient
-// accumulator that its last hop brings home (dV, then dK), so a rank sends 2 (sp - 1)
-// blocks per pass, twice the forward's per ring, as the planner counts. Fused: key and
-// value blocks travel together and each arriving block is merged into the output by its
-// log-sum-exp; the backward sends both with both accumulators: the same messages and
-// bytes. Blocks after a rank's own are masked by causality and skipped, but passed on.
-// LLaMA shapes: q and k turn by their positions (RoPE, the backend's rope_forward) as
-// they are cut into heads, so kept q and k, recomputed probabilities and ring blocks are
-// all rotated already. Grouped-query attention keeps k and v (and sends them around the
-// ring, with their gradients) on the kv_heads heads, as the planner counts them: each
-// use shares a block out to the heads / kv_heads query heads that read it, and the
-// backward sums those heads' gradient parts back in head order (deterministic).
+// The attention core of a block: qkv rows to attention-output rows on this rank's heads and
+// whole sequences, with ring self-attention over the sequence-parallel ranks (Li et al. 2021).
+// Materialised (scores a tensor, kept or rebuilt under selective recompute, Korthikanti et al.
+// 2022) or fused (flash-style, Dao et al. 2022: only the log-sum-exp is kept). Ring traffic,
+// RoPE and grouped-query sharing are as the planner counts them: docs/EXECUTOR.md.
 #pragma once
 
 #include "tessel/executor/buffer.hpp"

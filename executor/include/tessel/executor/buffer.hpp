@@ -1,13 +1,8 @@
-// A tensor's storage in a backend's memory: its element type, its length and its
-// capacity. The executor holds every activation, weight and gradient in Buffers and
-// hands their views (Ref / CRef) to the backend's ops; it never reads or writes tensor
-// data itself. Growing a buffer allocates through the backend (the CUDA backend caches
-// blocks, so steady-state steps allocate nothing); its contents are not kept. A buffer
-// bound to a BufferMemory (the offload manager's budgeted device pool) takes its memory
-// there instead; the bytes buffers hold through the backend directly are counted
-// (backend_bytes_live), which is what the memory tracer reads as non-model memory.
-// A buffer that allocates while a MemoryLedger is current charges it under its category
-// (memory_ledger.hpp); the category travels with the memory when buffers move or swap.
+// A tensor's storage in a backend's memory: element type, length, capacity. The executor holds
+// every tensor in Buffers and hands their views to the backend; it never touches data itself.
+// Growing allocates through the backend (or a bound BufferMemory, offload's budgeted pool);
+// contents are not kept. Bytes held through the backend are counted (backend_bytes_live) for
+// the memory tracer, and a current MemoryLedger is charged under the buffer's category.
 #pragma once
 
 #include <cstddef>

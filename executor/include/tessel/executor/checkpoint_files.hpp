@@ -1,15 +1,8 @@
-// The files of a checkpoint and the rules that make one trustworthy, apart from the
-// trainer that fills them:
-//   DIR/step-00000004/rank<r>.bin   a header (magic, step, rank, element count) and the floats
-//   DIR/checkpoint.json             the one pointer: the step directory, step, loader
-//                                   position, plan, the vocabulary padding's multiple,
-//                                   and each rank file's size and checksum
-// A save writes a new step directory, fsyncs every file and the directory, and only then
-// replaces checkpoint.json atomically (rename + fsync of DIR): a crash at any moment leaves
-// the previous complete checkpoint in force. The previous step directory is kept, older
-// ones removed. Resuming checks the pointer's fields (types, ranges) and every rank file's
-// size, checksum (FNV-1a 64, written here: small and dependency-free) and header, each
-// failure one line naming the file and what is wrong.
+// The files of a checkpoint and the rules that make one trustworthy: DIR/step-NNNNNNNN/rank<r>.bin
+// (header and floats) and DIR/checkpoint.json, the one pointer (step directory, loader position,
+// plan, vocabulary multiple, each rank file's size and FNV-1a 64 checksum). A save fsyncs the
+// new step directory before replacing the pointer atomically, so a crash leaves the previous
+// checkpoint in force; resuming checks every field and file, one line per failure.
 #pragma once
 
 #include <cstdint>

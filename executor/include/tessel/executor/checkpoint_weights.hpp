@@ -1,15 +1,8 @@
-// The whole model out of a checkpoint, without MPI and without the ranks that wrote it:
-// for each rank, the buckets its layout placed (the same TensorLayout::buckets and
-// TensorSlot cuts the trainer used, from the plan and the rank's coordinates alone), the
-// floats of its rank file split into each bucket's parts (master weights, ZeRO-3 part,
-// optimizer moments; the order Trainer::save writes, the vocabulary padding of the
-// checkpoint's vocab_multiple left out and put back), and the gathers that undo every
-// cut: ZeRO parts over the gradient group in group order (an MoE block's experts over the
-// expert-data-parallel group, each ep position its own experts), tensor-parallel shards by
-// their slots (1D, 2D, 2.5D and 3D alike: each slot says which whole elements it holds),
-// pipeline stages by their layers. Copies (copy != 0, the last stage's tied wte) are
-// skipped; every element of every whole tensor must be written exactly by some rank, or
-// the gather refuses.
+// The whole model out of a checkpoint, without MPI or the ranks that wrote it: each rank's
+// buckets recomputed from the plan and its coordinates (the trainer's TensorLayout::buckets and
+// TensorSlot cuts), its rank file split into the buckets' parts in Trainer::save's order, then
+// the gathers that undo every cut (ZeRO parts, tensor slots, pipeline stages). Copies such as
+// the tied wte are skipped; every element must be written exactly once, or the gather refuses.
 #pragma once
 
 #include <string>

@@ -1,9 +1,8 @@
-// Training data: the token ids of a TokenSource (the bytes of a text, any file or the
-// synthetic corpus, or a pre-tokenised corpus: Megatron, nanoGPT, llm.c; token_source.hpp).
-// Step k's global batch is `global_batch` windows of seq + 1 bytes
-// taken one after another from the loader's position; data-parallel rank d reads its
-// contiguous share of them. The position is a single number, saved in checkpoints, so a
-// resumed run reads exactly the batches the uninterrupted one would have.
+// Training data: the token ids of a TokenSource (text, any file, the synthetic corpus, or a
+// pre-tokenised Megatron/nanoGPT/llm.c corpus; token_source.hpp). Step k's global batch is
+// `global_batch` consecutive windows of seq + 1 tokens from the loader's position, each
+// data-parallel rank reading its contiguous share. The position is one number, saved in
+// checkpoints, so a resumed run reads exactly the batches an uninterrupted one would.
 #pragma once
 
 #include <cstdint>

@@ -1,17 +1,8 @@
-// The budgeted device pool: where model-state chunks live while they are on the device.
-// It holds real memory (the backend's: host memory on a CPU rank, device memory on a
-// GPU) and a byte budget, the plan's device memory. Before every op the manager tells
-// the pool the op's id and the traced non-model memory (activations, workspace) at it;
-// the pool refuses, with a DeviceBudgetExceeded naming the op, any moment where model
-// states plus that memory would exceed the budget: at the op itself, and at every
-// allocation made while it runs. So a run that finishes never exceeded its budget, and
-// peak_bytes() is the highest model + non-model total any op saw.
-//
-// The pool is a counter over the backend's allocator with a cache of freed blocks by
-// size (chunk and bucket sizes repeat every pass, and a fresh CPU allocation of
-// megabytes costs page faults): live blocks count as model states; cached ones are
-// given back to the backend when an allocation would otherwise put live + cached +
-// non-model memory over the budget.
+// The budgeted device pool where model-state chunks live on the device: real backend memory and
+// a byte budget, the plan's device memory. The manager reports each op's id and traced
+// non-model memory; any moment where model states plus that exceed the budget throws
+// DeviceBudgetExceeded naming the op, so a finished run never exceeded it. Freed blocks are
+// cached by size (sizes repeat every pass) and given back when the budget needs the room.
 #pragma once
 
 #include <cstddef>

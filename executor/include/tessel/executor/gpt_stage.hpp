@@ -1,20 +1,8 @@
-// The part of a GPT one rank computes: the layers of its pipeline stage (all of them on
-// one stage), the embedding when it holds the first virtual stage, the final norm and
-// the tied LM head when it holds the last, each split over the tensor-parallel group by
-// the plan's tensor layout (tensor_layout.hpp). The block is written once for every
-// layout: norm, column-parallel qkv, the attention core (attention_core.hpp), row-parallel
-// projection, residual; norm, fc1, GELU, fc2, residual.
-// GPT-2 shape: learned positions, pre-LN blocks with causal multi-head attention and a
-// GELU MLP, final layer norm, LM head tied to the token embedding, biases everywhere.
-// LLaMA shape, the same block: RMSNorm, rotary positions (in the attention core),
-// grouped-query attention, a SwiGLU MLP (fc1 holds gate and up), an untied LM head, no
-// biases (their tensors are absent and their ops skipped).
-// Mixture-of-Experts blocks (model.moe.is_moe_layer): the MLP half's fc1 / act / fc2 are
-// the MoE layer (moe_layer.hpp) on the norm's output of every token of the micro-batch
-// (gathered under sequence parallel), its partial sums reduced like fc2's; its experts'
-// weights come from their own bucket. The auxiliary loss of each forward (not of a
-// recompute) adds up in aux_loss_sum().
-// Every op is timed under its Program op id.
+// The part of a GPT one rank computes: its pipeline stage's layers, the embedding on the first
+// virtual stage, the final norm and LM head on the last, split over the tensor group by the
+// plan's layout (tensor_layout.hpp). One block for every layout and shape (GPT-2, LLaMA, MoE
+// MLPs via moe_layer.hpp; docs/EXECUTOR.md lists what each shape changes). Every op is timed
+// under its Program op id; the MoE auxiliary loss of each forward adds up in aux_loss_sum().
 #pragma once
 
 #include <array>

@@ -1,9 +1,7 @@
-// Which Hugging Face family a tessel model is written as and read from, chosen by its
-// shape: GPT-2 (hf_gpt2.hpp: gelu, layer norm, learned positions, tied embeddings,
-// biases), LLaMA (hf_llama.hpp: SwiGLU, RMSNorm, RoPE, untied head, no biases) or
-// Mixtral (hf_mixtral.hpp: LLaMA with an MoE MLP in every block, no shared expert). The
-// commands (export-weights, run --init) call these and never name a family, so a new
-// family is one more file and one more case here.
+// Which Hugging Face family a tessel model is written as and read from, chosen by its shape:
+// GPT-2 (hf_gpt2.hpp), LLaMA (hf_llama.hpp) or Mixtral (hf_mixtral.hpp). The commands
+// (export-weights, run --init) call these and never name a family, so a new family is one more
+// file and one more case here.
 #pragma once
 
 #include <map>

@@ -1,15 +1,8 @@
-// A tessel GPT's whole tensors under Hugging Face GPT-2's names (GPT2LMHeadModel), both
-// ways: the export writes model.safetensors and a config.json that `transformers` loads;
-// `tessel run --init` reads such a file back into the single-process layout
-// (whole_model_tensors order) that every rank then cuts its shards from.
-//
-// Orientation: GPT-2's linears are Conv1D, weight [in, out] with y = x W + b; tessel's
-// GEMMs read their weights as [in rows x out columns] the same way, and attn.qkv's
-// columns are [q | k | v] with head h at columns [h d, (h + 1) d) of each, as GPT-2
-// splits c_attn. So no tensor is transposed or permuted: names change, vectors lose
-// their leading 1. The LM head is tied to wte (tie_word_embeddings), so lm_head.weight is
-// not written; GELU is the tanh approximation ("gelu_new") and layer norms use 1e-5.
-// The name table and the checks shared with other families are in hf_tensor_map.hpp.
+// A tessel GPT's whole tensors under Hugging Face GPT2LMHeadModel's names, both ways: the export
+// writes model.safetensors and a config.json `transformers` loads; `tessel run --init` reads one
+// back in whole_model_tensors order. GPT-2's Conv1D weights are [in, out] as tessel's GEMMs read
+// them and c_attn splits [q | k | v] as attn.qkv does, so nothing is transposed; the head is
+// tied to wte, GELU is "gelu_new", layer norms use 1e-5. Name table: hf_tensor_map.hpp.
 #pragma once
 
 #include <map>

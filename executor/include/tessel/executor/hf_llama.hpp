@@ -1,16 +1,8 @@
-// A tessel LLaMA-shaped model's whole tensors under Hugging Face LlamaForCausalLM's names,
-// both ways: the export writes model.safetensors and a config.json that `transformers`
-// loads; `tessel run --init` reads such a file back (whole_model_tensors order).
-//
-// Orientation: Llama's projections are nn.Linear, weight [out, in] with y = x W^T, while
-// tessel's GEMMs read [in rows x out columns]: every projection is transposed. attn.qkv's
-// columns [q | k | v] split into q_proj, k_proj and v_proj, head h at rows [h d, (h+1) d)
-// of each as Llama's view(heads, head_dim) reads them; no permutation, since tessel's
-// RoPE rotates the halves of each head (i with i + d/2) as Llama's rotate_half does, and
-// query head h reads kv head h / (heads / kv_heads) as Llama's repeat_kv does. SwiGLU's
-// fc1 columns [gate | up] split into gate_proj and up_proj (silu(gate) * up). The
-// embedding and the untied lm_head are [vocab, hidden] in both. The RMSNorm epsilon and
-// RoPE base are the model's (norm_epsilon, rope_theta) and go into config.json.
+// A tessel LLaMA-shaped model under Hugging Face LlamaForCausalLM's names, both ways, as
+// hf_gpt2.hpp. nn.Linear keeps [out, in], so every projection is transposed; qkv splits into
+// q/k/v_proj and fc1 into gate_proj and up_proj. No permutation: tessel's RoPE rotates each
+// head's halves as rotate_half does, and query head h reads kv head h / (heads / kv_heads) as
+// repeat_kv does. norm_epsilon and rope_theta go into config.json.
 #pragma once
 
 #include <map>

@@ -1,15 +1,8 @@
-// A tessel Mixtral-shaped model's whole tensors under Hugging Face MixtralForCausalLM's
-// names, both ways, as hf_llama.hpp does for dense LLaMA shapes (whose rules it reuses
-// for the attention, norms, embedding and head).
-//
-// Mixtral-shaped: LLaMA-shaped with an MoE MLP in every block (moe.every 1), no shared
-// expert. The router L{l}.moe.router.weight [hidden x experts] is
-// block_sparse_moe.gate.weight [experts, hidden]; expert e's fc1 columns [gate | up] are
-// experts.{e}.w1 and w3, its fc2 is w2, each transposed (nn.Linear). Mixtral routes as
-// tessel does (softmax over every expert, top-k, gates renormalised over the k); it has no
-// capacity, so a model with moe.capacity_factor > 0 drops tokens tessel's way only.
-// num_experts_per_tok, num_local_experts and router_aux_loss_coef (tessel's 0.01) go into
-// config.json.
+// A tessel Mixtral-shaped model (LLaMA with an MoE MLP in every block, no shared expert) under
+// MixtralForCausalLM's names, reusing hf_llama.hpp's rules. The router is block_sparse_moe.gate
+// (transposed), expert e's fc1 [gate | up] is experts.{e}.w1 and w3, its fc2 w2. Mixtral routes
+// as tessel does (softmax, top-k, renormalised gates) without capacity, so a capacity_factor > 0
+// drops tokens tessel's way only.
 #pragma once
 
 #include <map>

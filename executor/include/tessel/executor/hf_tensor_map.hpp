@@ -1,11 +1,7 @@
-// How a Hugging Face model's tensors map onto tessel's whole model (whole_model_tensors
-// order), for any family, from a small table: each rule names a tessel tensor (a
-// top-level one, or a layer role that repeats per layer), the Hugging Face name it goes
-// under ("{}" stands for the layer index), which of its columns that tensor holds
-// (attn.qkv splits into q, k and v; SwiGLU's fc1 into gate and up) and whether Hugging
-// Face stores it transposed (nn.Linear keeps [out, in]; tessel's GEMMs read [in, out]).
-// The per-family files (hf_gpt2.cpp, hf_llama.cpp) are then a table and a config.json;
-// writing, reading and the one-line refusals (missing, extra, shape, dtype) live here
+// How a Hugging Face model's tensors map onto tessel's whole model, for any family, from a small
+// table: each rule names a tessel tensor or per-layer role, its HF name ("{}" for the layer),
+// which of its columns it holds (qkv -> q, k, v; SwiGLU fc1 -> gate, up) and whether HF stores it
+// transposed. Writing, reading and the one-line refusals (missing, extra, shape, dtype) live here
 // once, so the families cannot drift apart in what they check.
 #pragma once
 

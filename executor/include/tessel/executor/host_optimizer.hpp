@@ -1,16 +1,8 @@
-// The optimizer step of host-resident model states (offloaded fp32 master weights and
-// AdamW moments). It must give the bits the device-side step gives on a CPU rank, where
-// the CPU backend's AdamW is the reference. That op is element-wise, but not
-// position-free: Eigen (3.4, EIGEN_FAST_MATH) computes the square root of its vector body
-// with an approximate reciprocal square root and a Newton step, and its scalar head and
-// tail with std::sqrt, so an element's last bit depends on where it fell in the
-// reference call (the head runs until the weights' address reaches the packet alignment,
-// the tail is what is left of whole packets). The host step therefore places each of its
-// elements as the reference call placed it: elements of the reference's vector body run
-// in vector packets of an aligned scratch laid out like the reference's, the others one
-// at a time. Its float operations are those of the reference op in the same order.
-// Blocks of kHostOptimizerBlockElements spread over threads (TBB); results do not depend
-// on the thread count.
+// The optimizer step of host-resident model states (offloaded masters and AdamW moments), bit
+// for bit the CPU backend's AdamW. Eigen's sqrt differs between its vector body (approximate
+// rsqrt + Newton step) and scalar head/tail, so each element is placed as the reference call
+// placed it: body elements in packets of an aligned scratch, the rest one at a time, same float
+// ops in the same order. Blocks spread over TBB threads; results ignore the thread count.
 #pragma once
 
 #include <cstddef>

@@ -1,12 +1,8 @@
-// How the ranks of `tessel run` come to exist, as pure functions of the environment (a
-// map, so tests pass their own) and of the plan's shape:
-//   - which rank this process is, of how many, and its rank on its node, read from the
-//     variables the launchers set (Open MPI, PMI (MPICH, Intel MPI, Slurm's PMI), srun's
-//     tasks (not its batch script), and torchrun-style RANK/WORLD_SIZE/LOCAL_RANK);
-//   - which launcher to use (auto: inside a launcher already -> become the worker;
-//     SLURM_JOB_ID set -> srun; else mpirun);
-//   - the launcher's command line (mpirun, with a hostfile for many nodes; srun).
-// The run command and the worker both ask these, so the two ends never disagree.
+// How the ranks of `tessel run` come to exist, as pure functions of the environment (a map, so
+// tests pass their own) and the plan: this process's rank, size and node rank from the launchers'
+// variables (Open MPI, PMI, srun tasks, torchrun's RANK/WORLD_SIZE/LOCAL_RANK); which launcher
+// (inside one -> worker; SLURM_JOB_ID -> srun; else mpirun); its command line. The run command
+// and the worker both ask these, so the two ends never disagree.
 #pragma once
 
 #include <map>

@@ -1,21 +1,8 @@
-// One rank's memory, counted by category (core/memory_comparison.hpp says what each
-// holds): the bytes live now, each category's peak, the peak of the total (the peak of
-// the sum, not the sum of the peaks) and the mix of categories at that moment.
-//
-// Buffers charge the ledger themselves: a Buffer that allocates while a ledger is
-// current on its thread (MemoryLedger::Scope, which the Trainer opens in each of its
-// public calls) charges it, under the Buffer's category, and debits the same ledger
-// when it frees. The owner of a buffer names its category (Buffer::set_category);
-// anything not named is workspace. Allocation is rare (buffers keep their capacity and
-// a step in steady state allocates nothing), and a charge is a few integer adds, so
-// counting costs the hot path nothing. Not thread-safe: one rank's allocations come
-// from one thread.
-//
-// Other allocators (a device pool, pinned host staging) report through the same three
-// calls: allocated(), freed(), and, for memory that changes hands, moved(). Offload's
-// model states in host memory are not the device's: they are counted apart
-// (host_allocated / host_freed), so that a CPU rank's device-side peak can be told from
-// its process's.
+// One rank's memory by category (core/memory_comparison.hpp): bytes live, each category's peak,
+// the peak of the total and the mix at that moment. A Buffer allocating while a ledger is current
+// on its thread (MemoryLedger::Scope, opened by the Trainer's public calls) charges it under its
+// category; allocation is rare, so counting costs the hot path nothing. Not thread-safe. Offload's
+// host-resident states are counted apart (host_allocated/host_freed) from the device's.
 #pragma once
 
 #include <array>

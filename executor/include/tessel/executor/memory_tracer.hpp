@@ -1,11 +1,8 @@
-// The memory tracer: during a warm-up step it records, op by op, the non-model memory
-// the executor holds on the device (activations, workspace, gathered weights in flight:
-// every byte Buffers hold from the backend outside the device pool), so that the
-// offload manager knows how much room model states have at each op. The warm-up is the
-// run's first training step, an ordinary step (its loss and update are those of a run
-// without offload): the manager fetches on demand there and in the second step (whose
-// pool peak, with the optimizer's states allocated, is the steady state a prefetch must
-// fit on top of), and prefetches from the third step on.
+// The memory tracer: during the warm-up step it records, op by op, the non-model memory held on
+// the device (activations, workspace, gathered weights: Buffers outside the device pool), so the
+// offload manager knows the room model states have at each op. The warm-up is an ordinary step;
+// the manager fetches on demand in steps 1 and 2 (whose pool peak is the steady state) and
+// prefetches from step 3 on.
 #pragma once
 
 #include <cstddef>

@@ -1,9 +1,7 @@
-// The two groups expert parallelism splits the data-parallel group into, as Megatron-Core
-// and DeepSpeed form them: ep consecutive data-parallel ranks share one copy of the
-// experts between them (the expert-parallel group, where dispatch and combine's
-// all-to-alls run), and the dp / ep ranks at the same place in their groups hold the same
-// experts (the expert-data-parallel group, where expert gradients sum and ZeRO shards the
-// expert state). Dense weights keep the whole data-parallel group.
+// The two groups expert parallelism splits the data-parallel group into, as Megatron-Core and
+// DeepSpeed form them: ep consecutive ranks share one copy of the experts (the expert-parallel
+// group, dispatch and combine's all-to-alls), and the dp / ep ranks at the same place in their
+// groups hold the same experts (expert-data-parallel: expert gradients, ZeRO shards).
 #pragma once
 
 #include <memory>

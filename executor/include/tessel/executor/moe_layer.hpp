@@ -1,34 +1,8 @@
-// A Mixture-of-Experts MLP as one unit, the part of an MoE block between its norm and its
-// residual: router GEMM, routing (moe_routing.hpp: softmax, top-k, gates, capacity,
-// auxiliary loss), dispatch, expert MLPs, combine, shared experts, and the backward of
-// all of it. Written apart from the dense block so that it is checked on its own
-// (finite differences, the dropping rule, expert parallelism equal to one process:
-// tests/executor/moe_test.cpp, moe_check.cpp) before a layout wires it in.
-//
-// Expert parallelism: the `ep` communicator is the expert-parallel group (ranks taken
-// from the data-parallel group); rank i holds experts [i E/ep, (i+1) E/ep) and routes its
-// own tokens. Dispatch sends each kept (token, expert) row to the rank of its expert with
-// the communicator's all-to-all (first the per-expert row counts, then the rows); the
-// experts run over every rank's rows, grouped by expert; combine sends the outputs back
-// the same way. The router and shared experts are replicated: their gradients sum over
-// the data-parallel group as dense weights do; the experts' gradients already hold every
-// ep rank's tokens and sum over the dp / ep replicas that hold the same experts only.
-// With ep 1 the same code runs over a one-rank communicator (the all-to-alls are copies).
-//
-// Tensor parallelism (1D, as the Program's moe_half): every tensor rank routes the same
-// tokens with the same replicated router; each expert's fc1 is column-split and fc2
-// row-split over the `tensor` group (the shape's expert_ffn and shared_ffn are then this
-// rank's widths), so the outputs are partial sums the caller reduces with the block's
-// tensor-parallel reduce. The gates' gradient (dy . expert output) sums over the group,
-// and the router's share of dx is added on tensor rank 0 alone (the caller sums dx).
-//
-// Shapes and conventions: activations, weights and gradients fp32 (a bf16 plan's MoE
-// layer computes in fp32 on the CPU); weights stored [in x out], no biases (Mixtral,
-// Qwen-MoE and Switch have none); gelu experts have fc1 [H x f], swiglu experts fc1
-// [H x 2f] with gate and up side by side, as the dense block. Row moves (gather, combine,
-// scatter) are the backend's gather_sum_rows, which sums a token's choices in choice
-// order, so sums run in the same order as on one process. Every op is timed as `id_prefix` + its Program op name
-// (moe.router, moe.dispatch, moe.expert_fc1, ...).
+// A Mixture-of-Experts MLP as one unit, between its block's norm and residual: router GEMM,
+// routing (moe_routing.hpp), dispatch, expert MLPs, combine, shared experts and their backward.
+// Apart from the dense block so it is checked alone (finite differences, dropping, ep equal to
+// one process: tests/executor/moe_test.cpp) before a layout wires it in. Expert and 1D tensor
+// parallelism, and how gradients sum: docs/EXECUTOR.md. Ops are timed as `id_prefix` + name.
 #pragma once
 
 #include <cstddef>

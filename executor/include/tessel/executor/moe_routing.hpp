@@ -1,25 +1,8 @@
-// The routing decisions of a Mixture-of-Experts MLP, computed on the host over the small
-// [tokens x experts] router logits (the expert GEMMs, which carry the cost, stay on the
-// backend): softmax, top-k, gate renormalisation, capacity and token dropping, the
-// auxiliary load-balancing loss, and the backward of all of it to the router logits.
-// Kept apart from the layer so that the rules are stated once, tested on their own
-// (tests/executor/moe_test.cpp) and identical on every rank.
-//
-// The rules, each deterministic:
-//   - probabilities p[t] = softmax(logits[t]) in fp32 (max-subtracted, summed in expert order);
-//   - top-k: the k largest p[t][e], ties broken by the lower expert index; a token's
-//     choices are kept in that order (choice 0 the largest);
-//   - gates: Mixtral's convention, renormalised over the k chosen: g = p / sum of the k p;
-//   - capacity = ceil(capacity_factor * tokens * top_k / experts), capacity_factor 0 = no
-//     limit. Tokens are the ones this call routes (one rank's micro-batch, the way
-//     Megatron-Core and DeepSpeed count them). Assignments are taken in token index
-//     order, each token's choices in choice order; one whose expert is already full is
-//     dropped: it adds nothing to the output and its gate is not spread to the others;
-//   - auxiliary loss (Switch Transformer / GShard form):
-//     coefficient * experts * sum_e f_e * P_e, f_e = the share of the tokens x top_k
-//     assignments chosen for expert e (before dropping), P_e = the mean of p[t][e] over the
-//     tokens. f_e is a count and carries no gradient; the coefficient is the caller's
-//     (TrainerOptions::moe_aux_coefficient, default 0.01).
+// The routing decisions of an MoE MLP, computed on the host over the small [tokens x experts]
+// router logits (the expert GEMMs stay on the backend): softmax, top-k (ties to the lower
+// expert), Mixtral's renormalised gates, capacity and dropping in token order, the Switch/GShard
+// auxiliary loss, and their backward. Stated once, so identical on every rank and tested alone
+// (tests/executor/moe_test.cpp); each rule is deterministic.
 #pragma once
 
 #include <cstdint>

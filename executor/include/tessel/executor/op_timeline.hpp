@@ -1,15 +1,8 @@
-// Measured op events, named by the op ids of the Program core lowers from the same plan
-// ("mb3/L12/fwd/mlp.fc1", ids from core's op_names.hpp), so that measurement and
-// prediction line up op by op. An op the executor runs in pieces (the attention core
-// around its softmax, the loss around its reductions) records one event per piece under
-// the same id; per-op totals sum them. One kernel that does the work of several ops (the
-// fused residual + norm) records a share of its time under each op's id (record_share).
-//
-// Times are the backend's marks on the stream the op runs on (CUDA events on a GPU, the
-// wall clock on the CPU), so an op is timed where it executes, not where the host
-// enqueued it; they are resolved into seconds when the events are taken, once per step.
-// Every rank sets its origin right after a barrier, so ranks share a clock to within the
-// barrier's skew.
+// Measured op events, named by the Program's op ids (core's op_names.hpp) so measurement and
+// prediction line up op by op. An op run in pieces records one event per piece under its id; a
+// kernel doing several ops' work (fused residual + norm) records a share under each. Times are
+// the backend's marks on the op's own stream, resolved once per step; every rank sets its origin
+// right after a barrier, so ranks share a clock to within the barrier's skew.
 #pragma once
 
 #include <functional>

@@ -1,11 +1,7 @@
-// The process grid of a plan: one communicator per kind of traffic, each the group of
-// core's RankLayout over the axes that traffic spans (the layout states the rank order),
-// each on the Program's stream for that traffic (tensor and ring groups on tp_comm,
-// gradient groups on dp_comm, the pipeline on pp_comm).
-//
-// Two worlds: `world` carries host scalars and barriers (MPI); the groups are split from
-// `device_world`, whose calls take the backend's memory (the same MPI world on CPU
-// ranks; NCCL, or MPI with host staging, on GPUs).
+// The process grid of a plan: one communicator per kind of traffic, each core's RankLayout group
+// over the axes that traffic spans, on the Program's stream for it (tensor and ring groups on
+// tp_comm, gradient groups on dp_comm, the pipeline on pp_comm). `world` carries host scalars and
+// barriers (MPI); the groups split from `device_world`, whose calls take backend memory.
 #pragma once
 
 #include <memory>

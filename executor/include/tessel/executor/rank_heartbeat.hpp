@@ -1,9 +1,7 @@
-// A rank's sign of life to the `tessel run` that launched it on the same machine: the
-// file rank-R in a folder the launcher made, holding the rank's pid, its modification
-// time renewed every second by a thread of its own. A rank that never wrote its file
-// never started; one whose process is gone ended; one whose file stopped being renewed
-// is stopped or hung (the thread runs whatever the training does, so a long step or a
-// slow collective keeps beating). The launcher's side is cli/src/rank_watch.hpp.
+// A rank's sign of life to the `tessel run` that launched it on the same machine: the file
+// rank-R holding its pid, its modification time renewed every second by a thread of its own
+// (so a long step keeps beating). No file: never started; process gone: ended; file stale:
+// stopped or hung. The launcher's side is cli/src/rank_watch.hpp.
 #pragma once
 
 #include <string>

@@ -1,12 +1,8 @@
-// Where a rank computes and how its device memory reaches the other ranks, as pure
-// functions of the plan and of facts about the build and the machine, so every case (no
-// CUDA, no device, no NCCL, several ranks per GPU) is unit-tested on a CPU machine:
-//   - the backend: a GPU cluster's plan runs on CUDA, local-cpu on the CPU; --backend
-//     cpu runs a GPU plan's layout on CPU ranks (testing layouts without GPUs);
-//   - the device: the rank's local rank (launcher environment) modulo the devices seen;
-//   - the device communicator: NCCL when every rank of a node has its own GPU and NCCL
-//     is built; otherwise MPI with host staging (NCCL refuses two ranks on one device,
-//     and sharing a GPU is the only way to try a multi-rank layout on a one-GPU machine).
+// Where a rank computes and how its device memory reaches the others, as pure functions of the
+// plan and of facts about the build and machine, so every case is unit-tested on a CPU: the
+// backend (CUDA for a GPU cluster, or --backend cpu), the device (local rank modulo devices),
+// and the device communicator (NCCL when each rank of a node has its own GPU, else MPI with host
+// staging, the only way to try a multi-rank layout on one GPU).
 #pragma once
 
 #include <string>

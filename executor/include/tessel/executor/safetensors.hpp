@@ -1,14 +1,8 @@
-// The safetensors file format (Hugging Face's tensor container), written and read here in
-// a few lines rather than through a library: an 8-byte little-endian header length, a
-// JSON header {name: {"dtype", "shape", "data_offsets": [begin, end)}, "__metadata__":
-// {string: string}}, then the tensors' bytes, little-endian and row-major. The writer
-// lays the tensors out contiguously in the order given, pads the header with spaces so
-// the data starts 8-byte aligned, and writes through a temporary file, fsync and rename,
-// so a failed export leaves nothing half-written. The reader trusts nothing: the header
-// length against the file, every entry's dtype, shape and byte range against its size,
-// and the ranges against each other (contiguous, non-overlapping, covering the whole data
-// section, as the reference implementation requires); each failure is one line naming
-// the file and the tensor.
+// The safetensors format (Hugging Face's tensor container), in a few lines rather than a library:
+// an 8-byte little-endian header length, a JSON header (dtype, shape, data_offsets per tensor,
+// __metadata__), then the row-major bytes. The writer pads the header to 8-byte alignment and
+// writes via a temporary file, fsync and rename; the reader checks every length, dtype, shape and
+// range (contiguous, non-overlapping, covering the data), one line naming file and tensor.
 #pragma once
 
 #include <cstdint>

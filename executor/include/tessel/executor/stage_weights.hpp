@@ -1,13 +1,8 @@
-// How the weights of a GPT sit on a rank: every whole tensor of the model (names, shapes,
-// the single-process layout that references and exports use), its initial values, and
-// the shards a tensor-parallel layout cuts from it, packed into buckets (one per layer
-// and one for the stage's embedding, final norm and head).
-//
-// Weights are drawn whole from a generator seeded by (seed, tensor name) and then cut,
-// so the same seed gives the same model whatever the layout. A bucket is one flat range
-// of this rank's shards, padded so that ZeRO can cut it into equal parts; its tensors
-// that are partial sums over some ranks (norms under sequence parallel, vectors copied
-// down a 2D grid column) come first, so their gradients are summed in one call.
+// How the weights of a GPT sit on a rank: every whole tensor (names, shapes, the single-process
+// layout references and exports use), its initial values, and the shards a tensor layout cuts
+// from it, packed into buckets (one per layer, one for the embedding, final norm and head).
+// Weights are drawn whole from a generator seeded by (seed, tensor name), then cut, so a seed
+// gives the same model whatever the layout.
 #pragma once
 
 #include <cstdint>
@@ -93,17 +88,12 @@ struct LayerCuts {
   Cut in_weights;     // qkv and fc1 weights
   Cut out_weights;    // proj and fc2 weights
 };
-// Places layer `layer`'s tensors in the order every layout keeps: the late vectors, the
-// early biases, the weights (qkv with its q, k, v column groups). Returns the bucket
-// offsets after the late vectors and after the biases, where layouts put their
-// partial-sum boundaries. A LLaMA-shaped model has fewer of them: no biases
-// (model.bias false), RMSNorm gains only, qkv [hidden x (hidden + 2 kv_dim)] and, with
-// SwiGLU, fc1 [hidden x 2 ffn] (gate, up).
-// An MoE block (model.moe.is_moe_layer(layer)) has no mlp.* tensors: after the attention
-// weights come its router "L{l}.moe.router.weight" [hidden x experts] (whole on every
-// tensor rank, cut as the late vectors) and the shared experts' "L{l}.moe.shared.fc1.weight"
-// and "...fc2.weight" (width shared_experts x expert_ffn_hidden, cut as fc1 and fc2); no
-// MLP biases (Mixtral, Qwen-MoE and Switch have none).
+// Places layer `layer`'s tensors in the order every layout keeps: late vectors, early biases,
+// weights (qkv with its q, k, v column groups); returns the offsets after the late vectors and
+// after the biases, the layouts' partial-sum boundaries. LLaMA shapes have no biases, RMSNorm
+// gains only, qkv [hidden x (hidden + 2 kv_dim)] and SwiGLU's fc1 [hidden x 2 ffn]. An MoE block
+// has no mlp.* tensors: after attention come its router "L{l}.moe.router.weight" (cut as the late
+// vectors) and the shared experts' "L{l}.moe.shared.fc1/fc2.weight" (cut as fc1 and fc2).
 std::pair<std::size_t, std::size_t> place_layer(Bucket& bucket, const ModelSpec& model, int layer,
                                                 const LayerCuts& cuts);
 // The routed experts [first_expert, first_expert + count) of MoE block `layer`:

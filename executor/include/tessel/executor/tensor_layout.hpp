@@ -1,17 +1,8 @@
-// A tensor-parallel layout as a strategy: how a rank holds its share of every activation
-// and weight, and how each kind of layer is computed and communicated over the tensor
-// group. A transformer block (gpt_stage.cpp) is then the same sequence of layers in
-// every mode, written once:
-//   norm -> linear_in (column-parallel, "A -> B") -> attention or activation ->
-//   linear_out (row-parallel with its reduction, "B -> A") -> residual
-// Implementations, one file each:
-//   MegatronLayout (1D, Shoeybi et al. 2019; with sequence parallel, Korthikanti et al.
-//                   2022): layout_megatron.cpp; tp = 1 is its trivial case
-//   SummaLayout    (2D, Optimus, Xu et al. 2021; 2.5D, Tesseract, Wang et al. 2021):
-//                   layout_summa.cpp
-//   CubeLayout     (3D, Bian et al. 2021 as Colossal-AI builds it): layout_cube.cpp
-// Every op is timed under the Program's op id (core's op_names.hpp), so the executor's
-// measurements line up with the planner's and the simulator's predictions.
+// A tensor-parallel layout as a strategy: how a rank holds its share of every activation and
+// weight and computes each kind of layer, so a block (gpt_stage.cpp) is written once: norm ->
+// linear_in (column-parallel) -> attention or activation -> linear_out (row-parallel, reduced) ->
+// residual. MegatronLayout (1D), SummaLayout (2D/2.5D) and CubeLayout (3D), one file each
+// (docs/EXECUTOR.md). Ops are timed under the Program's op ids.
 #pragma once
 
 #include <memory>

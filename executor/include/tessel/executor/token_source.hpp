@@ -1,10 +1,7 @@
-// The tokens a run trains on, whatever file they came from: a read-only span of token
-// ids of one integer type with a count. Pre-tokenised corpora (Megatron-LM's indexed
-// dataset, nanoGPT's flat files, llm.c's shards) are memory-mapped, so a corpus larger
-// than memory trains without being read whole; byte-level text keeps its bytes in memory
-// (each byte one token, as tessel always read text). The span is typed at run time
-// rather than templated so that one DataLoader serves every format; ids are widened to
-// int64 as they are read.
+// The tokens a run trains on, whatever file they came from: a read-only span of token ids of one
+// integer type. Pre-tokenised corpora (Megatron-LM's indexed dataset, nanoGPT, llm.c shards) are
+// memory-mapped, so a corpus larger than memory trains; text keeps its bytes (one token each).
+// Typed at run time rather than templated so one DataLoader serves every format.
 #pragma once
 
 #include <cstddef>

@@ -1,30 +1,8 @@
-// Training a GPT on a plan's ranks with data, pipeline, tensor (1D, 2D, 2.5D, 3D) and
-// ring self-attention sequence parallelism, ZeRO and activation recompute, exact against
-// the single-process run of the same seed and global batch, on any backend (the CPU
-// reference, or a GPU).
-//
-// One step: each rank walks its stage's steps in the order core's pipeline_schedule()
-// gives (GPipe, 1F1B or interleaved; plain gradient accumulation with one stage),
-// receiving activations and gradients from its pipeline neighbours and posting sends
-// without blocking (trainer_pipeline.cpp). A layer's gradient bucket starts its
-// non-blocking all-reduce (or, with ZeRO, reduce-scatter) over the data-parallel group
-// as soon as that layer's last backward ends, overlapping the rest of the backward; ZeRO
-// 1 and 2 then step this rank's part of each bucket and all-gather the weights; ZeRO 3
-// keeps only that part of each layer's weights and gathers the layer before each use
-// (trainer_buckets.cpp). LAMB and LARS trust ratios and gradient clipping use norms
-// reduced over every rank that holds part of a tensor (trainer_optimizer.cpp).
-// Mixture-of-Experts blocks (gpt_stage.hpp): their routed experts are a bucket of their
-// own ("E{l}") whose gradients sum, and whose ZeRO states shard, over the expert-data-
-// parallel group (ProcessGrid::expert_data); the auxiliary loss joins the trained
-// objective and StepStats::aux_loss.
-// Checkpoints and whole-model views are in trainer_state.cpp.
-//
-// Precision: weights, gradients and optimizer state are fp32 (master weights); the
-// activations are computed in the backend's compute type (fp32 on the CPU; bf16 on a GPU
-// for bf16 plans, with bf16 copies of the weights for the GEMMs) and kept for the
-// backward in the plan's storage type (bf16 plans keep bf16). Every op is timed under
-// the id of the Program core lowers from the same plan; scalars (loss, gradient norm)
-// stay in backend memory until the step ends.
+// Training a GPT on a plan's ranks with data, pipeline, tensor (1D, 2D, 2.5D, 3D), ring
+// self-attention sequence and expert parallelism, ZeRO, offload and activation
+// recompute, exact against the single-process run of the same seed and global batch, on
+// any backend. Trainer composes the objects that do the work (executor/src: gradient
+// buckets, sharded optimizer, pipeline runner, chunk manager, checkpoint I/O).
 #pragma once
 
 #include <limits>
@@ -40,42 +18,18 @@
 #include "tessel/executor/data_loader.hpp"
 #include "tessel/executor/gpt_stage.hpp"
 #include "tessel/executor/memory_ledger.hpp"
+#include "tessel/executor/offload_stats.hpp"
 #include "tessel/executor/process_grid.hpp"
+#include "tessel/executor/trainer_options.hpp"
 
 namespace tessel::executor {
 
-struct TrainerOptions {
-  std::uint64_t seed = 1;
-  float lr = 1e-3f;
-  float weight_decay = 0.0f;
-  float clip_grad_norm = 0.0f;  // 0: no clipping
-  float adam_eps = 1e-8f;       // AdamW's epsilon
-  // MoE: the auxiliary load-balancing loss's coefficient (Switch Transformer's 0.01; the
-  // model JSON has no field for it).
-  float moe_aux_coefficient = 0.01f;
-  // The element type activations are computed in; unset: the backend's choice for the
-  // plan's precision.
-  std::optional<DType> compute;
-  // Offload plans: the device memory budget of the chunk manager's pool; 0: the plan's
-  // device memory (its cluster's device preset).
-  std::size_t device_memory_bytes = 0;
-  // The multiple each vocabulary block of the embedding and head tables is padded to
-  // (checkpoint_weights.hpp's padded_vocab); 0: the backend's gemm_width_multiple (1 on
-  // the CPU, 128 on a GPU). Tests set it to run a GPU's padding on CPU ranks.
-  int vocab_multiple = 0;
-};
-
-// What the chunk manager of an offload plan did (zeros without offload).
-struct OffloadStats {
-  double host_to_device_bytes = 0, device_to_host_bytes = 0;  // the last step's
-  std::size_t budget_bytes = 0;
-  std::size_t peak_bytes = 0;             // model states + non-model memory, the most any op saw
-  std::size_t peak_non_model_bytes = 0;   // traced in the warm-up (first) step
-  std::size_t warm_up_peak_bytes = 0;     // peak_bytes over the warm-up steps, before any prefetch
-  int prefetched_chunks = 0;              // the last step's fetches issued a segment ahead
-};
-
-struct OffloadState;  // the chunk manager's state (executor/src/offload_state.hpp)
+class GradientBuckets;
+class ShardedOptimizer;
+class PipelineRunner;
+class ChunkManager;
+class CheckpointIO;
+class WholeModel;
 
 struct StepStats {
   int step = 0;
@@ -150,113 +104,14 @@ class Trainer {
  private:
   // The model shapes (GPT-2, LLaMA) and the layouts each runs in; part of check().
   static void check_model_shape(const Plan& plan);
-  struct BucketState {
-    Bucket layout;
-    std::string name;        // "L3", "E3" (an MoE block's experts) or "stage", as in the Program's ids
-    Communicator* group = nullptr;  // where its gradients sum: the gradient group, or expert_data for experts
-    Buffer params;           // fp32 master weights of the whole bucket (empty for ZeRO-3 layer buckets)
-    Buffer params_compute;   // their copy in the compute type, when it is not fp32
-    Buffer grads;            // the whole bucket's accumulated gradient
-    Buffer param_shard;      // ZeRO 3 layer buckets: this rank's part
-    Buffer grad_shard;       // ZeRO >= 1: this rank's part of the averaged gradient
-    Buffer moment1, moment2, update;  // optimizer state of the part this rank steps
-    std::unique_ptr<CommRequest> sync;
-    std::string sync_op;
-    kernels::TimeMark sync_start = 0;
-  };
-  // One tensor's piece of a bucket's owned range, for the layer-wise optimizers.
-  struct Piece {
-    BucketState* bucket;
-    const TensorSlot* tensor;
-    std::size_t lo, hi;  // in the owned range
-  };
-
-  void build_stage(const ProcessGrid& grid);
-  void build_buckets();
-  void initialise_weights();
-  void allocate_activations();
-  void forward_backward();
-  void update(StepStats& stats);
-  void run_forward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
-  void run_backward(const PipelineStep& step, const std::int32_t* tokens, const std::int32_t* targets);
-  void pack(const LayerActivations& a, const Buffer* probs, PackedActivations& packed);
-  void unpack(const PackedActivations& packed, LayerActivations& a, Buffer* probs);
-  void bucket_gradients_done(BucketState& bucket);
-  // After a layer's backward of micro-batch `mb`: its ZeRO-3 reduce-scatter, or the
-  // bucket's sync when it was the last micro-batch.
-  void layer_gradients_done(BucketState& bucket, float* grads, int mb, bool last_backward_of_chunk);
-  void wait_for_syncs();
-  CRef layer_weights(BucketState& bucket, int mb, ops::Phase phase);
-  CRef compute_weights(BucketState& bucket);
-  void refresh_compute_weights(BucketState& bucket);
-  void global_gradient_norm();
-  void optimizer_step();
-  void layerwise_step();
-  // ZeRO 1-2: each bucket's updated shards all-gathered into its whole weights (those
-  // marked in `gathered` already were: the offload update streams its chunks).
-  void gather_updated_weights(const std::vector<bool>& gathered = {});
-  void gather_bucket_weights(BucketState& b);
-  std::vector<float> whole_from_buckets(bool gradients);
-  std::vector<BucketFileParts> file_parts() const;
-
-  // The chunk manager of offload plans (chunk_manager.cpp, offload_step.cpp): model
-  // states in the budgeted pool and in host memory, fetched and evicted around each
-  // segment (the embedding, a layer, the head) as the chunk plan says.
-  BufferMemory* model_memory();
-  void offload_setup();
-  void offload_start();
-  void offload_bucket_drawn(int bucket);
-  void offload_started();
-  void offload_before_segment(int segment, int mb, ops::Phase phase);
-  void offload_after_segment(int segment, ops::Phase phase);
-  int segment_of_layer(int layer) const;
-  int embedding_segment() const;
-  int head_segment() const;
-  void offload_step_boundary(bool starting);
-  void offload_update();
-  void offload_fetch(int chunk, int mb, ops::Phase phase);
-  std::optional<std::size_t> room_to_prefetch(int chunk) const;
-  void acquire_weights(int bucket);
-  void release_weights(int bucket);
-  void stream_updated_weights();
-  // Copies a chunk's weights between its host array and the buckets (owned parts only
-  // where ZeRO-3 shards the weights, or `owned_only`); returns the bytes.
-  double upload_chunk_weights(int chunk, bool owned_only);
-  double download_chunk_weights(int chunk, bool owned_only, int only_bucket = -1);
-  template <class Move>
-  double for_each_chunk_weight_span(int chunk, bool owned_only, Move move, int only_bucket = -1);
-  void offload_materialise();
-  void offload_reload();
-  void offload_dematerialise();
-  // ZeRO over each bucket's group (the gradient group; expert_data for an MoE block's experts).
-  bool shards_optimizer() const { return plan_.parallel.zero >= 1 && group_ > 1; }
-  static int group_size(const BucketState& b) { return b.group->size(); }
-  static std::size_t group_rank(const BucketState& b) { return std::size_t(b.group->rank()); }
-  bool shards_optimizer(const BucketState& b) const { return plan_.parallel.zero >= 1 && group_size(b) > 1; }
-  bool shards_weights(const BucketState& b) const {
-    return plan_.parallel.zero == 3 && group_size(b) > 1 && b.layout.layer >= 0;
-  }
-  // ZeRO 2 and 3: a layer's gradients are reduce-scattered every micro-batch, as its
-  // backward produces them, and summed into the shard (DeepSpeed's ZeRO-2, FSDP); the
-  // stage's other weights (embedding, final norm, head) sync once per step.
-  bool reduces_every_micro_batch(const BucketState& b) const {
-    return plan_.parallel.zero >= 2 && group_size(b) > 1 && b.layout.layer >= 0;
-  }
-  std::size_t shard_size(const BucketState& b) const { return b.layout.padded_size / std::size_t(group_size(b)); }
-  std::size_t owned_offset(const BucketState& b) const { return shards_optimizer(b) ? group_rank(b) * shard_size(b) : 0; }
-  std::size_t owned_size(const BucketState& b) const { return shards_optimizer(b) ? shard_size(b) : b.layout.padded_size; }
-  float* owned_params(BucketState& b) {
-    return shards_weights(b) ? b.param_shard.f32() : b.params.f32() + owned_offset(b);
-  }
-  float* owned_grads(BucketState& b) { return shards_optimizer(b) ? b.grad_shard.f32() : b.grads.f32(); }
-  // The id a ZeRO-3 gather or reduce-scatter of bucket `b` runs under for micro-batch `mb`.
-  std::string zero_op_id(const BucketState& b, int mb, ops::Phase phase, std::string_view op) const;
   // MoE checks of check(): what the executor trains Mixture-of-Experts models in.
   static void check_moe(const Plan& plan);
-  // Whether this rank counts `t` in sums over the whole model (each element once).
-  bool counts_tensor(const TensorSlot& t) const;
-  // The pieces of owned ranges, and the norm segments that count each whole tensor once.
-  std::vector<kernels::Segment> counted_segments(BucketState& b) const;
+  void build_stage(const ProcessGrid& grid);
+  // Weights drawn whole per tensor, then cut: the same model whatever the layout.
+  void initialise_weights();
+  // This step's tokens and targets of this rank (its block of each sequence under
+  // sequence parallelism), uploaded to backend memory.
+  void load_batch();
 
   // First: every buffer below charges it and debits it when destroyed.
   MemoryLedger ledger_;
@@ -266,46 +121,20 @@ class Trainer {
   TrainerOptions options_;
   kernels::Backend& backend_;
   DType compute_ = DType::f32, storage_ = DType::f32;  // activations computed in, kept in
-  bool packs_activations_ = false;  // kept in another type than computed
   OpTimeline timeline_;
   StageShape shape_;
   int vocab_multiple_ = 1;  // the vocabulary padding's (TrainerOptions::vocab_multiple, resolved)
-  std::unique_ptr<GptStage> stage_;
-  std::vector<BucketState> buckets_;
-  std::vector<int> bucket_of_layer_;  // -1 where another stage holds the layer
-  std::vector<int> expert_bucket_of_layer_;  // an MoE block's experts; -1 elsewhere
-  int rest_bucket_ = -1;
-  int stage_index_ = 0, stages_ = 1, chunks_ = 1, micro_batches_ = 1;
-  int group_ = 1;  // the gradient group (dp x sp)
-  std::size_t group_rank_ = 0;
-  std::vector<PipelineStep> schedule_;
+  int micro_batches_ = 1;
   int step_ = 0;
-
-  // Per step: activations in flight, indexed [slot][position of the layer on this rank];
-  // a (chunk, micro-batch) takes a free slot at its forward and gives it back at the end
-  // of its backward.
-  std::vector<int> slot_of_, free_slots_;
-  std::vector<std::vector<LayerActivations>> kept_;
-  std::vector<std::vector<Buffer>> kept_probs_;
-  std::vector<std::vector<PackedActivations>> packed_;  // [slot][layer here], when packing
-  LayerActivations recompute_scratch_;
-  Buffer probs_scratch_, recompute_out_;
-  Buffer forward_qkv_, forward_att_heads_;  // lent to each kept layer's forward (workspace)
-  std::vector<HeadActivations> heads_;
-  std::vector<Buffer> x_, dx_;  // [slot], or one when there are no pipeline neighbours
-  // The send still reading x_ / dx_ of a slot, waited for before the buffer is reused.
-  std::vector<std::unique_ptr<CommRequest>> x_sends_, dx_sends_;
-  std::vector<int> backwards_done_;          // per chunk
-  Buffer tokens_, targets_;                       // this step's, in backend memory
-  Buffer gathered_weights_, gathered_compute_, layer_grads_, shard_scratch_;
-  Buffer gathered_experts_, expert_grads_;  // ZeRO 3: an MoE block's experts, gathered per use
-  Buffer loss_sum_, norm_sq_, clip_factor_;       // scalars in backend memory
-  Buffer piece_norms_;                            // LAMB/LARS: [weight, update] squared norms per piece
-  std::vector<Piece> pieces_;
-  float grad_scale_ = 1;
-  std::map<std::string, std::size_t, std::less<>> whole_offsets_;
-  std::size_t whole_size_ = 0;
-  std::unique_ptr<OffloadState> offload_;  // offload plans only
+  std::unique_ptr<GptStage> stage_;
+  std::unique_ptr<ChunkManager> chunk_manager_;  // offload plans only; its pool outlives the buckets
+  std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<PipelineRunner> pipeline_;
+  std::unique_ptr<WholeModel> whole_model_;
+  std::unique_ptr<CheckpointIO> checkpoints_;
+  Buffer tokens_, targets_;  // this step's, in backend memory
+  Buffer loss_sum_;          // in backend memory until the step ends
 };
 
 }  // namespace tessel::executor

@@ -1,9 +1,7 @@
-// The charts of the plan explorer: a scatter plot with named point series, a polyline,
-// error bars and flag rings, stacked and grouped bars, box plots, and two lines on two y
-// axes. Legends are wrapping labels under the chart (Qt Charts' own elides names or drops
-// entries when many series share the space), so that every name is shown whole. The one
-// place tessel touches Qt Charts (deprecated upstream for Qt Graphs): swapping the chart
-// library means rewriting these two files only.
+// The charts of the plan explorer: scatter with named series, polyline, error bars and flag rings,
+// stacked and grouped bars, box plots, two lines on two y axes. Legends are wrapping labels under
+// the chart, since Qt Charts' own elides or drops names. The one place tessel touches Qt Charts
+// (deprecated upstream for Qt Graphs): a new chart library means rewriting these two files only.
 #pragma once
 
 #include <QColor>

@@ -1,17 +1,8 @@
-// The predicted-vs-measured tab: pick a run stored by `tessel run` in the runs database;
-// its plan is simulated (a child tessel simulate on the same database, so both sides see
-// the same profiles) and set against what the ranks measured: bars per op class (GEMM,
-// attention, memory-bound, each collective group) predicted before calibration, after
-// it, and measured; peak memory per rank and category, predicted against measured; a
-// parity scatter per op kind with the y = x line, the spread of measured / predicted over
-// the steps per op kind (box and whiskers), a sortable table of every op kind, and the
-// measured timeline of the last step with the prediction as a faint ghost row beneath
-// each rank's row.
-// When the database's profile for the run's device is calibrated, a second child
-// simulates the plan on a scratch database holding that profile without its calibration
-// (the "before"); when it is not, the tab says "not calibrated" rather than drawing the
-// same prediction twice. Memory comes from a child `tessel compare --json` (its "memory"
-// object, memory_by_rank.hpp), so the tab reads the same numbers the command prints.
+// The predicted-vs-measured tab: a stored run against its plan simulated in a child `tessel
+// simulate` on the same database: op-class bars (before calibration, after, measured), peak
+// memory per rank (a child `tessel compare --json`), a parity scatter, box plots over the steps,
+// a table of op kinds and the last step's timeline with ghost predictions. "Before" needs a
+// calibrated profile (simulated again without its calibration); else the tab says so.
 #pragma once
 
 #include <QTemporaryDir>

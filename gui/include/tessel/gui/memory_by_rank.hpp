@@ -1,9 +1,7 @@
-// Peak memory per rank and category, predicted against measured, as the compare tab
-// draws it. The numbers come from `tessel compare --json`'s "memory" object (its field
-// names are documented where compare writes them: core/memory_comparison.hpp), read by
-// one adapter, so the tab depends on a file format rather than on the executor's or the
-// planner's classes, and a compare that writes no "memory" (a build or a database from
-// before the executor measured memory by category) shows why instead of a chart.
+// Peak memory per rank and category, predicted against measured, as the compare tab draws it,
+// read from `tessel compare --json`'s "memory" object (fields: docs/MEMORY.md) by one adapter, so
+// the tab depends on a file format rather than on executor or planner classes; a compare without
+// "memory" shows why instead of a chart.
 #pragma once
 
 #include <optional>

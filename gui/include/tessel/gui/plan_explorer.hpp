@@ -1,13 +1,8 @@
-// The plan explorer window: the search inputs (checked as you type, with the command
-// line's messages), a plan search off the UI thread with progress and Cancel, and the
-// results as a Pareto scatter (step time against memory per GPU, colour by tensor mode,
-// shape by pipeline schedule, plans that do not fit greyed with their reason, the
-// frontier drawn, with each frontier plan's error band as a bar and a red ring on those
-// outside measured experience) and a sortable table with the band and the flag; clicking
-// either selects a plan. The selected plan
-// is simulated in a child `tessel simulate` (SimGrid runs one engine per process) and
-// shown in the timeline, breakdown and memory tabs; the compare tab sets a stored run
-// against its prediction, and the what-if tab re-plans as its sliders move.
+// The plan explorer window: search inputs checked as you type (the command line's messages), a
+// search off the UI thread with progress and Cancel, a Pareto scatter (step time against memory,
+// error bands and experience rings on the frontier) and a sortable table; a selected plan is
+// simulated in a child `tessel simulate` (one SimGrid engine per process) for the timeline,
+// breakdown and memory tabs, beside the compare and what-if tabs.
 #pragma once
 
 #include <QMainWindow>

@@ -1,11 +1,7 @@
-// A Gantt chart of a step: one row per rank and stream, bars coloured by op kind, drawn
-// with QGraphicsView (zoom with the wheel, pan by dragging, hover for the op id, start and
-// duration). One item paints every row at the current scale and merges bars narrower
-// than a pixel into one (level of detail), so traces of many thousands of ops stay smooth.
-// A time axis in seconds stays at the top while rows scroll (ticks at 1, 2 or 5 times a
-// power of ten, re-chosen at every zoom), the op kinds' colour legend sits in the axis
-// strip's corner, each label drawn whole, and a step's error band (the calibration's
-// leave-one-out interval) is shaded across every row at the step's end.
+// A Gantt chart of a step: a row per rank and stream, bars coloured by op kind, in QGraphicsView
+// (wheel zoom, drag pan, hover for op id and times). One item paints every row at the current
+// scale, merging bars narrower than a pixel, so traces of many thousands of ops stay smooth. A
+// pinned time axis (1-2-5 ticks), the op-kind legend drawn whole, and the step's error band shaded.
 #pragma once
 
 #include <QGraphicsView>

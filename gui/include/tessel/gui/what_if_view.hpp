@@ -1,9 +1,7 @@
-// The what-if tab: three sliders (nodes, inter-node bandwidth per NIC, global batch) over
-// the plan explorer's inputs; when a slider rests, the search re-plans on a worker thread
-// and the best plan joins a table (newest first) and a chart of step time and MFU against
-// the input that was varied (what_if_series.hpp decides which rows form the curve). The
-// window's inputs come through a callback, read at each re-plan, so the tab always
-// answers for what the window shows.
+// The what-if tab: sliders for nodes, inter-node bandwidth per NIC and global batch; when one
+// rests, the search re-plans on a worker thread and the best plan joins a table and a chart of step
+// time and MFU against the varied input (what_if_series.hpp picks the rows). Inputs come through a
+// callback read at each re-plan, so the tab answers for what the window shows.
 #pragma once
 
 #include <QWidget>

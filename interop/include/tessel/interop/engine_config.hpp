@@ -37,7 +37,8 @@ struct ImportContext {
   // Megatron and NeMo take from it only the vocabulary size their tokenizer file holds.
   std::optional<ModelSpec> model;
   std::string source_name = "config";  // the file's name, for messages
-  // A Megatron-LM launch script's arguments ($1, $2, ...), as `bash train.sh ARGS` gives them.
+  // A Megatron-LM launch script's arguments ($1, $2, ...), as `bash train.sh ARGS` gives them;
+  // for torchtitan's config_registry.py, the first names the config function (its --config).
   std::vector<std::string> script_args;
 };
 

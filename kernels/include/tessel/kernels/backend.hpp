@@ -1,21 +1,8 @@
-// The device a rank computes on, as one table of operations (the ggml way): memory,
-// streams, timing and the kernels a transformer training step needs. The executor calls
-// a Backend and never touches tensor data itself; the CPU backend (Eigen, host memory)
-// is the reference every other backend is checked against op by op, each with its
-// tolerance per element type (tests/kernels/backend_ops_test.cpp lists every op).
-//
-// Streams are the Program's (compute, tp_comm, dp_comm, pp_comm, copy): an op runs on the
-// stream it is given, after the work already submitted to that stream; `wait_for` orders
-// streams. On the CPU every stream is the calling thread, so all of this is immediate.
-// Scalars an op produces (loss sums, norms) are written to backend memory and read back
-// when the caller chooses (`download` + `synchronize`), never forced by the op.
-//
-// Conventions: row-major; shapes are op arguments. Inputs and outputs carry their
-// element type (dtype.hpp): activations and weights in the compute type (fp32 or bf16),
-// gradients of weights, norm statistics, losses and optimizer state always fp32. Every op
-// computes in fp32. Backward ops accumulate (+=) into weight gradients and overwrite input
-// gradients unless an `accumulate` flag says otherwise. Every op is deterministic: the
-// same inputs give the same bits on every run.
+// The device a rank computes on, as one table of operations (the ggml way): memory, streams,
+// timing and the kernels a training step needs. The executor never touches tensor data itself;
+// the CPU backend is the reference every other backend is checked against op by op
+// (tests/kernels/backend_ops_test.cpp). Streams, dtypes, accumulation and determinism
+// conventions: docs/GPU.md, "The Backend's contract".
 #pragma once
 
 #include <cstddef>
@@ -41,20 +28,14 @@ namespace tessel::kernels {
 //                        and bias_gradient[n] += C's column sums (beta must be 0)
 enum class Epilogue : std::uint8_t { none, bias, bias_gelu, bias_gradient, dgelu_bias_gradient };
 
-// C[m x n] = alpha * op(A) op(B) + beta * C, then the epilogue. op = transpose when asked:
-// A is stored [k x m] when transposed, else [m x k]; B [n x k] when transposed, else
-// [k x n]. Row strides are the tight ones. C may be fp32 with bf16 inputs (weight
-// gradients accumulate in fp32).
-// Precision modes (the products are always summed in fp32):
-//   - fp32 inputs are exact fp32 products unless `tf32`: then both inputs are rounded to
-//     TF32 (numeric::to_tf32, 10 mantissa bits) first, the tensor cores' fast fp32 mode
-//     (CUBLAS_COMPUTE_32F_FAST_TF32); results are within ~1e-3 relative of fp32. `tf32`
-//     changes nothing for other input types (bf16 and fp16 values are TF32 values).
-//   - fp8 (f8_e4m3) inputs, both A and B, with C in fp32 or bf16, unit scales (the values
-//     stored are the values multiplied). The CUDA backend runs them where
-//     cuda_device_has_fp8 and only in cuBLASLt's "TN" form, which is here transpose_b
-//     without transpose_a (y = x W^T, W stored [n x k]) with k a multiple of 16; it throws
-//     tessel::Error otherwise. The CPU reference accepts every layout.
+// C[m x n] = alpha * op(A) op(B) + beta * C, then the epilogue; products are summed in fp32.
+// A is [k x m] when transposed, else [m x k]; B [n x k] when transposed, else [k x n]; tight
+// row strides. C may be fp32 with bf16 inputs (weight gradients accumulate in fp32).
+// `tf32` rounds fp32 inputs to TF32 first (numeric::to_tf32, the tensor cores' fast fp32
+// mode, CUBLAS_COMPUTE_32F_FAST_TF32); it changes nothing for bf16/fp16 inputs. fp8 (f8_e4m3)
+// A and B with fp32 or bf16 C use unit scales; the CUDA backend runs them only where
+// cuda_device_has_fp8, in cuBLASLt's "TN" form (transpose_b without transpose_a, k % 16 == 0),
+// and throws tessel::Error otherwise; the CPU reference accepts every layout.
 struct Gemm {
   bool transpose_a = false, transpose_b = false;
   bool tf32 = false;

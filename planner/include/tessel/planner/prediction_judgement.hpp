@@ -1,9 +1,7 @@
-// The one call every command and the GUI make to put an error band and the measured-
-// experience flag on a prediction: the cost model's profile supplies the bounds
-// (profiles/prediction_bounds.hpp), the model its parameter count. A simulated step time
-// is judged with the MFU it implies and the simulator's own band (the leave-one-out
-// residuals of simulated calibration runs, tessel calibrate --simulated) when the
-// profile has one; else the analytic band stands in, and band_source says which.
+// The one call every command and the GUI make to put an error band and the measured-experience
+// flag on a prediction: the profile supplies the bounds (profiles/prediction_bounds.hpp), the
+// model its parameter count. A simulated step takes the simulator's own band when the profile
+// has one, else the analytic band, and band_source says which (docs/CALIBRATION.md).
 #pragma once
 
 #include "tessel/planner/cost_model.hpp"

@@ -1,20 +1,7 @@
-// Exhaustive search over every parallel and memory strategy for a model on a
-// cluster. The candidate grid (documented in docs/ARCHITECTURE.md and re-derived
-// independently by tests/planner/search_test.cpp):
-//   (dp, pp, tp, sp)       every ordered factorisation of the GPU count
-//   tp_mode, tp_depth      1d; 2d if tp is a square; 2.5d for each d >= 2 with
-//                          tp = q*q*d, q >= 2; 3d if tp is a cube (all need tp > 1)
-//   tp_sequence_parallel   off, and on for 1d with tp > 1
-//   tp_comm_overlap        off, and on GPUs on where tp_sequence_parallel is and the
-//                          tensor group fits in one node (a choice: the overlapped GEMMs
-//                          run slower, which small transfers do not repay)
-//   micro_batch            divisors of the global batch up to global_batch / dp
-//   recompute              none, selective, full
-//   zero                   0, and 1..3 when dp * sp > 1
-//   offload                none, optimizer, chunked at each device fraction
-//   schedule               1f1b when pp == 1; else gpipe, 1f1b, interleaved x v
-// Every candidate is either ranked or rejected with a reason. Work is spread over
-// cores with TBB; a cancel flag stops it early with the partial result.
+// Exhaustive search over every parallel and memory strategy for a model on a cluster. The
+// candidate grid is docs/COST_MODEL.md's "The search grid" (re-derived independently by
+// tests/planner/search_test.cpp). Every candidate is ranked or rejected with a reason; work is
+// spread over cores with TBB, and a cancel flag stops it early with the partial result.
 #pragma once
 
 #include <array>

@@ -1,11 +1,8 @@
-// The memory one rank of a given pipeline stage holds, by category: what `tessel compare`
-// sets against each rank's measurement. estimate().memory is the busiest device's (the
-// first stage's activations or the last stage's logits, whichever is more, with the
-// larger of the two stages' extra weights); this is the same model taken stage by stage:
-// the layers, embedding and head that stage holds, and the micro-batches in flight on
-// it counted from core's pipeline_schedule(), the order the executor follows (1F1B keeps
-// pp - s on stage s, GPipe all of them). Same terms, same bytes per element, same ZeRO
-// sharding as the estimate (cost_finish.cpp); docs/MEMORY.md states them.
+// The memory one rank of a given pipeline stage holds, by category: what `tessel compare` sets
+// against each rank's measurement. The estimate's model (cost_finish.cpp: same terms, bytes per
+// element and ZeRO sharding) taken stage by stage: the layers, embedding and head the stage
+// holds, and its micro-batches in flight from core's pipeline_schedule(), the order the
+// executor follows (1F1B keeps pp - s on stage s, GPipe all). docs/MEMORY.md states the terms.
 #pragma once
 
 #include "tessel/core/parallel_config.hpp"

@@ -1,11 +1,8 @@
-// Collective operations and their bus-bandwidth factors, defined once as nccl-tests
-// defines them (docs/PERFORMANCE.md of nccl-tests): for a collective on n ranks over
-// a buffer of `size` bytes, algbw = size / time and busbw = algbw * factor, where the
-// factor makes busbw comparable with link bandwidth whatever the collective:
-//   all_reduce 2(n-1)/n, all_gather (n-1)/n, reduce_scatter (n-1)/n,
-//   broadcast 1, reduce 1, send_recv 1, all_to_all (n-1)/n.
-// `size` is the largest buffer of the call: the all_gather output, the reduce_scatter
-// input, the all_reduce buffer. Bytes one rank sends = size * factor.
+// Collective operations and their bus-bandwidth factors, as nccl-tests defines them (its
+// docs/PERFORMANCE.md): busbw = size / time * factor, with all_reduce 2(n-1)/n, all_gather,
+// reduce_scatter and all_to_all (n-1)/n, broadcast, reduce and send_recv 1. `size` is the
+// call's largest buffer (all_gather output, reduce_scatter input, all_reduce buffer); the bytes
+// one rank sends are size * factor.
 #pragma once
 
 #include <string_view>

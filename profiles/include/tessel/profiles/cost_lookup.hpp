@@ -1,35 +1,8 @@
-// The one place cost numbers are read: GEMM, memory-bound, host and collective times
-// for one device on one cluster. Planner and simulator both ask this interface and
-// hold no cost constant of their own. The numbers come from a Profile (the database's
-// or a shipped datasheet one) and the cluster spec's fabric figures:
-//  - GEMM time by size: piecewise linear in log(FLOP) -> log(seconds) through the
-//    profile's GEMM samples of that precision (duplicates at one size: their median),
-//    so exact at the samples and monotone between them. Beyond the sampled sizes the
-//    end rate is kept and the lookup is flagged as extrapolated; with no sample for a
-//    precision it falls back to a roofline at the device's peak and is flagged. CPU
-//    devices compute every precision in fp32, so they read the fp32 samples. fp8 has
-//    its own curve (the profiler's fp8 GEMMs, or the datasheet's), asked for by the fp8
-//    GEMMs of fp8 training only (BlockOp::precision).
-//  - Streaming bandwidth: the median rate of the profile's elementwise samples of at
-//    least 1 MiB when there are any, else datasheet bandwidth x memory_efficiency.
-//  - A fabric with link samples (named "<cluster>/intra" or "<cluster>/inter") uses
-//    their alpha-beta fit (link_fit.hpp): per collective where that collective was
-//    measured, else over all its samples; otherwise the cluster spec's figures.
-//
-// Collectives use an alpha-beta model per fabric level. A group that spans nodes is
-// costed hierarchically, as NCCL does on multi-rail clusters: intra-node
-// reduce-scatter, inter-node all-reduce of 1/k of the data on each of the k rails, then
-// intra-node all-gather. Every device of a node is assumed to communicate at once, so
-// each gets 1/gpus_per_node of the node's NIC bandwidth (divided by the fat-tree
-// oversubscription).
-//
-// Ranks sharing cores: a CPU profile states the cores of its machine (device.cores).
-// When a node holds more ranks than cores, the ranks take turns, so every rank gets
-// cores / ranks of a core for everything it does: GEMM, streaming and collective times
-// are multiplied by ranks / cores (the simulator's links by the same factor), and the
-// lookup raises kCoresShared so that every prediction says so. A profile that states
-// no cores prices one device per rank; for a CPU profile of several ranks (one measured
-// before profiles recorded cores) it raises kCoresUnstated, so that is said too.
+// The one place cost numbers are read: GEMM, memory-bound, host and collective times for one
+// device on one cluster, from a Profile and the cluster spec's fabric figures. Planner and
+// simulator both ask it and hold no cost constant of their own. How each time is derived (GEMM
+// curves, streaming rates, hierarchical alpha-beta collectives, ranks sharing cores):
+// docs/CALIBRATION.md, "Profiles", and docs/COST_MODEL.md, "Collectives".
 #pragma once
 
 #include <algorithm>

@@ -1,21 +1,8 @@
-// `tessel profile --backend cuda`: measures one GPU into a profile, entirely through the
-// kernels::Backend interface and its timing marks, so this file holds no CUDA code and
-// builds (and is tested with a fake Backend) on machines without a GPU. Each point is
-// warmed up, then timed as `repetitions` mark pairs around one op on the compute stream;
-// the median and the spread (measure.hpp's summarize) are kept.
-//
-// What is measured, under the keys the CPU profiler and CostLookup already use:
-//   GEMMs        bf16, fp16, fp32, tf32 (and fp8 where the device has it) over square
-//                sizes and a transformer block's shapes (transformer_gemm_shapes),
-//                KernelSample::gemm(precision, m, n, k)
-//   attention    fused causal forward (KernelOp::attention, b h s d, bf16 and fp16)
-//   streaming    triad (add: read 2, write 1), copy, layer norm and softmax over rows
-//                of 1024, KernelSample::streaming(op, elements), fp32 as on the CPU
-//   optimizer    the AdamW step over `elements` fp32 parameters (KernelOp::optimizer)
-// The store has no kernel kind for these, so they are kept in the profile's meta:
-//   attention_backward (delta + backward), gelu_forward, host_to_device and
-//   device_to_host copies through pinned memory, and `not_measured` (what is missing
-//   and why: fp8 without fp8 tensor cores, NCCL collectives, the next issue's work).
+// `tessel profile --backend cuda`: measures one GPU into a profile entirely through the
+// kernels::Backend interface and its timing marks, so it holds no CUDA code and is tested with
+// a fake Backend. Each point is warmed up, then timed as `repetitions` mark pairs around one op;
+// the median and spread are kept. What is measured, under which keys: docs/GPU.md, "The GPU
+// profiler".
 #pragma once
 
 #include <atomic>

@@ -1,30 +1,8 @@
-// Error bars and measured experience: what a calibrated profile says about how far to
-// trust a prediction made with it. Both come from the calibration (tessel calibrate)
-// and travel in the profile's meta "calibration", so that plan time reads no corpus:
-//  - leave_one_source_out_residuals: predicted / measured - 1 of every fitted run, each
-//    predicted by a fit that saw none of its source's runs, weighted so that every source
-//    weighs the same (a user's run comes from a source the fit never saw, as each of these
-//    did). The band is their 10th to 90th weighted percentile (linear between the
-//    weights' midpoints, so reproducible bit for bit), turned into a step-time interval: a
-//    run predicted at t was measured at t / (1 + r), so the interval is
-//    [t / (1 + r_90), t / (1 + r_10)]. That is an 80% interval of where the measurement
-//    lands, as the fit's errors on unseen sources spread; it says nothing beyond the kinds
-//    of runs the fit saw, which is what the second half is for. A calibration on runs of
-//    one source (recorded runs) stores leave_one_out_residuals instead: each run predicted
-//    by a fit without it, unweighted (linear between order statistics).
-//  - measured_experience: per model-size bucket, the best MFU measured on a fitted run of
-//    the device (held-out runs are not used, so that nothing of them feeds a prediction
-//    or its label). A prediction above it, or of a size with no fitted run, is outside
-//    measured experience: nobody is known to have reached it on this device.
-//  - simulated_leave_one_out_residuals (tessel calibrate --simulated): the same list for
-//    the simulator's step times, each row simulated with the fit that did not see its
-//    source (or the row, for runs of one source). It
-//    is the simulator's own band, read apart from the analytic one: a simulated step
-//    takes it when the profile has one, else the analytic band, saying so.
-// A profile that was not calibrated gets no band, with the reason; none is invented from
-// datasheet numbers. The shipped datasheet profiles carry the corpus's measured
-// experience (meta "measured_experience", the same numbers a calibration writes; a test
-// recomputes them from corpus/published), so that their predictions are flagged too.
+// Error bars and measured experience: how far to trust a prediction made with a calibrated
+// profile. Both come from `tessel calibrate` and travel in the profile's meta "calibration", so
+// plan time reads no corpus. The band is an 80% interval from leave-one-source-out residuals;
+// measured experience is the best MFU per model-size bucket on fitted runs (docs/CALIBRATION.md,
+// "Error bars and measured experience"). An uncalibrated profile gets no band, with the reason.
 #pragma once
 
 #include <array>

@@ -1,9 +1,8 @@
-// The profile database: one SQLite file (WAL mode) holding devices, kernel samples,
-// link samples and profile metadata. The schema is versioned (PRAGMA user_version)
-// and migrated forward on open; the file is marked as tessel's (PRAGMA
-// application_id) so a foreign or corrupted file is refused with a clear error and
-// never written to. Every write is one transaction, so concurrent profilers (busy
-// timeout, BEGIN IMMEDIATE) both succeed and lose nothing.
+// The profile database: one SQLite file (WAL mode) of devices, kernel and link samples and
+// profile metadata. The schema is versioned (PRAGMA user_version) and migrated on open; the file
+// is marked as tessel's (PRAGMA application_id) so a foreign or corrupt file is refused and never
+// written. Every write is one transaction (busy timeout, BEGIN IMMEDIATE), so concurrent
+// profilers both succeed and lose nothing.
 #pragma once
 
 #include <memory>

@@ -1,17 +1,8 @@
-// Tensor-parallel communication overlap (parallel.tp_comm_overlap, Megatron's
-// --tp-comm-overlap on Transformer Engine's userbuffers): how much of a sequence-parallel
-// all-gather or reduce-scatter hides under the GEMM it is pipelined with, and how much
-// slower that GEMM runs beside it. One formula, read by the planner (cost_finish.cpp)
-// and the simulator (tp_overlap.cpp there), so the two price overlap alike; its two
-// quantities are calibration parameters of the profile (calibration.hpp), never constants.
-//
-// The collective and the GEMM are split into `chunks` (the tensor-parallel size: one chunk
-// per rank's slice, as the ring exchange moves them); chunk i's transfer runs beside
-// chunk i-1's GEMM, so the first chunk's transfer has nothing to hide under and the other
-// (chunks-1)/chunks of the transfer hide under as much GEMM:
-//   hidden  = tp_overlap_efficiency * min(comm, gemm) * (chunks - 1) / chunks
-//   exposed = comm - hidden
-//   slowed  = tp_overlap_gemm_slowdown * gemm      (SMs the transfer takes from the GEMM)
+// Tensor-parallel communication overlap (Megatron's --tp-comm-overlap): how much of a
+// sequence-parallel gather or scatter hides under its pipelined GEMM, and how much slower that
+// GEMM runs. One formula for planner and simulator; its two quantities are calibration
+// parameters. With `chunks` = tp, the first chunk's transfer has nothing to hide under:
+// hidden = efficiency * min(comm, gemm) * (chunks - 1) / chunks; slowed = slowdown * gemm.
 #pragma once
 
 #include <algorithm>

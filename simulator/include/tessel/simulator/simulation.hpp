@@ -1,23 +1,8 @@
-// The SimGrid cluster simulator: replays a plan's Program on a model of the cluster,
-// op by op, so that contention between flows, overlap between streams and pipeline
-// bubbles show up as they would on the machines.
-//
-// Platform (built in code with S4U from the ClusterSpec; every bandwidth and latency
-// from the profiles' CostLookup): one host per device; inside a node a star of
-// split-duplex per-device links (NVSwitch or shared memory); each node reaches the
-// others through one split-duplex uplink carrying the node's NIC bandwidth divided by
-// the fat-tree oversubscription. The contention-free variant gives every link the
-// FATPIPE policy, so flows never slow each other.
-//
-// Replay: each rank runs its stage program with one actor per stream; an op starts
-// when its stream reaches it and its dependencies are done. Compute ops take the
-// lookup's time (the first of each layer pass also the calibrated per-layer overhead, as
-// the planner counts it). A collective waits for every member of its group, then runs as flows:
-// ring collectives as concurrent neighbour flows carrying the ring's traffic (per
-// level for groups that span nodes: intra-node reduce-scatter, inter-node all-reduce
-// on each rail, intra-node all-gather), broadcasts as a pipelined chain; the latency
-// steps of the algorithm are added. Pipeline sends meet their receives and run as one
-// flow. SimGrid runs one engine per process: one simulation per process.
+// The SimGrid cluster simulator: replays a plan's Program on a model of the cluster, op by op,
+// so contention between flows, overlap between streams and pipeline bubbles show up as they
+// would on the machines. The platform (from the ClusterSpec, every figure from CostLookup) and
+// the replay of ops and collectives as flows are described in docs/SIMULATOR.md. SimGrid runs
+// one engine per process: one simulation per process.
 #pragma once
 
 #include <array>

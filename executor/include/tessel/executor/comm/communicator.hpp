@@ -1,15 +1,8 @@
-// How ranks talk: one interface with an MPI implementation (CPU ranks, and GPU ranks that
-// share a device, through host staging) and an NCCL one (a rank per GPU). Every call
-// counts the bytes and messages this rank sends, defined as the planner counts them
-// (nccl-tests size x bus factor; latency steps of a ring), so tests can hold the
-// executor's traffic against the planner's prediction. Counts are elements of the given
-// type; pointers are the backend's memory the communicator was made for.
-//
-// Ordering, the same on every implementation: a call reads its inputs after the work
-// already submitted to the backend's compute stream, and compute-stream work submitted
-// after a blocking call, or after an asynchronous request's wait(), sees its result. On
-// a GPU the collective itself runs on the communicator's stream (the Program's tp_comm,
-// dp_comm or pp_comm), so asynchronous ones overlap compute; MPI calls block the host.
+// How ranks talk: one interface, MPI (CPU ranks, and GPU ranks sharing a device via host
+// staging) and NCCL (a rank per GPU). Every call counts bytes and messages as the planner does
+// (nccl-tests size x bus factor), so tests hold traffic to predictions. A call reads its inputs
+// after the compute stream's earlier work, and compute work after a blocking call or a wait()
+// sees its result; on a GPU collectives run on the Program's comm streams and overlap compute.
 #pragma once
 
 #include <cstddef>

@@ -1,9 +1,7 @@
-// A communicator for ranks whose tensors live in device memory but that cannot use
-// NCCL: several ranks on one GPU (NCCL refuses two ranks per device), or a GPU build on
-// a machine where NCCL is unavailable. Each call copies its input to host memory (after
-// the compute stream's earlier work), runs the host communicator (MPI) on it and copies
-// the result back in compute-stream order. With the CPU backend the copies are memcpys,
-// so the whole path runs, and is tested, on CPU ranks.
+// A communicator for ranks whose tensors live in device memory but cannot use NCCL (several
+// ranks on one GPU, which NCCL refuses, or no NCCL): each call copies its input to the host
+// after the compute stream's earlier work, runs MPI on it and copies the result back in stream
+// order. With the CPU backend the copies are memcpys, so the whole path is tested on CPU ranks.
 #pragma once
 
 #include <vector>

@@ -1,18 +1,8 @@
-// The NCCL communicator: GPU ranks with a device each. Every collective is enqueued on
-// the CUDA stream of the communicator's Program stream (tp_comm, dp_comm, pp_comm) after
-// the compute stream's earlier work, and the compute stream waits for it where the
-// interface says results are visible (after a blocking call, or a request's wait()), so
-// the host never blocks on the GPU and asynchronous collectives overlap compute.
-//
-// One NCCL communicator per process-grid group: split() splits the host (MPI)
-// communicator that travels with it, and the new group's first rank makes an
-// ncclUniqueId and broadcasts it over that MPI group. NCCL matches sends and receives
-// by order per peer, not by tag; sends are held back and issued in one NCCL group with
-// the next receive on the same communicator (or at their wait()), so two pipeline
-// neighbours that send to each other before receiving cannot deadlock on one stream.
-//
-// This header has no NCCL types: it builds everywhere, and make_nccl_communicator says
-// when this build has no NCCL (nccl_built() == false).
+// The NCCL communicator: GPU ranks with a device each. Collectives run on the Program's comm
+// stream after the compute stream's earlier work, so the host never blocks and asynchronous
+// ones overlap compute. split() splits the MPI communicator too and broadcasts an ncclUniqueId
+// over it. NCCL matches sends by order, not tag, so sends wait to be grouped with the next
+// receive: two neighbours that send before receiving cannot deadlock. No NCCL types here.
 #pragma once
 
 #include <memory>

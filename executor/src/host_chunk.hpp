@@ -1,10 +1,7 @@
-// The chunk manager's state, private to the trainer's offload files (chunk_manager.cpp,
-// offload_step.cpp). The device side of every model state stays the trainer's bucket
-// Buffers (bound to the budgeted pool, so their bytes count against the budget); the
-// host side is one array per chunk in the chunk plan's layout (its tensors at their
-// offsets), which is where host-resident weights, the fp32 master weights and the moments
-// of host-optimized chunks live. A chunk's tensors map onto bucket ranges (pieces), so a
-// copy is one backend upload / download per tensor (or per owned part of one).
+// The chunk manager's host side (chunk_manager.hpp): one array per chunk in the chunk
+// plan's layout (its tensors at their offsets), where host-resident weights, the fp32
+// master weights and the moments of host-optimized chunks live. A chunk's tensors map
+// onto bucket ranges (pieces), so a copy is one backend upload / download per tensor.
 #pragma once
 
 #include <algorithm>
@@ -12,10 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "tessel/core/chunk_plan.hpp"
-#include "tessel/executor/device_pool.hpp"
 #include "tessel/executor/memory_ledger.hpp"
-#include "tessel/executor/memory_tracer.hpp"
 
 namespace tessel::executor {
 
@@ -75,30 +69,6 @@ struct HostChunk {
   HostArray grads, moment1, moment2;  // host-optimized: owned parts only are used
   int fetched = 0;  // passes holding its weights on the device now
   std::int64_t fetched_for = -1;  // the pass (step, micro-batch, phase) of its last fetch
-};
-
-struct OffloadState {
-  ChunkPlan plan;
-  std::unique_ptr<DevicePool> pool;
-  MemoryTracer tracer;
-  std::vector<HostChunk> chunks;
-  std::vector<int> layer_segment;  // by layer; -1 where another stage holds it
-  int embedding_segment = -1, head_segment = -1;
-  // Per bucket: whether every tensor is in a host-resident chunk (its weights leave the
-  // device between uses), whether any is optimized on the host, and how many fetched
-  // chunks hold its weights on the device now.
-  std::vector<bool> evictable, host_optimized, device_optimized;
-  std::vector<int> held;
-  bool in_step = false;
-  int prefetches = 0, last_prefetches = 0;  // this step's fetches issued a segment ahead
-  // The pool's most (model + non-model) over the warm-up steps, where nothing is
-  // prefetched: a later step without prefetches repeats it, so a prefetch fits while its
-  // buffers, and those of the others issued for the same segment, fit on top of it.
-  std::size_t warm_up_peak_bytes = 0;
-  std::size_t prefetched_bytes = 0;  // issued ahead for the next segment, not yet its own
-  int warm_up_steps_left = 2;
-  double host_to_device_bytes = 0, device_to_host_bytes = 0;  // this step's, so far
-  double last_host_to_device_bytes = 0, last_device_to_host_bytes = 0;
 };
 
 }  // namespace tessel::executor
