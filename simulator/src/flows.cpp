@@ -30,8 +30,9 @@ void FlowNetwork::run_flows(const std::vector<std::pair<int, int>>& pairs, doubl
   std::vector<sg4::CommPtr> comms;
   comms.reserve(pairs.size());
   const auto bytes = std::uint64_t(std::llround(bytes_each));
-  for (auto [from, to] : pairs) {
+  for (auto [from, peer] : pairs) {
     if (!simulated_[std::size_t(from)]) continue;  // a folded replica's flow: represented
+    const int to = receiver_[std::size_t(peer)];
     comms.push_back(sg4::Comm::sendto_async(platform_.hosts[std::size_t(from)], platform_.hosts[std::size_t(to)], bytes));
     load_.device_up[std::size_t(from)] += bytes_each;
     load_.device_down[std::size_t(to)] += bytes_each;

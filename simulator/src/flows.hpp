@@ -25,8 +25,14 @@ class FlowNetwork {
     load_.node_down.assign(std::size_t(platform.nodes), 0);
   }
 
-  // Which ranks run (the others are folded into them).
-  void set_simulated(std::vector<bool> simulated) { simulated_ = std::move(simulated); }
+  // Which ranks run (the others are folded into them), and whose device receives a flow
+  // sent to each rank: itself, or for a tensor-folded rank its simulated counterpart (a
+  // ring step to a tensor neighbour lands on the sender's own down link, which by symmetry
+  // carries what the neighbour's would).
+  void set_simulated(std::vector<bool> simulated, std::vector<int> receiver) {
+    simulated_ = std::move(simulated);
+    receiver_ = std::move(receiver);
+  }
   bool simulated(int rank) const { return simulated_[std::size_t(rank)]; }
 
   // `work` (count calls of its collective) over `group`, its members in ring order.
@@ -59,6 +65,7 @@ class FlowNetwork {
   bool aggregate_;
   double call_overhead_s_;
   std::vector<bool> simulated_;
+  std::vector<int> receiver_;
   std::unordered_map<std::uint64_t, Levels> levels_;
   LinkLoad load_;
   std::size_t flows_ = 0;

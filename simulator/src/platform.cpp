@@ -31,7 +31,7 @@ std::vector<unsigned long> torus_sides(int nodes, int dimensions) {
 // the calibrated bus efficiencies (profiles/calibration.hpp), as the planner's
 // collective times divide by them: the two models must price one profile alike.
 ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profiles::CostLookup& costs, int world,
-                                       int gpn, bool contention_free) {
+                                       int gpn, bool contention_free, int devices_per_simulated) {
   ClusterPlatform out;
   out.nodes = std::max(1, (world + gpn - 1) / gpn);
   out.intra_alpha_s = costs.intra_latency_s();
@@ -40,8 +40,8 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
   out.device_bandwidth = costs.intra_bandwidth_bytes_per_s() * calibration.intra_bus_efficiency;
   // The node's uplink carries every device's share; without contention no flow may use
   // more than one device's share.
-  out.node_bandwidth =
-      costs.inter_bandwidth_per_device_bytes_per_s() * calibration.inter_bus_efficiency * (contention_free ? 1 : gpn);
+  out.node_bandwidth = costs.inter_bandwidth_per_device_bytes_per_s() * calibration.inter_bus_efficiency *
+                       (contention_free ? 1.0 : double(gpn) / double(std::max(devices_per_simulated, 1)));
   auto policy = [&](sg4::SplitDuplexLink* link) {
     if (contention_free) {
       link->get_link_up()->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);

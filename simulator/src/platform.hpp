@@ -32,9 +32,11 @@ struct ClusterPlatform {
 std::vector<unsigned long> torus_sides(int nodes, int dimensions);
 
 // Builds the S4U platform for `world` ranks, `gpus_per_node` a node. Must be called once,
-// in an engine's process, before the engine runs.
+// in an engine's process, before the engine runs. `devices_per_simulated`: each simulated
+// device stands for that many identical ones (tensor folding), so a fat-tree node's uplink,
+// which they share, carries 1/that of its traffic at 1/that of its bandwidth.
 ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profiles::CostLookup& costs, int world,
-                                       int gpus_per_node, bool contention_free);
+                                       int gpus_per_node, bool contention_free, int devices_per_simulated = 1);
 
 // The ten busiest directed links of `load` over a step of `step_s`, busiest first.
 std::vector<LinkUse> busiest_links(const LinkLoad& load, double device_bandwidth, double node_bandwidth, double step_s);

@@ -55,6 +55,7 @@ class Replay {
   SimulationResult run() {
     const auto wall_start = std::chrono::steady_clock::now();
     auto engine = make_engine();
+    tensor_fold_ = tensor_fold();
     build_platform(*engine);
     network_.emplace(platform_, plan_.gpus_per_node(), options_.aggregate,
                      costs_.calibration().collective_call_overhead_s);
@@ -104,7 +105,7 @@ class Replay {
       platform_.node_bandwidth = costs_.inter_bandwidth_per_device_bytes_per_s() * plan_.gpus_per_node();
     } else {
       platform_ = build_cluster_platform(plan_.cluster, costs_, program_.world_size(), plan_.gpus_per_node(),
-                                         options_.contention_free);
+                                         options_.contention_free, tensor_fold_);
     }
   }
 
@@ -330,12 +331,40 @@ class Replay {
     }
     simulated_.assign(std::size_t(world), false);
     representative_.assign(std::size_t(world), 0);
+    std::vector<int> receiver(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) {
-      const int replica = program_.layout().coordinate(r, Axis::dp);
-      simulated_[std::size_t(r)] = replica < kept;
-      representative_[std::size_t(r)] = program_.layout().with(r, Axis::dp, replica % kept);
+      const RankLayout& layout = program_.layout();
+      const int replica = layout.coordinate(r, Axis::dp);
+      const bool tensor_first = tensor_fold_ == 1 || layout.coordinate(r, Axis::tp_col) == 0;
+      receiver[std::size_t(r)] = tensor_fold_ == 1 ? r : layout.with(r, Axis::tp_col, 0);
+      simulated_[std::size_t(r)] = replica < kept && tensor_first;
+      representative_[std::size_t(r)] = layout.with(receiver[std::size_t(r)], Axis::dp, replica % kept);
     }
-    network_->set_simulated(simulated_);
+    network_->set_simulated(simulated_, std::move(receiver));
+  }
+
+  // How many ranks one simulated rank stands for along the tensor axis: a 1D tensor group
+  // inside one node of a fat-tree runs one program on identical device links, and every
+  // group it meets outside (pipeline, data, sequence) pairs ranks of the same tensor index,
+  // so rotating that index maps the whole run onto itself. Its first rank stands for it;
+  // the node's uplink, shared by all, gets 1/tp of its bandwidth (platform.cpp). Offload
+  // copies (one host-memory link per node) and PCIe switches (shared by device pairs) break
+  // the rotation, as do expert all-to-alls. ZeRO-2/3's per-micro-batch collectives keep it
+  // in theory, but SimGrid's own run of every tensor rank drifts apart between them there
+  // and the folded step strays past 0.1 % (docs/SIMULATOR.md): those plans keep every rank.
+  int tensor_fold() const {
+    const ParallelConfig& p = plan_.parallel;
+    const bool fat_tree = !plan_.cluster.inter_node || plan_.cluster.inter_node->topology == Topology::fat_tree;
+    if (!options_.fold || !options_.fold_tensor || !options_.platform_file.empty() || !fat_tree || p.ep != 1 || p.zero >= 2 ||
+        p.tp < 2 || p.tp_mode != TpMode::d1 || plan_.gpus_per_node() % p.tp != 0 ||
+        plan_.cluster.intra_node.kind == "pcie") {
+      return 1;
+    }
+    for (int s = 0; s < program_.stages(); ++s) {
+      const auto& ops = program_.stage(s).ops;
+      if (std::any_of(ops.begin(), ops.end(), [](const ProgramOp& op) { return op.work.kind == OpKind::copy; })) return 1;
+    }
+    return p.tp;
   }
 
   // One actor per simulated rank, or per stream of it when streams overlap.
@@ -392,6 +421,7 @@ class Replay {
   std::vector<sg4::ActorPtr> actors_;
   std::vector<bool> simulated_;
   std::vector<int> representative_;
+  int tensor_fold_ = 1;  // ranks each simulated rank stands for along the tensor axis
   std::unordered_map<std::uint64_t, Meeting> meetings_, transfers_;
   std::map<std::string, Meeting> named_meetings_;
   std::size_t ops_total_ = 0, ops_done_ = 0;  // for on_progress

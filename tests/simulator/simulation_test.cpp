@@ -209,54 +209,6 @@ TEST(Trace, IsValidChromeJsonWithoutOverlapsPerStream) {
   }
 }
 
-namespace {
-// Simulates `plan` in a child process (SimGrid: one engine per process) and returns
-// its step time through a pipe.
-double step_time_in_child(const Plan& plan, bool fold_and_aggregate) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  const pid_t child = fork();
-  if (child == 0) {
-    close(fds[0]);
-    simulator::SimulationOptions options;
-    options.fold = fold_and_aggregate;
-    options.aggregate = fold_and_aggregate;
-    double step = -1;
-    try {
-      step = simulator::simulate(Program::lower(plan), profiles::shipped_profile(plan.cluster.device), options).step_time_s;
-    } catch (...) {
-    }
-    (void)!write(fds[1], &step, sizeof(step));
-    _exit(0);
-  }
-  close(fds[1]);
-  double step = -1;
-  (void)!read(fds[0], &step, sizeof(step));
-  close(fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return step;
-}
-
-// Folded and aggregated step time over the unfolded, unaggregated one (or -1).
-double folding_ratio(const Plan& plan) {
-  const double folded = step_time_in_child(plan, true);
-  const double full = step_time_in_child(plan, false);
-  return folded > 0 && full > 0 ? folded / full : -1;
-}
-}  // namespace
-
-// Folded replicas and aggregated ring steps against every rank and every step simulated.
-TEST(Folding, SixtyFourGpusMatchTheUnfoldedUnaggregatedRun) {
-  EXPECT_NEAR(folding_ratio(Plan::from_json(Json::parse(R"({"model": "gpt2-774m", "cluster": "dgx-h100", "nodes": 8,
-      "train": {"global_batch": 256}, "parallel": {"dp": 16, "pp": 2, "tp": 2, "micro_batch": 2, "zero": 1}})"), "")), 1.0, 0.01);
-}
-
-TEST(Folding, TwoHundredFiftySixGpusMatchTheUnfoldedUnaggregatedRun) {
-  EXPECT_NEAR(folding_ratio(Plan::from_json(Json::parse(R"({"model": "gpt3-6.7b", "cluster": "dgx-a100", "nodes": 32,
-      "train": {"global_batch": 64}, "parallel": {"dp": 8, "pp": 4, "tp": 8, "micro_batch": 1, "zero": 1}})"), "")), 1.0, 0.01);
-}
-
 TEST(Topology, TorusLinksCarryTheNodesInjectionSpreadOverTheirDimensions) {
   ClusterSpec cluster = resolve_cluster("dgx-a100");
   cluster.inter_node->topology = Topology::torus;

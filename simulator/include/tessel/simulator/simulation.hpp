@@ -25,6 +25,10 @@ struct SimulationOptions {
   // each stage; the others run the same program on symmetric links, so their flows are
   // represented by the simulated ones (see fold_replicas in simulation.cpp).
   bool fold = true;
+  // With `fold`, also fold the ranks of a 1D tensor-parallel group that sits inside one
+  // fat-tree node into its first rank: they run the same program over identical links, so
+  // one stands for the group (see tensor_fold in simulation.cpp). Off: the pre-folding run.
+  bool fold_tensor = true;
   // Run a ring collective's steps as one flow per neighbour pair carrying all its bytes
   // (exact on uniform links: every step moves the same share over the same pairs).
   // Off: every latency step is its own round of flows.

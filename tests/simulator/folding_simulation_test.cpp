@@ -1,0 +1,117 @@
+// Folding against the full run: data-parallel replicas and tensor-parallel ranks folded into
+// the ones that stand for them must give the step of every rank simulated. Each simulation
+// runs in a child process (SimGrid: one engine per process).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tessel/profiles/profile.hpp"
+#include "tessel/simulator/simulation.hpp"
+
+using namespace tessel;
+
+namespace {
+struct Outcome {
+  double step_s = -1;
+  int simulated_ranks = 0;
+};
+
+Outcome simulate_in_child(const Plan& plan, const simulator::SimulationOptions& options) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    Outcome outcome;
+    try {
+      const auto result = simulator::simulate(Program::lower(plan), profiles::shipped_profile(plan.cluster.device), options);
+      outcome = {result.step_time_s, result.simulated_ranks};
+    } catch (...) {
+    }
+    (void)!write(fds[1], &outcome, sizeof(outcome));
+    _exit(0);
+  }
+  close(fds[1]);
+  Outcome outcome;
+  (void)!read(fds[0], &outcome, sizeof(outcome));
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return outcome;
+}
+
+Plan plan_of(const char* json) { return Plan::from_json(Json::parse(json), ""); }
+
+// Folded and aggregated step time over the unfolded, unaggregated one (or -1).
+double folding_ratio(const Plan& plan) {
+  simulator::SimulationOptions full;
+  full.fold = full.aggregate = false;
+  const double folded = simulate_in_child(plan, {}).step_s;
+  const double unfolded = simulate_in_child(plan, full).step_s;
+  return folded > 0 && unfolded > 0 ? folded / unfolded : -1;
+}
+
+// Tensor folding on against off, all else alike: the steps agree to 0.1 % and the folded
+// run simulates `fold` times fewer ranks.
+void expect_tensor_folding_exact(const Plan& plan, int fold, simulator::SimulationOptions options = {}) {
+  options.fold_tensor = true;
+  const Outcome folded = simulate_in_child(plan, options);
+  options.fold_tensor = false;
+  const Outcome unfolded = simulate_in_child(plan, options);
+  ASSERT_GT(folded.step_s, 0);
+  ASSERT_GT(unfolded.step_s, 0);
+  EXPECT_NEAR(folded.step_s / unfolded.step_s, 1.0, 1e-3);
+  EXPECT_EQ(folded.simulated_ranks * fold, unfolded.simulated_ranks);
+}
+}  // namespace
+
+// Folded replicas and aggregated ring steps against every rank and every step simulated.
+TEST(Folding, SixtyFourGpusMatchTheUnfoldedUnaggregatedRun) {
+  EXPECT_NEAR(folding_ratio(plan_of(R"({"model": "gpt2-774m", "cluster": "dgx-h100", "nodes": 8,
+      "train": {"global_batch": 256}, "parallel": {"dp": 16, "pp": 2, "tp": 2, "micro_batch": 2, "zero": 1}})")), 1.0, 0.01);
+}
+
+TEST(Folding, TwoHundredFiftySixGpusMatchTheUnfoldedUnaggregatedRun) {
+  EXPECT_NEAR(folding_ratio(plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-a100", "nodes": 32,
+      "train": {"global_batch": 64}, "parallel": {"dp": 8, "pp": 4, "tp": 8, "micro_batch": 1, "zero": 1}})")), 1.0, 0.01);
+}
+
+// Four two-rank tensor groups share a node's uplink with their data-parallel rings.
+TEST(Folding, TensorPairsSharingANodeMatchEveryTensorRank) {
+  expect_tensor_folding_exact(plan_of(R"({"model": "gpt2-774m", "cluster": "dgx-h100", "nodes": 8,
+      "train": {"global_batch": 256}, "parallel": {"dp": 16, "pp": 2, "tp": 2, "micro_batch": 2, "zero": 1}})"), 2);
+}
+
+// A node-wide group with Megatron's sequence parallelism, ZeRO-1 and pipeline sends
+// between nodes, as in the 1024-GPU speed target.
+TEST(Folding, NodeWideTensorGroupsMatchEveryTensorRank) {
+  expect_tensor_folding_exact(plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-a100", "nodes": 8,
+      "train": {"global_batch": 64}, "parallel": {"dp": 2, "pp": 4, "tp": 8, "tp_sequence_parallel": true,
+      "zero": 1, "recompute": "selective", "micro_batch": 1}})"), 8);
+}
+
+// Ring self-attention across nodes (tp4 x sp4 spans two nodes), interleaved, without
+// overlap and without contention.
+TEST(Folding, TensorRanksBesideASequenceRingMatchEveryTensorRank) {
+  const Plan plan = plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-h100", "nodes": 8,
+      "train": {"global_batch": 32}, "parallel": {"dp": 2, "pp": 2, "tp": 4, "tp_sequence_parallel": true, "sp": 4,
+      "zero": 1, "micro_batch": 1, "schedule": "interleaved", "virtual_stages": 2}})");
+  expect_tensor_folding_exact(plan, 4);
+  simulator::SimulationOptions sequential;
+  sequential.overlap = false;
+  expect_tensor_folding_exact(plan, 4, sequential);
+  simulator::SimulationOptions free;
+  free.contention_free = true;
+  expect_tensor_folding_exact(plan, 4, free);
+}
+
+// Plans that keep every tensor rank: offload copies share one host-memory link per node,
+// and ZeRO-2's per-micro-batch reduce-scatters are not folded (simulation.cpp).
+TEST(Folding, OffloadAndZeroTwoKeepEveryTensorRank) {
+  expect_tensor_folding_exact(plan_of(R"({"model": "gpt2-774m", "cluster": "dgx-h100", "nodes": 1,
+      "train": {"global_batch": 16}, "parallel": {"dp": 2, "pp": 1, "tp": 4, "zero": 1, "offload": "optimizer",
+      "micro_batch": 1}})"), 1);
+  expect_tensor_folding_exact(plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-h100", "nodes": 4,
+      "train": {"global_batch": 32}, "parallel": {"dp": 1, "pp": 2, "tp": 4, "sp": 4, "zero": 2, "micro_batch": 1}})"), 1);
+}
