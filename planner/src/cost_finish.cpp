@@ -36,6 +36,11 @@ const std::vector<ChunkTotals>& class_chunk_totals(const CostModel::StageSteps& 
     std::vector<ChunkTotals> totals;
   };
   thread_local std::array<Slot, 256> recent;
+  if (!steps.chunk_planned) {
+    thread_local std::vector<ChunkTotals> none;
+    if (none.size() < steps.classes.size()) none.resize(steps.classes.size());
+    return none;
+  }
   Slot& slot = recent[mixed_hash(std::size_t(reinterpret_cast<std::uintptr_t>(&steps)) ^ std::size_t(p.micro_batch)) %
                       recent.size()];
   if (slot.cache == cache_id && slot.steps == &steps && slot.micro_batch == p.micro_batch) return slot.totals;

@@ -226,6 +226,7 @@ const CostModel::StageSteps* CostModel::stage_steps(const ParallelConfig& p) con
     stage.copy_bytes = update.gradients_down_bytes + update.parameters_up_bytes;
     stage.copy_s = costs_.host_device_time_s(stage.copy_bytes);
     if (summary.chunk_planned) stage.chunk_shape = chunk_shape_of(p, s, false);
+    steps->chunk_planned = steps->chunk_planned || summary.chunk_planned;
   }
   std::lock_guard lock(cache.mutex);
   return cache.steps.emplace(key, std::move(steps)).first->second.get();
