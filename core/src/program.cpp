@@ -222,7 +222,7 @@ class Lowering {
     }
     if (p_.zero == 3 && gradient_group_ > 1) {
       b.before_next(ops::block_op_id(mb, l, phase, ops::zero_all_gather),
-                    transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * states_.parameter,
+                    transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * gathered_bytes(l),
                              Collective::all_gather));
       // fp8: gathered weights are cast after each gather, not cached for the step.
       if (const double elements = table_.fp8_weight_elements_of(model_, l); elements > 0) {
@@ -230,13 +230,13 @@ class Lowering {
         cast.name = ops::fp8_weight_cast;
         cast.kind = OpKind::memory;
         cast.library_kernel = true;
-        cast.bytes = elements * fp8::kWeightCastBytesPerStep;
+        cast.bytes = elements * fp8::weight_cast_bytes(train_.fp8_param_gather);
         b.chain(ops::block_op_id(mb, l, phase, ops::fp8_weight_cast), cast);
       }
     }
     if (moe && p_.zero == 3 && expert_group_ > 1) {
       b.before_next(ops::expert_op_id(mb, l, phase, ops::zero_all_gather),
-                    transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * states_.parameter,
+                    transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * gathered_bytes(l),
                              Collective::all_gather));
     }
   }
@@ -419,12 +419,12 @@ class Lowering {
       for (int l : stage_layers) {
         if (gradient_group_ > 1) {
           gathers.push_back(b.after_last(ops::bucket_gather_id(ops::layer_bucket_name(l)),
-                       transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * states_.parameter,
+                       transfer(OpKind::collective, CommGroup::dp, table_.layer_parameters_of(model_, l) * gathered_bytes(l),
                                 Collective::all_gather)));
         }
         if (model_.moe.is_moe_layer(l) && expert_group_ > 1) {
           b.after_last(ops::bucket_gather_id(ops::expert_bucket_name(l)),
-                       transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * states_.parameter,
+                       transfer(OpKind::collective, CommGroup::expert_dp, table_.expert_parameters * gathered_bytes(l),
                                 Collective::all_gather));
         }
       }
@@ -538,10 +538,14 @@ class Lowering {
     cast.name = ops::fp8_weight_cast;
     cast.kind = OpKind::memory;
     cast.library_kernel = true;
-    cast.bytes = elements * fp8::kWeightCastBytesPerStep;
+    cast.bytes = elements * fp8::weight_cast_bytes(train_.fp8_param_gather);
     b.set_last(b.with_deps(ops::step_op_id(ops::fp8_weight_cast), cast, {std::uint32_t(b.last())}));
   }
 
+  // Bytes per parameter a gather of layer l's weights moves (fp8 parameters: less).
+  double gathered_bytes(int l) const {
+    return fp8::gathered_parameter_bytes(states_.parameter, table_.fp8_share_of(model_, l), train_.fp8_param_gather);
+  }
   const ParallelConfig& p_;
   const ModelSpec& model_;
   const TrainSpec& train_;

@@ -102,6 +102,14 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   memory.gradients_bytes = params * grad_bytes_ / gradient_shard + experts * grad_bytes_ / (p.zero >= 2 ? expert_group : 1);
   memory.optimizer_bytes =
       params * optimizer_bytes_ / optimizer_shard + experts * optimizer_bytes_ / (p.zero >= 1 ? expert_group : 1);
+  // fp8 parameters: the fp8 GEMM weights are held in fp8 rather than in param_bytes_.
+  if (train_.fp8_param_gather) {
+    const double dense_fp8 = (c.layers_on_stage - c.moe_layers_on_stage) * c.layer_parameters * c.fp8_dense_share +
+                             c.moe_layers_on_stage * c.moe_layer_parameters * c.fp8_moe_share;
+    const double expert_fp8 = experts * c.fp8_moe_share;
+    memory.parameters_bytes -= (param_bytes_ - fp8::kParameterBytes) *
+                               (dense_fp8 / parameter_shard + expert_fp8 / (p.zero >= 3 ? expert_group : 1));
+  }
   memory.host_bytes = 0;
   const bool chunk_plan = offload != nullptr;
   if (chunk_plan) {
@@ -126,7 +134,8 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   // and their scaling state (fp8_model.hpp); under ZeRO-3 only the gathered layers' copies.
   const double fp8_copies = fp8_weights_gathered(p) ? 2.0 * c.fp8_weight_elements / c.layers_on_stage
                                                     : c.fp8_weight_elements;
-  memory.parameters_bytes += fp8_copies * fp8::kWeightCopyBytes + c.fp8_linears * fp8::kScalingStateBytesPerLinear;
+  memory.parameters_bytes += fp8_copies * fp8::weight_copy_bytes(train_.fp8_param_gather) +
+                             c.fp8_linears * fp8::kScalingStateBytesPerLinear;
   // ---- activations: in-flight micro-batches per schedule ----
   const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
   double in_flight = 1;
@@ -194,39 +203,46 @@ void CostModel::add_data_parallel(const ParallelConfig& p, const LayoutCost& c, 
   const double expert_group_ranks = expert_group_of(p);
   // Expert-data-parallel ranks: every ep-th dp coordinate (with sp, the ranks of each).
   const GroupPlacement expert_group{int(expert_group_ranks), std::max(1, c.expert_group_ranks_per_node)};
-  auto layer_calls = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket,
+  // Gradients move grad_bytes_ per parameter, weights param_bytes_ (less with fp8 parameters).
+  constexpr bool kWeights = true, kGradients = false;
+  auto bytes_of = [&](bool weights, double fp8_share) {
+    return weights ? fp8::gathered_parameter_bytes(param_bytes_, fp8_share, train_.fp8_param_gather) : grad_bytes_;
+  };
+  auto layer_calls = [&](CommTally& tally, Collective op, bool weights, double count_per_bucket,
                          double dense_buckets) {
-    tally.add(op, gradient_group, c.layer_parameters * bytes_per_param, dense_buckets * count_per_bucket);
+    tally.add(op, gradient_group, c.layer_parameters * bytes_of(weights, c.fp8_dense_share),
+              dense_buckets * count_per_bucket);
     if (moe_buckets > 0) {
-      tally.add(op, gradient_group, c.moe_layer_parameters * bytes_per_param, moe_buckets * count_per_bucket);
+      const double moe_bytes = bytes_of(weights, c.fp8_moe_share);
+      tally.add(op, gradient_group, c.moe_layer_parameters * moe_bytes, moe_buckets * count_per_bucket);
       if (expert_group_ranks > 1) {
-        tally.add(op, expert_group, c.expert_parameters * bytes_per_param, moe_buckets * count_per_bucket);
+        tally.add(op, expert_group, c.expert_parameters * moe_bytes, moe_buckets * count_per_bucket);
       }
     }
   };
-  auto buckets = [&](CommTally& tally, Collective op, double bytes_per_param, double count_per_bucket) {
-    layer_calls(tally, op, bytes_per_param, count_per_bucket, layer_buckets);
-    if (rest_params > 0) tally.add(op, gradient_group, rest_params * bytes_per_param, count_per_bucket);
+  auto buckets = [&](CommTally& tally, Collective op, bool weights, double count_per_bucket) {
+    layer_calls(tally, op, weights, count_per_bucket, layer_buckets);
+    if (rest_params > 0) tally.add(op, gradient_group, rest_params * bytes_of(weights, 0), count_per_bucket);
   };
   if (group > 1) {
     if (p.zero == 0) {
-      buckets(sync, Collective::all_reduce, grad_bytes_, 1);
+      buckets(sync, Collective::all_reduce, kGradients, 1);
     } else if (p.zero == 1) {
-      buckets(sync, Collective::reduce_scatter, grad_bytes_, 1);
-      buckets(sync, Collective::all_gather, param_bytes_, 1);
+      buckets(sync, Collective::reduce_scatter, kGradients, 1);
+      buckets(sync, Collective::all_gather, kWeights, 1);
     } else if (p.zero == 2) {
       // ZeRO-2 reduce-scatters each layer's gradients every micro-batch, as the backward
       // produces them (DeepSpeed's, FSDP's SHARD_GRAD_OP), so a rank keeps only its
       // shard; the rest of the stage is synced once, and the updated weights gathered.
-      layer_calls(micro_batch_comm, Collective::reduce_scatter, grad_bytes_, 1, paced_layer_buckets);
+      layer_calls(micro_batch_comm, Collective::reduce_scatter, kGradients, 1, paced_layer_buckets);
       if (rest_params > 0) sync.add(Collective::reduce_scatter, gradient_group, rest_params * grad_bytes_);
-      buckets(sync, Collective::all_gather, param_bytes_, 1);
+      buckets(sync, Collective::all_gather, kWeights, 1);
     } else {
       // ZeRO-3 gathers each layer's weights for its forward and its backward and
       // reduce-scatters its gradients, every micro-batch, overlapped with that
       // micro-batch's compute; the rest of the stage is synced once, as in ZeRO-2.
-      layer_calls(micro_batch_comm, Collective::all_gather, param_bytes_, 2, paced_layer_buckets);
-      layer_calls(micro_batch_comm, Collective::reduce_scatter, grad_bytes_, 1, paced_layer_buckets);
+      layer_calls(micro_batch_comm, Collective::all_gather, kWeights, 2, paced_layer_buckets);
+      layer_calls(micro_batch_comm, Collective::reduce_scatter, kGradients, 1, paced_layer_buckets);
       if (rest_params > 0) {
         sync.add(Collective::reduce_scatter, gradient_group, rest_params * grad_bytes_);
         sync.add(Collective::all_gather, gradient_group, rest_params * param_bytes_);
@@ -303,7 +319,8 @@ void CostModel::add_optimizer_and_offload(const ParallelConfig& p, const LayoutC
   out.time_s[K(TimeKind::optimizer)] =
       costs_.memory_time_s((1 - host_fraction) * optimizer_params * optimizer_traffic_bytes_) +
       costs_.host_memory_time_s(host_fraction * optimizer_params * optimizer_traffic_bytes_) +
-      (fp8_weights_gathered(p) ? 0.0 : costs_.library_memory_time_s(c.fp8_weight_elements * fp8::kWeightCastBytesPerStep));
+      (fp8_weights_gathered(p) ? 0.0 : costs_.library_memory_time_s(c.fp8_weight_elements *
+                                                                 fp8::weight_cast_bytes(train_.fp8_param_gather)));
   double copy_bytes = 0;
   if (p.offload == OffloadMode::optimizer) {
     copy_bytes = optimizer_params * (grad_bytes_ + param_bytes_);  // gradients down, weights up
@@ -342,7 +359,7 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
     // fp8 under ZeRO-3: each layer's gathered weights are cast in its forward and backward
     // (the paced stage's layers).
     const double cast_s = costs_.library_memory_time_s(c.paced_layers / c.layers_on_stage * c.fp8_weight_elements *
-                                                       fp8::kWeightCastBytesPerStep);
+                                                       fp8::weight_cast_bytes(train_.fp8_param_gather));
     forward_s += cast_s;
     backward_s += cast_s;
     out.time_s[K(TimeKind::elementwise)] += micro_batches * 2 * cast_s;

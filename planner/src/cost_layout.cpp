@@ -265,6 +265,8 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   if (!c.uneven_split) c.paced_layers = layers;
   c.fp8_weight_elements = (layers - moe_layers) * table.fp8_weight_elements + moe_layers * table.moe_fp8_weight_elements;
   c.fp8_linears = (layers - moe_layers) * table.fp8_linears + moe_layers * table.moe_fp8_linears;
+  c.fp8_dense_share = table.fp8_dense_share();
+  c.fp8_moe_share = table.fp8_moe_share();
   if (p.pp > 1 && model_.tied_embeddings && table.tied_copy_parameters > 0) {
     // Two ranks, on one node only when the whole pipeline is.
     CommTally tied{costs_};

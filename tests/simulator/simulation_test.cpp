@@ -179,6 +179,29 @@ INSTANTIATE_TEST_SUITE_P(
     ),
     [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
 
+// fp8 parameters: the gathers of ZeRO-1 and ZeRO-3 move the linear weights in one byte and
+// the casts become transposes, in the Program as in the planner, which prices the step
+// shorter. One simulation per test: SimGrid's clock runs on across simulations in a process.
+class Fp8ParametersAgreement : public ::testing::TestWithParam<AgreementCase> {};
+
+TEST_P(Fp8ParametersAgreement, ZeroGathersInFp8AgreeAndShortenTheStep) {
+  const AgreementCase& c = GetParam();
+  Plan plan = fp8_plan(c.nodes, c.global_batch, c.parallel);
+  const profiles::Profile profile = profiles::shipped_profile(plan.cluster.device);
+  planner::CostModel bf16_weights(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+  bf16_weights.set_overlap(false);
+  plan.train.fp8_param_gather = true;
+  const Comparison a = agree(plan);
+  EXPECT_NEAR(a.ratio(), 1.0, 0.02) << a.layout << ": simulated " << a.simulated_s << " s, analytic " << a.analytic_s
+                                    << " s";
+  EXPECT_LT(a.analytic_s, bf16_weights.estimate(plan.parallel).step_time_s) << a.layout;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Fp8ParametersAgreement,
+                         ::testing::Values(AgreementCase{"Zero1", 2, 32, R"({"dp": 16, "zero": 1})"},
+                                           AgreementCase{"Zero3", 2, 32, R"({"dp": 16, "zero": 3})"}),
+                         [](const ::testing::TestParamInfo<AgreementCase>& info) { return std::string(info.param.name); });
+
 TEST(Fp8Simulation, IsRefusedOnADeviceWithoutFp8TensorCores) {
   Plan plan = uniform_plan(1, 32, R"({"dp": 8})");
   plan.train.precision = Precision::fp8;  // on dgx-a100

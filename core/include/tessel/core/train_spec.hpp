@@ -42,6 +42,10 @@ struct TrainSpec {
   // at that date. Empty: tessel's own executor, whose defaults are the fields' above.
   std::string engine;
   std::string engine_date;
+  // fp8 training only: the fp8 GEMM weights are the parameters themselves (Megatron-LM
+  // --fp8-param-gather, NeMo fp8_params, torchtitan enable_fsdp_float8_all_gather): no bf16
+  // copy, and ZeRO/FSDP gather them in fp8 (fp8_model.hpp).
+  bool fp8_param_gather = false;
 
   Precision effective_gradient_precision() const;
 

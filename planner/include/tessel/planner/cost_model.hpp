@@ -100,6 +100,9 @@ struct LayoutCost {
   // fp8 training: the stage's fp8 GEMM weight elements on one rank (their fp8 copies are
   // held, and cast once per step) and its fp8 linears (each with its scaling state).
   double fp8_weight_elements = 0, fp8_linears = 0;
+  // The shares of a dense block's and of an MoE block's (experts included) parameters that
+  // are fp8 GEMM weights: gathered in fp8 under train.fp8_param_gather.
+  double fp8_dense_share = 0, fp8_moe_share = 0;
   struct StepComm {
     double time_s = 0, bytes = 0, messages = 0;
   };
