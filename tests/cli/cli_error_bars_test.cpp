@@ -1,9 +1,7 @@
-// Error bars and measured experience on the command line: with a datasheet profile,
-// `estimate` prints no band and says why (text and --json) but is still judged against
-// the corpus's measured experience the shipped profile carries; with a calibrated one,
-// `estimate`, `plan` and `simulate` carry the band and the flag in text and --json, and
-// every plan `plan --json` lists is flagged exactly when its MFU is above the best
-// measured for its device and size (no unflagged prediction above measured experience).
+// Error bars and measured experience on the command line: a datasheet profile prints no
+// band and says why but is still judged against the corpus's measured experience; a
+// calibrated one carries the band in estimate, plan and simulate (text and --json), and a
+// plan is flagged exactly when its MFU is above the best measured for its device and size.
 #include <string>
 
 #include "cli_fixture.hpp"

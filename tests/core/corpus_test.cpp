@@ -1,10 +1,8 @@
-// The corpus of published measured runs (corpus/published/*.json for calibration,
-// corpus/held_out/*.json never calibrated on) is data that later
-// calibration and accuracy tests read, so its shape is checked here once: every file
-// parses, every run cites its table and carries a measurement, ids are unique, every
-// run's layout loads as a tessel Plan (or records the one-line reason tessel refuses it,
-// so that a later change to tessel's rules shows up here), the held-out sources are
-// exactly the three that issue 16 names, and each device keeps enough calibration rows.
+// The corpus of published runs (corpus/published for calibration, corpus/held_out never
+// calibrated on) is data later tests read, so its shape is checked once: every file
+// parses, every run cites its table and has a measurement, ids are unique, every layout
+// loads as a Plan or records tessel's one-line refusal, the held-out sources are the
+// three issue 16 names, and each device keeps enough calibration rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,9 +1,7 @@
-// The Mixtral export and --init import (hf_mixtral.hpp through hf_export.hpp's dispatch)
-// against the independent reader (safetensors_reader.hpp): names and shapes are Hugging
-// Face MixtralForCausalLM's state_dict, spelled out here (router block_sparse_moe.gate
-// [experts, hidden], experts.{e}.w1 / w3 [ffn, hidden], w2 [hidden, ffn]); the values are
-// tessel's router and expert weights transposed and fc1 split into gate and up; a model
-// written and read back trains on bit for bit; other MoE shapes are refused in one line.
+// The Mixtral export and --init import (hf_mixtral.hpp) against the independent reader
+// (safetensors_reader.hpp): MixtralForCausalLM's names and shapes, spelled out below;
+// router and expert weights transposed and fc1 split into gate and up; a model written and
+// read back trains on bit for bit; other MoE shapes are refused in one line.
 #include "tessel/executor/hf_mixtral.hpp"
 
 #include <fmt/format.h>

@@ -1,9 +1,7 @@
-// Op-table cases for the LM head, the embedding and the optimizers. Token ids and targets
-// include ids outside this rank's vocabulary shard (they must give zero rows and no
-// gradient) and repeats (the embedding backward sums them in token order); the
-// cross-entropy shards come whole, padded and all padding. Segment tables
-// hold more segments than a GPU launch takes at once, an empty one, and ones longer than
-// a block, so chunking and partial sums are exercised.
+// Op-table cases for the LM head, the embedding and the optimizers. Token ids include ids
+// outside this rank's vocabulary shard (zero rows, no gradient) and repeats (summed in
+// token order); cross-entropy shards come whole, padded and all padding; segment tables
+// hold more segments than one GPU launch takes, an empty one, and ones longer than a block.
 #include <cmath>
 
 #include "backend_ops_cases.hpp"

@@ -1,12 +1,8 @@
-// cuDNN's fused attention path (kernels/src/cuda/cudnn_sdpa.cpp, cudnn_api.cpp) without a
-// GPU: through a fake cuDNN that checks every backend API call against the API's rules
-// (fake_cudnn.hpp) the forward and backward emit valid graphs, bind every tensor, carve
-// and accumulate the gradients backend.hpp adds, cache their plans and free every
-// descriptor; each failure (no library, a library without cuDNN, an old or buggy
-// version, no handle, no engine, no plan, a failed execution, no workspace) and each shape
-// cuDNN is not given comes back as "not supported: <why>". Where a cuDNN 9.8+ library is
-// installed, the graphs are also emitted into the real one, which validates every
-// descriptor as it is finalized.
+// cuDNN's fused attention path (cudnn_sdpa.cpp, cudnn_api.cpp) without a GPU, through a
+// fake cuDNN that checks every backend API call (fake_cudnn.hpp): valid graphs, every
+// tensor bound, plans cached, descriptors freed; each failure and each shape cuDNN is not
+// given comes back as "not supported: <why>". With cuDNN 9.8+ installed, the graphs are
+// also emitted into the real library, which validates every descriptor as it is finalized.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
