@@ -220,13 +220,7 @@ void Trainer::initialise_weights() {
       const std::vector<float> whole = initial_tensor(model, options_.seed, t.name, t.rows, t.cols);
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { whole_bucket[t.offset + l] = whole[w]; });
     }
-    if (b.shards_weights()) {
-      b.param_shard.upload(std::vector<float>(whole_bucket.begin() + long(b.group_rank() * b.shard_size()),
-                                              whole_bucket.begin() + long((b.group_rank() + 1) * b.shard_size())));
-    } else {
-      b.params.upload(whole_bucket);
-      buckets_->refresh_compute_weights(b);
-    }
+    buckets_->upload_weights(b, whole_bucket);
     // Host-optimized buckets keep their moments in host memory only (zeroed there).
     if (!chunk_manager_ || chunk_manager_->optimizes_on_device(int(i))) {
       b.moment1.assign(b.owned_size(), 0.0f);
