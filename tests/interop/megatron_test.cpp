@@ -260,7 +260,7 @@ TEST(Megatron, MalformedScriptsAreOneLineErrorsNamingTheLine) {
 // plan and the option is listed as ignored, never refused.
 TEST(Megatron, DataPathListsGlobsAndBlendsReadTheSamePlan) {
   const Plan plain = import_run(Engine::megatron, kSmallRun, context_on("dgx-a100", 1)).plan;
-  for (const std::string script : {
+  for (const std::string& script : {
            std::string(kSmallRun) + "--data-path /data/web_text_document",
            std::string(kSmallRun) + "--data-path 0.3 /data/web_text_document 0.7 /data/code_text_document",
            "BLEND=\"0.5 /a/x_text_document 0.5 /b/y_text_document\"\n" + std::string(kSmallRun) + "--data-path $BLEND",

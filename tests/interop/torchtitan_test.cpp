@@ -56,7 +56,9 @@ TEST(Torchtitan, Llama3EightBPresetReadsAsFsdpOverSixtyFourGpus) {
                              .gradient_precision = std::nullopt,
                              .optimizer = Optimizer::adamw,
                              .kernels = Kernels::fused,
-                             .dropout = false};
+                             .dropout = false,
+                             .engine = {},
+                             .engine_date = {}};
   expected.parallel = ParallelConfig{.dp = 64, .zero = 3, .recompute = Recompute::selective_op, .micro_batch = 1};
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
   for (const char* line :
@@ -80,7 +82,9 @@ TEST(Torchtitan, Llama3SeventyBPresetReadsAsTensorParallelWithFsdp) {
                              .gradient_precision = std::nullopt,
                              .optimizer = Optimizer::adamw,
                              .kernels = Kernels::fused,
-                             .dropout = false};
+                             .dropout = false,
+                             .engine = {},
+                             .engine_date = {}};
   expected.parallel = ParallelConfig{
       .dp = 8, .tp = 8, .tp_sequence_parallel = true, .zero = 3, .recompute = Recompute::full, .micro_batch = 8};
   EXPECT_EQ(run.plan, expected) << run.plan.to_json().dump();
