@@ -205,8 +205,8 @@ void TorchtitanReader::read_activation_checkpoint() {
   } else if (mode == "selective" && option == "1") {
     recompute = Recompute::full;  // every layer checkpointed whole
   } else if (mode == "selective") {
-    ac.refuse("selective_ac_option", fmt::format("'{}' checkpoints every {}th layer whole, which tessel does not "
-                                                 "model (it models \"op\", or every layer: \"1\" or mode full){}",
+    ac.refuse("selective_ac_option", fmt::format("'{}' checkpoints one layer in every {} whole, which tessel does "
+                                                 "not model (it models \"op\", or every layer: \"1\" or mode full){}",
                                                  option, option, ac.has("mode") ? "" : " (torchtitan's default)"));
   } else {
     ac.refuse("mode", fmt::format("'{}' is not modelled (tessel models none, selective with option \"op\" or \"1\", full)", mode));
