@@ -30,6 +30,11 @@ std::string gradient_precision_problem(Precision precision, Precision gradient) 
   return fmt::format("must be fp32 or the training precision ({}), got {}", to_string(precision), to_string(gradient));
 }
 
+std::string fp8_param_gather_problem(Precision precision) {
+  if (precision == Precision::fp8) return {};
+  return fmt::format("needs precision fp8 (fp8 parameters), got {}", to_string(precision));
+}
+
 TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   JsonFields f(json, path);
   TrainSpec t;
@@ -46,8 +51,8 @@ TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   t.dropout = f.boolean_or("dropout", true);
   t.framework = *enum_from_string<Framework>(f.choice_or("framework", {"pytorch", "megatron", "torch.compile"}, "pytorch"));
   t.fp8_param_gather = f.boolean_or("fp8_param_gather", false);
-  if (t.fp8_param_gather && t.precision != Precision::fp8)
-    f.fail("fp8_param_gather", fmt::format("needs precision fp8 (fp8 parameters), got {}", to_string(t.precision)));
+  if (const std::string problem = fp8_param_gather_problem(t.precision); t.fp8_param_gather && !problem.empty())
+    f.fail("fp8_param_gather", problem);
   t.engine = f.string_or("engine", "");
   t.engine_date = f.string_or("engine_date", "");
   if (!t.engine_date.empty() && t.engine.empty()) f.fail("engine_date", "also give engine (" + engine_names() + ")");

@@ -480,7 +480,7 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--adam-", "optimizer hyperparameter"}, {"--sgd-", "optimizer hyperparameter"}, {"--clip-grad", "optimizer hyperparameter"},
     {"--init-method-", "initialisation"}, {"--loss-scale", "loss scaling"},
     {"--initial-loss-scale", "loss scaling"}, {"--min-loss-scale", "loss scaling"}, {"--hysteresis", "loss scaling"},
-{"--rotary-seq-len", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
+    {"--rotary-seq-len", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
     {"--norm-epsilon", "numerics"}, {"--layernorm-epsilon", "numerics"}, {"--apply-layernorm-1p", "numerics"},
     {"--apply-query-key-layer-scaling", "numerics"}, {"--attention-softmax-in-fp32", "numerics"},
     {"--calculate-per-token-loss", "numerics"}, {"--qk-layernorm", "numerics (per-head norm, not priced)"},

@@ -125,7 +125,7 @@ TEST(Fp8Plan, Fp8ParametersRoundTripAndNeedFp8Training) {
   EXPECT_NE(read.find("fp8_param_gather: needs precision fp8 (fp8 parameters), got bf16"), std::string::npos) << read;
   Plan built = plan;
   built.train.precision = Precision::bf16;
-  EXPECT_EQ(validation_error(built), "train.fp8_param_gather: needs train.precision fp8 (fp8 parameters), got bf16");
+  EXPECT_EQ(validation_error(built), "train.fp8_param_gather: needs precision fp8 (fp8 parameters), got bf16");
 }
 
 // fp8 parameters: ZeRO's gathers move the fp8 GEMM weights in one byte instead of two, and

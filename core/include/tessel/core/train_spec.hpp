@@ -62,5 +62,7 @@ Precision default_gradient_precision(Precision precision);
 // Gradients are kept in fp32 or in the training precision (bf16 for fp8): empty when `gradient` is one
 // of those, else the reason, for an error that names the field.
 std::string gradient_precision_problem(Precision precision, Precision gradient);
+// Why fp8 parameters cannot go with `precision` (empty: they can).
+std::string fp8_param_gather_problem(Precision precision);
 
 }  // namespace tessel
