@@ -1,9 +1,8 @@
 // Simulator speed at scale: one step of gpt3-175b (global batch 1536) under fixed plans,
 // 1024 GPUs on 128 dgx-a100 nodes and 16384 GPUs on 2048 dgx-h100 nodes. Each case runs
 // in a child process (SimGrid: one engine per process); the parent reads its processor
-// time (user + system, what load on a shared machine does not inflate as much as wall
-// time), wall time and peak resident memory from wait4. With --baseline the 1024-GPU
-// case is also simulated without folding, and the folded run is reported against it.
+// time (what load on a shared machine inflates least), wall time and peak memory (wait4).
+// With --baseline the 1024-GPU case also runs unfolded, and the folded run is compared.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -29,6 +29,11 @@ void Trainer::check(const Plan& plan) {
                     "rope_theta alone); plan and estimate price the model, run refuses it",
                     plan.model.rope_scaling));
   }
+  if (plan.model.rotary_fraction != 1.0) {
+    throw Error(fmt::format("model.rotary_fraction: {} of each head's channels rotated is not computed by the "
+                            "executor (it rotates them all); plan and estimate price the model, run refuses it",
+                            plan.model.rotary_fraction));
+  }
   // Refused rather than run exposed: the executor's tensor-parallel collectives (MPI on
   // CPU ranks, NCCL on GPUs) run between its GEMMs, never pipelined with them, so a run
   // would measure another plan than the one it names, and `tessel compare` and
@@ -90,6 +95,11 @@ void Trainer::check_model_shape(const Plan& plan) {
   const bool llama = m.activation == Activation::swiglu && m.norm == Norm::rmsnorm &&
                      m.position_embedding == PositionEmbedding::rope && !m.tied_embeddings && !m.bias;
   if (m.moe.enabled()) check_moe(plan);
+  if (m.activation == Activation::squared_relu) {
+    throw Error(fmt::format("model.activation: {} is planned and simulated but not run; the executor's kernels "
+                            "train gelu and swiglu",
+                            to_string(m.activation)));
+  }
   if (!gpt2 && !llama) {
     throw Error(
         fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "

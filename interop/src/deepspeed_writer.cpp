@@ -18,6 +18,7 @@ Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
     notes.push_back("train.precision fp8: DeepSpeed's JSON has no fp8 (the model's code would run Transformer "
                     "Engine's fp8 linears); written as bf16");
     near.train.precision = Precision::bf16;
+    near.train.fp8_param_gather = false;
   }
   // AutoTP: 1D tensor parallelism without sequence parallelism, under ZeRO 0 to 2.
   const bool autotp = p.tp > 1 && p.pp == 1 && p.sp == 1 && p.tp_mode == TpMode::d1 && !p.tp_sequence_parallel &&

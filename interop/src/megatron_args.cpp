@@ -111,7 +111,11 @@ ModelSpec read_model(Reader& r) {
   }
   const bool swiglu = o.take_flag("--swiglu");
   if (swiglu) m.activation = Activation::swiglu, r.mapped("--swiglu", "model.activation swiglu");
-  if (o.has("--squared-relu")) r.refuse_option("--squared-relu", "tessel models gelu and swiglu activations");
+  if (o.has("--squared-relu")) {
+    if (swiglu) r.refuse_option("--squared-relu", "--swiglu is given too; choose one activation");
+    o.take_flag("--squared-relu");
+    m.activation = Activation::squared_relu, r.mapped("--squared-relu", "model.activation squared-relu");
+  }
   if (const auto ffn = o.take_int("--ffn-hidden-size")) {
     m.ffn_hidden = *ffn;
     r.mapped(o.spelled("--ffn-hidden-size"), "model.ffn_hidden");
@@ -169,6 +173,10 @@ ModelSpec read_model(Reader& r) {
     }
     r.mapped(o.spelled("--rotary-base"), "model.rope_theta");
   }
+  if (const auto percent = o.take("--rotary-percent")) {
+    m.rotary_fraction = detail::rotary_fraction_from(*percent, "--rotary-percent", r.context);
+    r.mapped(o.spelled("--rotary-percent"), "model.rotary_fraction");
+  }
   read_moe(r, m);
   return m;
 }
@@ -218,10 +226,6 @@ std::string read_fp8(Reader& r, bool bf16) {
                                       "scaling (delayed, tensorwise)");
     }
   }
-  if (o.has("--fp8-param-gather")) {
-    r.refuse_option("--fp8-param-gather", "fp8 parameters (no bf16 weight copy, fp8 all-gathers) are not modelled; "
-                                          "tessel prices bf16 weights with cached fp8 copies");
-  }
   for (const std::string name : {"--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
                                  "--num-layers-at-end-in-bf16"}) {
     if (o.has(name)) r.refuse_option(name, "layers kept in bf16 under fp8 are not modelled (tessel runs every layer's "
@@ -261,6 +265,14 @@ void read_train(Reader& r, TrainSpec& train) {
   train.precision = !fp8.empty() ? Precision::fp8 : bf16 ? Precision::bf16 : fp16 ? Precision::fp16 : Precision::fp32;
   r.mapped(!fp8.empty() ? "--bf16 " + fp8 : bf16 ? "--bf16" : fp16 ? "--fp16" : "(neither --bf16 nor --fp16)",
            fmt::format("train.precision {}", to_string(train.precision)));
+  // fp8 parameters: no bf16 weight copy, gathered in fp8 (core/fp8_model.hpp).
+  if (o.has("--fp8-param-gather")) {
+    if (train.precision != Precision::fp8)
+      r.refuse_option("--fp8-param-gather", "fp8 parameters need fp8 training (--bf16 --fp8-format hybrid|e4m3)");
+    o.take_flag("--fp8-param-gather");
+    train.fp8_param_gather = true;
+    r.mapped("--fp8-param-gather", "train.fp8_param_gather true");
+  }
   read_gradient_precision(r, train);
   if (const auto optimizer = o.take("--optimizer"); optimizer && *optimizer != "adam") {
     r.refuse_option("--optimizer", "tessel models Adam(W), LAMB and LARS; Megatron's choice here is neither");
@@ -468,7 +480,7 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--adam-", "optimizer hyperparameter"}, {"--sgd-", "optimizer hyperparameter"}, {"--clip-grad", "optimizer hyperparameter"},
     {"--init-method-", "initialisation"}, {"--loss-scale", "loss scaling"},
     {"--initial-loss-scale", "loss scaling"}, {"--min-loss-scale", "loss scaling"}, {"--hysteresis", "loss scaling"},
-    {"--rotary-percent", "position encoding constant"}, {"--rotary-seq-len", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
+    {"--rotary-seq-len", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
     {"--norm-epsilon", "numerics"}, {"--layernorm-epsilon", "numerics"}, {"--apply-layernorm-1p", "numerics"},
     {"--apply-query-key-layer-scaling", "numerics"}, {"--attention-softmax-in-fp32", "numerics"},
     {"--calculate-per-token-loss", "numerics"}, {"--qk-layernorm", "numerics (per-head norm, not priced)"},
@@ -497,6 +509,8 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--no-position-embedding", "position encoding (rope runs carry no table)"}, {"--check-for-nan", "numerics"},
     {"--rerun-mode", "fault handling"}, {"--bert-no-binary-head", "not a GPT option"},
     {"--data-parallel-sharding-strategy", "no effect without --use-megatron-fsdp"},
+    {"--fsdp-double-buffer", "Megatron-FSDP's buffer reuse (tessel holds two gathered layers under ZeRO 3 either way)"},
+    {"--fsdp-manual-registration", "NCCL buffer registration"},
     {"--recompute-method", "no effect without --recompute-granularity full"},
     {"--recompute-num-layers", "no effect without --recompute-granularity full"},
     {"--fp8-", "fp8 scaling numerics (amax history, margin), no cost tessel models; no effect without --fp8-format"},

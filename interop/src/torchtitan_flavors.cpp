@@ -60,7 +60,8 @@ TorchtitanFlavor llama(const char* model_name, const char* flavor, const LlamaAr
 bool same_shape(const ModelSpec& a, const ModelSpec& b) {
   return a.layers == b.layers && a.hidden == b.hidden && a.heads == b.heads && a.kv_heads == b.kv_heads &&
          a.ffn_hidden == b.ffn_hidden && a.vocab == b.vocab && a.activation == b.activation && a.norm == b.norm &&
-         a.tied_embeddings == b.tied_embeddings && a.position_embedding == b.position_embedding && a.bias == b.bias;
+         a.tied_embeddings == b.tied_embeddings && a.position_embedding == b.position_embedding && a.bias == b.bias &&
+         a.rotary_fraction == b.rotary_fraction;
 }
 
 }  // namespace

@@ -417,8 +417,7 @@ std::string RegistryReader::to_toml() {
           for (const auto& [option, flag] : converter.kwargs) {
             const bool on = !(flag.kind == PyValue::boolean && flag.text == "false");
             if (option == "enable_fsdp_float8_all_gather" && on)
-              refuse(field + ".converters.enable_fsdp_float8_all_gather",
-                     "fp8 parameter all-gathers are not modelled (tessel gathers bf16 weights)");
+              sections["quantize.linear.float8"] += "enable_fsdp_float8_all_gather = true\n";
             if (option == "emulate" && on)
               refuse(field + ".converters.emulate", "emulated float8 (GEMMs in bf16) is not modelled");
           }

@@ -137,6 +137,8 @@ class TorchtitanReader {
   // float8 linears (model.converters "float8", or [float8] enable_float8_linear in older
   // releases): train.precision fp8 on top of bf16 (core/fp8_model.hpp).
   std::string float8_;
+  // FSDP's all-gathers of the float8 linears' weights in float8 (train.fp8_param_gather).
+  std::string float8_all_gather_;
 };
 
 void TorchtitanReader::read_model() {
@@ -203,8 +205,8 @@ void TorchtitanReader::read_activation_checkpoint() {
   } else if (mode == "selective" && option == "1") {
     recompute = Recompute::full;  // every layer checkpointed whole
   } else if (mode == "selective") {
-    ac.refuse("selective_ac_option", fmt::format("'{}' checkpoints every {}th layer whole, which tessel does not "
-                                                 "model (it models \"op\", or every layer: \"1\" or mode full){}",
+    ac.refuse("selective_ac_option", fmt::format("'{}' checkpoints one layer in every {} whole, which tessel does "
+                                                 "not model (it models \"op\", or every layer: \"1\" or mode full){}",
                                                  option, option, ac.has("mode") ? "" : " (torchtitan's default)"));
   } else {
     ac.refuse("mode", fmt::format("'{}' is not modelled (tessel models none, selective with option \"op\" or \"1\", full)", mode));
@@ -241,6 +243,14 @@ void TorchtitanReader::read_training(Section& training, bool fsdp) {
     plan.train.precision = Precision::fp8;
     mapped(float8_, "float8", "train.precision fp8 (torchao's dynamic scaling priced as Transformer Engine's delayed "
                               "scaling with cached weight casts)");
+  }
+  if (!float8_all_gather_.empty()) {
+    if (float8_.empty() || !fsdp) {
+      run_.ignored.push_back(float8_all_gather_ + ": no effect without float8 linears under FSDP");
+    } else {
+      plan.train.fp8_param_gather = true;
+      mapped(float8_all_gather_, "true", "train.fp8_param_gather true (the weights gathered in float8)");
+    }
   }
   const std::int64_t seq_len = training.integer("seq_len").value_or(2048);
   if (seq_len < 1 || seq_len > limits::kMaxSeqLen)
@@ -417,9 +427,7 @@ ImportedRun TorchtitanReader::read() {
     const std::string name(key.str());
     if (kIgnoredSections.count(name)) {
       if (name == "quantize" && root_.at_path("quantize.linear.float8.enable_fsdp_float8_all_gather").value_or(false))
-        throw Error(fmt::format("{}: quantize.linear.float8.enable_fsdp_float8_all_gather: fp8 parameter all-gathers "
-                                "are not modelled (tessel gathers bf16 weights)",
-                                context_.source_name));
+        float8_all_gather_ = "quantize.linear.float8.enable_fsdp_float8_all_gather";
       run_.ignored.push_back("[" + name + "]");
     } else if (name == "compile") {
       // TorchInductor fuses the elementwise ops: the torch.compile framework of the
@@ -434,10 +442,7 @@ ImportedRun TorchtitanReader::read() {
       const toml::table* float8 = node.as_table();
       auto flag = [&](const char* key) { return float8 && float8->get(key) && float8->get(key)->value_or(false); };
       if (flag("enable_float8_linear")) float8_ = "float8.enable_float8_linear";
-      if (flag("enable_fsdp_float8_all_gather"))
-        throw Error(fmt::format("{}: float8.enable_fsdp_float8_all_gather: fp8 parameter all-gathers are not modelled "
-                                "(tessel gathers bf16 weights)",
-                                context_.source_name));
+      if (flag("enable_fsdp_float8_all_gather")) float8_all_gather_ = "float8.enable_fsdp_float8_all_gather";
       run_.ignored.push_back("[float8]: scaling settings (priced as per-tensor scaling)");
     } else if (name == "fault_tolerance") {
       if (node.is_table() && node.as_table()->get("enable") && node.as_table()->get("enable")->value_or(false))

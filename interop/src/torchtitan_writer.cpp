@@ -62,6 +62,10 @@ void nearest_data_parallel(Plan& near, std::vector<std::string>& notes) {
         "tp or pp alone it trains in fp32: written as fp32 without float8");
     near.train.precision = Precision::fp32;
   }
+  if (near.train.fp8_param_gather && (near.train.precision != Precision::fp8 || !fsdp)) {
+    notes.push_back("train.fp8_param_gather: torchtitan gathers float8 weights through FSDP only; written without");
+    near.train.fp8_param_gather = false;
+  }
 }
 
 // The nearest plan torchtitan can run.
@@ -223,6 +227,7 @@ ExportedConfig export_torchtitan(const Plan& plan) {
     case Recompute::selective_op: text += "mode = \"selective\"\nselective_ac_option = \"op\"\n"; break;
     case Recompute::selective: break;  // written as none by the nearest plan
   }
+  if (near.train.fp8_param_gather) text += "\n[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true\n";
   // The plan was priced for TorchInductor's fused kernels (train.framework torch.compile).
   if (near.train.framework == Framework::torch_compile) text += "\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n";
   out.text = text;

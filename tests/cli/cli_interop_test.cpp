@@ -116,7 +116,7 @@ TEST_F(Cli, EstimateImportsNemoRecipesAndTakesAVocabularyFromHfConfig) {
   const std::string llama = "estimate --import " + kFixtures + "nemo_llama2_70b.yaml --cluster dgx-a100 --nodes 128";
   const Outcome by_name = run(llama);
   ASSERT_EQ(by_name.status, 0) << by_name.err;
-  EXPECT_NE(by_name.out.find("model.vocab 32000 (LLaMA's SentencePiece tokenizer by name)"), std::string::npos)
+  EXPECT_NE(by_name.out.find("model.vocab 32000 (the SentencePiece tokenizer by its name)"), std::string::npos)
       << by_name.out;
   const Outcome with_hf = run(llama + " --hf-config " + hf.string());
   ASSERT_EQ(with_hf.status, 0) << with_hf.err;

@@ -346,7 +346,8 @@ TEST(Corpus, EachDeviceHasEnoughCalibrationRows) {
 // How many independent sources (corpus files) calibrate each device and parallel family:
 // a row counts for data (dp > 1, any ZeRO stage), tensor (tp > 1), pipeline (pp > 1),
 // sequence or context (sp > 1) and expert (ep > 1) parallelism. corpus/README.md prints
-// this table; the issue asks for 4 per cell, and the cells short of it are named there.
+// this table, as scripts/corpus_coverage.py does; the issue asks for 4 per cell, and the
+// cells short of it are named there.
 TEST(Corpus, SourcesPerDeviceAndParallelFamilyAreAsTheReadmeSays) {
   std::map<std::string, std::set<std::string>> sources;  // "device family" -> files
   for (const CorpusFile& file : corpus()) {

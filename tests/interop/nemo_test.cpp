@@ -44,7 +44,7 @@ TEST(Nemo, Llama2_70bRecipeGivesTheHandWrittenPlanWithTheVocabularyFromConfigJso
   const std::string recipe = fixture("nemo_llama2_70b.yaml");
   const ImportedRun by_name = import_run(Engine::nemo, recipe, context);
   EXPECT_EQ(by_name.plan.model.vocab, 32000);
-  EXPECT_TRUE(test::any_line_contains(by_name.mapped, "model.vocab 32000 (LLaMA's SentencePiece tokenizer by name)"))
+  EXPECT_TRUE(test::any_line_contains(by_name.mapped, "model.vocab 32000 (the SentencePiece tokenizer by its name)"))
       << ::testing::PrintToString(by_name.mapped);
   for (const char* file : {"${data_dir}/spm/tokenizer.model", "${data_dir}/codellama/llama_tokenizer.model"}) {
     std::string other = recipe;
@@ -73,7 +73,9 @@ TEST(Nemo, TheLauncherLayoutNestedUnderTrainingReadsTheSame) {
 
 TEST(Nemo, KeysThatChangeCostTesselDoesNotModelAreRefusedByName) {
   EXPECT_EQ(refusal("  fp8: True\n"), "(accepted)");
-  EXPECT_NE(refusal("  fp8: True\n  fp8_params: True\n").find("gpt.yaml: model.fp8_params: fp8 parameters"),
+  EXPECT_EQ(refusal("  fp8: True\n  fp8_params: True\n"), "(accepted)");
+  EXPECT_NE(refusal("  activation: relu\n").find("model.activation: tessel models gelu, swiglu (fast-swiglu) and "
+                                                  "squared-relu"),
             std::string::npos);
   EXPECT_EQ(refusal("  num_moe_experts: 8\n  moe_router_topk: 2\n  expert_model_parallel_size: 2\n"), "(accepted)");
   EXPECT_NE(refusal("  expert_model_parallel_size: 2\n").find("model.expert_model_parallel_size: needs model.num_moe_experts"),

@@ -113,9 +113,6 @@ TEST(TorchtitanRegistry, ComputedOrMalformedValuesAreOneLineErrors) {
        "parallelism.spmd_backend"},
       {"    return Trainer.Config(" + std::string(40, '(') + ")\n", "brackets nested more than 32 deep"},
       {"    print(1)\n", "job(), line 4: a statement tessel does not read"},
-      {"    return Trainer.Config(model_spec=model_registry(\"8B\", converters=[Float8LinearConverter.Config("
-       "enable_fsdp_float8_all_gather=True)]))\n",
-       "Trainer.Config.model_spec.converters.enable_fsdp_float8_all_gather: fp8 parameter all-gathers"},
       {"    return Trainer.Config(model_spec=model_registry(\"8B\", converters=[LoRAConverter.Config(rank=8)]))\n",
        "'LoRAConverter.Config' is not modelled"},
       {"    return make()\n", "job(): does not return Trainer.Config(...)"},

@@ -67,6 +67,7 @@ std::set<std::string> families_of(const Plan& plan) {
   out.insert(std::string("offload:") + std::string(to_string(p.offload)));
   out.insert(std::string("recompute:") + std::string(to_string(p.recompute)));
   if (plan.train.precision == Precision::fp8) out.insert("fp8");
+  if (plan.train.fp8_param_gather && p.zero >= 1 && p.dp * p.sp > 1) out.insert("fp8_param_gather:zero");
   if (plan.model.tied_embeddings) out.insert("tied");
   return out;
 }
@@ -96,7 +97,7 @@ TEST(PlanSweep, EveryPlanSimulatesToItsEstimateWithin2Percent) {
        {"dp", "pp:gpipe", "pp:1f1b", "pp:interleaved", "uneven", "tp:1d", "tp:2d", "tp:2.5d", "tp:3d",
         "tp_sequence_parallel", "tp_comm_overlap", "sp", "ep", "moe", "zero0", "zero1", "zero2", "zero3",
         "offload:none", "offload:optimizer", "offload:chunked", "recompute:none", "recompute:selective",
-        "recompute:full", "recompute:selective-op", "fp8", "tied"}) {
+        "recompute:full", "recompute:selective-op", "fp8", "fp8_param_gather:zero", "tied"}) {
     EXPECT_TRUE(families.count(family)) << "the sweep has no plan with " << family;
   }
   RecordProperty("worst_relative_difference", std::to_string(worst));

@@ -79,6 +79,9 @@ struct LayoutCost {
   double moe_layers_on_stage = 0, moe_layer_parameters = 0, expert_parameters = 0;
   // fp8 training: the fullest stage's fp8 GEMM weight elements and fp8 linears.
   double fp8_weight_elements = 0, fp8_linears = 0;
+  // The shares of a dense block's and of an MoE block's (experts included) parameters that
+  // are fp8 GEMM weights: held in fp8 under train.fp8_param_gather.
+  double fp8_dense_share = 0, fp8_moe_share = 0;
   // What finish() works out from the units alone for each shape of the pipeline's stages
   // (class_passes.cpp), kept for the layout's other variants; a layout cost is finished by
   // one thread at a time.
