@@ -160,7 +160,8 @@ class CostModel {
 
   // The two halves of estimate(), for the search. `pipeline_bound`: the pipeline's span
   // in closed form (exact for GPipe and even pipelines, above the critical path where
-  // stages differ), which the search ranks by before it prices its kept plans exactly.
+  // stages differ), which the search ranks by before it prices its kept plans exactly;
+  // it sets step, memory and fit only, and leaves the breakdown (time_s, comm) as it was.
   LayoutCost layout_cost(const ParallelConfig& parallel) const;
   void finish(const ParallelConfig& parallel, const LayoutCost& layout, Estimate& out,
               bool pipeline_bound = false) const;
@@ -220,8 +221,8 @@ class CostModel {
                            const ChunkTotals& totals, int micro_batches, double efficiency, ClassPasses& passes,
                            ClassPassTable& out) const;
   // A class's step tail (cost_finish.cpp).
-  ClassTail class_tail(const StageClass& traffic, const ClassPasses& passes, const ChunkTotals& chunk_totals,
-                       int micro_batches) const;
+  void class_tail(const StageClass& traffic, const ClassPasses& passes, const ChunkTotals& chunk_totals,
+                  int micro_batches, ClassTail& out) const;
   // The chunk packing of a stage (offload of dense models), of one chunk per stage or of
   // the plan's interleaved chunks.
   std::shared_ptr<const ChunkStageShape> chunk_shape_of(const ParallelConfig& parallel, int stage,
