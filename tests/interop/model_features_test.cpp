@@ -74,7 +74,7 @@ TEST(Fp8Parameters, TorchtitansFloat8AllGatherIsReadUnderFsdpAndWrittenBack) {
   EXPECT_EQ(run.plan.train.precision, Precision::fp8);
   EXPECT_GE(run.plan.parallel.zero, 2);
   EXPECT_TRUE(run.plan.train.fp8_param_gather);
-  const ExportedConfig exported = export_plan(Engine::torchtitan, run.plan);
+  const ExportedConfig exported = export_plan(Engine::torchtitan, run.plan, TorchtitanForm::toml);
   EXPECT_NE(exported.text.find("[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true\n"), std::string::npos);
   EXPECT_TRUE(import_run(Engine::torchtitan, exported.text, test::context_of(run.plan)).plan.train.fp8_param_gather);
 }
