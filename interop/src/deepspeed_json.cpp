@@ -81,7 +81,10 @@ constexpr RefusedOption kRefusedTopLevel[] = {
     {"eigenvalue", RefuseWhen::enabled, "eigenvalue estimation adds backward passes"},
     {"hybrid_engine", RefuseWhen::enabled, "the hybrid engine mixes inference kernels into training"},
     {"amp", RefuseWhen::enabled, "Apex AMP is not modelled; use bf16 or fp16"},
-    {"torch_autocast", RefuseWhen::enabled, "torch autocast keeps fp32 weights in the forward pass; use bf16 or fp16"},
+    {"torch_autocast", RefuseWhen::enabled,
+     "torch.autocast keeps fp32 parameters and gradients, casts the linears to its dtype in each forward and reduces "
+     "their gradients (gathers their ZeRO-3 parameters) in it (DeepSpeed's config-json); tessel models bf16 and fp16 "
+     "as a 16-bit weight copy beside fp32 master weights: use bf16 or fp16"},
     {"communication_data_type", RefuseWhen::set,
      "a gradient communication dtype other than the training precision is not modelled"},
     {"data_types", RefuseWhen::set, "a gradient accumulation dtype other than the training precision is not modelled"},

@@ -13,6 +13,13 @@ inline std::string trim(const std::string& text) {
   return text.substr(first, text.find_last_not_of(" \t") - first + 1);
 }
 
+// The one rule for a norm over each attention head's query and key (Megatron-LM's
+// --qk-layernorm, NeMo's qk_layernorm, Qwen3's q_norm and k_norm): it changes what a block
+// computes and tessel's block ops, planner and executor have no such op, so every reader
+// refuses it by name rather than pricing a different model.
+inline constexpr const char* kQkNormRefusal =
+    "a norm over each head's query and key is not modelled (tessel's blocks, planner and executor have no such op)";
+
 ImportedRun import_megatron(const std::string& text, const ImportContext& context);
 ExportedConfig export_megatron(const Plan& plan);
 
@@ -23,6 +30,7 @@ ImportedRun import_deepspeed(const std::string& text, const ImportContext& conte
 ExportedConfig export_deepspeed(const Plan& plan);
 
 ImportedRun import_torchtitan(const std::string& text, const ImportContext& context);
-ExportedConfig export_torchtitan(const Plan& plan);
+ExportedConfig export_torchtitan(const Plan& plan);           // TOML
+ExportedConfig export_torchtitan_registry(const Plan& plan);  // config_registry.py
 
 }  // namespace tessel::interop::detail

@@ -92,6 +92,7 @@ ModelSpec read_model(Reader& r) {
   for (const std::string name : {"--hybrid-layer-pattern", "--hybrid-override-pattern"}) {
     if (o.has(name)) r.refuse_option(name, "Mamba (state-space) hybrid layers are not modelled by tessel");
   }
+  if (o.has("--qk-layernorm")) r.refuse_option("--qk-layernorm", kQkNormRefusal);
   ModelSpec m;
   m.name = "megatron-model";  // named after a preset it equals once read
   m.layers = r.required_int("--num-layers", "model.layers");
@@ -317,6 +318,13 @@ void read_memory(Reader& r, Plan& plan) {
     r.mapped("--use-megatron-fsdp --data-parallel-sharding-strategy " + strategy, fmt::format("parallel.zero {}", p.zero));
   }
   if (o.take_flag("--use-torch-fsdp2")) p.zero = 3, r.mapped("--use-torch-fsdp2", "parallel.zero 3");
+  // Megatron-LM's validate_args asserts this (megatron/training/arguments.py at d98e8a6);
+  // tessel's writers leave fp8 parameters out at ZeRO 0 by the same rule.
+  if (plan.train.fp8_param_gather && p.zero == 0) {
+    r.refuse_option("--fp8-param-gather", "Megatron-LM keeps fp8 parameters only with --use-distributed-optimizer or "
+                                          "FSDP (its validate_args refuses them otherwise); tessel prices them with "
+                                          "ZeRO 1-3, not with Megatron-FSDP's no_shard");
+  }
   if (o.take_flag("--optimizer-cpu-offload")) {
     if (const auto fraction = o.take("--optimizer-offload-fraction");
         fraction && *fraction != "1.0" && *fraction != "1" && *fraction != "1.") {
@@ -483,7 +491,7 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--rotary-seq-len", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
     {"--norm-epsilon", "numerics"}, {"--layernorm-epsilon", "numerics"}, {"--apply-layernorm-1p", "numerics"},
     {"--apply-query-key-layer-scaling", "numerics"}, {"--attention-softmax-in-fp32", "numerics"},
-    {"--calculate-per-token-loss", "numerics"}, {"--qk-layernorm", "numerics (per-head norm, not priced)"},
+    {"--calculate-per-token-loss", "numerics"},
     {"--openai-gelu", "numerics"}, {"--onnx-safe", "numerics"}, {"--deterministic-mode", "numerics"},
     {"--no-persist-layer-norm", "kernel choice"}, {"--no-masked-softmax-fusion", "kernel fusion"},
     {"--no-bias-", "kernel fusion"}, {"--no-rope-fusion", "kernel fusion"}, {"--no-gradient-accumulation-fusion", "kernel fusion"},

@@ -4,11 +4,10 @@
 // NeMo-Framework-Launcher recipes (conf/training/gpt3/175b.yaml; also nested under
 // training:). OmegaConf interpolations are resolved where the recipes use them: ${.key},
 // ${model.key}, ${training.model.key} and ${multiply:a, b}; any other is refused by the key
-// it sits in. As for Megatron (whose options these keys are), every key is mapped,
-// ignored as cost-neutral, or refused by name: fp8, mixture of experts, activation
-// offloading, partial activation checkpointing and gradient accumulation outside the
-// global batch change cost in ways tessel does not model. Unknown keys are "not
-// understood" among the ignored unless their name says they touch a cost dimension.
+// it sits in. As for Megatron (whose options these keys are), every key is mapped, ignored
+// as cost-neutral, or refused by name where it changes cost in ways tessel does not model
+// (activation offloading, partial checkpointing, accumulation outside the global batch).
+// Unknown keys are "not understood" among the ignored unless their name says they touch a cost dimension.
 // The vocabulary comes from model.tokenizer: GPT2BPETokenizer has 50,257 tokens, any other
 // tokenizer needs tokenizer.vocab_size (a key tessel reads and writes for that purpose).
 #include <yaml-cpp/eventhandler.h>
@@ -206,6 +205,7 @@ ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
   r.mapped("model.ffn_hidden_size", "model.ffn_hidden");
   if (const auto kv_channels = r.positive("model.kv_channels", 0); kv_channels != 0 && kv_channels * m.heads != m.hidden)
     r.refuse_key("model.kv_channels", "heads x kv_channels differs from hidden; tessel models head_dim = hidden / heads");
+  if (r.boolean("model.qk_layernorm").value_or(false)) r.refuse_key("model.qk_layernorm", kQkNormRefusal);
   const std::string activation = r.text("model.activation").value_or("gelu");
   if (activation == "fast-swiglu" || activation == "swiglu") m.activation = Activation::swiglu;
   else if (activation == "squared-relu") m.activation = Activation::squared_relu;

@@ -101,7 +101,9 @@ const TorchtitanFlavor* torchtitan_flavor_of(const ModelSpec& model) {
 
 const char* torchtitan_family_refusal(const std::string& model_name) {
   if (model_name == "qwen3")
-    return "Qwen3 normalises each head's query and key (q_norm, k_norm RMSNorm), which tessel does not model";
+    return "Qwen3 normalises each head's query and key (qk_norm: an RMSNorm per head), which tessel refuses in every "
+           "engine's files; and head_dim 128 is not dim / n_heads in its 0.6B, 4B and 32B flavors (0.6B: 1024 / 16 = "
+           "64), which tessel does not model (it derives head_dim = hidden / heads)";
   if (model_name == "llama4")
     return "Llama 4's flavors attend block-causally (flex attention over document masks) and in fixed local "
            "blocks on three layers of four (iRoPE); tessel prices full causal attention";

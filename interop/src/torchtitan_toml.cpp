@@ -13,7 +13,8 @@
 //   and sharding together (HSDP) shard over part of the data-parallel ranks, which
 //   tessel's ZeRO does not model: refused.
 // - tensor_parallel_degree is Megatron-style with sequence-parallel norms
-//   (tp_sequence_parallel); context_parallel_degree is ring attention (sp).
+//   (tp_sequence_parallel) unless enable_sequence_parallel is false; context_parallel_degree
+//   is ring attention (sp).
 // - The batch: local_batch_size (older: batch_size) per data-parallel rank, and
 //   global_batch_size (default local x dp) with gradient accumulation making up the rest.
 //   Without a pipeline the micro-batch is the local batch. With one, each local batch is
@@ -369,9 +370,13 @@ void TorchtitanReader::read_layout() {
          fmt::format("{} x {}", replicate, shard), fmt::format("parallel.dp {}", p.dp));
   mapped("parallelism.fsdp_reshard_after_forward", fsdp ? reshard : "(no FSDP)",
          fmt::format("parallel.zero {}", p.zero));
-  p.tp_sequence_parallel = p.tp > 1;
+  // enable_sequence_parallel came with the registries; the TOML releases always shard the norms.
+  const bool sequence_parallel =
+      !parallelism.has("enable_sequence_parallel") || parallelism.boolean("enable_sequence_parallel");
+  p.tp_sequence_parallel = p.tp > 1 && sequence_parallel;
   mapped("parallelism.tensor_parallel_degree", std::to_string(p.tp),
-         fmt::format("parallel.tp {}{}", p.tp, p.tp > 1 ? " (1d, sequence-parallel norms)" : ""));
+         fmt::format("parallel.tp {}{}", p.tp,
+                     p.tp == 1 ? "" : sequence_parallel ? " (1d, sequence-parallel norms)" : " (1d, norms replicated)"));
   mapped("parallelism.context_parallel_degree", std::to_string(p.sp), fmt::format("parallel.sp {}", p.sp));
   if (parallelism.string("context_parallel_rotate_method").value_or("allgather") != "allgather")
     parallelism.refuse("context_parallel_rotate_method",

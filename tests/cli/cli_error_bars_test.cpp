@@ -10,7 +10,6 @@
 using tessel_cli_test::Cli;
 
 namespace {
-std::string corpus() { return std::string(TESSEL_SOURCE_DIR) + "/corpus/published"; }
 std::string example_plan() { return std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json"; }
 
 ::testing::AssertionResult has_band(const tessel::Json& prediction, double step_s) {
@@ -57,7 +56,7 @@ TEST_F(Cli, AnUncalibratedPlanBeyondTheCorpusIsFlagged) {
 
 TEST_F(Cli, CalibratedPredictionsCarryTheBandAndTheExperienceFlag) {
   const std::string db = (dir_ / "profiles.db").string();
-  const auto calibrated = run("calibrate --published " + corpus() + " --device H100-SXM --db " + db);
+  const auto calibrated = run("calibrate --published " + published_corpus() + " --device H100-SXM --db " + db);
   ASSERT_EQ(calibrated.status, 0) << calibrated.err;
 
   const auto estimate = run("estimate --json --plan " + example_plan() + " --db " + db);
@@ -83,7 +82,7 @@ TEST_F(Cli, CalibratedPredictionsCarryTheBandAndTheExperienceFlag) {
 
 TEST_F(Cli, NoPlanAboveMeasuredExperienceIsUnflagged) {
   const std::string db = (dir_ / "profiles.db").string();
-  ASSERT_EQ(run("calibrate --published " + corpus() + " --device H100-SXM --db " + db).status, 0);
+  ASSERT_EQ(run("calibrate --published " + published_corpus() + " --device H100-SXM --db " + db).status, 0);
   const std::string json_file = (dir_ / "plans.json").string();
   const auto plan = run("plan --model gpt3-175b --cluster dgx-h100 --nodes 12 --global-batch 1536 --top 5 --db " + db +
                         " --json " + json_file);

@@ -220,8 +220,9 @@ TEST(Corpus, ADerivedStepTimeStatesItsFormula) {
     }
   }
   // GPT-NeoX-20B (black2022_gpt_neox_20b.json), Megatron-DeepSpeed's eight GPT 30B rows
-  // (deepspeed2023_megatron_long_seq.json) and Megatron-Core's Mixtral row (mcore2024_moe_mixtral.json).
-  EXPECT_EQ(derived_step_times, 10);
+  // (deepspeed2023_megatron_long_seq.json), Megatron-Core's Mixtral row (mcore2024_moe_mixtral.json)
+  // and nanotron's 26 benchmark cells (tazi2025_nanotron_playbook.json).
+  EXPECT_EQ(derived_step_times, 36);
 }
 
 // The derived step times of the issue-35 sources are their engines' own FLOP counts at the
@@ -232,7 +233,8 @@ TEST(Corpus, EngineFlopCountsGiveTheDerivedStepTimes) {
   for (const CorpusFile& file : corpus()) {
     const bool deepspeed = file.name == "deepspeed2023_megatron_long_seq.json";
     const bool mcore = file.name == "mcore2024_moe_mixtral.json";
-    if (!deepspeed && !mcore) continue;
+    const bool nanotron = file.name == "tazi2025_nanotron_playbook.json";
+    if (!deepspeed && !mcore && !nanotron) continue;
     for (const Json& run : file.json["runs"]) {
       SCOPED_TRACE(run_label(file, run));
       const Json& m = run["model"];
@@ -243,6 +245,10 @@ TEST(Corpus, EngineFlopCountsGiveTheDerivedStepTimes) {
       if (deepspeed) {  // Megatron-DeepSpeed's throughput_calculator, factor 4 for full recompute
         flops = 24 * 4 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
         rate = run["measured"]["hw_tflops_per_gpu"].get<double>();
+      } else if (nanotron) {  // nanotron's get_flops (key/value heads = heads), MFU of 989 TFLOP/s
+        const double f = m["ffn_hidden"].get<double>();
+        flops = 3 * b * s * (l * (8 * h * h + 6 * h * f + 4 * s * h) + 2 * h * v);
+        rate = run["measured"]["mfu"].get<double>() * 989;
       } else {  // Megatron-LM's num_floating_point_operations (core_v0.8.0), swiglu, top-k experts
         const double groups = m["kv_heads"].get<double>() / m["heads"].get<double>();
         const double mlp = m["moe"]["expert_ffn_hidden"].get<double>() / h * m["moe"]["top_k"].get<double>() * 1.5;
@@ -254,7 +260,7 @@ TEST(Corpus, EngineFlopCountsGiveTheDerivedStepTimes) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 9);  // eight GPT 30B sequence lengths, one Mixtral 8x7B
+  EXPECT_EQ(checked, 35);  // eight GPT 30B sequence lengths, one Mixtral 8x7B, 26 nanotron cells
 }
 
 // A run tessel refuses records tessel's reason word for word; when tessel's rules change,
@@ -366,9 +372,9 @@ TEST(Corpus, SourcesPerDeviceAndParallelFamilyAreAsTheReadmeSays) {
   for (const auto& [cell, files] : sources) counts[cell] = files.size();
   const std::map<std::string, std::size_t> readme{
       {"A100-SXM-80GB data", 7},  {"A100-SXM-80GB tensor", 5},   {"A100-SXM-80GB pipeline", 4},
-      {"A100-SXM-40GB data", 4},  {"A100-SXM-40GB tensor", 3},   {"A100-SXM-40GB pipeline", 2},
-      {"A100-SXM-40GB expert", 1}, {"H100-SXM data", 7},         {"H100-SXM tensor", 4},
-      {"H100-SXM pipeline", 4},   {"H100-SXM sequence", 2},      {"H100-SXM expert", 1}};
+      {"A100-SXM-40GB data", 5},  {"A100-SXM-40GB tensor", 4},   {"A100-SXM-40GB pipeline", 3},
+      {"A100-SXM-40GB expert", 1}, {"H100-SXM data", 8},         {"H100-SXM tensor", 5},
+      {"H100-SXM pipeline", 5},   {"H100-SXM sequence", 2},      {"H100-SXM expert", 1}};
   EXPECT_EQ(counts, readme);
 }
 

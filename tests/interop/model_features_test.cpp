@@ -42,6 +42,30 @@ TEST(Fp8Parameters, MegatronsFp8ParamGatherIsReadAndWrittenBack) {
   EXPECT_EQ(message, "run.sh: --fp8-param-gather: fp8 parameters need fp8 training (--bf16 --fp8-format hybrid|e4m3)");
 }
 
+// Megatron-LM's validate_args accepts --fp8-param-gather only with its distributed
+// optimizer or FSDP; the reader refuses what the writer would not write (ZeRO 0).
+TEST(Fp8Parameters, MegatronsFp8ParamGatherNeedsTheDistributedOptimizerBothWays) {
+  const std::string run =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 "
+      "--vocab-size 1024 --micro-batch-size 2 --global-batch-size 64 --bf16 --fp8-format hybrid --fp8-param-gather";
+  const ImportContext context = context_on("dgx-h100", 1, "run.sh");
+  EXPECT_EQ(error_of([&] { import_run(Engine::megatron, run, context); }),
+            "run.sh: --fp8-param-gather: Megatron-LM keeps fp8 parameters only with --use-distributed-optimizer or "
+            "FSDP (its validate_args refuses them otherwise); tessel prices them with ZeRO 1-3, not with "
+            "Megatron-FSDP's no_shard");
+  EXPECT_NE(error_of([&] {
+              import_run(Engine::megatron, run + " --use-megatron-fsdp --data-parallel-sharding-strategy no_shard", context);
+            }).find("--fp8-param-gather: Megatron-LM keeps fp8 parameters only"),
+            std::string::npos);
+  for (const char* sharded : {" --use-distributed-optimizer", " --use-torch-fsdp2"}) {
+    const ImportedRun read = import_run(Engine::megatron, run + sharded, context);
+    EXPECT_TRUE(read.plan.train.fp8_param_gather) << sharded;
+    const ExportedConfig written = export_plan(Engine::megatron, read.plan);
+    EXPECT_NE(written.text.find("--fp8-param-gather"), std::string::npos) << sharded;
+    EXPECT_TRUE(import_run(Engine::megatron, written.text, test::context_of(read.plan)).plan.train.fp8_param_gather);
+  }
+}
+
 TEST(Fp8Parameters, EnginesWithoutAGatherOfFp8WeightsSayTheyWriteBf16Ones) {
   ImportedRun run = import_real("megatron/train_llama3_8b_h100_fp8.sh", "dgx-h100", 1);
   ASSERT_TRUE(run.plan.train.fp8_param_gather);
@@ -74,7 +98,7 @@ TEST(Fp8Parameters, TorchtitansFloat8AllGatherIsReadUnderFsdpAndWrittenBack) {
   EXPECT_EQ(run.plan.train.precision, Precision::fp8);
   EXPECT_GE(run.plan.parallel.zero, 2);
   EXPECT_TRUE(run.plan.train.fp8_param_gather);
-  const ExportedConfig exported = export_plan(Engine::torchtitan, run.plan);
+  const ExportedConfig exported = export_plan(Engine::torchtitan, run.plan, TorchtitanForm::toml);
   EXPECT_NE(exported.text.find("[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true\n"), std::string::npos);
   EXPECT_TRUE(import_run(Engine::torchtitan, exported.text, test::context_of(run.plan)).plan.train.fp8_param_gather);
 }
@@ -116,6 +140,28 @@ TEST(SquaredRelu, MegatronReadsSquaredReluAndRotaryPercentAndRefusesTwoActivatio
             "run.sh: --squared-relu: --swiglu is given too; choose one activation");
   EXPECT_EQ(error_of([&] { import_run(Engine::megatron, run + "--rotary-percent 1.5", context); }),
             "run.sh: --rotary-percent: expected the share of each head's channels RoPE rotates, in (0, 1], got '1.5'");
+}
+
+// One rule for a norm over each head's query and key: every reader refuses it by name
+// (Hugging Face's qwen3 model types: tests/core/moe_model_test.cpp), none prices or drops it.
+TEST(QkNorm, EveryEngineReaderRefusesItByName) {
+  const std::string megatron =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 "
+      "--vocab-size 1024 --micro-batch-size 2 --global-batch-size 64 --bf16";
+  const ImportContext script = context_on("dgx-a100", 1, "run.sh");
+  EXPECT_EQ(error_of([&] { import_run(Engine::megatron, megatron + " --qk-layernorm", script); }),
+            "run.sh: --qk-layernorm: a norm over each head's query and key is not modelled (tessel's blocks, planner "
+            "and executor have no such op)");
+  EXPECT_EQ(error_of([&] { import_run(Engine::megatron, megatron, script); }), "");
+  const ImportContext recipe = context_on("dgx-a100", 1, "recipe.yaml");
+  const std::string nemo = std::string(test::kSmallNemoRecipe) + "  qk_layernorm: ";
+  EXPECT_NE(error_of([&] { import_run(Engine::nemo, nemo + "true\n", recipe); })
+                .find("model.qk_layernorm: a norm over each head's query and key is not modelled"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { import_run(Engine::nemo, nemo + "false\n", recipe); }), "");
+  const std::string qwen3 = error_of([&] { import_real("torchtitan/qwen3_0.6b.toml", "dgx-h100", 1); });
+  EXPECT_NE(qwen3.find("normalises each head's query and key (qk_norm"), std::string::npos) << qwen3;
+  EXPECT_NE(qwen3.find("head_dim 128 is not dim / n_heads"), std::string::npos) << qwen3;
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ const RealFile kFiles[] = {
     {"deepspeed/ds_config_z2.json", "dgx-a100", 1, "gpt2-350m", "", ""},
     {"deepspeed/ds_config_z3.json", "dgx-a100", 1, "gpt2-350m", "", ""},
     {"deepspeed/bf16_master_weight_baseline.json", "dgx-h100", 1, "gpt2-350m", "", ""},
-    {"deepspeed/bf16_master_weight_bf16_full.json", "dgx-h100", 1, "gpt2-350m", "", "torch_autocast: torch autocast"},
+    {"deepspeed/bf16_master_weight_bf16_full.json", "dgx-h100", 1, "gpt2-350m", "", "torch_autocast: torch.autocast keeps fp32 parameters and gradients"},
     {"deepspeed/tensor_parallel_ds_config.json", "dgx-h100", 1, "llama2-7b", "", ""},
     {"deepspeed/zf_config.json", "dgx-h100", 1, "llama2-7b", "", "zero_optimization.zenflow: ZenFlow's top-k gradient selection"},
     {"torchtitan/llama3_debug_model.toml", "dgx-h100", 1, "", "", "activation_checkpoint.selective_ac_option"},

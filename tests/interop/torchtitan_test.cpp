@@ -217,7 +217,7 @@ TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
   };
   for (const Case& c : cases) {
     const Plan plan = Plan::load(std::string(TESSEL_SOURCE_DIR "/examples/") + c.file);
-    const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+    const ExportedConfig exported = export_plan(Engine::torchtitan, plan, TorchtitanForm::toml);
     Plan nearest = plan;
     nearest.train.kernels = Kernels::fused;
     nearest.train.dropout = false;
@@ -236,7 +236,7 @@ TEST(Torchtitan, RoundTripOfEveryExamplePlanGivesTheNearestPlan) {
 TEST(Torchtitan, RoundTripOfAnExpressiblePlanIsExact) {
   const ImportedRun run =
       import_run(Engine::torchtitan, test::real_file("torchtitan/llama3_70b.toml"), cluster_context("dgx-h100", 8));
-  const ExportedConfig exported = export_plan(Engine::torchtitan, run.plan);
+  const ExportedConfig exported = export_plan(Engine::torchtitan, run.plan, TorchtitanForm::toml);
   EXPECT_TRUE(exported.not_expressible.empty()) << exported.text;
   EXPECT_EQ(import_run(Engine::torchtitan, exported.text, cluster_context("dgx-h100", 8)).plan, run.plan)
       << exported.text;
@@ -251,7 +251,7 @@ TEST(Torchtitan, RoundTripOfAnExpressiblePlanIsExact) {
                                   .schedule = Schedule::interleaved,
                                   .virtual_stages = 2};
   piped.validate();
-  const ExportedConfig piped_export = export_plan(Engine::torchtitan, piped);
+  const ExportedConfig piped_export = export_plan(Engine::torchtitan, piped, TorchtitanForm::toml);
   EXPECT_TRUE(piped_export.not_expressible.empty()) << piped_export.text;
   EXPECT_EQ(import_run(Engine::torchtitan, piped_export.text, cluster_context("dgx-h100", 8)).plan, piped)
       << piped_export.text;
@@ -263,7 +263,7 @@ TEST(Torchtitan, TwoDimensionalTensorParallelismIsWrittenAsTheNearestOneDimensio
   plan.parallel.tp_mode = TpMode::d2;
   plan.parallel.tp_sequence_parallel = false;
   plan.validate();
-  const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+  const ExportedConfig exported = export_plan(Engine::torchtitan, plan, TorchtitanForm::toml);
   ASSERT_FALSE(exported.not_expressible.empty());
   EXPECT_EQ(exported.not_expressible[0].rfind("parallel.tp_mode 2d: torchtitan's tensor parallelism is 1D", 0), 0u);
   const Plan back = import_run(Engine::torchtitan, exported.text, context_of(plan)).plan;
@@ -280,7 +280,7 @@ TEST(Torchtitan, FpSixteenAndOffloadAreWrittenAsTheNearestAndNoted) {
   plan.train.precision = Precision::fp16;
   plan.train.kernels = Kernels::fused;
   plan.validate();
-  const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+  const ExportedConfig exported = export_plan(Engine::torchtitan, plan, TorchtitanForm::toml);
   ASSERT_EQ(exported.not_expressible.size(), 3u) << exported.text;
   EXPECT_EQ(exported.not_expressible[0].rfind("parallel.offload optimizer", 0), 0u);
   EXPECT_EQ(exported.not_expressible[1].rfind("train.precision fp16", 0), 0u);
@@ -297,7 +297,7 @@ TEST(Torchtitan, Float8ConvertersAreFp8BothWays) {
   const Plan plan = Plan::from_json(Json::parse(R"({"model": "llama3-8b", "cluster": "dgx-h100", "nodes": 1,
       "train": {"global_batch": 16, "precision": "fp8", "kernels": "fused"},
       "parallel": {"dp": 8, "zero": 3, "micro_batch": 2}})"), "");
-  const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+  const ExportedConfig exported = export_plan(Engine::torchtitan, plan, TorchtitanForm::toml);
   EXPECT_NE(exported.text.find("converters = [\"float8\"]"), std::string::npos) << exported.text;
   EXPECT_NE(exported.text.find("mixed_precision_param = \"bfloat16\""), std::string::npos) << exported.text;
   const ImportedRun run = import_run(Engine::torchtitan, exported.text, cluster_context("dgx-h100", 1));
@@ -316,12 +316,12 @@ TEST(Torchtitan, CompileIsTheTorchCompileFrameworkBothWays) {
   Plan plan = Plan::from_json(Json::parse(R"({"model": "llama3-8b", "cluster": "dgx-h100", "nodes": 1,
       "train": {"global_batch": 16, "kernels": "fused", "dropout": false, "framework": "torch.compile"},
       "parallel": {"dp": 8, "zero": 3, "micro_batch": 2}})"), "");
-  const ExportedConfig exported = export_plan(Engine::torchtitan, plan);
+  const ExportedConfig exported = export_plan(Engine::torchtitan, plan, TorchtitanForm::toml);
   EXPECT_NE(exported.text.find("[compile]\nenable = true"), std::string::npos) << exported.text;
   const ImportedRun compiled = import_run(Engine::torchtitan, exported.text, cluster_context("dgx-h100", 1));
   EXPECT_EQ(compiled.plan.train.framework, Framework::torch_compile) << exported.text;
   plan.train.framework = Framework::pytorch;
-  const ExportedConfig eager = export_plan(Engine::torchtitan, plan);
+  const ExportedConfig eager = export_plan(Engine::torchtitan, plan, TorchtitanForm::toml);
   EXPECT_EQ(eager.text.find("[compile]"), std::string::npos) << eager.text;
   EXPECT_EQ(import_run(Engine::torchtitan, eager.text, cluster_context("dgx-h100", 1)).plan.train.framework,
             Framework::pytorch);
