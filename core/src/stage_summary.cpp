@@ -71,6 +71,12 @@ BlockOp weight_cast(double elements, bool fp8_parameters) {
   return cast;
 }
 
+// ZeRO++'s qwZ: each gathered int8 element read and written back at the parameters' width.
+BlockOp dequantize(double elements, double parameter_bytes) {
+  return transfer(ops::zero_dequantize, OpKind::memory, CommGroup::dp, elements * (1 + parameter_bytes),
+                  Collective::all_gather);
+}
+
 struct Groups {
   int gradient = 1, experts = 1;  // the gradient group and the ranks holding the same experts
 };
@@ -83,7 +89,10 @@ BlockTraffic block_traffic(const ParallelConfig& p, const BlockOpTable& table, c
   BlockTraffic out;
   const double all_parameters = block_parameters + expert_parameters;
   const double fp8_share = all_parameters > 0 ? fp8_elements / all_parameters : 0.0;
-  const double gathered = fp8::gathered_parameter_bytes(states.parameter, fp8_share, fp8_parameters);
+  // Bytes a ZeRO gather moves per parameter: 16-bit, fp8 for fp8 parameters, int8 blocks
+  // under qwZ (ZeRO++'s "half from FP16 to INT8"; the blocks' scales are not counted).
+  const double gathered = p.zero_quantized_weights ? 1.0 : fp8::gathered_parameter_bytes(states.parameter, fp8_share,
+                                                                                         fp8_parameters);
   out.parameters = all_parameters;
   const int g = groups.gradient, eg = groups.experts;
   auto add = [&](Moment moment, bool expert_bucket, BlockOp work, bool in_chain = false) {
@@ -99,9 +108,13 @@ BlockTraffic block_traffic(const ParallelConfig& p, const BlockOpTable& table, c
   }
   if (p.zero == 3 && g > 1) {
     add(Moment::fetch, false, gather(CommGroup::dp, block_parameters * gathered));
+    if (p.zero_quantized_weights) add(Moment::fetch, false, dequantize(block_parameters, states.parameter), true);
     if (fp8_elements > 0) add(Moment::fetch, false, weight_cast(fp8_elements, fp8_parameters), true);
   }
-  if (experts && p.zero == 3 && eg > 1) add(Moment::fetch, true, gather(CommGroup::expert_dp, expert_parameters * gathered));
+  if (experts && p.zero == 3 && eg > 1) {
+    add(Moment::fetch, true, gather(CommGroup::expert_dp, expert_parameters * gathered));
+    if (p.zero_quantized_weights) add(Moment::fetch, true, dequantize(expert_parameters, states.parameter), true);
+  }
   // Gradients leave once the backward is done: every micro-batch under ZeRO 2 and 3, else
   // in one bucket after the block's last backward.
   const bool per_micro_batch = p.zero >= 2;

@@ -44,6 +44,13 @@ void Trainer::check(const Plan& plan) {
         "parallel.tp_comm_overlap: the executor runs its tensor-parallel collectives between its GEMMs, "
         "not pipelined with them; run the plan with tp_comm_overlap false (the same math)");
   }
+  // Quantizing the gathered weights changes the numbers each rank computes with; the
+  // executor gathers them exactly.
+  if (p.zero_quantized_weights) {
+    throw Error(
+        "parallel.zero_quantized_weights: the executor gathers ZeRO-3's weights exactly, not as int8 blocks; "
+        "plan and estimate price it, run the plan with zero_quantized_weights false");
+  }
   // selective-op is torchtitan's policy, priced so that its published runs can be read;
   // the executor checkpoints whole layers or the attention core.
   if (p.recompute == Recompute::selective_op) {

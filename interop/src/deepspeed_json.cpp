@@ -381,8 +381,12 @@ void DeepSpeedReader::read_zero() {
     } else if (key == "zero_hpz_partition_size") {
       if (value != 1) refuse(option, "ZeRO++ secondary partitions (hpZ) are not modelled");
       ignored(option);
-    } else if (key == "zero_quantized_weights" || key == "zero_quantized_gradients" ||
-               key == "zero_quantized_nontrainable_weights") {
+    } else if (key == "zero_quantized_weights" && value == true && p.zero == 3) {
+      p.zero_quantized_weights = true;
+      mapped(option, "true", "parallel.zero_quantized_weights true");
+    } else if (key == "zero_quantized_weights") {
+      ignored(option);  // DeepSpeed quantizes stage 3's weight gathers only
+    } else if (key == "zero_quantized_gradients" || key == "zero_quantized_nontrainable_weights") {
       if (value == true) refuse(option, "ZeRO++ quantized communication is not modelled");
       ignored(option);
     } else if (key == "zenflow") {

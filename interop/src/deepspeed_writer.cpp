@@ -119,6 +119,7 @@ ExportedConfig export_deepspeed(const Plan& plan) {
   if (near.train.precision == Precision::fp16) config["fp16"] = {{"enabled", true}};
   if (!lars) config["optimizer"] = {{"type", near.train.optimizer == Optimizer::lamb ? "Lamb" : "AdamW"}};
   nlohmann::ordered_json zero{{"stage", p.zero}};
+  if (p.zero_quantized_weights) zero["zero_quantized_weights"] = true;
   if (p.offload == OffloadMode::optimizer) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   config["zero_optimization"] = zero;
   if (p.tp > 1) config["tensor_parallel"] = {{"autotp_size", p.tp}};

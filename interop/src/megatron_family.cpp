@@ -67,6 +67,12 @@ Plan nearest_megatron_plan(const Plan& plan, bool fsdp_zero, const std::string& 
                               engine, to_string(plan.parallel.tp_mode), explain_reject(reason, nearest)));
     }
   }
+  if (p.zero_quantized_weights) {
+    notes.push_back(fmt::format("parallel.zero_quantized_weights: ZeRO++'s int8 weight gathers are DeepSpeed's; {} "
+                                "gathers exactly",
+                                engine));
+    p.zero_quantized_weights = false;
+  }
   if (nearest.train.fp8_param_gather && p.zero == 0) {
     notes.push_back(fmt::format("train.fp8_param_gather: {} keeps fp8 parameters with its distributed optimizer or "
                                 "FSDP only (parallel.zero 1-3); wrote bf16 parameters",

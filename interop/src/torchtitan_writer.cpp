@@ -19,6 +19,12 @@ namespace {
 void nearest_data_parallel(Plan& near, TorchtitanForm form, std::vector<std::string>& notes) {
   ParallelConfig& p = near.parallel;
   const bool others = p.tp > 1 || p.pp > 1 || p.sp > 1;
+  if (p.zero_quantized_weights) {
+    notes.push_back(fmt::format("parallel.zero_quantized_weights: ZeRO++'s int8 weight gathers are DeepSpeed's; {} "
+                                "gathers exactly",
+                                "torchtitan"));
+    p.zero_quantized_weights = false;
+  }
   if (p.dp * p.sp == 1 && p.zero != 0) {
     notes.push_back(fmt::format("parallel.zero {}: nothing to shard over one rank; written as 0", p.zero));
     p.zero = 0;

@@ -66,6 +66,10 @@ inline std::vector<Plan> sweep_plans(int count, std::uint32_t seed = 36) {
     // Every other fp8 plan holds its GEMM weights as fp8 parameters (no draw: the sweep's
     // other plans stay the same).
     if (fp8 && plans.size() % 2 == 1) train["fp8_param_gather"] = true;
+    // Every other ZeRO-3 plan without fp8 parameters gathers int8 blocks (ZeRO++'s qwZ).
+    if (parallel["zero"] == 3 && !train.contains("fp8_param_gather") && plans.size() % 2 == 0) {
+      parallel["zero_quantized_weights"] = true;
+    }
     const Json plan_json{{"model", model},
                          {"cluster", fp8 || chance(0.3) ? "dgx-h100" : "dgx-a100"},
                          {"nodes", nodes},
