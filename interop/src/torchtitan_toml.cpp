@@ -29,6 +29,7 @@
 // The writer writes the nearest plan torchtitan can run; what changed is a # comment at
 // the top and an entry of not_expressible (torchtitan refuses unknown keys, so notes
 // cannot be keys).
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <set>
@@ -129,6 +130,7 @@ class TorchtitanReader {
   void read_optimizer();
   void read_layout();
   void read_pipeline(Section& parallelism, std::int64_t local_batch, std::int64_t accumulation);
+  void read_spmd_backend(Section& parallelism);
   void read_training(Section& training, bool fsdp);
   void read_activation_checkpoint();
 
@@ -323,6 +325,34 @@ void TorchtitanReader::read_pipeline(Section& parallelism, std::int64_t local_ba
         first_less, last_less));
 }
 
+// spmd_backend (the registries since June 2026) picks how torchtitan holds a sharded tensor,
+// not the layout: under each, FSDP shards over dp_shard x cp and tensor, context and pipeline
+// parallelism run the same collectives (torchtitan/distributed/parallel_dims.py, fsdp.py).
+// Context parallelism runs only under spmd_types (context_parallel/api.py refuses the other).
+void TorchtitanReader::read_spmd_backend(Section& parallelism) {
+  static const std::pair<const char*, const char*> kBackends[] = {
+      {"spmd_types", "local tensors typed by spmd_types, torchtitan's default"},
+      {"partial_dtensor", "DTensor on the tensor- and expert-parallel axes"},
+      {"default", "partial_dtensor's name until August 2026"},
+      {"full_dtensor", "DTensor on every axis, June to August 2026"},
+  };
+  if (!parallelism.has("spmd_backend")) return;
+  const std::string backend = *parallelism.string("spmd_backend");
+  const auto* known = std::find_if(std::begin(kBackends), std::end(kBackends),
+                                   [&](const auto& entry) { return backend == entry.first; });
+  if (known == std::end(kBackends))
+    parallelism.refuse("spmd_backend", fmt::format("'{}' is not a backend torchtitan runs (spmd_types, "
+                                                   "partial_dtensor; before August 2026 default, full_dtensor)",
+                                                   backend));
+  if (backend == "partial_dtensor" && run_.plan.parallel.sp > 1)
+    parallelism.refuse("spmd_backend", fmt::format("partial_dtensor with context_parallel_degree {}: torchtitan "
+                                                   "runs context parallelism only under spmd_types",
+                                                   run_.plan.parallel.sp));
+  mapped("parallelism.spmd_backend", backend,
+         fmt::format("the layout above ({}: how torchtitan holds sharded tensors; the same shards and collectives)",
+                     known->second));
+}
+
 void TorchtitanReader::read_layout() {
   Section parallelism = section("parallelism");
   Section training = section("training");
@@ -382,6 +412,7 @@ void TorchtitanReader::read_layout() {
     parallelism.refuse("context_parallel_rotate_method",
                        "all-to-all KV exchange is not modelled (tessel prices the "
                        "ring of KV shards)");
+  read_spmd_backend(parallelism);
   for (const char* key : {"expert_parallel_degree", "expert_tensor_parallel_degree"})
     if (parallelism.degree(key) != 1) parallelism.refuse(key, "mixture of experts is not modelled");
   // Async TP decomposes the sequence-parallel all-gather and reduce-scatter and pipelines
