@@ -41,15 +41,11 @@
 #include "tessel/core/error.hpp"
 #include "torchtitan_flavors.hpp"
 #include "torchtitan_registry.hpp"
+#include "torchtitan_rules.hpp"
 
 namespace tessel::interop::detail {
 
 namespace {
-
-// Sections whose every option is cost-neutral.
-const std::set<std::string, std::less<>> kIgnoredSections{
-    "job",   "profiling",    "metrics",  "lr_scheduler", "checkpoint", "validation", "comm", "memory_estimation",
-    "debug", "experimental", "quantize", "mx"};
 
 // One TOML table, read option by option: each read marks the option, finish() refuses
 // the options nobody read.
@@ -142,6 +138,8 @@ class TorchtitanReader {
   std::string float8_;
   // FSDP's all-gathers of the float8 linears' weights in float8 (train.fp8_param_gather).
   std::string float8_all_gather_;
+  // float8 emulated in higher precision: refused where float8 linears run.
+  std::string float8_emulate_;
 };
 
 void TorchtitanReader::read_model() {
@@ -151,8 +149,9 @@ void TorchtitanReader::read_model() {
   if (const toml::node* converters = model.take("converters")) {
     if (!converters->is_array()) model.refuse("converters", "must be an array of strings");
     for (const toml::node& converter : *converters->as_array()) {
-      if (converter.value_or(std::string()) != "float8")
-        model.refuse("converters", "MX low-precision matmuls are not modelled (tessel prices float8, bf16, fp16 or fp32)");
+      if (!converter.is_string()) model.refuse("converters", "must be an array of strings");
+      const std::string name = converter.value_or(std::string());
+      if (!torchtitan_float8_linear(name)) model.refuse("converters", torchtitan_converter_refusal(name));
       float8_ = "model.converters";
     }
   }
@@ -166,7 +165,7 @@ void TorchtitanReader::read_model() {
     plan.model = *context_.model;
     mapped("model.name/flavor", name + "/" + flavor,
            fmt::format("model {} (not a flavor tessel knows: the model given with the file)", plan.model.name));
-  } else if (const char* why = torchtitan_family_refusal(name)) {
+  } else if (const std::string why = torchtitan_family_refusal(name); !why.empty()) {
     model.refuse("name", fmt::format("'{}' (flavor {}): {}", name, flavor, why));
   } else {
     model.refuse("flavor", fmt::format("'{}/{}' is not a flavor tessel knows ({}); give the model's Hugging Face "
@@ -240,6 +239,8 @@ void TorchtitanReader::read_training(Section& training, bool fsdp) {
       "training.mixed_precision_param", param,
       fmt::format("train.precision {}{}", to_string(plan.train.precision),
                   param == "bfloat16" && !fsdp && !autocast ? " (torchtitan applies it only with FSDP or alone)" : ""));
+  if (!float8_.empty() && !float8_emulate_.empty())
+    throw Error(fmt::format("{}: {}: {}", context_.source_name, float8_emulate_, kTorchtitanEmulatedFloat8));
   if (!float8_.empty()) {
     if (plan.train.precision != Precision::bf16)
       training.refuse("mixed_precision_param", "float8 is modelled on top of bf16 training (bfloat16 with FSDP or alone)");
@@ -461,9 +462,11 @@ ImportedRun TorchtitanReader::read() {
   plan.nodes = context_.nodes;
   for (auto&& [key, node] : root_) {
     const std::string name(key.str());
-    if (kIgnoredSections.count(name)) {
+    if (torchtitan_part_is_cost_neutral(name, &TorchtitanNeutralPart::toml_section)) {
       if (name == "quantize" && root_.at_path("quantize.linear.float8.enable_fsdp_float8_all_gather").value_or(false))
         float8_all_gather_ = "quantize.linear.float8.enable_fsdp_float8_all_gather";
+      if (name == "quantize" && root_.at_path("quantize.linear.float8.emulate").value_or(false))
+        float8_emulate_ = "quantize.linear.float8.emulate";
       run_.ignored.push_back("[" + name + "]");
     } else if (name == "compile") {
       // TorchInductor fuses the elementwise ops: the torch.compile framework of the
@@ -479,6 +482,7 @@ ImportedRun TorchtitanReader::read() {
       auto flag = [&](const char* key) { return float8 && float8->get(key) && float8->get(key)->value_or(false); };
       if (flag("enable_float8_linear")) float8_ = "float8.enable_float8_linear";
       if (flag("enable_fsdp_float8_all_gather")) float8_all_gather_ = "float8.enable_fsdp_float8_all_gather";
+      if (flag("emulate")) float8_emulate_ = "float8.emulate";
       run_.ignored.push_back("[float8]: scaling settings (priced as per-tensor scaling)");
     } else if (name == "fault_tolerance") {
       if (node.is_table() && node.as_table()->get("enable") && node.as_table()->get("enable")->value_or(false))
@@ -501,11 +505,7 @@ ImportedRun TorchtitanReader::read() {
   mapped("(torchtitan attention)", "scaled_dot_product_attention", "train.kernels fused");
   plan.train.dropout = false;
   mapped("(torchtitan models)", "no dropout layers", "train.dropout false");
-  try {
-    plan.validate();
-  } catch (const Error& error) {
-    throw Error(fmt::format("{}: the plan it describes does not hold: {}", context_.source_name, error.what()));
-  }
+  validate_imported(plan, context_.source_name);
   return std::move(run_);
 }
 
