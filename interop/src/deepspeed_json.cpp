@@ -40,6 +40,7 @@
 
 #include <fmt/format.h>
 
+#include "deepspeed_autotp.hpp"
 #include "engines.hpp"
 #include "tessel/core/error.hpp"
 
@@ -482,8 +483,8 @@ ImportedRun DeepSpeedReader::read() {
   read_precision();
   read_optimizer();
   read_zero();
-  if (plan.parallel.tp > 1 && plan.parallel.zero == 3)
-    refuse("tensor_parallel.autotp_size", "AutoTP training works with ZeRO stages 0 to 2, not 3");
+  if (const std::string why = why_not_autotp(plan.parallel); plan.parallel.tp > 1 && !why.empty())
+    refuse("tensor_parallel.autotp_size", why);
   read_activation_checkpointing();
   mapped("(plain DeepSpeed)", "data parallel",
          fmt::format("parallel.dp {} tp {} pp 1 sp 1", plan.parallel.dp, plan.parallel.tp));
@@ -493,11 +494,7 @@ ImportedRun DeepSpeedReader::read() {
       refuse(key, "not an option tessel's reader knows, so it cannot tell whether it changes the cost");
     ignored(key);
   }
-  try {
-    plan.validate();
-  } catch (const Error& error) {
-    throw Error(fmt::format("{}: the plan it describes does not hold: {}", context_.source_name, error.what()));
-  }
+  validate_imported(plan, context_.source_name);
   return std::move(run_);
 }
 

@@ -3,6 +3,7 @@
 // top-level "tessel_note" array that DeepSpeed and tessel's reader both ignore.
 #include <fmt/format.h>
 
+#include "deepspeed_autotp.hpp"
 #include "engines.hpp"
 #include "tessel/core/error.hpp"
 
@@ -20,9 +21,7 @@ Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
     near.train.precision = Precision::bf16;
     near.train.fp8_param_gather = false;
   }
-  // AutoTP: 1D tensor parallelism without sequence parallelism, under ZeRO 0 to 2.
-  const bool autotp = p.tp > 1 && p.pp == 1 && p.sp == 1 && p.tp_mode == TpMode::d1 && !p.tp_sequence_parallel &&
-                      p.zero <= 2;
+  const bool autotp = p.tp > 1 && why_not_autotp(p).empty();
   if (!autotp && (p.tp > 1 || p.pp > 1 || p.sp > 1)) {
     const int world = p.world_size();
     int micro = p.micro_batch;

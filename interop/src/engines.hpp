@@ -2,6 +2,9 @@
 // dispatches to them.
 #pragma once
 
+#include <fmt/format.h>
+
+#include "tessel/core/error.hpp"
 #include "tessel/interop/engine_config.hpp"
 
 namespace tessel::interop::detail {
@@ -19,6 +22,16 @@ inline std::string trim(const std::string& text) {
 // refuses it by name rather than pricing a different model.
 inline constexpr const char* kQkNormRefusal =
     "a norm over each head's query and key is not modelled (tessel's blocks, planner and executor have no such op)";
+
+// An imported plan's own check, its failure said as the file's: "SOURCE: the plan it
+// describes does not hold: ...".
+inline void validate_imported(const Plan& plan, const std::string& source_name) {
+  try {
+    plan.validate();
+  } catch (const Error& error) {
+    throw Error(fmt::format("{}: the plan it describes does not hold: {}", source_name, error.what()));
+  }
+}
 
 ImportedRun import_megatron(const std::string& text, const ImportContext& context);
 ExportedConfig export_megatron(const Plan& plan);

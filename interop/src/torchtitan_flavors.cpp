@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/model_refusals.hpp"
+
 namespace tessel::interop::detail {
 
 int llama_ffn_hidden(int dim, int multiple_of, std::optional<double> ffn_dim_multiplier) {
@@ -99,17 +101,17 @@ const TorchtitanFlavor* torchtitan_flavor_of(const ModelSpec& model) {
   return nullptr;
 }
 
-const char* torchtitan_family_refusal(const std::string& model_name) {
+std::string torchtitan_family_refusal(const std::string& model_name) {
   if (model_name == "qwen3")
-    return "Qwen3 normalises each head's query and key (qk_norm: an RMSNorm per head), which tessel refuses in every "
-           "engine's files; and head_dim 128 is not dim / n_heads in its 0.6B, 4B and 32B flavors (0.6B: 1024 / 16 = "
-           "64), which tessel does not model (it derives head_dim = hidden / heads)";
+    return fmt::format("Qwen3 {}; and head_dim 128 is not dim / n_heads in its 0.6B, 4B and 32B flavors (0.6B: "
+                       "1024 / 16 = 64), which tessel does not model (it derives head_dim = hidden / heads)",
+                       kQwen3Refusal);
   if (model_name == "llama4")
     return "Llama 4's flavors attend block-causally (flex attention over document masks) and in fixed local "
            "blocks on three layers of four (iRoPE); tessel prices full causal attention";
   if (model_name == "deepseek_v3")
     return "DeepSeek-V3's multi-head latent attention (MLA: low-rank compressed keys and values) is not modelled";
-  return nullptr;
+  return "";
 }
 
 std::string torchtitan_flavor_list() {

@@ -15,6 +15,7 @@
 
 #include "tessel/core/error.hpp"
 #include "tessel/core/input_limits.hpp"
+#include "torchtitan_rules.hpp"
 
 namespace tessel::interop::detail {
 
@@ -461,11 +462,9 @@ std::string RegistryReader::to_toml() {
            "the model family is not named (e.g. Llama3Model, or from torchtitan.models.llama3 import model_registry)");
   std::map<std::string, std::string> sections;
   read_batch(config, sections);
-  static const std::set<std::string> kIgnored{"loss", "hf_assets_path", "profiler", "metrics", "lr_scheduler",
-                                              "dataloader", "checkpoint", "validator", "comm", "debug"};
   for (auto& [key, value] : config.kwargs) {
     const std::string field = "Trainer.Config." + key;
-    if (kIgnored.count(key)) {
+    if (torchtitan_part_is_cost_neutral(key, &TorchtitanNeutralPart::registry_field)) {
       ignored_.push_back(field);
       continue;
     }
@@ -478,16 +477,15 @@ std::string RegistryReader::to_toml() {
         if (option != "converters" || setting.kind != PyValue::list)
           refuse(field + "." + option, "a model variant tessel does not model (it reads converters)");
         for (const PyValue& converter : setting.args) {
-          if (converter.text != "Float8LinearConverter.Config")
-            refuse(field + ".converters", fmt::format("'{}' is not modelled (tessel prices float8, bf16, fp16 or fp32)",
-                                                      converter.text));
+          if (!torchtitan_float8_linear(converter.text))
+            refuse(field + ".converters", torchtitan_converter_refusal(converter.text));
           // Its scaling settings are priced as per-tensor scaling, as the TOML reader does.
           for (const auto& [option, flag] : converter.kwargs) {
             const bool on = !(flag.kind == PyValue::boolean && flag.text == "false");
             if (option == "enable_fsdp_float8_all_gather" && on)
               sections["quantize.linear.float8"] += "enable_fsdp_float8_all_gather = true\n";
             if (option == "emulate" && on)
-              refuse(field + ".converters.emulate", "emulated float8 (GEMMs in bf16) is not modelled");
+              refuse(field + ".converters.emulate", kTorchtitanEmulatedFloat8);
           }
         }
         if (!setting.args.empty()) sections["model"] += "converters = [\"float8\"]\n";

@@ -59,17 +59,15 @@ ExportedConfig export_torchtitan_registry(const Plan& plan) {
   const ParallelConfig& p = near.parallel;
   const TorchtitanFlavor* flavor = torchtitan_flavor_of(near.model);
   const std::string package = flavor ? flavor->model_name : python_identifier(near.model.name);
-  const std::string unknown = torchtitan_unknown_model_note(
-      near, fmt::format("add a package torchtitan.models.{} whose model_registry knows flavor \"tessel\"", package));
-  if (!unknown.empty()) out.not_expressible.push_back(unknown);
+  note_unknown_torchtitan_model(
+      near, fmt::format("add a package torchtitan.models.{} whose model_registry knows flavor \"tessel\"", package),
+      out.not_expressible);
   const std::string function = "tessel_" + python_identifier(near.model.name);
   out.script_args = {function};
   const bool fp8 = near.train.precision == Precision::fp8;
   const bool compiled = near.train.framework == Framework::torch_compile;
 
-  std::string text = fmt::format("# torchtitan config written by tessel: {} on {} node(s) of {} ({} GPUs)\n",
-                                 p.summary(), near.nodes, near.cluster.name, near.gpus());
-  for (const std::string& line : out.not_expressible) text += "# not expressible: " + line + "\n";
+  std::string text = torchtitan_opening("torchtitan config", near, out.not_expressible);
   text += fmt::format("# Run: NGPU={} MODULE=<this file as a module> CONFIG={} ./run_train.sh\n", near.gpus(), function);
   text += "# The data set is the run's own choice: tessel prices tokens, whatever their source.\n\n";
   text += "from torchtitan.components.data import ConcatThenSplitPackingConfig, GrainDataLoader\n";

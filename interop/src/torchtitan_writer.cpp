@@ -147,13 +147,21 @@ Plan nearest_torchtitan_plan(const Plan& plan, TorchtitanForm form, std::vector<
   return near;
 }
 
-std::string torchtitan_unknown_model_note(const Plan& near, const std::string& how_to_register) {
-  if (torchtitan_flavor_of(near.model) != nullptr) return "";
-  return fmt::format(
+void note_unknown_torchtitan_model(const Plan& near, const std::string& how_to_register,
+                                   std::vector<std::string>& notes) {
+  if (torchtitan_flavor_of(near.model) != nullptr) return;
+  notes.push_back(fmt::format(
       "model {}: not a torchtitan flavor ({}); {} for its shape (layers {}, hidden {}, heads {}, kv_heads {}, "
       "ffn_hidden {}, vocab {}), and give tessel its Hugging Face config.json with --hf-config to read this file back",
       near.model.name, torchtitan_flavor_list(), how_to_register, near.model.layers, near.model.hidden,
-      near.model.heads, near.model.kv_heads, near.model.ffn_hidden, near.model.vocab);
+      near.model.heads, near.model.kv_heads, near.model.ffn_hidden, near.model.vocab));
+}
+
+std::string torchtitan_opening(const std::string& what, const Plan& near, const std::vector<std::string>& notes) {
+  std::string text = fmt::format("# {} written by tessel: {} on {} node(s) of {} ({} GPUs)\n", what,
+                                 near.parallel.summary(), near.nodes, near.cluster.name, near.gpus());
+  for (const std::string& line : notes) text += "# not expressible: " + line + "\n";
+  return text;
 }
 
 const char* torchtitan_schedule_name(Schedule schedule) {
@@ -237,12 +245,10 @@ ExportedConfig export_torchtitan(const Plan& plan) {
   const Plan near = nearest_torchtitan_plan(plan, TorchtitanForm::toml, out.not_expressible);
   const ParallelConfig& p = near.parallel;
   const TorchtitanFlavor* flavor = torchtitan_flavor_of(near.model);
-  const std::string unknown = torchtitan_unknown_model_note(
-      near, fmt::format("register a TrainSpec named \"{}\" with flavor \"tessel\"", near.model.name));
-  if (!unknown.empty()) out.not_expressible.push_back(unknown);
-  std::string text = fmt::format("# torchtitan job config written by tessel: {} on {} node(s) of {} ({} GPUs)\n",
-                                 p.summary(), near.nodes, near.cluster.name, near.gpus());
-  for (const std::string& line : out.not_expressible) text += "# not expressible: " + line + "\n";
+  note_unknown_torchtitan_model(
+      near, fmt::format("register a TrainSpec named \"{}\" with flavor \"tessel\"", near.model.name),
+      out.not_expressible);
+  std::string text = torchtitan_opening("torchtitan job config", near, out.not_expressible);
   text += fmt::format("\n[job]\ndescription = {}\n", quoted("tessel plan for " + near.model.name));
   text += fmt::format("\n[model]\nname = {}\nflavor = {}\n", quoted(flavor ? flavor->model_name : near.model.name),
                       quoted(flavor ? flavor->flavor : "tessel"));

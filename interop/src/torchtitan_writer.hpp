@@ -28,8 +28,12 @@ TorchtitanSplit torchtitan_split(const Plan& near);
 // value spelled as TOML and Python both read it (the registry's one boolean is Python's).
 std::vector<std::pair<std::string, std::string>> torchtitan_parallelism(const Plan& near, TorchtitanForm form);
 
-// The note for a model that is not a torchtitan flavor ("" when it is one); `how_to_register`
-// says what the user adds to torchtitan for its shape.
-std::string torchtitan_unknown_model_note(const Plan& near, const std::string& how_to_register);
+// Adds to `notes` the note for a model that is not a torchtitan flavor (nothing when it is
+// one); `how_to_register` says what the user adds to torchtitan for its shape.
+void note_unknown_torchtitan_model(const Plan& near, const std::string& how_to_register,
+                                   std::vector<std::string>& notes);
+
+// The # lines both forms open with: `what` tessel wrote for which plan, then each note.
+std::string torchtitan_opening(const std::string& what, const Plan& near, const std::vector<std::string>& notes);
 
 }  // namespace tessel::interop::detail

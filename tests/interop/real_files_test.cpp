@@ -34,7 +34,8 @@ struct RealFile {
 // configs name no model, so each is read with the model its example trains (as is NeMo's
 // Nemotron-4 15B recipe, whose tokenizer file is unnamed); a script that
 // needs arguments gets those its README gives (examples/academic_paper_scripts/detxoify_lm),
-// and torchtitan's config_registry.py the function its README trains (--config llama3_8b).
+// and torchtitan's config_registry.py the function its README trains (--config llama3_8b; qwen3's
+// the twin of qwen3_32b.toml).
 const RealFile kFiles[] = {
     {"megatron/train_gpt3_175b_distributed.sh", "dgx-a100", 128, "", "", ""},
     {"megatron/train_llama3_8b_h100_fp8.sh", "dgx-h100", 1, "", "", ""},
@@ -73,6 +74,7 @@ const RealFile kFiles[] = {
     {"torchtitan/llama4_17bx16e.toml", "dgx-h100", 8, "", "", "model.name: 'llama4' (flavor 17bx16e): Llama 4's flavors attend block-causally"},
     {"torchtitan/deepseek_v3_16b.toml", "dgx-h100", 8, "", "", "model.name: 'deepseek_v3' (flavor 16B): DeepSeek-V3's multi-head latent attention"},
     {"torchtitan/llama3_config_registry.py", "dgx-h100", 1, "", "llama3_8b", ""},
+    {"torchtitan/qwen3_config_registry.py", "dgx-h100", 8, "", "qwen3_32b", "model.name: 'qwen3' (flavor 32B): Qwen3 normalises each head's query and key"},
 };
 
 // Imports `file` and returns "" or the refusal's message.
