@@ -1,8 +1,8 @@
 // Simulator speed at scale: one step of gpt3-175b (global batch 1536) under fixed plans,
-// 1024 GPUs on 128 dgx-a100 nodes and 16384 GPUs on 2048 dgx-h100 nodes, each with tensor
-// folding (the default) and without it (the baseline, same run), in child processes
-// (SimGrid: one engine per process); the parent reads processor time (user + system),
-// wall time and peak memory from wait4. --baseline adds the 1024-GPU case unfolded.
+// 1024 GPUs on 128 dgx-a100 nodes and 16384 GPUs on 2048 dgx-h100 nodes, each in a child
+// process (SimGrid: one engine per process) whose processor time, wall time and peak memory
+// the parent reads (wait4). Tensor folding is the default; --baseline adds the 1024-GPU
+// case unfolded, in the same run.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>

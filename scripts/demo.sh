@@ -89,7 +89,7 @@ section "Other engines: their launch configs, token files and weights"
 run estimate --import tests/interop/fixtures/megatron_gpt3_175b.sh --cluster dgx-a100 --nodes 128
 explain "Megatron-LM's own GPT-3 175B example script, read as it is: each option is mapped into a plan, listed as ignored (paths, logging, learning-rate schedule) or, had it changed the cost in a way tessel does not model (experts, fp8 parameters), refused by name; fp8 training itself is mapped; the cluster and node count come from tessel."
 run plan --near tests/interop/fixtures/nemo_gpt3_175b.yaml --cluster dgx-a100 --nodes 128 --top 3 --emit megatron --emit-out "$out/best-gpt3-175b.sh"
-explain "NeMo's GPT-3 175B recipe, searched around: the last lines set the recipe's own prediction beside the best plans, and the best plan was written as a Megatron-LM launch script ($out/best-gpt3-175b.sh) with a comment line for anything Megatron cannot express. NeMo YAML, DeepSpeed JSON (with the model's config.json) and torchtitan TOML read and write the same way (tessel export --plan F --to ENGINE)."
+explain "NeMo's GPT-3 175B recipe, searched around: the last lines set the recipe's own prediction beside the best plans, and the best plan was written as a Megatron-LM launch script ($out/best-gpt3-175b.sh) with a comment line for anything Megatron cannot express. NeMo YAML, DeepSpeed JSON (with the model's config.json) and torchtitan's Python config registry (TOML for its older releases) read and write the same way (tessel export --plan F --to ENGINE)."
 python3 - README.md "$out/tokens.bin" <<'PYTHON'
 import array, struct, sys
 ids = array.array("H", list(open(sys.argv[1], "rb").read()))  # one id per byte: a stand-in for a tokenizer

@@ -1,15 +1,8 @@
-// `tessel calibrate --simulated`: the simulator's side of a calibration. After the
-// analytic fit, calibration rows are simulated (SimGrid, each row's whole cluster) with
-// the profile before calibration, with the full fit, with the fit that left the row out
-// and with the fit that left its source out; held-out rows before and after. The
-// simulated leave-one-source-out residuals become the simulator's own error band, stored
-// in the profile apart from the analytic one
-// (meta.calibration.simulated_leave_one_out_residuals, profiles/prediction_bounds.hpp).
-// Most corpus rows simulate in under a second, but held-out Megatron rows with hundreds
-// of micro-batches through 100+ layers take minutes each on a busy two-core machine, so
-// by default a stated subset is simulated (--simulated-rows): evenly spaced in corpus
-// order among rows of at most 20,000 layer passes per replica. The choice depends only on
-// the rows' order and plan, never on their errors.
+// `tessel calibrate --simulated`: the simulator's side of a calibration. Calibration rows
+// are simulated with the profile before, with the fit, and with the leave-one-out and
+// leave-one-source-out fits; the latter's residuals become the simulator's own band in the
+// profile. Rows are a stated subset by default (--simulated-rows), chosen by corpus order
+// and plan size only, never by their errors: docs/CALIBRATION.md says why.
 #pragma once
 
 #include <cstddef>

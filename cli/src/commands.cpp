@@ -139,7 +139,7 @@ struct PlanArgs {
 };
 
 int run_plan(const PlanArgs& args) {
-  if (!args.emit.engine.empty()) interop::engine_from_name(args.emit.engine, "--emit");  // refuse a bad name before searching
+  if (!args.emit.engine.empty()) args.emit.check();  // refuse a bad name before searching
   const std::optional<interop::ImportedRun> near = import_near(args.near, args.inputs);
   Plan plan = near ? near->plan : args.inputs.to_plan();
   const CostModel model = near ? CostModel::for_plan(plan, args.inputs.db) : args.inputs.cost_model(plan);

@@ -25,13 +25,14 @@ constexpr const char* kEngines = "megatron, nemo, deepspeed or torchtitan";
 void ImportFlags::add_to(CLI::App* command, bool with_cluster, const std::string& file_option) {
   command->add_option(file_option, file,
                       "Another engine's launch config: a Megatron-LM script or command line, a NeMo YAML, a DeepSpeed "
-                      "JSON (with --hf-config) or a torchtitan TOML");
+                      "JSON (with --hf-config), a torchtitan TOML or config_registry.py");
   command->add_option("--engine", engine, "The " + file_option + " file's engine: " + kEngines +
                                               " (default: from the file's extension and content)");
   command->add_option("--hf-config", hf_config, "Hugging Face config.json of the model: DeepSpeed configs name none; Megatron-LM and NeMo take "
                       "from it the vocabulary size a tokenizer file holds");
   command->add_option("script_args", script_args,
-                      "After `--`: the arguments a Megatron-LM launch script is run with ($1, $2, ...)");
+                      "After `--`: the arguments a Megatron-LM launch script is run with ($1, $2, ...); for torchtitan's "
+                      "config_registry.py, the config function (its --config)");
   if (with_cluster) {
     command->add_option("--cluster,-c", cluster, "Cluster preset or JSON the --import run is placed on");
     command->add_option("--nodes,-n", nodes, "Nodes of the cluster for the --import run")->capture_default_str();
@@ -96,9 +97,28 @@ Json import_summary_json(const ImportFlags& flags, const interop::ImportedRun& r
               {"plan", run.plan.to_json()}};
 }
 
+constexpr const char* kFormHelp =
+    "torchtitan's form: registry (a Python function returning Trainer.Config, as its config_registry.py files since "
+    "February 2026; run with --module and --config) or toml (the job config of the releases before); default: toml "
+    "for a .toml output file, else registry";
+
+void EmitFlags::check() const {
+  const interop::Engine chosen = interop::engine_from_name(engine, flag);
+  if (!form.empty()) interop::torchtitan_form_from_name(form, form_flag);
+  if (!form.empty() && chosen != interop::Engine::torchtitan)
+    throw Error(fmt::format("{}: {} has one form; only torchtitan has two (registry, toml)", form_flag, engine));
+}
+
+interop::TorchtitanForm EmitFlags::torchtitan_form() const {
+  if (!form.empty()) return interop::torchtitan_form_from_name(form, form_flag);
+  const bool toml = out_file.size() >= 5 && out_file.compare(out_file.size() - 5, 5, ".toml") == 0;
+  return toml ? interop::TorchtitanForm::toml : interop::TorchtitanForm::registry;
+}
+
 void add_emit_options(CLI::App* command, EmitFlags& flags) {
   command->add_option("--emit", flags.engine, std::string("Write the best plan as this engine's launch config: ") + kEngines);
   command->add_option("--emit-out", flags.out_file, "File for --emit (default: print it after the table)");
+  command->add_option("--emit-format", flags.form, kFormHelp);
   command->add_flag("--allow-oom", flags.allow_oom,
                     "Write the config even when tessel prices the plan it describes out of memory");
 }
@@ -113,14 +133,16 @@ struct WrittenPlan {
   double device_memory_bytes = 0;
 };
 
-WrittenPlan write_and_price(const Plan& plan, interop::Engine engine, const std::string& db) {
+WrittenPlan write_and_price(const Plan& plan, interop::Engine engine, interop::TorchtitanForm form,
+                            const std::string& db) {
   WrittenPlan out;
-  out.config = interop::export_plan(engine, plan);
+  out.config = interop::export_plan(engine, plan, form);
   interop::ImportContext context;
   context.cluster = plan.cluster;
   context.nodes = plan.nodes;
   context.model = plan.model;
   context.source_name = std::string("the ") + interop::engine_name(engine) + " config tessel wrote";
+  context.script_args = out.config.script_args;
   out.plan = interop::import_run(engine, out.config.text, context).plan;
   const planner::CostModel model = planner::CostModel::for_plan(out.plan, db);
   out.estimate = model.estimate(out.plan.parallel);
@@ -150,12 +172,14 @@ std::vector<Plan> plans_of(const Plan& base, const std::vector<planner::Estimate
 }
 
 void emit_plan(const Plan& plan, const EmitFlags& flags, const std::vector<Plan>& alternatives) {
+  flags.check();
   const interop::Engine engine = interop::engine_from_name(flags.engine, flags.flag);
-  const WrittenPlan written = write_and_price(plan, engine, flags.db);
+  const interop::TorchtitanForm form = flags.torchtitan_form();
+  const WrittenPlan written = write_and_price(plan, engine, form, flags.db);
   if (!written.estimate.fits && !flags.allow_oom) {
     std::string best = "no plan of the search fits";
     for (const Plan& candidate : alternatives.empty() ? searched_alternatives(plan, flags.db) : alternatives) {
-      const WrittenPlan tried = write_and_price(candidate, engine, flags.db);
+      const WrittenPlan tried = write_and_price(candidate, engine, form, flags.db);
       if (!tried.estimate.fits) continue;
       best = fmt::format("the best plan that fits as a {} config is {} ({} per GPU, {} tokens/s)", flags.engine,
                          tried.plan.parallel.summary(), format_bytes(tried.estimate.memory.device_total_bytes()),
@@ -234,17 +258,21 @@ Command add_export_command(CLI::App& app) {
   cmd->add_option("--out,-o", args->emit.out_file, "Write the config here (atomically; default: stdout)");
   cmd->add_flag("--allow-oom", args->emit.allow_oom,
                 "Write the config even when tessel prices the plan it describes out of memory");
+  cmd->add_option("--format", args->emit.form, kFormHelp);
   add_db_option(cmd, args->emit.db);
   cmd->footer(
       "What the engine cannot express is replaced by the nearest plan it can run (e.g. 2D tensor parallelism by 1D "
       "of the same degree for Megatron-LM); each such change is a comment line in the config and a note on stderr.\n"
       "A plan tessel prices out of memory (as the engine will run it) is refused unless --allow-oom; the error names "
       "the best plan of a search that fits.\n"
+      "torchtitan is written in its current form, a Python config function (registry), unless --format toml or an "
+      "output file ending .toml asks for the TOML job config of its releases before February 2026.\n"
       "Example: tessel export --plan examples/gpt3-13b-dgx-h100.json --to megatron --out train_gpt3_13b.sh");
   return [args] {
     EmitFlags emit = args->emit;
     emit.flag = "--to";
-    interop::engine_from_name(emit.engine, emit.flag);
+    emit.form_flag = "--format";
+    emit.check();
     emit_plan(Plan::load(args->plan_file), emit);
     return 0;
   };

@@ -54,6 +54,13 @@ struct EmitFlags {
   bool allow_oom = false;
   std::string flag = "--emit";  // the flag that named the engine, for messages
   std::string db;               // profile database the written plan is priced with
+  std::string form;             // torchtitan's form: "registry", "toml"; "" = from out_file
+  std::string form_flag = "--emit-format";
+
+  // Refuses an unknown engine or form, or a form for an engine with one (before a search).
+  void check() const;
+  // The form named, else .toml files TOML and anything else the registry (torchtitan's current form).
+  interop::TorchtitanForm torchtitan_form() const;
 };
 
 // Writes `plan` as the engine's config to `out_file` (atomically), or to stdout when

@@ -12,6 +12,7 @@
 #include "model_shape.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/input_limits.hpp"
+#include "tessel/core/model_refusals.hpp"
 #include "tessel/core/model_spec.hpp"
 
 namespace tessel {
@@ -231,10 +232,9 @@ ModelSpec ModelSpec::from_hf_config(const Json& json, const std::string& name, c
                             path, type));
   }
   if (type == "qwen3" || type == "qwen3_moe") {
-    throw Error(fmt::format("{}.model_type: {} normalises each head's query and key (q_norm, k_norm RMSNorm), which "
-                            "tessel does not model; dense configs of type llama|mistral and MoE configs of type "
+    throw Error(fmt::format("{}.model_type: {} {}; dense configs of type llama|mistral and MoE configs of type "
                             "mixtral|qwen2_moe are read",
-                            path, type));
+                            path, type, kQwen3Refusal));
   }
   const std::string moe_key = first_moe_key(json);
   if (type == "gpt2" || type == "llama") {

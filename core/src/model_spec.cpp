@@ -137,7 +137,7 @@ ModelSpec ModelSpec::from_json(const Json& json, const std::string& path) {
   m.ffn_hidden = int(f.positive_int_or("ffn_hidden", 4 * std::int64_t(m.hidden), limits::kMaxFfnHidden));
   m.vocab = int(f.positive_int("vocab", limits::kMaxVocab));
   m.seq_len = int(f.positive_int("seq_len", limits::kMaxSeqLen));
-  m.activation = *enum_from_string<Activation>(f.choice_or("activation", {"gelu", "swiglu"}, "gelu"));
+  m.activation = *enum_from_string<Activation>(f.choice_or("activation", {"gelu", "swiglu", "squared-relu"}, "gelu"));
   m.norm = *enum_from_string<Norm>(f.choice_or("norm", {"layernorm", "rmsnorm"}, "layernorm"));
   m.tied_embeddings = f.boolean_or("tied_embeddings", true);
   m.position_embedding = *enum_from_string<PositionEmbedding>(
@@ -146,6 +146,8 @@ ModelSpec ModelSpec::from_json(const Json& json, const std::string& path) {
   if (const Json* moe = f.get("moe")) m.moe = moe_from_json(*moe, f.field_path("moe"), m.layers);
   m.rope_theta = f.positive_number_or("rope_theta", m.rope_theta);
   m.norm_epsilon = f.number_in_range_or("norm_epsilon", 1e-12, 1e-1, m.norm_epsilon);
+  m.rotary_fraction = f.positive_number_or("rotary_fraction", m.rotary_fraction);
+  if (m.rotary_fraction > 1) f.fail("rotary_fraction", fmt::format("must be above 0 and at most 1, got {}", m.rotary_fraction));
   m.rope_scaling = f.string_or("rope_scaling", "");
   m.source = f.string_or("source", "");
   f.finish();
@@ -171,6 +173,7 @@ Json ModelSpec::to_json() const {
   const ModelSpec defaults;
   if (rope_theta != defaults.rope_theta) json["rope_theta"] = rope_theta;
   if (norm_epsilon != defaults.norm_epsilon) json["norm_epsilon"] = norm_epsilon;
+  if (rotary_fraction != defaults.rotary_fraction) json["rotary_fraction"] = rotary_fraction;
   if (!rope_scaling.empty()) json["rope_scaling"] = rope_scaling;
   // A model written inline in a plan has no source; an empty one would not load back.
   if (!source.empty()) json["source"] = source;

@@ -15,7 +15,7 @@ std::vector<std::string_view> all_op_names() {
       mlp_residual,       head_norm_all_reduce, head_tp_all_gather,   head_tp_all_reduce,   head_logits_reduce_row,
       head_loss,          head_loss_all_reduce, embed_lookup,         embed_tp_all_reduce,  embed_tp_all_gather,
       embed_tp_reduce_scatter, embed_gather_weight_col, embed_gather_weight_row, pp_send,   pp_recv,
-      zero_all_gather,    zero_reduce_scatter,  offload_fetch,        grad_all_reduce,      grad_reduce_scatter,
+      zero_all_gather,    zero_reduce_scatter,  zero_dequantize,  offload_fetch,        grad_all_reduce,      grad_reduce_scatter,
       grad_partial_tp,    grad_partial_tp_row,  grad_partial_tp_col,  grad_partial_tp_depth, grad_depth,
       optimizer,          optimizer_host,       offload_grads_d2h,    offload_params_h2d,   offload_params_d2h,
       moe_router,         moe_dispatch,         moe_expert_fc1,       moe_expert_act,       moe_expert_fc2,

@@ -45,6 +45,10 @@ ParallelConfig ParallelConfig::from_json(const Json& json, const std::string& pa
     f.fail("dp", fmt::format("dp*pp*tp*sp = {} is more than the {} GPUs tessel models", world, limits::kMaxGpus));
   }
   p.zero = int(f.int_in_range("zero", 0, 3, 0));
+  p.zero_quantized_weights = f.boolean_or("zero_quantized_weights", false);
+  if (p.zero_quantized_weights && p.zero != 3) {
+    f.fail("zero_quantized_weights", fmt::format("quantizes ZeRO-3's weight gathers, so it needs zero 3, got zero {}", p.zero));
+  }
   if (const Json* offload = f.get("offload")) {
     if (offload->is_string()) {
       auto mode = enum_from_string<OffloadMode>(offload->get<std::string>());
@@ -92,6 +96,7 @@ Json ParallelConfig::to_json() const {
   // the JSON they always had.
   if (ep != 1) json["ep"] = ep;
   if (tp_comm_overlap) json["tp_comm_overlap"] = true;
+  if (zero_quantized_weights) json["zero_quantized_weights"] = true;
   return json;
 }
 
@@ -110,7 +115,8 @@ std::string ParallelConfig::summary() const {
   if (schedule == Schedule::interleaved) schedule_text += fmt::format("x{}", virtual_stages);
   // ep only where it is not 1: dense plans keep the summary they always had.
   const std::string sp_text = ep != 1 ? fmt::format("sp{} ep{}", sp, ep) : fmt::format("sp{}", sp);
-  return fmt::format("dp{} pp{} {} {} z{} off:{} rc:{} mb{} {}", dp, pp, tp_text, sp_text, zero, offload_text,
+  return fmt::format("dp{} pp{} {} {} z{}{} off:{} rc:{} mb{} {}", dp, pp, tp_text, sp_text, zero,
+                     zero_quantized_weights ? "q" : "", offload_text,
                      to_string(recompute), micro_batch, schedule_text);
 }
 

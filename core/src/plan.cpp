@@ -222,6 +222,11 @@ void Plan::validate() const {
     const std::string problem = gradient_precision_problem(train.precision, *train.gradient_precision);
     if (!problem.empty()) throw Error("train.gradient_precision: " + problem);
   }
+  if (const std::string problem = fp8_param_gather_problem(train.precision); train.fp8_param_gather && !problem.empty())
+    throw Error("train.fp8_param_gather: " + problem);
+  if (parallel.zero_quantized_weights && train.fp8_param_gather) {
+    throw Error("parallel.zero_quantized_weights: fp8 parameters are gathered in 1 byte already; take one of the two");
+  }
   // A grid shape that cannot exist is the root error; report it before the world size.
   const Reject reason = check_layout(model, train, parallel);
   if (reason == Reject::tp_grid_shape) throw Error(explain_reject(reason, *this));

@@ -62,12 +62,19 @@ std::vector<BucketOp> grid_sums(const BlockOpTable& table, Moment moment, double
   return out;
 }
 
-// fp8 training: the linears' fp8 weights cast from the 16-bit ones (a library kernel).
-BlockOp weight_cast(double elements) {
-  BlockOp cast = transfer(ops::fp8_weight_cast, OpKind::memory, CommGroup::tp, elements * fp8::kWeightCastBytesPerStep,
-                          Collective::all_reduce);
+// fp8 training: the linears' fp8 weights cast from the 16-bit ones, or with fp8
+// parameters transposed (a library kernel).
+BlockOp weight_cast(double elements, bool fp8_parameters) {
+  BlockOp cast = transfer(ops::fp8_weight_cast, OpKind::memory, CommGroup::tp,
+                          elements * fp8::weight_cast_bytes(fp8_parameters), Collective::all_reduce);
   cast.library_kernel = true;
   return cast;
+}
+
+// ZeRO++'s qwZ: each gathered int8 element read and written back at the parameters' width.
+BlockOp dequantize(double elements, double parameter_bytes) {
+  return transfer(ops::zero_dequantize, OpKind::memory, CommGroup::dp, elements * (1 + parameter_bytes),
+                  Collective::all_gather);
 }
 
 struct Groups {
@@ -78,9 +85,15 @@ struct Groups {
 // `experts`: an MoE block, whose routed experts are a bucket of their own.
 BlockTraffic block_traffic(const ParallelConfig& p, const BlockOpTable& table, const ModelStateBytes& states,
                            const Groups& groups, bool experts, double block_parameters, double expert_parameters,
-                           double fp8_elements, double host_share) {
+                           double fp8_elements, double host_share, bool fp8_parameters) {
   BlockTraffic out;
-  out.parameters = block_parameters + expert_parameters;
+  const double all_parameters = block_parameters + expert_parameters;
+  const double fp8_share = all_parameters > 0 ? fp8_elements / all_parameters : 0.0;
+  // Bytes a ZeRO gather moves per parameter: 16-bit, fp8 for fp8 parameters, int8 blocks
+  // under qwZ (ZeRO++'s "half from FP16 to INT8"; the blocks' scales are not counted).
+  const double gathered = p.zero_quantized_weights ? 1.0 : fp8::gathered_parameter_bytes(states.parameter, fp8_share,
+                                                                                         fp8_parameters);
+  out.parameters = all_parameters;
   const int g = groups.gradient, eg = groups.experts;
   auto add = [&](Moment moment, bool expert_bucket, BlockOp work, bool in_chain = false) {
     out.ops.push_back({moment, expert_bucket, in_chain, work});
@@ -94,10 +107,14 @@ BlockTraffic block_traffic(const ParallelConfig& p, const BlockOpTable& table, c
                  Collective::send_recv));
   }
   if (p.zero == 3 && g > 1) {
-    add(Moment::fetch, false, gather(CommGroup::dp, block_parameters * states.parameter));
-    if (fp8_elements > 0) add(Moment::fetch, false, weight_cast(fp8_elements), true);
+    add(Moment::fetch, false, gather(CommGroup::dp, block_parameters * gathered));
+    if (p.zero_quantized_weights) add(Moment::fetch, false, dequantize(block_parameters, states.parameter), true);
+    if (fp8_elements > 0) add(Moment::fetch, false, weight_cast(fp8_elements, fp8_parameters), true);
   }
-  if (experts && p.zero == 3 && eg > 1) add(Moment::fetch, true, gather(CommGroup::expert_dp, expert_parameters * states.parameter));
+  if (experts && p.zero == 3 && eg > 1) {
+    add(Moment::fetch, true, gather(CommGroup::expert_dp, expert_parameters * gathered));
+    if (p.zero_quantized_weights) add(Moment::fetch, true, dequantize(expert_parameters, states.parameter), true);
+  }
   // Gradients leave once the backward is done: every micro-batch under ZeRO 2 and 3, else
   // in one bucket after the block's last backward.
   const bool per_micro_batch = p.zero >= 2;
@@ -127,8 +144,8 @@ BlockTraffic block_traffic(const ParallelConfig& p, const BlockOpTable& table, c
   }
   // ZeRO 1 and 2 gather the updated shards once per step.
   if (p.zero >= 1 && p.zero <= 2) {
-    if (g > 1) add(Moment::step_gather, false, gather(CommGroup::dp, block_parameters * states.parameter));
-    if (experts && eg > 1) add(Moment::step_gather, true, gather(CommGroup::expert_dp, expert_parameters * states.parameter));
+    if (g > 1) add(Moment::step_gather, false, gather(CommGroup::dp, block_parameters * gathered));
+    if (experts && eg > 1) add(Moment::step_gather, true, gather(CommGroup::expert_dp, expert_parameters * gathered));
   }
   return out;
 }
@@ -162,10 +179,12 @@ StageSummary summarize_stage(const ModelSpec& model, const TrainSpec& train, con
       fp8_elements += table.fp8_weight_elements_of(model, l);
     }
   }
-  out.dense = block_traffic(p, table, states, groups, false, table.layer_parameters, 0, table.fp8_weight_elements, host_share);
+  const bool fp8_parameters = train.fp8_param_gather;
+  out.dense = block_traffic(p, table, states, groups, false, table.layer_parameters, 0, table.fp8_weight_elements,
+                            host_share, fp8_parameters);
   if (model.moe.enabled()) {
     out.moe = block_traffic(p, table, states, groups, true, table.moe_layer_parameters, table.expert_parameters,
-                            table.moe_fp8_weight_elements, host_share);
+                            table.moe_fp8_weight_elements, host_share, fp8_parameters);
   }
 
   // The stage's other weights (embedding, final norm, LM head) and, with a pipeline, the
@@ -222,7 +241,7 @@ StageSummary summarize_stage(const ModelSpec& model, const TrainSpec& train, con
     }
   }
   // fp8: the updated weights cast once per step (under ZeRO-3, after each gather instead).
-  if (!(p.zero == 3 && g > 1)) out.fp8_step_cast_bytes = fp8_elements * fp8::kWeightCastBytesPerStep;
+  if (!(p.zero == 3 && g > 1)) out.fp8_step_cast_bytes = fp8_elements * fp8::weight_cast_bytes(fp8_parameters);
   return out;
 }
 

@@ -30,6 +30,11 @@ std::string gradient_precision_problem(Precision precision, Precision gradient) 
   return fmt::format("must be fp32 or the training precision ({}), got {}", to_string(precision), to_string(gradient));
 }
 
+std::string fp8_param_gather_problem(Precision precision) {
+  if (precision == Precision::fp8) return {};
+  return fmt::format("needs precision fp8 (fp8 parameters), got {}", to_string(precision));
+}
+
 TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   JsonFields f(json, path);
   TrainSpec t;
@@ -45,6 +50,9 @@ TrainSpec TrainSpec::from_json(const Json& json, const std::string& path) {
   t.kernels = *enum_from_string<Kernels>(f.choice_or("kernels", {"unfused", "fused"}, "unfused"));
   t.dropout = f.boolean_or("dropout", true);
   t.framework = *enum_from_string<Framework>(f.choice_or("framework", {"pytorch", "megatron", "torch.compile"}, "pytorch"));
+  t.fp8_param_gather = f.boolean_or("fp8_param_gather", false);
+  if (const std::string problem = fp8_param_gather_problem(t.precision); t.fp8_param_gather && !problem.empty())
+    f.fail("fp8_param_gather", problem);
   t.engine = f.string_or("engine", "");
   t.engine_date = f.string_or("engine_date", "");
   if (!t.engine_date.empty() && t.engine.empty()) f.fail("engine_date", "also give engine (" + engine_names() + ")");
@@ -71,6 +79,7 @@ Json TrainSpec::to_json() const {
   // reading the plan back does not take the engine's defaults in their place.
   if (kernels != Kernels::unfused || !engine.empty()) out["kernels"] = to_string(kernels);
   if (!dropout) out["dropout"] = false;
+  if (fp8_param_gather) out["fp8_param_gather"] = true;
   if (framework != Framework::pytorch || !engine.empty()) out["framework"] = to_string(framework);
   if (!engine.empty()) out["engine"] = engine;
   if (!engine_date.empty()) out["engine_date"] = engine_date;

@@ -73,6 +73,16 @@ void GradientBuckets::refresh_compute_weights(GradientBucket& b) {
   backend_.convert(Stream::compute, b.params_compute.ref(), b.params.cref(), std::int64_t(b.params.size()));
 }
 
+void GradientBuckets::upload_weights(GradientBucket& b, const std::vector<float>& whole_bucket) {
+  if (b.shards_weights()) {
+    const auto first = whole_bucket.begin() + long(b.group_rank() * b.shard_size());
+    b.param_shard.upload(std::vector<float>(first, first + long(b.shard_size())));
+  } else {
+    b.params.upload(whole_bucket);
+    refresh_compute_weights(b);
+  }
+}
+
 std::string GradientBuckets::zero_op_id(const GradientBucket& b, int mb, ops::Phase phase, std::string_view op) const {
   return b.layout.experts ? ops::expert_op_id(mb, b.layout.layer, phase, op)
                           : ops::block_op_id(mb, b.layout.layer, phase, op);

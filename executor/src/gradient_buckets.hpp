@@ -36,14 +36,17 @@ class GradientBuckets {
   GradientBucket* experts_of_layer(int layer);
   // The embedding, final norm and head (the first or last stage only).
   GradientBucket& rest() { return buckets_[std::size_t(rest_bucket_)]; }
-  // ZeRO over the gradient group.
-  bool shards_optimizer() const { return zero_stage_ >= 1 && grid_.gradients().size() > 1; }
+  // ZeRO splits the optimizer's parts over the gradient group, so sums over them need it.
+  bool optimizer_split_over_ranks() const { return zero_stage_ >= 1 && grid_.gradients().size() > 1; }
   // Whether this rank counts `t` in sums over the whole model (each element once).
   bool counts_tensor(const TensorSlot& t) const;
   // Where a bucket's part is staged for a collective (kept between uses).
 
   CRef compute_weights(GradientBucket& b);
   void refresh_compute_weights(GradientBucket& b);
+  // A bucket's weights from its whole (padded) values: this rank's shard where ZeRO 3
+  // splits them, else all of them and their compute copy.
+  void upload_weights(GradientBucket& b, const std::vector<float>& whole_bucket);
   // The weights a layer's pass computes with: ZeRO 3 gathers them for this use.
   CRef layer_weights(GradientBucket& b, int mb, ops::Phase phase);
 

@@ -139,30 +139,27 @@ void MoeLayer::reorder_blocks(const Buffer& from, Buffer& to, const MoeActivatio
   }
 }
 
-void MoeLayer::move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows) {
+void MoeLayer::exchange_rows(const Buffer& from, const std::vector<std::size_t>& send_rows,
+                             const std::vector<std::size_t>& recv_rows, Buffer& to, double& sent_bytes) {
   const std::size_t h = std::size_t(shape_.hidden);
-  std::vector<std::size_t> send(a.send_rows.size()), recv(a.recv_rows.size());
+  std::vector<std::size_t> send(send_rows.size()), recv(recv_rows.size());
   std::size_t incoming = 0, outgoing = 0;
   for (std::size_t q = 0; q < send.size(); ++q) {
-    send[q] = a.send_rows[q] * h, recv[q] = a.recv_rows[q] * h, incoming += recv[q], outgoing += send[q];
+    send[q] = send_rows[q] * h, recv[q] = recv_rows[q] * h, incoming += recv[q], outgoing += send[q];
   }
-  traffic_.token_side_bytes += double(outgoing) * sizeof(float);
-  unpack_.resize(incoming);
-  ep_.all_to_all_v(token_rows.data(), send, unpack_.data(), recv, DType::f32);
+  sent_bytes += double(outgoing) * sizeof(float);
+  to.resize(incoming);
+  ep_.all_to_all_v(from.data(), send, to.data(), recv, DType::f32);
+}
+
+void MoeLayer::move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows) {
+  exchange_rows(token_rows, a.send_rows, a.recv_rows, unpack_, traffic_.token_side_bytes);
   reorder_blocks(unpack_, expert_rows, a, true);
 }
 
 void MoeLayer::move_to_tokens(const Buffer& expert_rows, const MoeActivations& a, Buffer& token_rows) {
-  const std::size_t h = std::size_t(shape_.hidden);
   reorder_blocks(expert_rows, pack_, a, false);
-  std::vector<std::size_t> send(a.recv_rows.size()), recv(a.send_rows.size());
-  std::size_t incoming = 0, outgoing = 0;
-  for (std::size_t q = 0; q < send.size(); ++q) {
-    send[q] = a.recv_rows[q] * h, recv[q] = a.send_rows[q] * h, incoming += recv[q], outgoing += send[q];
-  }
-  traffic_.expert_side_bytes += double(outgoing) * sizeof(float);
-  token_rows.resize(incoming);
-  ep_.all_to_all_v(pack_.data(), send, token_rows.data(), recv, DType::f32);
+  exchange_rows(pack_, a.recv_rows, a.send_rows, token_rows, traffic_.expert_side_bytes);
 }
 
 }  // namespace tessel::executor

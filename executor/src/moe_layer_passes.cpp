@@ -14,14 +14,19 @@ constexpr Stream kCompute = Stream::compute;
 std::string id(const std::string& prefix, std::string_view op) { return prefix + std::string(op); }
 }  // namespace
 
-void MoeLayer::experts_forward(const std::string& prefix, const float* params, MoeActivations& a, Buffer& out) {
-  const int local = local_experts(), ranks = ep_.size(), h = shape_.hidden, f = shape_.expert_ffn, f1 = fc1_width();
-  std::vector<int> rows(std::size_t(local), 0), first(std::size_t(local), 0);
-  int total = 0;
+MoeLayer::ExpertRowSpans MoeLayer::expert_row_spans(const MoeActivations& a) const {
+  const int local = local_experts(), ranks = ep_.size();
+  ExpertRowSpans spans{std::vector<int>(std::size_t(local), 0), std::vector<int>(std::size_t(local), 0), 0};
   for (int le = 0; le < local; ++le) {
-    for (int q = 0; q < ranks; ++q) rows[std::size_t(le)] += a.block_rows[std::size_t(q * local + le)];
-    first[std::size_t(le)] = total, total += rows[std::size_t(le)];
+    for (int q = 0; q < ranks; ++q) spans.rows[std::size_t(le)] += a.block_rows[std::size_t(q * local + le)];
+    spans.first[std::size_t(le)] = spans.total, spans.total += spans.rows[std::size_t(le)];
   }
+  return spans;
+}
+
+void MoeLayer::experts_forward(const std::string& prefix, const float* params, MoeActivations& a, Buffer& out) {
+  const int local = local_experts(), h = shape_.hidden, f = shape_.expert_ffn, f1 = fc1_width();
+  const auto [rows, first, total] = expert_row_spans(a);
   a.expert_pre.bind(backend_, DType::f32), a.expert_act.bind(backend_, DType::f32);
   a.expert_pre.resize(std::size_t(total) * std::size_t(f1));
   a.expert_act.resize(std::size_t(total) * std::size_t(f));
@@ -48,13 +53,8 @@ void MoeLayer::experts_forward(const std::string& prefix, const float* params, M
 
 void MoeLayer::experts_backward(const std::string& prefix, const float* params, float* grads, MoeActivations& a,
                                 const Buffer& dout, Buffer& din) {
-  const int local = local_experts(), ranks = ep_.size(), h = shape_.hidden, f = shape_.expert_ffn, f1 = fc1_width();
-  std::vector<int> rows(std::size_t(local), 0), first(std::size_t(local), 0);
-  int total = 0;
-  for (int le = 0; le < local; ++le) {
-    for (int q = 0; q < ranks; ++q) rows[std::size_t(le)] += a.block_rows[std::size_t(q * local + le)];
-    first[std::size_t(le)] = total, total += rows[std::size_t(le)];
-  }
+  const int local = local_experts(), h = shape_.hidden, f = shape_.expert_ffn, f1 = fc1_width();
+  const auto [rows, first, total] = expert_row_spans(a);
   dact_.resize(std::size_t(total) * std::size_t(f));
   dpre_.resize(std::size_t(total) * std::size_t(f1));
   din.resize(std::size_t(total) * std::size_t(h));

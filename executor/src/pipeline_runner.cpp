@@ -78,16 +78,21 @@ void PipelineRunner::after_segment(int segment, ops::Phase phase) {
   if (chunks_) chunks_->after_segment(segment, phase);
 }
 
+Buffer& PipelineRunner::free_boundary(std::vector<Buffer>& buffers, std::vector<std::unique_ptr<CommRequest>>& sends,
+                                      std::size_t boundary) {
+  if (sends[boundary]) sends[boundary]->wait(), sends[boundary].reset();
+  buffers[boundary].resize(stage_.activation_size());
+  return buffers[boundary];
+}
+
 void PipelineRunner::forward(const PipelineStep& step) {
   StageActivations& act = activations_;
   const int mb = step.micro_batch, vs = virtual_stage(stage_index_, step.chunk, stages_);
   const int virtual_stages = stages_ * virtual_chunks_;
   const std::size_t at = token_offset(mb);
   const std::size_t slot = act.take_slot(step.chunk, mb);
-  const std::size_t boundary = stages_ > 1 ? slot : 0;
-  Buffer& x = x_[boundary];
-  if (x_sends_[boundary]) x_sends_[boundary]->wait(), x_sends_[boundary].reset();
-  x.resize(stage_.activation_size());
+  const std::size_t boundary = boundary_of(slot);
+  Buffer& x = free_boundary(x_, x_sends_, boundary);
   Communicator& pp = grid_.pp();
   if (vs == 0) {
     GradientBucket& rest = buckets_.rest();
@@ -158,10 +163,8 @@ void PipelineRunner::backward(const PipelineStep& step) {
   const std::size_t at = token_offset(mb);
   const bool last_backward_of_chunk = ++backwards_done_[std::size_t(step.chunk)] == micro_batches_;
   const std::size_t slot = act.slot_of(step.chunk, mb);
-  const std::size_t boundary = stages_ > 1 ? slot : 0;
-  Buffer& dx = dx_[boundary];
-  if (dx_sends_[boundary]) dx_sends_[boundary]->wait(), dx_sends_[boundary].reset();
-  dx.resize(stage_.activation_size());
+  const std::size_t boundary = boundary_of(slot);
+  Buffer& dx = free_boundary(dx_, dx_sends_, boundary);
   Communicator& pp = grid_.pp();
   if (vs == virtual_stages - 1) {
     GradientBucket& rest = buckets_.rest();

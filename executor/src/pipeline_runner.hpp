@@ -46,6 +46,11 @@ class PipelineRunner {
   int layer_segment(int layer) const { return chunks_ ? chunks_->segment_of_layer(layer) : -1; }
   int embedding_segment() const { return chunks_ ? chunks_->embedding_segment() : -1; }
   int head_segment() const { return chunks_ ? chunks_->head_segment() : -1; }
+  // A slot's boundary buffer: its own where there are neighbours, else the one for all.
+  std::size_t boundary_of(std::size_t slot) const { return stages_ > 1 ? slot : 0; }
+  // That buffer (x_ or dx_) once the send that last read it is done, sized for the stage.
+  Buffer& free_boundary(std::vector<Buffer>& buffers, std::vector<std::unique_ptr<CommRequest>>& sends,
+                        std::size_t boundary);
 
   const Plan& plan_;
   ProcessGrid& grid_;

@@ -113,7 +113,7 @@ void ShardedOptimizer::layerwise_step(int step) {
     backend_.segment_norms(Stream::compute, b.owned_params(), b.update.f32(), counted,
                            piece_norms_.f32() + 2 * first_piece[bucket]);
   }
-  if (buckets_.shards_optimizer()) grid_.gradients().all_reduce(piece_norms_);
+  if (buckets_.optimizer_split_over_ranks()) grid_.gradients().all_reduce(piece_norms_);
   if (tensor_sum) grid_.tp().all_reduce(piece_norms_);
   for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
     std::vector<kernels::Segment> applied;

@@ -29,6 +29,11 @@ void Trainer::check(const Plan& plan) {
                     "rope_theta alone); plan and estimate price the model, run refuses it",
                     plan.model.rope_scaling));
   }
+  if (plan.model.rotary_fraction != 1.0) {
+    throw Error(fmt::format("model.rotary_fraction: {} of each head's channels rotated is not computed by the "
+                            "executor (it rotates them all); plan and estimate price the model, run refuses it",
+                            plan.model.rotary_fraction));
+  }
   // Refused rather than run exposed: the executor's tensor-parallel collectives (MPI on
   // CPU ranks, NCCL on GPUs) run between its GEMMs, never pipelined with them, so a run
   // would measure another plan than the one it names, and `tessel compare` and
@@ -38,6 +43,13 @@ void Trainer::check(const Plan& plan) {
     throw Error(
         "parallel.tp_comm_overlap: the executor runs its tensor-parallel collectives between its GEMMs, "
         "not pipelined with them; run the plan with tp_comm_overlap false (the same math)");
+  }
+  // Quantizing the gathered weights changes the numbers each rank computes with; the
+  // executor gathers them exactly.
+  if (p.zero_quantized_weights) {
+    throw Error(
+        "parallel.zero_quantized_weights: the executor gathers ZeRO-3's weights exactly, not as int8 blocks; "
+        "plan and estimate price it, run the plan with zero_quantized_weights false");
   }
   // selective-op is torchtitan's policy, priced so that its published runs can be read;
   // the executor checkpoints whole layers or the attention core.
@@ -90,6 +102,11 @@ void Trainer::check_model_shape(const Plan& plan) {
   const bool llama = m.activation == Activation::swiglu && m.norm == Norm::rmsnorm &&
                      m.position_embedding == PositionEmbedding::rope && !m.tied_embeddings && !m.bias;
   if (m.moe.enabled()) check_moe(plan);
+  if (m.activation == Activation::squared_relu) {
+    throw Error(fmt::format("model.activation: {} is planned and simulated but not run; the executor's kernels "
+                            "train gelu and swiglu",
+                            to_string(m.activation)));
+  }
   if (!gpt2 && !llama) {
     throw Error(
         fmt::format("model {}: the executor trains GPT-2-shaped models (gelu, layernorm, learned positions, "
@@ -220,13 +237,7 @@ void Trainer::initialise_weights() {
       const std::vector<float> whole = initial_tensor(model, options_.seed, t.name, t.rows, t.cols);
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { whole_bucket[t.offset + l] = whole[w]; });
     }
-    if (b.shards_weights()) {
-      b.param_shard.upload(std::vector<float>(whole_bucket.begin() + long(b.group_rank() * b.shard_size()),
-                                              whole_bucket.begin() + long((b.group_rank() + 1) * b.shard_size())));
-    } else {
-      b.params.upload(whole_bucket);
-      buckets_->refresh_compute_weights(b);
-    }
+    buckets_->upload_weights(b, whole_bucket);
     // Host-optimized buckets keep their moments in host memory only (zeroed there).
     if (!chunk_manager_ || chunk_manager_->optimizes_on_device(int(i))) {
       b.moment1.assign(b.owned_size(), 0.0f);

@@ -62,13 +62,7 @@ void WholeModel::scatter(const std::vector<float>& whole) {
       const std::size_t base = offsets_.find(t.name)->second;
       for_each_shard_element(t, [&](std::size_t w, std::size_t l) { values[t.offset + l] = whole[base + w]; });
     }
-    if (b.shards_weights()) {
-      b.param_shard.upload(std::vector<float>(values.begin() + long(b.group_rank() * b.shard_size()),
-                                              values.begin() + long((b.group_rank() + 1) * b.shard_size())));
-    } else {
-      b.params.upload(values);
-      buckets_.refresh_compute_weights(b);
-    }
+    buckets_.upload_weights(b, values);
   }
   if (chunks_) chunks_->reload();
   if (chunks_) chunks_->dematerialise();

@@ -40,6 +40,7 @@
 
 #include <fmt/format.h>
 
+#include "deepspeed_autotp.hpp"
 #include "engines.hpp"
 #include "tessel/core/error.hpp"
 
@@ -81,7 +82,10 @@ constexpr RefusedOption kRefusedTopLevel[] = {
     {"eigenvalue", RefuseWhen::enabled, "eigenvalue estimation adds backward passes"},
     {"hybrid_engine", RefuseWhen::enabled, "the hybrid engine mixes inference kernels into training"},
     {"amp", RefuseWhen::enabled, "Apex AMP is not modelled; use bf16 or fp16"},
-    {"torch_autocast", RefuseWhen::enabled, "torch autocast keeps fp32 weights in the forward pass; use bf16 or fp16"},
+    {"torch_autocast", RefuseWhen::enabled,
+     "torch.autocast keeps fp32 parameters and gradients, casts the linears to its dtype in each forward and reduces "
+     "their gradients (gathers their ZeRO-3 parameters) in it (DeepSpeed's config-json); tessel models bf16 and fp16 "
+     "as a 16-bit weight copy beside fp32 master weights: use bf16 or fp16"},
     {"communication_data_type", RefuseWhen::set,
      "a gradient communication dtype other than the training precision is not modelled"},
     {"data_types", RefuseWhen::set, "a gradient accumulation dtype other than the training precision is not modelled"},
@@ -378,8 +382,12 @@ void DeepSpeedReader::read_zero() {
     } else if (key == "zero_hpz_partition_size") {
       if (value != 1) refuse(option, "ZeRO++ secondary partitions (hpZ) are not modelled");
       ignored(option);
-    } else if (key == "zero_quantized_weights" || key == "zero_quantized_gradients" ||
-               key == "zero_quantized_nontrainable_weights") {
+    } else if (key == "zero_quantized_weights" && value == true && p.zero == 3) {
+      p.zero_quantized_weights = true;
+      mapped(option, "true", "parallel.zero_quantized_weights true");
+    } else if (key == "zero_quantized_weights") {
+      ignored(option);  // DeepSpeed quantizes stage 3's weight gathers only
+    } else if (key == "zero_quantized_gradients" || key == "zero_quantized_nontrainable_weights") {
       if (value == true) refuse(option, "ZeRO++ quantized communication is not modelled");
       ignored(option);
     } else if (key == "zenflow") {
@@ -475,8 +483,8 @@ ImportedRun DeepSpeedReader::read() {
   read_precision();
   read_optimizer();
   read_zero();
-  if (plan.parallel.tp > 1 && plan.parallel.zero == 3)
-    refuse("tensor_parallel.autotp_size", "AutoTP training works with ZeRO stages 0 to 2, not 3");
+  if (const std::string why = why_not_autotp(plan.parallel); plan.parallel.tp > 1 && !why.empty())
+    refuse("tensor_parallel.autotp_size", why);
   read_activation_checkpointing();
   mapped("(plain DeepSpeed)", "data parallel",
          fmt::format("parallel.dp {} tp {} pp 1 sp 1", plan.parallel.dp, plan.parallel.tp));
@@ -486,11 +494,7 @@ ImportedRun DeepSpeedReader::read() {
       refuse(key, "not an option tessel's reader knows, so it cannot tell whether it changes the cost");
     ignored(key);
   }
-  try {
-    plan.validate();
-  } catch (const Error& error) {
-    throw Error(fmt::format("{}: the plan it describes does not hold: {}", context_.source_name, error.what()));
-  }
+  validate_imported(plan, context_.source_name);
   return std::move(run_);
 }
 

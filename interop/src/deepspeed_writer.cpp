@@ -3,6 +3,7 @@
 // top-level "tessel_note" array that DeepSpeed and tessel's reader both ignore.
 #include <fmt/format.h>
 
+#include "deepspeed_autotp.hpp"
 #include "engines.hpp"
 #include "tessel/core/error.hpp"
 
@@ -18,10 +19,9 @@ Plan nearest_deepspeed_plan(const Plan& plan, std::vector<std::string>& notes) {
     notes.push_back("train.precision fp8: DeepSpeed's JSON has no fp8 (the model's code would run Transformer "
                     "Engine's fp8 linears); written as bf16");
     near.train.precision = Precision::bf16;
+    near.train.fp8_param_gather = false;
   }
-  // AutoTP: 1D tensor parallelism without sequence parallelism, under ZeRO 0 to 2.
-  const bool autotp = p.tp > 1 && p.pp == 1 && p.sp == 1 && p.tp_mode == TpMode::d1 && !p.tp_sequence_parallel &&
-                      p.zero <= 2;
+  const bool autotp = p.tp > 1 && why_not_autotp(p).empty();
   if (!autotp && (p.tp > 1 || p.pp > 1 || p.sp > 1)) {
     const int world = p.world_size();
     int micro = p.micro_batch;
@@ -118,6 +118,7 @@ ExportedConfig export_deepspeed(const Plan& plan) {
   if (near.train.precision == Precision::fp16) config["fp16"] = {{"enabled", true}};
   if (!lars) config["optimizer"] = {{"type", near.train.optimizer == Optimizer::lamb ? "Lamb" : "AdamW"}};
   nlohmann::ordered_json zero{{"stage", p.zero}};
+  if (p.zero_quantized_weights) zero["zero_quantized_weights"] = true;
   if (p.offload == OffloadMode::optimizer) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   config["zero_optimization"] = zero;
   if (p.tp > 1) config["tensor_parallel"] = {{"autotp_size", p.tp}};

@@ -65,7 +65,15 @@ ImportedRun import_run(Engine engine, const std::string& text, const ImportConte
   throw Error("import: unknown engine");
 }
 
-ExportedConfig export_plan(Engine engine, const Plan& plan) {
+const char* form_name(TorchtitanForm form) { return form == TorchtitanForm::registry ? "registry" : "toml"; }
+
+TorchtitanForm torchtitan_form_from_name(const std::string& name, const std::string& field) {
+  for (TorchtitanForm form : {TorchtitanForm::registry, TorchtitanForm::toml})
+    if (name == form_name(form)) return form;
+  throw Error(field + ": unknown torchtitan form '" + name + "' (allowed: registry, toml)");
+}
+
+ExportedConfig export_plan(Engine engine, const Plan& plan, TorchtitanForm form) {
   // Megatron-LM's writer spells experts out; the others know dense models only, and an
   // MoE plan written without its experts would train a different model.
   if (plan.model.moe.enabled() && engine != Engine::megatron) {
@@ -95,7 +103,8 @@ ExportedConfig export_plan(Engine engine, const Plan& plan) {
     case Engine::megatron: return detail::export_megatron(plan);
     case Engine::nemo: return detail::export_nemo(plan);
     case Engine::deepspeed: return detail::export_deepspeed(plan);
-    case Engine::torchtitan: return detail::export_torchtitan(plan);
+    case Engine::torchtitan:
+      return form == TorchtitanForm::registry ? detail::export_torchtitan_registry(plan) : detail::export_torchtitan(plan);
   }
   throw Error("export: unknown engine");
 }

@@ -36,22 +36,23 @@ std::string before_do(const std::string& text, bool& has_do) {
   return rest;
 }
 
-// The `)` that ends a case pattern (outside quotes), or npos.
-std::size_t pattern_end(const std::string& text) {
+}  // namespace
+
+std::size_t closing_parenthesis(const std::string& text) {
   char quote = 0;
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (quote != 0) {
       if (text[i] == quote) quote = 0;
     } else if (text[i] == '"' || text[i] == '\'') {
       quote = text[i];
+    } else if (text[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(text[i - 1])) != 0)) {
+      return std::string::npos;
     } else if (text[i] == ')') {
       return i;
     }
   }
   return std::string::npos;
 }
-
-}  // namespace
 
 // `a; b` as {"a", "b"} (semicolons outside quotes; `;;` and a lone statement stay whole).
 std::vector<std::string> split_statements(const std::string& line) {
@@ -110,7 +111,7 @@ ShellBlocks::Step ShellBlocks::handle(const std::vector<std::string>& lines, std
   // Inside a case block between branches: a pattern line, or esac.
   if (!frames_.empty() && frames_.back().kind == Kind::case_block && !frames_.back().in_branch && text != "esac") {
     Frame& frame = frames_.back();
-    const std::size_t close = pattern_end(text);
+    const std::size_t close = closing_parenthesis(text);
     if (close == std::string::npos) fail("expected a case pattern `word)` or esac");
     bool matches = false;
     if (frame.outer_active && !frame.taken) {

@@ -16,6 +16,10 @@ namespace tessel::interop::detail {
 // `a; b` as {"a", "b"} (semicolons outside quotes; `;;` and a lone statement stay whole).
 std::vector<std::string> split_statements(const std::string& line);
 
+// The first `)` of `text` outside quotes and before a comment (the end of a case pattern,
+// of an array's elements), or npos.
+std::size_t closing_parenthesis(const std::string& text);
+
 struct Assignment {
   std::string name;
   bool append = false;

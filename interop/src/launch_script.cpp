@@ -433,28 +433,13 @@ void assign_variable(Shell& shell, const Assignment& assignment, const std::vect
   if (!value.empty() && value[0] == '(') {
     // An array: its elements may run over lines up to the closing parenthesis.
     std::string body = value.substr(1);
-    auto close_at = [](const std::string& part) {
-      char quote = 0;
-      for (std::size_t i = 0; i < part.size(); ++i) {
-        if (quote != 0) {
-          if (part[i] == quote) quote = 0;
-        } else if (part[i] == '"' || part[i] == '\'') {
-          quote = part[i];
-        } else if (part[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(part[i - 1])) != 0)) {
-          return std::string::npos;
-        } else if (part[i] == ')') {
-          return i;
-        }
-      }
-      return std::string::npos;
-    };
     std::string elements;
-    std::size_t close = close_at(body);
+    std::size_t close = closing_parenthesis(body);
     while (close == std::string::npos) {
       elements += body + "\n";
       if (++n >= lines.size()) shell.fail(fmt::format("the array {}=( is not closed", name));
       body = lines[n];
-      close = close_at(body);
+      close = closing_parenthesis(body);
     }
     elements += body.substr(0, close);
     shell.assign(name, shell.words(elements, false), append);

@@ -92,6 +92,7 @@ ModelSpec read_model(Reader& r) {
   for (const std::string name : {"--hybrid-layer-pattern", "--hybrid-override-pattern"}) {
     if (o.has(name)) r.refuse_option(name, "Mamba (state-space) hybrid layers are not modelled by tessel");
   }
+  if (o.has("--qk-layernorm")) r.refuse_option("--qk-layernorm", kQkNormRefusal);
   ModelSpec m;
   m.name = "megatron-model";  // named after a preset it equals once read
   m.layers = r.required_int("--num-layers", "model.layers");
@@ -111,7 +112,11 @@ ModelSpec read_model(Reader& r) {
   }
   const bool swiglu = o.take_flag("--swiglu");
   if (swiglu) m.activation = Activation::swiglu, r.mapped("--swiglu", "model.activation swiglu");
-  if (o.has("--squared-relu")) r.refuse_option("--squared-relu", "tessel models gelu and swiglu activations");
+  if (o.has("--squared-relu")) {
+    if (swiglu) r.refuse_option("--squared-relu", "--swiglu is given too; choose one activation");
+    o.take_flag("--squared-relu");
+    m.activation = Activation::squared_relu, r.mapped("--squared-relu", "model.activation squared-relu");
+  }
   if (const auto ffn = o.take_int("--ffn-hidden-size")) {
     m.ffn_hidden = *ffn;
     r.mapped(o.spelled("--ffn-hidden-size"), "model.ffn_hidden");
@@ -169,6 +174,10 @@ ModelSpec read_model(Reader& r) {
     }
     r.mapped(o.spelled("--rotary-base"), "model.rope_theta");
   }
+  if (const auto percent = o.take("--rotary-percent")) {
+    m.rotary_fraction = detail::rotary_fraction_from(*percent, "--rotary-percent", r.context);
+    r.mapped(o.spelled("--rotary-percent"), "model.rotary_fraction");
+  }
   read_moe(r, m);
   return m;
 }
@@ -218,10 +227,6 @@ std::string read_fp8(Reader& r, bool bf16) {
                                       "scaling (delayed, tensorwise)");
     }
   }
-  if (o.has("--fp8-param-gather")) {
-    r.refuse_option("--fp8-param-gather", "fp8 parameters (no bf16 weight copy, fp8 all-gathers) are not modelled; "
-                                          "tessel prices bf16 weights with cached fp8 copies");
-  }
   for (const std::string name : {"--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
                                  "--num-layers-at-end-in-bf16"}) {
     if (o.has(name)) r.refuse_option(name, "layers kept in bf16 under fp8 are not modelled (tessel runs every layer's "
@@ -261,6 +266,14 @@ void read_train(Reader& r, TrainSpec& train) {
   train.precision = !fp8.empty() ? Precision::fp8 : bf16 ? Precision::bf16 : fp16 ? Precision::fp16 : Precision::fp32;
   r.mapped(!fp8.empty() ? "--bf16 " + fp8 : bf16 ? "--bf16" : fp16 ? "--fp16" : "(neither --bf16 nor --fp16)",
            fmt::format("train.precision {}", to_string(train.precision)));
+  // fp8 parameters: no bf16 weight copy, gathered in fp8 (core/fp8_model.hpp).
+  if (o.has("--fp8-param-gather")) {
+    if (train.precision != Precision::fp8)
+      r.refuse_option("--fp8-param-gather", "fp8 parameters need fp8 training (--bf16 --fp8-format hybrid|e4m3)");
+    o.take_flag("--fp8-param-gather");
+    train.fp8_param_gather = true;
+    r.mapped("--fp8-param-gather", "train.fp8_param_gather true");
+  }
   read_gradient_precision(r, train);
   if (const auto optimizer = o.take("--optimizer"); optimizer && *optimizer != "adam") {
     r.refuse_option("--optimizer", "tessel models Adam(W), LAMB and LARS; Megatron's choice here is neither");
@@ -305,6 +318,13 @@ void read_memory(Reader& r, Plan& plan) {
     r.mapped("--use-megatron-fsdp --data-parallel-sharding-strategy " + strategy, fmt::format("parallel.zero {}", p.zero));
   }
   if (o.take_flag("--use-torch-fsdp2")) p.zero = 3, r.mapped("--use-torch-fsdp2", "parallel.zero 3");
+  // Megatron-LM's validate_args asserts this (megatron/training/arguments.py at d98e8a6);
+  // tessel's writers leave fp8 parameters out at ZeRO 0 by the same rule.
+  if (plan.train.fp8_param_gather && p.zero == 0) {
+    r.refuse_option("--fp8-param-gather", "Megatron-LM keeps fp8 parameters only with --use-distributed-optimizer or "
+                                          "FSDP (its validate_args refuses them otherwise); tessel prices them with "
+                                          "ZeRO 1-3, not with Megatron-FSDP's no_shard");
+  }
   if (o.take_flag("--optimizer-cpu-offload")) {
     if (const auto fraction = o.take("--optimizer-offload-fraction");
         fraction && *fraction != "1.0" && *fraction != "1" && *fraction != "1.") {
@@ -468,10 +488,10 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--adam-", "optimizer hyperparameter"}, {"--sgd-", "optimizer hyperparameter"}, {"--clip-grad", "optimizer hyperparameter"},
     {"--init-method-", "initialisation"}, {"--loss-scale", "loss scaling"},
     {"--initial-loss-scale", "loss scaling"}, {"--min-loss-scale", "loss scaling"}, {"--hysteresis", "loss scaling"},
-    {"--rotary-percent", "position encoding constant"}, {"--rotary-seq-len", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
+    {"--rotary-seq-len", "position encoding constant"}, {"--rope-scaling", "position encoding constant"},
     {"--norm-epsilon", "numerics"}, {"--layernorm-epsilon", "numerics"}, {"--apply-layernorm-1p", "numerics"},
     {"--apply-query-key-layer-scaling", "numerics"}, {"--attention-softmax-in-fp32", "numerics"},
-    {"--calculate-per-token-loss", "numerics"}, {"--qk-layernorm", "numerics (per-head norm, not priced)"},
+    {"--calculate-per-token-loss", "numerics"},
     {"--openai-gelu", "numerics"}, {"--onnx-safe", "numerics"}, {"--deterministic-mode", "numerics"},
     {"--no-persist-layer-norm", "kernel choice"}, {"--no-masked-softmax-fusion", "kernel fusion"},
     {"--no-bias-", "kernel fusion"}, {"--no-rope-fusion", "kernel fusion"}, {"--no-gradient-accumulation-fusion", "kernel fusion"},
@@ -497,6 +517,8 @@ constexpr IgnoredFamily kIgnored[] = {
     {"--no-position-embedding", "position encoding (rope runs carry no table)"}, {"--check-for-nan", "numerics"},
     {"--rerun-mode", "fault handling"}, {"--bert-no-binary-head", "not a GPT option"},
     {"--data-parallel-sharding-strategy", "no effect without --use-megatron-fsdp"},
+    {"--fsdp-double-buffer", "Megatron-FSDP's buffer reuse (tessel holds two gathered layers under ZeRO 3 either way)"},
+    {"--fsdp-manual-registration", "NCCL buffer registration"},
     {"--recompute-method", "no effect without --recompute-granularity full"},
     {"--recompute-num-layers", "no effect without --recompute-granularity full"},
     {"--fp8-", "fp8 scaling numerics (amax history, margin), no cost tessel models; no effect without --fp8-format"},

@@ -67,6 +67,18 @@ Plan nearest_megatron_plan(const Plan& plan, bool fsdp_zero, const std::string& 
                               engine, to_string(plan.parallel.tp_mode), explain_reject(reason, nearest)));
     }
   }
+  if (p.zero_quantized_weights) {
+    notes.push_back(fmt::format("parallel.zero_quantized_weights: ZeRO++'s int8 weight gathers are DeepSpeed's; {} "
+                                "gathers exactly",
+                                engine));
+    p.zero_quantized_weights = false;
+  }
+  if (nearest.train.fp8_param_gather && p.zero == 0) {
+    notes.push_back(fmt::format("train.fp8_param_gather: {} keeps fp8 parameters with its distributed optimizer or "
+                                "FSDP only (parallel.zero 1-3); wrote bf16 parameters",
+                                engine));
+    nearest.train.fp8_param_gather = false;
+  }
   if (p.schedule == Schedule::gpipe) {
     notes.push_back(fmt::format("parallel.schedule gpipe: {} runs 1F1B (same bubble, fewer activations in flight); "
                                 "wrote 1F1B",
@@ -154,6 +166,17 @@ bool dropout_from_probabilities(const std::optional<std::string>& hidden, const 
                                 const std::string& hidden_name, const std::string& attention_name,
                                 const ImportContext& context) {
   return probability_of(hidden, hidden_name, context) > 0.0 || probability_of(attention, attention_name, context) > 0.0;
+}
+
+double rotary_fraction_from(const std::string& text, const std::string& name, const ImportContext& context) {
+  try {
+    std::size_t used = 0;
+    const double fraction = std::stod(text, &used);
+    if (used == text.size() && fraction > 0.0 && fraction <= 1.0) return fraction;
+  } catch (const std::exception&) {
+  }
+  refuse(context, fmt::format("{}: expected the share of each head's channels RoPE rotates, in (0, 1], got '{}'", name,
+                              text));
 }
 
 }  // namespace tessel::interop::detail

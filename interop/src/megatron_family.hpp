@@ -48,6 +48,10 @@ bool dropout_from_probabilities(const std::optional<std::string>& hidden, const 
                                 const std::string& hidden_name, const std::string& attention_name,
                                 const ImportContext& context);
 
+// model.rotary_fraction from Megatron's --rotary-percent or NeMo's rotary_percentage
+// (`name`): a share of each head's channels in (0, 1], else refused naming it.
+double rotary_fraction_from(const std::string& text, const std::string& name, const ImportContext& context);
+
 // "<source>: <what>" as a tessel::Error.
 [[noreturn]] void refuse(const ImportContext& context, const std::string& what);
 

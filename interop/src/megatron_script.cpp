@@ -33,9 +33,11 @@ std::vector<std::string> model_options(const Plan& plan) {
                                                              : "--position-embedding-type learned_absolute");
   add(lines, m.norm == Norm::rmsnorm ? "--normalization RMSNorm" : "--normalization LayerNorm");
   if (m.activation == Activation::swiglu) add(lines, "--swiglu");
+  if (m.activation == Activation::squared_relu) add(lines, "--squared-relu");
   if (!m.tied_embeddings) add(lines, "--untie-embeddings-and-output-weights");
   if (!m.bias) add(lines, "--disable-bias-linear");
   if (m.rope_theta != ModelSpec{}.rope_theta) add(lines, fmt::format("--rotary-base {}", m.rope_theta));
+  if (m.rotary_fraction != 1.0) add(lines, fmt::format("--rotary-percent {}", m.rotary_fraction));
   if (m.moe.enabled()) {
     add(lines, fmt::format("--num-experts {}", m.moe.experts));
     add(lines, fmt::format("--moe-router-topk {}", m.moe.top_k));
@@ -68,6 +70,7 @@ std::vector<std::string> training_options(const Plan& plan) {
     add(lines, "--fp8-format hybrid");
     add(lines, "--fp8-amax-history-len 1024");
     add(lines, "--fp8-amax-compute-algo max");
+    if (plan.train.fp8_param_gather) add(lines, "--fp8-param-gather");
   }
   if (plan.train.precision == Precision::fp16) add(lines, "--fp16");
   const Precision gradient = plan.train.effective_gradient_precision();

@@ -60,10 +60,11 @@ ExportedConfig export_nemo(const Plan& plan) {
   t += fmt::format("  max_position_embeddings: {}\n", m.seq_len);
   t += fmt::format("  num_layers: {}\n  hidden_size: {}\n  ffn_hidden_size: {}\n", m.layers, m.hidden, m.ffn_hidden);
   t += fmt::format("  num_attention_heads: {}\n  num_query_groups: {}\n", m.heads, m.kv_heads);
-  t += fmt::format("  activation: {}\n", m.activation == Activation::swiglu ? "fast-swiglu" : "gelu");
+  t += fmt::format("  activation: {}\n", m.activation == Activation::swiglu ? "fast-swiglu" : to_string(m.activation));
   t += fmt::format("  normalization: {}\n", m.norm == Norm::rmsnorm ? "rmsnorm" : "layernorm");
   t += fmt::format("  position_embedding_type: {}\n",
                    m.position_embedding == PositionEmbedding::rope ? "rope" : "learned_absolute");
+  if (m.rotary_fraction != 1.0) t += fmt::format("  rotary_percentage: {}\n", m.rotary_fraction);
   t += fmt::format("  share_embeddings_and_output_weights: {}\n", yaml_bool(m.tied_embeddings));
   t += fmt::format("  bias: {}\n", yaml_bool(m.bias));
   t += fmt::format("  transformer_engine: {}\n", yaml_bool(nearest.train.kernels == Kernels::fused));
@@ -73,6 +74,7 @@ ExportedConfig export_nemo(const Plan& plan) {
   if (nearest.train.precision == Precision::fp8) {
     // Transformer Engine's delayed scaling with its own defaults (core/fp8_model.hpp).
     t += "  fp8: true\n  fp8_hybrid: true\n  fp8_amax_history_len: 1024\n  fp8_amax_compute_algo: max\n";
+    t += fmt::format("  fp8_params: {}\n", yaml_bool(nearest.train.fp8_param_gather));
   } else {
     t += "  fp8: false\n";
   }

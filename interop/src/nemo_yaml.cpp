@@ -4,11 +4,10 @@
 // NeMo-Framework-Launcher recipes (conf/training/gpt3/175b.yaml; also nested under
 // training:). OmegaConf interpolations are resolved where the recipes use them: ${.key},
 // ${model.key}, ${training.model.key} and ${multiply:a, b}; any other is refused by the key
-// it sits in. As for Megatron (whose options these keys are), every key is mapped,
-// ignored as cost-neutral, or refused by name: fp8, mixture of experts, activation
-// offloading, partial activation checkpointing and gradient accumulation outside the
-// global batch change cost in ways tessel does not model. Unknown keys are "not
-// understood" among the ignored unless their name says they touch a cost dimension.
+// it sits in. As for Megatron (whose options these keys are), every key is mapped, ignored
+// as cost-neutral, or refused by name where it changes cost in ways tessel does not model
+// (activation offloading, partial checkpointing, accumulation outside the global batch).
+// Unknown keys are "not understood" among the ignored unless their name says they touch a cost dimension.
 // The vocabulary comes from model.tokenizer: GPT2BPETokenizer has 50,257 tokens, any other
 // tokenizer needs tokenizer.vocab_size (a key tessel reads and writes for that purpose).
 #include <yaml-cpp/eventhandler.h>
@@ -182,12 +181,15 @@ void read_moe(NemoReader& r, ModelSpec& m) {
 
 // LLaMA 1 and 2 share one SentencePiece model of 32,000 tokens (Touvron et al. 2023);
 // Llama 3's tokenizer is tiktoken's, not SentencePiece, and Code Llama's adds infill
-// tokens, so only a SentencePiece file named for LLaMA and not Code Llama counts.
+// tokens, so only a SentencePiece file named for LLaMA and not Code Llama counts. Nemotron-4's
+// (nemotron_2_256k.model) has 256,000 (Parmar et al. 2024, Nemotron-4 15B report, Table 1).
 int sentencepiece_vocab(const std::string& library, const std::string& tokenizer_file) {
   std::string name;
   for (char c : tokenizer_file) name += char(std::tolower(static_cast<unsigned char>(c)));
   const bool llama = name.find("llama") != std::string::npos && name.find("code") == std::string::npos &&
                      name.find("llama3") == std::string::npos && name.find("llama-3") == std::string::npos;
+  if (library == "sentencepiece" && name.find("nemotron") != std::string::npos && name.find("256k") != std::string::npos)
+    return 256000;
   return library == "sentencepiece" && llama ? 32000 : 0;
 }
 
@@ -203,9 +205,12 @@ ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
   r.mapped("model.ffn_hidden_size", "model.ffn_hidden");
   if (const auto kv_channels = r.positive("model.kv_channels", 0); kv_channels != 0 && kv_channels * m.heads != m.hidden)
     r.refuse_key("model.kv_channels", "heads x kv_channels differs from hidden; tessel models head_dim = hidden / heads");
+  if (r.boolean("model.qk_layernorm").value_or(false)) r.refuse_key("model.qk_layernorm", kQkNormRefusal);
   const std::string activation = r.text("model.activation").value_or("gelu");
   if (activation == "fast-swiglu" || activation == "swiglu") m.activation = Activation::swiglu;
-  else if (activation != "gelu") r.refuse_key("model.activation", "tessel models gelu and swiglu (fast-swiglu)");
+  else if (activation == "squared-relu") m.activation = Activation::squared_relu;
+  else if (activation != "gelu")
+    r.refuse_key("model.activation", "tessel models gelu, swiglu (fast-swiglu) and squared-relu");
   r.mapped("model.activation", fmt::format("model.activation {}", to_string(m.activation)));
   const std::string norm = r.text("model.normalization").value_or("layernorm");
   if (norm == "rmsnorm") m.norm = Norm::rmsnorm;
@@ -235,6 +240,10 @@ ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
     }
     r.mapped("model.rotary_base", "model.rope_theta");
   }
+  if (const auto percent = r.text("model.rotary_percentage")) {
+    m.rotary_fraction = detail::rotary_fraction_from(*percent, "model.rotary_percentage", r.context());
+    r.mapped("model.rotary_percentage", "model.rotary_fraction");
+  }
   const std::string tokenizer = r.text("model.tokenizer.type").value_or("");
   const std::string library = r.text("model.tokenizer.library").value_or("");
   const std::string tokenizer_file = r.text("model.tokenizer.model").value_or("");
@@ -252,7 +261,7 @@ ModelSpec read_model(NemoReader& r, const std::optional<ModelSpec>& hf_model) {
     r.mapped("model.tokenizer (size from the file's model)", fmt::format("model.vocab {} (--hf-config)", m.vocab));
   } else if (const int vocab = sentencepiece_vocab(library, tokenizer_file); vocab > 0) {
     m.vocab = vocab;
-    r.mapped("model.tokenizer.model", fmt::format("model.vocab {} (LLaMA's SentencePiece tokenizer by name)", vocab));
+    r.mapped("model.tokenizer.model", fmt::format("model.vocab {} (the SentencePiece tokenizer by its name)", vocab));
   } else {
     r.refuse_key("model.tokenizer", "the vocabulary size is unknown (the tokenizer reads it from a file): add "
                                     "model.tokenizer.vocab_size, or give the model's config.json (--hf-config)");
@@ -267,14 +276,14 @@ void read_train(NemoReader& r, Plan& plan) {
   else if (precision == "32" || precision == "32-true") plan.train.precision = Precision::fp32;
   else r.refuse_key("trainer.precision", "expected bf16, bf16-mixed, 16, 16-mixed or 32");
   // fp8: Transformer Engine's fp8 linears in a bf16 model, per-tensor delayed scaling
-  // (core/fp8_model.hpp); fp8 parameters are not modelled.
+  // (core/fp8_model.hpp), with or without fp8 parameters.
   if (r.boolean("model.fp8").value_or(false)) {
     if (plan.train.precision != Precision::bf16) {
       r.refuse_key("model.fp8", "tessel models fp8 training on top of bf16 (trainer.precision bf16 or bf16-mixed)");
     }
-    if (r.boolean("model.fp8_params").value_or(false)) {
-      r.refuse_key("model.fp8_params", "fp8 parameters (no bf16 weight copy, fp8 all-gathers) are not modelled");
-    }
+    // fp8 parameters: no bf16 weight copy, gathered in fp8 (core/fp8_model.hpp).
+    plan.train.fp8_param_gather = r.boolean("model.fp8_params").value_or(false);
+    if (plan.train.fp8_param_gather) r.mapped("model.fp8_params", "train.fp8_param_gather true");
     plan.train.precision = Precision::fp8;
     r.mapped("model.fp8", "train.precision fp8");
   }
@@ -388,8 +397,8 @@ constexpr std::pair<const char*, const char*> kIgnoredKeys[] = {
     {"model.activations_checkpoint", "no effect at this granularity"}, {"model.init_method_std", "initialisation"},
     {"model.use_scaled_init_method", "initialisation"}, {"*dropout", "dropout (elementwise, not priced)"},
     {"model.apply_query_key_layer_scaling", "numerics"}, {"model.layernorm_epsilon", "numerics"},
-    {"model.normalize_attention_scores", "numerics"}, {"model.make_vocab_size_divisible_by",
-                                                       "vocabulary padding (tessel prices the unpadded vocabulary)"},
+    {"model.layernorm_zero_centered_gamma", "numerics (1 + gamma)"}, {"model.normalize_attention_scores", "numerics"},
+    {"model.make_vocab_size_divisible_by", "vocabulary padding (tessel prices the unpadded vocabulary)"},
     {"model.pre_process", "always on for a GPT"}, {"model.post_process", "always on for a GPT"},
     {"model.persist_layer_norm", "kernel choice"}, {"model.gradient_as_bucket_view", "memory layout"},
     {"model.fp32_residual_connection", "numerics"}, {"model.fp16_lm_cross_entropy", "numerics"},

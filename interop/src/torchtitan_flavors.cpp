@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "tessel/core/model_refusals.hpp"
+
 namespace tessel::interop::detail {
 
 int llama_ffn_hidden(int dim, int multiple_of, std::optional<double> ffn_dim_multiplier) {
@@ -60,7 +62,8 @@ TorchtitanFlavor llama(const char* model_name, const char* flavor, const LlamaAr
 bool same_shape(const ModelSpec& a, const ModelSpec& b) {
   return a.layers == b.layers && a.hidden == b.hidden && a.heads == b.heads && a.kv_heads == b.kv_heads &&
          a.ffn_hidden == b.ffn_hidden && a.vocab == b.vocab && a.activation == b.activation && a.norm == b.norm &&
-         a.tied_embeddings == b.tied_embeddings && a.position_embedding == b.position_embedding && a.bias == b.bias;
+         a.tied_embeddings == b.tied_embeddings && a.position_embedding == b.position_embedding && a.bias == b.bias &&
+         a.rotary_fraction == b.rotary_fraction;
 }
 
 }  // namespace
@@ -98,15 +101,17 @@ const TorchtitanFlavor* torchtitan_flavor_of(const ModelSpec& model) {
   return nullptr;
 }
 
-const char* torchtitan_family_refusal(const std::string& model_name) {
+std::string torchtitan_family_refusal(const std::string& model_name) {
   if (model_name == "qwen3")
-    return "Qwen3 normalises each head's query and key (q_norm, k_norm RMSNorm), which tessel does not model";
+    return fmt::format("Qwen3 {}; and head_dim 128 is not dim / n_heads in its 0.6B, 4B and 32B flavors (0.6B: "
+                       "1024 / 16 = 64), which tessel does not model (it derives head_dim = hidden / heads)",
+                       kQwen3Refusal);
   if (model_name == "llama4")
     return "Llama 4's flavors attend block-causally (flex attention over document masks) and in fixed local "
            "blocks on three layers of four (iRoPE); tessel prices full causal attention";
   if (model_name == "deepseek_v3")
     return "DeepSeek-V3's multi-head latent attention (MLA: low-rank compressed keys and values) is not modelled";
-  return nullptr;
+  return "";
 }
 
 std::string torchtitan_flavor_list() {

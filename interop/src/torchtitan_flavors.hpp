@@ -24,8 +24,8 @@ const TorchtitanFlavor* find_torchtitan_flavor(const std::string& model_name, co
 const TorchtitanFlavor* torchtitan_flavor_of(const ModelSpec& model);
 // "llama3/debugmodel, llama3/8B, ..." for messages.
 std::string torchtitan_flavor_list();
-// Why a torchtitan model family tessel cannot price is refused (its attention), or null.
-const char* torchtitan_family_refusal(const std::string& model_name);
+// Why a torchtitan model family tessel cannot price is refused (what it computes), or "".
+std::string torchtitan_family_refusal(const std::string& model_name);
 
 // torchtitan's (and Meta's Llama) FeedForward width: 2/3 of 4 x dim, times the flavor's
 // ffn_dim_multiplier when it has one, rounded up to a multiple of multiple_of.

@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.hpp"
+#include "tessel/core/input_limits.hpp"
+#include "torchtitan_rules.hpp"
 
 namespace tessel::interop::detail {
 
@@ -73,6 +75,7 @@ class RegistryReader {
   PyValue parse_value(const std::vector<Token>& t, std::size_t& i, const std::map<std::string, PyValue>& locals);
   PyValue parse_primary(const std::vector<Token>& t, std::size_t& i, const std::map<std::string, PyValue>& locals);
   void write_section(const std::string& section, PyValue& call, std::map<std::string, std::string>& out);
+  void read_batch(PyValue& config, std::map<std::string, std::string>& sections);
   std::string scalar_of(const std::string& field, const PyValue& value) const;
   std::int64_t whole_number(const std::string& field, const PyValue* value, std::int64_t fallback) const;
   void expect(const std::vector<Token>& t, std::size_t& i, const std::string& close) const {
@@ -368,6 +371,55 @@ void RegistryReader::write_section(const std::string& section, PyValue& call, st
     out[section] += key + " = " + scalar_of("Trainer.Config." + section + "." + key, value) + "\n";
 }
 
+// The batch. TrainingConfig counts tokens: per data-parallel rank and step a pipeline runs
+// parallelism.num_pp_microbatches micro-batches of num_tokens_per_microbatch_per_dp_rank
+// tokens, which the TOML spells as a local batch of them all, split in pipeline micro-batches
+// of one. torchtitan 0.3.0's registry still counted sequences (local_batch_size, seq_len, and
+// pipeline_parallel_microbatch_size): those pass through as they are.
+void RegistryReader::read_batch(PyValue& config, std::map<std::string, std::string>& sections) {
+  static const PyValue kDefault = PyValue::of(PyValue::call, "TrainingConfig");
+  PyValue* training = config.keyword("training");
+  PyValue* parallelism = config.keyword("parallelism");
+  if (parallelism && parallelism->kind != PyValue::call) refuse("Trainer.Config.parallelism", "expected a config object");
+  if (training && training->kind != PyValue::call) refuse("Trainer.Config.training", "expected a config object");
+  PyValue defaults = kDefault;
+  PyValue& value = training ? *training : defaults;
+  const std::string field = "Trainer.Config.training";
+  PyValue* tokens = value.keyword("num_tokens_per_microbatch_per_dp_rank");
+  PyValue* context_length = value.keyword("max_context_length");
+  PyValue* step_tokens = value.keyword("num_tokens_per_train_step");
+  const bool sequence_form = value.keyword("local_batch_size") || value.keyword("seq_len");
+  if (sequence_form && (tokens || context_length || step_tokens))
+    refuse(field, "counts both sequences (local_batch_size, seq_len) and tokens; give one form");
+  if (sequence_form) return;
+  const std::int64_t length = whole_number(field + ".max_context_length", context_length, 2048);
+  auto sequences = [&](const char* option, PyValue* count, std::int64_t fallback) {
+    const std::int64_t n = whole_number(field + "." + option, count, fallback);
+    if (n <= 0 || length <= 0 || n % length != 0)
+      refuse(field + "." + option, fmt::format("{} tokens is not a whole number of {}-token sequences", n, length));
+    return n / length;
+  };
+  const std::int64_t micro = sequences("num_tokens_per_microbatch_per_dp_rank", tokens, 16384);
+  PyValue* degree = parallelism ? parallelism->keyword("pipeline_parallel_degree") : nullptr;
+  PyValue* count = parallelism ? parallelism->keyword("num_pp_microbatches") : nullptr;
+  const bool piped = whole_number("Trainer.Config.parallelism.pipeline_parallel_degree", degree, 1) > 1;
+  const std::int64_t microbatches = whole_number("Trainer.Config.parallelism.num_pp_microbatches", count, 1);
+  if (microbatches < 1 || microbatches > limits::kMaxGlobalBatch || micro > limits::kMaxGlobalBatch)
+    refuse("Trainer.Config.parallelism.num_pp_microbatches",
+           fmt::format("{} micro-batches of {} sequences: each must be 1 to {}", microbatches, micro,
+                       limits::kMaxGlobalBatch));
+  sections["training"] += fmt::format("local_batch_size = {}\nseq_len = {}\n", piped ? micro * microbatches : micro, length);
+  if (piped) sections["parallelism"] += fmt::format("pipeline_parallel_microbatch_size = {}\n", micro);
+  if (count && !piped) ignored_.push_back("Trainer.Config.parallelism.num_pp_microbatches: no pipeline");
+  if (step_tokens && whole_number(field + ".num_tokens_per_train_step", step_tokens, -1) != -1)
+    sections["training"] += fmt::format("global_batch_size = {}\n", sequences("num_tokens_per_train_step", step_tokens, 0));
+  std::erase_if(value.kwargs, [](const auto& kv) {
+    return kv.key == "num_tokens_per_microbatch_per_dp_rank" || kv.key == "max_context_length" ||
+           kv.key == "num_tokens_per_train_step";
+  });
+  if (parallelism) std::erase_if(parallelism->kwargs, [](const auto& kv) { return kv.key == "num_pp_microbatches"; });
+}
+
 std::string RegistryReader::function_names() const {
   std::string names;
   for (const auto& [function, body] : functions_) names += (names.empty() ? "" : ", ") + function;
@@ -383,21 +435,36 @@ std::string RegistryReader::to_toml() {
                                             names));
   }
   PyValue config = evaluate_function(context_.script_args[0], 0);
-  // The model family is the package's: `from .model import Llama3Model` is llama3.
+  // The model family is the package's: `from .model import Llama3Model` in the package's
+  // registry, `from torchtitan.models.llama3 import model_registry` in a module elsewhere.
   std::string family;
-  const std::size_t import = text_.find("from .model import ");
-  if (import != std::string::npos) {
-    for (std::size_t i = import + 19; i < text_.size() && std::isalnum(static_cast<unsigned char>(text_[i])); ++i)
-      family += char(std::tolower(static_cast<unsigned char>(text_[i])));
+  auto word_after = [&](std::size_t at, bool underscore) {
+    std::string word;
+    for (std::size_t i = at; i < text_.size(); ++i) {
+      const char c = text_[i];
+      if (!std::isalnum(static_cast<unsigned char>(c)) && !(underscore && c == '_')) break;
+      word += char(std::tolower(static_cast<unsigned char>(c)));
+    }
+    return word;
+  };
+  static const std::string kRelative = "from .model import ", kAbsolute = "from torchtitan.models.";
+  if (const std::size_t import = text_.find(kRelative); import != std::string::npos) {
+    family = word_after(import + kRelative.size(), false);
     if (family.ends_with("model")) family.resize(family.size() - 5);
+  } else {
+    for (std::size_t at = text_.find(kAbsolute); at != std::string::npos && family.empty(); at = text_.find(kAbsolute, at + 1)) {
+      const std::string package = word_after(at + kAbsolute.size(), true);
+      if (text_.compare(at + kAbsolute.size() + package.size(), 22, " import model_registry") == 0) family = package;
+    }
   }
-  if (family.empty()) refuse("from .model import", "the model family is not named (e.g. Llama3Model)");
+  if (family.empty())
+    refuse("from .model import",
+           "the model family is not named (e.g. Llama3Model, or from torchtitan.models.llama3 import model_registry)");
   std::map<std::string, std::string> sections;
-  static const std::set<std::string> kIgnored{"loss", "hf_assets_path", "profiler", "metrics", "lr_scheduler",
-                                              "dataloader", "checkpoint", "validator", "comm", "debug"};
+  read_batch(config, sections);
   for (auto& [key, value] : config.kwargs) {
     const std::string field = "Trainer.Config." + key;
-    if (kIgnored.count(key)) {
+    if (torchtitan_part_is_cost_neutral(key, &TorchtitanNeutralPart::registry_field)) {
       ignored_.push_back(field);
       continue;
     }
@@ -410,45 +477,20 @@ std::string RegistryReader::to_toml() {
         if (option != "converters" || setting.kind != PyValue::list)
           refuse(field + "." + option, "a model variant tessel does not model (it reads converters)");
         for (const PyValue& converter : setting.args) {
-          if (converter.text != "Float8LinearConverter.Config")
-            refuse(field + ".converters", fmt::format("'{}' is not modelled (tessel prices float8, bf16, fp16 or fp32)",
-                                                      converter.text));
+          if (!torchtitan_float8_linear(converter.text))
+            refuse(field + ".converters", torchtitan_converter_refusal(converter.text));
           // Its scaling settings are priced as per-tensor scaling, as the TOML reader does.
           for (const auto& [option, flag] : converter.kwargs) {
             const bool on = !(flag.kind == PyValue::boolean && flag.text == "false");
             if (option == "enable_fsdp_float8_all_gather" && on)
-              refuse(field + ".converters.enable_fsdp_float8_all_gather",
-                     "fp8 parameter all-gathers are not modelled (tessel gathers bf16 weights)");
+              sections["quantize.linear.float8"] += "enable_fsdp_float8_all_gather = true\n";
             if (option == "emulate" && on)
-              refuse(field + ".converters.emulate", "emulated float8 (GEMMs in bf16) is not modelled");
+              refuse(field + ".converters.emulate", kTorchtitanEmulatedFloat8);
           }
         }
         if (!setting.args.empty()) sections["model"] += "converters = [\"float8\"]\n";
       }
     } else if (key == "training") {
-      PyValue* tokens = value.keyword("num_tokens_per_microbatch_per_dp_rank");
-      PyValue* context_length = value.keyword("max_context_length");
-      PyValue* step_tokens = value.keyword("num_tokens_per_train_step");
-      const std::int64_t length = whole_number(field + ".max_context_length", context_length, 2048);
-      auto sequences = [&](const char* option, PyValue* count, std::int64_t fallback) {
-        const std::int64_t n = whole_number(field + "." + option, count, fallback);
-        if (n <= 0 || length <= 0 || n % length != 0)
-          refuse(field + "." + option, fmt::format("{} tokens is not a whole number of {}-token sequences", n, length));
-        return n / length;
-      };
-      // torchtitan 0.3.0's registry still counts sequences (local_batch_size, seq_len): those pass through.
-      const bool sequence_form = value.keyword("local_batch_size") || value.keyword("seq_len");
-      if (sequence_form && (tokens || context_length || step_tokens))
-        refuse(field, "counts both sequences (local_batch_size, seq_len) and tokens; give one form");
-      if (!sequence_form)
-        sections["training"] += fmt::format("local_batch_size = {}\nseq_len = {}\n",
-                                            sequences("num_tokens_per_microbatch_per_dp_rank", tokens, 16384), length);
-      if (step_tokens && whole_number(field + ".num_tokens_per_train_step", step_tokens, -1) != -1)
-        sections["training"] += fmt::format("global_batch_size = {}\n", sequences("num_tokens_per_train_step", step_tokens, 0));
-      std::erase_if(value.kwargs, [](const auto& kv) {
-        return kv.key == "num_tokens_per_microbatch_per_dp_rank" || kv.key == "max_context_length" ||
-               kv.key == "num_tokens_per_train_step";
-      });
       write_section("training", value, sections);
     } else if (key == "parallelism" || key == "compile") {
       if (value.kind != PyValue::call) refuse(field, "expected a config object");
@@ -463,7 +505,8 @@ std::string RegistryReader::to_toml() {
         refuse(field, fmt::format("'{}' is not an optimizer tessel reads (default_adamw)", value.text));
       sections["optimizer"] += "name = \"AdamW\"\n";
     } else if (key == "activation_checkpoint") {
-      if (value.text == "FullAC.Config") sections["activation_checkpoint"] += "mode = \"full\"\n";
+      if (value.kind == PyValue::none) sections["activation_checkpoint"] += "mode = \"none\"\n";
+      else if (value.text == "FullAC.Config") sections["activation_checkpoint"] += "mode = \"full\"\n";
       else if (value.text == "SelectiveAC.Config")  // the op-level policy: the save list, no per-layer option
         sections["activation_checkpoint"] += "mode = \"selective\"\nselective_ac_option = \"op\"\n";
       else refuse(field, fmt::format("'{}' is not modelled (tessel models FullAC and SelectiveAC)", value.text));
@@ -473,6 +516,8 @@ std::string RegistryReader::to_toml() {
     }
   }
   if (!sections.count("model")) refuse("Trainer.Config.model_spec", "missing; a config names its model");
+  if (!sections.count("activation_checkpoint") && !config.keyword("activation_checkpoint"))  // Trainer.Config's default
+    sections["activation_checkpoint"] += "mode = \"selective\"\nselective_ac_option = \"op\"\n";
   std::string toml;
   for (const auto& [section, body] : sections) toml += "[" + section + "]\n" + body;
   return toml;

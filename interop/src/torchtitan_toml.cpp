@@ -13,7 +13,8 @@
 //   and sharding together (HSDP) shard over part of the data-parallel ranks, which
 //   tessel's ZeRO does not model: refused.
 // - tensor_parallel_degree is Megatron-style with sequence-parallel norms
-//   (tp_sequence_parallel); context_parallel_degree is ring attention (sp).
+//   (tp_sequence_parallel) unless enable_sequence_parallel is false; context_parallel_degree
+//   is ring attention (sp).
 // - The batch: local_batch_size (older: batch_size) per data-parallel rank, and
 //   global_batch_size (default local x dp) with gradient accumulation making up the rest.
 //   Without a pipeline the micro-batch is the local batch. With one, each local batch is
@@ -28,6 +29,7 @@
 // The writer writes the nearest plan torchtitan can run; what changed is a # comment at
 // the top and an entry of not_expressible (torchtitan refuses unknown keys, so notes
 // cannot be keys).
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <set>
@@ -39,15 +41,11 @@
 #include "tessel/core/error.hpp"
 #include "torchtitan_flavors.hpp"
 #include "torchtitan_registry.hpp"
+#include "torchtitan_rules.hpp"
 
 namespace tessel::interop::detail {
 
 namespace {
-
-// Sections whose every option is cost-neutral.
-const std::set<std::string, std::less<>> kIgnoredSections{
-    "job",   "profiling",    "metrics",  "lr_scheduler", "checkpoint", "validation", "comm", "memory_estimation",
-    "debug", "experimental", "quantize", "mx"};
 
 // One TOML table, read option by option: each read marks the option, finish() refuses
 // the options nobody read.
@@ -128,6 +126,7 @@ class TorchtitanReader {
   void read_optimizer();
   void read_layout();
   void read_pipeline(Section& parallelism, std::int64_t local_batch, std::int64_t accumulation);
+  void read_spmd_backend(Section& parallelism);
   void read_training(Section& training, bool fsdp);
   void read_activation_checkpoint();
 
@@ -137,6 +136,10 @@ class TorchtitanReader {
   // float8 linears (model.converters "float8", or [float8] enable_float8_linear in older
   // releases): train.precision fp8 on top of bf16 (core/fp8_model.hpp).
   std::string float8_;
+  // FSDP's all-gathers of the float8 linears' weights in float8 (train.fp8_param_gather).
+  std::string float8_all_gather_;
+  // float8 emulated in higher precision: refused where float8 linears run.
+  std::string float8_emulate_;
 };
 
 void TorchtitanReader::read_model() {
@@ -146,8 +149,9 @@ void TorchtitanReader::read_model() {
   if (const toml::node* converters = model.take("converters")) {
     if (!converters->is_array()) model.refuse("converters", "must be an array of strings");
     for (const toml::node& converter : *converters->as_array()) {
-      if (converter.value_or(std::string()) != "float8")
-        model.refuse("converters", "MX low-precision matmuls are not modelled (tessel prices float8, bf16, fp16 or fp32)");
+      if (!converter.is_string()) model.refuse("converters", "must be an array of strings");
+      const std::string name = converter.value_or(std::string());
+      if (!torchtitan_float8_linear(name)) model.refuse("converters", torchtitan_converter_refusal(name));
       float8_ = "model.converters";
     }
   }
@@ -161,7 +165,7 @@ void TorchtitanReader::read_model() {
     plan.model = *context_.model;
     mapped("model.name/flavor", name + "/" + flavor,
            fmt::format("model {} (not a flavor tessel knows: the model given with the file)", plan.model.name));
-  } else if (const char* why = torchtitan_family_refusal(name)) {
+  } else if (const std::string why = torchtitan_family_refusal(name); !why.empty()) {
     model.refuse("name", fmt::format("'{}' (flavor {}): {}", name, flavor, why));
   } else {
     model.refuse("flavor", fmt::format("'{}/{}' is not a flavor tessel knows ({}); give the model's Hugging Face "
@@ -203,8 +207,8 @@ void TorchtitanReader::read_activation_checkpoint() {
   } else if (mode == "selective" && option == "1") {
     recompute = Recompute::full;  // every layer checkpointed whole
   } else if (mode == "selective") {
-    ac.refuse("selective_ac_option", fmt::format("'{}' checkpoints every {}th layer whole, which tessel does not "
-                                                 "model (it models \"op\", or every layer: \"1\" or mode full){}",
+    ac.refuse("selective_ac_option", fmt::format("'{}' checkpoints one layer in every {} whole, which tessel does "
+                                                 "not model (it models \"op\", or every layer: \"1\" or mode full){}",
                                                  option, option, ac.has("mode") ? "" : " (torchtitan's default)"));
   } else {
     ac.refuse("mode", fmt::format("'{}' is not modelled (tessel models none, selective with option \"op\" or \"1\", full)", mode));
@@ -235,12 +239,22 @@ void TorchtitanReader::read_training(Section& training, bool fsdp) {
       "training.mixed_precision_param", param,
       fmt::format("train.precision {}{}", to_string(plan.train.precision),
                   param == "bfloat16" && !fsdp && !autocast ? " (torchtitan applies it only with FSDP or alone)" : ""));
+  if (!float8_.empty() && !float8_emulate_.empty())
+    throw Error(fmt::format("{}: {}: {}", context_.source_name, float8_emulate_, kTorchtitanEmulatedFloat8));
   if (!float8_.empty()) {
     if (plan.train.precision != Precision::bf16)
       training.refuse("mixed_precision_param", "float8 is modelled on top of bf16 training (bfloat16 with FSDP or alone)");
     plan.train.precision = Precision::fp8;
     mapped(float8_, "float8", "train.precision fp8 (torchao's dynamic scaling priced as Transformer Engine's delayed "
                               "scaling with cached weight casts)");
+  }
+  if (!float8_all_gather_.empty()) {
+    if (float8_.empty() || !fsdp) {
+      run_.ignored.push_back(float8_all_gather_ + ": no effect without float8 linears under FSDP");
+    } else {
+      plan.train.fp8_param_gather = true;
+      mapped(float8_all_gather_, "true", "train.fp8_param_gather true (the weights gathered in float8)");
+    }
   }
   const std::int64_t seq_len = training.integer("seq_len").value_or(2048);
   if (seq_len < 1 || seq_len > limits::kMaxSeqLen)
@@ -312,6 +326,34 @@ void TorchtitanReader::read_pipeline(Section& parallelism, std::int64_t local_ba
         first_less, last_less));
 }
 
+// spmd_backend (the registries since June 2026) picks how torchtitan holds a sharded tensor,
+// not the layout: under each, FSDP shards over dp_shard x cp and tensor, context and pipeline
+// parallelism run the same collectives (torchtitan/distributed/parallel_dims.py, fsdp.py).
+// Context parallelism runs only under spmd_types (context_parallel/api.py refuses the other).
+void TorchtitanReader::read_spmd_backend(Section& parallelism) {
+  static const std::pair<const char*, const char*> kBackends[] = {
+      {"spmd_types", "local tensors typed by spmd_types, torchtitan's default"},
+      {"partial_dtensor", "DTensor on the tensor- and expert-parallel axes"},
+      {"default", "partial_dtensor's name until August 2026"},
+      {"full_dtensor", "DTensor on every axis, June to August 2026"},
+  };
+  if (!parallelism.has("spmd_backend")) return;
+  const std::string backend = *parallelism.string("spmd_backend");
+  const auto* known = std::find_if(std::begin(kBackends), std::end(kBackends),
+                                   [&](const auto& entry) { return backend == entry.first; });
+  if (known == std::end(kBackends))
+    parallelism.refuse("spmd_backend", fmt::format("'{}' is not a backend torchtitan runs (spmd_types, "
+                                                   "partial_dtensor; before August 2026 default, full_dtensor)",
+                                                   backend));
+  if (backend == "partial_dtensor" && run_.plan.parallel.sp > 1)
+    parallelism.refuse("spmd_backend", fmt::format("partial_dtensor with context_parallel_degree {}: torchtitan "
+                                                   "runs context parallelism only under spmd_types",
+                                                   run_.plan.parallel.sp));
+  mapped("parallelism.spmd_backend", backend,
+         fmt::format("the layout above ({}: how torchtitan holds sharded tensors; the same shards and collectives)",
+                     known->second));
+}
+
 void TorchtitanReader::read_layout() {
   Section parallelism = section("parallelism");
   Section training = section("training");
@@ -359,14 +401,19 @@ void TorchtitanReader::read_layout() {
          fmt::format("{} x {}", replicate, shard), fmt::format("parallel.dp {}", p.dp));
   mapped("parallelism.fsdp_reshard_after_forward", fsdp ? reshard : "(no FSDP)",
          fmt::format("parallel.zero {}", p.zero));
-  p.tp_sequence_parallel = p.tp > 1;
+  // enable_sequence_parallel came with the registries; the TOML releases always shard the norms.
+  const bool sequence_parallel =
+      !parallelism.has("enable_sequence_parallel") || parallelism.boolean("enable_sequence_parallel");
+  p.tp_sequence_parallel = p.tp > 1 && sequence_parallel;
   mapped("parallelism.tensor_parallel_degree", std::to_string(p.tp),
-         fmt::format("parallel.tp {}{}", p.tp, p.tp > 1 ? " (1d, sequence-parallel norms)" : ""));
+         fmt::format("parallel.tp {}{}", p.tp,
+                     p.tp == 1 ? "" : sequence_parallel ? " (1d, sequence-parallel norms)" : " (1d, norms replicated)"));
   mapped("parallelism.context_parallel_degree", std::to_string(p.sp), fmt::format("parallel.sp {}", p.sp));
   if (parallelism.string("context_parallel_rotate_method").value_or("allgather") != "allgather")
     parallelism.refuse("context_parallel_rotate_method",
                        "all-to-all KV exchange is not modelled (tessel prices the "
                        "ring of KV shards)");
+  read_spmd_backend(parallelism);
   for (const char* key : {"expert_parallel_degree", "expert_tensor_parallel_degree"})
     if (parallelism.degree(key) != 1) parallelism.refuse(key, "mixture of experts is not modelled");
   // Async TP decomposes the sequence-parallel all-gather and reduce-scatter and pipelines
@@ -415,11 +462,11 @@ ImportedRun TorchtitanReader::read() {
   plan.nodes = context_.nodes;
   for (auto&& [key, node] : root_) {
     const std::string name(key.str());
-    if (kIgnoredSections.count(name)) {
+    if (torchtitan_part_is_cost_neutral(name, &TorchtitanNeutralPart::toml_section)) {
       if (name == "quantize" && root_.at_path("quantize.linear.float8.enable_fsdp_float8_all_gather").value_or(false))
-        throw Error(fmt::format("{}: quantize.linear.float8.enable_fsdp_float8_all_gather: fp8 parameter all-gathers "
-                                "are not modelled (tessel gathers bf16 weights)",
-                                context_.source_name));
+        float8_all_gather_ = "quantize.linear.float8.enable_fsdp_float8_all_gather";
+      if (name == "quantize" && root_.at_path("quantize.linear.float8.emulate").value_or(false))
+        float8_emulate_ = "quantize.linear.float8.emulate";
       run_.ignored.push_back("[" + name + "]");
     } else if (name == "compile") {
       // TorchInductor fuses the elementwise ops: the torch.compile framework of the
@@ -434,10 +481,8 @@ ImportedRun TorchtitanReader::read() {
       const toml::table* float8 = node.as_table();
       auto flag = [&](const char* key) { return float8 && float8->get(key) && float8->get(key)->value_or(false); };
       if (flag("enable_float8_linear")) float8_ = "float8.enable_float8_linear";
-      if (flag("enable_fsdp_float8_all_gather"))
-        throw Error(fmt::format("{}: float8.enable_fsdp_float8_all_gather: fp8 parameter all-gathers are not modelled "
-                                "(tessel gathers bf16 weights)",
-                                context_.source_name));
+      if (flag("enable_fsdp_float8_all_gather")) float8_all_gather_ = "float8.enable_fsdp_float8_all_gather";
+      if (flag("emulate")) float8_emulate_ = "float8.emulate";
       run_.ignored.push_back("[float8]: scaling settings (priced as per-tensor scaling)");
     } else if (name == "fault_tolerance") {
       if (node.is_table() && node.as_table()->get("enable") && node.as_table()->get("enable")->value_or(false))
@@ -460,11 +505,7 @@ ImportedRun TorchtitanReader::read() {
   mapped("(torchtitan attention)", "scaled_dot_product_attention", "train.kernels fused");
   plan.train.dropout = false;
   mapped("(torchtitan models)", "no dropout layers", "train.dropout false");
-  try {
-    plan.validate();
-  } catch (const Error& error) {
-    throw Error(fmt::format("{}: the plan it describes does not hold: {}", context_.source_name, error.what()));
-  }
+  validate_imported(plan, context_.source_name);
   return std::move(run_);
 }
 

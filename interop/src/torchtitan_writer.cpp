@@ -1,16 +1,14 @@
-// A plan written as torchtitan's TOML job config (the reader is torchtitan_toml.cpp and
-// states the rules both follow). The writer first moves the plan to the nearest one
-// torchtitan can run, noting each change, then writes that plan so that reading the file
-// back gives it exactly: every degree explicit (no -1, so local-cpu reads back too),
-// fsdp_reshard_after_forward explicit, the pipeline's first/last-stage weights 0 (an even
-// split, as tessel prices it). Notes are # comments: torchtitan's ConfigManager refuses
-// keys it does not know (_dict_to_dataclass), so a note cannot be a key.
+// A plan written as torchtitan's TOML job config (the reader, torchtitan_toml.cpp, states
+// the rules), and the nearest plan torchtitan runs, which both its writers write: every
+// degree explicit (no -1, so local-cpu reads back too), the split as tessel prices it.
+// Notes are # comments: torchtitan refuses keys it does not know, so a note cannot be one.
 #include <fmt/format.h>
 
 #include "engines.hpp"
 #include "tessel/core/error.hpp"
 #include "tessel/core/stage_layers.hpp"
 #include "torchtitan_flavors.hpp"
+#include "torchtitan_writer.hpp"
 
 namespace tessel::interop::detail {
 
@@ -18,9 +16,15 @@ namespace {
 
 // The data-parallel and precision part of the nearest plan (FSDP is torchtitan's only
 // sharding; DDP only runs alone; mixed precision needs FSDP unless nothing else is parallel).
-void nearest_data_parallel(Plan& near, std::vector<std::string>& notes) {
+void nearest_data_parallel(Plan& near, TorchtitanForm form, std::vector<std::string>& notes) {
   ParallelConfig& p = near.parallel;
   const bool others = p.tp > 1 || p.pp > 1 || p.sp > 1;
+  if (p.zero_quantized_weights) {
+    notes.push_back(fmt::format("parallel.zero_quantized_weights: ZeRO++'s int8 weight gathers are DeepSpeed's; {} "
+                                "gathers exactly",
+                                "torchtitan"));
+    p.zero_quantized_weights = false;
+  }
   if (p.dp * p.sp == 1 && p.zero != 0) {
     notes.push_back(fmt::format("parallel.zero {}: nothing to shard over one rank; written as 0", p.zero));
     p.zero = 0;
@@ -62,10 +66,21 @@ void nearest_data_parallel(Plan& near, std::vector<std::string>& notes) {
         "tp or pp alone it trains in fp32: written as fp32 without float8");
     near.train.precision = Precision::fp32;
   }
+  if (near.train.fp8_param_gather && form == TorchtitanForm::registry) {
+    notes.push_back(
+        "train.fp8_param_gather: torchtitan's float8 converter (rowwise scaling) has no float8 all-gather under FSDP "
+        "since its registries replaced TOML; written without (the TOML form keeps it)");
+    near.train.fp8_param_gather = false;
+  }
+  if (near.train.fp8_param_gather && (near.train.precision != Precision::fp8 || !fsdp)) {
+    notes.push_back("train.fp8_param_gather: torchtitan gathers float8 weights through FSDP only; written without");
+    near.train.fp8_param_gather = false;
+  }
 }
 
-// The nearest plan torchtitan can run.
-Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) {
+}  // namespace
+
+Plan nearest_torchtitan_plan(const Plan& plan, TorchtitanForm form, std::vector<std::string>& notes) {
   Plan near = plan;
   ParallelConfig& p = near.parallel;
   if (p.tp_mode != TpMode::d1) {
@@ -81,7 +96,7 @@ Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) 
           "fit the model ({})",
           to_string(plan.parallel.tp_mode), p.tp, explain_reject(check_layout(near.model, near.train, p), near)));
   }
-  if (p.tp > 1 && !p.tp_sequence_parallel) {
+  if (p.tp > 1 && !p.tp_sequence_parallel && form == TorchtitanForm::toml) {
     notes.push_back(
         "parallel.tp_sequence_parallel false: torchtitan's tensor parallelism shards the norms over the "
         "sequence; written as true");
@@ -94,7 +109,7 @@ Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) 
         "it, read back as false");
     p.tp_comm_overlap = false;
   }
-  nearest_data_parallel(near, notes);
+  nearest_data_parallel(near, form, notes);
   if (p.pp == 1 && (p.schedule != Schedule::one_f_one_b || p.virtual_stages != 1)) {
     notes.push_back(fmt::format("parallel.schedule {}: no pipeline; written as 1f1b", to_string(p.schedule)));
     p.schedule = Schedule::one_f_one_b;
@@ -132,6 +147,78 @@ Plan nearest_torchtitan_plan(const Plan& plan, std::vector<std::string>& notes) 
   return near;
 }
 
+void note_unknown_torchtitan_model(const Plan& near, const std::string& how_to_register,
+                                   std::vector<std::string>& notes) {
+  if (torchtitan_flavor_of(near.model) != nullptr) return;
+  notes.push_back(fmt::format(
+      "model {}: not a torchtitan flavor ({}); {} for its shape (layers {}, hidden {}, heads {}, kv_heads {}, "
+      "ffn_hidden {}, vocab {}), and give tessel its Hugging Face config.json with --hf-config to read this file back",
+      near.model.name, torchtitan_flavor_list(), how_to_register, near.model.layers, near.model.hidden,
+      near.model.heads, near.model.kv_heads, near.model.ffn_hidden, near.model.vocab));
+}
+
+std::string torchtitan_opening(const std::string& what, const Plan& near, const std::vector<std::string>& notes) {
+  std::string text = fmt::format("# {} written by tessel: {} on {} node(s) of {} ({} GPUs)\n", what,
+                                 near.parallel.summary(), near.nodes, near.cluster.name, near.gpus());
+  for (const std::string& line : notes) text += "# not expressible: " + line + "\n";
+  return text;
+}
+
+const char* torchtitan_schedule_name(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::gpipe:
+      return "GPipe";
+    case Schedule::one_f_one_b:
+      return "1F1B";
+    case Schedule::interleaved:
+      return "Interleaved1F1B";
+  }
+  return "1F1B";
+}
+
+// tessel's split (core/stage_layers.hpp): even, or the end stages (interleaved: the first
+// and the last chunk) one block short, which torchtitan spells as layers the embedding and
+// the head stand for, per virtual stage.
+TorchtitanSplit torchtitan_split(const Plan& near) {
+  const ParallelConfig& p = near.parallel;
+  const int chunks = p.pp * chunks_per_stage(p);
+  TorchtitanSplit split;
+  if (p.schedule == Schedule::interleaved) split.layers_per_stage = most_layers_per_chunk(near.model.layers, chunks);
+  const ShortEnds ends = short_ends(near.model.layers, chunks);
+  split.first_less = ends.first ? 1 : 0;
+  split.last_less = ends.last ? 1 : 0;
+  return split;
+}
+
+std::vector<std::pair<std::string, std::string>> torchtitan_parallelism(const Plan& near, TorchtitanForm form) {
+  const ParallelConfig& p = near.parallel;
+  const bool fsdp = p.zero >= 2;
+  std::vector<std::pair<std::string, std::string>> out{
+      {"data_parallel_replicate_degree", std::to_string(fsdp ? 1 : p.dp)},
+      {"data_parallel_shard_degree", std::to_string(fsdp ? p.dp : 1)}};
+  if (fsdp) out.push_back({"fsdp_reshard_after_forward", p.zero == 3 ? "\"always\"" : "\"never\""});
+  out.push_back({"tensor_parallel_degree", std::to_string(p.tp)});
+  if (p.tp > 1 && !p.tp_sequence_parallel) out.push_back({"enable_sequence_parallel", "False"});  // the TOML form shards them
+  out.push_back({"pipeline_parallel_degree", std::to_string(p.pp)});
+  if (p.pp > 1) {
+    out.push_back({"pipeline_parallel_schedule", fmt::format("\"{}\"", torchtitan_schedule_name(p.schedule))});
+    // The registry counts the micro-batches of one pipeline over the step (no accumulation
+    // around it); the TOML gave their size.
+    if (form == TorchtitanForm::registry)
+      out.push_back({"num_pp_microbatches", std::to_string(near.train.global_batch / (p.dp * p.micro_batch))});
+    else
+      out.push_back({"pipeline_parallel_microbatch_size", std::to_string(p.micro_batch)});
+    const TorchtitanSplit split = torchtitan_split(near);
+    if (split.layers_per_stage > 0) out.push_back({"pipeline_parallel_layers_per_stage", std::to_string(split.layers_per_stage)});
+    out.push_back({"pipeline_parallel_first_stage_less_layers", std::to_string(split.first_less)});
+    out.push_back({"pipeline_parallel_last_stage_less_layers", std::to_string(split.last_less)});
+  }
+  out.push_back({"context_parallel_degree", std::to_string(p.sp)});
+  return out;
+}
+
+namespace {
+
 std::string quoted(const std::string& text) {
   std::string out = "\"";
   for (char c : text) {
@@ -145,41 +232,9 @@ std::string quoted(const std::string& text) {
   return out + "\"";
 }
 
-const char* schedule_name(Schedule schedule) {
-  switch (schedule) {
-    case Schedule::gpipe:
-      return "GPipe";
-    case Schedule::one_f_one_b:
-      return "1F1B";
-    case Schedule::interleaved:
-      return "Interleaved1F1B";
-  }
-  return "1F1B";
-}
-
 std::string parallelism_table(const Plan& near) {
-  const ParallelConfig& p = near.parallel;
-  const bool fsdp = p.zero >= 2;
   std::string out = "[parallelism]\n";
-  out += fmt::format("data_parallel_replicate_degree = {}\n", fsdp ? 1 : p.dp);
-  out += fmt::format("data_parallel_shard_degree = {}\n", fsdp ? p.dp : 1);
-  if (fsdp) out += fmt::format("fsdp_reshard_after_forward = \"{}\"\n", p.zero == 3 ? "always" : "never");
-  out += fmt::format("tensor_parallel_degree = {}\n", p.tp);
-  out += fmt::format("pipeline_parallel_degree = {}\n", p.pp);
-  if (p.pp > 1) {
-    out += fmt::format("pipeline_parallel_schedule = \"{}\"\n", schedule_name(p.schedule));
-    out += fmt::format("pipeline_parallel_microbatch_size = {}\n", p.micro_batch);
-    // tessel's split (core/stage_layers.hpp): even, or the end stages (interleaved: the
-    // first and the last chunk) one block short, which torchtitan spells as layers the
-    // embedding and the head stand for, per virtual stage.
-    const int chunks = p.pp * chunks_per_stage(p);
-    if (p.schedule == Schedule::interleaved)
-      out += fmt::format("pipeline_parallel_layers_per_stage = {}\n", most_layers_per_chunk(near.model.layers, chunks));
-    const ShortEnds ends = short_ends(near.model.layers, chunks);
-    out += fmt::format("pipeline_parallel_first_stage_less_layers = {}\n", ends.first ? 1 : 0);
-    out += fmt::format("pipeline_parallel_last_stage_less_layers = {}\n", ends.last ? 1 : 0);
-  }
-  out += fmt::format("context_parallel_degree = {}\n", p.sp);
+  for (const auto& [key, value] : torchtitan_parallelism(near, TorchtitanForm::toml)) out += key + " = " + value + "\n";
   return out;
 }
 
@@ -187,19 +242,13 @@ std::string parallelism_table(const Plan& near) {
 
 ExportedConfig export_torchtitan(const Plan& plan) {
   ExportedConfig out;
-  const Plan near = nearest_torchtitan_plan(plan, out.not_expressible);
+  const Plan near = nearest_torchtitan_plan(plan, TorchtitanForm::toml, out.not_expressible);
   const ParallelConfig& p = near.parallel;
   const TorchtitanFlavor* flavor = torchtitan_flavor_of(near.model);
-  if (flavor == nullptr)
-    out.not_expressible.push_back(fmt::format(
-        "model {}: not a torchtitan flavor ({}); register a TrainSpec named \"{}\" with flavor \"tessel\" for its "
-        "shape (layers {}, hidden {}, heads {}, kv_heads {}, ffn_hidden {}, vocab {}), and give tessel its Hugging "
-        "Face config.json with --hf-config to read this file back",
-        near.model.name, torchtitan_flavor_list(), near.model.name, near.model.layers, near.model.hidden,
-        near.model.heads, near.model.kv_heads, near.model.ffn_hidden, near.model.vocab));
-  std::string text = fmt::format("# torchtitan job config written by tessel: {} on {} node(s) of {} ({} GPUs)\n",
-                                 p.summary(), near.nodes, near.cluster.name, near.gpus());
-  for (const std::string& line : out.not_expressible) text += "# not expressible: " + line + "\n";
+  note_unknown_torchtitan_model(
+      near, fmt::format("register a TrainSpec named \"{}\" with flavor \"tessel\"", near.model.name),
+      out.not_expressible);
+  std::string text = torchtitan_opening("torchtitan job config", near, out.not_expressible);
   text += fmt::format("\n[job]\ndescription = {}\n", quoted("tessel plan for " + near.model.name));
   text += fmt::format("\n[model]\nname = {}\nflavor = {}\n", quoted(flavor ? flavor->model_name : near.model.name),
                       quoted(flavor ? flavor->flavor : "tessel"));
@@ -223,6 +272,7 @@ ExportedConfig export_torchtitan(const Plan& plan) {
     case Recompute::selective_op: text += "mode = \"selective\"\nselective_ac_option = \"op\"\n"; break;
     case Recompute::selective: break;  // written as none by the nearest plan
   }
+  if (near.train.fp8_param_gather) text += "\n[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true\n";
   // The plan was priced for TorchInductor's fused kernels (train.framework torch.compile).
   if (near.train.framework == Framework::torch_compile) text += "\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n";
   out.text = text;

@@ -36,7 +36,7 @@ struct PassKey {
   bool operator==(const PassKey&) const = default;
   std::size_t hash() const {
     return std::size_t(prices * 2654435761u) ^ (std::size_t(reinterpret_cast<std::uintptr_t>(shape)) >> 4) ^
-           std::size_t(zero * 7 + (detail ? 3 : 0)) ^ std::hash<double>{}(device_fraction);
+           std::size_t(zero * 7 + (detail ? 3 : 0)) ^ bits_of(device_fraction);
   }
 };
 

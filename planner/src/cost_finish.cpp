@@ -25,26 +25,44 @@ struct Scratch {
 
 // Each class's chunk plan totals (offload of dense models: its fetches, tail, memory),
 // the same for every recompute mode and schedule of a variant and micro-batch size: a
-// small table per thread keeps the recent ones (its entries name their steps cache).
+// small table per thread keeps the recent ones by the class's packing (its entries name
+// their steps cache): the schedules of a variant share the packings of their classes.
 const std::vector<ChunkTotals>& class_chunk_totals(const CostModel::StageSteps& steps, std::uint64_t cache_id,
                                                    const TrainSpec& train, const ParallelConfig& p, int m,
                                                    const ModelStateBytes& states) {
+  if (!steps.chunk_planned) {
+    thread_local std::vector<ChunkTotals> none;
+    if (none.size() < steps.classes.size()) none.resize(steps.classes.size());
+    return none;
+  }
+  thread_local std::vector<ChunkTotals> out;
+  out.resize(steps.classes.size());
   struct Slot {
     std::uint64_t cache = 0;
-    const CostModel::StageSteps* steps = nullptr;
-    int micro_batch = 0;
-    std::vector<ChunkTotals> totals;
+    const ChunkStageShape* shape = nullptr;
+    int zero = -1, offload = -1, micro_batches = 0;
+    double device_fraction = -1;
+    ChunkTotals totals;
   };
   thread_local std::array<Slot, 256> recent;
-  Slot& slot = recent[mixed_hash(std::size_t(reinterpret_cast<std::uintptr_t>(&steps)) ^ std::size_t(p.micro_batch)) %
-                      recent.size()];
-  if (slot.cache == cache_id && slot.steps == &steps && slot.micro_batch == p.micro_batch) return slot.totals;
-  slot.totals.assign(steps.classes.size(), ChunkTotals{});
   for (std::size_t k = 0; k < steps.classes.size(); ++k) {
-    if (steps.classes[k].chunk_shape) slot.totals[k] = chunk_totals(*steps.classes[k].chunk_shape, train, p, m, states);
+    const ChunkStageShape* shape = steps.classes[k].chunk_shape.get();
+    if (shape == nullptr) {
+      out[k] = ChunkTotals{};
+      continue;
+    }
+    const std::size_t h = std::size_t(reinterpret_cast<std::uintptr_t>(shape)) ^ (std::size_t(m) << 5) ^
+                          (std::size_t(p.zero) << 1) ^ (std::size_t(p.offload) << 3) ^ bits_of(p.offload_device_fraction);
+    Slot& slot = recent[mixed_hash(h) % recent.size()];
+    if (!(slot.cache == cache_id && slot.shape == shape && slot.zero == p.zero && slot.offload == int(p.offload) &&
+          slot.micro_batches == m && slot.device_fraction == p.offload_device_fraction)) {
+      slot.totals = chunk_totals(*shape, train, p, m, states);
+      slot.cache = cache_id, slot.shape = shape, slot.zero = p.zero, slot.offload = int(p.offload);
+      slot.micro_batches = m, slot.device_fraction = p.offload_device_fraction;
+    }
+    out[k] = slot.totals;
   }
-  slot.cache = cache_id, slot.steps = &steps, slot.micro_batch = p.micro_batch;
-  return slot.totals;
+  return out;
 }
 
 // When the pipeline's passes end: the span, the ends of the first and the last stage, and
@@ -137,9 +155,9 @@ Traffic busiest_gradient_traffic(const CostModel::StageSteps& steps, const Class
 
 }  // namespace
 
-ClassTail CostModel::class_tail(const StageClass& traffic, const ClassPasses& passes, const ChunkTotals& chunks,
-                                int m) const {
-  ClassTail out;
+void CostModel::class_tail(const StageClass& traffic, const ClassPasses& passes, const ChunkTotals& chunks, int m,
+                           ClassTail& out) const {
+  out = ClassTail{};
   const profiles::Calibration& calibration = costs_.calibration();
   const double efficiency = overlap_ ? calibration.overlap_efficiency : 0.0;
   const double sync_s = traffic.block_sync.time_s + traffic.stage_sync.time_s + traffic.step_gather.time_s;
@@ -163,15 +181,16 @@ ClassTail CostModel::class_tail(const StageClass& traffic, const ClassPasses& pa
   }
   out.optimizer_s += traffic.fp8_step_cast_s;
   out.total_s = out.tp_comm_s + out.dp_comm_s + out.optimizer_s + out.offload_s;
-  return out;
 }
 
 void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& out, bool pipeline_bound) const {
   out.parallel = p;
   out.reject = c.reject;
-  out.time_s.fill(0);
-  out.comm = {};
-  if (c.reject != Reject::none) return;
+  if (c.reject != Reject::none) {
+    out.time_s.fill(0);
+    out.comm = {};
+    return;
+  }
   const int m = train_.global_batch / (p.dp * p.micro_batch);
   out.micro_batches = m;
   const StageSteps& steps = *stage_steps(p);
@@ -191,7 +210,7 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& o
   double paced_s = -1;
   for (std::size_t k = 0; k < class_count; ++k) {
     ClassTail& tail = scratch.tails[k];
-    tail = class_tail(steps.classes[k], table.classes[k], chunks[k], m);
+    class_tail(steps.classes[k], table.classes[k], chunks[k], m, tail);
     tail.most_sends_s = sends_s(shape.classes[k].most_sends);
     tail.all_sends_s = sends_s(shape.classes[k].all_sends);
     const double stage_s = table.classes[k].per_micro_batch_s + tail.most_sends_s;

@@ -203,6 +203,8 @@ void CostModel::add_stage_states(const ParallelConfig& p, const BlockOpTable& ta
   c.layers_on_stage = layers;
   c.fp8_weight_elements = (layers - moe_layers) * table.fp8_weight_elements + moe_layers * table.moe_fp8_weight_elements;
   c.fp8_linears = (layers - moe_layers) * table.fp8_linears + moe_layers * table.moe_fp8_linears;
+  c.fp8_dense_share = table.fp8_dense_share();
+  c.fp8_moe_share = table.fp8_moe_share();
 }
 
 LayoutCost CostModel::layout_cost(const ParallelConfig& p) const {

@@ -34,6 +34,14 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   memory.gradients_bytes = params * grad_bytes_ / gradient_shard + experts * grad_bytes_ / (p.zero >= 2 ? expert_group : 1);
   memory.optimizer_bytes =
       params * optimizer_bytes_ / optimizer_shard + experts * optimizer_bytes_ / (p.zero >= 1 ? expert_group : 1);
+  // fp8 parameters: the fp8 GEMM weights are held in fp8 rather than in param_bytes_.
+  if (train_.fp8_param_gather) {
+    const double dense_fp8 = (c.layers_on_stage - c.moe_layers_on_stage) * c.layer_parameters * c.fp8_dense_share +
+                             c.moe_layers_on_stage * c.moe_layer_parameters * c.fp8_moe_share;
+    const double expert_fp8 = experts * c.fp8_moe_share;
+    memory.parameters_bytes -= (param_bytes_ - fp8::kParameterBytes) *
+                               (dense_fp8 / parameter_shard + expert_fp8 / (p.zero >= 3 ? expert_group : 1));
+  }
   memory.host_bytes = 0;
   // Offload of dense models: as the chunk plan places the states of the stage whose device
   // memory is the largest (ZeRO-3's gathered layers are added below, as for every ZeRO-3 plan).
@@ -67,7 +75,8 @@ void CostModel::add_memory(const ParallelConfig& p, const LayoutCost& c, int mic
   // and their scaling state (fp8_model.hpp); under ZeRO-3 only the gathered layers' copies.
   const double fp8_copies = fp8_weights_gathered(p) ? 2.0 * c.fp8_weight_elements / c.layers_on_stage
                                                     : c.fp8_weight_elements;
-  memory.parameters_bytes += fp8_copies * fp8::kWeightCopyBytes + c.fp8_linears * fp8::kScalingStateBytesPerLinear;
+  memory.parameters_bytes += fp8_copies * fp8::weight_copy_bytes(train_.fp8_param_gather) +
+                             c.fp8_linears * fp8::kScalingStateBytesPerLinear;
   // ---- activations: in-flight micro-batches per schedule ----
   const int virtual_stages = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
   double in_flight = 1;

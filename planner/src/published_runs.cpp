@@ -1,9 +1,7 @@
-// Reading the published corpus. A row is kept even when tessel cannot price it (a
-// refused layout): the report lists it with the reason, so nothing drops out of the
-// comparison silently. The measurement used is the most direct one the row has: step
-// time, then token rates, then FLOP rates and utilisations, which need a FLOP count. A
-// row whose FLOP rate the source counted its own way carries the step time that count
-// implies under "derived" (with its formula); that comes first, as it needs no convention.
+// Reading the published corpus. A row tessel cannot price is kept with its reason, so
+// nothing drops out silently. The measurement used is the most direct one the row has:
+// a source-derived step time ("derived", with its formula) first, then step time, token
+// rates, then FLOP rates and utilisations, which need a FLOP count.
 #include "tessel/planner/published_runs.hpp"
 
 #include <fmt/format.h>

@@ -124,7 +124,8 @@ std::shared_ptr<const ChunkStageShape> CostModel::chunk_shape_of(const ParallelC
 const CostModel::StageSteps* CostModel::stage_steps(const ParallelConfig& p) const {
   const int v = chunks_per_stage(p);
   const StepsCache::Key key{p.dp,   p.pp,   p.tp,         int(p.tp_mode), p.tp_depth, p.sp,
-                            p.ep,   int(p.tp_sequence_parallel), p.zero, int(p.offload), v, p.offload_device_fraction};
+                            p.ep,   int(p.tp_sequence_parallel), p.zero, int(p.offload), v,
+                            int(p.zero_quantized_weights), p.offload_device_fraction};
   StepsCache& cache = *steps_cache_;
   // The search asks for the same few variants over and over, layout after layout: a small
   // table per thread answers them without the lock (its entries name their cache).
@@ -226,6 +227,7 @@ const CostModel::StageSteps* CostModel::stage_steps(const ParallelConfig& p) con
     stage.copy_bytes = update.gradients_down_bytes + update.parameters_up_bytes;
     stage.copy_s = costs_.host_device_time_s(stage.copy_bytes);
     if (summary.chunk_planned) stage.chunk_shape = chunk_shape_of(p, s, false);
+    steps->chunk_planned = steps->chunk_planned || summary.chunk_planned;
   }
   std::lock_guard lock(cache.mutex);
   return cache.steps.emplace(key, std::move(steps)).first->second.get();

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -119,20 +120,24 @@ struct StageClass {
 struct CostModel::StageSteps {
   const StageShape* shape = nullptr;  // classes in the same order
   std::vector<StageClass> classes;
+  bool chunk_planned = false;  // some class has a chunk packing
 };
+
+// A double's bits as a hash word (std::hash<double> hashes its bytes, out of line).
+inline std::size_t bits_of(double x) { return std::bit_cast<std::size_t>(x + 0.0); }  // -0.0 as 0.0
 
 // Priced stage steps by layout shape and variant; emptied when the calibration changes.
 struct CostModel::StepsCache {
   struct Key {
-    int dp, pp, tp, tp_mode, tp_depth, sp, ep, sequence_parallel, zero, offload, virtual_stages;
+    int dp, pp, tp, tp_mode, tp_depth, sp, ep, sequence_parallel, zero, offload, virtual_stages, quantized_gathers;
     double device_fraction;
     bool operator==(const Key&) const = default;
   };
   struct Hash {
     std::size_t operator()(const Key& k) const {
-      std::size_t h = std::hash<double>{}(k.device_fraction);
+      std::size_t h = bits_of(k.device_fraction);
       for (int x : {k.dp, k.pp, k.tp, k.tp_mode, k.tp_depth, k.sp, k.ep, k.sequence_parallel, k.zero, k.offload,
-                    k.virtual_stages}) {
+                    k.virtual_stages, k.quantized_gathers}) {
         h = h * 1000003u ^ std::size_t(x);
       }
       return h;

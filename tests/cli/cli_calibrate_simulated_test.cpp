@@ -1,10 +1,8 @@
-// `tessel calibrate --simulated` on a small synthetic corpus (three calibration rows and
-// one held-out row, gpt2-124m on one DGX A100 node, so every simulation takes well under
-// a second): the simulated before, after and leave-one-out errors are printed per row
-// and summarised (a forked simulation giving `tessel simulate`'s step), the simulator's
-// band is stored in the profile apart from the analytic one, and `tessel simulate` then
-// carries it (text and --json), where a profile calibrated without --simulated gives the
-// analytic band and says so. Bad flag combinations are one line and exit status 2.
+// `tessel calibrate --simulated` on a small synthetic corpus (three calibration rows, one
+// held-out, gpt2-124m on one DGX A100 node): the simulated before, after and leave-one-out
+// errors per row, the simulator's band stored apart from the analytic one and carried by
+// `tessel simulate` (text and --json); a profile calibrated without --simulated gives
+// the analytic band and says so. Bad flag combinations are one line and exit status 2.
 #include <fstream>
 #include <string>
 

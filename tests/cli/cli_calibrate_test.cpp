@@ -12,7 +12,6 @@ using tessel_cli_test::Cli;
 namespace fs = std::filesystem;
 
 namespace {
-std::string corpus() { return std::string(TESSEL_SOURCE_DIR) + "/corpus/published"; }
 int line_count(const std::string& text) {
   int lines = 0;
   for (char c : text) lines += c == '\n';
@@ -22,7 +21,7 @@ int line_count(const std::string& text) {
 
 TEST_F(Cli, CalibrateFitsTheCorpusAndEstimateSaysItUsesTheProfile) {
   const std::string db = (dir_ / "profiles.db").string();
-  const auto calibrated = run("calibrate --published " + corpus() + " --device H100-SXM --db " + db);
+  const auto calibrated = run("calibrate --published " + published_corpus() + " --device H100-SXM --db " + db);
   ASSERT_EQ(calibrated.status, 0) << calibrated.err;
   // The H100 rows hold three frameworks: leave-one-source-out is also printed per
   // framework; the verdict, every source's errors and the band's coverage of the held-out
@@ -38,8 +37,8 @@ TEST_F(Cli, CalibrateFitsTheCorpusAndEstimateSaysItUsesTheProfile) {
   const std::string plan = std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json";
   const auto estimate = run("estimate --plan " + plan + " --db " + db);
   ASSERT_EQ(estimate.status, 0) << estimate.err;
-  // 94 bf16 and 25 fp8 calibration rows (corpus/README.md).
-  EXPECT_NE(estimate.out.find("profile: H100-SXM calibrated on 119 published runs"), std::string::npos) << estimate.out;
+  // 119 bf16 and 25 fp8 calibration rows (corpus/README.md).
+  EXPECT_NE(estimate.out.find("profile: H100-SXM calibrated on 144 published runs"), std::string::npos) << estimate.out;
   const auto uncalibrated = run("estimate --plan " + plan);
   EXPECT_EQ(uncalibrated.out.find("calibrated on"), std::string::npos) << uncalibrated.out;
   // The framework a search plans for picks the calibration's correction: the same search
@@ -55,7 +54,7 @@ TEST_F(Cli, CalibrateFitsTheCorpusAndEstimateSaysItUsesTheProfile) {
 
 TEST_F(Cli, CalibrateWritesAProfileFileWithItsSource) {
   const std::string out = (dir_ / "a100.json").string();
-  const auto result = run("calibrate --published " + corpus() + " --device A100-SXM-80GB --out " + out);
+  const auto result = run("calibrate --published " + published_corpus() + " --device A100-SXM-80GB --out " + out);
   ASSERT_EQ(result.status, 0) << result.err;
   const std::string text = tessel_cli_test::slurp(out);
   EXPECT_NE(text.find("\"source\": \"calibrated\""), std::string::npos);
@@ -64,7 +63,7 @@ TEST_F(Cli, CalibrateWritesAProfileFileWithItsSource) {
 }
 
 TEST_F(Cli, CalibrateRefusesAnUnknownDeviceInOneLine) {
-  const auto result = run("calibrate --published " + corpus() + " --device V100 --db " + (dir_ / "x.db").string());
+  const auto result = run("calibrate --published " + published_corpus() + " --device V100 --db " + (dir_ / "x.db").string());
   EXPECT_EQ(result.status, 2);
   EXPECT_EQ(line_count(result.err), 1) << result.err;
   EXPECT_NE(result.err.find("--device: must be one of A100-SXM-40GB, A100-SXM-80GB, H100-SXM, or all"), std::string::npos)
@@ -73,7 +72,7 @@ TEST_F(Cli, CalibrateRefusesAnUnknownDeviceInOneLine) {
 }
 
 TEST_F(Cli, CalibrateRefusesANegativePriorWeightInOneLine) {
-  const auto result = run("calibrate --published " + corpus() + " --device H100-SXM --prior-weight -0.5 --db " +
+  const auto result = run("calibrate --published " + published_corpus() + " --device H100-SXM --prior-weight -0.5 --db " +
                           (dir_ / "x.db").string());
   EXPECT_EQ(result.status, 2);
   EXPECT_EQ(line_count(result.err), 1) << result.err;
@@ -93,7 +92,7 @@ TEST_F(Cli, CalibrateRefusesAnEmptyCorpusDirectoryInOneLine) {
 }
 
 TEST_F(Cli, CalibrateRefusesOneOutFileForEveryDevice) {
-  const auto result = run("calibrate --published " + corpus() + " --out " + (dir_ / "p.json").string());
+  const auto result = run("calibrate --published " + published_corpus() + " --out " + (dir_ / "p.json").string());
   EXPECT_EQ(result.status, 2);
   EXPECT_NE(result.err.find("--out: writes one profile"), std::string::npos) << result.err;
   EXPECT_FALSE(fs::exists(dir_ / "p.json"));
@@ -139,7 +138,7 @@ TEST_F(Cli, CalibrateRefusesHeldOutSourcesAsItsInputAndPredictsThemFromHeldOut) 
       << refused.err;
   EXPECT_FALSE(fs::exists(db));
   const auto explicit_held_out =
-      run("calibrate --published " + corpus() + " --held-out " + held_out + " --device A100-SXM-80GB --db " + db);
+      run("calibrate --published " + published_corpus() + " --held-out " + held_out + " --device A100-SXM-80GB --db " + db);
   ASSERT_EQ(explicit_held_out.status, 0) << explicit_held_out.err;
   EXPECT_NE(explicit_held_out.out.find("138 runs fitted from 8 sources, 22 held out"), std::string::npos)
       << explicit_held_out.out;

@@ -1,9 +1,7 @@
-// Error bars and measured experience on the command line: with a datasheet profile,
-// `estimate` prints no band and says why (text and --json) but is still judged against
-// the corpus's measured experience the shipped profile carries; with a calibrated one,
-// `estimate`, `plan` and `simulate` carry the band and the flag in text and --json, and
-// every plan `plan --json` lists is flagged exactly when its MFU is above the best
-// measured for its device and size (no unflagged prediction above measured experience).
+// Error bars and measured experience on the command line: a datasheet profile prints no
+// band and says why but is still judged against the corpus's measured experience; a
+// calibrated one carries the band in estimate, plan and simulate (text and --json), and a
+// plan is flagged exactly when its MFU is above the best measured for its device and size.
 #include <string>
 
 #include "cli_fixture.hpp"
@@ -12,7 +10,6 @@
 using tessel_cli_test::Cli;
 
 namespace {
-std::string corpus() { return std::string(TESSEL_SOURCE_DIR) + "/corpus/published"; }
 std::string example_plan() { return std::string(TESSEL_SOURCE_DIR) + "/examples/gpt3-13b-dgx-h100.json"; }
 
 ::testing::AssertionResult has_band(const tessel::Json& prediction, double step_s) {
@@ -59,7 +56,7 @@ TEST_F(Cli, AnUncalibratedPlanBeyondTheCorpusIsFlagged) {
 
 TEST_F(Cli, CalibratedPredictionsCarryTheBandAndTheExperienceFlag) {
   const std::string db = (dir_ / "profiles.db").string();
-  const auto calibrated = run("calibrate --published " + corpus() + " --device H100-SXM --db " + db);
+  const auto calibrated = run("calibrate --published " + published_corpus() + " --device H100-SXM --db " + db);
   ASSERT_EQ(calibrated.status, 0) << calibrated.err;
 
   const auto estimate = run("estimate --json --plan " + example_plan() + " --db " + db);
@@ -85,7 +82,7 @@ TEST_F(Cli, CalibratedPredictionsCarryTheBandAndTheExperienceFlag) {
 
 TEST_F(Cli, NoPlanAboveMeasuredExperienceIsUnflagged) {
   const std::string db = (dir_ / "profiles.db").string();
-  ASSERT_EQ(run("calibrate --published " + corpus() + " --device H100-SXM --db " + db).status, 0);
+  ASSERT_EQ(run("calibrate --published " + published_corpus() + " --device H100-SXM --db " + db).status, 0);
   const std::string json_file = (dir_ / "plans.json").string();
   const auto plan = run("plan --model gpt3-175b --cluster dgx-h100 --nodes 12 --global-batch 1536 --top 5 --db " + db +
                         " --json " + json_file);

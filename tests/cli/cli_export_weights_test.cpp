@@ -61,7 +61,7 @@ std::vector<double> losses_of_only_run(const fs::path& db) {
   return out;
 }
 
-std::string corpus() {
+std::string word_text() {
   std::string text;
   const char* words[] = {"the ", "cat ", "sees ", "a ", "dog ", "runs ", "far ", "away. "};
   for (int i = 0; i < 2000; ++i) text += words[(i * 7 + i / 3) % 8];
@@ -139,7 +139,7 @@ class ExportWeights : public Cli {
 // and gradients to 1e-4 relative); after 2 AdamW steps of lr 1e-3 every weight agrees to
 // 1e-5 absolute, 1% of one step. The gather itself is exact (Parallel.ResumedSteps...).
 TEST_F(ExportWeights, ShardedCheckpointExportsTheOneRankRunsModel) {
-  const fs::path data = write("text.txt", corpus());
+  const fs::path data = write("text.txt", word_text());
   const fs::path one = write("one.json", plan_json(R"({"micro_batch": 2})"));
   const fs::path sharded =
       write("sharded.json", plan_json(R"({"dp": 2, "pp": 2, "tp": 2, "zero": 3, "micro_batch": 2})"));
@@ -175,7 +175,7 @@ TEST_F(ExportWeights, ShardedCheckpointExportsTheOneRankRunsModel) {
 }
 
 TEST_F(ExportWeights, InitFromASeedsExportTrainsAsThatSeedBitForBit) {
-  const fs::path data = write("text.txt", corpus());
+  const fs::path data = write("text.txt", word_text());
   const fs::path one = write("one.json", plan_json(R"({"micro_batch": 2})"));
   const fs::path sharded = write("sharded.json", plan_json(R"({"pp": 2, "tp": 2, "micro_batch": 2})"));
   const auto [exported, seed5, init, seed9] = seeded_runs(one, sharded, data);
@@ -230,7 +230,7 @@ TEST_F(ExportWeights, BadInputsStopBeforeAnyRankInOneLine) {
 // The LLaMA layout, as the GPT-2 tests above: 2 + 9 per layer tensors (q, k, v, o, gate,
 // up, down, two norms), the sharded checkpoint's export equal to the one-rank run's.
 TEST_F(ExportWeights, ShardedLlamaCheckpointExportsTheOneRankRunsModel) {
-  const fs::path data = write("text.txt", corpus());
+  const fs::path data = write("text.txt", word_text());
   const fs::path one = write("one.json", llama_plan_json(R"({"micro_batch": 2})"));
   const fs::path sharded =
       write("sharded.json", llama_plan_json(R"({"dp": 2, "pp": 2, "tp": 2, "zero": 3, "micro_batch": 2})"));
@@ -251,7 +251,7 @@ TEST_F(ExportWeights, ShardedLlamaCheckpointExportsTheOneRankRunsModel) {
 }
 
 TEST_F(ExportWeights, LlamaInitFromASeedsExportTrainsAsThatSeedBitForBit) {
-  const fs::path data = write("text.txt", corpus());
+  const fs::path data = write("text.txt", word_text());
   const fs::path one = write("one.json", llama_plan_json(R"({"micro_batch": 2})"));
   const fs::path sharded = write("sharded.json", llama_plan_json(R"({"pp": 2, "tp": 2, "micro_batch": 2})"));
   const auto [exported, seed5, init, seed9] = seeded_runs(one, sharded, data);

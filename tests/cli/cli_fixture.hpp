@@ -14,12 +14,30 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "../tessel_binary.hpp"
 
 namespace tessel_cli_test {
 
 namespace fs = std::filesystem;
+
+// The smallest plan that trains: 2 layers on two CPU ranks.
+inline const char* kTinyPlan = R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
+  "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
+  "parallel": {"dp": 2, "micro_batch": 2}})";
+
+// The published corpus of measured runs.
+inline std::string published_corpus() { return std::string(TESSEL_SOURCE_DIR) + "/corpus/published"; }
+
+// The losses a run printed, in order (the 8 characters after each " loss ").
+inline std::vector<std::string> printed_losses(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::size_t at = text.find(" loss "); at != std::string::npos; at = text.find(" loss ", at + 1)) {
+    out.push_back(text.substr(at + 6, 8));
+  }
+  return out;
+}
 
 struct Outcome {
   int status = -1;

@@ -116,7 +116,7 @@ TEST_F(Cli, EstimateImportsNemoRecipesAndTakesAVocabularyFromHfConfig) {
   const std::string llama = "estimate --import " + kFixtures + "nemo_llama2_70b.yaml --cluster dgx-a100 --nodes 128";
   const Outcome by_name = run(llama);
   ASSERT_EQ(by_name.status, 0) << by_name.err;
-  EXPECT_NE(by_name.out.find("model.vocab 32000 (LLaMA's SentencePiece tokenizer by name)"), std::string::npos)
+  EXPECT_NE(by_name.out.find("model.vocab 32000 (the SentencePiece tokenizer by its name)"), std::string::npos)
       << by_name.out;
   const Outcome with_hf = run(llama + " --hf-config " + hf.string());
   ASSERT_EQ(with_hf.status, 0) << with_hf.err;
@@ -155,4 +155,36 @@ TEST_F(Cli, PlanEmitNamesTheBestPlanThatFitsAsTheEnginesConfig) {
   EXPECT_NE(o.err.find("the best plan that fits as a deepspeed config is dp16 pp1 tp1 sp1 z3"), std::string::npos)
       << o.err;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// torchtitan is written in its current form (a Python config function) unless --format toml
+// or a .toml output file asks for the TOML of its releases before February 2026; estimate
+// reads either back (the function named after --). Other engines have one form.
+TEST_F(Cli, ExportWritesTorchtitansRegistryOrTomlAsAsked) {
+  const fs::path plan = write("plan.json", R"({"model": "llama3-8b", "cluster": "dgx-h100", "nodes": 1,
+      "train": {"global_batch": 16, "kernels": "fused", "dropout": false},
+      "parallel": {"dp": 8, "zero": 3, "micro_batch": 1, "recompute": "full"}})");
+  const fs::path module = dir_ / "tessel_runs.py";
+  ASSERT_EQ(run("export --plan " + plan.string() + " --to torchtitan --out " + module.string()).status, 0);
+  const std::string text = slurp(module);
+  EXPECT_NE(text.find("def tessel_llama3_8b() -> Trainer.Config:\n"), std::string::npos) << text;
+  const Outcome back = run("estimate --json --import " + module.string() + " --cluster dgx-h100 -- tessel_llama3_8b");
+  ASSERT_EQ(back.status, 0) << back.err;
+  const auto parsed = nlohmann::json::parse(back.out);
+  EXPECT_EQ(parsed["imported"]["plan"]["parallel"]["dp"], 8);
+  EXPECT_EQ(parsed["imported"]["plan"]["parallel"]["zero"], 3);
+
+  const fs::path toml = dir_ / "job.toml";
+  ASSERT_EQ(run("export --plan " + plan.string() + " --to torchtitan --out " + toml.string()).status, 0);
+  EXPECT_NE(slurp(toml).find("[parallelism]\n"), std::string::npos);
+  const Outcome asked = run("export --plan " + plan.string() + " --to torchtitan --format toml");
+  ASSERT_EQ(asked.status, 0) << asked.err;
+  EXPECT_NE(asked.out.find("data_parallel_shard_degree = 8\n"), std::string::npos) << asked.out;
+  EXPECT_TRUE(is_one_line_refusal(run("export --plan " + plan.string() + " --to torchtitan --format yaml"),
+                                  "--format: unknown torchtitan form 'yaml' (allowed: registry, toml)"));
+  EXPECT_TRUE(is_one_line_refusal(run("export --plan " + plan.string() + " --to megatron --format toml"),
+                                  "--format: megatron has one form; only torchtitan has two (registry, toml)"));
+  EXPECT_TRUE(is_one_line_refusal(
+      run("plan --model gpt3-13b --cluster dgx-h100 --global-batch 512 --emit nemo --emit-format registry"),
+      "--emit-format: nemo has one form"));
 }

@@ -17,21 +17,10 @@ namespace {
 const char* kFourRankCpuPlan = R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
   "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
   "parallel": {"dp": 2, "tp": 2, "micro_batch": 2}})";
-const char* kTwoRankCpuPlan = R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
-  "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
-  "parallel": {"dp": 2, "micro_batch": 2}})";
 // A GPU cluster's plan: one node of 8 A100s.
 const char* kGpuPlan = R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
   "vocab": 256, "seq_len": 64}, "cluster": "dgx-a100", "nodes": 1, "train": {"global_batch": 16, "precision": "fp32"},
   "parallel": {"dp": 4, "tp": 2, "micro_batch": 2}})";
-
-std::vector<std::string> losses(const std::string& text) {
-  std::vector<std::string> out;
-  for (std::size_t at = text.find(" loss "); at != std::string::npos; at = text.find(" loss ", at + 1)) {
-    out.push_back(text.substr(at + 6, 8));
-  }
-  return out;
-}
 }  // namespace
 
 // Open MPI counts the names of one machine as one node, so each name is listed once per
@@ -47,12 +36,12 @@ TEST_F(Cli, RunOnNodesOfAHostfileTrainsAsOnOneMachine) {
   EXPECT_NE(spread.out.find("wrote run 1 to " + db), std::string::npos) << spread.out;
   const Outcome local = run("run --plan " + plan.string() + " --steps 2 --db " + db);
   ASSERT_EQ(local.status, 0) << local.err;
-  ASSERT_EQ(losses(spread.out).size(), 2u) << spread.out;
-  EXPECT_EQ(losses(spread.out), losses(local.out));
+  ASSERT_EQ(printed_losses(spread.out).size(), 2u) << spread.out;
+  EXPECT_EQ(printed_losses(spread.out), printed_losses(local.out));
 }
 
 TEST_F(Cli, RanksStartedByTheUserBecomeTheWorkers) {
-  const fs::path plan = write("two.json", kTwoRankCpuPlan);
+  const fs::path plan = write("two.json", kTinyPlan);
   const std::string db = (dir_ / "runs.db").string();
   const Outcome started = run("run --launcher none --plan " + plan.string() + " --steps 2 --db " + db,
                               "mpirun --allow-run-as-root --oversubscribe -np 2");
@@ -62,8 +51,8 @@ TEST_F(Cli, RanksStartedByTheUserBecomeTheWorkers) {
   const Outcome automatic = run("run --plan " + plan.string() + " --steps 2 --db " + db,
                                 "mpirun --allow-run-as-root --oversubscribe -np 2");
   ASSERT_EQ(automatic.status, 0) << automatic.err;
-  ASSERT_EQ(losses(started.out).size(), 2u) << started.out;
-  EXPECT_EQ(losses(started.out), losses(automatic.out));
+  ASSERT_EQ(printed_losses(started.out).size(), 2u) << started.out;
+  EXPECT_EQ(printed_losses(started.out), printed_losses(automatic.out));
   // Too few ranks started for the plan: one line from the ranks, status 2.
   const Outcome short_world = run("run --launcher none --plan " + write("four.json", kFourRankCpuPlan).string() +
                                       " --steps 1 --db " + db,
@@ -78,11 +67,11 @@ TEST_F(Cli, BackendCpuRunsAGpuPlansLayoutOnCpuRanks) {
   const Outcome o = run("run --backend cpu --plan " + plan.string() + " --steps 2 --db " + (dir_ / "r.db").string());
   ASSERT_EQ(o.status, 0) << o.out << o.err;
   EXPECT_NE(o.out.find("on 8 CPU ranks"), std::string::npos) << o.out;
-  EXPECT_EQ(losses(o.out).size(), 2u) << o.out;
+  EXPECT_EQ(printed_losses(o.out).size(), 2u) << o.out;
 }
 
 TEST_F(Cli, RunRefusesBadLaunchAndBackendOptionsOnOneLine) {
-  const std::string plan = write("two.json", kTwoRankCpuPlan).string();
+  const std::string plan = write("two.json", kTinyPlan).string();
   struct Refusal {
     std::string args, message;
   };

@@ -1,9 +1,7 @@
-// Peak memory per rank, predicted against measured, on every plan of the CPU suite
-// (examples/cpu-suite): each plan trains one step with `tessel run` and `tessel compare
-// --json` sets each rank's measured peak (the trainer's tensors plus the runtime, the
-// process's peak resident set) against planner::stage_memory(). A prediction more than
-// 5% or kFloorBytes off (whichever is larger) fails, on any rank, in a build with or
-// without the CUDA libraries. scripts/memory-table.sh prints the same table for reading.
+// Peak memory per rank, predicted against measured, on every plan of examples/cpu-suite:
+// each plan trains one step with `tessel run` and `tessel compare --json` sets each
+// rank's measured peak against planner::stage_memory(). More than 5% or kFloorBytes off
+// (whichever is larger) on any rank fails. scripts/memory-table.sh prints the table.
 #include <regex>
 
 #include <nlohmann/json.hpp>

@@ -12,18 +12,6 @@ using namespace tessel_cli_test;
 using namespace tessel_token_test;
 
 namespace {
-const char* kTinyPlan = R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
-  "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
-  "parallel": {"dp": 2, "micro_batch": 2}})";
-
-std::vector<std::string> losses(const std::string& text) {
-  std::vector<std::string> out;
-  for (std::size_t at = text.find(" loss "); at != std::string::npos; at = text.find(" loss ", at + 1)) {
-    out.push_back(text.substr(at + 6, 8));
-  }
-  return out;
-}
-
 // A text of 6000 bytes, some past 127, and its bytes as token ids.
 std::string corpus_text() {
   std::string text;
@@ -50,7 +38,7 @@ TEST_F(Cli, TheSameIdsInEveryFormatTrainToTheSameLosses) {
   write_megatron((dir_ / "corpus_text_document").string(), as_documents(ids));
   const Outcome as_text = run("run --plan " + plan + " --steps 2 --db " + db + " --data " + (dir_ / "corpus.txt").string());
   ASSERT_EQ(as_text.status, 0) << as_text.out << as_text.err;
-  ASSERT_EQ(losses(as_text.out).size(), 2u) << as_text.out;
+  ASSERT_EQ(printed_losses(as_text.out).size(), 2u) << as_text.out;
   const std::vector<std::string> data_arguments = {
       (dir_ / "train.bin").string(),
       (dir_ / "train.bin").string() + " --data-format nanogpt --data-dtype uint16",
@@ -63,7 +51,7 @@ TEST_F(Cli, TheSameIdsInEveryFormatTrainToTheSameLosses) {
   for (const std::string& data : data_arguments) {
     const Outcome o = run("run --plan " + plan + " --steps 2 --db " + db + " --data " + data);
     ASSERT_EQ(o.status, 0) << data << "\n" << o.out << o.err;
-    EXPECT_EQ(losses(o.out), losses(as_text.out)) << data;
+    EXPECT_EQ(printed_losses(o.out), printed_losses(as_text.out)) << data;
   }
 }
 
@@ -80,7 +68,7 @@ TEST_F(Cli, AResumedRunOnATokenFileTrainsOnExactly) {
   ASSERT_EQ(first.status, 0) << first.out << first.err;
   const Outcome rest = run("run --plan " + plan + " --steps 4 --db " + db + " --data " + data + " --resume " + checkpoint);
   ASSERT_EQ(rest.status, 0) << rest.out << rest.err;
-  const auto all = losses(whole.out), head = losses(first.out), tail = losses(rest.out);
+  const auto all = printed_losses(whole.out), head = printed_losses(first.out), tail = printed_losses(rest.out);
   ASSERT_EQ(all.size(), 4u) << whole.out;
   ASSERT_EQ(head.size(), 2u) << first.out;
   ASSERT_EQ(tail.size(), 2u) << rest.out;

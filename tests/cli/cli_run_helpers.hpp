@@ -21,10 +21,6 @@
 
 namespace tessel_cli_test {
 
-inline const char* kTinyPlan = R"({"model": {"name": "small", "layers": 2, "hidden": 64, "heads": 4,
-  "vocab": 256, "seq_len": 64}, "cluster": "local-cpu", "train": {"global_batch": 8, "precision": "fp32"},
-  "parallel": {"dp": 2, "micro_batch": 2}})";
-
 inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -1,9 +1,7 @@
-// `tessel run` when its ranks or its launcher misbehave (issue 38's audit): a launcher
-// that starts no rank, a rank stopped mid-run, mpirun killed while the ranks write their
-// first checkpoint, a rank killed by a signal, a token file cut short under the job, and
-// a launcher killed with its ranks. Each ends within a stated time with one line naming
-// the rank, the launcher or the file, and the runs database never keeps a run "running"
-// whose launcher is gone.
+// `tessel run` when its ranks or launcher misbehave: no rank started, a rank stopped or
+// killed mid-run, mpirun killed during the first checkpoint, a token file cut short, the
+// launcher killed with its ranks. Each ends within a stated time with one line naming the
+// rank, launcher or file, and the runs database never keeps a launcher-less run running.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

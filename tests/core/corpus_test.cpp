@@ -1,10 +1,8 @@
-// The corpus of published measured runs (corpus/published/*.json for calibration,
-// corpus/held_out/*.json never calibrated on) is data that later
-// calibration and accuracy tests read, so its shape is checked here once: every file
-// parses, every run cites its table and carries a measurement, ids are unique, every
-// run's layout loads as a tessel Plan (or records the one-line reason tessel refuses it,
-// so that a later change to tessel's rules shows up here), the held-out sources are
-// exactly the three that issue 16 names, and each device keeps enough calibration rows.
+// The corpus of published runs (corpus/published for calibration, corpus/held_out never
+// calibrated on) is data later tests read, so its shape is checked once: every file
+// parses, every run cites its table and has a measurement, ids are unique, every layout
+// loads as a Plan or records tessel's one-line refusal, the held-out sources are the
+// three issue 16 names, and each device keeps enough calibration rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -222,8 +220,9 @@ TEST(Corpus, ADerivedStepTimeStatesItsFormula) {
     }
   }
   // GPT-NeoX-20B (black2022_gpt_neox_20b.json), Megatron-DeepSpeed's eight GPT 30B rows
-  // (deepspeed2023_megatron_long_seq.json) and Megatron-Core's Mixtral row (mcore2024_moe_mixtral.json).
-  EXPECT_EQ(derived_step_times, 10);
+  // (deepspeed2023_megatron_long_seq.json), Megatron-Core's Mixtral row (mcore2024_moe_mixtral.json)
+  // and nanotron's 26 benchmark cells (tazi2025_nanotron_playbook.json).
+  EXPECT_EQ(derived_step_times, 36);
 }
 
 // The derived step times of the issue-35 sources are their engines' own FLOP counts at the
@@ -234,7 +233,8 @@ TEST(Corpus, EngineFlopCountsGiveTheDerivedStepTimes) {
   for (const CorpusFile& file : corpus()) {
     const bool deepspeed = file.name == "deepspeed2023_megatron_long_seq.json";
     const bool mcore = file.name == "mcore2024_moe_mixtral.json";
-    if (!deepspeed && !mcore) continue;
+    const bool nanotron = file.name == "tazi2025_nanotron_playbook.json";
+    if (!deepspeed && !mcore && !nanotron) continue;
     for (const Json& run : file.json["runs"]) {
       SCOPED_TRACE(run_label(file, run));
       const Json& m = run["model"];
@@ -245,6 +245,10 @@ TEST(Corpus, EngineFlopCountsGiveTheDerivedStepTimes) {
       if (deepspeed) {  // Megatron-DeepSpeed's throughput_calculator, factor 4 for full recompute
         flops = 24 * 4 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
         rate = run["measured"]["hw_tflops_per_gpu"].get<double>();
+      } else if (nanotron) {  // nanotron's get_flops (key/value heads = heads), MFU of 989 TFLOP/s
+        const double f = m["ffn_hidden"].get<double>();
+        flops = 3 * b * s * (l * (8 * h * h + 6 * h * f + 4 * s * h) + 2 * h * v);
+        rate = run["measured"]["mfu"].get<double>() * 989;
       } else {  // Megatron-LM's num_floating_point_operations (core_v0.8.0), swiglu, top-k experts
         const double groups = m["kv_heads"].get<double>() / m["heads"].get<double>();
         const double mlp = m["moe"]["expert_ffn_hidden"].get<double>() / h * m["moe"]["top_k"].get<double>() * 1.5;
@@ -256,7 +260,7 @@ TEST(Corpus, EngineFlopCountsGiveTheDerivedStepTimes) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 9);  // eight GPT 30B sequence lengths, one Mixtral 8x7B
+  EXPECT_EQ(checked, 35);  // eight GPT 30B sequence lengths, one Mixtral 8x7B, 26 nanotron cells
 }
 
 // A run tessel refuses records tessel's reason word for word; when tessel's rules change,
@@ -348,7 +352,8 @@ TEST(Corpus, EachDeviceHasEnoughCalibrationRows) {
 // How many independent sources (corpus files) calibrate each device and parallel family:
 // a row counts for data (dp > 1, any ZeRO stage), tensor (tp > 1), pipeline (pp > 1),
 // sequence or context (sp > 1) and expert (ep > 1) parallelism. corpus/README.md prints
-// this table; the issue asks for 4 per cell, and the cells short of it are named there.
+// this table, as scripts/corpus_coverage.py does; the issue asks for 4 per cell, and the
+// cells short of it are named there.
 TEST(Corpus, SourcesPerDeviceAndParallelFamilyAreAsTheReadmeSays) {
   std::map<std::string, std::set<std::string>> sources;  // "device family" -> files
   for (const CorpusFile& file : corpus()) {
@@ -367,9 +372,9 @@ TEST(Corpus, SourcesPerDeviceAndParallelFamilyAreAsTheReadmeSays) {
   for (const auto& [cell, files] : sources) counts[cell] = files.size();
   const std::map<std::string, std::size_t> readme{
       {"A100-SXM-80GB data", 7},  {"A100-SXM-80GB tensor", 5},   {"A100-SXM-80GB pipeline", 4},
-      {"A100-SXM-40GB data", 4},  {"A100-SXM-40GB tensor", 3},   {"A100-SXM-40GB pipeline", 2},
-      {"A100-SXM-40GB expert", 1}, {"H100-SXM data", 7},         {"H100-SXM tensor", 4},
-      {"H100-SXM pipeline", 4},   {"H100-SXM sequence", 2},      {"H100-SXM expert", 1}};
+      {"A100-SXM-40GB data", 5},  {"A100-SXM-40GB tensor", 4},   {"A100-SXM-40GB pipeline", 3},
+      {"A100-SXM-40GB expert", 1}, {"H100-SXM data", 8},         {"H100-SXM tensor", 5},
+      {"H100-SXM pipeline", 5},   {"H100-SXM sequence", 2},      {"H100-SXM expert", 1}};
   EXPECT_EQ(counts, readme);
 }
 

@@ -12,10 +12,6 @@
 
 using namespace tessel;
 
-namespace {
-Json plan_json(const Json& train) { return test::plan_json_with_train(train); }
-}  // namespace
-
 TEST(EngineDefaults, EachEngineRunsFusedAttentionFromTheReleaseItsDocsName) {
   EXPECT_EQ(engine_defaults("megatron-lm", "2024-04-17").kernels, Kernels::unfused);
   EXPECT_EQ(engine_defaults("megatron-lm", "2024-04-18").kernels, Kernels::fused);
@@ -35,19 +31,19 @@ TEST(EngineDefaults, EachEngineRunsFusedAttentionFromTheReleaseItsDocsName) {
 }
 
 TEST(EngineDefaults, AnEngineFillsWhatThePlanDoesNotStateAndRoundTrips) {
-  const Plan nemo = Plan::from_json(plan_json({{"global_batch", 64}, {"engine", "nemo"}, {"engine_date", "2024-09"}}), "");
+  const Plan nemo = Plan::from_json(test::plan_json_with_train({{"global_batch", 64}, {"engine", "nemo"}, {"engine_date", "2024-09"}}), "");
   EXPECT_EQ(nemo.train.kernels, Kernels::fused);
   EXPECT_EQ(nemo.train.framework, Framework::megatron);
   EXPECT_EQ(Plan::from_json(nemo.to_json(), ""), nemo);
   // What the plan states stays: kernels unfused written out, read back as stated.
   const Plan stated = Plan::from_json(
-      plan_json({{"global_batch", 64}, {"engine", "megatron-lm"}, {"kernels", "unfused"}, {"framework", "pytorch"}}), "");
+      test::plan_json_with_train({{"global_batch", 64}, {"engine", "megatron-lm"}, {"kernels", "unfused"}, {"framework", "pytorch"}}), "");
   EXPECT_EQ(stated.train.kernels, Kernels::unfused);
   EXPECT_EQ(stated.train.framework, Framework::pytorch);
   EXPECT_EQ(stated.to_json()["train"]["kernels"], "unfused");
   EXPECT_EQ(Plan::from_json(stated.to_json(), ""), stated);
   // No engine: tessel's own defaults, and nothing new in the JSON.
-  const Plan plain = Plan::from_json(plan_json({{"global_batch", 64}}), "");
+  const Plan plain = Plan::from_json(test::plan_json_with_train({{"global_batch", 64}}), "");
   EXPECT_EQ(plain.train.kernels, Kernels::unfused);
   EXPECT_FALSE(plain.to_json()["train"].contains("engine"));
 }
@@ -55,7 +51,7 @@ TEST(EngineDefaults, AnEngineFillsWhatThePlanDoesNotStateAndRoundTrips) {
 TEST(EngineDefaults, AnUnknownEngineOrABadDateIsOneLineNamingTheField) {
   auto message = [](const Json& train) {
     try {
-      Plan::from_json(plan_json(train), "");
+      Plan::from_json(test::plan_json_with_train(train), "");
     } catch (const Error& error) {
       return std::string(error.what());
     }

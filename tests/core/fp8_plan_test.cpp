@@ -4,9 +4,12 @@
 // the simulator prices op by op as the planner does.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "tessel/core/device_spec.hpp"
 #include "plan_checks.hpp"
 #include "tessel/core/error.hpp"
+#include "tessel/core/block_ops.hpp"
 #include "tessel/core/fp8_model.hpp"
 #include "tessel/core/op_names.hpp"
 #include "tessel/core/program.hpp"
@@ -104,5 +107,62 @@ TEST(Fp8Plan, TheProgramCastsBeforeEachLinearAndTheWeightsOncePerStep) {
     if (op.work.kind == OpKind::gemm) {
       EXPECT_EQ(op.work.precision, Precision::bf16) << op.id;
     }
+  }
+}
+
+TEST(Fp8Plan, Fp8ParametersRoundTripAndNeedFp8Training) {
+  const Plan plan = Plan::from_json(
+      plan_json(Json::parse(R"({"global_batch": 32, "precision": "fp8", "fp8_param_gather": true})")), "");
+  plan.validate();
+  EXPECT_TRUE(plan.train.fp8_param_gather);
+  EXPECT_EQ(plan.to_json()["train"]["fp8_param_gather"], true);
+  EXPECT_EQ(Plan::from_json(plan.to_json(), ""), plan);
+  EXPECT_FALSE(Plan::from_json(plan_json(Json::parse(R"({"global_batch": 32, "precision": "fp8"})")), "")
+                   .to_json()["train"]
+                   .contains("fp8_param_gather"));
+  const std::string read = validation_error(
+      plan_json(Json::parse(R"({"global_batch": 32, "precision": "bf16", "fp8_param_gather": true})")));
+  EXPECT_NE(read.find("fp8_param_gather: needs precision fp8 (fp8 parameters), got bf16"), std::string::npos) << read;
+  Plan built = plan;
+  built.train.precision = Precision::bf16;
+  EXPECT_EQ(validation_error(built), "train.fp8_param_gather: needs precision fp8 (fp8 parameters), got bf16");
+}
+
+// fp8 parameters: ZeRO's gathers move the fp8 GEMM weights in one byte instead of two, and
+// the step's cast of them becomes the transpose of the gathered fp8 weight.
+TEST(Fp8Plan, Fp8ParametersGatherTheLinearWeightsInOneByteAndTransposeThem) {
+  for (const int zero : {1, 3}) {
+    Plan plan = Plan::from_json(plan_json(Json::parse(R"({"global_batch": 32, "precision": "fp8"})"),
+                                          Json::parse(R"({"dp": 4, "tp": 2, "micro_batch": 2, "zero": )" +
+                                                      std::to_string(zero) + "}")),
+                                "");
+    const BlockOpTable table = block_op_table(plan.model, plan.seq_len(), plan.parallel, Precision::fp8);
+    auto bytes_by_name = [](const Plan& p, std::string_view suffix) {
+      std::map<std::string, double> out;
+      const Program program = Program::lower(p);
+      for (const ProgramOp& op : program.stage(0).ops)
+        if (op.id.ends_with(suffix)) out[op.id] = op.work.bytes;
+      return out;
+    };
+    const std::string_view gather = ops::zero_all_gather;  // ZeRO-1: the step's bucket gathers; ZeRO-3: each layer's
+    const std::map<std::string, double> bf16_weights = bytes_by_name(plan, gather);
+    const std::map<std::string, double> bf16_casts = bytes_by_name(plan, ops::fp8_weight_cast);
+    plan.train.fp8_param_gather = true;
+    const std::map<std::string, double> fp8_weights = bytes_by_name(plan, gather);
+    const std::map<std::string, double> fp8_casts = bytes_by_name(plan, ops::fp8_weight_cast);
+    ASSERT_EQ(fp8_weights.size(), bf16_weights.size());
+    int layer_gathers = 0;
+    for (const auto& [id, bytes] : fp8_weights) {
+      // The stage bucket (embedding, final norm, head) holds no fp8 GEMM weight.
+      const bool layer = !id.starts_with(ops::kStageBucket);
+      layer_gathers += layer;
+      EXPECT_DOUBLE_EQ(bf16_weights.at(id) - bytes,
+                       layer ? table.fp8_weight_elements * (2 - fp8::kParameterBytes) : 0.0)
+          << id;
+    }
+    EXPECT_GT(layer_gathers, 0) << "zero " << zero;
+    ASSERT_FALSE(fp8_casts.empty());
+    for (const auto& [id, bytes] : fp8_casts)
+      EXPECT_DOUBLE_EQ(bytes / bf16_casts.at(id), fp8::kTransposeBytesPerStep / fp8::kWeightCastBytesPerStep) << id;
   }
 }

@@ -10,18 +10,14 @@
 
 using namespace tessel;
 
-namespace {
-Json plan_json(const Json& train) { return test::plan_json_with_train(train); }
-}  // namespace
-
 TEST(FrameworkField, DefaultsToPytorchAndStaysOutOfTheJson) {
-  const Plan plan = Plan::from_json(plan_json({{"global_batch", 64}}), "");
+  const Plan plan = Plan::from_json(test::plan_json_with_train({{"global_batch", 64}}), "");
   EXPECT_EQ(plan.train.framework, Framework::pytorch);
   EXPECT_FALSE(plan.to_json()["train"].contains("framework"));
 }
 
 TEST(FrameworkField, MegatronRoundTrips) {
-  const Plan plan = Plan::from_json(plan_json({{"global_batch", 64}, {"framework", "megatron"}}), "");
+  const Plan plan = Plan::from_json(test::plan_json_with_train({{"global_batch", 64}, {"framework", "megatron"}}), "");
   EXPECT_EQ(plan.train.framework, Framework::megatron);
   EXPECT_EQ(plan.to_json()["train"]["framework"], "megatron");
   EXPECT_EQ(Plan::from_json(plan.to_json(), ""), plan);
@@ -29,7 +25,7 @@ TEST(FrameworkField, MegatronRoundTrips) {
 
 TEST(FrameworkField, AnUnknownFrameworkIsOneLineNamingTheField) {
   try {
-    Plan::from_json(plan_json({{"global_batch", 64}, {"framework", "jax"}}), "");
+    Plan::from_json(test::plan_json_with_train({{"global_batch", 64}, {"framework", "jax"}}), "");
     FAIL() << "jax accepted";
   } catch (const Error& error) {
     EXPECT_STREQ(error.what(), "train.framework: must be one of pytorch|megatron|torch.compile, got \"jax\"");

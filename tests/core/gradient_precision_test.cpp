@@ -13,7 +13,6 @@ using namespace tessel;
 
 namespace {
 using tessel::test::validation_error;
-Json plan_json(const Json& train) { return test::plan_json_with_train(train); }
 
 // Bytes of every data-parallel collective in one stage's program.
 double gradient_group_bytes(const Plan& plan) {
@@ -38,12 +37,12 @@ TEST(GradientPrecision, DefaultsFollowTheEngines) {
 }
 
 TEST(GradientPrecision, RoundTripsAndKeepsUnsetUnset) {
-  const Plan unset = Plan::from_json(plan_json({{"global_batch", 64}}), "");
+  const Plan unset = Plan::from_json(test::plan_json_with_train({{"global_batch", 64}}), "");
   EXPECT_FALSE(unset.train.gradient_precision.has_value());
   EXPECT_FALSE(unset.to_json()["train"].contains("gradient_precision"));
   EXPECT_EQ(Plan::from_json(unset.to_json(), ""), unset);
   for (const char* choice : {"fp32", "bf16"}) {
-    const Plan plan = Plan::from_json(plan_json({{"global_batch", 64}, {"gradient_precision", choice}}), "");
+    const Plan plan = Plan::from_json(test::plan_json_with_train({{"global_batch", 64}, {"gradient_precision", choice}}), "");
     plan.validate();
     EXPECT_EQ(plan.to_json()["train"]["gradient_precision"], choice);
     const Plan again = Plan::from_json(plan.to_json(), "");
@@ -53,14 +52,14 @@ TEST(GradientPrecision, RoundTripsAndKeepsUnsetUnset) {
 }
 
 TEST(GradientPrecision, BadValuesNameTheFieldInOneLine) {
-  EXPECT_EQ(validation_error(plan_json({{"global_batch", 64}, {"gradient_precision", "fp8"}})),
+  EXPECT_EQ(validation_error(test::plan_json_with_train({{"global_batch", 64}, {"gradient_precision", "fp8"}})),
             "train.gradient_precision: must be one of fp32|bf16|fp16, got \"fp8\"");
-  EXPECT_EQ(validation_error(plan_json({{"global_batch", 64}, {"gradient_precision", "fp16"}})),
+  EXPECT_EQ(validation_error(test::plan_json_with_train({{"global_batch", 64}, {"gradient_precision", "fp16"}})),
             "train.gradient_precision: must be fp32 or the training precision (bf16), got fp16");
-  EXPECT_EQ(validation_error(plan_json({{"global_batch", 64}, {"precision", "fp32"}, {"gradient_precision", "bf16"}})),
+  EXPECT_EQ(validation_error(test::plan_json_with_train({{"global_batch", 64}, {"precision", "fp32"}, {"gradient_precision", "bf16"}})),
             "train.gradient_precision: must be fp32 or the training precision (fp32), got bf16");
   // A plan built in code is checked by validate() with the same line.
-  Plan plan = Plan::from_json(plan_json({{"global_batch", 64}, {"precision", "fp16"}}), "");
+  Plan plan = Plan::from_json(test::plan_json_with_train({{"global_batch", 64}, {"precision", "fp16"}}), "");
   plan.train.gradient_precision = Precision::bf16;
   EXPECT_THROW(plan.validate(), Error);
 }
@@ -68,7 +67,7 @@ TEST(GradientPrecision, BadValuesNameTheFieldInOneLine) {
 // Megatron-LM reduces the gradients in the buffer's precision (fp32 main gradients are
 // all-reduced in fp32), so the Program's gradient sync carries 4 bytes per parameter.
 TEST(GradientPrecision, ProgramReducesGradientsInTheirPrecision) {
-  Plan plan = Plan::from_json(plan_json({{"global_batch", 64}}), "");
+  Plan plan = Plan::from_json(test::plan_json_with_train({{"global_batch", 64}}), "");
   plan.train.gradient_precision = Precision::bf16;
   const double bf16_bytes = gradient_group_bytes(plan);
   ASSERT_GT(bf16_bytes, 0);

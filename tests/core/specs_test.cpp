@@ -2,6 +2,7 @@
 // configs load to the same shapes, and bad fields are refused with their path.
 #include <gtest/gtest.h>
 
+#include "tessel/core/block_ops.hpp"
 #include "tessel/core/cluster_spec.hpp"
 #include "tessel/core/device_spec.hpp"
 #include "tessel/core/error.hpp"
@@ -16,7 +17,7 @@ using tessel::test::error_of;
 }  // namespace
 
 TEST(Presets, EveryShippedPresetLoads) {
-  EXPECT_EQ(preset_names("models").size(), 14u);
+  EXPECT_EQ(preset_names("models").size(), 15u);
   for (const auto& name : preset_names("models")) EXPECT_EQ(resolve_model(name).name, name);
   for (const auto& name : preset_names("clusters")) {
     const ClusterSpec cluster = resolve_cluster(name);
@@ -26,7 +27,7 @@ TEST(Presets, EveryShippedPresetLoads) {
   for (const auto& name : preset_names("profiles")) EXPECT_EQ(resolve_device(name).name, name);
   for (const char* name : {"gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
                            "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b",
-                           "mixtral-8x7b", "qwen1.5-moe-a2.7b"}) {
+                           "mixtral-8x7b", "qwen1.5-moe-a2.7b", "nemotron4-15b"}) {
     EXPECT_TRUE(find_preset("models", name).has_value()) << name;
   }
   for (const char* name : {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "hgx-h200", "local-cpu"}) {
@@ -45,6 +46,8 @@ TEST(ModelSpec, ParameterCountsMatchPublishedModels) {
   EXPECT_EQ(resolve_model("llama2-70b").parameter_count(), 68976648192);
   // GPT-3 175B as published: 175B within 0.5%.
   EXPECT_NEAR(resolve_model("gpt3-175b").parameter_count() / 175e9, 1.0, 0.005);
+  // Nemotron-4 15B: 3.2B embedding and 12.5B other parameters (Parmar et al. 2024).
+  EXPECT_NEAR(resolve_model("nemotron4-15b").parameter_count() / 15.7e9, 1.0, 0.01);
 }
 
 TEST(ModelSpec, HuggingFaceConfigsLoadToThePresetShapes) {
@@ -112,7 +115,7 @@ TEST(ModelSpec, BadFieldsNameTheFieldAndWhatIsAllowed) {
   model["layers"] = 12;
   model["activation"] = "relu";
   EXPECT_EQ(error_of([&] { ModelSpec::from_json(model); }),
-            "model.activation: must be one of gelu|swiglu, got \"relu\"");
+            "model.activation: must be one of gelu|swiglu|squared-relu, got \"relu\"");
   model["activation"] = "gelu";
   model["hiden"] = 3;
   EXPECT_NE(error_of([&] { ModelSpec::from_json(model); }).find("model.hiden: unknown field"), std::string::npos);
@@ -121,6 +124,33 @@ TEST(ModelSpec, BadFieldsNameTheFieldAndWhatIsAllowed) {
   EXPECT_EQ(error_of([&] { ModelSpec::from_json(model); }), "model.heads: hidden 768 is not divisible by heads 7");
   EXPECT_NE(error_of([] { resolve_model("gpt5"); }).find("model: unknown preset or missing file 'gpt5'"),
             std::string::npos);
+}
+
+// Squared ReLU (Nemotron) is ungated like GELU: the same weights and the same block ops
+// (one elementwise op over the MLP's width), so it prices as GELU does; the share of each
+// head RoPE rotates does not change what a step costs.
+TEST(ModelSpec, SquaredReluAndPartialRotaryReadBackAndPriceAsGeluAndFullRotary) {
+  Json json = resolve_model("gpt2-124m").to_json();
+  json["activation"] = "squared-relu";
+  json["rotary_fraction"] = 0.5;
+  const ModelSpec squared = ModelSpec::from_json(json);
+  EXPECT_EQ(squared.activation, Activation::squared_relu);
+  EXPECT_DOUBLE_EQ(squared.rotary_fraction, 0.5);
+  EXPECT_EQ(ModelSpec::from_json(squared.to_json()), squared);
+  EXPECT_FALSE(resolve_model("gpt2-124m").to_json().contains("rotary_fraction"));
+  const ModelSpec gelu = resolve_model("gpt2-124m");
+  EXPECT_EQ(squared.layer_parameters(), gelu.layer_parameters());
+  ParallelConfig p;
+  p.tp = 2;
+  const BlockOpTable a = block_op_table(squared, 1024, p, Precision::bf16), b = block_op_table(gelu, 1024, p, Precision::bf16);
+  ASSERT_EQ(a.block.size(), b.block.size());
+  for (std::size_t i = 0; i < a.block.size(); ++i) {
+    EXPECT_EQ(a.block[i].name, b.block[i].name);
+    EXPECT_DOUBLE_EQ(a.block[i].bytes, b.block[i].bytes) << a.block[i].name;
+    EXPECT_DOUBLE_EQ(a.block[i].flops, b.block[i].flops) << a.block[i].name;
+  }
+  json["rotary_fraction"] = 1.5;
+  EXPECT_EQ(error_of([&] { ModelSpec::from_json(json); }), "model.rotary_fraction: must be above 0 and at most 1, got 1.5");
 }
 
 TEST(ClusterSpec, RoundTripsAndChecksFabric) {

@@ -78,11 +78,11 @@ TEST(Checkpoint, ResumedStepsEqualTheUninterruptedRunBitForBit) {
 
 namespace {
 // A trainer of small_plan() on one rank, with its own world and grid.
-struct OneRank {
+struct SmallPlanRank {
   SingleRankCommunicator world;
   ProcessGrid grid;
   Trainer trainer;
-  explicit OneRank(const Plan& plan)
+  explicit SmallPlanRank(const Plan& plan)
       : grid(plan.parallel, world), trainer(plan, grid, DataLoader(synthetic_corpus(1 << 14, 2), 8, 16), TrainerOptions{}) {}
 };
 
@@ -94,7 +94,7 @@ void write_bytes(const fs::path& path, const std::string& bytes) { std::ofstream
 
 // The error load() raises, or "" when it loads.
 std::string load_error(const Plan& plan, const fs::path& dir, int max_step = 1000) {
-  OneRank fresh(plan);
+  SmallPlanRank fresh(plan);
   try {
     fresh.trainer.load(dir.string(), max_step);
   } catch (const Error& error) {
@@ -114,7 +114,7 @@ class CheckpointFiles : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   // Saves after 2 steps; returns checkpoint.json.
   Json save_after_two_steps() {
-    OneRank run(plan_);
+    SmallPlanRank run(plan_);
     run.trainer.step();
     run.trainer.step();
     run.trainer.save(dir_.string());
@@ -131,7 +131,7 @@ class CheckpointFiles : public ::testing::Test {
 }  // namespace
 
 TEST_F(CheckpointFiles, EachSaveIsANewStepDirectoryAndThePreviousOneIsKept) {
-  OneRank run(plan_);
+  SmallPlanRank run(plan_);
   for (int step = 1; step <= 6; ++step) {
     run.trainer.step();
     if (step % 2 == 0) run.trainer.save(dir_.string());
@@ -151,7 +151,7 @@ TEST_F(CheckpointFiles, ASaveTornMidWayLeavesThePreviousCheckpointInForce) {
   // was never switched.
   fs::create_directories(dir_ / "step-00000004");
   write_bytes(dir_ / "step-00000004" / "rank0.bin.tmp", "partial");
-  OneRank resumed(plan_);
+  SmallPlanRank resumed(plan_);
   resumed.trainer.load(dir_.string());
   EXPECT_EQ(resumed.trainer.steps_done(), 2);
 }
@@ -171,7 +171,7 @@ TEST_F(CheckpointFiles, ARankFileOfAnotherStepIsRefusedEvenWithAMatchingChecksum
   save_after_two_steps();
   // checkpoint.json says step 2 but the rank file (with its checksum copied over) holds step 4.
   {
-    OneRank later(plan_);
+    SmallPlanRank later(plan_);
     for (int step = 0; step < 4; ++step) later.trainer.step();
     later.trainer.save((dir_ / "later").string());
   }

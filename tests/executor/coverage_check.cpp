@@ -1,10 +1,8 @@
-// Runs under mpirun with 8 ranks (tests/executor/parallel_test.cpp launches it): for every
-// layout the executor runs, one training step, and on every rank the set of op ids it
-// measured equals the set of op ids of its stage's Program, id for id: what the planner
-// and the simulator predict is what the executor times, and nothing else. Prints one line
-// per layout and "ok rank N" when all pass. `coverage_check llama` runs the LLaMA-shaped
-// model (layouts.hpp) in the layouts it trains in instead, `coverage_check moe` the MoE
-// models (moe.* ops, the experts' E{l} buckets, tp 2's moe.gate_grad) in theirs.
+// Runs under mpirun with 8 ranks (parallel_test.cpp launches it): for every layout the
+// executor runs, one training step, and on every rank the op ids it measured equal its
+// stage Program's, id for id: what planner and simulator predict is what the executor
+// times. `coverage_check llama` and `coverage_check moe` run those models' layouts
+// (layouts.hpp) instead. Prints one line per layout and "ok rank N" when all pass.
 #include <algorithm>
 #include <cstdio>
 #include <set>

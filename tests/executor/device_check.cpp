@@ -1,13 +1,8 @@
-// Runs under mpirun (tests/executor/device_test.cpp launches it with 1, 2, 4 and 8
-// ranks): trains the small test GPT a few steps in each layout of exactly that many ranks
-// twice, on the CPU backend and on ProtectedMemoryBackend (a fake device whose memory the
-// host may not touch, with MPI staged through host memory as on GPU ranks without NCCL),
-// and checks that every loss and the final whole weights are bit-identical. A host access
-// to backend memory anywhere in the trainer kills the run with SIGSEGV at that line.
+// Runs under mpirun with 1, 2, 4 and 8 ranks (device_test.cpp launches it): the small
+// GPT trained in each layout of that many ranks on the CPU backend and on
+// ProtectedMemoryBackend (a fake device the host may not touch) gives bit-identical
+// losses and weights; a host access to backend memory dies with SIGSEGV at that line.
 // Prints one line per layout and "ok rank N" when all pass.
-//   device_check            the layouts of world-size ranks, and a checkpoint resumed
-//                           on the fake device (1 and 4 ranks)
-//   device_check llama|moe  the LLaMA-shaped or the MoE models (layouts.hpp) instead
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,6 +19,10 @@
 #include "checkpoint_checks.hpp"
 #include "layouts.hpp"
 #include "protected_memory_backend.hpp"
+
+//   device_check            the layouts of world-size ranks, and a checkpoint resumed
+//                           on the fake device (1 and 4 ranks)
+//   device_check llama|moe  the LLaMA-shaped or the MoE models (layouts.hpp) instead
 
 using tessel::executor::checks::bit_identical;
 using tessel::executor::checks::Layout;

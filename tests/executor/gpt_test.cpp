@@ -162,6 +162,17 @@ TEST(Gpt, TpCommOverlapIsRefusedInOneLineAndTheSamePlanWithoutItRuns) {
   EXPECT_TRUE(refused_in_one_line(plan, "parallel.tp_comm_overlap:"));
 }
 
+// ZeRO++'s int8 gathers change the weights each rank computes with; the executor gathers
+// exactly and refuses the option in one line, and runs the same ZeRO-3 plan without it.
+TEST(Gpt, QuantizedWeightGathersAreRefusedInOneLine) {
+  Plan plan = one_rank_plan(2, 32, 4, 16, 4, 2);
+  plan.parallel.dp = 2;
+  plan.parallel.zero = 3;
+  EXPECT_NO_THROW(Trainer::check(plan));
+  plan.parallel.zero_quantized_weights = true;
+  EXPECT_TRUE(refused_in_one_line(plan, "parallel.zero_quantized_weights:"));
+}
+
 // selective-op is a torchtitan policy the planner prices; the executor refuses it in one
 // line that names the field, and runs the same plan with selective.
 TEST(Gpt, SelectiveOpRecomputeIsRefusedInOneLine) {

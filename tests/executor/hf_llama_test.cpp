@@ -1,9 +1,7 @@
-// The LLaMA export and --init import (hf_llama.hpp, through hf_export.hpp's dispatch)
-// against the independent reader (safetensors_reader.hpp): names and shapes are Hugging
-// Face LlamaForCausalLM's, spelled out below from its state_dict (nn.Linear [out, in]);
-// the values are tessel's weights transposed and q/k/v, gate/up split as the header says,
-// element by element; a model written and read back trains on bit for bit; bad files give
-// one line naming the file and the tensor.
+// The LLaMA export and --init import (hf_llama.hpp) against the independent reader
+// (safetensors_reader.hpp): Hugging Face LlamaForCausalLM's names and shapes, spelled out
+// below; tessel's weights transposed and q/k/v, gate/up split, element by element; a model
+// written and read back trains on bit for bit; bad files give one line naming the tensor.
 #include "tessel/executor/hf_llama.hpp"
 
 #include <fmt/format.h>

@@ -1,9 +1,7 @@
-// The Mixtral export and --init import (hf_mixtral.hpp through hf_export.hpp's dispatch)
-// against the independent reader (safetensors_reader.hpp): names and shapes are Hugging
-// Face MixtralForCausalLM's state_dict, spelled out here (router block_sparse_moe.gate
-// [experts, hidden], experts.{e}.w1 / w3 [ffn, hidden], w2 [hidden, ffn]); the values are
-// tessel's router and expert weights transposed and fc1 split into gate and up; a model
-// written and read back trains on bit for bit; other MoE shapes are refused in one line.
+// The Mixtral export and --init import (hf_mixtral.hpp) against the independent reader
+// (safetensors_reader.hpp): MixtralForCausalLM's names and shapes, spelled out below;
+// router and expert weights transposed and fc1 split into gate and up; a model written and
+// read back trains on bit for bit; other MoE shapes are refused in one line.
 #include "tessel/executor/hf_mixtral.hpp"
 
 #include <fmt/format.h>
@@ -24,7 +22,7 @@ using namespace tessel_executor_test;
 using namespace tessel_safetensors_test;
 
 namespace {
-constexpr int kLayers = 2, kHidden = 16, kExperts = 4, kExpertFfn = 12;
+constexpr int kMixtralLayers = 2, kMixtralHidden = 16, kExperts = 4, kExpertFfn = 12;
 
 Plan tiny_mixtral_plan(const std::string& moe_extra = "") {
   return Plan::from_json(Json::parse(fmt::format(
@@ -33,7 +31,7 @@ Plan tiny_mixtral_plan(const std::string& moe_extra = "") {
       "position_embedding": "rope", "tied_embeddings": false, "bias": false,
       "moe": {{"experts": {}, "top_k": 2, "expert_ffn_hidden": {}{}}}}}, "cluster": "local-cpu",
       "train": {{"global_batch": 4, "precision": "fp32"}}, "parallel": {{"micro_batch": 2}}}})",
-                             kLayers, kHidden, kExperts, kExpertFfn, moe_extra)),
+                             kMixtralLayers, kMixtralHidden, kExperts, kExpertFfn, moe_extra)),
                          "");
 }
 
@@ -46,11 +44,11 @@ TEST_F(HfMixtral, ExportHasMixtralNamesShapesAndTransposedSplitValues) {
   const std::vector<float> whole = initial_weights(plan);
   const Parsed p = hf_export_parsed(plan, whole, path("model.safetensors"));
   // Embedding, norm, head; per layer 2 norms, q/k/v/o, the router and 3 tensors per expert.
-  ASSERT_EQ(p.tensors.size(), std::size_t(3 + kLayers * (2 + 4 + 1 + 3 * kExperts)));
+  ASSERT_EQ(p.tensors.size(), std::size_t(3 + kMixtralLayers * (2 + 4 + 1 + 3 * kExperts)));
   std::map<std::string, std::size_t> offset;
   for (const TensorSlot& t : whole_model_tensors(plan.model)) offset[t.name] = t.offset;
-  const int C = kHidden, F = kExpertFfn;
-  for (int l = 0; l < kLayers; ++l) {
+  const int C = kMixtralHidden, F = kExpertFfn;
+  for (int l = 0; l < kMixtralLayers; ++l) {
     const std::string hf = fmt::format("model.layers.{}.block_sparse_moe.", l), ts = fmt::format("L{}.moe.", l);
     EXPECT_EQ(p.tensors.at(hf + "gate.weight").shape, (std::vector<std::int64_t>{kExperts, C}));
     EXPECT_FALSE(p.tensors.count(fmt::format("model.layers.{}.mlp.gate_proj.weight", l)));

@@ -1,10 +1,7 @@
-// The layouts the executor's MPI checks train: a small GPT (4 layers, hidden 32, 4 heads,
-// vocabulary 256 or `vocab`, sequence 16, global batch 8) under any parallel layout, as a plan; or,
-// with model "llama", a LLaMA-shaped one of the same size (RMSNorm, RoPE, 4 heads on 2 kv
-// heads, SwiGLU with ffn 84, untied LM head, no biases). Model "moe" is the GPT with an MoE
-// MLP in every 2nd block (4 experts of width 32, top 2, no shared expert, GELU), "moe_llama"
-// the LLaMA-shaped one with the same MoE blocks in SwiGLU plus one shared expert; `ep` and
-// `capacity` (moe.capacity_factor, 0: no limit) go with them.
+// The layouts the executor's MPI checks train, as plans: a small GPT (4 layers, hidden 32,
+// 4 heads, vocabulary 256 or `vocab`, sequence 16, global batch 8), a LLaMA-shaped one of
+// the same size ("llama"), and MoE variants ("moe", "moe_llama": 4 experts of width
+// 32, top 2, in every 2nd block) under any parallel layout; details at each builder.
 #pragma once
 
 #include <string>
@@ -14,6 +11,11 @@
 
 #include "tessel/core/plan.hpp"
 #include "tessel/executor/trainer.hpp"
+
+// "llama": RMSNorm, RoPE, 4 heads on 2 kv heads, SwiGLU with ffn 84, untied LM head, no
+// biases. "moe": the GPT with an MoE MLP in every 2nd block (GELU, no shared expert);
+// "moe_llama": the LLaMA-shaped one with the same MoE blocks in SwiGLU plus one shared
+// expert. `ep` and `capacity` (moe.capacity_factor, 0: no limit) go with them.
 
 namespace tessel::executor::checks {
 

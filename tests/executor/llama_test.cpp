@@ -111,3 +111,17 @@ TEST(Llama, KvHeadsThatDoNotSplitAndMixedShapesAreRefusedInOneLine) {
   EXPECT_NE(shape.find("LLaMA-shaped"), std::string::npos) << shape;
   for (const std::string& m : {grid, kv, shape}) EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }
+
+// Planned and simulated, not run: squared ReLU (Nemotron) and RoPE on a share of each head.
+TEST(Llama, SquaredReluAndPartialRotaryAreRefusedByName) {
+  Plan squared = llama_plan(2, 32, 4, 2, 16, 8, 2);
+  squared.model.activation = Activation::squared_relu;
+  EXPECT_EQ(error_of([&] { Trainer::check(squared); }),
+            "model.activation: squared-relu is planned and simulated but not run; the executor's kernels train gelu "
+            "and swiglu");
+  Plan partial = llama_plan(2, 32, 4, 2, 16, 8, 2);
+  partial.model.rotary_fraction = 0.5;
+  EXPECT_EQ(error_of([&] { Trainer::check(partial); }),
+            "model.rotary_fraction: 0.5 of each head's channels rotated is not computed by the executor (it rotates "
+            "them all); plan and estimate price the model, run refuses it");
+}

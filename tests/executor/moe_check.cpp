@@ -1,12 +1,8 @@
-// Runs under mpirun (tests/executor/moe_test.cpp launches it on 2 and 4 ranks): the MoE
-// MLP with its experts sharded over ep = world size ranks, and on 4 ranks also ep 2 (two
-// expert replicas, gradients summed over the expert-data-parallel group), against the same layer
-// on one process with all experts, each rank routing its own tokens: outputs, input
-// gradients and the auxiliary loss equal the one-process run on the rank's tokens; the
-// router's, shared experts' and experts' gradients, reduced over their groups, equal the
-// one-process gradients summed over every rank's tokens. The all-to-all traffic the
-// communicator counts equals the formula of the dispatch and combine (the Program's MoE
-// ops are not on this branch yet). Prints "ok rank" per rank; exits 1 on a failure.
+// Runs under mpirun on 2 and 4 ranks (moe_test.cpp launches it): the MoE MLP with experts
+// sharded over ep ranks (and ep 2 with two replicas on 4 ranks) against the same layer on
+// one process: outputs, input gradients and the auxiliary loss equal; router, shared and
+// expert gradients, reduced over their groups, equal the one-process sums; the all-to-all
+// bytes equal the dispatch/combine formula. Prints "ok rank" per rank; exits 1 on failure.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -1,9 +1,7 @@
 // Mixture-of-Experts models inside the trainer, under mpirun: every MoE layout equals one
-// process (parallel_check moe), measures exactly its Program's op ids (coverage_check
-// moe), sends the all-to-all bytes the Program counts and resumes from checkpoints
-// bit-identically (moe_trainer_check) and never touches device memory from the host
-// (device_check moe). Apart from parallel_test.cpp so that the MoE
-// suites run (and fail) on their own.
+// process, measures exactly its Program's op ids, sends the all-to-all bytes the Program
+// counts, resumes from checkpoints bit-identically and never touches device memory from
+// the host. Apart from parallel_test.cpp so the MoE suites run (and fail) on their own.
 #include <gtest/gtest.h>
 
 #include <string>

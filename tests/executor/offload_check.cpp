@@ -1,15 +1,8 @@
-// Runs under mpirun with 2 ranks (tests/executor/offload_test.cpp launches it): offload
-// plans of the executor's layouts across ranks, dp 2 with ZeRO 2 and 3, pp 2, and dp 2
-// ZeRO 1 with bf16, each with
-// `offload: optimizer` and chunked at device_fraction 0.25, 0.5 and 1.0, trained for 5
-// steps against the same layout without offload: losses and the whole model equal bit
-// for bit (the issue asks 1e-5 relative), the pool's peak within the budget on every
-// rank, and the bytes each rank moves each way per step: the sum of the Program's copy
-// ops for that rank (Program::op_bytes_of_rank: under ZeRO the used elements in this
-// rank's own bucket shards), weights at fp32 in the bf16 layout (see planned_bytes); the
-// op ids measured are the Program's. Then a
-// checkpoint with chunks on the host (dp 2, ZeRO 3, chunked 0.25) resumes bit-exactly.
-// Prints one line per run and "ok rank N"; exits 1 on a failure.
+// Runs under mpirun with 2 ranks (offload_test.cpp launches it): offload plans (dp 2 with
+// ZeRO 2 and 3, pp 2, dp 2 ZeRO 1 in bf16; optimizer offload and chunked at 0.25, 0.5, 1.0)
+// trained 5 steps equal the same layout without offload bit for bit, keep the pool within
+// budget, move exactly the Program's copy bytes per rank per step, and resume from a
+// checkpoint with chunks on the host bit-exactly. Prints "ok rank N"; exits 1 on failure.
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +24,10 @@
 #include "tessel/planner/cost_model.hpp"
 #include "tessel/planner/stage_memory.hpp"
 #include "layouts.hpp"
+
+// The bytes a rank moves are Program::op_bytes_of_rank over its copy ops: under ZeRO the
+// used elements of the rank's own bucket shards; weights travel at fp32 in the bf16 layout
+// (planned_bytes).
 
 using namespace tessel;
 using namespace tessel::executor;

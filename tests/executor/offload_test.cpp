@@ -1,11 +1,8 @@
 // The chunk manager of offload plans on one rank (the MPI layouts are offload_check.cpp):
-// the budgeted pool refuses what exceeds it, naming the op; the tracer keeps each op's
-// most; the host AdamW is the CPU reference bit for bit; offload runs (optimizer, and
-// chunked at device_fraction 0.25, 0.5, 1.0) equal the run without offload bit for bit,
-// move the chunk plan's bytes each way per step, stay within the budget at every op
-// (and a budget one byte below their peak is refused at an op); a budget too small for
-// any placement is refused before the run with the smallest that works; checkpoints
-// with chunks on the host resume bit-exactly.
+// the budgeted pool, the tracer, the host AdamW against the CPU reference; offload runs
+// equal runs without offload bit for bit, move the chunk plan's bytes and stay in budget
+// at every op; a budget too small for any placement is refused before the run with the
+// smallest that works; checkpoints with chunks on the host resume bit-exactly.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>

@@ -1,27 +1,8 @@
-// Runs under mpirun with 8 ranks (tests/executor/parallel_test.cpp launches it): trains a
-// small GPT for 5 steps under many layouts, each on the first dp*pp*tp ranks of the
-// world, and on rank 0 the same seed and global batches in one process; checks every
-// step's loss within 1e-5 relative and every tensor's gradient within 1e-4 relative (in
-// the tensor's 2-norm; 1e-3 with bf16 activation storage, see below). Prints one line per layout and "ok rank N" when all pass.
-//   parallel_check matrix        dp{1,2} x pp{1,2} x tp{1,2} x zero{0..3} x recompute{none,full}
-//   parallel_check schedules     gpipe, 1f1b, interleaved; an uneven pipeline split; selective
-//                                recompute; sequence parallel; bf16 storage of activations under
-//                                each recompute mode
-//   parallel_check sequence      ring self-attention: sp 2 and 4, with tp, dp, pp, ZeRO, recompute
-//   parallel_check grid          2D (q = 2) with dp, pp, ZeRO, recompute; 2.5D; 3D; activation memory
-//   parallel_check grid16        (under 16 ranks) 2.5D (q = 2, d = 2) and 3D (q = 2) with dp 2 or pp 2
-//   parallel_check optimizers    LAMB and LARS with clipping, sharded = unsharded, trust ratios
-//   parallel_check checkpoint    stop after step 2, resume: steps 3..5 bit-identical per rank;
-//                                the checkpoint gathered from its files = the trainer's whole view
-//   parallel_check traffic       bytes and messages one step sends per rank, against the planner
-//   parallel_check llama         a LLaMA-shaped model: dp{1,2} x pp{1,2} x tp{1,2} x zero{0..3} x
-//                                recompute{none,full}, then schedules, selective recompute, Megatron
-//                                sequence parallel, ring self-attention, fused kernels, bf16, LAMB,
-//                                2D, 2.5D, 3D
-//   parallel_check llama_traffic the traffic suite's layouts with the LLaMA-shaped model
-//   parallel_check llama16       (under 16 ranks) the LLaMA-shaped model in 2.5D with dp 2, 3D with pp 2
-//   parallel_check moe           Mixture-of-Experts models with ep (layouts.hpp moe_layouts()), also
-//                                with dropped tokens (capacity 0.5), which must change the reference
+// Runs under mpirun with 8 ranks (parallel_test.cpp launches it): trains a small GPT for
+// 5 steps under many layouts, each on the first dp*pp*tp ranks, against the same seed and
+// batches in one process on rank 0: every step's loss within 1e-5 relative, every
+// gradient within 1e-4 relative in 2-norm (1e-3 with bf16 activation storage). Prints one
+// line per layout and "ok rank N" when all pass; the suites are listed below.
 #include <unistd.h>
 
 #include <cmath>
@@ -43,6 +24,13 @@
 #include "checkpoint_checks.hpp"
 #include "history.hpp"
 #include "layouts.hpp"
+
+// Suites (the first argument): matrix (dp, pp, tp in {1,2} x ZeRO 0-3 x recompute none/full),
+// schedules (gpipe, 1f1b, interleaved, uneven split, selective, sequence parallel, bf16
+// storage), sequence (ring self-attention, sp 2 and 4), grid (2D, 2.5D, 3D), grid16 (16 ranks),
+// optimizers (LAMB, LARS, clipping), checkpoint (resume bit-identical, gathered = whole view),
+// traffic (bytes and messages against the planner), llama, llama_traffic, llama16 (the
+// LLaMA-shaped model), moe (layouts.hpp's MoE layouts, also with dropped tokens).
 
 using namespace tessel;
 using namespace tessel::executor;

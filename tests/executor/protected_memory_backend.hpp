@@ -1,13 +1,7 @@
-// A fake device for CPU tests: the CPU backend's ops on memory the host may not touch.
-// A GPU backend's memory is device memory, so a host read or write of a Buffer outside
-// a backend op crashes or reads garbage there; here it dies at once with SIGSEGV at the
-// offending line. Backend memory comes from one reserved arena (mmap) that is PROT_NONE
-// while no op runs; every op opens the whole arena (one mprotect for all allocations,
-// which keeps the many small ops of a training step cheap), forwards to the CPU backend
-// and closes it again. host_memory() is false, so callers take their device paths
-// (host staging for MPI), and upload / download / copy check that their device side is
-// this backend's memory and their host side is not: a communicator handed a host
-// pointer, or a download into backend memory, is an error here as it would be on a GPU.
+// A fake device for CPU tests: the CPU backend's ops on memory the host may not touch, so
+// a host read or write of a Buffer outside a backend op dies at once with SIGSEGV at that
+// line, as it would misbehave on a GPU. host_memory() is false, so callers take their
+// device paths (host staging for MPI).
 #pragma once
 
 #include <cstddef>
@@ -15,6 +9,12 @@
 #include <mutex>
 
 #include "tessel/kernels/backend.hpp"
+
+// Backend memory is one reserved mmap arena, PROT_NONE while no op runs; every op opens the
+// whole arena (one mprotect for all allocations keeps a step's many small ops cheap),
+// forwards to the CPU backend and closes it. upload / download / copy check that their
+// device side is this arena and their host side is not: a communicator handed a host
+// pointer, or a download into backend memory, is an error here as on a GPU.
 
 namespace tessel::kernels {
 

@@ -1,9 +1,7 @@
-// The safetensors export and --init import (safetensors.hpp, hf_gpt2.hpp) against a
-// reader written here from the format's description alone (8-byte little-endian header
-// length, JSON header, byte buffer), not against the code under test: names and shapes
-// are Hugging Face GPT-2's, spelled out below from transformers' GPT2LMHeadModel; every
-// range is checked for gaps and overlaps; a model written and read back trains on bit for
-// bit, padded vocabulary tables or not; bad files give one line naming the file and the tensor.
+// The safetensors export and --init import (safetensors.hpp, hf_gpt2.hpp) against a reader
+// written here from the format's description alone, not from the code under test: Hugging
+// Face GPT-2's names and shapes, ranges without gaps or overlaps; a model written and read
+// back trains on bit for bit, padded or not; bad files give one line naming the tensor.
 #include <gtest/gtest.h>
 
 

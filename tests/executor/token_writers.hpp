@@ -1,5 +1,15 @@
-// Writers of the token formats tessel reads, written here from each format's definition
-// (not from tessel's readers) so the tests check the readers against the formats:
+// Writers of the token formats tessel reads (nanoGPT, llm.c, Megatron-LM's indexed
+// dataset), written from each format's definition, not from tessel's readers, so the
+// tests check the readers against the formats. Shared by the token reader tests and the
+// CLI's --data tests; the formats in brief below.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
 //  - nanoGPT (karpathy/nanoGPT data/*/prepare.py): the ids as raw little-endian uint16
 //    (numpy tofile), no header; uint32 for large vocabularies.
 //  - llm.c (karpathy/llm.c dev/data/data_common.py, write_datafile): 256 int32 header
@@ -9,14 +19,6 @@
 //    ids of each sequence back to back; PREFIX.idx "MMIDIDX\0\0", uint64 version 1, uint8
 //    dtype code, uint64 sequence count, uint64 document count, int32 sizes, int64 byte
 //    pointers, int64 document indices (0, then the sequence count after each document).
-// Shared by the token reader tests and the CLI's --data tests.
-#pragma once
-
-#include <cstdint>
-#include <cstring>
-#include <fstream>
-#include <string>
-#include <vector>
 
 namespace tessel_token_test {
 

@@ -1,12 +1,7 @@
-// Runs under mpirun with 8 ranks (tests/executor/vocab_test.cpp launches it): GPT-2's
-// vocabulary (50,257 tokens, which no tensor split divides) trains in every tensor layout
-// on padded tables and equals one process with no padding at all; so does a GPU's padding
-// (each vocabulary block a multiple of 128 rows) run on CPU ranks. Prints one line per
-// layout and "ok rank N" when all pass.
-//   vocab_check layouts     1D, 1D with sequence parallel, 2D, 3D, LLaMA's untied head,
-//                           the GPU's padding in one process and in tp 2
-//   vocab_check checkpoint  padded checkpoints resumed bit for bit and gathered whole;
-//                           a resume under another padding refused
+// Runs under mpirun with 8 ranks (vocab_test.cpp launches it): GPT-2's vocabulary (50,257,
+// which no tensor split divides) trains in every tensor layout on padded tables and
+// equals one process without padding; so does a GPU's padding (blocks of 128 rows) on CPU
+// ranks. Prints one line per layout and "ok rank N" when all pass.
 #include <unistd.h>
 
 #include <cmath>
@@ -26,6 +21,11 @@
 #include "tessel/core/error.hpp"
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
+
+//   vocab_check layouts     1D, 1D with sequence parallel, 2D, 3D, LLaMA's untied head,
+//                           the GPU's padding in one process and in tp 2
+//   vocab_check checkpoint  padded checkpoints resumed bit for bit and gathered whole;
+//                           a resume under another padding refused
 
 using namespace tessel;
 using namespace tessel::executor;

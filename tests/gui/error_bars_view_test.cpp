@@ -1,9 +1,7 @@
-// Error bars in the GUI, offscreen: the timeline's time axis ticks in seconds at round
-// steps, its legend names every op kind and the band, the step band is shaded and widens
-// the scene; the scatter draws one bar per frontier plan under one legend entry; with a
-// calibrated profile the plan explorer's frontier carries bars and the selected plan's
-// timeline its simulated band, and with a datasheet profile neither does. (The
-// QApplication comes from plan_explorer_test.cpp's environment, in the same binary.)
+// Error bars in the GUI, offscreen: the timeline's axis ticks and legend, the shaded step
+// band; one scatter bar per frontier plan under one legend entry; bands drawn with a
+// calibrated profile and not with a datasheet one. (The QApplication comes from
+// plan_explorer_test.cpp's environment, in the same binary.)
 #include <gtest/gtest.h>
 
 #include <QApplication>

@@ -1,9 +1,7 @@
-// What a first-time user sees (issue 38's audit of gpt3-175b on 16 DGX A100): the plans
-// scatter fits its memory axis to the plans that fit and draws the device's memory as a
-// line (the plans that do not fit, up to terabytes, are an opt-in), with axis labels
-// drawn whole; the timeline zoomed out colours a merged block by the kind that fills
-// most of it; a simulation says how far it is. (The QApplication comes from
-// plan_explorer_test.cpp's environment, in the same binary.)
+// What a first-time user sees of gpt3-175b on 16 DGX A100: the scatter's memory axis fits
+// the plans that fit and draws the device's memory; a zoomed-out timeline block takes the
+// colour of the kind that fills most of it; a simulation says how far it is. (The
+// QApplication comes from plan_explorer_test.cpp's environment, in the same binary.)
 #include <gtest/gtest.h>
 
 #include <QApplication>

@@ -140,8 +140,8 @@ TEST(DeepSpeed, CostChangingOptionsTesselDoesNotModelAreRefusedByName) {
        "tensor_parallel.autotp_size: must be a whole number dividing the 8 GPUs, got 3"},
       {R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 2, "tp_overlap_comm": true}})",
        "tensor_parallel.tp_overlap_comm: tessel reads autotp_size only"},
-      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
-       "zero_optimization.zero_quantized_weights: ZeRO++"},
+      {R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})",
+       "zero_optimization.zero_quantized_gradients: ZeRO++"},
       {R"({"train_batch_size": 8, "some_new_option": 1})", "some_new_option: not an option tessel's reader knows"},
       {R"({"train_micro_batch_size_per_gpu": 16777216, "gradient_accumulation_steps": 16777216})",
        "train_batch_size: micro batch x accumulation x GPUs = "},
@@ -170,6 +170,31 @@ TEST(DeepSpeed, OnLocalCpuTheThreeBatchValuesGiveTheDataParallelDegree) {
       << error;
   const std::string malformed = error_of([&] { import_run(Engine::deepspeed, "{\"train_batch_size\": ", context); });
   EXPECT_NE(malformed.find("ds_config.json: malformed JSON"), std::string::npos) << malformed;
+}
+
+// docs/_tutorials/zeropp.md: qwZ "reduce[s] ZeRO parameter all-gather communication volume
+// by half from FP16 to INT8"; DeepSpeed applies it to stage 3's gathers, and it is written
+// back for DeepSpeed only (the other engines gather exactly, and say so).
+TEST(DeepSpeed, QuantizedWeightsReadAtStage3AndRoundTrip) {
+  const ImportContext context = dgx_h100(1);
+  const ImportedRun run = import_run(
+      Engine::deepspeed, R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
+      context);
+  EXPECT_TRUE(run.plan.parallel.zero_quantized_weights);
+  EXPECT_TRUE(test::any_line_contains(run.mapped, "parallel.zero_quantized_weights true"));
+  const ImportedRun stage2 = import_run(
+      Engine::deepspeed, R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zero_quantized_weights": true}})",
+      context);
+  EXPECT_FALSE(stage2.plan.parallel.zero_quantized_weights);
+  EXPECT_NE(std::find(stage2.ignored.begin(), stage2.ignored.end(), "zero_optimization.zero_quantized_weights"),
+            stage2.ignored.end());
+  const ExportedConfig exported = export_plan(Engine::deepspeed, run.plan);
+  EXPECT_TRUE(exported.not_expressible.empty());
+  EXPECT_EQ(import_run(Engine::deepspeed, exported.text, context).plan, run.plan) << exported.text;
+  for (Engine other : {Engine::megatron, Engine::torchtitan}) {
+    const ExportedConfig written = export_plan(other, run.plan);
+    EXPECT_TRUE(test::any_line_contains(written.not_expressible, "parallel.zero_quantized_weights")) << written.text;
+  }
 }
 
 TEST(DeepSpeed, RefusableOptionsSwitchedOffAreIgnored) {

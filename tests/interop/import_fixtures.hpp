@@ -66,6 +66,13 @@ inline ImportContext context_of(const Plan& plan) {
   return context;
 }
 
+// What export_plan wrote for `plan` (`exported`), read back by `engine`.
+inline ImportedRun read_back(Engine engine, const ExportedConfig& exported, const Plan& plan) {
+  ImportContext context = context_of(plan);
+  context.script_args = exported.script_args;
+  return import_run(engine, exported.text, context);
+}
+
 // The message of the tessel::Error `action` throws; `if_none` when it throws none.
 template <typename Action>
 std::string error_of(Action action, const std::string& if_none = "") {

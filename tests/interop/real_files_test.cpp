@@ -31,16 +31,18 @@ struct RealFile {
 };
 
 // The machines are those the files were written for (their launcher sizes); DeepSpeed's
-// configs name no model, so each is read with the model its example trains; a script that
+// configs name no model, so each is read with the model its example trains (as is NeMo's
+// Nemotron-4 15B recipe, whose tokenizer file is unnamed); a script that
 // needs arguments gets those its README gives (examples/academic_paper_scripts/detxoify_lm),
-// and torchtitan's config_registry.py the function its README trains (--config llama3_8b).
+// and torchtitan's config_registry.py the function its README trains (--config llama3_8b; qwen3's
+// the twin of qwen3_32b.toml).
 const RealFile kFiles[] = {
     {"megatron/train_gpt3_175b_distributed.sh", "dgx-a100", 128, "", "", ""},
-    {"megatron/train_llama3_8b_h100_fp8.sh", "dgx-h100", 1, "", "", "--fp8-param-gather: fp8 parameters"},
-    {"megatron/train_llama3_8b_fsdp_h100_fp8.sh", "dgx-h100", 1, "", "", "--fp8-param-gather: fp8 parameters"},
+    {"megatron/train_llama3_8b_h100_fp8.sh", "dgx-h100", 1, "", "", ""},
+    {"megatron/train_llama3_8b_fsdp_h100_fp8.sh", "dgx-h100", 1, "", "", ""},
     {"megatron/train_mixtral_8x7b_distributed.sh", "dgx-h100", 8, "", "", ""},
     {"megatron/finetune_gpt_distributed-1.3b.sh", "dgx-a100", 2, "", "selfgeneration/unconditional_generation_gpt3-1.3b/2333.annotated.nontoxic_text_document gpt3-1.3b-toy-example-lr-2e-5-bs-512 2e-5 512 78 checkpoints/gpt3/gpt3-1.3b", ""},
-    {"megatron/gptoss_02_train.sh", "dgx-h100", 1, "", "", "--fp8-param-gather: fp8 parameters"},
+    {"megatron/gptoss_02_train.sh", "dgx-h100", 1, "", "", "--pipeline-model-parallel-size 8: 12 layers"},
     {"megatron/mamba_train.sh", "dgx-h100", 1, "", "", "--hybrid-layer-pattern"},
     {"nemo/gpt3_126m.yaml", "dgx-a100", 1, "", "", ""},
     {"nemo/gpt3_5b.yaml", "dgx-a100", 2, "", "", ""},
@@ -51,8 +53,8 @@ const RealFile kFiles[] = {
     {"nemo/llama_llama3_1_405b.yaml", "dgx-h100", 72, "", "", ""},
     {"nemo/mistral_mistral_7b.yaml", "dgx-h100", 1, "", "", ""},
     {"nemo/mixtral_mixtral_8x7b.yaml", "dgx-h100", 8, "", "", ""},
-    {"nemo/nemotron_nemotron_15b.yaml", "dgx-h100", 8, "", "", "model.activation: tessel models gelu and swiglu"},
-    {"nemo/nemotron_nemotron_340b.yaml", "dgx-h100", 96, "", "", "model.activation: tessel models gelu and swiglu"},
+    {"nemo/nemotron_nemotron_15b.yaml", "dgx-h100", 8, "nemotron4-15b", "", ""},
+    {"nemo/nemotron_nemotron_340b.yaml", "dgx-h100", 96, "", "", ""},
     {"deepspeed/ds_config_fp16_z0.json", "dgx-a100", 1, "gpt2-350m", "", ""},
     {"deepspeed/ds_config_fp16_z1.json", "dgx-a100", 1, "gpt2-350m", "", ""},
     {"deepspeed/ds_config_fp16_z2.json", "dgx-a100", 1, "gpt2-350m", "", ""},
@@ -60,18 +62,19 @@ const RealFile kFiles[] = {
     {"deepspeed/ds_config_z2.json", "dgx-a100", 1, "gpt2-350m", "", ""},
     {"deepspeed/ds_config_z3.json", "dgx-a100", 1, "gpt2-350m", "", ""},
     {"deepspeed/bf16_master_weight_baseline.json", "dgx-h100", 1, "gpt2-350m", "", ""},
-    {"deepspeed/bf16_master_weight_bf16_full.json", "dgx-h100", 1, "gpt2-350m", "", "torch_autocast: torch autocast"},
+    {"deepspeed/bf16_master_weight_bf16_full.json", "dgx-h100", 1, "gpt2-350m", "", "torch_autocast: torch.autocast keeps fp32 parameters and gradients"},
     {"deepspeed/tensor_parallel_ds_config.json", "dgx-h100", 1, "llama2-7b", "", ""},
     {"deepspeed/zf_config.json", "dgx-h100", 1, "llama2-7b", "", "zero_optimization.zenflow: ZenFlow's top-k gradient selection"},
     {"torchtitan/llama3_debug_model.toml", "dgx-h100", 1, "", "", "activation_checkpoint.selective_ac_option"},
     {"torchtitan/llama3_8b.toml", "dgx-h100", 1, "", "", ""},
     {"torchtitan/llama3_70b.toml", "dgx-h100", 8, "", "", ""},
-    {"torchtitan/llama3_405b.toml", "dgx-h100", 64, "", "", "enable_fsdp_float8_all_gather"},
+    {"torchtitan/llama3_405b.toml", "dgx-h100", 64, "", "", ""},
     {"torchtitan/qwen3_0.6b.toml", "dgx-h100", 1, "", "", "model.name: 'qwen3' (flavor 0.6B): Qwen3 normalises each head's query and key"},
     {"torchtitan/qwen3_32b.toml", "dgx-h100", 8, "", "", "model.name: 'qwen3' (flavor 32B): Qwen3 normalises each head's query and key"},
     {"torchtitan/llama4_17bx16e.toml", "dgx-h100", 8, "", "", "model.name: 'llama4' (flavor 17bx16e): Llama 4's flavors attend block-causally"},
     {"torchtitan/deepseek_v3_16b.toml", "dgx-h100", 8, "", "", "model.name: 'deepseek_v3' (flavor 16B): DeepSeek-V3's multi-head latent attention"},
     {"torchtitan/llama3_config_registry.py", "dgx-h100", 1, "", "llama3_8b", ""},
+    {"torchtitan/qwen3_config_registry.py", "dgx-h100", 8, "", "qwen3_32b", "model.name: 'qwen3' (flavor 32B): Qwen3 normalises each head's query and key"},
 };
 
 // Imports `file` and returns "" or the refusal's message.

@@ -154,7 +154,7 @@ TEST(RoundTrip, AnUnevenPipelineSplitThroughMegatronAndIntoTorchtitan) {
   const std::string script = export_plan(Engine::megatron, plan).text;
   EXPECT_NE(script.find("--decoder-first-pipeline-num-layers 15"), std::string::npos) << script;
   EXPECT_NE(script.find("--decoder-last-pipeline-num-layers 15"), std::string::npos) << script;
-  const std::string toml = export_plan(Engine::torchtitan, plan).text;
+  const std::string toml = export_plan(Engine::torchtitan, plan, TorchtitanForm::toml).text;
   EXPECT_NE(toml.find("pipeline_parallel_first_stage_less_layers = 1"), std::string::npos) << toml;
   EXPECT_NE(toml.find("pipeline_parallel_last_stage_less_layers = 1"), std::string::npos) << toml;
   EXPECT_THROW(export_plan(Engine::nemo, plan), Error);
@@ -186,7 +186,7 @@ TEST(RoundTrip, AnUnevenInterleavedSplitIntoTorchtitanAndRefusedForMegatronAndNe
                    "schedule": "interleaved", "virtual_stages": 2}})"),
                               "");
   plan.validate();
-  const std::string toml = export_plan(Engine::torchtitan, plan).text;
+  const std::string toml = export_plan(Engine::torchtitan, plan, TorchtitanForm::toml).text;
   EXPECT_NE(toml.find("pipeline_parallel_layers_per_stage = 8"), std::string::npos) << toml;
   EXPECT_NE(toml.find("pipeline_parallel_first_stage_less_layers = 1"), std::string::npos) << toml;
   EXPECT_NE(toml.find("pipeline_parallel_last_stage_less_layers = 1"), std::string::npos) << toml;

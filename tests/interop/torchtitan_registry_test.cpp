@@ -1,10 +1,12 @@
 // torchtitan's config_registry.py (its train configs since February 2026) read without
 // running Python: the function torchtitan's --config names, as the TOML job config it
-// describes. tests/interop/real/torchtitan/ holds llama3's registry and the TOML files of
-// the release before it, so each function is held to its TOML twin where there is one.
+// describes. tests/interop/real/torchtitan/ holds llama3's and qwen3's registries and the TOML
+// files of the release before, so each function is held to its TOML twin where there is one.
 #include <gtest/gtest.h>
 
 #include <regex>
+
+#include <fmt/format.h>
 
 #include "import_fixtures.hpp"
 #include "tessel/core/error.hpp"
@@ -109,13 +111,10 @@ TEST(TorchtitanRegistry, ComputedOrMalformedValuesAreOneLineErrors) {
       {"    return Trainer.Config(model_spec=model_registry(\"8B\"), fault_tolerance=FTConfig())\n",
        "Trainer.Config.fault_tolerance: not an option tessel's reader knows"},
       {"    return Trainer.Config(model_spec=model_registry(\"8B\"), parallelism=ParallelismConfig("
-       "spmd_backend=\"spmd_types\"))\n",
-       "parallelism.spmd_backend"},
+       "spmd_backend=\"simple_fsdp\"))\n",
+       "parallelism.spmd_backend: 'simple_fsdp' is not a backend torchtitan runs (spmd_types, partial_dtensor"},
       {"    return Trainer.Config(" + std::string(40, '(') + ")\n", "brackets nested more than 32 deep"},
       {"    print(1)\n", "job(), line 4: a statement tessel does not read"},
-      {"    return Trainer.Config(model_spec=model_registry(\"8B\", converters=[Float8LinearConverter.Config("
-       "enable_fsdp_float8_all_gather=True)]))\n",
-       "Trainer.Config.model_spec.converters.enable_fsdp_float8_all_gather: fp8 parameter all-gathers"},
       {"    return Trainer.Config(model_spec=model_registry(\"8B\", converters=[LoRAConverter.Config(rank=8)]))\n",
        "'LoRAConverter.Config' is not modelled"},
       {"    return make()\n", "job(): does not return Trainer.Config(...)"},
@@ -137,6 +136,42 @@ TEST(TorchtitanRegistry, ComputedOrMalformedValuesAreOneLineErrors) {
     read_registry("job", "dgx-h100", 1, "def job() -> Trainer.Config:\n    return Trainer.Config()\n");
   });
   EXPECT_NE(no_family.find("from .model import: the model family is not named"), std::string::npos) << no_family;
+}
+
+// spmd_backend picks how torchtitan holds sharded tensors, not what runs: each of its values
+// reads as the plan the function gives without it, said in one mapped line. Context
+// parallelism under partial_dtensor is refused, as torchtitan refuses it.
+TEST(TorchtitanRegistry, SpmdBackendKeepsTheLayoutItRuns) {
+  const std::string real = test::real_file(kRegistry);
+  for (const char* base : {"llama3_8b", "llama3_70b"}) {
+    const Plan without = read_registry(base).plan;
+    for (const char* backend : {"spmd_types", "partial_dtensor", "default", "full_dtensor"}) {
+      const std::string derived = fmt::format("\n\ndef job() -> Trainer.Config:\n    config = {}()\n"
+                                              "    config.parallelism.spmd_backend = \"{}\"\n    return config\n",
+                                              base, backend);
+      const ImportedRun run = read_registry("job", "dgx-h100", 8, real + derived);
+      EXPECT_EQ(run.plan, without) << base << " " << backend;
+      EXPECT_TRUE(test::any_line_contains(run.mapped, std::string("parallelism.spmd_backend = ") + backend + " -> ")) << backend;
+    }
+  }
+  const std::string cp = "\n\ndef job() -> Trainer.Config:\n    config = llama3_8b()\n"
+                         "    config.parallelism.context_parallel_degree = 2\n"
+                         "    config.parallelism.spmd_backend = \"BACKEND\"\n    return config\n";
+  auto with_backend = [&](const std::string& backend) {
+    return real + std::regex_replace(cp, std::regex("BACKEND"), backend);
+  };
+  EXPECT_EQ(read_registry("job", "dgx-h100", 8, with_backend("spmd_types")).plan.parallel.sp, 2);
+  EXPECT_EQ(test::error_of([&] { read_registry("job", "dgx-h100", 8, with_backend("partial_dtensor")); }),
+            "config_registry.py: parallelism.spmd_backend: partial_dtensor with context_parallel_degree 2: "
+            "torchtitan runs context parallelism only under spmd_types");
+  // qwen3's registry sets it in three functions: each is refused by what it computes, never by it.
+  const std::string qwen3 = test::real_file("torchtitan/qwen3_config_registry.py");
+  for (const char* function :
+       {"qwen3_debugmodel_nvfp4", "qwen3_debugmodel_first_85_pct_layers_nvfp4", "qwen3_8b_first_85_pct_layers_nvfp4"}) {
+    const std::string error = test::error_of([&] { read_registry(function, "dgx-h100", 8, qwen3); });
+    EXPECT_NE(error, "") << function;
+    EXPECT_EQ(error.find("spmd_backend"), std::string::npos) << function << ": " << error;
+  }
 }
 
 // A file cut anywhere (a download that stopped, a paste) is read or refused in one line.

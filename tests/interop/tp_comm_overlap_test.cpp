@@ -95,7 +95,7 @@ TEST(TpCommOverlap, EnginesThatCannotSayItNoteItAndWriteThePlanWithout) {
     const ExportedConfig exported = export_plan(engine, plan);
     EXPECT_TRUE(test::any_line_contains(exported.not_expressible, "parallel.tp_comm_overlap true"))
         << ::testing::PrintToString(exported.not_expressible);
-    EXPECT_FALSE(import_run(engine, exported.text, test::context_of(plan)).plan.parallel.tp_comm_overlap);
+    EXPECT_FALSE(test::read_back(engine, exported, plan).plan.parallel.tp_comm_overlap);
   }
 }
 

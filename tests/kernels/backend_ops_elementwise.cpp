@@ -1,9 +1,7 @@
-// Op-table cases for data movement and element-wise ops. Shapes are small but odd
-// (not multiples of a warp or a vector width) so that a kernel's tail handling is
-// exercised; strided copies leave gaps that start random, not poisoned, because the
-// op must leave them as they were. The device shapes add rows of 768 (whole 128-bit
-// chunks) and views one element past an allocation (no 16-byte alignment), the two
-// other paths of the GPU's chunked kernels.
+// Op-table cases for data movement and element-wise ops. Shapes are small but odd (not
+// multiples of a warp or a vector width) to exercise kernels' tails; strided copies leave
+// gaps random, not poisoned, since the op must leave them as they were. Device shapes add
+// rows of 768 (whole 128-bit chunks) and views one element past an allocation (unaligned).
 #include "backend_ops_cases.hpp"
 
 namespace tessel::kernels::ops_test {

@@ -1,11 +1,7 @@
-// The harness of the op-table test (backend_ops_test.cpp): one run of one Backend op on
-// one backend. The same seed draws the same input values on every backend (in fp32, then
-// stored in the tensor's element type), so a run on the CPU and a run on another backend
-// (or the CPU in another storage type) see the same problem. Every tensor lives in the
-// backend's own memory and moves through upload/download only, so the harness runs
-// unchanged on a GPU. Pure outputs are poisoned with NaN before the op runs: an element
-// the op forgets to write stays NaN and fails the comparison. Outputs the op accumulates
-// into (+=) start from random values instead, and are compared too.
+// The harness of the op-table test (backend_ops_test.cpp): one run of one Backend op on one
+// backend, inputs drawn from the same seed on every backend and moved through upload and
+// download only (so it runs unchanged on a GPU). Pure outputs are poisoned with NaN first,
+// so an element the op forgets stays NaN and fails; accumulated (+=) outputs start random.
 #pragma once
 
 #include <cstdint>

@@ -13,7 +13,7 @@
 namespace tessel::kernels::ops_test {
 
 namespace {
-constexpr int kRows = 9, kCols = 37;
+constexpr int kLinearRows = 9, kLinearCols = 37;
 
 // Rows x columns the norm cases run on: the small odd shape everywhere, and on a device
 // 16K rows of a width of whole 16-byte chunks (256) and a width with a tail (1001).
@@ -23,7 +23,7 @@ struct RowShape {
 };
 template <class Case>
 void for_each_row_shape(const OpRun& r, Case run_case) {
-  std::vector<RowShape> shapes{{kRows, kCols, ""}};
+  std::vector<RowShape> shapes{{kLinearRows, kLinearCols, ""}};
   if (r.device_shapes()) shapes.insert(shapes.end(), {{16384, 256, "rows16k."}, {333, 1001, "tail."}});
   for (const RowShape& shape : shapes)
     run_case(shape.rows, shape.cols, std::int64_t(shape.rows) * shape.cols, std::string(shape.tag));

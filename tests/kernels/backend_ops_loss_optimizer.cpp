@@ -1,9 +1,7 @@
-// Op-table cases for the LM head, the embedding and the optimizers. Token ids and targets
-// include ids outside this rank's vocabulary shard (they must give zero rows and no
-// gradient) and repeats (the embedding backward sums them in token order); the
-// cross-entropy shards come whole, padded and all padding. Segment tables
-// hold more segments than a GPU launch takes at once, an empty one, and ones longer than
-// a block, so chunking and partial sums are exercised.
+// Op-table cases for the LM head, the embedding and the optimizers. Token ids include ids
+// outside this rank's vocabulary shard (zero rows, no gradient) and repeats (summed in
+// token order); cross-entropy shards come whole, padded and all padding; segment tables
+// hold more segments than one GPU launch takes, an empty one, and ones longer than a block.
 #include <cmath>
 
 #include "backend_ops_cases.hpp"
@@ -11,8 +9,8 @@
 namespace tessel::kernels::ops_test {
 
 namespace {
-constexpr int kRows = 10, kVocabCols = 301, kVocabStart = 500;
-constexpr std::int64_t kLogits = std::int64_t(kRows) * kVocabCols;
+constexpr int kLossRows = 10, kVocabCols = 301, kVocabStart = 500;
+constexpr std::int64_t kLogits = std::int64_t(kLossRows) * kVocabCols;
 // The padded variants: the shard's last 13 columns are vocabulary padding (the executor
 // pads the table so GEMM widths suit the device); "empty.": a shard of padding only.
 struct Shard {
@@ -22,13 +20,13 @@ struct Shard {
 constexpr Shard kShards[] = {{kVocabCols, ""}, {kVocabCols - 13, "padded."}, {0, "empty."}};
 
 // Targets mostly inside [kVocabStart, kVocabStart + kVocabCols), some outside.
-std::int32_t* targets(OpRun& r) { return r.tokens(kRows, kVocabStart - 40, kVocabStart + kVocabCols + 40); }
+std::int32_t* targets(OpRun& r) { return r.tokens(kLossRows, kVocabStart - 40, kVocabStart + kVocabCols + 40); }
 }  // namespace
 
 void run_cross_entropy_max(OpRun& r) {
   for (const Shard& shard : kShards) {
     const CRef logits = r.in(kLogits, -6.0f, 6.0f);
-    r.backend().cross_entropy_max(r.stream(), logits, r.out_f32(std::string(shard.tag) + "row_max", kRows), kRows,
+    r.backend().cross_entropy_max(r.stream(), logits, r.out_f32(std::string(shard.tag) + "row_max", kLossRows), kLossRows,
                                   kVocabCols, shard.valid_cols);
   }
 }
@@ -39,9 +37,9 @@ void run_cross_entropy_sums(OpRun& r) {
     const CRef logits = r.in(kLogits, -6.0f, 6.0f);
     const std::int32_t* target = targets(r);
     // A shared maximum from other ranks may exceed this block's: draw it above the logits.
-    const float* row_max = r.in_f32(kRows, 6.0f, 7.0f);
-    r.backend().cross_entropy_sums(r.stream(), logits, target, row_max, r.out_f32(tag + "sum_exp", kRows),
-                                   r.out_f32(tag + "target_logit", kRows), kRows, kVocabCols, shard.valid_cols,
+    const float* row_max = r.in_f32(kLossRows, 6.0f, 7.0f);
+    r.backend().cross_entropy_sums(r.stream(), logits, target, row_max, r.out_f32(tag + "sum_exp", kLossRows),
+                                   r.out_f32(tag + "target_logit", kLossRows), kLossRows, kVocabCols, shard.valid_cols,
                                    kVocabStart);
   }
 }
@@ -60,11 +58,11 @@ void run_cross_entropy_backward(OpRun& r) {
   for (const Shard& shard : kShards) {
     const CRef logits = r.in(kLogits, -6.0f, 6.0f);
     const std::int32_t* target = targets(r);
-    const float* row_max = r.in_f32(kRows, 6.0f, 7.0f);
-    const float* sum_exp = r.in_f32(kRows, 20.0f, 40.0f);
+    const float* row_max = r.in_f32(kLossRows, 6.0f, 7.0f);
+    const float* sum_exp = r.in_f32(kLossRows, 20.0f, 40.0f);
     r.backend().cross_entropy_backward(r.stream(), logits, target, row_max, sum_exp,
-                                       r.out(std::string(shard.tag) + "dlogits", kLogits), kRows, kVocabCols,
-                                       shard.valid_cols, kVocabStart, 1.0f / kRows);
+                                       r.out(std::string(shard.tag) + "dlogits", kLogits), kLossRows, kVocabCols,
+                                       shard.valid_cols, kVocabStart, 1.0f / kLossRows);
   }
 }
 
@@ -90,8 +88,8 @@ void fused_case(OpRun& r, const std::string& tag, int rows, int cols, int valid_
 void run_cross_entropy_fused(OpRun& r) {
   // An odd width (no whole number of 16-byte vectors: the elementwise path), whole and
   // padded; then a width of whole vectors in every type (the vector path), padded.
-  fused_case(r, "", kRows, kVocabCols, kVocabCols);
-  fused_case(r, "padded.", kRows, kVocabCols, kVocabCols - 13);
+  fused_case(r, "", kLossRows, kVocabCols, kVocabCols);
+  fused_case(r, "padded.", kLossRows, kVocabCols, kVocabCols - 13);
   fused_case(r, "vectors.", 7, 256, 250);
   if (!r.device_shapes()) return;
   // GPT-2's head on one GPU: 50,257 tokens padded to 50,304 (393 x 128), 2048 rows, in

@@ -1,10 +1,8 @@
 // Every Backend op against the CPU reference (the idea of ggml's test-backend-ops): ONE
 // table lists each kernel op of backend.hpp with its tolerance per element type and the
-// case that builds its inputs (backend_ops_cases.hpp). An op runs on the CPU and on a
-// second backend from the same seed, outputs poisoned first, and every output is compared
-// by the norm-wise relative difference (backend_ops_harness.hpp). Used by
-// backend_ops_test.cpp (the CPU in bf16 storage, here) and backend_ops_cuda_test.cpp (the
-// CUDA backend in fp32, bf16 and fp16, on a GPU machine, with the device shapes too).
+// case that builds its inputs; outputs are compared by norm-wise relative difference. Used
+// by backend_ops_test.cpp (CPU in bf16 storage) and backend_ops_cuda_test.cpp (CUDA in
+// fp32, bf16 and fp16, on a GPU machine, with the device shapes too).
 #pragma once
 
 #include <gtest/gtest.h>

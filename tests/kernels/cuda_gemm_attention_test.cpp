@@ -1,14 +1,8 @@
-// The CUDA backend's GEMMs (every transpose and epilogue, batched) and attention ops
-// (materialised softmax, attention_delta, the fused forward/backward with merges over key
-// blocks and position offsets) against the CPU reference backend, fed the same bytes:
-// fp32 to 1e-5, bf16 to 2e-2, relative to max(1, |reference|); the GEMM precision modes
-// with their own bounds: TF32 1e-2 (10 mantissa bits per input, and the device may
-// truncate where the CPU rounds), fp8 inputs 1e-3 into fp32 (fp8 tensor cores add partial
-// sums at reduced precision between promotions), 2e-2 into bf16. Each GPU op runs twice
-// from the same inputs and must give the same bits. The fused attention runs on cuDNN
-// where it loads and takes the shape, else on tessel's flash kernel (both are checked).
-// Skipped without a CUDA device; the fp8 GEMMs also where the device has no fp8 tensor
-// cores (cuda_device_has_fp8).
+// The CUDA backend's GEMMs (every transpose, epilogue, batched) and attention ops (the
+// materialised softmax, attention_delta, the fused forward/backward on cuDNN where it takes
+// the shape, else tessel's flash kernel) against the CPU backend fed the same bytes; each
+// GPU op run twice must give the same bits. Skipped without a CUDA device (fp8 GEMMs also
+// without fp8 tensor cores); the tolerances and why are below.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -27,6 +21,11 @@
 #include "tessel/core/error.hpp"
 #include "tessel/kernels/backend.hpp"
 #include "tessel/kernels/numeric.hpp"
+
+// Tolerances: fp32 to 1e-5, bf16 to 2e-2, relative to max(1, |reference|); the GEMM
+// precision modes have their own bounds: TF32 1e-2 (10 mantissa bits per input, and the device may
+// truncate where the CPU rounds), fp8 inputs 1e-3 into fp32 (fp8 tensor cores add partial
+// sums at reduced precision between promotions), 2e-2 into bf16.
 
 using namespace tessel;
 using namespace tessel::kernels;

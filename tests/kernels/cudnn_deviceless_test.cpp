@@ -1,11 +1,8 @@
-// cuDNN's own verdict on tessel's SDPA graphs for an H100, on a machine without a GPU:
-// cuDNN 9.8+ builds plans for a device described in JSON (deviceless compilation). With
-// the CUDA toolkit's stub driver standing in for libcuda, heuristics must find engines for
-// the forward and backward graphs and NVRTC must compile them; only loading the kernels
-// into the stub driver may fail. A graph cuDNN's SDPA engines do not take (probabilities
-// left in fp32) gets no engine at all, which shows the check discriminates. Its own
-// program: the stub driver stays loaded in the process. Skipped where a real driver is
-// present (the GPU tests build real plans there) or cuDNN 9.8+ or the stub is missing.
+// cuDNN's own verdict on tessel's SDPA graphs for an H100 without a GPU (cuDNN 9.8+'s
+// deviceless compilation, the toolkit's stub driver standing in for libcuda): heuristics
+// find engines and NVRTC compiles them for the forward and backward graphs, while a graph
+// cuDNN's engines do not take gets none. Its own program (the stub driver stays loaded);
+// skipped with a real driver, or without cuDNN 9.8+ or the stub.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 

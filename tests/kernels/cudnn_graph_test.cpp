@@ -1,9 +1,7 @@
-// The cuDNN SDPA graphs as data (kernels/src/cuda/cudnn_graph.cpp), on the CPU: their
-// structure (uids, one producer per virtual tensor, strides that fit the dims of every
-// tensor in memory, the causal mask's direction, the masked value per cuDNN version), and
-// their meaning: a small interpreter runs each graph node by node, through the very dims
-// and strides cuDNN would be given (K as K^T, the transposing reshapes), and the result
-// must equal the CPU backend's attention_forward / attention_backward.
+// The cuDNN SDPA graphs as data (cudnn_graph.cpp), on the CPU: their structure (uids, one
+// producer per virtual tensor, strides that fit, the causal mask's direction, the masked
+// value per version) and their meaning: a small interpreter runs each graph node by node
+// through the dims and strides cuDNN would get, and must equal the CPU backend's attention.
 #include <gtest/gtest.h>
 
 #include <algorithm>

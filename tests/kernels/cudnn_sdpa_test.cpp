@@ -1,12 +1,8 @@
-// cuDNN's fused attention path (kernels/src/cuda/cudnn_sdpa.cpp, cudnn_api.cpp) without a
-// GPU: through a fake cuDNN that checks every backend API call against the API's rules
-// (fake_cudnn.hpp) the forward and backward emit valid graphs, bind every tensor, carve
-// and accumulate the gradients backend.hpp adds, cache their plans and free every
-// descriptor; each failure (no library, a library without cuDNN, an old or buggy
-// version, no handle, no engine, no plan, a failed execution, no workspace) and each shape
-// cuDNN is not given comes back as "not supported: <why>". Where a cuDNN 9.8+ library is
-// installed, the graphs are also emitted into the real one, which validates every
-// descriptor as it is finalized.
+// cuDNN's fused attention path (cudnn_sdpa.cpp, cudnn_api.cpp) without a GPU, through a
+// fake cuDNN that checks every backend API call (fake_cudnn.hpp): valid graphs, every
+// tensor bound, plans cached, descriptors freed; each failure and each shape cuDNN is not
+// given comes back as "not supported: <why>". With cuDNN 9.8+ installed, the graphs are
+// also emitted into the real library, which validates every descriptor as it is finalized.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -51,7 +47,7 @@ struct Hooks {
   }
 };
 
-void* const kStream = reinterpret_cast<void*>(std::uintptr_t(0x5700));
+void* const kFakeStream = reinterpret_cast<void*>(std::uintptr_t(0x5700));
 
 struct Tensors {
   Memory memory;
@@ -85,12 +81,12 @@ TEST(CudnnSdpa, ForwardEmitsAValidGraphBindsItsTensorsAndCachesThePlan) {
     CudnnSdpa sdpa(fake.api(), 90, hooks.make());
     ASSERT_EQ(sdpa.unavailable(), "");
     const Attention a = t.forward();
-    const SdpaOutcome outcome = sdpa.forward(kStream, a);
+    const SdpaOutcome outcome = sdpa.forward(kFakeStream, a);
     ASSERT_TRUE(outcome.ran) << outcome.note;
     ASSERT_TRUE(fake.violations.empty()) << fake.violations.front();
     // The first engine config does not finalize (a knob), the second becomes the plan.
     EXPECT_EQ(outcome.note, "cudnn 9.19.0 engine 1 (heuristics mode A, config 2 of 2)");
-    EXPECT_EQ(fake.stream, kStream);
+    EXPECT_EQ(fake.stream, kFakeStream);
     EXPECT_EQ(fake.pointer_of(cudnn::uid::q), a.q.data);
     EXPECT_EQ(fake.pointer_of(cudnn::uid::k), a.k.data);  // read as K^T
     EXPECT_EQ(fake.pointer_of(cudnn::uid::v), a.v.data);
@@ -101,12 +97,12 @@ TEST(CudnnSdpa, ForwardEmitsAValidGraphBindsItsTensorsAndCachesThePlan) {
     EXPECT_EQ(fake.pack_workspace, hooks.workspace_memory.at(0));
     EXPECT_EQ(hooks.workspace_bytes, 4096u);
     // The same shape again: no new graph or plan; another scale is another plan.
-    EXPECT_TRUE(sdpa.forward(kStream, a).ran);
+    EXPECT_TRUE(sdpa.forward(kFakeStream, a).ran);
     EXPECT_EQ(fake.graphs, 1);
     EXPECT_EQ(fake.executions, 2);
     Attention rescaled = a;
     rescaled.scale = 0.25f;
-    EXPECT_TRUE(sdpa.forward(kStream, rescaled).ran);
+    EXPECT_TRUE(sdpa.forward(kFakeStream, rescaled).ran);
     EXPECT_EQ(fake.graphs, 2);
     EXPECT_TRUE(hooks.added.empty());
   }
@@ -122,7 +118,7 @@ TEST(CudnnSdpa, BackwardWritesOrAccumulatesAsBackendHppSays) {
     Tensors t;
     CudnnSdpa sdpa(fake.api(), 90, hooks.make());
     const AttentionGrad g = t.backward(accumulate_kv);
-    const SdpaOutcome outcome = sdpa.backward(kStream, g);
+    const SdpaOutcome outcome = sdpa.backward(kFakeStream, g);
     ASSERT_TRUE(outcome.ran) << outcome.note;
     ASSERT_TRUE(fake.violations.empty()) << fake.violations.front();
     ASSERT_EQ(fake.pack_uids.size(), 13u);
@@ -166,7 +162,7 @@ TEST(CudnnSdpa, EachFailureComesBackAsNotSupported) {
   Hooks hooks;
   const auto outcome = [&](fake::FakeCudnn& fake) {
     CudnnSdpa sdpa(fake.api(), 90, hooks.make());
-    return sdpa.forward(kStream, t.forward()).note;
+    return sdpa.forward(kFakeStream, t.forward()).note;
   };
   {
     fake::FakeCudnn fake;
@@ -188,10 +184,10 @@ TEST(CudnnSdpa, EachFailureComesBackAsNotSupported) {
     fake::FakeCudnn fake;
     fake.engines = 0;
     CudnnSdpa sdpa(fake.api(), 90, hooks.make());
-    const std::string first = sdpa.forward(kStream, t.forward()).note;
+    const std::string first = sdpa.forward(kFakeStream, t.forward()).note;
     EXPECT_EQ(first, "not supported: heuristics offered no engine (modes A and fallback)");
     EXPECT_EQ(fake.heuristics_queries, 2);
-    EXPECT_EQ(sdpa.forward(kStream, t.forward()).note, first);
+    EXPECT_EQ(sdpa.forward(kFakeStream, t.forward()).note, first);
     EXPECT_EQ(fake.heuristics_queries, 2) << "a refused shape is remembered, not asked again";
     EXPECT_TRUE(fake.violations.empty());
   }
@@ -273,10 +269,10 @@ TEST(CudnnSdpa, LoadingFailsCleanlyWithoutCudnn) {
   CudnnSdpa missing("libtessel-no-such-cudnn.so.9", 90, hooks.make());
   EXPECT_TRUE(starts_with(missing.unavailable(), "not supported: dlopen(libtessel-no-such-cudnn.so.9) failed"))
       << missing.unavailable();
-  const SdpaOutcome outcome = missing.forward(kStream, t.forward());
+  const SdpaOutcome outcome = missing.forward(kFakeStream, t.forward());
   EXPECT_FALSE(outcome.ran);
   EXPECT_EQ(outcome.note, missing.unavailable());
-  EXPECT_EQ(missing.backward(kStream, t.backward(true)).note, missing.unavailable());
+  EXPECT_EQ(missing.backward(kFakeStream, t.backward(true)).note, missing.unavailable());
   CudnnSdpa not_cudnn("libc.so.6", 90, hooks.make());
   EXPECT_EQ(not_cudnn.unavailable(), "not supported: libc.so.6 lacks cudnnGetVersion");
   EXPECT_TRUE(hooks.added.empty());
@@ -343,7 +339,7 @@ TEST(CudnnSdpa, InstalledCudnnWithoutAGpuIsNotSupported) {
   Tensors t;
   CudnnSdpa sdpa(path, 90, hooks.make());
   EXPECT_TRUE(starts_with(sdpa.unavailable(), "not supported: cudnnCreate failed")) << sdpa.unavailable();
-  EXPECT_EQ(sdpa.forward(kStream, t.forward()).note, sdpa.unavailable());
+  EXPECT_EQ(sdpa.forward(kFakeStream, t.forward()).note, sdpa.unavailable());
 }
 
 }  // namespace

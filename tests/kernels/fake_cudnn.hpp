@@ -1,11 +1,7 @@
 // A fake cuDNN backend API for the tests of cudnn_api.cpp and cudnn_sdpa.cpp: it keeps
-// every descriptor and checks each call against the backend API's rules as cuDNN's
-// reference states them (the attribute's type and element count per descriptor type,
-// referenced descriptors finalized and of the right kind, required attributes present at
-// finalize, tensor strides that fit their dims, one producer per virtual tensor and unique
-// uids in an operation graph, a variant pack naming exactly the graph's non-virtual
-// tensors). Every broken rule is recorded in `violations` and answered with an error
-// status. Knobs set the version, the heuristics' answer and failures to inject.
+// every descriptor, checks each call against the API's rules as cuDNN's reference states
+// them (listed below), records every broken rule in `violations` and answers it with an
+// error status. Knobs set the version, the heuristics' answer and failures to inject.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +12,11 @@
 #include <vector>
 
 #include "cudnn_api.hpp"
+
+// The rules: the attribute's type and element count per descriptor type, referenced
+// descriptors finalized and of the right kind, required attributes present at finalize,
+// tensor strides that fit their dims, one producer per virtual tensor and unique uids in
+// an operation graph, a variant pack naming exactly the graph's non-virtual tensors.
 
 namespace tessel::kernels::cuda::fake {
 

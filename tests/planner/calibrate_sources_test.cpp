@@ -1,9 +1,8 @@
-// Calibration judged source by source: a source's own level is its effect, not the shared
-// parameters; every source is predicted by a fit that never saw it; a parameter only one
-// source moves is not identified and stays at the profile's value; a fit that predicts
-// unseen sources worse than the profile is refused; a GPU fit stops at what the hardware
-// allows and says so; the band weighs every source the same. Synthetic sources are real
-// plans "measured" at tessel's own estimate under known parameters (synthetic_runs.hpp).
+// Calibration judged source by source: a source's level is its effect, not the shared
+// parameters; each source is predicted by a fit that never saw it; a parameter only one
+// source moves stays at the profile's value; a fit worse on unseen sources is refused; a
+// GPU fit stops at the hardware's limit; the band weighs every source the same. Synthetic
+// sources are real plans "measured" at tessel's estimate under known parameters.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -302,9 +302,9 @@ TEST(PublishedRuns, TheCorpusLoadsAndEveryPriceableRowHasAPositiveMeasuredStepTi
     const double step_s = measured_step_time_s(run, model);
     EXPECT_TRUE(step_s > 0 && std::isfinite(step_s)) << run.id;
   }
-  // corpus/README: A100 80GB 138 + A100 40GB 93 + H100 94 bf16 + H100 25 fp8 calibration
+  // corpus/README: A100 80GB 138 + A100 40GB 101 + H100 119 bf16 + H100 25 fp8 calibration
   // rows, plus held-out ones
-  EXPECT_EQ(priceable, 138 + 93 + 94 + 25 + 57);
+  EXPECT_EQ(priceable, 138 + 101 + 119 + 25 + 57);
   EXPECT_EQ(fp8_calibration, 25);  // 7 llm-foundry, 14 torchtitan, 4 OLMo-core
   // Narayanan 10, Korthikanti 8, dgxc 16 bf16 + 16 fp8, Megatron README 1, MT-NLG 3, Nemotron-4 340B 3
   EXPECT_EQ(held_out, 57);

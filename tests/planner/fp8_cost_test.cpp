@@ -18,10 +18,11 @@ using namespace tessel::planner;
 
 namespace {
 CostModel model_on(const std::string& model, const std::string& cluster, Precision precision, int nodes = 1,
-                   int global_batch = 64) {
+                   int global_batch = 64, bool fp8_parameters = false) {
   TrainSpec train;
   train.global_batch = global_batch;
   train.precision = precision;
+  train.fp8_param_gather = fp8_parameters;
   const ClusterSpec spec = resolve_cluster(cluster);
   return CostModel(resolve_model(model), train, spec, nodes, spec.gpus_per_node, profiles::shipped_profile(spec.device));
 }
@@ -235,4 +236,37 @@ TEST(Fp8, GridTensorModesAreRejectedAndOneDimensionalOnesPriced) {
   EXPECT_GT(one_d.mfu, 0);
   // MFU is measured against the peak of the precision the GEMMs run at (fp8's).
   EXPECT_NEAR(one_d.mfu * one_d.step_time_s * 8 * 1979e12, fp8.model_flops_per_step(), 1e-6 * fp8.model_flops_per_step());
+}
+
+// fp8 parameters (train.fp8_param_gather): each linear weight is held in fp8 (one byte less
+// than bf16, sharded as the parameters are) beside its cached transpose only (one byte less
+// than the fp8 copy and transpose), its once-per-step cast is the transpose (2 bytes per
+// element, not 4), and ZeRO-1 gathers it in one byte.
+TEST(Fp8, Fp8ParametersHoldGatherAndCastTheLinearWeightsInOneByte) {
+  const CostModel plain = model_on("llama3-8b", "dgx-h100", Precision::fp8);
+  const CostModel fp8_parameters = model_on("llama3-8b", "dgx-h100", Precision::fp8, 1, 64, true);
+  const ModelSpec& m = plain.model();
+  const double h = m.hidden, kv = m.kv_dim(), f = m.ffn_hidden;
+  for (const int zero : {0, 1}) {
+    ParallelConfig p = layout(4, 1, 2, true);
+    p.zero = zero;
+    const Estimate a = fp8_parameters.estimate(p), b = plain.estimate(p);
+    const double linear_weights = m.layers * (h * (h + 2 * kv) + h * h + h * 2 * f + f * h) / p.tp;
+    EXPECT_DOUBLE_EQ(b.memory.parameters_bytes - a.memory.parameters_bytes,
+                     linear_weights * (fp8::kWeightCopyBytes - fp8::kTransposeCopyBytes) +
+                         linear_weights * (2 - fp8::kParameterBytes))
+        << p.summary();
+    EXPECT_NEAR(b.time(TimeKind::optimizer) - a.time(TimeKind::optimizer),
+                plain.costs().library_memory_time_s(linear_weights *
+                                                    (fp8::kWeightCastBytesPerStep - fp8::kTransposeBytesPerStep)),
+                1e-12);
+    if (zero == 0) {
+      EXPECT_DOUBLE_EQ(a.comm.dp_bytes, b.comm.dp_bytes) << "no gather without ZeRO";
+    } else {
+      // ZeRO-1 moves fp32 gradients (4 bytes) out and bf16 weights (2 bytes) back, each as
+      // a share of the stage's parameters; the linear weights come back in one byte.
+      const double stage_parameters = plain.layout_cost(p).stage_parameters;
+      EXPECT_NEAR((b.comm.dp_bytes - a.comm.dp_bytes) / b.comm.dp_bytes, linear_weights / (6 * stage_parameters), 1e-9);
+    }
+  }
 }

@@ -1,10 +1,8 @@
-// tessel's memory next to the two references it follows, for GPT-3 175B on 1024 A100s
-// at tp8 pp8 dp16, micro-batch 1 (Korthikanti et al. 2022's setting): the per-layer
-// activation formulas of Korthikanti et al. (Table 2, section 4) and Megatron-LM's
-// theoretical memory report (megatron/training/theoretical_memory_usage.py: 18 bytes per
-// parameter, or 6 + 12/dp with the distributed optimizer, and its activation formulas).
-// It prints the table docs/MEMORY.md shows and asserts each difference the doc explains:
-// run build/bin/planner_test --gtest_filter='MegatronMemory.*'.
+// tessel's memory beside the two references it follows, for GPT-3 175B on 1024 A100s at
+// tp8 pp8 dp16, micro-batch 1: Korthikanti et al. 2022's activation formulas (Table 2,
+// section 4) and Megatron-LM's theoretical memory report (theoretical_memory_usage.py).
+// Prints the table docs/MEMORY.md shows and asserts each difference the doc explains:
+// build/bin/planner_test --gtest_filter='MegatronMemory.*'.
 #include <gtest/gtest.h>
 
 #include <cstdio>

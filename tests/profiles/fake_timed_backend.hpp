@@ -1,9 +1,7 @@
-// A Backend test double for the GPU profiler: no device and no tensor memory. Device
-// pointers are distinct fake addresses that nothing dereferences (every op is a no-op),
-// host memory is real (the profiler writes its random inputs there), and time is a
-// virtual clock each timed op advances by a fixed cost (GEMMs at kFlopsPerS, copies at
-// kCopyBytesPerS, ...), which the marks read. So every measurement the profiler stores
-// is known exactly, and tests can check that each sample timed the op it names.
+// A Backend test double for the GPU profiler: fake device pointers nothing dereferences,
+// real host memory for the random inputs, and a virtual clock each timed op advances by a
+// fixed cost (GEMMs at kFlopsPerS, copies at kCopyBytesPerS, ...). So every stored
+// measurement is known exactly and a test can check each sample timed the op it names.
 #pragma once
 
 #include <cstdint>

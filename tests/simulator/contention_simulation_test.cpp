@@ -1,11 +1,8 @@
-// collective_contention and overlap_efficiency in the simulator
-// (simulator/src/compute_contention.hpp): hidden data-parallel traffic slows the compute
-// beside it and hides less than all of itself, as the planner prices it
-// (planner/src/cost_finish.cpp). With stream overlap on (the only way traffic hides) the
-// planner's and the simulator's overlap differ in form by about 3% at the datasheet
-// profile, so a calibrated step agrees within 4%, while the calibration moves the
-// analytic step by over 7.5%: a simulator that left the two parameters out would be
-// more than 4% off in every case. SimGrid allows one engine per process: each case simulates once.
+// collective_contention and overlap_efficiency in the simulator (compute_contention.hpp):
+// hidden data-parallel traffic slows the compute beside it and hides less than all of
+// itself, as the planner prices it. A calibrated step agrees within 4% while calibration
+// moves the analytic step by over 7.5%, so leaving the parameters out would fail. SimGrid
+// allows one engine per process: each case simulates once.
 #include <gtest/gtest.h>
 
 #include "agreement_steps.hpp"

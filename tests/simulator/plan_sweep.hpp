@@ -1,9 +1,8 @@
 // A deterministic sweep of small plans over every parallel family tessel lowers: data,
-// pipeline (GPipe, 1F1B, interleaved, uneven splits), tensor (1D with and without
-// sequence parallel and overlap, 2D, 2.5D, 3D), ring sequence parallel, expert parallel,
-// ZeRO 1-3, optimizer and chunked offload, every recompute mode, fp8, fused attention,
-// tied and untied embeddings. Plans are drawn until `count` pass validation, each small
-// enough to simulate in well under a second.
+// pipeline (GPipe, 1F1B, interleaved, uneven), tensor (1D with sequence parallel and
+// overlap, 2D, 2.5D, 3D), ring sequence and expert parallel, ZeRO 1-3, both offloads, every
+// recompute mode, fp8 (and fp8 parameters), fused attention, tied embeddings. Plans are
+// drawn until `count` pass validation, each quick to simulate.
 #pragma once
 
 #include <random>
@@ -64,6 +63,13 @@ inline std::vector<Plan> sweep_plans(int count, std::uint32_t seed = 36) {
                {"precision", fp8 ? "fp8" : pick("bf16", "bf16", "fp16")},
                {"kernels", pick("unfused", "fused")},
                {"dropout", chance(0.7)}};
+    // Every other fp8 plan holds its GEMM weights as fp8 parameters (no draw: the sweep's
+    // other plans stay the same).
+    if (fp8 && plans.size() % 2 == 1) train["fp8_param_gather"] = true;
+    // Every other ZeRO-3 plan without fp8 parameters gathers int8 blocks (ZeRO++'s qwZ).
+    if (parallel["zero"] == 3 && !train.contains("fp8_param_gather") && plans.size() % 2 == 0) {
+      parallel["zero_quantized_weights"] = true;
+    }
     const Json plan_json{{"model", model},
                          {"cluster", fp8 || chance(0.3) ? "dgx-h100" : "dgx-a100"},
                          {"nodes", nodes},

@@ -64,9 +64,11 @@ std::set<std::string> families_of(const Plan& plan) {
   if (p.ep > 1) out.insert("ep");
   if (plan.model.moe.enabled()) out.insert("moe");
   out.insert("zero" + std::to_string(p.zero));
+  if (p.zero_quantized_weights && p.dp * p.sp > 1) out.insert("zero_quantized_weights");
   out.insert(std::string("offload:") + std::string(to_string(p.offload)));
   out.insert(std::string("recompute:") + std::string(to_string(p.recompute)));
   if (plan.train.precision == Precision::fp8) out.insert("fp8");
+  if (plan.train.fp8_param_gather && p.zero >= 1 && p.dp * p.sp > 1) out.insert("fp8_param_gather:zero");
   if (plan.model.tied_embeddings) out.insert("tied");
   return out;
 }
@@ -94,9 +96,9 @@ TEST(PlanSweep, EveryPlanSimulatesToItsEstimateWithin2Percent) {
   }
   for (const char* family :
        {"dp", "pp:gpipe", "pp:1f1b", "pp:interleaved", "uneven", "tp:1d", "tp:2d", "tp:2.5d", "tp:3d",
-        "tp_sequence_parallel", "tp_comm_overlap", "sp", "ep", "moe", "zero0", "zero1", "zero2", "zero3",
+        "tp_sequence_parallel", "tp_comm_overlap", "sp", "ep", "moe", "zero0", "zero1", "zero2", "zero3", "zero_quantized_weights",
         "offload:none", "offload:optimizer", "offload:chunked", "recompute:none", "recompute:selective",
-        "recompute:full", "recompute:selective-op", "fp8", "tied"}) {
+        "recompute:full", "recompute:selective-op", "fp8", "fp8_param_gather:zero", "tied"}) {
     EXPECT_TRUE(families.count(family)) << "the sweep has no plan with " << family;
   }
   RecordProperty("worst_relative_difference", std::to_string(worst));

@@ -1,9 +1,8 @@
-// The recompute modes replay the same work in the Program the simulator runs as in the
-// planner: selective-op (torchtitan's op-level policy) replays each block's elementwise
-// ops, its even-numbered matmuls in part (BlockOp::selective_op_replay) and the tensor-
-// parallel all-gathers (not the reduce-scatters it saves), with a replay's layer
-// overhead, as full recompute does all of its forward. Contention-free links and no stream overlap, the analytic model's
-// conditions; each TEST simulates once (SimGrid runs one engine per process).
+// The recompute modes replay the same work in the simulated Program as in the planner:
+// selective-op replays each block's elementwise ops, part of its matmuls and the tensor-
+// parallel all-gathers, full recompute all of its forward, with a replay's layer overhead.
+// Contention-free links and no stream overlap, the analytic model's conditions; each TEST
+// simulates once (SimGrid runs one engine per process).
 #include <gtest/gtest.h>
 
 #include "agreement_steps.hpp"

@@ -1,9 +1,8 @@
-// parallel.tp_comm_overlap in the simulator: the collectives the Program marks as
-// pipelined with a GEMM are priced as the planner prices them (profiles/tp_overlap.hpp),
-// so the simulated step agrees with the analytic one within the 2% the other agreement
-// suites hold (simulation_test.cpp), at the datasheet parameters and at calibrated ones,
+// parallel.tp_comm_overlap in the simulator: the collectives the Program pipelines with a
+// GEMM are priced as the planner prices them (profiles/tp_overlap.hpp), so the simulated
+// step agrees with the analytic one within 2% at the datasheet and calibrated parameters,
 // and the overlap moves the step enough that the agreement is not vacuous. SimGrid allows
-// one engine per process: each case simulates once (ctest runs each in its own process).
+// one engine per process: each case simulates once.
 #include <gtest/gtest.h>
 
 #include "tessel/planner/cost_model.hpp"

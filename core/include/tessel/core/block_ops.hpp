@@ -154,6 +154,16 @@ struct BlockOpTable {
   double fp8_weight_elements_of(const ModelSpec& model, int layer) const {
     return model.moe.is_moe_layer(layer) ? moe_fp8_weight_elements : fp8_weight_elements;
   }
+  // The share of a block's parameters (an MoE block's experts included) that are fp8 GEMM
+  // weights: what fp8 parameters (TrainSpec::fp8_param_gather) gather in fp8.
+  double fp8_dense_share() const { return layer_parameters > 0 ? fp8_weight_elements / layer_parameters : 0.0; }
+  double fp8_moe_share() const {
+    const double block = moe_layer_parameters + expert_parameters;
+    return block > 0 ? moe_fp8_weight_elements / block : 0.0;
+  }
+  double fp8_share_of(const ModelSpec& model, int layer) const {
+    return model.moe.is_moe_layer(layer) ? fp8_moe_share() : fp8_dense_share();
+  }
 };
 
 // `precision`: the training precision; activations are stored in its storage precision

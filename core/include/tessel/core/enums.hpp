@@ -14,7 +14,8 @@ namespace tessel {
 // linear layers' GEMMs in fp8, everything else in bf16 (storage_precision).
 enum class Precision { fp32, bf16, fp16, fp8 };
 enum class Optimizer { adamw, lamb, lars };
-enum class Activation { gelu, swiglu };
+// squared_relu: relu(x)^2, ungated like gelu (Nemotron-4; So et al. 2021, Primer).
+enum class Activation { gelu, swiglu, squared_relu };
 enum class Norm { layernorm, rmsnorm };
 enum class PositionEmbedding { learned, rope };
 enum class TpMode { d1, d2, d2_5, d3 };
@@ -44,7 +45,8 @@ TESSEL_ENUM_NAMES(Precision, std::string_view("fp32"), std::string_view("bf16"),
                   std::string_view("fp16"), std::string_view("fp8"))
 TESSEL_ENUM_NAMES(Optimizer, std::string_view("adamw"), std::string_view("lamb"),
                   std::string_view("lars"))
-TESSEL_ENUM_NAMES(Activation, std::string_view("gelu"), std::string_view("swiglu"))
+TESSEL_ENUM_NAMES(Activation, std::string_view("gelu"), std::string_view("swiglu"),
+                  std::string_view("squared-relu"))
 TESSEL_ENUM_NAMES(Norm, std::string_view("layernorm"), std::string_view("rmsnorm"))
 TESSEL_ENUM_NAMES(PositionEmbedding, std::string_view("learned"), std::string_view("rope"))
 TESSEL_ENUM_NAMES(TpMode, std::string_view("1d"), std::string_view("2d"),

@@ -50,6 +50,9 @@ struct ModelSpec {
   // norms' epsilon, and refuses RoPE scaling (its rope_type; "" = none) by name.
   double rope_theta = 10000;
   double norm_epsilon = 1e-5;
+  // The share of each head's channels RoPE rotates (NeMo's rotary_percentage, Nemotron 0.5;
+  // Hugging Face's partial_rotary_factor); the executor refuses anything but 1 by name.
+  double rotary_fraction = 1.0;
   std::string rope_scaling;
   std::string source;  // where the shape comes from (paper, config file)
 

@@ -114,6 +114,8 @@ inline constexpr std::string_view pp_send = "pp.send";
 inline constexpr std::string_view pp_recv = "pp.recv";
 inline constexpr std::string_view zero_all_gather = "zero.all_gather";
 inline constexpr std::string_view zero_reduce_scatter = "zero.reduce_scatter";
+// ZeRO++'s quantized gathers: the int8 blocks a gather brought, dequantized before use.
+inline constexpr std::string_view zero_dequantize = "zero.dequantize";
 inline constexpr std::string_view offload_fetch = "offload.fetch";
 inline constexpr std::string_view grad_all_reduce = "grad.all_reduce";
 inline constexpr std::string_view grad_reduce_scatter = "grad.reduce_scatter";

@@ -26,6 +26,10 @@ struct ParallelConfig {
   // and DeepSpeed do; not a factor of the world size.
   int ep = 1;
   int zero = 0;      // 0..3
+  // ZeRO++'s quantized weights (qwZ, DeepSpeed's zero_quantized_weights): ZeRO-3's weight
+  // gathers move int8 blocks, half of 16-bit, and each rank dequantizes what it gathered
+  // before the pass. Needs zero 3.
+  bool zero_quantized_weights = false;
   OffloadMode offload = OffloadMode::none;
   double offload_device_fraction = 1.0;  // chunked: share of chunks kept on the device
   Recompute recompute = Recompute::none;

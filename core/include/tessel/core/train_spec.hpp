@@ -42,6 +42,10 @@ struct TrainSpec {
   // at that date. Empty: tessel's own executor, whose defaults are the fields' above.
   std::string engine;
   std::string engine_date;
+  // fp8 training only: the fp8 GEMM weights are the parameters themselves (Megatron-LM
+  // --fp8-param-gather, NeMo fp8_params, torchtitan enable_fsdp_float8_all_gather): no bf16
+  // copy, and ZeRO/FSDP gather them in fp8 (fp8_model.hpp).
+  bool fp8_param_gather = false;
 
   Precision effective_gradient_precision() const;
 
@@ -58,5 +62,7 @@ Precision default_gradient_precision(Precision precision);
 // Gradients are kept in fp32 or in the training precision (bf16 for fp8): empty when `gradient` is one
 // of those, else the reason, for an error that names the field.
 std::string gradient_precision_problem(Precision precision, Precision gradient);
+// Why fp8 parameters cannot go with `precision` (empty: they can).
+std::string fp8_param_gather_problem(Precision precision);
 
 }  // namespace tessel

@@ -110,13 +110,22 @@ class MoeLayer {
   void upload_routing(MoeActivations& a);
   // The per-(rank, local expert) row counts, exchanged once per forward.
   void exchange_counts(MoeActivations& a);
-  // Rows in this rank's expert order -> the local experts' rows (grouped by expert, then
-  // by source rank), and back.
   // From the token side to the experts' ranks (forward dispatch, backward combine), and back.
   void move_to_experts(const Buffer& token_rows, const MoeActivations& a, Buffer& expert_rows);
   void move_to_tokens(const Buffer& expert_rows, const MoeActivations& a, Buffer& token_rows);
+  // One all-to-all of whole hidden rows over the ep group; the bytes sent are added to `sent_bytes`.
+  void exchange_rows(const Buffer& from, const std::vector<std::size_t>& send_rows,
+                     const std::vector<std::size_t>& recv_rows, Buffer& to, double& sent_bytes);
   // Local expert `le`'s fc1 in MoeWeights::experts (its fc2 follows).
   std::size_t local_expert_offset(int le) const { return std::size_t(le) * expert_size(); }
+  // Each local expert's rows (summed over source ranks) and where they start in expert order.
+  struct ExpertRowSpans {
+    std::vector<int> rows, first;
+    int total = 0;
+  };
+  ExpertRowSpans expert_row_spans(const MoeActivations& a) const;
+  // Rows in this rank's expert order -> the local experts' rows (grouped by expert, then
+  // by source rank), and back.
   void reorder_blocks(const Buffer& from, Buffer& to, const MoeActivations& a, bool rank_major_to_expert_major);
   void experts_forward(const std::string& id_prefix, const float* experts, MoeActivations& a, Buffer& out);
   void experts_backward(const std::string& id_prefix, const float* experts, float* grads, MoeActivations& a,

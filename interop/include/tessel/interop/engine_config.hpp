@@ -1,6 +1,6 @@
 // The launch configurations of the engines tessel's users train with (Megatron-LM's
 // command line, NeMo's YAML recipes, DeepSpeed's JSON with a Hugging Face config.json,
-// torchtitan's TOML), read into a Plan and written from one. An engine's config says
+// torchtitan's config_registry.py or TOML), read into a Plan and written from one. An engine's config says
 // nothing of the machine (the launcher decides it), so the cluster and node count come
 // from tessel; everything else comes from the file. Each reader sorts every option it
 // meets into one of three bins, and says which: mapped into the plan, ignored because it
@@ -60,10 +60,23 @@ struct ExportedConfig {
   std::string text;  // the file the engine reads, ready to save
   // What of the plan the engine cannot express (each also a comment line in `text`).
   std::vector<std::string> not_expressible;
+  // The ImportContext::script_args that read `text` back (torchtitan's registry: the
+  // function its --config names).
+  std::vector<std::string> script_args;
 };
 
-// Writes `plan` as the engine's launch config. Throws tessel::Error naming the plan field
-// when the engine cannot run the plan at all (no nearest plan it could run instead).
-ExportedConfig export_plan(Engine engine, const Plan& plan);
+// torchtitan's two file forms: the Python config registry (a function returning
+// Trainer.Config, its form since February 2026) and the TOML job config of the releases
+// before. The other engines have one form each.
+enum class TorchtitanForm { registry, toml };
+// "registry", "toml".
+const char* form_name(TorchtitanForm form);
+// Throws tessel::Error naming `field` and the allowed names.
+TorchtitanForm torchtitan_form_from_name(const std::string& name, const std::string& field);
+
+// Writes `plan` as the engine's launch config (torchtitan's in `form`). Throws
+// tessel::Error naming the plan field when the engine cannot run the plan at all (no
+// nearest plan it could run instead).
+ExportedConfig export_plan(Engine engine, const Plan& plan, TorchtitanForm form = TorchtitanForm::registry);
 
 }  // namespace tessel::interop

@@ -1,12 +1,8 @@
-// Fitting a profile's calibration parameters (profiles/calibration.hpp) to measured
-// runs of one device: each run's cost model is built once and re-priced under new
-// parameters, and NLopt's bounded Subplex (derivative-free: the error has kinks wherever a
-// max() in the cost model switches branch) minimises the runs' errors, source by source:
-// what a source's runs share beyond the hardware (its framework's overheads, its lab's
-// kernels) is that source's own effect, so the shared parameters fit the shapes within
-// sources and the mean over them. Every fitted source is predicted by a fit that never saw
-// it (leave-one-source-out), which judges the fit, sets the error band, names what the
-// runs cannot identify and refuses a fit that would predict unseen sources worse.
+// Fitting a profile's calibration parameters (profiles/calibration.hpp) to measured runs
+// of one device, source by source: each run's cost model is built once and re-priced under
+// new parameters by NLopt's bounded Subplex; every fitted source is predicted by a fit that
+// never saw it, which judges the fit, sets the band and refuses a fit worse on unseen
+// sources. docs/CALIBRATION.md says why each choice.
 #pragma once
 
 #include <array>

@@ -79,6 +79,9 @@ struct LayoutCost {
   double moe_layers_on_stage = 0, moe_layer_parameters = 0, expert_parameters = 0;
   // fp8 training: the fullest stage's fp8 GEMM weight elements and fp8 linears.
   double fp8_weight_elements = 0, fp8_linears = 0;
+  // The shares of a dense block's and of an MoE block's (experts included) parameters that
+  // are fp8 GEMM weights: held in fp8 under train.fp8_param_gather.
+  double fp8_dense_share = 0, fp8_moe_share = 0;
   // What finish() works out from the units alone for each shape of the pipeline's stages
   // (class_passes.cpp), kept for the layout's other variants; a layout cost is finished by
   // one thread at a time.
@@ -157,7 +160,8 @@ class CostModel {
 
   // The two halves of estimate(), for the search. `pipeline_bound`: the pipeline's span
   // in closed form (exact for GPipe and even pipelines, above the critical path where
-  // stages differ), which the search ranks by before it prices its kept plans exactly.
+  // stages differ), which the search ranks by before it prices its kept plans exactly;
+  // it sets step, memory and fit only, and leaves the breakdown (time_s, comm) as it was.
   LayoutCost layout_cost(const ParallelConfig& parallel) const;
   void finish(const ParallelConfig& parallel, const LayoutCost& layout, Estimate& out,
               bool pipeline_bound = false) const;
@@ -217,8 +221,8 @@ class CostModel {
                            const ChunkTotals& totals, int micro_batches, double efficiency, ClassPasses& passes,
                            ClassPassTable& out) const;
   // A class's step tail (cost_finish.cpp).
-  ClassTail class_tail(const StageClass& traffic, const ClassPasses& passes, const ChunkTotals& chunk_totals,
-                       int micro_batches) const;
+  void class_tail(const StageClass& traffic, const ClassPasses& passes, const ChunkTotals& chunk_totals,
+                  int micro_batches, ClassTail& out) const;
   // The chunk packing of a stage (offload of dense models), of one chunk per stage or of
   // the plan's interleaved chunks.
   std::shared_ptr<const ChunkStageShape> chunk_shape_of(const ParallelConfig& parallel, int stage,

@@ -1,12 +1,7 @@
-// The corpus of published measured runs (corpus/published/*.json, described in
-// corpus/README.md) as tessel plans with the step time each measurement implies.
-// Sources report step time, tokens/s, tokens/s per GPU, model or hardware TFLOP/s per
-// GPU, or MFU; they are all turned into seconds per step so that one error measure
-// (predicted / measured - 1) applies to every row. The conversions use the sources'
-// stated conventions: model FLOPs are tessel's 6N-style count with attention scores
-// (the Megatron-LM formula without recompute, which the sources that print TFLOP/s
-// use), hardware FLOPs add the layers' forward FLOPs the run's recompute mode replays
-// (BlockOp::replayed_share: all of them under full recompute).
+// The corpus of published measured runs (corpus/published/*.json, corpus/README.md) as
+// tessel plans with the step time each measurement implies: step times, token rates,
+// TFLOP/s and MFU all become seconds per step under the sources' stated conventions, so
+// one error measure (predicted / measured - 1) applies to every row.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +11,11 @@
 
 #include "tessel/core/plan.hpp"
 #include "tessel/planner/cost_model.hpp"
+
+// Model FLOPs are tessel's 6N-style count with attention scores (the Megatron-LM formula
+// without recompute, which the sources that print TFLOP/s use); hardware FLOPs add the
+// layers' forward FLOPs the run's recompute mode replays (BlockOp::replayed_share: all of
+// them under full recompute).
 
 namespace tessel::planner {
 
