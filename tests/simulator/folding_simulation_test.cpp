@@ -3,11 +3,9 @@
 // runs in a child process (SimGrid: one engine per process).
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
 
+#include "in_child.hpp"
 #include "tessel/profiles/profile.hpp"
 #include "tessel/simulator/simulation.hpp"
 
@@ -20,27 +18,12 @@ struct Outcome {
 };
 
 Outcome simulate_in_child(const Plan& plan, const simulator::SimulationOptions& options) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  const pid_t child = fork();
-  if (child == 0) {
-    close(fds[0]);
-    Outcome outcome;
-    try {
-      const auto result = simulator::simulate(Program::lower(plan), profiles::shipped_profile(plan.cluster.device), options);
-      outcome = {result.step_time_s, result.simulated_ranks};
-    } catch (...) {
-    }
-    (void)!write(fds[1], &outcome, sizeof(outcome));
-    _exit(0);
-  }
-  close(fds[1]);
-  Outcome outcome;
-  (void)!read(fds[0], &outcome, sizeof(outcome));
-  close(fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return outcome;
+  return test::in_child(
+      [&] {
+        const auto result = simulator::simulate(Program::lower(plan), profiles::shipped_profile(plan.cluster.device), options);
+        return Outcome{result.step_time_s, result.simulated_ranks};
+      },
+      Outcome{});
 }
 
 Plan plan_of(const char* json) { return Plan::from_json(Json::parse(json), ""); }

@@ -4,13 +4,11 @@
 // within 2%. SimGrid runs one engine per process: each plan is simulated in a child.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <set>
 
+#include "in_child.hpp"
 #include "plan_sweep.hpp"
 #include "tessel/planner/cost_model.hpp"
 #include "tessel/profiles/profile.hpp"
@@ -24,30 +22,15 @@ constexpr int kPlans = 500;
 
 // The simulated step of `plan` in a child process; negative when the child failed.
 double simulated_step_s(const Plan& plan) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  const pid_t child = fork();
-  if (child == 0) {
-    close(fds[0]);
-    double step_s = -1;
-    try {
-      simulator::SimulationOptions options;
-      options.overlap = false;
-      options.contention_free = true;
-      step_s = simulator::simulate(Program::lower(plan), profiles::shipped_profile(plan.cluster.device), options)
-                   .step_time_s;
-    } catch (const std::exception&) {
-    }
-    const bool written = write(fds[1], &step_s, sizeof step_s) == sizeof step_s;
-    _exit(written ? 0 : 1);
-  }
-  close(fds[1]);
-  double step_s = -1;
-  if (read(fds[0], &step_s, sizeof step_s) != sizeof step_s) step_s = -1;
-  close(fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return step_s;
+  return test::in_child(
+      [&] {
+        simulator::SimulationOptions options;
+        options.overlap = false;
+        options.contention_free = true;
+        return simulator::simulate(Program::lower(plan), profiles::shipped_profile(plan.cluster.device), options)
+            .step_time_s;
+      },
+      -1.0);
 }
 
 // The parallel families a plan exercises, so the test can say the sweep covers them all.
