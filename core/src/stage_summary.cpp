@@ -1,9 +1,8 @@
-// See stage_summary.hpp. ZeRO's rules (Rajbhandari et al. 2020) as the engines run them:
-// ZeRO-1 is Megatron's distributed optimizer (whole gradient buffers reduce-scattered once
-// per step, updated shards gathered); ZeRO-2 and 3 reduce-scatter a block's gradients every
-// micro-batch as the backward produces them (DeepSpeed, FSDP's SHARD_GRAD_OP and FULL_SHARD),
-// and ZeRO-3 gathers a block's weights before each of its passes. The stage's embedding,
-// final norm and head sync once per step under every stage, as ZeRO-2 does.
+// See stage_summary.hpp. ZeRO's rules as the engines run them (Rajbhandari et al. 2020;
+// docs/COST_MODEL.md): ZeRO-1 is Megatron's distributed optimizer (one reduce-scatter per
+// step), ZeRO-2 and 3 reduce-scatter a block's gradients every micro-batch (DeepSpeed,
+// FSDP), ZeRO-3 gathers a block's weights before each pass; the stage's embedding, final
+// norm and head sync once per step under every stage.
 #include "tessel/core/stage_summary.hpp"
 
 #include <algorithm>

@@ -1,37 +1,8 @@
-// DeepSpeed's ds_config.json read into a Plan and written from one.
-//
-// What the JSON says and what it does not. A ds_config describes ZeRO, offload,
-// precision, the optimizer and the batch; it says nothing of the model (that is the
-// Hugging Face config.json, ImportContext::model) and nothing of model parallelism:
-// plain DeepSpeed is data parallel, so tp = pp = sp = 1 and dp = every GPU of the
-// cluster x nodes. The batch follows DeepSpeed's own rule (DeepSpeedConfig.
-// _set_batch_related_parameters / _batch_assertion in deepspeed/runtime/config.py):
-// train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp,
-// any two give the third, one alone means gradient_accumulation_steps 1. On local-cpu
-// the world size is the plan's, so there all three must be given and dp follows.
-//
-// Decisions, each stated where it is made:
-// - "auto" (the Hugging Face Trainer fills it in from its arguments) is resolved where
-//   the other values determine it (a batch value from the other two) or does not matter
-//   (learning rate, bucket sizes); elsewhere it is refused with one line saying what to
-//   write instead.
-// - offload_optimizer cpu is tessel's optimizer offload. offload_param (ZeRO-Infinity)
-//   keeps no parameter share on the GPU; tessel's chunked offload keeps a device share
-//   in (0, 1], so it is refused by name rather than priced as something else; nvme is
-//   refused too.
-// - activation_checkpointing configures deepspeed.checkpointing, which re-runs each
-//   checkpointed block whole: its presence reads as recompute full (the model code must
-//   call it). Tessel's selective recompute has no ds_config form: written as full.
-// - tp/pp/sp > 1 are not in a ds_config (Megatron-DeepSpeed sets them in code). The
-//   writer writes the nearest pure data-parallel plan over the same GPUs rather than
-//   refusing, because that is the plan a plain-DeepSpeed user would run; what changed is
-//   listed in not_expressible.
-// - JSON has no comments. DeepSpeedConfig reads its top-level keys one by one and never
-//   rejects an unknown one (only sections built on DeepSpeedConfigModel, such as
-//   zero_optimization, forbid extra keys: deepspeed/runtime/config_utils.py), so the
-//   writer's notes go into a top-level "tessel_note" array, which this reader ignores.
-// Options not listed here are refused by name: tessel cannot tell whether they change
-// the cost of a step.
+// DeepSpeed's ds_config.json read into a Plan and written from one. A ds_config says
+// nothing of the model (the Hugging Face config.json: ImportContext::model) nor of model
+// parallelism beyond AutoTP. The batch follows DeepSpeed's own rule (train = micro x
+// accumulation x dp, deepspeed/runtime/config.py); each option's bin and the reason for it
+// are stated where it is read, the rules in docs/INTEROP.md.
 #include <algorithm>
 #include <cctype>
 #include <map>

@@ -1,10 +1,8 @@
-// The if/elif/else/fi of launch scripts, evaluated where the condition depends only on
-// the script's own variables: [ ] and [[ ]] tests of strings (==, =, !=, -z, -n) and
-// integers (-eq, -ne, -lt, -le, -gt, -ge), negated with !, joined by || and &&. File
-// tests (-f, -d, -e, -x, -s) are taken as true (the script's files are assumed present)
-// and noted; anything else is refused by line, since its branch depends on the machine.
-// Megatron's own examples (examples/llama/train_llama3_8b_h100_fp8.sh) choose their
-// options this way.
+// The if/elif/else/fi of launch scripts (as Megatron's own examples choose options),
+// evaluated where the test reads only the script's variables: [ ] and [[ ]] tests of
+// strings and integers, !, || and &&. File tests (-f, -d, -e, -x, -s) are taken as true
+// (the script's files are assumed present) and noted; any other test is refused by line,
+// since its branch depends on the machine.
 #pragma once
 
 #include <functional>

@@ -1,12 +1,8 @@
-// A Megatron-LM run is usually launched by a bash script: variables (TP=8), arrays of
-// options (GPT_ARGS=( ... )), backslash continuations, comments, and one torchrun (or
-// python) line that names pretrain_gpt.py and expands the arrays. This reads such a
-// script as far as it can be read without running it: assignments, arrays, ${VAR},
-// ${VAR:-default}, $((arithmetic)) and quoting are evaluated, and if blocks whose tests
-// read only the script's variables (launch_conditions.hpp), while/for loops and case
-// blocks over them and the positional arguments (launch_blocks.hpp); command substitution $(...)
-// expands to nothing and is reported. A plain command line, or just the options, is a
-// script of one line.
+// A Megatron-LM launch script (variables, option arrays, continuations, one torchrun or
+// python line naming pretrain_gpt.py) read as far as it can be without running it:
+// assignments, ${VAR}, ${VAR:-default}, $((...)) and quoting are evaluated, as are if blocks
+// (launch_conditions.hpp), loops and case blocks (launch_blocks.hpp) over its variables and
+// arguments; $(...) expands to nothing and is reported. A command line is a one-line script.
 #pragma once
 
 #include <string>

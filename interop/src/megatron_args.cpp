@@ -1,22 +1,8 @@
-// Reads a Megatron-LM run (a launch script or a command line of pretrain_gpt.py) into a
-// plan. Every option lands in one bin:
-//  - mapped: the model's shape, batch, precision, optimizer, attention kernels and the
-//    parallel layout (tensor, pipeline, virtual stages, context, sequence parallel and
-//    its --tp-comm-overlap, distributed optimizer / Megatron FSDP, optimizer offload,
-//    recompute);
-//  - refused by name: what changes a step's cost in ways tessel does not model (FP4, fp8
-//    parameters or block scaling,
-//    mixture of experts, uneven pipeline splits, partial recompute, non-ring context
-//    parallelism, other optimizers), since a price without it would be wrong, not rough;
-//  - ignored: paths, logging, seeds, learning-rate schedules, kernel-fusion switches and
-//    communication overlap (tessel already overlaps gradient reduction with backward).
-// Options tessel has never heard of are listed as "not understood" among the ignored
-// (Megatron gains options every month; refusing each would make the reader useless),
-// unless their name says they touch a cost dimension (parallel, expert, layers, batch,
-// recompute, ...): those are refused, because guessing there would misprice the run.
-// Defaults are Megatron-Core's (megatron/training/arguments.py): ffn 4*hidden (swiglu:
-// 2/3 of that, down to a multiple of 64), query groups = heads, Adam, attention backend
-// auto (flash/fused kernels).
+// Reads a Megatron-LM run (a launch script or a pretrain_gpt.py command line) into a plan.
+// Every option is mapped, ignored as cost-neutral, or refused by name when tessel would
+// misprice the step without it. An unknown option is "not understood" among the ignored
+// (Megatron gains options every month) unless its name says it touches a cost dimension.
+// Defaults are Megatron-Core's (megatron/training/arguments.py).
 #include <algorithm>
 
 #include <fmt/format.h>

@@ -1,15 +1,8 @@
-// Reads the trainer and model sections of a NeMo (1.x, Megatron-Core based) GPT or Llama
-// training YAML into a plan, and writes a plan as one. Accepted layouts: NeMo's own
-// megatron_gpt_config.yaml shape (trainer:, model: at the top) and the
-// NeMo-Framework-Launcher recipes (conf/training/gpt3/175b.yaml; also nested under
-// training:). OmegaConf interpolations are resolved where the recipes use them: ${.key},
-// ${model.key}, ${training.model.key} and ${multiply:a, b}; any other is refused by the key
-// it sits in. As for Megatron (whose options these keys are), every key is mapped, ignored
-// as cost-neutral, or refused by name where it changes cost in ways tessel does not model
-// (activation offloading, partial checkpointing, accumulation outside the global batch).
-// Unknown keys are "not understood" among the ignored unless their name says they touch a cost dimension.
-// The vocabulary comes from model.tokenizer: GPT2BPETokenizer has 50,257 tokens, any other
-// tokenizer needs tokenizer.vocab_size (a key tessel reads and writes for that purpose).
+// A NeMo (1.x, Megatron-Core based) GPT or Llama training YAML read into a plan and written
+// from one: megatron_gpt_config.yaml's shape and the NeMo-Framework-Launcher recipes (also
+// nested under training:). OmegaConf interpolations are resolved where the recipes use
+// them, any other refused by its key; keys are binned as Megatron's options are
+// (megatron_args.cpp). The accepted forms and the vocabulary rule: docs/INTEROP.md.
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 

@@ -1,15 +1,8 @@
 // The flavor table, written from torchtitan's own model args so that each shape can be
-// checked against its source:
-// - llama3: `llama3_args` in torchtitan/models/llama3/__init__.py at 238fa99 (Feb 2026,
-//   the last release that read TOML job configs); vocab_size 128256 (the Llama 3
-//   tokenizer, TransformerModelArgs' default) except debugmodel's 2048; max_seq_len
-//   131072 (TransformerModelArgs' default; the job's training.seq_len overrides it).
-// - llama2: `llama2_configs` in torchtitan/models/llama/__init__.py before 4d88a8a (Dec
-//   2024); vocab 32000 (the Llama 2 sentencepiece tokenizer sets it), context 4096 (Llama
-//   2's). Its debugmodel takes its vocabulary from a test tokenizer and is left out.
-// The variants that change the attention (llama3 8B_flex, 8B_varlen, debugmodel_flex_attn,
-// ...: block-causal document masks) are left out on purpose: tessel prices full causal
-// attention, so the reader refuses them as unknown flavors.
+// checked against its source: llama3 (`llama3_args`, torchtitan/models/llama3 at 238fa99)
+// and llama2 (`llama2_configs` before 4d88a8a); sources, vocabularies and contexts in
+// docs/INTEROP.md. Flavors that change the attention (block-causal document masks) are left
+// out on purpose: tessel prices full causal attention, so the reader refuses them.
 #include "torchtitan_flavors.hpp"
 
 #include <cctype>

@@ -1,34 +1,8 @@
-// torchtitan's TOML job config read into a Plan and written from one. The options and
-// their meaning follow torchtitan/config/job_config.py and the trainer at 238fa99 (Feb
-// 2026), the last release that read TOML; its train_configs (llama3_8b.toml, ...) are
-// the fixtures' models.
-//
-// How torchtitan's options become a plan, each rule from torchtitan's code:
-// - dp = data_parallel_replicate_degree x data_parallel_shard_degree (-1: the GPUs left
-//   after replicate, tp, pp and cp). FSDP runs when the shard degree or cp is above 1;
-//   its fsdp_reshard_after_forward "always" gathers the weights again for the backward
-//   (ZeRO 3), "never" keeps them gathered through the step (ZeRO 2's memory and traffic),
-//   "default" is never under a pipeline and always without one. Replication alone is
-//   DDP (ZeRO 0), which torchtitan runs only when nothing else is parallel. Replication
-//   and sharding together (HSDP) shard over part of the data-parallel ranks, which
-//   tessel's ZeRO does not model: refused.
-// - tensor_parallel_degree is Megatron-style with sequence-parallel norms
-//   (tp_sequence_parallel) unless enable_sequence_parallel is false; context_parallel_degree
-//   is ring attention (sp).
-// - The batch: local_batch_size (older: batch_size) per data-parallel rank, and
-//   global_batch_size (default local x dp) with gradient accumulation making up the rest.
-//   Without a pipeline the micro-batch is the local batch. With one, each local batch is
-//   split into micro-batches of pipeline_parallel_microbatch_size, and an accumulation
-//   step would flush the pipeline, which tessel's schedule does not model: refused.
-// - mixed_precision_param applies through FSDP, or through autocast when nothing but
-//   replication is parallel; otherwise torchtitan trains in fp32, and so does the plan.
-// - Attention is scaled_dot_product_attention (flash): train.kernels fused.
-// - Its models have no dropout layers: train.dropout false.
-// Options that do not change the cost of a step (logging, checkpoint files, the learning
-// rate) are listed as ignored; options tessel does not know are refused by name.
-// The writer writes the nearest plan torchtitan can run; what changed is a # comment at
-// the top and an entry of not_expressible (torchtitan refuses unknown keys, so notes
-// cannot be keys).
+// torchtitan's TOML job config read into a Plan and written from one, following
+// torchtitan/config/job_config.py and the trainer at 238fa99 (Feb 2026, the last release
+// that read TOML). How each option becomes a plan, rule by rule from torchtitan's code:
+// docs/INTEROP.md. Cost-neutral options are listed as ignored, unknown ones refused by
+// name; the writer's changes are # comments, since torchtitan refuses unknown keys.
 #include <algorithm>
 #include <cctype>
 #include <cmath>

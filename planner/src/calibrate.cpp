@@ -1,9 +1,8 @@
-// Calibration fits. The optimiser is NLopt's Subplex (Debian libnlopt-cxx-dev), bounded
-// and derivative-free, over parameters normalised to [0, 1] so that one tolerance and
-// one initial step suit a scale of about 1 and an overhead of microseconds alike. It is
-// deterministic: the same runs give the same fit, bit for bit. Runs are re-priced in
-// each run's own cost model through a cached layout-cost basis, and every error sum
-// runs in row order. calibrate_runs.cpp judges the fits on unseen sources.
+// Calibration fits: NLopt's Subplex (bounded, derivative-free) over parameters normalised
+// to [0, 1], so one tolerance and one initial step suit a scale of about 1 and an overhead
+// of microseconds alike. Deterministic bit for bit: runs are re-priced in their own cost
+// model through a cached layout-cost basis, and every error sum runs in row order.
+// calibrate_runs.cpp judges the fits on unseen sources.
 #include "tessel/planner/calibrate.hpp"
 
 #include <fmt/format.h>

@@ -1,10 +1,8 @@
 // parallel.tp_comm_overlap in the cost model: each sequence-parallel all-gather and
-// reduce-scatter that Transformer Engine pipelines with the GEMM beside it is priced as
-// the part its GEMM does not hide, plus the GEMM's slowdown while the transfer takes its
-// SMs (profiles/tp_overlap.hpp, the formula the simulator uses too). Applied in finish()
-// rather than layout_cost() because it is not linear in the calibration (a min of the
-// transfer and the GEMM): the fit's affine layout basis (calibrate.cpp) stays exact and
-// the layout keeps the pair times that the formula reads.
+// reduce-scatter that Transformer Engine pipelines with its GEMM is priced as the part the
+// GEMM does not hide plus the GEMM's slowdown while the transfer takes its SMs
+// (profiles/tp_overlap.hpp, shared with the simulator). Applied in finish(), not in
+// layout_cost(): a min of transfer and GEMM is not affine, and the fit's basis must be.
 #include "cost_parts.hpp"
 #include "tessel/profiles/tp_overlap.hpp"
 

@@ -1,9 +1,8 @@
-// The stage summaries of one layout shape under a ZeRO stage, offload and schedule
-// (core's stage_summary.hpp), priced: what each block kind moves per micro-batch, what
-// each stage moves and updates once per step. Stages that run alike (the same blocks per
-// chunk, the same ends) share one class, so a pipeline of any depth is priced from a
-// few summaries. Built once per (shape, variant) and read by every micro-batch size and
-// recompute mode of the shape (stage_steps.cpp).
+// The stage summaries of one layout shape under a ZeRO stage, offload and schedule (core's
+// stage_summary.hpp), priced: what each block kind moves per micro-batch, what each stage
+// moves and updates once per step. Stages that run alike share one class, so a pipeline of
+// any depth is priced from a few summaries; built once per (shape, variant) and read by
+// every micro-batch size and recompute mode of the shape (stage_steps.cpp).
 #pragma once
 
 #include <array>

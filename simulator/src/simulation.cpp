@@ -1,9 +1,8 @@
-// The replay: every rank's StageProgram runs as SimGrid actors on the platform
-// (platform.hpp), compute ops sleeping for their profiled time and collectives moving
-// their bytes over the links as concurrent flows, so that contention, overlap and the
-// pipeline's bubbles come out of the run instead of a formula. Ranks whose programs and
-// traffic are replicas of another's are folded into it (fold_replicas) to keep large
-// plans fast. Groups of ranks come from core's RankLayout.
+// The replay: every rank's StageProgram runs as SimGrid actors on the platform, compute ops
+// sleeping for their profiled time and collectives moving their bytes as concurrent flows,
+// so contention, overlap and the pipeline's bubbles come out of the run, not a formula.
+// Ranks whose programs and traffic replicate another's are folded into it (fold_replicas);
+// groups of ranks come from core's RankLayout.
 #include "tessel/simulator/simulation.hpp"
 #include "tessel/core/stage_layers.hpp"
 

@@ -1,8 +1,7 @@
-// The calibrated bus efficiencies, a place where the planner and the simulator once priced
-// one plan differently (docs/BENCHMARKS.md, "Fidelity"): the planner divides collective
-// times by them, and the simulator's links carry the profile's bandwidth times them (a
-// simulator that ignored them ran A100 tensor-parallel traffic at 1/0.56 of the calibrated
-// rate). The pipeline's stages are the plan sweep's (plan_sweep_test.cpp).
+// The calibrated bus efficiencies: the planner divides collective times by them and the
+// simulator's links carry the profile's bandwidth times them, so both price a plan alike
+// (docs/BENCHMARKS.md, "Fidelity"). The pipeline's stages are the plan sweep's
+// (plan_sweep_test.cpp).
 #include <gtest/gtest.h>
 
 #include "agreement_steps.hpp"

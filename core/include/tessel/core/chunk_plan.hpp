@@ -1,75 +1,8 @@
-// The chunk plan: how one rank's model states (weights, gradients, fp32 master weights,
-// optimizer moments) are packed into fixed-size chunks, where each chunk's states live
-// (device or host) and which copies move them in one training step. It is a pure
-// function of the model, the training step and the parallel layout (ZeRO stage, offload
-// mode and device_fraction included) and the rank's pipeline stage, so the planner's
-// memory and time, the Program's copy ops, the simulator's replay and the executor's
-// chunk manager all read the same numbers: the bytes moved each way per step are what
-// the Program predicts.
-//
-// Chunks (Fang et al., "Parallel Training of Pre-Trained Models via Chunk-Based Dynamic
-// Memory Management", IEEE TPDS 34(1), 2022: Gemini's chunk manager and its chunk-size
-// search). Tensors are packed in execution order, never split across chunks; a chunk
-// is closed at the boundary between the stage's embedding/head tensors and its layers
-// and between virtual pipeline stages, so that each chunk is used in one pipeline step.
-// The chunk size is searched, as the paper does, over sizes that minimise the wasted
-// (unused) elements: candidates from the largest transformer-block tensor up to twice
-// it, `ChunkSearch::candidates` evenly spaced sizes, each a multiple of the alignment
-// (ChunkSearch::alignment_elements times the gradient group, so that ZeRO cuts a chunk
-// into equal aligned shards); ties go to the smallest size. A tensor larger than the
-// chunk size (the embedding and LM-head tables) gets a chunk of its own, of its own
-// aligned size, as Colossal-AI does with its outsized parameters.
-//
-// Sharding (ZeRO over the gradient group g = dp x sp): ZeRO >= 1 owns 1/g of each
-// chunk's optimizer states (the rank updates that shard); ZeRO >= 2 keeps 1/g of its
-// gradients; ZeRO-3 keeps 1/g of its weights (gathered before use, gradients
-// reduce-scattered after) for chunks of transformer blocks; the stage's embedding and
-// head chunks are never weight-sharded, as the executor and the Program treat them.
-//
-// Placement and movement per step:
-//  - offload none: every state on the device, nothing moves.
-//  - offload optimizer (ZeRO-Offload's placement): fp32 master weights and moments of
-//    every chunk on the host; weights and gradients on the device. After the step's
-//    gradient syncs each chunk's owned gradients go down (C{c}/step/offload.grads_d2h),
-//    the host optimizer updates them, the owned weights come back up
-//    (C{c}/step/offload.params_h2d).
-//  - offload chunked with device_fraction f: the first ceil(f x chunks) chunks in
-//    execution order are device-resident (every state on the device, optimizer on the
-//    device); the others are host-resident: weights, master weights and moments on the
-//    host. A host-resident chunk's weights are fetched before the first op of each
-//    micro-batch's forward and backward that uses them (mb{i}/C{c}/{fwd|bwd}/offload.fetch)
-//    and evicted after the pass's last use (nothing to copy back: the host copy is
-//    current). Prefetch depth: a segment's fetches are issued once the previous
-//    segment's first op is done, so the device holds at most the fetched chunks of two
-//    neighbouring segments. Gradients of every chunk stay on the device until the step's
-//    gradient syncs are done (the Program's bucket syncs read them there); then a
-//    host-resident chunk's owned gradients go down and the host optimizer updates it.
-//    Under ZeRO 1/2 with g > 1 (and for the embedding/head chunks under ZeRO-3) the
-//    rank updated only its shard of weights the host holds whole: the owned shard goes
-//    up (offload.params_h2d), the Program's all-gather rebuilds the chunk on the device
-//    and the whole chunk goes back down (C{c}/step/offload.params_d2h).
-// What a copy carries: a chunk's used elements, never its empty tail (the tensors are
-// packed from the chunk's start, so the used part is one contiguous range: on a real
-// device one DMA of the used bytes; moving the tail would spend link time on nothing;
-// the chunk's memory is still its capacity). Under ZeRO each rank moves the used elements
-// inside its own shards, which are cut per executor bucket (a layer's tensors, the
-// stage's embedding/head tensors: padded to a multiple of the gradient group, rank r
-// owning the r-th equal part), the way the trainer's reduce-scatters and gathers cut
-// them, so ranks of a group move different bytes: ChunkCopy::rank_bytes per position in
-// the group, `bytes` their most (what the simulator and planner time). Weights move at
-// the plan's precision (2 bytes in bf16 plans: what ZeRO-Offload and Gemini send to a
-// GPU computing in 16 bits); gradients at the gradient precision.
-// Device memory is counted by executor bucket (ChunkBucket: a layer's tensors, the
-// stage's tables and norms), the unit in which the trainer holds weights, gradients and
-// moments: a chunk is the unit of placement and of copies, but a fetched chunk makes
-// its buckets' whole weight buffers live, and a bucket with a tensor in a resident
-// chunk keeps its weights and steps whole on the device. The update's ZeRO 1-2 round
-// trip streams chunk by chunk (each bucket gathered once its last chunk is up, chunks
-// down once their buckets are gathered), so it holds a few buckets at a time; its peak
-// counts beside the passes' fetch windows.
-// Segments are the units of use in execution order: the embedding, each layer, the head.
-// MoE models are refused (the executor does not train them; the planner and Program
-// price their offload from fractions).
+// The chunk plan of offload: how one rank's model states are packed into fixed-size
+// chunks (Gemini: Fang et al., IEEE TPDS 34(1), 2022), where each chunk lives (device or
+// host) and which copies move it in a step. A pure function of model, step, layout and
+// stage, so the planner, the Program, the simulator and the executor's chunk manager read
+// the same bytes. Packing, size search, ZeRO shards, placement and copies: docs/PROGRAM.md.
 #pragma once
 
 #include <cstdint>
@@ -263,12 +196,13 @@ std::vector<bool> bucket_windows(const ChunkPlan& plan, const ChunkBucket& bucke
 // Forward-order segments of `stage`.
 std::vector<ChunkSegment> stage_segments(const ModelSpec& model, const ParallelConfig& parallel, int stage);
 
-// The whole plan of `stage`. Throws tessel::Error for MoE models.
 // How many of a stage's `chunks` stay on the device: all, or under chunked offload the
 // first ceil(device_fraction x chunks) (at least one). The one placement rule the plan and
 // its closed-form totals share.
 int resident_chunk_count(const ParallelConfig& parallel, int chunks);
 
+// The whole plan of `stage`. Throws tessel::Error for MoE models (the planner and Program
+// price their offload from fractions).
 ChunkPlan chunk_plan(const ModelSpec& model, const TrainSpec& train, const ParallelConfig& parallel, int stage,
                      const ChunkSearch& search = {});
 

@@ -1,9 +1,8 @@
-// A stage's chunk plan in closed form: the per-step totals of chunk_plan() (memory on
-// each side, bytes each way, optimizer elements on each side) from the packing alone,
-// for any ZeRO stage, offload mode, device_fraction, precision and micro-batch count,
-// in constant time. The planner's search prices millions of plans a second: it packs
-// each stage shape once (ChunkStageShape, cached) and reads the totals of every
-// variant from prefix sums; tests hold them equal to chunk_plan()'s enumeration.
+// A stage's chunk plan in closed form: chunk_plan()'s per-step totals (memory on each
+// side, bytes each way, optimizer elements) for any ZeRO stage, offload mode,
+// device_fraction, precision and micro-batch count, in constant time from prefix sums over
+// one cached packing per stage shape, so the planner's search can price millions of plans
+// a second. Tests hold them equal to chunk_plan()'s enumeration.
 #pragma once
 
 #include <cstdint>

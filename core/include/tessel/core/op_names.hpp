@@ -1,17 +1,8 @@
-// The op vocabulary: every op kind a Program names, as symbols, and the grammar of op ids.
-// The block-op table, the Program lowering, the executor (which times its work under
-// these ids), the simulator and the GUI take names from here, so a misspelled kind does
-// not compile and `tessel compare` cannot silently miss an op.
-//
-// Ids (program.hpp has the full list):
-//   mb{i}/L{l}/{fwd|bwd|recompute}/{op}        transformer block ops of micro-batch i
-//   mb{i}/{embed|head}/{fwd|bwd}/{op}          the embedding and the LM head
-//   mb{i}/V{v}/{fwd|bwd}/pp.{send|recv}         pipeline transfers at virtual stage v
-//   {L{l}|stage}/{dp|step}/{op}                 per-bucket gradient syncs and ZeRO gathers
-//   stage/embed/grad.all_reduce, step/{op}      once per step
-//   E{l}/{dp|step}/{op}                         an MoE block's expert weights (own bucket)
-//   mb{i}/C{c}/{fwd|bwd}/offload.fetch, C{c}/step/offload.{grads_d2h|params_h2d|params_d2h}
-//                                               chunk copies (chunk_plan.hpp)
+// The op vocabulary: every op kind a Program names, as symbols, and the grammar of op ids
+// (listed in docs/PROGRAM.md, "Op ids"). The block-op table, the Program lowering, the
+// executor (which times its work under these ids), the simulator and the GUI take names
+// from here, so a misspelled kind does not compile and `tessel compare` cannot silently
+// miss an op.
 #pragma once
 
 #include <array>
@@ -59,19 +50,10 @@ inline constexpr std::string_view mlp_tp_all_reduce = "mlp.tp_all_reduce";
 inline constexpr std::string_view mlp_residual = "mlp.residual";
 
 // ---- a Mixture-of-Experts MLP (blocks where MoeSpec::is_moe_layer) ----
-// It replaces mlp.fc1 / mlp.act / mlp.fc2 of a dense block; the block's other ops
-// (mlp.norm, the 1D tensor-parallel gather/reduce around the half, mlp.residual) stay.
-// Forward order inside the MLP half of an MoE block:
-//   mlp.norm, [mlp.tp_all_gather], moe.router, moe.dispatch, moe.expert_fc1,
-//   moe.expert_act, moe.expert_fc2, moe.combine, [moe.shared_fc1, moe.shared_act,
-//   moe.shared_fc2], [mlp.tp_reduce_scatter | mlp.tp_all_reduce], mlp.residual
-// The backward runs them in reverse order under the same names, with moe.gate_grad
-// (tp > 1) between moe.combine and moe.expert_fc2. moe.router is the
-// router GEMM (tokens x hidden -> experts) with its softmax, top-k and auxiliary loss;
+// It replaces mlp.fc1 / mlp.act / mlp.fc2 of a dense block; the block's other ops stay.
 // moe.dispatch and moe.combine are all-to-alls over the expert-parallel group (the token
-// permutation into expert order belongs to them); the expert GEMMs run over every local
-// expert's tokens; the shared experts (MoeSpec::shared_experts > 0) are one dense MLP of
-// width shared_experts * expert_ffn_hidden that every token passes.
+// permutation belongs to them); moe.gate_grad (tp > 1) runs in the backward only. The
+// order of the ops: docs/PROGRAM.md, "Mixture-of-Experts blocks".
 inline constexpr std::string_view moe_router = "moe.router";
 inline constexpr std::string_view moe_dispatch = "moe.dispatch";
 inline constexpr std::string_view moe_expert_fc1 = "moe.expert_fc1";

@@ -1,13 +1,8 @@
 // The one pipeline schedule generator: the order in which a stage runs its
-// (micro-batch, model chunk, forward/backward) steps. The Program lowering, and so the
-// simulator and the executor, follow it; nothing else decides pipeline order.
-//   gpipe        all forwards, then all backwards (Huang et al. 2019)
-//   1f1b         p - s - 1 warm-up forwards, then one forward one backward, then the
-//                remaining backwards (PipeDream-Flush, Narayanan et al. 2021): at most
-//                p - s micro-batches in flight on stage s
-//   interleaved  v model chunks per stage, visited chunk-major in groups of p
-//                micro-batches (Megatron-LM, Narayanan et al. 2021); needs m % p == 0
-// With one stage every schedule is gradient accumulation: F(i) then B(i).
+// (micro-batch, model chunk, forward/backward) steps under gpipe, 1f1b or interleaved
+// (docs/PROGRAM.md, "Pipeline schedules"). The Program lowering, and so the simulator and
+// the executor, follow it; nothing else decides pipeline order. With one stage every
+// schedule is gradient accumulation: F(i) then B(i).
 #pragma once
 
 #include <vector>
@@ -34,16 +29,14 @@ std::vector<PipelineStep> pipeline_schedule(Schedule schedule, int stage, int st
 // list, without building it.
 PipelineStep pipeline_step(Schedule schedule, int stage, int stages, int micro_batches, int virtual_stages, int k);
 
-// The span of one step's pipeline when each pass of virtual stage vs takes forward_s[vs]
-// or backward_s[vs] (its transfer to the next included) and starts once its input has
-// arrived and its stage's previous pass is done: the critical path through
-// pipeline_schedule()'s order, as a replay of the Program with each rank's ops run one
-// after another spends it. Sizes: stages x virtual_stages. `last_backward_extra_s`
-// (empty, or one per virtual stage): what each virtual stage's last backward adds (the
-// buckets it completes). `deferred_s` (empty, or one per virtual stage): what a backward
-// leaves for its stage's next pass to run first, or the stage's end after its last pass
-// (a rank that runs one op at a time defers a data-parallel reduce-scatter until the next
-// gather needs it). `stage_ends_s`, when given, gets when each stage's last pass ends.
+// The span of one step's pipeline: the critical path through pipeline_schedule()'s order
+// when each pass of virtual stage vs takes forward_s[vs] or backward_s[vs] (its transfer
+// to the next included) and starts once its input has arrived and its stage's previous
+// pass is done. Sizes: stages x virtual_stages. Optional, one per virtual stage:
+// `last_backward_extra_s`, what its last backward adds (the buckets it completes);
+// `deferred_s`, what a backward leaves for the stage's next pass (or its end) to run
+// first, as a rank running one op at a time defers a reduce-scatter to the next gather.
+// `stage_ends_s` gets when each stage's last pass ends.
 double pipeline_span_s(Schedule schedule, int stages, int micro_batches, int virtual_stages,
                        const std::vector<double>& forward_s, const std::vector<double>& backward_s,
                        const std::vector<double>& last_backward_extra_s = {},

@@ -1,9 +1,8 @@
 // What one pipeline stage does in a training step, decided once from the plan: the blocks
-// it runs (their ops and recompute shares are the block-op table's), what crosses to the
-// neighbouring stages, what each bucket moves over which group and when, the optimizer
-// and the host copies. The Program is generated from it (program.cpp) and the planner
-// prices it (planner/src/cost_steps.cpp), so a feature above the block is written here
-// once: both read the same transfers, bytes and moments.
+// it runs (their ops are the block-op table's), what crosses to the neighbouring stages,
+// what each bucket moves over which group and when, the optimizer and the host copies.
+// The Program is generated from it (program.cpp) and the planner prices it
+// (planner/src/stage_steps.cpp), so a feature above the block is written here once.
 #pragma once
 
 #include <string_view>

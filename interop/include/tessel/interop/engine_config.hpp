@@ -1,12 +1,8 @@
 // The launch configurations of the engines tessel's users train with (Megatron-LM's
-// command line, NeMo's YAML recipes, DeepSpeed's JSON with a Hugging Face config.json,
-// torchtitan's config_registry.py or TOML), read into a Plan and written from one. An engine's config says
-// nothing of the machine (the launcher decides it), so the cluster and node count come
-// from tessel; everything else comes from the file. Each reader sorts every option it
-// meets into one of three bins, and says which: mapped into the plan, ignored because it
-// does not change cost (logging, paths, seeds), or refused by name because it changes
-// cost in a way tessel does not model (a run priced without it would be a wrong
-// prediction, not an approximate one).
+// command line, NeMo's YAML, DeepSpeed's JSON with a Hugging Face config.json, torchtitan's
+// config_registry.py or TOML), read into a Plan and written from one. The cluster and node
+// count come from tessel (a config leaves the machine to its launcher); every option is
+// mapped, ignored as cost-neutral, or refused by name when tessel would misprice it.
 #pragma once
 
 #include <optional>

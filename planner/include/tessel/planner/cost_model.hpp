@@ -1,9 +1,8 @@
 // The analytic cost model: what one training step of a plan costs, priced from the same
 // descriptions the Program is lowered from (core's block-op table and stage summaries)
-// through the profiles' CostLookup. layout_cost() prices what a layout's passes run per
-// micro-batch; finish() adds what the stage summaries move per pass and per step under a
-// ZeRO stage, offload and schedule, and the pipeline's span. The models' sources are in
-// docs/ARCHITECTURE.md ("Cost model").
+// through the profiles' CostLookup. layout_cost() prices a layout's passes per micro-batch;
+// finish() adds what the stage summaries move under a ZeRO stage, offload and schedule,
+// and the pipeline's span. The terms and their sources: docs/COST_MODEL.md.
 #pragma once
 
 #include <array>
