@@ -139,13 +139,9 @@ class TableBuilder {
 
  private:
   // torchtitan's op-level selective checkpointing (`_save_list`/`_custom_policy` of
-  // parallelisms/parallelize_llama.py at 9dec370, the corpus's tested commit): the outputs of the
-  // odd-numbered matmuls (q, v, w1, w2 of q, k, v, o, w1, w3, w2) and of the attention kernel are
-  // saved; the even-numbered ones, elementwise ops and forward collectives (but 1D
-  // reduce-scatters, also on the list) are replayed. A fused QKV GEMM replays its k columns, a
-  // gated fc1 its w3 half, materialised attention its products with their softmax. fp8 follows
-  // the same rule: torchao's Float8Linear calls torch.mm, which the policy sees as aten.mm. The
-  // list's aten.abs/max keep each cast's |x| in eager mode: memory left out (docs/MEMORY.md).
+  // parallelisms/parallelize_llama.py at 9dec370): the outputs of the odd-numbered matmuls
+  // and of the attention kernel are saved, the rest replayed, but 1D reduce-scatters; a fused
+  // QKV GEMM replays its k columns, a gated fc1 its w3 half (docs/PROGRAM.md, "The block op table").
   void mark_selective_op_replay(std::vector<BlockOp>& ops) const {
     const bool gated = model_.activation == Activation::swiglu;
     for (BlockOp& op : ops) {
@@ -233,14 +229,10 @@ class TableBuilder {
     }
   }
 
-  // Megatron 1D: an all-reduce after the attention projection and after fc2; with
-  // sequence parallel, an all-gather before each block half and a reduce-scatter after.
-  // Each has one collective of the same size in the backward (Megatron's f and g: the
-  // all-reduce's backward all-reduces the input gradient; all-gather and reduce-scatter
-  // swap).
-  // `overlap_gemm`: the linear's GEMM the collective is pipelined with under
-  // tp_comm_overlap (Transformer Engine overlaps its own linears: qkv, proj, fc1, fc2;
-  // an MoE block's router and experts run theirs exposed).
+  // Megatron 1D: an all-reduce after the attention projection and after fc2, or with
+  // sequence parallel an all-gather before each half and a reduce-scatter after; each has
+  // one of the same size in the backward (Megatron's f and g). `overlap_gemm`: the GEMM it is
+  // pipelined with under tp_comm_overlap (Transformer Engine overlaps its own linears only).
   void gather_before_half(std::string_view name, std::string_view overlap_gemm = {}) {
     if (megatron_sp_) {
       BlockOp gather = comm_op(name, Collective::all_gather, CommGroup::tp, T_ * h_ * E_, 1, CollectiveAlgorithm::ring, 1);
@@ -401,13 +393,10 @@ class TableBuilder {
     t_.block.push_back(memory_op(ops::mlp_residual, kResidualActivationPasses * E * A));
   }
 
-  // An MoE block's MLP half (1D tensor parallelism only: check_layout refuses the grids). Each
-  // tensor rank routes the micro-batch's tokens (gathered under sequence parallel) and sends
-  // top_k copies (hidden wide) to their experts' ranks and back: each all-to-all has nccl-tests
-  // size T k h E, (ep-1)/ep leaving the rank, one each way forward and backward. A rank's
-  // experts / ep experts see T k tokens on average, as GEMMs column-split by tp like the dense
-  // MLP's; load imbalance is the profile's. Shared experts are one dense MLP every token passes;
-  // with tp > 1 the backward all-reduces the gate gradients (moe.gate_grad).
+  // An MoE block's MLP half (1D tensor parallelism only: check_layout refuses the grids): each
+  // tensor rank routes the micro-batch's tokens and sends top_k copies to their experts' ranks
+  // and back (all-to-alls of nccl-tests size T k h E); a rank's experts see T k tokens on
+  // average, load imbalance being the profile's (docs/PROGRAM.md, "Mixture-of-Experts blocks").
   void moe_half() {
     constexpr double kGateBytes = 4.0;  // the router's gates and their gradients are f32
     const double E = E_, A = A_, h = h_, T = T_;

@@ -70,14 +70,11 @@ class MegatronLayout final : public TensorLayout {
     whole_norm_forward(x, gamma, beta, y, mean, rstd);
   }
 
-  // Rows are whole here, so the residual add and the norm after it are one kernel. Both are
-  // ops of the Program with their own ids and predictions, and only the kernel as a whole
-  // can be timed. Its time is split between the two ids in proportion to the work the
-  // cost model gives each (block_ops.hpp's activation passes, the residual's first, as it
-  // runs first): each op's measured/predicted ratio is then the fused kernel's, neither op
-  // is shown faster or slower than the pair really ran, and the sum of the two is the
-  // kernel's time, counted once. A zero-length residual event would instead read as an
-  // op that costs nothing against a nonzero prediction.
+  // Rows are whole here, so the residual add and the norm after it are one kernel, timed as
+  // a whole. Its time is split between the two ops' ids in proportion to the work the cost
+  // model gives each (block_ops.hpp's activation passes), so each op's measured/predicted
+  // ratio is the kernel's and their sum is its time, counted once (a zero-length residual
+  // would read as an op costing nothing against a nonzero prediction).
   void residual_norm_forward(const IdScope& ids, std::string_view residual_op, const HalfOps& half, const Buffer& x,
                              const Buffer& delta, CRef bias, Buffer& out, CRef gamma, CRef beta, Buffer& y,
                              Buffer& mean, Buffer& rstd) override {

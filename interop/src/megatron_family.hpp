@@ -25,12 +25,10 @@ int tokenizer_vocab(const std::string& tokenizer_type);
 int tokenizer_model_vocab(const std::string& model);
 
 // The plan closest to `plan` that Megatron-Core can run: 2D/2.5D/3D tensor parallelism
-// becomes 1D of the same degree, GPipe becomes 1F1B, LAMB/LARS become AdamW, chunked
-// offload becomes optimizer offload, a sequence beyond a rope model's length raises the
-// model's position count to it (Megatron asserts max positions >= sequence). Each change is one line in `notes`. Throws
-// tessel::Error naming parallel.tp_mode when the 1D layout of that degree is not valid.
-// `fsdp_zero` = false: ZeRO 2 and 3 become 1 (the engine has only the distributed
-// optimizer) and say so.
+// becomes 1D, GPipe 1F1B, LAMB/LARS AdamW, chunked offload optimizer offload, and a rope
+// model's positions grow to the sequence (Megatron asserts it); without `fsdp_zero` ZeRO 2-3
+// become 1. Each change is a line of `notes`. Throws tessel::Error naming parallel.tp_mode
+// when the 1D layout of that degree is not valid.
 Plan nearest_megatron_plan(const Plan& plan, bool fsdp_zero, const std::string& engine,
                            std::vector<std::string>& notes);
 

@@ -30,15 +30,11 @@ double CostModel::trainer_temporaries_bytes(const ParallelConfig& p, bool last_s
 }
 
 double CostModel::reduction_scratch_bytes(const ParallelConfig& p, double stage_gradient_bytes) const {
-  // CPU ranks reduce gradients over MPI, each bucket with a non-blocking in-place
-  // all-reduce started as its backward ends: the library gives each one a temporary of
-  // the message's size, and by the end of the backward every bucket's is in flight, so
-  // the process holds the stage's gradient bytes once more (measured: dp 2 runs hold
-  // 0.92-0.96 x the gradient bytes more than the same model on one rank). GPU ranks
-  // reduce with NCCL, which needs no such temporary in device memory; ZeRO 2 and 3
-  // reduce-scatter into a separate shard instead. Measured only with data parallelism:
-  // a gradient group of ring self-attention ranks alone (dp 1, sp 2) holds no more than
-  // one rank does, so the term follows dp, not the whole gradient group.
+  // CPU ranks' non-blocking in-place MPI all-reduces each get a library temporary of the
+  // bucket's size, all in flight by the end of the backward: the stage's gradient bytes
+  // once more. NCCL needs none, ZeRO 2-3 reduce-scatter into a shard, and ring
+  // self-attention ranks alone (sp 2, dp 1) showed none, so the term follows dp
+  // (docs/MEMORY.md, "MPI's all-reduce temporaries").
   if (!cpu_ranks_ || p.dp <= 1 || p.zero >= 2) return 0;
   return stage_gradient_bytes;
 }

@@ -23,13 +23,9 @@ const std::array<Calibration::Parameter, Calibration::kParameterCount>& Calibrat
   static constexpr std::string_view kGpuCallOverheadSource =
       "NCCL src/graph/tuning.cc default base latency, at most 14.0 us per call (LL128), plus a host launch of "
       "5-20 us (HolisticTraceAnalysis docs, CUDA kernel launch stats): 34 us";
-  // tp_comm_overlap's datasheet view (tp_overlap.hpp). Efficiency 1: the ring-exchange pipeline
-  // hides every chunk but the first under a longer GEMM, as Transformer Engine's userbuffers
-  // intend ("Overlapping Communication with GEMM"); the fit says what real runs lose. Slowdown
-  // 0.09: the userbuffers configurations Megatron-LM and NeMo ship give reduce-scatter overlaps
-  // ("pipeline") 16-24 of an H100's 132 SMs (GEMM x 132/112, +18%) and all-gather overlaps
-  // ("ring_exchange") one SM (+1%): about +9% over both. Bounds: an overlap hides at most all
-  // (1) and costs a GEMM at most half again (0.5, four times the SM share reserved).
+  // tp_comm_overlap's defaults are the datasheet's view, from the SM shares Transformer
+  // Engine's userbuffers reserve (docs/CALIBRATION.md); bounds: an overlap hides at most
+  // all (1) and costs a GEMM at most half again (0.5, four times the SM share reserved).
   static const std::array<Parameter, kParameterCount> table{{
       {"gemm_efficiency_scale", 0.5, 1.5, &Calibration::gemm_efficiency_scale, 1.5, ""},
       {"memory_efficiency_scale", 0.1, 2.0, &Calibration::memory_efficiency_scale, 2.0, ""},

@@ -18,17 +18,13 @@
 #include "tessel/executor/checkpoint_weights.hpp"
 #include "tessel/executor/comm/mpi_communicator.hpp"
 
-//   traffic     one step, capacity 0 (nothing dropped): the payload (nccl-tests size, the
-//               rank's own block included) each rank sends from the token side (forward
-//               dispatch, backward combine) equals its Program's forward moe.dispatch and
-//               backward moe.combine bytes exactly; what the expert side sends back
-//               (forward combine, backward dispatch) depends on the routing, and summed
-//               over the ep group equals ep x the Program's bytes of those ops; under
-//               tp the gate gradients' all-reduce equals the Program's moe.gate_grad
-//   checkpoint  5 uninterrupted steps against 2 steps, a checkpoint, and 3 resumed steps in
-//               fresh trainers: every loss (with the auxiliary loss) and the final weights
-//               bit-identical, with expert buckets under ZeRO 1, 2 and 3; the whole model
-//               gathered from the files alone equals the trainer's view
+//   traffic     one step, capacity 0 (nothing dropped): what each rank sends from the token
+//               side (forward dispatch, backward combine) equals its Program's bytes exactly;
+//               the expert side's replies depend on the routing, so their sum over the ep
+//               group equals ep x the Program's bytes; under tp moe.gate_grad's all-reduce too
+//   checkpoint  5 steps against 2, a checkpoint and 3 resumed in fresh trainers: every loss
+//               and the final weights bit-identical, with expert buckets under ZeRO 1-3; the
+//               whole model gathered from the files alone equals the trainer's view
 
 using namespace tessel;
 using namespace tessel::executor;

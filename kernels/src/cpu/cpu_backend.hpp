@@ -52,13 +52,11 @@ class FloatOut {
 
 void convert_elements(Ref destination, CRef source, std::int64_t n);
 
-// Reductions and transcendental functions over a row run as plain loops in index order.
-// Eigen's vectorised forms peel an unaligned head into scalar code (std::exp, a sequential
-// sum) and do the rest in packets (its own exp, a tree sum), so their result depends on
-// where the row lies in memory: a row sharded or copied by a parallel layout would then
-// not equal the same row in one process bit for bit, and a test of that equality would
-// pass or fail with the allocator. Loops in order depend on the values only (the kernels
-// are also built with -ffp-contract=off, so a scalar head and a vector body round alike).
+// Reductions and transcendental functions over a row run as plain loops in index order:
+// Eigen's vectorised forms peel an unaligned head into scalar code and do the rest in
+// packets, so their result depends on where the row lies in memory, and a row a parallel
+// layout shards or copies would not equal one process's bit for bit. (The kernels are
+// built with -ffp-contract=off, so a scalar head and a vector body round alike.)
 inline float sum_in_order(const float* x, std::int64_t n) {
   float total = 0.0f;
   for (std::int64_t i = 0; i < n; ++i) total += x[i];

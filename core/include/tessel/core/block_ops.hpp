@@ -133,13 +133,10 @@ struct BlockOpTable {
   // stage's final norm (and untied LM head), and the tied embedding's copy a last stage
   // keeps when pp > 1.
   double embedding_parameters = 0, head_parameters = 0, tied_copy_parameters = 0;
-  // Elements per block, of the final norm and of the positions whose gradients are
-  // partial sums over `partial_group`, all-reduced once per step and bucket: 1D with
-  // sequence parallel (norms and late biases, over the tensor group), 2D (every vector,
-  // down the grid column).
-  // 3D has two kinds of copied vectors (features on the depth axis, on the columns),
-  // summed over two axes each: one entry per (group, elements) sum.
-  // An MoE block's own count (1D: it has no mlp.fc2 bias) stands beside the dense one's.
+  // Elements per block, of the final norm and of the positions whose gradients are partial
+  // sums over `group`, all-reduced once per step and bucket: 1D sequence parallel's norms
+  // and late biases (tensor group), 2D's vectors (grid column), 3D's two kinds of copied
+  // vectors (two axes each): one entry per sum. MoE blocks (no mlp.fc2 bias) count apart.
   struct PartialSync {
     CommGroup group = CommGroup::tp;
     double layer_elements = 0, head_elements = 0, embedding_elements = 0;

@@ -38,15 +38,11 @@ struct MoeGradients {
   float* experts = nullptr;
 };
 
-// The payload the all-to-alls of the calls so far sent from this rank (the nccl-tests
-// size of each call: every row this rank sends, its own block included), in bytes, by
-// side. The token side (forward dispatch, backward combine) sends each of the rank's
-// top_k x tokens kept rows: without dropping exactly the Program's moe.dispatch (forward)
-// and moe.combine (backward) bytes. The expert side (forward combine, backward dispatch)
-// returns the rows the rank's experts received, which depends on the routing: over the
-// ep group it sums to ep x the Program's bytes, per rank only on average.
-// gate_grad_bytes: the backward's tensor-group all-reduces of the gate gradients (one
-// f32 per kept row; without dropping exactly the Program's moe.gate_grad bytes).
+// The bytes this rank's all-to-alls sent so far (nccl-tests size: its own block included),
+// by side. The token side (forward dispatch, backward combine) sends its top_k x tokens
+// kept rows: without drops, the Program's bytes exactly. The expert side returns what its
+// experts received, which depends on the routing: the Program's bytes only summed over the
+// ep group (ep x them). gate_grad_bytes: moe.gate_grad's all-reduces, one f32 per kept row.
 struct MoeTraffic {
   double token_side_bytes = 0, expert_side_bytes = 0, gate_grad_bytes = 0;
 };

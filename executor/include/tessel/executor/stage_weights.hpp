@@ -15,13 +15,11 @@
 
 namespace tessel::executor {
 
-// One tensor's shard on this rank: the whole tensor's rows cut in row_split blocks (this
-// rank holds block row_part) and its columns in col_split blocks (within each of
-// column_groups groups: attn.qkv cuts q, k and v each on its own, SwiGLU's fc1 its gate
-// and up halves). Groups are equal unless group_cols gives their whole widths (attn.qkv
-// with grouped-query attention: q is wider than k and v). Tensors several ranks
-// of the tensor group hold whole or in the same shard are copies: `copy` numbers them,
-// and sums over the model (norms, exports) count copy 0 only.
+// One tensor's shard on this rank: rows cut in row_split blocks (this rank holds row_part),
+// columns in col_split blocks within each of column_groups groups (attn.qkv cuts q, k and v
+// each on its own, SwiGLU's fc1 its gate and up halves; group_cols gives unequal widths, as
+// under grouped-query attention). Ranks holding the same shard hold copies, numbered by
+// `copy`: sums over the model (norms, exports) count copy 0 only.
 struct TensorSlot {
   std::string name;  // as in the whole model: "L3.attn.qkv.weight"
   int rows = 0, cols = 0;  // whole tensor

@@ -211,11 +211,9 @@ class Backend {
                                  int rows, int cols, bool accumulate) = 0;
   // A block's residual add fused with the next norm (one pass over the row on a GPU):
   // residual_out = (x + delta) + bias (bias may be null; residual_out may alias x), then
-  // y = layer_norm(residual_out) (or RMSNorm) with its statistics. The norm reads
-  // residual_out as stored (rounded to its element type), so the result equals `residual`
-  // followed by `layer_norm_forward` / `rms_norm_forward` bit for bit on the CPU. There is
-  // no fused backward op: a residual's backward is the identity, so the norm's backward
-  // with `accumulate` (dx += ...) onto the residual stream's gradient already is it.
+  // y = norm(residual_out) as stored, so it equals `residual` then the norm bit for bit on
+  // the CPU. No fused backward: the residual's is the identity, so the norm's backward with
+  // `accumulate` onto the residual stream's gradient already is it.
   virtual void residual_layer_norm_forward(Stream s, Ref residual_out, CRef x, CRef delta, CRef bias, CRef gamma,
                                            CRef beta, Ref y, float* mean, float* rstd, int rows, int cols,
                                            float eps) = 0;
@@ -289,14 +287,10 @@ class Backend {
   virtual void cross_entropy_backward(Stream s, CRef logits, const std::int32_t* targets, const float* row_max,
                                       const float* sum_exp, Ref dlogits, int rows, int cols, int valid_cols,
                                       int vocab_start, float scale) = 0;
-  // The whole vocabulary on this rank (no split): the three phases and the backward in
-  // one op. Each row of logits [rows x cols] (first `valid_cols` the vocabulary, the rest
-  // padding; targets in [0, valid_cols)) gives its max and sum of exponentials in one
-  // read; *loss_sum += the rows' losses (fp64, summed in row order after the rows are
-  // done, as cross_entropy_loss does) and dlogits = (softmax - onehot) x scale, padding
-  // 0. `dlogits` may be `logits` itself (same data and type): the gradient then replaces
-  // the logits in place, saving a [rows x cols] buffer (llm.c's fused classifier does
-  // the same). The value is that of the phases on one rank, up to summation order.
+  // The whole vocabulary on this rank (no split): the phases and the backward in one op,
+  // each row's max and sum of exponentials in one read; *loss_sum += the rows' losses (fp64,
+  // in row order) and dlogits = (softmax - onehot) x scale, padding 0. `dlogits` may be
+  // `logits` itself, saving a [rows x cols] buffer (as llm.c's fused classifier does).
   virtual void cross_entropy_fused(Stream s, CRef logits, const std::int32_t* targets, Ref dlogits, int rows, int cols,
                                    int valid_cols, float scale, double* loss_sum) = 0;
 

@@ -30,17 +30,14 @@ struct CalibrationOptions {
   int restarts = 1;                   // fresh starts from the best point, while they improve
   double restart_gain = 1e-4;         // the least objective gain (absolute) worth another start
   double relative_tolerance = 1e-4;  // on the normalised parameters
-  // Weight of the pull toward the profile's values (the datasheet's view: Calibration{}),
-  // wherever a fit starts: the objective is the error plus prior_weight x the sum of
-  // squared moves of the normalised parameters (each range mapped to [0, 1]). A parameter that only one or two rows move (a
-  // flat direction) then stays near its datasheet value instead of wherever the optimiser
-  // stopped. 0 fits the error alone.
+  // Weight of the pull toward the profile's values: the objective is the error plus
+  // prior_weight x the squared moves of the normalised parameters, so a parameter that only
+  // one or two rows move stays near its datasheet value. 0 fits the error alone.
   double prior_weight = 0.003;
   // How much of each (source, framework) cell's own level the shared parameters must
-  // explain: 0 leaves it to the cell (its source's effect: the parameters fit the shapes
-  // within cells and each framework's mean level over its cells, at which a new source is
-  // predicted), 1 asks them for all of it (no effects: every cell's runs fitted as they
-  // are), between pools the two. Every cell weighs the same, whatever its row count.
+  // explain: 0 leaves it to the cell's source effect (the parameters fit the shapes within
+  // cells and each framework's mean level), 1 fits every cell's runs as they are, between
+  // pools the two. Every cell weighs the same, whatever its row count.
   double effect_pooling = 0;
   // A parameter whose leave-one-source-out fits move it by more than this share of its
   // range may not be identified by the runs: it stays at the profile's value (the fit is
@@ -78,22 +75,18 @@ class RunSet {
   // first appearance; source_of(i) indexes them.
   const std::vector<std::string>& sources() const { return sources_; }
   std::size_t source_of(std::size_t i) const { return source_of_[i]; }
-  // A parameter's range on these runs: its table range with the upper end at what the
-  // hardware allows where the profile says (upper_reason() names it, empty otherwise): a
-  // GEMM or attention scale at most 1 / the GEMM curve's best fraction of peak, a memory
-  // scale at most 1 / the streaming rate's fraction of the datasheet bandwidth, a bus
-  // efficiency at most the link's rate over the profile's collective bandwidth, and on
-  // GPUs the collective call overhead at most profiles::Calibration's physical bound.
+  // A parameter's range on these runs: its table range, the upper end lowered to what the
+  // hardware allows where the profile says (upper_reason() names it): no scale or bus
+  // efficiency that runs a GEMM, a stream or a link past the profile's peak rates, no GPU
+  // call overhead beyond Calibration's physical bound.
   double lower_bound(const profiles::Calibration::Parameter& parameter) const;
   double upper_bound(const profiles::Calibration::Parameter& parameter) const;
   std::string upper_reason(const profiles::Calibration::Parameter& parameter) const;
 
-  // A layout's cost is affine in the inverses of the five efficiency scales and in the
-  // two overheads (every time in it is a GEMM, streaming or collective time divided by
-  // exactly one of them, a latency, or a count of overheads), so it is cached per run
-  // at the defaults and along each of those seven directions; finish() then adds ZeRO,
-  // overlap and the schedule under the calibration itself. A run whose layout is not
-  // affine (a min() of two fabrics' rates: 2D broadcasts) is priced by estimate().
+  // A layout's cost is affine in the inverses of the five efficiency scales and in the two
+  // overheads (each time in it divides by exactly one of them), so it is cached per run at
+  // the defaults and along those seven directions; finish() adds the rest under the
+  // calibration itself. A layout that is not affine (2D's min() of two fabrics) uses estimate().
   struct LayoutBasis {
     LayoutCost at_defaults;
     // per unit of 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter, layer and collective call overhead_s
@@ -197,12 +190,10 @@ double source_weighted_mape(const std::vector<double>& predicted, const RunSet& 
 // measured experience on the runs' device, profiles/prediction_bounds.hpp).
 std::vector<profiles::MeasuredExperience> measured_experience_of(const RunSet& runs);
 
-// The profile a calibration writes: `base` with source "calibrated" and meta naming
-// the parameters, the runs fitted on and the errors measured, with each fitted run's
-// leave-one-source-out residual (weighted so that every source weighs the same; the
-// leave-one-row-out ones where the runs come from one source) and the best measured MFU
-// per model size of the fitted runs (profiles/prediction_bounds.hpp: the error band and
-// measured experience).
+// The profile a calibration writes: `base` with source "calibrated" and meta naming the
+// parameters, the runs and the errors, each fitted run's leave-one-source-out residual
+// (every source weighing the same; leave-one-row-out with one source) and the best
+// measured MFU per model size (profiles/prediction_bounds.hpp).
 profiles::Profile calibrated_profile(const profiles::Profile& base, const RunSet& runs,
                                      const DeviceCalibration& calibration, const std::string& inputs);
 

@@ -35,13 +35,11 @@ struct PublishedRun {
   bool priceable() const { return skipped.empty(); }
 };
 
-// Every row of every *.json file in `directory` (corpus/published: the sources
-// calibration may fit on), files in name order, rows in file order, each row's train
-// carrying its source's engine and date (source.engine) unless it names its own. Throws
-// tessel::Error naming the directory when it is missing or holds no corpus file, naming
-// the file and row when one is malformed (source.engine included), and naming a file whose
-// source is held out: held-out sources live apart (corpus/held_out), so no calibration
-// input holds them.
+// Every row of every *.json file in `directory` (corpus/published: the sources calibration
+// may fit on), files in name order, rows in file order, each row's train carrying its
+// source's engine and date unless it names its own. Throws tessel::Error naming the
+// directory, the file and row of a malformed one, or a file whose source is held out
+// (held-out sources live apart, in corpus/held_out, so no calibration input holds them).
 std::vector<PublishedRun> load_published_runs(const std::string& directory);
 
 // The same for `directory` = corpus/held_out, every source of which must say
