@@ -116,7 +116,7 @@ class DeepSpeedReader {
 
   // A positive integer, "auto" (nullopt), or absent (nullopt).
   std::optional<int> batch_value(const char* key, bool& was_auto);
-  // true/false of a section's "enabled" ("auto" refused with what to write).
+  // true/false of a section's "enabled" ("auto": false, the Hugging Face Trainer's flag unset).
   bool enabled(const Json& section, const std::string& option, const char* trainer_flag);
   void read_batch();
   void read_precision();

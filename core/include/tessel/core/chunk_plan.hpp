@@ -39,12 +39,10 @@ inline std::int64_t device_gradient_elements(std::int64_t elements, std::int64_t
   return elements + elements / group;
 }
 
-// Bytes per element of an evictable bucket's weights on the device while fetched (or
-// made whole by the update's round trip): the trainer fetches the fp32 master weights
-// and, in mixed precision, converts them to the 16-bit copy it computes with beside
-// them (a resident bucket's weights are the same two, counted as the plan's weights and
-// its master weights). Fetching the 16-bit copy alone, as ZeRO-Offload and Gemini do,
-// is for the GPU executor (issue 14); then this is the plan's weight bytes alone.
+// Bytes per element of an evictable bucket's weights on the device while fetched (or made
+// whole by the update's round trip): the trainer fetches the fp32 master weights and, in
+// mixed precision, converts them to the 16-bit copy it computes with beside them. (ZeRO-Offload
+// and Gemini fetch the 16-bit copy alone; the executor does not yet.)
 inline double fetched_weight_bytes(const TrainSpec& train, const ModelStateBytes& states) {
   return train.precision == Precision::fp32 ? 4.0 : 4.0 + states.parameter;
 }
