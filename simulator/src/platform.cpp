@@ -148,7 +148,8 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
 
 std::unique_ptr<sg4::Engine> make_engine() {
   static std::vector<std::string> args{"tessel-simulate", "--log=root.thres:critical", "--cfg=network/model:CM02",
-                                       "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0"};
+                                       "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0",
+                                       "--cfg=network/optim:Full"};
   static std::vector<char*> argv;
   argv.clear();
   for (auto& arg : args) argv.push_back(arg.data());

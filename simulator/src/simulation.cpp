@@ -384,13 +384,12 @@ class Replay {
   // so rotating that index maps the whole run onto itself. Its first rank stands for it;
   // the node's uplink, shared by all, gets 1/tp of its bandwidth (platform.cpp). Offload
   // copies (one host-memory link per node) and PCIe switches (shared by device pairs) break
-  // the rotation, as do expert all-to-alls. ZeRO-2/3's per-micro-batch collectives keep it
-  // in theory, but SimGrid's own run of every tensor rank drifts apart between them there
-  // and the folded step strays past 0.1 % (docs/SIMULATOR.md): those plans keep every rank.
+  // the rotation, as do expert all-to-alls. ZeRO's per-micro-batch collectives keep it: the
+  // engine's full (not lazy) sharing updates keep symmetric ranks in lockstep (make_engine).
   int tensor_fold() const {
     const ParallelConfig& p = plan_.parallel;
     const bool fat_tree = !plan_.cluster.inter_node || plan_.cluster.inter_node->topology == Topology::fat_tree;
-    if (!options_.fold || !options_.fold_tensor || !options_.platform_file.empty() || !fat_tree || p.ep != 1 || p.zero >= 2 ||
+    if (!options_.fold || !options_.fold_tensor || !options_.platform_file.empty() || !fat_tree || p.ep != 1 ||
         p.tp < 2 || p.tp_mode != TpMode::d1 || plan_.gpus_per_node() % p.tp != 0 ||
         plan_.cluster.intra_node.kind == "pcie") {
       return 1;

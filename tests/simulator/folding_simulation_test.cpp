@@ -100,14 +100,22 @@ TEST(Folding, TensorRanksBesideASequenceRingMatchEveryTensorRank) {
   EXPECT_TRUE(tensor_folding_exact(plan, 4, free));
 }
 
-// Plans that keep every tensor rank: offload copies share one host-memory link per node,
-// and ZeRO-2's per-micro-batch reduce-scatters are not folded (simulation.cpp).
-TEST(Folding, OffloadAndZeroTwoKeepEveryTensorRank) {
+// ZeRO's per-micro-batch collectives beside the tensor rings: ZeRO-2's reduce-scatters over a
+// sequence ring that spans two nodes, and ZeRO-3's gathers over data-parallel rings across
+// eight nodes, interleaved.
+TEST(Folding, ZeroShardedPlansMatchEveryTensorRank) {
+  EXPECT_TRUE(tensor_folding_exact(plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-h100", "nodes": 4,
+      "train": {"global_batch": 32}, "parallel": {"dp": 1, "pp": 2, "tp": 4, "sp": 4, "zero": 2, "micro_batch": 1}})"), 4));
+  EXPECT_TRUE(tensor_folding_exact(plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-h100", "nodes": 8,
+      "train": {"global_batch": 32}, "parallel": {"dp": 8, "pp": 2, "tp": 4, "tp_sequence_parallel": true, "zero": 3,
+      "micro_batch": 1, "schedule": "interleaved", "virtual_stages": 2}})"), 4));
+}
+
+// Offload copies share one host-memory link per node: every tensor rank is kept.
+TEST(Folding, OffloadKeepsEveryTensorRank) {
   EXPECT_TRUE(tensor_folding_exact(plan_of(R"({"model": "gpt2-774m", "cluster": "dgx-h100", "nodes": 1,
       "train": {"global_batch": 16}, "parallel": {"dp": 2, "pp": 1, "tp": 4, "zero": 1, "offload": "optimizer",
       "micro_batch": 1}})"), 1));
-  EXPECT_TRUE(tensor_folding_exact(plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-h100", "nodes": 4,
-      "train": {"global_batch": 32}, "parallel": {"dp": 1, "pp": 2, "tp": 4, "sp": 4, "zero": 2, "micro_batch": 1}})"), 1));
 }
 
 // Only the nodes that hold a simulated rank or receive one of its flows are built; the step
