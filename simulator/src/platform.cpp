@@ -149,7 +149,7 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
 std::unique_ptr<sg4::Engine> make_engine() {
   static std::vector<std::string> args{"tessel-simulate", "--log=root.thres:critical", "--cfg=network/model:CM02",
                                        "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0",
-                                       "--cfg=network/optim:Full"};
+                                       "--cfg=network/optim:Full", "--cfg=network/maxmin-selective-update:yes"};
   static std::vector<char*> argv;
   argv.clear();
   for (auto& arg : args) argv.push_back(arg.data());

@@ -45,9 +45,9 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
 // The ten busiest directed links of `load` over a step of `step_s`, busiest first.
 std::vector<LinkUse> busiest_links(const LinkLoad& load, double device_bandwidth, double node_bandwidth, double step_s);
 
-// A SimGrid engine with tessel's network model settings (CM02, no cross traffic, bandwidth
-// shares re-solved in full at every change: the lazy updates let ranks that run the same
-// flows on symmetric links drift apart, which the unfolded run must not do for folding).
+// A SimGrid engine with tessel's network model settings (CM02, no cross traffic, the shares
+// of every link a change touches re-solved at once, not lazily: lazy updates let ranks that
+// run the same flows on symmetric links drift apart, which folding must not meet).
 std::unique_ptr<simgrid::s4u::Engine> make_engine();
 
 // Refuses, before any actor exists, `actors` actors whose stacks (SimGrid's

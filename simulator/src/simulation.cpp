@@ -385,7 +385,7 @@ class Replay {
   // the node's uplink, shared by all, gets 1/tp of its bandwidth (platform.cpp). Offload
   // copies (one host-memory link per node) and PCIe switches (shared by device pairs) break
   // the rotation, as do expert all-to-alls. ZeRO's per-micro-batch collectives keep it: the
-  // engine's full (not lazy) sharing updates keep symmetric ranks in lockstep (make_engine).
+  // engine's eager (not lazy) sharing updates keep symmetric ranks in step (make_engine).
   int tensor_fold() const {
     const ParallelConfig& p = plan_.parallel;
     const bool fat_tree = !plan_.cluster.inter_node || plan_.cluster.inter_node->topology == Topology::fat_tree;
