@@ -37,8 +37,8 @@ class FlowNetwork {
   }
   bool simulated(int rank) const { return simulated_[std::size_t(rank)]; }
 
-  // Marks in `nodes` the nodes whose devices flows of `work` over `group` (or a pipeline
-  // transfer, `group` = {from, to}) touch: the simulated senders' and their receivers'.
+  // Marks in `nodes` the nodes that the flows of `work` over `group`, or of a transfer,
+  // touch: the simulated senders' and their receivers'.
   void mark_nodes_reached(const BlockOp& work, const std::vector<int>& group, std::vector<bool>& nodes) const;
   void mark_transfer_nodes(int from, int to, std::vector<bool>& nodes) const;
 
