@@ -8,6 +8,7 @@
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -108,17 +109,37 @@ void report(const char* label, const CostModel& model) {
               one.result.best.empty() ? 0.0 : one.result.best.front().step_time_s,
               one.result.best.empty() ? 0.0 : 100 * one.result.best.front().mfu);
 }
+
+struct Case {
+  const char* label;
+  const char *model, *cluster;
+  int nodes, global_batch;
+};
+// The last is an MoE model: ep in the grid (every divisor of dp and the 8 experts).
+constexpr Case kCases[] = {
+    {"gpt3-175b, 128 x dgx-a100, global batch 1536", "gpt3-175b", "dgx-a100", 128, 1536},
+    {"gpt2-1.5b, 4 x dgx-h100, global batch 512", "gpt2-1.5b", "dgx-h100", 4, 512},
+    {"mixtral-8x7b, 8 x dgx-h100, global batch 256", "mixtral-8x7b", "dgx-h100", 8, 256},
+    {"llama2-70b, 64 x dgx-h100, global batch 1024", "llama2-70b", "dgx-h100", 64, 1024},
+};
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
+  // --searches-once [MODEL]: each search (or MODEL's) once on one thread, nothing else,
+  // for a profiler.
+  if (argc > 1 && std::string_view(argv[1]) == "--searches-once") {
+    for (const Case& c : kCases) {
+      if (argc > 2 && std::string_view(argv[2]) != c.model) continue;
+      const Timing one = time_search(make_model(c.model, c.cluster, c.nodes, c.global_batch), 1, 1);
+      std::printf("%s: %lld priced, %.4f s processor\n", c.label, static_cast<long long>(one.result.priced),
+                  one.median_cpu_s);
+    }
+    return 0;
+  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   std::printf("\nFull searches (median of 7; target: >= 1e6 plans/s/core, 175B search < 1 s on 2 cores)\n");
-  report("gpt3-175b, 128 x dgx-a100, global batch 1536", make_model("gpt3-175b", "dgx-a100", 128, 1536));
-  report("gpt2-1.5b, 4 x dgx-h100, global batch 512", make_model("gpt2-1.5b", "dgx-h100", 4, 512));
-  // An MoE model: ep in the grid (every divisor of dp and the 8 experts).
-  report("mixtral-8x7b, 8 x dgx-h100, global batch 256", make_model("mixtral-8x7b", "dgx-h100", 8, 256));
-  report("llama2-70b, 64 x dgx-h100, global batch 1024", make_model("llama2-70b", "dgx-h100", 64, 1024));
+  for (const Case& c : kCases) report(c.label, make_model(c.model, c.cluster, c.nodes, c.global_batch));
   return 0;
 }

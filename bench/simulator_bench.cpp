@@ -1,8 +1,8 @@
 // Simulator speed at scale: one step of gpt3-175b (global batch 1536) under fixed plans,
 // 1024 GPUs on 128 dgx-a100 nodes and 16384 GPUs on 2048 dgx-h100 nodes, each in a child
 // process (SimGrid: one engine per process) whose processor time, wall time and peak memory
-// the parent reads (wait4). Tensor folding is the default; --baseline adds the 1024-GPU
-// case unfolded, in the same run.
+// the parent reads (wait4). Baselines in the same run: without tensor folding, with every
+// node of the platform built; --baseline adds the 1024-GPU case unfolded.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +25,7 @@ struct Case {
   const char* parallel;  // the plan's parallel section
   bool fold;
   bool fold_tensor = true;
+  bool prune_platform = true;
 };
 
 // The plans of the simulator's speed targets: Megatron's 175B layout on 1024 A100s, and the
@@ -52,6 +53,7 @@ double run_case(const Case& c) {
   simulator::SimulationOptions options;
   options.fold = c.fold;
   options.fold_tensor = c.fold_tensor;
+  options.prune_platform = c.prune_platform;
   const Program program = Program::lower(plan);
   const auto result = simulator::simulate(program, profile, options);
   std::printf("  plan %s\n  simulated step %.6f s; %d of %d ranks simulated, %zu flows; simulation %.2f s wall\n",
@@ -114,6 +116,14 @@ int main(int argc, char** argv) {
     print_usage(base);
     std::printf("tensor folding: %.2fx less processor time, step %+.5f%%\n", base.processor_s / usage.processor_s,
                 100.0 * (usage.step_s / base.step_s - 1.0));
+    std::printf("baseline, the same with every node of the platform built\n");
+    std::fflush(stdout);
+    Case whole = c;
+    whole.prune_platform = false;
+    const Usage unpruned = measure(whole);
+    print_usage(unpruned);
+    std::printf("pruned platform: %.2fx less processor time, step %+.5f%%\n", unpruned.processor_s / usage.processor_s,
+                100.0 * (usage.step_s / unpruned.step_s - 1.0));
   }
   if (baseline) {
     std::printf("\nbaseline: dgx-a100 x 128 nodes without folding\n");

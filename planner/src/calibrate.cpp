@@ -35,15 +35,48 @@ std::array<double, kBasisDirections> coordinates(const Calibration& c) {
           c.collective_call_overhead_s};
 }
 
-LayoutCost layout_at(const LayoutCost& base, const std::array<LayoutCost, kBasisDirections>& slope,
-                     const Calibration& c) {
-  const std::array<double, kBasisDirections> x = coordinates(c), x0 = coordinates(Calibration{});
-  LayoutCost out = base;
+// `out` = `base` + `slope` along the calibration's coordinates, with new prices.
+void combine(LayoutCost& out, const LayoutCost& base, const std::array<LayoutCost, kBasisDirections>& slope,
+             const std::array<double, kBasisDirections>& x) {
+  const std::array<double, kBasisDirections> x0 = coordinates(Calibration{});
+  out = base;
   for (std::size_t j = 0; j < x.size(); ++j) {
     const double dx = x[j] - x0[j];
     if (dx != 0) zip_times(out, slope[j], [dx](double& a, double b) { a += dx * b; });
   }
+  out.prices_changed();
+}
+
+LayoutCost layout_at(const LayoutCost& base, const std::array<LayoutCost, kBasisDirections>& slope,
+                     const Calibration& c) {
+  LayoutCost out;
+  combine(out, base, slope, coordinates(c));
   return out;
+}
+
+// Every time a LayoutCost holds, in zip_times' order.
+std::vector<double> times_of(const LayoutCost& c) {
+  std::vector<double> out;
+  LayoutCost copy = c;
+  copy.zip_times(c, [&](double& a, double) { out.push_back(a); });
+  return out;
+}
+
+// The same sum as combine() term by term, over the times alone: the fit's inner loop.
+void combine_times(RunSet::LayoutBasis& basis, const std::array<double, kBasisDirections>& x) {
+  const std::array<double, kBasisDirections> x0 = coordinates(Calibration{});
+  std::vector<double>& times = basis.times_now;
+  times = basis.times_at_defaults;
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    const double dx = x[j] - x0[j];
+    if (dx == 0) continue;
+    const double* slope = basis.time_slopes[j].data();
+    for (std::size_t i = 0; i < times.size(); ++i) times[i] += dx * slope[i];
+  }
+  std::size_t i = 0;
+  basis.now.zip_times(basis.now, [&](double& a, double) { a = times[i++]; });
+  basis.now.prices_changed();
+  basis.now_at = x;
 }
 
 RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& parallel) {
@@ -79,6 +112,9 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
     if (std::abs(a - b) > 1e-9 * std::max(std::abs(b), 1e-12)) basis.affine = false;
   });
   model.set_calibration(Calibration{});
+  basis.now = basis.at_defaults;
+  basis.times_at_defaults = times_of(basis.at_defaults);
+  for (std::size_t j = 0; j < kBasisDirections; ++j) basis.time_slopes[j] = times_of(basis.slope[j]);
   return basis;
 }
 }  // namespace
@@ -205,12 +241,15 @@ std::vector<double> RunSet::predict_fast(const Calibration& calibration, const s
   return price_rows(rows, [&](std::size_t row) {
     CostModel& model = models_[row];
     model.set_calibration(calibration);
-    const LayoutBasis& basis = bases_[row];
+    LayoutBasis& basis = bases_[row];
     if (!basis.affine) return model.estimate(runs_[row].plan->parallel).step_time_s;
     Estimate estimate;
     // The basis is a line in the calibration the model prices with: the row framework's.
+    // A fit moves a few parameters at a time: where this row's coordinates stay, so does its layout.
     const Calibration priced = calibration.for_plan(runs_[row].plan->train.framework, runs_[row].plan->train.kernels);
-    model.finish(runs_[row].plan->parallel, layout_at(basis.at_defaults, basis.slope, priced), estimate);
+    const std::array<double, kBasisDirections> x = coordinates(priced);
+    if (x != basis.now_at) combine_times(basis, x);
+    model.finish(runs_[row].plan->parallel, basis.now, estimate);
     return estimate.step_time_s;
   });
 }

@@ -27,17 +27,13 @@ void add_volume(CommVolume& into, const CommVolume& unit, double count) {
 // What makes two variants' passes differ: the layout's prices (by their id), the stage
 // shape, and what the passes read of the variant.
 struct PassKey {
-  std::uint64_t prices = 0;
+  std::uint64_t prices = 0, steps_prices = 0;
   const StageShape* shape = nullptr;
   int zero = 0;
   double device_fraction = -1;  // chunk offload, else -1
   bool detail = false, overlap = false;
   double efficiency = 0;
   bool operator==(const PassKey&) const = default;
-  std::size_t hash() const {
-    return std::size_t(prices * 2654435761u) ^ (std::size_t(reinterpret_cast<std::uintptr_t>(shape)) >> 4) ^
-           std::size_t(zero * 7 + (detail ? 3 : 0)) ^ bits_of(device_fraction);
-  }
 };
 
 // A class of stages' passes from the layout's units alone (no variant's transfers).
@@ -112,8 +108,15 @@ const std::vector<ClassUnits>& units_of(const LayoutCost& c, const StageShape& s
 }  // namespace
 
 std::uint64_t LayoutCost::next_prices_id() {
-  static std::atomic<std::uint64_t> counter{0};
-  return ++counter;
+  // Each thread takes ids in blocks: a fit renews prices millions of times.
+  constexpr std::uint64_t kBlock = 1 << 16;
+  static std::atomic<std::uint64_t> taken{0};
+  thread_local std::uint64_t next = 0, end = 0;
+  if (next == end) {
+    next = taken.fetch_add(kBlock);
+    end = next + kBlock;
+  }
+  return ++next;
 }
 
 const ClassPassTable& CostModel::class_passes(const ParallelConfig& p, const LayoutCost& c, const StageSteps& steps,
@@ -121,20 +124,32 @@ const ClassPassTable& CostModel::class_passes(const ParallelConfig& p, const Lay
   // What the passes read of the variant: ZeRO 0 and 1 both sync once per step; without
   // chunk offload nothing is fetched in the passes.
   const bool chunked = p.offload == OffloadMode::chunked;
-  const PassKey key{c.prices_id, steps.shape, chunked || p.zero >= 2 ? p.zero : 0,
+  const PassKey key{c.prices_id, steps.prices_id, steps.shape, chunked || p.zero >= 2 ? p.zero : 0,
                     chunked ? p.offload_device_fraction : -1.0, detail, overlap_,
                     overlap_ ? costs_.calibration().overlap_efficiency : 0.0};
+  // The search finishes a layout's variants one after the other, those that pass alike
+  // close together (search.cpp): the last few tables per thread, least recently used
+  // displaced, answer them and stay in cache.
   struct Slot {
     PassKey key;
+    std::uint64_t used = 0;
     ClassPassTable table;
   };
-  thread_local std::array<Slot, 256> recent;
-  Slot& slot = recent[mixed_hash(key.hash()) % recent.size()];
-  if (!(slot.key == key)) {
-    compute_class_passes(p, c, steps, m, detail, chunk_totals, slot.table);
-    slot.key = key;
+  thread_local std::array<Slot, 8> recent;
+  thread_local std::uint64_t clock = 0;
+  Slot* slot = &recent[0];
+  for (Slot& candidate : recent) {
+    if (candidate.key == key) {
+      candidate.used = ++clock;
+      return candidate.table;
+    }
+    if (candidate.used < slot->used) slot = &candidate;
   }
-  return slot.table;
+  slot->key = PassKey{};  // no layout's prices: a throw below leaves no half-made table
+  compute_class_passes(p, c, steps, m, detail, chunk_totals, slot->table);
+  slot->key = key;
+  slot->used = ++clock;
+  return slot->table;
 }
 
 void CostModel::compute_class_passes(const ParallelConfig& p, const LayoutCost& c, const StageSteps& steps, int m,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "tessel/core/error.hpp"
 #include "tessel/profiles/collectives.hpp"
 
 namespace tessel::simulator {
@@ -33,6 +34,8 @@ void FlowNetwork::run_flows(const std::vector<std::pair<int, int>>& pairs, doubl
   for (auto [from, peer] : pairs) {
     if (!simulated_[std::size_t(from)]) continue;  // a folded replica's flow: represented
     const int to = receiver_[std::size_t(peer)];
+    TESSEL_ASSERT(platform_.hosts[std::size_t(from)] && platform_.hosts[std::size_t(to)],
+                  "a flow's nodes must have been marked as reached when the platform was built");
     comms.push_back(sg4::Comm::sendto_async(platform_.hosts[std::size_t(from)], platform_.hosts[std::size_t(to)], bytes));
     load_.device_up[std::size_t(from)] += bytes_each;
     load_.device_down[std::size_t(to)] += bytes_each;
@@ -120,6 +123,20 @@ FlowNetwork::Levels FlowNetwork::make_levels(const BlockOp& work, const std::vec
       return {ring_level(Collective::reduce_scatter, intra, work.algorithm, 1, intra_alpha),
               ring_level(Collective::reduce_scatter, inter, work.algorithm, rail, inter_alpha)};
     default: return {ring_level(work.collective, {group}, work.algorithm, 1, inter_alpha)};
+  }
+}
+
+void FlowNetwork::mark_transfer_nodes(int from, int to, std::vector<bool>& nodes) const {
+  if (!simulated_[std::size_t(from)]) return;
+  nodes[std::size_t(node_of(from))] = true;
+  nodes[std::size_t(node_of(receiver_[std::size_t(to)]))] = true;
+}
+
+void FlowNetwork::mark_nodes_reached(const BlockOp& work, const std::vector<int>& group,
+                                     std::vector<bool>& nodes) const {
+  if (group.size() < 2) return;
+  for (const Level& level : make_levels(work, group)) {
+    for (auto [from, peer] : level.pairs) mark_transfer_nodes(from, peer, nodes);
   }
 }
 

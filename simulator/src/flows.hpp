@@ -17,12 +17,14 @@ namespace tessel::simulator {
 
 class FlowNetwork {
  public:
-  FlowNetwork(const ClusterPlatform& platform, int gpus_per_node, bool aggregate, double call_overhead_s)
+  // `platform` may be built after this (its links' latencies are read when a collective
+  // first runs), so that only the nodes flows reach are built (nodes_reached).
+  FlowNetwork(const ClusterPlatform& platform, int world, int gpus_per_node, bool aggregate, double call_overhead_s)
       : platform_(platform), gpus_per_node_(gpus_per_node), aggregate_(aggregate), call_overhead_s_(call_overhead_s) {
-    load_.device_up.assign(platform.hosts.size(), 0);
-    load_.device_down.assign(platform.hosts.size(), 0);
-    load_.node_up.assign(std::size_t(platform.nodes), 0);
-    load_.node_down.assign(std::size_t(platform.nodes), 0);
+    load_.device_up.assign(std::size_t(world), 0);
+    load_.device_down.assign(std::size_t(world), 0);
+    load_.node_up.assign(std::size_t((world + gpus_per_node - 1) / gpus_per_node), 0);
+    load_.node_down.assign(load_.node_up.size(), 0);
   }
 
   // Which ranks run (the others are folded into them), and whose device receives a flow
@@ -34,6 +36,11 @@ class FlowNetwork {
     receiver_ = std::move(receiver);
   }
   bool simulated(int rank) const { return simulated_[std::size_t(rank)]; }
+
+  // Marks in `nodes` the nodes that the flows of `work` over `group`, or of a transfer,
+  // touch: the simulated senders' and their receivers'.
+  void mark_nodes_reached(const BlockOp& work, const std::vector<int>& group, std::vector<bool>& nodes) const;
+  void mark_transfer_nodes(int from, int to, std::vector<bool>& nodes) const;
 
   // `work` (count calls of its collective) over `group`, its members in ring order.
   void collective(const BlockOp& work, const std::vector<int>& group);

@@ -31,7 +31,8 @@ std::vector<unsigned long> torus_sides(int nodes, int dimensions) {
 // the calibrated bus efficiencies (profiles/calibration.hpp), as the planner's
 // collective times divide by them: the two models must price one profile alike.
 ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profiles::CostLookup& costs, int world,
-                                       int gpn, bool contention_free, int devices_per_simulated) {
+                                       int gpn, bool contention_free, int devices_per_simulated,
+                                       const std::vector<bool>& nodes_in_use) {
   ClusterPlatform out;
   out.nodes = std::max(1, (world + gpn - 1) / gpn);
   out.intra_alpha_s = costs.intra_latency_s();
@@ -57,6 +58,7 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
   // device's own PCIe link to it (for offload copies), and a router through which the
   // node talks to the others.
   auto make_node = [&](const sg4::NetZone* parent, int n) {
+    ++out.built_nodes;
     auto* node = sg4::create_star_zone(fmt::format("node{}", n));
     node->set_parent(parent);
     sg4::Host* memory = node->create_host(fmt::format("host{}", n), 1e9)->seal();
@@ -101,6 +103,7 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
     // oversubscription of the leaf switches.
     auto* root = sg4::create_star_zone("cluster");
     for (int n = 0; n < out.nodes; ++n) {
+      if (!nodes_in_use.empty() && !nodes_in_use[std::size_t(n)]) continue;
       auto [netpoint, gateway] = make_node(root, n);
       auto* uplink = policy(root->create_split_duplex_link(fmt::format("uplink{}", n), out.node_bandwidth));
       uplink->set_latency((out.inter_alpha_s - out.intra_alpha_s) / 2)->seal();
@@ -116,13 +119,9 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
       inter.nics_per_node * inter.bandwidth_per_nic_bytes_per_s * inter.efficiency * calibration.inter_bus_efficiency;
   const double hop_latency = std::max(0.0, inter.latency_s - out.intra_alpha_s);
   const auto sharing = contention_free ? sg4::Link::SharingPolicy::FATPIPE : sg4::Link::SharingPolicy::SPLITDUPLEX;
-  int made = 0;
   auto leaf = [&](sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id)
       -> std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> {
-    if (int(id) < out.nodes) {
-      ++made;
-      return make_node(zone, int(id));
-    }
+    if (int(id) < out.nodes) return make_node(zone, int(id));
     // Leaves beyond the node count hold no device.
     auto* empty = sg4::create_star_zone(fmt::format("empty{}", id));
     empty->set_parent(zone);
@@ -143,13 +142,14 @@ ClusterPlatform build_cluster_platform(const ClusterSpec& cluster, const profile
                                         sg4::ClusterCallbacks(leaf), node_injection, hop_latency, sharing);
   }
   fabric->seal();
-  TESSEL_ASSERT(made == out.nodes, "every node must be a leaf of the fabric");
+  TESSEL_ASSERT(out.built_nodes == out.nodes, "every node must be a leaf of the fabric");
   return out;
 }
 
 std::unique_ptr<sg4::Engine> make_engine() {
   static std::vector<std::string> args{"tessel-simulate", "--log=root.thres:critical", "--cfg=network/model:CM02",
-                                       "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0"};
+                                       "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0",
+                                       "--cfg=network/optim:Full", "--cfg=network/maxmin-selective-update:yes"};
   static std::vector<char*> argv;
   argv.clear();
   for (auto& arg : args) argv.push_back(arg.data());

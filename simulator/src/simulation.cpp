@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -55,10 +56,10 @@ class Replay {
     const auto wall_start = std::chrono::steady_clock::now();
     auto engine = make_engine();
     tensor_fold_ = tensor_fold();
-    build_platform(*engine);
-    network_.emplace(platform_, plan_.gpus_per_node(), options_.aggregate,
+    network_.emplace(platform_, program_.world_size(), plan_.gpus_per_node(), options_.aggregate,
                      costs_.calibration().collective_call_overhead_s);
     fold_replicas();
+    build_platform(*engine);
     start_actors();
     engine->run();
 
@@ -72,6 +73,7 @@ class Replay {
       result.ranks.push_back(b);
     }
     result.simulated_ranks = int(std::count(simulated_.begin(), simulated_.end(), true));
+    result.platform_nodes = platform_.built_nodes;
     result.busiest_links =
         busiest_links(network_->load(), platform_.device_bandwidth, platform_.node_bandwidth, result.step_time_s);
     result.events = std::move(events_);
@@ -98,17 +100,50 @@ class Replay {
                                 options_.platform_file, platform_.hosts.size(), program_.world_size()));
       }
       platform_.nodes = (program_.world_size() + plan_.gpus_per_node() - 1) / plan_.gpus_per_node();
+      platform_.built_nodes = platform_.nodes;
       platform_.intra_alpha_s = costs_.intra_latency_s();
       platform_.inter_alpha_s = std::max(costs_.inter_latency_s(), platform_.intra_alpha_s);
       platform_.device_bandwidth = costs_.intra_bandwidth_bytes_per_s();
       platform_.node_bandwidth = costs_.inter_bandwidth_per_device_bytes_per_s() * plan_.gpus_per_node();
     } else {
       platform_ = build_cluster_platform(plan_.cluster, costs_, program_.world_size(), plan_.gpus_per_node(),
-                                         options_.contention_free, tensor_fold_);
+                                         options_.contention_free, tensor_fold_,
+                                         options_.prune_platform ? nodes_reached() : std::vector<bool>{});
     }
   }
 
   int node_of(int rank) const { return rank / plan_.gpus_per_node(); }
+
+  // The nodes that hold a simulated rank or receive one of its flows: each distinct
+  // collective of a stage over each simulated rank's group, and its pipeline transfers.
+  std::vector<bool> nodes_reached() const {
+    const RankLayout& layout = program_.layout();
+    std::vector<bool> nodes(std::size_t((program_.world_size() + plan_.gpus_per_node() - 1) / plan_.gpus_per_node()));
+    for (int s = 0; s < program_.stages(); ++s) {
+      std::map<std::tuple<CommGroup, Collective, CollectiveAlgorithm>, const BlockOp*> collectives;
+      std::vector<int> peer_offsets;
+      for (const ProgramOp& op : program_.stage(s).ops) {
+        if (op.work.kind == OpKind::collective) {
+          collectives.emplace(std::tuple{op.work.group, op.work.collective, op.work.algorithm}, &op.work);
+        } else if (op.work.kind == OpKind::send &&
+                   std::find(peer_offsets.begin(), peer_offsets.end(), op.peer_offset) == peer_offsets.end()) {
+          peer_offsets.push_back(op.peer_offset);
+        }
+      }
+      const int stages = layout.size(Axis::pp);
+      for (int r = layout.first_rank_of_stage(s); r < layout.first_rank_of_stage(s) + layout.ranks_per_stage(); ++r) {
+        if (!simulated_[std::size_t(r)]) continue;
+        nodes[std::size_t(node_of(r))] = true;
+        for (const auto& [key, work] : collectives) {
+          network_->mark_nodes_reached(*work, layout.members(r, work->group), nodes);
+        }
+        for (int offset : peer_offsets) {
+          network_->mark_transfer_nodes(r, layout.with(r, Axis::pp, (s + offset + stages) % stages), nodes);
+        }
+      }
+    }
+    return nodes;
+  }
 
   const RankState::Group& group_of(RankState& rank, CommGroup kind) {
     RankState::Group& group = rank.groups[std::size_t(kind)];
@@ -348,13 +383,12 @@ class Replay {
   // so rotating that index maps the whole run onto itself. Its first rank stands for it;
   // the node's uplink, shared by all, gets 1/tp of its bandwidth (platform.cpp). Offload
   // copies (one host-memory link per node) and PCIe switches (shared by device pairs) break
-  // the rotation, as do expert all-to-alls. ZeRO-2/3's per-micro-batch collectives keep it
-  // in theory, but SimGrid's own run of every tensor rank drifts apart between them there
-  // and the folded step strays past 0.1 % (docs/SIMULATOR.md): those plans keep every rank.
+  // the rotation, as do expert all-to-alls. ZeRO's per-micro-batch collectives keep it: the
+  // engine's eager (not lazy) sharing updates keep symmetric ranks in step (make_engine).
   int tensor_fold() const {
     const ParallelConfig& p = plan_.parallel;
     const bool fat_tree = !plan_.cluster.inter_node || plan_.cluster.inter_node->topology == Topology::fat_tree;
-    if (!options_.fold || !options_.fold_tensor || !options_.platform_file.empty() || !fat_tree || p.ep != 1 || p.zero >= 2 ||
+    if (!options_.fold || !options_.fold_tensor || !options_.platform_file.empty() || !fat_tree || p.ep != 1 ||
         p.tp < 2 || p.tp_mode != TpMode::d1 || plan_.gpus_per_node() % p.tp != 0 ||
         plan_.cluster.intra_node.kind == "pcie") {
       return 1;

@@ -52,6 +52,30 @@ TEST(Calibration, AParameterChangesTheEstimate) {
   EXPECT_GT(model.estimate(plan.parallel).step_time_s, 1.3 * before);
 }
 
+// A model keeps its priced stage steps across calibrations that leave the cost lookup's
+// rates alone: it must still price as a fresh model under each.
+TEST(Calibration, ARecalibratedModelPricesAsAFreshOne) {
+  const profiles::Profile profile = profiles::shipped_profile("A100-SXM-80GB");
+  Calibration overlap_only;
+  overlap_only.overlap_efficiency = 0.3, overlap_only.collective_contention = 0.4;
+  Calibration rates = overlap_only;
+  rates.intra_bus_efficiency = 0.6, rates.inter_bus_efficiency = 0.7, rates.memory_efficiency_scale = 0.8;
+  int moved_by_rates = 0;
+  for (const Plan& plan : synthetic_plans()) {
+    SCOPED_TRACE(plan.model.name + " " + plan.parallel.summary());
+    CostModel reused(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+    const double at_defaults_s = reused.estimate(plan.parallel).step_time_s;
+    for (const Calibration& calibration : {overlap_only, rates}) {
+      reused.set_calibration(calibration);
+      CostModel fresh(plan.model, plan.train, plan.cluster, plan.nodes, plan.gpus_per_node(), profile);
+      fresh.set_calibration(calibration);
+      EXPECT_EQ(reused.estimate(plan.parallel).step_time_s, fresh.estimate(plan.parallel).step_time_s);
+    }
+    if (reused.estimate(plan.parallel).step_time_s != at_defaults_s) ++moved_by_rates;
+  }
+  EXPECT_GT(moved_by_rates, 0) << "the rates must move some plan's step";
+}
+
 TEST(Calibration, TheCachedBasisMatchesTheEstimate) {
   RunSet runs(synthetic_runs(Calibration{}), profiles::shipped_profile("A100-SXM-80GB"));
   const Calibration probe = known_truth();

@@ -15,13 +15,14 @@ namespace {
 struct Outcome {
   double step_s = -1;
   int simulated_ranks = 0;
+  int platform_nodes = 0;
 };
 
 Outcome simulate_in_child(const Plan& plan, const simulator::SimulationOptions& options) {
   return test::in_child(
       [&] {
         const auto result = simulator::simulate(Program::lower(plan), profiles::shipped_profile(plan.cluster.device), options);
-        return Outcome{result.step_time_s, result.simulated_ranks};
+        return Outcome{result.step_time_s, result.simulated_ranks, result.platform_nodes};
       },
       Outcome{});
 }
@@ -99,12 +100,46 @@ TEST(Folding, TensorRanksBesideASequenceRingMatchEveryTensorRank) {
   EXPECT_TRUE(tensor_folding_exact(plan, 4, free));
 }
 
-// Plans that keep every tensor rank: offload copies share one host-memory link per node,
-// and ZeRO-2's per-micro-batch reduce-scatters are not folded (simulation.cpp).
-TEST(Folding, OffloadAndZeroTwoKeepEveryTensorRank) {
+// ZeRO's per-micro-batch collectives beside the tensor rings: ZeRO-2's reduce-scatters over a
+// sequence ring that spans two nodes, and ZeRO-3's gathers over data-parallel rings across
+// eight nodes, interleaved.
+TEST(Folding, ZeroShardedPlansMatchEveryTensorRank) {
+  EXPECT_TRUE(tensor_folding_exact(plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-h100", "nodes": 4,
+      "train": {"global_batch": 32}, "parallel": {"dp": 1, "pp": 2, "tp": 4, "sp": 4, "zero": 2, "micro_batch": 1}})"), 4));
+  EXPECT_TRUE(tensor_folding_exact(plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-h100", "nodes": 8,
+      "train": {"global_batch": 32}, "parallel": {"dp": 8, "pp": 2, "tp": 4, "tp_sequence_parallel": true, "zero": 3,
+      "micro_batch": 1, "schedule": "interleaved", "virtual_stages": 2}})"), 4));
+}
+
+// Offload copies share one host-memory link per node: every tensor rank is kept.
+TEST(Folding, OffloadKeepsEveryTensorRank) {
   EXPECT_TRUE(tensor_folding_exact(plan_of(R"({"model": "gpt2-774m", "cluster": "dgx-h100", "nodes": 1,
       "train": {"global_batch": 16}, "parallel": {"dp": 2, "pp": 1, "tp": 4, "zero": 1, "offload": "optimizer",
       "micro_batch": 1}})"), 1));
-  EXPECT_TRUE(tensor_folding_exact(plan_of(R"({"model": "gpt3-6.7b", "cluster": "dgx-h100", "nodes": 4,
-      "train": {"global_batch": 32}, "parallel": {"dp": 1, "pp": 2, "tp": 4, "sp": 4, "zero": 2, "micro_batch": 1}})"), 1));
+}
+
+// Only the nodes that hold a simulated rank or receive one of its flows are built; the step
+// is the one of the platform with every node. gpt2-774m dp16 pp2 tp2 on 8 nodes folds to
+// the replicas of node 0 (stage 0) and node 4 (stage 1), whose data-parallel rings send to
+// nodes 1 and 5.
+TEST(Folding, APrunedPlatformGivesTheStepOfEveryNode) {
+  const Plan plan = plan_of(R"({"model": "gpt2-774m", "cluster": "dgx-h100", "nodes": 8,
+      "train": {"global_batch": 256}, "parallel": {"dp": 16, "pp": 2, "tp": 2, "micro_batch": 2, "zero": 1}})");
+  simulator::SimulationOptions whole;
+  whole.prune_platform = false;
+  const Outcome pruned = simulate_in_child(plan, {});
+  const Outcome every = simulate_in_child(plan, whole);
+  EXPECT_EQ(pruned.platform_nodes, 4);
+  EXPECT_EQ(every.platform_nodes, 8);
+  ASSERT_GT(every.step_s, 0);
+  EXPECT_NEAR(pruned.step_s / every.step_s, 1.0, 1e-9);
+}
+
+// 16,384 data-parallel ranks over 2048 nodes fold into node 0, whose rings reach node 1:
+// two nodes built instead of 2048.
+TEST(Folding, TwoThousandNodesBuildOnlyTheTwoThatFlowsReach) {
+  const Outcome outcome = simulate_in_child(plan_of(R"({"model": "gpt2-124m", "cluster": "dgx-h100", "nodes": 2048,
+      "train": {"global_batch": 16384}, "parallel": {"dp": 16384, "zero": 1, "micro_batch": 1}})"), {});
+  EXPECT_GT(outcome.step_s, 0);
+  EXPECT_EQ(outcome.platform_nodes, 2);
 }

@@ -92,6 +92,12 @@ class RunSet {
     // per unit of 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter, layer and collective call overhead_s
     std::array<LayoutCost, kBasisDirections> slope;
     bool affine = false;
+    // The same times laid out flat (LayoutCost::zip_times' order), and the layout at the
+    // coordinates last priced.
+    std::vector<double> times_at_defaults, times_now;
+    std::array<std::vector<double>, kBasisDirections> time_slopes;
+    LayoutCost now;
+    std::array<double, kBasisDirections> now_at{};
   };
 
  private:

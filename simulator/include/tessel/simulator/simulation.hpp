@@ -33,6 +33,9 @@ struct SimulationOptions {
   // (exact on uniform links: every step moves the same share over the same pairs).
   // Off: every latency step is its own round of flows.
   bool aggregate = true;
+  // Build only the fat-tree nodes that hold a simulated rank or receive one of its flows
+  // (the others carry nothing). Off: every node, as before the pruning (for benchmarks).
+  bool prune_platform = true;
   std::string platform_file;     // a SimGrid platform XML instead of the built one
   // Called now and then (at most twice a second of wall time) with the share of the ops
   // replayed so far, for a progress line; empty: never.
@@ -73,6 +76,7 @@ struct SimulationResult {
   std::vector<std::vector<InFlightSample>> in_flight;  // per pipeline stage
   std::size_t flows = 0;
   int simulated_ranks = 0;  // after folding
+  int platform_nodes = 0;   // nodes built in the platform (SimulationOptions::prune_platform)
   double wall_s = 0;
 };
 
