@@ -24,16 +24,21 @@ void add_volume(CommVolume& into, const CommVolume& unit, double count) {
   into.ep_messages += count * unit.ep_messages;
 }
 
-// What makes two variants' passes differ: the layout's prices (by their id), the stage
-// shape, and what the passes read of the variant.
+// What makes two variants' passes differ: the layout's and the stage steps' prices (by
+// their ids), the stage shape, what the passes read of the variant, and the calibration
+// parameters they read themselves.
 struct PassKey {
   std::uint64_t prices = 0, steps_prices = 0;
   const StageShape* shape = nullptr;
   int zero = 0;
   double device_fraction = -1;  // chunk offload, else -1
   bool detail = false, overlap = false;
-  double efficiency = 0;
+  double efficiency = 0, tp_overlap_efficiency = 0, tp_overlap_gemm_slowdown = 0;
   bool operator==(const PassKey&) const = default;
+  std::size_t hash() const {
+    return std::size_t(prices * 2654435761u) ^ std::size_t(steps_prices * 0x9e3779b97f4a7c15ULL) ^ (std::size_t(reinterpret_cast<std::uintptr_t>(shape)) >> 4) ^
+           std::size_t(zero * 7 + (detail ? 3 : 0)) ^ bits_of(device_fraction);
+  }
 };
 
 // A class of stages' passes from the layout's units alone (no variant's transfers).
@@ -124,32 +129,28 @@ const ClassPassTable& CostModel::class_passes(const ParallelConfig& p, const Lay
   // What the passes read of the variant: ZeRO 0 and 1 both sync once per step; without
   // chunk offload nothing is fetched in the passes.
   const bool chunked = p.offload == OffloadMode::chunked;
-  const PassKey key{c.prices_id, steps.prices_id, steps.shape, chunked || p.zero >= 2 ? p.zero : 0,
-                    chunked ? p.offload_device_fraction : -1.0, detail, overlap_,
-                    overlap_ ? costs_.calibration().overlap_efficiency : 0.0};
-  // The search finishes a layout's variants one after the other, those that pass alike
-  // close together (search.cpp): the last few tables per thread, least recently used
-  // displaced, answer them and stay in cache.
+  const profiles::Calibration& calibration = costs_.calibration();
+  const PassKey key{c.prices_id,
+                    steps.rates_id.load(std::memory_order_relaxed),
+                    steps.shape,
+                    chunked || p.zero >= 2 ? p.zero : 0,
+                    chunked ? p.offload_device_fraction : -1.0,
+                    detail,
+                    overlap_,
+                    overlap_ ? calibration.overlap_efficiency : 0.0,
+                    calibration.tp_overlap_efficiency,
+                    calibration.tp_overlap_gemm_slowdown};
   struct Slot {
     PassKey key;
-    std::uint64_t used = 0;
     ClassPassTable table;
   };
-  thread_local std::array<Slot, 8> recent;
-  thread_local std::uint64_t clock = 0;
-  Slot* slot = &recent[0];
-  for (Slot& candidate : recent) {
-    if (candidate.key == key) {
-      candidate.used = ++clock;
-      return candidate.table;
-    }
-    if (candidate.used < slot->used) slot = &candidate;
+  thread_local std::array<Slot, 256> recent;
+  Slot& slot = recent[mixed_hash(key.hash()) % recent.size()];
+  if (!(slot.key == key)) {
+    compute_class_passes(p, c, steps, m, detail, chunk_totals, slot.table);
+    slot.key = key;
   }
-  slot->key = PassKey{};  // no layout's prices: a throw below leaves no half-made table
-  compute_class_passes(p, c, steps, m, detail, chunk_totals, slot->table);
-  slot->key = key;
-  slot->used = ++clock;
-  return slot->table;
+  return slot.table;
 }
 
 void CostModel::compute_class_passes(const ParallelConfig& p, const LayoutCost& c, const StageSteps& steps, int m,

@@ -184,12 +184,6 @@ void CostModel::class_tail(const StageClass& traffic, const ClassPasses& passes,
 }
 
 void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, Estimate& out, bool pipeline_bound) const {
-  if (c.reject != Reject::none) return finish(p, c, StageSteps{}, out, pipeline_bound);
-  finish(p, c, *stage_steps(p), out, pipeline_bound);
-}
-
-void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, const StageSteps& steps, Estimate& out,
-                       bool pipeline_bound) const {
   out.parallel = p;
   out.reject = c.reject;
   if (c.reject != Reject::none) {
@@ -199,12 +193,13 @@ void CostModel::finish(const ParallelConfig& p, const LayoutCost& c, const Stage
   }
   const int m = train_.global_batch / (p.dp * p.micro_batch);
   out.micro_batches = m;
+  const StageSteps& steps = *stage_steps(p);
   const StageShape& shape = *steps.shape;
   // The search ranks by step and memory alone: the breakdown is for the plans it keeps.
   const bool detail = !pipeline_bound;
   thread_local Scratch scratch;
   const std::size_t class_count = shape.classes.size();
-  const std::vector<ChunkTotals>& chunks = class_chunk_totals(steps, summaries_id_, train_, p, m, chunk_states_);
+  const std::vector<ChunkTotals>& chunks = class_chunk_totals(steps, steps_cache_->id, train_, p, m, chunk_states_);
   const ClassPassTable& table = class_passes(p, c, steps, m, detail, chunks);
   scratch.tails.resize(class_count);
   // Each class's tail and sends; the paced class has the most time per micro-batch.

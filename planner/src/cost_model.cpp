@@ -32,8 +32,7 @@ CostModel::CostModel(ModelSpec model, TrainSpec train, ClusterSpec cluster, int 
       gpus_per_node_(gpus_per_node),
       costs_(profile, cluster_, nodes, gpus_per_node),
       seq_(effective_seq_len(model_, train_)),
-      summaries_id_(StepsCache::next_id()),
-      calibration_id_(StepsCache::next_id()),
+      steps_cache_(std::make_shared<StepsCache>()),
       chunk_shapes_(std::make_shared<ChunkShapeCache>()) {
   costs_.device().check_precision(train_.precision);
   costs_.set_plan_kind(train_.framework, train_.kernels);

@@ -195,23 +195,29 @@ class ItemSearch {
     return item.pp == 1 ? 1 : 2 + int(options_.virtual_stage_choices.size());
   }
 
-  // Every ZeRO stage, offload and schedule of one priced layout; ZeRO innermost, so that
-  // variants whose passes price alike (ZeRO 0 and 1) follow each other (class_passes.cpp).
+  // Every ZeRO stage, offload and schedule of one priced layout.
   void finish_variants(const OuterItem& item, const LayoutCost& layout, ParallelConfig p, WorkerState& state) const {
     Estimate estimate;
-    for (auto [offload, fraction] : offloads_) {
-      p.offload = offload;
-      p.offload_device_fraction = fraction;
-      for (int s = 0; s < schedules(item); ++s) {
-        const bool interleaved = item.pp > 1 && s >= 2;
-        p.schedule = interleaved ? Schedule::interleaved : s == 0 && item.pp > 1 ? Schedule::gpipe : Schedule::one_f_one_b;
-        p.virtual_stages = interleaved ? options_.virtual_stage_choices[s - 2] : 1;
-        for (int zero = 0; zero <= zero_max(item); ++zero) {
-          p.zero = zero;
-          const Reject schedule_reject = interleaved ? check_layout(model_.model(), model_.train(), p) : Reject::none;
-          if (schedule_reject != Reject::none) {
-            ++state.rejected[std::size_t(schedule_reject)];
-            continue;
+    for (int zero = 0; zero <= zero_max(item); ++zero) {
+      p.zero = zero;
+      for (auto [offload, fraction] : offloads_) {
+        p.offload = offload;
+        p.offload_device_fraction = fraction;
+        for (int s = 0; s < schedules(item); ++s) {
+          if (item.pp == 1) {
+            p.schedule = Schedule::one_f_one_b;
+            p.virtual_stages = 1;
+          } else if (s < 2) {
+            p.schedule = s == 0 ? Schedule::gpipe : Schedule::one_f_one_b;
+            p.virtual_stages = 1;
+          } else {
+            p.schedule = Schedule::interleaved;
+            p.virtual_stages = options_.virtual_stage_choices[s - 2];
+            const Reject schedule_reject = check_layout(model_.model(), model_.train(), p);
+            if (schedule_reject != Reject::none) {
+              ++state.rejected[std::size_t(schedule_reject)];
+              continue;
+            }
           }
           model_.finish(p, layout, estimate, true);
           ++state.priced;

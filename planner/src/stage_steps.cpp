@@ -28,7 +28,10 @@ void CostModel::set_calibration(const profiles::Calibration& calibration) {
                           before.inter_bus_efficiency == after.inter_bus_efficiency &&
                           before.layer_overhead_s == after.layer_overhead_s &&
                           before.collective_call_overhead_s == after.collective_call_overhead_s;
-  if (!same_rates) calibration_id_ = StepsCache::next_id();
+  if (same_rates) return;
+  rates_id_ = LayoutCost::next_prices_id();
+  // A copy of this model shares the cache: it keeps its own prices.
+  if (steps_cache_.use_count() > 1) steps_cache_ = std::make_shared<StepsCache>();
 }
 
 namespace {
@@ -132,48 +135,78 @@ std::shared_ptr<const ChunkStageShape> CostModel::chunk_shape_of(const ParallelC
   return shape;
 }
 
-std::shared_ptr<const ShapeBasis> CostModel::shape_basis(const ParallelConfig& p) const {
-  // The block-op table's weights and the groups' placement: the same for every variant.
-  const std::tuple<int, int, int, int, int, int, int, bool> key{p.dp, p.pp, p.tp, int(p.tp_mode), p.tp_depth,
-                                                               p.sp, p.ep, p.tp_sequence_parallel};
-  std::lock_guard lock(chunk_shapes_->mutex);
-  auto& known = chunk_shapes_->bases[key];
-  if (!known) {
-    known = std::make_shared<const ShapeBasis>(
-        ShapeBasis{block_op_table(model_, seq_, p, train_.precision, train_.kernels), bucket_groups(p, gpus_per_node_)});
-  }
-  return known;
-}
-
-const StageShape* CostModel::stage_shape_of(const ParallelConfig& p) const {
-  // The classes of stages, shared by every variant of the shape.
-  const int v = chunks_per_stage(p);
-  const int stages_per_node = std::max(1, gpus_per_node_ / RankLayout(p).ranks_per_stage());
-  std::lock_guard lock(chunk_shapes_->mutex);
-  auto& known = chunk_shapes_->stage_shapes[{p.pp, v, stages_per_node}];
-  if (!known) known = std::make_unique<const StageShape>(stage_shape(model_, p, stages_per_node));
-  return known.get();
-}
-
 const CostModel::StageSteps* CostModel::stage_steps(const ParallelConfig& p) const {
   const int v = chunks_per_stage(p);
-  const StepsCache::Key key = StepsCache::Key::of(p, v);
-  StepsCache::Entry& entry = StepsCache::entry_for(key, summaries_id_);
-  const bool summarized = entry.summaries_id == summaries_id_ && entry.key == key;
-  if (summarized && entry.calibration_id == calibration_id_) return &entry.steps;
-  entry.calibration_id = 0;  // until priced: a throw below leaves no half-made entry
-  if (!summarized) {
-    entry.summaries_id = 0;
-    entry.summaries.clear();
-    entry.basis = shape_basis(p);
-    entry.steps.shape = stage_shape_of(p);
-    for (const ClassShape& stage : entry.steps.shape->classes) {
-      entry.summaries.push_back(summarize_stage(model_, train_, p, entry.basis->table, stage.first_stage));
-    }
-    entry.summaries_id = summaries_id_;
-    entry.key = key;
+  const StepsCache::Key key{p.dp,   p.pp,   p.tp,         int(p.tp_mode), p.tp_depth, p.sp,
+                            p.ep,   int(p.tp_sequence_parallel), p.zero, int(p.offload), v,
+                            int(p.zero_quantized_weights), p.offload_device_fraction};
+  StepsCache& cache = *steps_cache_;
+  // The search asks for the same few variants over and over, layout after layout: a small
+  // table per thread answers them without the lock (its entries name their cache).
+  struct Recent {
+    std::uint64_t cache = 0;
+    StepsCache::Key key{};
+    const StageSteps* steps = nullptr;
+  };
+  thread_local std::array<Recent, 1024> recent;
+  Recent& slot = recent[mixed_hash(StepsCache::Hash{}(key)) % recent.size()];
+  if (slot.cache == cache.id && slot.key == key && slot.steps->rates_id.load(std::memory_order_acquire) == rates_id_) {
+    return slot.steps;
   }
-  const BucketGroups& groups = entry.basis->groups;
+  {
+    std::lock_guard lock(cache.mutex);
+    if (auto it = cache.steps.find(key); it != cache.steps.end()) {
+      StageSteps& known = *it->second;
+      if (known.rates_id.load(std::memory_order_relaxed) != rates_id_) price_stage_steps(p, known);
+      slot = {cache.id, key, &known};
+      return slot.steps;
+    }
+  }
+  auto steps = std::make_unique<StageSteps>();
+  // The block-op table's weights and the groups' placement: the same for every variant.
+  std::shared_ptr<const ShapeBasis> basis;
+  {
+    const std::tuple<int, int, int, int, int, int, int, bool> basis_key{p.dp, p.pp, p.tp, int(p.tp_mode), p.tp_depth,
+                                                                       p.sp, p.ep, p.tp_sequence_parallel};
+    std::lock_guard lock(chunk_shapes_->mutex);
+    auto& known = chunk_shapes_->bases[basis_key];
+    if (!known) {
+      known = std::make_shared<const ShapeBasis>(
+          ShapeBasis{block_op_table(model_, seq_, p, train_.precision, train_.kernels), bucket_groups(p, gpus_per_node_)});
+    }
+    basis = known;
+  }
+  const BlockOpTable& table = basis->table;
+  // The classes of stages, shared by every variant of the shape.
+  const int stages_per_node = std::max(1, gpus_per_node_ / RankLayout(p).ranks_per_stage());
+  {
+    std::lock_guard lock(chunk_shapes_->mutex);
+    auto& shape = chunk_shapes_->stage_shapes[{p.pp, v, stages_per_node}];
+    if (!shape) shape = std::make_unique<const StageShape>(stage_shape(model_, p, stages_per_node));
+    steps->shape = shape.get();
+  }
+  std::shared_ptr<const std::vector<StageSummary>> summaries;
+  {
+    std::lock_guard lock(chunk_shapes_->mutex);
+    auto& known = chunk_shapes_->summaries[key];
+    if (!known) {
+      auto made = std::make_shared<std::vector<StageSummary>>();
+      for (const ClassShape& stage : steps->shape->classes) {
+        made->push_back(summarize_stage(model_, train_, p, table, stage.first_stage));
+      }
+      known = std::move(made);
+    }
+    summaries = known;
+  }
+  steps->summaries = std::move(summaries);
+  steps->basis = std::move(basis);
+  price_stage_steps(p, *steps);
+  std::lock_guard lock(cache.mutex);
+  return cache.steps.emplace(key, std::move(steps)).first->second.get();
+}
+
+void CostModel::price_stage_steps(const ParallelConfig& p, StageSteps& steps) const {
+  const BucketGroups& groups = steps.basis->groups;
   const CommTally tally{costs_};
   auto price_op = [&](const BucketOp& op) { return priced(tally.price(op.work.collective, groups.of(op.work.group), op.work.bytes, op.work.algorithm)); };
   auto block_steps = [&](const BlockTraffic& traffic) {
@@ -192,13 +225,12 @@ const CostModel::StageSteps* CostModel::stage_steps(const ParallelConfig& p) con
     }
     return out;
   };
-  StageSteps* steps = &entry.steps;
-  steps->classes.clear();
-  steps->chunk_planned = false;
-  for (std::size_t k = 0; k < steps->shape->classes.size(); ++k) {
-    const int s = steps->shape->classes[k].first_stage;
-    const StageSummary& summary = entry.summaries[k];
-    StageClass& stage = steps->classes.emplace_back();
+  steps.classes.clear();
+  steps.chunk_planned = false;
+  for (std::size_t k = 0; k < steps.shape->classes.size(); ++k) {
+    const int s = steps.shape->classes[k].first_stage;
+    const StageSummary& summary = (*steps.summaries)[k];
+    StageClass& stage = steps.classes.emplace_back();
     stage.dense = block_steps(summary.dense);
     if (model_.moe.enabled()) stage.moe = block_steps(summary.moe);
     // The blocks' buckets synced once per step, and the stage's own.
@@ -223,11 +255,9 @@ const CostModel::StageSteps* CostModel::stage_steps(const ParallelConfig& p) con
     stage.copy_bytes = update.gradients_down_bytes + update.parameters_up_bytes;
     stage.copy_s = costs_.host_device_time_s(stage.copy_bytes);
     if (summary.chunk_planned) stage.chunk_shape = chunk_shape_of(p, s, false);
-    steps->chunk_planned = steps->chunk_planned || summary.chunk_planned;
+    steps.chunk_planned = steps.chunk_planned || summary.chunk_planned;
   }
-  steps->prices_id = LayoutCost::next_prices_id();
-  entry.calibration_id = calibration_id_;
-  return steps;
+  steps.rates_id.store(rates_id_, std::memory_order_release);
 }
 
 }  // namespace tessel::planner

@@ -120,87 +120,49 @@ struct CostModel::StageSteps {
   const StageShape* shape = nullptr;  // classes in the same order
   std::vector<StageClass> classes;
   bool chunk_planned = false;  // some class has a chunk packing
-  // Names these prices among all a process makes (the per-thread table of class passes
-  // keys by it); renewed whenever they change.
-  std::uint64_t prices_id = LayoutCost::next_prices_id();
-
+  // What they are priced from, kept so that a new calibration re-prices them in place:
+  // one summary per class, the groups' placement; and the rates they were priced at
+  // (CostModel's rates_id_).
+  std::shared_ptr<const std::vector<StageSummary>> summaries;
+  std::shared_ptr<const ShapeBasis> basis;
+  std::atomic<std::uint64_t> rates_id{0};  // set last, with release: readers take the lock otherwise
 };
 
 // A double's bits as a hash word (std::hash<double> hashes its bytes, out of line).
 inline std::size_t bits_of(double x) { return std::bit_cast<std::size_t>(x + 0.0); }  // -0.0 as 0.0
 
-// The stage steps a thread priced lately, by variant: the search asks for the same few
-// variants layout after layout, then moves on, so a small table per thread holds them and
-// memory stays bounded. Each entry keeps its summaries: a new calibration re-prices them.
+// Priced stage steps by layout shape and variant; re-priced when the calibration's rates move.
 struct CostModel::StepsCache {
-  // A variant of a layout shape packed in words: the search looks one up per plan.
   struct Key {
-    std::array<std::uint64_t, 3> grid{};
-    std::uint64_t variant = 0, device_fraction = 0;
-    // By hand: the defaulted one compares the array with memcmp, out of line.
-    bool operator==(const Key& o) const {
-      return ((grid[0] ^ o.grid[0]) | (grid[1] ^ o.grid[1]) | (grid[2] ^ o.grid[2]) | (variant ^ o.variant) |
-              (device_fraction ^ o.device_fraction)) == 0;
-    }
-    static Key of(const ParallelConfig& p, int virtual_stages) {
-      auto pair = [](int low, int high) { return std::uint64_t(std::uint32_t(low)) | std::uint64_t(std::uint32_t(high)) << 32; };
-      Key key;
-      key.grid = {pair(p.dp, p.pp), pair(p.tp, p.sp), pair(p.ep, p.tp_depth)};
-      key.variant = std::uint64_t(std::uint32_t(virtual_stages)) | std::uint64_t(p.tp_mode) << 32 |
-                    std::uint64_t(p.tp_sequence_parallel) << 36 | std::uint64_t(p.zero) << 40 |
-                    std::uint64_t(p.offload) << 44 | std::uint64_t(p.zero_quantized_weights) << 48;
-      key.device_fraction = bits_of(p.offload_device_fraction);
-      return key;
-    }
+    int dp, pp, tp, tp_mode, tp_depth, sp, ep, sequence_parallel, zero, offload, virtual_stages, quantized_gathers;
+    double device_fraction;
+    bool operator==(const Key&) const = default;
   };
   struct Hash {
     std::size_t operator()(const Key& k) const {
-      return mixed_hash((k.grid[0] * 0x9e3779b97f4a7c15ULL) ^ (k.grid[1] * 0xc2b2ae3d27d4eb4fULL) ^
-                        (k.grid[2] * 0x165667b19e3779f9ULL) ^ (k.variant * 0x27d4eb2f165667c5ULL) ^ k.device_fraction);
-    }
-  };
-  struct Entry {
-    std::uint64_t summaries_id = 0, calibration_id = 0;  // the model's ids it was made under
-    Key key;
-    std::shared_ptr<const ShapeBasis> basis;  // what the summaries were made from
-    std::vector<StageSummary> summaries;      // one per class of stages
-    StageSteps steps;
-  };
-  // This thread's entry for `key` made under `summaries_id`, or the one it displaces: sets
-  // of four, the least recently used displaced. A set's tags (the hash and when last used)
-  // fill one cache line, so a lookup reads one line before the entry it finds.
-  static Entry& entry_for(const Key& key, std::uint64_t summaries_id) {
-    constexpr std::size_t kWays = 4, kSets = 256;
-    struct alignas(64) Tags {
-      std::array<std::uint64_t, kWays> hash{}, used{};
-    };
-    thread_local std::vector<Tags> tags(kSets);
-    thread_local std::vector<Entry> entries(kWays * kSets);
-    thread_local std::uint64_t clock = 0;
-    const std::uint64_t hash = Hash{}(key) ^ summaries_id;
-    const std::size_t set = hash % kSets;
-    Tags& tag = tags[set];
-    std::size_t victim = 0;
-    for (std::size_t way = 0; way < kWays; ++way) {
-      if (tag.hash[way] == hash) {
-        Entry& entry = entries[set * kWays + way];
-        if (entry.summaries_id == summaries_id && entry.key == key) {
-          tag.used[way] = ++clock;
-          return entry;
-        }
+      std::size_t h = bits_of(k.device_fraction);
+      for (int x : {k.dp, k.pp, k.tp, k.tp_mode, k.tp_depth, k.sp, k.ep, k.sequence_parallel, k.zero, k.offload,
+                    k.virtual_stages, k.quantized_gathers}) {
+        h = h * 1000003u ^ std::size_t(x);
       }
-      if (tag.used[way] < tag.used[victim]) victim = way;
+      return h;
     }
-    tag.hash[victim] = hash;
-    tag.used[victim] = ++clock;
-    return entries[set * kWays + victim];
+  };
+  std::mutex mutex;
+  std::unordered_map<Key, std::unique_ptr<StageSteps>, Hash> steps;
+  // Names this cache among every one made (per-thread tables outlive caches).
+  const std::uint64_t id = next_id();
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
   }
-  // Names a model's summaries, or its calibration, among all a process makes.
-  static std::uint64_t next_id() { return LayoutCost::next_prices_id(); }
 };
 
 struct CostModel::ChunkShapeCache {
   std::mutex mutex;
+  // Each variant's summaries, one per class of stages: they do not depend on the
+  // calibration, so they outlive the priced steps.
+  std::unordered_map<StepsCache::Key, std::shared_ptr<const std::vector<StageSummary>>, StepsCache::Hash> summaries;
   // Bases by (dp, pp, tp, tp mode, tp depth, sp, ep, sequence parallel).
   std::map<std::tuple<int, int, int, int, int, int, int, bool>, std::shared_ptr<const ShapeBasis>> bases;
   // Stage shapes by (pp, chunks per stage, stages per node).

@@ -76,6 +76,38 @@ TEST(Calibration, ARecalibratedModelPricesAsAFreshOne) {
   EXPECT_GT(moved_by_rates, 0) << "the rates must move some plan's step";
 }
 
+// The fit's fast path keeps a row's layout while its rates stay: a calibration that moves
+// only what finish() reads itself must still price as the model does.
+TEST(Calibration, TheCachedBasisFollowsParametersOffItsAxes) {
+  std::vector<PublishedRun> rows = synthetic_runs(Calibration{});
+  int overlapped = 0;
+  for (PublishedRun& row : rows) {
+    ParallelConfig& parallel = row.plan->parallel;
+    if (parallel.tp == 1) continue;
+    parallel.tp_sequence_parallel = parallel.tp_comm_overlap = true;
+    ++overlapped;
+  }
+  ASSERT_GT(overlapped, 0);
+  RunSet runs(rows, profiles::shipped_profile("A100-SXM-80GB"));
+  const Calibration probe = known_truth();
+  Calibration moved = probe;
+  moved.overlap_efficiency = 0.4, moved.collective_contention = 0.3;
+  moved.tp_overlap_efficiency = 0.5, moved.tp_overlap_gemm_slowdown = 0.2;
+  runs.predict_fast(probe, runs.all_rows());
+  const std::vector<double> fast = runs.predict_fast(moved, runs.all_rows());
+  const std::vector<double> direct = runs.predict(moved, runs.all_rows());
+  Calibration tp_only = moved;
+  tp_only.tp_overlap_efficiency = probe.tp_overlap_efficiency;
+  tp_only.tp_overlap_gemm_slowdown = probe.tp_overlap_gemm_slowdown;
+  const std::vector<double> without_tp = runs.predict(tp_only, runs.all_rows());
+  int moved_by_tp = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_NEAR(fast[i], direct[i], 1e-9 * direct[i]) << runs.run(i).id;
+    if (without_tp[i] != direct[i]) ++moved_by_tp;
+  }
+  EXPECT_GT(moved_by_tp, 0) << "the overlapped rows must feel tp_comm_overlap's parameters";
+}
+
 TEST(Calibration, TheCachedBasisMatchesTheEstimate) {
   RunSet runs(synthetic_runs(Calibration{}), profiles::shipped_profile("A100-SXM-80GB"));
   const Calibration probe = known_truth();

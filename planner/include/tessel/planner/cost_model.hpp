@@ -23,8 +23,6 @@
 namespace tessel::planner {
 
 struct ClassShape;
-struct StageShape;
-struct ShapeBasis;
 struct StageClass;
 struct ClassPasses;
 struct ClassPassTable;
@@ -94,7 +92,7 @@ struct LayoutCost {
   static std::uint64_t next_prices_id();
 
   // Applies f(this_time, other_time) to every time held here (the calibration's basis:
-  // planner/src/calibrate.cpp), in place; then prices_changed().
+  // planner/src/calibrate.cpp), in place; prices_changed() then names the new prices.
   template <class F>
   void zip_times(const LayoutCost& other, F f) {
     auto pass = [&](PassPrice& a, const PassPrice& b) {
@@ -211,12 +209,8 @@ class CostModel {
   // finish()'s parts. The stage summaries of a variant, priced (stage_steps.cpp); valid
   // until the calibration changes.
   const StageSteps* stage_steps(const ParallelConfig& parallel) const;
-  // What every variant of a layout shape shares: its block-op table and groups, its classes
-  // of stages (cached on the model).
-  std::shared_ptr<const ShapeBasis> shape_basis(const ParallelConfig& parallel) const;
-  const StageShape* stage_shape_of(const ParallelConfig& parallel) const;
-  void finish(const ParallelConfig& parallel, const LayoutCost& layout, const StageSteps& steps, Estimate& out,
-              bool pipeline_bound) const;
+  // Prices `steps` from their summaries under the calibration of the moment.
+  void price_stage_steps(const ParallelConfig& parallel, StageSteps& steps) const;
   // Each class of stages' passes per micro-batch (class_passes.cpp); with `detail` chunk by
   // chunk and by kind, else each class as one chunk. Variants that pass alike share one.
   // `chunk_totals`: per class, with offload of a dense model, its chunk plan's totals.
@@ -262,12 +256,10 @@ class CostModel {
   double forward_gemm_flops_per_token_ = 0;
   double forward_attention_flops_per_token_ = 0;
   double model_flops_per_step_ = 0;
-  // Name what the per-thread tables of stage steps hold (stage_steps.hpp): the summaries,
-  // which depend on the model, step and cluster only; their prices, renewed with the
-  // calibration.
   struct StepsCache;
-  std::uint64_t summaries_id_, calibration_id_;
   struct ChunkShapeCache;
+  std::shared_ptr<StepsCache> steps_cache_;
+  std::uint64_t rates_id_ = 0;  // renewed when a calibration moves the cost lookup's rates
   std::shared_ptr<ChunkShapeCache> chunk_shapes_;
 };
 
