@@ -191,7 +191,8 @@ PyValue RegistryReader::parse_primary(const std::vector<Token>& t, std::size_t& 
       if (t[i].text == ",") ++i;
     }
     expect(t, i, close);
-    if (close == ")" && value.args.size() == 1) value = value.args[0];  // parentheses, not a tuple
+    // Parentheses, not a tuple. Moved out first: assigning from its own element frees it mid-copy.
+    if (close == ")" && value.args.size() == 1) value = PyValue(std::move(value.args[0]));
   } else if (token.kind == Token::name && token.text == "lambda") {
     int depth = 0;  // skip to the end of the lambda's expression
     while (t[i].kind != Token::end && !(depth == 0 && (t[i].text == "," || t[i].text == ")"))) {

@@ -64,6 +64,21 @@ TEST(TorchtitanRegistry, LocalsConvertersAndDerivedFunctionsAreRead) {
   EXPECT_EQ(float8.parallel, debug.parallel);
 }
 
+// A value in parentheses is the value itself, calls with keywords included (the fuzzer
+// found the reader freeing such a call while it copied it out of its parentheses).
+TEST(TorchtitanRegistry, ParenthesisedValuesReadAsTheValue) {
+  std::string text = test::real_file(kRegistry);
+  const std::string call = "checkpoint=CheckpointManager.Config(interval=500),";
+  const std::size_t at = text.find(call);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, call.size(), "checkpoint=(CheckpointManager.Config(interval=(500))),");
+  const std::string steps = "steps=1000,";
+  const std::size_t steps_at = text.find(steps, text.find("def llama3_8b"));
+  ASSERT_NE(steps_at, std::string::npos);
+  text.replace(steps_at, steps.size(), "steps=((1000)),");
+  EXPECT_EQ(read_registry("llama3_8b", "dgx-h100", 8, text).plan, read_registry("llama3_8b").plan);
+}
+
 // Every function of the file imports or is refused by one line naming the file, the
 // function or field, and why; what tessel cannot price is never read as something else.
 TEST(TorchtitanRegistry, WhatItCannotReadIsRefusedByName) {
