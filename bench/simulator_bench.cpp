@@ -96,6 +96,15 @@ void print_usage(const Usage& usage) {
   std::printf("  processor %.2f s, wall %.2f s (lowering and simulation), peak memory %.0f MiB\n", usage.processor_s,
               usage.wall_s, usage.peak_mib);
 }
+// Runs `baseline` and prints what the default run (`usage`) saves against it.
+void compare_with_baseline(const Usage& usage, const Case& baseline, const char* what, const char* gain) {
+  std::printf("baseline, the same %s\n", what);
+  std::fflush(stdout);
+  const Usage base = measure(baseline);
+  print_usage(base);
+  std::printf("%s: %.2fx less processor time, step %+.5f%%\n", gain, base.processor_s / usage.processor_s,
+              100.0 * (usage.step_s / base.step_s - 1.0));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,22 +117,11 @@ int main(int argc, char** argv) {
     const Usage usage = measure(c);
     if (c.nodes == 128) folded_1024_s = usage.processor_s;
     print_usage(usage);
-    std::printf("baseline, the same without tensor folding\n");
-    std::fflush(stdout);
-    Case before = c;
-    before.fold_tensor = false;
-    const Usage base = measure(before);
-    print_usage(base);
-    std::printf("tensor folding: %.2fx less processor time, step %+.5f%%\n", base.processor_s / usage.processor_s,
-                100.0 * (usage.step_s / base.step_s - 1.0));
-    std::printf("baseline, the same with every node of the platform built\n");
-    std::fflush(stdout);
-    Case whole = c;
+    Case unfolded = c, whole = c;
+    unfolded.fold_tensor = false;
     whole.prune_platform = false;
-    const Usage unpruned = measure(whole);
-    print_usage(unpruned);
-    std::printf("pruned platform: %.2fx less processor time, step %+.5f%%\n", unpruned.processor_s / usage.processor_s,
-                100.0 * (usage.step_s / unpruned.step_s - 1.0));
+    compare_with_baseline(usage, unfolded, "without tensor folding", "tensor folding");
+    compare_with_baseline(usage, whole, "with every node of the platform built", "pruned platform");
   }
   if (baseline) {
     std::printf("\nbaseline: dgx-a100 x 128 nodes without folding\n");

@@ -35,25 +35,6 @@ std::array<double, kBasisDirections> coordinates(const Calibration& c) {
           c.collective_call_overhead_s};
 }
 
-// `out` = `base` + `slope` along the calibration's coordinates, with new prices.
-void combine(LayoutCost& out, const LayoutCost& base, const std::array<LayoutCost, kBasisDirections>& slope,
-             const std::array<double, kBasisDirections>& x) {
-  const std::array<double, kBasisDirections> x0 = coordinates(Calibration{});
-  out = base;
-  for (std::size_t j = 0; j < x.size(); ++j) {
-    const double dx = x[j] - x0[j];
-    if (dx != 0) zip_times(out, slope[j], [dx](double& a, double b) { a += dx * b; });
-  }
-  out.prices_changed();
-}
-
-LayoutCost layout_at(const LayoutCost& base, const std::array<LayoutCost, kBasisDirections>& slope,
-                     const Calibration& c) {
-  LayoutCost out;
-  combine(out, base, slope, coordinates(c));
-  return out;
-}
-
 // Every time a LayoutCost holds, in zip_times' order.
 std::vector<double> times_of(const LayoutCost& c) {
   std::vector<double> out;
@@ -62,7 +43,8 @@ std::vector<double> times_of(const LayoutCost& c) {
   return out;
 }
 
-// The same sum as combine() term by term, over the times alone: the fit's inner loop.
+// The basis's layout at coordinates `x`: the defaults plus each slope times the move along
+// it, over the times laid out flat (the fit's inner loop), then written back.
 void combine_times(RunSet::LayoutBasis& basis, const std::array<double, kBasisDirections>& x) {
   const std::array<double, kBasisDirections> x0 = coordinates(Calibration{});
   std::vector<double>& times = basis.times_now;
@@ -82,8 +64,10 @@ void combine_times(RunSet::LayoutBasis& basis, const std::array<double, kBasisDi
 RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& parallel) {
   RunSet::LayoutBasis basis;
   model.set_calibration(Calibration{});
-  basis.at_defaults = model.layout_cost(parallel);
-  if (basis.at_defaults.reject != Reject::none) return basis;
+  const LayoutCost at_defaults = model.layout_cost(parallel);
+  if (at_defaults.reject != Reject::none) return basis;
+  basis.now = at_defaults;
+  basis.times_at_defaults = times_of(at_defaults);
   // One step along each coordinate: 1/scale from 1 to 2, overhead from 0 to 1 ms.
   std::array<Calibration, kBasisDirections> steps;
   steps[0].gemm_efficiency_scale = 0.5;
@@ -96,8 +80,9 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
   const std::array<double, kBasisDirections> step_size{1.0, 1.0, 1.0, 1.0, 1.0, 1e-3, 1e-3};
   for (std::size_t j = 0; j < steps.size(); ++j) {
     model.set_calibration(steps[j]);
-    basis.slope[j] = model.layout_cost(parallel);
-    zip_times(basis.slope[j], basis.at_defaults, [&](double& a, double b) { a = (a - b) / step_size[j]; });
+    LayoutCost slope = model.layout_cost(parallel);
+    zip_times(slope, at_defaults, [&](double& a, double b) { a = (a - b) / step_size[j]; });
+    basis.time_slopes[j] = times_of(slope);
   }
   // Affine indeed? Compare one point off every axis with the model itself.
   Calibration probe;
@@ -106,15 +91,12 @@ RunSet::LayoutBasis layout_basis(CostModel& model, const ParallelConfig& paralle
   probe.inter_bus_efficiency = 1.2, probe.layer_overhead_s = 2e-4, probe.collective_call_overhead_s = 3e-5;
   model.set_calibration(probe);
   const LayoutCost direct = model.layout_cost(parallel);
-  LayoutCost combined = layout_at(basis.at_defaults, basis.slope, probe);
+  combine_times(basis, coordinates(probe));
   basis.affine = true;
-  zip_times(combined, direct, [&](double& a, double b) {
+  zip_times(basis.now, direct, [&](double& a, double b) {
     if (std::abs(a - b) > 1e-9 * std::max(std::abs(b), 1e-12)) basis.affine = false;
   });
   model.set_calibration(Calibration{});
-  basis.now = basis.at_defaults;
-  basis.times_at_defaults = times_of(basis.at_defaults);
-  for (std::size_t j = 0; j < kBasisDirections; ++j) basis.time_slopes[j] = times_of(basis.slope[j]);
   return basis;
 }
 }  // namespace

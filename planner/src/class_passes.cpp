@@ -36,7 +36,8 @@ struct PassKey {
   double efficiency = 0, tp_overlap_efficiency = 0, tp_overlap_gemm_slowdown = 0;
   bool operator==(const PassKey&) const = default;
   std::size_t hash() const {
-    return std::size_t(prices * 2654435761u) ^ std::size_t(steps_prices * 0x9e3779b97f4a7c15ULL) ^ (std::size_t(reinterpret_cast<std::uintptr_t>(shape)) >> 4) ^
+    return std::size_t(prices * 2654435761u) ^ std::size_t(steps_prices * 0x9e3779b97f4a7c15ULL) ^
+           (std::size_t(reinterpret_cast<std::uintptr_t>(shape)) >> 4) ^
            std::size_t(zero * 7 + (detail ? 3 : 0)) ^ bits_of(device_fraction);
   }
 };

@@ -16,19 +16,8 @@
 namespace tessel::planner {
 
 void CostModel::set_calibration(const profiles::Calibration& calibration) {
-  const profiles::Calibration before = costs_.calibration();
-  costs_.set_calibration(calibration);
-  // The stage steps are priced by the cost lookup alone, which reads the rates and
-  // overheads only: a fit that moves the others keeps them.
-  const profiles::Calibration& after = costs_.calibration();
-  const bool same_rates = before.gemm_efficiency_scale == after.gemm_efficiency_scale &&
-                          before.memory_efficiency_scale == after.memory_efficiency_scale &&
-                          before.attention_efficiency_scale == after.attention_efficiency_scale &&
-                          before.intra_bus_efficiency == after.intra_bus_efficiency &&
-                          before.inter_bus_efficiency == after.inter_bus_efficiency &&
-                          before.layer_overhead_s == after.layer_overhead_s &&
-                          before.collective_call_overhead_s == after.collective_call_overhead_s;
-  if (same_rates) return;
+  // The stage steps are priced by the cost lookup alone: where its rates stay, so do they.
+  if (!costs_.set_calibration(calibration)) return;
   rates_id_ = LayoutCost::next_prices_id();
   // A copy of this model shares the cache: it keeps its own prices.
   if (steps_cache_.use_count() > 1) steps_cache_ = std::make_shared<StepsCache>();

@@ -119,6 +119,7 @@ class Replay {
   std::vector<bool> nodes_reached() const {
     const RankLayout& layout = program_.layout();
     std::vector<bool> nodes(std::size_t((program_.world_size() + plan_.gpus_per_node() - 1) / plan_.gpus_per_node()));
+    const int stages = layout.size(Axis::pp);
     for (int s = 0; s < program_.stages(); ++s) {
       std::map<std::tuple<CommGroup, Collective, CollectiveAlgorithm>, const BlockOp*> collectives;
       std::vector<int> peer_offsets;
@@ -130,7 +131,6 @@ class Replay {
           peer_offsets.push_back(op.peer_offset);
         }
       }
-      const int stages = layout.size(Axis::pp);
       for (int r = layout.first_rank_of_stage(s); r < layout.first_rank_of_stage(s) + layout.ranks_per_stage(); ++r) {
         if (!simulated_[std::size_t(r)]) continue;
         nodes[std::size_t(node_of(r))] = true;

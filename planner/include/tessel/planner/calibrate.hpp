@@ -88,16 +88,16 @@ class RunSet {
   // the defaults and along those seven directions; finish() adds the rest under the
   // calibration itself. A layout that is not affine (2D's min() of two fabrics) uses estimate().
   struct LayoutBasis {
-    LayoutCost at_defaults;
-    // per unit of 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter, layer and collective call overhead_s
-    std::array<LayoutCost, kBasisDirections> slope;
-    bool affine = false;
-    // The same times laid out flat (LayoutCost::zip_times' order), and the layout at the
-    // coordinates last priced.
-    std::vector<double> times_at_defaults, times_now;
+    // Every time the layout holds (LayoutCost::zip_times' order) at the defaults, and per
+    // unit of 1/gemm, 1/memory, 1/attention, 1/intra, 1/inter, layer and collective call
+    // overhead_s.
+    std::vector<double> times_at_defaults;
     std::array<std::vector<double>, kBasisDirections> time_slopes;
+    bool affine = false;
+    // The layout at the coordinates last priced, and its times.
     LayoutCost now;
     std::array<double, kBasisDirections> now_at{};
+    std::vector<double> times_now;
   };
 
  private:

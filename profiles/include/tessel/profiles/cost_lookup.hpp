@@ -59,9 +59,18 @@ class CostLookup {
   // the plan's framework and kernels (Calibration::for_plan). A fit replaces it to price
   // the same runs under new parameters without rebuilding the lookup.
   const Calibration& calibration() const { return calibration_; }
-  void set_calibration(const Calibration& calibration) {
+  // Returns whether the rates this lookup prices with moved (its efficiency scales, bus
+  // efficiencies and call overhead): what it prices is the same otherwise.
+  bool set_calibration(const Calibration& calibration) {
+    const Calibration before = calibration_;
     fitted_ = calibration;
     calibration_ = fitted_.for_plan(framework_, kernels_);
+    return before.gemm_efficiency_scale != calibration_.gemm_efficiency_scale ||
+           before.memory_efficiency_scale != calibration_.memory_efficiency_scale ||
+           before.attention_efficiency_scale != calibration_.attention_efficiency_scale ||
+           before.intra_bus_efficiency != calibration_.intra_bus_efficiency ||
+           before.inter_bus_efficiency != calibration_.inter_bus_efficiency ||
+           before.collective_call_overhead_s != calibration_.collective_call_overhead_s;
   }
   void set_plan_kind(Framework framework, Kernels kernels) {
     framework_ = framework;
